@@ -1,0 +1,23 @@
+# GRADSYNC_CUDA=AUTO builds the CUDA targets when nvcc is found; ON requires it; OFF never
+# touches nvcc. The CUDA sources live in their own targets so a CPU build never needs them.
+set(GRADSYNC_HAVE_CUDA 0)
+string(TOUPPER "${GRADSYNC_CUDA}" _gs_cuda)
+if(_gs_cuda STREQUAL "OFF")
+  message(STATUS "gradsync: CUDA off (GRADSYNC_CUDA=OFF)")
+elseif(_gs_cuda STREQUAL "AUTO" OR _gs_cuda STREQUAL "ON")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(GRADSYNC_HAVE_CUDA 1)
+    message(STATUS "gradsync: CUDA on (${CMAKE_CUDA_COMPILER})")
+  elseif(_gs_cuda STREQUAL "ON")
+    message(FATAL_ERROR "gradsync: GRADSYNC_CUDA=ON but no CUDA compiler (nvcc) was found. "
+                        "Put nvcc on the PATH or set CMAKE_CUDA_COMPILER, or use GRADSYNC_CUDA=AUTO|OFF.")
+  else()
+    message(STATUS "gradsync: CUDA not found; building CPU only (GRADSYNC_CUDA=AUTO)")
+  endif()
+else()
+  message(FATAL_ERROR "gradsync: GRADSYNC_CUDA must be AUTO, ON or OFF, not '${GRADSYNC_CUDA}'")
+endif()

@@ -1,0 +1,15 @@
+# Every dependency comes from Debian (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(ZLIB REQUIRED)
+
+# OpenBLAS is linked explicitly: Debian's default libblas is the slow reference implementation.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+add_library(gradsync_openblas INTERFACE)
+target_link_libraries(gradsync_openblas INTERFACE PkgConfig::OPENBLAS)
+
+if(GRADSYNC_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()

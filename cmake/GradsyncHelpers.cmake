@@ -1,0 +1,52 @@
+# Target helpers in the style of absl_cc_library: explicit sources, one alias per library.
+
+# Warnings ride an INTERFACE target so every gradsync target gets the same set.
+add_library(gradsync_warnings INTERFACE)
+target_compile_options(gradsync_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+  -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough>)
+if(GRADSYNC_WERROR)
+  target_compile_options(gradsync_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+include(CheckCXXCompilerFlag)
+check_cxx_compiler_flag(-Wthread-safety GRADSYNC_HAS_WTHREAD_SAFETY)
+if(GRADSYNC_HAS_WTHREAD_SAFETY)
+  target_compile_options(gradsync_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety>)
+endif()
+if(GRADSYNC_SANITIZE)
+  target_compile_options(gradsync_warnings INTERFACE -fsanitize=${GRADSYNC_SANITIZE} -fno-omit-frame-pointer)
+  target_link_options(gradsync_warnings INTERFACE -fsanitize=${GRADSYNC_SANITIZE})
+endif()
+
+# gradsync_cc_library(NAME common SRCS a.cc b.cc DEPS x y [PUBLIC_DEPS ...])
+function(gradsync_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target gradsync_${ARG_NAME})
+  add_library(${target} STATIC ${ARG_SRCS})
+  add_library(gradsync::${ARG_NAME} ALIAS ${target})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE gradsync_warnings ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# gradsync_cc_binary(NAME gradsync-worker SRCS main.cc DEPS ...)
+function(gradsync_cc_binary)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} gradsync_warnings)
+endfunction()
+
+# gradsync_cc_test(NAME common_test SRCS ... DEPS ... LABELS unit [TIMEOUT s])
+# One gtest binary per module; gtest_discover_tests registers each TEST as its own CTest case.
+function(gradsync_cc_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main gradsync_warnings)
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  gtest_discover_tests(${ARG_NAME}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "GRADSYNC_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRADSYNC_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

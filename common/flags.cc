@@ -1,0 +1,86 @@
+#include "common/flags.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <iostream>
+#include <vector>
+
+#include "common/logging.h"
+
+extern char** environ;
+
+namespace gradsync {
+
+FlagParser::FlagParser(std::string program, std::string summary)
+    : program_(std::move(program)), summary_(std::move(summary)), options_("Options") {
+  options_.add_options()
+      ("help,h", "print this help and exit")
+      ("log-level", po::value<std::string>()->default_value("info"), "debug|info|warning|error");
+}
+
+void FlagParser::Fail(std::string_view message) const {
+  std::cerr << program_ << ": error: " << message << " (see --help)" << std::endl;
+  std::exit(kUsageExitCode);
+}
+
+bool FlagGiven(const po::variables_map& vm, const char* name) {
+  return vm.count(name) > 0 && !vm[name].defaulted();
+}
+
+void FlagParser::RejectTogether(const po::variables_map& vm, const char* a, const char* b,
+                                std::string_view why) const {
+  if (FlagGiven(vm, a) && FlagGiven(vm, b)) {
+    Fail("--" + std::string(a) + " and --" + std::string(b) + " contradict each other: " +
+         std::string(why));
+  }
+}
+
+po::variables_map FlagParser::ParseOrExit(int argc, const char* const* argv,
+                                          const char* const* envp) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv)
+                  .options(options_)
+                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
+    // Environment variables: only GRADSYNC_<NAME> where <name> is a declared option.
+    std::vector<std::string> env_args;
+    for (const char* const* e = envp ? envp : environ; e && *e; ++e) {
+      std::string_view kv(*e);
+      if (!kv.starts_with("GRADSYNC_")) continue;
+      auto eq = kv.find('=');
+      if (eq == std::string_view::npos) continue;
+      std::string name;
+      for (char c : kv.substr(9, eq - 9)) name += (c == '_') ? '-' : static_cast<char>(std::tolower(c));
+      if (name == "help" || !options_.find_nothrow(name, false)) continue;
+      if (vm.count(name) && !vm[name].defaulted()) continue;  // the command line wins
+      env_args.push_back("--" + name + "=" + std::string(kv.substr(eq + 1)));
+    }
+    if (!env_args.empty()) {
+      po::variables_map env_vm;
+      po::store(po::command_line_parser(env_args).options(options_).run(), env_vm);
+      for (auto& [k, v] : env_vm) {
+        if (!v.defaulted() && (!vm.count(k) || vm[k].defaulted())) vm.erase(k), vm.emplace(k, v);
+      }
+    }
+    if (vm.count("help")) {
+      std::cout << "Usage: " << program_ << " [options]\n" << summary_ << "\n\n" << options_
+                << "\nAny option may also be set as GRADSYNC_<NAME> in the environment"
+                   " (e.g. GRADSYNC_LR=0.05); the command line wins.\n";
+      std::exit(0);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    Fail(e.what());
+  }
+  LogLevel level;
+  if (!ParseLogLevel(vm["log-level"].as<std::string>(), &level)) {
+    Fail("--log-level must be one of debug|info|warning|error, not '" +
+         vm["log-level"].as<std::string>() + "'");
+  }
+  SetLogLevel(level);
+  return vm;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,54 @@
+// Command-line flags for the gradsync binaries, on Boost.Program_options.
+//
+// Every binary builds one FlagParser, declares its options, and calls ParseOrExit():
+//   - `--help` prints the usage and every option, then exits 0;
+//   - an unknown, malformed or contradictory flag prints ONE line
+//     "<program>: error: <what is wrong> (see --help)" to stderr and exits 2;
+//   - a flag may also come from the environment as GRADSYNC_<NAME> (upper case, '-' -> '_'),
+//     e.g. GRADSYNC_LR=0.05 for --lr; the command line wins over the environment.
+// Only binaries (main.cc) use this; libraries take Options structs.
+//
+//   FlagParser flags("gradsync-worker", "Trains a model.");
+//   flags.options().add_options()("lr", po::value<float>()->default_value(0.1f), "learning rate");
+//   auto vm = flags.ParseOrExit(argc, argv);
+//   if (vm["lr"].as<float>() <= 0) flags.Fail("--lr must be > 0");
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <string_view>
+
+namespace gradsync {
+
+namespace po = boost::program_options;
+
+inline constexpr int kUsageExitCode = 2;
+
+class FlagParser {
+ public:
+  FlagParser(std::string program, std::string summary);
+
+  po::options_description& options() { return options_; }
+  const std::string& program() const { return program_; }
+
+  // Parses argv, then GRADSYNC_* variables from `envp` (nullptr: the process environment).
+  // Applies --log-level. Exits as described above on --help or on an error.
+  po::variables_map ParseOrExit(int argc, const char* const* argv, const char* const* envp = nullptr);
+
+  // Prints "<program>: error: <message> (see --help)" and exits 2.
+  [[noreturn]] void Fail(std::string_view message) const;
+
+  // Fails when both flags were given explicitly (not by default).
+  void RejectTogether(const po::variables_map& vm, const char* a, const char* b,
+                      std::string_view why) const;
+
+ private:
+  std::string program_;
+  std::string summary_;
+  po::options_description options_;
+};
+
+// True when the option was given on the command line or in the environment (not a default).
+bool FlagGiven(const po::variables_map& vm, const char* name);
+
+}  // namespace gradsync

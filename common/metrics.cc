@@ -1,0 +1,64 @@
+#include "common/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace gradsync {
+namespace {
+void PutNumber(std::string* s, double v, const char* fmt) {
+  s->push_back(',');
+  if (std::isnan(v)) return;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  s->append(buf);
+}
+}  // namespace
+
+Result<MetricsWriter> MetricsWriter::Open(const std::string& path, std::string run, int worker) {
+  std::error_code ec;
+  auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return InvalidArgumentError(parent.string() + ": cannot create directory: " + ec.message());
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return InvalidArgumentError(path + ": cannot write: " + std::strerror(errno));
+  MetricsWriter w(f, path, std::move(run), worker);
+  std::fprintf(f, "%s\n", kHeader);
+  return w;
+}
+
+MetricsWriter::MetricsWriter(MetricsWriter&& o) noexcept
+    : file_(o.file_), path_(std::move(o.path_)), run_(std::move(o.run_)), worker_(o.worker_) {
+  o.file_ = nullptr;
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+Status MetricsWriter::Write(const MetricsRow& r) {
+  std::string s = run_;
+  s += ',' + std::to_string(worker_) + ',' + std::to_string(r.step);
+  PutNumber(&s, r.epoch, "%.4f");
+  PutNumber(&s, r.wall_s, "%.4f");
+  PutNumber(&s, r.loss, "%.6g");
+  PutNumber(&s, r.staleness, "%.6g");
+  s += ',' + std::to_string(r.bytes_sent) + ',' + std::to_string(r.bytes_received);
+  PutNumber(&s, r.compute_ms, "%.4f");
+  PutNumber(&s, r.comm_ms, "%.4f");
+  PutNumber(&s, r.wait_ms, "%.4f");
+  PutNumber(&s, r.test_loss, "%.6g");
+  PutNumber(&s, r.test_accuracy, "%.6f");
+  s += '\n';
+  if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
+    return UnavailableError(path_ + ": write failed: " + std::strerror(errno));
+  }
+  return OkStatus();
+}
+
+Status MetricsWriter::Flush() {
+  if (std::fflush(file_) != 0) return UnavailableError(path_ + ": flush failed: " + std::strerror(errno));
+  return OkStatus();
+}
+
+}  // namespace gradsync

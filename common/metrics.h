@@ -1,0 +1,59 @@
+// Per-step metrics rows and the CSV file each worker writes (DESIGN.md, Experiments).
+//
+// Columns: run, worker, step, epoch, wall_s, loss, staleness, bytes_sent, bytes_received,
+// compute_ms, comm_ms, wait_ms, test_loss, test_accuracy. A training row leaves test_* empty;
+// an evaluation row (written by the evaluating worker after an evaluation) fills them and
+// carries the mean training loss since the previous evaluation in `loss`. A NaN field is
+// written empty. Not thread-safe: one writer per file.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "common/status.h"
+
+namespace gradsync {
+
+struct MetricsRow {
+  int64_t step = 0;         // steps (iterations) this worker has finished
+  double epoch = 0.0;       // fractional epochs done
+  double wall_s = 0.0;      // seconds since the run started
+  double loss = NAN;        // mean training loss of the step (or of the epoch, on eval rows)
+  double staleness = NAN;   // of this worker's last applied gradient (PS modes)
+  uint64_t bytes_sent = 0;  // cumulative
+  uint64_t bytes_received = 0;
+  double compute_ms = 0.0;  // forward + backward + local update of the step
+  double comm_ms = 0.0;     // pushing, pulling or all-reducing
+  double wait_ms = 0.0;     // blocked on consistency (barrier, staleness bound)
+  double test_loss = NAN;
+  double test_accuracy = NAN;  // fraction in [0, 1]
+};
+
+class MetricsWriter {
+ public:
+  static constexpr const char* kHeader =
+      "run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
+      "wait_ms,test_loss,test_accuracy";
+
+  // Creates (truncates) `path`, creating parent directories, and writes the header.
+  static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);
+
+  MetricsWriter(MetricsWriter&& other) noexcept;
+  MetricsWriter& operator=(MetricsWriter&&) = delete;
+  ~MetricsWriter();
+
+  Status Write(const MetricsRow& row);
+  Status Flush();
+
+ private:
+  MetricsWriter(std::FILE* f, std::string path, std::string run, int worker)
+      : file_(f), path_(std::move(path)), run_(std::move(run)), worker_(worker) {}
+  std::FILE* file_;
+  std::string path_;
+  std::string run_;
+  int worker_;
+};
+
+}  // namespace gradsync

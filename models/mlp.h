@@ -1,0 +1,38 @@
+// Dense classifier on the CPU: input -> [Linear -> ReLU] x len(hidden) -> Linear -> softmax
+// cross-entropy. With no hidden layer it is softmax (multinomial logistic) regression.
+//
+// Tensors, in order: fc{i}.weight [in, out] (row-major, so a layer is Y = X W + b and both
+// passes are single sgemm calls), fc{i}.bias [out]. Initialization matches PyTorch's nn.Linear:
+// weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace gradsync {
+
+class Mlp final : public Model {
+ public:
+  Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int num_classes);
+
+  std::string name() const override { return name_; }
+  void Initialize(uint64_t seed) override;
+  float ForwardBackward(const Batch& batch) override;
+  EvalStats EvaluateBatch(const Batch& batch) override;
+
+ private:
+  // Runs the forward pass into acts_ (acts_[l] is layer l's output, post-ReLU for hidden ones;
+  // the last is the logits).
+  void Forward(const Batch& batch);
+  int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
+
+  std::string name_;
+  std::vector<int64_t> dims_;  // input, hidden..., classes
+  std::vector<std::vector<float>> acts_;
+  std::vector<float> delta_;       // gradient w.r.t. the current layer's output
+  std::vector<float> delta_prev_;  // gradient w.r.t. the previous layer's output
+};
+
+}  // namespace gradsync

@@ -1,0 +1,77 @@
+#include "models/model.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "models/mlp.h"
+#include "models/sparse_logreg.h"
+
+namespace gradsync {
+
+const SparseGrad& Model::sparse_grad(size_t i) const {
+  GRADSYNC_CHECK(false) << name() << " has no sparse tensor " << i;
+  static const SparseGrad kEmpty;
+  return kEmpty;
+}
+
+void Model::SetLayout(std::vector<TensorInfo> tensors) {
+  int64_t offset = 0;
+  for (auto& t : tensors) {
+    t.size = 1;
+    for (int64_t d : t.shape) t.size *= d;
+    t.offset = offset;
+    offset += t.size;
+  }
+  layout_ = std::move(tensors);
+  params_.assign(static_cast<size_t>(offset), 0.0f);
+  grads_.assign(static_cast<size_t>(offset), 0.0f);
+}
+
+Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
+  if (o.name == "softmax" || o.name == "mlp") {
+    if (o.input_dim <= 0) return InvalidArgumentError("input dimension must be > 0");
+    if (o.num_classes < 2) return InvalidArgumentError("a classifier needs >= 2 classes");
+    std::vector<int64_t> hidden = o.name == "mlp" ? o.hidden : std::vector<int64_t>{};
+    if (o.name == "mlp" && hidden.empty()) {
+      return InvalidArgumentError("mlp needs at least one hidden layer (use --model=softmax for none)");
+    }
+    for (int64_t h : hidden) {
+      if (h <= 0 || h > (1 << 20)) {
+        return InvalidArgumentError("hidden layer sizes must be in [1, 2^20], got " + std::to_string(h));
+      }
+    }
+    std::unique_ptr<Model> m = std::make_unique<Mlp>(o.name, o.input_dim, hidden, o.num_classes);
+    return m;
+  }
+  if (o.name == "sparse_logreg") {
+    if (o.feature_bits < 4 || o.feature_bits > 30) {
+      return InvalidArgumentError("feature bits must be in [4, 30], got " + std::to_string(o.feature_bits));
+    }
+    std::unique_ptr<Model> m = std::make_unique<SparseLogReg>(o.feature_bits);
+    return m;
+  }
+  return InvalidArgumentError("unknown model '" + o.name + "' (expected " + kModelNames + ")");
+}
+
+EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size) {
+  GRADSYNC_CHECK(batch_size > 0);
+  EvalStats total;
+  for (int64_t begin = 0; begin < data.n; begin += batch_size) {
+    EvalStats s = model.EvaluateBatch(SliceBatch(data, begin, std::min(data.n, begin + batch_size)));
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+    total.count += s.count;
+  }
+  EvalResult r;
+  if (total.count > 0) {
+    r.loss = total.loss_sum / static_cast<double>(total.count);
+    r.accuracy = static_cast<double>(total.correct) / static_cast<double>(total.count);
+  }
+  return r;
+}
+
+void SetBlasThreads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+
+}  // namespace gradsync

@@ -1,0 +1,106 @@
+// Model: the interface every trainer (local, parameter server, all-reduce) drives.
+//
+// A model's parameters are named tensors laid out in ONE flat float buffer (layout()); the
+// gradient buffer has the same layout. That flat view is what the optimizer, the PS client and
+// the all-reduce buckets work on. ForwardBackward computes the mean loss of a batch and the
+// gradient of that mean; dense tensors' gradients land in grads(), sparse tensors' (see
+// TensorInfo::sparse) in sparse_grad(). Initialization is a pure function of the seed, so every
+// process that builds the same model with the same seed holds bit-identical parameters.
+//
+// Backends: the CPU models here use CBLAS sgemm (OpenBLAS). A CUDA backend implements the same
+// interface with device buffers; there params()/grads() are host mirrors filled on request.
+// Thread safety: none; one model per training thread.
+//
+//   ASSIGN_OR_RETURN(auto model, CreateModel(options));
+//   model->Initialize(seed);
+//   float loss = model->ForwardBackward(batch);
+//   optimizer.Step(model->params(), model->grads(), lr);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/dataset.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace gradsync {
+
+// The gradient of a sparse tensor: sorted unique element indices into the tensor and values.
+struct SparseGrad {
+  std::vector<uint64_t> keys;
+  std::vector<float> values;
+};
+
+// Sums over a batch (divide by count for means).
+struct EvalStats {
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  int64_t count = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual std::string name() const = 0;
+  const std::vector<TensorInfo>& layout() const { return layout_; }
+  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+
+  FloatSpan params() { return params_; }
+  ConstFloatSpan params() const { return params_; }
+  FloatSpan grads() { return grads_; }
+  ConstFloatSpan grads() const { return grads_; }
+  FloatSpan tensor(size_t i) { return FloatSpan(params_).subspan(layout_[i].offset, layout_[i].size); }
+  FloatSpan grad(size_t i) { return FloatSpan(grads_).subspan(layout_[i].offset, layout_[i].size); }
+
+  // Deterministic initialization from `seed` (same seed, same bits, on every machine).
+  virtual void Initialize(uint64_t seed) = 0;
+
+  // Mean loss over the batch; fills the gradient of that mean (dense: grads(), sparse tensors:
+  // sparse_grad()). batch.dim must equal the model's input dimension.
+  virtual float ForwardBackward(const Batch& batch) = 0;
+
+  // Loss sum and correct predictions over the batch; touches no gradient.
+  virtual EvalStats EvaluateBatch(const Batch& batch) = 0;
+
+  // The gradient of sparse tensor `i` from the last ForwardBackward. Dense models have none.
+  virtual const SparseGrad& sparse_grad(size_t i) const;
+
+ protected:
+  // Lays out `tensors` contiguously in declaration order and allocates params and grads.
+  void SetLayout(std::vector<TensorInfo> tensors);
+
+  std::vector<TensorInfo> layout_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+};
+
+struct ModelOptions {
+  std::string name = "mlp";       // softmax | mlp | sparse_logreg
+  int64_t input_dim = 784;        // dense models
+  int num_classes = 10;           // dense models
+  std::vector<int64_t> hidden = {256, 128};  // mlp only
+  int feature_bits = 20;          // sparse_logreg: 2^feature_bits weights
+};
+
+// The model names CreateModel accepts, for --help texts.
+inline constexpr const char* kModelNames = "softmax|mlp|sparse_logreg";
+
+// Builds a CPU model; rejects unknown names and bad sizes with kInvalidArgument.
+Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);
+
+// Mean loss and accuracy of `model` over all of `data`, in batches of `batch_size`.
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;
+};
+EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size = 1000);
+
+// Threads OpenBLAS may use for sgemm (the worker's --threads).
+void SetBlasThreads(int threads);
+
+}  // namespace gradsync

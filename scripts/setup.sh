@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every Debian package gradsync needs. Idempotent: when everything is there it only
+# checks and prints one line. Run as root (or with sudo) on Debian 12.
+#   scripts/setup.sh           build, test and run dependencies
+#   scripts/setup.sh --bench   also python3-torch, the baseline bench/ compares against
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake g++ make pkg-config git
+  # libraries (DESIGN.md: ZeroMQ + cppzmq, Protocol Buffers, Boost, OpenBLAS, GoogleTest)
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
+  libboost-dev libboost-program-options-dev
+  libopenblas-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+  # data: Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist
+  dataset-fashion-mnist
+  # network namespaces and link shaping for multi-process tests
+  iproute2
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO="sudo"
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: done"

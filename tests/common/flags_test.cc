@@ -1,0 +1,67 @@
+#include "common/flags.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync {
+namespace {
+
+FlagParser MakeParser() {
+  FlagParser p("prog", "test program");
+  p.options().add_options()
+      ("lr", po::value<float>()->default_value(0.1f), "rate")
+      ("batch-size", po::value<int>()->default_value(8), "batch")
+      ("fast", po::bool_switch(), "go fast");
+  return p;
+}
+
+po::variables_map Parse(std::vector<const char*> args, std::vector<const char*> env = {}) {
+  FlagParser p = MakeParser();
+  args.insert(args.begin(), "prog");
+  env.push_back(nullptr);
+  return p.ParseOrExit(static_cast<int>(args.size()), args.data(), env.data());
+}
+
+TEST(FlagsTest, DefaultsCommandLineAndEnvironment) {
+  auto vm = Parse({});
+  EXPECT_FLOAT_EQ(vm["lr"].as<float>(), 0.1f);
+  EXPECT_FALSE(FlagGiven(vm, "lr"));
+  vm = Parse({"--lr=0.5", "--batch-size", "3"});
+  EXPECT_FLOAT_EQ(vm["lr"].as<float>(), 0.5f);
+  EXPECT_EQ(vm["batch-size"].as<int>(), 3);
+  EXPECT_TRUE(FlagGiven(vm, "lr"));
+  vm = Parse({}, {"GRADSYNC_LR=0.25", "GRADSYNC_BATCH_SIZE=16", "GRADSYNC_UNRELATED=1", "PATH=/x"});
+  EXPECT_FLOAT_EQ(vm["lr"].as<float>(), 0.25f);
+  EXPECT_EQ(vm["batch-size"].as<int>(), 16);
+  // The command line wins over the environment.
+  vm = Parse({"--lr=0.5"}, {"GRADSYNC_LR=0.25"});
+  EXPECT_FLOAT_EQ(vm["lr"].as<float>(), 0.5f);
+}
+
+TEST(FlagsDeathTest, BadFlagsExitTwoWithOneLine) {
+  EXPECT_EXIT(Parse({"--nope"}), ::testing::ExitedWithCode(2),
+              "^prog: error: unrecognised option '--nope' \\(see --help\\)\n$");
+  EXPECT_EXIT(Parse({"--lr=abc"}), ::testing::ExitedWithCode(2), "^prog: error: .*lr.*\n$");
+  EXPECT_EXIT(Parse({"--lr"}), ::testing::ExitedWithCode(2), "^prog: error: .*\n$");
+  EXPECT_EXIT(Parse({}, {"GRADSYNC_BATCH_SIZE=many"}), ::testing::ExitedWithCode(2),
+              "^prog: error: .*batch-size.*\n$");
+  EXPECT_EXIT(Parse({"--log-level=loud"}), ::testing::ExitedWithCode(2),
+              "^prog: error: --log-level must be one of.*\n$");
+  // Unique prefixes are not guessed: a typo never silently means another flag.
+  EXPECT_EXIT(Parse({"--batch=3"}), ::testing::ExitedWithCode(2), "^prog: error: .*\n$");
+}
+
+TEST(FlagsDeathTest, Contradictions) {
+  FlagParser p = MakeParser();
+  const char* argv[] = {"prog", "--lr=1", "--fast"};
+  auto vm = p.ParseOrExit(3, argv, nullptr);
+  EXPECT_EXIT(p.RejectTogether(vm, "lr", "fast", "fast picks its own rate"),
+              ::testing::ExitedWithCode(2),
+              "^prog: error: --lr and --fast contradict each other: fast picks its own rate");
+}
+
+TEST(FlagsDeathTest, HelpExitsZero) {
+  EXPECT_EXIT(Parse({"--help"}), ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+}  // namespace gradsync

@@ -1,0 +1,189 @@
+#include "models/model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/optimizer.h"
+#include "common/sampler.h"
+#include "common/synthetic.h"
+
+namespace gradsync {
+namespace {
+
+std::unique_ptr<Model> Make(const std::string& name, int64_t dim = 20, int classes = 4) {
+  ModelOptions o;
+  o.name = name;
+  o.input_dim = dim;
+  o.num_classes = classes;
+  o.hidden = {16, 8};
+  o.feature_bits = 12;
+  auto m = CreateModel(o);
+  GRADSYNC_CHECK(m.ok()) << m.status();
+  return std::move(m).value();
+}
+
+TEST(ModelTest, LayoutIsNamedAndContiguous) {
+  auto m = Make("mlp");
+  const auto& l = m->layout();
+  ASSERT_EQ(l.size(), 6u);
+  EXPECT_EQ(l[0].name, "fc1.weight");
+  EXPECT_EQ(l[0].shape, (std::vector<int64_t>{20, 16}));
+  EXPECT_EQ(l[5].name, "fc3.bias");
+  int64_t off = 0;
+  for (const auto& t : l) {
+    EXPECT_EQ(t.offset, off);
+    off += t.size;
+  }
+  EXPECT_EQ(m->num_params(), off);
+  EXPECT_EQ(m->num_params(), 20 * 16 + 16 + 16 * 8 + 8 + 8 * 4 + 4);
+  auto s = Make("sparse_logreg");
+  EXPECT_TRUE(s->layout()[0].sparse);
+  EXPECT_FALSE(s->layout()[1].sparse);
+  EXPECT_EQ(s->num_params(), (1 << 12) + 1);
+}
+
+TEST(ModelTest, CreateRejectsBadOptions) {
+  ModelOptions o;
+  o.name = "resnet";
+  EXPECT_EQ(CreateModel(o).status().code(), StatusCode::kInvalidArgument);
+  o.name = "mlp";
+  o.hidden = {};
+  EXPECT_FALSE(CreateModel(o).ok());
+  o.hidden = {0};
+  EXPECT_FALSE(CreateModel(o).ok());
+  o.name = "softmax";
+  o.num_classes = 1;
+  EXPECT_FALSE(CreateModel(o).ok());
+  o.name = "sparse_logreg";
+  o.feature_bits = 40;
+  EXPECT_FALSE(CreateModel(o).ok());
+}
+
+TEST(ModelTest, InitializationIsAPureFunctionOfTheSeed) {
+  auto a = Make("mlp"), b = Make("mlp");
+  a->Initialize(3);
+  b->Initialize(3);
+  EXPECT_EQ(0, std::memcmp(a->params().data(), b->params().data(), a->params().size_bytes()));
+  b->Initialize(4);
+  EXPECT_NE(0, std::memcmp(a->params().data(), b->params().data(), a->params().size_bytes()));
+  // nn.Linear's bound: |w| <= 1/sqrt(fan_in).
+  for (float w : a->tensor(0)) EXPECT_LE(std::fabs(w), 1.0f / std::sqrt(20.0f));
+}
+
+// Trains `steps` SGD+momentum steps on blobs and returns the parameters.
+std::vector<float> Train(uint64_t seed, int steps) {
+  BlobsOptions bo;
+  bo.n = 512;
+  bo.dim = 20;
+  bo.classes = 4;
+  Dataset data = MakeGaussianBlobs(bo);
+  auto m = Make("mlp");
+  m->Initialize(seed);
+  Optimizer opt({0.9f, false, 1e-4f}, m->num_params());
+  ShardedSampler sampler(data.n, 1, 0, seed);
+  BatchBuffer buf;
+  int step = 0;
+  for (int epoch = 0; step < steps; ++epoch) {
+    auto order = sampler.EpochIndices(epoch);
+    for (size_t b = 0; b + 32 <= order.size() && step < steps; b += 32, ++step) {
+      m->ForwardBackward(buf.Gather(data, std::span(order).subspan(b, 32)));
+      opt.Step(m->params(), m->grads(), 0.05f);
+    }
+  }
+  return std::vector<float>(m->params().begin(), m->params().end());
+}
+
+TEST(ModelTest, SameSeedGivesBitIdenticalParametersAfter100Steps) {
+  std::vector<float> a = Train(1, 100), b = Train(1, 100), c = Train(2, 100);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
+}
+
+TEST(ModelTest, MlpLearnsBlobs) {
+  BlobsOptions bo;
+  bo.n = 2000;
+  bo.dim = 20;
+  bo.classes = 4;
+  bo.center_scale = 0.7f;
+  Dataset data = MakeGaussianBlobs(bo);
+  auto m = Make("mlp");
+  m->Initialize(0);
+  const double before = Evaluate(*m, data).accuracy;
+  Optimizer opt({0.9f, false, 0.0f}, m->num_params());
+  float first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    int64_t begin = (step * 50) % data.n;
+    float loss = m->ForwardBackward(SliceBatch(data, begin, begin + 50));
+    if (step == 0) first = loss;
+    last = loss;
+    opt.Step(m->params(), m->grads(), 0.05f);
+  }
+  EvalResult after = Evaluate(*m, data, 300);
+  EXPECT_LT(last, first * 0.5f);
+  EXPECT_GT(after.accuracy, 0.9);
+  EXPECT_GT(after.accuracy, before + 0.3);
+}
+
+TEST(ModelTest, SparseLogRegLearnsAndTouchesOnlyBatchKeys) {
+  SparseLogisticOptions so;
+  so.n = 20000;
+  so.feature_bits = 20;
+  so.nnz = 20;
+  Dataset data = MakeSparseLogistic(so);
+  ModelOptions mo;
+  mo.name = "sparse_logreg";
+  mo.feature_bits = 20;
+  auto m = CreateModel(mo);
+  ASSERT_TRUE(m.ok());
+  (*m)->Initialize(0);
+  Optimizer opt({}, (*m)->num_params());
+  BatchBuffer buf;
+  std::vector<uint32_t> idx(100);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int64_t begin = 0; begin + 100 <= 16000; begin += 100) {
+      for (int i = 0; i < 100; ++i) idx[i] = static_cast<uint32_t>(begin + i);
+      Batch b = buf.Gather(data, idx);
+      std::vector<float> before((*m)->params().begin(), (*m)->params().end());
+      (*m)->ForwardBackward(b);
+      const SparseGrad& g = (*m)->sparse_grad(0);
+      opt.StepSparse((*m)->tensor(0), g.keys, g.values, 8.0f);
+      if (begin == 0 && epoch == 0) {
+        // Only keys of the batch move (a key whose contributions cancel exactly may not).
+        int64_t changed = 0;
+        for (int64_t k = 0; k < (1 << 20); ++k) {
+          if ((*m)->params()[k] == before[k]) continue;
+          ++changed;
+          EXPECT_TRUE(std::binary_search(g.keys.begin(), g.keys.end(), static_cast<uint64_t>(k))) << k;
+        }
+        EXPECT_GT(changed, static_cast<int64_t>(g.keys.size()) / 2);
+        EXPECT_LE(g.keys.size(), 100u * 20u);
+      }
+    }
+  }
+  // Held-out rows carry many keys never seen in training (the power-law tail), so the
+  // attainable accuracy is well below 1; chance is 0.5.
+  EvalStats s = (*m)->EvaluateBatch(SliceBatch(data, 16000, 20000));
+  EXPECT_GT(static_cast<double>(s.correct) / s.count, 0.65);
+  EvalStats train = (*m)->EvaluateBatch(SliceBatch(data, 0, 16000));
+  EXPECT_GT(static_cast<double>(train.correct) / train.count, 0.72);
+}
+
+TEST(ModelTest, EvaluateCountsEveryExample) {
+  BlobsOptions bo;
+  bo.n = 1234;
+  bo.dim = 20;
+  bo.classes = 4;
+  Dataset data = MakeGaussianBlobs(bo);
+  auto m = Make("softmax");
+  m->Initialize(0);
+  EvalResult a = Evaluate(*m, data, 100), b = Evaluate(*m, data, 1234);
+  EXPECT_NEAR(a.loss, b.loss, 1e-9);
+  EXPECT_DOUBLE_EQ(a.accuracy, b.accuracy);
+}
+
+}  // namespace
+}  // namespace gradsync

@@ -1,0 +1,24 @@
+// Test support: run a binary as a child process with a time bound and capture its output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gradsync::testing {
+
+struct ProcessResult {
+  int exit_code = -1;      // -1 if killed by a signal or the timeout
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// Runs argv[0] (a path) with `argv`, extra `env` entries ("NAME=value") added to this process's
+// environment; kills it with SIGKILL after `timeout_s`. Never leaves the child running.
+ProcessResult RunProcess(const std::vector<std::string>& argv, double timeout_s = 60.0,
+                         const std::vector<std::string>& env = {});
+
+// build/bin/<name>, from GRADSYNC_BIN_DIR (set by CTest).
+std::string BinaryPath(const std::string& name);
+
+}  // namespace gradsync::testing

@@ -1,0 +1,22 @@
+#include "tests/support/temp_dir.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "common/check.h"
+
+namespace gradsync::testing {
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "gradsync-test-XXXXXX").string();
+  GRADSYNC_CHECK(mkdtemp(tmpl.data()) != nullptr) << "mkdtemp failed";
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace gradsync::testing

@@ -1,0 +1,125 @@
+// gradsync-worker as a user runs it: flags, errors, exit codes and the files it writes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync::testing {
+namespace {
+
+ProcessResult Worker(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  args.insert(args.begin(), BinaryPath("gradsync-worker"));
+  return RunProcess(args, 120.0, env);
+}
+
+int CountLines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+struct BadFlagCase {
+  std::string name;
+  std::vector<std::string> args;
+  std::string expect;  // substring of the one error line
+};
+
+class WorkerBadFlagTest : public ::testing::TestWithParam<BadFlagCase> {};
+
+TEST_P(WorkerBadFlagTest, ExitsTwoWithOneClearLine) {
+  ProcessResult r = Worker(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("gradsync-worker: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(GetParam().expect), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, WorkerBadFlagTest,
+    ::testing::Values(
+        BadFlagCase{"UnknownFlag", {"--no-such-flag"}, "unrecognised option '--no-such-flag'"},
+        BadFlagCase{"MalformedLr", {"--lr=fast"}, "lr"},
+        BadFlagCase{"NegativeLr", {"--lr=-1"}, "--lr must be > 0"},
+        BadFlagCase{"ZeroBatch", {"--batch=0"}, "--batch must be > 0"},
+        BadFlagCase{"MalformedEpochs", {"--epochs=two"}, "epochs"},
+        BadFlagCase{"BadHidden", {"--hidden=256,x"}, "--hidden must be a comma-separated list"},
+        BadFlagCase{"UnknownModel", {"--model=resnet"}, "unknown model 'resnet'"},
+        BadFlagCase{"UnknownMode", {"--mode=sync"}, "--mode must be"},
+        BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "nesterov needs momentum > 0"},
+        BadFlagCase{"MomentumOutOfRange", {"--momentum=1.5"}, "momentum must be in [0, 1)"},
+        BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant or cosine"},
+        BadFlagCase{"HiddenForSoftmax", {"--model=softmax", "--hidden=10"}, "--hidden applies to --model=mlp only"},
+        BadFlagCase{"SparseModelOnDenseData", {"--model=sparse_logreg", "--dataset=fashion-mnist"}, "cannot train on"},
+        BadFlagCase{"ZeroThreads", {"--threads=0"}, "--threads must be in"}),
+    [](const ::testing::TestParamInfo<BadFlagCase>& p) { return p.param.name; });
+
+TEST(WorkerBinaryTest, BadEnvironmentValueIsAFlagError) {
+  ProcessResult r = Worker({}, {"GRADSYNC_BATCH=lots"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+}
+
+TEST(WorkerBinaryTest, HelpListsTheFlags) {
+  ProcessResult r = Worker({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--mode", "--model", "--hidden", "--lr", "--momentum", "--batch",
+                           "--epochs", "--seed", "--threads", "--data-dir", "--out"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(WorkerBinaryTest, MissingDataIsOneClearErrorLine) {
+  TempDir dir;
+  ProcessResult r = Worker({"--data-dir=" + dir.path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("train-images-idx3-ubyte"), std::string::npos) << r.err;
+}
+
+TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
+  TempDir dir;
+  std::vector<std::string> args = {"--dataset=blobs", "--model=mlp", "--hidden=32",
+                                   "--epochs=2", "--max-steps=60", "--batch=32",
+                                   "--log-every=20", "--seed=3", "--out=" + dir.path()};
+  ProcessResult a = Worker(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("epoch  1/2"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("final test_acc"), std::string::npos) << a.out;
+  std::ifstream f(dir.File("worker-0.csv"));
+  std::stringstream csv;
+  csv << f.rdbuf();
+  const std::string first = csv.str();
+  EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,"
+                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy\n", 0), 0u);
+  EXPECT_EQ(CountLines(first), 1 + 3 + 1);  // header, steps 20/40/60, one evaluation row
+  // Same seed: the same losses and accuracies (the wall-clock columns differ).
+  ProcessResult b = Worker(args);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  auto losses = [](const std::string& out) {
+    std::string keep;
+    std::stringstream ss(out);
+    std::string line;
+    while (std::getline(ss, line)) {
+      if (line.rfind("epoch", 0) == 0) keep += line.substr(0, line.find("samples/s")) + "\n";
+    }
+    return keep;
+  };
+  EXPECT_EQ(losses(a.out), losses(b.out));
+  EXPECT_FALSE(losses(a.out).empty());
+}
+
+TEST(WorkerBinaryTest, FashionMnistShortRunLearns) {
+  ProcessResult r = Worker({"--epochs=1", "--max-steps=300", "--model=mlp"});
+  if (r.exit_code == 1 && r.err.find("not found") != std::string::npos) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto pos = r.out.find("final test_acc ");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  double acc = std::stod(r.out.substr(pos + 15));
+  EXPECT_GT(acc, 75.0) << r.out;  // 300 steps of batch 64 already reach ~80%
+}
+
+}  // namespace
+}  // namespace gradsync::testing

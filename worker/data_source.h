@@ -1,0 +1,36 @@
+// Loads the train and test sets a worker trains on, by name.
+//   fashion-mnist     the IDX files of Debian's dataset-fashion-mnist (or --data-dir)
+//   blobs             Gaussian blobs, 784 features, 10 classes (synthetic, for smoke runs)
+//   sparse-logistic   hashed sparse features, binary labels (for --model=sparse_logreg)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/dataset.h"
+#include "common/status.h"
+
+namespace gradsync {
+
+struct DataOptions {
+  std::string name = "fashion-mnist";
+  std::string dir;             // fashion-mnist: where the IDX files are ("" = Debian's path)
+  bool standardize = false;    // fashion-mnist: (x - 0.2860) / 0.3530 after scaling to [0, 1]
+  int feature_bits = 20;       // sparse-logistic
+  int64_t synthetic_train = 60000;
+  int64_t synthetic_test = 10000;
+  uint64_t seed = 0;           // synthetic sets
+};
+
+inline constexpr const char* kDatasetNames = "fashion-mnist|blobs|sparse-logistic";
+inline constexpr float kFashionMnistMean = 0.2860f;
+inline constexpr float kFashionMnistStd = 0.3530f;
+
+struct TrainTest {
+  Dataset train;
+  Dataset test;
+};
+
+Result<TrainTest> LoadTrainTest(const DataOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,113 @@
+#include "worker/local_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/clock.h"
+#include "common/sampler.h"
+
+namespace gradsync {
+
+void ApplyGradients(Model& model, Optimizer& opt, float lr) {
+  const auto& layout = model.layout();
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const TensorInfo& t = layout[i];
+    if (t.sparse) {
+      const SparseGrad& g = model.sparse_grad(i);
+      opt.StepSparse(model.tensor(i), g.keys, g.values, lr, t.offset);
+    }
+  }
+  // Dense tensors are contiguous runs of the flat buffer: update each run in one call.
+  size_t i = 0;
+  while (i < layout.size()) {
+    if (layout[i].sparse) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j + 1 < layout.size() && !layout[j + 1].sparse) ++j;
+    const int64_t begin = layout[i].offset, end = layout[j].offset + layout[j].size;
+    opt.Step(model.params().subspan(begin, end - begin), model.grads().subspan(begin, end - begin),
+             lr, begin);
+    i = j + 1;
+  }
+}
+
+LocalTrainer::LocalTrainer(const LocalTrainOptions& options, Model* model, const Dataset* train,
+                           const Dataset* test, MetricsWriter* metrics)
+    : options_(options), model_(model), train_(train), test_(test), metrics_(metrics) {}
+
+Result<std::vector<EpochReport>> LocalTrainer::Run(
+    const std::function<void(const EpochReport&)>& on_epoch) {
+  if (options_.batch <= 0) return InvalidArgumentError("batch must be > 0");
+  if (train_->n == 0) return InvalidArgumentError("the training set is empty");
+  ShardedSampler sampler(train_->n, 1, 0, options_.seed);
+  const int64_t steps_per_epoch = (sampler.shard_size() + options_.batch - 1) / options_.batch;
+  LrSchedule lr = options_.lr;
+  int64_t total_steps = steps_per_epoch * options_.epochs;
+  if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
+  if (lr.total_steps == 0) lr.total_steps = total_steps;
+
+  Optimizer opt(options_.optimizer, model_->num_params());
+  BatchBuffer buffer;
+  std::vector<EpochReport> reports;
+  Stopwatch run_clock;
+  int64_t step = 0;
+  for (int epoch = 0; epoch < options_.epochs && step < total_steps; ++epoch) {
+    const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
+    double loss_sum = 0.0;
+    int64_t epoch_steps = 0, samples = 0;
+    Stopwatch epoch_clock;
+    for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
+      Stopwatch step_clock;
+      const int64_t begin = s * options_.batch;
+      const int64_t end = std::min<int64_t>(begin + options_.batch, static_cast<int64_t>(order.size()));
+      Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
+      const float loss = model_->ForwardBackward(batch);
+      if (!std::isfinite(loss)) {
+        return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " +
+                            std::to_string(step) + " (lower --lr?)");
+      }
+      ApplyGradients(*model_, opt, lr.At(step));
+      ++step;
+      ++epoch_steps;
+      samples += batch.size;
+      loss_sum += loss;
+      if (metrics_ && options_.log_every > 0 && step % options_.log_every == 0) {
+        MetricsRow row;
+        row.step = step;
+        row.epoch = epoch + static_cast<double>(s + 1) / static_cast<double>(steps_per_epoch);
+        row.wall_s = run_clock.Seconds();
+        row.loss = loss;
+        row.compute_ms = step_clock.Millis();
+        RETURN_IF_ERROR(metrics_->Write(row));
+      }
+    }
+    EpochReport r;
+    r.epoch = epoch + 1;
+    r.steps = step;
+    r.train_seconds = epoch_clock.Seconds();
+    r.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
+    r.samples_per_s = static_cast<double>(samples) / std::max(1e-9, r.train_seconds);
+    EvalResult eval = Evaluate(*model_, *test_, options_.eval_batch);
+    r.test_loss = eval.loss;
+    r.test_accuracy = eval.accuracy;
+    r.wall_s = run_clock.Seconds();
+    if (metrics_) {
+      MetricsRow row;
+      row.step = step;
+      row.epoch = epoch + static_cast<double>(epoch_steps) / static_cast<double>(steps_per_epoch);
+      row.wall_s = r.wall_s;
+      row.loss = r.train_loss;
+      row.test_loss = r.test_loss;
+      row.test_accuracy = r.test_accuracy;
+      RETURN_IF_ERROR(metrics_->Write(row));
+      RETURN_IF_ERROR(metrics_->Flush());
+    }
+    reports.push_back(r);
+    if (on_epoch) on_epoch(r);
+  }
+  return reports;
+}
+
+}  // namespace gradsync
