@@ -1,6 +1,7 @@
 #include "common/flags.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <vector>
@@ -21,6 +22,26 @@ FlagParser::FlagParser(std::string program, std::string summary)
 void FlagParser::Fail(std::string_view message) const {
   std::cerr << program_ << ": error: " << message << " (see --help)" << std::endl;
   std::exit(kUsageExitCode);
+}
+
+Result<std::vector<int64_t>> ParseIntList(std::string_view text, int64_t min, int64_t max) {
+  std::vector<int64_t> values;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string item(text.substr(start, comma - start));
+    char* end = nullptr;
+    errno = 0;
+    long long v = item.empty() ? 0 : std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v < min || v > max) {
+      return InvalidArgumentError("'" + std::string(text) + "' is not a comma-separated list of integers in [" +
+                                  std::to_string(min) + ", " + std::to_string(max) + "]");
+    }
+    values.push_back(v);
+    start = comma + 1;
+  }
+  return values;
 }
 
 bool FlagGiven(const po::variables_map& vm, const char* name) {

@@ -17,6 +17,9 @@
 #include <boost/program_options.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "common/status.h"
 
 namespace gradsync {
 
@@ -47,6 +50,10 @@ class FlagParser {
   std::string summary_;
   po::options_description options_;
 };
+
+// Parses a comma-separated list of integers in [min, max] ("256,128"); empty items, junk and
+// out-of-range values are errors that quote the text.
+Result<std::vector<int64_t>> ParseIntList(std::string_view text, int64_t min, int64_t max);
 
 // True when the option was given on the command line or in the environment (not a default).
 bool FlagGiven(const po::variables_map& vm, const char* name);

@@ -9,6 +9,28 @@
 #include "common/rng.h"
 
 namespace gradsync {
+namespace {
+
+// Branch-free loops over restrict pointers, so that the compiler vectorizes them.
+void Relu(float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+// delta[i] = 0 where the forward activation was clamped (a[i] <= 0).
+void ReluBackward(const float* __restrict a, int64_t n, float* __restrict delta) {
+  for (int64_t i = 0; i < n; ++i) delta[i] = a[i] > 0.0f ? delta[i] : 0.0f;
+}
+
+// out[c] = sum_i m[i, c] for a row-major rows x cols matrix.
+void ColumnSums(const float* __restrict m, int64_t rows, int64_t cols, float* __restrict out) {
+  std::fill(out, out + cols, 0.0f);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* __restrict row = m + i * cols;
+    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
+  }
+}
+
+}  // namespace
 
 Mlp::Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int num_classes)
     : name_(std::move(name)) {
@@ -49,9 +71,7 @@ void Mlp::Forward(const Batch& batch) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(b),
                 static_cast<int>(dout), static_cast<int>(din), 1.0f, in, static_cast<int>(din), w,
                 static_cast<int>(dout), 1.0f, out.data(), static_cast<int>(dout));
-    if (l + 1 < num_layers()) {
-      for (float& v : out) v = v > 0.0f ? v : 0.0f;
-    }
+    if (l + 1 < num_layers()) Relu(out.data(), b * dout);
     in = out.data();
   }
 }
@@ -93,12 +113,7 @@ float Mlp::ForwardBackward(const Batch& batch) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(din),
                 static_cast<int>(dout), static_cast<int>(b), 1.0f, in, static_cast<int>(din),
                 delta_.data(), static_cast<int>(dout), 0.0f, gw, static_cast<int>(dout));
-    // db = column sums of delta.
-    std::fill(gb, gb + dout, 0.0f);
-    for (int64_t i = 0; i < b; ++i) {
-      const float* d = delta_.data() + i * dout;
-      for (int64_t c = 0; c < dout; ++c) gb[c] += d[c];
-    }
+    ColumnSums(delta_.data(), b, dout, gb);
     if (l == 0) break;  // no gradient w.r.t. the input
     // delta_prev = (delta * W^T) masked by ReLU'(previous layer).
     delta_prev_.resize(static_cast<size_t>(b * din));
@@ -106,10 +121,7 @@ float Mlp::ForwardBackward(const Batch& batch) {
                 static_cast<int>(din), static_cast<int>(dout), 1.0f, delta_.data(),
                 static_cast<int>(dout), tensor(2 * l).data(), static_cast<int>(dout), 0.0f,
                 delta_prev_.data(), static_cast<int>(din));
-    const float* a = acts_[l - 1].data();
-    for (int64_t i = 0; i < b * din; ++i) {
-      if (a[i] <= 0.0f) delta_prev_[i] = 0.0f;
-    }
+    ReluBackward(acts_[l - 1].data(), b * din, delta_prev_.data());
     delta_.swap(delta_prev_);
   }
   return static_cast<float>(loss / static_cast<double>(b));

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 #include "common/flags.h"
 #include "common/logging.h"
@@ -14,23 +13,6 @@
 
 namespace gradsync {
 namespace {
-
-std::vector<int64_t> ParseHidden(const FlagParser& flags, const std::string& text) {
-  std::vector<int64_t> sizes;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v <= 0 || v > (1 << 20)) {
-      flags.Fail("--hidden must be a comma-separated list of layer sizes in [1, 2^20], e.g. 256,128; "
-                 "got '" + text + "'");
-    }
-    sizes.push_back(v);
-  }
-  if (sizes.empty()) flags.Fail("--hidden must name at least one layer size, e.g. 256,128");
-  return sizes;
-}
 
 int Main(int argc, char** argv) {
   FlagParser flags("gradsync-worker",
@@ -44,7 +26,7 @@ int Main(int argc, char** argv) {
       ("data-dir", po::value<std::string>()->default_value(""), "directory of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)")
       ("standardize", po::value<bool>()->default_value(true), "standardize Fashion-MNIST pixels: (x - 0.2860) / 0.3530 (true|false)")
       ("feature-bits", po::value<int>()->default_value(20), "sparse_logreg: 2^bits hashed features")
-      ("lr", po::value<float>()->default_value(0.05f), "learning rate")
+      ("lr", po::value<float>()->default_value(0.02f), "learning rate")
       ("lr-schedule", po::value<std::string>()->default_value("cosine"), "constant|cosine (cosine decays to 0 over the run)")
       ("momentum", po::value<float>()->default_value(0.9f), "momentum (0 = plain SGD)")
       ("nesterov", po::bool_switch(), "Nesterov momentum (needs --momentum > 0)")
@@ -68,7 +50,11 @@ int Main(int argc, char** argv) {
   ModelOptions model_options;
   model_options.name = vm["model"].as<std::string>();
   model_options.feature_bits = vm["feature-bits"].as<int>();
-  if (model_options.name == "mlp") model_options.hidden = ParseHidden(flags, vm["hidden"].as<std::string>());
+  if (model_options.name == "mlp") {
+    auto hidden = ParseIntList(vm["hidden"].as<std::string>(), 1, 1 << 20);
+    if (!hidden.ok()) flags.Fail("--hidden: " + hidden.status().message() + ", e.g. 256,128");
+    model_options.hidden = *hidden;
+  }
   else if (FlagGiven(vm, "hidden")) flags.Fail("--hidden applies to --model=mlp only");
 
   DataOptions data_options;

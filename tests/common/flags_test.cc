@@ -59,6 +59,14 @@ TEST(FlagsDeathTest, Contradictions) {
               "^prog: error: --lr and --fast contradict each other: fast picks its own rate");
 }
 
+TEST(FlagsTest, ParseIntList) {
+  EXPECT_EQ(*ParseIntList("256,128", 1, 1000), (std::vector<int64_t>{256, 128}));
+  EXPECT_EQ(*ParseIntList("7", 1, 1000), (std::vector<int64_t>{7}));
+  for (const char* bad : {"", ",", "256,", "a", "1,,2", "0", "1001", "12x", "99999999999999999999"}) {
+    EXPECT_FALSE(ParseIntList(bad, 1, 1000).ok()) << bad;
+  }
+}
+
 TEST(FlagsDeathTest, HelpExitsZero) {
   EXPECT_EXIT(Parse({"--help"}), ::testing::ExitedWithCode(0), "");
 }

@@ -43,7 +43,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"NegativeLr", {"--lr=-1"}, "--lr must be > 0"},
         BadFlagCase{"ZeroBatch", {"--batch=0"}, "--batch must be > 0"},
         BadFlagCase{"MalformedEpochs", {"--epochs=two"}, "epochs"},
-        BadFlagCase{"BadHidden", {"--hidden=256,x"}, "--hidden must be a comma-separated list"},
+        BadFlagCase{"BadHidden", {"--hidden=256,x"}, "--hidden: '256,x' is not a comma-separated list of integers"},
         BadFlagCase{"UnknownModel", {"--model=resnet"}, "unknown model 'resnet'"},
         BadFlagCase{"UnknownMode", {"--mode=sync"}, "--mode must be"},
         BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "nesterov needs momentum > 0"},
