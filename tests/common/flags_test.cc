@@ -1,5 +1,7 @@
 #include "common/flags.h"
 
+#include "common/logging.h"
+
 #include <gtest/gtest.h>
 
 namespace gradsync {
@@ -65,6 +67,16 @@ TEST(FlagsTest, ParseIntList) {
   for (const char* bad : {"", ",", "256,", "a", "1,,2", "0", "1001", "12x", "99999999999999999999"}) {
     EXPECT_FALSE(ParseIntList(bad, 1, 1000).ok()) << bad;
   }
+}
+
+TEST(FlagsTest, LogLevelFlag) {
+  Parse({"--log-level=warning"});
+  EXPECT_EQ(GetLogLevel(), LogLevel::kWarning);
+  Parse({}, {"GRADSYNC_LOG_LEVEL=debug"});
+  EXPECT_EQ(GetLogLevel(), LogLevel::kDebug);
+  LogLevel level;
+  EXPECT_FALSE(ParseLogLevel("verbose", &level));
+  SetLogLevel(LogLevel::kInfo);
 }
 
 TEST(FlagsDeathTest, HelpExitsZero) {
