@@ -2,6 +2,8 @@
 find_package(Threads REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
 find_package(ZLIB REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(cppzmq REQUIRED)  # brings libzmq as the imported target libzmq
 
 # OpenBLAS is linked explicitly: Debian's default libblas is the slow reference implementation.
 find_package(PkgConfig REQUIRED)

@@ -3,13 +3,18 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "models/model.h"
+#include "common/cluster.h"
+#include "common/scheduler_client.h"
 #include "worker/data_source.h"
 #include "worker/local_trainer.h"
+#include "worker/ps_client.h"
+#include "worker/ps_trainer.h"
 
 namespace gradsync {
 namespace {
@@ -19,7 +24,14 @@ int Main(int argc, char** argv) {
                    "Trains a model on one process (--mode=local). Prints per-epoch loss, test "
                    "accuracy and samples/s;\n--out=DIR writes DIR/worker-0.csv.");
   flags.options().add_options()
-      ("mode", po::value<std::string>()->default_value("local"), "local (bsp|ssp|asp|allreduce join a job; not in this build yet)")
+      ("mode", po::value<std::string>()->default_value("local"), "local|bsp|ssp|asp (bsp/ssp/asp join a parameter-server job)")
+      ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
+      ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0 (must match the servers)")
+      ("rank", po::value<int>()->default_value(-1), "requested worker rank (default: SLURM_PROCID, else assigned)")
+      ("host", po::value<std::string>()->default_value("127.0.0.1"), "address this worker advertises")
+      ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
+      ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds without the scheduler before giving up")
+      ("request-timeout", po::value<double>()->default_value(120.0), "seconds a push or pull may take (dead servers fail faster)")
       ("model", po::value<std::string>()->default_value("mlp"), kModelNames)
       ("hidden", po::value<std::string>()->default_value("256,128"), "mlp hidden layer sizes, comma-separated")
       ("dataset", po::value<std::string>(), "fashion-mnist|blobs|sparse-logistic (default: fashion-mnist; sparse-logistic for sparse_logreg)")
@@ -42,10 +54,16 @@ int Main(int argc, char** argv) {
   auto vm = flags.ParseOrExit(argc, argv);
 
   const std::string mode = vm["mode"].as<std::string>();
-  if (mode == "bsp" || mode == "ssp" || mode == "asp" || mode == "allreduce") {
-    flags.Fail("--mode=" + mode + " is not available in this build yet; use --mode=local");
+  if (mode == "allreduce") flags.Fail("--mode=allreduce is not available in this build yet");
+  if (mode != "local" && !IsPsMode(mode)) flags.Fail("--mode must be local|bsp|ssp|asp, not '" + mode + "'");
+  const bool ps = IsPsMode(mode);
+  if (ps && !vm.count("scheduler")) flags.Fail("--mode=" + mode + " needs --scheduler=HOST:PORT");
+  if (!ps) {
+    for (const char* f : {"scheduler", "rank", "staleness"})
+      if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=bsp|ssp|asp only");
   }
-  if (mode != "local") flags.Fail("--mode must be local|bsp|ssp|asp|allreduce, not '" + mode + "'");
+  if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
+  if (vm["staleness"].as<int>() < 0) flags.Fail("--staleness must be >= 0");
 
   ModelOptions model_options;
   model_options.name = vm["model"].as<std::string>();
@@ -94,9 +112,52 @@ int Main(int argc, char** argv) {
   if (threads <= 0 || threads > 256) flags.Fail("--threads must be in [1, 256]");
   SetBlasThreads(threads);
 
+  // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
+  zmq::context_t ctx(1);
+  std::unique_ptr<SchedulerClient> scheduler;
+  wire::ClusterTable table;
+  int rank = 0;
+  if (ps) {
+    std::string host;
+    uint16_t port = 0;
+    if (Status s = ParseHostPort(vm["scheduler"].as<std::string>(), &host, &port); !s.ok()) flags.Fail("--scheduler: " + s.message());
+    const double hb_interval = vm["heartbeat-interval"].as<double>(), hb_timeout = vm["heartbeat-timeout"].as<double>();
+    if (!(hb_interval > 0) || !(hb_timeout > hb_interval)) flags.Fail("--heartbeat-interval must be > 0 and below --heartbeat-timeout");
+    if (!(vm["request-timeout"].as<double>() > 0)) flags.Fail("--request-timeout must be > 0");
+    SchedulerClientOptions so;
+    so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
+    so.self.set_role(wire::WORKER);
+    so.self.set_host(vm["host"].as<std::string>());
+    so.self.set_requested_rank(vm["rank"].as<int>() >= 0 ? vm["rank"].as<int>() : SlurmRank());
+    so.mode = mode;
+    so.staleness = mode == "ssp" ? vm["staleness"].as<int>() : 0;
+    so.heartbeat_interval_s = hb_interval;
+    so.scheduler_timeout_s = hb_timeout;
+    // Settings that must agree between the workers of one job.
+    std::ostringstream fp;
+    fp << "model=" << model_options.name << " hidden=" << vm["hidden"].as<std::string>() << " dataset=" << data_options.name
+       << " standardize=" << data_options.standardize << " batch=" << train.batch << " epochs=" << train.epochs
+       << " max_steps=" << train.max_steps << " seed=" << train.seed << " lr=" << train.lr.base << " schedule="
+       << vm["lr-schedule"].as<std::string>() << " momentum=" << train.optimizer.momentum << " nesterov="
+       << train.optimizer.nesterov << " weight_decay=" << train.optimizer.weight_decay;
+    so.job_fingerprint = fp.str();
+    scheduler = std::make_unique<SchedulerClient>(ctx, so);
+    auto t = scheduler->Register(300.0);
+    if (!t.ok()) {
+      std::cerr << "gradsync-worker: error: " << t.status().message() << std::endl;
+      return t.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    table = *t;
+    rank = scheduler->rank();
+  }
+
   auto data = LoadTrainTest(data_options);
   if (!data.ok()) {
     std::cerr << "gradsync-worker: error: " << data.status().message() << std::endl;
+    if (scheduler) {
+      scheduler->Finished(data.status());
+      scheduler->Flush(2.0);
+    }
     return 1;
   }
   if (!sparse_model) {
@@ -109,8 +170,8 @@ int Main(int argc, char** argv) {
 
   std::optional<MetricsWriter> metrics;
   if (vm.count("out")) {
-    auto w = MetricsWriter::Open(vm["out"].as<std::string>() + "/worker-0.csv",
-                                 vm["run"].as<std::string>(), 0);
+    auto w = MetricsWriter::Open(vm["out"].as<std::string>() + "/worker-" + std::to_string(rank) + ".csv",
+                                 vm["run"].as<std::string>(), rank);
     if (!w.ok()) {
       std::cerr << "gradsync-worker: error: " << w.status().message() << std::endl;
       return 1;
@@ -118,31 +179,58 @@ int Main(int argc, char** argv) {
     metrics.emplace(std::move(w).value());
   }
 
-  std::printf("gradsync-worker: mode=local model=%s params=%lld dataset=%s train=%lld test=%lld "
+  std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
               "batch=%lld lr=%g (%s) momentum=%g%s weight_decay=%g epochs=%d seed=%llu threads=%d\n",
-              (*model)->name().c_str(), static_cast<long long>((*model)->num_params()),
+              rank, mode.c_str(), (*model)->name().c_str(), static_cast<long long>((*model)->num_params()),
               data_options.name.c_str(), static_cast<long long>(data->train.n),
               static_cast<long long>(data->test.n), static_cast<long long>(train.batch),
               train.lr.base, vm["lr-schedule"].as<std::string>().c_str(), train.optimizer.momentum,
               train.optimizer.nesterov ? " (nesterov)" : "", train.optimizer.weight_decay,
               train.epochs, static_cast<unsigned long long>(train.seed), threads);
   std::fflush(stdout);
-  LocalTrainer trainer(train, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr);
   double best = -1.0;
   int best_epoch = 0;
-  auto reports = trainer.Run([&](const EpochReport& r) {
+  auto print_epoch = [&](const EpochReport& r) {
+    if (std::isnan(r.test_accuracy)) return;  // only the evaluating worker prints epochs
     if (r.test_accuracy > best) best = r.test_accuracy, best_epoch = r.epoch;
     std::printf("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%  samples/s %8.0f  "
                 "elapsed %.1fs\n",
                 r.epoch, train.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy,
                 r.samples_per_s, r.wall_s);
     std::fflush(stdout);
-  });
+  };
+  Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
+  if (!ps) {
+    LocalTrainer trainer(train, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr);
+    reports = trainer.Run(print_epoch);
+  } else {
+    auto client = PsClient::Create(ctx, table, rank, (*model)->layout(), scheduler.get());
+    if (!client.ok()) {
+      reports = client.status();
+    } else {
+      PsTrainOptions po;
+      po.train = train;
+      po.rank = rank;
+      po.num_workers = table.workers_size();
+      po.request_timeout_s = vm["request-timeout"].as<double>();
+      PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
+                        scheduler.get());
+      reports = trainer.Run(print_epoch);
+      if (reports.ok()) {
+        auto t = (*client)->traffic();
+        std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", rank,
+                    static_cast<long long>(t.bytes_sent), static_cast<long long>(t.bytes_received),
+                    static_cast<long long>(t.malformed_received));
+      }
+    }
+    scheduler->Finished(reports.ok() ? OkStatus() : reports.status());
+    scheduler->Flush(2.0);
+  }
   if (!reports.ok()) {
     std::cerr << "gradsync-worker: error: " << reports.status().message() << std::endl;
     return 1;
   }
-  if (!reports->empty()) {
+  if (!reports->empty() && best >= 0) {
     std::printf("final test_acc %.2f%% (best %.2f%% at epoch %d), %lld steps, %.1fs\n",
                 100.0 * reports->back().test_accuracy, 100.0 * best, best_epoch,
                 static_cast<long long>(reports->back().steps), reports->back().wall_s);

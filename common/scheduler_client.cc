@@ -1,0 +1,204 @@
+#include "common/scheduler_client.h"
+
+#include <chrono>
+
+#include "common/cluster.h"
+#include "common/logging.h"
+
+namespace gradsync {
+namespace {
+using Clock = std::chrono::steady_clock;
+std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
+}  // namespace
+
+SchedulerClient::SchedulerClient(zmq::context_t& ctx, SchedulerClientOptions options)
+    : options_(std::move(options)), ctx_(ctx) {
+  thread_ = std::jthread([this](std::stop_token st) { Loop(st); });
+}
+
+SchedulerClient::~SchedulerClient() {
+  thread_.request_stop();
+  cv_.notify_all();
+}
+
+void SchedulerClient::Enqueue(wire::Header h) {
+  std::lock_guard lock(mu_);
+  h.set_sender_role(options_.self.role());
+  h.set_sender_rank(rank_);
+  outbox_.push_back(std::move(h));
+}
+
+void SchedulerClient::Loop(std::stop_token stop) {
+  auto sock = Socket::Connect(ctx_, zmq::socket_type::dealer, options_.scheduler_endpoint, "scheduler");
+  if (!sock.ok()) {
+    std::lock_guard lock(mu_);
+    health_ = sock.status();
+    events_++;
+    cv_.notify_all();
+    return;
+  }
+  auto last_heard = Clock::now();
+  auto next_beat = Clock::now();
+  while (!stop.stop_requested()) {
+    std::deque<wire::Header> out;
+    {
+      std::lock_guard lock(mu_);
+      out.swap(outbox_);
+    }
+    for (auto& h : out) (void)sock->Send("", h);
+    if (!out.empty()) cv_.notify_all();
+    if (Clock::now() >= next_beat) {
+      wire::Header beat;
+      beat.set_type(wire::HEARTBEAT);
+      {
+        std::lock_guard lock(mu_);
+        beat.set_sender_role(options_.self.role());
+        beat.set_sender_rank(rank_);
+      }
+      (void)sock->Send("", beat);
+      next_beat = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(options_.heartbeat_interval_s));
+    }
+    auto m = sock->Recv(5);
+    if (m.ok()) {
+      last_heard = Clock::now();
+      if (m->malformed.ok()) Handle(*m);
+    }
+    {
+      std::lock_guard lock(mu_);
+      traffic_ = sock->traffic();
+    }
+    if (Clock::now() - last_heard > Seconds(options_.scheduler_timeout_s)) {
+      std::lock_guard lock(mu_);
+      if (health_.ok()) {
+        health_ = UnavailableError("lost the scheduler at " + options_.scheduler_endpoint +
+                                   ": silent for " + std::to_string(options_.scheduler_timeout_s) + " s");
+        events_++;
+        cv_.notify_all();
+      }
+    }
+  }
+}
+
+void SchedulerClient::Handle(const Message& m) {
+  std::lock_guard lock(mu_);
+  const auto& h = m.header;
+  switch (h.type()) {
+    case wire::REGISTER_REPLY:
+      table_ = h.table();
+      rank_ = h.node().rank();
+      registered_ = true;
+      break;
+    case wire::ERROR:
+      if (!registered_) {
+        register_error_ = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
+      } else {
+        GRADSYNC_LOG(WARNING) << "scheduler: " << h.error_message();
+      }
+      break;
+    case wire::BARRIER_RELEASE:
+      released_.insert(h.barrier());
+      break;
+    case wire::NODE_DEAD:
+      dead_.push_back(h.node());
+      events_++;
+      break;
+    case wire::SHUTDOWN:
+      shutdown_ = true;
+      events_++;
+      break;
+    default:
+      break;  // heartbeat answers
+  }
+  cv_.notify_all();
+}
+
+Result<wire::ClusterTable> SchedulerClient::Register(double timeout_s) {
+  wire::Header h;
+  h.set_type(wire::REGISTER);
+  *h.mutable_node() = options_.self;
+  h.set_mode(options_.mode);
+  h.set_staleness(options_.staleness);
+  h.set_job_fingerprint(options_.job_fingerprint);
+  Enqueue(h);
+  std::unique_lock lock(mu_);
+  bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
+    return registered_ || !register_error_.ok() || !health_.ok();
+  });
+  if (!register_error_.ok()) return register_error_;
+  if (!health_.ok()) return health_;
+  if (!done) {
+    return DeadlineExceededError("registration with the scheduler at " + options_.scheduler_endpoint +
+                                 " did not complete within " + std::to_string(timeout_s) +
+                                 " s (are all servers and workers started?)");
+  }
+  return table_;
+}
+
+int SchedulerClient::rank() const {
+  std::lock_guard lock(mu_);
+  return rank_;
+}
+
+Status SchedulerClient::Barrier(const std::string& name, const std::string& group, double timeout_s) {
+  wire::Header h;
+  h.set_type(wire::BARRIER);
+  h.set_barrier(name);
+  h.set_group(group);
+  Enqueue(h);
+  std::unique_lock lock(mu_);
+  bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
+    return released_.count(name) > 0 || !health_.ok() || shutdown_;
+  });
+  if (!health_.ok()) return health_;
+  if (released_.count(name)) return OkStatus();
+  if (shutdown_) return AbortedError("the job shut down during barrier '" + name + "'");
+  (void)done;
+  return DeadlineExceededError("barrier '" + name + "' not released within " + std::to_string(timeout_s) + " s");
+}
+
+void SchedulerClient::Finished(const Status& status) {
+  wire::Header h;
+  h.set_type(wire::FINISHED);
+  h.set_error_code(static_cast<int>(status.code()));
+  h.set_error_message(status.message());
+  Enqueue(h);
+}
+
+void SchedulerClient::Flush(double timeout_s) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, Seconds(timeout_s), [&] { return outbox_.empty() || !health_.ok(); });
+  lock.unlock();
+  // The frames are queued in ZeroMQ now; give its I/O thread a moment to write them out.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+bool SchedulerClient::shutdown_requested() const {
+  std::lock_guard lock(mu_);
+  return shutdown_;
+}
+
+Status SchedulerClient::health() const {
+  std::lock_guard lock(mu_);
+  return health_;
+}
+
+std::vector<wire::NodeInfo> SchedulerClient::dead_nodes() const {
+  std::lock_guard lock(mu_);
+  return dead_;
+}
+
+bool SchedulerClient::IsDead(wire::Role role, int rank) const {
+  std::lock_guard lock(mu_);
+  for (const auto& n : dead_)
+    if (n.role() == role && n.rank() == rank) return true;
+  return false;
+}
+
+uint64_t SchedulerClient::events() const { return events_.load(); }
+
+TrafficCounters SchedulerClient::traffic() const {
+  std::lock_guard lock(mu_);
+  return traffic_;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,96 @@
+// SchedulerClient: a node's link to the scheduler (rendezvous, barriers, heartbeats, news of
+// dead nodes and shutdown). Used by servers and workers alike.
+//
+// One background thread owns the ZeroMQ socket to the scheduler: it sends a heartbeat every
+// `heartbeat_interval_s`, forwards requests made by the node's main thread, and records what the
+// scheduler says. The scheduler answers every heartbeat; when it has been silent for
+// `scheduler_timeout_s` the client reports it lost, so that a node never outlives its job.
+// Public methods are thread-safe and never wait past their timeout.
+//
+//   SchedulerClient sc(ctx, options);
+//   ASSIGN_OR_RETURN(wire::ClusterTable table, sc.Register(60));
+//   RETURN_IF_ERROR(sc.Barrier("init", "workers", 60));
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "gradsync.pb.h"
+
+namespace gradsync {
+
+struct SchedulerClientOptions {
+  std::string scheduler_endpoint;   // tcp://host:port
+  wire::NodeInfo self;              // role, advertised host/port, requested rank
+  std::string mode;                 // bsp | ssp | asp | allreduce
+  int staleness = 0;
+  std::string job_fingerprint;      // workers: settings that must agree across the job
+  double heartbeat_interval_s = 1.0;
+  double scheduler_timeout_s = 10.0;
+};
+
+class SchedulerClient {
+ public:
+  SchedulerClient(zmq::context_t& ctx, SchedulerClientOptions options);
+  ~SchedulerClient();
+  SchedulerClient(const SchedulerClient&) = delete;
+  SchedulerClient& operator=(const SchedulerClient&) = delete;
+
+  // Registers and waits until every node of the job has: returns the cluster table (this node's
+  // rank is rank()). Errors: the scheduler's refusal (e.g. a mode mismatch, kInvalidArgument),
+  // kDeadlineExceeded, kUnavailable (scheduler lost).
+  Result<wire::ClusterTable> Register(double timeout_s);
+  int rank() const;
+
+  // Waits until every live member of `group` ("workers" or "all") reached barrier `name`.
+  Status Barrier(const std::string& name, const std::string& group, double timeout_s);
+
+  // Worker: training is over (`status` says how it ended). Does not wait.
+  void Finished(const Status& status);
+
+  // Waits (at most timeout_s) until every queued message has been handed to ZeroMQ.
+  void Flush(double timeout_s);
+
+  bool shutdown_requested() const;
+  // Non-OK once the scheduler has been silent for scheduler_timeout_s.
+  Status health() const;
+  // Nodes the scheduler has declared dead, in the order it did.
+  std::vector<wire::NodeInfo> dead_nodes() const;
+  bool IsDead(wire::Role role, int rank) const;
+  // Bumps each time something changes (a death, a shutdown, a lost scheduler): cheap to poll.
+  uint64_t events() const;
+
+  TrafficCounters traffic() const;
+
+ private:
+  void Loop(std::stop_token stop);
+  void Handle(const Message& m);
+  void Enqueue(wire::Header h);
+
+  SchedulerClientOptions options_;
+  zmq::context_t& ctx_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<wire::Header> outbox_;
+  bool registered_ = false;
+  Status register_error_;
+  wire::ClusterTable table_;
+  int rank_ = -1;
+  std::set<std::string> released_;
+  bool shutdown_ = false;
+  Status health_;
+  std::vector<wire::NodeInfo> dead_;
+  std::atomic<uint64_t> events_{0};
+  TrafficCounters traffic_;
+  std::jthread thread_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,223 @@
+#include "common/transport.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace gradsync {
+namespace {
+
+void ReleaseLent(void* /*data*/, void* hint) {
+  auto* holder = static_cast<std::shared_ptr<InflightCounter>*>(hint);
+  delete holder;
+}
+
+constexpr int kSendTimeoutMs = 5000;
+
+}  // namespace
+
+void InflightCounter::WaitForZero() const {
+  while (n_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+}
+
+void Message::CopyKeys(uint64_t* dst) const { std::memcpy(dst, keys.data(), keys.size()); }
+
+void Message::CopyValues(float* dst, size_t first, size_t count) const {
+  const size_t n = num_values();
+  if (first >= n) return;
+  count = std::min(count, n - first);
+  std::memcpy(dst, static_cast<const char*>(values.data()) + first * sizeof(float), count * sizeof(float));
+}
+
+Result<uint64_t> ExpectedValueCount(const wire::Header& h) {
+  uint64_t total = h.num_keys();
+  for (const auto& s : h.segments()) {
+    if (s.length() > (uint64_t{1} << 40) || s.offset() > (uint64_t{1} << 40)) {
+      return InvalidArgumentError("segment offset " + std::to_string(s.offset()) + " length " +
+                                  std::to_string(s.length()) + " is out of range");
+    }
+    total += s.length();
+  }
+  if (total > (uint64_t{1} << 40)) return InvalidArgumentError("message describes too many values");
+  return total;
+}
+
+Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return InvalidArgumentError("'" + text + "' is not HOST:PORT");
+  }
+  char* end = nullptr;
+  long p = std::strtol(text.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p <= 0 || p > 65535) return InvalidArgumentError("'" + text + "' has a bad port");
+  *host = text.substr(0, colon);
+  *port = static_cast<uint16_t>(p);
+  return OkStatus();
+}
+
+Result<Socket> Socket::Bind(zmq::context_t& ctx, zmq::socket_type type, const std::string& bind_host,
+                            uint16_t port) {
+  try {
+    zmq::socket_t s(ctx, type);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+    if (type == zmq::socket_type::router) s.set(zmq::sockopt::router_mandatory, 1);
+    std::string endpoint = bind_host.rfind("inproc://", 0) == 0
+                               ? bind_host
+                               : "tcp://" + bind_host + ":" + (port ? std::to_string(port) : "*");
+    s.bind(endpoint);
+    std::string last = s.get(zmq::sockopt::last_endpoint);
+    uint16_t real_port = 0;
+    auto colon = last.rfind(':');
+    if (last.rfind("tcp://", 0) == 0 && colon != std::string::npos) {
+      real_port = static_cast<uint16_t>(std::stoi(last.substr(colon + 1)));
+    }
+    return Socket(std::move(s), type, real_port, "");
+  } catch (const zmq::error_t& e) {
+    return UnavailableError("cannot bind " + bind_host + ":" + std::to_string(port) + ": " + e.what());
+  }
+}
+
+Result<Socket> Socket::Connect(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint,
+                               const std::string& peer_name) {
+  try {
+    zmq::socket_t s(ctx, type);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+    s.connect(endpoint);
+    return Socket(std::move(s), type, 0, peer_name);
+  } catch (const zmq::error_t& e) {
+    return UnavailableError("cannot connect to " + endpoint + ": " + e.what());
+  }
+}
+
+Status Socket::Send(const std::string& peer, const wire::Header& header, const Payload& payload) {
+  wire::Header h = header;
+  h.set_num_keys(payload.keys.size());
+  h.set_has_values(payload.has_values || !payload.values.empty());
+  std::string bytes;
+  if (!h.SerializeToString(&bytes)) return InternalError("cannot serialize a message header");
+  const bool with_keys = !payload.keys.empty();
+  const bool with_values = h.has_values();
+  uint64_t total = bytes.size() + payload.keys.size_bytes() + payload.values.size_bytes();
+  auto frame = [&](const void* data, size_t size) {
+    if (payload.lent && size > 0) {
+      payload.lent->n_.fetch_add(1, std::memory_order_relaxed);
+      auto* hint = new std::shared_ptr<InflightCounter>(payload.lent);
+      // The counter drops when ZeroMQ frees the frame; the holder keeps the counter alive.
+      return zmq::message_t(const_cast<void*>(data), size,
+                            [](void* d, void* hnt) {
+                              auto* holder = static_cast<std::shared_ptr<InflightCounter>*>(hnt);
+                              (*holder)->n_.fetch_sub(1, std::memory_order_release);
+                              ReleaseLent(d, hnt);
+                            },
+                            hint);
+    }
+    return zmq::message_t(data, size);
+  };
+  try {
+    if (type_ == zmq::socket_type::router) {
+      if (!socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore)) {
+        return UnavailableError("send to " + peer + " timed out");
+      }
+    }
+    auto more = [](bool m) { return m ? zmq::send_flags::sndmore : zmq::send_flags::none; };
+    if (!socket_.send(zmq::buffer(bytes), more(with_keys || with_values))) {
+      return UnavailableError("send timed out (peer gone or queue full)");
+    }
+    if (with_keys) socket_.send(frame(payload.keys.data(), payload.keys.size_bytes()), more(with_values));
+    if (with_values) socket_.send(frame(payload.values.data(), payload.values.size_bytes()), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return UnavailableError(std::string("send failed: ") + e.what());
+  }
+  const std::string& who = type_ == zmq::socket_type::router ? peer : peer_name_;
+  auto& p = by_peer_[who];
+  p.bytes_sent += total;
+  p.messages_sent++;
+  total_.bytes_sent += total;
+  total_.messages_sent++;
+  return OkStatus();
+}
+
+void Socket::CountReceived(const std::string& peer, uint64_t bytes, bool malformed) {
+  auto& p = by_peer_[peer];
+  p.bytes_received += bytes;
+  p.messages_received++;
+  total_.bytes_received += bytes;
+  total_.messages_received++;
+  if (malformed) {
+    p.malformed_received++;
+    total_.malformed_received++;
+  }
+}
+
+Result<Message> Socket::Recv(int timeout_ms) {
+  std::vector<zmq::message_t> parts;
+  try {
+    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) {
+      return DeadlineExceededError("no message within " + std::to_string(timeout_ms) + " ms");
+    }
+    zmq::message_t part;
+    do {
+      if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+      parts.push_back(std::move(part));
+      if (parts.size() > 16) {  // drain and drop anything absurdly long
+        while (socket_.get(zmq::sockopt::rcvmore)) (void)socket_.recv(part, zmq::recv_flags::dontwait);
+        break;
+      }
+    } while (socket_.get(zmq::sockopt::rcvmore));
+  } catch (const zmq::error_t& e) {
+    return UnavailableError(std::string("receive failed: ") + e.what());
+  }
+  Message m;
+  size_t next = 0;
+  uint64_t bytes = 0;
+  for (const auto& p : parts) bytes += p.size();
+  if (type_ == zmq::socket_type::router) {
+    if (parts.empty()) return DeadlineExceededError("empty receive");
+    m.peer = parts[0].to_string();
+    next = 1;
+  }
+  const std::string who = type_ == zmq::socket_type::router ? m.peer : peer_name_;
+  auto fail = [&](std::string why) -> Result<Message> {
+    m.malformed = InvalidArgumentError(std::move(why));
+    CountReceived(who, bytes, true);
+    return std::move(m);
+  };
+  if (parts.size() > 16 + next) return fail("too many frames");
+  if (next >= parts.size()) return fail("no header frame");
+  if (!m.header.ParseFromArray(parts[next].data(), static_cast<int>(parts[next].size()))) {
+    m.header.Clear();
+    return fail("header frame is not a valid protobuf Header");
+  }
+  ++next;
+  if (m.header.type() == wire::TYPE_UNSPECIFIED || !wire::Type_IsValid(m.header.type())) {
+    return fail("unknown message type " + std::to_string(m.header.type()));
+  }
+  const size_t payload_frames = (m.header.num_keys() > 0 ? 1 : 0) + (m.header.has_values() ? 1 : 0);
+  if (parts.size() - next != payload_frames) {
+    return fail("header announces " + std::to_string(payload_frames) + " payload frame(s) but " +
+                std::to_string(parts.size() - next) + " came");
+  }
+  if (m.header.num_keys() > 0) {
+    m.keys = std::move(parts[next++]);
+    if (m.keys.size() != m.header.num_keys() * sizeof(uint64_t)) {
+      return fail("keys frame has " + std::to_string(m.keys.size()) + " bytes, header says " +
+                  std::to_string(m.header.num_keys()) + " keys");
+    }
+  }
+  if (m.header.has_values()) {
+    m.values = std::move(parts[next++]);
+    auto want = ExpectedValueCount(m.header);
+    if (!want.ok()) return fail(want.status().message());
+    if (m.values.size() != *want * sizeof(float)) {
+      return fail("values frame has " + std::to_string(m.values.size()) + " bytes, header says " +
+                  std::to_string(*want) + " floats");
+    }
+  }
+  CountReceived(who, bytes, false);
+  return m;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,125 @@
+// Transport: ZeroMQ sockets that carry gradsync messages, with validation and byte counters.
+//
+// A message is multipart: [header: wire::Header protobuf] [keys: uint64 x num_keys, if any]
+// [values: float32 x n, if has_values]. On a ROUTER socket the peer's identity frame comes first
+// (Recv strips it into Message::peer, Send puts it back). Bulk frames are never serialized
+// through protobuf; a sender may lend its buffer (zero-copy) and learns through an InflightCounter
+// when ZeroMQ no longer needs it.
+//
+// Every received message is checked before anyone sees it: the header parses, the frame count
+// matches num_keys/has_values, frame sizes match the header (keys 8 bytes each, values 4 bytes
+// each and as many as the segments and keys ask for), segments do not overflow. A message that
+// fails comes back with `malformed` set (and what is known of its header and peer), so that the
+// caller can answer with an error; it is also counted. Semantic checks (ranges a shard owns,
+// registered senders, clocks) belong to the receiver (server/), not here.
+//
+// This layer holds no registration, barrier or heartbeat logic. Not thread-safe: one thread
+// owns a Socket (ZeroMQ sockets must not be shared between threads).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/status.h"
+#include "gradsync.pb.h"
+
+namespace gradsync {
+
+// Counts frames lent to ZeroMQ that it has not released yet.
+class InflightCounter {
+ public:
+  int count() const { return n_.load(std::memory_order_acquire); }
+  // Blocks (spinning politely) until every lent frame has been released.
+  void WaitForZero() const;
+
+ private:
+  friend class Socket;
+  std::atomic<int> n_{0};
+};
+
+struct Payload {
+  std::span<const uint64_t> keys;
+  std::span<const float> values;
+  bool has_values = false;
+  // Zero-copy: when set, `keys` and `values` are lent to ZeroMQ and must stay unchanged until
+  // lent->count() drops back; otherwise they are copied into the message.
+  std::shared_ptr<InflightCounter> lent;
+};
+
+struct Message {
+  wire::Header header;
+  zmq::message_t keys;
+  zmq::message_t values;
+  std::string peer;  // ROUTER sockets: the sender's identity
+  Status malformed;  // OK for a valid message
+
+  size_t num_values() const { return values.size() / sizeof(float); }
+  // Copies the keys / values out (frames need not be aligned).
+  void CopyKeys(uint64_t* dst) const;
+  void CopyValues(float* dst, size_t first = 0, size_t count = SIZE_MAX) const;
+};
+
+struct TrafficCounters {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t malformed_received = 0;
+};
+
+class Socket {
+ public:
+  // Binds `type` on tcp://bind_host:port (port 0 = ephemeral) or an inproc:// endpoint given as
+  // bind_host with port 0; port() is the real port.
+  static Result<Socket> Bind(zmq::context_t& ctx, zmq::socket_type type, const std::string& bind_host,
+                             uint16_t port);
+  // Connects to "tcp://host:port" (or inproc://...). `peer_name` labels the traffic counters.
+  static Result<Socket> Connect(zmq::context_t& ctx, zmq::socket_type type,
+                                const std::string& endpoint, const std::string& peer_name);
+
+  Socket(Socket&&) noexcept = default;
+  Socket& operator=(Socket&&) noexcept = default;
+
+  uint16_t port() const { return port_; }
+  zmq::socket_t& raw() { return socket_; }
+
+  // Sends the header and the payload's frames. `peer` is the identity to route to on a ROUTER
+  // socket (ignored otherwise). Never blocks longer than the socket's send timeout; a full queue
+  // or a closed peer gives kUnavailable.
+  Status Send(const std::string& peer, const wire::Header& header, const Payload& payload = {});
+
+  // Receives one message, waiting at most timeout_ms (0: do not wait). kDeadlineExceeded when
+  // nothing came. A malformed message is returned with `malformed` set (see the file comment).
+  Result<Message> Recv(int timeout_ms);
+
+  const TrafficCounters& traffic() const { return total_; }
+  // Bytes per peer (ROUTER: identity; DEALER: the name given at Connect).
+  const std::map<std::string, TrafficCounters>& traffic_by_peer() const { return by_peer_; }
+
+ private:
+  Socket(zmq::socket_t s, zmq::socket_type type, uint16_t port, std::string peer_name)
+      : socket_(std::move(s)), type_(type), port_(port), peer_name_(std::move(peer_name)) {}
+  void CountReceived(const std::string& peer, uint64_t bytes, bool malformed);
+
+  zmq::socket_t socket_;
+  zmq::socket_type type_;
+  uint16_t port_ = 0;
+  std::string peer_name_;
+  TrafficCounters total_;
+  std::map<std::string, TrafficCounters> by_peer_;
+};
+
+// The number of values a header's segments and keys describe: sum of lengths + num_keys.
+// Fails on overflow.
+Result<uint64_t> ExpectedValueCount(const wire::Header& h);
+
+// "host:port" -> tcp endpoint parts; rejects a missing or bad port.
+Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port);
+
+}  // namespace gradsync

@@ -1,0 +1,97 @@
+#include "server/consistency.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gradsync {
+
+Result<ConsistencyMode> ParseConsistencyMode(const std::string& text) {
+  if (text == "bsp") return ConsistencyMode::kBsp;
+  if (text == "ssp") return ConsistencyMode::kSsp;
+  if (text == "asp") return ConsistencyMode::kAsp;
+  return InvalidArgumentError("mode must be bsp, ssp or asp, not '" + text + "'");
+}
+
+std::string ConsistencyModeName(ConsistencyMode mode) {
+  switch (mode) {
+    case ConsistencyMode::kBsp: return "bsp";
+    case ConsistencyMode::kSsp: return "ssp";
+    case ConsistencyMode::kAsp: return "asp";
+  }
+  return "?";
+}
+
+ConsistencyController::ConsistencyController(ConsistencyMode mode, int staleness, int num_workers)
+    : mode_(mode),
+      staleness_(staleness),
+      aggregate_(mode == ConsistencyMode::kBsp || (mode == ConsistencyMode::kSsp && staleness == 0)),
+      pushed_(static_cast<size_t>(num_workers), 0),
+      live_(static_cast<size_t>(num_workers), true) {}
+
+Status ConsistencyController::CheckWorker(int worker) const {
+  if (worker < 0 || worker >= num_workers()) {
+    return InvalidArgumentError("unknown worker " + std::to_string(worker) + " (the job has " +
+                                std::to_string(num_workers()) + ")");
+  }
+  if (!live_[worker]) return FailedPreconditionError("worker " + std::to_string(worker) + " was declared dead");
+  return OkStatus();
+}
+
+Status ConsistencyController::OnPush(int worker, int64_t clock) {
+  RETURN_IF_ERROR(CheckWorker(worker));
+  if (clock != pushed_[worker]) {
+    return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: push " +
+                        std::to_string(clock) + " from worker " + std::to_string(worker) +
+                        ", expected " + std::to_string(pushed_[worker]));
+  }
+  if (aggregate_ && clock != rounds_applied_) {
+    return AbortedError("push for round " + std::to_string(clock) + " while round " +
+                        std::to_string(rounds_applied_) + " is open");
+  }
+  ++pushed_[worker];
+  return OkStatus();
+}
+
+Status ConsistencyController::ValidatePull(int worker, int64_t clock) const {
+  RETURN_IF_ERROR(CheckWorker(worker));
+  if (clock != pushed_[worker]) {
+    return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: pull " +
+                        std::to_string(clock) + " from worker " + std::to_string(worker) + " which has pushed " +
+                        std::to_string(pushed_[worker]));
+  }
+  return OkStatus();
+}
+
+bool ConsistencyController::CanAnswerPull(int /*worker*/, int64_t clock) const {
+  if (aggregate_) return rounds_applied_ >= clock;
+  if (mode_ == ConsistencyMode::kAsp) return true;
+  return min_live_clock() >= clock - staleness_;
+}
+
+bool ConsistencyController::RoundComplete() const {
+  if (!aggregate_) return false;
+  bool any = false;
+  for (int w = 0; w < num_workers(); ++w) {
+    if (!live_[w]) continue;
+    any = true;
+    if (pushed_[w] <= rounds_applied_) return false;
+  }
+  return any;
+}
+
+void ConsistencyController::RemoveWorker(int worker) {
+  if (worker >= 0 && worker < num_workers()) live_[worker] = false;
+}
+
+int ConsistencyController::live_workers() const {
+  return static_cast<int>(std::count(live_.begin(), live_.end(), true));
+}
+
+int64_t ConsistencyController::min_live_clock() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (int w = 0; w < num_workers(); ++w)
+    if (live_[w]) m = std::min(m, pushed_[w]);
+  return m == std::numeric_limits<int64_t>::max() ? 0 : m;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,70 @@
+// ConsistencyController: when a shard may apply a push and answer a pull, for bsp, ssp and asp.
+// Pure logic over (worker, clock): no sockets, no threads, no time, so tests drive it directly.
+//
+// A worker's clock counts the gradients it has pushed. Its iteration c is: pull (with clock c),
+// compute, push (clock c). Rules (../shared/DESIGN.md, Semantics; Ho et al. 2013):
+//   bsp       pushes of round c are summed and applied once, when every live worker has pushed
+//             it; a pull with clock c is answered once round c-1 is applied (rounds_applied >= c).
+//   ssp(s>0)  pushes are applied as they arrive; a pull with clock c is answered once every live
+//             worker has pushed at least c - s gradients. ssp(0) is bsp (same aggregation), as
+//             s = 0 "behaves as bsp".
+//   asp       pushes applied as they arrive; pulls never wait.
+// A push must carry the worker's next clock (an old or future clock is kAborted); in bsp it must
+// also be the current round. A pull must carry the worker's current clock. Dead workers leave the
+// live set, so barriers and the minimum clock follow the live membership.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gradsync {
+
+enum class ConsistencyMode { kBsp, kSsp, kAsp };
+
+Result<ConsistencyMode> ParseConsistencyMode(const std::string& text);
+std::string ConsistencyModeName(ConsistencyMode mode);
+
+class ConsistencyController {
+ public:
+  ConsistencyController(ConsistencyMode mode, int staleness, int num_workers);
+
+  // True when pushes are summed per round and applied once (bsp, and ssp with s = 0).
+  bool aggregates() const { return aggregate_; }
+
+  // Records worker w's push with `clock`; errors leave the state unchanged.
+  Status OnPush(int worker, int64_t clock);
+  // Checks a pull's clock without waiting.
+  Status ValidatePull(int worker, int64_t clock) const;
+  // Whether a (valid) pull with `clock` may be answered now.
+  bool CanAnswerPull(int worker, int64_t clock) const;
+
+  // Aggregating modes: every live worker has pushed the current round.
+  bool RoundComplete() const;
+  void OnRoundApplied() { ++rounds_applied_; }
+  int64_t rounds_applied() const { return rounds_applied_; }
+
+  void RemoveWorker(int worker);
+  bool IsLive(int worker) const { return worker >= 0 && worker < num_workers() && live_[worker]; }
+  int live_workers() const;
+  int num_workers() const { return static_cast<int>(pushed_.size()); }
+  int64_t pushed(int worker) const { return pushed_[worker]; }
+  // The smallest clock among live workers (0 when none is live).
+  int64_t min_live_clock() const;
+  int staleness() const { return staleness_; }
+  ConsistencyMode mode() const { return mode_; }
+
+ private:
+  Status CheckWorker(int worker) const;
+
+  ConsistencyMode mode_;
+  int staleness_;
+  bool aggregate_;
+  std::vector<int64_t> pushed_;
+  std::vector<bool> live_;
+  int64_t rounds_applied_ = 0;
+};
+
+}  // namespace gradsync

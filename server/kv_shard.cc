@@ -1,0 +1,151 @@
+#include "server/kv_shard.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace gradsync {
+namespace {
+OptimizerOptions PerPushOptions(OptimizerOptions o, int num_workers, bool aggregate) {
+  if (!aggregate) o.weight_decay /= static_cast<float>(num_workers);
+  return o;
+}
+}  // namespace
+
+KvShard::KvShard(ShardRange range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
+                 const LrSchedule& lr, int num_workers, bool aggregate)
+    : range_(range),
+      layout_(std::move(layout)),
+      params_(static_cast<size_t>(range.size()), 0.0f),
+      optimizer_(PerPushOptions(optimizer, num_workers, aggregate), range.size()),
+      lr_(lr),
+      num_workers_(num_workers),
+      inv_workers_(1.0f / static_cast<float>(num_workers)) {
+  for (const auto& r : DenseRuns(layout_, range_)) dense_runs_.push_back({r.begin - range_.begin, r.end - range_.begin});
+  for (const auto& t : layout_) {
+    if (!t.sparse) continue;
+    int64_t b = std::max(range_.begin, t.offset), e = std::min(range_.end, t.offset + t.size);
+    if (b < e) sparse_runs_.push_back({b - range_.begin, e - range_.begin});
+  }
+  if (aggregate) {
+    accum_.assign(params_.size(), 0.0f);
+    if (!sparse_runs_.empty()) touched_.assign(params_.size(), 0);
+  }
+}
+
+Status KvShard::Validate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys,
+                         const size_t* num_values) const {
+  uint64_t total = keys.size();
+  for (const auto& s : segments) {
+    if (s.length < 0 || s.offset < range_.begin || s.offset + s.length > range_.end) {
+      return InvalidArgumentError("segment [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) +
+                                  ") is outside this shard's range [" + std::to_string(range_.begin) + ", " +
+                                  std::to_string(range_.end) + ")");
+    }
+    total += static_cast<uint64_t>(s.length);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t k = keys[i];
+    if (k < static_cast<uint64_t>(range_.begin) || k >= static_cast<uint64_t>(range_.end)) {
+      return InvalidArgumentError("key " + std::to_string(k) + " is outside this shard's range");
+    }
+    if (i > 0 && k <= keys[i - 1]) return InvalidArgumentError("keys are not sorted and unique");
+    const int64_t local = static_cast<int64_t>(k) - range_.begin;
+    bool sparse = std::any_of(sparse_runs_.begin(), sparse_runs_.end(),
+                              [&](const ShardRange& r) { return local >= r.begin && local < r.end; });
+    if (!sparse) return InvalidArgumentError("key " + std::to_string(k) + " is not in a sparse tensor");
+  }
+  if (num_values && *num_values != total) {
+    return InvalidArgumentError("request addresses " + std::to_string(total) + " values but carries " +
+                                std::to_string(*num_values));
+  }
+  return OkStatus();
+}
+
+void KvShard::SetValues(std::span<const float> values) {
+  GRADSYNC_CHECK(values.size() == params_.size());
+  std::copy(values.begin(), values.end(), params_.begin());
+}
+
+void KvShard::Read(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, float* out) const {
+  for (const auto& s : segments) {
+    const float* src = params_.data() + (s.offset - range_.begin);
+    out = std::copy(src, src + s.length, out);
+  }
+  for (uint64_t k : keys) *out++ = params_[k - static_cast<uint64_t>(range_.begin)];
+}
+
+void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values) {
+  const float lr = Lr();
+  for (const auto& s : segments) {
+    const int64_t local = s.offset - range_.begin;
+    std::span<float> w(params_.data() + local, static_cast<size_t>(s.length));
+    std::span<const float> g(values, static_cast<size_t>(s.length));
+    if (num_workers_ == 1) {
+      optimizer_.Step(w, g, lr, local);
+    } else {
+      scratch_.resize(g.size());
+      for (size_t i = 0; i < g.size(); ++i) scratch_[i] = g[i] * inv_workers_;
+      optimizer_.Step(w, scratch_, lr, local);
+    }
+    values += s.length;
+  }
+  if (!keys.empty()) {
+    std::vector<uint64_t> local_keys(keys.size());
+    scratch_.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      local_keys[i] = keys[i] - static_cast<uint64_t>(range_.begin);
+      scratch_[i] = values[i] * inv_workers_;
+    }
+    optimizer_.StepSparse(params_, local_keys, scratch_, lr);
+  }
+  ++version_;
+  ++gradients_;
+  step_ = gradients_ / num_workers_;
+}
+
+void KvShard::Accumulate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values) {
+  for (const auto& s : segments) {
+    float* a = accum_.data() + (s.offset - range_.begin);
+    for (int64_t i = 0; i < s.length; ++i) a[i] += values[i];
+    values += s.length;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t local = keys[i] - static_cast<uint64_t>(range_.begin);
+    accum_[local] += values[i];
+    if (!touched_[local]) {
+      touched_[local] = 1;
+      touched_keys_.push_back(local);
+    }
+  }
+}
+
+void KvShard::ApplyAccumulated(int count) {
+  GRADSYNC_CHECK(count > 0);
+  const float lr = Lr();
+  const float inv = 1.0f / static_cast<float>(count);
+  for (const auto& r : dense_runs_) {
+    std::span<float> a(accum_.data() + r.begin, static_cast<size_t>(r.size()));
+    if (count > 1) {
+      for (float& v : a) v *= inv;
+    }
+    optimizer_.Step(std::span<float>(params_.data() + r.begin, a.size()), a, lr, r.begin);
+    std::fill(a.begin(), a.end(), 0.0f);
+  }
+  if (!touched_keys_.empty()) {
+    std::sort(touched_keys_.begin(), touched_keys_.end());
+    scratch_.resize(touched_keys_.size());
+    for (size_t i = 0; i < touched_keys_.size(); ++i) {
+      scratch_[i] = accum_[touched_keys_[i]] * inv;
+      accum_[touched_keys_[i]] = 0.0f;
+      touched_[touched_keys_[i]] = 0;
+    }
+    optimizer_.StepSparse(params_, touched_keys_, scratch_, lr);
+    touched_keys_.clear();
+  }
+  version_ += count;
+  gradients_ += count;
+  ++step_;
+}
+
+}  // namespace gradsync

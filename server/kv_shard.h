@@ -1,0 +1,72 @@
+// KvShard: the parameters one server owns (a contiguous range of the flat parameter space), the
+// server-side optimizer that updates them, and their version. No sockets: server.cc feeds it.
+//
+// Data addressed by a request: dense `segments` (flat [offset, offset + length) ranges) followed
+// by sparse `keys` (flat indices, sorted, unique, inside sparse tensors); values come in that
+// order. Every update is w -= lr(step) * optimizer(g / N): Apply() scales one gradient by
+// 1/num_workers and applies it at once (ssp, asp; weight decay is divided by N too, so a round
+// of N pushes decays once); Accumulate() + ApplyAccumulated(count) sum a round and apply the
+// mean once (bsp). The version counts gradients applied; the step that drives the learning-rate
+// schedule counts rounds (bsp) or gradients / N (ssp, asp). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/optimizer.h"
+#include "common/partitioner.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace gradsync {
+
+struct SegmentRef {
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+class KvShard {
+ public:
+  KvShard(ShardRange range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
+          const LrSchedule& lr, int num_workers, bool aggregate);
+
+  const ShardRange& range() const { return range_; }
+  // Checks that segments lie in the range and keys are sorted, unique, in range and sparse;
+  // `values` (if not null) must hold exactly segment lengths + keys values.
+  Status Validate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys,
+                  const size_t* num_values) const;
+
+  // Sets the initial parameters (the whole range, from worker 0).
+  void SetValues(std::span<const float> values);
+  void Read(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, float* out) const;
+  void Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values);
+  void Accumulate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values);
+  void ApplyAccumulated(int count);
+
+  int64_t version() const { return version_; }
+  int64_t step() const { return step_; }
+  std::span<const float> params() const { return params_; }
+
+ private:
+  float Lr() const { return lr_.At(step_); }
+
+  ShardRange range_;
+  std::vector<TensorInfo> layout_;
+  std::vector<ShardRange> dense_runs_;   // local offsets (relative to range_.begin)
+  std::vector<ShardRange> sparse_runs_;  // local offsets
+  std::vector<float> params_;
+  Optimizer optimizer_;
+  LrSchedule lr_;
+  int num_workers_;
+  float inv_workers_;
+  std::vector<float> scratch_;
+  std::vector<float> accum_;
+  std::vector<uint64_t> touched_keys_;  // local indices of sparse elements touched this round
+  std::vector<uint8_t> touched_;
+  int64_t version_ = 0;
+  int64_t step_ = 0;
+  int64_t gradients_ = 0;
+};
+
+}  // namespace gradsync

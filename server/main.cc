@@ -1,0 +1,161 @@
+// gradsync-server: the scheduler of a job (--role=scheduler) or one parameter-server shard
+// (--role=server).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "common/cluster.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/transport.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+
+namespace gradsync {
+namespace {
+
+void WriteServerStats(const std::string& dir, const Server& server) {
+  const std::string path = dir + "/server-" + std::to_string(server.rank()) + ".csv";
+  std::ofstream f(path);
+  if (!f) {
+    std::cerr << "gradsync-server: warning: cannot write " << path << std::endl;
+    return;
+  }
+  const auto& st = server.stats();
+  f << "staleness,count\n";
+  for (const auto& [k, v] : st.staleness) f << k << "," << v << "\n";
+  std::ofstream s(dir + "/server-" + std::to_string(server.rank()) + "-summary.csv");
+  s << "pushes,pulls,rejected,malformed,bytes_sent,bytes_received\n"
+    << st.pushes << "," << st.pulls << "," << st.rejected << "," << st.malformed << "," << st.traffic.bytes_sent
+    << "," << st.traffic.bytes_received << "\n";
+}
+
+int64_t Percentile(const std::map<int64_t, int64_t>& hist, double q) {
+  int64_t total = 0;
+  for (const auto& [k, v] : hist) total += v;
+  if (total == 0) return 0;
+  int64_t seen = 0;
+  for (const auto& [k, v] : hist) {
+    seen += v;
+    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return k;
+  }
+  return hist.rbegin()->first;
+}
+
+int Main(int argc, char** argv) {
+  FlagParser flags("gradsync-server",
+                   "The scheduler of a gradsync job (--role=scheduler) or one parameter-server shard "
+                   "(--role=server).");
+  flags.options().add_options()
+      ("role", po::value<std::string>(), "scheduler|server (required)")
+      ("mode", po::value<std::string>(), "bsp|ssp|asp (server: required; scheduler: optional, then nodes must match)")
+      ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0")
+      ("scheduler", po::value<std::string>(), "server: the scheduler's HOST:PORT")
+      ("port", po::value<int>()->default_value(0), "port to bind (0: ephemeral; the real one is advertised)")
+      ("bind", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
+      ("host", po::value<std::string>()->default_value("127.0.0.1"), "server: address advertised to workers")
+      ("rank", po::value<int>()->default_value(-1), "server: requested rank (default: SLURM_PROCID, else assigned)")
+      ("num-servers", po::value<int>(), "scheduler: servers in the job")
+      ("num-workers", po::value<int>(), "scheduler: workers in the job")
+      ("port-file", po::value<std::string>(), "scheduler: write the bound port to this file")
+      ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
+      ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
+      ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
+      ("out", po::value<std::string>(), "server: write server-<rank>.csv (staleness histogram) here");
+  auto vm = flags.ParseOrExit(argc, argv);
+  if (!vm.count("role")) flags.Fail("--role is required (scheduler|server)");
+  const std::string role = vm["role"].as<std::string>();
+  const int port = vm["port"].as<int>();
+  if (port < 0 || port > 65535) flags.Fail("--port must be in [0, 65535]");
+  const double hb_interval = vm["heartbeat-interval"].as<double>();
+  const double hb_timeout = vm["heartbeat-timeout"].as<double>();
+  if (!(hb_interval > 0) || !(hb_timeout > hb_interval)) {
+    flags.Fail("--heartbeat-interval must be > 0 and below --heartbeat-timeout");
+  }
+  const int staleness = vm["staleness"].as<int>();
+  if (staleness < 0) flags.Fail("--staleness must be >= 0");
+  std::string mode = vm.count("mode") ? vm["mode"].as<std::string>() : "";
+  if (!mode.empty() && !IsPsMode(mode) && !(role == "scheduler" && mode == "allreduce")) {
+    flags.Fail("--mode must be bsp, ssp or asp, not '" + mode + "'");
+  }
+  if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
+  zmq::context_t ctx(1);
+
+  if (role == "scheduler") {
+    for (const char* f : {"scheduler", "rank", "out", "host"})
+      if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=scheduler");
+    if (!vm.count("num-servers") || !vm.count("num-workers")) flags.Fail("the scheduler needs --num-servers and --num-workers");
+    SchedulerOptions o;
+    o.bind_host = vm["bind"].as<std::string>();
+    o.port = static_cast<uint16_t>(port);
+    o.num_servers = vm["num-servers"].as<int>();
+    o.num_workers = vm["num-workers"].as<int>();
+    if (o.num_servers < 0 || o.num_workers < 1) flags.Fail("--num-servers must be >= 0 and --num-workers >= 1");
+    o.mode = mode;
+    o.heartbeat_timeout_s = hb_timeout;
+    o.register_timeout_s = vm["register-timeout"].as<double>();
+    auto sched = Scheduler::Create(ctx, o);
+    if (!sched.ok()) {
+      std::cerr << "gradsync-server: error: " << sched.status().message() << std::endl;
+      return 1;
+    }
+    std::printf("scheduler listening on %s:%u\n", o.bind_host.c_str(), (*sched)->port());
+    std::fflush(stdout);
+    if (vm.count("port-file")) {
+      const std::string path = vm["port-file"].as<std::string>();
+      std::ofstream(path + ".tmp") << (*sched)->port() << "\n";
+      std::rename((path + ".tmp").c_str(), path.c_str());
+    }
+    Status s = (*sched)->Run();
+    if (!s.ok()) {
+      std::cerr << "gradsync-server: error: " << s.message() << std::endl;
+      return 1;
+    }
+    return 0;
+  }
+  if (role != "server") flags.Fail("--role must be scheduler or server, not '" + role + "'");
+  for (const char* f : {"num-servers", "num-workers", "port-file"})
+    if (vm.count(f)) flags.Fail(std::string("--") + f + " does not apply to --role=server");
+  if (mode.empty()) flags.Fail("--mode is required for a server (bsp|ssp|asp)");
+  if (!vm.count("scheduler")) flags.Fail("--scheduler=HOST:PORT is required for a server");
+  ServerOptions o;
+  std::string host;
+  uint16_t sport = 0;
+  if (Status s = ParseHostPort(vm["scheduler"].as<std::string>(), &host, &sport); !s.ok()) flags.Fail("--scheduler: " + s.message());
+  o.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(sport);
+  o.bind_host = vm["bind"].as<std::string>();
+  o.advertise_host = vm["host"].as<std::string>();
+  o.port = static_cast<uint16_t>(port);
+  o.requested_rank = vm["rank"].as<int>() >= 0 ? vm["rank"].as<int>() : SlurmRank();
+  o.mode = *ParseConsistencyMode(mode);
+  o.staleness = staleness;
+  o.heartbeat_interval_s = hb_interval;
+  o.scheduler_timeout_s = hb_timeout;
+  o.register_timeout_s = vm["register-timeout"].as<double>();
+  auto server = Server::Create(ctx, o);
+  if (!server.ok()) {
+    std::cerr << "gradsync-server: error: " << server.status().message() << std::endl;
+    return 1;
+  }
+  Status s = (*server)->Run();
+  const auto& st = (*server)->stats();
+  int64_t total = 0;
+  for (const auto& [k, v] : st.staleness) total += v;
+  GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << total << " gradients applied, " << st.pulls
+                     << " pulls, staleness p50 " << Percentile(st.staleness, 0.5) << " p99 "
+                     << Percentile(st.staleness, 0.99) << " max "
+                     << (st.staleness.empty() ? 0 : st.staleness.rbegin()->first) << ", " << st.rejected
+                     << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
+                     << " bytes in, " << st.traffic.bytes_sent << " out";
+  if (vm.count("out") && (*server)->rank() >= 0) WriteServerStats(vm["out"].as<std::string>(), **server);
+  if (!s.ok()) {
+    std::cerr << "gradsync-server: error: " << s.message() << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradsync
+
+int main(int argc, char** argv) { return gradsync::Main(argc, argv); }

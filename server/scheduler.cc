@@ -1,0 +1,289 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "common/cluster.h"
+#include "common/logging.h"
+
+namespace gradsync {
+namespace {
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(zmq::context_t& ctx, const SchedulerOptions& options) {
+  if (options.num_servers < 0 || options.num_workers < 1) {
+    return InvalidArgumentError("a job needs >= 1 worker and >= 0 servers");
+  }
+  ASSIGN_OR_RETURN(Socket s, Socket::Bind(ctx, zmq::socket_type::router, options.bind_host, options.port));
+  auto sched = std::unique_ptr<Scheduler>(new Scheduler(options, std::move(s)));
+  sched->mode_ = options.mode;
+  if (!options.mode.empty()) sched->mode_source_ = "the scheduler's --mode";
+  return sched;
+}
+
+void Scheduler::Reply(const std::string& peer, const wire::Header& h) {
+  wire::Header out = h;
+  out.set_sender_role(wire::SCHEDULER);
+  Status s = socket_.Send(peer, out);
+  if (!s.ok()) GRADSYNC_LOG(DEBUG) << "scheduler: reply failed: " << s;
+}
+
+void Scheduler::ReplyError(const std::string& peer, const Status& s) {
+  wire::Header h;
+  h.set_type(wire::ERROR);
+  h.set_error_code(static_cast<int>(s.code()));
+  h.set_error_message(s.message());
+  Reply(peer, h);
+}
+
+void Scheduler::Broadcast(const wire::Header& h) {
+  for (auto& n : nodes_)
+    if (!n.dead) Reply(n.identity, h);
+}
+
+std::vector<Scheduler::Node*> Scheduler::Members(const std::string& group) {
+  std::vector<Node*> out;
+  for (auto& n : nodes_) {
+    if (n.dead || n.finished) continue;
+    if (group == "workers" && n.info.role() != wire::WORKER) continue;
+    if (group == "servers" && n.info.role() != wire::SERVER) continue;
+    out.push_back(&n);
+  }
+  return out;
+}
+
+void Scheduler::HandleRegister(Message& m, double now) {
+  const auto& h = m.header;
+  const auto& info = h.node();
+  if (info.role() != wire::SERVER && info.role() != wire::WORKER) {
+    return ReplyError(m.peer, InvalidArgumentError("only servers and workers register"));
+  }
+  if (by_identity_.count(m.peer)) return;  // a duplicate (resend): the reply comes with the table
+  if (announced_) {
+    return ReplyError(m.peer, FailedPreconditionError("the job is already complete: " +
+                                                      std::to_string(options_.num_servers) + " servers and " +
+                                                      std::to_string(options_.num_workers) + " workers"));
+  }
+  const std::string who = RoleName(info.role()) + " at " + info.host() + (info.port() ? ":" + std::to_string(info.port()) : "");
+  if (mode_.empty()) {
+    mode_ = h.mode();
+    staleness_ = h.staleness();
+    mode_source_ = who;
+  } else if (h.mode() != mode_ || (mode_ == "ssp" && h.staleness() != staleness_)) {
+    std::string mine = mode_ == "ssp" ? "ssp with staleness " + std::to_string(staleness_) : mode_;
+    std::string theirs = h.mode() == "ssp" ? "ssp with staleness " + std::to_string(h.staleness()) : h.mode();
+    GRADSYNC_LOG(ERROR) << "refused " << who << ": it runs " << theirs << " but the job runs " << mine;
+    return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mine + " (set by " +
+                                                   mode_source_ + "), this " + RoleName(info.role()) +
+                                                   " asked for " + theirs));
+  }
+  if (mode_ == "ssp") staleness_ = h.staleness();
+  if (info.role() == wire::WORKER) {
+    if (fingerprint_source_.empty()) {
+      fingerprint_ = h.job_fingerprint();
+      fingerprint_source_ = who;
+    } else if (h.job_fingerprint() != fingerprint_) {
+      return ReplyError(m.peer, InvalidArgumentError("settings differ between workers: " + who + " has [" +
+                                                     h.job_fingerprint() + "] but " + fingerprint_source_ +
+                                                     " has [" + fingerprint_ + "]"));
+    }
+  }
+  int have = 0;
+  for (const auto& n : nodes_) have += n.info.role() == info.role();
+  const int want = info.role() == wire::SERVER ? options_.num_servers : options_.num_workers;
+  if (have >= want) {
+    return ReplyError(m.peer, FailedPreconditionError("the job already has " + std::to_string(want) + " " +
+                                                      RoleName(info.role()) + "s"));
+  }
+  if (info.requested_rank() >= want) {
+    return ReplyError(m.peer, InvalidArgumentError("rank " + std::to_string(info.requested_rank()) + " >= the " +
+                                                   std::to_string(want) + " " + RoleName(info.role()) + "s of the job"));
+  }
+  Node n;
+  n.info = info;
+  n.info.set_rank(-1);
+  n.identity = m.peer;
+  n.last_seen = now;
+  by_identity_[m.peer] = nodes_.size();
+  nodes_.push_back(std::move(n));
+  GRADSYNC_LOG(INFO) << "scheduler: registered " << who;
+  int servers = 0, workers = 0;
+  for (const auto& x : nodes_) (x.info.role() == wire::SERVER ? servers : workers)++;
+  if (servers == options_.num_servers && workers == options_.num_workers) AssignRanksAndAnnounce();
+}
+
+void Scheduler::AssignRanksAndAnnounce() {
+  for (wire::Role role : {wire::SERVER, wire::WORKER}) {
+    std::vector<Node*> group;
+    for (auto& n : nodes_)
+      if (n.info.role() == role) group.push_back(&n);
+    const int count = static_cast<int>(group.size());
+    std::vector<bool> taken(static_cast<size_t>(count), false);
+    // Requested ranks first (a clash keeps the first and re-ranks the other), the rest by address.
+    std::sort(group.begin(), group.end(), [](const Node* a, const Node* b) {
+      return std::make_tuple(a->info.host(), a->info.port(), a->identity) <
+             std::make_tuple(b->info.host(), b->info.port(), b->identity);
+    });
+    for (Node* n : group) {
+      int r = n->info.requested_rank();
+      if (r >= 0 && r < count && !taken[r]) {
+        n->info.set_rank(r);
+        taken[r] = true;
+      }
+    }
+    int next = 0;
+    for (Node* n : group) {
+      if (n->info.rank() >= 0) continue;
+      while (taken[next]) ++next;
+      n->info.set_rank(next);
+      taken[next] = true;
+    }
+  }
+  table_.Clear();
+  table_.set_mode(mode_);
+  table_.set_staleness(staleness_);
+  table_.mutable_servers()->Reserve(options_.num_servers);
+  for (int i = 0; i < options_.num_servers; ++i) table_.add_servers();
+  for (int i = 0; i < options_.num_workers; ++i) table_.add_workers();
+  for (const auto& n : nodes_) {
+    auto* slot = n.info.role() == wire::SERVER ? table_.mutable_servers(n.info.rank())
+                                               : table_.mutable_workers(n.info.rank());
+    *slot = n.info;
+  }
+  announced_ = true;
+  for (const auto& n : nodes_) {
+    wire::Header h;
+    h.set_type(wire::REGISTER_REPLY);
+    *h.mutable_table() = table_;
+    *h.mutable_node() = n.info;
+    Reply(n.identity, h);
+  }
+  GRADSYNC_LOG(INFO) << "scheduler: job complete (" << options_.num_servers << " servers, "
+                     << options_.num_workers << " workers, mode " << mode_ << "); ranks assigned";
+}
+
+void Scheduler::CheckBarriers() {
+  for (auto it = barrier_arrivals_.begin(); it != barrier_arrivals_.end();) {
+    const auto members = Members(barrier_group_[it->first]);
+    bool all = !members.empty();
+    for (const Node* n : members) all = all && it->second.count(n->identity);
+    if (!all) {
+      ++it;
+      continue;
+    }
+    wire::Header h;
+    h.set_type(wire::BARRIER_RELEASE);
+    h.set_barrier(it->first);
+    for (const auto& id : it->second) Reply(id, h);
+    barrier_group_.erase(it->first);
+    it = barrier_arrivals_.erase(it);
+  }
+}
+
+void Scheduler::CheckHeartbeats(double now) {
+  bool changed = false;
+  for (auto& n : nodes_) {
+    if (n.dead || n.finished || now - n.last_seen <= options_.heartbeat_timeout_s) continue;
+    n.dead = true;
+    changed = true;
+    GRADSYNC_LOG(ERROR) << "scheduler: " << NodeName(n.info) << " sent nothing for "
+                        << options_.heartbeat_timeout_s << " s: declared dead";
+    if (!announced_) continue;
+    wire::Header h;
+    h.set_type(wire::NODE_DEAD);
+    *h.mutable_node() = n.info;
+    Broadcast(h);
+  }
+  if (changed) CheckBarriers();
+}
+
+void Scheduler::Handle(Message& m, double now) {
+  auto it = by_identity_.find(m.peer);
+  if (!m.malformed.ok()) {
+    GRADSYNC_LOG(WARNING) << "scheduler: dropped a malformed message: " << m.malformed.message();
+    if (it != by_identity_.end()) nodes_[it->second].last_seen = now;
+    return;
+  }
+  if (m.header.type() == wire::REGISTER) return HandleRegister(m, now);
+  if (it == by_identity_.end()) {
+    if (m.header.type() == wire::HEARTBEAT) {
+      wire::Header ack;
+      ack.set_type(wire::HEARTBEAT);
+      return Reply(m.peer, ack);  // a node whose REGISTER is still in flight
+    }
+    return ReplyError(m.peer, FailedPreconditionError("not registered"));
+  }
+  Node& n = nodes_[it->second];
+  n.last_seen = now;
+  if (n.dead) return;  // declared dead already: ignored (rejoining is not supported)
+  switch (m.header.type()) {
+    case wire::HEARTBEAT: {
+      wire::Header ack;
+      ack.set_type(wire::HEARTBEAT);
+      Reply(m.peer, ack);
+      break;
+    }
+    case wire::BARRIER:
+      barrier_arrivals_[m.header.barrier()].insert(m.peer);
+      barrier_group_[m.header.barrier()] = m.header.group();
+      CheckBarriers();
+      break;
+    case wire::FINISHED:
+      n.finished = true;
+      n.result = Status(static_cast<StatusCode>(m.header.error_code()), m.header.error_message());
+      GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " finished"
+                         << (n.result.ok() ? "" : ": " + n.result.ToString());
+      CheckBarriers();
+      break;
+    default:
+      ReplyError(m.peer, InvalidArgumentError("the scheduler does not handle message type " +
+                                              std::to_string(m.header.type())));
+  }
+}
+
+bool Scheduler::JobOver() const {
+  if (!announced_) return false;
+  for (const auto& n : nodes_)
+    if (n.info.role() == wire::WORKER && !n.dead && !n.finished) return false;
+  return true;
+}
+
+Status Scheduler::Run() {
+  const double start = NowSeconds();
+  while (!stop_.load()) {
+    auto m = socket_.Recv(50);
+    const double now = NowSeconds();
+    if (m.ok()) Handle(*m, now);
+    CheckHeartbeats(now);
+    if (JobOver()) break;
+    if (!announced_ && now - start > options_.register_timeout_s) {
+      wire::Header h;
+      h.set_type(wire::SHUTDOWN);
+      Broadcast(h);
+      return DeadlineExceededError("the job did not fill up within " + std::to_string(options_.register_timeout_s) +
+                                   " s: " + std::to_string(nodes_.size()) + " of " +
+                                   std::to_string(options_.num_servers + options_.num_workers) + " nodes registered");
+    }
+  }
+  wire::Header h;
+  h.set_type(wire::SHUTDOWN);
+  Broadcast(h);
+  // Give the SHUTDOWN frames a moment to leave before the socket closes (linger is 0).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::string failed;
+  for (const auto& n : nodes_) {
+    if (n.info.role() != wire::WORKER && !n.dead) continue;
+    if (n.dead) failed += " " + NodeName(n.info) + " died;";
+    else if (!n.result.ok()) failed += " " + NodeName(n.info) + ": " + n.result.message() + ";";
+  }
+  if (stop_.load() && !JobOver()) return AbortedError("scheduler stopped before the job ended");
+  if (!failed.empty()) return AbortedError("job failed:" + failed);
+  GRADSYNC_LOG(INFO) << "scheduler: every worker finished; job over";
+  return OkStatus();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,87 @@
+// Scheduler: the control plane of a job (registration, ranks, the cluster table, barriers,
+// heartbeats, orderly shutdown). No data goes through it.
+//
+// Nodes register with their role, advertised address, mode and staleness (and workers with a
+// fingerprint of the settings that must agree). The first node fixes the job's mode; a node that
+// disagrees is refused with an error naming both. Once num_servers servers and num_workers
+// workers have registered, ranks are assigned deterministically (requested ranks first, then by
+// address) and every node gets the table. Every message from a node counts as a heartbeat; a node
+// silent for heartbeat_timeout_s is declared dead, by name, to every live node. The job ends when
+// every worker has finished (or died): the scheduler tells every node to shut down.
+//
+// Single-threaded: Run() owns the socket. Stop() may be called from another thread.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "gradsync.pb.h"
+
+namespace gradsync {
+
+struct SchedulerOptions {
+  std::string bind_host = "127.0.0.1";
+  uint16_t port = 0;  // 0: ephemeral (see Scheduler::port())
+  int num_servers = 1;
+  int num_workers = 1;
+  std::string mode;   // "" = whatever the first node says
+  double heartbeat_timeout_s = 10.0;
+  double register_timeout_s = 300.0;  // give up when the job never fills up
+};
+
+class Scheduler {
+ public:
+  static Result<std::unique_ptr<Scheduler>> Create(zmq::context_t& ctx, const SchedulerOptions& options);
+
+  uint16_t port() const { return socket_.port(); }
+
+  // Runs the job to its end. OK when every worker finished successfully; otherwise an error that
+  // names the workers that failed or died.
+  Status Run();
+  void Stop() { stop_.store(true); }
+
+ private:
+  struct Node {
+    wire::NodeInfo info;
+    std::string identity;
+    double last_seen = 0;
+    bool dead = false;
+    bool finished = false;
+    Status result;
+  };
+
+  Scheduler(SchedulerOptions options, Socket socket) : options_(std::move(options)), socket_(std::move(socket)) {}
+  void Handle(Message& m, double now);
+  void HandleRegister(Message& m, double now);
+  void AssignRanksAndAnnounce();
+  void CheckBarriers();
+  void CheckHeartbeats(double now);
+  void Reply(const std::string& peer, const wire::Header& h);
+  void ReplyError(const std::string& peer, const Status& s);
+  void Broadcast(const wire::Header& h);
+  bool JobOver() const;
+  std::vector<Node*> Members(const std::string& group);
+
+  SchedulerOptions options_;
+  Socket socket_;
+  std::atomic<bool> stop_{false};
+  std::string mode_;
+  int staleness_ = 0;
+  std::string mode_source_;
+  std::string fingerprint_;
+  std::string fingerprint_source_;
+  std::vector<Node> nodes_;
+  std::map<std::string, size_t> by_identity_;
+  bool announced_ = false;
+  wire::ClusterTable table_;
+  std::map<std::string, std::set<std::string>> barrier_arrivals_;  // name -> identities
+  std::map<std::string, std::string> barrier_group_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,305 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "common/cluster.h"
+#include "common/logging.h"
+
+namespace gradsync {
+namespace {
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Create(zmq::context_t& ctx, const ServerOptions& options) {
+  ASSIGN_OR_RETURN(Socket s, Socket::Bind(ctx, zmq::socket_type::router, options.bind_host, options.port));
+  return std::unique_ptr<Server>(new Server(ctx, options, std::move(s)));
+}
+
+std::vector<float> Server::params() const {
+  if (!shard_) return {};
+  return std::vector<float>(shard_->params().begin(), shard_->params().end());
+}
+
+std::vector<SegmentRef> Server::Segments(const Message& m) const {
+  std::vector<SegmentRef> out;
+  out.reserve(static_cast<size_t>(m.header.segments_size()));
+  for (const auto& s : m.header.segments()) {
+    out.push_back({static_cast<int64_t>(s.offset()), static_cast<int64_t>(s.length())});
+  }
+  return out;
+}
+
+void Server::ReplyError(const Message& m, const Status& s) {
+  stats_.rejected++;
+  GRADSYNC_LOG(DEBUG) << "server " << rank_ << ": rejected a message: " << s;
+  if (m.peer.empty()) return;
+  wire::Header h;
+  h.set_type(wire::ERROR);
+  h.set_sender_role(wire::SERVER);
+  h.set_sender_rank(rank_);
+  h.set_request_id(m.header.request_id());
+  h.set_error_code(static_cast<int>(s.code()));
+  h.set_error_message("server " + std::to_string(rank_) + ": " + s.message());
+  (void)socket_.Send(m.peer, h);
+}
+
+Status Server::CheckSender(const Message& m) {
+  const auto& h = m.header;
+  if (h.sender_role() != wire::WORKER) return InvalidArgumentError("sender is not a worker");
+  const int w = h.sender_rank();
+  if (w < 0 || w >= table_.workers_size()) {
+    return InvalidArgumentError("unregistered sender: worker " + std::to_string(w) + " is not in the job");
+  }
+  auto it = identity_of_worker_.find(w);
+  if (it == identity_of_worker_.end()) {
+    identity_of_worker_[w] = m.peer;  // first contact binds the connection to the rank
+  } else if (it->second != m.peer) {
+    return InvalidArgumentError("unregistered sender: another connection already speaks for worker " +
+                                std::to_string(w));
+  }
+  if (!controller_->IsLive(w)) return FailedPreconditionError("worker " + std::to_string(w) + " was declared dead");
+  return OkStatus();
+}
+
+Status Server::HandleInit(const Message& m) {
+  if (m.header.sender_rank() != 0) return InvalidArgumentError("only worker 0 initializes the shards");
+  if (shard_) return FailedPreconditionError("already initialized");
+  const auto& job = m.header.job();
+  if (job.num_workers() != table_.workers_size()) {
+    return InvalidArgumentError("INIT for " + std::to_string(job.num_workers()) + " workers; the job has " +
+                                std::to_string(table_.workers_size()));
+  }
+  std::vector<TensorInfo> layout;
+  uint64_t next = 0;
+  for (const auto& t : job.tensors()) {
+    if (t.offset() != next || t.size() == 0) return InvalidArgumentError("INIT: tensors are not contiguous");
+    layout.push_back({t.name(), {static_cast<int64_t>(t.size())}, static_cast<int64_t>(t.offset()),
+                      static_cast<int64_t>(t.size()), t.sparse()});
+    next += t.size();
+  }
+  if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {
+    return InvalidArgumentError("INIT: tensors do not add up to num_params");
+  }
+  OptimizerOptions opt{job.momentum(), job.nesterov(), job.weight_decay()};
+  RETURN_IF_ERROR(ValidateOptimizerOptions(opt));
+  LrSchedule lr;
+  ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
+  lr.base = job.lr();
+  lr.total_steps = job.total_steps();
+  if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
+  Partitioner part(static_cast<int64_t>(job.num_params()), table_.servers_size());
+  const ShardRange range = part.range(rank_);
+  auto segs = Segments(m);
+  if (segs.size() != 1 || segs[0].offset != range.begin || segs[0].length != range.size() || m.header.num_keys()) {
+    return InvalidArgumentError("INIT must carry exactly this shard's range [" + std::to_string(range.begin) +
+                                ", " + std::to_string(range.end) + ")");
+  }
+  auto shard = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
+  std::vector<float> values(static_cast<size_t>(range.size()));
+  m.CopyValues(values.data());
+  shard->SetValues(values);
+  shard_ = std::move(shard);
+  GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
+                     << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule()
+                     << "), momentum " << opt.momentum;
+  wire::Header h;
+  h.set_type(wire::INIT_REPLY);
+  h.set_sender_role(wire::SERVER);
+  h.set_sender_rank(rank_);
+  h.set_request_id(m.header.request_id());
+  return socket_.Send(m.peer, h);
+}
+
+Status Server::HandlePush(const Message& m) {
+  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  const auto& h = m.header;
+  if (!h.has_values()) return InvalidArgumentError("a push carries values");
+  auto segs = Segments(m);
+  key_buffer_.resize(h.num_keys());
+  if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
+  const size_t n = m.num_values();
+  RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, &n));
+  if (h.version() < 0 || h.version() > shard_->version()) {
+    return AbortedError("push computed on version " + std::to_string(h.version()) + " but the shard is at " +
+                        std::to_string(shard_->version()));
+  }
+  RETURN_IF_ERROR(controller_->OnPush(h.sender_rank(), h.clock()));
+  // Values are read in place when ZeroMQ's buffer is float-aligned; copied otherwise.
+  const float* values = static_cast<const float*>(m.values.data());
+  if (reinterpret_cast<uintptr_t>(values) % alignof(float) != 0) {
+    read_buffer_.resize(n);
+    m.CopyValues(read_buffer_.data());
+    values = read_buffer_.data();
+  }
+  double staleness = -1;
+  if (controller_->aggregates()) {
+    shard_->Accumulate(segs, key_buffer_, values);
+    ++round_contributions_;
+    staleness = static_cast<double>(shard_->version() - h.version());
+    stats_.staleness[shard_->version() - h.version()]++;
+  } else {
+    staleness = static_cast<double>(shard_->version() - h.version());
+    stats_.staleness[shard_->version() - h.version()]++;
+    shard_->Apply(segs, key_buffer_, values);
+  }
+  stats_.pushes++;
+  wire::Header reply;
+  reply.set_type(wire::PUSH_REPLY);
+  reply.set_sender_role(wire::SERVER);
+  reply.set_sender_rank(rank_);
+  reply.set_request_id(h.request_id());
+  reply.set_clock(h.clock());
+  reply.set_observed_staleness(staleness);
+  Status s = socket_.Send(m.peer, reply);
+  if (controller_->RoundComplete()) {
+    shard_->ApplyAccumulated(round_contributions_);
+    round_contributions_ = 0;
+    controller_->OnRoundApplied();
+  }
+  AnswerParked();
+  return s;
+}
+
+Status Server::HandlePull(Message& m) {
+  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  const auto& h = m.header;
+  if (h.has_values()) return InvalidArgumentError("a pull carries no values");
+  auto segs = Segments(m);
+  key_buffer_.resize(h.num_keys());
+  if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
+  RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, nullptr));
+  RETURN_IF_ERROR(controller_->ValidatePull(h.sender_rank(), h.clock()));
+  if (controller_->CanAnswerPull(h.sender_rank(), h.clock())) {
+    AnswerPull(m, 0.0);
+  } else {
+    parked_.push_back({std::move(m), NowMs()});
+  }
+  return OkStatus();
+}
+
+void Server::AnswerPull(const Message& m, double waited_ms) {
+  const auto& h = m.header;
+  auto segs = Segments(m);
+  std::vector<uint64_t> keys(h.num_keys());
+  if (!keys.empty()) m.CopyKeys(keys.data());
+  uint64_t n = keys.size();
+  for (const auto& s : segs) n += static_cast<uint64_t>(s.length);
+  // The reply owns a snapshot: the shard may change before ZeroMQ has sent the bytes.
+  read_buffer_.resize(n);
+  shard_->Read(segs, keys, read_buffer_.data());
+  wire::Header reply;
+  reply.set_type(wire::PULL_REPLY);
+  reply.set_sender_role(wire::SERVER);
+  reply.set_sender_rank(rank_);
+  reply.set_request_id(h.request_id());
+  reply.set_clock(h.clock());
+  reply.set_version(shard_->version());
+  reply.set_wait_ms(waited_ms);
+  *reply.mutable_segments() = h.segments();
+  Payload p;
+  p.has_values = true;
+  p.values = read_buffer_;
+  p.keys = keys;  // echoed, so that a reply describes itself
+  Status s = socket_.Send(m.peer, reply, p);
+  if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
+  stats_.pulls++;
+  if (options_.record_pulls) {
+    pull_log_.push_back({h.sender_rank(), h.clock(), controller_->min_live_clock(), controller_->rounds_applied(),
+                         shard_->version()});
+  }
+}
+
+void Server::AnswerParked() {
+  const double now = NowMs();
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (!controller_->IsLive(it->msg.header.sender_rank())) {
+      it = parked_.erase(it);
+      continue;
+    }
+    if (controller_->CanAnswerPull(it->msg.header.sender_rank(), it->msg.header.clock())) {
+      AnswerPull(it->msg, now - it->since);
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Server::OnDeadWorkers() {
+  auto dead = scheduler_->dead_nodes();
+  for (; seen_dead_ < dead.size(); ++seen_dead_) {
+    const auto& n = dead[seen_dead_];
+    if (n.role() == wire::WORKER) {
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": " << NodeName(n) << " is dead; continuing with "
+                            << controller_->live_workers() - 1 << " live workers";
+      controller_->RemoveWorker(n.rank());
+    }
+  }
+  if (shard_ && controller_->RoundComplete()) {
+    shard_->ApplyAccumulated(round_contributions_);
+    round_contributions_ = 0;
+    controller_->OnRoundApplied();
+  }
+  if (shard_) AnswerParked();
+}
+
+void Server::Handle(Message& m) {
+  if (!m.malformed.ok()) {
+    stats_.malformed++;
+    ReplyError(m, m.malformed);
+    return;
+  }
+  Status s = CheckSender(m);
+  if (s.ok()) {
+    switch (m.header.type()) {
+      case wire::INIT: s = HandleInit(m); break;
+      case wire::PUSH: s = HandlePush(m); break;
+      case wire::PULL: s = HandlePull(m); break;
+      default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(m.header.type()));
+    }
+  }
+  if (!s.ok()) ReplyError(m, s);
+}
+
+Status Server::Run() {
+  SchedulerClientOptions sc;
+  sc.scheduler_endpoint = options_.scheduler_endpoint;
+  sc.self.set_role(wire::SERVER);
+  sc.self.set_host(options_.advertise_host);
+  sc.self.set_port(socket_.port());
+  sc.self.set_requested_rank(options_.requested_rank);
+  sc.mode = ConsistencyModeName(options_.mode);
+  sc.staleness = options_.mode == ConsistencyMode::kSsp ? options_.staleness : 0;
+  sc.heartbeat_interval_s = options_.heartbeat_interval_s;
+  sc.scheduler_timeout_s = options_.scheduler_timeout_s;
+  scheduler_ = std::make_unique<SchedulerClient>(ctx_, sc);
+  ASSIGN_OR_RETURN(table_, scheduler_->Register(options_.register_timeout_s));
+  rank_ = scheduler_->rank();
+  controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
+  GRADSYNC_LOG(INFO) << "server " << rank_ << ": serving on port " << socket_.port() << " ("
+                     << ConsistencyModeName(options_.mode)
+                     << (options_.mode == ConsistencyMode::kSsp ? " s=" + std::to_string(options_.staleness) : "")
+                     << ", " << table_.workers_size() << " workers)";
+  Status result;
+  while (!stop_.load()) {
+    auto m = socket_.Recv(20);
+    if (m.ok()) Handle(*m);
+    else if (m.status().code() != StatusCode::kDeadlineExceeded) GRADSYNC_LOG(WARNING) << m.status();
+    if (scheduler_->events() != seen_events_) {
+      seen_events_ = scheduler_->events();
+      OnDeadWorkers();
+      if (scheduler_->shutdown_requested()) break;
+      if (!scheduler_->health().ok()) {
+        result = scheduler_->health();
+        break;
+      }
+    }
+  }
+  stats_.traffic = socket_.traffic();
+  return result;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,118 @@
+// Server: one parameter-server shard process (gradsync-server --role=server).
+//
+// Owns a ROUTER data socket that workers connect to, a SchedulerClient, a ConsistencyController
+// and (after worker 0's INIT) a KvShard. One thread runs the request loop: every message is
+// validated (structure by the transport; sender, clocks, versions and ranges here) before it
+// touches the shard, and a bad one is answered with an ERROR (or dropped when it cannot be
+// answered) and counted; it never stops the loop or changes parameters. Pulls that the
+// consistency rule cannot answer yet are parked and answered as soon as it can. Dead workers
+// (from the scheduler) leave the live set. The loop ends on the scheduler's SHUTDOWN, when the
+// scheduler is lost, or on Stop().
+//
+// Run() and everything but Stop() belong to one thread; read the stats after Run() returns.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/partitioner.h"
+#include "common/scheduler_client.h"
+#include "common/status.h"
+#include "common/transport.h"
+#include "server/consistency.h"
+#include "server/kv_shard.h"
+
+namespace gradsync {
+
+struct ServerOptions {
+  std::string scheduler_endpoint;   // tcp://host:port
+  std::string bind_host = "127.0.0.1";
+  std::string advertise_host = "127.0.0.1";
+  uint16_t port = 0;
+  int requested_rank = -1;
+  ConsistencyMode mode = ConsistencyMode::kBsp;
+  int staleness = 0;
+  double heartbeat_interval_s = 1.0;
+  double scheduler_timeout_s = 10.0;
+  double register_timeout_s = 120.0;
+  bool record_pulls = false;        // keep a PullRecord per answered pull (tests)
+};
+
+// One answered pull, with the clocks the decision was made on.
+struct PullRecord {
+  int worker = 0;
+  int64_t clock = 0;
+  int64_t min_live_clock = 0;
+  int64_t rounds_applied = 0;
+  int64_t version = 0;
+};
+
+struct ServerStats {
+  int64_t pushes = 0;
+  int64_t pulls = 0;
+  int64_t rejected = 0;    // answered with an ERROR
+  int64_t malformed = 0;   // structurally broken (counted by the transport too)
+  std::map<int64_t, int64_t> staleness;  // staleness -> gradients applied with it
+  TrafficCounters traffic;
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> Create(zmq::context_t& ctx, const ServerOptions& options);
+
+  uint16_t port() const { return socket_.port(); }
+  Status Run();
+  void Stop() { stop_.store(true); }
+
+  int rank() const { return rank_; }
+  const ServerStats& stats() const { return stats_; }
+  const std::vector<PullRecord>& pull_log() const { return pull_log_; }
+  // The shard's parameters (empty before INIT).
+  std::vector<float> params() const;
+
+ private:
+  struct Parked {
+    Message msg;
+    double since = 0;
+  };
+
+  Server(zmq::context_t& ctx, ServerOptions options, Socket socket)
+      : ctx_(ctx), options_(std::move(options)), socket_(std::move(socket)) {}
+
+  void Handle(Message& m);
+  Status CheckSender(const Message& m);
+  Status HandleInit(const Message& m);
+  Status HandlePush(const Message& m);
+  Status HandlePull(Message& m);
+  void AnswerPull(const Message& m, double waited_ms);
+  void AnswerParked();
+  void ReplyError(const Message& m, const Status& s);
+  void OnDeadWorkers();
+  std::vector<SegmentRef> Segments(const Message& m) const;
+
+  zmq::context_t& ctx_;
+  ServerOptions options_;
+  Socket socket_;
+  std::unique_ptr<SchedulerClient> scheduler_;
+  std::atomic<bool> stop_{false};
+  int rank_ = -1;
+  wire::ClusterTable table_;
+  std::unique_ptr<ConsistencyController> controller_;
+  std::unique_ptr<KvShard> shard_;
+  std::map<int, std::string> identity_of_worker_;
+  std::deque<Parked> parked_;
+  int round_contributions_ = 0;
+  uint64_t seen_events_ = 0;
+  size_t seen_dead_ = 0;
+  ServerStats stats_;
+  std::vector<PullRecord> pull_log_;
+  std::vector<float> read_buffer_;
+  std::vector<uint64_t> key_buffer_;
+};
+
+}  // namespace gradsync

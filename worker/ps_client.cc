@@ -1,0 +1,268 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/cluster.h"
+
+namespace gradsync {
+
+PsClient::PsClient(zmq::context_t&, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
+                   SchedulerClient* scheduler)
+    : table_(table),
+      rank_(rank),
+      layout_(std::move(layout)),
+      partitioner_(LayoutSize(layout_), table.servers_size()),
+      scheduler_(scheduler),
+      versions_(static_cast<size_t>(table.servers_size()), 0),
+      staleness_(static_cast<size_t>(table.servers_size()), -1),
+      wait_ms_(static_cast<size_t>(table.servers_size()), 0) {
+  for (int s = 0; s < table.servers_size(); ++s) dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
+}
+
+Result<std::unique_ptr<PsClient>> PsClient::Create(zmq::context_t& ctx, const wire::ClusterTable& table, int rank,
+                                                   std::vector<TensorInfo> layout, SchedulerClient* scheduler) {
+  if (table.servers_size() == 0) return InvalidArgumentError("the job has no servers");
+  auto c = std::unique_ptr<PsClient>(new PsClient(ctx, table, rank, std::move(layout), scheduler));
+  for (const auto& s : table.servers()) {
+    ASSIGN_OR_RETURN(Socket sock, Socket::Connect(ctx, zmq::socket_type::dealer,
+                                                  "tcp://" + s.host() + ":" + std::to_string(s.port()),
+                                                  NodeName(s)));
+    c->sockets_.push_back(std::move(sock));
+  }
+  return c;
+}
+
+PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int parts) {
+  RequestId id = next_id_++;
+  Pending& p = pending_[id];
+  p.remaining = parts;
+  p.is_pull = is_pull;
+  p.target = target;
+  return id;
+}
+
+namespace {
+void AddSegment(wire::Header* h, int64_t begin, int64_t end) {
+  auto* seg = h->add_segments();
+  seg->set_offset(static_cast<uint64_t>(begin));
+  seg->set_length(static_cast<uint64_t>(end - begin));
+}
+}  // namespace
+
+Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s) {
+  RequestId id = NewRequest(false, {}, table_.servers_size());
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    const ShardRange& r = partitioner_.range(s);
+    wire::Header h;
+    h.set_type(wire::INIT);
+    h.set_sender_role(wire::WORKER);
+    h.set_sender_rank(rank_);
+    h.set_request_id(id);
+    *h.mutable_job() = job;
+    AddSegment(&h, r.begin, r.end);
+    Payload p;
+    p.has_values = true;
+    p.values = params.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size()));
+    waiting_on_[id].push_back(s);
+    RETURN_IF_ERROR(sockets_[s].Send("", h, p).WithContext("INIT to " + NodeName(table_.servers(s))));
+  }
+  return Wait(id, timeout_s);
+}
+
+Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
+                                           std::span<const float> values) {
+  auto key_parts = partitioner_.SplitSortedKeys(keys);
+  RequestId id = NewRequest(false, {}, table_.servers_size());
+  size_t key_pos = 0;
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    wire::Header h;
+    h.set_type(wire::PUSH);
+    h.set_sender_role(wire::WORKER);
+    h.set_sender_rank(rank_);
+    h.set_request_id(id);
+    h.set_clock(clock);
+    h.set_version(versions_[s]);
+    Payload p;
+    p.has_values = true;
+    const auto& runs = dense_runs_[s];
+    const auto& ks = key_parts[s];
+    for (const auto& r : runs) AddSegment(&h, r.begin, r.end);
+    if (runs.size() == 1 && ks.empty()) {
+      p.values = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
+      p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
+    } else {
+      scratch_.clear();
+      for (const auto& r : runs) scratch_.insert(scratch_.end(), grads.begin() + r.begin, grads.begin() + r.end);
+      scratch_.insert(scratch_.end(), values.begin() + static_cast<std::ptrdiff_t>(key_pos),
+                      values.begin() + static_cast<std::ptrdiff_t>(key_pos + ks.size()));
+      p.values = scratch_;  // copied by Send
+      p.keys = ks;
+    }
+    key_pos += ks.size();
+    waiting_on_[id].push_back(s);
+    Status st = sockets_[s].Send("", h, p);
+    if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
+  }
+  return id;
+}
+
+Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full) {
+  auto key_parts = partitioner_.SplitSortedKeys(keys);
+  RequestId id = NewRequest(true, params, table_.servers_size());
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    wire::Header h;
+    h.set_type(wire::PULL);
+    h.set_sender_role(wire::WORKER);
+    h.set_sender_rank(rank_);
+    h.set_request_id(id);
+    h.set_clock(clock);
+    Payload p;
+    if (full) {
+      AddSegment(&h, partitioner_.range(s).begin, partitioner_.range(s).end);
+    } else {
+      for (const auto& r : dense_runs_[s]) AddSegment(&h, r.begin, r.end);
+      p.keys = key_parts[s];
+    }
+    waiting_on_[id].push_back(s);
+    Status st = sockets_[s].Send("", h, p);
+    if (!st.ok()) FailShard(s, st.WithContext("pull from " + NodeName(table_.servers(s))));
+  }
+  return id;
+}
+
+void PsClient::FailShard(int shard, const Status& s) {
+  for (auto& [id, shards] : waiting_on_) {
+    auto it = std::find(shards.begin(), shards.end(), shard);
+    if (it == shards.end()) continue;
+    shards.erase(it);
+    Pending& p = pending_[id];
+    p.remaining--;
+    if (p.status.ok()) p.status = s;
+  }
+}
+
+void PsClient::HandleReply(int shard, const Message& m) {
+  const RequestId id = m.header.request_id();
+  auto it = pending_.find(id);
+  auto wit = waiting_on_.find(id);
+  if (it == pending_.end() || wit == waiting_on_.end()) return;  // a late reply to a failed request
+  auto sit = std::find(wit->second.begin(), wit->second.end(), shard);
+  if (sit == wit->second.end()) return;  // a duplicate
+  wit->second.erase(sit);
+  Pending& p = it->second;
+  p.remaining--;
+  if (!m.malformed.ok()) {
+    if (p.status.ok()) p.status = DataLossError("malformed reply from " + NodeName(table_.servers(shard)) + ": " + m.malformed.message());
+    return;
+  }
+  const auto& h = m.header;
+  if (h.type() == wire::ERROR) {
+    if (p.status.ok()) p.status = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
+    return;
+  }
+  if (h.type() == wire::PUSH_REPLY) {
+    staleness_[shard] = h.observed_staleness();
+    return;
+  }
+  if (h.type() != wire::PULL_REPLY || !p.is_pull) return;
+  // Write the reply's values where its segments and keys say, after checking they fit.
+  const ShardRange& r = partitioner_.range(shard);
+  const int64_t n = static_cast<int64_t>(p.target.size());
+  size_t pos = 0;
+  for (const auto& seg : h.segments()) {
+    const int64_t b = static_cast<int64_t>(seg.offset()), len = static_cast<int64_t>(seg.length());
+    if (b < r.begin || b + len > r.end || b + len > n) {
+      if (p.status.ok()) p.status = DataLossError("pull reply from " + NodeName(table_.servers(shard)) + " is out of range");
+      return;
+    }
+    m.CopyValues(p.target.data() + b, pos, static_cast<size_t>(len));
+    pos += static_cast<size_t>(len);
+  }
+  if (h.num_keys() > 0) {
+    std::vector<uint64_t> keys(h.num_keys());
+    m.CopyKeys(keys.data());
+    std::vector<float> vals(keys.size());
+    m.CopyValues(vals.data(), pos, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] < static_cast<uint64_t>(r.begin) || keys[i] >= static_cast<uint64_t>(r.end)) {
+        if (p.status.ok()) p.status = DataLossError("pull reply key out of range");
+        return;
+      }
+      p.target[keys[i]] = vals[i];
+    }
+  }
+  versions_[shard] = h.version();
+  wait_ms_[shard] = h.wait_ms();
+}
+
+Status PsClient::Receive(int timeout_ms) {
+  std::vector<zmq::pollitem_t> items;
+  for (auto& s : sockets_) items.push_back({static_cast<void*>(s.raw()), 0, ZMQ_POLLIN, 0});
+  try {
+    if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms)) <= 0) return OkStatus();
+  } catch (const zmq::error_t& e) {
+    return UnavailableError(std::string("poll failed: ") + e.what());
+  }
+  for (size_t s = 0; s < items.size(); ++s) {
+    if (!(items[s].revents & ZMQ_POLLIN)) continue;
+    for (int k = 0; k < 64; ++k) {
+      auto m = sockets_[s].Recv(0);
+      if (!m.ok()) break;
+      HandleReply(static_cast<int>(s), *m);
+    }
+  }
+  return OkStatus();
+}
+
+Status PsClient::Wait(RequestId id, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return InvalidArgumentError("unknown request id " + std::to_string(id));
+    if (it->second.remaining <= 0) {
+      Status s = it->second.status;
+      const bool is_pull = it->second.is_pull;
+      pending_.erase(it);
+      waiting_on_.erase(id);
+      // A push's lent gradient frames must be released before the caller may overwrite them.
+      if (!is_pull) lent_->WaitForZero();
+      return s;
+    }
+    // Dead shards or a lost scheduler end the wait at once.
+    if (scheduler_) {
+      if (Status h = scheduler_->health(); !h.ok()) return h;
+      for (int s : waiting_on_[id]) {
+        if (scheduler_->IsDead(wire::SERVER, s)) {
+          FailShard(s, UnavailableError(NodeName(table_.servers(s)) + " is dead (declared by the scheduler)"));
+        }
+      }
+      if (pending_[id].remaining <= 0) continue;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      std::string who;
+      for (int s : waiting_on_[id]) who += (who.empty() ? "" : ", ") + NodeName(table_.servers(s));
+      return DeadlineExceededError("no reply from " + who + " within " + std::to_string(timeout_s) + " s");
+    }
+    RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20))));
+  }
+}
+
+double PsClient::last_staleness() const { return *std::max_element(staleness_.begin(), staleness_.end()); }
+double PsClient::last_wait_ms() const { return *std::max_element(wait_ms_.begin(), wait_ms_.end()); }
+
+TrafficCounters PsClient::traffic() const {
+  TrafficCounters t;
+  for (const auto& s : sockets_) {
+    t.bytes_sent += s.traffic().bytes_sent;
+    t.bytes_received += s.traffic().bytes_received;
+    t.messages_sent += s.traffic().messages_sent;
+    t.messages_received += s.traffic().messages_received;
+    t.malformed_received += s.traffic().malformed_received;
+  }
+  return t;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,91 @@
+// PsClient: a worker's side of the parameter server: push gradients to and pull parameters from
+// every shard, in parallel, with request ids and deadlines (ps-lite's Push/Pull + Wait shape,
+// but Wait returns a Status and never hangs on a dead shard).
+//
+// The flat parameter space is cut by the Partitioner; a request goes to every shard at once as
+// one message each: the shard's dense runs (as segments) and, for sparse tensors, the keys that
+// fall in its range. A dense push lends the caller's gradient buffer to ZeroMQ (no copy): the
+// buffer must not change until Wait() on that push has returned. Pull replies are written
+// straight into the caller's parameter buffer as they arrive.
+//
+// Wait() processes replies to any outstanding request while it waits. It fails with the
+// server's ERROR, kUnavailable when the scheduler declares a shard dead (or the scheduler is
+// lost), or kDeadlineExceeded. Not thread-safe: one training thread uses a client.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/partitioner.h"
+#include "common/scheduler_client.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "common/transport.h"
+
+namespace gradsync {
+
+class PsClient {
+ public:
+  using RequestId = uint64_t;
+
+  // Connects to every server of `table`. `scheduler` (may be null) reports dead servers.
+  static Result<std::unique_ptr<PsClient>> Create(zmq::context_t& ctx, const wire::ClusterTable& table,
+                                                  int rank, std::vector<TensorInfo> layout,
+                                                  SchedulerClient* scheduler);
+
+  // Worker 0: sends the job and each shard's initial values; waits for every shard.
+  Status Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s);
+
+  // Pushes the gradient of iteration `clock`: the dense tensors of `grads` (lent, see above) and
+  // the sparse (key, value) pairs (flat keys, sorted, unique). Carries the versions of the last pull.
+  Result<RequestId> Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
+                         std::span<const float> values);
+  // Pulls into `params` (the whole flat buffer): the dense tensors, and the given sparse keys.
+  // full = true pulls every element, sparse tensors included (for evaluation).
+  Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
+  Status Wait(RequestId id, double timeout_s);
+
+  // Per shard: the version of the last pull reply; the staleness the last push was applied with
+  // (-1 until known); how long the last pull was held by the consistency rule.
+  const std::vector<int64_t>& versions() const { return versions_; }
+  double last_staleness() const;
+  double last_wait_ms() const;
+  TrafficCounters traffic() const;
+  const Partitioner& partitioner() const { return partitioner_; }
+
+ private:
+  struct Pending {
+    int remaining = 0;
+    Status status;
+    bool is_pull = false;
+    FloatSpan target;
+  };
+
+  PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
+           SchedulerClient* scheduler);
+  Status Receive(int timeout_ms);
+  void HandleReply(int shard, const Message& m);
+  RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
+  void FailShard(int shard, const Status& s);
+
+  wire::ClusterTable table_;
+  int rank_;
+  std::vector<TensorInfo> layout_;
+  Partitioner partitioner_;
+  std::vector<std::vector<ShardRange>> dense_runs_;  // per shard
+  SchedulerClient* scheduler_;
+  std::vector<Socket> sockets_;
+  std::shared_ptr<InflightCounter> lent_ = std::make_shared<InflightCounter>();
+  RequestId next_id_ = 1;
+  std::map<RequestId, Pending> pending_;
+  std::map<RequestId, std::vector<int>> waiting_on_;  // request -> shards not answered yet
+  std::vector<int64_t> versions_;
+  std::vector<double> staleness_;
+  std::vector<double> wait_ms_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,201 @@
+#include "worker/ps_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/clock.h"
+#include "common/sampler.h"
+
+namespace gradsync {
+
+int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch) {
+  const int64_t smallest = n / num_workers;
+  return std::max<int64_t>(1, (smallest + batch - 1) / batch);
+}
+
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64_t total_steps) {
+  wire::JobConfig job;
+  for (const auto& t : model.layout()) {
+    auto* spec = job.add_tensors();
+    spec->set_name(t.name);
+    spec->set_offset(static_cast<uint64_t>(t.offset));
+    spec->set_size(static_cast<uint64_t>(t.size));
+    spec->set_sparse(t.sparse);
+  }
+  job.set_num_params(static_cast<uint64_t>(model.num_params()));
+  job.set_num_workers(o.num_workers);
+  job.set_lr(o.train.lr.base);
+  job.set_lr_schedule(o.train.lr.kind == LrSchedule::Kind::kCosine ? "cosine" : "constant");
+  job.set_total_steps(o.train.lr.total_steps > 0 ? o.train.lr.total_steps : total_steps);
+  job.set_momentum(o.train.optimizer.momentum);
+  job.set_nesterov(o.train.optimizer.nesterov);
+  job.set_weight_decay(o.train.optimizer.weight_decay);
+  return job;
+}
+
+PsTrainer::PsTrainer(const PsTrainOptions& options, Model* model, const Dataset* train, const Dataset* test,
+                     MetricsWriter* metrics, PsClient* client, SchedulerClient* scheduler)
+    : options_(options), model_(model), train_(train), test_(test), metrics_(metrics), client_(client),
+      scheduler_(scheduler) {}
+
+namespace {
+// Sorted unique flat keys of the batch for the model's sparse tensors (keys index tensor 0's rows,
+// which start at its offset).
+void BatchKeys(const Model& model, const Batch& batch, std::vector<uint64_t>* keys) {
+  keys->clear();
+  for (const auto& t : model.layout()) {
+    if (!t.sparse) continue;
+    for (uint64_t k : batch.keys) keys->push_back(static_cast<uint64_t>(t.offset) + k);
+  }
+  std::sort(keys->begin(), keys->end());
+  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
+}
+}  // namespace
+
+Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
+  const auto& o = options_.train;
+  const int rank = options_.rank, n_workers = options_.num_workers;
+  ShardedSampler sampler(train_->n, n_workers, rank, o.seed);
+  const int64_t steps_per_epoch = StepsPerEpoch(train_->n, n_workers, o.batch);
+  int64_t total_steps = steps_per_epoch * o.epochs;
+  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+  const double timeout = options_.request_timeout_s;
+
+  if (rank == 0) {
+    RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, total_steps), model_->params(), timeout)
+                        .WithContext("initializing the shards"));
+  }
+  RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
+
+  const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
+                                  [](const TensorInfo& t) { return t.sparse; });
+  const bool evaluates = rank == 0 && options_.evaluate;
+  BatchBuffer buffer;
+  std::vector<uint64_t> keys, push_keys;
+  std::vector<float> push_values;
+  std::vector<EpochReport> reports;
+  Stopwatch run_clock;
+  int64_t clock = 0;
+  PsClient::RequestId pending_push = 0;
+  EpochReport current;
+  double loss_sum = 0, epoch_train_s = 0;
+  int64_t epoch_steps = 0, epoch_samples = 0;
+
+  auto evaluate_and_report = [&](int epoch) -> Status {
+    EpochReport r;
+    r.epoch = epoch;
+    r.steps = clock;
+    r.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
+    r.train_seconds = epoch_train_s;
+    r.samples_per_s = static_cast<double>(epoch_samples) / std::max(1e-9, epoch_train_s);
+    r.test_accuracy = NAN;
+    r.test_loss = NAN;
+    if (evaluates) {
+      EvalResult e = Evaluate(*model_, *test_, o.eval_batch);
+      r.test_loss = e.loss;
+      r.test_accuracy = e.accuracy;
+    }
+    r.wall_s = run_clock.Seconds();
+    if (metrics_ && evaluates) {
+      MetricsRow row;
+      row.step = clock;
+      row.epoch = static_cast<double>(clock) / static_cast<double>(steps_per_epoch);
+      row.wall_s = r.wall_s;
+      row.loss = r.train_loss;
+      row.test_loss = r.test_loss;
+      row.test_accuracy = r.test_accuracy;
+      auto t = client_->traffic();
+      auto st = scheduler_->traffic();
+      row.bytes_sent = t.bytes_sent + st.bytes_sent;
+      row.bytes_received = t.bytes_received + st.bytes_received;
+      RETURN_IF_ERROR(metrics_->Write(row));
+      RETURN_IF_ERROR(metrics_->Flush());
+    }
+    reports.push_back(r);
+    if (on_epoch) on_epoch(r);
+    loss_sum = 0;
+    epoch_train_s = 0;
+    epoch_steps = 0;
+    epoch_samples = 0;
+    return OkStatus();
+  };
+
+  for (int epoch = 0; epoch < o.epochs && clock < total_steps; ++epoch) {
+    const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
+    for (int64_t s = 0; s < steps_per_epoch && clock < total_steps; ++s) {
+      const int64_t begin = std::min<int64_t>(s * o.batch, static_cast<int64_t>(order.size()));
+      // The last batch takes the rest of this worker's shard (shards differ by at most one).
+      const int64_t end = s + 1 == steps_per_epoch ? static_cast<int64_t>(order.size())
+                                                   : std::min<int64_t>(begin + o.batch, static_cast<int64_t>(order.size()));
+      Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
+      if (sparse) BatchKeys(*model_, batch, &keys);
+
+      Stopwatch comm;
+      ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock, model_->params(), keys));
+      RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock)));
+      if (pending_push) RETURN_IF_ERROR(client_->Wait(pending_push, timeout).WithContext("push " + std::to_string(clock - 1)));
+      pending_push = 0;
+      const double comm_ms = comm.Millis();
+      const double wait_ms = std::min(comm_ms, client_->last_wait_ms());
+      if (s == 0 && epoch > 0) {
+        if (evaluates && sparse) {  // refresh every weight, not only this batch's keys
+          ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock, model_->params(), {}, true));
+          RETURN_IF_ERROR(client_->Wait(full, timeout).WithContext("evaluation pull"));
+        }
+        RETURN_IF_ERROR(evaluate_and_report(epoch));
+      }
+
+      Stopwatch compute;
+      const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
+      if (!std::isfinite(loss)) {
+        return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(clock));
+      }
+      push_keys.clear();
+      push_values.clear();
+      for (size_t t = 0; t < model_->layout().size(); ++t) {
+        const TensorInfo& ti = model_->layout()[t];
+        if (!ti.sparse) continue;
+        const SparseGrad& g = model_->sparse_grad(t);
+        for (size_t i = 0; i < g.keys.size(); ++i) {
+          push_keys.push_back(static_cast<uint64_t>(ti.offset) + g.keys[i]);
+          push_values.push_back(g.values[i]);
+        }
+      }
+      const double compute_ms = compute.Millis();
+      Stopwatch push_clock;
+      ASSIGN_OR_RETURN(pending_push, client_->Push(clock, model_->grads(), push_keys, push_values));
+      ++clock;
+      loss_sum += loss;
+      ++epoch_steps;
+      epoch_samples += batch.size;
+      epoch_train_s += (compute_ms + comm_ms) / 1e3 + push_clock.Seconds();
+      if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
+        MetricsRow row;
+        row.step = clock;
+        row.epoch = static_cast<double>(clock) / static_cast<double>(steps_per_epoch);
+        row.wall_s = run_clock.Seconds();
+        row.loss = loss;
+        row.staleness = client_->last_staleness();
+        auto t = client_->traffic();
+        auto st = scheduler_->traffic();
+        row.bytes_sent = t.bytes_sent + st.bytes_sent;
+        row.bytes_received = t.bytes_received + st.bytes_received;
+        row.compute_ms = compute_ms;
+        row.comm_ms = comm_ms - wait_ms + push_clock.Millis();
+        row.wait_ms = wait_ms;
+        RETURN_IF_ERROR(metrics_->Write(row));
+      }
+    }
+  }
+  if (pending_push) RETURN_IF_ERROR(client_->Wait(pending_push, timeout).WithContext("last push"));
+  // Every worker's last push is applied before anyone passes this barrier.
+  RETURN_IF_ERROR(scheduler_->Barrier("trained", "workers", options_.barrier_timeout_s));
+  if (evaluates) {
+    ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock, model_->params(), {}, /*full=*/true));
+    RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("final pull"));
+  }
+  RETURN_IF_ERROR(evaluate_and_report(static_cast<int>((clock + steps_per_epoch - 1) / steps_per_epoch)));
+  return reports;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,58 @@
+// PsTrainer: training over the parameter server (gradsync-worker --mode=bsp|ssp|asp).
+//
+// Worker `rank` of N trains on its shard of each epoch's seeded permutation (ShardedSampler),
+// batch b; every worker runs the same number of steps per epoch (ceil(smallest shard / b)). Its
+// iteration c: pull (clock c) -> forward/backward -> push (clock c). The update itself happens
+// on the servers (KvShard). Worker 0 sends the initial parameters (from the seed) and the job's
+// optimizer settings to the shards first; everyone waits at the "init" barrier. Worker 0
+// evaluates on the test set after every epoch with the parameters of its next pull, and once
+// more at the end after every worker has finished (barrier "trained"), with a full pull.
+// With one worker, or in bsp, this computes what LocalTrainer computes with batch N*b.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "common/dataset.h"
+#include "common/metrics.h"
+#include "common/scheduler_client.h"
+#include "models/model.h"
+#include "worker/local_trainer.h"
+#include "worker/ps_client.h"
+
+namespace gradsync {
+
+struct PsTrainOptions {
+  LocalTrainOptions train;   // optimizer, lr schedule, batch (per worker), epochs, seed...
+  int rank = 0;
+  int num_workers = 1;
+  double request_timeout_s = 60.0;
+  double barrier_timeout_s = 600.0;
+  bool evaluate = true;      // worker 0 only
+};
+
+// The job's optimizer settings and layout as worker 0 sends them to the shards.
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps);
+
+// Steps per epoch every worker runs: ceil(smallest shard / batch).
+int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch);
+
+class PsTrainer {
+ public:
+  PsTrainer(const PsTrainOptions& options, Model* model, const Dataset* train, const Dataset* test,
+            MetricsWriter* metrics, PsClient* client, SchedulerClient* scheduler);
+
+  // Runs the whole job for this worker. Reports carry test accuracy on worker 0 only.
+  Result<std::vector<EpochReport>> Run(const std::function<void(const EpochReport&)>& on_epoch = {});
+
+ private:
+  PsTrainOptions options_;
+  Model* model_;
+  const Dataset* train_;
+  const Dataset* test_;
+  MetricsWriter* metrics_;
+  PsClient* client_;
+  SchedulerClient* scheduler_;
+};
+
+}  // namespace gradsync
