@@ -8,6 +8,8 @@ namespace gradsync {
 
 Partitioner::Partitioner(int64_t num_params, int num_shards, int64_t chunk) {
   GRADSYNC_CHECK(num_params >= 0 && num_shards > 0 && chunk > 0);
+  // Small models get a finer chunk, so that every shard still holds its share.
+  chunk = std::max<int64_t>(1, std::min(chunk, num_params / (4 * static_cast<int64_t>(num_shards))));
   int64_t begin = 0;
   for (int s = 0; s < num_shards; ++s) {
     int64_t end = num_params;

@@ -2,7 +2,8 @@
 //
 // The model's tensors are laid out in one flat buffer of `num_params` floats (TensorInfo
 // offsets). It is cut into `num_shards` contiguous ranges of near-equal size (balanced by bytes,
-// within one chunk: cut points are rounded to multiples of `chunk` elements), so a large tensor
+// within one chunk: cut points are rounded to multiples of `chunk` elements, a chunk being at
+// most a quarter of a shard's share for small models), so a large tensor
 // spreads over several shards and a shard may hold several small tensors. Every element belongs
 // to exactly one shard. Sparse tensors (2^20+ hashed keys) are partitioned the same way, i.e. by
 // key range. Both the servers and the PS client use this, so it lives in common/.

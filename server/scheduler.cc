@@ -237,6 +237,13 @@ void Scheduler::Handle(Message& m, double now) {
       n.result = Status(static_cast<StatusCode>(m.header.error_code()), m.header.error_message());
       GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " finished"
                          << (n.result.ok() ? "" : ": " + n.result.ToString());
+      if (!n.result.ok()) {
+        // A worker that stopped on an error pushes no more: the others must not wait for it.
+        wire::Header dead;
+        dead.set_type(wire::NODE_DEAD);
+        *dead.mutable_node() = n.info;
+        Broadcast(dead);
+      }
       CheckBarriers();
       break;
     default:

@@ -136,8 +136,10 @@ Status Server::HandlePush(const Message& m) {
   }
   double staleness = -1;
   if (controller_->aggregates()) {
-    shard_->Accumulate(segs, key_buffer_, values);
-    ++round_contributions_;
+    HeldPush& held = round_[h.sender_rank()];
+    held.segments = segs;
+    held.keys = key_buffer_;
+    held.values.assign(values, values + n);
     staleness = static_cast<double>(shard_->version() - h.version());
     stats_.staleness[shard_->version() - h.version()]++;
   } else {
@@ -154,13 +156,16 @@ Status Server::HandlePush(const Message& m) {
   reply.set_clock(h.clock());
   reply.set_observed_staleness(staleness);
   Status s = socket_.Send(m.peer, reply);
-  if (controller_->RoundComplete()) {
-    shard_->ApplyAccumulated(round_contributions_);
-    round_contributions_ = 0;
-    controller_->OnRoundApplied();
-  }
+  if (controller_->RoundComplete()) ApplyRound();
   AnswerParked();
   return s;
+}
+
+void Server::ApplyRound() {
+  for (const auto& [worker, held] : round_) shard_->Accumulate(held.segments, held.keys, held.values.data());
+  if (!round_.empty()) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
+  round_.clear();
+  controller_->OnRoundApplied();
 }
 
 Status Server::HandlePull(Message& m) {
@@ -238,11 +243,7 @@ void Server::OnDeadWorkers() {
       controller_->RemoveWorker(n.rank());
     }
   }
-  if (shard_ && controller_->RoundComplete()) {
-    shard_->ApplyAccumulated(round_contributions_);
-    round_contributions_ = 0;
-    controller_->OnRoundApplied();
-  }
+  if (shard_ && controller_->RoundComplete()) ApplyRound();
   if (shard_) AnswerParked();
 }
 
@@ -299,6 +300,7 @@ Status Server::Run() {
     }
   }
   stats_.traffic = socket_.traffic();
+  scheduler_.reset();  // stops the heartbeats: the scheduler sees this shard leave
   return result;
 }
 

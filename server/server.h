@@ -76,6 +76,15 @@ class Server {
   std::vector<float> params() const;
 
  private:
+  // A bsp push held until its round completes; rounds are summed in worker-rank order so that a
+  // bsp run is bit-for-bit reproducible whatever order the pushes arrive in.
+  struct HeldPush {
+    std::vector<SegmentRef> segments;
+    std::vector<uint64_t> keys;
+    std::vector<float> values;
+  };
+  void ApplyRound();
+
   struct Parked {
     Message msg;
     double since = 0;
@@ -106,7 +115,7 @@ class Server {
   std::unique_ptr<KvShard> shard_;
   std::map<int, std::string> identity_of_worker_;
   std::deque<Parked> parked_;
-  int round_contributions_ = 0;
+  std::map<int, HeldPush> round_;  // worker -> its push of the open round
   uint64_t seen_events_ = 0;
   size_t seen_dead_ = 0;
   ServerStats stats_;

@@ -221,13 +221,14 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
   while (true) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return InvalidArgumentError("unknown request id " + std::to_string(id));
-    if (it->second.remaining <= 0) {
+    // Done when every shard answered, or at the first failure (the others' replies are dropped).
+    if (it->second.remaining <= 0 || !it->second.status.ok()) {
       Status s = it->second.status;
       const bool is_pull = it->second.is_pull;
       pending_.erase(it);
       waiting_on_.erase(id);
       // A push's lent gradient frames must be released before the caller may overwrite them.
-      if (!is_pull) lent_->WaitForZero();
+      if (!is_pull && s.ok()) lent_->WaitForZero();  // on failure the buffer is not reused
       return s;
     }
     // Dead shards or a lost scheduler end the wait at once.

@@ -66,6 +66,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
                         .WithContext("initializing the shards"));
   }
   RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
+  if (options_.after_init) options_.after_init();
 
   const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
                                   [](const TensorInfo& t) { return t.sparse; });
@@ -145,6 +146,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
         RETURN_IF_ERROR(evaluate_and_report(epoch));
       }
 
+      if (options_.step_hook) options_.step_hook(clock);
       Stopwatch compute;
       const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
       if (!std::isfinite(loss)) {

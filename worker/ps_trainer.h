@@ -29,6 +29,10 @@ struct PsTrainOptions {
   double request_timeout_s = 60.0;
   double barrier_timeout_s = 600.0;
   bool evaluate = true;      // worker 0 only
+  // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
+  // and once after the "init" barrier.
+  std::function<void(int64_t step)> step_hook;
+  std::function<void()> after_init;
 };
 
 // The job's optimizer settings and layout as worker 0 sends them to the shards.

@@ -1,0 +1,131 @@
+#include "experiments/launcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "experiments/process.h"
+
+namespace gradsync {
+
+int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q) {
+  int64_t total = 0;
+  for (const auto& [k, v] : hist) total += v;
+  if (total == 0) return 0;
+  int64_t seen = 0;
+  for (const auto& [k, v] : hist) {
+    seen += v;
+    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return k;
+  }
+  return hist.rbegin()->first;
+}
+
+namespace {
+std::string Join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+}  // namespace
+
+Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(o.out_dir + "/logs", ec);
+  if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
+  const std::string server_bin = o.bin_dir + "/gradsync-server", worker_bin = o.bin_dir + "/gradsync-worker";
+  const std::string port_file = o.out_dir + "/logs/scheduler.port";
+  fs::remove(port_file, ec);
+  const std::string hb = "--heartbeat-timeout=" + std::to_string(o.heartbeat_timeout_s);
+  std::vector<std::string> mode_args = {"--mode=" + o.mode};
+  if (o.mode == "ssp") mode_args.push_back("--staleness=" + std::to_string(o.staleness));
+
+  ChildSpec sched{"scheduler",
+                  {server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
+                   "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb},
+                  o.out_dir + "/logs/scheduler.log"};
+  std::ofstream commands(o.out_dir + "/commands.txt");
+  if (o.dry_run) {
+    std::cout << Join(sched.argv) << "\n";
+  }
+  ProcessGroup group;
+  std::string endpoint = "127.0.0.1:PORT";
+  if (!o.dry_run) {
+    RETURN_IF_ERROR(group.Spawn(sched));
+    commands << Join(sched.argv) << "\n";
+    // The scheduler binds an ephemeral port and writes it down.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::string port;
+    while (port.empty()) {
+      std::ifstream f(port_file);
+      if (f) std::getline(f, port);
+      if (!port.empty()) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        group.KillAll();
+        return UnavailableError("the scheduler did not start (see " + o.out_dir + "/logs/scheduler.log)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    endpoint = "127.0.0.1:" + port;
+  }
+  std::vector<ChildSpec> specs;
+  for (int s = 0; s < o.num_servers; ++s) {
+    ChildSpec c{"server " + std::to_string(s),
+                {server_bin, "--role=server", "--scheduler=" + endpoint, "--rank=" + std::to_string(s),
+                 "--out=" + o.out_dir, hb},
+                o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
+    c.argv.insert(c.argv.end(), mode_args.begin(), mode_args.end());
+    specs.push_back(c);
+  }
+  for (int w = 0; w < o.num_workers; ++w) {
+    ChildSpec c{"worker " + std::to_string(w),
+                {worker_bin, "--scheduler=" + endpoint, "--rank=" + std::to_string(w), "--out=" + o.out_dir, hb},
+                (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log"};
+    c.argv.insert(c.argv.end(), mode_args.begin(), mode_args.end());
+    c.argv.insert(c.argv.end(), o.worker_args.begin(), o.worker_args.end());
+    specs.push_back(c);
+  }
+  for (const auto& c : specs) {
+    if (o.dry_run) {
+      std::cout << Join(c.argv) << "\n";
+      continue;
+    }
+    commands << Join(c.argv) << "\n";
+    RETURN_IF_ERROR(group.Spawn(c));
+  }
+  if (o.dry_run) return LaunchResult{};
+  commands.close();
+  Status s = group.WaitAll(o.timeout_s, interrupted);
+  if (!s.ok()) return s.WithContext("job failed (logs in " + o.out_dir + "/logs)");
+  LaunchResult r;
+  for (int k = 0; k < o.num_servers; ++k) {
+    std::ifstream f(o.out_dir + "/server-" + std::to_string(k) + ".csv");
+    std::string line;
+    std::getline(f, line);  // header
+    while (std::getline(f, line)) {
+      auto comma = line.find(',');
+      if (comma == std::string::npos) continue;
+      int64_t v = std::stoll(line.substr(comma + 1));
+      r.staleness[std::stoll(line.substr(0, comma))] += v;
+      r.gradients += v;  // summed over shards; divided below
+    }
+    std::ifstream sf(o.out_dir + "/server-" + std::to_string(k) + "-summary.csv");
+    std::getline(sf, line);
+    if (std::getline(sf, line)) {
+      std::stringstream ss(line);
+      std::string field;
+      for (int i = 0; i < 3 && std::getline(ss, field, ','); ++i)
+        if (i == 2) r.rejected += std::stoll(field);
+    }
+  }
+  // Every gradient is applied on every shard: count it once.
+  r.gradients /= std::max(1, o.num_servers);
+  return r;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,91 @@
+// gradsync-launch: one parameter-server job on this machine with one command:
+//   gradsync-launch --servers=2 --workers=4 --mode=ssp --staleness=3 --out=results/ssp -- --model=mlp --epochs=10
+// Everything after "--" goes to every worker. Worker 0's output is shown; the rest is logged
+// under OUT/logs/. Ctrl-C stops every process of the job.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "common/cluster.h"
+#include "common/flags.h"
+#include "experiments/launcher.h"
+
+namespace gradsync {
+namespace {
+
+volatile bool g_interrupted = false;
+void OnSignal(int) { g_interrupted = true; }
+
+int Main(int argc, char** argv) {
+  int split = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      split = i;
+      break;
+    }
+  }
+  FlagParser flags("gradsync-launch",
+                   "Starts 1 scheduler + S servers + N workers on 127.0.0.1 (ephemeral ports), waits, and\n"
+                   "prints the staleness summary. Arguments after -- go to every worker.");
+  flags.options().add_options()
+      ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp")
+      ("staleness", po::value<int>()->default_value(0), "ssp bound")
+      ("servers", po::value<int>()->default_value(1), "server shards")
+      ("workers", po::value<int>()->default_value(1), "workers")
+      ("out", po::value<std::string>()->default_value("results/launch"), "output directory")
+      ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent node is dead")
+      ("timeout", po::value<double>()->default_value(3600.0), "seconds before the whole job is stopped")
+      ("dry-run", po::bool_switch(), "print the commands only")
+      ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
+  auto vm = flags.ParseOrExit(split, argv);
+  LaunchOptions o;
+  o.mode = vm["mode"].as<std::string>();
+  if (!IsPsMode(o.mode)) flags.Fail("--mode must be bsp, ssp or asp");
+  o.staleness = vm["staleness"].as<int>();
+  if (o.staleness < 0) flags.Fail("--staleness must be >= 0");
+  if (FlagGiven(vm, "staleness") && o.mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
+  o.num_servers = vm["servers"].as<int>();
+  o.num_workers = vm["workers"].as<int>();
+  if (o.num_servers < 1 || o.num_workers < 1 || o.num_servers > 64 || o.num_workers > 256) {
+    flags.Fail("--servers must be in [1, 64] and --workers in [1, 256]");
+  }
+  o.out_dir = vm["out"].as<std::string>();
+  o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  o.timeout_s = vm["timeout"].as<double>();
+  o.dry_run = vm["dry-run"].as<bool>();
+  o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()
+                                  : std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  for (int i = split + 1; i < argc; ++i) {
+    std::string a = argv[i];
+    for (const char* owned : {"--mode", "--scheduler", "--rank", "--out", "--staleness"}) {
+      if (a == owned || a.rfind(std::string(owned) + "=", 0) == 0) {
+        flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
+      }
+    }
+    o.worker_args.push_back(a);
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto r = LaunchPsJob(o, &g_interrupted);
+  if (!r.ok()) {
+    std::cerr << "gradsync-launch: error: " << r.status().message() << std::endl;
+    return 1;
+  }
+  if (!o.dry_run) {
+    std::printf("job: %s%s, %d servers, %d workers: %lld gradients applied, staleness p50 %lld p99 %lld max %lld, "
+                "%lld requests rejected; results in %s\n",
+                o.mode.c_str(), o.mode == "ssp" ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,
+                o.num_workers, static_cast<long long>(r->gradients),
+                static_cast<long long>(HistogramQuantile(r->staleness, 0.5)),
+                static_cast<long long>(HistogramQuantile(r->staleness, 0.99)),
+                static_cast<long long>(r->staleness.empty() ? 0 : r->staleness.rbegin()->first),
+                static_cast<long long>(r->rejected), o.out_dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradsync
+
+int main(int argc, char** argv) { return gradsync::Main(argc, argv); }

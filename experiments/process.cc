@@ -1,0 +1,100 @@
+#include "experiments/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+extern char** environ;
+
+namespace gradsync {
+
+ProcessGroup::~ProcessGroup() { KillAll(); }
+
+Status ProcessGroup::Spawn(const ChildSpec& spec) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!spec.log_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, pgid_);  // 0 for the first child: it leads the new group
+  std::vector<char*> args;
+  for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return UnavailableError("cannot start " + spec.name + " (" + spec.argv[0] + "): " + std::strerror(rc));
+  if (pgid_ == 0) pgid_ = pid;
+  children_.push_back({spec.name, pid});
+  return OkStatus();
+}
+
+void ProcessGroup::KillAll() {
+  bool any = false;
+  for (auto& c : children_) any = any || !c.done;
+  if (!any || pgid_ == 0) return;
+  kill(-pgid_, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool left = false;
+    for (auto& c : children_) {
+      if (c.done) continue;
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) c.done = true;
+      else left = true;
+    }
+    if (!left) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(-pgid_, SIGKILL);
+  for (auto& c : children_) {
+    if (!c.done) {
+      waitpid(c.pid, &c.status, 0);
+      c.done = true;
+    }
+  }
+}
+
+Status ProcessGroup::WaitAll(double timeout_s, const volatile bool* interrupted) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    bool left = false;
+    for (auto& c : children_) {
+      if (c.done) continue;
+      pid_t r = waitpid(c.pid, &c.status, WNOHANG);
+      if (r != c.pid) {
+        left = true;
+        continue;
+      }
+      c.done = true;
+      if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+        std::string how = WIFEXITED(c.status) ? "exited with code " + std::to_string(WEXITSTATUS(c.status))
+                                              : std::string("was killed by signal ") + strsignal(WTERMSIG(c.status));
+        KillAll();
+        return AbortedError(c.name + " " + how);
+      }
+    }
+    if (!left) return OkStatus();
+    if (interrupted && *interrupted) {
+      KillAll();
+      return AbortedError("interrupted");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      KillAll();
+      return DeadlineExceededError("the job did not finish within " + std::to_string(timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace gradsync

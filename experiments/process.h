@@ -1,0 +1,44 @@
+// Child processes for the launcher: spawn into one process group, wait with a deadline, and
+// kill the whole group on failure or interruption, so that no process is left behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gradsync {
+
+struct ChildSpec {
+  std::string name;                // "server 1", "worker 0"
+  std::vector<std::string> argv;   // argv[0] is the path
+  std::string log_path;            // stdout+stderr go here ("" = inherit)
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup() = default;
+  ~ProcessGroup();  // kills whatever still runs
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  Status Spawn(const ChildSpec& spec);
+  // Waits for every child. Returns at the first failure (naming it) after killing the rest, or
+  // when all exited 0. `interrupted` (checked every 50 ms) makes it kill everything and fail.
+  Status WaitAll(double timeout_s, const volatile bool* interrupted = nullptr);
+  void KillAll();
+
+ private:
+  struct Child {
+    std::string name;
+    pid_t pid = -1;
+    bool done = false;
+    int status = 0;
+  };
+  pid_t pgid_ = 0;
+  std::vector<Child> children_;
+};
+
+}  // namespace gradsync

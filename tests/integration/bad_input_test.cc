@@ -1,0 +1,219 @@
+// A raw ZeroMQ peer feeds a server shard malformed and hostile messages while a real worker
+// trains: every one is answered with an error, the server keeps serving, and the parameters
+// afterwards are bit-identical to a clean run's.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/scheduler_client.h"
+#include "common/synthetic.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+#include "worker/ps_client.h"
+#include "worker/ps_trainer.h"
+
+namespace gradsync {
+namespace {
+
+struct Outcome {
+  std::vector<float> params;
+  ServerStats stats;
+  int errors_answered = 0;
+  int sent = 0;
+  std::vector<std::string> error_messages;
+};
+
+zmq::message_t Bytes(const std::string& s) { return zmq::message_t(s.data(), s.size()); }
+
+wire::Header Push(int rank, int64_t clock, int64_t version, uint64_t offset, uint64_t length) {
+  wire::Header h;
+  h.set_type(wire::PUSH);
+  h.set_sender_role(wire::WORKER);
+  h.set_sender_rank(rank);
+  h.set_clock(clock);
+  h.set_version(version);
+  h.set_has_values(true);
+  auto* seg = h.add_segments();
+  seg->set_offset(offset);
+  seg->set_length(length);
+  return h;
+}
+
+// Sends the hostile messages on a fresh DEALER socket bound to worker 1's rank; counts replies.
+void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect("tcp://127.0.0.1:" + std::to_string(port));
+  uint64_t id = 100;
+  auto send = [&](wire::Header h, std::vector<zmq::message_t> extra) {
+    h.set_request_id(++id);
+    std::string bytes;
+    h.SerializeToString(&bytes);
+    s.send(Bytes(bytes), extra.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < extra.size(); ++i) {
+      s.send(extra[i], i + 1 < extra.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    out->sent++;
+  };
+  std::vector<float> values(static_cast<size_t>(shard_size), 1.0f);
+  auto vals = [&](size_t n) { return zmq::message_t(values.data(), n * sizeof(float)); };
+
+  // A valid pull first: it binds this connection to worker 1 (as a real worker's first request).
+  wire::Header pull;
+  pull.set_type(wire::PULL);
+  pull.set_sender_role(wire::WORKER);
+  pull.set_sender_rank(1);
+  pull.set_clock(0);
+  auto* seg = pull.add_segments();
+  seg->set_offset(0);
+  seg->set_length(static_cast<uint64_t>(shard_size));
+  send(pull, {});
+  out->sent--;  // not an attack
+
+  // 1. Garbage bytes as a header.
+  s.send(Bytes(std::string("\xff\x13garbage\x00\x01not a protobuf", 24)), zmq::send_flags::none);
+  out->sent++;
+  // 2. Truncated: the header announces values, no values frame follows.
+  send(Push(1, 0, 0, 0, 4), {});
+  // 3. Wrong length: 4 values announced, 3 sent.
+  { std::vector<zmq::message_t> f; f.push_back(vals(3)); send(Push(1, 0, 0, 0, 4), std::move(f)); }
+  // 4. An unknown tensor / a range this shard does not own.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(1, 0, 0, static_cast<uint64_t>(shard_size) + 1000, 4), std::move(f)); }
+  // 5. An unregistered sender.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(99, 0, 0, 0, 4), std::move(f)); }
+  // 6. Another connection speaking for worker 0.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(0, 0, 0, 0, 4), std::move(f)); }
+  // 7. An old clock and 8. a future clock.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(1, -1, 0, 0, 4), std::move(f)); }
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(1, 7, 0, 0, 4), std::move(f)); }
+  // 9. A gradient computed on a version the shard has not reached.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(1, 0, 1LL << 40, 0, 4), std::move(f)); }
+  // 10. Keys frame that does not match num_keys.
+  {
+    wire::Header h = Push(1, 0, 0, 0, 0);
+    h.set_num_keys(3);
+    std::vector<zmq::message_t> f;
+    f.push_back(zmq::message_t(16));
+    f.push_back(vals(3));
+    send(h, std::move(f));
+  }
+  // 11. An absurd segment length.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); send(Push(1, 0, 0, 0, 1ULL << 50), std::move(f)); }
+  // 12. A message type servers do not take.
+  { wire::Header h; h.set_type(wire::BARRIER); h.set_sender_role(wire::WORKER); h.set_sender_rank(1); send(h, {}); }
+
+  // Collect replies: one pull answer and one ERROR per attack.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int replies = 0;
+  while (replies < out->sent + 1 && std::chrono::steady_clock::now() < deadline) {
+    zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
+    std::vector<zmq::message_t> parts;
+    zmq::message_t part;
+    do {
+      (void)s.recv(part);
+      parts.push_back(std::move(part));
+    } while (s.get(zmq::sockopt::rcvmore));
+    wire::Header h;
+    ASSERT_TRUE(h.ParseFromArray(parts[0].data(), static_cast<int>(parts[0].size())));
+    ++replies;
+    if (h.type() == wire::ERROR) {
+      out->errors_answered++;
+      out->error_messages.push_back(h.error_message());
+    }
+  }
+}
+
+Outcome RunJob(bool attack) {
+  Outcome out;
+  BlobsOptions bo;
+  bo.n = 640;
+  bo.dim = 10;
+  bo.classes = 3;
+  Dataset data = MakeGaussianBlobs(bo);
+  ModelOptions mo;
+  mo.name = "mlp";
+  mo.input_dim = 10;
+  mo.num_classes = 3;
+  mo.hidden = {8};
+  zmq::context_t ctx(2);
+  SchedulerOptions so;
+  so.num_servers = 1;
+  so.num_workers = 2;
+  so.heartbeat_timeout_s = 5;
+  auto sched = std::move(Scheduler::Create(ctx, so)).value();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
+  ServerOptions sv;
+  sv.scheduler_endpoint = endpoint;
+  sv.mode = ConsistencyMode::kAsp;
+  sv.heartbeat_interval_s = 0.2;
+  auto server = std::move(Server::Create(ctx, sv)).value();
+  std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
+  std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
+
+  auto client_options = [&](int rank) {
+    SchedulerClientOptions c;
+    c.scheduler_endpoint = endpoint;
+    c.self.set_role(wire::WORKER);
+    c.self.set_host("127.0.0.1");
+    c.self.set_requested_rank(rank);
+    c.mode = "asp";
+    c.heartbeat_interval_s = 0.2;
+    return c;
+  };
+  auto model = std::move(CreateModel(mo)).value();
+  model->Initialize(0);
+  std::thread real([&] {
+    SchedulerClient sc(ctx, client_options(0));
+    auto table = sc.Register(20);
+    ASSERT_TRUE(table.ok()) << table.status();
+    auto ps = std::move(PsClient::Create(ctx, *table, 0, model->layout(), &sc)).value();
+    PsTrainOptions o;
+    o.train.batch = 16;
+    o.train.epochs = 4;
+    o.train.optimizer.momentum = 0.9f;
+    o.train.lr = {LrSchedule::Kind::kCosine, 0.05f, 0, 0};
+    o.num_workers = 2;
+    o.evaluate = false;
+    // Slow the real worker a little so that the attack lands in the middle of training.
+    o.step_hook = [](int64_t) { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
+    PsTrainer t(o, model.get(), &data, &data, nullptr, ps.get(), &sc);
+    auto r = t.Run();
+    EXPECT_TRUE(r.ok()) << r.status();
+    sc.Finished(OkStatus());
+    sc.Flush(1);
+  });
+  // Worker 1 is the test: it registers, passes the barriers, and (maybe) attacks in between.
+  SchedulerClient sc(ctx, client_options(1));
+  auto table = sc.Register(20);
+  EXPECT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(sc.Barrier("init", "workers", 20).ok());
+  if (attack) Attack(ctx, server->port(), model->num_params(), &out);
+  EXPECT_TRUE(sc.Barrier("trained", "workers", 60).ok());
+  sc.Finished(OkStatus());
+  sc.Flush(1);
+  real.join();
+  sv_thread.join();
+  st.join();
+  out.params = server->params();
+  out.stats = server->stats();
+  return out;
+}
+
+TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
+  Outcome clean = RunJob(false);
+  Outcome attacked = RunJob(true);
+  EXPECT_EQ(attacked.sent, 12);
+  EXPECT_EQ(attacked.errors_answered, attacked.sent);
+  for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
+  EXPECT_EQ(attacked.stats.rejected, attacked.sent);
+  EXPECT_GE(attacked.stats.malformed, 4);  // garbage, truncated, wrong length, keys mismatch
+  EXPECT_EQ(clean.stats.rejected, 0);
+  EXPECT_EQ(attacked.stats.pushes, clean.stats.pushes);
+  ASSERT_EQ(clean.params.size(), attacked.params.size());
+  EXPECT_EQ(0, std::memcmp(clean.params.data(), attacked.params.data(), clean.params.size() * sizeof(float)))
+      << "an attack changed the parameters";
+}
+
+}  // namespace
+}  // namespace gradsync

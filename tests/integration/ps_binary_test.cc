@@ -1,0 +1,97 @@
+// The parameter-server binaries as a user starts them: gradsync-launch, mode mismatches, flags.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync::testing {
+namespace {
+
+TEST(PsBinaryTest, LaunchRunsAWholeJobAndWritesItsFiles) {
+  TempDir dir;
+  ProcessResult r = RunProcess({BinaryPath("gradsync-launch"), "--servers=2", "--workers=2", "--mode=ssp",
+                                "--staleness=1", "--out=" + dir.path(), "--", "--dataset=blobs", "--hidden=16",
+                                "--epochs=2", "--max-steps=60", "--batch=16", "--log-every=10"},
+                               120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("final test_acc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("job: ssp s=1, 2 servers, 2 workers: 120 gradients applied"), std::string::npos) << r.out;
+  for (const char* f : {"worker-0.csv", "worker-1.csv", "server-0.csv", "server-1.csv", "commands.txt",
+                        "logs/scheduler.log", "logs/server-0.log", "logs/worker-1.log"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.File(f))) << f;
+  }
+  std::ifstream csv(dir.File("worker-0.csv"));
+  std::string header, row;
+  std::getline(csv, header);
+  std::getline(csv, row);
+  EXPECT_EQ(row.rfind("local,0,10,", 0), 0u) << row;  // run name, worker, step
+}
+
+TEST(PsBinaryTest, AFailingWorkerStopsTheWholeJob) {
+  TempDir dir;
+  // Worker flags that only fail after registration (a missing data directory).
+  ProcessResult r = RunProcess({BinaryPath("gradsync-launch"), "--servers=1", "--workers=2", "--mode=bsp",
+                                "--heartbeat-timeout=2", "--out=" + dir.path(), "--", "--data-dir=" + dir.path()},
+                               60);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("worker"), std::string::npos) << r.err;
+  // No process of the job survives: the launcher killed its process group.
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "--", "--out=" + dir.path()}, 10);
+  EXPECT_EQ(ps.exit_code, 1) << ps.out;
+}
+
+TEST(PsBinaryTest, AModeMismatchIsRefusedWithAClearError) {
+  TempDir dir;
+  const std::string port_file = dir.File("port");
+  std::thread sched([&] {
+    RunProcess({BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=1", "--num-workers=1",
+                "--port-file=" + port_file, "--register-timeout=4"},
+               30);
+  });
+  std::string port;
+  for (int i = 0; i < 200 && port.empty(); ++i) {
+    std::ifstream f(port_file);
+    if (f) std::getline(f, port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_FALSE(port.empty());
+  std::thread server([&] {
+    RunProcess({BinaryPath("gradsync-server"), "--role=server", "--mode=bsp", "--scheduler=127.0.0.1:" + port,
+                "--heartbeat-timeout=3"},
+               30);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ProcessResult w = RunProcess({BinaryPath("gradsync-worker"), "--mode=asp", "--scheduler=127.0.0.1:" + port,
+                                "--dataset=blobs"},
+                               30);
+  EXPECT_EQ(w.exit_code, 2) << w.err;
+  EXPECT_NE(w.err.find("mode mismatch: this job runs bsp"), std::string::npos) << w.err;
+  EXPECT_NE(w.err.find("asked for asp"), std::string::npos) << w.err;
+  // The scheduler and server give up on their own (register timeout / lost scheduler).
+  sched.join();
+  server.join();
+}
+
+TEST(PsBinaryTest, ServerFlagErrors) {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--role=server"},
+           {"--role=server", "--mode=bsp"},
+           {"--role=server", "--mode=sync", "--scheduler=127.0.0.1:1"},
+           {"--role=server", "--mode=bsp", "--staleness=2", "--scheduler=127.0.0.1:1"},
+           {"--role=server", "--mode=bsp", "--scheduler=localhost"},
+           {"--role=scheduler", "--num-workers=2"},
+           {"--role=scheduler", "--num-servers=1", "--num-workers=0"},
+           {"--role=boss"}}) {
+    args.insert(args.begin(), BinaryPath("gradsync-server"));
+    ProcessResult r = RunProcess(args, 10);
+    EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace gradsync::testing

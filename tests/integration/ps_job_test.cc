@@ -1,0 +1,226 @@
+// Parameter-server jobs in one process (threads over 127.0.0.1): the modes' semantics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "common/rng.h"
+#include "common/synthetic.h"
+#include "common/tensor.h"
+#include "tests/support/ps_job.h"
+
+namespace gradsync::testing {
+namespace {
+
+Dataset Blobs(int64_t n, int classes = 4) {
+  BlobsOptions bo;
+  bo.n = n;
+  bo.dim = 12;
+  bo.classes = classes;
+  bo.center_scale = 0.8f;
+  return MakeGaussianBlobs(bo);
+}
+
+ModelOptions SmallMlp() {
+  ModelOptions m;
+  m.name = "mlp";
+  m.input_dim = 12;
+  m.num_classes = 4;
+  m.hidden = {16};
+  return m;
+}
+
+LocalTrainOptions Train(int64_t batch, int64_t steps, float momentum) {
+  LocalTrainOptions t;
+  t.batch = batch;
+  t.epochs = 100;
+  t.max_steps = steps;
+  t.seed = 5;
+  t.lr = {LrSchedule::Kind::kCosine, 0.05f, 0, 0.0f};
+  t.optimizer.momentum = momentum;
+  t.optimizer.weight_decay = 1e-4f;
+  return t;
+}
+
+// With one worker every mode is local SGD, step for step.
+class OneWorkerTest : public ::testing::TestWithParam<std::pair<ConsistencyMode, int>> {};
+
+TEST_P(OneWorkerTest, EqualsLocalStepForStep) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o;
+  o.mode = GetParam().first;
+  o.staleness = GetParam().second;
+  o.num_servers = 2;
+  o.num_workers = 1;
+  o.model = SmallMlp();
+  o.train = Train(32, 200, 0.9f);
+  o.train.lr.total_steps = 200;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  LocalTrainOptions local = o.train;
+  std::vector<float> expect = RunLocal(o.model, local, 0, data);
+  ASSERT_EQ(r.params.size(), expect.size());
+  EXPECT_LE(MaxRelativeDiff(r.params, expect), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, OneWorkerTest,
+                         ::testing::Values(std::make_pair(ConsistencyMode::kBsp, 0),
+                                           std::make_pair(ConsistencyMode::kSsp, 3),
+                                           std::make_pair(ConsistencyMode::kAsp, 0)),
+                         [](const auto& p) {
+                           return ConsistencyModeName(p.param.first) + std::to_string(p.param.second);
+                         });
+
+TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kBsp;
+  o.num_servers = 2;
+  o.num_workers = 4;
+  o.model = SmallMlp();
+  o.train = Train(8, 200, 0.9f);  // 4 x 8 = 32 per step; 1600 / 32 = 50 steps per epoch
+  o.train.lr.total_steps = 200;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  LocalTrainOptions local = o.train;
+  local.batch = 32;
+  std::vector<float> expect = RunLocal(o.model, local, 0, data);
+  const double diff = MaxRelativeDiff(r.params, expect, 1e-3);
+  RecordProperty("max_relative_diff", std::to_string(diff));
+  EXPECT_LE(diff, 1e-5);
+  for (const auto& st : r.server_stats) {
+    EXPECT_EQ(st.pushes, 4 * 200);
+    ASSERT_EQ(st.staleness.size(), 1u);
+    EXPECT_EQ(st.staleness.begin()->first, 0);  // bsp: every gradient applied on its own version
+  }
+}
+
+class SspBoundTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
+  const int s = GetParam();
+  Dataset data = Blobs(960);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kSsp;
+  o.staleness = s;
+  o.num_servers = 2;
+  o.num_workers = 3;
+  o.model = SmallMlp();
+  o.train = Train(8, 60, 0.0f);
+  o.train.lr.total_steps = 60;
+  // Seeded random delays, heavier on worker 2, so that the fast ones run into the bound.
+  o.delay_ms = [](int w, int64_t step) {
+    Rng rng(Rng::Derive(11, static_cast<uint64_t>(w), static_cast<uint64_t>(step)));
+    return (w == 2 ? 4.0 : 0.5) * rng.UniformDouble();
+  };
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  int64_t checked = 0, held_back_possible = 0;
+  for (const auto& log : r.pulls) {
+    for (const PullRecord& p : log) {
+      // Ho et al.: a read at clock c sees every update of clocks <= c - s - 1, i.e. every live
+      // worker has pushed >= c - s gradients when the pull is answered.
+      if (s == 0) {
+        EXPECT_GE(p.rounds_applied, p.clock) << "worker " << p.worker << " clock " << p.clock;
+      } else {
+        EXPECT_GE(p.min_live_clock, p.clock - s) << "worker " << p.worker << " clock " << p.clock;
+      }
+      held_back_possible += p.clock - p.min_live_clock > 0;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * 3 * 60);  // every pull of every step (no evaluation pulls here)
+  if (s > 0) {
+    EXPECT_GT(held_back_possible, 0) << "the delays never let a worker run ahead";
+  }
+  if (s == 0) {
+    // ssp(0) gives the bsp result.
+    PsJobOptions b = o;
+    b.mode = ConsistencyMode::kBsp;
+    b.staleness = 0;
+    PsJobResult rb = RunPsJob(b, data, data);
+    ASSERT_TRUE(rb.status.ok()) << rb.status;
+    EXPECT_LE(MaxRelativeDiff(r.params, rb.params, 1e-3), 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bounds, SspBoundTest, ::testing::Values(0, 1, 3));
+
+TEST(PsJobTest, AspWithASlowWorkerSeesStalenessAndStillConverges) {
+  Dataset data = Blobs(1200, 3);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kAsp;
+  o.num_servers = 2;
+  o.num_workers = 3;
+  o.model.name = "softmax";  // convex
+  o.model.input_dim = 12;
+  o.model.num_classes = 3;
+  o.train = Train(16, 120, 0.0f);
+  o.train.lr = {LrSchedule::Kind::kConstant, 0.1f, 0, 0.0f};
+  o.delay_ms = [](int w, int64_t) { return w == 0 ? 3.0 : 0.0; };
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  int64_t stale = 0, max_stale = 0;
+  for (const auto& st : r.server_stats) {
+    for (const auto& [k, v] : st.staleness) {
+      if (k > 0) stale += v;
+      max_stale = std::max(max_stale, k);
+    }
+  }
+  EXPECT_GT(stale, 0);
+  EXPECT_GE(max_stale, 2);
+  auto model = std::move(CreateModel(o.model)).value();
+  std::copy(r.params.begin(), r.params.end(), model->params().begin());
+  EvalResult after = Evaluate(*model, data);
+  model->Initialize(0);
+  EvalResult before = Evaluate(*model, data);
+  EXPECT_LT(after.loss, 0.5 * before.loss);
+  EXPECT_GT(after.accuracy, 0.9);
+}
+
+TEST(PsJobTest, SparseModelTrainsOverTheServers) {
+  SparseLogisticOptions so;
+  so.n = 4000;
+  so.feature_bits = 16;
+  so.nnz = 10;
+  Dataset data = MakeSparseLogistic(so);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kBsp;
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.model.name = "sparse_logreg";
+  o.model.feature_bits = 16;
+  o.train = Train(25, 160, 0.0f);
+  o.train.lr = {LrSchedule::Kind::kConstant, 4.0f, 0, 0.0f};
+  o.train.optimizer.weight_decay = 0;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  LocalTrainOptions local = o.train;
+  local.batch = 50;
+  std::vector<float> expect = RunLocal(o.model, local, 0, data);
+  EXPECT_LE(MaxRelativeDiff(r.params, expect, 1e-3), 1e-5);
+}
+
+TEST(PsJobTest, ADeadServerIsReportedByNameWithinTheTimeout) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kBsp;
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.model = SmallMlp();
+  o.train = Train(8, 100000, 0.0f);  // would run for minutes
+  o.heartbeat_timeout_s = 1.0;
+  o.kill_server = 1;
+  o.kill_after_s = 0.3;
+  o.timeout_s = 30;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status;
+  EXPECT_NE(r.status.message().find("server 1"), std::string::npos) << r.status;
+  EXPECT_NE(r.status.message().find("dead"), std::string::npos) << r.status;
+  ASSERT_GE(r.kill_to_failure_s, 0);
+  EXPECT_LT(r.kill_to_failure_s, 2 * o.heartbeat_timeout_s + 0.5);
+}
+
+}  // namespace
+}  // namespace gradsync::testing

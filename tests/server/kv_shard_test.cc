@@ -1,0 +1,74 @@
+#include "server/kv_shard.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync {
+namespace {
+
+std::vector<TensorInfo> Layout() {
+  return {{"emb", {8}, 0, 8, true}, {"w", {4}, 8, 4, false}};
+}
+
+TEST(KvShardTest, ValidateRejectsOutOfRangeAndBadKeys) {
+  KvShard s({4, 12}, Layout(), {}, {}, 2, false);
+  std::vector<SegmentRef> ok = {{8, 4}};
+  size_t four = 4;
+  EXPECT_TRUE(s.Validate(ok, {}, &four).ok());
+  std::vector<SegmentRef> outside = {{2, 4}};
+  EXPECT_EQ(s.Validate(outside, {}, nullptr).code(), StatusCode::kInvalidArgument);
+  std::vector<SegmentRef> past_end = {{10, 4}};
+  EXPECT_FALSE(s.Validate(past_end, {}, nullptr).ok());
+  size_t three = 3;
+  EXPECT_FALSE(s.Validate(ok, {}, &three).ok());
+  std::vector<uint64_t> unsorted = {6, 5}, dense_key = {9}, foreign = {1};
+  EXPECT_FALSE(s.Validate({}, unsorted, nullptr).ok());
+  EXPECT_FALSE(s.Validate({}, dense_key, nullptr).ok());
+  EXPECT_FALSE(s.Validate({}, foreign, nullptr).ok());
+  std::vector<uint64_t> good = {4, 7};
+  EXPECT_TRUE(s.Validate({}, good, nullptr).ok());
+}
+
+TEST(KvShardTest, ApplyScalesByWorkersAndAccumulateAppliesTheMean) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+  KvShard now({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/false);
+  KvShard bsp({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/true);
+  std::vector<float> init = {1, 1, 1, 1};
+  now.SetValues(init);
+  bsp.SetValues(init);
+  std::vector<SegmentRef> seg = {{8, 4}};
+  std::vector<float> g1 = {2, 0, 4, 8}, g2 = {2, 4, 0, -8};
+  now.Apply(seg, {}, g1.data());
+  now.Apply(seg, {}, g2.data());
+  bsp.Accumulate(seg, {}, g1.data());
+  bsp.Accumulate(seg, {}, g2.data());
+  bsp.ApplyAccumulated(2);
+  // w - 0.5 * (g1 + g2) / 2
+  std::vector<float> expect = {0, 0, 0, 1};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(now.params()[i], expect[i]) << i;
+    EXPECT_FLOAT_EQ(bsp.params()[i], expect[i]) << i;
+  }
+  EXPECT_EQ(now.version(), 2);
+  EXPECT_EQ(bsp.version(), 2);
+  EXPECT_EQ(now.step(), 1);
+  EXPECT_EQ(bsp.step(), 1);
+}
+
+TEST(KvShardTest, SparseKeysAndRead) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 1.0f, 0, 0};
+  KvShard s({0, 12}, Layout(), {}, lr, 1, true);
+  std::vector<float> init(12, 0.0f);
+  s.SetValues(init);
+  std::vector<uint64_t> keys = {3, 6};
+  std::vector<float> g = {1, 2};
+  s.Accumulate({}, keys, g.data());
+  s.ApplyAccumulated(1);
+  std::vector<float> out(2);
+  s.Read({}, keys, out.data());
+  EXPECT_FLOAT_EQ(out[0], -1);
+  EXPECT_FLOAT_EQ(out[1], -2);
+  EXPECT_FLOAT_EQ(s.params()[0], 0);
+}
+
+}  // namespace
+}  // namespace gradsync

@@ -1,0 +1,160 @@
+#include "tests/support/ps_job.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "common/scheduler_client.h"
+#include "server/scheduler.h"
+#include "worker/ps_client.h"
+#include "worker/ps_trainer.h"
+
+namespace gradsync::testing {
+
+std::vector<float> RunLocal(const ModelOptions& model_options, const LocalTrainOptions& train, uint64_t init_seed,
+                            const Dataset& data) {
+  auto model = std::move(CreateModel(model_options)).value();
+  model->Initialize(init_seed);
+  LocalTrainer t(train, model.get(), &data, &data, nullptr);
+  auto r = t.Run();
+  GRADSYNC_CHECK(r.ok()) << r.status();
+  return std::vector<float>(model->params().begin(), model->params().end());
+}
+
+PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset& test) {
+  PsJobResult result;
+  zmq::context_t ctx(2);
+  SchedulerOptions so;
+  so.num_servers = o.num_servers;
+  so.num_workers = o.num_workers;
+  so.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  so.register_timeout_s = 30;
+  auto sched = Scheduler::Create(ctx, so);
+  GRADSYNC_CHECK(sched.ok()) << sched.status();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string((*sched)->port());
+  std::mutex mu;
+  std::chrono::steady_clock::time_point killed_at{};
+  auto fail = [&](const Status& s) {
+    std::lock_guard lock(mu);
+    if (result.status.ok() && !s.ok()) {
+      result.status = s;
+      if (killed_at != std::chrono::steady_clock::time_point{}) {
+        result.kill_to_failure_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+      }
+    }
+  };
+
+  std::vector<std::unique_ptr<Server>> servers;
+  for (int i = 0; i < o.num_servers; ++i) {
+    ServerOptions opt;
+    opt.scheduler_endpoint = endpoint;
+    opt.mode = o.mode;
+    opt.staleness = o.staleness;
+    opt.requested_rank = i;
+    opt.heartbeat_interval_s = 0.2;
+    opt.scheduler_timeout_s = o.heartbeat_timeout_s;
+    opt.record_pulls = true;
+    auto s = Server::Create(ctx, opt);
+    GRADSYNC_CHECK(s.ok()) << s.status();
+    servers.push_back(std::move(s).value());
+  }
+  std::vector<uint16_t> ports;
+  for (auto& s : servers) ports.push_back(s->port());
+
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { fail((*sched)->Run().WithContext("scheduler")); });
+  for (auto& s : servers) threads.emplace_back([&, srv = s.get()] { fail(srv->Run().WithContext("server")); });
+
+  std::atomic<int> past_init{0};
+  for (int w = 0; w < o.num_workers; ++w) {
+    threads.emplace_back([&, w] {
+      SchedulerClientOptions sc;
+      sc.scheduler_endpoint = endpoint;
+      sc.self.set_role(wire::WORKER);
+      sc.self.set_host("127.0.0.1");
+      sc.self.set_requested_rank(w);
+      sc.mode = ConsistencyModeName(o.mode);
+      sc.staleness = o.mode == ConsistencyMode::kSsp ? o.staleness : 0;
+      sc.heartbeat_interval_s = 0.2;
+      sc.scheduler_timeout_s = o.heartbeat_timeout_s;
+      SchedulerClient client(ctx, sc);
+      Status status;
+      auto table = client.Register(30);
+      if (!table.ok()) {
+        fail(table.status());
+        return;
+      }
+      auto model = std::move(CreateModel(o.model)).value();
+      model->Initialize(o.init_seed);
+      auto ps = PsClient::Create(ctx, *table, client.rank(), model->layout(), &client);
+      if (!ps.ok()) {
+        fail(ps.status());
+        client.Finished(ps.status());
+        client.Flush(1);
+        return;
+      }
+      PsTrainOptions pto;
+      pto.train = o.train;
+      pto.rank = client.rank();
+      pto.num_workers = o.num_workers;
+      pto.request_timeout_s = 30;
+      pto.barrier_timeout_s = 60;
+      pto.evaluate = false;
+      // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
+      if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
+        double d = o.delay_ms(w, step);
+        if (d > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(d));
+      };
+      pto.after_init = [&] { past_init++; };
+      PsTrainer trainer(pto, model.get(), &train, &test, nullptr, ps->get(), &client);
+      auto r = trainer.Run();
+      status = r.ok() ? OkStatus() : r.status();
+      fail(status.WithContext("worker " + std::to_string(w)));
+      client.Finished(status);
+      client.Flush(1);
+    });
+  }
+  std::thread side;
+  if (o.side_task || o.kill_server >= 0) {
+    side = std::thread([&] {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (past_init.load() < o.num_workers && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (o.side_task) o.side_task(ports);
+      if (o.kill_server >= 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.kill_after_s));
+        {
+          std::lock_guard lock(mu);
+          killed_at = std::chrono::steady_clock::now();
+        }
+        servers[static_cast<size_t>(o.kill_server)]->Stop();
+      }
+    });
+  }
+  // A watchdog keeps a broken job from hanging the test.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.timeout_s);
+    while (!done.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!done.load()) {
+      fail(DeadlineExceededError("the test job ran past its time bound"));
+      (*sched)->Stop();
+      for (auto& s : servers) s->Stop();
+    }
+  });
+  for (auto& t : threads) t.join();
+  if (side.joinable()) side.join();
+  done = true;
+  watchdog.join();
+  for (auto& s : servers) {
+    auto p = s->params();
+    result.params.insert(result.params.end(), p.begin(), p.end());
+    result.pulls.push_back(s->pull_log());
+    result.server_stats.push_back(s->stats());
+  }
+  return result;
+}
+
+}  // namespace gradsync::testing

@@ -1,0 +1,51 @@
+// Test support: a whole parameter-server job inside one process (scheduler, servers and workers
+// as threads, talking ZeroMQ over 127.0.0.1 with ephemeral ports), bounded in time.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/dataset.h"
+#include "common/status.h"
+#include "models/model.h"
+#include "server/server.h"
+#include "worker/local_trainer.h"
+
+namespace gradsync::testing {
+
+struct PsJobOptions {
+  ConsistencyMode mode = ConsistencyMode::kBsp;
+  int staleness = 0;
+  int num_servers = 2;
+  int num_workers = 2;
+  ModelOptions model;
+  LocalTrainOptions train;          // per-worker batch, max_steps, optimizer, lr...
+  uint64_t init_seed = 0;
+  // Extra delay before worker w's compute in step c (stragglers); may be empty.
+  std::function<double(int worker, int64_t step)> delay_ms;
+  double heartbeat_timeout_s = 5.0;
+  double timeout_s = 120.0;
+  // Stops server `kill_server` (it goes silent, as if killed) `kill_after_s` after the workers
+  // passed the "init" barrier; -1: none.
+  int kill_server = -1;
+  double kill_after_s = 0;
+  // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
+  std::function<void(const std::vector<uint16_t>& server_ports)> side_task;
+};
+
+struct PsJobResult {
+  Status status;                       // the first failure, if any
+  std::vector<float> params;           // all shards' parameters, concatenated
+  std::vector<std::vector<PullRecord>> pulls;  // per server
+  std::vector<ServerStats> server_stats;
+  double kill_to_failure_s = -1;  // from the kill to the first worker failure
+};
+
+PsJobResult RunPsJob(const PsJobOptions& options, const Dataset& train, const Dataset& test);
+
+// Local SGD with the same settings (the reference): returns the parameters after training.
+std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& train, uint64_t init_seed,
+                            const Dataset& data);
+
+}  // namespace gradsync::testing
