@@ -24,18 +24,19 @@ Optimizer::Optimizer(const OptimizerOptions& options, int64_t size) : options_(o
   if (options_.momentum > 0.0f) velocity_.assign(static_cast<size_t>(size), 0.0f);
 }
 
-void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset) {
+void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset, float grad_scale) {
   GRADSYNC_CHECK(params.size() == grad.size()) << params.size() << " vs " << grad.size();
   const size_t n = grad.size();
   float* w = params.data();
   const float* g = grad.data();
   const float wd = options_.weight_decay;
   const float mu = options_.momentum;
+  const float gs = grad_scale;
   if (mu == 0.0f) {
     if (wd == 0.0f) {
-      for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * (gs * g[i]);
     } else {
-      for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * (gs * g[i] + wd * w[i]);
     }
     return;
   }
@@ -44,13 +45,13 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
   float* b = velocity_.data() + offset;
   if (options_.nesterov) {
     for (size_t i = 0; i < n; ++i) {
-      float gi = g[i] + wd * w[i];
+      float gi = gs * g[i] + wd * w[i];
       b[i] = mu * b[i] + gi;
       w[i] -= lr * (gi + mu * b[i]);
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
-      float gi = g[i] + wd * w[i];
+      float gi = gs * g[i] + wd * w[i];
       b[i] = mu * b[i] + gi;
       w[i] -= lr * b[i];
     }

@@ -34,8 +34,9 @@ class Optimizer {
  public:
   Optimizer(const OptimizerOptions& options, int64_t size);
 
-  // Updates params[offset, offset + grad.size()) from grad; `params` is that range.
-  void Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset = 0);
+  // Updates params[offset, offset + grad.size()) from grad_scale * grad; `params` is that range.
+  // (A scale of 1 is exact, so a scaled step with 1 equals the plain one bit for bit.)
+  void Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset = 0, float grad_scale = 1.0f);
 
   // Sparse update: params[keys[i]] from values[i], where `params` is the range starting at
   // `offset` of this optimizer's state. Keys must be unique. Momentum state is kept per key and

@@ -1,5 +1,7 @@
 #include "common/transport.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -40,6 +42,13 @@ Result<uint64_t> ExpectedValueCount(const wire::Header& h) {
   }
   if (total > (uint64_t{1} << 40)) return InvalidArgumentError("message describes too many values");
   return total;
+}
+
+void TuneAllocatorForLargeMessages() {
+  // glibc caps M_MMAP_THRESHOLD at 32 MiB, so mmap is switched off outright; freed memory stays
+  // in the heap (trim threshold) for the next message of the same size.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port) {
@@ -94,12 +103,13 @@ Result<Socket> Socket::Connect(zmq::context_t& ctx, zmq::socket_type type, const
 Status Socket::Send(const std::string& peer, const wire::Header& header, const Payload& payload) {
   wire::Header h = header;
   h.set_num_keys(payload.keys.size());
-  h.set_has_values(payload.has_values || !payload.values.empty());
+  h.set_has_values(payload.has_values || !payload.values.empty() || payload.values_frame);
   std::string bytes;
   if (!h.SerializeToString(&bytes)) return InternalError("cannot serialize a message header");
   const bool with_keys = !payload.keys.empty();
   const bool with_values = h.has_values();
-  uint64_t total = bytes.size() + payload.keys.size_bytes() + payload.values.size_bytes();
+  uint64_t total = bytes.size() + payload.keys.size_bytes() +
+                   (payload.values_frame ? payload.values_frame->size() : payload.values.size_bytes());
   auto frame = [&](const void* data, size_t size) {
     if (payload.lent && size > 0) {
       payload.lent->n_.fetch_add(1, std::memory_order_relaxed);
@@ -126,7 +136,10 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
       return UnavailableError("send timed out (peer gone or queue full)");
     }
     if (with_keys) socket_.send(frame(payload.keys.data(), payload.keys.size_bytes()), more(with_values));
-    if (with_values) socket_.send(frame(payload.values.data(), payload.values.size_bytes()), zmq::send_flags::none);
+    if (with_values) {
+      if (payload.values_frame) socket_.send(*payload.values_frame, zmq::send_flags::none);
+      else socket_.send(frame(payload.values.data(), payload.values.size_bytes()), zmq::send_flags::none);
+    }
   } catch (const zmq::error_t& e) {
     return UnavailableError(std::string("send failed: ") + e.what());
   }

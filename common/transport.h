@@ -50,6 +50,9 @@ struct Payload {
   // Zero-copy: when set, `keys` and `values` are lent to ZeroMQ and must stay unchanged until
   // lent->count() drops back; otherwise they are copied into the message.
   std::shared_ptr<InflightCounter> lent;
+  // Alternatively a values frame already built (e.g. filled in place by the sender); it is
+  // moved into the message and `values` is ignored.
+  zmq::message_t* values_frame = nullptr;
 };
 
 struct Message {
@@ -118,6 +121,10 @@ class Socket {
 // The number of values a header's segments and keys describe: sum of lengths + num_keys.
 // Fails on overflow.
 Result<uint64_t> ExpectedValueCount(const wire::Header& h);
+
+// Keeps large buffers (ZeroMQ messages of megabytes) in the heap instead of fresh mmap()s, whose
+// page faults and unmaps otherwise cost more than the copies. Binaries call it once at start.
+void TuneAllocatorForLargeMessages();
 
 // "host:port" -> tcp endpoint parts; rejects a missing or bad port.
 Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port);

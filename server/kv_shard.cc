@@ -81,13 +81,7 @@ void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64
     const int64_t local = s.offset - range_.begin;
     std::span<float> w(params_.data() + local, static_cast<size_t>(s.length));
     std::span<const float> g(values, static_cast<size_t>(s.length));
-    if (num_workers_ == 1) {
-      optimizer_.Step(w, g, lr, local);
-    } else {
-      scratch_.resize(g.size());
-      for (size_t i = 0; i < g.size(); ++i) scratch_[i] = g[i] * inv_workers_;
-      optimizer_.Step(w, scratch_, lr, local);
-    }
+    optimizer_.Step(w, g, lr, local, inv_workers_);
     values += s.length;
   }
   if (!keys.empty()) {
@@ -126,10 +120,7 @@ void KvShard::ApplyAccumulated(int count) {
   const float inv = 1.0f / static_cast<float>(count);
   for (const auto& r : dense_runs_) {
     std::span<float> a(accum_.data() + r.begin, static_cast<size_t>(r.size()));
-    if (count > 1) {
-      for (float& v : a) v *= inv;
-    }
-    optimizer_.Step(std::span<float>(params_.data() + r.begin, a.size()), a, lr, r.begin);
+    optimizer_.Step(std::span<float>(params_.data() + r.begin, a.size()), a, lr, r.begin, inv);
     std::fill(a.begin(), a.end(), 0.0f);
   }
   if (!touched_keys_.empty()) {

@@ -63,6 +63,7 @@ int Main(int argc, char** argv) {
       ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
       ("out", po::value<std::string>(), "server: write server-<rank>.csv (staleness histogram) here");
   auto vm = flags.ParseOrExit(argc, argv);
+  TuneAllocatorForLargeMessages();
   if (!vm.count("role")) flags.Fail("--role is required (scheduler|server)");
   const std::string role = vm["role"].as<std::string>();
   const int port = vm["port"].as<int>();

@@ -134,19 +134,10 @@ Status Server::HandlePush(const Message& m) {
     m.CopyValues(read_buffer_.data());
     values = read_buffer_.data();
   }
-  double staleness = -1;
-  if (controller_->aggregates()) {
-    HeldPush& held = round_[h.sender_rank()];
-    held.segments = segs;
-    held.keys = key_buffer_;
-    held.values.assign(values, values + n);
-    staleness = static_cast<double>(shard_->version() - h.version());
-    stats_.staleness[shard_->version() - h.version()]++;
-  } else {
-    staleness = static_cast<double>(shard_->version() - h.version());
-    stats_.staleness[shard_->version() - h.version()]++;
-    shard_->Apply(segs, key_buffer_, values);
-  }
+  // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
+  // is on its way while the update runs; requests from one worker are still handled in order.
+  const int64_t staleness = shard_->version() - h.version();
+  stats_.staleness[staleness]++;
   stats_.pushes++;
   wire::Header reply;
   reply.set_type(wire::PUSH_REPLY);
@@ -154,8 +145,16 @@ Status Server::HandlePush(const Message& m) {
   reply.set_sender_rank(rank_);
   reply.set_request_id(h.request_id());
   reply.set_clock(h.clock());
-  reply.set_observed_staleness(staleness);
+  reply.set_observed_staleness(static_cast<double>(staleness));
   Status s = socket_.Send(m.peer, reply);
+  if (controller_->aggregates()) {
+    HeldPush& held = round_[h.sender_rank()];
+    held.segments = segs;
+    held.keys = key_buffer_;
+    held.values.assign(values, values + n);
+  } else {
+    shard_->Apply(segs, key_buffer_, values);
+  }
   if (controller_->RoundComplete()) ApplyRound();
   AnswerParked();
   return s;
@@ -192,9 +191,18 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
   if (!keys.empty()) m.CopyKeys(keys.data());
   uint64_t n = keys.size();
   for (const auto& s : segs) n += static_cast<uint64_t>(s.length);
-  // The reply owns a snapshot: the shard may change before ZeroMQ has sent the bytes.
-  read_buffer_.resize(n);
-  shard_->Read(segs, keys, read_buffer_.data());
+  // The reply carries a snapshot (the shard may change before ZeroMQ has sent the bytes): one
+  // copy into a pooled buffer that ZeroMQ sends without copying again.
+  ReplyBuffer* buf = AcquireReplyBuffer(n);
+  zmq::message_t frame;
+  float* dst = nullptr;
+  if (buf) {
+    dst = buf->data.data();
+  } else {
+    frame.rebuild(n * sizeof(float));
+    dst = static_cast<float*>(frame.data());
+  }
+  shard_->Read(segs, keys, dst);
   wire::Header reply;
   reply.set_type(wire::PULL_REPLY);
   reply.set_sender_role(wire::SERVER);
@@ -206,7 +214,12 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
   *reply.mutable_segments() = h.segments();
   Payload p;
   p.has_values = true;
-  p.values = read_buffer_;
+  if (buf) {
+    p.values = std::span<const float>(buf->data.data(), n);
+    p.lent = buf->inflight;
+  } else {
+    p.values_frame = &frame;
+  }
   p.keys = keys;  // echoed, so that a reply describes itself
   Status s = socket_.Send(m.peer, reply, p);
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
@@ -215,6 +228,23 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
     pull_log_.push_back({h.sender_rank(), h.clock(), controller_->min_live_clock(), controller_->rounds_applied(),
                          shard_->version()});
   }
+}
+
+Server::ReplyBuffer* Server::AcquireReplyBuffer(size_t n) {
+  constexpr size_t kMaxBuffers = 16;
+  ReplyBuffer* best = nullptr;
+  for (auto& b : reply_pool_) {
+    if (b->inflight->count() != 0) continue;
+    if (b->data.size() >= n) return b.get();
+    best = b.get();
+  }
+  if (!best) {
+    if (reply_pool_.size() >= kMaxBuffers) return nullptr;  // all in flight: build a fresh frame
+    reply_pool_.push_back(std::make_unique<ReplyBuffer>());
+    best = reply_pool_.back().get();
+  }
+  best->data.resize(n);
+  return best;
 }
 
 void Server::AnswerParked() {

@@ -85,6 +85,15 @@ class Server {
   };
   void ApplyRound();
 
+  // Reply buffers lent to ZeroMQ and reused once it releases them: a pull reply is one copy
+  // (the snapshot) into memory that is already mapped.
+  struct ReplyBuffer {
+    std::vector<float> data;
+    std::shared_ptr<InflightCounter> inflight = std::make_shared<InflightCounter>();
+  };
+  ReplyBuffer* AcquireReplyBuffer(size_t n);
+  std::vector<std::unique_ptr<ReplyBuffer>> reply_pool_;
+
   struct Parked {
     Message msg;
     double since = 0;

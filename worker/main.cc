@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/flags.h"
+#include "common/transport.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "models/model.h"
@@ -52,6 +53,7 @@ int Main(int argc, char** argv) {
       ("out", po::value<std::string>(), "directory for worker-<rank>.csv")
       ("run", po::value<std::string>()->default_value("local"), "run name written in the metrics");
   auto vm = flags.ParseOrExit(argc, argv);
+  TuneAllocatorForLargeMessages();
 
   const std::string mode = vm["mode"].as<std::string>();
   if (mode == "allreduce") flags.Fail("--mode=allreduce is not available in this build yet");
