@@ -214,13 +214,16 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
   *reply.mutable_segments() = h.segments();
   Payload p;
   p.has_values = true;
+  // Keys are echoed, so that a reply describes itself.
   if (buf) {
+    buf->keys = std::move(keys);  // lent frames must outlive this function
     p.values = std::span<const float>(buf->data.data(), n);
+    p.keys = buf->keys;
     p.lent = buf->inflight;
   } else {
     p.values_frame = &frame;
+    p.keys = keys;
   }
-  p.keys = keys;  // echoed, so that a reply describes itself
   Status s = socket_.Send(m.peer, reply, p);
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
   stats_.pulls++;

@@ -89,6 +89,7 @@ class Server {
   // (the snapshot) into memory that is already mapped.
   struct ReplyBuffer {
     std::vector<float> data;
+    std::vector<uint64_t> keys;
     std::shared_ptr<InflightCounter> inflight = std::make_shared<InflightCounter>();
   };
   ReplyBuffer* AcquireReplyBuffer(size_t n);
