@@ -15,6 +15,18 @@ void PutNumber(std::string* s, double v, const char* fmt) {
 }
 }  // namespace
 
+int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q) {
+  int64_t total = 0;
+  for (const auto& [k, v] : hist) total += v;
+  if (total == 0) return 0;
+  int64_t seen = 0;
+  for (const auto& [k, v] : hist) {
+    seen += v;
+    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return k;
+  }
+  return hist.rbegin()->first;
+}
+
 Result<MetricsWriter> MetricsWriter::Open(const std::string& path, std::string run, int worker) {
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -30,6 +31,10 @@ struct MetricsRow {
   double test_loss = NAN;
   double test_accuracy = NAN;  // fraction in [0, 1]
 };
+
+// The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
+// count reaches q of the total; 0 for an empty histogram.
+int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q);
 
 class MetricsWriter {
  public:

@@ -13,18 +13,6 @@
 
 namespace gradsync {
 
-int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q) {
-  int64_t total = 0;
-  for (const auto& [k, v] : hist) total += v;
-  if (total == 0) return 0;
-  int64_t seen = 0;
-  for (const auto& [k, v] : hist) {
-    seen += v;
-    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return k;
-  }
-  return hist.rbegin()->first;
-}
-
 namespace {
 std::string Join(const std::vector<std::string>& argv) {
   std::string s;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
 
 namespace gradsync {
@@ -32,8 +33,5 @@ struct LaunchResult {
 };
 
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& options, const volatile bool* interrupted = nullptr);
-
-// The q-quantile (0..1) of a histogram (value -> count); 0 when empty.
-int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q);
 
 }  // namespace gradsync

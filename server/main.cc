@@ -7,6 +7,7 @@
 #include "common/cluster.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/transport.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -28,18 +29,6 @@ void WriteServerStats(const std::string& dir, const Server& server) {
   s << "pushes,pulls,rejected,malformed,bytes_sent,bytes_received\n"
     << st.pushes << "," << st.pulls << "," << st.rejected << "," << st.malformed << "," << st.traffic.bytes_sent
     << "," << st.traffic.bytes_received << "\n";
-}
-
-int64_t Percentile(const std::map<int64_t, int64_t>& hist, double q) {
-  int64_t total = 0;
-  for (const auto& [k, v] : hist) total += v;
-  if (total == 0) return 0;
-  int64_t seen = 0;
-  for (const auto& [k, v] : hist) {
-    seen += v;
-    if (static_cast<double>(seen) >= q * static_cast<double>(total)) return k;
-  }
-  return hist.rbegin()->first;
 }
 
 int Main(int argc, char** argv) {
@@ -143,8 +132,8 @@ int Main(int argc, char** argv) {
   int64_t total = 0;
   for (const auto& [k, v] : st.staleness) total += v;
   GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << total << " gradients applied, " << st.pulls
-                     << " pulls, staleness p50 " << Percentile(st.staleness, 0.5) << " p99 "
-                     << Percentile(st.staleness, 0.99) << " max "
+                     << " pulls, staleness p50 " << HistogramQuantile(st.staleness, 0.5) << " p99 "
+                     << HistogramQuantile(st.staleness, 0.99) << " max "
                      << (st.staleness.empty() ? 0 : st.staleness.rbegin()->first) << ", " << st.rejected
                      << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
                      << " bytes in, " << st.traffic.bytes_sent << " out";

@@ -23,6 +23,16 @@ std::vector<float> Server::params() const {
   return std::vector<float>(shard_->params().begin(), shard_->params().end());
 }
 
+wire::Header Server::ReplyHeader(wire::Type type, const wire::Header& request) const {
+  wire::Header h;
+  h.set_type(type);
+  h.set_sender_role(wire::SERVER);
+  h.set_sender_rank(rank_);
+  h.set_request_id(request.request_id());
+  h.set_clock(request.clock());
+  return h;
+}
+
 std::vector<SegmentRef> Server::Segments(const Message& m) const {
   std::vector<SegmentRef> out;
   out.reserve(static_cast<size_t>(m.header.segments_size()));
@@ -36,11 +46,7 @@ void Server::ReplyError(const Message& m, const Status& s) {
   stats_.rejected++;
   GRADSYNC_LOG(DEBUG) << "server " << rank_ << ": rejected a message: " << s;
   if (m.peer.empty()) return;
-  wire::Header h;
-  h.set_type(wire::ERROR);
-  h.set_sender_role(wire::SERVER);
-  h.set_sender_rank(rank_);
-  h.set_request_id(m.header.request_id());
+  wire::Header h = ReplyHeader(wire::ERROR, m.header);
   h.set_error_code(static_cast<int>(s.code()));
   h.set_error_message("server " + std::to_string(rank_) + ": " + s.message());
   (void)socket_.Send(m.peer, h);
@@ -105,12 +111,7 @@ Status Server::HandleInit(const Message& m) {
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
                      << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule()
                      << "), momentum " << opt.momentum;
-  wire::Header h;
-  h.set_type(wire::INIT_REPLY);
-  h.set_sender_role(wire::SERVER);
-  h.set_sender_rank(rank_);
-  h.set_request_id(m.header.request_id());
-  return socket_.Send(m.peer, h);
+  return socket_.Send(m.peer, ReplyHeader(wire::INIT_REPLY, m.header));
 }
 
 Status Server::HandlePush(const Message& m) {
@@ -139,12 +140,7 @@ Status Server::HandlePush(const Message& m) {
   const int64_t staleness = shard_->version() - h.version();
   stats_.staleness[staleness]++;
   stats_.pushes++;
-  wire::Header reply;
-  reply.set_type(wire::PUSH_REPLY);
-  reply.set_sender_role(wire::SERVER);
-  reply.set_sender_rank(rank_);
-  reply.set_request_id(h.request_id());
-  reply.set_clock(h.clock());
+  wire::Header reply = ReplyHeader(wire::PUSH_REPLY, h);
   reply.set_observed_staleness(static_cast<double>(staleness));
   Status s = socket_.Send(m.peer, reply);
   if (controller_->aggregates()) {
@@ -203,12 +199,7 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
     dst = static_cast<float*>(frame.data());
   }
   shard_->Read(segs, keys, dst);
-  wire::Header reply;
-  reply.set_type(wire::PULL_REPLY);
-  reply.set_sender_role(wire::SERVER);
-  reply.set_sender_rank(rank_);
-  reply.set_request_id(h.request_id());
-  reply.set_clock(h.clock());
+  wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
   reply.set_version(shard_->version());
   reply.set_wait_ms(waited_ms);
   *reply.mutable_segments() = h.segments();

@@ -113,6 +113,7 @@ class Server {
   void ReplyError(const Message& m, const Status& s);
   void OnDeadWorkers();
   std::vector<SegmentRef> Segments(const Message& m) const;
+  wire::Header ReplyHeader(wire::Type type, const wire::Header& request) const;
 
   zmq::context_t& ctx_;
   ServerOptions options_;

@@ -44,6 +44,16 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
 }
 
 namespace {
+wire::Header RequestHeader(wire::Type type, int rank, PsClient::RequestId id, int64_t clock) {
+  wire::Header h;
+  h.set_type(type);
+  h.set_sender_role(wire::WORKER);
+  h.set_sender_rank(rank);
+  h.set_request_id(id);
+  h.set_clock(clock);
+  return h;
+}
+
 void AddSegment(wire::Header* h, int64_t begin, int64_t end) {
   auto* seg = h->add_segments();
   seg->set_offset(static_cast<uint64_t>(begin));
@@ -55,11 +65,7 @@ Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double 
   RequestId id = NewRequest(false, {}, table_.servers_size());
   for (int s = 0; s < table_.servers_size(); ++s) {
     const ShardRange& r = partitioner_.range(s);
-    wire::Header h;
-    h.set_type(wire::INIT);
-    h.set_sender_role(wire::WORKER);
-    h.set_sender_rank(rank_);
-    h.set_request_id(id);
+    wire::Header h = RequestHeader(wire::INIT, rank_, id, 0);
     *h.mutable_job() = job;
     AddSegment(&h, r.begin, r.end);
     Payload p;
@@ -77,12 +83,7 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
   RequestId id = NewRequest(false, {}, table_.servers_size());
   size_t key_pos = 0;
   for (int s = 0; s < table_.servers_size(); ++s) {
-    wire::Header h;
-    h.set_type(wire::PUSH);
-    h.set_sender_role(wire::WORKER);
-    h.set_sender_rank(rank_);
-    h.set_request_id(id);
-    h.set_clock(clock);
+    wire::Header h = RequestHeader(wire::PUSH, rank_, id, clock);
     h.set_version(versions_[s]);
     Payload p;
     p.has_values = true;
@@ -112,12 +113,7 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
   auto key_parts = partitioner_.SplitSortedKeys(keys);
   RequestId id = NewRequest(true, params, table_.servers_size());
   for (int s = 0; s < table_.servers_size(); ++s) {
-    wire::Header h;
-    h.set_type(wire::PULL);
-    h.set_sender_role(wire::WORKER);
-    h.set_sender_rank(rank_);
-    h.set_request_id(id);
-    h.set_clock(clock);
+    wire::Header h = RequestHeader(wire::PULL, rank_, id, clock);
     Payload p;
     if (full) {
       AddSegment(&h, partitioner_.range(s).begin, partitioner_.range(s).end);
