@@ -1,6 +1,7 @@
 # GRADSYNC_CUDA=AUTO builds the CUDA targets when nvcc is found; ON requires it; OFF never
 # touches nvcc. The CUDA sources live in their own targets so a CPU build never needs them.
 set(GRADSYNC_HAVE_CUDA 0)
+set(GRADSYNC_HAVE_NCCL 0)
 string(TOUPPER "${GRADSYNC_CUDA}" _gs_cuda)
 if(_gs_cuda STREQUAL "OFF")
   message(STATUS "gradsync: CUDA off (GRADSYNC_CUDA=OFF)")
@@ -12,6 +13,20 @@ elseif(_gs_cuda STREQUAL "AUTO" OR _gs_cuda STREQUAL "ON")
     find_package(CUDAToolkit REQUIRED)
     set(GRADSYNC_HAVE_CUDA 1)
     message(STATUS "gradsync: CUDA on (${CMAKE_CUDA_COMPILER})")
+    # NCCL, as nccl-tests finds it: NCCL_HOME, else next to the CUDA toolkit.
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_HOME}/include ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_HOME}/lib ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_DIR}/..)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      add_library(gradsync::nccl UNKNOWN IMPORTED)
+      set_target_properties(gradsync::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                            INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+      set(GRADSYNC_HAVE_NCCL 1)
+      message(STATUS "gradsync: NCCL ${NCCL_LIBRARY}")
+    elseif(_gs_cuda STREQUAL "ON")
+      message(FATAL_ERROR "gradsync: GRADSYNC_CUDA=ON but NCCL was not found; set NCCL_HOME")
+    else()
+      message(STATUS "gradsync: NCCL not found; the NCCL collective is not built")
+    endif()
   elseif(_gs_cuda STREQUAL "ON")
     message(FATAL_ERROR "gradsync: GRADSYNC_CUDA=ON but no CUDA compiler (nvcc) was found. "
                         "Put nvcc on the PATH or set CMAKE_CUDA_COMPILER, or use GRADSYNC_CUDA=AUTO|OFF.")

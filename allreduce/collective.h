@@ -1,0 +1,66 @@
+// Collective: the operations data-parallel training needs across N ranks, with a deadline.
+//
+// Every operation is collective: all ranks call the same operations in the same order. Each
+// carries a sequence tag (op kind + count), and a rank that receives data tagged for another
+// operation fails with kInternal naming both, instead of mixing data. A peer that dies or stalls
+// makes every other rank fail within options().timeout_s (kUnavailable or kDeadlineExceeded);
+// after a failure the collective is unusable (every later call fails at once).
+// Not thread-safe: one thread drives a Collective.
+//
+//   ASSIGN_OR_RETURN(auto ring, RingCollective::Listen("127.0.0.1", options));
+//   ... advertise ring->port(), learn every rank's "host:port" ...
+//   RETURN_IF_ERROR(ring->Connect(rank, peers, 30));
+//   RETURN_IF_ERROR(ring->AllReduce(grads, ReduceOp::kAverage));
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace gradsync {
+
+enum class ReduceOp { kSum, kAverage };
+
+struct CollectiveOptions {
+  // Every operation must finish within this many seconds, or it fails on this rank.
+  double timeout_s = 30.0;
+  // Pipelining granularity: data moves and is reduced in segments of this many bytes, so that
+  // sending, receiving and reducing overlap (Gloo uses at most 1 MiB).
+  size_t segment_bytes = size_t{1} << 20;
+};
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data <- op over all ranks' data (same length on every rank; 0 is allowed).
+  virtual Status AllReduce(FloatSpan data, ReduceOp op) = 0;
+  // data <- root's data.
+  virtual Status Broadcast(FloatSpan data, int root) = 0;
+  // out[i] <- rank i's `mine`; sizes may differ between ranks (including empty).
+  virtual Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) = 0;
+  virtual Status Barrier() = 0;
+
+  // Bytes this rank has sent and received so far.
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+// Where each rank's chunk of a count-element buffer begins, for n chunks that differ in size by
+// at most one element: chunk i is [ChunkBegin(i), ChunkBegin(i + 1)).
+inline size_t ChunkBegin(size_t count, int n, int i) {
+  const size_t base = count / static_cast<size_t>(n), extra = count % static_cast<size_t>(n);
+  const size_t ui = static_cast<size_t>(i);
+  return ui * base + std::min(ui, extra);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,42 @@
+// NcclCollective: all-reduce on device buffers with NCCL (GPU workers, --device=cuda).
+//
+// The ncclUniqueId is created on rank 0 and shared over a CPU collective that is already
+// connected (the ring that rendezvoused through the scheduler). Operations are enqueued on the
+// caller's stream and never synchronize by themselves; Synchronize() waits with a deadline and
+// aborts the communicator when a peer never shows up, so that no rank hangs. Built only when
+// CUDA and NCCL are found (target gradsync_allreduce_nccl). Not thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "allreduce/collective.h"
+
+namespace gradsync {
+
+class NcclCollective {
+ public:
+  // Number of visible CUDA devices (0 when there is no GPU or no driver).
+  static int DeviceCount();
+  // Creates rank bootstrap.rank() of bootstrap.size() on `device`.
+  static Result<std::unique_ptr<NcclCollective>> Create(Collective& bootstrap, int device);
+  ~NcclCollective();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Enqueues data <- op over all ranks on `stream` (count floats of device memory).
+  Status AllReduce(float* device_data, size_t count, ReduceOp op, cudaStream_t stream);
+  // Waits for `stream`, at most timeout_s; on timeout aborts the communicator.
+  Status Synchronize(cudaStream_t stream, double timeout_s);
+
+ private:
+  NcclCollective() = default;
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0;
+  int size_ = 1;
+  int device_ = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,314 @@
+#include "allreduce/tcp_ring.h"
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "common/transport.h"
+
+namespace gradsync {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+constexpr uint32_t kStepMagic = 0x47535247;   // "GRSG"
+constexpr uint32_t kHelloMagic = 0x47534849;  // "IHSG"
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point Deadline(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+const char* OpName(uint32_t op) {
+  switch (op) {
+    case 1: return "allreduce";
+    case 2: return "broadcast";
+    case 3: return "allgather";
+    case 4: return "barrier";
+    default: return "unknown op";
+  }
+}
+}  // namespace
+
+std::byte RingCollective::empty_[1];
+
+RingCollective::RingCollective(const CollectiveOptions& options)
+    : options_(options), acceptor_(io_), left_(io_), right_(io_) {
+  options_.segment_bytes = std::max<size_t>(4, options_.segment_bytes / 4 * 4);
+}
+
+RingCollective::~RingCollective() { Abort(); }
+
+Result<std::unique_ptr<RingCollective>> RingCollective::Listen(const std::string& bind_host,
+                                                               const CollectiveOptions& options) {
+  auto ring = std::unique_ptr<RingCollective>(new RingCollective(options));
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(bind_host, ec);
+  if (ec) return InvalidArgumentError("bad bind address '" + bind_host + "': " + ec.message());
+  tcp::endpoint ep(address, 0);
+  ring->acceptor_.open(ep.protocol(), ec);
+  if (!ec) ring->acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) ring->acceptor_.bind(ep, ec);
+  if (!ec) ring->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return UnavailableError("cannot listen on " + bind_host + ": " + ec.message());
+  ring->port_ = ring->acceptor_.local_endpoint().port();
+  return ring;
+}
+
+void RingCollective::Abort() {
+  boost::system::error_code ec;
+  left_.close(ec);
+  right_.close(ec);
+  acceptor_.close(ec);
+  // Let handlers still queued see operation_aborted while their captures are alive.
+  io_.restart();
+  io_.poll();
+}
+
+Status RingCollective::Fail(Status s) {
+  if (broken_.ok()) broken_ = s;
+  Abort();
+  return s;
+}
+
+std::string RingCollective::Where(OpKind op, uint32_t step) const {
+  return std::string(OpName(static_cast<uint32_t>(op))) + " #" + std::to_string(seq_) + " step " +
+         std::to_string(step) + " on rank " + std::to_string(rank_);
+}
+
+Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, double timeout_s) {
+  rank_ = rank;
+  size_ = static_cast<int>(peers.size());
+  peers_ = peers;
+  if (size_ < 1 || rank < 0 || rank >= size_) return InvalidArgumentError("rank " + std::to_string(rank) + " of " + std::to_string(size_));
+  if (size_ == 1) return OkStatus();
+  const int right = (rank + 1) % size_, left = (rank - 1 + size_) % size_;
+  std::string host;
+  uint16_t port = 0;
+  RETURN_IF_ERROR(ParseHostPort(peers[right], &host, &port).WithContext("peer " + std::to_string(right)));
+  boost::system::error_code ec;
+  tcp::resolver resolver(io_);
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) return UnavailableError("cannot resolve " + peers[right] + ": " + ec.message());
+  const auto deadline = Deadline(timeout_s);
+
+  // Connect to the right (retrying while it is not listening yet) and accept the left, together.
+  bool connected = false, accepted = false;
+  Status failure;
+  uint32_t hello_out[2] = {kHelloMagic, static_cast<uint32_t>(rank)};
+  uint32_t hello_in[2] = {0, 0};
+  std::function<void()> try_connect = [&] {
+    asio::async_connect(right_, endpoints, [&](const boost::system::error_code& e, const tcp::endpoint&) {
+      if (e) {
+        if (Clock::now() > deadline) {
+          failure = UnavailableError("cannot connect to rank " + std::to_string(right) + " at " + peers[right] + ": " + e.message());
+          return;
+        }
+        boost::system::error_code ignore;
+        right_.close(ignore);
+        auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(20));
+        timer->async_wait([&, timer](const boost::system::error_code&) { try_connect(); });
+        return;
+      }
+      right_.set_option(tcp::no_delay(true));
+      asio::async_write(right_, asio::buffer(hello_out), [&](const boost::system::error_code& we, size_t) {
+        if (we) failure = UnavailableError("hello to rank " + std::to_string(right) + " failed: " + we.message());
+        else connected = true;
+      });
+    });
+  };
+  try_connect();
+  acceptor_.async_accept(left_, [&](const boost::system::error_code& e) {
+    if (e) {
+      failure = UnavailableError("accepting rank " + std::to_string(left) + " failed: " + e.message());
+      return;
+    }
+    left_.set_option(tcp::no_delay(true));
+    asio::async_read(left_, asio::buffer(hello_in), [&](const boost::system::error_code& re, size_t) {
+      if (re) failure = UnavailableError("hello from rank " + std::to_string(left) + " failed: " + re.message());
+      else if (hello_in[0] != kHelloMagic || hello_in[1] != static_cast<uint32_t>(left)) {
+        failure = InvalidArgumentError("the ring's left neighbor should be rank " + std::to_string(left) +
+                                       " but a peer introduced itself as rank " + std::to_string(hello_in[1]));
+      } else {
+        accepted = true;
+      }
+    });
+  });
+  io_.restart();
+  while (!(connected && accepted) && failure.ok()) {
+    if (io_.run_one_until(deadline) == 0 || Clock::now() > deadline) {
+      if (connected && accepted) break;
+      failure = DeadlineExceededError("ring set-up on rank " + std::to_string(rank) + " timed out after " +
+                                      std::to_string(timeout_s) + " s (right " + peers[right] + (connected ? " ok" : " missing") +
+                                      ", left " + peers[left] + (accepted ? " ok" : " missing") + ")");
+    }
+  }
+  if (!failure.ok()) return Fail(failure);
+  boost::system::error_code ignore;
+  acceptor_.close(ignore);
+  return OkStatus();
+}
+
+Status RingCollective::Begin(OpKind op) {
+  (void)op;
+  if (!broken_.ok()) return FailedPreconditionError("the ring is broken by an earlier failure: " + broken_.message());
+  if (size_ == 0) return FailedPreconditionError("Connect() first");
+  ++seq_;
+  return OkStatus();
+}
+
+Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
+                                size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment) {
+  const bool do_send = send != nullptr, do_recv = recv != nullptr;
+  StepHeader out{kStepMagic, static_cast<uint32_t>(op), seq_, step, 0, send_bytes};
+  StepHeader in{};
+  bool wdone = !do_send, rdone = !do_recv;
+  Status failure;
+  const int left = (rank_ - 1 + size_) % size_, right = (rank_ + 1) % size_;
+  auto peer_error = [&](int peer, const boost::system::error_code& e) {
+    if (!failure.ok()) return;
+    failure = UnavailableError("rank " + std::to_string(peer) + " (" + peers_[peer] + ") " +
+                               (e == asio::error::eof ? std::string("closed the connection") : e.message()) +
+                               " during " + Where(op, step));
+  };
+  if (do_send) {
+    std::array<asio::const_buffer, 2> bufs = {asio::buffer(&out, sizeof(out)), asio::buffer(send, send_bytes)};
+    asio::async_write(right_, bufs, [&](const boost::system::error_code& e, size_t n) {
+      if (e) return peer_error(right, e);
+      bytes_sent_ += n;
+      wdone = true;
+    });
+  }
+  std::function<void(size_t)> read_from;
+  if (do_recv) {
+    read_from = [&](size_t off) {
+      if (off == recv_bytes) {
+        rdone = true;
+        return;
+      }
+      const size_t len = std::min(options_.segment_bytes, recv_bytes - off);
+      asio::async_read(left_, asio::buffer(static_cast<char*>(recv) + off, len),
+                       [&, off, len](const boost::system::error_code& e, size_t n) {
+                         if (e) return peer_error(left, e);
+                         bytes_received_ += n;
+                         if (on_segment) on_segment(off, len);
+                         read_from(off + len);
+                       });
+    };
+    asio::async_read(left_, asio::buffer(&in, sizeof(in)), [&](const boost::system::error_code& e, size_t n) {
+      if (e) return peer_error(left, e);
+      bytes_received_ += n;
+      if (in.magic != kStepMagic || in.op != static_cast<uint32_t>(op) || in.seq != seq_ || in.step != step ||
+          in.bytes != recv_bytes) {
+        failure = InternalError("mismatched collectives: rank " + std::to_string(left) + " sent " +
+                                OpName(in.op) + " #" + std::to_string(in.seq) + " step " + std::to_string(in.step) +
+                                " (" + std::to_string(in.bytes) + " bytes) but " + Where(op, step) + " expects " +
+                                std::to_string(recv_bytes) + " bytes: every rank must call the same operations in the same order");
+        return;
+      }
+      read_from(0);
+    });
+  }
+  const auto deadline = Deadline(options_.timeout_s);
+  io_.restart();
+  while (!(wdone && rdone) && failure.ok()) {
+    if (io_.run_one_until(deadline) == 0 && !(wdone && rdone) && failure.ok()) {
+      failure = DeadlineExceededError(std::string("no progress for ") + std::to_string(options_.timeout_s) + " s during " +
+                                      Where(op, step) + (rdone ? "" : " (waiting for rank " + std::to_string(left) + ")") +
+                                      (wdone ? "" : " (sending to rank " + std::to_string(right) + ")"));
+    }
+  }
+  if (!failure.ok()) return Fail(failure);
+  return OkStatus();
+}
+
+Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
+  RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
+  const int n = size_, r = rank_;
+  const size_t count = data.size();
+  if (n == 1 || count == 0) return OkStatus();
+  float* d = data.data();
+  // Reduce-scatter: after step s, rank r holds the sum of chunk (r - s - 1) over s + 2 ranks.
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_idx = (r - s + n) % n, recv_idx = (r - s - 1 + n) % n;
+    const size_t sb = ChunkBegin(count, n, send_idx), se = ChunkBegin(count, n, send_idx + 1);
+    const size_t rb = ChunkBegin(count, n, recv_idx), re = ChunkBegin(count, n, recv_idx + 1);
+    scratch_.resize(std::max<size_t>(1, re - rb));
+    float* acc = d + rb;
+    const float* in = scratch_.data();
+    RETURN_IF_ERROR(Exchange(OpKind::kAllReduce, static_cast<uint32_t>(s), d + sb, (se - sb) * sizeof(float),
+                             scratch_.data(), (re - rb) * sizeof(float), [acc, in](size_t off, size_t len) {
+                               const size_t b = off / sizeof(float), e = b + len / sizeof(float);
+                               for (size_t i = b; i < e; ++i) acc[i] += in[i];
+                             }));
+  }
+  // All-gather: rank r starts with the reduced chunk r + 1 and passes reduced chunks along.
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_idx = (r + 1 - s + n) % n, recv_idx = (r - s + n) % n;
+    const size_t sb = ChunkBegin(count, n, send_idx), se = ChunkBegin(count, n, send_idx + 1);
+    const size_t rb = ChunkBegin(count, n, recv_idx), re = ChunkBegin(count, n, recv_idx + 1);
+    RETURN_IF_ERROR(Exchange(OpKind::kAllReduce, static_cast<uint32_t>(n - 1 + s), d + sb, (se - sb) * sizeof(float),
+                             d + rb, (re - rb) * sizeof(float), nullptr));
+  }
+  if (op == ReduceOp::kAverage) Scale(data, 1.0f / static_cast<float>(n));
+  return OkStatus();
+}
+
+Status RingCollective::Broadcast(FloatSpan data, int root) {
+  RETURN_IF_ERROR(Begin(OpKind::kBroadcast));
+  if (root < 0 || root >= size_) return Fail(InvalidArgumentError("broadcast root " + std::to_string(root) + " out of range"));
+  if (size_ == 1) return OkStatus();
+  const int pos = (rank_ - root + size_) % size_;  // distance from the root along the ring
+  const size_t bytes = data.size_bytes();
+  // Forwarded segment by segment: a rank passes on each segment as soon as it has it.
+  const size_t seg = options_.segment_bytes;
+  const size_t segments = std::max<size_t>(1, (bytes + seg - 1) / seg);
+  char* p = data.empty() ? reinterpret_cast<char*>(empty_) : reinterpret_cast<char*>(data.data());
+  for (size_t k = 0; k < segments; ++k) {
+    const size_t off = k * seg, len = std::min(seg, bytes - std::min(bytes, off));
+    const bool recv = pos > 0, send = pos < size_ - 1;
+    if (recv) RETURN_IF_ERROR(Exchange(OpKind::kBroadcast, static_cast<uint32_t>(k), nullptr, 0, p + off, len, nullptr));
+    if (send) RETURN_IF_ERROR(Exchange(OpKind::kBroadcast, static_cast<uint32_t>(k), p + off, len, nullptr, 0, nullptr));
+  }
+  return OkStatus();
+}
+
+Status RingCollective::AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) {
+  RETURN_IF_ERROR(Begin(OpKind::kAllGather));
+  const int n = size_, r = rank_;
+  out->assign(static_cast<size_t>(n), {});
+  (*out)[r].assign(mine.begin(), mine.end());
+  if (n == 1) return OkStatus();
+  // First every rank's size, around the ring; then the blocks themselves.
+  std::vector<uint64_t> sizes(static_cast<size_t>(n), 0);
+  sizes[r] = mine.size();
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_idx = (r - s + n) % n, recv_idx = (r - s - 1 + n) % n;
+    RETURN_IF_ERROR(Exchange(OpKind::kAllGather, static_cast<uint32_t>(s), &sizes[send_idx], sizeof(uint64_t),
+                             &sizes[recv_idx], sizeof(uint64_t), nullptr));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] > (uint64_t{1} << 36)) return Fail(DataLossError("allgather: rank " + std::to_string(i) + " announces " + std::to_string(sizes[i]) + " bytes"));
+    if (i != r) (*out)[i].resize(sizes[i]);
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_idx = (r - s + n) % n, recv_idx = (r - s - 1 + n) % n;
+    auto& sb = (*out)[send_idx];
+    auto& rb = (*out)[recv_idx];
+    RETURN_IF_ERROR(Exchange(OpKind::kAllGather, static_cast<uint32_t>(n - 1 + s), sb.empty() ? empty_ : sb.data(),
+                             sb.size(), rb.empty() ? empty_ : rb.data(), rb.size(), nullptr));
+  }
+  return OkStatus();
+}
+
+Status RingCollective::Barrier() {
+  RETURN_IF_ERROR(Begin(OpKind::kBarrier));
+  // After n - 1 steps every rank has (transitively) heard from every other.
+  for (int s = 0; s < size_ - 1; ++s) {
+    RETURN_IF_ERROR(Exchange(OpKind::kBarrier, static_cast<uint32_t>(s), empty_, 0, empty_, 0, nullptr));
+  }
+  return OkStatus();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,89 @@
+// RingCollective: the CPU collective over TCP (Boost.Asio): a bandwidth-optimal ring.
+//
+// Rank r holds two connections: to its right neighbor (r+1 mod n), where it sends, and from its
+// left neighbor (r-1 mod n), where it receives. AllReduce is reduce-scatter then all-gather
+// (REFERENCES.md, "Ring all-reduce"): 2(n-1) steps, each rank sending 2(n-1)/n of the buffer.
+// Within a step the chunk is sent while the incoming chunk is received and reduced segment by
+// segment (CollectiveOptions::segment_bytes), so the three overlap. Every step starts with a
+// small header (magic, sequence number, op, step, byte count) that the receiver checks.
+//
+// Set-up is two-phase so that ports can be ephemeral: Listen() binds and tells the port to
+// advertise (through the scheduler, or directly in tests); Connect() wires the ring once every
+// rank's address is known. One io_context, driven by the calling thread: no background threads.
+#pragma once
+
+#include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp forgets it under C++20
+
+#include <boost/asio.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce/collective.h"
+
+namespace gradsync {
+
+class RingCollective final : public Collective {
+ public:
+  static Result<std::unique_ptr<RingCollective>> Listen(const std::string& bind_host,
+                                                        const CollectiveOptions& options);
+  ~RingCollective() override;
+
+  uint16_t port() const { return port_; }
+  // peers[i] = "host:port" of rank i. Waits at most timeout_s for the neighbors.
+  Status Connect(int rank, const std::vector<std::string>& peers, double timeout_s);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status AllReduce(FloatSpan data, ReduceOp op) override;
+  Status Broadcast(FloatSpan data, int root) override;
+  Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) override;
+  Status Barrier() override;
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+  uint64_t bytes_received() const override { return bytes_received_; }
+
+  // Closes both connections at once (tests use it to play a rank that dies).
+  void Abort();
+
+ private:
+  enum class OpKind : uint32_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
+  struct StepHeader {
+    uint32_t magic;
+    uint32_t op;
+    uint64_t seq;
+    uint32_t step;
+    uint32_t reserved;
+    uint64_t bytes;
+  };
+
+  explicit RingCollective(const CollectiveOptions& options);
+
+  // One ring step: send `send_bytes` from `send` to the right while receiving `recv_bytes` from
+  // the left into `recv`; on_segment(offset, length) runs as each received segment lands.
+  // A side given as nullptr is skipped (no header either); a non-null side of 0 bytes still
+  // exchanges the header.
+  Status Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
+                  size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment);
+  // A valid address for empty buffers (a zero-length side is not a skipped side).
+  static std::byte empty_[1];
+  Status Begin(OpKind op);
+  Status Fail(Status s);
+  std::string Where(OpKind op, uint32_t step) const;
+
+  CollectiveOptions options_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::socket left_;
+  boost::asio::ip::tcp::socket right_;
+  uint16_t port_ = 0;
+  int rank_ = -1;
+  int size_ = 0;
+  std::vector<std::string> peers_;
+  uint64_t seq_ = 0;
+  Status broken_;
+  std::vector<float> scratch_;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,164 @@
+// The CPU ring over threads: exact results for every world size and awkward count, the other
+// collectives, mismatched operations, and ranks that die or stall.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "allreduce/tcp_ring.h"
+
+namespace gradsync {
+namespace {
+
+using RankFn = std::function<Status(int rank, RingCollective& ring)>;
+
+// Starts n rings on 127.0.0.1 (threads), wires them, runs fn on each; returns each rank's status.
+std::vector<Status> RunRing(int n, const RankFn& fn, CollectiveOptions options = {}) {
+  std::vector<std::unique_ptr<RingCollective>> rings;
+  std::vector<std::string> peers;
+  for (int r = 0; r < n; ++r) {
+    auto ring = RingCollective::Listen("127.0.0.1", options);
+    GRADSYNC_CHECK(ring.ok()) << ring.status();
+    peers.push_back("127.0.0.1:" + std::to_string((*ring)->port()));
+    rings.push_back(std::move(ring).value());
+  }
+  std::vector<Status> result(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Status s = rings[r]->Connect(r, peers, 10);
+      result[r] = s.ok() ? fn(r, *rings[r]) : s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return result;
+}
+
+class RingAllReduceTest : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+
+TEST_P(RingAllReduceTest, SumsExactlyAndAverages) {
+  auto [n, count_spec] = GetParam();
+  // -1 stands for n - 1 (a count smaller than the number of chunks).
+  const size_t count = static_cast<size_t>(count_spec < 0 ? n - 1 : count_spec);
+  CollectiveOptions opt;
+  opt.segment_bytes = 4096;  // many segments per chunk: exercises the pipelining
+  auto statuses = RunRing(n, [&](int r, RingCollective& ring) -> Status {
+    // Small integers: every partial sum is exact in float, whatever the order.
+    std::vector<float> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
+    RETURN_IF_ERROR(ring.AllReduce(x, ReduceOp::kSum));
+    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += x[i] != ranks_sum * static_cast<float>(i % 7 + 1);
+    if (wrong) return InternalError(std::to_string(wrong) + " wrong sums on rank " + std::to_string(r));
+    std::vector<float> y(count, static_cast<float>(r));
+    RETURN_IF_ERROR(ring.AllReduce(y, ReduceOp::kAverage));
+    for (float v : y) {
+      if (std::fabs(v - (n - 1) / 2.0f) > 1e-6f) return InternalError("wrong average " + std::to_string(v));
+    }
+    return OkStatus();
+  }, opt);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldsAndCounts, RingAllReduceTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5), ::testing::Values<int64_t>(0, 1, -1, 1000, 1000003)),
+    [](const auto& p) {
+      const int64_t c = std::get<1>(p.param);
+      return "n" + std::to_string(std::get<0>(p.param)) + "_count" + (c < 0 ? std::string("n_minus_1") : std::to_string(c));
+    });
+
+TEST(RingTest, BroadcastFromEveryRoot) {
+  for (int root = 0; root < 4; ++root) {
+    CollectiveOptions opt;
+    opt.segment_bytes = 1024;
+    auto st = RunRing(4, [&](int r, RingCollective& ring) -> Status {
+      std::vector<float> x(10007, r == root ? 3.5f : -1.0f);
+      RETURN_IF_ERROR(ring.Broadcast(x, root));
+      for (float v : x)
+        if (v != 3.5f) return InternalError("rank " + std::to_string(r) + " got " + std::to_string(v));
+      return OkStatus();
+    }, opt);
+    for (const auto& s : st) EXPECT_TRUE(s.ok()) << "root " << root << ": " << s;
+  }
+}
+
+TEST(RingTest, AllGatherWithUnequalAndEmptyParts) {
+  auto st = RunRing(4, [&](int r, RingCollective& ring) -> Status {
+    // Rank r contributes r * 1000 bytes (rank 0: nothing), each byte = r.
+    std::vector<std::byte> mine(static_cast<size_t>(r) * 1000, static_cast<std::byte>(r));
+    std::vector<std::vector<std::byte>> all;
+    RETURN_IF_ERROR(ring.AllGather(mine, &all));
+    if (all.size() != 4) return InternalError("wrong part count");
+    for (int i = 0; i < 4; ++i) {
+      if (all[i].size() != static_cast<size_t>(i) * 1000) return InternalError("wrong size of part " + std::to_string(i));
+      for (auto b : all[i])
+        if (b != static_cast<std::byte>(i)) return InternalError("wrong byte in part " + std::to_string(i));
+    }
+    return ring.Barrier();
+  });
+  for (const auto& s : st) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(RingTest, MismatchedOperationsFailLoudlyInsteadOfMixingData) {
+  auto st = RunRing(2, [&](int r, RingCollective& ring) -> Status {
+    std::vector<float> x(100, 1.0f);
+    if (r == 0) return ring.AllReduce(x, ReduceOp::kSum);
+    std::vector<std::vector<std::byte>> all;
+    return ring.AllGather(std::as_bytes(std::span<const float>(x)), &all);
+  });
+  ASSERT_FALSE(st[0].ok());
+  ASSERT_FALSE(st[1].ok());
+  bool named = false;
+  for (const auto& s : st) named |= s.message().find("mismatched collectives") != std::string::npos;
+  EXPECT_TRUE(named) << st[0] << " / " << st[1];
+  // A broken ring refuses further work at once.
+}
+
+TEST(RingTest, ADeadRankFailsEveryOtherRankWithinTheTimeout) {
+  CollectiveOptions opt;
+  opt.timeout_s = 1.0;
+  auto start = std::chrono::steady_clock::now();
+  auto st = RunRing(3, [&](int r, RingCollective& ring) -> Status {
+    std::vector<float> x(1 << 20, 1.0f);
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ring.Abort();  // dies mid-operation (the others are already waiting on it)
+      return AbortedError("killed");
+    }
+    return ring.AllReduce(x, ReduceOp::kSum);
+  }, opt);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(st[r].ok()) << r;
+    EXPECT_TRUE(st[r].code() == StatusCode::kUnavailable || st[r].code() == StatusCode::kDeadlineExceeded) << st[r];
+  }
+  EXPECT_LT(took, 2 * opt.timeout_s + 0.5);
+}
+
+TEST(RingTest, AStalledRankMakesTheOthersTimeOut) {
+  CollectiveOptions opt;
+  opt.timeout_s = 0.5;
+  auto start = std::chrono::steady_clock::now();
+  auto st = RunRing(3, [&](int r, RingCollective& ring) -> Status {
+    std::vector<float> x(1000, 1.0f);
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never joins in time
+      return OkStatus();
+    }
+    Status s = ring.AllReduce(x, ReduceOp::kSum);
+    // Later calls fail at once on a broken ring.
+    if (!s.ok() && ring.Barrier().code() != StatusCode::kFailedPrecondition) return InternalError("ring not marked broken");
+    return s;
+  }, opt);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(st[0].ok());
+  EXPECT_FALSE(st[2].ok());
+  EXPECT_NE(st[0].message() + st[2].message(), "");
+  EXPECT_LT(took, 1.5 + 0.5);
+}
+
+}  // namespace
+}  // namespace gradsync
