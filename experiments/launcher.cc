@@ -31,11 +31,14 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   fs::remove(port_file, ec);
   const std::string hb = "--heartbeat-timeout=" + std::to_string(o.heartbeat_timeout_s);
   std::vector<std::string> mode_args = {"--mode=" + o.mode};
+  // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
+  const bool allreduce = o.mode == "allreduce";
   if (o.mode == "ssp") mode_args.push_back("--staleness=" + std::to_string(o.staleness));
 
   ChildSpec sched{"scheduler",
                   {server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
-                   "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb},
+                   "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
+                   "--mode=" + o.mode},
                   o.out_dir + "/logs/scheduler.log"};
   std::ofstream commands(o.out_dir + "/commands.txt");
   if (o.dry_run) {
@@ -91,6 +94,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   Status s = group.WaitAll(o.timeout_s, interrupted);
   if (!s.ok()) return s.WithContext("job failed (logs in " + o.out_dir + "/logs)");
   LaunchResult r;
+  if (allreduce) return r;
   for (int k = 0; k < o.num_servers; ++k) {
     std::ifstream f(o.out_dir + "/server-" + std::to_string(k) + ".csv");
     std::string line;

@@ -29,7 +29,7 @@ int Main(int argc, char** argv) {
                    "Starts 1 scheduler + S servers + N workers on 127.0.0.1 (ephemeral ports), waits, and\n"
                    "prints the staleness summary. Arguments after -- go to every worker.");
   flags.options().add_options()
-      ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp")
+      ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp|allreduce")
       ("staleness", po::value<int>()->default_value(0), "ssp bound")
       ("servers", po::value<int>()->default_value(1), "server shards")
       ("workers", po::value<int>()->default_value(1), "workers")
@@ -41,15 +41,19 @@ int Main(int argc, char** argv) {
   auto vm = flags.ParseOrExit(split, argv);
   LaunchOptions o;
   o.mode = vm["mode"].as<std::string>();
-  if (!IsPsMode(o.mode)) flags.Fail("--mode must be bsp, ssp or asp");
+  if (!IsPsMode(o.mode) && o.mode != "allreduce") flags.Fail("--mode must be bsp, ssp, asp or allreduce");
   o.staleness = vm["staleness"].as<int>();
   if (o.staleness < 0) flags.Fail("--staleness must be >= 0");
   if (FlagGiven(vm, "staleness") && o.mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
   o.num_servers = vm["servers"].as<int>();
   o.num_workers = vm["workers"].as<int>();
-  if (o.num_servers < 1 || o.num_workers < 1 || o.num_servers > 64 || o.num_workers > 256) {
-    flags.Fail("--servers must be in [1, 64] and --workers in [1, 256]");
+  if (o.mode == "allreduce") {
+    if (FlagGiven(vm, "servers") && o.num_servers != 0) flags.Fail("--mode=allreduce runs without servers (--servers=0)");
+    o.num_servers = 0;
+  } else if (o.num_servers < 1 || o.num_servers > 64) {
+    flags.Fail("--servers must be in [1, 64]");
   }
+  if (o.num_workers < 1 || o.num_workers > 256) flags.Fail("--workers must be in [1, 256]");
   o.out_dir = vm["out"].as<std::string>();
   o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
   o.timeout_s = vm["timeout"].as<double>();
@@ -73,6 +77,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (!o.dry_run) {
+    if (o.mode == "allreduce") {
+      std::printf("job: allreduce, %d workers; results in %s\n", o.num_workers, o.out_dir.c_str());
+      return 0;
+    }
     std::printf("job: %s%s, %d servers, %d workers: %lld gradients applied, staleness p50 %lld p99 %lld max %lld, "
                 "%lld requests rejected; results in %s\n",
                 o.mode.c_str(), o.mode == "ssp" ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,

@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
+# The CUDA toolkit lives in /usr/local/cuda on these machines; a non-login shell may not have it
+# on the PATH, and GRADSYNC_CUDA=AUTO should find it all the same.
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 cmake -S . -B "$build_dir" \
   -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DGRADSYNC_CUDA="${GRADSYNC_CUDA:-AUTO}" \

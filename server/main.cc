@@ -82,6 +82,7 @@ int Main(int argc, char** argv) {
     o.num_workers = vm["num-workers"].as<int>();
     if (o.num_servers < 0 || o.num_workers < 1) flags.Fail("--num-servers must be >= 0 and --num-workers >= 1");
     o.mode = mode;
+    if (FlagGiven(vm, "staleness")) o.staleness = staleness;
     o.heartbeat_timeout_s = hb_timeout;
     o.register_timeout_s = vm["register-timeout"].as<double>();
     auto sched = Scheduler::Create(ctx, o);

@@ -21,6 +21,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(zmq::context_t& ctx, const 
   ASSIGN_OR_RETURN(Socket s, Socket::Bind(ctx, zmq::socket_type::router, options.bind_host, options.port));
   auto sched = std::unique_ptr<Scheduler>(new Scheduler(options, std::move(s)));
   sched->mode_ = options.mode;
+  sched->staleness_ = options.staleness;
   if (!options.mode.empty()) sched->mode_source_ = "the scheduler's --mode";
   return sched;
 }
@@ -73,7 +74,7 @@ void Scheduler::HandleRegister(Message& m, double now) {
     mode_ = h.mode();
     staleness_ = h.staleness();
     mode_source_ = who;
-  } else if (h.mode() != mode_ || (mode_ == "ssp" && h.staleness() != staleness_)) {
+  } else if (h.mode() != mode_ || (mode_ == "ssp" && staleness_ >= 0 && h.staleness() != staleness_)) {
     std::string mine = mode_ == "ssp" ? "ssp with staleness " + std::to_string(staleness_) : mode_;
     std::string theirs = h.mode() == "ssp" ? "ssp with staleness " + std::to_string(h.staleness()) : h.mode();
     GRADSYNC_LOG(ERROR) << "refused " << who << ": it runs " << theirs << " but the job runs " << mine;
@@ -81,7 +82,7 @@ void Scheduler::HandleRegister(Message& m, double now) {
                                                    mode_source_ + "), this " + RoleName(info.role()) +
                                                    " asked for " + theirs));
   }
-  if (mode_ == "ssp") staleness_ = h.staleness();
+  if (mode_ == "ssp" && staleness_ < 0) staleness_ = h.staleness();
   if (info.role() == wire::WORKER) {
     if (fingerprint_source_.empty()) {
       fingerprint_ = h.job_fingerprint();
@@ -145,7 +146,7 @@ void Scheduler::AssignRanksAndAnnounce() {
   }
   table_.Clear();
   table_.set_mode(mode_);
-  table_.set_staleness(staleness_);
+  table_.set_staleness(std::max(0, staleness_));
   table_.mutable_servers()->Reserve(options_.num_servers);
   for (int i = 0; i < options_.num_servers; ++i) table_.add_servers();
   for (int i = 0; i < options_.num_workers; ++i) table_.add_workers();

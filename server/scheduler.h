@@ -31,6 +31,7 @@ struct SchedulerOptions {
   int num_servers = 1;
   int num_workers = 1;
   std::string mode;   // "" = whatever the first node says
+  int staleness = -1; // ssp: the bound nodes must use; -1 = whatever the first ssp node says
   double heartbeat_timeout_s = 10.0;
   double register_timeout_s = 300.0;  // give up when the job never fills up
 };
@@ -72,7 +73,7 @@ class Scheduler {
   Socket socket_;
   std::atomic<bool> stop_{false};
   std::string mode_;
-  int staleness_ = 0;
+  int staleness_ = -1;  // -1 until known
   std::string mode_source_;
   std::string fingerprint_;
   std::string fingerprint_source_;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/clock.h"
+#include "common/partitioner.h"
 #include "common/sampler.h"
 
 namespace gradsync {
@@ -18,18 +19,9 @@ void ApplyGradients(Model& model, Optimizer& opt, float lr) {
     }
   }
   // Dense tensors are contiguous runs of the flat buffer: update each run in one call.
-  size_t i = 0;
-  while (i < layout.size()) {
-    if (layout[i].sparse) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j + 1 < layout.size() && !layout[j + 1].sparse) ++j;
-    const int64_t begin = layout[i].offset, end = layout[j].offset + layout[j].size;
-    opt.Step(model.params().subspan(begin, end - begin), model.grads().subspan(begin, end - begin),
-             lr, begin);
-    i = j + 1;
+  for (const ShardRange& run : DenseRuns(layout, {0, model.num_params()})) {
+    opt.Step(model.params().subspan(run.begin, run.size()), model.grads().subspan(run.begin, run.size()), lr,
+             run.begin);
   }
 }
 

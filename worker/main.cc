@@ -12,6 +12,8 @@
 #include "models/model.h"
 #include "common/cluster.h"
 #include "common/scheduler_client.h"
+#include "allreduce/tcp_ring.h"
+#include "worker/allreduce_trainer.h"
 #include "worker/data_source.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
@@ -25,7 +27,10 @@ int Main(int argc, char** argv) {
                    "Trains a model on one process (--mode=local). Prints per-epoch loss, test "
                    "accuracy and samples/s;\n--out=DIR writes DIR/worker-0.csv.");
   flags.options().add_options()
-      ("mode", po::value<std::string>()->default_value("local"), "local|bsp|ssp|asp (bsp/ssp/asp join a parameter-server job)")
+      ("mode", po::value<std::string>()->default_value("local"), "local|bsp|ssp|asp|allreduce (all but local join a job through --scheduler)")
+      ("bind", po::value<std::string>()->default_value("127.0.0.1"), "allreduce: address the ring listens on")
+      ("bucket-mb", po::value<double>()->default_value(25.0), "allreduce: gradient bucket size in MB")
+      ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
       ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
       ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0 (must match the servers)")
       ("rank", po::value<int>()->default_value(-1), "requested worker rank (default: SLURM_PROCID, else assigned)")
@@ -56,14 +61,21 @@ int Main(int argc, char** argv) {
   TuneAllocatorForLargeMessages();
 
   const std::string mode = vm["mode"].as<std::string>();
-  if (mode == "allreduce") flags.Fail("--mode=allreduce is not available in this build yet");
-  if (mode != "local" && !IsPsMode(mode)) flags.Fail("--mode must be local|bsp|ssp|asp, not '" + mode + "'");
-  const bool ps = IsPsMode(mode);
-  if (ps && !vm.count("scheduler")) flags.Fail("--mode=" + mode + " needs --scheduler=HOST:PORT");
-  if (!ps) {
-    for (const char* f : {"scheduler", "rank", "staleness"})
-      if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=bsp|ssp|asp only");
+  if (mode != "local" && mode != "allreduce" && !IsPsMode(mode)) {
+    flags.Fail("--mode must be local|bsp|ssp|asp|allreduce, not '" + mode + "'");
   }
+  const bool ps = IsPsMode(mode), allreduce = mode == "allreduce", joins = ps || allreduce;
+  if (joins && !vm.count("scheduler")) flags.Fail("--mode=" + mode + " needs --scheduler=HOST:PORT");
+  if (!joins) {
+    for (const char* f : {"scheduler", "rank", "staleness"})
+      if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to the modes that join a job only");
+  }
+  if (!allreduce) {
+    for (const char* f : {"bucket-mb", "collective-timeout", "bind"})
+      if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
+  }
+  if (!(vm["bucket-mb"].as<double>() > 0)) flags.Fail("--bucket-mb must be > 0");
+  if (!(vm["collective-timeout"].as<double>() > 0)) flags.Fail("--collective-timeout must be > 0");
   if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
   if (vm["staleness"].as<int>() < 0) flags.Fail("--staleness must be >= 0");
 
@@ -119,7 +131,18 @@ int Main(int argc, char** argv) {
   std::unique_ptr<SchedulerClient> scheduler;
   wire::ClusterTable table;
   int rank = 0;
-  if (ps) {
+  std::unique_ptr<RingCollective> ring;
+  if (allreduce) {
+    CollectiveOptions co;
+    co.timeout_s = vm["collective-timeout"].as<double>();
+    auto r = RingCollective::Listen(vm["bind"].as<std::string>(), co);
+    if (!r.ok()) {
+      std::cerr << "gradsync-worker: error: " << r.status().message() << std::endl;
+      return 1;
+    }
+    ring = std::move(r).value();
+  }
+  if (joins) {
     std::string host;
     uint16_t port = 0;
     if (Status s = ParseHostPort(vm["scheduler"].as<std::string>(), &host, &port); !s.ok()) flags.Fail("--scheduler: " + s.message());
@@ -130,6 +153,7 @@ int Main(int argc, char** argv) {
     so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
     so.self.set_role(wire::WORKER);
     so.self.set_host(vm["host"].as<std::string>());
+    if (ring) so.self.set_port(ring->port());
     so.self.set_requested_rank(vm["rank"].as<int>() >= 0 ? vm["rank"].as<int>() : SlurmRank());
     so.mode = mode;
     so.staleness = mode == "ssp" ? vm["staleness"].as<int>() : 0;
@@ -151,6 +175,16 @@ int Main(int argc, char** argv) {
     }
     table = *t;
     rank = scheduler->rank();
+    if (allreduce) {
+      std::vector<std::string> peers;
+      for (const auto& w : table.workers()) peers.push_back(w.host() + ":" + std::to_string(w.port()));
+      if (Status s = ring->Connect(rank, peers, 120); !s.ok()) {
+        std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
+        scheduler->Finished(s);
+        scheduler->Flush(2.0);
+        return 1;
+      }
+    }
   }
 
   auto data = LoadTrainTest(data_options);
@@ -202,9 +236,22 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   };
   Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
-  if (!ps) {
+  if (!joins) {
     LocalTrainer trainer(train, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr);
     reports = trainer.Run(print_epoch);
+  } else if (allreduce) {
+    AllreduceTrainOptions ao;
+    ao.train = train;
+    ao.bucket_bytes = static_cast<size_t>(vm["bucket-mb"].as<double>() * 1e6);
+    AllreduceTrainer trainer(ao, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, ring.get());
+    reports = trainer.Run(print_epoch);
+    if (reports.ok()) {
+      std::printf("worker %d: %llu bytes sent, %llu received over the ring\n", rank,
+                  static_cast<unsigned long long>(ring->bytes_sent()),
+                  static_cast<unsigned long long>(ring->bytes_received()));
+    }
+    scheduler->Finished(reports.ok() ? OkStatus() : reports.status());
+    scheduler->Flush(2.0);
   } else {
     auto client = PsClient::Create(ctx, table, rank, (*model)->layout(), scheduler.get());
     if (!client.ok()) {

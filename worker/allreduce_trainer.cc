@@ -1,0 +1,154 @@
+#include "worker/allreduce_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "common/clock.h"
+#include "common/partitioner.h"
+#include "common/sampler.h"
+#include "worker/ps_trainer.h"
+
+namespace gradsync {
+
+AllreduceTrainer::AllreduceTrainer(const AllreduceTrainOptions& options, Model* model, const Dataset* train,
+                                   const Dataset* test, MetricsWriter* metrics, Collective* collective)
+    : options_(options), model_(model), train_(train), test_(test), metrics_(metrics), collective_(collective) {}
+
+Status AllreduceTrainer::AverageGradients() {
+  const auto& layout = model_->layout();
+  merged_.resize(layout.size());
+  const size_t bucket = std::max<size_t>(1, options_.bucket_bytes / sizeof(float));
+  // Dense tensors: contiguous runs of the flat buffer, averaged bucket by bucket.
+  for (const ShardRange& run : DenseRuns(layout, {0, model_->num_params()})) {
+    const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
+    for (size_t b = begin; b < end; b += bucket) {
+      RETURN_IF_ERROR(collective_->AllReduce(model_->grads().subspan(b, std::min(bucket, end - b)), ReduceOp::kAverage));
+    }
+  }
+  // Sparse tensors: indices differ per rank, so (key, value) pairs are all-gathered.
+  const float inv_n = 1.0f / static_cast<float>(collective_->size());
+  for (size_t t = 0; t < layout.size(); ++t) {
+    if (!layout[t].sparse) continue;
+    const SparseGrad& g = model_->sparse_grad(t);
+    std::vector<std::byte> mine(g.keys.size() * (sizeof(uint64_t) + sizeof(float)));
+    std::memcpy(mine.data(), g.keys.data(), g.keys.size() * sizeof(uint64_t));
+    std::memcpy(mine.data() + g.keys.size() * sizeof(uint64_t), g.values.data(), g.values.size() * sizeof(float));
+    RETURN_IF_ERROR(collective_->AllGather(mine, &gathered_));
+    std::map<uint64_t, float> sum;
+    for (const auto& part : gathered_) {  // rank order: the same sum on every rank
+      const size_t k = part.size() / (sizeof(uint64_t) + sizeof(float));
+      for (size_t q = 0; q < k; ++q) {
+        uint64_t key;
+        float v;
+        std::memcpy(&key, part.data() + q * sizeof(uint64_t), sizeof(key));
+        std::memcpy(&v, part.data() + k * sizeof(uint64_t) + q * sizeof(float), sizeof(v));
+        if (key >= static_cast<uint64_t>(layout[t].size)) return DataLossError("all-gathered key out of range");
+        sum[key] += v;
+      }
+    }
+    merged_[t].keys.clear();
+    merged_[t].values.clear();
+    for (const auto& [k, v] : sum) {
+      merged_[t].keys.push_back(k);
+      merged_[t].values.push_back(v * inv_n);
+    }
+  }
+  return OkStatus();
+}
+
+Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
+  const auto& o = options_.train;
+  const int rank = collective_->rank(), n = collective_->size();
+  RETURN_IF_ERROR(collective_->Broadcast(model_->params(), 0).WithContext("broadcasting the initial parameters"));
+  ShardedSampler sampler(train_->n, n, rank, o.seed);
+  const int64_t steps_per_epoch = StepsPerEpoch(train_->n, n, o.batch);
+  int64_t total_steps = steps_per_epoch * o.epochs;
+  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+  LrSchedule lr = o.lr;
+  if (lr.total_steps == 0) lr.total_steps = total_steps;
+  Optimizer opt(o.optimizer, model_->num_params());
+  const bool evaluates = rank == 0 && options_.evaluate;
+  BatchBuffer buffer;
+  std::vector<EpochReport> reports;
+  Stopwatch run_clock;
+  int64_t step = 0;
+  for (int epoch = 0; epoch < o.epochs && step < total_steps; ++epoch) {
+    const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
+    double loss_sum = 0, train_s = 0;
+    int64_t epoch_steps = 0, samples = 0;
+    for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
+      const int64_t begin = std::min<int64_t>(s * o.batch, static_cast<int64_t>(order.size()));
+      const int64_t end = s + 1 == steps_per_epoch ? static_cast<int64_t>(order.size())
+                                                   : std::min<int64_t>(begin + o.batch, static_cast<int64_t>(order.size()));
+      Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
+      Stopwatch compute;
+      const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
+      if (!std::isfinite(loss)) return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
+      const double compute_ms = compute.Millis();
+      Stopwatch comm;
+      RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
+      const double comm_ms = comm.Millis();
+      Stopwatch update;
+      const float rate = lr.At(step);
+      for (size_t t = 0; t < model_->layout().size(); ++t) {
+        const TensorInfo& ti = model_->layout()[t];
+        if (ti.sparse) opt.StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
+      }
+      for (const ShardRange& run : DenseRuns(model_->layout(), {0, model_->num_params()})) {
+        opt.Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
+                 run.begin);
+      }
+      ++step;
+      ++epoch_steps;
+      samples += batch.size;
+      loss_sum += loss;
+      train_s += (compute_ms + comm_ms) / 1e3 + update.Seconds();
+      if (metrics_ && o.log_every > 0 && step % o.log_every == 0) {
+        MetricsRow row;
+        row.step = step;
+        row.epoch = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
+        row.wall_s = run_clock.Seconds();
+        row.loss = loss;
+        row.bytes_sent = collective_->bytes_sent();
+        row.bytes_received = collective_->bytes_received();
+        row.compute_ms = compute_ms;
+        row.comm_ms = comm_ms;
+        RETURN_IF_ERROR(metrics_->Write(row));
+      }
+    }
+    EpochReport r;
+    r.epoch = epoch + 1;
+    r.steps = step;
+    r.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
+    r.train_seconds = train_s;
+    r.samples_per_s = static_cast<double>(samples) / std::max(1e-9, train_s);
+    r.test_loss = r.test_accuracy = NAN;
+    if (evaluates) {
+      EvalResult e = Evaluate(*model_, *test_, o.eval_batch);
+      r.test_loss = e.loss;
+      r.test_accuracy = e.accuracy;
+    }
+    r.wall_s = run_clock.Seconds();
+    if (metrics_ && evaluates) {
+      MetricsRow row;
+      row.step = step;
+      row.epoch = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
+      row.wall_s = r.wall_s;
+      row.loss = r.train_loss;
+      row.test_loss = r.test_loss;
+      row.test_accuracy = r.test_accuracy;
+      row.bytes_sent = collective_->bytes_sent();
+      row.bytes_received = collective_->bytes_received();
+      RETURN_IF_ERROR(metrics_->Write(row));
+      RETURN_IF_ERROR(metrics_->Flush());
+    }
+    reports.push_back(r);
+    if (on_epoch) on_epoch(r);
+  }
+  RETURN_IF_ERROR(collective_->Barrier().WithContext("final barrier"));
+  return reports;
+}
+
+}  // namespace gradsync
