@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
@@ -63,6 +64,33 @@ void ProcessGroup::KillAll() {
       c.done = true;
     }
   }
+}
+
+Status ProcessGroup::Signal(const std::string& name, int sig) {
+  for (auto& c : children_) {
+    if (c.name != name) continue;
+    if (c.done) return FailedPreconditionError(name + " has already exited");
+    if (kill(c.pid, sig) != 0) return UnavailableError("kill " + name + ": " + std::strerror(errno));
+    return OkStatus();
+  }
+  return NotFoundError("no child named " + name);
+}
+
+Result<int> ProcessGroup::WaitFor(const std::string& name, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (auto& c : children_) {
+    if (c.name != name) continue;
+    while (!c.done) {
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.done = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return DeadlineExceededError(name + " is still running");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -WTERMSIG(c.status);
+  }
+  return NotFoundError("no child named " + name);
 }
 
 Status ProcessGroup::WaitAll(double timeout_s, const volatile bool* interrupted) {

@@ -29,6 +29,11 @@ class ProcessGroup {
   // when all exited 0. `interrupted` (checked every 50 ms) makes it kill everything and fail.
   Status WaitAll(double timeout_s, const volatile bool* interrupted = nullptr);
   void KillAll();
+  // Sends `sig` to one child by name.
+  Status Signal(const std::string& name, int sig);
+  // Waits for one child: its exit code, or -N when signal N ended it; kDeadlineExceeded if it is
+  // still running after timeout_s (it keeps running).
+  Result<int> WaitFor(const std::string& name, double timeout_s);
 
  private:
   struct Child {

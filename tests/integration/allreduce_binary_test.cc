@@ -1,0 +1,81 @@
+// Allreduce jobs as processes: the launcher, and a worker killed mid-training.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "experiments/process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST(AllreduceBinaryTest, LaunchRunsAnAllreduceJob) {
+  TempDir dir;
+  ProcessResult r = RunProcess({BinaryPath("gradsync-launch"), "--mode=allreduce", "--workers=3", "--out=" + dir.path(),
+                                "--", "--dataset=blobs", "--hidden=16", "--epochs=2", "--max-steps=60", "--batch=16"},
+                               120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("final test_acc"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over the ring"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.File("worker-2.csv")));
+}
+
+TEST(AllreduceBinaryTest, AKilledWorkerMakesTheOthersFailWithinTheTimeout) {
+  TempDir dir;
+  ProcessGroup group;
+  const std::string port_file = dir.File("port");
+  ASSERT_TRUE(group.Spawn({"scheduler",
+                            {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
+                             "--num-workers=3", "--port-file=" + port_file, "--heartbeat-timeout=3"},
+                            dir.File("scheduler.log")})
+                  .ok());
+  std::string port;
+  for (int i = 0; i < 400 && port.empty(); ++i) {
+    std::ifstream f(port_file);
+    if (f) std::getline(f, port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_FALSE(port.empty());
+  for (int w = 0; w < 3; ++w) {
+    ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w),
+                             {BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
+                              "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=64", "--epochs=100",
+                              "--batch=8", "--collective-timeout=2", "--heartbeat-timeout=3"},
+                             dir.File("worker-" + std::to_string(w) + ".log")})
+                    .ok());
+  }
+  // Wait until training runs (worker 0 prints its settings once the ring is up).
+  for (int i = 0; i < 400; ++i) {
+    if (ReadFile(dir.File("worker-0.log")).find("mode=allreduce") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(group.Signal("worker 2", SIGKILL).ok());
+  auto killed_at = std::chrono::steady_clock::now();
+  for (int w = 0; w < 2; ++w) {
+    auto code = group.WaitFor("worker " + std::to_string(w), 10);
+    ASSERT_TRUE(code.ok()) << "worker " << w << " hangs: " << code.status();
+    EXPECT_EQ(*code, 1) << ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+    const std::string log = ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+    EXPECT_NE(log.find("gradsync-worker: error:"), std::string::npos) << log;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(took, 2 * 2.0 + 1.0);
+  // The scheduler ends the job on its own once every worker finished or died.
+  auto sched = group.WaitFor("scheduler", 10);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  EXPECT_EQ(*sched, 1);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
