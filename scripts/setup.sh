@@ -2,7 +2,8 @@
 # Installs every Debian package gradsync needs. Idempotent: when everything is there it only
 # checks and prints one line. Run as root (or with sudo) on Debian 12.
 #   scripts/setup.sh           build, test and run dependencies
-#   scripts/setup.sh --bench   also python3-torch, the baseline bench/ compares against
+#   scripts/setup.sh --bench   also the baselines bench/ compares against: python3-torch, Gloo,
+#                              OpenMPI
 set -euo pipefail
 
 packages=(
@@ -19,7 +20,7 @@ packages=(
   iproute2
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch libgloo-dev openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

@@ -49,9 +49,10 @@ Result<std::vector<float>> RunAllreduce(int n, const ModelOptions& mo, const Loc
 }
 
 // Float summation order differs (one sgemm over 32 rows locally, a ring sum of four 8-row
-// gradients here, a rank-order sum on the PS). On a convex, smooth model the trajectories stay
-// within 1e-5; through ReLU kinks the same last-bit differences can grow, so the MLP is held to
-// 1e-4 (measured about 2e-5).
+// gradients here, a rank-order sum on the PS), so the trajectories agree to rounding, not to the
+// bit: after 200 steps at the worker's default rate the MLP is within 6e-6 of local SGD and 5e-6
+// of bsp on this machine (at rate 0.05, ReLU kinks let the same last-bit differences grow to
+// about 2e-5), softmax regression within 1e-6.
 class AllreduceEquivalenceTest : public ::testing::TestWithParam<std::pair<std::string, double>> {};
 
 TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatch) {
@@ -72,7 +73,7 @@ TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatc
   t.epochs = 100;
   t.max_steps = 200;
   t.seed = 5;
-  t.lr = {LrSchedule::Kind::kCosine, 0.05f, 200, 0.0f};
+  t.lr = {LrSchedule::Kind::kCosine, 0.02f, 200, 0.0f};  // the worker's default rate
   t.optimizer.momentum = 0.9f;
   t.optimizer.weight_decay = 1e-4f;
   // A 100-float bucket cuts the gradients into several all-reduces.
@@ -100,7 +101,7 @@ TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatc
 
 INSTANTIATE_TEST_SUITE_P(Models, AllreduceEquivalenceTest,
                          ::testing::Values(std::make_pair(std::string("softmax"), 1e-5),
-                                           std::make_pair(std::string("mlp"), 1e-4)),
+                                           std::make_pair(std::string("mlp"), 1e-5)),
                          [](const auto& p) { return p.param.first; });
 
 TEST(AllreduceTrainTest, SparseModelAllGathersItsGradients) {
