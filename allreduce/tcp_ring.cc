@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <thread>
 
@@ -159,7 +160,8 @@ Status RingCollective::Begin(OpKind op) {
 }
 
 Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
-                                size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment) {
+                                size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment,
+                                bool recv_reuse) {
   const bool do_send = send != nullptr, do_recv = recv != nullptr;
   StepHeader out{kStepMagic, static_cast<uint32_t>(op), seq_, step, 0, send_bytes};
   StepHeader in{};
@@ -188,7 +190,7 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
         return;
       }
       const size_t len = std::min(options_.segment_bytes, recv_bytes - off);
-      asio::async_read(left_, asio::buffer(static_cast<char*>(recv) + off, len),
+      asio::async_read(left_, asio::buffer(static_cast<char*>(recv) + (recv_reuse ? 0 : off), len),
                        [&, off, len](const boost::system::error_code& e, size_t n) {
                          if (e) return peer_error(left, e);
                          bytes_received_ += n;
@@ -223,34 +225,155 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
   return OkStatus();
 }
 
+// The 2(n-1) ring steps run as one stream in each direction. Step t receives chunk recv(t) and
+// sends chunk send(t), and send(t + 1) == recv(t): so each received segment, once reduced
+// (reduce-scatter) or stored (all-gather), is queued at once as the next step's outgoing
+// segment, while it is still in cache. The writer may lag the reader by at most one step (the
+// reader waits before a new step until the writer has sent everything of the steps before),
+// which keeps a chunk from being overwritten while it is still queued for sending.
 Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
   RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
   const int n = size_, r = rank_;
   const size_t count = data.size();
   if (n == 1 || count == 0) return OkStatus();
   float* d = data.data();
-  // Reduce-scatter: after step s, rank r holds the sum of chunk (r - s - 1) over s + 2 ranks.
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_idx = (r - s + n) % n, recv_idx = (r - s - 1 + n) % n;
-    const size_t sb = ChunkBegin(count, n, send_idx), se = ChunkBegin(count, n, send_idx + 1);
-    const size_t rb = ChunkBegin(count, n, recv_idx), re = ChunkBegin(count, n, recv_idx + 1);
-    scratch_.resize(std::max<size_t>(1, re - rb));
-    float* acc = d + rb;
-    const float* in = scratch_.data();
-    RETURN_IF_ERROR(Exchange(OpKind::kAllReduce, static_cast<uint32_t>(s), d + sb, (se - sb) * sizeof(float),
-                             scratch_.data(), (re - rb) * sizeof(float), [acc, in](size_t off, size_t len) {
-                               const size_t b = off / sizeof(float), e = b + len / sizeof(float);
-                               for (size_t i = b; i < e; ++i) acc[i] += in[i];
-                             }));
+  const int steps = 2 * (n - 1);
+  auto recv_chunk = [&](int t) { return t < n - 1 ? (r - t - 1 + 2 * n) % n : (r - (t - (n - 1)) + 2 * n) % n; };
+  auto send_chunk = [&](int t) { return t == 0 ? r : recv_chunk(t - 1); };
+  auto begin_of = [&](int c) { return ChunkBegin(count, n, c); };
+  auto bytes_of = [&](int c) { return (ChunkBegin(count, n, c + 1) - ChunkBegin(count, n, c)) * sizeof(float); };
+  const size_t seg = options_.segment_bytes;
+  scratch_.resize(std::max<size_t>(1, seg / sizeof(float)));
+
+  struct Piece {
+    const void* data;
+    size_t len;
+    int step;
+  };
+  std::deque<StepHeader> headers;
+  std::deque<Piece> queue;
+  bool writing = false;
+  int writer_done_through = -1;  // every piece of steps <= this has been written
+  std::vector<size_t> pieces_left(static_cast<size_t>(steps), 0);
+  std::vector<bool> step_queued(static_cast<size_t>(steps), false);  // all pieces of the step queued
+  Status failure;
+  const int left = (r - 1 + n) % n, right = (r + 1) % n;
+  auto peer_error = [&](int peer, const boost::system::error_code& e, int t) {
+    if (!failure.ok()) return;
+    failure = UnavailableError("rank " + std::to_string(peer) + " (" + peers_[peer] + ") " +
+                               (e == asio::error::eof ? std::string("closed the connection") : e.message()) +
+                               " during " + Where(OpKind::kAllReduce, static_cast<uint32_t>(t)));
+  };
+  auto advance_writer_mark = [&] {
+    while (writer_done_through + 1 < steps && step_queued[writer_done_through + 1] &&
+           pieces_left[writer_done_through + 1] == 0) {
+      ++writer_done_through;
+    }
+  };
+  std::function<void()> pump = [&] {
+    if (writing || queue.empty() || !failure.ok()) return;
+    writing = true;
+    Piece p = queue.front();
+    asio::async_write(right_, asio::buffer(p.data, p.len), [&, p](const boost::system::error_code& e, size_t w) {
+      writing = false;
+      if (e) return peer_error(right, e, p.step);
+      bytes_sent_ += w;
+      queue.pop_front();
+      --pieces_left[p.step];
+      advance_writer_mark();
+      pump();
+    });
+  };
+  auto enqueue = [&](const void* ptr, size_t len, int t) {
+    queue.push_back({ptr, len, t});
+    ++pieces_left[t];
+    pump();
+  };
+  auto start_step_send = [&](int t) {
+    headers.push_back({kStepMagic, static_cast<uint32_t>(OpKind::kAllReduce), seq_, static_cast<uint32_t>(t), 0,
+                       bytes_of(send_chunk(t))});
+    enqueue(&headers.back(), sizeof(StepHeader), t);
+  };
+  // Step 0 sends this rank's own chunk, whole.
+  start_step_send(0);
+  if (bytes_of(r) > 0) enqueue(d + begin_of(r), bytes_of(r), 0);
+  step_queued[0] = true;
+
+  StepHeader in{};
+  int reading = 0;
+  bool all_read = false;
+  std::function<void()> read_step;
+  std::function<void(size_t)> read_segment = [&](size_t off) {
+    const int t = reading;
+    const int c = recv_chunk(t);
+    const size_t total = bytes_of(c);
+    if (off == total) {
+      if (t + 1 < steps) step_queued[t + 1] = true;
+      advance_writer_mark();
+      reading = t + 1;
+      if (reading == steps) {
+        all_read = true;
+        return;
+      }
+      return read_step();
+    }
+    const size_t len = std::min(seg, total - off);
+    float* dst = d + begin_of(c) + off / sizeof(float);
+    const bool reduce = t < n - 1;
+    void* target = reduce ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
+    asio::async_read(left_, asio::buffer(target, len), [&, t, off, len, dst, reduce](const boost::system::error_code& e, size_t got) {
+      if (e) return peer_error(left, e, t);
+      bytes_received_ += got;
+      if (reduce) {
+        float* __restrict a = dst;
+        const float* __restrict x = scratch_.data();
+        for (size_t i = 0; i < len / sizeof(float); ++i) a[i] += x[i];
+      }
+      if (t + 1 < steps) enqueue(dst, len, t + 1);  // forward it while it is hot
+      read_segment(off + len);
+    });
+  };
+  read_step = [&] {
+    const int t = reading;
+    // The writer must have sent every piece of the steps before t - 1 ... t - 1 is still allowed
+    // to be in flight only for chunks this step does not touch (see above).
+    if (writer_done_through < t - 1) {
+      auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::microseconds(20));
+      timer->async_wait([&, timer](const boost::system::error_code&) { read_step(); });
+      return;
+    }
+    asio::async_read(left_, asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
+      if (e) return peer_error(left, e, t);
+      bytes_received_ += got;
+      const size_t want = bytes_of(recv_chunk(t));
+      if (in.magic != kStepMagic || in.op != static_cast<uint32_t>(OpKind::kAllReduce) || in.seq != seq_ ||
+          in.step != static_cast<uint32_t>(t) || in.bytes != want) {
+        failure = InternalError("mismatched collectives: rank " + std::to_string(left) + " sent " + OpName(in.op) +
+                                " #" + std::to_string(in.seq) + " step " + std::to_string(in.step) + " (" +
+                                std::to_string(in.bytes) + " bytes) but " + Where(OpKind::kAllReduce, static_cast<uint32_t>(t)) +
+                                " expects " + std::to_string(want) +
+                                " bytes: every rank must call the same operations in the same order");
+        return;
+      }
+      if (t + 1 < steps) start_step_send(t + 1);
+      read_segment(0);
+    });
+  };
+  read_step();
+  const auto deadline_after = [&] { return Deadline(options_.timeout_s); };
+  auto deadline = deadline_after();
+  io_.restart();
+  while (failure.ok() && !(all_read && writer_done_through == steps - 1)) {
+    const uint64_t before = bytes_received_ + bytes_sent_;
+    if (io_.run_one_until(deadline) == 0 && failure.ok()) {
+      failure = DeadlineExceededError("no progress for " + std::to_string(options_.timeout_s) + " s during " +
+                                      Where(OpKind::kAllReduce, static_cast<uint32_t>(std::min(reading, steps - 1))) +
+                                      (all_read ? " (sending to rank " + std::to_string(right) + ")"
+                                                : " (waiting for rank " + std::to_string(left) + ")"));
+    }
+    if (bytes_received_ + bytes_sent_ != before) deadline = deadline_after();  // a deadline on progress
   }
-  // All-gather: rank r starts with the reduced chunk r + 1 and passes reduced chunks along.
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_idx = (r + 1 - s + n) % n, recv_idx = (r - s + n) % n;
-    const size_t sb = ChunkBegin(count, n, send_idx), se = ChunkBegin(count, n, send_idx + 1);
-    const size_t rb = ChunkBegin(count, n, recv_idx), re = ChunkBegin(count, n, recv_idx + 1);
-    RETURN_IF_ERROR(Exchange(OpKind::kAllReduce, static_cast<uint32_t>(n - 1 + s), d + sb, (se - sb) * sizeof(float),
-                             d + rb, (re - rb) * sizeof(float), nullptr));
-  }
+  if (!failure.ok()) return Fail(failure);
   if (op == ReduceOp::kAverage) Scale(data, 1.0f / static_cast<float>(n));
   return OkStatus();
 }

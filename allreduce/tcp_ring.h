@@ -62,8 +62,11 @@ class RingCollective final : public Collective {
   // the left into `recv`; on_segment(offset, length) runs as each received segment lands.
   // A side given as nullptr is skipped (no header either); a non-null side of 0 bytes still
   // exchanges the header.
+  // With recv_reuse, every segment lands at `recv` itself (a segment-sized buffer that stays in
+  // cache) and on_segment consumes it before the next read.
   Status Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
-                  size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment);
+                  size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment,
+                  bool recv_reuse = false);
   // A valid address for empty buffers (a zero-length side is not a skipped side).
   static std::byte empty_[1];
   Status Begin(OpKind op);
