@@ -14,7 +14,8 @@ class RingProcessTest : public ::testing::TestWithParam<int> {};
 TEST_P(RingProcessTest, ExactSumsAcrossProcesses) {
   const int n = GetParam();
   TempDir dir;
-  const std::string bin = std::string(std::getenv("GRADSYNC_TEST_BIN_DIR") ? std::getenv("GRADSYNC_TEST_BIN_DIR") : "build/tests") + "/ring_check";
+  // The test helpers live next to the test binaries: build/tests, beside build/bin.
+  const std::string bin = BinaryPath("../tests/ring_check");
   std::vector<ProcessResult> results(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
