@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/partitioner.h"
 #include "common/sampler.h"
+#include "worker/epoch.h"
 #include "worker/ps_trainer.h"
 
 namespace gradsync {
@@ -76,12 +77,9 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   int64_t step = 0;
   for (int epoch = 0; epoch < o.epochs && step < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
-    double loss_sum = 0, train_s = 0;
-    int64_t epoch_steps = 0, samples = 0;
+    EpochTotals totals;
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
-      const int64_t begin = std::min<int64_t>(s * o.batch, static_cast<int64_t>(order.size()));
-      const int64_t end = s + 1 == steps_per_epoch ? static_cast<int64_t>(order.size())
-                                                   : std::min<int64_t>(begin + o.batch, static_cast<int64_t>(order.size()));
+      const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
       Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
       Stopwatch compute;
       const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
@@ -101,10 +99,10 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
                  run.begin);
       }
       ++step;
-      ++epoch_steps;
-      samples += batch.size;
-      loss_sum += loss;
-      train_s += (compute_ms + comm_ms) / 1e3 + update.Seconds();
+      ++totals.steps;
+      totals.samples += batch.size;
+      totals.loss_sum += loss;
+      totals.train_seconds += (compute_ms + comm_ms) / 1e3 + update.Seconds();
       if (metrics_ && o.log_every > 0 && step % o.log_every == 0) {
         MetricsRow row;
         row.step = step;
@@ -118,32 +116,17 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
         RETURN_IF_ERROR(metrics_->Write(row));
       }
     }
-    EpochReport r;
-    r.epoch = epoch + 1;
-    r.steps = step;
-    r.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
-    r.train_seconds = train_s;
-    r.samples_per_s = static_cast<double>(samples) / std::max(1e-9, train_s);
-    r.test_loss = r.test_accuracy = NAN;
-    if (evaluates) {
-      EvalResult e = Evaluate(*model_, *test_, o.eval_batch);
-      r.test_loss = e.loss;
-      r.test_accuracy = e.accuracy;
-    }
-    r.wall_s = run_clock.Seconds();
-    if (metrics_ && evaluates) {
-      MetricsRow row;
-      row.step = step;
-      row.epoch = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
-      row.wall_s = r.wall_s;
-      row.loss = r.train_loss;
-      row.test_loss = r.test_loss;
-      row.test_accuracy = r.test_accuracy;
-      row.bytes_sent = collective_->bytes_sent();
-      row.bytes_received = collective_->bytes_received();
-      RETURN_IF_ERROR(metrics_->Write(row));
-      RETURN_IF_ERROR(metrics_->Flush());
-    }
+    EpochClose close;
+    close.epoch = epoch + 1;
+    close.step = step;
+    close.steps_per_epoch = steps_per_epoch;
+    close.wall_s = run_clock.Seconds();
+    close.evaluate = evaluates;
+    close.test = test_;
+    close.eval_batch = o.eval_batch;
+    close.bytes_sent = collective_->bytes_sent();
+    close.bytes_received = collective_->bytes_received();
+    ASSIGN_OR_RETURN(EpochReport r, CloseEpoch(close, totals, *model_, metrics_));
     reports.push_back(r);
     if (on_epoch) on_epoch(r);
   }

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/sampler.h"
+#include "worker/epoch.h"
 
 namespace gradsync {
 
@@ -78,56 +79,32 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   Stopwatch run_clock;
   int64_t clock = 0;
   PsClient::RequestId pending_push = 0;
-  EpochReport current;
-  double loss_sum = 0, epoch_train_s = 0;
-  int64_t epoch_steps = 0, epoch_samples = 0;
+  EpochTotals totals;
 
   auto evaluate_and_report = [&](int epoch) -> Status {
-    EpochReport r;
-    r.epoch = epoch;
-    r.steps = clock;
-    r.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
-    r.train_seconds = epoch_train_s;
-    r.samples_per_s = static_cast<double>(epoch_samples) / std::max(1e-9, epoch_train_s);
-    r.test_accuracy = NAN;
-    r.test_loss = NAN;
-    if (evaluates) {
-      EvalResult e = Evaluate(*model_, *test_, o.eval_batch);
-      r.test_loss = e.loss;
-      r.test_accuracy = e.accuracy;
-    }
-    r.wall_s = run_clock.Seconds();
-    if (metrics_ && evaluates) {
-      MetricsRow row;
-      row.step = clock;
-      row.epoch = static_cast<double>(clock) / static_cast<double>(steps_per_epoch);
-      row.wall_s = r.wall_s;
-      row.loss = r.train_loss;
-      row.test_loss = r.test_loss;
-      row.test_accuracy = r.test_accuracy;
-      auto t = client_->traffic();
-      auto st = scheduler_->traffic();
-      row.bytes_sent = t.bytes_sent + st.bytes_sent;
-      row.bytes_received = t.bytes_received + st.bytes_received;
-      RETURN_IF_ERROR(metrics_->Write(row));
-      RETURN_IF_ERROR(metrics_->Flush());
-    }
+    EpochClose close;
+    close.epoch = epoch;
+    close.step = clock;
+    close.steps_per_epoch = steps_per_epoch;
+    close.wall_s = run_clock.Seconds();
+    close.evaluate = evaluates;
+    close.test = test_;
+    close.eval_batch = o.eval_batch;
+    const auto t = client_->traffic();
+    const auto st = scheduler_->traffic();
+    close.bytes_sent = t.bytes_sent + st.bytes_sent;
+    close.bytes_received = t.bytes_received + st.bytes_received;
+    ASSIGN_OR_RETURN(EpochReport r, CloseEpoch(close, totals, *model_, metrics_));
     reports.push_back(r);
     if (on_epoch) on_epoch(r);
-    loss_sum = 0;
-    epoch_train_s = 0;
-    epoch_steps = 0;
-    epoch_samples = 0;
+    totals = EpochTotals();
     return OkStatus();
   };
 
   for (int epoch = 0; epoch < o.epochs && clock < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
     for (int64_t s = 0; s < steps_per_epoch && clock < total_steps; ++s) {
-      const int64_t begin = std::min<int64_t>(s * o.batch, static_cast<int64_t>(order.size()));
-      // The last batch takes the rest of this worker's shard (shards differ by at most one).
-      const int64_t end = s + 1 == steps_per_epoch ? static_cast<int64_t>(order.size())
-                                                   : std::min<int64_t>(begin + o.batch, static_cast<int64_t>(order.size()));
+      const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
       Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
       if (sparse) BatchKeys(*model_, batch, &keys);
 
@@ -167,10 +144,10 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       Stopwatch push_clock;
       ASSIGN_OR_RETURN(pending_push, client_->Push(clock, model_->grads(), push_keys, push_values));
       ++clock;
-      loss_sum += loss;
-      ++epoch_steps;
-      epoch_samples += batch.size;
-      epoch_train_s += (compute_ms + comm_ms) / 1e3 + push_clock.Seconds();
+      totals.loss_sum += loss;
+      ++totals.steps;
+      totals.samples += batch.size;
+      totals.train_seconds += (compute_ms + comm_ms) / 1e3 + push_clock.Seconds();
       if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
         MetricsRow row;
         row.step = clock;
