@@ -1,0 +1,68 @@
+// Exact top-k by magnitude. Ties are broken by index (the lower index ranks higher), so the set
+// is a function of x alone. Payload: uint32 k, k uint32 indices in ascending order, k fp32 values.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "compression/codecs.h"
+
+namespace gradsync {
+namespace {
+
+class TopK final : public Compressor {
+ public:
+  explicit TopK(double ratio) : ratio_(ratio) {}
+  std::string name() const override { return "topk:" + std::to_string(ratio_); }
+  Aggregation aggregation() const override { return Aggregation::kGatherOnly; }
+  bool sparse() const override { return true; }
+  size_t PayloadBytes(size_t n) const override { return 4 + 8 * KeptElements(n, ratio_); }
+
+  void Encode(ConstFloatSpan x, uint64_t, std::vector<uint8_t>* out) override {
+    const size_t n = x.size(), k = KeptElements(n, ratio_);
+    idx_.resize(n);
+    std::iota(idx_.begin(), idx_.end(), 0u);
+    auto before = [&](uint32_t a, uint32_t b) {
+      const float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
+      return fa > fb || (fa == fb && a < b);
+    };
+    if (k < n) std::nth_element(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(k), idx_.end(), before);
+    std::sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(k));
+    out->clear();
+    out->reserve(PayloadBytes(n));
+    payload::PutU32(out, static_cast<uint32_t>(k));
+    for (size_t i = 0; i < k; ++i) payload::PutU32(out, idx_[i]);
+    for (size_t i = 0; i < k; ++i) payload::PutF32(out, x[idx_[i]]);
+  }
+
+  Status Decode(std::span<const uint8_t> p, size_t n, uint64_t, FloatSpan out) const override {
+    if (p.size() < 4 || out.size() != n) return DataLossError("top-k payload is truncated");
+    const uint32_t k = payload::GetU32(p.data());
+    if (k != KeptElements(n, ratio_) || p.size() != 4 + 8 * static_cast<size_t>(k)) {
+      return DataLossError("top-k payload announces " + std::to_string(k) + " elements in " + std::to_string(p.size()) +
+                           " bytes; this codec sends " + std::to_string(KeptElements(n, ratio_)) + " of " + std::to_string(n));
+    }
+    std::fill(out.begin(), out.end(), 0.0f);
+    const uint8_t* ip = p.data() + 4;
+    const uint8_t* vp = ip + 4 * static_cast<size_t>(k);
+    int64_t last = -1;
+    for (uint32_t i = 0; i < k; ++i) {
+      const uint32_t index = payload::GetU32(ip + 4 * i);
+      if (index >= n || static_cast<int64_t>(index) <= last) {
+        return DataLossError("top-k payload index " + std::to_string(index) + " is out of range or out of order");
+      }
+      last = index;
+      out[index] = payload::GetF32(vp + 4 * i);
+    }
+    return OkStatus();
+  }
+
+ private:
+  double ratio_;
+  std::vector<uint32_t> idx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> MakeTopK(double ratio) { return std::make_unique<TopK>(ratio); }
+
+}  // namespace gradsync

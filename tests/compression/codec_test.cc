@@ -1,0 +1,326 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "common/rng.h"
+#include "compression/codecs.h"
+#include "compression/error_feedback.h"
+
+namespace gradsync {
+namespace {
+
+const std::vector<std::string> kSpecs = {"fp16", "int8", "qsgd:16", "qsgd:1", "sign", "topk:0.01", "topk:0.5", "randomk:0.1"};
+
+std::unique_ptr<Compressor> Make(const std::string& spec, bool unbiased = false) {
+  auto c = CreateCompressor(spec, 7, unbiased);
+  GRADSYNC_CHECK(c.ok() && *c) << spec;
+  return std::move(c).value();
+}
+
+std::vector<float> Gaussian(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(n);
+  for (float& v : x) v = static_cast<float>(rng.Normal());
+  return x;
+}
+
+TEST(CompressorTest, FactoryParsesAndRejects) {
+  EXPECT_EQ(CreateCompressor("none", 0).value(), nullptr);
+  for (const auto& s : kSpecs) EXPECT_TRUE(CreateCompressor(s, 0).ok()) << s;
+  for (const char* bad : {"qsgd", "qsgd:0", "qsgd:2.5", "qsgd:200", "topk", "topk:0", "topk:1.5", "randomk:-1",
+                          "fp16:2", "gzip", "topk:abc"}) {
+    auto r = CreateCompressor(bad, 0);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(Make("fp16")->aggregation(), Aggregation::kRingSummable);
+  EXPECT_EQ(Make("randomk:0.1")->aggregation(), Aggregation::kRingSummable);
+  for (const char* g : {"int8", "qsgd:16", "sign", "topk:0.01"}) EXPECT_EQ(Make(g)->aggregation(), Aggregation::kGatherOnly) << g;
+}
+
+TEST(CompressorTest, PayloadSizesEqualTheirFormula) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{511}, size_t{512}, size_t{513}, size_t{100000}}) {
+    auto x = Gaussian(n, n);
+    const size_t buckets = (n + kQuantBucket - 1) / kQuantBucket;
+    const std::vector<std::pair<std::string, size_t>> expect = {
+        {"fp16", 2 * n},
+        {"int8", n + 4 * buckets},
+        {"qsgd:16", n + 4 * buckets},
+        {"sign", 4 + (n + 7) / 8},
+        {"topk:0.01", 4 + 8 * KeptElements(n, 0.01)},
+        {"randomk:0.1", 4 * KeptElements(n, 0.1)}};
+    for (const auto& [spec, bytes] : expect) {
+      auto c = Make(spec);
+      std::vector<uint8_t> p;
+      c->Encode(x, 3, &p);
+      EXPECT_EQ(p.size(), bytes) << spec << " n=" << n;
+      EXPECT_EQ(c->PayloadBytes(n), bytes) << spec << " n=" << n;
+      std::vector<float> out(n);
+      EXPECT_TRUE(c->Decode(p, n, 3, out).ok()) << spec << " n=" << n;
+    }
+  }
+  EXPECT_EQ(KeptElements(1000, 0.01), 10u);
+  EXPECT_EQ(KeptElements(10, 0.001), 1u);
+}
+
+TEST(CompressorTest, Fp16RoundsToNearestAndKnowsItsEdges) {
+  auto c = Make("fp16");
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 70000.0f, 1e-8f, 0.333333f, 6.1035156e-05f, INFINITY};
+  std::vector<uint8_t> p;
+  c->Encode(x, 0, &p);
+  auto half = [&](size_t i) { return static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)); };
+  EXPECT_EQ(half(2), 0x3C00);
+  EXPECT_EQ(half(3), 0xC100);
+  EXPECT_EQ(half(4), 0x7BFF);
+  EXPECT_EQ(half(5), 0x7C00);  // overflow -> infinity
+  EXPECT_EQ(half(8), 0x0400);  // smallest normal
+  std::vector<float> out(x.size());
+  ASSERT_TRUE(c->Decode(p, x.size(), 0, out).ok());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_TRUE(std::signbit(out[1]));
+  EXPECT_EQ(out[2], 1.0f);
+  EXPECT_EQ(out[3], -2.5f);
+  EXPECT_NEAR(out[6], 1e-8f, 3e-8f);  // subnormal half
+  EXPECT_NEAR(out[7], 0.333333f, 0.333333f / 2048);
+  auto y = Gaussian(10001, 1);
+  c->Encode(y, 0, &p);
+  std::vector<float> back(y.size());
+  ASSERT_TRUE(c->Decode(p, y.size(), 0, back).ok());
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_LE(std::fabs(back[i] - y[i]), std::fabs(y[i]) / 2048 + 1e-7f) << i;
+}
+
+TEST(CompressorTest, Int8ErrorIsHalfAStep) {
+  auto c = Make("int8");
+  auto x = Gaussian(3000, 2);
+  std::vector<uint8_t> p;
+  c->Encode(x, 0, &p);
+  std::vector<float> out(x.size());
+  ASSERT_TRUE(c->Decode(p, x.size(), 0, out).ok());
+  for (size_t b = 0; b < x.size(); b += kQuantBucket) {
+    float m = 0;
+    for (size_t i = b; i < std::min(x.size(), b + kQuantBucket); ++i) m = std::max(m, std::fabs(x[i]));
+    for (size_t i = b; i < std::min(x.size(), b + kQuantBucket); ++i) ASSERT_LE(std::fabs(out[i] - x[i]), m / 127 / 2 * 1.0001f);
+  }
+}
+
+TEST(CompressorTest, TopKPicksExactlyTheKLargestWithTiesToTheLowerIndex) {
+  auto x = Gaussian(5000, 3);
+  auto c = Make("topk:0.01");
+  std::vector<uint8_t> p;
+  c->Encode(x, 0, &p);
+  std::vector<float> out(x.size());
+  ASSERT_TRUE(c->Decode(p, x.size(), 0, out).ok());
+  std::vector<float> mags(x.size());
+  for (size_t i = 0; i < x.size(); ++i) mags[i] = std::fabs(x[i]);
+  std::vector<float> sorted = mags;
+  std::sort(sorted.rbegin(), sorted.rend());
+  const float threshold = sorted[49];  // k = 50
+  int kept = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (out[i] != 0) {
+      ++kept;
+      EXPECT_EQ(out[i], x[i]);  // values travel exactly
+      EXPECT_GE(mags[i], threshold);
+    } else {
+      EXPECT_LE(mags[i], threshold);
+    }
+  }
+  EXPECT_EQ(kept, 50);
+  // Ties: with equal magnitudes the lower indices are kept.
+  std::vector<float> tie(10, 1.0f);
+  tie[7] = -1.0f;
+  auto c2 = Make("topk:0.3");
+  c2->Encode(tie, 0, &p);
+  std::vector<float> t(10);
+  ASSERT_TRUE(c2->Decode(p, 10, 0, t).ok());
+  EXPECT_EQ(t, (std::vector<float>{1, 1, 1, 0, 0, 0, 0, 0, 0, 0}));
+}
+
+TEST(CompressorTest, RandomKSharesItsIndicesPerStep) {
+  auto x = Gaussian(1000, 4);
+  auto a = Make("randomk:0.1"), b = Make("randomk:0.1");
+  std::vector<uint8_t> pa, pb;
+  a->Encode(x, 5, &pa);
+  b->Encode(x, 5, &pb);
+  EXPECT_EQ(pa, pb);  // same seed and step on another rank: the same indices, so summable values
+  std::vector<float> o5(1000), o6(1000);
+  ASSERT_TRUE(a->Decode(pa, 1000, 5, o5).ok());
+  a->Encode(x, 6, &pa);
+  ASSERT_TRUE(a->Decode(pa, 1000, 6, o6).ok());
+  int kept5 = 0, same = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (o5[i] != 0) {
+      ++kept5;
+      EXPECT_EQ(o5[i], x[i]);
+    }
+    same += (o5[i] != 0) == (o6[i] != 0) && o5[i] != 0;
+  }
+  EXPECT_EQ(kept5, 100);
+  EXPECT_LT(same, 50);  // another step, another set
+  auto u = Make("randomk:0.1", /*unbiased=*/true);
+  u->Encode(x, 5, &pa);
+  ASSERT_TRUE(u->Decode(pa, 1000, 5, o6).ok());
+  for (int i = 0; i < 1000; ++i) {
+    if (o5[i] != 0) {
+      EXPECT_FLOAT_EQ(o6[i], 10.0f * x[i]);
+    }
+  }
+}
+
+TEST(CompressorTest, SignKeepsSignsAndTheMeanMagnitude) {
+  std::vector<float> x = {2.0f, -1.0f, 0.0f, -3.0f, 4.0f};
+  auto c = Make("sign");
+  std::vector<uint8_t> p;
+  c->Encode(x, 0, &p);
+  std::vector<float> out(5);
+  ASSERT_TRUE(c->Decode(p, 5, 0, out).ok());
+  EXPECT_EQ(out, (std::vector<float>{2.0f, -2.0f, 2.0f, -2.0f, 2.0f}));
+}
+
+TEST(CompressorTest, QsgdIsUnbiasedWithinItsVarianceBound) {
+  const int levels = 4;
+  const size_t n = 700;  // two buckets, the second partial
+  auto x = Gaussian(n, 9);
+  auto c = Make("qsgd:" + std::to_string(levels));
+  const int draws = 10000;
+  std::vector<double> sum(n, 0.0), sum_sq(n, 0.0);
+  double sq_err = 0;
+  std::vector<uint8_t> p;
+  std::vector<float> out(n);
+  for (int d = 0; d < draws; ++d) {
+    c->Encode(x, static_cast<uint64_t>(d), &p);
+    ASSERT_TRUE(c->Decode(p, n, 0, out).ok());
+    for (size_t i = 0; i < n; ++i) {
+      sum[i] += out[i];
+      sum_sq[i] += static_cast<double>(out[i]) * out[i];
+      sq_err += (static_cast<double>(out[i]) - x[i]) * (static_cast<double>(out[i]) - x[i]);
+    }
+  }
+  int outside = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double mean = sum[i] / draws;
+    const double var = sum_sq[i] / draws - mean * mean;
+    const double se = std::sqrt(std::max(var, 0.0) / draws);
+    if (std::fabs(mean - x[i]) > 4 * se + 1e-6) ++outside;
+  }
+  EXPECT_LE(outside, 1) << "elements whose mean of 10,000 draws is more than 4 standard errors off";
+  // Variance bound (Alistarh et al., Lemma 3.1), summed over buckets.
+  double bound = 0;
+  for (size_t b = 0; b < n; b += kQuantBucket) {
+    const size_t len = std::min(n, b + kQuantBucket) - b;
+    double norm_sq = 0;
+    for (size_t i = b; i < b + len; ++i) norm_sq += static_cast<double>(x[i]) * x[i];
+    const double s = levels;
+    bound += std::min(len / (s * s), std::sqrt(static_cast<double>(len)) / s) * norm_sq;
+  }
+  EXPECT_LE(sq_err / draws, bound);
+}
+
+// decode(sent) + new residual == gradient + old residual. The residual is one fp32 subtraction
+// p - D(c): exact (Sterbenz) whenever D(c) is 0 or within a factor 2 of p, which holds for
+// fp16, int8, top-k and random-k, so there the identity is bit-exact. Sign (and QSGD when it
+// rounds a tiny element up to one level) can decode far from p; the residual then carries the
+// rounding of that one subtraction: at most half an ulp of the larger of |p| and |D(c)|.
+class ErrorFeedbackTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ErrorFeedbackTest, ConservesMass) {
+  const bool exact = GetParam().rfind("sign", 0) != 0 && GetParam().rfind("qsgd", 0) != 0;
+  const size_t n = 2000;
+  ErrorFeedback ef(Make(GetParam()), n);
+  auto probe = Make(GetParam());
+  std::vector<uint8_t> p;
+  std::vector<float> decoded(n), old_residual(n);
+  for (uint64_t step = 0; step < 5; ++step) {
+    auto g = Gaussian(n, 100 + step);
+    std::copy(ef.residual().begin(), ef.residual().end(), old_residual.begin());
+    ef.Encode(g, step, &p);
+    ASSERT_TRUE(probe->Decode(p, n, step, decoded).ok());
+    int mismatches = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float lhs = decoded[i] + ef.residual()[i];
+      const float rhs = g[i] + old_residual[i];
+      if (exact) {
+        mismatches += lhs != rhs;
+      } else {
+        const float big = std::max(std::fabs(rhs), std::fabs(decoded[i]));
+        mismatches += std::fabs(lhs - rhs) > std::nextafter(big, INFINITY) - big;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << GetParam() << " step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, ErrorFeedbackTest, ::testing::ValuesIn(kSpecs), [](const auto& p) {
+  std::string s = p.param;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+});
+
+TEST(CompressorTest, MalformedPayloadsAreRejected) {
+  const size_t n = 1000;
+  auto x = Gaussian(n, 5);
+  std::vector<float> out(n);
+  for (const auto& spec : kSpecs) {
+    auto c = Make(spec);
+    std::vector<uint8_t> p;
+    c->Encode(x, 1, &p);
+    auto shorter = p;
+    if (!shorter.empty()) shorter.pop_back();
+    EXPECT_EQ(c->Decode(shorter, n, 1, out).code(), StatusCode::kDataLoss) << spec;
+    auto longer = p;
+    longer.push_back(0);
+    EXPECT_EQ(c->Decode(longer, n, 1, out).code(), StatusCode::kDataLoss) << spec;
+    // A payload decoded for another n is refused whenever the sizes tell them apart.
+    std::vector<float> bigger(n + 1);
+    if (c->PayloadBytes(n + 1) != p.size()) {
+      EXPECT_FALSE(c->Decode(p, n + 1, 1, bigger).ok()) << spec;
+    }
+  }
+  auto topk = Make("topk:0.01");
+  std::vector<uint8_t> p;
+  topk->Encode(x, 0, &p);
+  auto bad_index = p;
+  const uint32_t huge = 5000;
+  std::memcpy(bad_index.data() + 4, &huge, 4);
+  EXPECT_FALSE(topk->Decode(bad_index, n, 0, out).ok());
+  auto swapped = p;
+  std::swap_ranges(swapped.begin() + 4, swapped.begin() + 8, swapped.begin() + 8);
+  EXPECT_FALSE(topk->Decode(swapped, n, 0, out).ok());  // indices out of order
+  auto qsgd = Make("qsgd:16");
+  qsgd->Encode(x, 0, &p);
+  p[10] = 0x7f;  // level 127 > 16
+  EXPECT_FALSE(qsgd->Decode(p, n, 0, out).ok());
+  qsgd->Encode(x, 0, &p);
+  const float nan = NAN;
+  std::memcpy(p.data(), &nan, 4);
+  EXPECT_FALSE(qsgd->Decode(p, n, 0, out).ok());
+  auto sign = Make("sign");
+  sign->Encode(std::vector<float>(5, 1.0f), 0, &p);
+  p.back() |= 0x80;  // a padding bit
+  std::vector<float> five(5);
+  EXPECT_FALSE(sign->Decode(p, 5, 0, five).ok());
+  auto int8 = Make("int8");
+  int8->Encode(x, 0, &p);
+  p[4] = 0x80;  // -128
+  EXPECT_FALSE(int8->Decode(p, n, 0, out).ok());
+}
+
+TEST(CompressorTest, RandomBytesNeverCrashADecoder) {
+  Rng rng(77);
+  std::vector<float> out(300);
+  for (const auto& spec : kSpecs) {
+    auto c = Make(spec);
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<uint8_t> junk(rng.UniformInt(2 * c->PayloadBytes(300) + 8));
+      for (auto& b : junk) b = static_cast<uint8_t>(rng.UniformInt(256));
+      (void)c->Decode(junk, 300, 0, out);  // an error or a value; never a crash (ASan builds check reads)
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradsync
