@@ -10,7 +10,8 @@ namespace gradsync {
 
 // IEEE half precision, 2 bytes per element; ring-summable (pre-divide by n before summing).
 std::unique_ptr<Compressor> MakeFp16();
-// Per bucket of 512: an fp32 scale (max |x| / 127) and one int8 per element, rounded to nearest.
+// Per bucket of 512: an fp32 scale (max |x| / 127) and one int8 per element, rounded to nearest
+// (ties away from zero).
 std::unique_ptr<Compressor> MakeInt8();
 // QSGD (Alistarh et al. 2017), buckets of 512: the bucket's fp32 L2 norm, then one byte per
 // element (sign bit + level in [0, levels]), stochastic rounding seeded by (seed, step).

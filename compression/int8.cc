@@ -1,4 +1,5 @@
-// int8: per bucket of kQuantBucket elements, scale = max|x| / 127 (fp32), q = round(x / scale).
+// int8: per bucket of kQuantBucket elements, scale = max|x| / 127 (fp32), q = round(x / scale)
+// (to nearest, ties away from zero).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,19 +16,24 @@ class Int8 final : public Compressor {
   size_t PayloadBytes(size_t n) const override { return n + 4 * ((n + kQuantBucket - 1) / kQuantBucket); }
 
   void Encode(ConstFloatSpan x, uint64_t, std::vector<uint8_t>* out) override {
-    out->clear();
-    out->reserve(PayloadBytes(x.size()));
+    out->resize(PayloadBytes(x.size()));
+    uint8_t* w = out->data();
     for (size_t b = 0; b < x.size(); b += kQuantBucket) {
       const size_t e = std::min(x.size(), b + kQuantBucket);
       float m = 0;
       for (size_t i = b; i < e; ++i) m = std::max(m, std::fabs(x[i]));
       const float scale = m / 127.0f;
-      payload::PutF32(out, scale);
+      std::memcpy(w, &scale, 4);
+      w += 4;
       const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+      int8_t* q = reinterpret_cast<int8_t*>(w);
       for (size_t i = b; i < e; ++i) {
-        const float q = std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f);
-        out->push_back(static_cast<uint8_t>(static_cast<int8_t>(q)));
+        // |x * inv| <= 127 by construction: round to nearest (ties away from zero), branch-free
+        // so that the loop vectorizes.
+        const float r = x[i] * inv;
+        q[i - b] = static_cast<int8_t>(static_cast<int>(r + std::copysign(0.5f, r)));
       }
+      w += e - b;
     }
   }
 

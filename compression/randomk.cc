@@ -3,7 +3,6 @@
 // element by element (inside a ring). Unbiased variant: values scaled by n / k (for use without
 // error feedback). Payload: k fp32 values.
 #include <algorithm>
-#include <unordered_set>
 
 #include "common/rng.h"
 #include "compression/codecs.h"
@@ -19,25 +18,30 @@ class RandomK final : public Compressor {
   bool sparse() const override { return true; }
   size_t PayloadBytes(size_t n) const override { return 4 * KeptElements(n, ratio_); }
 
-  // The step's index set: Floyd's algorithm (k draws, no full permutation), sorted.
+  // The step's index set (k draws, no full permutation), sorted.
   const std::vector<uint32_t>& Indices(size_t n, uint64_t step) const {
     const size_t k = KeptElements(n, ratio_);
     if (cached_n_ == n && cached_step_ == step && idx_.size() == k) return idx_;
     Rng rng(Rng::Derive(seed_, 0x7a4d, step));
     idx_.clear();
-    if (k * 2 >= n) {
-      auto perm = rng.Permutation(static_cast<uint32_t>(n));
-      idx_.assign(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(k));
-    } else {
-      std::unordered_set<uint32_t> chosen;
-      chosen.reserve(k * 2);
-      for (size_t j = n - k; j < n; ++j) {
-        const uint32_t t = static_cast<uint32_t>(rng.UniformInt(j + 1));
-        idx_.push_back(chosen.insert(t).second ? t : static_cast<uint32_t>(j));
-        if (idx_.back() == j) chosen.insert(static_cast<uint32_t>(j));
+    // Floyd's algorithm over a bitmap of n bits; scanning the bitmap yields the set sorted.
+    chosen_.assign((n + 63) / 64, 0);
+    auto test_and_set = [&](size_t i) {
+      const uint64_t bit = uint64_t{1} << (i & 63);
+      const bool was = chosen_[i >> 6] & bit;
+      chosen_[i >> 6] |= bit;
+      return was;
+    };
+    for (size_t j = n - k; j < n; ++j) {
+      const size_t t = static_cast<size_t>(rng.UniformInt(j + 1));
+      if (test_and_set(t)) test_and_set(j);
+    }
+    idx_.reserve(k);
+    for (size_t w = 0; w < chosen_.size(); ++w) {
+      for (uint64_t bits = chosen_[w]; bits; bits &= bits - 1) {
+        idx_.push_back(static_cast<uint32_t>(64 * w + static_cast<size_t>(__builtin_ctzll(bits))));
       }
     }
-    std::sort(idx_.begin(), idx_.end());
     cached_n_ = n;
     cached_step_ = step;
     return idx_;
@@ -66,6 +70,7 @@ class RandomK final : public Compressor {
   uint64_t seed_;
   bool unbiased_;
   mutable std::vector<uint32_t> idx_;
+  mutable std::vector<uint64_t> chosen_;
   mutable size_t cached_n_ = SIZE_MAX;
   mutable uint64_t cached_step_ = 0;
 };

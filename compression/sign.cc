@@ -22,8 +22,15 @@ class Sign final : public Compressor {
     payload::PutF32(&head, scale);
     std::copy(head.begin(), head.end(), out->begin());
     uint8_t* bits = out->data() + 4;
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (std::signbit(x[i]) && x[i] != 0.0f) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+    const size_t full = x.size() / 8;
+    for (size_t byte = 0; byte < full; ++byte) {
+      const float* v = x.data() + 8 * byte;
+      uint32_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= static_cast<uint32_t>(v[j] < 0.0f) << j;
+      bits[byte] = static_cast<uint8_t>(m);
+    }
+    for (size_t i = 8 * full; i < x.size(); ++i) {
+      if (x[i] < 0.0f) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
     }
   }
 
@@ -34,7 +41,13 @@ class Sign final : public Compressor {
     const float scale = payload::GetF32(p.data());
     if (!std::isfinite(scale) || scale < 0) return DataLossError("sign payload has a bad scale");
     const uint8_t* bits = p.data() + 4;
-    for (size_t i = 0; i < n; ++i) out[i] = (bits[i >> 3] >> (i & 7)) & 1u ? -scale : scale;
+    const size_t full = n / 8;
+    for (size_t byte = 0; byte < full; ++byte) {
+      const uint32_t m = bits[byte];
+      float* o = out.data() + 8 * byte;
+      for (int j = 0; j < 8; ++j) o[j] = ((m >> j) & 1u) ? -scale : scale;
+    }
+    for (size_t i = 8 * full; i < n; ++i) out[i] = (bits[i >> 3] >> (i & 7)) & 1u ? -scale : scale;
     // Padding bits past n must be zero: anything else is not a payload this codec wrote.
     if (n % 8 && (bits[n / 8] >> (n % 8))) return DataLossError("sign payload has padding bits set");
     return OkStatus();

@@ -1,6 +1,7 @@
 // Exact top-k by magnitude. Ties are broken by index (the lower index ranks higher), so the set
 // is a function of x alone. Payload: uint32 k, k uint32 indices in ascending order, k fp32 values.
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <numeric>
 
@@ -19,14 +20,22 @@ class TopK final : public Compressor {
 
   void Encode(ConstFloatSpan x, uint64_t, std::vector<uint8_t>* out) override {
     const size_t n = x.size(), k = KeptElements(n, ratio_);
-    idx_.resize(n);
-    std::iota(idx_.begin(), idx_.end(), 0u);
-    auto before = [&](uint32_t a, uint32_t b) {
-      const float fa = std::fabs(x[a]), fb = std::fabs(x[b]);
-      return fa > fb || (fa == fb && a < b);
-    };
-    if (k < n) std::nth_element(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(k), idx_.end(), before);
-    std::sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(k));
+    idx_.clear();
+    if (k > 0) {
+      // The k-th largest magnitude t (nth_element over a contiguous copy), then one pass: every
+      // |x| > t, and as many |x| == t as are left, lowest indices first.
+      mags_.resize(n);
+      for (size_t i = 0; i < n; ++i) mags_[i] = std::fabs(x[i]);
+      std::nth_element(mags_.begin(), mags_.begin() + static_cast<std::ptrdiff_t>(k - 1), mags_.end(), std::greater<float>());
+      const float t = mags_[k - 1];
+      size_t above = 0;
+      for (size_t i = 0; i < n; ++i) above += std::fabs(x[i]) > t;
+      size_t ties_left = k - above;
+      for (size_t i = 0; i < n; ++i) {
+        const float m = std::fabs(x[i]);
+        if (m > t || (m == t && ties_left > 0 && ties_left--)) idx_.push_back(static_cast<uint32_t>(i));
+      }
+    }
     out->clear();
     out->reserve(PayloadBytes(n));
     payload::PutU32(out, static_cast<uint32_t>(k));
@@ -59,6 +68,7 @@ class TopK final : public Compressor {
  private:
   double ratio_;
   std::vector<uint32_t> idx_;
+  std::vector<float> mags_;
 };
 
 }  // namespace
