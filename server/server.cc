@@ -103,6 +103,10 @@ Status Server::HandleInit(const Message& m) {
     return InvalidArgumentError("INIT must carry exactly this shard's range [" + std::to_string(range.begin) +
                                 ", " + std::to_string(range.end) + ")");
   }
+  if (!job.compression().empty()) {
+    ASSIGN_OR_RETURN(codec_, CreateCompressor(job.compression(), job.compression_seed()));
+    codec_spec_ = job.compression();
+  }
   auto shard = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
   std::vector<float> values(static_cast<size_t>(range.size()));
   m.CopyValues(values.data());
@@ -121,7 +125,23 @@ Status Server::HandlePush(const Message& m) {
   auto segs = Segments(m);
   key_buffer_.resize(h.num_keys());
   if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
-  const size_t n = m.num_values();
+  size_t n = m.num_values();
+  const float* values = static_cast<const float*>(m.values.data());
+  if (!h.codec().empty()) {
+    // A compressed push: decoded (and so validated) before it can touch anything.
+    if (!codec_ || h.codec() != codec_spec_) {
+      return InvalidArgumentError("push compressed with '" + h.codec() + "' but this job uses '" +
+                                  (codec_spec_.empty() ? std::string("none") : codec_spec_) + "'");
+    }
+    if (h.num_keys() > 0) return InvalidArgumentError("a compressed push carries no keys");
+    RETURN_IF_ERROR(shard_->Validate(segs, {}, nullptr));
+    n = 0;
+    for (const auto& sg : segs) n += static_cast<size_t>(sg.length);
+    decoded_.resize(n);
+    RETURN_IF_ERROR(codec_->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), n,
+                                   static_cast<uint64_t>(h.clock()), decoded_));
+    values = decoded_.data();
+  }
   RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, &n));
   if (h.version() < 0 || h.version() > shard_->version()) {
     return AbortedError("push computed on version " + std::to_string(h.version()) + " but the shard is at " +
@@ -129,7 +149,6 @@ Status Server::HandlePush(const Message& m) {
   }
   RETURN_IF_ERROR(controller_->OnPush(h.sender_rank(), h.clock()));
   // Values are read in place when ZeroMQ's buffer is float-aligned; copied otherwise.
-  const float* values = static_cast<const float*>(m.values.data());
   if (reinterpret_cast<uintptr_t>(values) % alignof(float) != 0) {
     read_buffer_.resize(n);
     m.CopyValues(read_buffer_.data());

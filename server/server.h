@@ -24,6 +24,7 @@
 #include "common/scheduler_client.h"
 #include "common/status.h"
 #include "common/transport.h"
+#include "compression/compressor.h"
 #include "server/consistency.h"
 #include "server/kv_shard.h"
 
@@ -132,6 +133,9 @@ class Server {
   ServerStats stats_;
   std::vector<PullRecord> pull_log_;
   std::vector<float> read_buffer_;
+  std::string codec_spec_;                 // the job's push codec ("" = raw floats)
+  std::unique_ptr<Compressor> codec_;
+  std::vector<float> decoded_;
   std::vector<uint64_t> key_buffer_;
 };
 

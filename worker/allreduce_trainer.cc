@@ -22,10 +22,35 @@ Status AllreduceTrainer::AverageGradients() {
   merged_.resize(layout.size());
   const size_t bucket = std::max<size_t>(1, options_.bucket_bytes / sizeof(float));
   // Dense tensors: contiguous runs of the flat buffer, averaged bucket by bucket.
+  size_t bucket_index = 0;
   for (const ShardRange& run : DenseRuns(layout, {0, model_->num_params()})) {
     const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
-    for (size_t b = begin; b < end; b += bucket) {
-      RETURN_IF_ERROR(collective_->AllReduce(model_->grads().subspan(b, std::min(bucket, end - b)), ReduceOp::kAverage));
+    for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
+      FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
+      if (!decoder_) {
+        RETURN_IF_ERROR(collective_->AllReduce(g, ReduceOp::kAverage));
+        continue;
+      }
+      // Compressed: every rank's payload is all-gathered, decoded and summed in rank order.
+      while (feedback_.size() + codecs_.size() <= bucket_index) {
+        auto c = std::move(CreateCompressor(options_.compression, options_.train.seed, !options_.error_feedback)).value();
+        if (options_.error_feedback) feedback_.push_back(std::make_unique<ErrorFeedback>(std::move(c), g.size()));
+        else codecs_.push_back(std::move(c));
+      }
+      if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      else codecs_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
+      sum_.assign(g.size(), 0.0f);
+      decoded_.resize(g.size());
+      for (size_t r = 0; r < gathered_.size(); ++r) {
+        const auto& part = gathered_[r];
+        RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),
+                                         static_cast<uint64_t>(step_), decoded_)
+                            .WithContext("payload of rank " + std::to_string(r)));
+        for (size_t i = 0; i < g.size(); ++i) sum_[i] += decoded_[i];
+      }
+      const float inv = 1.0f / static_cast<float>(gathered_.size());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = sum_[i] * inv;
     }
   }
   // Sparse tensors: indices differ per rank, so (key, value) pairs are all-gathered.
@@ -63,6 +88,12 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   const auto& o = options_.train;
   const int rank = collective_->rank(), n = collective_->size();
   RETURN_IF_ERROR(collective_->Broadcast(model_->params(), 0).WithContext("broadcasting the initial parameters"));
+  if (!options_.compression.empty()) {
+    ASSIGN_OR_RETURN(decoder_, CreateCompressor(options_.compression, o.seed));
+    for (const auto& t : model_->layout()) {
+      if (decoder_ && t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
+    }
+  }
   ShardedSampler sampler(train_->n, n, rank, o.seed);
   const int64_t steps_per_epoch = StepsPerEpoch(train_->n, n, o.batch);
   int64_t total_steps = steps_per_epoch * o.epochs;
@@ -86,6 +117,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
       if (!std::isfinite(loss)) return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
       const double compute_ms = compute.Millis();
       Stopwatch comm;
+      step_ = step;
       RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
       const double comm_ms = comm.Millis();
       Stopwatch update;

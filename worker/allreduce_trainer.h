@@ -16,6 +16,7 @@
 #include "allreduce/collective.h"
 #include "common/dataset.h"
 #include "common/metrics.h"
+#include "compression/error_feedback.h"
 #include "models/model.h"
 #include "worker/local_trainer.h"
 
@@ -25,6 +26,11 @@ struct AllreduceTrainOptions {
   LocalTrainOptions train;
   size_t bucket_bytes = 25u << 20;
   bool evaluate = true;  // rank 0 only
+  // Gradient codec ("" or "none": plain ring average). A codec's payloads are all-gathered and
+  // every rank decodes and averages them in rank order (the in-ring path for fp16 / random-k is
+  // not built yet).
+  std::string compression;
+  bool error_feedback = false;
 };
 
 class AllreduceTrainer {
@@ -44,6 +50,12 @@ class AllreduceTrainer {
   Collective* collective_;
   std::vector<std::vector<std::byte>> gathered_;
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
+  std::vector<std::unique_ptr<Compressor>> codecs_;        // per bucket, without error feedback
+  std::vector<std::unique_ptr<ErrorFeedback>> feedback_;   // per bucket, with error feedback
+  std::unique_ptr<Compressor> decoder_;
+  std::vector<uint8_t> encoded_;
+  std::vector<float> decoded_, sum_;
+  int64_t step_ = 0;
 };
 
 }  // namespace gradsync

@@ -13,6 +13,7 @@
 #include "common/cluster.h"
 #include "common/scheduler_client.h"
 #include "allreduce/tcp_ring.h"
+#include "compression/compressor.h"
 #include "worker/allreduce_trainer.h"
 #include "worker/data_source.h"
 #include "worker/local_trainer.h"
@@ -29,6 +30,8 @@ int Main(int argc, char** argv) {
   flags.options().add_options()
       ("mode", po::value<std::string>()->default_value("local"), "local|bsp|ssp|asp|allreduce (all but local join a job through --scheduler)")
       ("bind", po::value<std::string>()->default_value("127.0.0.1"), "allreduce: address the ring listens on")
+      ("compress", po::value<std::string>()->default_value("none"), "gradient codec: none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO")
+      ("error-feedback", po::bool_switch(), "keep the compression residual and add it to the next gradient")
       ("bucket-mb", po::value<double>()->default_value(25.0), "allreduce: gradient bucket size in MB")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
       ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
@@ -75,6 +78,14 @@ int Main(int argc, char** argv) {
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
   }
   if (!(vm["bucket-mb"].as<double>() > 0)) flags.Fail("--bucket-mb must be > 0");
+  const std::string compress = vm["compress"].as<std::string>();
+  const bool error_feedback = vm["error-feedback"].as<bool>();
+  {
+    auto codec = CreateCompressor(compress, 0);
+    if (!codec.ok()) flags.Fail("--compress: " + codec.status().message());
+    if (error_feedback && !*codec) flags.Fail("--error-feedback needs a --compress codec");
+    if (*codec && !joins) flags.Fail("--compress applies to the modes that join a job (bsp|ssp|asp|allreduce)");
+  }
   if (!(vm["collective-timeout"].as<double>() > 0)) flags.Fail("--collective-timeout must be > 0");
   if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
   if (vm["staleness"].as<int>() < 0) flags.Fail("--staleness must be >= 0");
@@ -165,7 +176,8 @@ int Main(int argc, char** argv) {
        << " standardize=" << data_options.standardize << " batch=" << train.batch << " epochs=" << train.epochs
        << " max_steps=" << train.max_steps << " seed=" << train.seed << " lr=" << train.lr.base << " schedule="
        << vm["lr-schedule"].as<std::string>() << " momentum=" << train.optimizer.momentum << " nesterov="
-       << train.optimizer.nesterov << " weight_decay=" << train.optimizer.weight_decay;
+       << train.optimizer.nesterov << " weight_decay=" << train.optimizer.weight_decay << " compress=" << compress
+       << " error_feedback=" << error_feedback;
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -243,6 +255,8 @@ int Main(int argc, char** argv) {
     AllreduceTrainOptions ao;
     ao.train = train;
     ao.bucket_bytes = static_cast<size_t>(vm["bucket-mb"].as<double>() * 1e6);
+    ao.compression = compress == "none" ? "" : compress;
+    ao.error_feedback = error_feedback;
     AllreduceTrainer trainer(ao, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, ring.get());
     reports = trainer.Run(print_epoch);
     if (reports.ok()) {
@@ -262,6 +276,8 @@ int Main(int argc, char** argv) {
       po.rank = rank;
       po.num_workers = table.workers_size();
       po.request_timeout_s = vm["request-timeout"].as<double>();
+      po.compression = compress == "none" ? "" : compress;
+      po.error_feedback = error_feedback;
       PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
                         scheduler.get());
       reports = trainer.Run(print_epoch);

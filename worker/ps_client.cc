@@ -61,6 +61,32 @@ void AddSegment(wire::Header* h, int64_t begin, int64_t end) {
 }
 }  // namespace
 
+Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool error_feedback) {
+  codecs_.clear();
+  feedback_.clear();
+  codec_spec_.clear();
+  ASSIGN_OR_RETURN(auto probe, CreateCompressor(spec, seed, /*unbiased_randomk=*/!error_feedback));
+  if (!probe) {
+    if (error_feedback) return InvalidArgumentError("--error-feedback needs a --compress codec");
+    return OkStatus();
+  }
+  for (const auto& t : layout_) {
+    if (t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
+  }
+  codec_spec_ = spec;
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    auto c = std::move(CreateCompressor(spec, seed, !error_feedback)).value();
+    int64_t n = 0;
+    for (const auto& r : dense_runs_[s]) n += r.size();
+    if (error_feedback) {
+      feedback_.push_back(std::make_unique<ErrorFeedback>(std::move(c), static_cast<size_t>(n)));
+    } else {
+      codecs_.push_back(std::move(c));
+    }
+  }
+  return OkStatus();
+}
+
 Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s) {
   RequestId id = NewRequest(false, {}, table_.servers_size());
   for (int s = 0; s < table_.servers_size(); ++s) {
@@ -90,7 +116,23 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
     const auto& runs = dense_runs_[s];
     const auto& ks = key_parts[s];
     for (const auto& r : runs) AddSegment(&h, r.begin, r.end);
-    if (runs.size() == 1 && ks.empty()) {
+    zmq::message_t compressed;
+    if (!codec_spec_.empty()) {
+      // The shard's dense values, encoded (the codec sees one vector per shard and step).
+      ConstFloatSpan dense;
+      if (runs.size() == 1) {
+        dense = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
+      } else {
+        scratch_.clear();
+        for (const auto& r : runs) scratch_.insert(scratch_.end(), grads.begin() + r.begin, grads.begin() + r.end);
+        dense = scratch_;
+      }
+      if (!feedback_.empty()) feedback_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
+      else codecs_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
+      compressed.rebuild(encoded_.data(), encoded_.size());
+      h.set_codec(codec_spec_);
+      p.values_frame = &compressed;
+    } else if (runs.size() == 1 && ks.empty()) {
       p.values = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
       p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
     } else {

@@ -24,6 +24,8 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/transport.h"
+#include "compression/compressor.h"
+#include "compression/error_feedback.h"
 
 namespace gradsync {
 
@@ -35,6 +37,10 @@ class PsClient {
   static Result<std::unique_ptr<PsClient>> Create(zmq::context_t& ctx, const wire::ClusterTable& table,
                                                   int rank, std::vector<TensorInfo> layout,
                                                   SchedulerClient* scheduler);
+
+  // Compresses every push's dense part with `spec` (compression/compressor.h), with one
+  // error-feedback residual per shard when error_feedback is set. Dense models only.
+  Status SetCompression(const std::string& spec, uint64_t seed, bool error_feedback);
 
   // Worker 0: sends the job and each shard's initial values; waits for every shard.
   Status Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s);
@@ -86,6 +92,10 @@ class PsClient {
   std::vector<double> staleness_;
   std::vector<double> wait_ms_;
   std::vector<float> scratch_;
+  std::string codec_spec_;
+  std::vector<std::unique_ptr<Compressor>> codecs_;    // per shard (no error feedback)
+  std::vector<std::unique_ptr<ErrorFeedback>> feedback_;  // per shard (with error feedback)
+  std::vector<uint8_t> encoded_;
 };
 
 }  // namespace gradsync

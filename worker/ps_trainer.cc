@@ -31,6 +31,10 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_momentum(o.train.optimizer.momentum);
   job.set_nesterov(o.train.optimizer.nesterov);
   job.set_weight_decay(o.train.optimizer.weight_decay);
+  if (!o.compression.empty() && o.compression != "none") {
+    job.set_compression(o.compression);
+    job.set_compression_seed(o.train.seed);
+  }
   return job;
 }
 
@@ -61,6 +65,9 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   int64_t total_steps = steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const double timeout = options_.request_timeout_s;
+  if (!options_.compression.empty()) {
+    RETURN_IF_ERROR(client_->SetCompression(options_.compression, o.seed, options_.error_feedback));
+  }
 
   if (rank == 0) {
     RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, total_steps), model_->params(), timeout)

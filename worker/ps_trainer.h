@@ -29,6 +29,8 @@ struct PsTrainOptions {
   double request_timeout_s = 60.0;
   double barrier_timeout_s = 600.0;
   bool evaluate = true;      // worker 0 only
+  std::string compression;   // push codec spec ("" or "none": raw floats)
+  bool error_feedback = false;
   // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
   // and once after the "init" barrier.
   std::function<void(int64_t step)> step_hook;
