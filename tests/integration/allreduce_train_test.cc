@@ -4,49 +4,11 @@
 
 #include <thread>
 
-#include "allreduce/tcp_ring.h"
 #include "common/synthetic.h"
 #include "tests/support/ps_job.h"
-#include "worker/allreduce_trainer.h"
 
 namespace gradsync::testing {
 namespace {
-
-// Runs n allreduce workers; returns rank 0's parameters after training (all ranks must agree).
-Result<std::vector<float>> RunAllreduce(int n, const ModelOptions& mo, const LocalTrainOptions& train,
-                                        const Dataset& data, size_t bucket_bytes) {
-  std::vector<std::unique_ptr<RingCollective>> rings;
-  std::vector<std::string> peers;
-  for (int r = 0; r < n; ++r) {
-    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", {})).value());
-    peers.push_back("127.0.0.1:" + std::to_string(rings.back()->port()));
-  }
-  std::vector<std::vector<float>> params(static_cast<size_t>(n));
-  std::vector<Status> status(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      status[r] = rings[r]->Connect(r, peers, 10);
-      if (!status[r].ok()) return;
-      auto model = std::move(CreateModel(mo)).value();
-      model->Initialize(r == 0 ? 0 : 1000 + r);  // only rank 0's initial values may matter
-      AllreduceTrainOptions o;
-      o.train = train;
-      o.bucket_bytes = bucket_bytes;
-      o.evaluate = false;
-      AllreduceTrainer t(o, model.get(), &data, &data, nullptr, rings[r].get());
-      auto rep = t.Run();
-      status[r] = rep.ok() ? OkStatus() : rep.status();
-      params[r].assign(model->params().begin(), model->params().end());
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!status[r].ok()) return status[r];
-    if (params[r] != params[0]) return InternalError("rank " + std::to_string(r) + " ended with other parameters");
-  }
-  return params[0];
-}
 
 // Float summation order differs (one sgemm over 32 rows locally, a ring sum of four 8-row
 // gradients here, a rank-order sum on the PS), so the trajectories agree to rounding, not to the
@@ -77,7 +39,7 @@ TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatc
   t.optimizer.momentum = 0.9f;
   t.optimizer.weight_decay = 1e-4f;
   // A 100-float bucket cuts the gradients into several all-reduces.
-  auto ar = RunAllreduce(4, mo, t, data, 100 * sizeof(float));
+  auto ar = RunAllreduceJob(4, mo, t, data, 100 * sizeof(float));
   ASSERT_TRUE(ar.ok()) << ar.status();
   LocalTrainOptions local = t;
   local.batch = 32;
@@ -118,7 +80,7 @@ TEST(AllreduceTrainTest, SparseModelAllGathersItsGradients) {
   t.epochs = 100;
   t.max_steps = 100;
   t.lr = {LrSchedule::Kind::kConstant, 4.0f, 0, 0.0f};
-  auto ar = RunAllreduce(3, mo, t, data, 1 << 20);
+  auto ar = RunAllreduceJob(3, mo, t, data, 1 << 20);
   ASSERT_TRUE(ar.ok()) << ar.status();
   LocalTrainOptions local = t;
   local.batch = 75;

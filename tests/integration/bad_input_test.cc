@@ -102,6 +102,15 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
   // 12. A message type servers do not take.
   { wire::Header h; h.set_type(wire::BARRIER); h.set_sender_role(wire::WORKER); h.set_sender_rank(1); send(h, {}); }
 
+  // 13. A compressed push in a job that compresses nothing.
+  {
+    wire::Header h = Push(1, 0, 0, 0, 4);
+    h.set_codec("fp16");
+    std::vector<zmq::message_t> f;
+    f.push_back(zmq::message_t(8));
+    send(h, std::move(f));
+  }
+
   // Collect replies: one pull answer and one ERROR per attack.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int replies = 0;
@@ -203,7 +212,7 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 12);
+  EXPECT_EQ(attacked.sent, 13);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
   EXPECT_EQ(attacked.stats.rejected, attacked.sent);

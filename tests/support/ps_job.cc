@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "common/scheduler_client.h"
+#include "allreduce/tcp_ring.h"
 #include "server/scheduler.h"
+#include "worker/allreduce_trainer.h"
 #include "worker/ps_client.h"
 #include "worker/ps_trainer.h"
 
@@ -20,6 +22,45 @@ std::vector<float> RunLocal(const ModelOptions& model_options, const LocalTrainO
   auto r = t.Run();
   GRADSYNC_CHECK(r.ok()) << r.status();
   return std::vector<float>(model->params().begin(), model->params().end());
+}
+
+// Runs n allreduce workers; returns rank 0's parameters after training (all ranks must agree).
+Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const LocalTrainOptions& train,
+                                           const Dataset& data, size_t bucket_bytes, const std::string& compression,
+                                           bool error_feedback) {
+  std::vector<std::unique_ptr<RingCollective>> rings;
+  std::vector<std::string> peers;
+  for (int r = 0; r < n; ++r) {
+    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", {})).value());
+    peers.push_back("127.0.0.1:" + std::to_string(rings.back()->port()));
+  }
+  std::vector<std::vector<float>> params(static_cast<size_t>(n));
+  std::vector<Status> status(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = rings[r]->Connect(r, peers, 10);
+      if (!status[r].ok()) return;
+      auto model = std::move(CreateModel(mo)).value();
+      model->Initialize(r == 0 ? 0 : 1000 + r);  // only rank 0's initial values may matter
+      AllreduceTrainOptions o;
+      o.train = train;
+      o.bucket_bytes = bucket_bytes;
+      o.evaluate = false;
+      o.compression = compression;
+      o.error_feedback = error_feedback;
+      AllreduceTrainer t(o, model.get(), &data, &data, nullptr, rings[r].get());
+      auto rep = t.Run();
+      status[r] = rep.ok() ? OkStatus() : rep.status();
+      params[r].assign(model->params().begin(), model->params().end());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!status[r].ok()) return status[r];
+    if (params[r] != params[0]) return InternalError("rank " + std::to_string(r) + " ended with other parameters");
+  }
+  return params[0];
 }
 
 PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset& test) {
@@ -101,6 +142,8 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.request_timeout_s = 30;
       pto.barrier_timeout_s = 60;
       pto.evaluate = false;
+      pto.compression = o.compression;
+      pto.error_feedback = o.error_feedback;
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
       if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);

@@ -30,6 +30,8 @@ struct PsJobOptions {
   // passed the "init" barrier; -1: none.
   int kill_server = -1;
   double kill_after_s = 0;
+  std::string compression;  // push codec ("" = raw floats)
+  bool error_feedback = false;
   // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
   std::function<void(const std::vector<uint16_t>& server_ports)> side_task;
 };
@@ -43,6 +45,12 @@ struct PsJobResult {
 };
 
 PsJobResult RunPsJob(const PsJobOptions& options, const Dataset& train, const Dataset& test);
+
+// n allreduce workers as threads with their own rings over 127.0.0.1; rank 0's parameters after
+// training (every rank must end with the same bits, or this fails).
+Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& model, const LocalTrainOptions& train,
+                                           const Dataset& data, size_t bucket_bytes,
+                                           const std::string& compression = "", bool error_feedback = false);
 
 // Local SGD with the same settings (the reference): returns the parameters after training.
 std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& train, uint64_t init_seed,

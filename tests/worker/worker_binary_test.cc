@@ -51,7 +51,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant or cosine"},
         BadFlagCase{"HiddenForSoftmax", {"--model=softmax", "--hidden=10"}, "--hidden applies to --model=mlp only"},
         BadFlagCase{"SparseModelOnDenseData", {"--model=sparse_logreg", "--dataset=fashion-mnist"}, "cannot train on"},
-        BadFlagCase{"ZeroThreads", {"--threads=0"}, "--threads must be in"}),
+        BadFlagCase{"ZeroThreads", {"--threads=0"}, "--threads must be in"},
+        BadFlagCase{"UnknownCodec", {"--compress=gzip"}, "--compress: unknown compression 'gzip'"},
+        BadFlagCase{"BadTopkRatio", {"--compress=topk:2"}, "topk needs a ratio in (0, 1]"},
+        BadFlagCase{"FeedbackWithoutCodec", {"--error-feedback"}, "--error-feedback needs a --compress codec"},
+        BadFlagCase{"CompressLocal", {"--compress=fp16"}, "--compress applies to the modes that join a job"}),
     [](const ::testing::TestParamInfo<BadFlagCase>& p) { return p.param.name; });
 
 TEST(WorkerBinaryTest, BadEnvironmentValueIsAFlagError) {
