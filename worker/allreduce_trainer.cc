@@ -39,6 +39,16 @@ Status AllreduceTrainer::AverageGradients() {
       }
       if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       else codecs_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      if (decoder_->aggregation() == Aggregation::kRingSummable && decoder_->sparse()) {
+        // Random-k: every rank kept the same indices this step, so the k values are averaged
+        // inside the ring and only k floats (not n) travel.
+        ring_values_.resize(encoded_.size() / sizeof(float));
+        std::memcpy(ring_values_.data(), encoded_.data(), encoded_.size());
+        RETURN_IF_ERROR(collective_->AllReduce(ring_values_, ReduceOp::kAverage));
+        std::memcpy(encoded_.data(), ring_values_.data(), encoded_.size());
+        RETURN_IF_ERROR(decoder_->Decode(encoded_, g.size(), static_cast<uint64_t>(step_), g));
+        continue;
+      }
       RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
       sum_.assign(g.size(), 0.0f);
       decoded_.resize(g.size());

@@ -26,9 +26,10 @@ struct AllreduceTrainOptions {
   LocalTrainOptions train;
   size_t bucket_bytes = 25u << 20;
   bool evaluate = true;  // rank 0 only
-  // Gradient codec ("" or "none": plain ring average). A codec's payloads are all-gathered and
-  // every rank decodes and averages them in rank order (the in-ring path for fp16 / random-k is
-  // not built yet).
+  // Gradient codec ("" or "none": plain ring average). Random-k's values are averaged inside
+  // the ring (every rank keeps the same indices in a step); the other codecs' payloads are
+  // all-gathered and every rank decodes and averages them in rank order (fp16 is ring-summable
+  // too, but a ring over half floats is not built yet).
   std::string compression;
   bool error_feedback = false;
 };
@@ -54,7 +55,7 @@ class AllreduceTrainer {
   std::vector<std::unique_ptr<ErrorFeedback>> feedback_;   // per bucket, with error feedback
   std::unique_ptr<Compressor> decoder_;
   std::vector<uint8_t> encoded_;
-  std::vector<float> decoded_, sum_;
+  std::vector<float> decoded_, sum_, ring_values_;
   int64_t step_ = 0;
 };
 
