@@ -32,12 +32,21 @@ Status AllreduceTrainer::AverageGradients() {
         continue;
       }
       // Compressed: every rank's payload is all-gathered, decoded and summed in rank order.
-      while (feedback_.size() + codecs_.size() <= bucket_index) {
-        auto c = std::move(CreateCompressor(options_.compression, options_.train.seed, !options_.error_feedback)).value();
-        if (options_.error_feedback) feedback_.push_back(std::make_unique<ErrorFeedback>(std::move(c), g.size()));
-        else codecs_.push_back(std::move(c));
+      const bool correct = options_.correction_momentum > 0;
+      while (feedback_.size() + codecs_.size() + correction_.size() <= bucket_index) {
+        const bool unbiased = !options_.error_feedback && !correct;
+        auto c = std::move(CreateCompressor(options_.compression, options_.train.seed, unbiased)).value();
+        if (correct) {
+          if (!c->sparse()) return InvalidArgumentError("momentum correction needs top-k or random-k");
+          correction_.push_back(std::make_unique<MomentumCorrection>(std::move(c), g.size(), options_.correction_momentum));
+        } else if (options_.error_feedback) {
+          feedback_.push_back(std::make_unique<ErrorFeedback>(std::move(c), g.size()));
+        } else {
+          codecs_.push_back(std::move(c));
+        }
       }
-      if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      if (correct) correction_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      else if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       else codecs_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       if (decoder_->aggregation() == Aggregation::kRingSummable && decoder_->sparse()) {
         // Random-k: every rank kept the same indices this step, so the k values are averaged

@@ -17,6 +17,7 @@
 #include "common/dataset.h"
 #include "common/metrics.h"
 #include "compression/error_feedback.h"
+#include "compression/momentum_correction.h"
 #include "models/model.h"
 #include "worker/local_trainer.h"
 
@@ -32,6 +33,7 @@ struct AllreduceTrainOptions {
   // too, but a ring over half floats is not built yet).
   std::string compression;
   bool error_feedback = false;
+  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
 };
 
 class AllreduceTrainer {
@@ -53,6 +55,7 @@ class AllreduceTrainer {
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
   std::vector<std::unique_ptr<Compressor>> codecs_;        // per bucket, without error feedback
   std::vector<std::unique_ptr<ErrorFeedback>> feedback_;   // per bucket, with error feedback
+  std::vector<std::unique_ptr<MomentumCorrection>> correction_;  // per bucket, DGC
   std::unique_ptr<Compressor> decoder_;
   std::vector<uint8_t> encoded_;
   std::vector<float> decoded_, sum_, ring_values_;

@@ -32,6 +32,7 @@ int Main(int argc, char** argv) {
       ("bind", po::value<std::string>()->default_value("127.0.0.1"), "allreduce: address the ring listens on")
       ("compress", po::value<std::string>()->default_value("none"), "gradient codec: none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO")
       ("error-feedback", po::bool_switch(), "keep the compression residual and add it to the next gradient")
+      ("momentum-correction", po::bool_switch(), "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD")
       ("bucket-mb", po::value<double>()->default_value(25.0), "allreduce: gradient bucket size in MB")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
       ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
@@ -85,7 +86,15 @@ int Main(int argc, char** argv) {
     if (!codec.ok()) flags.Fail("--compress: " + codec.status().message());
     if (error_feedback && !*codec) flags.Fail("--error-feedback needs a --compress codec");
     if (*codec && !joins) flags.Fail("--compress applies to the modes that join a job (bsp|ssp|asp|allreduce)");
+    if (vm["momentum-correction"].as<bool>()) {
+      if (!*codec || !(*codec)->sparse()) flags.Fail("--momentum-correction needs --compress=topk:R or randomk:R");
+      if (error_feedback) flags.Fail("--momentum-correction and --error-feedback contradict each other: DGC keeps its own residual");
+    }
   }
+  // DGC moves the momentum to the sender: the applied update is plain SGD.
+  const float correction_momentum = vm["momentum-correction"].as<bool>() ? vm["momentum"].as<float>() : 0.0f;
+  if (vm["momentum-correction"].as<bool>() && !(correction_momentum > 0)) flags.Fail("--momentum-correction needs --momentum > 0");
+  if (vm["momentum-correction"].as<bool>() && vm["nesterov"].as<bool>()) flags.Fail("--momentum-correction does not combine with --nesterov");
   if (!(vm["collective-timeout"].as<double>() > 0)) flags.Fail("--collective-timeout must be > 0");
   if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
   if (vm["staleness"].as<int>() < 0) flags.Fail("--staleness must be >= 0");
@@ -119,6 +128,7 @@ int Main(int argc, char** argv) {
   train.optimizer.nesterov = vm["nesterov"].as<bool>();
   train.optimizer.weight_decay = vm["weight-decay"].as<float>();
   if (Status s = ValidateOptimizerOptions(train.optimizer); !s.ok()) flags.Fail(s.message());
+  if (vm["momentum-correction"].as<bool>()) train.optimizer.momentum = 0.0f;  // moved to the sender
   train.lr.base = vm["lr"].as<float>();
   if (!(train.lr.base > 0.0f) || !std::isfinite(train.lr.base)) flags.Fail("--lr must be > 0");
   auto schedule = ParseLrScheduleKind(vm["lr-schedule"].as<std::string>());
@@ -177,7 +187,7 @@ int Main(int argc, char** argv) {
        << " max_steps=" << train.max_steps << " seed=" << train.seed << " lr=" << train.lr.base << " schedule="
        << vm["lr-schedule"].as<std::string>() << " momentum=" << train.optimizer.momentum << " nesterov="
        << train.optimizer.nesterov << " weight_decay=" << train.optimizer.weight_decay << " compress=" << compress
-       << " error_feedback=" << error_feedback;
+       << " error_feedback=" << error_feedback << " momentum_correction=" << correction_momentum;
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -257,6 +267,7 @@ int Main(int argc, char** argv) {
     ao.bucket_bytes = static_cast<size_t>(vm["bucket-mb"].as<double>() * 1e6);
     ao.compression = compress == "none" ? "" : compress;
     ao.error_feedback = error_feedback;
+    ao.correction_momentum = correction_momentum;
     AllreduceTrainer trainer(ao, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, ring.get());
     reports = trainer.Run(print_epoch);
     if (reports.ok()) {
@@ -278,6 +289,7 @@ int Main(int argc, char** argv) {
       po.request_timeout_s = vm["request-timeout"].as<double>();
       po.compression = compress == "none" ? "" : compress;
       po.error_feedback = error_feedback;
+      po.correction_momentum = correction_momentum;
       PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
                         scheduler.get());
       reports = trainer.Run(print_epoch);

@@ -26,6 +26,7 @@
 #include "common/transport.h"
 #include "compression/compressor.h"
 #include "compression/error_feedback.h"
+#include "compression/momentum_correction.h"
 
 namespace gradsync {
 
@@ -39,8 +40,9 @@ class PsClient {
                                                   SchedulerClient* scheduler);
 
   // Compresses every push's dense part with `spec` (compression/compressor.h), with one
-  // error-feedback residual per shard when error_feedback is set. Dense models only.
-  Status SetCompression(const std::string& spec, uint64_t seed, bool error_feedback);
+  // error-feedback residual per shard when error_feedback is set, or DGC momentum correction
+  // with factor `correction_momentum` (> 0; sparsifying codecs). Dense models only.
+  Status SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum = 0);
 
   // Worker 0: sends the job and each shard's initial values; waits for every shard.
   Status Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s);
@@ -95,6 +97,7 @@ class PsClient {
   std::string codec_spec_;
   std::vector<std::unique_ptr<Compressor>> codecs_;    // per shard (no error feedback)
   std::vector<std::unique_ptr<ErrorFeedback>> feedback_;  // per shard (with error feedback)
+  std::vector<std::unique_ptr<MomentumCorrection>> correction_;  // per shard (DGC)
   std::vector<uint8_t> encoded_;
 };
 

@@ -66,7 +66,8 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const double timeout = options_.request_timeout_s;
   if (!options_.compression.empty()) {
-    RETURN_IF_ERROR(client_->SetCompression(options_.compression, o.seed, options_.error_feedback));
+    RETURN_IF_ERROR(client_->SetCompression(options_.compression, o.seed, options_.error_feedback,
+                                            options_.correction_momentum));
   }
 
   if (rank == 0) {

@@ -31,6 +31,7 @@ struct PsTrainOptions {
   bool evaluate = true;      // worker 0 only
   std::string compression;   // push codec spec ("" or "none": raw floats)
   bool error_feedback = false;
+  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
   // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
   // and once after the "init" barrier.
   std::function<void(int64_t step)> step_hook;

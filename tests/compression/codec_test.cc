@@ -8,6 +8,7 @@
 #include "common/rng.h"
 #include "compression/codecs.h"
 #include "compression/error_feedback.h"
+#include "compression/momentum_correction.h"
 
 namespace gradsync {
 namespace {
@@ -265,6 +266,48 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ErrorFeedbackTest, ::testing::ValuesIn(kSpecs),
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
 });
+
+TEST(MomentumCorrectionTest, AccumulatesMasksAndSendsTheRest) {
+  const size_t n = 1000;
+  MomentumCorrection dgc(Make("topk:0.02"), n, 0.9f);
+  auto probe = Make("topk:0.02");
+  std::vector<uint8_t> p;
+  std::vector<float> decoded(n), u_old(n), v_old(n);
+  for (uint64_t step = 0; step < 6; ++step) {
+    auto g = Gaussian(n, 300 + step);
+    std::copy(dgc.velocity().begin(), dgc.velocity().end(), u_old.begin());
+    std::copy(dgc.accumulated().begin(), dgc.accumulated().end(), v_old.begin());
+    dgc.Encode(g, step, &p);
+    ASSERT_TRUE(probe->Decode(p, n, step, decoded).ok());
+    int sent = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float u = 0.9f * u_old[i] + g[i];
+      if (decoded[i] != 0) {
+        ++sent;
+        EXPECT_EQ(decoded[i], v_old[i] + u) << i;    // what was accumulated is what is sent
+        EXPECT_EQ(dgc.velocity()[i], 0.0f) << i;     // momentum-factor masking
+        EXPECT_EQ(dgc.accumulated()[i], 0.0f) << i;
+      } else {
+        EXPECT_EQ(dgc.velocity()[i], u) << i;
+        EXPECT_EQ(dgc.accumulated()[i], v_old[i] + u) << i;
+      }
+    }
+    EXPECT_EQ(sent, 20);
+  }
+}
+
+TEST(MomentumCorrectionTest, SendingEverythingIsPlainSgdOfTheGradient) {
+  MomentumCorrection dgc(Make("topk:1"), 50, 0.9f);
+  auto probe = Make("topk:1");
+  std::vector<uint8_t> p;
+  std::vector<float> decoded(50);
+  for (uint64_t step = 0; step < 3; ++step) {
+    auto g = Gaussian(50, step + 1);
+    dgc.Encode(g, step, &p);
+    ASSERT_TRUE(probe->Decode(p, 50, step, decoded).ok());
+    EXPECT_EQ(decoded, g);  // u and v are cleared every step: the receiver's SGD sees g
+  }
+}
 
 TEST(CompressorTest, MalformedPayloadsAreRejected) {
   const size_t n = 1000;

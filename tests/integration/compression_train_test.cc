@@ -63,6 +63,26 @@ TEST_P(CompressionTrainTest, TrainsInAllreduceMode) {
   EXPECT_GT(Accuracy(*r), 0.85) << GetParam().spec;
 }
 
+TEST_F(CompressionTrainTest, MomentumCorrectionTrainsOnBothPaths) {
+  // DGC: momentum 0.9 moves to the workers; the applied update is plain SGD.
+  LocalTrainOptions t = train_;
+  t.optimizer.momentum = 0.0f;
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kBsp;
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.model = model_;
+  o.train = t;
+  o.compression = "topk:0.05";
+  o.correction_momentum = 0.9f;
+  PsJobResult r = RunPsJob(o, data_, data_);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_GT(Accuracy(r.params), 0.85);
+  auto ar = RunAllreduceJob(3, model_, t, data_, 100 * sizeof(float), "topk:0.05", false, 0.9f);
+  ASSERT_TRUE(ar.ok()) << ar.status();
+  EXPECT_GT(Accuracy(*ar), 0.85);
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, CompressionTrainTest,
                          ::testing::Values(Case{"fp16", false}, Case{"int8", false}, Case{"qsgd:16", false},
                                            Case{"sign", true}, Case{"topk:0.05", true}, Case{"topk:0.05", false},

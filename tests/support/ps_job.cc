@@ -27,7 +27,7 @@ std::vector<float> RunLocal(const ModelOptions& model_options, const LocalTrainO
 // Runs n allreduce workers; returns rank 0's parameters after training (all ranks must agree).
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const LocalTrainOptions& train,
                                            const Dataset& data, size_t bucket_bytes, const std::string& compression,
-                                           bool error_feedback) {
+                                           bool error_feedback, float correction_momentum) {
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
@@ -49,6 +49,7 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
       o.evaluate = false;
       o.compression = compression;
       o.error_feedback = error_feedback;
+      o.correction_momentum = correction_momentum;
       AllreduceTrainer t(o, model.get(), &data, &data, nullptr, rings[r].get());
       auto rep = t.Run();
       status[r] = rep.ok() ? OkStatus() : rep.status();
@@ -144,6 +145,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.evaluate = false;
       pto.compression = o.compression;
       pto.error_feedback = o.error_feedback;
+      pto.correction_momentum = o.correction_momentum;
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
       if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);

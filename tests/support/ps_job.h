@@ -32,6 +32,7 @@ struct PsJobOptions {
   double kill_after_s = 0;
   std::string compression;  // push codec ("" = raw floats)
   bool error_feedback = false;
+  float correction_momentum = 0;  // DGC on the workers
   // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
   std::function<void(const std::vector<uint16_t>& server_ports)> side_task;
 };
@@ -50,7 +51,8 @@ PsJobResult RunPsJob(const PsJobOptions& options, const Dataset& train, const Da
 // training (every rank must end with the same bits, or this fails).
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& model, const LocalTrainOptions& train,
                                            const Dataset& data, size_t bucket_bytes,
-                                           const std::string& compression = "", bool error_feedback = false);
+                                           const std::string& compression = "", bool error_feedback = false,
+                                           float correction_momentum = 0);
 
 // Local SGD with the same settings (the reference): returns the parameters after training.
 std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& train, uint64_t init_seed,
