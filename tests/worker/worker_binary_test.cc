@@ -56,8 +56,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"BadTopkRatio", {"--compress=topk:2"}, "topk needs a ratio in (0, 1]"},
         BadFlagCase{"FeedbackWithoutCodec", {"--error-feedback"}, "--error-feedback needs a --compress codec"},
         BadFlagCase{"CompressLocal", {"--compress=fp16"}, "--compress applies to the modes that join a job"},
-        BadFlagCase{"CorrectionWithoutSparsifier", {"--momentum-correction", "--compress=fp16"}, "--momentum-correction needs --compress=topk"},
-        BadFlagCase{"CorrectionWithFeedback", {"--momentum-correction", "--compress=topk:0.01", "--error-feedback"}, "contradict each other"}),
+        BadFlagCase{"CorrectionWithoutSparsifier", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=fp16"}, "--momentum-correction needs --compress=topk"},
+        BadFlagCase{"CorrectionWithFeedback", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=topk:0.01", "--error-feedback"}, "contradict each other"}),
     [](const ::testing::TestParamInfo<BadFlagCase>& p) { return p.param.name; });
 
 TEST(WorkerBinaryTest, BadEnvironmentValueIsAFlagError) {
