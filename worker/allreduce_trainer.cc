@@ -150,16 +150,9 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
                  run.begin);
       }
       ++step;
-      ++totals.steps;
-      totals.samples += batch.size;
-      totals.loss_sum += loss;
-      totals.train_seconds += (compute_ms + comm_ms) / 1e3 + update.Seconds();
+      totals.AddStep(loss, batch.size, (compute_ms + comm_ms) / 1e3 + update.Seconds());
       if (metrics_ && o.log_every > 0 && step % o.log_every == 0) {
-        MetricsRow row;
-        row.step = step;
-        row.epoch = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
-        row.wall_s = run_clock.Seconds();
-        row.loss = loss;
+        MetricsRow row = StepRow(step, steps_per_epoch, run_clock.Seconds(), loss);
         row.bytes_sent = collective_->bytes_sent();
         row.bytes_received = collective_->bytes_received();
         row.compute_ms = compute_ms;
@@ -167,16 +160,9 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
         RETURN_IF_ERROR(metrics_->Write(row));
       }
     }
-    EpochClose close;
-    close.epoch = epoch + 1;
-    close.step = step;
-    close.steps_per_epoch = steps_per_epoch;
-    close.wall_s = run_clock.Seconds();
-    close.evaluate = evaluates;
-    close.test = test_;
-    close.eval_batch = o.eval_batch;
-    close.bytes_sent = collective_->bytes_sent();
-    close.bytes_received = collective_->bytes_received();
+    const EpochClose close{.epoch = epoch + 1, .step = step, .steps_per_epoch = steps_per_epoch,
+                           .run_clock = &run_clock, .evaluate = evaluates, .test = test_, .eval_batch = o.eval_batch,
+                           .bytes_sent = collective_->bytes_sent(), .bytes_received = collective_->bytes_received()};
     ASSIGN_OR_RETURN(EpochReport r, CloseEpoch(close, totals, *model_, metrics_));
     reports.push_back(r);
     if (on_epoch) on_epoch(r);

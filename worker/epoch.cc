@@ -11,6 +11,15 @@ std::pair<int64_t, int64_t> BatchRange(int64_t s, int64_t steps_per_epoch, int64
   return {begin, end};
 }
 
+MetricsRow StepRow(int64_t step, int64_t steps_per_epoch, double wall_s, double loss) {
+  MetricsRow row;
+  row.step = step;
+  row.epoch = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
+  row.wall_s = wall_s;
+  row.loss = loss;
+  return row;
+}
+
 Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, Model& model, MetricsWriter* metrics) {
   EpochReport r;
   r.epoch = c.epoch;
@@ -24,13 +33,9 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
     r.test_loss = e.loss;
     r.test_accuracy = e.accuracy;
   }
-  r.wall_s = c.wall_s;
+  r.wall_s = c.run_clock->Seconds();
   if (metrics && c.evaluate) {
-    MetricsRow row;
-    row.step = c.step;
-    row.epoch = static_cast<double>(c.step) / static_cast<double>(c.steps_per_epoch);
-    row.wall_s = c.wall_s;
-    row.loss = r.train_loss;
+    MetricsRow row = StepRow(c.step, c.steps_per_epoch, r.wall_s, r.train_loss);
     row.test_loss = r.test_loss;
     row.test_accuracy = r.test_accuracy;
     row.bytes_sent = c.bytes_sent;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/dataset.h"
 #include "common/metrics.h"
 #include "models/model.h"
@@ -22,13 +23,24 @@ struct EpochTotals {
   int64_t steps = 0;
   int64_t samples = 0;
   double train_seconds = 0;
+
+  void AddStep(double loss, int64_t batch_samples, double seconds) {
+    loss_sum += loss;
+    ++steps;
+    samples += batch_samples;
+    train_seconds += seconds;
+  }
 };
+
+// A training row of the metrics file with the fields every trainer fills (the caller adds
+// bytes, timings and staleness).
+MetricsRow StepRow(int64_t step, int64_t steps_per_epoch, double wall_s, double loss);
 
 struct EpochClose {
   int epoch = 0;                 // 1-based
   int64_t step = 0;              // steps done so far
   int64_t steps_per_epoch = 1;
-  double wall_s = 0;
+  const Stopwatch* run_clock = nullptr;  // wall time is read after the evaluation
   bool evaluate = false;         // evaluate on `test` and write an evaluation row
   const Dataset* test = nullptr;
   int64_t eval_batch = 1000;

@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/partitioner.h"
 #include "common/sampler.h"
+#include "worker/epoch.h"
 
 namespace gradsync {
 
@@ -47,13 +48,10 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
   int64_t step = 0;
   for (int epoch = 0; epoch < options_.epochs && step < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
-    double loss_sum = 0.0;
-    int64_t epoch_steps = 0, samples = 0;
-    Stopwatch epoch_clock;
+    EpochTotals totals;
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
       Stopwatch step_clock;
-      const int64_t begin = s * options_.batch;
-      const int64_t end = std::min<int64_t>(begin + options_.batch, static_cast<int64_t>(order.size()));
+      const auto [begin, end] = BatchRange(s, steps_per_epoch, options_.batch, static_cast<int64_t>(order.size()));
       Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
       const float loss = model_->ForwardBackward(batch);
       if (!std::isfinite(loss)) {
@@ -62,40 +60,17 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
       }
       ApplyGradients(*model_, opt, lr.At(step));
       ++step;
-      ++epoch_steps;
-      samples += batch.size;
-      loss_sum += loss;
+      const double step_ms = step_clock.Millis();
+      totals.AddStep(loss, batch.size, step_ms / 1e3);
       if (metrics_ && options_.log_every > 0 && step % options_.log_every == 0) {
-        MetricsRow row;
-        row.step = step;
-        row.epoch = epoch + static_cast<double>(s + 1) / static_cast<double>(steps_per_epoch);
-        row.wall_s = run_clock.Seconds();
-        row.loss = loss;
-        row.compute_ms = step_clock.Millis();
+        MetricsRow row = StepRow(step, steps_per_epoch, run_clock.Seconds(), loss);
+        row.compute_ms = step_ms;
         RETURN_IF_ERROR(metrics_->Write(row));
       }
     }
-    EpochReport r;
-    r.epoch = epoch + 1;
-    r.steps = step;
-    r.train_seconds = epoch_clock.Seconds();
-    r.train_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps));
-    r.samples_per_s = static_cast<double>(samples) / std::max(1e-9, r.train_seconds);
-    EvalResult eval = Evaluate(*model_, *test_, options_.eval_batch);
-    r.test_loss = eval.loss;
-    r.test_accuracy = eval.accuracy;
-    r.wall_s = run_clock.Seconds();
-    if (metrics_) {
-      MetricsRow row;
-      row.step = step;
-      row.epoch = epoch + static_cast<double>(epoch_steps) / static_cast<double>(steps_per_epoch);
-      row.wall_s = r.wall_s;
-      row.loss = r.train_loss;
-      row.test_loss = r.test_loss;
-      row.test_accuracy = r.test_accuracy;
-      RETURN_IF_ERROR(metrics_->Write(row));
-      RETURN_IF_ERROR(metrics_->Flush());
-    }
+    const EpochClose close{.epoch = epoch + 1, .step = step, .steps_per_epoch = steps_per_epoch,
+                           .run_clock = &run_clock, .evaluate = true, .test = test_, .eval_batch = options_.eval_batch};
+    ASSIGN_OR_RETURN(EpochReport r, CloseEpoch(close, totals, *model_, metrics_));
     reports.push_back(r);
     if (on_epoch) on_epoch(r);
   }

@@ -90,18 +90,12 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   EpochTotals totals;
 
   auto evaluate_and_report = [&](int epoch) -> Status {
-    EpochClose close;
-    close.epoch = epoch;
-    close.step = clock;
-    close.steps_per_epoch = steps_per_epoch;
-    close.wall_s = run_clock.Seconds();
-    close.evaluate = evaluates;
-    close.test = test_;
-    close.eval_batch = o.eval_batch;
     const auto t = client_->traffic();
     const auto st = scheduler_->traffic();
-    close.bytes_sent = t.bytes_sent + st.bytes_sent;
-    close.bytes_received = t.bytes_received + st.bytes_received;
+    const EpochClose close{.epoch = epoch, .step = clock, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
+                           .evaluate = evaluates, .test = test_, .eval_batch = o.eval_batch,
+                           .bytes_sent = t.bytes_sent + st.bytes_sent,
+                           .bytes_received = t.bytes_received + st.bytes_received};
     ASSIGN_OR_RETURN(EpochReport r, CloseEpoch(close, totals, *model_, metrics_));
     reports.push_back(r);
     if (on_epoch) on_epoch(r);
@@ -152,16 +146,9 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       Stopwatch push_clock;
       ASSIGN_OR_RETURN(pending_push, client_->Push(clock, model_->grads(), push_keys, push_values));
       ++clock;
-      totals.loss_sum += loss;
-      ++totals.steps;
-      totals.samples += batch.size;
-      totals.train_seconds += (compute_ms + comm_ms) / 1e3 + push_clock.Seconds();
+      totals.AddStep(loss, batch.size, (compute_ms + comm_ms) / 1e3 + push_clock.Seconds());
       if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
-        MetricsRow row;
-        row.step = clock;
-        row.epoch = static_cast<double>(clock) / static_cast<double>(steps_per_epoch);
-        row.wall_s = run_clock.Seconds();
-        row.loss = loss;
+        MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
         row.staleness = client_->last_staleness();
         auto t = client_->traffic();
         auto st = scheduler_->traffic();
