@@ -44,6 +44,10 @@ class Collective {
 
   // data <- op over all ranks' data (same length on every rank; 0 is allowed).
   virtual Status AllReduce(FloatSpan data, ReduceOp op) = 0;
+  // data <- sum over all ranks of IEEE half values, rounded to half after each addition (fp16
+  // compression: every rank pre-divides by size() so that the sum is the average and stays in
+  // range). Moves half the bytes of AllReduce.
+  virtual Status AllReduceHalf(std::span<uint16_t> data) = 0;
   // data <- root's data.
   virtual Status Broadcast(FloatSpan data, int root) = 0;
   // out[i] <- rank i's `mine`; sizes may differ between ranks (including empty).

@@ -6,6 +6,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/half.h"
 #include "common/transport.h"
 
 namespace gradsync {
@@ -233,17 +234,35 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
 // which keeps a chunk from being overwritten while it is still queued for sending.
 Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
   RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
+  if (size_ == 1 || data.empty()) return OkStatus();
+  RETURN_IF_ERROR(RingAllReduce(data.data(), data.size(), sizeof(float), [](void* acc, const void* x, size_t k) {
+    float* __restrict a = static_cast<float*>(acc);
+    const float* __restrict b = static_cast<const float*>(x);
+    for (size_t i = 0; i < k; ++i) a[i] += b[i];
+  }));
+  if (op == ReduceOp::kAverage) Scale(data, 1.0f / static_cast<float>(size_));
+  return OkStatus();
+}
+
+Status RingCollective::AllReduceHalf(std::span<uint16_t> data) {
+  RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
+  if (size_ == 1 || data.empty()) return OkStatus();
+  return RingAllReduce(data.data(), data.size(), sizeof(uint16_t), [](void* acc, const void* x, size_t k) {
+    AddHalves(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(x), k);
+  });
+}
+
+Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, const Reducer& reduce) {
   const int n = size_, r = rank_;
-  const size_t count = data.size();
-  if (n == 1 || count == 0) return OkStatus();
-  float* d = data.data();
+  char* d = static_cast<char*>(data);
   const int steps = 2 * (n - 1);
   auto recv_chunk = [&](int t) { return t < n - 1 ? (r - t - 1 + 2 * n) % n : (r - (t - (n - 1)) + 2 * n) % n; };
   auto send_chunk = [&](int t) { return t == 0 ? r : recv_chunk(t - 1); };
-  auto begin_of = [&](int c) { return ChunkBegin(count, n, c); };
-  auto bytes_of = [&](int c) { return (ChunkBegin(count, n, c + 1) - ChunkBegin(count, n, c)) * sizeof(float); };
-  const size_t seg = options_.segment_bytes;
-  scratch_.resize(std::max<size_t>(1, seg / sizeof(float)));
+  auto begin_of = [&](int c) { return ChunkBegin(count, n, c) * elem; };  // in bytes
+  auto bytes_of = [&](int c) { return (ChunkBegin(count, n, c + 1) - ChunkBegin(count, n, c)) * elem; };
+  // Segments hold whole elements.
+  const size_t seg = std::max(elem, options_.segment_bytes / elem * elem);
+  scratch_.resize(std::max<size_t>(1, seg / sizeof(float) + 1));
 
   struct Piece {
     const void* data;
@@ -318,17 +337,13 @@ Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
       return read_step();
     }
     const size_t len = std::min(seg, total - off);
-    float* dst = d + begin_of(c) + off / sizeof(float);
-    const bool reduce = t < n - 1;
-    void* target = reduce ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
-    asio::async_read(left_, asio::buffer(target, len), [&, t, off, len, dst, reduce](const boost::system::error_code& e, size_t got) {
+    char* dst = d + begin_of(c) + off;
+    const bool reducing = t < n - 1;
+    void* target = reducing ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
+    asio::async_read(left_, asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
-      if (reduce) {
-        float* __restrict a = dst;
-        const float* __restrict x = scratch_.data();
-        for (size_t i = 0; i < len / sizeof(float); ++i) a[i] += x[i];
-      }
+      if (reducing) reduce(dst, scratch_.data(), len / elem);
       if (t + 1 < steps) enqueue(dst, len, t + 1);  // forward it while it is hot
       read_segment(off + len);
     });
@@ -374,7 +389,6 @@ Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
     if (bytes_received_ + bytes_sent_ != before) deadline = deadline_after();  // a deadline on progress
   }
   if (!failure.ok()) return Fail(failure);
-  if (op == ReduceOp::kAverage) Scale(data, 1.0f / static_cast<float>(n));
   return OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp forgets it under C++20
 
 #include <boost/asio.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ class RingCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status AllReduce(FloatSpan data, ReduceOp op) override;
+  Status AllReduceHalf(std::span<uint16_t> data) override;
   Status Broadcast(FloatSpan data, int root) override;
   Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) override;
   Status Barrier() override;
@@ -67,6 +69,10 @@ class RingCollective final : public Collective {
   Status Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
                   size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment,
                   bool recv_reuse = false);
+  // The ring all-reduce over `count` elements of `elem` bytes: reduce(acc, x, k) folds k
+  // received elements into acc.
+  using Reducer = std::function<void(void*, const void*, size_t)>;
+  Status RingAllReduce(void* data, size_t count, size_t elem, const Reducer& reduce);
   // A valid address for empty buffers (a zero-length side is not a skipped side).
   static std::byte empty_[1];
   Status Begin(OpKind op);

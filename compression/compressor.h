@@ -52,6 +52,10 @@ class Compressor {
 Result<std::unique_ptr<Compressor>> CreateCompressor(const std::string& spec, uint64_t seed,
                                                      bool unbiased_randomk = false);
 
+// The codec step of a compressed pull reply for a worker's iteration `clock`: apart from the
+// push steps, so that random-k draws other indices for the parameters than for the gradients.
+inline uint64_t PullCodecStep(int64_t clock) { return static_cast<uint64_t>(clock) | (uint64_t{1} << 63); }
+
 // Elements kept by a sparsifier with this ratio: max(1, round(ratio * n)), at most n (0 for n = 0).
 size_t KeptElements(size_t n, double ratio);
 

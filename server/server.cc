@@ -107,6 +107,10 @@ Status Server::HandleInit(const Message& m) {
     ASSIGN_OR_RETURN(codec_, CreateCompressor(job.compression(), job.compression_seed()));
     codec_spec_ = job.compression();
   }
+  if (job.compress_pull()) {
+    if (!codec_) return InvalidArgumentError("INIT: compress_pull needs a compression codec");
+    ASSIGN_OR_RETURN(pull_codec_, CreateCompressor(job.compression(), job.compression_seed()));
+  }
   auto shard = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
   std::vector<float> values(static_cast<size_t>(range.size()));
   m.CopyValues(values.data());
@@ -186,6 +190,14 @@ Status Server::HandlePull(Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   const auto& h = m.header;
   if (h.has_values()) return InvalidArgumentError("a pull carries no values");
+  if (!h.codec().empty()) {
+    if (!pull_codec_ || h.codec() != codec_spec_) {
+      return InvalidArgumentError("pull asks for '" + h.codec() + "' deltas but this job " +
+                                  (pull_codec_ ? "compresses pulls with '" + codec_spec_ + "'"
+                                               : std::string("does not compress pulls (--compress-pull)")));
+    }
+    if (h.num_keys() > 0) return InvalidArgumentError("a compressed pull carries no keys");
+  }
   auto segs = Segments(m);
   key_buffer_.resize(h.num_keys());
   if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
@@ -199,9 +211,75 @@ Status Server::HandlePull(Message& m) {
   return OkStatus();
 }
 
+void Server::UpdateMirror(int worker, const std::vector<SegmentRef>& segs, const float* values) {
+  Mirror& mirror = mirrors_[worker];
+  const ShardRange& range = shard_->range();
+  mirror.values.resize(static_cast<size_t>(range.size()));
+  int64_t covered = 0;
+  for (const auto& s : segs) {
+    std::memcpy(mirror.values.data() + (s.offset - range.begin), values, static_cast<size_t>(s.length) * sizeof(float));
+    values += s.length;
+    covered += s.length;
+  }
+  if (covered == range.size()) mirror.valid = true;  // segments are validated: disjoint, in range
+}
+
+bool Server::AnswerCompressedPull(const Message& m, const std::vector<SegmentRef>& segs, double waited_ms) {
+  const auto& h = m.header;
+  auto it = mirrors_.find(h.sender_rank());
+  if (it == mirrors_.end() || !it->second.valid) return false;
+  float* mirror = it->second.values.data();
+  const int64_t base = shard_->range().begin;
+  size_t n = 0;
+  for (const auto& s : segs) n += static_cast<size_t>(s.length);
+  pull_current_.resize(n);
+  pull_delta_.resize(n);
+  pull_decoded_.resize(n);
+  shard_->Read(segs, {}, pull_current_.data());
+  size_t pos = 0;
+  for (const auto& s : segs) {
+    for (int64_t i = 0; i < s.length; ++i, ++pos) pull_delta_[pos] = pull_current_[pos] - mirror[s.offset - base + i];
+  }
+  const uint64_t step = PullCodecStep(h.clock());
+  pull_codec_->Encode(pull_delta_, step, &pull_payload_);
+  // The worker adds exactly what it decodes; the mirror follows it bit for bit, so what was
+  // not sent (params - mirror) is sent later.
+  if (Status s = pull_codec_->Decode(pull_payload_, n, step, pull_decoded_); !s.ok()) {
+    GRADSYNC_LOG(ERROR) << "server " << rank_ << ": own pull payload does not decode: " << s;
+    return false;
+  }
+  pos = 0;
+  for (const auto& s : segs) {
+    for (int64_t i = 0; i < s.length; ++i, ++pos) mirror[s.offset - base + i] += pull_decoded_[pos];
+  }
+  wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
+  reply.set_version(shard_->version());
+  reply.set_wait_ms(waited_ms);
+  reply.set_codec(codec_spec_);
+  *reply.mutable_segments() = h.segments();
+  zmq::message_t frame(pull_payload_.data(), pull_payload_.size());
+  Payload p;
+  p.has_values = true;
+  p.values_frame = &frame;
+  Status s = socket_.Send(m.peer, reply, p);
+  if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
+  stats_.compressed_pulls++;
+  RecordPull(h);
+  return true;
+}
+
+void Server::RecordPull(const wire::Header& h) {
+  stats_.pulls++;
+  if (options_.record_pulls) {
+    pull_log_.push_back({h.sender_rank(), h.clock(), controller_->min_live_clock(), controller_->rounds_applied(),
+                         shard_->version()});
+  }
+}
+
 void Server::AnswerPull(const Message& m, double waited_ms) {
   const auto& h = m.header;
   auto segs = Segments(m);
+  if (!h.codec().empty() && AnswerCompressedPull(m, segs, waited_ms)) return;
   std::vector<uint64_t> keys(h.num_keys());
   if (!keys.empty()) m.CopyKeys(keys.data());
   uint64_t n = keys.size();
@@ -218,6 +296,7 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
     dst = static_cast<float*>(frame.data());
   }
   shard_->Read(segs, keys, dst);
+  if (pull_codec_ && keys.empty()) UpdateMirror(h.sender_rank(), segs, dst);
   wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
   reply.set_version(shard_->version());
   reply.set_wait_ms(waited_ms);
@@ -236,11 +315,7 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
   }
   Status s = socket_.Send(m.peer, reply, p);
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
-  stats_.pulls++;
-  if (options_.record_pulls) {
-    pull_log_.push_back({h.sender_rank(), h.clock(), controller_->min_live_clock(), controller_->rounds_applied(),
-                         shard_->version()});
-  }
+  RecordPull(h);
 }
 
 Server::ReplyBuffer* Server::AcquireReplyBuffer(size_t n) {

@@ -56,6 +56,7 @@ struct PullRecord {
 struct ServerStats {
   int64_t pushes = 0;
   int64_t pulls = 0;
+  int64_t compressed_pulls = 0;  // answered with a compressed delta (--compress-pull)
   int64_t rejected = 0;    // answered with an ERROR
   int64_t malformed = 0;   // structurally broken (counted by the transport too)
   std::map<int64_t, int64_t> staleness;  // staleness -> gradients applied with it
@@ -110,7 +111,13 @@ class Server {
   Status HandlePush(const Message& m);
   Status HandlePull(Message& m);
   void AnswerPull(const Message& m, double waited_ms);
+  // --compress-pull: answers with the encoded delta against the worker's mirror; false when
+  // the pull must be answered raw (no mirror yet, or it asks for sparse keys).
+  bool AnswerCompressedPull(const Message& m, const std::vector<SegmentRef>& segs, double waited_ms);
+  // Records what a raw reply gave the worker.
+  void UpdateMirror(int worker, const std::vector<SegmentRef>& segs, const float* values);
   void AnswerParked();
+  void RecordPull(const wire::Header& h);
   void ReplyError(const Message& m, const Status& s);
   void OnDeadWorkers();
   std::vector<SegmentRef> Segments(const Message& m) const;
@@ -135,6 +142,17 @@ class Server {
   std::vector<float> read_buffer_;
   std::string codec_spec_;                 // the job's push codec ("" = raw floats)
   std::unique_ptr<Compressor> codec_;
+  // --compress-pull: what each worker holds of this shard (its last pull, raw or decoded), so
+  // that a reply carries the compressed delta and the compression error stays on the server
+  // (error feedback, one residual per worker: params - mirror).
+  struct Mirror {
+    std::vector<float> values;  // over the shard's range
+    bool valid = false;         // a raw pull of the whole range has set it
+  };
+  std::unique_ptr<Compressor> pull_codec_;
+  std::map<int, Mirror> mirrors_;
+  std::vector<float> pull_current_, pull_delta_, pull_decoded_;
+  std::vector<uint8_t> pull_payload_;
   std::vector<float> decoded_;
   std::vector<uint64_t> key_buffer_;
 };

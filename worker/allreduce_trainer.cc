@@ -45,10 +45,23 @@ Status AllreduceTrainer::AverageGradients() {
           codecs_.push_back(std::move(c));
         }
       }
+      const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;
+      // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
+      // from half's range limit (error feedback then keeps its residual in that scale).
+      if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
       if (correct) correction_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       else if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       else codecs_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
-      if (decoder_->aggregation() == Aggregation::kRingSummable && decoder_->sparse()) {
+      if (ring_summable && !decoder_->sparse()) {
+        // fp16: the halves are summed inside the ring; 2 bytes per element travel, not 4.
+        ring_halves_.resize(encoded_.size() / sizeof(uint16_t));
+        std::memcpy(ring_halves_.data(), encoded_.data(), encoded_.size());
+        RETURN_IF_ERROR(collective_->AllReduceHalf(ring_halves_));
+        std::memcpy(encoded_.data(), ring_halves_.data(), encoded_.size());
+        RETURN_IF_ERROR(decoder_->Decode(encoded_, g.size(), static_cast<uint64_t>(step_), g));
+        continue;
+      }
+      if (ring_summable && decoder_->sparse()) {
         // Random-k: every rank kept the same indices this step, so the k values are averaged
         // inside the ring and only k floats (not n) travel.
         ring_values_.resize(encoded_.size() / sizeof(float));

@@ -27,10 +27,10 @@ struct AllreduceTrainOptions {
   LocalTrainOptions train;
   size_t bucket_bytes = 25u << 20;
   bool evaluate = true;  // rank 0 only
-  // Gradient codec ("" or "none": plain ring average). Random-k's values are averaged inside
-  // the ring (every rank keeps the same indices in a step); the other codecs' payloads are
-  // all-gathered and every rank decodes and averages them in rank order (fp16 is ring-summable
-  // too, but a ring over half floats is not built yet).
+  // Gradient codec ("" or "none": plain ring average). The ring-summable codecs run inside the
+  // ring: fp16 as a half-precision ring sum of gradients pre-divided by n, random-k as an
+  // average of the k values every rank kept (the same indices in a step). The other codecs'
+  // payloads are all-gathered and every rank decodes and averages them in rank order.
   std::string compression;
   bool error_feedback = false;
   float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
@@ -59,6 +59,7 @@ class AllreduceTrainer {
   std::unique_ptr<Compressor> decoder_;
   std::vector<uint8_t> encoded_;
   std::vector<float> decoded_, sum_, ring_values_;
+  std::vector<uint16_t> ring_halves_;
   int64_t step_ = 0;
 };
 

@@ -32,6 +32,7 @@ int Main(int argc, char** argv) {
       ("bind", po::value<std::string>()->default_value("127.0.0.1"), "allreduce: address the ring listens on")
       ("compress", po::value<std::string>()->default_value("none"), "gradient codec: none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO")
       ("error-feedback", po::bool_switch(), "keep the compression residual and add it to the next gradient")
+      ("compress-pull", po::bool_switch(), "PS modes: servers reply to pulls with the --compress'ed parameter delta since the worker's last pull (the residual stays on the server)")
       ("momentum-correction", po::bool_switch(), "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD")
       ("bucket-mb", po::value<double>()->default_value(25.0), "allreduce: gradient bucket size in MB")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
@@ -86,6 +87,10 @@ int Main(int argc, char** argv) {
     if (!codec.ok()) flags.Fail("--compress: " + codec.status().message());
     if (error_feedback && !*codec) flags.Fail("--error-feedback needs a --compress codec");
     if (*codec && !joins) flags.Fail("--compress applies to the modes that join a job (bsp|ssp|asp|allreduce)");
+    if (vm["compress-pull"].as<bool>()) {
+      if (!*codec) flags.Fail("--compress-pull needs a --compress codec");
+      if (allreduce) flags.Fail("--compress-pull applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
+    }
     if (vm["momentum-correction"].as<bool>()) {
       if (!*codec || !(*codec)->sparse()) flags.Fail("--momentum-correction needs --compress=topk:R or randomk:R");
       if (error_feedback) flags.Fail("--momentum-correction and --error-feedback contradict each other: DGC keeps its own residual");
@@ -187,7 +192,8 @@ int Main(int argc, char** argv) {
        << " max_steps=" << train.max_steps << " seed=" << train.seed << " lr=" << train.lr.base << " schedule="
        << vm["lr-schedule"].as<std::string>() << " momentum=" << train.optimizer.momentum << " nesterov="
        << train.optimizer.nesterov << " weight_decay=" << train.optimizer.weight_decay << " compress=" << compress
-       << " error_feedback=" << error_feedback << " momentum_correction=" << correction_momentum;
+       << " error_feedback=" << error_feedback << " momentum_correction=" << correction_momentum
+       << " compress_pull=" << vm["compress-pull"].as<bool>();
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -290,6 +296,7 @@ int Main(int argc, char** argv) {
       po.compression = compress == "none" ? "" : compress;
       po.error_feedback = error_feedback;
       po.correction_momentum = correction_momentum;
+      po.compress_pull = vm["compress-pull"].as<bool>();
       PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
                         scheduler.get());
       reports = trainer.Run(print_epoch);

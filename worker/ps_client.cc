@@ -61,16 +61,19 @@ void AddSegment(wire::Header* h, int64_t begin, int64_t end) {
 }
 }  // namespace
 
-Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum) {
+Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum,
+                                bool compress_pull) {
   codecs_.clear();
   feedback_.clear();
   correction_.clear();
   codec_spec_.clear();
+  pull_decoder_.reset();
   const bool correct = correction_momentum > 0;
   const bool unbiased = !error_feedback && !correct;
   ASSIGN_OR_RETURN(auto probe, CreateCompressor(spec, seed, unbiased));
   if (!probe) {
     if (error_feedback) return InvalidArgumentError("--error-feedback needs a --compress codec");
+    if (compress_pull) return InvalidArgumentError("--compress-pull needs a --compress codec");
     return OkStatus();
   }
   for (const auto& t : layout_) {
@@ -78,6 +81,9 @@ Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool err
   }
   if (correct && !probe->sparse()) return InvalidArgumentError("momentum correction needs top-k or random-k");
   codec_spec_ = spec;
+  if (compress_pull) {
+    ASSIGN_OR_RETURN(pull_decoder_, CreateCompressor(spec, seed));  // as the server's (job.compress_pull)
+  }
   for (int s = 0; s < table_.servers_size(); ++s) {
     auto c = std::move(CreateCompressor(spec, seed, unbiased)).value();
     int64_t n = 0;
@@ -169,6 +175,7 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
     } else {
       for (const auto& r : dense_runs_[s]) AddSegment(&h, r.begin, r.end);
       p.keys = key_parts[s];
+      if (pull_decoder_) h.set_codec(codec_spec_);  // a delta is welcome (the server decides)
     }
     waiting_on_[id].push_back(s);
     Status st = sockets_[s].Send("", h, p);
@@ -215,15 +222,41 @@ void PsClient::HandleReply(int shard, const Message& m) {
   // Write the reply's values where its segments and keys say, after checking they fit.
   const ShardRange& r = partitioner_.range(shard);
   const int64_t n = static_cast<int64_t>(p.target.size());
-  size_t pos = 0;
+  size_t total = 0;
   for (const auto& seg : h.segments()) {
     const int64_t b = static_cast<int64_t>(seg.offset()), len = static_cast<int64_t>(seg.length());
-    if (b < r.begin || b + len > r.end || b + len > n) {
+    if (b < r.begin || len < 0 || b + len > r.end || b + len > n) {
       if (p.status.ok()) p.status = DataLossError("pull reply from " + NodeName(table_.servers(shard)) + " is out of range");
       return;
     }
-    m.CopyValues(p.target.data() + b, pos, static_cast<size_t>(len));
-    pos += static_cast<size_t>(len);
+    total += static_cast<size_t>(len);
+  }
+  if (!h.codec().empty()) {
+    // A compressed delta since the last pull: decoded (and so validated) whole, then added.
+    if (!pull_decoder_ || h.codec() != codec_spec_ || h.num_keys() > 0) {
+      if (p.status.ok()) p.status = DataLossError("unexpected compressed pull reply ('" + h.codec() + "') from " + NodeName(table_.servers(shard)));
+      return;
+    }
+    pull_decoded_.resize(total);
+    Status st = pull_decoder_->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), total,
+                                      PullCodecStep(h.clock()), pull_decoded_);
+    if (!st.ok()) {
+      if (p.status.ok()) p.status = st.WithContext("pull reply from " + NodeName(table_.servers(shard)));
+      return;
+    }
+    size_t pos = 0;
+    for (const auto& seg : h.segments()) {
+      float* dst = p.target.data() + seg.offset();
+      for (uint64_t i = 0; i < seg.length(); ++i) dst[i] += pull_decoded_[pos++];
+    }
+    versions_[shard] = h.version();
+    wait_ms_[shard] = h.wait_ms();
+    return;
+  }
+  size_t pos = 0;
+  for (const auto& seg : h.segments()) {
+    m.CopyValues(p.target.data() + seg.offset(), pos, static_cast<size_t>(seg.length()));
+    pos += static_cast<size_t>(seg.length());
   }
   if (h.num_keys() > 0) {
     std::vector<uint64_t> keys(h.num_keys());

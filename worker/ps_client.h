@@ -42,7 +42,11 @@ class PsClient {
   // Compresses every push's dense part with `spec` (compression/compressor.h), with one
   // error-feedback residual per shard when error_feedback is set, or DGC momentum correction
   // with factor `correction_momentum` (> 0; sparsifying codecs). Dense models only.
-  Status SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum = 0);
+  // With compress_pull (the job must say so too), non-full pulls ask for the compressed delta
+  // since this worker's last pull and add it to the target: the target must then be the same
+  // buffer on every pull, changed by nothing else.
+  Status SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum = 0,
+                        bool compress_pull = false);
 
   // Worker 0: sends the job and each shard's initial values; waits for every shard.
   Status Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s);
@@ -99,6 +103,8 @@ class PsClient {
   std::vector<std::unique_ptr<ErrorFeedback>> feedback_;  // per shard (with error feedback)
   std::vector<std::unique_ptr<MomentumCorrection>> correction_;  // per shard (DGC)
   std::vector<uint8_t> encoded_;
+  std::unique_ptr<Compressor> pull_decoder_;  // --compress-pull
+  std::vector<float> pull_decoded_;
 };
 
 }  // namespace gradsync

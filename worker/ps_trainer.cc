@@ -34,6 +34,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   if (!o.compression.empty() && o.compression != "none") {
     job.set_compression(o.compression);
     job.set_compression_seed(o.train.seed);
+    job.set_compress_pull(o.compress_pull);
   }
   return job;
 }
@@ -67,7 +68,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   const double timeout = options_.request_timeout_s;
   if (!options_.compression.empty()) {
     RETURN_IF_ERROR(client_->SetCompression(options_.compression, o.seed, options_.error_feedback,
-                                            options_.correction_momentum));
+                                            options_.correction_momentum, options_.compress_pull));
   }
 
   if (rank == 0) {
@@ -118,7 +119,9 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       const double comm_ms = comm.Millis();
       const double wait_ms = std::min(comm_ms, client_->last_wait_ms());
       if (s == 0 && epoch > 0) {
-        if (evaluates && sparse) {  // refresh every weight, not only this batch's keys
+        // Refresh every weight (sparse: not only this batch's keys; compressed pulls: the exact
+        // parameters, not this worker's approximation).
+        if (evaluates && (sparse || options_.compress_pull)) {
           ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock, model_->params(), {}, true));
           RETURN_IF_ERROR(client_->Wait(full, timeout).WithContext("evaluation pull"));
         }

@@ -32,6 +32,9 @@ struct PsTrainOptions {
   std::string compression;   // push codec spec ("" or "none": raw floats)
   bool error_feedback = false;
   float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
+  // Pulls carry compressed parameter deltas (needs a codec). The evaluating worker still
+  // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
+  bool compress_pull = false;
   // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
   // and once after the "init" barrier.
   std::function<void(int64_t step)> step_hook;

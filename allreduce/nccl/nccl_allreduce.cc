@@ -55,6 +55,12 @@ Status NcclCollective::AllReduce(float* device_data, size_t count, ReduceOp op, 
   return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce");
 }
 
+Status NcclCollective::AllReduceHalf(uint16_t* device_data, size_t count, cudaStream_t stream) {
+  if (count == 0) return OkStatus();
+  ncclResult_t r = ncclAllReduce(device_data, device_data, count, ncclFloat16, ncclSum, comm_, stream);
+  return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce (half)");
+}
+
 Status NcclCollective::Synchronize(cudaStream_t stream, double timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {

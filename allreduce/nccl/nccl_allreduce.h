@@ -28,6 +28,8 @@ class NcclCollective {
   int size() const { return size_; }
   // Enqueues data <- op over all ranks on `stream` (count floats of device memory).
   Status AllReduce(float* device_data, size_t count, ReduceOp op, cudaStream_t stream);
+  // Enqueues data <- sum over all ranks of `count` IEEE halves (fp16 compression, pre-divided).
+  Status AllReduceHalf(uint16_t* device_data, size_t count, cudaStream_t stream);
   // Waits for `stream`, at most timeout_s; on timeout aborts the communicator.
   Status Synchronize(cudaStream_t stream, double timeout_s);
 

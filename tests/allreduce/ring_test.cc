@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
+#include "common/half.h"
 
 namespace gradsync {
 namespace {
@@ -42,7 +43,7 @@ TEST_P(RingAllReduceTest, SumsExactlyAndAverages) {
   // -1 stands for n - 1 (a count smaller than the number of chunks).
   const size_t count = static_cast<size_t>(count_spec < 0 ? n - 1 : count_spec);
   CollectiveOptions opt;
-  opt.segment_bytes = 4096;  // many segments per chunk: exercises the pipelining
+  opt.segment_bytes = 4098;  // many segments per chunk: exercises the pipelining (and whole floats)
   auto statuses = RunRing(n, [&](int r, RingCollective& ring) -> Status {
     // Small integers: every partial sum is exact in float, whatever the order.
     std::vector<float> x(count);
@@ -56,6 +57,18 @@ TEST_P(RingAllReduceTest, SumsExactlyAndAverages) {
     RETURN_IF_ERROR(ring.AllReduce(y, ReduceOp::kAverage));
     for (float v : y) {
       if (std::fabs(v - (n - 1) / 2.0f) > 1e-6f) return InternalError("wrong average " + std::to_string(v));
+    }
+    // The half-precision ring: the same small integers are exact in half too.
+    std::vector<uint16_t> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)));
+    const uint64_t sent_before = ring.bytes_sent();
+    RETURN_IF_ERROR(ring.AllReduceHalf(h));
+    for (size_t i = 0; i < count; ++i) wrong += HalfToFloat(h[i]) != ranks_sum * static_cast<float>(i % 7 + 1);
+    if (wrong) return InternalError(std::to_string(wrong) + " wrong half sums on rank " + std::to_string(r));
+    // 2(n-1)/n of 2-byte elements, plus one small header per step.
+    const uint64_t sent = ring.bytes_sent() - sent_before;
+    if (n > 1 && sent > 2 * count * 2 + 64 * 2 * static_cast<uint64_t>(n)) {
+      return InternalError("the half ring sent " + std::to_string(sent) + " bytes for " + std::to_string(count) + " halves");
     }
     return OkStatus();
   }, opt);

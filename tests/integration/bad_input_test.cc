@@ -111,6 +111,13 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
     send(h, std::move(f));
   }
 
+  // 14. A pull asking for compressed deltas in a job that does not compress pulls.
+  {
+    wire::Header h = pull;
+    h.set_codec("topk:0.01");
+    send(h, {});
+  }
+
   // Collect replies: one pull answer and one ERROR per attack.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int replies = 0;
@@ -212,7 +219,7 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 13);
+  EXPECT_EQ(attacked.sent, 14);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
   EXPECT_EQ(attacked.stats.rejected, attacked.sent);

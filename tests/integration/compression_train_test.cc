@@ -57,6 +57,28 @@ TEST_P(CompressionTrainTest, TrainsOverTheParameterServer) {
   EXPECT_GT(Accuracy(r.params), 0.85) << GetParam().spec;
 }
 
+TEST_P(CompressionTrainTest, TrainsOverTheParameterServerWithCompressedPulls) {
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kBsp;
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.model = model_;
+  o.train = train_;
+  o.compression = GetParam().spec;
+  o.error_feedback = GetParam().error_feedback;
+  o.compress_pull = true;
+  PsJobResult r = RunPsJob(o, data_, data_);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  int64_t compressed = 0;
+  for (const auto& st : r.server_stats) {
+    EXPECT_EQ(st.rejected, 0);
+    compressed += st.compressed_pulls;
+  }
+  // Every pull but each worker's first (and rank 0's evaluation pulls) is a delta.
+  EXPECT_GE(compressed, 2 * 2 * (train_.max_steps - 2));
+  EXPECT_GT(Accuracy(r.params), 0.85) << GetParam().spec;
+}
+
 TEST_P(CompressionTrainTest, TrainsInAllreduceMode) {
   auto r = RunAllreduceJob(3, model_, train_, data_, 100 * sizeof(float), GetParam().spec, GetParam().error_feedback);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -33,6 +33,7 @@ struct PsJobOptions {
   std::string compression;  // push codec ("" = raw floats)
   bool error_feedback = false;
   float correction_momentum = 0;  // DGC on the workers
+  bool compress_pull = false;
   // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
   std::function<void(const std::vector<uint16_t>& server_ports)> side_task;
 };

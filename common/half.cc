@@ -1,0 +1,93 @@
+#include "common/half.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace gradsync {
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity
+  if (abs < 0x38800000u) {  // subnormal half (or zero)
+    float a;
+    std::memcpy(&a, &abs, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));  // a / 2^-24
+  }
+  // Normal: rebias the exponent, round the mantissa to 10 bits (nearest, ties to even).
+  const uint32_t mant_odd = (abs >> 13) & 1u;
+  abs += 0xc8000fffu + mant_odd;  // -112 << 23 rebias, + rounding
+  return static_cast<uint16_t>(sign | (abs >> 13));
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  uint32_t u = exp == 31 ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112) << 23) | (mant << 13));
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+namespace {
+
+__attribute__((target("avx,f16c"))) void EncodeF16C(const float* x, size_t n, uint16_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = FloatToHalf(x[i]);
+}
+
+__attribute__((target("avx,f16c"))) void DecodeF16C(const uint16_t* h, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) out[i] = HalfToFloat(h[i]);
+}
+
+__attribute__((target("avx,f16c"))) void AddF16C(uint16_t* acc, const uint16_t* x, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + i), _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) acc[i] = FloatToHalf(HalfToFloat(acc[i]) + HalfToFloat(x[i]));
+}
+
+const bool kHasF16C = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+
+}  // namespace
+
+void FloatsToHalves(const float* x, size_t n, uint16_t* out) {
+  if (kHasF16C) return EncodeF16C(x, n, out);
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(x[i]);
+}
+
+void HalvesToFloats(const uint16_t* h, size_t n, float* out) {
+  if (kHasF16C) return DecodeF16C(h, n, out);
+  for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(h[i]);
+}
+
+void AddHalves(uint16_t* acc, const uint16_t* x, size_t n) {
+  if (kHasF16C) return AddF16C(acc, x, n);
+  for (size_t i = 0; i < n; ++i) acc[i] = FloatToHalf(HalfToFloat(acc[i]) + HalfToFloat(x[i]));
+}
+
+}  // namespace gradsync
