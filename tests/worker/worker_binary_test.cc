@@ -57,6 +57,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"FeedbackWithoutCodec", {"--error-feedback"}, "--error-feedback needs a --compress codec"},
         BadFlagCase{"CompressLocal", {"--compress=fp16"}, "--compress applies to the modes that join a job"},
         BadFlagCase{"CorrectionWithoutSparsifier", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=fp16"}, "--momentum-correction needs --compress=topk"},
+        BadFlagCase{"CompressPullWithoutCodec", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--compress-pull"}, "--compress-pull needs a --compress codec"},
+        BadFlagCase{"CompressPullInAllreduce", {"--mode=allreduce", "--scheduler=127.0.0.1:9", "--compress=fp16", "--compress-pull"}, "--compress-pull applies to the PS modes"},
         BadFlagCase{"CorrectionWithFeedback", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=topk:0.01", "--error-feedback"}, "contradict each other"}),
     [](const ::testing::TestParamInfo<BadFlagCase>& p) { return p.param.name; });
 
