@@ -61,11 +61,13 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.wait_ms, "%.4f");
   PutNumber(&s, r.test_loss, "%.6g");
   PutNumber(&s, r.test_accuracy, "%.6f");
+  PutNumber(&s, r.delay_ms, "%.4f");
   s += '\n';
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
     return UnavailableError(path_ + ": write failed: " + std::strerror(errno));
   }
-  return OkStatus();
+  // Whole rows reach the file as they are written: a launcher follows the run's progress.
+  return Flush();
 }
 
 Status MetricsWriter::Flush() {

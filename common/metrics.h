@@ -1,7 +1,8 @@
 // Per-step metrics rows and the CSV file each worker writes (DESIGN.md, Experiments).
 //
 // Columns: run, worker, step, epoch, wall_s, loss, staleness, bytes_sent, bytes_received,
-// compute_ms, comm_ms, wait_ms, test_loss, test_accuracy. A training row leaves test_* empty;
+// compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
+// delay, not counted in compute_ms or comm_ms). A training row leaves test_* empty;
 // an evaluation row (written by the evaluating worker after an evaluation) fills them and
 // carries the mean training loss since the previous evaluation in `loss`. A NaN field is
 // written empty. Not thread-safe: one writer per file.
@@ -30,6 +31,7 @@ struct MetricsRow {
   double wait_ms = 0.0;     // blocked on consistency (barrier, staleness bound)
   double test_loss = NAN;
   double test_accuracy = NAN;  // fraction in [0, 1]
+  double delay_ms = 0.0;       // straggler delay injected in this step
 };
 
 // The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
@@ -40,7 +42,7 @@ class MetricsWriter {
  public:
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
-      "wait_ms,test_loss,test_accuracy";
+      "wait_ms,test_loss,test_accuracy,delay_ms";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.
   static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);

@@ -133,6 +133,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   LrSchedule lr = o.lr;
   if (lr.total_steps == 0) lr.total_steps = total_steps;
   Optimizer opt(o.optimizer, model_->num_params());
+  Straggler straggler(o.straggler, o.straggler_seed);
   const bool evaluates = rank == 0 && options_.evaluate;
   BatchBuffer buffer;
   std::vector<EpochReport> reports;
@@ -148,6 +149,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
       const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
       if (!std::isfinite(loss)) return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
       const double compute_ms = compute.Millis();
+      const double delay_ms = straggler.Sleep(compute_ms);
       Stopwatch comm;
       step_ = step;
       RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
@@ -170,7 +172,14 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
         row.bytes_received = collective_->bytes_received();
         row.compute_ms = compute_ms;
         row.comm_ms = comm_ms;
+        row.delay_ms = delay_ms;
         RETURN_IF_ERROR(metrics_->Write(row));
+      }
+      if (evaluates && EvaluateMidEpoch(o.eval_every, step, steps_per_epoch)) {
+        const EpochClose at{.step = step, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
+                            .test = test_, .eval_batch = o.eval_batch, .bytes_sent = collective_->bytes_sent(),
+                            .bytes_received = collective_->bytes_received()};
+        RETURN_IF_ERROR(WriteEvaluationRow(at, totals.loss_sum / static_cast<double>(totals.steps), *model_, metrics_));
       }
     }
     const EpochClose close{.epoch = epoch + 1, .step = step, .steps_per_epoch = steps_per_epoch,

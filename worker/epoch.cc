@@ -46,4 +46,15 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
   return r;
 }
 
+Status WriteEvaluationRow(const EpochClose& c, double loss, Model& model, MetricsWriter* metrics) {
+  if (!metrics) return OkStatus();
+  EvalResult e = Evaluate(model, *c.test, c.eval_batch);
+  MetricsRow row = StepRow(c.step, c.steps_per_epoch, c.run_clock->Seconds(), loss);
+  row.test_loss = e.loss;
+  row.test_accuracy = e.accuracy;
+  row.bytes_sent = c.bytes_sent;
+  row.bytes_received = c.bytes_received;
+  return metrics->Write(row);
+}
+
 }  // namespace gradsync

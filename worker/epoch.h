@@ -52,4 +52,14 @@ struct EpochClose {
 // and `metrics` is set, writes and flushes the evaluation row.
 Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, Model& model, MetricsWriter* metrics);
 
+// True when the evaluating worker evaluates after `step` steps: every eval_every steps, but not
+// at an epoch's end (CloseEpoch does that).
+inline bool EvaluateMidEpoch(int64_t eval_every, int64_t step, int64_t steps_per_epoch) {
+  return eval_every > 0 && step > 0 && step % eval_every == 0 && step % steps_per_epoch != 0;
+}
+
+// Evaluates and writes an evaluation row (no epoch report): the rows between epochs that
+// eval_every asks for. `loss` is the mean training loss so far in this epoch.
+Status WriteEvaluationRow(const EpochClose& c, double loss, Model& model, MetricsWriter* metrics);
+
 }  // namespace gradsync

@@ -42,6 +42,7 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
   if (lr.total_steps == 0) lr.total_steps = total_steps;
 
   Optimizer opt(options_.optimizer, model_->num_params());
+  Straggler straggler(options_.straggler, options_.straggler_seed);
   BatchBuffer buffer;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
@@ -61,11 +62,18 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
       ApplyGradients(*model_, opt, lr.At(step));
       ++step;
       const double step_ms = step_clock.Millis();
+      const double delay_ms = straggler.Sleep(step_ms);
       totals.AddStep(loss, batch.size, step_ms / 1e3);
       if (metrics_ && options_.log_every > 0 && step % options_.log_every == 0) {
         MetricsRow row = StepRow(step, steps_per_epoch, run_clock.Seconds(), loss);
         row.compute_ms = step_ms;
+        row.delay_ms = delay_ms;
         RETURN_IF_ERROR(metrics_->Write(row));
+      }
+      if (EvaluateMidEpoch(options_.eval_every, step, steps_per_epoch)) {
+        const EpochClose at{.step = step, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
+                            .test = test_, .eval_batch = options_.eval_batch};
+        RETURN_IF_ERROR(WriteEvaluationRow(at, totals.loss_sum / static_cast<double>(totals.steps), *model_, metrics_));
       }
     }
     const EpochClose close{.epoch = epoch + 1, .step = step, .steps_per_epoch = steps_per_epoch,

@@ -15,6 +15,7 @@
 
 #include "common/dataset.h"
 #include "common/metrics.h"
+#include "worker/straggler.h"
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "models/model.h"
@@ -30,6 +31,11 @@ struct LocalTrainOptions {
   uint64_t seed = 0;           // data order; the model is initialized by the caller
   int64_t log_every = 50;      // a training metrics row every N steps
   int64_t eval_batch = 1000;
+  // Also evaluate every this many steps (0: after each epoch only), for accuracy-over-time
+  // curves finer than epochs. Only the evaluating worker does.
+  int64_t eval_every = 0;
+  StragglerSpec straggler;     // injected delay per step (straggler.h)
+  uint64_t straggler_seed = 0;
 };
 
 struct EpochReport {

@@ -60,8 +60,11 @@ int Main(int argc, char** argv) {
       ("seed", po::value<uint64_t>()->default_value(0), "seed for initialization and data order")
       ("threads", po::value<int>()->default_value(1), "OpenBLAS threads")
       ("log-every", po::value<int64_t>()->default_value(50), "a metrics row every N steps")
+      ("eval-every", po::value<int64_t>()->default_value(0), "the evaluating worker also evaluates every N steps (0: each epoch only)")
+      ("straggle", po::value<std::string>()->default_value("none"), "injected delay per step: none|ms:D|x:FACTOR|exp:MEAN_MS|uniform:LO_MS:HI_MS")
+      ("straggle-seed", po::value<uint64_t>()->default_value(0), "seed of a random --straggle distribution")
       ("out", po::value<std::string>(), "directory for worker-<rank>.csv")
-      ("run", po::value<std::string>()->default_value("local"), "run name written in the metrics");
+      ("run", po::value<std::string>()->default_value(""), "run name written in the metrics (default: the mode)");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
 
@@ -148,6 +151,14 @@ int Main(int argc, char** argv) {
   train.seed = vm["seed"].as<uint64_t>();
   train.log_every = vm["log-every"].as<int64_t>();
   if (train.log_every < 0) flags.Fail("--log-every must be >= 0");
+  train.eval_every = vm["eval-every"].as<int64_t>();
+  if (train.eval_every < 0) flags.Fail("--eval-every must be >= 0");
+  {
+    auto straggler = ParseStraggler(vm["straggle"].as<std::string>());
+    if (!straggler.ok()) flags.Fail("--straggle: " + straggler.status().message());
+    train.straggler = *straggler;
+    train.straggler_seed = vm["straggle-seed"].as<uint64_t>();
+  }
   const int threads = vm["threads"].as<int>();
   if (threads <= 0 || threads > 256) flags.Fail("--threads must be in [1, 256]");
   SetBlasThreads(threads);
@@ -235,7 +246,7 @@ int Main(int argc, char** argv) {
   std::optional<MetricsWriter> metrics;
   if (vm.count("out")) {
     auto w = MetricsWriter::Open(vm["out"].as<std::string>() + "/worker-" + std::to_string(rank) + ".csv",
-                                 vm["run"].as<std::string>(), rank);
+                                 vm["run"].as<std::string>().empty() ? mode : vm["run"].as<std::string>(), rank);
     if (!w.ok()) {
       std::cerr << "gradsync-worker: error: " << w.status().message() << std::endl;
       return 1;

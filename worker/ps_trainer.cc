@@ -89,6 +89,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   int64_t clock = 0;
   PsClient::RequestId pending_push = 0;
   EpochTotals totals;
+  Straggler straggler(o.straggler, o.straggler_seed);
 
   auto evaluate_and_report = [&](int epoch) -> Status {
     const auto t = client_->traffic();
@@ -118,14 +119,24 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       pending_push = 0;
       const double comm_ms = comm.Millis();
       const double wait_ms = std::min(comm_ms, client_->last_wait_ms());
-      if (s == 0 && epoch > 0) {
+      const bool epoch_end = s == 0 && epoch > 0;
+      const bool mid_eval = evaluates && EvaluateMidEpoch(o.eval_every, clock, steps_per_epoch);
+      if ((epoch_end || mid_eval) && evaluates && (sparse || options_.compress_pull)) {
         // Refresh every weight (sparse: not only this batch's keys; compressed pulls: the exact
         // parameters, not this worker's approximation).
-        if (evaluates && (sparse || options_.compress_pull)) {
-          ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock, model_->params(), {}, true));
-          RETURN_IF_ERROR(client_->Wait(full, timeout).WithContext("evaluation pull"));
-        }
-        RETURN_IF_ERROR(evaluate_and_report(epoch));
+        ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock, model_->params(), {}, true));
+        RETURN_IF_ERROR(client_->Wait(full, timeout).WithContext("evaluation pull"));
+      }
+      if (epoch_end) RETURN_IF_ERROR(evaluate_and_report(epoch));
+      if (mid_eval) {
+        const auto t = client_->traffic();
+        const auto st = scheduler_->traffic();
+        const EpochClose at{.step = clock, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
+                            .test = test_, .eval_batch = o.eval_batch,
+                            .bytes_sent = t.bytes_sent + st.bytes_sent,
+                            .bytes_received = t.bytes_received + st.bytes_received};
+        RETURN_IF_ERROR(WriteEvaluationRow(at, totals.loss_sum / static_cast<double>(std::max<int64_t>(1, totals.steps)),
+                                           *model_, metrics_));
       }
 
       if (options_.step_hook) options_.step_hook(clock);
@@ -146,6 +157,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
         }
       }
       const double compute_ms = compute.Millis();
+      const double delay_ms = straggler.Sleep(compute_ms);
       Stopwatch push_clock;
       ASSIGN_OR_RETURN(pending_push, client_->Push(clock, model_->grads(), push_keys, push_values));
       ++clock;
@@ -160,6 +172,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
         row.compute_ms = compute_ms;
         row.comm_ms = comm_ms - wait_ms + push_clock.Millis();
         row.wait_ms = wait_ms;
+        row.delay_ms = delay_ms;
         RETURN_IF_ERROR(metrics_->Write(row));
       }
     }

@@ -2,13 +2,40 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <sstream>
 
 #include "common/synthetic.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {
 namespace {
+
+// The fields of a CSV line.
+std::vector<std::string> Fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::string f;
+  std::stringstream ss(line);
+  while (std::getline(ss, f, ',')) out.push_back(f);
+  if (!line.empty() && line.back() == ',') out.push_back("");
+  return out;
+}
+
+// Evaluation rows (test_accuracy filled) of a metrics file, as their step numbers.
+std::vector<int64_t> EvaluationSteps(const std::string& path, int* rows) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  std::vector<int64_t> steps;
+  *rows = 0;
+  while (std::getline(f, line)) {
+    ++*rows;
+    auto v = Fields(line);
+    if (v.size() == 15 && !v[13].empty()) steps.push_back(std::stoll(v[2]));
+  }
+  return steps;
+}
 
 struct Fixture {
   Dataset train, test;
@@ -59,15 +86,74 @@ TEST(LocalTrainerTest, TrainsAndReportsEachEpoch) {
   ASSERT_TRUE(w->Flush().ok());
   std::ifstream f(dir.File("worker-0.csv"));
   std::string line;
-  int rows = 0, eval_rows = 0;
   std::getline(f, line);
   EXPECT_EQ(line, MetricsWriter::kHeader);
-  while (std::getline(f, line)) {
-    ++rows;
-    if (line.back() != ',') ++eval_rows;  // test_accuracy filled
-  }
-  EXPECT_EQ(eval_rows, 3);
+  int rows = 0;
+  EXPECT_EQ(EvaluationSteps(dir.File("worker-0.csv"), &rows), (std::vector<int64_t>{24, 48, 72}));
   EXPECT_EQ(rows, 3 + 72 / 10);
+}
+
+TEST(LocalTrainerTest, EvaluatesEveryNStepsBetweenEpochs) {
+  Fixture s = MakeSetup();
+  LocalTrainOptions o;
+  o.batch = 50;
+  o.epochs = 2;
+  o.lr = {LrSchedule::Kind::kConstant, 0.1f, 0, 0.0f};
+  o.log_every = 0;
+  o.eval_every = 10;
+  testing::TempDir dir;
+  {
+    auto w = MetricsWriter::Open(dir.File("worker-0.csv"), "t", 0);
+    ASSERT_TRUE(w.ok());
+    LocalTrainer trainer(o, s.model.get(), &s.train, &s.test, &*w);
+    ASSERT_TRUE(trainer.Run().ok());
+  }
+  int rows = 0;
+  // Every 10 steps, and at each epoch's end (24 steps per epoch) exactly once.
+  EXPECT_EQ(EvaluationSteps(dir.File("worker-0.csv"), &rows), (std::vector<int64_t>{10, 20, 24, 30, 40, 48}));
+}
+
+TEST(StragglerTest, ParsesEverySpecAndRejectsBadOnes) {
+  EXPECT_EQ(ParseStraggler("none")->kind, StragglerSpec::Kind::kNone);
+  EXPECT_EQ(ParseStraggler("ms:20")->a, 20);
+  EXPECT_EQ(ParseStraggler("x:3")->kind, StragglerSpec::Kind::kMultiple);
+  EXPECT_EQ(ParseStraggler("exp:5")->kind, StragglerSpec::Kind::kExponential);
+  auto u = ParseStraggler("uniform:1:4");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->b, 4);
+  for (const char* bad : {"ms", "ms:-1", "x:0.5", "uniform:4:1", "uniform:1", "slow:3", "ms:abc", "ms:1e9", "exp:nan"}) {
+    EXPECT_FALSE(ParseStraggler(bad).ok()) << bad;
+  }
+}
+
+TEST(StragglerTest, DelaysFollowTheirSpec) {
+  Straggler fixed(*ParseStraggler("ms:7"), 0);
+  EXPECT_EQ(fixed.DelayMs(100), 7);
+  Straggler times3(*ParseStraggler("x:3"), 0);
+  EXPECT_DOUBLE_EQ(times3.DelayMs(10), 20);  // the step takes 3x its compute
+  Straggler none;
+  EXPECT_EQ(none.DelayMs(10), 0);
+  EXPECT_FALSE(none.active());
+  // Seeded distributions: reproducible, inside their support, with the right mean.
+  Straggler e1(*ParseStraggler("exp:4"), 11), e2(*ParseStraggler("exp:4"), 11);
+  Straggler u(*ParseStraggler("uniform:2:6"), 3);
+  double sum_e = 0, sum_u = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double a = e1.DelayMs(0);
+    ASSERT_EQ(a, e2.DelayMs(0));
+    ASSERT_GE(a, 0);
+    sum_e += a;
+    const double b = u.DelayMs(0);
+    ASSERT_GE(b, 2);
+    ASSERT_LE(b, 6);
+    sum_u += b;
+  }
+  EXPECT_NEAR(sum_e / n, 4.0, 4.0 * 4 / std::sqrt(n));  // 4 standard errors
+  EXPECT_NEAR(sum_u / n, 4.0, 4 * (4 / std::sqrt(12.0)) / std::sqrt(n));
+  // Sleep sleeps at least what it reports.
+  Straggler ms(*ParseStraggler("ms:5"), 0);
+  EXPECT_GE(ms.Sleep(0), 5.0);
 }
 
 TEST(LocalTrainerTest, LastPartialBatchAndMaxSteps) {
