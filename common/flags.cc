@@ -62,6 +62,7 @@ po::variables_map FlagParser::ParseOrExit(int argc, const char* const* argv,
   try {
     po::store(po::command_line_parser(argc, argv)
                   .options(options_)
+                  .positional(positional_)
                   .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
                   .run(),
               vm);

@@ -32,6 +32,8 @@ class FlagParser {
   FlagParser(std::string program, std::string summary);
 
   po::options_description& options() { return options_; }
+  // Positional arguments (each maps to a declared option); none by default.
+  po::positional_options_description& positional() { return positional_; }
   const std::string& program() const { return program_; }
 
   // Parses argv, then GRADSYNC_* variables from `envp` (nullptr: the process environment).
@@ -49,6 +51,7 @@ class FlagParser {
   std::string program_;
   std::string summary_;
   po::options_description options_;
+  po::positional_options_description positional_;
 };
 
 // Parses a comma-separated list of integers in [min, max] ("256,128"); empty items, junk and

@@ -34,18 +34,25 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
   const bool allreduce = o.mode == "allreduce";
   if (o.mode == "ssp") mode_args.push_back("--staleness=" + std::to_string(o.staleness));
+  auto address = [&](int host) { return o.host_address ? o.host_address(host) : std::string("127.0.0.1"); };
+  auto placed = [&](int host, std::vector<std::string> argv) {
+    if (!o.host_prefix) return argv;
+    std::vector<std::string> full = o.host_prefix(host);
+    full.insert(full.end(), argv.begin(), argv.end());
+    return full;
+  };
 
   ChildSpec sched{"scheduler",
-                  {server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
-                   "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
-                   "--mode=" + o.mode},
+                  placed(0, {server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
+                             "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
+                             "--mode=" + o.mode, "--bind=" + address(0)}),
                   o.out_dir + "/logs/scheduler.log"};
   std::ofstream commands(o.out_dir + "/commands.txt");
   if (o.dry_run) {
     std::cout << Join(sched.argv) << "\n";
   }
   ProcessGroup group;
-  std::string endpoint = "127.0.0.1:PORT";
+  std::string endpoint = address(0) + ":PORT";
   if (!o.dry_run) {
     RETURN_IF_ERROR(group.Spawn(sched));
     commands << Join(sched.argv) << "\n";
@@ -62,23 +69,29 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    endpoint = "127.0.0.1:" + port;
+    endpoint = address(0) + ":" + port;
   }
   std::vector<ChildSpec> specs;
   for (int s = 0; s < o.num_servers; ++s) {
-    ChildSpec c{"server " + std::to_string(s),
-                {server_bin, "--role=server", "--scheduler=" + endpoint, "--rank=" + std::to_string(s),
-                 "--out=" + o.out_dir, hb},
-                o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
-    c.argv.insert(c.argv.end(), mode_args.begin(), mode_args.end());
+    std::vector<std::string> argv = {server_bin, "--role=server", "--scheduler=" + endpoint,
+                                     "--rank=" + std::to_string(s), "--out=" + o.out_dir, hb,
+                                     "--bind=" + address(1 + s), "--host=" + address(1 + s)};
+    argv.insert(argv.end(), mode_args.begin(), mode_args.end());
+    ChildSpec c{"server " + std::to_string(s), placed(1 + s, argv), o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
     specs.push_back(c);
   }
   for (int w = 0; w < o.num_workers; ++w) {
-    ChildSpec c{"worker " + std::to_string(w),
-                {worker_bin, "--scheduler=" + endpoint, "--rank=" + std::to_string(w), "--out=" + o.out_dir, hb},
+    const int host = 1 + o.num_servers + w;
+    std::vector<std::string> argv = {worker_bin, "--scheduler=" + endpoint, "--rank=" + std::to_string(w),
+                                     "--out=" + o.out_dir, hb, "--host=" + address(host)};
+    if (allreduce) argv.push_back("--bind=" + address(host));
+    argv.insert(argv.end(), mode_args.begin(), mode_args.end());
+    argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
+    if (auto it = o.worker_extra_args.find(w); it != o.worker_extra_args.end()) {
+      argv.insert(argv.end(), it->second.begin(), it->second.end());
+    }
+    ChildSpec c{"worker " + std::to_string(w), placed(host, argv),
                 (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log"};
-    c.argv.insert(c.argv.end(), mode_args.begin(), mode_args.end());
-    c.argv.insert(c.argv.end(), o.worker_args.begin(), o.worker_args.end());
     specs.push_back(c);
   }
   for (const auto& c : specs) {
@@ -91,7 +104,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   }
   if (o.dry_run) return LaunchResult{};
   commands.close();
-  Status s = group.WaitAll(o.timeout_s, interrupted);
+  Status s = group.WaitAll(o.timeout_s, interrupted, o.on_tick);
   if (!s.ok()) return s.WithContext("job failed (logs in " + o.out_dir + "/logs)");
   LaunchResult r;
   if (allreduce) return r;

@@ -1,8 +1,9 @@
-// Launcher: starts one parameter-server job on this machine (1 scheduler + S servers + N
-// workers on 127.0.0.1 with ephemeral ports), waits for it, and summarizes it. Any failure
-// stops every process of the job. The experiments issue grows this into spec-driven sweeps.
+// Launcher: starts one job on this machine (1 scheduler + S servers + N workers, on 127.0.0.1
+// with ephemeral ports, or each in a network namespace of its own), waits for it, and
+// summarizes it. Any failure or interruption stops every process of the job.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,9 +21,16 @@ struct LaunchOptions {
   int num_servers = 1;
   int num_workers = 1;
   std::vector<std::string> worker_args;  // passed to every worker
+  std::map<int, std::vector<std::string>> worker_extra_args;  // per worker rank, after worker_args
+  // Where each process runs: an argv prefix (e.g. "ip netns exec NS") and the address it binds
+  // and advertises. Hosts: 0 = the scheduler, 1..S = the servers, S+1.. = the workers.
+  // Unset: no prefix, 127.0.0.1.
+  std::function<std::vector<std::string>(int host)> host_prefix;
+  std::function<std::string(int host)> host_address;
+  std::function<void()> on_tick;  // runs about every 250 ms while the job runs
   double heartbeat_timeout_s = 10.0;
   double timeout_s = 3600.0;
-  bool worker0_to_stdout = true;
+  bool worker0_to_stdout = true;  // otherwise logs/worker-0.log
   bool dry_run = false;       // print the commands only
 };
 

@@ -32,7 +32,7 @@ Status ProcessGroup::Spawn(const ChildSpec& spec) {
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return UnavailableError("cannot start " + spec.name + " (" + spec.argv[0] + "): " + std::strerror(rc));
@@ -93,9 +93,14 @@ Result<int> ProcessGroup::WaitFor(const std::string& name, double timeout_s) {
   return NotFoundError("no child named " + name);
 }
 
-Status ProcessGroup::WaitAll(double timeout_s, const volatile bool* interrupted) {
+Status ProcessGroup::WaitAll(double timeout_s, const volatile bool* interrupted, const std::function<void()>& on_tick) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto next_tick = std::chrono::steady_clock::now();
   while (true) {
+    if (on_tick && std::chrono::steady_clock::now() >= next_tick) {
+      on_tick();
+      next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+    }
     bool left = false;
     for (auto& c : children_) {
       if (c.done) continue;

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,9 @@ class ProcessGroup {
   Status Spawn(const ChildSpec& spec);
   // Waits for every child. Returns at the first failure (naming it) after killing the rest, or
   // when all exited 0. `interrupted` (checked every 50 ms) makes it kill everything and fail.
-  Status WaitAll(double timeout_s, const volatile bool* interrupted = nullptr);
+  // on_tick, when set, runs about every 250 ms while it waits (progress lines).
+  Status WaitAll(double timeout_s, const volatile bool* interrupted = nullptr,
+                 const std::function<void()>& on_tick = {});
   void KillAll();
   // Sends `sig` to one child by name.
   Status Signal(const std::string& name, int sig);

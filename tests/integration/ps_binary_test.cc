@@ -28,7 +28,7 @@ TEST(PsBinaryTest, LaunchRunsAWholeJobAndWritesItsFiles) {
   std::string header, row;
   std::getline(csv, header);
   std::getline(csv, row);
-  EXPECT_EQ(row.rfind("local,0,10,", 0), 0u) << row;  // run name, worker, step
+  EXPECT_EQ(row.rfind("ssp,0,10,", 0), 0u) << row;  // run name (the mode by default), worker, step
 }
 
 TEST(PsBinaryTest, AFailingWorkerStopsTheWholeJob) {

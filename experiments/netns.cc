@@ -1,0 +1,173 @@
+#include "experiments/netns.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace gradsync {
+namespace {
+
+std::string Join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+bool OnPath(const std::string& tool) {
+  for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
+    if (::access((std::string(dir) + "/" + tool).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// The tbf bucket: at least one full-size GSO packet, and about 4 ms of the rate.
+std::string Burst(const std::string& rate) {
+  double bits = std::stod(rate);
+  if (rate.find("gbit") != std::string::npos) bits *= 1e9;
+  else if (rate.find("mbit") != std::string::npos) bits *= 1e6;
+  else if (rate.find("kbit") != std::string::npos) bits *= 1e3;
+  const double bytes = std::max(70000.0, bits / 8 * 0.004);
+  return std::to_string(static_cast<long long>(bytes));
+}
+
+std::atomic<int> g_sequence{0};
+
+}  // namespace
+
+Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
+  char err_path[] = "/tmp/gradsync-cmd-XXXXXX";
+  const int fd = ::mkstemp(err_path);
+  if (fd < 0) return UnavailableError(std::string("mkstemp: ") + std::strerror(errno));
+  ::close(fd);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_TRUNC, 0600);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ::unlink(err_path);
+    return UnavailableError("cannot run " + argv[0] + ": " + std::strerror(rc));
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ::unlink(err_path);
+      return DeadlineExceededError("'" + Join(argv) + "' did not finish within " + std::to_string(timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::ifstream f(err_path);
+  std::stringstream err;
+  err << f.rdbuf();
+  ::unlink(err_path);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return OkStatus();
+  std::string msg = err.str();
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  for (char& ch : msg)
+    if (ch == '\n') ch = ' ';
+  return UnavailableError("'" + Join(argv) + "' failed: " + (msg.empty() ? "exit " + std::to_string(WEXITSTATUS(status)) : msg));
+}
+
+void NetworkEmulation::RemoveStale() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = entry.path().filename().string();
+    // gsr<pid>x<seq>-...
+    if (name.rfind("gsr", 0) != 0) continue;
+    const size_t x = name.find('x');
+    if (x == std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(name.substr(3, x - 3).c_str()));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno == EPERM) continue;  // its owner still runs
+    (void)RunCommand({"ip", "netns", "del", name});
+  }
+}
+
+Result<std::unique_ptr<NetworkEmulation>> NetworkEmulation::Create(int hosts, const LinkSpec& link) {
+  if (::geteuid() != 0) return FailedPreconditionError("link emulation needs root (network namespaces and tc)");
+  if (!OnPath("ip") || !OnPath("tc")) return FailedPreconditionError("link emulation needs iproute2 (ip and tc): apt-get install iproute2");
+  RemoveStale();
+  auto n = std::unique_ptr<NetworkEmulation>(new NetworkEmulation());
+  Status s = n->Build(hosts, link);
+  if (!s.ok()) {
+    n->TearDown();
+    return s.WithContext("setting up link emulation (" + link.rate + ")");
+  }
+  return n;
+}
+
+Status NetworkEmulation::Build(int hosts, const LinkSpec& link) {
+  if (hosts < 1 || hosts > 200) return InvalidArgumentError("link emulation takes 1 to 200 hosts");
+  prefix_ = "gsr" + std::to_string(::getpid()) + "x" + std::to_string(g_sequence++);
+  bridge_ns_ = prefix_ + "-br";
+  RETURN_IF_ERROR(RunCommand({"ip", "netns", "add", bridge_ns_}));
+  RETURN_IF_ERROR(RunCommand({"ip", "-n", bridge_ns_, "link", "add", "br0", "type", "bridge"}));
+  RETURN_IF_ERROR(RunCommand({"ip", "-n", bridge_ns_, "link", "set", "br0", "up"}));
+  const std::string burst = Burst(link.rate);
+  auto shape = [&](const std::string& ns, const std::string& dev) -> Status {
+    if (link.delay_ms > 0) {
+      // netem for the latency, tbf under it for the rate.
+      RETURN_IF_ERROR(RunCommand({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay",
+                                  std::to_string(link.delay_ms) + "ms"})
+                          .WithContext("added latency needs the netem qdisc (sch_netem)"));
+      return RunCommand({"tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "tbf", "rate",
+                         link.rate, "burst", burst, "latency", "200ms"});
+    }
+    return RunCommand({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", link.rate, "burst", burst,
+                       "latency", "200ms"});
+  };
+  for (int h = 0; h < hosts; ++h) {
+    const std::string ns = prefix_ + "-h" + std::to_string(h);
+    RETURN_IF_ERROR(RunCommand({"ip", "netns", "add", ns}));
+    namespaces_.push_back(ns);
+    const std::string inner = "gsv" + std::to_string(h), outer = "gsb" + std::to_string(h);
+    // Create the pair inside the host's namespace, then move one end to the bridge's.
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "link", "add", inner, "type", "veth", "peer", "name", outer}));
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "link", "set", outer, "netns", bridge_ns_}));
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", bridge_ns_, "link", "set", outer, "master", "br0"}));
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", bridge_ns_, "link", "set", outer, "up"}));
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "addr", "add", Address(h) + "/24", "dev", inner}));
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "link", "set", inner, "up"}));
+    RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "link", "set", "lo", "up"}));
+    RETURN_IF_ERROR(shape(ns, inner));
+    RETURN_IF_ERROR(shape(bridge_ns_, outer));
+  }
+  return OkStatus();
+}
+
+void NetworkEmulation::TearDown() {
+  // Deleting a namespace removes its veth ends, and with them their peers.
+  for (const auto& ns : namespaces_) (void)RunCommand({"ip", "netns", "del", ns});
+  namespaces_.clear();
+  if (!bridge_ns_.empty()) (void)RunCommand({"ip", "netns", "del", bridge_ns_});
+  bridge_ns_.clear();
+}
+
+NetworkEmulation::~NetworkEmulation() { TearDown(); }
+
+std::vector<std::string> NetworkEmulation::Prefix(int host) const { return {"ip", "netns", "exec", ns(host)}; }
+
+std::string NetworkEmulation::Address(int host) const { return "10.213.0." + std::to_string(host + 1); }
+
+}  // namespace gradsync

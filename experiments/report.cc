@@ -1,0 +1,262 @@
+#include "experiments/report.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/metrics.h"
+#include "experiments/netns.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> SplitCsv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string field;
+  for (char c : line) {
+    if (c == ',') {
+      out.push_back(field);
+      field.clear();
+    } else {
+      field += c;
+    }
+  }
+  out.push_back(field);
+  return out;
+}
+
+// Column indexes of MetricsWriter::kHeader.
+enum Col { kRun, kWorker, kStep, kEpoch, kWall, kLoss, kStaleness, kSent, kReceived, kCompute, kComm, kWait,
+           kTestLoss, kTestAcc, kDelay, kColumns };
+
+std::string Fixed(double v, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
+
+std::string Thousands(double v) {
+  std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
+  std::string out;
+  int n = 0;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    if (n && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target, const Status& status) {
+  RunReport r;
+  spec::RunSummary& s = r.summary;
+  s.set_name(plan.name);
+  s.set_mode(plan.mode);
+  if (plan.mode == "ssp") s.set_staleness_bound(plan.staleness);
+  s.set_compression(plan.compression);
+  s.set_workers(plan.workers);
+  s.set_servers(plan.servers);
+  s.set_link(plan.link);
+  s.set_straggler(plan.straggler);
+  s.set_ok(status.ok());
+  if (!status.ok()) s.set_error(status.message());
+  {
+    std::ifstream cmds(run_dir + "/commands.txt");
+    std::string line;
+    while (std::getline(cmds, line)) s.add_commands(line);
+  }
+  // Worker files, merged into metrics.csv.
+  std::ofstream merged(run_dir + "/metrics.csv");
+  merged << MetricsWriter::kHeader << "\n";
+  double bytes = 0, steps_all = 0;
+  bool any = false;
+  for (int w = 0; w < plan.workers; ++w) {
+    const std::string path = run_dir + "/worker-" + std::to_string(w) + ".csv";
+    std::ifstream f(path);
+    if (!f) continue;
+    std::string line;
+    std::getline(f, line);
+    if (line != MetricsWriter::kHeader) return DataLossError(path + ": unexpected header '" + line + "'");
+    int64_t last_step = 0;
+    double last_bytes = 0;
+    while (std::getline(f, line)) {
+      if (line.empty()) continue;
+      auto v = SplitCsv(line);
+      if (v.size() != kColumns) continue;  // a row cut short by a killed process
+      merged << line << "\n";
+      any = true;
+      try {
+        const int64_t step = std::stoll(v[kStep]);
+        if (step >= last_step) {
+          last_step = step;
+          last_bytes = std::stod(v[kSent]) + std::stod(v[kReceived]);
+        }
+        if (w == 0 && !v[kTestAcc].empty()) {
+          r.evals.push_back({step, std::stod(v[kEpoch]), std::stod(v[kWall]), std::stod(v[kTestAcc])});
+        }
+      } catch (const std::exception&) {
+        return DataLossError(path + ": a row does not parse: " + line);
+      }
+    }
+    if (w == 0) s.set_steps(last_step);
+    bytes += last_bytes;
+    steps_all += static_cast<double>(last_step);
+  }
+  if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
+  if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
+  if (!r.evals.empty()) {
+    const EvalPoint& last = r.evals.back();
+    s.set_final_test_accuracy(last.accuracy);
+    s.set_wall_s(last.wall_s);
+    if (last.wall_s > 0) {
+      s.set_samples_per_s(static_cast<double>(last.step) * static_cast<double>(plan.batch) * plan.workers / last.wall_s);
+    }
+    for (const auto& e : r.evals) {
+      if (e.accuracy >= target) {
+        s.set_time_to_target_s(e.wall_s);
+        s.set_steps_to_target(e.step);
+        break;
+      }
+    }
+  }
+  // Staleness histograms of the shards.
+  for (int k = 0; k < plan.servers; ++k) {
+    std::ifstream f(run_dir + "/server-" + std::to_string(k) + ".csv");
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      auto v = SplitCsv(line);
+      if (v.size() != 2) continue;
+      try {
+        r.staleness[std::stoll(v[0])] += std::stoll(v[1]);
+      } catch (const std::exception&) {
+        return DataLossError(run_dir + "/server-" + std::to_string(k) + ".csv: a row does not parse: " + line);
+      }
+    }
+  }
+  if (!r.staleness.empty()) {
+    s.set_staleness_p50(HistogramQuantile(r.staleness, 0.5));
+    s.set_staleness_p99(HistogramQuantile(r.staleness, 0.99));
+    s.set_staleness_max(r.staleness.rbegin()->first);
+  }
+  return r;
+}
+
+std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
+  const std::string pct = Fixed(100 * target, 0) + "%";
+  std::ostringstream t;
+  t << "| run | mode | s | compression | workers | servers | link | straggler | final acc | wall s | time to " << pct
+    << " (s) | steps to " << pct << " | samples/s | bytes/step | staleness p50/p99/max |\n";
+  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : runs) {
+    const auto& s = r.summary;
+    auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
+    t << "| " << s.name() << " | " << s.mode() << " | "
+      << (s.has_staleness_bound() ? std::to_string(s.staleness_bound()) : s.mode() == "asp" ? "∞" : "—") << " | "
+      << s.compression() << " | " << s.workers() << " | " << s.servers() << " | "
+      << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
+    if (!s.ok()) {
+      t << "FAILED: " << s.error() << " | | | | | | |\n";
+      continue;
+    }
+    t << opt(s.has_final_test_accuracy(), Fixed(100 * s.final_test_accuracy(), 2) + "%") << " | "
+      << opt(s.has_wall_s(), Fixed(s.wall_s(), 1)) << " | "
+      << (s.has_time_to_target_s() ? Fixed(s.time_to_target_s(), 1) : "not reached") << " | "
+      << (s.has_steps_to_target() ? std::to_string(s.steps_to_target()) : "—") << " | "
+      << opt(s.has_samples_per_s(), Thousands(s.samples_per_s())) << " | "
+      << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step())) << " | "
+      << (s.has_staleness_p50() ? std::to_string(s.staleness_p50()) + " / " + std::to_string(s.staleness_p99()) + " / " +
+                                      std::to_string(s.staleness_max())
+                                : "—")
+      << " |\n";
+  }
+  return t.str();
+}
+
+Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir + "/plots", ec);
+  if (ec) return UnavailableError(dir + ": cannot create: " + ec.message());
+  // summary.json
+  spec::Summary summary;
+  summary.set_experiment(e.name);
+  summary.set_description(e.description);
+  summary.set_target_accuracy(e.target_accuracy);
+  for (const auto& r : runs) *summary.add_run() = r.summary;
+  std::string json;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.add_whitespace = true;
+  jo.preserve_proto_field_names = true;
+  if (auto st = google::protobuf::util::MessageToJsonString(summary, &json, jo); !st.ok()) {
+    return InternalError("summary.json: " + st.ToString());
+  }
+  std::ofstream(dir + "/summary.json") << json;
+  // summary.md
+  {
+    std::ofstream md(dir + "/summary.md");
+    md << "# " << e.name << "\n\n";
+    if (!e.description.empty()) md << e.description << "\n\n";
+    md << "Spec: `" << e.path << "`. Every number below is computed from the runs' metrics files "
+       << "(`<run>/metrics.csv`, `<run>/server-*.csv`); the command lines are in `<run>/commands.txt`.\n\n";
+    md << SummaryTable(runs, e.target_accuracy) << "\n";
+    md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
+       << "- bytes/step: bytes sent + received per worker and step, counted at the transport.\n"
+       << "- samples/s: steps x batch x workers / wall s.\n\n"
+       << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
+    bool any_staleness = false;
+    for (const auto& r : runs) any_staleness = any_staleness || !r.staleness.empty();
+    if (any_staleness) md << "![staleness](staleness.png)\n";
+  }
+  // Plot data and the gnuplot script.
+  std::ostringstream time_plot, epoch_plot, stale_plot;
+  int curves = 0, stale_curves = 0;
+  for (const auto& r : runs) {
+    if (r.evals.empty()) continue;
+    const std::string data = dir + "/plots/" + r.summary.name() + ".dat";
+    std::ofstream d(data);
+    d << "# wall_s epoch step test_accuracy_percent\n";
+    for (const auto& p : r.evals) d << p.wall_s << " " << p.epoch << " " << p.step << " " << 100 * p.accuracy << "\n";
+    time_plot << (curves ? ", " : "") << "'" << data << "' using 1:4 with linespoints title '" << r.summary.name() << "'";
+    epoch_plot << (curves ? ", " : "") << "'" << data << "' using 2:4 with linespoints title '" << r.summary.name() << "'";
+    ++curves;
+    if (!r.staleness.empty()) {
+      const std::string sd = dir + "/plots/" + r.summary.name() + ".staleness.dat";
+      std::ofstream st(sd);
+      int64_t total = 0;
+      for (const auto& [k, v] : r.staleness) total += v;
+      st << "# staleness fraction_of_gradients\n";
+      for (const auto& [k, v] : r.staleness) st << k << " " << static_cast<double>(v) / static_cast<double>(total) << "\n";
+      stale_plot << (stale_curves ? ", " : "") << "'" << sd << "' using 1:2 with linespoints title '" << r.summary.name() << "'";
+      ++stale_curves;
+    }
+  }
+  if (curves == 0) return OkStatus();  // nothing evaluated: no plots
+  const std::string script = dir + "/plots/plots.gp";
+  {
+    std::ofstream gp(script);
+    gp << "set terminal pngcairo size 960,600 noenhanced\nset grid\nset key bottom right\n"
+       << "set ylabel 'test accuracy (%)'\n"
+       << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << e.name << ": test accuracy vs wall time'\n"
+       << "set xlabel 'wall time (s)'\nplot " << time_plot.str() << "\n"
+       << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << e.name << ": test accuracy vs epochs'\n"
+       << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\n";
+    if (stale_curves) {
+      gp << "set output '" << dir << "/staleness.png'\nset title '" << e.name << ": staleness of applied gradients'\n"
+         << "set xlabel 'staleness (shard versions)'\nset ylabel 'fraction of gradients'\nset logscale y\nset key top right\n"
+         << "plot " << stale_plot.str() << "\n";
+    }
+  }
+  return RunCommand({"gnuplot", script}, 60).WithContext("plots need gnuplot (scripts/setup.sh installs gnuplot-nox)");
+}
+
+}  // namespace gradsync

@@ -1,0 +1,41 @@
+// Reports: what a finished run's files say, and the experiment's summary.md, summary.json and
+// plots. Every number comes from the metrics files the processes wrote (worker-<r>.csv,
+// server-<k>.csv): nothing is typed in by hand.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "experiment.pb.h"
+#include "experiments/spec.h"
+
+namespace gradsync {
+
+struct EvalPoint {
+  int64_t step = 0;
+  double epoch = 0;
+  double wall_s = 0;
+  double accuracy = 0;  // fraction
+};
+
+struct RunReport {
+  spec::RunSummary summary;
+  std::vector<EvalPoint> evals;               // worker 0's evaluation rows
+  std::map<int64_t, int64_t> staleness;       // over all shards (PS modes)
+};
+
+// Reads run_dir's worker-*.csv and server-*.csv, writes run_dir/metrics.csv (every worker's
+// rows, in worker order) and returns the run's numbers. `status` is how the run ended.
+Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target_accuracy,
+                               const Status& status);
+
+// The summary table (markdown) of these runs.
+std::string SummaryTable(const std::vector<RunReport>& runs, double target_accuracy);
+
+// Writes dir/summary.md, dir/summary.json and the PNG plots (dir/accuracy_vs_time.png,
+// dir/accuracy_vs_epoch.png, dir/staleness.png when a run has staleness) with gnuplot.
+Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);
+
+}  // namespace gradsync

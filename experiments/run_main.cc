@@ -1,0 +1,65 @@
+// gradsync-run SPEC: runs every run of an experiment spec on this machine and writes
+// results/<experiment>/ (per run metrics.csv and commands.txt; summary.md, summary.json, plots).
+//   gradsync-run experiments/specs/quick.textproto [--only=bsp,ssp3] [--dry-run] [--out=DIR]
+// Ctrl-C stops the running run's processes (and its network namespaces) and exits.
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "common/flags.h"
+#include "experiments/runner.h"
+
+namespace gradsync {
+namespace {
+
+volatile bool g_interrupted = false;
+void OnSignal(int) { g_interrupted = true; }
+
+int Main(int argc, char** argv) {
+  FlagParser flags("gradsync-run",
+                   "Usage: gradsync-run SPEC [options]\n"
+                   "Runs each run of the experiment SPEC (protobuf text format, see experiments/README.md)\n"
+                   "and writes OUT/<experiment>/: per run metrics.csv and commands.txt, summary.md,\n"
+                   "summary.json and PNG plots.");
+  flags.options().add_options()
+      ("spec", po::value<std::string>(), "the experiment spec (also the first positional argument)")
+      ("out", po::value<std::string>()->default_value("results"), "results directory")
+      ("only", po::value<std::string>()->default_value(""), "comma-separated run names to run (default: all)")
+      ("dry-run", po::bool_switch(), "print the commands of each run; start nothing")
+      ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent process is dead")
+      ("bin-dir", po::value<std::string>(), "where gradsync-server and gradsync-worker are (default: next to this one)");
+  flags.positional().add("spec", 1);
+  auto vm = flags.ParseOrExit(argc, argv);
+  if (!vm.count("spec")) flags.Fail("give the experiment spec: gradsync-run SPEC");
+  auto e = LoadExperiment(vm["spec"].as<std::string>());
+  if (!e.ok()) {
+    std::cerr << "gradsync-run: error: " << e.status().message() << std::endl;
+    return 2;
+  }
+  RunnerOptions o;
+  o.out_dir = vm["out"].as<std::string>();
+  o.dry_run = vm["dry-run"].as<bool>();
+  o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  std::stringstream only(vm["only"].as<std::string>());
+  for (std::string name; std::getline(only, name, ',');) {
+    if (!name.empty()) o.only.insert(name);
+  }
+  o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()
+                                  : std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::cout << e->name << ": " << (o.only.empty() ? e->runs.size() : o.only.size()) << " run(s)"
+            << (o.dry_run ? " (dry run)" : ", results in " + o.out_dir + "/" + e->name) << std::endl;
+  Status s = RunExperiment(*e, o, std::cout, &g_interrupted);
+  if (!s.ok()) {
+    std::cerr << "gradsync-run: error: " << s.message() << std::endl;
+    return g_interrupted ? 130 : (s.code() == StatusCode::kInvalidArgument ? 2 : 1);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradsync
+
+int main(int argc, char** argv) { return gradsync::Main(argc, argv); }

@@ -1,0 +1,197 @@
+#include "experiments/runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/metrics.h"
+#include "experiments/launcher.h"
+#include "experiments/netns.h"
+#include "experiments/report.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Follows worker 0's metrics file as it grows: the latest epoch, step and test accuracy.
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream& out, std::string label, const RunPlan& plan, std::string csv)
+      : out_(out), label_(std::move(label)), plan_(plan), csv_(std::move(csv)), tty_(&out == &std::cout && ::isatty(1)) {}
+
+  void Tick() {
+    std::ifstream f(csv_);
+    if (!f) return Print(false);
+    f.seekg(offset_);
+    std::string line;
+    bool new_eval = false;
+    while (std::getline(f, line)) {
+      if (f.eof()) break;  // a row still being written
+      offset_ += static_cast<std::streamoff>(line.size() + 1);
+      std::vector<std::string> v;
+      std::stringstream ss(line);
+      std::string field;
+      while (std::getline(ss, field, ',')) v.push_back(field);
+      if (v.size() < 5 || v[0] == "run") continue;
+      try {
+        epoch_ = std::stod(v[3]);
+        step_ = std::stoll(v[2]);
+        if (v.size() >= 14 && !v[13].empty()) {
+          accuracy_ = std::stod(v[13]);
+          new_eval = true;
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    Print(new_eval);
+  }
+  void Done(const Status& s) {
+    if (tty_) out_ << "\r\033[K";
+    out_ << label_ << "  " << (s.ok() ? "done" : "FAILED") << " in " << Elapsed() << " s";
+    if (!std::isnan(accuracy_)) out_ << ", test accuracy " << Percent(accuracy_);
+    if (!s.ok()) out_ << ": " << s.message();
+    out_ << std::endl;
+  }
+
+ private:
+  long Elapsed() const { return std::lround(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()); }
+  static std::string Percent(double a) {
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(2);
+    s << 100 * a << "%";
+    return s.str();
+  }
+  void Print(bool new_eval) {
+    // With a terminal, a line redrawn in place; without, a line per evaluation, at most one
+    // every 10 s.
+    if (!tty_) {
+      if (!new_eval || std::chrono::steady_clock::now() < next_line_) return;
+      next_line_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+    double frac = epoch_ / std::max(1, plan_.epochs);
+    if (plan_.max_steps > 0) frac = std::max(frac, static_cast<double>(step_) / static_cast<double>(plan_.max_steps));
+    frac = std::min(1.0, frac);
+    std::ostringstream line;
+    line.setf(std::ios::fixed);
+    line.precision(2);
+    line << label_ << "  epoch " << epoch_ << "/" << plan_.epochs << "  step " << step_ << "  test acc "
+         << (std::isnan(accuracy_) ? std::string("—") : Percent(accuracy_)) << "  " << Elapsed() << " s elapsed";
+    if (frac > 0.02) line << ", ~" << std::lround(Elapsed() * (1 - frac) / frac) << " s left";
+    if (tty_) out_ << "\r\033[K" << line.str() << std::flush;
+    else out_ << line.str() << std::endl;
+  }
+
+  std::ostream& out_;
+  std::string label_;
+  const RunPlan& plan_;
+  std::string csv_;
+  bool tty_;
+  std::streamoff offset_ = 0;
+  double epoch_ = 0;
+  int64_t step_ = 0;
+  double accuracy_ = NAN;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point next_line_ = start_;
+};
+
+}  // namespace
+
+Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& out, const volatile bool* interrupted) {
+  for (const auto& name : o.only) {
+    bool found = false;
+    for (const auto& r : e.runs) found = found || r.name == name;
+    if (!found) return InvalidArgumentError("--only: the spec has no run named '" + name + "'");
+  }
+  std::vector<const RunPlan*> selected;
+  for (const auto& r : e.runs) {
+    if (o.only.empty() || o.only.count(r.name)) selected.push_back(&r);
+  }
+  const std::string dir = o.out_dir + "/" + e.name;
+  std::vector<RunReport> reports;
+  std::vector<std::string> failed;
+  for (size_t i = 0; i < selected.size(); ++i) {
+    const RunPlan& plan = *selected[i];
+    const std::string run_dir = dir + "/" + plan.name;
+    const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(selected.size()) + "] " + plan.name;
+    LaunchOptions lo;
+    lo.bin_dir = o.bin_dir;
+    lo.out_dir = run_dir;
+    lo.mode = plan.mode;
+    lo.staleness = plan.staleness;
+    lo.num_servers = plan.servers;
+    lo.num_workers = plan.workers;
+    lo.worker_args = plan.worker_args;
+    lo.worker_extra_args = plan.worker_extra;
+    lo.heartbeat_timeout_s = o.heartbeat_timeout_s;
+    lo.timeout_s = plan.timeout_s;
+    lo.worker0_to_stdout = false;
+    lo.dry_run = o.dry_run;
+    const int hosts = 1 + plan.servers + plan.workers;
+    std::unique_ptr<NetworkEmulation> net;
+    Status status;
+    if (!plan.run.has_link()) {
+      // loopback
+    } else if (o.dry_run) {
+      lo.host_prefix = [](int h) { return std::vector<std::string>{"ip", "netns", "exec", "<run-ns>-h" + std::to_string(h)}; };
+      lo.host_address = [](int h) { return "10.213.0." + std::to_string(h + 1); };
+    } else {
+      auto n = NetworkEmulation::Create(hosts, {plan.run.link().rate(), plan.run.link().delay_ms()});
+      if (n.ok()) {
+        net = std::move(n).value();
+        lo.host_prefix = [&net](int h) { return net->Prefix(h); };
+        lo.host_address = [&net](int h) { return net->Address(h); };
+      } else {
+        status = n.status();
+      }
+    }
+    if (o.dry_run) {
+      out << "# " << plan.name << (plan.link.empty() ? "" : " (link " + plan.link + ")") << "\n";
+      Status s = LaunchPsJob(lo).status();
+      if (!s.ok()) return s;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove_all(run_dir, ec);  // a run's directory holds that run only
+    ProgressLine progress(out, label, plan, run_dir + "/worker-0.csv");
+    if (status.ok()) {
+      lo.on_tick = [&progress] { progress.Tick(); };
+      status = LaunchPsJob(lo, interrupted).status();
+      progress.Tick();
+    }
+    net.reset();  // tears the namespaces down before anything else happens
+    progress.Done(status);
+    auto report = SummarizeRun(plan, run_dir, e.target_accuracy, status);
+    if (report.ok()) {
+      reports.push_back(std::move(report).value());
+    } else {
+      RunReport broken;
+      broken.summary.set_name(plan.name);
+      broken.summary.set_mode(plan.mode);
+      broken.summary.set_ok(false);
+      broken.summary.set_error(report.status().message());
+      reports.push_back(broken);
+      if (status.ok()) status = report.status();
+    }
+    if (!status.ok()) failed.push_back(plan.name);
+    if (interrupted && *interrupted) break;
+  }
+  if (o.dry_run) return OkStatus();
+  Status written = WriteReport(e, reports, dir);
+  out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
+  if (interrupted && *interrupted) return AbortedError("interrupted during run '" + failed.back() + "'");
+  if (!failed.empty()) {
+    std::string names;
+    for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;
+    return AbortedError(std::to_string(failed.size()) + " run(s) failed: " + names + " (logs in " + dir + "/<run>/logs)");
+  }
+  return written;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,51 @@
+// Experiment specs: loading, checking and turning each run into process flags.
+//
+//   ASSIGN_OR_RETURN(Experiment e, LoadExperiment("experiments/specs/quick.textproto"));
+//   for (const RunPlan& r : e.runs) ... r.worker_args, r.worker_extra[w] ...
+//
+// The format is protobuf text format over common/proto/experiment.proto. Every error names the
+// file, line and column: "quick.textproto:12:3: run 'ssp': staleness applies to mode SSP only".
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "experiment.pb.h"
+
+namespace gradsync {
+
+// One run, resolved: the defaults merged in, checked, and the flags its processes get.
+struct RunPlan {
+  spec::Run run;                 // merged (defaults, then the run's own fields)
+  std::string name;
+  std::string mode;              // bsp | ssp | asp | allreduce
+  int staleness = 0;             // ssp
+  int workers = 1;
+  int servers = 0;               // 0 for allreduce
+  int epochs = 10;
+  int64_t batch = 64;            // per worker
+  int64_t max_steps = 0;
+  std::string compression;       // "none" or the codec spec, with "+ef", "+pull", "+dgc"
+  std::string link;              // "" (loopback) or "100mbit" (+ " +Nms")
+  std::string straggler;         // "" or "w1 x3" ...
+  double timeout_s = 3600;
+  std::vector<std::string> worker_args;             // every worker
+  std::map<int, std::vector<std::string>> worker_extra;  // per worker rank (stragglers)
+};
+
+struct Experiment {
+  std::string name;
+  std::string description;
+  std::string path;
+  double target_accuracy = 0.85;
+  std::vector<RunPlan> runs;
+};
+
+// Parses and checks a spec file.
+Result<Experiment> LoadExperiment(const std::string& path);
+// The same from text (path is only used in messages).
+Result<Experiment> ParseExperiment(const std::string& text, const std::string& path);
+
+}  // namespace gradsync

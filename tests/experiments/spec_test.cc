@@ -1,0 +1,97 @@
+// Experiment specs: a valid spec resolves to the flags each process gets; every kind of mistake
+// is refused with the file, line and column of the field at fault.
+#include "experiments/spec.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync {
+namespace {
+
+TEST(SpecTest, ResolvesDefaultsRunsAndStragglers) {
+  auto e = ParseExperiment(R"(
+name: "demo"
+description: "two runs"
+target_accuracy: 0.8
+defaults { model: "mlp" hidden: "32" dataset: "blobs" workers: 4 servers: 2 epochs: 3 batch: 16 }
+run { name: "ssp3" mode: SSP staleness: 3 compress: "topk:0.01" error_feedback: true compress_pull: true
+      straggler { worker: 3 multiple: 3 } straggler { worker: 1 uniform { low_ms: 1 high_ms: 5 } seed: 9 } }
+run { name: "ar" mode: ALLREDUCE workers: 2 link { rate: "100mbit" } worker_args: "--log-every=10" }
+)", "demo.textproto");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->name, "demo");
+  EXPECT_DOUBLE_EQ(e->target_accuracy, 0.8);
+  ASSERT_EQ(e->runs.size(), 2u);
+  const RunPlan& s = e->runs[0];
+  EXPECT_EQ(s.mode, "ssp");
+  EXPECT_EQ(s.staleness, 3);
+  EXPECT_EQ(s.workers, 4);
+  EXPECT_EQ(s.servers, 2);
+  EXPECT_EQ(s.epochs, 3);
+  EXPECT_EQ(s.compression, "topk:0.01+ef+pull");
+  EXPECT_EQ(s.straggler, "w3 3x w1 U(1,5)ms");
+  EXPECT_EQ(s.worker_args, (std::vector<std::string>{"--run=ssp3", "--model=mlp", "--hidden=32", "--dataset=blobs",
+                                                     "--epochs=3", "--batch=16", "--compress=topk:0.01",
+                                                     "--error-feedback", "--compress-pull"}));
+  EXPECT_EQ(s.worker_extra.at(3), (std::vector<std::string>{"--straggle=x:3", "--straggle-seed=0"}));
+  EXPECT_EQ(s.worker_extra.at(1), (std::vector<std::string>{"--straggle=uniform:1:5", "--straggle-seed=9"}));
+  const RunPlan& a = e->runs[1];
+  EXPECT_EQ(a.mode, "allreduce");
+  EXPECT_EQ(a.servers, 0);  // the PS default does not apply
+  EXPECT_EQ(a.workers, 2);
+  EXPECT_EQ(a.link, "100mbit");
+  EXPECT_EQ(a.worker_args.back(), "--log-every=10");
+  EXPECT_TRUE(a.worker_extra.empty());
+}
+
+struct BadSpec {
+  const char* name;
+  const char* text;
+  const char* where;    // "file:line:col" prefix the error starts with
+  const char* problem;  // part of the message
+};
+
+class BadSpecTest : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(BadSpecTest, IsRefusedWithItsLine) {
+  auto e = ParseExperiment(GetParam().text, "bad.textproto");
+  ASSERT_FALSE(e.ok());
+  const std::string msg = e.status().message();
+  EXPECT_EQ(msg.rfind(GetParam().where, 0), 0u) << msg;
+  EXPECT_NE(msg.find(GetParam().problem), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;  // one line
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mistakes, BadSpecTest,
+    ::testing::Values(
+        BadSpec{"UnknownField", "name: \"x\"\nrun { name: \"a\" mode: BSP\n  speed: 3 }", "bad.textproto:3:8", "speed"},
+        BadSpec{"UnknownMode", "name: \"x\"\nrun { name: \"a\" mode: FAST }", "bad.textproto:2:28", "FAST"},
+        BadSpec{"WrongType", "name: \"x\"\nrun { name: \"a\" mode: BSP workers: \"four\" }", "bad.textproto:2:36", "integer"},
+        BadSpec{"NoName", "run { name: \"a\" mode: BSP }", "bad.textproto", "needs a name"},
+        BadSpec{"NoRuns", "name: \"x\"", "bad.textproto", "no runs"},
+        BadSpec{"RunWithoutName", "name: \"x\"\nrun { mode: BSP }", "bad.textproto:2:1", "every run needs a name"},
+        BadSpec{"NoMode", "name: \"x\"\nrun { name: \"a\" }", "bad.textproto:2:1", "needs a mode"},
+        BadSpec{"StalenessOutsideSsp", "name: \"x\"\nrun { name: \"a\" mode: BSP\n staleness: 2 }", "bad.textproto:3:2", "staleness applies to mode SSP only"},
+        BadSpec{"SspWithoutBound", "name: \"x\"\nrun { name: \"a\" mode: SSP }", "bad.textproto:2:17", "needs a staleness bound"},
+        BadSpec{"DuplicateNames", "name: \"x\"\nrun { name: \"a\" mode: BSP }\nrun { name: \"a\" mode: ASP }", "bad.textproto:3:7", "two runs are named 'a'"},
+        BadSpec{"BadCodec", "name: \"x\"\nrun { name: \"a\" mode: BSP compress: \"gzip\" }", "bad.textproto:2:27", "unknown compression"},
+        BadSpec{"PullInAllreduce", "name: \"x\"\nrun { name: \"a\" mode: ALLREDUCE compress: \"fp16\" compress_pull: true }", "bad.textproto:2:50", "all-reduce has no pulls"},
+        BadSpec{"FeedbackWithoutCodec", "name: \"x\"\nrun { name: \"a\" mode: BSP error_feedback: true }", "bad.textproto:2:27", "needs a codec"},
+        BadSpec{"StragglerOutOfRange", "name: \"x\"\nrun { name: \"a\" mode: BSP workers: 2\n straggler { worker: 2 fixed_ms: 5 } }", "bad.textproto:3:2", "not in [0, 2)"},
+        BadSpec{"StragglerWithoutDelay", "name: \"x\"\nrun { name: \"a\" mode: BSP straggler { worker: 0 } }", "bad.textproto:2:27", "needs one of"},
+        BadSpec{"BadRate", "name: \"x\"\nrun { name: \"a\" mode: BSP link { rate: \"fast\" } }", "bad.textproto:2:27", "not a tc rate"},
+        BadSpec{"OwnedWorkerFlag", "name: \"x\"\nrun { name: \"a\" mode: BSP worker_args: \"--rank=3\" }", "bad.textproto:2:27", "--rank is set by gradsync-run"},
+        BadSpec{"ServersForAllreduce", "name: \"x\"\nrun { name: \"a\" mode: ALLREDUCE servers: 2 }", "bad.textproto:2:33", "without servers"},
+        BadSpec{"InheritedMistakeNamesTheDefaults", "name: \"x\"\ndefaults {\n  epochs: 0 }\nrun { name: \"a\" mode: BSP }", "bad.textproto:3:3", "epochs must be in"},
+        BadSpec{"BadRunName", "name: \"x\"\nrun { name: \"a b\" mode: BSP }", "bad.textproto:2:7", "names are letters"},
+        BadSpec{"TargetOutOfRange", "name: \"x\"\ntarget_accuracy: 85\nrun { name: \"a\" mode: BSP }", "bad.textproto:2:1", "fraction"}),
+    [](const ::testing::TestParamInfo<BadSpec>& p) { return p.param.name; });
+
+TEST(SpecTest, MissingFileNamesIt) {
+  auto e = LoadExperiment("/nonexistent/spec.textproto");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("/nonexistent/spec.textproto"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradsync
