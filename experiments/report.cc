@@ -144,6 +144,25 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
       }
     }
   }
+  // The model size, from worker 0's first line ("... params=N ..."), and the dense formula.
+  {
+    std::ifstream log(run_dir + "/logs/worker-0.log");
+    std::string line;
+    while (std::getline(log, line)) {
+      const size_t at = line.find(" params=");
+      if (at == std::string::npos) continue;
+      try {
+        s.set_params(std::stoll(line.substr(at + 8)));
+      } catch (const std::exception&) {
+      }
+      break;
+    }
+  }
+  if (s.has_params() && plan.compression == "none") {
+    const double p4 = 4.0 * static_cast<double>(s.params());
+    const double n = plan.workers;
+    s.set_formula_bytes_per_step(plan.mode == "allreduce" ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
+  }
   if (!r.staleness.empty()) {
     s.set_staleness_p50(HistogramQuantile(r.staleness, 0.5));
     s.set_staleness_p99(HistogramQuantile(r.staleness, 0.99));
@@ -156,8 +175,8 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   const std::string pct = Fixed(100 * target, 0) + "%";
   std::ostringstream t;
   t << "| run | mode | s | compression | workers | servers | link | straggler | final acc | wall s | time to " << pct
-    << " (s) | steps to " << pct << " | samples/s | bytes/step | staleness p50/p99/max |\n";
-  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | staleness p50/p99/max |\n";
+  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : runs) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
@@ -166,7 +185,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << s.compression() << " | " << s.workers() << " | " << s.servers() << " | "
       << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
     if (!s.ok()) {
-      t << "FAILED: " << s.error() << " | | | | | | |\n";
+      t << "FAILED: " << s.error() << " | | | | | | | |\n";
       continue;
     }
     t << opt(s.has_final_test_accuracy(), Fixed(100 * s.final_test_accuracy(), 2) + "%") << " | "
@@ -175,6 +194,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << (s.has_steps_to_target() ? std::to_string(s.steps_to_target()) : "—") << " | "
       << opt(s.has_samples_per_s(), Thousands(s.samples_per_s())) << " | "
       << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step())) << " | "
+      << opt(s.has_formula_bytes_per_step(), Thousands(s.formula_bytes_per_step())) << " | "
       << (s.has_staleness_p50() ? std::to_string(s.staleness_p50()) + " / " + std::to_string(s.staleness_p99()) + " / " +
                                       std::to_string(s.staleness_max())
                                 : "—")
@@ -210,7 +230,9 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
        << "(`<run>/metrics.csv`, `<run>/server-*.csv`); the command lines are in `<run>/commands.txt`.\n\n";
     md << SummaryTable(runs, e.target_accuracy) << "\n";
     md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
-       << "- bytes/step: bytes sent + received per worker and step, counted at the transport.\n"
+       << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
+       << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
+       << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
        << "- samples/s: steps x batch x workers / wall s.\n\n"
        << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
     bool any_staleness = false;

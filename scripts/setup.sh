@@ -16,8 +16,10 @@ packages=(
   libgtest-dev libgmock-dev
   # data: Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist
   dataset-fashion-mnist
-  # network namespaces and link shaping for multi-process tests
+  # network namespaces and link shaping for multi-process tests and slow-link experiments
   iproute2
+  # the experiments' PNG plots
+  gnuplot-nox
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch libgloo-dev openmpi-bin libopenmpi-dev)

@@ -1,0 +1,236 @@
+// gradsync-run as a user runs it: a tiny spec end to end (every output file, numbers that agree
+// with the metrics files), a bad spec, a run that fails, --dry-run, --only, Ctrl-C, and a run
+// over emulated slow links.
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "experiment.pb.h"
+#include "experiments/process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<std::vector<std::string>> Rows(const std::string& csv) {
+  std::vector<std::vector<std::string>> rows;
+  std::ifstream f(csv);
+  std::string line;
+  std::getline(f, line);
+  while (std::getline(f, line)) {
+    std::vector<std::string> v;
+    std::string field;
+    for (char c : line) {
+      if (c == ',') v.push_back(field), field.clear();
+      else field += c;
+    }
+    v.push_back(field);
+    rows.push_back(v);
+  }
+  return rows;
+}
+
+std::string WriteSpec(const TempDir& dir, const std::string& text) {
+  const std::string path = dir.File("spec.textproto");
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kTiny = R"(
+name: "tiny"
+target_accuracy: 0.25
+defaults { dataset: "blobs" hidden: "16" workers: 2 servers: 1 epochs: 1 batch: 16 max_steps: 60 lr: 0.1 lr_schedule: "constant"
+           eval_every: 20 worker_args: "--log-every=10" }
+run { name: "bsp" mode: BSP }
+run { name: "asp-slow" mode: ASP straggler { worker: 1 fixed_ms: 2 } }
+run { name: "ar-topk" mode: ALLREDUCE compress: "topk:0.1" error_feedback: true }
+)";
+
+TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--out=" + out}, 180);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string exp = out + "/tiny";
+  for (const char* f : {"summary.md", "summary.json", "accuracy_vs_time.png", "accuracy_vs_epoch.png", "staleness.png"}) {
+    EXPECT_TRUE(fs::exists(exp + "/" + f) && fs::file_size(exp + "/" + f) > 0) << f;
+  }
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(exp + "/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 3);
+  const std::string md = Read(exp + "/summary.md");
+  for (const auto& run : summary.run()) {
+    SCOPED_TRACE(run.name());
+    const std::string rd = exp + "/" + run.name();
+    EXPECT_TRUE(run.ok());
+    EXPECT_EQ(run.steps(), 60);
+    EXPECT_TRUE(fs::exists(rd + "/commands.txt"));
+    EXPECT_EQ(run.commands_size(), run.mode() == "allreduce" ? 3 : 4);
+    // The summary's numbers are the metrics file's.
+    auto rows = Rows(rd + "/metrics.csv");
+    ASSERT_FALSE(rows.empty());
+    double last_acc = -1, last_wall = 0;
+    int64_t first_at_target = -1;
+    std::map<std::string, std::pair<int64_t, double>> last;  // worker -> (step, bytes)
+    for (const auto& v : rows) {
+      ASSERT_EQ(v.size(), 15u);
+      EXPECT_EQ(v[0], run.name());
+      if (v[1] == "0" && !v[13].empty()) {
+        last_acc = std::stod(v[13]);
+        last_wall = std::stod(v[4]);
+        if (first_at_target < 0 && last_acc >= 0.25) first_at_target = std::stoll(v[2]);
+      }
+      const int64_t step = std::stoll(v[2]);
+      if (step >= last[v[1]].first) last[v[1]] = {step, std::stod(v[7]) + std::stod(v[8])};
+      if (run.name() == "asp-slow" && v[1] == "1") {
+        EXPECT_GE(std::stod(v[14]), 2.0);  // delay_ms recorded
+      }
+    }
+    EXPECT_DOUBLE_EQ(run.final_test_accuracy(), last_acc);
+    EXPECT_DOUBLE_EQ(run.wall_s(), last_wall);
+    double bytes = 0, steps = 0;
+    for (const auto& [w, sb] : last) bytes += sb.second, steps += static_cast<double>(sb.first);
+    EXPECT_NEAR(run.bytes_per_step(), bytes / steps, 1e-6 * bytes / steps);
+    EXPECT_GT(run.final_test_accuracy(), 0.25);  // 10 classes: chance is 0.1
+    ASSERT_TRUE(run.has_steps_to_target());
+    EXPECT_EQ(run.steps_to_target(), first_at_target);
+    char acc[32];
+    std::snprintf(acc, sizeof(acc), "%.2f%%", 100 * run.final_test_accuracy());
+    EXPECT_NE(md.find("| " + run.name() + " | " + run.mode()), std::string::npos);
+    EXPECT_NE(md.find(acc), std::string::npos) << acc;
+    if (run.mode() == "allreduce") {
+      EXPECT_FALSE(run.has_staleness_p50());
+    } else {
+      // The staleness percentiles are the servers' histogram's.
+      auto hist = Rows(rd + "/server-0.csv");
+      int64_t max = 0;
+      for (const auto& v : hist) max = std::max<int64_t>(max, std::stoll(v[0]));
+      EXPECT_EQ(run.staleness_max(), max);
+    }
+  }
+  EXPECT_EQ(summary.run(0).staleness_max(), 0);  // bsp
+}
+
+TEST(RunBinaryTest, ABadSpecIsOneLineAndExitCode2) {
+  TempDir dir;
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, "name: \"x\"\nrun { name: \"a\" mode: BSP\n staleness: 3 }")}, 30);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "gradsync-run: error: " + dir.File("spec.textproto") + ":3:2: run 'a': staleness applies to mode SSP only (ASP is unbounded)\n");
+  ProcessResult none = RunProcess({BinaryPath("gradsync-run")}, 30);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("give the experiment spec"), std::string::npos);
+}
+
+TEST(RunBinaryTest, AFailingRunIsNamedTheOthersStillRunAndNothingIsLeftBehind) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  // 'broken' fails after registration: its Fashion-MNIST directory does not exist.
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"),
+                                WriteSpec(dir, "name: \"f\"\n"
+                                               "defaults { dataset: \"blobs\" hidden: \"8\" workers: 2 epochs: 1 max_steps: 20 }\n"
+                                               "run { name: \"broken\" mode: BSP dataset: \"fashion-mnist\" worker_args: \"--data-dir=/nonexistent\" }\n"
+                                               "run { name: \"fine\" mode: ASP }\n"),
+                                "--out=" + out, "--heartbeat-timeout=3"},
+                               120);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("1 run(s) failed: broken"), std::string::npos) << r.err;
+  EXPECT_NE(Read(out + "/f/summary.md").find("FAILED"), std::string::npos);
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/f/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 2);
+  EXPECT_FALSE(summary.run(0).ok());
+  EXPECT_TRUE(summary.run(1).ok());
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "--", "--out=" + out}, 10);
+  EXPECT_EQ(ps.exit_code, 1) << ps.out;
+}
+
+TEST(RunBinaryTest, DryRunPrintsTheCommandsAndOnlySelects) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--out=" + out, "--dry-run",
+                                "--only=asp-slow"},
+                               30);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("# asp-slow"), std::string::npos);
+  EXPECT_EQ(r.out.find("# bsp"), std::string::npos);
+  EXPECT_NE(r.out.find("gradsync-worker"), std::string::npos);
+  EXPECT_NE(r.out.find("--straggle=ms:2"), std::string::npos);
+  EXPECT_FALSE(fs::exists(out + "/tiny/asp-slow/metrics.csv"));
+  ProcessResult bad = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--only=nope", "--dry-run"}, 30);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("no run named 'nope'"), std::string::npos);
+}
+
+TEST(RunBinaryTest, CtrlCStopsEveryProcess) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  ProcessGroup group;
+  ASSERT_TRUE(group.Spawn({"run", {BinaryPath("gradsync-run"),
+                                   WriteSpec(dir, "name: \"long\"\nrun { name: \"a\" mode: BSP dataset: \"blobs\" hidden: \"8\" workers: 2 epochs: 1000 }"),
+                                   "--out=" + out},
+                           dir.File("run.log")})
+                  .ok());
+  // Wait until the run has produced metrics, then interrupt.
+  for (int i = 0; i < 200 && !fs::exists(out + "/long/a/worker-0.csv"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(fs::exists(out + "/long/a/worker-0.csv"));
+  ASSERT_TRUE(group.Signal("run", SIGINT).ok());
+  auto code = group.WaitFor("run", 30);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 130) << Read(dir.File("run.log"));
+  ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "--", "--out=" + out}, 10);
+  EXPECT_EQ(ps.exit_code, 1) << ps.out;
+}
+
+std::set<std::string> Namespaces() {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/run/netns", ec)) out.insert(e.path().filename().string());
+  return out;
+}
+
+TEST(RunBinaryTest, SlowLinksCapTheTrafficAndAreTornDown) {
+  if (::geteuid() != 0 || ::access("/usr/sbin/ip", X_OK) != 0 || ::access("/usr/sbin/tc", X_OK) != 0) {
+    GTEST_SKIP() << "link emulation needs root and iproute2";
+  }
+  TempDir dir;
+  const std::string out = dir.File("results");
+  const auto before = Namespaces();
+  // 12,730 parameters: ~51 kB each way per step. At 10 Mbit/s a worker moves at most 1.25 MB/s
+  // each way; on loopback this job moves tens of MB/s.
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"),
+                                WriteSpec(dir, "name: \"slow\"\n"
+                                               "run { name: \"bsp10\" mode: BSP dataset: \"blobs\" hidden: \"16\" workers: 2 servers: 1\n"
+                                               "      epochs: 1 max_steps: 40 batch: 16 link { rate: \"10mbit\" } }\n"),
+                                "--out=" + out},
+                               120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Namespaces(), before);  // torn down
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/slow/summary.json"), &summary).ok());
+  const auto& run = summary.run(0);
+  EXPECT_EQ(run.link(), "10mbit");
+  EXPECT_NE(run.commands(0).find("ip netns exec"), std::string::npos);
+  const double bytes_per_s = run.bytes_per_step() * static_cast<double>(run.steps()) / run.wall_s();
+  EXPECT_LT(bytes_per_s, 1.3 * 2 * 10e6 / 8) << "the link did not shape the traffic";
+  EXPECT_GT(bytes_per_s, 0.2 * 10e6 / 8);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
