@@ -13,14 +13,6 @@
 
 namespace gradsync {
 
-namespace {
-std::string Join(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-  return s;
-}
-}  // namespace
-
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -49,13 +41,13 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
                   o.out_dir + "/logs/scheduler.log"};
   std::ofstream commands(o.out_dir + "/commands.txt");
   if (o.dry_run) {
-    std::cout << Join(sched.argv) << "\n";
+    std::cout << JoinArgs(sched.argv) << "\n";
   }
   ProcessGroup group;
   std::string endpoint = address(0) + ":PORT";
   if (!o.dry_run) {
     RETURN_IF_ERROR(group.Spawn(sched));
-    commands << Join(sched.argv) << "\n";
+    commands << JoinArgs(sched.argv) << "\n";
     // The scheduler binds an ephemeral port and writes it down.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     std::string port;
@@ -96,10 +88,10 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   }
   for (const auto& c : specs) {
     if (o.dry_run) {
-      std::cout << Join(c.argv) << "\n";
+      std::cout << JoinArgs(c.argv) << "\n";
       continue;
     }
-    commands << Join(c.argv) << "\n";
+    commands << JoinArgs(c.argv) << "\n";
     RETURN_IF_ERROR(group.Spawn(c));
   }
   if (o.dry_run) return LaunchResult{};

@@ -15,16 +15,12 @@
 #include <sstream>
 #include <thread>
 
+#include "experiments/process.h"
+
 extern char** environ;
 
 namespace gradsync {
 namespace {
-
-std::string Join(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-  return s;
-}
 
 bool OnPath(const std::string& tool) {
   for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
@@ -73,7 +69,7 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       ::unlink(err_path);
-      return DeadlineExceededError("'" + Join(argv) + "' did not finish within " + std::to_string(timeout_s) + " s");
+      return DeadlineExceededError("'" + JoinArgs(argv) + "' did not finish within " + std::to_string(timeout_s) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -86,7 +82,7 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
   for (char& ch : msg)
     if (ch == '\n') ch = ' ';
-  return UnavailableError("'" + Join(argv) + "' failed: " + (msg.empty() ? "exit " + std::to_string(WEXITSTATUS(status)) : msg));
+  return UnavailableError("'" + JoinArgs(argv) + "' failed: " + (msg.empty() ? "exit " + std::to_string(WEXITSTATUS(status)) : msg));
 }
 
 void NetworkEmulation::RemoveStale() {

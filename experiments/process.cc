@@ -15,6 +15,12 @@ extern char** environ;
 
 namespace gradsync {
 
+std::string JoinArgs(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
 ProcessGroup::~ProcessGroup() { KillAll(); }
 
 Status ProcessGroup::Spawn(const ChildSpec& spec) {

@@ -12,6 +12,9 @@
 
 namespace gradsync {
 
+// argv joined with spaces, as commands.txt and error messages show it.
+std::string JoinArgs(const std::vector<std::string>& argv);
+
 struct ChildSpec {
   std::string name;                // "server 1", "worker 0"
   std::vector<std::string> argv;   // argv[0] is the path

@@ -37,20 +37,25 @@ class CompressionTrainTest : public ::testing::TestWithParam<Case> {
     std::copy(params.begin(), params.end(), m->params().begin());
     return Evaluate(*m, data_).accuracy;
   }
+  // 2 servers, 2 workers, bsp, with `train` and `compression` (GetParam()'s when empty).
+  PsJobOptions JobOptions(const LocalTrainOptions& train, const std::string& compression = "") {
+    PsJobOptions o;
+    o.mode = ConsistencyMode::kBsp;
+    o.num_servers = 2;
+    o.num_workers = 2;
+    o.model = model_;
+    o.train = train;
+    o.compression = compression.empty() ? GetParam().spec : compression;
+    o.error_feedback = compression.empty() && GetParam().error_feedback;
+    return o;
+  }
   Dataset data_;
   ModelOptions model_;
   LocalTrainOptions train_;
 };
 
 TEST_P(CompressionTrainTest, TrainsOverTheParameterServer) {
-  PsJobOptions o;
-  o.mode = ConsistencyMode::kBsp;
-  o.num_servers = 2;
-  o.num_workers = 2;
-  o.model = model_;
-  o.train = train_;
-  o.compression = GetParam().spec;
-  o.error_feedback = GetParam().error_feedback;
+  PsJobOptions o = JobOptions(train_);
   PsJobResult r = RunPsJob(o, data_, data_);
   ASSERT_TRUE(r.status.ok()) << r.status;
   for (const auto& st : r.server_stats) EXPECT_EQ(st.rejected, 0);
@@ -58,14 +63,7 @@ TEST_P(CompressionTrainTest, TrainsOverTheParameterServer) {
 }
 
 TEST_P(CompressionTrainTest, TrainsOverTheParameterServerWithCompressedPulls) {
-  PsJobOptions o;
-  o.mode = ConsistencyMode::kBsp;
-  o.num_servers = 2;
-  o.num_workers = 2;
-  o.model = model_;
-  o.train = train_;
-  o.compression = GetParam().spec;
-  o.error_feedback = GetParam().error_feedback;
+  PsJobOptions o = JobOptions(train_);
   o.compress_pull = true;
   PsJobResult r = RunPsJob(o, data_, data_);
   ASSERT_TRUE(r.status.ok()) << r.status;
@@ -89,13 +87,7 @@ TEST_F(CompressionTrainTest, MomentumCorrectionTrainsOnBothPaths) {
   // DGC: momentum 0.9 moves to the workers; the applied update is plain SGD.
   LocalTrainOptions t = train_;
   t.optimizer.momentum = 0.0f;
-  PsJobOptions o;
-  o.mode = ConsistencyMode::kBsp;
-  o.num_servers = 2;
-  o.num_workers = 2;
-  o.model = model_;
-  o.train = t;
-  o.compression = "topk:0.05";
+  PsJobOptions o = JobOptions(t, "topk:0.05");
   o.correction_momentum = 0.9f;
   PsJobResult r = RunPsJob(o, data_, data_);
   ASSERT_TRUE(r.status.ok()) << r.status;
