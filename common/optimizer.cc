@@ -1,5 +1,6 @@
 #include "common/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -79,9 +80,14 @@ void Optimizer::StepSparse(FloatSpan params, std::span<const uint64_t> keys,
 }
 
 float LrSchedule::At(int64_t step) const {
+  if (step < warmup_steps) {
+    const double t = static_cast<double>(step) / static_cast<double>(warmup_steps);
+    return static_cast<float>(warmup_start + (base - warmup_start) * t);
+  }
   if (kind == Kind::kConstant || total_steps <= 0) return base;
   if (step >= total_steps) return base * final_fraction;
-  double t = static_cast<double>(step) / static_cast<double>(total_steps);
+  const int64_t warm = std::min(warmup_steps, total_steps - 1);
+  double t = static_cast<double>(step - warm) / static_cast<double>(total_steps - warm);
   double f = final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
   return static_cast<float>(base * f);
 }

@@ -55,12 +55,17 @@ class Optimizer {
 
 // Learning rate as a function of the global step. Constant, or cosine decay from `base` to
 // `base * final_fraction` over `total_steps` (after that it stays at the final value).
+// The learning rate at each step: an optional linear warm-up from warmup_start to base over
+// the first warmup_steps (Goyal et al. 2017), then constant, or a cosine decay from base to
+// base * final_fraction over the remaining steps up to total_steps.
 struct LrSchedule {
   enum class Kind { kConstant, kCosine };
   Kind kind = Kind::kConstant;
   float base = 0.1f;
   int64_t total_steps = 0;
   float final_fraction = 0.0f;
+  int64_t warmup_steps = 0;
+  float warmup_start = 0.0f;
 
   float At(int64_t step) const;
 };

@@ -95,6 +95,9 @@ Status Server::HandleInit(const Message& m) {
   ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
   lr.base = job.lr();
   lr.total_steps = job.total_steps();
+  lr.warmup_steps = job.warmup_steps();
+  lr.warmup_start = job.warmup_start_lr();
+  if (lr.warmup_steps < 0 || !(lr.warmup_start >= 0)) return InvalidArgumentError("INIT: bad learning-rate warm-up");
   if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
   Partitioner part(static_cast<int64_t>(job.num_params()), table_.servers_size());
   const ShardRange range = part.range(rank_);

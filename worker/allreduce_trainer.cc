@@ -130,12 +130,12 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   const int64_t steps_per_epoch = StepsPerEpoch(train_->n, n, o.batch);
   int64_t total_steps = steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-  LrSchedule lr = o.lr;
-  if (lr.total_steps == 0) lr.total_steps = total_steps;
+  const LrSchedule lr = RunSchedule(o, total_steps, steps_per_epoch);
   Optimizer opt(o.optimizer, model_->num_params());
   Straggler straggler(o.straggler, o.straggler_seed);
   const bool evaluates = rank == 0 && options_.evaluate;
-  BatchBuffer buffer;
+  BatchBuffer buffer, micro_buffer;
+  std::vector<float> accum;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
   int64_t step = 0;
@@ -144,9 +144,10 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
     EpochTotals totals;
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
-      Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
+      const auto indices = std::span(order).subspan(begin, end - begin);
+      Batch batch = buffer.Gather(*train_, indices);
       Stopwatch compute;
-      const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
+      const float loss = ComputeGradients(*model_, *train_, batch, indices, o.micro_batch, micro_buffer, accum);
       if (!std::isfinite(loss)) return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
       const double compute_ms = compute.Millis();
       const double delay_ms = straggler.Sleep(compute_ms);

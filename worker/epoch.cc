@@ -11,6 +11,34 @@ std::pair<int64_t, int64_t> BatchRange(int64_t s, int64_t steps_per_epoch, int64
   return {begin, end};
 }
 
+float AccumulateGradients(Model& model, const Dataset& data, std::span<const uint32_t> indices, int64_t micro_batch,
+                          BatchBuffer& buffer, std::vector<float>& acc) {
+  const size_t n = indices.size();
+  acc.assign(model.grads().size(), 0.0f);
+  double loss = 0;
+  for (size_t begin = 0; begin < n; begin += static_cast<size_t>(micro_batch)) {
+    const size_t end = std::min(n, begin + static_cast<size_t>(micro_batch));
+    Batch micro = buffer.Gather(data, indices.subspan(begin, end - begin));
+    // Sums of per-sample gradients (mean times count), divided once at the end: fewer
+    // roundings than weighting each micro-batch by its share.
+    const float count = static_cast<float>(end - begin);
+    loss += static_cast<double>(model.ForwardBackward(micro)) * count;
+    Axpy(count, model.grads(), acc);
+  }
+  Scale(acc, 1.0f / static_cast<float>(n));
+  Copy(acc, model.grads());
+  return static_cast<float>(loss / static_cast<double>(n));
+}
+
+LrSchedule RunSchedule(const LocalTrainOptions& o, int64_t total_steps, int64_t steps_per_epoch) {
+  LrSchedule lr = o.lr;
+  if (lr.total_steps == 0) lr.total_steps = total_steps;
+  if (o.warmup_epochs > 0) {
+    lr.warmup_steps = std::max<int64_t>(1, std::llround(o.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  }
+  return lr;
+}
+
 MetricsRow StepRow(int64_t step, int64_t steps_per_epoch, double wall_s, double loss) {
   MetricsRow row;
   row.step = step;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/dataset.h"
@@ -31,6 +33,26 @@ struct EpochTotals {
     train_seconds += seconds;
   }
 };
+
+// The gradient of the batch `indices` into model.grads(), computed micro_batch samples at a
+// time (dense models): each micro-batch's mean gradient weighted by its share of the batch, so
+// the result is the batch's mean gradient up to float summation order. Returns the batch's mean
+// loss. `acc` is scratch.
+float AccumulateGradients(Model& model, const Dataset& data, std::span<const uint32_t> indices, int64_t micro_batch,
+                          BatchBuffer& buffer, std::vector<float>& acc);
+
+// One step's gradient and loss: ForwardBackward on `batch`, or AccumulateGradients over
+// `indices` when micro_batch > 0 splits it.
+inline float ComputeGradients(Model& model, const Dataset& data, const Batch& batch, std::span<const uint32_t> indices,
+                              int64_t micro_batch, BatchBuffer& micro_buffer, std::vector<float>& acc) {
+  if (micro_batch > 0 && static_cast<int64_t>(indices.size()) > micro_batch) {
+    return AccumulateGradients(model, data, indices, micro_batch, micro_buffer, acc);
+  }
+  return batch.size > 0 ? model.ForwardBackward(batch) : 0.0f;
+}
+
+// The learning-rate schedule of a run: o.lr with its total steps and its warm-up in steps.
+LrSchedule RunSchedule(const LocalTrainOptions& o, int64_t total_steps, int64_t steps_per_epoch);
 
 // A training row of the metrics file with the fields every trainer fills (the caller adds
 // bytes, timings and staleness).

@@ -36,14 +36,14 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
   if (train_->n == 0) return InvalidArgumentError("the training set is empty");
   ShardedSampler sampler(train_->n, 1, 0, options_.seed);
   const int64_t steps_per_epoch = (sampler.shard_size() + options_.batch - 1) / options_.batch;
-  LrSchedule lr = options_.lr;
   int64_t total_steps = steps_per_epoch * options_.epochs;
   if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
-  if (lr.total_steps == 0) lr.total_steps = total_steps;
+  const LrSchedule lr = RunSchedule(options_, total_steps, steps_per_epoch);
 
   Optimizer opt(options_.optimizer, model_->num_params());
   Straggler straggler(options_.straggler, options_.straggler_seed);
-  BatchBuffer buffer;
+  BatchBuffer buffer, micro_buffer;
+  std::vector<float> accum;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
   int64_t step = 0;
@@ -53,8 +53,9 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
       Stopwatch step_clock;
       const auto [begin, end] = BatchRange(s, steps_per_epoch, options_.batch, static_cast<int64_t>(order.size()));
-      Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
-      const float loss = model_->ForwardBackward(batch);
+      const auto indices = std::span(order).subspan(begin, end - begin);
+      Batch batch = buffer.Gather(*train_, indices);
+      const float loss = ComputeGradients(*model_, *train_, batch, indices, options_.micro_batch, micro_buffer, accum);
       if (!std::isfinite(loss)) {
         return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " +
                             std::to_string(step) + " (lower --lr?)");

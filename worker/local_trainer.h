@@ -34,6 +34,12 @@ struct LocalTrainOptions {
   // Also evaluate every this many steps (0: after each epoch only), for accuracy-over-time
   // curves finer than epochs. Only the evaluating worker does.
   int64_t eval_every = 0;
+  // Gradient accumulation: when > 0 and below `batch`, each step's batch is computed in
+  // micro-batches of this many samples whose gradients are summed (weighted by size) before
+  // the one update or push: the same step as one batch of `batch` samples (dense models).
+  int64_t micro_batch = 0;
+  // Linear warm-up of the learning rate from lr.warmup_start to lr.base over this many epochs.
+  double warmup_epochs = 0;
   StragglerSpec straggler;     // injected delay per step (straggler.h)
   uint64_t straggler_seed = 0;
 };

@@ -60,6 +60,10 @@ int Main(int argc, char** argv) {
       ("seed", po::value<uint64_t>()->default_value(0), "seed for initialization and data order")
       ("threads", po::value<int>()->default_value(1), "OpenBLAS threads")
       ("log-every", po::value<int64_t>()->default_value(50), "a metrics row every N steps")
+      ("accumulate", po::value<int64_t>()->default_value(1), "sum the gradients of K batches of --batch before each update / push / all-reduce (a step of K x --batch samples)")
+      ("lr-scaling", po::value<std::string>()->default_value("none"), "none|linear: linear multiplies --lr by the global batch (workers x batch x accumulate) / --base-batch (Goyal et al. 2017)")
+      ("base-batch", po::value<int64_t>()->default_value(64), "the global batch --lr was tuned for (--lr-scaling=linear)")
+      ("warmup-epochs", po::value<double>()->default_value(0.0), "ramp the learning rate linearly from --lr to its scaled value over this many epochs")
       ("eval-every", po::value<int64_t>()->default_value(0), "the evaluating worker also evaluates every N steps (0: each epoch only)")
       ("straggle", po::value<std::string>()->default_value("none"), "injected delay per step: none|ms:D|x:FACTOR|exp:MEAN_MS|uniform:LO_MS:HI_MS")
       ("straggle-seed", po::value<uint64_t>()->default_value(0), "seed of a random --straggle distribution")
@@ -144,6 +148,19 @@ int Main(int argc, char** argv) {
   train.lr.kind = *schedule;
   train.batch = vm["batch"].as<int64_t>();
   if (train.batch <= 0) flags.Fail("--batch must be > 0");
+  const int64_t accumulate = vm["accumulate"].as<int64_t>();
+  if (accumulate < 1 || accumulate > 4096) flags.Fail("--accumulate must be in [1, 4096]");
+  if (accumulate > 1) {
+    if (sparse_model) flags.Fail("--accumulate applies to the dense models");
+    train.micro_batch = train.batch;
+    train.batch *= accumulate;  // a step takes K micro-batches
+  }
+  const std::string lr_scaling = vm["lr-scaling"].as<std::string>();
+  if (lr_scaling != "none" && lr_scaling != "linear") flags.Fail("--lr-scaling must be none or linear, not '" + lr_scaling + "'");
+  if (vm["base-batch"].as<int64_t>() < 1) flags.Fail("--base-batch must be > 0");
+  if (FlagGiven(vm, "base-batch") && lr_scaling == "none") flags.Fail("--base-batch applies to --lr-scaling=linear");
+  train.warmup_epochs = vm["warmup-epochs"].as<double>();
+  if (!(train.warmup_epochs >= 0 && train.warmup_epochs <= 1000)) flags.Fail("--warmup-epochs must be in [0, 1000]");
   train.epochs = vm["epochs"].as<int>();
   if (train.epochs <= 0) flags.Fail("--epochs must be > 0");
   train.max_steps = vm["max-steps"].as<int64_t>();
@@ -204,7 +221,9 @@ int Main(int argc, char** argv) {
        << vm["lr-schedule"].as<std::string>() << " momentum=" << train.optimizer.momentum << " nesterov="
        << train.optimizer.nesterov << " weight_decay=" << train.optimizer.weight_decay << " compress=" << compress
        << " error_feedback=" << error_feedback << " momentum_correction=" << correction_momentum
-       << " compress_pull=" << vm["compress-pull"].as<bool>();
+       << " compress_pull=" << vm["compress-pull"].as<bool>() << " accumulate=" << accumulate
+       << " lr_scaling=" << lr_scaling << " base_batch=" << vm["base-batch"].as<int64_t>()
+       << " warmup_epochs=" << train.warmup_epochs;
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -274,6 +293,20 @@ int Main(int argc, char** argv) {
                 r.samples_per_s, r.wall_s);
     std::fflush(stdout);
   };
+  // Large-batch rules: the rate grows with the global batch; a warm-up starts from --lr.
+  {
+    const int workers = joins ? table.workers_size() : 1;
+    const float base_lr = train.lr.base;
+    if (lr_scaling == "linear") {
+      train.lr.base = base_lr * static_cast<float>(workers * train.batch) / static_cast<float>(vm["base-batch"].as<int64_t>());
+    }
+    train.lr.warmup_start = base_lr;
+    if (rank == 0 && train.lr.base != base_lr) {
+      std::printf("gradsync-worker 0: learning rate %g (linear scaling of %g to a global batch of %lld)%s\n", train.lr.base,
+                  base_lr, static_cast<long long>(workers * train.batch),
+                  train.warmup_epochs > 0 ? (", warm-up over " + std::to_string(train.warmup_epochs) + " epochs").c_str() : "");
+    }
+  }
   Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
   if (!joins) {
     LocalTrainer trainer(train, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr);

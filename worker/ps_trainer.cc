@@ -14,7 +14,8 @@ int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch) {
   return std::max<int64_t>(1, (smallest + batch - 1) / batch);
 }
 
-wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64_t total_steps) {
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64_t total_steps,
+                              int64_t steps_per_epoch) {
   wire::JobConfig job;
   for (const auto& t : model.layout()) {
     auto* spec = job.add_tensors();
@@ -27,7 +28,10 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_num_workers(o.num_workers);
   job.set_lr(o.train.lr.base);
   job.set_lr_schedule(o.train.lr.kind == LrSchedule::Kind::kCosine ? "cosine" : "constant");
-  job.set_total_steps(o.train.lr.total_steps > 0 ? o.train.lr.total_steps : total_steps);
+  const LrSchedule lr = RunSchedule(o.train, total_steps, steps_per_epoch);
+  job.set_total_steps(lr.total_steps);
+  job.set_warmup_steps(lr.warmup_steps);
+  job.set_warmup_start_lr(lr.warmup_start);
   job.set_momentum(o.train.optimizer.momentum);
   job.set_nesterov(o.train.optimizer.nesterov);
   job.set_weight_decay(o.train.optimizer.weight_decay);
@@ -72,7 +76,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   }
 
   if (rank == 0) {
-    RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, total_steps), model_->params(), timeout)
+    RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, total_steps, steps_per_epoch), model_->params(), timeout)
                         .WithContext("initializing the shards"));
   }
   RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
@@ -81,7 +85,8 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
                                   [](const TensorInfo& t) { return t.sparse; });
   const bool evaluates = rank == 0 && options_.evaluate;
-  BatchBuffer buffer;
+  BatchBuffer buffer, micro_buffer;
+  std::vector<float> accum;
   std::vector<uint64_t> keys, push_keys;
   std::vector<float> push_values;
   std::vector<EpochReport> reports;
@@ -109,7 +114,8 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
     for (int64_t s = 0; s < steps_per_epoch && clock < total_steps; ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
-      Batch batch = buffer.Gather(*train_, std::span(order).subspan(begin, end - begin));
+      const auto indices = std::span(order).subspan(begin, end - begin);
+      Batch batch = buffer.Gather(*train_, indices);
       if (sparse) BatchKeys(*model_, batch, &keys);
 
       Stopwatch comm;
@@ -141,7 +147,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
 
       if (options_.step_hook) options_.step_hook(clock);
       Stopwatch compute;
-      const float loss = batch.size > 0 ? model_->ForwardBackward(batch) : 0.0f;
+      const float loss = ComputeGradients(*model_, *train_, batch, indices, o.micro_batch, micro_buffer, accum);
       if (!std::isfinite(loss)) {
         return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(clock));
       }

@@ -42,7 +42,8 @@ struct PsTrainOptions {
 };
 
 // The job's optimizer settings and layout as worker 0 sends them to the shards.
-wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps);
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
+                              int64_t steps_per_epoch);
 
 // Steps per epoch every worker runs: ceil(smallest shard / batch).
 int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch);

@@ -102,5 +102,19 @@ TEST(LrScheduleTest, ConstantAndCosine) {
   EXPECT_FALSE(ParseLrScheduleKind("linear").ok());
 }
 
+TEST(LrScheduleTest, LinearWarmUpThenTheSchedule) {
+  LrSchedule w{LrSchedule::Kind::kCosine, 0.8f, 110, 0.0f, 10, 0.1f};
+  EXPECT_FLOAT_EQ(w.At(0), 0.1f);
+  EXPECT_FLOAT_EQ(w.At(5), 0.45f);  // halfway from 0.1 to 0.8
+  for (int s = 1; s <= 10; ++s) EXPECT_GT(w.At(s), w.At(s - 1));
+  EXPECT_FLOAT_EQ(w.At(10), 0.8f);  // the cosine starts where the warm-up ends
+  EXPECT_NEAR(w.At(60), 0.4f, 1e-6);
+  EXPECT_NEAR(w.At(110), 0.0f, 1e-9);
+  LrSchedule c{LrSchedule::Kind::kConstant, 0.8f, 0, 0.0f, 4, 0.2f};
+  EXPECT_FLOAT_EQ(c.At(2), 0.5f);
+  EXPECT_FLOAT_EQ(c.At(4), 0.8f);
+  EXPECT_FLOAT_EQ(c.At(400), 0.8f);
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -95,6 +95,35 @@ TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
   }
 }
 
+TEST(PsJobTest, BspWithAccumulationAndWarmUpEqualsLocalSgdWithTheGlobalBatch) {
+  // 2 workers x 4 micro-batches of 4 = one local batch of 32; the warm-up schedule reaches the
+  // servers through the job config.
+  Dataset data = Blobs(1600);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kBsp;
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.model = SmallMlp();
+  o.train = Train(16, 120, 0.9f);
+  o.train.micro_batch = 4;
+  o.train.warmup_epochs = 0.5;  // 25 steps of the 50 per epoch
+  o.train.lr.warmup_start = 0.01f;
+  o.train.lr.kind = LrSchedule::Kind::kCosine;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  LocalTrainOptions local = o.train;
+  local.batch = 32;
+  local.micro_batch = 0;
+  std::vector<float> expect = RunLocal(o.model, local, 0, data);
+  const double diff = MaxRelativeDiff(r.params, expect, 1e-3);
+  RecordProperty("max_relative_diff", std::to_string(diff));
+  EXPECT_LE(diff, 1e-5);
+  // Without the warm-up the parameters differ: the schedule really reached the shards.
+  LocalTrainOptions no_warmup = local;
+  no_warmup.warmup_epochs = 0;
+  EXPECT_GT(MaxRelativeDiff(r.params, RunLocal(o.model, no_warmup, 0, data), 1e-3), 1e-3);
+}
+
 class SspBoundTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {

@@ -1,4 +1,5 @@
 #include "worker/local_trainer.h"
+#include "worker/epoch.h"
 
 #include <gtest/gtest.h>
 
@@ -111,6 +112,45 @@ TEST(LocalTrainerTest, EvaluatesEveryNStepsBetweenEpochs) {
   int rows = 0;
   // Every 10 steps, and at each epoch's end (24 steps per epoch) exactly once.
   EXPECT_EQ(EvaluationSteps(dir.File("worker-0.csv"), &rows), (std::vector<int64_t>{10, 20, 24, 30, 40, 48}));
+}
+
+TEST(LocalTrainerTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
+  auto run = [](int64_t batch, int64_t micro) {
+    Fixture s = MakeSetup();
+    LocalTrainOptions o;
+    o.batch = batch;
+    o.micro_batch = micro;
+    o.epochs = 2;
+    o.log_every = 0;
+    o.lr = {LrSchedule::Kind::kCosine, 0.05f, 0, 0.0f};  // the rate of the other equivalence tests
+    o.optimizer.momentum = 0.9f;
+    LocalTrainer trainer(o, s.model.get(), &s.train, &s.test, nullptr);
+    EXPECT_TRUE(trainer.Run().ok());
+    return std::vector<float>(s.model->params().begin(), s.model->params().end());
+  };
+  // One step: the accumulated gradient is the batch's gradient up to float summation order;
+  // 50 = 16 + 16 + 16 + 2, so unequal micro-batches must be weighted by their size.
+  {
+    Fixture s = MakeSetup();
+    std::vector<uint32_t> idx(50);
+    for (uint32_t i = 0; i < 50; ++i) idx[i] = i * 7;
+    BatchBuffer buffer, micro;
+    const float loss = s.model->ForwardBackward(buffer.Gather(s.train, idx));
+    const std::vector<float> grad(s.model->grads().begin(), s.model->grads().end());
+    std::vector<float> acc;
+    const float acc_loss = AccumulateGradients(*s.model, s.train, idx, 16, micro, acc);
+    EXPECT_NEAR(acc_loss, loss, 1e-6 * std::fabs(loss));
+    float scale = 0;
+    for (float g : grad) scale = std::max(scale, std::fabs(g));
+    // Relative to the gradient's scale: entries that cancel to near 0 carry absolute rounding.
+    EXPECT_LE(MaxRelativeDiff(std::vector<float>(s.model->grads().begin(), s.model->grads().end()), grad, 1e-2 * scale), 1e-5);
+  }
+  // Whole runs stay together (the rounding differences grow a little over 48 momentum steps)
+  // while a smaller batch is another run altogether.
+  const auto whole = run(50, 0);
+  EXPECT_LE(MaxRelativeDiff(run(50, 16), whole, 1e-3), 5e-5);
+  EXPECT_LE(MaxRelativeDiff(run(50, 25), whole, 1e-3), 5e-5);
+  EXPECT_GT(MaxRelativeDiff(run(25, 0), whole, 1e-3), 1e-2);
 }
 
 TEST(StragglerTest, ParsesEverySpecAndRejectsBadOnes) {

@@ -59,6 +59,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"CorrectionWithoutSparsifier", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=fp16"}, "--momentum-correction needs --compress=topk"},
         BadFlagCase{"CompressPullWithoutCodec", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--compress-pull"}, "--compress-pull needs a --compress codec"},
         BadFlagCase{"CompressPullInAllreduce", {"--mode=allreduce", "--scheduler=127.0.0.1:9", "--compress=fp16", "--compress-pull"}, "--compress-pull applies to the PS modes"},
+        BadFlagCase{"ZeroAccumulate", {"--accumulate=0"}, "--accumulate must be in [1, 4096]"},
+        BadFlagCase{"AccumulateSparse", {"--model=sparse_logreg", "--accumulate=2"}, "--accumulate applies to the dense models"},
+        BadFlagCase{"UnknownLrScaling", {"--lr-scaling=sqrt"}, "--lr-scaling must be none or linear"},
+        BadFlagCase{"BaseBatchWithoutScaling", {"--base-batch=32"}, "--base-batch applies to --lr-scaling=linear"},
+        BadFlagCase{"NegativeWarmup", {"--warmup-epochs=-1"}, "--warmup-epochs must be in"},
         BadFlagCase{"CorrectionWithFeedback", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=topk:0.01", "--error-feedback"}, "contradict each other"}),
     [](const ::testing::TestParamInfo<BadFlagCase>& p) { return p.param.name; });
 
