@@ -62,6 +62,7 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.test_loss, "%.6g");
   PutNumber(&s, r.test_accuracy, "%.6f");
   PutNumber(&s, r.delay_ms, "%.4f");
+  PutNumber(&s, r.hidden_ms, "%.4f");
   s += '\n';
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
     return UnavailableError(path_ + ": write failed: " + std::strerror(errno));

@@ -2,7 +2,8 @@
 //
 // Columns: run, worker, step, epoch, wall_s, loss, staleness, bytes_sent, bytes_received,
 // compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
-// delay, not counted in compute_ms or comm_ms). A training row leaves test_* empty;
+// delay, not counted in compute_ms or comm_ms), hidden_ms (the part of comm_ms that ran
+// behind the backward pass: comm_ms - hidden_ms is what the step waited for). A training row leaves test_* empty;
 // an evaluation row (written by the evaluating worker after an evaluation) fills them and
 // carries the mean training loss since the previous evaluation in `loss`. A NaN field is
 // written empty. Not thread-safe: one writer per file.
@@ -32,6 +33,7 @@ struct MetricsRow {
   double test_loss = NAN;
   double test_accuracy = NAN;  // fraction in [0, 1]
   double delay_ms = 0.0;       // straggler delay injected in this step
+  double hidden_ms = 0.0;      // communication that ran behind the backward pass (overlap)
 };
 
 // The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
@@ -42,7 +44,7 @@ class MetricsWriter {
  public:
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
-      "wait_ms,test_loss,test_accuracy,delay_ms";
+      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.
   static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);

@@ -33,7 +33,7 @@ std::vector<std::string> SplitCsv(const std::string& line) {
 
 // Column indexes of MetricsWriter::kHeader.
 enum Col { kRun, kWorker, kStep, kEpoch, kWall, kLoss, kStaleness, kSent, kReceived, kCompute, kComm, kWait,
-           kTestLoss, kTestAcc, kDelay, kColumns };
+           kTestLoss, kTestAcc, kDelay, kHidden, kColumns };
 
 std::string Fixed(double v, int digits) {
   std::ostringstream s;
@@ -78,7 +78,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   // Worker files, merged into metrics.csv.
   std::ofstream merged(run_dir + "/metrics.csv");
   merged << MetricsWriter::kHeader << "\n";
-  double bytes = 0, steps_all = 0;
+  double bytes = 0, steps_all = 0, comm_ms = 0, hidden_ms = 0;
   bool any = false;
   for (int w = 0; w < plan.workers; ++w) {
     const std::string path = run_dir + "/worker-" + std::to_string(w) + ".csv";
@@ -101,6 +101,10 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
           last_step = step;
           last_bytes = std::stod(v[kSent]) + std::stod(v[kReceived]);
         }
+        if (v[kTestAcc].empty()) {
+          comm_ms += std::stod(v[kComm]);
+          hidden_ms += std::stod(v[kHidden]);
+        }
         if (w == 0 && !v[kTestAcc].empty()) {
           r.evals.push_back({step, std::stod(v[kEpoch]), std::stod(v[kWall]), std::stod(v[kTestAcc])});
         }
@@ -114,6 +118,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   }
   if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
   if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
+  if (hidden_ms > 0 && comm_ms > 0) s.set_overlap_fraction(hidden_ms / comm_ms);
   if (!r.evals.empty()) {
     const EvalPoint& last = r.evals.back();
     s.set_final_test_accuracy(last.accuracy);
@@ -175,8 +180,8 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   const std::string pct = Fixed(100 * target, 0) + "%";
   std::ostringstream t;
   t << "| run | mode | s | compression | workers | servers | link | straggler | final acc | wall s | time to " << pct
-    << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | staleness p50/p99/max |\n";
-  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | comm hidden | staleness p50/p99/max |\n";
+  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : runs) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
@@ -185,7 +190,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << s.compression() << " | " << s.workers() << " | " << s.servers() << " | "
       << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
     if (!s.ok()) {
-      t << "FAILED: " << s.error() << " | | | | | | | |\n";
+      t << "FAILED: " << s.error() << " | | | | | | | | |\n";
       continue;
     }
     t << opt(s.has_final_test_accuracy(), Fixed(100 * s.final_test_accuracy(), 2) + "%") << " | "
@@ -195,6 +200,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << opt(s.has_samples_per_s(), Thousands(s.samples_per_s())) << " | "
       << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step())) << " | "
       << opt(s.has_formula_bytes_per_step(), Thousands(s.formula_bytes_per_step())) << " | "
+      << opt(s.has_overlap_fraction(), Fixed(100 * s.overlap_fraction(), 0) + "%") << " | "
       << (s.has_staleness_p50() ? std::to_string(s.staleness_p50()) + " / " + std::to_string(s.staleness_p99()) + " / " +
                                       std::to_string(s.staleness_max())
                                 : "—")
@@ -233,7 +239,8 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
        << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
        << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
        << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
-       << "- samples/s: steps x batch x workers / wall s.\n\n"
+       << "- samples/s: steps x batch x workers / wall s.\n"
+       << "- comm hidden: the share of communication time that ran behind the backward pass (all-reduce overlap).\n\n"
        << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
     bool any_staleness = false;
     for (const auto& r : runs) any_staleness = any_staleness || !r.staleness.empty();

@@ -114,6 +114,8 @@ float Mlp::ForwardBackward(const Batch& batch) {
                 static_cast<int>(dout), static_cast<int>(b), 1.0f, in, static_cast<int>(din),
                 delta_.data(), static_cast<int>(dout), 0.0f, gw, static_cast<int>(dout));
     ColumnSums(delta_.data(), b, dout, gb);
+    GradReady(2 * l);
+    GradReady(2 * l + 1);
     if (l == 0) break;  // no gradient w.r.t. the input
     // delta_prev = (delta * W^T) masked by ReLU'(previous layer).
     delta_prev_.resize(static_cast<size_t>(b * din));

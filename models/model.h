@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,13 +71,23 @@ class Model {
   // The gradient of sparse tensor `i` from the last ForwardBackward. Dense models have none.
   virtual const SparseGrad& sparse_grad(size_t i) const;
 
+  // Layer-wise readiness: ForwardBackward calls fn(i) the moment tensor i's gradient is final
+  // (the last layer first), so that its communication can start while backward goes on. Every
+  // tensor is reported exactly once per ForwardBackward. Empty: no calls.
+  void set_grad_ready(std::function<void(size_t tensor)> fn) { grad_ready_ = std::move(fn); }
+  const std::function<void(size_t)>& grad_ready() const { return grad_ready_; }
+
  protected:
+  void GradReady(size_t tensor) const {
+    if (grad_ready_) grad_ready_(tensor);
+  }
   // Lays out `tensors` contiguously in declaration order and allocates params and grads.
   void SetLayout(std::vector<TensorInfo> tensors);
 
   std::vector<TensorInfo> layout_;
   std::vector<float> params_;
   std::vector<float> grads_;
+  std::function<void(size_t)> grad_ready_;
 };
 
 struct ModelOptions {

@@ -73,6 +73,8 @@ float SparseLogReg::ForwardBackward(const Batch& batch) {
     touched_[weight_grad_.keys[i]] = 0;
   }
   grads_[static_cast<size_t>(layout_[1].offset)] = static_cast<float>(bias_grad);
+  GradReady(1);
+  GradReady(0);
   return static_cast<float>(loss * inv_b);
 }
 

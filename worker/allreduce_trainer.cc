@@ -126,6 +126,18 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
       if (decoder_ && t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
     }
   }
+  const bool any_sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
+                                      [](const TensorInfo& t) { return t.sparse; });
+  if (options_.overlap && !decoder_ && !any_sparse && n > 1) {
+    reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
+                                                   options_.first_bucket_bytes);
+    model_->set_grad_ready([this](size_t t) { reducer_->OnReady(t); });
+  }
+  // The model must not call into this trainer after Run.
+  struct Unhook {
+    Model* m;
+    ~Unhook() { m->set_grad_ready({}); }
+  } unhook{model_};
   ShardedSampler sampler(train_->n, n, rank, o.seed);
   const int64_t steps_per_epoch = StepsPerEpoch(train_->n, n, o.batch);
   int64_t total_steps = steps_per_epoch * o.epochs;
@@ -147,14 +159,25 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
       const auto indices = std::span(order).subspan(begin, end - begin);
       Batch batch = buffer.Gather(*train_, indices);
       Stopwatch compute;
+      if (reducer_) reducer_->Begin(model_->grads());
       const float loss = ComputeGradients(*model_, *train_, batch, indices, o.micro_batch, micro_buffer, accum);
-      if (!std::isfinite(loss)) return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
+      if (!std::isfinite(loss)) {
+        if (reducer_) (void)reducer_->Finish();  // the communication thread lets go of the ring
+        return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
+      }
       const double compute_ms = compute.Millis();
       const double delay_ms = straggler.Sleep(compute_ms);
       Stopwatch comm;
       step_ = step;
-      RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
-      const double comm_ms = comm.Millis();
+      double comm_ms = 0, hidden_ms = 0;
+      if (reducer_) {
+        RETURN_IF_ERROR(reducer_->Finish().WithContext("step " + std::to_string(step)));
+        comm_ms = reducer_->busy_ms();
+        hidden_ms = std::max(0.0, comm_ms - reducer_->exposed_ms());
+      } else {
+        RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
+        comm_ms = comm.Millis();
+      }
       Stopwatch update;
       const float rate = lr.At(step);
       for (size_t t = 0; t < model_->layout().size(); ++t) {
@@ -173,6 +196,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
         row.bytes_received = collective_->bytes_received();
         row.compute_ms = compute_ms;
         row.comm_ms = comm_ms;
+        row.hidden_ms = hidden_ms;
         row.delay_ms = delay_ms;
         RETURN_IF_ERROR(metrics_->Write(row));
       }

@@ -20,6 +20,7 @@
 #include "compression/momentum_correction.h"
 #include "models/model.h"
 #include "worker/local_trainer.h"
+#include "worker/overlap.h"
 
 namespace gradsync {
 
@@ -34,6 +35,10 @@ struct AllreduceTrainOptions {
   std::string compression;
   bool error_feedback = false;
   float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
+  // Dense, uncompressed models: all-reduce each bucket on a communication thread as soon as
+  // backward has produced it (worker/overlap.h), the first bucket at most first_bucket_bytes.
+  bool overlap = true;
+  size_t first_bucket_bytes = 1u << 20;
 };
 
 class AllreduceTrainer {
@@ -61,6 +66,7 @@ class AllreduceTrainer {
   std::vector<float> decoded_, sum_, ring_values_;
   std::vector<uint16_t> ring_halves_;
   int64_t step_ = 0;
+  std::unique_ptr<OverlappedReducer> reducer_;
 };
 
 }  // namespace gradsync

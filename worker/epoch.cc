@@ -14,6 +14,9 @@ std::pair<int64_t, int64_t> BatchRange(int64_t s, int64_t steps_per_epoch, int64
 float AccumulateGradients(Model& model, const Dataset& data, std::span<const uint32_t> indices, int64_t micro_batch,
                           BatchBuffer& buffer, std::vector<float>& acc) {
   const size_t n = indices.size();
+  // The micro-batches' gradients are not final: readiness is reported once, at the end.
+  auto ready = model.grad_ready();
+  model.set_grad_ready({});
   acc.assign(model.grads().size(), 0.0f);
   double loss = 0;
   for (size_t begin = 0; begin < n; begin += static_cast<size_t>(micro_batch)) {
@@ -27,6 +30,10 @@ float AccumulateGradients(Model& model, const Dataset& data, std::span<const uin
   }
   Scale(acc, 1.0f / static_cast<float>(n));
   Copy(acc, model.grads());
+  model.set_grad_ready(ready);
+  if (ready) {
+    for (size_t t = model.layout().size(); t-- > 0;) ready(t);
+  }
   return static_cast<float>(loss / static_cast<double>(n));
 }
 

@@ -35,6 +35,8 @@ int Main(int argc, char** argv) {
       ("compress-pull", po::bool_switch(), "PS modes: servers reply to pulls with the --compress'ed parameter delta since the worker's last pull (the residual stays on the server)")
       ("momentum-correction", po::bool_switch(), "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD")
       ("bucket-mb", po::value<double>()->default_value(25.0), "allreduce: gradient bucket size in MB")
+      ("overlap", po::value<bool>()->default_value(true), "allreduce (dense, uncompressed): all-reduce each bucket as soon as backward produced it, on a communication thread (true|false)")
+      ("first-bucket-mb", po::value<double>()->default_value(1.0), "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
       ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
       ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0 (must match the servers)")
@@ -83,10 +85,11 @@ int Main(int argc, char** argv) {
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to the modes that join a job only");
   }
   if (!allreduce) {
-    for (const char* f : {"bucket-mb", "collective-timeout", "bind"})
+    for (const char* f : {"bucket-mb", "collective-timeout", "bind", "overlap", "first-bucket-mb"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
   }
   if (!(vm["bucket-mb"].as<double>() > 0)) flags.Fail("--bucket-mb must be > 0");
+  if (!(vm["first-bucket-mb"].as<double>() > 0)) flags.Fail("--first-bucket-mb must be > 0");
   const std::string compress = vm["compress"].as<std::string>();
   const bool error_feedback = vm["error-feedback"].as<bool>();
   {
@@ -315,6 +318,8 @@ int Main(int argc, char** argv) {
     AllreduceTrainOptions ao;
     ao.train = train;
     ao.bucket_bytes = static_cast<size_t>(vm["bucket-mb"].as<double>() * 1e6);
+    ao.overlap = vm["overlap"].as<bool>();
+    ao.first_bucket_bytes = static_cast<size_t>(vm["first-bucket-mb"].as<double>() * 1e6);
     ao.compression = compress == "none" ? "" : compress;
     ao.error_feedback = error_feedback;
     ao.correction_momentum = correction_momentum;

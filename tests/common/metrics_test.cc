@@ -36,9 +36,9 @@ TEST(MetricsTest, WritesHeaderAndRows) {
   std::getline(f, row2);
   EXPECT_EQ(header,
             "run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,compute_ms,"
-            "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms");
-  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,,1000,0,2.0000,0.0000,0.0000,,,0.0000");
-  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000");
+            "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms");
+  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000");
+  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000");
 }
 
 TEST(MetricsTest, UnwritablePathIsAnError) {

@@ -90,7 +90,7 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
     int64_t first_at_target = -1;
     std::map<std::string, std::pair<int64_t, double>> last;  // worker -> (step, bytes)
     for (const auto& v : rows) {
-      ASSERT_EQ(v.size(), 15u);
+      ASSERT_EQ(v.size(), 16u);
       EXPECT_EQ(v[0], run.name());
       if (v[1] == "0" && !v[13].empty()) {
         last_acc = std::stod(v[13]);

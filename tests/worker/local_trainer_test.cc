@@ -33,7 +33,7 @@ std::vector<int64_t> EvaluationSteps(const std::string& path, int* rows) {
   while (std::getline(f, line)) {
     ++*rows;
     auto v = Fields(line);
-    if (v.size() == 15 && !v[13].empty()) steps.push_back(std::stoll(v[2]));
+    if (v.size() == 16 && !v[13].empty()) steps.push_back(std::stoll(v[2]));
   }
   return steps;
 }

@@ -104,7 +104,7 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   csv << f.rdbuf();
   const std::string first = csv.str();
   EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,"
-                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms\n", 0), 0u);
+                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms\n", 0), 0u);
   EXPECT_EQ(CountLines(first), 1 + 3 + 1);  // header, steps 20/40/60, one evaluation row
   // Same seed: the same losses and accuracies (the wall-clock columns differ).
   ProcessResult b = Worker(args);
