@@ -71,14 +71,20 @@ INSTANTIATE_TEST_SUITE_P(Modes, OneWorkerTest,
                            return ConsistencyModeName(p.param.first) + std::to_string(p.param.second);
                          });
 
-TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
-  Dataset data = Blobs(1600);
+// A bsp job of the small MLP on 2 servers.
+PsJobOptions BspJob(int workers, int64_t batch, int64_t steps) {
   PsJobOptions o;
   o.mode = ConsistencyMode::kBsp;
   o.num_servers = 2;
-  o.num_workers = 4;
+  o.num_workers = workers;
   o.model = SmallMlp();
-  o.train = Train(8, 200, 0.9f);  // 4 x 8 = 32 per step; 1600 / 32 = 50 steps per epoch
+  o.train = Train(batch, steps, 0.9f);
+  return o;
+}
+
+TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o = BspJob(4, 8, 200);  // 4 x 8 = 32 per step; 1600 / 32 = 50 steps per epoch
   o.train.lr.total_steps = 200;
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
@@ -99,12 +105,7 @@ TEST(PsJobTest, BspWithAccumulationAndWarmUpEqualsLocalSgdWithTheGlobalBatch) {
   // 2 workers x 4 micro-batches of 4 = one local batch of 32; the warm-up schedule reaches the
   // servers through the job config.
   Dataset data = Blobs(1600);
-  PsJobOptions o;
-  o.mode = ConsistencyMode::kBsp;
-  o.num_servers = 2;
-  o.num_workers = 2;
-  o.model = SmallMlp();
-  o.train = Train(16, 120, 0.9f);
+  PsJobOptions o = BspJob(2, 16, 120);
   o.train.micro_batch = 4;
   o.train.warmup_epochs = 0.5;  // 25 steps of the 50 per epoch
   o.train.lr.warmup_start = 0.01f;
