@@ -75,8 +75,9 @@ void KvShard::Read(std::span<const SegmentRef> segments, std::span<const uint64_
   for (uint64_t k : keys) *out++ = params_[k - static_cast<uint64_t>(range_.begin)];
 }
 
-void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values) {
-  const float lr = Lr();
+void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values,
+                    float lr_scale) {
+  const float lr = Lr() * lr_scale;
   for (const auto& s : segments) {
     const int64_t local = s.offset - range_.begin;
     std::span<float> w(params_.data() + local, static_cast<size_t>(s.length));

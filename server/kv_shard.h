@@ -40,7 +40,10 @@ class KvShard {
   // Sets the initial parameters (the whole range, from worker 0).
   void SetValues(std::span<const float> values);
   void Read(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, float* out) const;
-  void Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values);
+  // Applies one worker's gradient now (ssp/asp), at the schedule's rate times lr_scale
+  // (the staleness-aware rate passes 1 / staleness).
+  void Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values,
+             float lr_scale = 1.0f);
   void Accumulate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values);
   void ApplyAccumulated(int count);
 

@@ -110,6 +110,7 @@ Status Server::HandleInit(const Message& m) {
     ASSIGN_OR_RETURN(codec_, CreateCompressor(job.compression(), job.compression_seed()));
     codec_spec_ = job.compression();
   }
+  staleness_aware_lr_ = job.staleness_aware_lr();
   if (job.compress_pull()) {
     if (!codec_) return InvalidArgumentError("INIT: compress_pull needs a compression codec");
     ASSIGN_OR_RETURN(pull_codec_, CreateCompressor(job.compression(), job.compression_seed()));
@@ -175,7 +176,8 @@ Status Server::HandlePush(const Message& m) {
     held.keys = key_buffer_;
     held.values.assign(values, values + n);
   } else {
-    shard_->Apply(segs, key_buffer_, values);
+    const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness)) : 1.0f;
+    shard_->Apply(segs, key_buffer_, values, scale);
   }
   if (controller_->RoundComplete()) ApplyRound();
   AnswerParked();

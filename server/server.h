@@ -149,6 +149,7 @@ class Server {
     std::vector<float> values;  // over the shard's range
     bool valid = false;         // a raw pull of the whole range has set it
   };
+  bool staleness_aware_lr_ = false;
   std::unique_ptr<Compressor> pull_codec_;
   std::map<int, Mirror> mirrors_;
   std::vector<float> pull_current_, pull_delta_, pull_decoded_;

@@ -65,6 +65,7 @@ int Main(int argc, char** argv) {
       ("accumulate", po::value<int64_t>()->default_value(1), "sum the gradients of K batches of --batch before each update / push / all-reduce (a step of K x --batch samples)")
       ("lr-scaling", po::value<std::string>()->default_value("none"), "none|linear: linear multiplies --lr by the global batch (workers x batch x accumulate) / --base-batch (Goyal et al. 2017)")
       ("base-batch", po::value<int64_t>()->default_value(64), "the global batch --lr was tuned for (--lr-scaling=linear)")
+      ("staleness-aware-lr", po::bool_switch(), "ssp|asp: the servers apply each gradient at the rate divided by its staleness (Zhang et al. 2016)")
       ("warmup-epochs", po::value<double>()->default_value(0.0), "ramp the learning rate linearly from --lr to its scaled value over this many epochs")
       ("eval-every", po::value<int64_t>()->default_value(0), "the evaluating worker also evaluates every N steps (0: each epoch only)")
       ("straggle", po::value<std::string>()->default_value("none"), "injected delay per step: none|ms:D|x:FACTOR|exp:MEAN_MS|uniform:LO_MS:HI_MS")
@@ -162,6 +163,9 @@ int Main(int argc, char** argv) {
   if (lr_scaling != "none" && lr_scaling != "linear") flags.Fail("--lr-scaling must be none or linear, not '" + lr_scaling + "'");
   if (vm["base-batch"].as<int64_t>() < 1) flags.Fail("--base-batch must be > 0");
   if (FlagGiven(vm, "base-batch") && lr_scaling == "none") flags.Fail("--base-batch applies to --lr-scaling=linear");
+  if (vm["staleness-aware-lr"].as<bool>() && mode != "ssp" && mode != "asp") {
+    flags.Fail("--staleness-aware-lr applies to --mode=ssp|asp (bsp gradients are never stale)");
+  }
   train.warmup_epochs = vm["warmup-epochs"].as<double>();
   if (!(train.warmup_epochs >= 0 && train.warmup_epochs <= 1000)) flags.Fail("--warmup-epochs must be in [0, 1000]");
   train.epochs = vm["epochs"].as<int>();
@@ -226,7 +230,7 @@ int Main(int argc, char** argv) {
        << " error_feedback=" << error_feedback << " momentum_correction=" << correction_momentum
        << " compress_pull=" << vm["compress-pull"].as<bool>() << " accumulate=" << accumulate
        << " lr_scaling=" << lr_scaling << " base_batch=" << vm["base-batch"].as<int64_t>()
-       << " warmup_epochs=" << train.warmup_epochs;
+       << " warmup_epochs=" << train.warmup_epochs << " staleness_aware_lr=" << vm["staleness-aware-lr"].as<bool>();
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -346,6 +350,7 @@ int Main(int argc, char** argv) {
       po.error_feedback = error_feedback;
       po.correction_momentum = correction_momentum;
       po.compress_pull = vm["compress-pull"].as<bool>();
+      po.staleness_aware_lr = vm["staleness-aware-lr"].as<bool>();
       PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
                         scheduler.get());
       reports = trainer.Run(print_epoch);

@@ -35,6 +35,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_momentum(o.train.optimizer.momentum);
   job.set_nesterov(o.train.optimizer.nesterov);
   job.set_weight_decay(o.train.optimizer.weight_decay);
+  job.set_staleness_aware_lr(o.staleness_aware_lr);
   if (!o.compression.empty() && o.compression != "none") {
     job.set_compression(o.compression);
     job.set_compression_seed(o.train.seed);

@@ -35,6 +35,7 @@ struct PsTrainOptions {
   // Pulls carry compressed parameter deltas (needs a codec). The evaluating worker still
   // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
   bool compress_pull = false;
+  bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
   // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
   // and once after the "init" barrier.
   std::function<void(int64_t step)> step_hook;

@@ -176,7 +176,10 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
 
 INSTANTIATE_TEST_SUITE_P(Bounds, SspBoundTest, ::testing::Values(0, 1, 3));
 
-TEST(PsJobTest, AspWithASlowWorkerSeesStalenessAndStillConverges) {
+class AspSlowWorkerTest : public ::testing::TestWithParam<bool> {};
+
+// With and without the staleness-aware rate (Zhang et al. 2016).
+TEST_P(AspSlowWorkerTest, SeesStalenessAndStillConverges) {
   Dataset data = Blobs(1200, 3);
   PsJobOptions o;
   o.mode = ConsistencyMode::kAsp;
@@ -188,6 +191,7 @@ TEST(PsJobTest, AspWithASlowWorkerSeesStalenessAndStillConverges) {
   o.train = Train(16, 120, 0.0f);
   o.train.lr = {LrSchedule::Kind::kConstant, 0.1f, 0, 0.0f};
   o.delay_ms = [](int w, int64_t) { return w == 0 ? 3.0 : 0.0; };
+  o.staleness_aware_lr = GetParam();
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
   int64_t stale = 0, max_stale = 0;
@@ -207,6 +211,9 @@ TEST(PsJobTest, AspWithASlowWorkerSeesStalenessAndStillConverges) {
   EXPECT_LT(after.loss, 0.5 * before.loss);
   EXPECT_GT(after.accuracy, 0.9);
 }
+
+INSTANTIATE_TEST_SUITE_P(Rates, AspSlowWorkerTest, ::testing::Bool(),
+                         [](const auto& p) { return std::string(p.param ? "StalenessAware" : "Plain"); });
 
 TEST(PsJobTest, SparseModelTrainsOverTheServers) {
   SparseLogisticOptions so;

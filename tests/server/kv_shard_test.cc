@@ -54,6 +54,17 @@ TEST(KvShardTest, ApplyScalesByWorkersAndAccumulateAppliesTheMean) {
   EXPECT_EQ(bsp.step(), 1);
 }
 
+TEST(KvShardTest, ApplyAtAScaledRate) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+  KvShard s({8, 12}, Layout(), {}, lr, 1, /*aggregate=*/false);
+  s.SetValues(std::vector<float>{1, 1, 1, 1});
+  std::vector<SegmentRef> seg = {{8, 4}};
+  std::vector<float> g = {4, 8, -4, 0};
+  s.Apply(seg, {}, g.data(), 0.25f);  // a gradient 4 versions stale, staleness-aware
+  std::vector<float> expect = {0.5f, 0.0f, 1.5f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(s.params()[i], expect[i]) << i;
+}
+
 TEST(KvShardTest, SparseKeysAndRead) {
   LrSchedule lr{LrSchedule::Kind::kConstant, 1.0f, 0, 0};
   KvShard s({0, 12}, Layout(), {}, lr, 1, true);

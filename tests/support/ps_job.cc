@@ -147,6 +147,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.error_feedback = o.error_feedback;
       pto.correction_momentum = o.correction_momentum;
       pto.compress_pull = o.compress_pull;
+      pto.staleness_aware_lr = o.staleness_aware_lr;
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
       if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);

@@ -34,6 +34,7 @@ struct PsJobOptions {
   bool error_feedback = false;
   float correction_momentum = 0;  // DGC on the workers
   bool compress_pull = false;
+  bool staleness_aware_lr = false;
   // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
   std::function<void(const std::vector<uint16_t>& server_ports)> side_task;
 };

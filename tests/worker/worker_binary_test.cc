@@ -59,6 +59,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"CorrectionWithoutSparsifier", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=fp16"}, "--momentum-correction needs --compress=topk"},
         BadFlagCase{"CompressPullWithoutCodec", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--compress-pull"}, "--compress-pull needs a --compress codec"},
         BadFlagCase{"CompressPullInAllreduce", {"--mode=allreduce", "--scheduler=127.0.0.1:9", "--compress=fp16", "--compress-pull"}, "--compress-pull applies to the PS modes"},
+        BadFlagCase{"StalenessAwareInBsp", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--staleness-aware-lr"}, "--staleness-aware-lr applies to --mode=ssp|asp"},
         BadFlagCase{"ZeroAccumulate", {"--accumulate=0"}, "--accumulate must be in [1, 4096]"},
         BadFlagCase{"AccumulateSparse", {"--model=sparse_logreg", "--accumulate=2"}, "--accumulate applies to the dense models"},
         BadFlagCase{"UnknownLrScaling", {"--lr-scaling=sqrt"}, "--lr-scaling must be none or linear"},
