@@ -31,7 +31,7 @@ Status AllreduceTrainer::AverageGradients() {
         RETURN_IF_ERROR(collective_->AllReduce(g, ReduceOp::kAverage));
         continue;
       }
-      // Compressed: every rank's payload is all-gathered, decoded and summed in rank order.
+      // Compressed.
       const bool correct = options_.correction_momentum > 0;
       while (feedback_.size() + codecs_.size() + correction_.size() <= bucket_index) {
         const bool unbiased = !options_.error_feedback && !correct;
@@ -52,37 +52,32 @@ Status AllreduceTrainer::AverageGradients() {
       if (correct) correction_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       else if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       else codecs_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
-      if (ring_summable && !decoder_->sparse()) {
-        // fp16: the halves are summed inside the ring; 2 bytes per element travel, not 4.
-        ring_halves_.resize(encoded_.size() / sizeof(uint16_t));
-        std::memcpy(ring_halves_.data(), encoded_.data(), encoded_.size());
-        RETURN_IF_ERROR(collective_->AllReduceHalf(ring_halves_));
-        std::memcpy(encoded_.data(), ring_halves_.data(), encoded_.size());
+      if (ring_summable) {
+        // The payload is the values themselves, reduced in place inside the ring (the vector's
+        // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel
+        // instead of 4; random-k's k values (every rank kept the same indices this step) are
+        // averaged, so k floats travel instead of n.
+        if (decoder_->sparse()) {
+          RETURN_IF_ERROR(collective_->AllReduce(
+              FloatSpan(reinterpret_cast<float*>(encoded_.data()), encoded_.size() / sizeof(float)), ReduceOp::kAverage));
+        } else {
+          RETURN_IF_ERROR(collective_->AllReduceHalf(
+              std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t))));
+        }
         RETURN_IF_ERROR(decoder_->Decode(encoded_, g.size(), static_cast<uint64_t>(step_), g));
         continue;
       }
-      if (ring_summable && decoder_->sparse()) {
-        // Random-k: every rank kept the same indices this step, so the k values are averaged
-        // inside the ring and only k floats (not n) travel.
-        ring_values_.resize(encoded_.size() / sizeof(float));
-        std::memcpy(ring_values_.data(), encoded_.data(), encoded_.size());
-        RETURN_IF_ERROR(collective_->AllReduce(ring_values_, ReduceOp::kAverage));
-        std::memcpy(encoded_.data(), ring_values_.data(), encoded_.size());
-        RETURN_IF_ERROR(decoder_->Decode(encoded_, g.size(), static_cast<uint64_t>(step_), g));
-        continue;
-      }
+      // The others: every rank's payload is all-gathered, decoded and summed in rank order.
       RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
-      sum_.assign(g.size(), 0.0f);
       decoded_.resize(g.size());
       for (size_t r = 0; r < gathered_.size(); ++r) {
         const auto& part = gathered_[r];
         RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),
-                                         static_cast<uint64_t>(step_), decoded_)
+                                         static_cast<uint64_t>(step_), r == 0 ? g : FloatSpan(decoded_))
                             .WithContext("payload of rank " + std::to_string(r)));
-        for (size_t i = 0; i < g.size(); ++i) sum_[i] += decoded_[i];
+        if (r > 0) Add(decoded_, g);
       }
-      const float inv = 1.0f / static_cast<float>(gathered_.size());
-      for (size_t i = 0; i < g.size(); ++i) g[i] = sum_[i] * inv;
+      Scale(g, 1.0f / static_cast<float>(gathered_.size()));
     }
   }
   // Sparse tensors: indices differ per rank, so (key, value) pairs are all-gathered.

@@ -63,8 +63,7 @@ class AllreduceTrainer {
   std::vector<std::unique_ptr<MomentumCorrection>> correction_;  // per bucket, DGC
   std::unique_ptr<Compressor> decoder_;
   std::vector<uint8_t> encoded_;
-  std::vector<float> decoded_, sum_, ring_values_;
-  std::vector<uint16_t> ring_halves_;
+  std::vector<float> decoded_;
   int64_t step_ = 0;
   std::unique_ptr<OverlappedReducer> reducer_;
 };
