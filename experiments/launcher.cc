@@ -13,14 +13,24 @@
 
 namespace gradsync {
 
+const char* LauncherOwnedFlag(const std::string& arg) {
+  for (const char* owned : {"--mode", "--scheduler", "--rank", "--out", "--staleness", "--host", "--bind",
+                            "--heartbeat-timeout"}) {
+    if (arg == owned || arg.rfind(std::string(owned) + "=", 0) == 0) return owned;
+  }
+  return nullptr;
+}
+
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::create_directories(o.out_dir + "/logs", ec);
-  if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
   const std::string server_bin = o.bin_dir + "/gradsync-server", worker_bin = o.bin_dir + "/gradsync-worker";
   const std::string port_file = o.out_dir + "/logs/scheduler.port";
-  fs::remove(port_file, ec);
+  if (!o.dry_run) {  // a dry run leaves the disk as it is
+    fs::create_directories(o.out_dir + "/logs", ec);
+    if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
+    fs::remove(port_file, ec);
+  }
   const std::string hb = "--heartbeat-timeout=" + std::to_string(o.heartbeat_timeout_s);
   std::vector<std::string> mode_args = {"--mode=" + o.mode};
   // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
@@ -39,7 +49,8 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
                              "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
                              "--mode=" + o.mode, "--bind=" + address(0)}),
                   o.out_dir + "/logs/scheduler.log"};
-  std::ofstream commands(o.out_dir + "/commands.txt");
+  std::ofstream commands;
+  if (!o.dry_run) commands.open(o.out_dir + "/commands.txt");
   if (o.dry_run) {
     std::cout << JoinArgs(sched.argv) << "\n";
   }

@@ -40,6 +40,11 @@ struct LaunchResult {
   int64_t rejected = 0;
 };
 
+// The flag that `arg` (a worker argument) sets although the launcher sets it itself for every
+// worker (--mode, --scheduler, --rank, --out, --staleness, --host, --bind,
+// --heartbeat-timeout), or nullptr.
+const char* LauncherOwnedFlag(const std::string& arg);
+
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& options, const volatile bool* interrupted = nullptr);
 
 }  // namespace gradsync

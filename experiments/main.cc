@@ -62,10 +62,8 @@ int Main(int argc, char** argv) {
                                   : std::filesystem::canonical("/proc/self/exe").parent_path().string();
   for (int i = split + 1; i < argc; ++i) {
     std::string a = argv[i];
-    for (const char* owned : {"--mode", "--scheduler", "--rank", "--out", "--staleness"}) {
-      if (a == owned || a.rfind(std::string(owned) + "=", 0) == 0) {
-        flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
-      }
+    if (const char* owned = LauncherOwnedFlag(a)) {
+      flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
     }
     o.worker_args.push_back(a);
   }

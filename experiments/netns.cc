@@ -164,6 +164,6 @@ NetworkEmulation::~NetworkEmulation() { TearDown(); }
 
 std::vector<std::string> NetworkEmulation::Prefix(int host) const { return {"ip", "netns", "exec", ns(host)}; }
 
-std::string NetworkEmulation::Address(int host) const { return "10.213.0." + std::to_string(host + 1); }
+std::string NetworkEmulation::Address(int host) { return "10.213.0." + std::to_string(host + 1); }
 
 }  // namespace gradsync

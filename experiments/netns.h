@@ -34,7 +34,7 @@ class NetworkEmulation {
 
   // The argv prefix that runs a command inside host i's namespace.
   std::vector<std::string> Prefix(int host) const;
-  std::string Address(int host) const;
+  static std::string Address(int host);
   const std::string& ns(int host) const { return namespaces_[static_cast<size_t>(host)]; }
 
   // Removes namespaces of earlier gradsync-run processes that no longer exist.

@@ -116,8 +116,10 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
   const std::string dir = o.out_dir + "/" + e.name;
   std::vector<RunReport> reports;
   std::vector<std::string> failed;
+  std::string last_run;
   for (size_t i = 0; i < selected.size(); ++i) {
     const RunPlan& plan = *selected[i];
+    last_run = plan.name;
     const std::string run_dir = dir + "/" + plan.name;
     const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(selected.size()) + "] " + plan.name;
     LaunchOptions lo;
@@ -140,7 +142,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
       // loopback
     } else if (o.dry_run) {
       lo.host_prefix = [](int h) { return std::vector<std::string>{"ip", "netns", "exec", "<run-ns>-h" + std::to_string(h)}; };
-      lo.host_address = [](int h) { return "10.213.0." + std::to_string(h + 1); };
+      lo.host_address = [](int h) { return NetworkEmulation::Address(h); };
     } else {
       auto n = NetworkEmulation::Create(hosts, {plan.run.link().rate(), plan.run.link().delay_ms()});
       if (n.ok()) {
@@ -185,7 +187,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
   if (o.dry_run) return OkStatus();
   Status written = WriteReport(e, reports, dir);
   out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
-  if (interrupted && *interrupted) return AbortedError("interrupted during run '" + failed.back() + "'");
+  if (interrupted && *interrupted) return AbortedError("interrupted during run '" + last_run + "'");
   if (!failed.empty()) {
     std::string names;
     for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compression/compressor.h"
+#include "experiments/launcher.h"
 
 namespace gradsync {
 namespace {
@@ -156,11 +157,11 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     p.timeout_s = r.timeout_s();
   }
   for (const auto& a : r.worker_args()) {
-    for (const char* owned : {"--mode", "--scheduler", "--rank", "--out", "--staleness", "--run", "--straggle", "--host", "--bind"}) {
-      if (a == owned || a.rfind(std::string(owned) + "=", 0) == 0) {
-        return fail("worker_args", std::string(owned) + " is set by gradsync-run; leave it out of worker_args");
-      }
+    const char* owned = LauncherOwnedFlag(a);
+    for (const char* mine : {"--run", "--straggle"}) {  // set per run and per worker from the spec
+      if (!owned && (a == mine || a.rfind(std::string(mine) + "=", 0) == 0 || a.rfind(std::string(mine) + "-", 0) == 0)) owned = mine;
     }
+    if (owned) return fail("worker_args", std::string(owned) + " is set by gradsync-run; leave it out of worker_args");
     if (a.rfind("--", 0) != 0) return fail("worker_args", "'" + a + "' is not a flag (--name=value)");
     args.push_back(a);
   }

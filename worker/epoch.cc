@@ -76,7 +76,6 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
     row.bytes_sent = c.bytes_sent;
     row.bytes_received = c.bytes_received;
     RETURN_IF_ERROR(metrics->Write(row));
-    RETURN_IF_ERROR(metrics->Flush());
   }
   return r;
 }
