@@ -5,6 +5,17 @@
 #include <filesystem>
 
 namespace gradsync {
+
+std::vector<std::string> SplitCsv(const std::string& line) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    out.push_back(line.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
 namespace {
 void PutNumber(std::string* s, double v, const char* fmt) {
   s->push_back(',');

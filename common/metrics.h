@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -39,6 +40,15 @@ struct MetricsRow {
 // The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
 // count reaches q of the total; 0 for an empty histogram.
 int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q);
+
+// Column indexes of MetricsWriter::kHeader, for readers of the file.
+enum MetricsColumn {
+  kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColStaleness, kColBytesSent, kColBytesReceived,
+  kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kMetricsColumns
+};
+
+// The fields of one CSV line (no quoting: the metrics files have none); "a,,b," has 4 fields.
+std::vector<std::string> SplitCsv(const std::string& line);
 
 class MetricsWriter {
  public:

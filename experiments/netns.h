@@ -22,9 +22,6 @@ struct LinkSpec {
   double delay_ms = 0;    // one-way latency added on every link (netem)
 };
 
-// Runs a command and waits for it; on failure the status carries its stderr.
-Status RunCommand(const std::vector<std::string>& argv, double timeout_s = 20);
-
 class NetworkEmulation {
  public:
   static Result<std::unique_ptr<NetworkEmulation>> Create(int hosts, const LinkSpec& link);

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 extern char** environ;
@@ -19,6 +21,48 @@ std::string JoinArgs(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
   return s;
+}
+
+Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
+  char err_path[] = "/tmp/gradsync-cmd-XXXXXX";
+  const int fd = ::mkstemp(err_path);
+  if (fd < 0) return UnavailableError(std::string("mkstemp: ") + std::strerror(errno));
+  ::close(fd);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_TRUNC, 0600);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ::unlink(err_path);
+    return UnavailableError("cannot run " + argv[0] + ": " + std::strerror(rc));
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ::unlink(err_path);
+      return DeadlineExceededError("'" + JoinArgs(argv) + "' did not finish within " + std::to_string(timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::ifstream f(err_path);
+  std::stringstream err;
+  err << f.rdbuf();
+  ::unlink(err_path);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return OkStatus();
+  std::string msg = err.str();
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  for (char& ch : msg)
+    if (ch == '\n') ch = ' ';
+  return UnavailableError("'" + JoinArgs(argv) + "' failed: " + (msg.empty() ? "exit " + std::to_string(WEXITSTATUS(status)) : msg));
 }
 
 ProcessGroup::~ProcessGroup() { KillAll(); }

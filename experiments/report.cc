@@ -9,31 +9,12 @@
 #include <sstream>
 
 #include "common/metrics.h"
-#include "experiments/netns.h"
+#include "experiments/process.h"
 
 namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  std::string field;
-  for (char c : line) {
-    if (c == ',') {
-      out.push_back(field);
-      field.clear();
-    } else {
-      field += c;
-    }
-  }
-  out.push_back(field);
-  return out;
-}
-
-// Column indexes of MetricsWriter::kHeader.
-enum Col { kRun, kWorker, kStep, kEpoch, kWall, kLoss, kStaleness, kSent, kReceived, kCompute, kComm, kWait,
-           kTestLoss, kTestAcc, kDelay, kHidden, kColumns };
 
 std::string Fixed(double v, int digits) {
   std::ostringstream s;
@@ -92,21 +73,21 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
     while (std::getline(f, line)) {
       if (line.empty()) continue;
       auto v = SplitCsv(line);
-      if (v.size() != kColumns) continue;  // a row cut short by a killed process
+      if (v.size() != kMetricsColumns) continue;  // a row cut short by a killed process
       merged << line << "\n";
       any = true;
       try {
-        const int64_t step = std::stoll(v[kStep]);
+        const int64_t step = std::stoll(v[kColStep]);
         if (step >= last_step) {
           last_step = step;
-          last_bytes = std::stod(v[kSent]) + std::stod(v[kReceived]);
+          last_bytes = std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived]);
         }
-        if (v[kTestAcc].empty()) {
-          comm_ms += std::stod(v[kComm]);
-          hidden_ms += std::stod(v[kHidden]);
+        if (v[kColTestAccuracy].empty()) {
+          comm_ms += std::stod(v[kColComm]);
+          hidden_ms += std::stod(v[kColHidden]);
         }
-        if (w == 0 && !v[kTestAcc].empty()) {
-          r.evals.push_back({step, std::stod(v[kEpoch]), std::stod(v[kWall]), std::stod(v[kTestAcc])});
+        if (w == 0 && !v[kColTestAccuracy].empty()) {
+          r.evals.push_back({step, std::stod(v[kColEpoch]), std::stod(v[kColWall]), std::stod(v[kColTestAccuracy])});
         }
       } catch (const std::exception&) {
         return DataLossError(path + ": a row does not parse: " + line);

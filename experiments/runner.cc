@@ -34,16 +34,13 @@ class ProgressLine {
     while (std::getline(f, line)) {
       if (f.eof()) break;  // a row still being written
       offset_ += static_cast<std::streamoff>(line.size() + 1);
-      std::vector<std::string> v;
-      std::stringstream ss(line);
-      std::string field;
-      while (std::getline(ss, field, ',')) v.push_back(field);
-      if (v.size() < 5 || v[0] == "run") continue;
+      const std::vector<std::string> v = SplitCsv(line);
+      if (v.size() != kMetricsColumns || v[kColRun] == "run") continue;
       try {
-        epoch_ = std::stod(v[3]);
-        step_ = std::stoll(v[2]);
-        if (v.size() >= 14 && !v[13].empty()) {
-          accuracy_ = std::stod(v[13]);
+        epoch_ = std::stod(v[kColEpoch]);
+        step_ = std::stoll(v[kColStep]);
+        if (!v[kColTestAccuracy].empty()) {
+          accuracy_ = std::stod(v[kColTestAccuracy]);
           new_eval = true;
         }
       } catch (const std::exception&) {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/metrics.h"
 #include "experiment.pb.h"
 #include "experiments/process.h"
 #include "tests/support/subprocess.h"
@@ -34,16 +35,7 @@ std::vector<std::vector<std::string>> Rows(const std::string& csv) {
   std::ifstream f(csv);
   std::string line;
   std::getline(f, line);
-  while (std::getline(f, line)) {
-    std::vector<std::string> v;
-    std::string field;
-    for (char c : line) {
-      if (c == ',') v.push_back(field), field.clear();
-      else field += c;
-    }
-    v.push_back(field);
-    rows.push_back(v);
-  }
+  while (std::getline(f, line)) rows.push_back(SplitCsv(line));
   return rows;
 }
 

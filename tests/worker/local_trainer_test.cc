@@ -13,16 +13,6 @@
 namespace gradsync {
 namespace {
 
-// The fields of a CSV line.
-std::vector<std::string> Fields(const std::string& line) {
-  std::vector<std::string> out;
-  std::string f;
-  std::stringstream ss(line);
-  while (std::getline(ss, f, ',')) out.push_back(f);
-  if (!line.empty() && line.back() == ',') out.push_back("");
-  return out;
-}
-
 // Evaluation rows (test_accuracy filled) of a metrics file, as their step numbers.
 std::vector<int64_t> EvaluationSteps(const std::string& path, int* rows) {
   std::ifstream f(path);
@@ -32,8 +22,8 @@ std::vector<int64_t> EvaluationSteps(const std::string& path, int* rows) {
   *rows = 0;
   while (std::getline(f, line)) {
     ++*rows;
-    auto v = Fields(line);
-    if (v.size() == 16 && !v[13].empty()) steps.push_back(std::stoll(v[2]));
+    auto v = SplitCsv(line);
+    if (v.size() == kMetricsColumns && !v[kColTestAccuracy].empty()) steps.push_back(std::stoll(v[kColStep]));
   }
   return steps;
 }
