@@ -135,6 +135,8 @@ Status Server::HandlePush(const Message& m) {
   if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
   size_t n = m.num_values();
   const float* values = static_cast<const float*>(m.values.data());
+  // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
+  RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, h.codec().empty() ? &n : nullptr));
   if (!h.codec().empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
     if (!codec_ || h.codec() != codec_spec_) {
@@ -142,7 +144,6 @@ Status Server::HandlePush(const Message& m) {
                                   (codec_spec_.empty() ? std::string("none") : codec_spec_) + "'");
     }
     if (h.num_keys() > 0) return InvalidArgumentError("a compressed push carries no keys");
-    RETURN_IF_ERROR(shard_->Validate(segs, {}, nullptr));
     n = 0;
     for (const auto& sg : segs) n += static_cast<size_t>(sg.length);
     decoded_.resize(n);
@@ -150,7 +151,6 @@ Status Server::HandlePush(const Message& m) {
                                    static_cast<uint64_t>(h.clock()), decoded_));
     values = decoded_.data();
   }
-  RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, &n));
   if (h.version() < 0 || h.version() > shard_->version()) {
     return AbortedError("push computed on version " + std::to_string(h.version()) + " but the shard is at " +
                         std::to_string(shard_->version()));
@@ -209,7 +209,7 @@ Status Server::HandlePull(Message& m) {
   RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, nullptr));
   RETURN_IF_ERROR(controller_->ValidatePull(h.sender_rank(), h.clock()));
   if (controller_->CanAnswerPull(h.sender_rank(), h.clock())) {
-    AnswerPull(m, 0.0);
+    AnswerPull(m, segs, key_buffer_, 0.0);
   } else {
     parked_.push_back({std::move(m), NowMs()});
   }
@@ -281,12 +281,17 @@ void Server::RecordPull(const wire::Header& h) {
   }
 }
 
-void Server::AnswerPull(const Message& m, double waited_ms) {
+void Server::AnswerParkedPull(const Message& m, double waited_ms) {
+  const auto segs = Segments(m);
+  key_buffer_.resize(m.header.num_keys());
+  if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
+  AnswerPull(m, segs, key_buffer_, waited_ms);
+}
+
+void Server::AnswerPull(const Message& m, const std::vector<SegmentRef>& segs, std::span<const uint64_t> keys,
+                        double waited_ms) {
   const auto& h = m.header;
-  auto segs = Segments(m);
   if (!h.codec().empty() && AnswerCompressedPull(m, segs, waited_ms)) return;
-  std::vector<uint64_t> keys(h.num_keys());
-  if (!keys.empty()) m.CopyKeys(keys.data());
   uint64_t n = keys.size();
   for (const auto& s : segs) n += static_cast<uint64_t>(s.length);
   // The reply carries a snapshot (the shard may change before ZeroMQ has sent the bytes): one
@@ -310,7 +315,7 @@ void Server::AnswerPull(const Message& m, double waited_ms) {
   p.has_values = true;
   // Keys are echoed, so that a reply describes itself.
   if (buf) {
-    buf->keys = std::move(keys);  // lent frames must outlive this function
+    buf->keys.assign(keys.begin(), keys.end());  // lent frames must outlive this function
     p.values = std::span<const float>(buf->data.data(), n);
     p.keys = buf->keys;
     p.lent = buf->inflight;
@@ -348,7 +353,7 @@ void Server::AnswerParked() {
       continue;
     }
     if (controller_->CanAnswerPull(it->msg.header.sender_rank(), it->msg.header.clock())) {
-      AnswerPull(it->msg, now - it->since);
+      AnswerParkedPull(it->msg, now - it->since);
       it = parked_.erase(it);
     } else {
       ++it;

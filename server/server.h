@@ -110,7 +110,11 @@ class Server {
   Status HandleInit(const Message& m);
   Status HandlePush(const Message& m);
   Status HandlePull(Message& m);
-  void AnswerPull(const Message& m, double waited_ms);
+  // Answers a pull whose segments and keys (validated) are given; AnswerParkedPull reads them
+  // from the parked message first.
+  void AnswerPull(const Message& m, const std::vector<SegmentRef>& segs, std::span<const uint64_t> keys,
+                  double waited_ms);
+  void AnswerParkedPull(const Message& m, double waited_ms);
   // --compress-pull: answers with the encoded delta against the worker's mirror; false when
   // the pull must be answered raw (no mirror yet, or it asks for sparse keys).
   bool AnswerCompressedPull(const Message& m, const std::vector<SegmentRef>& segs, double waited_ms);
