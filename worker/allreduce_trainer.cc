@@ -141,7 +141,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   Optimizer opt(o.optimizer, model_->num_params());
   Straggler straggler(o.straggler, o.straggler_seed);
   const bool evaluates = rank == 0 && options_.evaluate;
-  BatchBuffer buffer, micro_buffer;
+  BatchBuffer buffer;
   std::vector<float> accum;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
@@ -152,10 +152,9 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
     for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
       const auto indices = std::span(order).subspan(begin, end - begin);
-      Batch batch = buffer.Gather(*train_, indices);
       Stopwatch compute;
       if (reducer_) reducer_->Begin(model_->grads());
-      const float loss = ComputeGradients(*model_, *train_, batch, indices, o.micro_batch, micro_buffer, accum);
+      const float loss = ComputeGradients(*model_, *train_, indices, o.micro_batch, buffer, accum);
       if (!std::isfinite(loss)) {
         if (reducer_) (void)reducer_->Finish();  // the communication thread lets go of the ring
         return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step));
@@ -184,7 +183,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
                  run.begin);
       }
       ++step;
-      totals.AddStep(loss, batch.size, (compute_ms + comm_ms) / 1e3 + update.Seconds());
+      totals.AddStep(loss, static_cast<int64_t>(indices.size()), (compute_ms + comm_ms) / 1e3 + update.Seconds());
       if (metrics_ && o.log_every > 0 && step % o.log_every == 0) {
         MetricsRow row = StepRow(step, steps_per_epoch, run_clock.Seconds(), loss);
         row.bytes_sent = collective_->bytes_sent();

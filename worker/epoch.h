@@ -41,14 +41,17 @@ struct EpochTotals {
 float AccumulateGradients(Model& model, const Dataset& data, std::span<const uint32_t> indices, int64_t micro_batch,
                           BatchBuffer& buffer, std::vector<float>& acc);
 
-// One step's gradient and loss: ForwardBackward on `batch`, or AccumulateGradients over
-// `indices` when micro_batch > 0 splits it.
-inline float ComputeGradients(Model& model, const Dataset& data, const Batch& batch, std::span<const uint32_t> indices,
-                              int64_t micro_batch, BatchBuffer& micro_buffer, std::vector<float>& acc) {
+// One step's gradient and loss over `indices`: the batch gathered into `buffer` and computed at
+// once (`gathered`: the caller has gathered it already), or, when micro_batch > 0 splits it,
+// AccumulateGradients (the whole batch is never gathered then).
+inline float ComputeGradients(Model& model, const Dataset& data, std::span<const uint32_t> indices,
+                              int64_t micro_batch, BatchBuffer& buffer, std::vector<float>& acc,
+                              const Batch* gathered = nullptr) {
+  if (indices.empty()) return 0.0f;
   if (micro_batch > 0 && static_cast<int64_t>(indices.size()) > micro_batch) {
-    return AccumulateGradients(model, data, indices, micro_batch, micro_buffer, acc);
+    return AccumulateGradients(model, data, indices, micro_batch, buffer, acc);
   }
-  return batch.size > 0 ? model.ForwardBackward(batch) : 0.0f;
+  return model.ForwardBackward(gathered ? *gathered : buffer.Gather(data, indices));
 }
 
 // The learning-rate schedule of a run: o.lr with its total steps and its warm-up in steps.

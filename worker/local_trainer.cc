@@ -42,7 +42,7 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
 
   Optimizer opt(options_.optimizer, model_->num_params());
   Straggler straggler(options_.straggler, options_.straggler_seed);
-  BatchBuffer buffer, micro_buffer;
+  BatchBuffer buffer;
   std::vector<float> accum;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
@@ -54,8 +54,7 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
       Stopwatch step_clock;
       const auto [begin, end] = BatchRange(s, steps_per_epoch, options_.batch, static_cast<int64_t>(order.size()));
       const auto indices = std::span(order).subspan(begin, end - begin);
-      Batch batch = buffer.Gather(*train_, indices);
-      const float loss = ComputeGradients(*model_, *train_, batch, indices, options_.micro_batch, micro_buffer, accum);
+      const float loss = ComputeGradients(*model_, *train_, indices, options_.micro_batch, buffer, accum);
       if (!std::isfinite(loss)) {
         return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " +
                             std::to_string(step) + " (lower --lr?)");
@@ -64,7 +63,7 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
       ++step;
       const double step_ms = step_clock.Millis();
       const double delay_ms = straggler.Sleep(step_ms);
-      totals.AddStep(loss, batch.size, step_ms / 1e3);
+      totals.AddStep(loss, static_cast<int64_t>(indices.size()), step_ms / 1e3);
       if (metrics_ && options_.log_every > 0 && step % options_.log_every == 0) {
         MetricsRow row = StepRow(step, steps_per_epoch, run_clock.Seconds(), loss);
         row.compute_ms = step_ms;

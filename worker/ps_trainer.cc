@@ -86,7 +86,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
                                   [](const TensorInfo& t) { return t.sparse; });
   const bool evaluates = rank == 0 && options_.evaluate;
-  BatchBuffer buffer, micro_buffer;
+  BatchBuffer buffer;
   std::vector<float> accum;
   std::vector<uint64_t> keys, push_keys;
   std::vector<float> push_values;
@@ -116,8 +116,12 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
     for (int64_t s = 0; s < steps_per_epoch && clock < total_steps; ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
       const auto indices = std::span(order).subspan(begin, end - begin);
-      Batch batch = buffer.Gather(*train_, indices);
-      if (sparse) BatchKeys(*model_, batch, &keys);
+      // A sparse model's batch is gathered before the pull, which needs its keys.
+      Batch batch;
+      if (sparse) {
+        batch = buffer.Gather(*train_, indices);
+        BatchKeys(*model_, batch, &keys);
+      }
 
       Stopwatch comm;
       ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock, model_->params(), keys));
@@ -148,7 +152,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
 
       if (options_.step_hook) options_.step_hook(clock);
       Stopwatch compute;
-      const float loss = ComputeGradients(*model_, *train_, batch, indices, o.micro_batch, micro_buffer, accum);
+      const float loss = ComputeGradients(*model_, *train_, indices, o.micro_batch, buffer, accum, sparse ? &batch : nullptr);
       if (!std::isfinite(loss)) {
         return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(clock));
       }
@@ -168,7 +172,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       Stopwatch push_clock;
       ASSIGN_OR_RETURN(pending_push, client_->Push(clock, model_->grads(), push_keys, push_values));
       ++clock;
-      totals.AddStep(loss, batch.size, (compute_ms + comm_ms) / 1e3 + push_clock.Seconds());
+      totals.AddStep(loss, static_cast<int64_t>(indices.size()), (compute_ms + comm_ms) / 1e3 + push_clock.Seconds());
       if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
         MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
         row.staleness = client_->last_staleness();
