@@ -32,26 +32,16 @@ Status AllreduceTrainer::AverageGradients() {
         continue;
       }
       // Compressed.
-      const bool correct = options_.correction_momentum > 0;
-      while (feedback_.size() + codecs_.size() + correction_.size() <= bucket_index) {
-        const bool unbiased = !options_.error_feedback && !correct;
-        auto c = std::move(CreateCompressor(options_.compression, options_.train.seed, unbiased)).value();
-        if (correct) {
-          if (!c->sparse()) return InvalidArgumentError("momentum correction needs top-k or random-k");
-          correction_.push_back(std::make_unique<MomentumCorrection>(std::move(c), g.size(), options_.correction_momentum));
-        } else if (options_.error_feedback) {
-          feedback_.push_back(std::make_unique<ErrorFeedback>(std::move(c), g.size()));
-        } else {
-          codecs_.push_back(std::move(c));
-        }
+      if (encoders_.size() <= bucket_index) {  // the first step: one encoder per bucket
+        ASSIGN_OR_RETURN(auto e, GradientEncoder::Create(options_.compression, options_.train.seed, g.size(),
+                                                         options_.error_feedback, options_.correction_momentum));
+        encoders_.push_back(std::move(e));
       }
       const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;
       // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
       // from half's range limit (error feedback then keeps its residual in that scale).
       if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
-      if (correct) correction_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
-      else if (options_.error_feedback) feedback_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
-      else codecs_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      encoders_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
       if (ring_summable) {
         // The payload is the values themselves, reduced in place inside the ring (the vector's
         // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel

@@ -16,8 +16,7 @@
 #include "allreduce/collective.h"
 #include "common/dataset.h"
 #include "common/metrics.h"
-#include "compression/error_feedback.h"
-#include "compression/momentum_correction.h"
+#include "compression/gradient_encoder.h"
 #include "models/model.h"
 #include "worker/local_trainer.h"
 #include "worker/overlap.h"
@@ -58,9 +57,7 @@ class AllreduceTrainer {
   Collective* collective_;
   std::vector<std::vector<std::byte>> gathered_;
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
-  std::vector<std::unique_ptr<Compressor>> codecs_;        // per bucket, without error feedback
-  std::vector<std::unique_ptr<ErrorFeedback>> feedback_;   // per bucket, with error feedback
-  std::vector<std::unique_ptr<MomentumCorrection>> correction_;  // per bucket, DGC
+  std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per bucket (compressed runs)
   std::unique_ptr<Compressor> decoder_;
   std::vector<uint8_t> encoded_;
   std::vector<float> decoded_;

@@ -63,14 +63,10 @@ void AddSegment(wire::Header* h, int64_t begin, int64_t end) {
 
 Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum,
                                 bool compress_pull) {
-  codecs_.clear();
-  feedback_.clear();
-  correction_.clear();
+  encoders_.clear();
   codec_spec_.clear();
   pull_decoder_.reset();
-  const bool correct = correction_momentum > 0;
-  const bool unbiased = !error_feedback && !correct;
-  ASSIGN_OR_RETURN(auto probe, CreateCompressor(spec, seed, unbiased));
+  ASSIGN_OR_RETURN(auto probe, CreateCompressor(spec, seed));
   if (!probe) {
     if (error_feedback) return InvalidArgumentError("--error-feedback needs a --compress codec");
     if (compress_pull) return InvalidArgumentError("--compress-pull needs a --compress codec");
@@ -79,22 +75,20 @@ Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool err
   for (const auto& t : layout_) {
     if (t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
   }
-  if (correct && !probe->sparse()) return InvalidArgumentError("momentum correction needs top-k or random-k");
   codec_spec_ = spec;
   if (compress_pull) {
     ASSIGN_OR_RETURN(pull_decoder_, CreateCompressor(spec, seed));  // as the server's (job.compress_pull)
   }
   for (int s = 0; s < table_.servers_size(); ++s) {
-    auto c = std::move(CreateCompressor(spec, seed, unbiased)).value();
     int64_t n = 0;
     for (const auto& r : dense_runs_[s]) n += r.size();
-    if (correct) {
-      correction_.push_back(std::make_unique<MomentumCorrection>(std::move(c), static_cast<size_t>(n), correction_momentum));
-    } else if (error_feedback) {
-      feedback_.push_back(std::make_unique<ErrorFeedback>(std::move(c), static_cast<size_t>(n)));
-    } else {
-      codecs_.push_back(std::move(c));
+    auto e = GradientEncoder::Create(spec, seed, static_cast<size_t>(n), error_feedback, correction_momentum);
+    if (!e.ok()) {
+      codec_spec_.clear();
+      encoders_.clear();
+      return e.status();
     }
+    encoders_.push_back(std::move(e).value());
   }
   return OkStatus();
 }
@@ -139,9 +133,7 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
         for (const auto& r : runs) scratch_.insert(scratch_.end(), grads.begin() + r.begin, grads.begin() + r.end);
         dense = scratch_;
       }
-      if (!correction_.empty()) correction_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
-      else if (!feedback_.empty()) feedback_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
-      else codecs_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
+      encoders_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
       compressed.rebuild(encoded_.data(), encoded_.size());
       h.set_codec(codec_spec_);
       p.values_frame = &compressed;

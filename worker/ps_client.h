@@ -25,8 +25,7 @@
 #include "common/tensor.h"
 #include "common/transport.h"
 #include "compression/compressor.h"
-#include "compression/error_feedback.h"
-#include "compression/momentum_correction.h"
+#include "compression/gradient_encoder.h"
 
 namespace gradsync {
 
@@ -99,9 +98,7 @@ class PsClient {
   std::vector<double> wait_ms_;
   std::vector<float> scratch_;
   std::string codec_spec_;
-  std::vector<std::unique_ptr<Compressor>> codecs_;    // per shard (no error feedback)
-  std::vector<std::unique_ptr<ErrorFeedback>> feedback_;  // per shard (with error feedback)
-  std::vector<std::unique_ptr<MomentumCorrection>> correction_;  // per shard (DGC)
+  std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per shard
   std::vector<uint8_t> encoded_;
   std::unique_ptr<Compressor> pull_decoder_;  // --compress-pull
   std::vector<float> pull_decoded_;

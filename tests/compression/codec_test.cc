@@ -8,6 +8,7 @@
 #include "common/rng.h"
 #include "compression/codecs.h"
 #include "compression/error_feedback.h"
+#include "compression/gradient_encoder.h"
 #include "compression/momentum_correction.h"
 
 namespace gradsync {
@@ -369,6 +370,34 @@ TEST(CompressorTest, RandomBytesNeverCrashADecoder) {
       (void)c->Decode(junk, 300, 0, out);  // an error or a value; never a crash (ASan builds check reads)
     }
   }
+}
+
+}  // namespace
+}  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+TEST(GradientEncoderTest, ChoosesThePlainCodecFeedbackOrCorrection) {
+  EXPECT_FALSE(GradientEncoder::Create("none", 0, 10, false, 0).ok());
+  EXPECT_FALSE(GradientEncoder::Create("fp16", 0, 10, false, 0.9f).ok());  // DGC needs a sparsifier
+  std::vector<float> g(100);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i));
+  // With error feedback: the same bytes as an ErrorFeedback around the same codec, step by step.
+  auto enc = std::move(GradientEncoder::Create("topk:0.1", 3, g.size(), true, 0)).value();
+  ErrorFeedback ef(std::move(CreateCompressor("topk:0.1", 3)).value(), g.size());
+  std::vector<uint8_t> a, b;
+  for (uint64_t step = 0; step < 3; ++step) {
+    enc->Encode(g, step, &a);
+    ef.Encode(g, step, &b);
+    EXPECT_EQ(a, b) << step;
+  }
+  // Plain random-k (no feedback) is the unbiased variant, scaled by n/k.
+  auto plain = std::move(GradientEncoder::Create("randomk:0.5", 3, g.size(), false, 0)).value();
+  std::vector<uint8_t> unbiased, raw;
+  plain->Encode(g, 1, &unbiased);
+  std::move(CreateCompressor("randomk:0.5", 3, true)).value()->Encode(g, 1, &raw);
+  EXPECT_EQ(unbiased, raw);
 }
 
 }  // namespace
