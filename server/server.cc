@@ -126,7 +126,7 @@ Status Server::HandleInit(const Message& m) {
   return socket_.Send(m.peer, ReplyHeader(wire::INIT_REPLY, m.header));
 }
 
-Status Server::HandlePush(const Message& m) {
+Status Server::HandlePush(Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   const auto& h = m.header;
   if (!h.has_values()) return InvalidArgumentError("a push carries values");
@@ -171,10 +171,23 @@ Status Server::HandlePush(const Message& m) {
   reply.set_observed_staleness(static_cast<double>(staleness));
   Status s = socket_.Send(m.peer, reply);
   if (controller_->aggregates()) {
+    // Held until the round completes, without copying the values: the received frame (or the
+    // decoded / realigned buffer) itself is kept.
     HeldPush& held = round_[h.sender_rank()];
-    held.segments = segs;
+    held.segments = std::move(segs);
     held.keys = key_buffer_;
-    held.values.assign(values, values + n);
+    if (values == m.values.data()) {
+      held.frame = std::move(m.values);
+      held.values = static_cast<const float*>(held.frame.data());  // a small frame's bytes move with it
+      if (reinterpret_cast<uintptr_t>(held.values) % alignof(float) != 0) {
+        held.owned.resize(n);
+        std::memcpy(held.owned.data(), held.frame.data(), n * sizeof(float));
+        held.values = held.owned.data();
+      }
+    } else {
+      held.owned.swap(values == decoded_.data() ? decoded_ : read_buffer_);
+      held.values = held.owned.data();
+    }
   } else {
     const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness)) : 1.0f;
     shard_->Apply(segs, key_buffer_, values, scale);
@@ -185,7 +198,7 @@ Status Server::HandlePush(const Message& m) {
 }
 
 void Server::ApplyRound() {
-  for (const auto& [worker, held] : round_) shard_->Accumulate(held.segments, held.keys, held.values.data());
+  for (const auto& [worker, held] : round_) shard_->Accumulate(held.segments, held.keys, held.values);
   if (!round_.empty()) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
   round_.clear();
   controller_->OnRoundApplied();

@@ -83,7 +83,9 @@ class Server {
   struct HeldPush {
     std::vector<SegmentRef> segments;
     std::vector<uint64_t> keys;
-    std::vector<float> values;
+    zmq::message_t frame;       // the received values, when they are read in place
+    std::vector<float> owned;   // or decoded / realigned values
+    const float* values = nullptr;
   };
   void ApplyRound();
 
@@ -108,7 +110,7 @@ class Server {
   void Handle(Message& m);
   Status CheckSender(const Message& m);
   Status HandleInit(const Message& m);
-  Status HandlePush(const Message& m);
+  Status HandlePush(Message& m);
   Status HandlePull(Message& m);
   // Answers a pull whose segments and keys (validated) are given; AnswerParkedPull reads them
   // from the parked message first.
