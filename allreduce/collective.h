@@ -59,6 +59,22 @@ class Collective {
   virtual uint64_t bytes_received() const = 0;
 };
 
+// A collective over device memory (NCCL): operations are enqueued on the caller's stream (a
+// cudaStream_t, opaque here so that this header needs no CUDA) and return at once;
+// SynchronizeDevice waits for the stream with a deadline and fails, without hanging, when a
+// peer never takes part.
+class DeviceCollective {
+ public:
+  virtual ~DeviceCollective() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data <- op over all ranks, for `count` floats of device memory.
+  virtual Status AllReduceDevice(float* device_data, size_t count, ReduceOp op, void* stream) = 0;
+  virtual Status SynchronizeDevice(void* stream, double timeout_s) = 0;
+  // Float elements handed to all-reduces so far (the transport's bytes are NCCL's own).
+  virtual uint64_t elements_reduced() const = 0;
+};
+
 // Where each rank's chunk of a count-element buffer begins, for n chunks that differ in size by
 // at most one element: chunk i is [ChunkBegin(i), ChunkBegin(i + 1)).
 inline size_t ChunkBegin(size_t count, int n, int i) {

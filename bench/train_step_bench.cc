@@ -17,7 +17,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/optimizer.h"
-#include "common/rng.h"
+#include "bench/random_batches.h"
 #include "models/model.h"
 
 namespace gradsync {
@@ -45,21 +45,9 @@ std::vector<double> RunGradsync(const std::string& model_name, const std::vector
   auto model = std::move(CreateModel(mo)).value();
   model->Initialize(0);
   Optimizer opt({}, model->num_params());
-  constexpr int kBatches = 16;
-  Rng rng(1);
-  std::vector<std::vector<float>> xs(kBatches, std::vector<float>(static_cast<size_t>(batch * 784)));
-  std::vector<std::vector<int32_t>> ys(kBatches, std::vector<int32_t>(static_cast<size_t>(batch)));
-  for (int i = 0; i < kBatches; ++i) {
-    for (float& v : xs[i]) v = rng.Uniform();
-    for (int32_t& y : ys[i]) y = static_cast<int32_t>(rng.UniformInt(10));
-  }
+  const RandomBatches batches(batch);
   auto step = [&](int i) {
-    Batch b;
-    b.size = batch;
-    b.dim = 784;
-    b.x = xs[i % kBatches].data();
-    b.labels = ys[i % kBatches];
-    model->ForwardBackward(b);
+    model->ForwardBackward(batches.Get(i));
     opt.Step(model->params(), model->grads(), 0.01f);
   };
   for (int i = 0; i < warmup; ++i) step(i);

@@ -11,6 +11,14 @@ elseif(_gs_cuda STREQUAL "AUTO" OR _gs_cuda STREQUAL "ON")
   if(CMAKE_CUDA_COMPILER)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
+    # The shared headers are C++20 (std::span). nvcc >= 12 compiles C++20, but CMake 3.25 only
+    # knows its flags up to C++17: teach it the C++20 ones (newer CMakes set them themselves).
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(GRADSYNC_HAVE_CUDA 1)
     message(STATUS "gradsync: CUDA on (${CMAKE_CUDA_COMPILER})")
     # NCCL, as nccl-tests finds it: NCCL_HOME, else next to the CUDA toolkit.

@@ -32,28 +32,35 @@ void ColumnSums(const float* __restrict m, int64_t rows, int64_t cols, float* __
 
 }  // namespace
 
+std::vector<TensorInfo> MlpTensors(const std::vector<int64_t>& dims) {
+  std::vector<TensorInfo> tensors;
+  for (size_t l = 0; l + 1 < dims.size(); ++l) {
+    tensors.push_back({"fc" + std::to_string(l + 1) + ".weight", {dims[l], dims[l + 1]}});
+    tensors.push_back({"fc" + std::to_string(l + 1) + ".bias", {dims[l + 1]}});
+  }
+  return tensors;
+}
+
+void InitializeMlp(const std::vector<int64_t>& dims, const std::vector<TensorInfo>& layout, FloatSpan params,
+                   uint64_t seed) {
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const int64_t fan_in = dims[t / 2];
+    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    Rng rng(Rng::Derive(seed, kInitStream, t));
+    for (float& w : params.subspan(layout[t].offset, layout[t].size)) w = rng.Uniform(-bound, bound);
+  }
+}
+
 Mlp::Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int num_classes)
     : name_(std::move(name)) {
   dims_.push_back(input_dim);
   dims_.insert(dims_.end(), hidden.begin(), hidden.end());
   dims_.push_back(num_classes);
-  std::vector<TensorInfo> tensors;
-  for (int l = 0; l < num_layers(); ++l) {
-    tensors.push_back({"fc" + std::to_string(l + 1) + ".weight", {dims_[l], dims_[l + 1]}});
-    tensors.push_back({"fc" + std::to_string(l + 1) + ".bias", {dims_[l + 1]}});
-  }
-  SetLayout(std::move(tensors));
+  SetLayout(MlpTensors(dims_));
   acts_.resize(static_cast<size_t>(num_layers()));
 }
 
-void Mlp::Initialize(uint64_t seed) {
-  for (size_t t = 0; t < layout_.size(); ++t) {
-    const int64_t fan_in = dims_[t / 2];
-    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-    Rng rng(Rng::Derive(seed, kInitStream, t));
-    for (float& w : tensor(t)) w = rng.Uniform(-bound, bound);
-  }
-}
+void Mlp::Initialize(uint64_t seed) { InitializeMlp(dims_, layout_, params_, seed); }
 
 void Mlp::Forward(const Batch& batch) {
   GRADSYNC_CHECK(batch.x != nullptr && batch.dim == dims_[0])

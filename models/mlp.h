@@ -13,6 +13,13 @@
 
 namespace gradsync {
 
+// The MLP's tensors for layer sizes `dims` (input, hidden..., classes), and its initialization
+// into `params` laid out as `layout`: shared by the CPU model and the CUDA one, so that both
+// start from the same bits.
+std::vector<TensorInfo> MlpTensors(const std::vector<int64_t>& dims);
+void InitializeMlp(const std::vector<int64_t>& dims, const std::vector<TensorInfo>& layout, FloatSpan params,
+                   uint64_t seed);
+
 class Mlp final : public Model {
  public:
   Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int num_classes);

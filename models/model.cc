@@ -16,6 +16,13 @@ const SparseGrad& Model::sparse_grad(size_t i) const {
   return kEmpty;
 }
 
+Status Model::SetOptimizer(const OptimizerOptions&) {
+  return UnimplementedError(name() + " runs its optimizer on the host (Optimizer on params()/grads())");
+}
+Status Model::OptimizerStep(float) {
+  return UnimplementedError(name() + " runs its optimizer on the host (Optimizer on params()/grads())");
+}
+
 void Model::SetLayout(std::vector<TensorInfo> tensors) {
   int64_t offset = 0;
   for (auto& t : tensors) {
@@ -29,20 +36,32 @@ void Model::SetLayout(std::vector<TensorInfo> tensors) {
   grads_.assign(static_cast<size_t>(offset), 0.0f);
 }
 
+Result<std::vector<int64_t>> DenseModelDims(const ModelOptions& o) {
+  if (o.name != "softmax" && o.name != "mlp") {
+    return InvalidArgumentError("'" + o.name + "' is not a dense model (expected softmax|mlp)");
+  }
+  if (o.input_dim <= 0) return InvalidArgumentError("input dimension must be > 0");
+  if (o.num_classes < 2) return InvalidArgumentError("a classifier needs >= 2 classes");
+  std::vector<int64_t> hidden = o.name == "mlp" ? o.hidden : std::vector<int64_t>{};
+  if (o.name == "mlp" && hidden.empty()) {
+    return InvalidArgumentError("mlp needs at least one hidden layer (use --model=softmax for none)");
+  }
+  for (int64_t h : hidden) {
+    if (h <= 0 || h > (1 << 20)) {
+      return InvalidArgumentError("hidden layer sizes must be in [1, 2^20], got " + std::to_string(h));
+    }
+  }
+  std::vector<int64_t> dims{o.input_dim};
+  dims.insert(dims.end(), hidden.begin(), hidden.end());
+  dims.push_back(o.num_classes);
+  return dims;
+}
+
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
   if (o.name == "softmax" || o.name == "mlp") {
-    if (o.input_dim <= 0) return InvalidArgumentError("input dimension must be > 0");
-    if (o.num_classes < 2) return InvalidArgumentError("a classifier needs >= 2 classes");
-    std::vector<int64_t> hidden = o.name == "mlp" ? o.hidden : std::vector<int64_t>{};
-    if (o.name == "mlp" && hidden.empty()) {
-      return InvalidArgumentError("mlp needs at least one hidden layer (use --model=softmax for none)");
-    }
-    for (int64_t h : hidden) {
-      if (h <= 0 || h > (1 << 20)) {
-        return InvalidArgumentError("hidden layer sizes must be in [1, 2^20], got " + std::to_string(h));
-      }
-    }
-    std::unique_ptr<Model> m = std::make_unique<Mlp>(o.name, o.input_dim, hidden, o.num_classes);
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, DenseModelDims(o));
+    std::unique_ptr<Model> m = std::make_unique<Mlp>(
+        o.name, o.input_dim, std::vector<int64_t>(dims.begin() + 1, dims.end() - 1), o.num_classes);
     return m;
   }
   if (o.name == "sparse_logreg") {

@@ -7,8 +7,11 @@
 // TensorInfo::sparse) in sparse_grad(). Initialization is a pure function of the seed, so every
 // process that builds the same model with the same seed holds bit-identical parameters.
 //
-// Backends: the CPU models here use CBLAS sgemm (OpenBLAS). A CUDA backend implements the same
-// interface with device buffers; there params()/grads() are host mirrors filled on request.
+// Backends: the CPU models here use CBLAS sgemm (OpenBLAS). The CUDA backend (models/cuda/)
+// implements the same interface with parameters, gradients and activations on the device; there
+// params()/grads() are pinned host mirrors that ParamsToHost / GradsToHost / ParamsToDevice fill
+// or drain, device work is enqueued on the model's one stream, and the optimizer runs on the
+// device (OptimizerStep). On a CPU model those calls are no-ops or unsupported (see below).
 // Thread safety: none; one model per training thread.
 //
 //   ASSIGN_OR_RETURN(auto model, CreateModel(options));
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "common/dataset.h"
+#include "common/optimizer.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -77,6 +81,25 @@ class Model {
   void set_grad_ready(std::function<void(size_t tensor)> fn) { grad_ready_ = std::move(fn); }
   const std::function<void(size_t)>& grad_ready() const { return grad_ready_; }
 
+  // --- Device models (CUDA). A CPU model's tensors ARE params()/grads(): these do nothing. ---
+  virtual bool on_device() const { return false; }
+  // grads() <- the device gradient of the last ForwardBackward (waits for it).
+  virtual Status GradsToHost() { return OkStatus(); }
+  // params() <- the device parameters (waits for them).
+  virtual Status ParamsToHost() { return OkStatus(); }
+  // The device parameters <- params() (enqueued on the model's stream: later device work sees
+  // them; params() must not change until the next call that waits).
+  virtual Status ParamsToDevice() { return OkStatus(); }
+  // The flat device gradient and the model's cudaStream_t (opaque here, so that this header
+  // needs no CUDA), for a device all-reduce. nullptr on the CPU.
+  virtual float* device_grads() { return nullptr; }
+  virtual void* device_stream() { return nullptr; }
+  // The optimizer where the tensors live (device models): the same rule as Optimizer, with its
+  // state on the device. SetOptimizer once, then OptimizerStep(lr) after each gradient (enqueued).
+  // CPU models: kUnimplemented (the trainers run Optimizer on params()/grads() themselves).
+  virtual Status SetOptimizer(const OptimizerOptions& options);
+  virtual Status OptimizerStep(float lr);
+
  protected:
   void GradReady(size_t tensor) const {
     if (grad_ready_) grad_ready_(tensor);
@@ -103,6 +126,10 @@ inline constexpr const char* kModelNames = "softmax|mlp|sparse_logreg";
 
 // Builds a CPU model; rejects unknown names and bad sizes with kInvalidArgument.
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);
+
+// The layer sizes (input, hidden..., classes) of a dense model (softmax | mlp), validated as
+// CreateModel does; kInvalidArgument for sparse_logreg and unknown names.
+Result<std::vector<int64_t>> DenseModelDims(const ModelOptions& options);
 
 // Mean loss and accuracy of `model` over all of `data`, in batches of `batch_size`.
 struct EvalResult {

@@ -105,7 +105,17 @@ Status AllreduceTrainer::AverageGradients() {
 Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
   const auto& o = options_.train;
   const int rank = collective_->rank(), n = collective_->size();
+  const bool device = model_->on_device();
+  RETURN_IF_ERROR(CheckDeviceTraining(*model_, o));
+  if (device) {
+    if (!options_.device_collective) return FailedPreconditionError("a CUDA model needs a device collective (NCCL)");
+    if (!options_.compression.empty()) return InvalidArgumentError("--compress is not supported with --device=cuda in allreduce mode");
+  }
   RETURN_IF_ERROR(collective_->Broadcast(model_->params(), 0).WithContext("broadcasting the initial parameters"));
+  if (device) {
+    RETURN_IF_ERROR(model_->ParamsToDevice());
+    RETURN_IF_ERROR(model_->SetOptimizer(o.optimizer));
+  }
   if (!options_.compression.empty()) {
     ASSIGN_OR_RETURN(decoder_, CreateCompressor(options_.compression, o.seed));
     for (const auto& t : model_->layout()) {
@@ -114,7 +124,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   }
   const bool any_sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
                                       [](const TensorInfo& t) { return t.sparse; });
-  if (options_.overlap && !decoder_ && !any_sparse && n > 1) {
+  if (options_.overlap && !decoder_ && !any_sparse && n > 1 && !device) {
     reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
                                                    options_.first_bucket_bytes);
     model_->set_grad_ready([this](size_t t) { reducer_->OnReady(t); });
@@ -129,7 +139,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   int64_t total_steps = steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const LrSchedule lr = RunSchedule(o, total_steps, steps_per_epoch);
-  Optimizer opt(o.optimizer, model_->num_params());
+  Optimizer opt(o.optimizer, device ? 0 : model_->num_params());
   Straggler straggler(o.straggler, o.straggler_seed);
   const bool evaluates = rank == 0 && options_.evaluate;
   BatchBuffer buffer;
@@ -155,7 +165,18 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
       Stopwatch comm;
       step_ = step;
       double comm_ms = 0, hidden_ms = 0;
-      if (reducer_) {
+      if (device) {
+        // NCCL on the device gradient, then the optimizer, both on the model's stream; the one
+        // wait (with a deadline) is here, so that a dead peer fails the step instead of hanging.
+        DeviceCollective& dc = *options_.device_collective;
+        RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
+                                           ReduceOp::kAverage, model_->device_stream())
+                            .WithContext("step " + std::to_string(step)));
+        RETURN_IF_ERROR(model_->OptimizerStep(lr.At(step)));
+        RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s)
+                            .WithContext("step " + std::to_string(step)));
+        comm_ms = comm.Millis();
+      } else if (reducer_) {
         RETURN_IF_ERROR(reducer_->Finish().WithContext("step " + std::to_string(step)));
         comm_ms = reducer_->busy_ms();
         hidden_ms = std::max(0.0, comm_ms - reducer_->exposed_ms());
@@ -165,11 +186,11 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
       }
       Stopwatch update;
       const float rate = lr.At(step);
-      for (size_t t = 0; t < model_->layout().size(); ++t) {
+      for (size_t t = 0; !device && t < model_->layout().size(); ++t) {
         const TensorInfo& ti = model_->layout()[t];
         if (ti.sparse) opt.StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
       }
-      for (const ShardRange& run : dense_runs_) {
+      for (const ShardRange& run : device ? std::span<const ShardRange>() : std::span<const ShardRange>(dense_runs_)) {
         opt.Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
                  run.begin);
       }

@@ -39,6 +39,11 @@ struct AllreduceTrainOptions {
   // backward has produced it (worker/overlap.h), the first bucket at most first_bucket_bytes.
   bool overlap = true;
   size_t first_bucket_bytes = 1u << 20;
+  // Device models (--device=cuda): the gradient is averaged by this collective (NCCL) on the
+  // device, with no host copy, and the optimizer runs on the device. The CPU collective still
+  // broadcasts the initial parameters and holds the final barrier.
+  DeviceCollective* device_collective = nullptr;
+  double collective_timeout_s = 60.0;  // deadline of a device all-reduce
 };
 
 class AllreduceTrainer {

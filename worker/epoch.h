@@ -54,6 +54,15 @@ inline float ComputeGradients(Model& model, const Dataset& data, std::span<const
   return model.ForwardBackward(gathered ? *gathered : buffer.Gather(data, indices));
 }
 
+// What a device (CUDA) model cannot do yet in a trainer: accumulation sums micro-batch
+// gradients on the host. OK for CPU models.
+inline Status CheckDeviceTraining(const Model& model, const LocalTrainOptions& o) {
+  if (model.on_device() && o.micro_batch > 0) {
+    return InvalidArgumentError("--accumulate is not supported with --device=cuda (micro-batch gradients are summed on the host)");
+  }
+  return OkStatus();
+}
+
 // The learning-rate schedule of a run: o.lr with its total steps and its warm-up in steps.
 LrSchedule RunSchedule(const LocalTrainOptions& o, int64_t total_steps, int64_t steps_per_epoch);
 

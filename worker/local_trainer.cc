@@ -40,7 +40,10 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
   if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
   const LrSchedule lr = RunSchedule(options_, total_steps, steps_per_epoch);
 
-  Optimizer opt(options_.optimizer, model_->num_params());
+  RETURN_IF_ERROR(CheckDeviceTraining(*model_, options_));
+  const bool device = model_->on_device();
+  if (device) RETURN_IF_ERROR(model_->SetOptimizer(options_.optimizer));
+  Optimizer opt(options_.optimizer, device ? 0 : model_->num_params());
   Straggler straggler(options_.straggler, options_.straggler_seed);
   BatchBuffer buffer;
   std::vector<float> accum;
@@ -59,7 +62,11 @@ Result<std::vector<EpochReport>> LocalTrainer::Run(
         return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " +
                             std::to_string(step) + " (lower --lr?)");
       }
-      ApplyGradients(*model_, opt, lr.At(step));
+      if (device) {
+        RETURN_IF_ERROR(model_->OptimizerStep(lr.At(step)));  // enqueued; the next loss waits for it
+      } else {
+        ApplyGradients(*model_, opt, lr.At(step));
+      }
       ++step;
       const double step_ms = step_clock.Millis();
       const double delay_ms = straggler.Sleep(step_ms);

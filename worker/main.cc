@@ -19,6 +19,13 @@
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
 #include "worker/ps_trainer.h"
+#include "gradsync/config.h"
+#if GRADSYNC_HAVE_CUDA
+#include "models/cuda/cuda_model.h"
+#endif
+#if GRADSYNC_HAVE_NCCL
+#include "allreduce/nccl/nccl_allreduce.h"
+#endif
 
 namespace gradsync {
 namespace {
@@ -45,6 +52,8 @@ int Main(int argc, char** argv) {
       ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds without the scheduler before giving up")
       ("request-timeout", po::value<double>()->default_value(120.0), "seconds a push or pull may take (dead servers fail faster)")
+      ("device", po::value<std::string>()->default_value("cpu"), "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)")
+      ("gpu", po::value<int>()->default_value(-1), "--device=cuda: CUDA device index (default: rank modulo the visible devices; PS workers may share one)")
       ("model", po::value<std::string>()->default_value("mlp"), kModelNames)
       ("hidden", po::value<std::string>()->default_value("256,128"), "mlp hidden layer sizes, comma-separated")
       ("dataset", po::value<std::string>(), "fashion-mnist|blobs|sparse-logistic (default: fashion-mnist; sparse-logistic for sparse_logreg)")
@@ -88,6 +97,20 @@ int Main(int argc, char** argv) {
   if (!allreduce) {
     for (const char* f : {"bucket-mb", "collective-timeout", "bind", "overlap", "first-bucket-mb"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
+  }
+  const std::string device = vm["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda") flags.Fail("--device must be cpu or cuda, not '" + device + "'");
+  const bool cuda = device == "cuda";
+  if (FlagGiven(vm, "gpu") && !cuda) flags.Fail("--gpu applies to --device=cuda");
+  if (vm["gpu"].as<int>() < -1) flags.Fail("--gpu must be >= 0");
+  if (cuda) {
+    if (!GRADSYNC_HAVE_CUDA) flags.Fail("--device=cuda: this gradsync-worker was built without CUDA (GRADSYNC_CUDA=OFF or no nvcc)");
+    if (vm["model"].as<std::string>() == "sparse_logreg") flags.Fail("--device=cuda applies to --model=softmax|mlp");
+    if (vm["accumulate"].as<int64_t>() > 1) flags.Fail("--accumulate is not supported with --device=cuda");
+    if (allreduce && !GRADSYNC_HAVE_NCCL) flags.Fail("--device=cuda --mode=allreduce needs NCCL, which this build did not find");
+    if (allreduce && vm["compress"].as<std::string>() != "none") {
+      flags.Fail("--compress is not supported with --device=cuda --mode=allreduce (NCCL averages fp32 gradients)");
+    }
   }
   if (!(vm["bucket-mb"].as<double>() > 0)) flags.Fail("--bucket-mb must be > 0");
   if (!(vm["first-bucket-mb"].as<double>() > 0)) flags.Fail("--first-bucket-mb must be > 0");
@@ -231,6 +254,7 @@ int Main(int argc, char** argv) {
        << " compress_pull=" << vm["compress-pull"].as<bool>() << " accumulate=" << accumulate
        << " lr_scaling=" << lr_scaling << " base_batch=" << vm["base-batch"].as<int64_t>()
        << " warmup_epochs=" << train.warmup_epochs << " staleness_aware_lr=" << vm["staleness-aware-lr"].as<bool>();
+    if (allreduce) fp << " device=" << device;  // every rank of a NCCL job must be on a GPU
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -252,21 +276,55 @@ int Main(int argc, char** argv) {
     }
   }
 
-  auto data = LoadTrainTest(data_options);
-  if (!data.ok()) {
-    std::cerr << "gradsync-worker: error: " << data.status().message() << std::endl;
+  // Fails the job (so that the scheduler hears of it) with one line and exit 1.
+  auto fail_job = [&](const Status& s) {
+    std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
     if (scheduler) {
-      scheduler->Finished(data.status());
+      scheduler->Finished(s);
       scheduler->Flush(2.0);
     }
     return 1;
-  }
+  };
+  auto data = LoadTrainTest(data_options);
+  if (!data.ok()) return fail_job(data.status());
   if (!sparse_model) {
     model_options.input_dim = data->train.dim;
     model_options.num_classes = data->train.num_classes;
   }
-  auto model = CreateModel(model_options);
-  if (!model.ok()) flags.Fail(model.status().message());
+  Result<std::unique_ptr<Model>> model = UnimplementedError("no model");
+  std::string device_name = "cpu";
+#if GRADSYNC_HAVE_NCCL
+  std::unique_ptr<NcclCollective> nccl;
+#endif
+  if (!cuda) {
+    model = CreateModel(model_options);
+    if (!model.ok()) flags.Fail(model.status().message());
+  } else {
+#if GRADSYNC_HAVE_CUDA
+    if (Status s = DenseModelDims(model_options).status(); !s.ok()) flags.Fail(s.message());
+    const int devices = CudaDeviceCount();
+    if (devices == 0) return fail_job(FailedPreconditionError("--device=cuda: no CUDA device is visible"));
+    const int gpu = vm["gpu"].as<int>() >= 0 ? vm["gpu"].as<int>() : rank % devices;
+    if (allreduce && table.workers_size() > devices && !FlagGiven(vm, "gpu")) {
+      return fail_job(FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: " +
+                                              std::to_string(table.workers_size()) + " workers, " +
+                                              std::to_string(devices) + " GPUs visible"));
+    }
+    CudaModelOptions co;
+    co.device = gpu;
+    co.stream_grads_to_host = ps;  // the push reads the pinned mirror; copy it during backward
+    model = CreateCudaModel(model_options, co);
+    if (!model.ok()) return fail_job(model.status());
+    device_name = "cuda:" + std::to_string(gpu) + " (" + CudaDeviceName(gpu) + ")";
+#if GRADSYNC_HAVE_NCCL
+    if (allreduce) {
+      auto c = NcclCollective::Create(*ring, gpu);
+      if (!c.ok()) return fail_job(c.status().WithContext("NCCL"));
+      nccl = std::move(c).value();
+    }
+#endif
+#endif
+  }
   (*model)->Initialize(train.seed);
 
   std::optional<MetricsWriter> metrics;
@@ -281,13 +339,13 @@ int Main(int argc, char** argv) {
   }
 
   std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
-              "batch=%lld lr=%g (%s) momentum=%g%s weight_decay=%g epochs=%d seed=%llu threads=%d\n",
+              "batch=%lld lr=%g (%s) momentum=%g%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s\n",
               rank, mode.c_str(), (*model)->name().c_str(), static_cast<long long>((*model)->num_params()),
               data_options.name.c_str(), static_cast<long long>(data->train.n),
               static_cast<long long>(data->test.n), static_cast<long long>(train.batch),
               train.lr.base, vm["lr-schedule"].as<std::string>().c_str(), train.optimizer.momentum,
               train.optimizer.nesterov ? " (nesterov)" : "", train.optimizer.weight_decay,
-              train.epochs, static_cast<unsigned long long>(train.seed), threads);
+              train.epochs, static_cast<unsigned long long>(train.seed), threads, device_name.c_str());
   std::fflush(stdout);
   double best = -1.0;
   int best_epoch = 0;
@@ -327,12 +385,22 @@ int Main(int argc, char** argv) {
     ao.compression = compress == "none" ? "" : compress;
     ao.error_feedback = error_feedback;
     ao.correction_momentum = correction_momentum;
+    ao.collective_timeout_s = vm["collective-timeout"].as<double>();
+#if GRADSYNC_HAVE_NCCL
+    ao.device_collective = nccl.get();
+#endif
     AllreduceTrainer trainer(ao, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, ring.get());
     reports = trainer.Run(print_epoch);
     if (reports.ok()) {
       std::printf("worker %d: %llu bytes sent, %llu received over the ring\n", rank,
                   static_cast<unsigned long long>(ring->bytes_sent()),
                   static_cast<unsigned long long>(ring->bytes_received()));
+#if GRADSYNC_HAVE_NCCL
+      if (nccl) {
+        std::printf("worker %d: NCCL all-reduced %llu gradient bytes (its own transport; the ring bytes above are the bootstrap's)\n",
+                    rank, static_cast<unsigned long long>(nccl->elements_reduced() * sizeof(float)));
+      }
+#endif
     }
     scheduler->Finished(reports.ok() ? OkStatus() : reports.status());
     scheduler->Flush(2.0);

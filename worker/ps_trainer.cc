@@ -71,6 +71,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   int64_t total_steps = steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const double timeout = options_.request_timeout_s;
+  RETURN_IF_ERROR(CheckDeviceTraining(*model_, o));
   if (!options_.compression.empty()) {
     RETURN_IF_ERROR(client_->SetCompression(options_.compression, o.seed, options_.error_feedback,
                                             options_.correction_momentum, options_.compress_pull));
@@ -138,6 +139,9 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
         ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock, model_->params(), {}, true));
         RETURN_IF_ERROR(client_->Wait(full, timeout).WithContext("evaluation pull"));
       }
+      // A device model computes on its copy: upload what was pulled (enqueued; ForwardBackward's
+      // wait covers it, and params() is not written again before that).
+      RETURN_IF_ERROR(model_->ParamsToDevice());
       if (epoch_end) RETURN_IF_ERROR(evaluate_and_report(epoch));
       if (mid_eval) {
         const auto t = client_->traffic();
@@ -167,6 +171,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
           push_values.push_back(g.values[i]);
         }
       }
+      RETURN_IF_ERROR(model_->GradsToHost());  // device models: the push reads the pinned mirror
       const double compute_ms = compute.Millis();
       const double delay_ms = straggler.Sleep(compute_ms);
       Stopwatch push_clock;
@@ -194,6 +199,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   if (evaluates) {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock, model_->params(), {}, /*full=*/true));
     RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("final pull"));
+    RETURN_IF_ERROR(model_->ParamsToDevice());
   }
   RETURN_IF_ERROR(evaluate_and_report(static_cast<int>((clock + steps_per_epoch - 1) / steps_per_epoch)));
   return reports;

@@ -50,6 +50,7 @@ NcclCollective::~NcclCollective() {
 
 Status NcclCollective::AllReduce(float* device_data, size_t count, ReduceOp op, cudaStream_t stream) {
   if (count == 0) return OkStatus();
+  if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
   ncclResult_t r = ncclAllReduce(device_data, device_data, count, ncclFloat32,
                                  op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream);
   return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce");
@@ -57,11 +58,13 @@ Status NcclCollective::AllReduce(float* device_data, size_t count, ReduceOp op, 
 
 Status NcclCollective::AllReduceHalf(uint16_t* device_data, size_t count, cudaStream_t stream) {
   if (count == 0) return OkStatus();
+  if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
   ncclResult_t r = ncclAllReduce(device_data, device_data, count, ncclFloat16, ncclSum, comm_, stream);
   return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce (half)");
 }
 
 Status NcclCollective::Synchronize(cudaStream_t stream, double timeout_s) {
+  if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
     cudaError_t e = cudaStreamQuery(stream);

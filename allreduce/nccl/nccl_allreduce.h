@@ -16,7 +16,7 @@
 
 namespace gradsync {
 
-class NcclCollective {
+class NcclCollective final : public DeviceCollective {
  public:
   // Number of visible CUDA devices (0 when there is no GPU or no driver).
   static int DeviceCount();
@@ -24,8 +24,8 @@ class NcclCollective {
   static Result<std::unique_ptr<NcclCollective>> Create(Collective& bootstrap, int device);
   ~NcclCollective();
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
   // Enqueues data <- op over all ranks on `stream` (count floats of device memory).
   Status AllReduce(float* device_data, size_t count, ReduceOp op, cudaStream_t stream);
   // Enqueues data <- sum over all ranks of `count` IEEE halves (fp16 compression, pre-divided).
@@ -33,12 +33,23 @@ class NcclCollective {
   // Waits for `stream`, at most timeout_s; on timeout aborts the communicator.
   Status Synchronize(cudaStream_t stream, double timeout_s);
 
+  // DeviceCollective (the trainers' view): the same calls with an opaque stream.
+  Status AllReduceDevice(float* device_data, size_t count, ReduceOp op, void* stream) override {
+    elements_ += count;
+    return AllReduce(device_data, count, op, static_cast<cudaStream_t>(stream));
+  }
+  Status SynchronizeDevice(void* stream, double timeout_s) override {
+    return Synchronize(static_cast<cudaStream_t>(stream), timeout_s);
+  }
+  uint64_t elements_reduced() const override { return elements_; }
+
  private:
   NcclCollective() = default;
   ncclComm_t comm_ = nullptr;
   int rank_ = 0;
   int size_ = 1;
   int device_ = 0;
+  uint64_t elements_ = 0;
 };
 
 }  // namespace gradsync

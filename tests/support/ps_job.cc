@@ -8,26 +8,35 @@
 #include "common/scheduler_client.h"
 #include "allreduce/tcp_ring.h"
 #include "server/scheduler.h"
+#include "tests/support/fake_device.h"
 #include "worker/allreduce_trainer.h"
 #include "worker/ps_client.h"
 #include "worker/ps_trainer.h"
 
 namespace gradsync::testing {
 
+std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_device) {
+  if (fake_device) return std::make_unique<FakeDeviceModel>(options);
+  auto m = CreateModel(options);
+  GRADSYNC_CHECK(m.ok()) << m.status();
+  return std::move(m).value();
+}
+
 std::vector<float> RunLocal(const ModelOptions& model_options, const LocalTrainOptions& train, uint64_t init_seed,
-                            const Dataset& data) {
-  auto model = std::move(CreateModel(model_options)).value();
+                            const Dataset& data, bool fake_device) {
+  auto model = MakeTestModel(model_options, fake_device);
   model->Initialize(init_seed);
   LocalTrainer t(train, model.get(), &data, &data, nullptr);
   auto r = t.Run();
   GRADSYNC_CHECK(r.ok()) << r.status();
+  GRADSYNC_CHECK(model->ParamsToHost().ok());
   return std::vector<float>(model->params().begin(), model->params().end());
 }
 
 // Runs n allreduce workers; returns rank 0's parameters after training (all ranks must agree).
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const LocalTrainOptions& train,
                                            const Dataset& data, size_t bucket_bytes, const std::string& compression,
-                                           bool error_feedback, float correction_momentum) {
+                                           bool error_feedback, float correction_momentum, bool fake_device) {
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
@@ -41,8 +50,9 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
     threads.emplace_back([&, r] {
       status[r] = rings[r]->Connect(r, peers, 10);
       if (!status[r].ok()) return;
-      auto model = std::move(CreateModel(mo)).value();
+      auto model = MakeTestModel(mo, fake_device);
       model->Initialize(r == 0 ? 0 : 1000 + r);  // only rank 0's initial values may matter
+      HostDeviceCollective device(rings[r].get());
       AllreduceTrainOptions o;
       o.train = train;
       o.bucket_bytes = bucket_bytes;
@@ -50,9 +60,10 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
       o.compression = compression;
       o.error_feedback = error_feedback;
       o.correction_momentum = correction_momentum;
+      if (fake_device) o.device_collective = &device;
       AllreduceTrainer t(o, model.get(), &data, &data, nullptr, rings[r].get());
       auto rep = t.Run();
-      status[r] = rep.ok() ? OkStatus() : rep.status();
+      status[r] = rep.ok() ? model->ParamsToHost() : rep.status();
       params[r].assign(model->params().begin(), model->params().end());
     });
   }
@@ -127,7 +138,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
         fail(table.status());
         return;
       }
-      auto model = std::move(CreateModel(o.model)).value();
+      auto model = MakeTestModel(o.model, o.fake_device);
       model->Initialize(o.init_seed);
       auto ps = PsClient::Create(ctx, *table, client.rank(), model->layout(), &client);
       if (!ps.ok()) {

@@ -35,6 +35,8 @@ struct PsJobOptions {
   float correction_momentum = 0;  // DGC on the workers
   bool compress_pull = false;
   bool staleness_aware_lr = false;
+  // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).
+  bool fake_device = false;
   // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
   std::function<void(const std::vector<uint16_t>& server_ports)> side_task;
 };
@@ -54,10 +56,13 @@ PsJobResult RunPsJob(const PsJobOptions& options, const Dataset& train, const Da
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& model, const LocalTrainOptions& train,
                                            const Dataset& data, size_t bucket_bytes,
                                            const std::string& compression = "", bool error_feedback = false,
-                                           float correction_momentum = 0);
+                                           float correction_momentum = 0, bool fake_device = false);
 
 // Local SGD with the same settings (the reference): returns the parameters after training.
 std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& train, uint64_t init_seed,
-                            const Dataset& data);
+                            const Dataset& data, bool fake_device = false);
+
+// CreateModel, or a FakeDeviceModel (tests/support/fake_device.h) when fake_device.
+std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_device);
 
 }  // namespace gradsync::testing

@@ -1,0 +1,476 @@
+// CudaMlp: the MLP (and softmax regression) of models/mlp.h on one GPU. See cuda_model.h.
+//
+// Row-major matrices in cuBLAS (column-major): a row-major [r, c] matrix is the column-major
+// [c, r] matrix with leading dimension c, its transpose. So with X [b, in], W [in, out],
+// delta [b, out] (all row-major):
+//   Y = X W                 -> C^T = W^T X^T:      sgemm(N, N, m=out, n=b,  k=in,  W, out, X, in)
+//   dW = X^T delta          -> dW^T = delta^T X:   sgemm(N, T, m=out, n=in, k=b,   delta, out, X, in)
+//   dX = delta W^T          -> dX^T = W delta^T:   sgemm(T, N, m=in,  n=b,  k=out, W, out, delta, out)
+//   db = column sums        -> sgemv(N, m=out, n=b, delta, out, ones)
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+#include "models/cuda/cuda_model.h"
+#include "models/mlp.h"
+
+namespace gradsync {
+namespace {
+
+#define GS_CUDA_CHECK(call)                                                                     \
+  do {                                                                                         \
+    const cudaError_t gs_e = (call);                                                           \
+    GRADSYNC_CHECK(gs_e == cudaSuccess) << #call << ": " << cudaGetErrorString(gs_e);          \
+  } while (0)
+#define GS_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                         \
+    const cublasStatus_t gs_s = (call);                                                        \
+    GRADSYNC_CHECK(gs_s == CUBLAS_STATUS_SUCCESS) << #call << ": " << cublasGetStatusString(gs_s); \
+  } while (0)
+
+Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return OkStatus();
+  return InternalError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+// out = act(out + bias) over a row-major [rows, cols] matrix; act is ReLU or the identity.
+__global__ void BiasActivation(float* out, const float* bias, int64_t rows, int64_t cols, bool relu) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = out[i] + bias[i % cols];
+    out[i] = relu ? (v > 0.0f ? v : 0.0f) : v;
+  }
+}
+
+// delta[i] = 0 where the forward activation was clamped (a[i] <= 0).
+__global__ void ReluBackward(const float* a, int64_t n, float* delta) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!(a[i] > 0.0f)) delta[i] = 0.0f;
+  }
+}
+
+// Softmax cross-entropy, one thread per row: delta = (softmax(z) - onehot(y)) * inv_b and the
+// row's loss, as the CPU model computes them.
+__global__ void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t b, int64_t classes,
+                                    float inv_b, float* delta, float* row_loss) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < b;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* z = logits + i * classes;
+    float* d = delta + i * classes;
+    float m = z[0];
+    for (int64_t c = 1; c < classes; ++c) m = fmaxf(m, z[c]);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) {
+      d[c] = expf(z[c] - m);
+      sum += d[c];
+    }
+    const int32_t y = labels[i];
+    row_loss[i] = logf(sum) + m - z[y];
+    const float scale = inv_b / sum;
+    for (int64_t c = 0; c < classes; ++c) d[c] *= scale;
+    d[y] -= inv_b;
+  }
+}
+
+// Evaluation, one thread per row: the loss (in double, as the CPU's EvaluateBatch) and whether
+// the first largest logit is the label.
+__global__ void EvaluateRows(const float* logits, const int32_t* labels, int64_t b, int64_t classes,
+                             double* row_loss, int* row_correct) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < b;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* z = logits + i * classes;
+    int64_t top = 0;
+    for (int64_t c = 1; c < classes; ++c) {
+      if (z[c] > z[top]) top = c;
+    }
+    const float m = z[top];
+    double sum = 0.0;
+    for (int64_t c = 0; c < classes; ++c) sum += exp(static_cast<double>(z[c] - m));
+    const int32_t y = labels[i];
+    row_loss[i] = log(sum) + m - z[y];
+    row_correct[i] = top == y ? 1 : 0;
+  }
+}
+
+// out[0] = sum of x[0, n) in double, by one block in a fixed order (deterministic).
+template <typename T>
+__global__ void SumToDouble(const T* x, int64_t n, double* out) {
+  __shared__ double partial[kThreads];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(x[i]);
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = partial[0];
+}
+
+// The Optimizer rule (common/optimizer.h): g' = g + wd w; b = mu b + g'; w -= lr (nesterov ?
+// g' + mu b : b); without momentum w -= lr g'.
+__global__ void SgdStep(float* w, const float* g, float* velocity, int64_t n, float lr, float mu, bool nesterov,
+                        float wd) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gi = g[i] + wd * w[i];
+    if (mu == 0.0f) {
+      w[i] -= lr * gi;
+      continue;
+    }
+    const float b = mu * velocity[i] + gi;
+    velocity[i] = b;
+    w[i] -= lr * (nesterov ? gi + mu * b : b);
+  }
+}
+
+__global__ void FillKernel(float* x, int64_t n, float v) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = v;
+  }
+}
+
+// Device memory that only grows (a reallocation synchronizes, so it happens at the first batch
+// of a new size, not every step).
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), size_(o.size_) { o.ptr_ = nullptr, o.size_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  // True when it grew (the contents are then undefined).
+  bool Reserve(size_t count) {
+    if (count <= size_) return false;
+    if (ptr_) GS_CUDA_CHECK(cudaFree(ptr_));
+    ptr_ = nullptr;
+    GS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, count) * sizeof(T)));
+    size_ = count;
+    return true;
+  }
+  T* get() const { return ptr_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Page-locked host memory that only grows (staging for batches and results).
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  void Reserve(size_t count) {
+    if (count <= size_) return;
+    if (ptr_) GS_CUDA_CHECK(cudaFreeHost(ptr_));
+    ptr_ = nullptr;
+    GS_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ptr_), std::max<size_t>(1, count) * sizeof(T)));
+    size_ = count;
+  }
+  T* get() const { return ptr_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+class CudaMlp final : public Model {
+ public:
+  CudaMlp(std::string name, std::vector<int64_t> dims, const CudaModelOptions& cuda)
+      : name_(std::move(name)), dims_(std::move(dims)), cuda_(cuda) {
+    SetLayout(MlpTensors(dims_));
+    Use();
+    GS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    GS_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    GS_CUBLAS_CHECK(cublasCreate(&blas_));
+    GS_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    // Plain fp32 sgemm (no TF32), so that the results match the CPU backend's.
+    GS_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    const size_t n = static_cast<size_t>(num_params());
+    params_d_.Reserve(n);
+    grads_d_.Reserve(n);
+    GS_CUDA_CHECK(cudaMemsetAsync(grads_d_.get(), 0, n * sizeof(float), stream_));
+    // The host mirrors become page-locked in place: copies to and from them are DMA.
+    GS_CUDA_CHECK(cudaHostRegister(params_.data(), n * sizeof(float), cudaHostRegisterDefault));
+    GS_CUDA_CHECK(cudaHostRegister(grads_.data(), n * sizeof(float), cudaHostRegisterDefault));
+    acts_.resize(static_cast<size_t>(num_layers()));
+    layer_done_.resize(static_cast<size_t>(num_layers()));
+    for (auto& e : layer_done_) GS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    results_.Reserve(2);
+  }
+
+  ~CudaMlp() override {
+    cudaSetDevice(cuda_.device);
+    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(copy_stream_);
+    for (auto& e : layer_done_) cudaEventDestroy(e);
+    cudaHostUnregister(params_.data());
+    cudaHostUnregister(grads_.data());
+    cublasDestroy(blas_);
+    cudaStreamDestroy(copy_stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+  bool on_device() const override { return true; }
+  float* device_grads() override { return grads_d_.get(); }
+  void* device_stream() override { return stream_; }
+
+  void Initialize(uint64_t seed) override {
+    Use();
+    InitializeMlp(dims_, layout_, params_, seed);
+    GS_CUDA_CHECK(cudaMemcpyAsync(params_d_.get(), params_.data(), params_.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream_));
+    if (velocity_d_.get()) {
+      GS_CUDA_CHECK(cudaMemsetAsync(velocity_d_.get(), 0, params_.size() * sizeof(float), stream_));
+    }
+    GS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  float ForwardBackward(const Batch& batch) override {
+    const int64_t b = batch.size;
+    GRADSYNC_CHECK(b > 0) << "empty batch";
+    Use();
+    Forward(batch);
+    const int64_t classes = dims_.back();
+    const float inv_b = 1.0f / static_cast<float>(b);
+    float* delta = delta_.get();
+    SoftmaxCrossEntropy<<<Blocks(b), kThreads, 0, stream_>>>(acts_.back().get(), labels_d_.get(), b, classes, inv_b,
+                                                               delta, row_loss_.get());
+    SumToDouble<float><<<1, kThreads, 0, stream_>>>(row_loss_.get(), b, loss_d_.get());
+    GS_CUDA_CHECK(cudaGetLastError());
+
+    for (int l = num_layers() - 1; l >= 0; --l) {
+      const int din = static_cast<int>(dims_[l]), dout = static_cast<int>(dims_[l + 1]);
+      const float* in = l == 0 ? x_d_.get() : acts_[l - 1].get();
+      float* gw = grads_d_.get() + layout_[2 * l].offset;
+      float* gb = grads_d_.get() + layout_[2 * l + 1].offset;
+      const float one = 1.0f, zero = 0.0f;
+      GS_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, dout, din, static_cast<int>(b), &one, delta, dout,
+                                  in, din, &zero, gw, dout));
+      GS_CUBLAS_CHECK(
+          cublasSgemv(blas_, CUBLAS_OP_N, dout, static_cast<int>(b), &one, delta, dout, ones_.get(), 1, &zero, gb, 1));
+      if (cuda_.stream_grads_to_host) {
+        // fc{l}.weight and fc{l}.bias are adjacent in the flat buffer: one copy per layer.
+        const int64_t begin = layout_[2 * l].offset;
+        const int64_t count = layout_[2 * l].size + layout_[2 * l + 1].size;
+        GS_CUDA_CHECK(cudaEventRecord(layer_done_[l], stream_));
+        GS_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, layer_done_[l], 0));
+        GS_CUDA_CHECK(cudaMemcpyAsync(grads_.data() + begin, grads_d_.get() + begin, count * sizeof(float),
+                                      cudaMemcpyDeviceToHost, copy_stream_));
+      }
+      GradReady(2 * l);
+      GradReady(2 * l + 1);
+      if (l == 0) break;  // no gradient w.r.t. the input
+      float* delta_prev = delta == delta_.get() ? delta_prev_.get() : delta_.get();
+      GS_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, din, static_cast<int>(b), dout, &one,
+                                  params_d_.get() + layout_[2 * l].offset, dout, delta, dout, &zero, delta_prev, din));
+      ReluBackward<<<Blocks(b * din), kThreads, 0, stream_>>>(acts_[l - 1].get(), b * din, delta_prev);
+      GS_CUDA_CHECK(cudaGetLastError());
+      delta = delta_prev;
+    }
+    // The loss leaves the device: the one wait of a step (it also covers backward, so that a
+    // trainer's compute time is the GPU's).
+    GS_CUDA_CHECK(cudaMemcpyAsync(results_.get(), loss_d_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    GS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return static_cast<float>(results_.get()[0] / static_cast<double>(b));
+  }
+
+  EvalStats EvaluateBatch(const Batch& batch) override {
+    EvalStats s;
+    if (batch.size == 0) return s;
+    Use();
+    Forward(batch);
+    const int64_t b = batch.size;
+    EvaluateRows<<<Blocks(b), kThreads, 0, stream_>>>(acts_.back().get(), labels_d_.get(), b, dims_.back(),
+                                                        eval_loss_.get(), eval_correct_.get());
+    SumToDouble<double><<<1, kThreads, 0, stream_>>>(eval_loss_.get(), b, sums_d_.get());
+    SumToDouble<int><<<1, kThreads, 0, stream_>>>(eval_correct_.get(), b, sums_d_.get() + 1);
+    GS_CUDA_CHECK(cudaGetLastError());
+    GS_CUDA_CHECK(cudaMemcpyAsync(results_.get(), sums_d_.get(), 2 * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    GS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    s.loss_sum = results_.get()[0];
+    s.correct = static_cast<int64_t>(results_.get()[1]);
+    s.count = b;
+    return s;
+  }
+
+  Status GradsToHost() override {
+    Use();
+    if (cuda_.stream_grads_to_host) return CudaStatus(cudaStreamSynchronize(copy_stream_), "gradient copies");
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(grads_.data(), grads_d_.get(), grads_.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, stream_),
+                               "gradient copy"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "gradient copy");
+  }
+
+  Status ParamsToHost() override {
+    Use();
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(params_.data(), params_d_.get(), params_.size() * sizeof(float),
+                                               cudaMemcpyDeviceToHost, stream_),
+                               "parameter copy"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "parameter copy");
+  }
+
+  Status ParamsToDevice() override {
+    Use();
+    return CudaStatus(cudaMemcpyAsync(params_d_.get(), params_.data(), params_.size() * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream_),
+                      "parameter upload");
+  }
+
+  Status SetOptimizer(const OptimizerOptions& options) override {
+    RETURN_IF_ERROR(ValidateOptimizerOptions(options));
+    Use();
+    optimizer_ = options;
+    if (options.momentum > 0.0f) {
+      velocity_d_.Reserve(params_.size());
+      RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(velocity_d_.get(), 0, params_.size() * sizeof(float), stream_),
+                                 "optimizer state"));
+    }
+    optimizer_set_ = true;
+    return OkStatus();
+  }
+
+  Status OptimizerStep(float lr) override {
+    if (!optimizer_set_) return FailedPreconditionError("OptimizerStep before SetOptimizer");
+    Use();
+    const int64_t n = num_params();
+    SgdStep<<<Blocks(n), kThreads, 0, stream_>>>(params_d_.get(), grads_d_.get(), velocity_d_.get(), n, lr,
+                                                   optimizer_.momentum, optimizer_.nesterov, optimizer_.weight_decay);
+    return CudaStatus(cudaGetLastError(), "optimizer step");
+  }
+
+ private:
+  int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
+  void Use() const { GS_CUDA_CHECK(cudaSetDevice(cuda_.device)); }
+
+  // Buffers for batches of up to b samples.
+  void Reserve(int64_t b) {
+    if (b <= capacity_) return;
+    const size_t n = static_cast<size_t>(b);
+    int64_t widest = 0;
+    for (size_t l = 1; l < dims_.size(); ++l) widest = std::max(widest, dims_[l]);
+    x_d_.Reserve(n * static_cast<size_t>(dims_[0]));
+    labels_d_.Reserve(n);
+    x_h_.Reserve(n * static_cast<size_t>(dims_[0]));
+    labels_h_.Reserve(n);
+    for (int l = 0; l < num_layers(); ++l) acts_[l].Reserve(n * static_cast<size_t>(dims_[l + 1]));
+    delta_.Reserve(n * static_cast<size_t>(widest));
+    delta_prev_.Reserve(n * static_cast<size_t>(widest));
+    row_loss_.Reserve(n);
+    eval_loss_.Reserve(n);
+    eval_correct_.Reserve(n);
+    loss_d_.Reserve(1);
+    sums_d_.Reserve(2);
+    ones_.Reserve(n);
+    FillKernel<<<Blocks(b), kThreads, 0, stream_>>>(ones_.get(), b, 1.0f);
+    GS_CUDA_CHECK(cudaGetLastError());
+    capacity_ = b;
+  }
+
+  // Uploads the batch (through pinned staging) and runs the forward pass into acts_.
+  void Forward(const Batch& batch) {
+    GRADSYNC_CHECK(batch.x != nullptr && batch.dim == dims_[0])
+        << name_ << " expects dense inputs of dimension " << dims_[0] << ", got " << batch.dim;
+    const int64_t b = batch.size, classes = dims_.back();
+    GRADSYNC_CHECK(static_cast<int64_t>(batch.labels.size()) >= b) << "batch without labels";
+    for (int64_t i = 0; i < b; ++i) {
+      GRADSYNC_CHECK(batch.labels[i] >= 0 && batch.labels[i] < classes) << "label " << batch.labels[i];
+    }
+    Reserve(b);
+    // The staging buffers are free: the previous call waited for its stream, copies included.
+    std::memcpy(x_h_.get(), batch.x, static_cast<size_t>(b * dims_[0]) * sizeof(float));
+    std::memcpy(labels_h_.get(), batch.labels.data(), static_cast<size_t>(b) * sizeof(int32_t));
+    GS_CUDA_CHECK(cudaMemcpyAsync(x_d_.get(), x_h_.get(), static_cast<size_t>(b * dims_[0]) * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream_));
+    GS_CUDA_CHECK(cudaMemcpyAsync(labels_d_.get(), labels_h_.get(), static_cast<size_t>(b) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream_));
+    const float* in = x_d_.get();
+    const float one = 1.0f, zero = 0.0f;
+    for (int l = 0; l < num_layers(); ++l) {
+      const int din = static_cast<int>(dims_[l]), dout = static_cast<int>(dims_[l + 1]);
+      float* out = acts_[l].get();
+      GS_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, dout, static_cast<int>(b), din, &one,
+                                  params_d_.get() + layout_[2 * l].offset, dout, in, din, &zero, out, dout));
+      BiasActivation<<<Blocks(b * dout), kThreads, 0, stream_>>>(out, params_d_.get() + layout_[2 * l + 1].offset, b,
+                                                                   dout, l + 1 < num_layers());
+      GS_CUDA_CHECK(cudaGetLastError());
+      in = out;
+    }
+  }
+
+  std::string name_;
+  std::vector<int64_t> dims_;
+  CudaModelOptions cuda_;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::vector<cudaEvent_t> layer_done_;
+  DeviceBuffer<float> params_d_, grads_d_, velocity_d_;
+  DeviceBuffer<float> x_d_, delta_, delta_prev_, row_loss_, ones_;
+  DeviceBuffer<int32_t> labels_d_;
+  DeviceBuffer<double> loss_d_, sums_d_, eval_loss_;
+  DeviceBuffer<int> eval_correct_;
+  std::vector<DeviceBuffer<float>> acts_;
+  PinnedBuffer<float> x_h_;
+  PinnedBuffer<int32_t> labels_h_;
+  PinnedBuffer<double> results_;
+  int64_t capacity_ = 0;
+  OptimizerOptions optimizer_;
+  bool optimizer_set_ = false;
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::string CudaDeviceName(int device) {
+  cudaDeviceProp prop;
+  if (device < 0 || device >= CudaDeviceCount() || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  return prop.name;
+}
+
+Result<std::unique_ptr<Model>> CreateCudaModel(const ModelOptions& options, const CudaModelOptions& cuda) {
+  if (options.name == "sparse_logreg") {
+    return InvalidArgumentError("sparse_logreg has no CUDA backend (its gradient is a sparse key list); use --device=cpu");
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, DenseModelDims(options));
+  for (int64_t d : dims) {
+    if (d > (1 << 30)) return InvalidArgumentError("layer size " + std::to_string(d) + " is too large for cuBLAS");
+  }
+  const int devices = CudaDeviceCount();
+  if (devices == 0) return FailedPreconditionError("--device=cuda: no CUDA device is visible");
+  if (cuda.device < 0 || cuda.device >= devices) {
+    return FailedPreconditionError("CUDA device " + std::to_string(cuda.device) + " does not exist (" +
+                                   std::to_string(devices) + " visible)");
+  }
+  std::unique_ptr<Model> m = std::make_unique<CudaMlp>(options.name, std::move(dims), cuda);
+  return std::move(m);  // nvcc's front end does not treat a returned local as an rvalue here
+}
+
+}  // namespace gradsync

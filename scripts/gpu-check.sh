@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The GPU check, for a lent machine with a GPU: nvcc, CMake and CUDA there, but no package
+# registry. Run scripts/gpu-bundle.sh here first; it fetches the Debian packages into .gpu-debs/,
+# which travels with the working tree (carry it). This script then:
+#   1. unpacks them into a prefix (.gpu-prefix/, never into /) and points CMake, pkg-config and
+#      the loader at it; finds NCCL next to CUDA, or in the Python wheel nvidia-nccl;
+#   2. configures with GRADSYNC_CUDA=ON for the local GPU's architecture and builds (build-gpu/);
+#   3. runs the CUDA tests (models_cuda_test, cuda_binary_test, nccl_test) and the device-path
+#      tests;
+#   4. prints the table: MLP training-step time CPU vs GPU at batch 64 and 1024, and NCCL
+#      all-reduce algbw/busbw for 1 rank (and 2 where there are 2 GPUs).
+# Each stage has a time limit; the whole stays under 8 minutes on a 16-core machine. The output
+# also goes to $OUT/gpu-check.log when $OUT is set. Exit status: non-zero if the build or a test failed.
+#   scripts/gpu-bundle.sh                      # here, once
+#   scripts/gpu-check.sh                       # there (or here: it builds, and the GPU parts skip)
+# Environment: GPU_PREFIX (.gpu-prefix), GPU_BUILD_DIR (build-gpu), GPU_USE_SYSTEM=1 to use
+# installed packages instead of .gpu-debs, JOBS (all cores).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+t0=$SECONDS
+if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT" && exec > >(tee "$OUT/gpu-check.log") 2>&1; fi
+say() { printf '[gpu-check %3ds] %s\n' $((SECONDS - t0)) "$*"; }
+failed=0
+finish() {
+  say "done in $((SECONDS - t0)) s; $([[ $failed == 0 ]] && echo 'all stages passed' || echo "$failed stage(s) FAILED")"
+  exit $((failed > 0))
+}
+
+prefix=${GPU_PREFIX:-$root/.gpu-prefix}
+build=${GPU_BUILD_DIR:-build-gpu}
+jobs=${JOBS:-$(nproc)}
+if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+
+say "machine"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "(nvidia-smi: no GPU)"
+echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+echo "cmake: $(cmake --version | head -1)"
+echo "c++: $(${CXX:-c++} --version | head -1)"
+echo "cores: $(nproc)"
+
+# 1. Dependencies into the prefix.
+cmake_args=()
+if [[ "${GPU_USE_SYSTEM:-0}" != 1 ]]; then
+  if ! compgen -G ".gpu-debs/*.deb" >/dev/null; then
+    say "no .gpu-debs/*.deb: run scripts/gpu-bundle.sh on a machine with the registry and carry .gpu-debs"
+    failed=1
+    finish
+  fi
+  say "unpacking $(ls .gpu-debs/*.deb | wc -l) packages into $prefix"
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for d in .gpu-debs/*.deb; do
+    if command -v dpkg-deb >/dev/null 2>&1; then
+      dpkg-deb -x "$d" "$prefix"
+    else  # a .deb is an ar archive holding data.tar.*
+      tmp=$(mktemp -d) && (cd "$tmp" && ar x "$root/$d" && tar -xf data.tar.* -C "$prefix") && rm -rf "$tmp"
+    fi
+  done
+  lib=$prefix/usr/lib/x86_64-linux-gnu
+  # What Debian's maintainer scripts would have made: the alternatives' links for OpenBLAS, and
+  # libz.so (its link in zlib1g-dev is absolute, to the build machine's zlib).
+  ln -sf openblas-pthread/libopenblas.so "$lib/libopenblas.so"
+  ln -sf openblas-pthread/libopenblas.so.0 "$lib/libopenblas.so.0"
+  zlib=$(ldconfig -p 2>/dev/null | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')
+  if [[ -n "$zlib" ]]; then ln -sf "$zlib" "$lib/libz.so"; fi
+  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_LIBDIR="$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$prefix/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$prefix"
+  pkgconfig=$(command -v pkg-config || echo "$prefix/usr/bin/pkgconf")
+  cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DPKG_CONFIG_EXECUTABLE="$pkgconfig"
+               -DProtobuf_PROTOC_EXECUTABLE="$prefix/usr/bin/protoc")
+fi
+# NCCL: next to CUDA, NCCL_HOME, or the nvidia-nccl wheel that PyTorch brings.
+if [[ -z "${NCCL_HOME:-}" ]] && ! compgen -G "/usr/local/cuda/include/nccl.h" >/dev/null &&
+   ! compgen -G "/usr/local/cuda/targets/*/include/nccl.h" >/dev/null && ! compgen -G "/usr/include/nccl.h" >/dev/null; then
+  wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+  if [[ -n "$wheel" && -f "$wheel/include/nccl.h" ]]; then
+    mkdir -p "$prefix/nccl/lib"
+    ln -sfn "$wheel/include" "$prefix/nccl/include"
+    ln -sf "$wheel/lib/libnccl.so.2" "$prefix/nccl/lib/libnccl.so"
+    ln -sf "$wheel/lib/libnccl.so.2" "$prefix/nccl/lib/libnccl.so.2"
+    export NCCL_HOME="$prefix/nccl"
+    export LD_LIBRARY_PATH="$prefix/nccl/lib:$LD_LIBRARY_PATH"
+    say "NCCL from the Python wheel: $wheel"
+  else
+    say "NCCL not found: the NCCL targets will not build"
+  fi
+fi
+
+# 2. Configure and build.
+arch=native
+if ! nvidia-smi -L >/dev/null 2>&1; then arch=90; fi  # no GPU to ask: Hopper (H100/H200)
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+say "configuring $build (GRADSYNC_CUDA=ON, CUDA architectures $arch)"
+if ! timeout 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_args[@]}" > "$build.configure.log" 2>&1; then
+  tail -30 "$build.configure.log"
+  say "configure FAILED"
+  failed=1
+  finish
+fi
+grep -E '^-- gradsync' "$build.configure.log"
+grep -E '^(Protobuf_LIBRARY_RELEASE|Protobuf_PROTOC_EXECUTABLE|Boost_DIR|cppzmq_DIR|GTest_DIR|NCCL_LIBRARY|pkgcfg_lib_OPENBLAS_openblas|ZeroMQ_LIBRARY|ZLIB_LIBRARY_RELEASE|CUDA_cublas_LIBRARY):' \
+  "$build/CMakeCache.txt" | sed 's/^/  /'
+say "building with $jobs jobs"
+if ! timeout 300 cmake --build "$build" -j "$jobs" > "$build.build.log" 2>&1; then
+  grep -E 'error|Error' "$build.build.log" | head -30
+  say "build FAILED (or ran past 300 s); see $build.build.log"
+  failed=1
+  finish
+fi
+say "built"
+
+# 3. Tests.
+say "tests: CUDA model vs CPU, CUDA jobs, NCCL, the trainers' device path"
+(cd "$build" && timeout 300 ctest --output-on-failure --timeout 240 -j 4 -R 'CudaModel|CudaBinary|Nccl|DevicePath') ||
+  { say "tests FAILED"; failed=$((failed + 1)); }
+
+# 4. The table.
+if nvidia-smi -L >/dev/null 2>&1; then
+  say "MLP step (784-256-128-10) CPU ($jobs OpenBLAS threads) vs GPU, and NCCL all-reduce"
+  timeout 150 "$build/bin/gradsync-bench-cuda" --threads="$jobs" --batches=64,1024 --nccl-mb=4,64,256 ||
+    { say "bench FAILED"; failed=$((failed + 1)); }
+  say "the same step with the wide MLP (784-2048-2048-10)"
+  timeout 90 "$build/bin/gradsync-bench-cuda" --threads="$jobs" --hidden=2048,2048 --batches=64,1024 --nccl-mb= ||
+    { say "bench FAILED"; failed=$((failed + 1)); }
+else
+  say "no GPU visible: the table is skipped (the build and the skipping tests above are what a CPU allows)"
+fi
+finish

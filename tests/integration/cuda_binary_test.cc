@@ -1,0 +1,75 @@
+// gradsync-worker --device=cuda in every mode, against the same run on the CPU. Built with CUDA;
+// skipped, saying so, where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "models/cuda/cuda_model.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync::testing {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device is visible: CUDA job tests skipped"
+
+// The accuracy in the evaluating worker's "final test_acc X%" line; -1 when missing.
+double FinalAccuracy(const std::string& out) {
+  const size_t at = out.find("final test_acc ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(out.c_str() + at + 15, nullptr);
+}
+
+ProcessResult Launch(const std::vector<std::string>& launcher, const std::string& device, const TempDir& dir) {
+  std::vector<std::string> args{BinaryPath("gradsync-launch")};
+  args.insert(args.end(), launcher.begin(), launcher.end());
+  args.insert(args.end(), {"--out=" + dir.path() + "/" + device, "--", "--dataset=blobs", "--hidden=64,32",
+                           "--epochs=3", "--batch=32", "--lr=0.05", "--device=" + device});
+  return RunProcess(args, 240);
+}
+
+TEST(CudaBinaryTest, PsWorkersOnOneGpuTrainLikeCpuWorkers) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string mode : {"bsp", "asp"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    // Two workers share GPU 0 (rank modulo the visible devices, or --gpu).
+    const std::vector<std::string> launcher{"--servers=2", "--workers=2", "--mode=" + mode};
+    ProcessResult gpu = Launch(launcher, "cuda", dir);
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.out << gpu.err;
+    EXPECT_NE(gpu.out.find("device=cuda:"), std::string::npos) << gpu.out;
+    ProcessResult cpu = Launch(launcher, "cpu", dir);
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
+    const double a_gpu = FinalAccuracy(gpu.out), a_cpu = FinalAccuracy(cpu.out);
+    ASSERT_GT(a_cpu, 50.0) << cpu.out;
+    EXPECT_NEAR(a_gpu, a_cpu, 1.0) << gpu.out;
+  }
+}
+
+TEST(CudaBinaryTest, AllreduceRunsNcclOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const int workers = std::min(2, CudaDeviceCount());  // NCCL: one rank per GPU
+  const std::vector<std::string> launcher{"--mode=allreduce", "--workers=" + std::to_string(workers)};
+  ProcessResult gpu = Launch(launcher, "cuda", dir);
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.out << gpu.err;
+  EXPECT_NE(gpu.out.find("NCCL all-reduced"), std::string::npos) << gpu.out;
+  ProcessResult cpu = Launch(launcher, "cpu", dir);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
+  EXPECT_NEAR(FinalAccuracy(gpu.out), FinalAccuracy(cpu.out), 1.0) << gpu.out;
+}
+
+TEST(CudaBinaryTest, LocalTrainingOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  ProcessResult r = RunProcess({BinaryPath("gradsync-worker"), "--dataset=blobs", "--hidden=64,32", "--epochs=2",
+                                "--device=cuda"},
+                               120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GT(FinalAccuracy(r.out), 50.0) << r.out;
+}
+
+}  // namespace
+}  // namespace gradsync::testing

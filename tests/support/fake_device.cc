@@ -1,0 +1,62 @@
+#include "tests/support/fake_device.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/check.h"
+
+namespace gradsync::testing {
+
+FakeDeviceModel::FakeDeviceModel(const ModelOptions& options) {
+  auto m = CreateModel(options);
+  GRADSYNC_CHECK(m.ok()) << m.status();
+  inner_ = std::move(m).value();
+  SetLayout(inner_->layout());
+  // The inner model reports readiness; pass it on.
+  inner_->set_grad_ready([this](size_t t) { GradReady(t); });
+}
+
+void FakeDeviceModel::Initialize(uint64_t seed) {
+  inner_->Initialize(seed);
+  std::copy(inner_->params().begin(), inner_->params().end(), params_.begin());
+}
+
+float FakeDeviceModel::ForwardBackward(const Batch& batch) {
+  std::fill(grads_.begin(), grads_.end(), std::numeric_limits<float>::quiet_NaN());
+  return inner_->ForwardBackward(batch);
+}
+
+Status FakeDeviceModel::GradsToHost() {
+  std::copy(inner_->grads().begin(), inner_->grads().end(), grads_.begin());
+  return OkStatus();
+}
+
+Status FakeDeviceModel::ParamsToHost() {
+  std::copy(inner_->params().begin(), inner_->params().end(), params_.begin());
+  return OkStatus();
+}
+
+Status FakeDeviceModel::ParamsToDevice() {
+  ++uploads_;
+  std::copy(params_.begin(), params_.end(), inner_->params().begin());
+  return OkStatus();
+}
+
+Status FakeDeviceModel::SetOptimizer(const OptimizerOptions& options) {
+  RETURN_IF_ERROR(ValidateOptimizerOptions(options));
+  optimizer_ = std::make_unique<Optimizer>(options, inner_->num_params());
+  return OkStatus();
+}
+
+Status FakeDeviceModel::OptimizerStep(float lr) {
+  if (!optimizer_) return FailedPreconditionError("OptimizerStep before SetOptimizer");
+  optimizer_->Step(inner_->params(), inner_->grads(), lr);
+  return OkStatus();
+}
+
+Status HostDeviceCollective::AllReduceDevice(float* data, size_t count, ReduceOp op, void*) {
+  elements_ += count;
+  return cpu_->AllReduce(FloatSpan(data, count), op);
+}
+
+}  // namespace gradsync::testing
