@@ -59,6 +59,11 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
   }
 }
 
+void Optimizer::SetState(std::span<const float> velocity) {
+  GRADSYNC_CHECK(velocity.size() == velocity_.size()) << velocity.size() << " vs " << velocity_.size();
+  std::copy(velocity.begin(), velocity.end(), velocity_.begin());
+}
+
 void Optimizer::StepSparse(FloatSpan params, std::span<const uint64_t> keys,
                            ConstFloatSpan values, float lr, int64_t offset) {
   GRADSYNC_CHECK(keys.size() == values.size()) << keys.size() << " vs " << values.size();

@@ -47,6 +47,8 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
   // Momentum buffer (empty for plain SGD); exposed for checkpoints and tests.
   std::span<const float> state() const { return velocity_; }
+  // Restores the momentum buffer from a checkpoint (sizes must match).
+  void SetState(std::span<const float> velocity);
 
  private:
   OptimizerOptions options_;

@@ -39,6 +39,7 @@ void SchedulerClient::Loop(std::stop_token stop) {
   }
   auto last_heard = Clock::now();
   auto next_beat = Clock::now();
+  auto last_turn = Clock::now();
   while (!stop.stop_requested()) {
     std::deque<wire::Header> out;
     {
@@ -67,6 +68,16 @@ void SchedulerClient::Loop(std::stop_token stop) {
       std::lock_guard lock(mu_);
       traffic_ = sock->traffic();
     }
+    // A long gap between two turns of this loop means this process was paused (SIGSTOP, a
+    // swapped-out machine): the scheduler's silence is ours. It gets a fresh timeout to answer
+    // the next heartbeat (it may say this node was declared dead meanwhile).
+    if (Clock::now() - last_turn > Seconds(options_.scheduler_timeout_s / 2)) {
+      GRADSYNC_LOG(WARNING) << "this process was paused for "
+                            << std::chrono::duration<double>(Clock::now() - last_turn).count() << " s";
+      last_heard = Clock::now();
+      next_beat = Clock::now();
+    }
+    last_turn = Clock::now();
     if (Clock::now() - last_heard > Seconds(options_.scheduler_timeout_s)) {
       std::lock_guard lock(mu_);
       if (health_.ok()) {
@@ -86,11 +97,16 @@ void SchedulerClient::Handle(const Message& m) {
     case wire::REGISTER_REPLY:
       table_ = h.table();
       rank_ = h.node().rank();
+      rejoined_ = h.rejoined();
       registered_ = true;
       break;
     case wire::ERROR:
       if (!registered_) {
         register_error_ = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
+      } else if (static_cast<StatusCode>(h.error_code()) == StatusCode::kAborted) {
+        // Declared dead: this node is out of the job and must stop.
+        if (health_.ok()) health_ = AbortedError("the scheduler says: " + h.error_message());
+        events_++;
       } else {
         GRADSYNC_LOG(WARNING) << "scheduler: " << h.error_message();
       }
@@ -100,8 +116,18 @@ void SchedulerClient::Handle(const Message& m) {
       break;
     case wire::NODE_DEAD:
       dead_.push_back(h.node());
+      dead_now_.insert({h.node().role(), h.node().rank()});
       events_++;
       break;
+    case wire::NODE_JOINED: {
+      const auto& n = h.node();
+      auto* slots = n.role() == wire::SERVER ? table_.mutable_servers() : table_.mutable_workers();
+      if (n.rank() >= 0 && n.rank() < slots->size()) *slots->Mutable(n.rank()) = n;
+      joined_.push_back(n);
+      dead_now_.erase({n.role(), n.rank()});
+      events_++;
+      break;
+    }
     case wire::SHUTDOWN:
       shutdown_ = true;
       events_++;
@@ -121,9 +147,19 @@ Result<wire::ClusterTable> SchedulerClient::Register(double timeout_s) {
   h.set_job_fingerprint(options_.job_fingerprint);
   Enqueue(h);
   std::unique_lock lock(mu_);
-  bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
-    return registered_ || !register_error_.ok() || !health_.ok();
-  });
+  const auto deadline = std::chrono::steady_clock::now() + Seconds(timeout_s);
+  bool done = false;
+  while (true) {
+    done = cv_.wait_until(lock, deadline, [&] { return registered_ || !register_error_.ok() || !health_.ok(); });
+    // kUnavailable: the scheduler wants this node to ask again (a restarted node whose
+    // predecessor is not declared dead yet).
+    if (!done || register_error_.code() != StatusCode::kUnavailable) break;
+    register_error_ = OkStatus();
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    Enqueue(h);
+    lock.lock();
+  }
   if (!register_error_.ok()) return register_error_;
   if (!health_.ok()) return health_;
   if (!done) {
@@ -189,9 +225,22 @@ std::vector<wire::NodeInfo> SchedulerClient::dead_nodes() const {
 
 bool SchedulerClient::IsDead(wire::Role role, int rank) const {
   std::lock_guard lock(mu_);
-  for (const auto& n : dead_)
-    if (n.role() == role && n.rank() == rank) return true;
-  return false;
+  return dead_now_.count({role, rank}) > 0;
+}
+
+std::vector<wire::NodeInfo> SchedulerClient::joined_nodes() const {
+  std::lock_guard lock(mu_);
+  return joined_;
+}
+
+wire::ClusterTable SchedulerClient::table() const {
+  std::lock_guard lock(mu_);
+  return table_;
+}
+
+bool SchedulerClient::rejoined() const {
+  std::lock_guard lock(mu_);
+  return rejoined_;
 }
 
 uint64_t SchedulerClient::events() const { return events_.load(); }

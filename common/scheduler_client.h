@@ -1,6 +1,9 @@
 // SchedulerClient: a node's link to the scheduler (rendezvous, barriers, heartbeats, news of
 // dead nodes and shutdown). Used by servers and workers alike.
 //
+// A node the scheduler declared dead (it was silent too long) hears so on its next message and
+// reports itself unhealthy (kAborted); a restarted node may take a dead one's rank (rejoined()).
+//
 // One background thread owns the ZeroMQ socket to the scheduler: it sends a heartbeat every
 // `heartbeat_interval_s`, forwards requests made by the node's main thread, and records what the
 // scheduler says. The scheduler answers every heartbeat; when it has been silent for
@@ -63,8 +66,16 @@ class SchedulerClient {
   Status health() const;
   // Nodes the scheduler has declared dead, in the order it did.
   std::vector<wire::NodeInfo> dead_nodes() const;
+  // Restarted nodes that took a dead node's rank (NODE_JOINED), in order; the table follows them.
+  std::vector<wire::NodeInfo> joined_nodes() const;
+  // Dead now (declared dead and not rejoined since).
   bool IsDead(wire::Role role, int rank) const;
-  // Bumps each time something changes (a death, a shutdown, a lost scheduler): cheap to poll.
+  // The cluster table as of now (rejoined nodes' new addresses included).
+  wire::ClusterTable table() const;
+  // This node took a dead node's rank in a running job (its Register returned then).
+  bool rejoined() const;
+  // Bumps each time something changes (a death, a rejoin, a shutdown, a lost scheduler, this node
+  // declared dead): cheap to poll.
   uint64_t events() const;
 
   TrafficCounters traffic() const;
@@ -88,6 +99,9 @@ class SchedulerClient {
   bool shutdown_ = false;
   Status health_;
   std::vector<wire::NodeInfo> dead_;
+  std::vector<wire::NodeInfo> joined_;
+  std::set<std::pair<int, int>> dead_now_;  // (role, rank)
+  bool rejoined_ = false;
   std::atomic<uint64_t> events_{0};
   TrafficCounters traffic_;
   std::jthread thread_;

@@ -83,6 +83,35 @@ void ConsistencyController::RemoveWorker(int worker) {
   if (worker >= 0 && worker < num_workers()) live_[worker] = false;
 }
 
+void ConsistencyController::SetWorker(int worker, int64_t clock) {
+  if (worker < 0 || worker >= num_workers()) return;
+  live_[worker] = true;
+  pushed_[worker] = clock;
+}
+
+int64_t ConsistencyController::Suggest(int worker) const {
+  if (aggregate_) return rounds_applied_;
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (int w = 0; w < num_workers(); ++w)
+    if (live_[w] && w != worker) m = std::min(m, pushed_[w]);
+  if (m != std::numeric_limits<int64_t>::max()) return m;
+  return worker >= 0 && worker < num_workers() ? pushed_[worker] : 0;
+}
+
+Status ConsistencyController::Restore(std::vector<int64_t> pushed, std::vector<bool> live, int64_t rounds_applied) {
+  if (pushed.size() != pushed_.size() || live.size() != live_.size()) {
+    return DataLossError("checkpoint is for " + std::to_string(pushed.size()) + " workers, the job has " +
+                         std::to_string(pushed_.size()));
+  }
+  for (int64_t p : pushed)
+    if (p < 0) return DataLossError("checkpoint has a negative clock");
+  if (rounds_applied < 0) return DataLossError("checkpoint has a negative round");
+  pushed_ = std::move(pushed);
+  live_ = std::move(live);
+  rounds_applied_ = rounds_applied;
+  return OkStatus();
+}
+
 int ConsistencyController::live_workers() const {
   return static_cast<int>(std::count(live_.begin(), live_.end(), true));
 }

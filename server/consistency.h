@@ -47,6 +47,18 @@ class ConsistencyController {
   int64_t rounds_applied() const { return rounds_applied_; }
 
   void RemoveWorker(int worker);
+  // Elastic membership and recovery: worker `worker` is live and goes on at `clock` (its next
+  // push). A rejoining worker starts where the shard is (Suggest); a worker reconnecting to a
+  // restored shard at the clock it has reached. Aggregating modes: rounds every live worker has
+  // now passed count as applied (rounds a restored shard lost, or a rejoined worker skips).
+  void SetWorker(int worker, int64_t clock);
+  // Where a (re)joining worker should start: the open round (aggregating modes), else the
+  // smallest clock of the other live workers (so it holds no one back), else its own.
+  int64_t Suggest(int worker) const;
+  // Checkpoints: the whole state, and putting it back.
+  const std::vector<int64_t>& pushed_all() const { return pushed_; }
+  const std::vector<bool>& live_all() const { return live_; }
+  Status Restore(std::vector<int64_t> pushed, std::vector<bool> live, int64_t rounds_applied);
   bool IsLive(int worker) const { return worker >= 0 && worker < num_workers() && live_[worker]; }
   int live_workers() const;
   int num_workers() const { return static_cast<int>(pushed_.size()); }

@@ -140,4 +140,23 @@ void KvShard::ApplyAccumulated(int count) {
   ++step_;
 }
 
+Status KvShard::Restore(std::span<const float> params, std::span<const float> velocity, int64_t version, int64_t step,
+                        int64_t gradients) {
+  if (params.size() != params_.size()) {
+    return DataLossError("checkpoint holds " + std::to_string(params.size()) + " parameters, the shard " +
+                         std::to_string(params_.size()));
+  }
+  if (velocity.size() != optimizer_.state().size()) {
+    return DataLossError("checkpoint's optimizer state has " + std::to_string(velocity.size()) + " values, expected " +
+                         std::to_string(optimizer_.state().size()));
+  }
+  if (version < 0 || step < 0 || gradients < 0) return DataLossError("checkpoint has negative counters");
+  std::copy(params.begin(), params.end(), params_.begin());
+  optimizer_.SetState(velocity);
+  version_ = version;
+  step_ = step;
+  gradients_ = gradients;
+  return OkStatus();
+}
+
 }  // namespace gradsync

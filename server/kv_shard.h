@@ -49,7 +49,14 @@ class KvShard {
 
   int64_t version() const { return version_; }
   int64_t step() const { return step_; }
+  int64_t gradients() const { return gradients_; }
   std::span<const float> params() const { return params_; }
+  std::span<const float> optimizer_state() const { return optimizer_.state(); }
+
+  // Puts back a checkpointed state: the range's parameters, the optimizer's momentum buffer
+  // (empty without momentum), the version, the schedule's step and the gradient count.
+  Status Restore(std::span<const float> params, std::span<const float> velocity, int64_t version, int64_t step,
+                 int64_t gradients);
 
  private:
   float Lr() const { return lr_.At(step_); }

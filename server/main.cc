@@ -1,6 +1,7 @@
 // gradsync-server: the scheduler of a job (--role=scheduler) or one parameter-server shard
 // (--role=server).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -50,7 +51,10 @@ int Main(int argc, char** argv) {
       ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
       ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
-      ("out", po::value<std::string>(), "server: write server-<rank>.csv (staleness histogram) here");
+      ("out", po::value<std::string>(), "server: write server-<rank>.csv (staleness histogram) here")
+      ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
+      ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
+      ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
   if (!vm.count("role")) flags.Fail("--role is required (scheduler|server)");
@@ -72,7 +76,7 @@ int Main(int argc, char** argv) {
   zmq::context_t ctx(1);
 
   if (role == "scheduler") {
-    for (const char* f : {"scheduler", "rank", "out", "host"})
+    for (const char* f : {"scheduler", "rank", "out", "host", "checkpoint-dir", "checkpoint-every", "checkpoint-interval"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=scheduler");
     if (!vm.count("num-servers") || !vm.count("num-workers")) flags.Fail("the scheduler needs --num-servers and --num-workers");
     SchedulerOptions o;
@@ -123,6 +127,20 @@ int Main(int argc, char** argv) {
   o.heartbeat_interval_s = hb_interval;
   o.scheduler_timeout_s = hb_timeout;
   o.register_timeout_s = vm["register-timeout"].as<double>();
+  if (vm.count("checkpoint-dir")) {
+    o.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec || !std::filesystem::is_directory(o.checkpoint_dir)) {
+      flags.Fail("--checkpoint-dir: cannot create directory '" + o.checkpoint_dir + "'");
+    }
+  } else if (FlagGiven(vm, "checkpoint-every") || FlagGiven(vm, "checkpoint-interval")) {
+    flags.Fail("--checkpoint-every and --checkpoint-interval need --checkpoint-dir");
+  }
+  o.checkpoint_every = vm["checkpoint-every"].as<int64_t>();
+  o.checkpoint_interval_s = vm["checkpoint-interval"].as<double>();
+  if (o.checkpoint_every < 0) flags.Fail("--checkpoint-every must be >= 0");
+  if (!(o.checkpoint_interval_s > 0)) flags.Fail("--checkpoint-interval must be > 0");
   auto server = Server::Create(ctx, o);
   if (!server.ok()) {
     std::cerr << "gradsync-server: error: " << server.status().message() << std::endl;
@@ -138,6 +156,13 @@ int Main(int argc, char** argv) {
                      << (st.staleness.empty() ? 0 : st.staleness.rbegin()->first) << ", " << st.rejected
                      << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
                      << " bytes in, " << st.traffic.bytes_sent << " out";
+  if (!o.checkpoint_dir.empty()) {
+    GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << st.checkpoints << " checkpoints (slowest "
+                       << st.checkpoint_ms_max << " ms)"
+                       << (st.restored ? "; restored from a checkpoint, " + std::to_string(st.lost_updates) +
+                                             " updates lost"
+                                       : "");
+  }
   if (vm.count("out") && (*server)->rank() >= 0) WriteServerStats(vm["out"].as<std::string>(), **server);
   if (!s.ok()) {
     std::cerr << "gradsync-server: error: " << s.message() << std::endl;

@@ -64,12 +64,8 @@ void Scheduler::HandleRegister(Message& m, double now) {
     return ReplyError(m.peer, InvalidArgumentError("only servers and workers register"));
   }
   if (by_identity_.count(m.peer)) return;  // a duplicate (resend): the reply comes with the table
-  if (announced_) {
-    return ReplyError(m.peer, FailedPreconditionError("the job is already complete: " +
-                                                      std::to_string(options_.num_servers) + " servers and " +
-                                                      std::to_string(options_.num_workers) + " workers"));
-  }
   const std::string who = RoleName(info.role()) + " at " + info.host() + (info.port() ? ":" + std::to_string(info.port()) : "");
+  if (announced_) return HandleRejoin(m, who, now);
   if (mode_.empty()) {
     mode_ = h.mode();
     staleness_ = h.staleness();
@@ -115,6 +111,72 @@ void Scheduler::HandleRegister(Message& m, double now) {
   int servers = 0, workers = 0;
   for (const auto& x : nodes_) (x.info.role() == wire::SERVER ? servers : workers)++;
   if (servers == options_.num_servers && workers == options_.num_workers) AssignRanksAndAnnounce();
+}
+
+void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
+  const auto& h = m.header;
+  const auto& info = h.node();
+  // The same checks as a first registration: mode and (workers) the job's settings.
+  if (h.mode() != mode_ || (mode_ == "ssp" && h.staleness() != staleness_)) {
+    return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mode_ + ", this " +
+                                                   RoleName(info.role()) + " asked for " + h.mode()));
+  }
+  if (info.role() == wire::WORKER && h.job_fingerprint() != fingerprint_) {
+    return ReplyError(m.peer, InvalidArgumentError("settings differ from the running job's: [" + h.job_fingerprint() +
+                                                   "] vs [" + fingerprint_ + "]"));
+  }
+  // A restarted node takes the rank of a dead one of its role: the one it asks for, else the first.
+  Node* slot = nullptr;
+  for (auto& n : nodes_) {
+    if (n.info.role() != info.role() || !n.dead || n.finished) continue;
+    if (info.requested_rank() >= 0 && n.info.rank() != info.requested_rank()) continue;
+    slot = &n;
+    break;
+  }
+  if (!slot && info.requested_rank() >= 0) {
+    for (auto& n : nodes_) {
+      if (n.info.role() == info.role() && n.info.rank() == info.requested_rank() && !n.dead && !n.finished) {
+        // Its predecessor has not been declared dead yet (a quick restart): it asks again.
+        return ReplyError(m.peer, UnavailableError(NodeName(n.info) + " is still alive; retry once it is declared dead"));
+      }
+    }
+  }
+  if (!slot) {
+    return ReplyError(m.peer, FailedPreconditionError(
+                                  "the job is already complete and no " + RoleName(info.role()) +
+                                  (info.requested_rank() >= 0 ? " of rank " + std::to_string(info.requested_rank()) : "") +
+                                  " is dead: nothing to rejoin"));
+  }
+  by_identity_.erase(slot->identity);
+  const int rank = slot->info.rank();
+  slot->info = info;
+  slot->info.set_rank(rank);
+  slot->identity = m.peer;
+  slot->last_seen = now;
+  slot->dead = false;
+  slot->rejoins++;
+  by_identity_[m.peer] = static_cast<size_t>(slot - nodes_.data());
+  *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
+  GRADSYNC_LOG(WARNING) << "scheduler: " << who << " rejoins the job as " << NodeName(slot->info);
+  wire::Header reply;
+  reply.set_type(wire::REGISTER_REPLY);
+  *reply.mutable_table() = table_;
+  *reply.mutable_node() = slot->info;
+  reply.set_rejoined(true);
+  Reply(m.peer, reply);
+  // What it missed: the nodes that are dead now.
+  for (const auto& n : nodes_) {
+    if (!n.dead) continue;
+    wire::Header dead;
+    dead.set_type(wire::NODE_DEAD);
+    *dead.mutable_node() = n.info;
+    Reply(m.peer, dead);
+  }
+  wire::Header joined;
+  joined.set_type(wire::NODE_JOINED);
+  *joined.mutable_node() = slot->info;
+  for (auto& n : nodes_)
+    if (!n.dead && &n != slot) Reply(n.identity, joined);
 }
 
 void Scheduler::AssignRanksAndAnnounce() {
@@ -220,7 +282,13 @@ void Scheduler::Handle(Message& m, double now) {
   }
   Node& n = nodes_[it->second];
   n.last_seen = now;
-  if (n.dead) return;  // declared dead already: ignored (rejoining is not supported)
+  if (n.dead) {
+    // Declared dead already (it was silent too long: stopped, or cut off). It may not come back
+    // under this connection: told so, it stops; a restarted process can rejoin (HandleRejoin).
+    return ReplyError(m.peer, AbortedError(NodeName(n.info) + " was declared dead after " +
+                                           std::to_string(options_.heartbeat_timeout_s) +
+                                           " s of silence; restart it to rejoin the job"));
+  }
   switch (m.header.type()) {
     case wire::HEARTBEAT: {
       wire::Header ack;
@@ -282,15 +350,27 @@ Status Scheduler::Run() {
   Broadcast(h);
   // Give the SHUTDOWN frames a moment to leave before the socket closes (linger is 0).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  std::string failed;
+  // The job succeeded when some worker finished training and none failed: the workers that
+  // died went on without (elastic membership); they are named. A dead server's shard is lost
+  // unless it came back, so a dead server fails the job (its workers report it too).
+  std::string failed, died;
+  int finished_ok = 0;
   for (const auto& n : nodes_) {
-    if (n.info.role() != wire::WORKER && !n.dead) continue;
-    if (n.dead) failed += " " + NodeName(n.info) + " died;";
-    else if (!n.result.ok()) failed += " " + NodeName(n.info) + ": " + n.result.message() + ";";
+    if (n.dead) {
+      (n.info.role() == wire::WORKER ? died : failed) += " " + NodeName(n.info) + " died;";
+    } else if (n.info.role() == wire::WORKER) {
+      if (n.result.ok()) ++finished_ok;
+      else failed += " " + NodeName(n.info) + ": " + n.result.message() + ";";
+    }
   }
   if (stop_.load() && !JobOver()) return AbortedError("scheduler stopped before the job ended");
-  if (!failed.empty()) return AbortedError("job failed:" + failed);
-  GRADSYNC_LOG(INFO) << "scheduler: every worker finished; job over";
+  if (!failed.empty() || finished_ok == 0) return AbortedError("job failed:" + failed + died);
+  if (!died.empty()) {
+    GRADSYNC_LOG(WARNING) << "scheduler: job over; " << finished_ok << " of " << options_.num_workers
+                          << " workers finished, the others went missing:" << died;
+  } else {
+    GRADSYNC_LOG(INFO) << "scheduler: every worker finished; job over";
+  }
   return OkStatus();
 }
 

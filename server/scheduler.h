@@ -6,8 +6,12 @@
 // disagrees is refused with an error naming both. Once num_servers servers and num_workers
 // workers have registered, ranks are assigned deterministically (requested ranks first, then by
 // address) and every node gets the table. Every message from a node counts as a heartbeat; a node
-// silent for heartbeat_timeout_s is declared dead, by name, to every live node. The job ends when
-// every worker has finished (or died): the scheduler tells every node to shut down.
+// silent for heartbeat_timeout_s is declared dead, by name, to every live node; a message from it
+// afterwards is answered with an error (it stops). Elastic membership: once the job has started, a
+// restarted node registering with the same role takes a dead node's rank (the one it asks for,
+// else the first), gets the updated table with `rejoined` set, and every other node hears
+// NODE_JOINED. The job ends when every worker has finished (or died): the scheduler tells every
+// node to shut down.
 //
 // Single-threaded: Run() owns the socket. Stop() may be called from another thread.
 #pragma once
@@ -42,8 +46,9 @@ class Scheduler {
 
   uint16_t port() const { return socket_.port(); }
 
-  // Runs the job to its end. OK when every worker finished successfully; otherwise an error that
-  // names the workers that failed or died.
+  // Runs the job to its end. OK when at least one worker finished successfully and none failed
+  // (workers that died and never came back are named in a warning); otherwise an error that names
+  // the workers that failed or died, and any dead server.
   Status Run();
   void Stop() { stop_.store(true); }
 
@@ -55,11 +60,14 @@ class Scheduler {
     bool dead = false;
     bool finished = false;
     Status result;
+    int rejoins = 0;
   };
 
   Scheduler(SchedulerOptions options, Socket socket) : options_(std::move(options)), socket_(std::move(socket)) {}
   void Handle(Message& m, double now);
   void HandleRegister(Message& m, double now);
+  // After the job started: a restarted node takes a dead node's rank (elastic membership).
+  void HandleRejoin(Message& m, const std::string& who, double now);
   void AssignRanksAndAnnounce();
   void CheckBarriers();
   void CheckHeartbeats(double now);

@@ -1,7 +1,14 @@
 #include "server/server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "common/cluster.h"
 #include "common/logging.h"
@@ -59,6 +66,15 @@ Status Server::CheckSender(const Message& m) {
   if (w < 0 || w >= table_.workers_size()) {
     return InvalidArgumentError("unregistered sender: worker " + std::to_string(w) + " is not in the job");
   }
+  if (h.type() == wire::JOIN && !controller_->IsLive(w)) {
+    // A restarted worker: only once the scheduler has announced it (then its new connection
+    // takes the rank over); before that it may simply be early, so it retries.
+    if (!may_join_.count(w)) {
+      return UnavailableError("worker " + std::to_string(w) + " has not been announced as rejoined yet; retry");
+    }
+    identity_of_worker_[w] = m.peer;
+    return OkStatus();
+  }
   auto it = identity_of_worker_.find(w);
   if (it == identity_of_worker_.end()) {
     identity_of_worker_[w] = m.peer;  // first contact binds the connection to the rank
@@ -70,10 +86,47 @@ Status Server::CheckSender(const Message& m) {
   return OkStatus();
 }
 
-Status Server::HandleInit(const Message& m) {
-  if (m.header.sender_rank() != 0) return InvalidArgumentError("only worker 0 initializes the shards");
-  if (shard_) return FailedPreconditionError("already initialized");
-  const auto& job = m.header.job();
+Status Server::HandleJoin(const Message& m) {
+  if (!shard_) return UnavailableError("not initialized yet; retry");
+  const int w = m.header.sender_rank();
+  const int64_t clock = m.header.clock();
+  if (clock < -1) return InvalidArgumentError("JOIN with clock " + std::to_string(clock));
+  if (!controller_->IsLive(w)) {
+    // A rejoining worker: live from now on, at the clock where it holds no one back.
+    const int64_t start = controller_->Suggest(w);
+    controller_->SetWorker(w, start);
+    may_join_.erase(w);
+    mirrors_.erase(w);  // its first pull is raw
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " rejoins at clock " << start << " ("
+                          << controller_->live_workers() << " live workers)";
+  }
+  if (clock >= 0) {
+    const int64_t at = controller_->pushed(w);
+    if (clock < at) {
+      return AbortedError("JOIN at clock " + std::to_string(clock) + " but worker " + std::to_string(w) +
+                          " has pushed " + std::to_string(at) + " gradients to this shard");
+    }
+    if (stats_.restored && !resynced_.count(w)) {
+      // What this restored shard lost of this worker: the pushes it had made past the checkpoint.
+      const int64_t lost = clock - restored_pushed_[w];
+      stats_.lost_updates += lost;
+      resynced_.insert(w);
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " goes on at clock " << clock
+                            << "; its " << lost << " push(es) after the checkpoint were lost";
+    }
+    if (clock > at) {
+      round_.erase(w);  // a held push of a round this worker now skips
+      controller_->SetWorker(w, clock);
+    }
+    while (controller_->RoundComplete()) ApplyRound();
+    AnswerParked();
+  }
+  wire::Header reply = ReplyHeader(wire::JOIN_REPLY, m.header);
+  reply.set_clock(controller_->pushed(w));
+  return socket_.Send(m.peer, reply);
+}
+
+Status Server::BuildShard(const wire::JobConfig& job) {
   if (job.num_workers() != table_.workers_size()) {
     return InvalidArgumentError("INIT for " + std::to_string(job.num_workers()) + " workers; the job has " +
                                 std::to_string(table_.workers_size()));
@@ -101,28 +154,42 @@ Status Server::HandleInit(const Message& m) {
   if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
   Partitioner part(static_cast<int64_t>(job.num_params()), table_.servers_size());
   const ShardRange range = part.range(rank_);
-  auto segs = Segments(m);
-  if (segs.size() != 1 || segs[0].offset != range.begin || segs[0].length != range.size() || m.header.num_keys()) {
-    return InvalidArgumentError("INIT must carry exactly this shard's range [" + std::to_string(range.begin) +
-                                ", " + std::to_string(range.end) + ")");
-  }
+  std::unique_ptr<Compressor> codec, pull_codec;
   if (!job.compression().empty()) {
-    ASSIGN_OR_RETURN(codec_, CreateCompressor(job.compression(), job.compression_seed()));
-    codec_spec_ = job.compression();
+    ASSIGN_OR_RETURN(codec, CreateCompressor(job.compression(), job.compression_seed()));
   }
-  staleness_aware_lr_ = job.staleness_aware_lr();
   if (job.compress_pull()) {
-    if (!codec_) return InvalidArgumentError("INIT: compress_pull needs a compression codec");
-    ASSIGN_OR_RETURN(pull_codec_, CreateCompressor(job.compression(), job.compression_seed()));
+    if (!codec) return InvalidArgumentError("INIT: compress_pull needs a compression codec");
+    ASSIGN_OR_RETURN(pull_codec, CreateCompressor(job.compression(), job.compression_seed()));
   }
-  auto shard = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
-  std::vector<float> values(static_cast<size_t>(range.size()));
-  m.CopyValues(values.data());
-  shard->SetValues(values);
-  shard_ = std::move(shard);
+  codec_ = std::move(codec);
+  codec_spec_ = codec_ ? job.compression() : "";
+  pull_codec_ = std::move(pull_codec);
+  staleness_aware_lr_ = job.staleness_aware_lr();
+  shard_ = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
+  job_ = job;
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
                      << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule()
                      << "), momentum " << opt.momentum;
+  return OkStatus();
+}
+
+Status Server::HandleInit(const Message& m) {
+  if (m.header.sender_rank() != 0) return InvalidArgumentError("only worker 0 initializes the shards");
+  if (shard_) return FailedPreconditionError("already initialized");
+  const auto& job = m.header.job();
+  if (job.num_params() > 0 && job.num_params() <= (uint64_t{1} << 34)) {
+    const ShardRange range = Partitioner(static_cast<int64_t>(job.num_params()), table_.servers_size()).range(rank_);
+    auto segs = Segments(m);
+    if (segs.size() != 1 || segs[0].offset != range.begin || segs[0].length != range.size() || m.header.num_keys()) {
+      return InvalidArgumentError("INIT must carry exactly this shard's range [" + std::to_string(range.begin) +
+                                  ", " + std::to_string(range.end) + ")");
+    }
+  }
+  RETURN_IF_ERROR(BuildShard(job));
+  std::vector<float> values(static_cast<size_t>(shard_->range().size()));
+  m.CopyValues(values.data());
+  shard_->SetValues(values);
   return socket_.Send(m.peer, ReplyHeader(wire::INIT_REPLY, m.header));
 }
 
@@ -191,6 +258,7 @@ Status Server::HandlePush(Message& m) {
   } else {
     const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness)) : 1.0f;
     shard_->Apply(segs, key_buffer_, values, scale);
+    MaybeCheckpoint(true);
   }
   if (controller_->RoundComplete()) ApplyRound();
   AnswerParked();
@@ -198,10 +266,121 @@ Status Server::HandlePush(Message& m) {
 }
 
 void Server::ApplyRound() {
+  const bool any = !round_.empty();
   for (const auto& [worker, held] : round_) shard_->Accumulate(held.segments, held.keys, held.values);
-  if (!round_.empty()) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
+  if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
   round_.clear();
   controller_->OnRoundApplied();
+  if (any) MaybeCheckpoint(true);  // between rounds: nothing is held
+}
+
+std::string Server::CheckpointPath() const {
+  return options_.checkpoint_dir + "/shard-" + std::to_string(rank_) + ".ckpt";
+}
+
+void Server::MaybeCheckpoint(bool updated) {
+  if (options_.checkpoint_dir.empty() || !shard_) return;
+  const double now = NowMs() / 1e3;
+  if (updated) {
+    if (updates_since_checkpoint_++ == 0) first_dirty_ = now;
+  }
+  if (updates_since_checkpoint_ == 0) return;
+  if (controller_->aggregates() && !round_.empty()) return;  // bsp: only between rounds
+  const bool by_count = options_.checkpoint_every > 0 && updates_since_checkpoint_ >= options_.checkpoint_every;
+  const bool by_time = now - first_dirty_ >= options_.checkpoint_interval_s;
+  if (!by_count && !by_time) return;
+  const double t0 = NowMs();
+  if (Status s = WriteCheckpoint(); !s.ok()) {
+    GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint failed (training goes on): " << s;
+    first_dirty_ = now;  // try again after another interval
+    return;
+  }
+  stats_.checkpoints++;
+  stats_.checkpoint_ms_max = std::max(stats_.checkpoint_ms_max, NowMs() - t0);
+  updates_since_checkpoint_ = 0;
+  last_checkpoint_ = now;
+}
+
+Status Server::WriteCheckpoint() {
+  wire::ShardCheckpoint c;
+  c.set_rank(rank_);
+  *c.mutable_job() = job_;
+  c.set_begin(static_cast<uint64_t>(shard_->range().begin));
+  c.set_end(static_cast<uint64_t>(shard_->range().end));
+  const auto params = shard_->params();
+  c.set_params(params.data(), params.size() * sizeof(float));
+  const auto velocity = shard_->optimizer_state();
+  c.set_velocity(velocity.data(), velocity.size() * sizeof(float));
+  c.set_version(shard_->version());
+  c.set_step(shard_->step());
+  c.set_updates(shard_->gradients());
+  c.set_rounds_applied(controller_->rounds_applied());
+  for (int64_t p : controller_->pushed_all()) c.add_pushed(p);
+  for (bool l : controller_->live_all()) c.add_live(l);
+  c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  std::string bytes;
+  if (!c.SerializeToString(&bytes)) return InternalError("could not serialize the checkpoint");
+  // Temporary file, fsync, rename, fsync the directory: a crash leaves the old file or the new.
+  const std::string path = CheckpointPath(), tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return UnavailableError("cannot write " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      return UnavailableError("writing " + tmp + ": " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return UnavailableError("fsync " + tmp + ": " + std::strerror(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return UnavailableError("rename to " + path + ": " + std::strerror(errno));
+  const int dir = ::open(options_.checkpoint_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return OkStatus();
+}
+
+Status Server::RestoreCheckpoint() {
+  const std::string path = CheckpointPath();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("no checkpoint at " + path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  wire::ShardCheckpoint c;
+  if (!c.ParseFromString(buf.str())) return DataLossError(path + " is not a shard checkpoint");
+  if (c.rank() != rank_) {
+    return DataLossError(path + " belongs to shard " + std::to_string(c.rank()) + ", this is shard " + std::to_string(rank_));
+  }
+  RETURN_IF_ERROR(BuildShard(c.job()).WithContext(path));
+  if (c.begin() != static_cast<uint64_t>(shard_->range().begin) || c.end() != static_cast<uint64_t>(shard_->range().end) ||
+      c.params().size() % sizeof(float) != 0 || c.velocity().size() % sizeof(float) != 0) {
+    shard_.reset();
+    return DataLossError(path + " does not hold this shard's range");
+  }
+  std::vector<float> params(c.params().size() / sizeof(float)), velocity(c.velocity().size() / sizeof(float));
+  std::memcpy(params.data(), c.params().data(), c.params().size());
+  std::memcpy(velocity.data(), c.velocity().data(), c.velocity().size());
+  Status s = shard_->Restore(params, velocity, c.version(), c.step(), c.updates());
+  if (s.ok()) {
+    s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
+                             std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());
+  }
+  if (!s.ok()) {
+    shard_.reset();
+    return s.WithContext(path);
+  }
+  restored_pushed_.assign(c.pushed().begin(), c.pushed().end());
+  stats_.restored = true;
+  const double age = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                     c.written_at();
+  GRADSYNC_LOG(WARNING) << "server " << rank_ << ": restored from " << path << " (version " << c.version()
+                        << ", round " << c.rounds_applied() << ", written " << age << " s ago); workers go on from there";
+  return OkStatus();
 }
 
 Status Server::HandlePull(Message& m) {
@@ -374,7 +553,7 @@ void Server::AnswerParked() {
   }
 }
 
-void Server::OnDeadWorkers() {
+void Server::OnMembership() {
   auto dead = scheduler_->dead_nodes();
   for (; seen_dead_ < dead.size(); ++seen_dead_) {
     const auto& n = dead[seen_dead_];
@@ -382,7 +561,16 @@ void Server::OnDeadWorkers() {
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": " << NodeName(n) << " is dead; continuing with "
                             << controller_->live_workers() - 1 << " live workers";
       controller_->RemoveWorker(n.rank());
+      may_join_.erase(n.rank());
     }
+  }
+  auto joined = scheduler_->joined_nodes();
+  for (; seen_joined_ < joined.size(); ++seen_joined_) {
+    const auto& n = joined[seen_joined_];
+    if (n.role() != wire::WORKER) continue;
+    // Its new connection will JOIN; the old one no longer speaks for the rank.
+    identity_of_worker_.erase(n.rank());
+    may_join_.insert(n.rank());
   }
   if (shard_ && controller_->RoundComplete()) ApplyRound();
   if (shard_) AnswerParked();
@@ -400,6 +588,7 @@ void Server::Handle(Message& m) {
       case wire::INIT: s = HandleInit(m); break;
       case wire::PUSH: s = HandlePush(m); break;
       case wire::PULL: s = HandlePull(m); break;
+      case wire::JOIN: s = HandleJoin(m); break;
       default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(m.header.type()));
     }
   }
@@ -421,6 +610,13 @@ Status Server::Run() {
   ASSIGN_OR_RETURN(table_, scheduler_->Register(options_.register_timeout_s));
   rank_ = scheduler_->rank();
   controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
+  if (scheduler_->rejoined()) {
+    // A restarted shard in a running job: its state comes from its checkpoint, or it is lost.
+    if (options_.checkpoint_dir.empty()) {
+      return FailedPreconditionError("this shard rejoined a running job but has no --checkpoint-dir: its parameters are lost");
+    }
+    RETURN_IF_ERROR(RestoreCheckpoint());
+  }
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": serving on port " << socket_.port() << " ("
                      << ConsistencyModeName(options_.mode)
                      << (options_.mode == ConsistencyMode::kSsp ? " s=" + std::to_string(options_.staleness) : "")
@@ -430,9 +626,10 @@ Status Server::Run() {
     auto m = socket_.Recv(20);
     if (m.ok()) Handle(*m);
     else if (m.status().code() != StatusCode::kDeadlineExceeded) GRADSYNC_LOG(WARNING) << m.status();
+    MaybeCheckpoint(false);
     if (scheduler_->events() != seen_events_) {
       seen_events_ = scheduler_->events();
-      OnDeadWorkers();
+      OnMembership();
       if (scheduler_->shutdown_requested()) break;
       if (!scheduler_->health().ok()) {
         result = scheduler_->health();

@@ -6,8 +6,12 @@
 // touches the shard, and a bad one is answered with an ERROR (or dropped when it cannot be
 // answered) and counted; it never stops the loop or changes parameters. Pulls that the
 // consistency rule cannot answer yet are parked and answered as soon as it can. Dead workers
-// (from the scheduler) leave the live set. The loop ends on the scheduler's SHUTDOWN, when the
-// scheduler is lost, or on Stop().
+// (from the scheduler) leave the live set; a worker the scheduler announces as rejoined JOINs and
+// goes on at the clock the shard suggests. With a checkpoint directory the shard's state is
+// written atomically every K updates or T seconds; a restarted shard that rejoins the job
+// restores it, and each worker JOINs with the clock it has reached: the pushes it had made past
+// the checkpoint are lost, counted in stats().lost_updates and logged. The loop ends on the
+// scheduler's SHUTDOWN, when the scheduler is lost, or on Stop().
 //
 // Run() and everything but Stop() belong to one thread; read the stats after Run() returns.
 #pragma once
@@ -17,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +47,13 @@ struct ServerOptions {
   double scheduler_timeout_s = 10.0;
   double register_timeout_s = 120.0;
   bool record_pulls = false;        // keep a PullRecord per answered pull (tests)
+  // Checkpoints (off when the directory is empty): DIR/shard-<rank>.ckpt, written atomically
+  // every `checkpoint_every` updates (0: not by count) or `checkpoint_interval_s` seconds after
+  // the first update since the last one, whichever comes first. A restarted shard that rejoins
+  // the job restores from it.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  double checkpoint_interval_s = 5.0;
 };
 
 // One answered pull, with the clocks the decision was made on.
@@ -59,6 +71,10 @@ struct ServerStats {
   int64_t compressed_pulls = 0;  // answered with a compressed delta (--compress-pull)
   int64_t rejected = 0;    // answered with an ERROR
   int64_t malformed = 0;   // structurally broken (counted by the transport too)
+  int64_t checkpoints = 0;       // written
+  double checkpoint_ms_max = 0;  // the slowest write
+  bool restored = false;         // started from a checkpoint
+  int64_t lost_updates = 0;      // restored: pushes the workers had made past the checkpoint
   std::map<int64_t, int64_t> staleness;  // staleness -> gradients applied with it
   TrafficCounters traffic;
 };
@@ -110,6 +126,15 @@ class Server {
   void Handle(Message& m);
   Status CheckSender(const Message& m);
   Status HandleInit(const Message& m);
+  // Builds the shard (and the job's codecs) for `job`; INIT and a restore share it.
+  Status BuildShard(const wire::JobConfig& job);
+  // JOIN: a (re)joining worker asks where to start (clock -1) or says where it goes on.
+  Status HandleJoin(const Message& m);
+  // Checkpoints: written when due (after an update, or from the loop once the interval passed).
+  void MaybeCheckpoint(bool updated);
+  Status WriteCheckpoint();
+  Status RestoreCheckpoint();
+  std::string CheckpointPath() const;
   Status HandlePush(Message& m);
   Status HandlePull(Message& m);
   // Answers a pull whose segments and keys (validated) are given; AnswerParkedPull reads them
@@ -125,7 +150,8 @@ class Server {
   void AnswerParked();
   void RecordPull(const wire::Header& h);
   void ReplyError(const Message& m, const Status& s);
-  void OnDeadWorkers();
+  // The scheduler's news: dead workers leave the live set; a rejoined worker may JOIN.
+  void OnMembership();
   std::vector<SegmentRef> Segments(const Message& m) const;
   wire::Header ReplyHeader(wire::Type type, const wire::Header& request) const;
 
@@ -143,6 +169,14 @@ class Server {
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
   uint64_t seen_events_ = 0;
   size_t seen_dead_ = 0;
+  size_t seen_joined_ = 0;
+  std::set<int> may_join_;  // workers the scheduler announced as rejoined, not yet JOINed
+  wire::JobConfig job_;     // from INIT (or the checkpoint)
+  int64_t updates_since_checkpoint_ = 0;
+  double last_checkpoint_ = 0;   // seconds (steady clock)
+  double first_dirty_ = 0;       // when the first update since the last checkpoint happened
+  std::vector<int64_t> restored_pushed_;  // per worker: its clock in the checkpoint
+  std::set<int> resynced_;                // restored: workers that JOINed since
   ServerStats stats_;
   std::vector<PullRecord> pull_log_;
   std::vector<float> read_buffer_;

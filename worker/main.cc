@@ -52,6 +52,7 @@ int Main(int argc, char** argv) {
       ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds without the scheduler before giving up")
       ("request-timeout", po::value<double>()->default_value(120.0), "seconds a push or pull may take (dead servers fail faster)")
+      ("recovery-timeout", po::value<double>()->default_value(60.0), "PS modes: seconds to wait for a dead server to come back from its checkpoint before failing (0: fail at once)")
       ("device", po::value<std::string>()->default_value("cpu"), "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)")
       ("gpu", po::value<int>()->default_value(-1), "--device=cuda: CUDA device index (default: rank modulo the visible devices; PS workers may share one)")
       ("model", po::value<std::string>()->default_value("mlp"), kModelNames)
@@ -94,6 +95,7 @@ int Main(int argc, char** argv) {
     for (const char* f : {"scheduler", "rank", "staleness"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to the modes that join a job only");
   }
+  if (!ps && FlagGiven(vm, "recovery-timeout")) flags.Fail("--recovery-timeout applies to the PS modes (bsp|ssp|asp)");
   if (!allreduce) {
     for (const char* f : {"bucket-mb", "collective-timeout", "bind", "overlap", "first-bucket-mb"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
@@ -233,6 +235,7 @@ int Main(int argc, char** argv) {
     const double hb_interval = vm["heartbeat-interval"].as<double>(), hb_timeout = vm["heartbeat-timeout"].as<double>();
     if (!(hb_interval > 0) || !(hb_timeout > hb_interval)) flags.Fail("--heartbeat-interval must be > 0 and below --heartbeat-timeout");
     if (!(vm["request-timeout"].as<double>() > 0)) flags.Fail("--request-timeout must be > 0");
+    if (!(vm["recovery-timeout"].as<double>() >= 0)) flags.Fail("--recovery-timeout must be >= 0");
     SchedulerClientOptions so;
     so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
     so.self.set_role(wire::WORKER);
@@ -414,6 +417,7 @@ int Main(int argc, char** argv) {
       po.rank = rank;
       po.num_workers = table.workers_size();
       po.request_timeout_s = vm["request-timeout"].as<double>();
+      po.recovery_timeout_s = vm["recovery-timeout"].as<double>();
       po.compression = compress == "none" ? "" : compress;
       po.error_feedback = error_feedback;
       po.correction_momentum = correction_momentum;

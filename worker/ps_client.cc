@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/cluster.h"
+#include "common/logging.h"
 
 namespace gradsync {
 
-PsClient::PsClient(zmq::context_t&, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
+PsClient::PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
                    SchedulerClient* scheduler)
-    : table_(table),
+    : ctx_(ctx),
+      table_(table),
       rank_(rank),
       layout_(std::move(layout)),
       partitioner_(LayoutSize(layout_), table.servers_size()),
@@ -18,6 +21,10 @@ PsClient::PsClient(zmq::context_t&, const wire::ClusterTable& table, int rank, s
       versions_(static_cast<size_t>(table.servers_size()), 0),
       staleness_(static_cast<size_t>(table.servers_size()), -1),
       wait_ms_(static_cast<size_t>(table.servers_size()), 0) {
+  broken_.assign(static_cast<size_t>(table.servers_size()), false);
+  join_clock_.assign(static_cast<size_t>(table.servers_size()), -1);
+  // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
+  if (scheduler_) seen_joined_ = scheduler_->joined_nodes().size();
   for (int s = 0; s < table.servers_size(); ++s) dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
 }
 
@@ -210,6 +217,11 @@ void PsClient::HandleReply(int shard, const Message& m) {
     staleness_[shard] = h.observed_staleness();
     return;
   }
+  if (h.type() == wire::JOIN_REPLY) {
+    join_clock_[shard] = h.clock();
+    versions_[shard] = h.version();
+    return;
+  }
   if (h.type() != wire::PULL_REPLY || !p.is_pull) return;
   // Write the reply's values where its segments and keys say, after checking they fit.
   const ShardRange& r = partitioner_.range(shard);
@@ -301,15 +313,14 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       if (!is_pull && s.ok()) lent_->WaitForZero();  // on failure the buffer is not reused
       return s;
     }
-    // Dead shards or a lost scheduler end the wait at once.
+    // Dead or restarted shards, or a lost scheduler, end the wait at once.
     if (scheduler_) {
       if (Status h = scheduler_->health(); !h.ok()) return h;
+      CheckMembership();
       for (int s : waiting_on_[id]) {
-        if (scheduler_->IsDead(wire::SERVER, s)) {
-          FailShard(s, UnavailableError(NodeName(table_.servers(s)) + " is dead (declared by the scheduler)"));
-        }
+        if (broken_[s]) FailShard(s, UnavailableError(NodeName(table_.servers(s)) + " is dead or restarted"));
       }
-      if (pending_[id].remaining <= 0) continue;
+      if (pending_[id].remaining <= 0 || !pending_[id].status.ok()) continue;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) {
@@ -319,6 +330,90 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
     }
     RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20))));
   }
+}
+
+void PsClient::CheckMembership() {
+  if (!scheduler_ || scheduler_->events() == seen_events_) return;
+  seen_events_ = scheduler_->events();
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    if (scheduler_->IsDead(wire::SERVER, s)) broken_[s] = true;
+  }
+  const auto joined = scheduler_->joined_nodes();
+  for (; seen_joined_ < joined.size(); ++seen_joined_) {
+    const auto& n = joined[seen_joined_];
+    if (n.role() != wire::SERVER || n.rank() < 0 || n.rank() >= table_.servers_size()) continue;
+    // A restart this client has not reconnected to yet (Reconnect may already have used the
+    // scheduler's newer table: then the address is the one it is connected to).
+    const auto& mine = table_.servers(n.rank());
+    if (n.host() != mine.host() || n.port() != mine.port()) broken_[n.rank()] = true;
+  }
+}
+
+std::vector<int> PsClient::shards_to_reconnect() const {
+  std::vector<int> out;
+  for (int s = 0; s < table_.servers_size(); ++s)
+    if (broken_[s]) out.push_back(s);
+  return out;
+}
+
+Status PsClient::Reconnect(double timeout_s) {
+  if (!scheduler_) return FailedPreconditionError("no scheduler to learn the shards' new addresses from");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  CheckMembership();
+  for (int s : shards_to_reconnect()) {
+    while (scheduler_->IsDead(wire::SERVER, s)) {
+      if (Status h = scheduler_->health(); !h.ok()) return h;
+      if (std::chrono::steady_clock::now() > deadline) {
+        return UnavailableError(NodeName(table_.servers(s)) + " did not come back within " + std::to_string(timeout_s) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const wire::NodeInfo info = scheduler_->table().servers(s);
+    ASSIGN_OR_RETURN(Socket sock, Socket::Connect(ctx_, zmq::socket_type::dealer,
+                                                  "tcp://" + info.host() + ":" + std::to_string(info.port()), NodeName(info)));
+    sockets_[s] = std::move(sock);  // the old connection and whatever it still held are dropped
+    *table_.mutable_servers(s) = info;
+    broken_[s] = false;
+    versions_[s] = 0;
+    GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": reconnected to " << NodeName(info) << " at " << info.host() << ":"
+                          << info.port();
+  }
+  // Every outstanding request is void now (the caller redoes its step).
+  pending_.clear();
+  waiting_on_.clear();
+  return OkStatus();
+}
+
+Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::vector<int> todo = shards;
+  int64_t best = -1;
+  while (!todo.empty()) {
+    RequestId id = NewRequest(false, {}, static_cast<int>(todo.size()));
+    for (int s : todo) {
+      waiting_on_[id].push_back(s);
+      join_clock_[s] = -1;
+      Status st = sockets_[s].Send("", RequestHeader(wire::JOIN, rank_, id, clock));
+      if (!st.ok()) FailShard(s, st);
+    }
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    Status st = Wait(id, std::max(0.05, left));
+    std::vector<int> again;
+    for (int s : todo) {
+      if (join_clock_[s] >= 0) best = std::max(best, join_clock_[s]);
+      else again.push_back(s);
+    }
+    if (again.empty()) break;
+    // Not ready yet (the shard has not heard of this worker's rejoin, or is not initialized).
+    if (!st.ok() && st.code() != StatusCode::kUnavailable) return st.WithContext("JOIN");
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceededError("JOIN: " + std::to_string(again.size()) + " shard(s) did not take this worker back within " +
+                                   std::to_string(timeout_s) + " s" + (st.ok() ? "" : ": " + st.message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    todo = again;
+  }
+  return best;
 }
 
 double PsClient::last_staleness() const { return *std::max_element(staleness_.begin(), staleness_.end()); }

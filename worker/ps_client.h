@@ -9,8 +9,10 @@
 // straight into the caller's parameter buffer as they arrive.
 //
 // Wait() processes replies to any outstanding request while it waits. It fails with the
-// server's ERROR, kUnavailable when the scheduler declares a shard dead (or the scheduler is
-// lost), or kDeadlineExceeded. Not thread-safe: one training thread uses a client.
+// server's ERROR, kUnavailable when the scheduler declares a shard dead or restarted (or the
+// scheduler is lost), or kDeadlineExceeded. After a shard restarted (from its checkpoint) the
+// worker calls Reconnect and Join(shards, clock) and retries its step. Not thread-safe: one
+// training thread uses a client.
 #pragma once
 
 #include <map>
@@ -59,6 +61,19 @@ class PsClient {
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
   Status Wait(RequestId id, double timeout_s);
 
+  // Elastic membership and recovery.
+  // JOIN on `shards`: clock -1 asks each where to start (a worker that rejoined a running job);
+  // clock c >= 0 says this worker goes on at c (after a shard restarted, or to settle on the
+  // largest suggestion). Returns the largest clock the shards answered. Retries a shard that
+  // is not ready yet (kUnavailable) until timeout_s.
+  Result<int64_t> Join(const std::vector<int>& shards, int64_t clock, double timeout_s);
+  // Shards whose server died or restarted since their connection was made: their requests
+  // fail with kUnavailable, and they need Reconnect once the scheduler has them back.
+  std::vector<int> shards_to_reconnect() const;
+  // Waits (at most timeout_s) until the scheduler has every shard of shards_to_reconnect() back
+  // (NODE_JOINED), connects to their new addresses, and forgets every outstanding request.
+  Status Reconnect(double timeout_s);
+
   // Per shard: the version of the last pull reply; the staleness the last push was applied with
   // (-1 until known); how long the last pull was held by the consistency rule.
   const std::vector<int64_t>& versions() const { return versions_; }
@@ -77,13 +92,20 @@ class PsClient {
 
   PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
            SchedulerClient* scheduler);
+  // Fails the requests of shards whose server the scheduler declared dead or saw restart.
+  void CheckMembership();
   Status Receive(int timeout_ms);
   void HandleReply(int shard, const Message& m);
   RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
   void FailShard(int shard, const Status& s);
 
+  zmq::context_t& ctx_;
   wire::ClusterTable table_;
   int rank_;
+  uint64_t seen_events_ = 0;
+  size_t seen_joined_ = 0;
+  std::vector<bool> broken_;               // per shard: needs Reconnect
+  std::vector<int64_t> join_clock_;        // per shard: the last JOIN_REPLY's clock
   std::vector<TensorInfo> layout_;
   Partitioner partitioner_;
   std::vector<std::vector<ShardRange>> dense_runs_;  // per shard

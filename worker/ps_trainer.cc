@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/clock.h"
 #include "common/sampler.h"
@@ -77,11 +78,25 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
                                             options_.correction_momentum, options_.compress_pull));
   }
 
-  if (rank == 0) {
-    RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, total_steps, steps_per_epoch), model_->params(), timeout)
-                        .WithContext("initializing the shards"));
+  std::vector<int> all_shards(static_cast<size_t>(scheduler_->table().servers_size()));
+  for (size_t i = 0; i < all_shards.size(); ++i) all_shards[i] = static_cast<int>(i);
+  int64_t start_clock = 0;
+  if (scheduler_->rejoined()) {
+    // A restarted worker in a running job: the shards say where to start (the open round, or
+    // the slowest live worker's clock); it takes the largest and goes on from there with its
+    // own shard of the data. The shards were initialized long ago.
+    ASSIGN_OR_RETURN(int64_t suggested, client_->Join(all_shards, -1, timeout));
+    ASSIGN_OR_RETURN(start_clock, client_->Join(all_shards, suggested, timeout));
+    std::printf("worker %d: rejoined the job at step %lld of %lld\n", rank, static_cast<long long>(start_clock),
+                static_cast<long long>(total_steps));
+    std::fflush(stdout);
+  } else {
+    if (rank == 0) {
+      RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, total_steps, steps_per_epoch), model_->params(), timeout)
+                          .WithContext("initializing the shards"));
+    }
+    RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
   }
-  RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
   if (options_.after_init) options_.after_init();
 
   const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
@@ -93,7 +108,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   std::vector<float> push_values;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
-  int64_t clock = 0;
+  int64_t clock = start_clock;
   PsClient::RequestId pending_push = 0;
   EpochTotals totals;
   Straggler straggler(o.straggler, o.straggler_seed);
@@ -112,9 +127,27 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
     return OkStatus();
   };
 
-  for (int epoch = 0; epoch < o.epochs && clock < total_steps; ++epoch) {
+  // A server that died and came back from its checkpoint: reconnect, tell it where this worker
+  // is, and redo the step (the pushes it lost are counted on its side).
+  auto recover = [&](const Status& failure) -> Status {
+    const std::vector<int> shards = client_->shards_to_reconnect();
+    if (options_.recovery_timeout_s <= 0 || failure.code() != StatusCode::kUnavailable || shards.empty()) return failure;
+    std::printf("worker %d: step %lld: %s; waiting up to %.0f s for it to come back\n", rank, static_cast<long long>(clock),
+                failure.message().c_str(), options_.recovery_timeout_s);
+    std::fflush(stdout);
+    RETURN_IF_ERROR(client_->Reconnect(options_.recovery_timeout_s).WithContext("after: " + failure.message()));
+    RETURN_IF_ERROR(client_->Join(shards, clock, options_.recovery_timeout_s).status());
+    pending_push = 0;  // what the dead shard had not applied is lost; the others applied it
+    std::printf("worker %d: step %lld: going on with the restarted shard(s)\n", rank, static_cast<long long>(clock));
+    std::fflush(stdout);
+    return OkStatus();
+  };
+
+  const int first_epoch = static_cast<int>(start_clock / steps_per_epoch);
+  for (int epoch = first_epoch; epoch < o.epochs && clock < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
-    for (int64_t s = 0; s < steps_per_epoch && clock < total_steps; ++s) {
+    for (int64_t s = epoch == first_epoch ? start_clock % steps_per_epoch : 0; s < steps_per_epoch && clock < total_steps;
+         ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
       const auto indices = std::span(order).subspan(begin, end - begin);
       // A sparse model's batch is gathered before the pull, which needs its keys.
@@ -125,9 +158,17 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       }
 
       Stopwatch comm;
-      ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock, model_->params(), keys));
-      RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock)));
-      if (pending_push) RETURN_IF_ERROR(client_->Wait(pending_push, timeout).WithContext("push " + std::to_string(clock - 1)));
+      for (int attempt = 0;; ++attempt) {
+        Status st = [&]() -> Status {
+          ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock, model_->params(), keys));
+          RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock)));
+          if (pending_push) RETURN_IF_ERROR(client_->Wait(pending_push, timeout).WithContext("push " + std::to_string(clock - 1)));
+          return OkStatus();
+        }();
+        if (st.ok()) break;
+        if (attempt >= 3) return st;
+        RETURN_IF_ERROR(recover(st));
+      }
       pending_push = 0;
       const double comm_ms = comm.Millis();
       const double wait_ms = std::min(comm_ms, client_->last_wait_ms());
@@ -193,7 +234,10 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       }
     }
   }
-  if (pending_push) RETURN_IF_ERROR(client_->Wait(pending_push, timeout).WithContext("last push"));
+  if (pending_push) {
+    Status st = client_->Wait(pending_push, timeout).WithContext("last push");
+    if (!st.ok()) RETURN_IF_ERROR(recover(st));  // a restarted shard lost it: counted there
+  }
   // Every worker's last push is applied before anyone passes this barrier.
   RETURN_IF_ERROR(scheduler_->Barrier("trained", "workers", options_.barrier_timeout_s));
   if (evaluates) {

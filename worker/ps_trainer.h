@@ -36,6 +36,9 @@ struct PsTrainOptions {
   // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
   bool compress_pull = false;
   bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
+  // How long to wait for a dead server to come back (from its checkpoint) before failing; the
+  // step is then redone against the restored shard. 0: fail at once.
+  double recovery_timeout_s = 0;
   // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
   // and once after the "init" barrier.
   std::function<void(int64_t step)> step_hook;

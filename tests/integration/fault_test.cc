@@ -1,0 +1,241 @@
+// Faults injected into parameter-server jobs of real processes: a worker killed (-9) in every
+// mode, a worker restarted into the running job, a server killed and restarted from its
+// checkpoint, a worker stopped (SIGSTOP) past the heartbeat timeout. Every job is bounded in
+// time and its process group is killed at the end whatever happens.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "experiments/process.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+size_t CountLines(const std::string& path) {
+  const std::string s = ReadFile(path);
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// Seconds since local midnight of a log line's "HH:MM:SS.mmm" stamp (the logger's format).
+double LogSeconds(const std::string& line) {
+  int h = 0, m = 0;
+  double s = 0;
+  if (std::sscanf(line.c_str() + 2, "%d:%d:%lf", &h, &m, &s) != 3) return -1;
+  return h * 3600.0 + m * 60.0 + s;
+}
+
+double NowSecondsOfDay() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  const double frac = std::chrono::duration<double>(now.time_since_epoch()).count() - static_cast<double>(t);
+  return tm.tm_hour * 3600.0 + tm.tm_min * 60.0 + tm.tm_sec + frac;
+}
+
+// The first line of `text` containing `what`, or "".
+std::string LineWith(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find(what) != std::string::npos) return line;
+  return "";
+}
+
+constexpr double kHeartbeatTimeout = 1.0;
+
+// A job of a scheduler, 2 servers (checkpointing) and 3 workers, as separate processes.
+class FaultJob {
+ public:
+  explicit FaultJob(const std::string& mode) : mode_(mode) {}
+
+  void Start() {
+    const std::string port_file = dir_.File("port");
+    ASSERT_TRUE(group_.Spawn({"scheduler",
+                              {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=2", "--num-workers=3",
+                               "--port-file=" + port_file, "--heartbeat-interval=0.2",
+                               "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout)},
+                              dir_.File("scheduler.log")})
+                    .ok());
+    for (int i = 0; i < 400 && port_.empty(); ++i) {
+      std::ifstream f(port_file);
+      if (f) std::getline(f, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_FALSE(port_.empty());
+    for (int s = 0; s < 2; ++s) StartServer(s, "");
+    for (int w = 0; w < 3; ++w) StartWorker(w, "");
+  }
+
+  void StartServer(int rank, const std::string& suffix) {
+    std::vector<std::string> argv{BinaryPath("gradsync-server"), "--role=server", "--mode=" + mode_,
+                                  "--scheduler=127.0.0.1:" + port_, "--rank=" + std::to_string(rank),
+                                  "--checkpoint-dir=" + dir_.File("ckpt"), "--checkpoint-interval=0.2",
+                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout)};
+    if (mode_ == "ssp") argv.push_back("--staleness=2");
+    ASSERT_TRUE(group_.Spawn({"server " + std::to_string(rank) + suffix, argv,
+                              dir_.File("server-" + std::to_string(rank) + suffix + ".log")})
+                    .ok());
+  }
+
+  void StartWorker(int rank, const std::string& suffix) {
+    std::vector<std::string> argv{BinaryPath("gradsync-worker"), "--mode=" + mode_, "--scheduler=127.0.0.1:" + port_,
+                                  "--rank=" + std::to_string(rank), "--dataset=blobs", "--hidden=32", "--epochs=100",
+                                  "--batch=16", "--max-steps=500", "--straggle=ms:4", "--log-every=10",
+                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
+                                  "--recovery-timeout=20", "--out=" + dir_.path() + "/w" + std::to_string(rank) + suffix};
+    if (mode_ == "ssp") argv.push_back("--staleness=2");
+    ASSERT_TRUE(group_.Spawn({"worker " + std::to_string(rank) + suffix, argv,
+                              dir_.File("worker-" + std::to_string(rank) + suffix + ".log")})
+                    .ok());
+  }
+
+  // Waits until worker 0 has written `rows` metrics rows (training runs).
+  void WaitForProgress(size_t rows) {
+    const std::string csv = dir_.path() + "/w0/worker-0.csv";
+    for (int i = 0; i < 800 && CountLines(csv) < rows + 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    ASSERT_GE(CountLines(csv), rows + 1) << "no progress: " << Log("worker-0");
+  }
+
+  // Waits until `log` contains `what` (at most timeout_s).
+  bool WaitForLog(const std::string& log, const std::string& what, double timeout_s) {
+    for (int i = 0; i < static_cast<int>(timeout_s * 40); ++i) {
+      if (Log(log).find(what) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+
+  void Kill(const std::string& name, int sig = SIGKILL) {
+    killed_at_ = NowSecondsOfDay();
+    ASSERT_TRUE(group_.Signal(name, sig).ok());
+  }
+  // Seconds from the last Kill to the scheduler's "declared dead" line.
+  double DetectedAfter() {
+    const std::string line = LineWith(Log("scheduler"), "declared dead");
+    return line.empty() ? -1 : LogSeconds(line) - killed_at_;
+  }
+
+  Result<int> Wait(const std::string& name, double timeout_s) { return group_.WaitFor(name, timeout_s); }
+  std::string Log(const std::string& name) { return ReadFile(dir_.File(name + ".log")); }
+  std::string Logs() {
+    std::string all;
+    for (const auto& e : std::filesystem::directory_iterator(dir_.path()))
+      if (e.path().extension() == ".log") all += "=== " + e.path().filename().string() + "\n" + ReadFile(e.path());
+    return all;
+  }
+  // The evaluating worker's "final test_acc X%".
+  double FinalAccuracy() {
+    const std::string line = LineWith(Log("worker-0"), "final test_acc ");
+    return line.empty() ? -1 : std::strtod(line.c_str() + line.find("final test_acc ") + 15, nullptr);
+  }
+
+ private:
+  std::string mode_;
+  TempDir dir_;
+  ProcessGroup group_;
+  std::string port_;
+  double killed_at_ = 0;
+};
+
+class KilledWorkerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KilledWorkerTest, TheOthersFinishTheRun) {
+  FaultJob job(GetParam());
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("worker 2");
+  auto sched = job.Wait("scheduler", 60);
+  ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  const double detected = job.DetectedAfter();
+  RecordProperty("detected_after_s", std::to_string(detected));
+  EXPECT_GT(detected, 0) << job.Log("scheduler");
+  EXPECT_LT(detected, kHeartbeatTimeout + 1.0);
+  EXPECT_NE(job.Log("scheduler").find("went missing: worker 2"), std::string::npos) << job.Log("scheduler");
+  EXPECT_GT(job.FinalAccuracy(), 50.0) << job.Log("worker-0");
+  for (int w = 0; w < 2; ++w) {
+    auto code = job.Wait("worker " + std::to_string(w), 10);
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0) << job.Log("worker-" + std::to_string(w));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, KilledWorkerTest, ::testing::Values("bsp", "ssp", "asp"),
+                         [](const auto& p) { return p.param; });
+
+TEST(FaultTest, ARestartedWorkerRejoinsTheRunningJob) {
+  FaultJob job("bsp");
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("worker 2");
+  ASSERT_TRUE(job.WaitForLog("scheduler", "declared dead", 10)) << job.Log("scheduler");
+  job.StartWorker(2, "b");
+  auto code = job.Wait("worker 2b", 60);
+  ASSERT_TRUE(code.ok()) << job.Logs();
+  EXPECT_EQ(*code, 0) << job.Log("worker-2b");
+  EXPECT_NE(job.Log("worker-2b").find("rejoined the job at step"), std::string::npos) << job.Log("worker-2b");
+  EXPECT_NE(job.Log("server-0").find("worker 2 rejoins at clock"), std::string::npos) << job.Log("server-0");
+  auto sched = job.Wait("scheduler", 60);
+  ASSERT_TRUE(sched.ok());
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  EXPECT_NE(job.Log("scheduler").find("every worker finished"), std::string::npos) << job.Log("scheduler");
+}
+
+class KilledServerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
+  FaultJob job(GetParam());
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(10));
+  job.Kill("server 1");
+  job.StartServer(1, "b");  // at once: it waits until its predecessor is declared dead
+  auto sched = job.Wait("scheduler", 90);
+  ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  const std::string restarted = job.Log("server-1b");
+  EXPECT_NE(restarted.find("restored from"), std::string::npos) << restarted;
+  // What was lost is counted and said: the pushes made past the checkpoint.
+  EXPECT_NE(restarted.find("updates lost"), std::string::npos) << restarted;
+  EXPECT_GT(job.FinalAccuracy(), 50.0) << job.Log("worker-0");
+  EXPECT_NE(job.Log("worker-1").find("going on with the restarted shard"), std::string::npos) << job.Log("worker-1");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, KilledServerTest, ::testing::Values("bsp", "asp"),
+                         [](const auto& p) { return p.param; });
+
+TEST(FaultTest, AStoppedWorkerIsDeclaredDeadAndTheRunGoesOn) {
+  FaultJob job("ssp");
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("worker 2", SIGSTOP);
+  ASSERT_TRUE(job.WaitForLog("scheduler", "declared dead", 10)) << job.Log("scheduler");
+  EXPECT_LT(job.DetectedAfter(), kHeartbeatTimeout + 1.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  job.Kill("worker 2", SIGCONT);
+  // Back from its pause it learns it was declared dead, and stops with that error.
+  auto code = job.Wait("worker 2", 20);
+  ASSERT_TRUE(code.ok()) << job.Logs();
+  EXPECT_EQ(*code, 1);
+  EXPECT_NE(job.Log("worker-2").find("was declared dead"), std::string::npos) << job.Log("worker-2");
+  auto sched = job.Wait("scheduler", 60);
+  ASSERT_TRUE(sched.ok());
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  EXPECT_GT(job.FinalAccuracy(), 50.0);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
