@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/flags.h"
+#include "common/security.h"
 #include "common/transport.h"
 #include "common/logging.h"
 #include "common/scheduler_client.h"
@@ -44,6 +45,7 @@ double Quantile(std::vector<double> v, double q) {
 }
 
 struct Row {
+  bool curve = false;
   std::string op;
   int servers, workers;
   int64_t size;
@@ -55,8 +57,10 @@ enum class Op { kPush, kPull, kPushPull };
 const char* OpName(Op op) { return op == Op::kPush ? "push" : op == Op::kPull ? "pull" : "push+pull"; }
 
 // Runs one job and measures the three operations in turn.
-std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, int repeats) {
+std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, int repeats, const Security* security) {
   zmq::context_t ctx(2);
+  std::unique_ptr<CurveAuthenticator> auth;  // CURVE on every socket of this job
+  if (security) auth = std::move(EnableCurve(ctx, *security)).value();
   SchedulerOptions so;
   so.num_servers = servers;
   so.num_workers = workers;
@@ -148,7 +152,7 @@ std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, in
   for (auto& t : threads) t.join();
   std::vector<Row> rows;
   for (int k = 0; k < 3; ++k) {
-    rows.push_back({OpName(ops[k]), servers, workers, size, Median(rates[k]), Quantile(latencies[k], 0.5),
+    rows.push_back({security != nullptr, OpName(ops[k]), servers, workers, size, Median(rates[k]), Quantile(latencies[k], 0.5),
                     Quantile(latencies[k], 0.99), wrong.load()});
   }
   return rows;
@@ -190,6 +194,7 @@ int Main(int argc, char** argv) {
       ("configs", po::value<std::string>()->default_value("1x1,2x2"), "SERVERSxWORKERS list")
       ("iters", po::value<int>()->default_value(0), "operations per repeat (0: 20 for <= 4M floats, else 6)")
       ("repeats", po::value<int>()->default_value(5), "timed repeats (median reported)")
+      ("curve", po::value<std::string>()->default_value("off"), "off|on|both: CURVE (--auth-dir's encryption) on every socket; both runs each config plain and then with CURVE")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
@@ -208,19 +213,36 @@ int Main(int argc, char** argv) {
       configs.push_back({s, w});
     }
   }
+  const std::string curve = vm["curve"].as<std::string>();
+  if (curve != "off" && curve != "on" && curve != "both") flags.Fail("--curve must be off, on or both");
+  std::vector<const Security*> modes;
+  Security cluster;
+  if (curve != "on") modes.push_back(nullptr);
+  if (curve != "off") {
+    auto server = GenerateKeyPair(), client = GenerateKeyPair();
+    if (!server.ok() || !client.ok()) flags.Fail("--curve: " + server.status().message());
+    cluster.server = *server;
+    cluster.client = *client;
+    cluster.authorized = {client->public_key};
+    modes.push_back(&cluster);
+  }
   const int repeats = vm["repeats"].as<int>();
   if (repeats < 1 || vm["iters"].as<int>() < 0) flags.Fail("--repeats must be >= 1 and --iters >= 0");
   std::printf("# gradsync-bench-ps: GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n", repeats);
-  std::printf("%-10s %7s %7s %10s %9s %9s %9s %7s\n", "op", "servers", "workers", "floats", "GB/s", "p50_ms", "p99_ms", "#wrong");
+  std::printf("%-6s %-10s %7s %7s %10s %9s %9s %9s %7s\n", "curve", "op", "servers", "workers", "floats", "GB/s", "p50_ms",
+              "p99_ms", "#wrong");
   std::vector<Row> all;
   for (int64_t size : *sizes) {
     const int iters = vm["iters"].as<int>() > 0 ? vm["iters"].as<int>() : (size <= (4 << 20) ? 20 : 6);
     for (auto [s, w] : configs) {
-      for (const Row& r : RunConfig(s, w, size, iters, repeats)) {
-        std::printf("%-10s %7d %7d %10lld %9.2f %9.3f %9.3f %7lld\n", r.op.c_str(), r.servers, r.workers,
-                    static_cast<long long>(r.size), r.gbps, r.p50_ms, r.p99_ms, static_cast<long long>(r.wrong));
-        std::fflush(stdout);
-        all.push_back(r);
+      for (const Security* sec : modes) {
+        for (const Row& r : RunConfig(s, w, size, iters, repeats, sec)) {
+          std::printf("%-6s %-10s %7d %7d %10lld %9.2f %9.3f %9.3f %7lld\n", r.curve ? "on" : "off", r.op.c_str(),
+                      r.servers, r.workers, static_cast<long long>(r.size), r.gbps, r.p50_ms, r.p99_ms,
+                      static_cast<long long>(r.wrong));
+          std::fflush(stdout);
+          all.push_back(r);
+        }
       }
     }
   }
@@ -229,6 +251,16 @@ int Main(int argc, char** argv) {
     std::printf(" raw ZeroMQ stream %lld floats %.2f GB/s;", static_cast<long long>(size), RawZmqGbps(size, size <= (4 << 20) ? 200 : 20));
   }
   std::printf(" memcpy %.2f GB/s\n", MemcpyGbps((*sizes).back()));
+  if (modes.size() == 2) {  // CURVE's cost, measured in this run
+    for (const Row& on : all) {
+      if (!on.curve || on.op != "push+pull") continue;
+      for (const Row& off : all) {
+        if (off.curve || off.op != on.op || off.servers != on.servers || off.workers != on.workers || off.size != on.size) continue;
+        std::printf("# CURVE push+pull %dx%d %lld floats: %.2f vs %.2f GB/s plain (%.2fx), p50 %.3f vs %.3f ms\n", on.servers,
+                    on.workers, static_cast<long long>(on.size), on.gbps, off.gbps, on.gbps / off.gbps, on.p50_ms, off.p50_ms);
+      }
+    }
+  }
   int64_t wrong = 0;
   for (const Row& r : all) wrong += r.wrong;
   std::printf("# check: %s\n", wrong == 0 ? "every pulled value correct" : "WRONG VALUES");
@@ -237,7 +269,7 @@ int Main(int argc, char** argv) {
     f << "[";
     for (size_t i = 0; i < all.size(); ++i) {
       const Row& r = all[i];
-      f << (i ? ", " : "") << "{\"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
+      f << (i ? ", " : "") << "{\"curve\": " << (r.curve ? "true" : "false") << ", \"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
         << ", \"floats\": " << r.size << ", \"gbps\": " << r.gbps << ", \"p50_ms\": " << r.p50_ms
         << ", \"p99_ms\": " << r.p99_ms << ", \"wrong\": " << r.wrong << "}";
     }

@@ -4,10 +4,29 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdio>
+#include <mutex>
 #include <thread>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "common/logging.h"
+#include "common/security.h"
 
 namespace gradsync {
 namespace {
+
+// Protobuf logs a complaint for every string field with invalid UTF-8 it parses: a peer sending
+// garbage could fill our stderr. Such a message is counted as malformed instead; protobuf's
+// lines go to the debug log.
+void QuietProtobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+  if (level == google::protobuf::LOGLEVEL_FATAL) {
+    std::fprintf(stderr, "[libprotobuf FATAL %s:%d] %s\n", file, line, message.c_str());
+    return;
+  }
+  GRADSYNC_LOG(DEBUG) << "protobuf: " << message;
+}
+std::once_flag quiet_protobuf;
 
 void ReleaseLent(void* /*data*/, void* hint) {
   auto* holder = static_cast<std::shared_ptr<InflightCounter>*>(hint);
@@ -71,6 +90,7 @@ Result<Socket> Socket::Bind(zmq::context_t& ctx, zmq::socket_type type, const st
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
     if (type == zmq::socket_type::router) s.set(zmq::sockopt::router_mandatory, 1);
+    ApplyCurveServer(ctx, s);  // --auth-dir: CURVE, only the cluster's key admitted
     std::string endpoint = bind_host.rfind("inproc://", 0) == 0
                                ? bind_host
                                : "tcp://" + bind_host + ":" + (port ? std::to_string(port) : "*");
@@ -93,6 +113,7 @@ Result<Socket> Socket::Connect(zmq::context_t& ctx, zmq::socket_type type, const
     zmq::socket_t s(ctx, type);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+    ApplyCurveClient(ctx, s);
     s.connect(endpoint);
     return Socket(std::move(s), type, 0, peer_name);
   } catch (const zmq::error_t& e) {
@@ -200,6 +221,7 @@ Result<Message> Socket::Recv(int timeout_ms) {
   };
   if (parts.size() > 16 + next) return fail("too many frames");
   if (next >= parts.size()) return fail("no header frame");
+  std::call_once(quiet_protobuf, [] { google::protobuf::SetLogHandler(QuietProtobufLog); });
   if (!m.header.ParseFromArray(parts[next].data(), static_cast<int>(parts[next].size()))) {
     m.header.Clear();
     return fail("header frame is not a valid protobuf Header");

@@ -15,7 +15,7 @@ namespace gradsync {
 
 const char* LauncherOwnedFlag(const std::string& arg) {
   for (const char* owned : {"--mode", "--scheduler", "--rank", "--out", "--staleness", "--host", "--bind",
-                            "--heartbeat-timeout"}) {
+                            "--heartbeat-timeout", "--auth-dir"}) {
     if (arg == owned || arg.rfind(std::string(owned) + "=", 0) == 0) return owned;
   }
   return nullptr;
@@ -32,6 +32,11 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
     fs::remove(port_file, ec);
   }
   const std::string hb = "--heartbeat-timeout=" + std::to_string(o.heartbeat_timeout_s);
+  // Every process gets the cluster's keys (CURVE on every socket) when the job has them.
+  auto secured = [&](std::vector<std::string> argv) {
+    if (!o.auth_dir.empty()) argv.push_back("--auth-dir=" + o.auth_dir);
+    return argv;
+  };
   std::vector<std::string> mode_args = {"--mode=" + o.mode};
   // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
   const bool allreduce = o.mode == "allreduce";
@@ -45,9 +50,9 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   };
 
   ChildSpec sched{"scheduler",
-                  placed(0, {server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
+                  placed(0, secured({server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
                              "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
-                             "--mode=" + o.mode, "--bind=" + address(0)}),
+                             "--mode=" + o.mode, "--bind=" + address(0)})),
                   o.out_dir + "/logs/scheduler.log"};
   std::ofstream commands;
   if (!o.dry_run) commands.open(o.out_dir + "/commands.txt");
@@ -80,7 +85,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
                                      "--rank=" + std::to_string(s), "--out=" + o.out_dir, hb,
                                      "--bind=" + address(1 + s), "--host=" + address(1 + s)};
     argv.insert(argv.end(), mode_args.begin(), mode_args.end());
-    ChildSpec c{"server " + std::to_string(s), placed(1 + s, argv), o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
+    ChildSpec c{"server " + std::to_string(s), placed(1 + s, secured(argv)), o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
     specs.push_back(c);
   }
   for (int w = 0; w < o.num_workers; ++w) {
@@ -93,7 +98,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
     if (auto it = o.worker_extra_args.find(w); it != o.worker_extra_args.end()) {
       argv.insert(argv.end(), it->second.begin(), it->second.end());
     }
-    ChildSpec c{"worker " + std::to_string(w), placed(host, argv),
+    ChildSpec c{"worker " + std::to_string(w), placed(host, secured(argv)),
                 (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log"};
     specs.push_back(c);
   }

@@ -29,6 +29,7 @@ struct LaunchOptions {
   std::function<std::string(int host)> host_address;
   std::function<void()> on_tick;  // runs about every 250 ms while the job runs
   double heartbeat_timeout_s = 10.0;
+  std::string auth_dir;       // --auth-dir for every process (CURVE), "" = plaintext
   double timeout_s = 3600.0;
   bool worker0_to_stdout = true;  // otherwise logs/worker-0.log
   bool dry_run = false;       // print the commands only
@@ -42,7 +43,7 @@ struct LaunchResult {
 
 // The flag that `arg` (a worker argument) sets although the launcher sets it itself for every
 // worker (--mode, --scheduler, --rank, --out, --staleness, --host, --bind,
-// --heartbeat-timeout), or nullptr.
+// --heartbeat-timeout, --auth-dir), or nullptr.
 const char* LauncherOwnedFlag(const std::string& arg);
 
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& options, const volatile bool* interrupted = nullptr);

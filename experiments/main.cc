@@ -35,6 +35,7 @@ int Main(int argc, char** argv) {
       ("workers", po::value<int>()->default_value(1), "workers")
       ("out", po::value<std::string>()->default_value("results/launch"), "output directory")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent node is dead")
+      ("auth-dir", po::value<std::string>(), "CURVE on every socket with the keys gradsync-keygen wrote here (passed to every process)")
       ("timeout", po::value<double>()->default_value(3600.0), "seconds before the whole job is stopped")
       ("dry-run", po::bool_switch(), "print the commands only")
       ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
@@ -56,6 +57,10 @@ int Main(int argc, char** argv) {
   if (o.num_workers < 1 || o.num_workers > 256) flags.Fail("--workers must be in [1, 256]");
   o.out_dir = vm["out"].as<std::string>();
   o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  if (vm.count("auth-dir")) {
+    o.auth_dir = std::filesystem::absolute(vm["auth-dir"].as<std::string>()).string();
+    if (!std::filesystem::is_directory(o.auth_dir)) flags.Fail("--auth-dir: " + o.auth_dir + " is not a directory (gradsync-keygen DIR makes one)");
+  }
   o.timeout_s = vm["timeout"].as<double>();
   o.dry_run = vm["dry-run"].as<bool>();
   o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()

@@ -9,6 +9,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/security.h"
 #include "common/transport.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -52,6 +53,7 @@ int Main(int argc, char** argv) {
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
       ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
       ("out", po::value<std::string>(), "server: write server-<rank>.csv (staleness histogram) here")
+      ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
       ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
       ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
       ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update");
@@ -74,6 +76,13 @@ int Main(int argc, char** argv) {
   }
   if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
   zmq::context_t ctx(1);
+  // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
+  std::unique_ptr<CurveAuthenticator> auth;
+  if (vm.count("auth-dir")) {
+    auto a = EnableCurveFromDir(ctx, vm["auth-dir"].as<std::string>());
+    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
+    auth = std::move(a).value();
+  }
 
   if (role == "scheduler") {
     for (const char* f : {"scheduler", "rank", "out", "host", "checkpoint-dir", "checkpoint-every", "checkpoint-interval"})

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/flags.h"
+#include "common/security.h"
 #include "common/transport.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -46,6 +47,7 @@ int Main(int argc, char** argv) {
       ("first-bucket-mb", po::value<double>()->default_value(1.0), "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
       ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
+      ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
       ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0 (must match the servers)")
       ("rank", po::value<int>()->default_value(-1), "requested worker rank (default: SLURM_PROCID, else assigned)")
       ("host", po::value<std::string>()->default_value("127.0.0.1"), "address this worker advertises")
@@ -92,7 +94,7 @@ int Main(int argc, char** argv) {
   const bool ps = IsPsMode(mode), allreduce = mode == "allreduce", joins = ps || allreduce;
   if (joins && !vm.count("scheduler")) flags.Fail("--mode=" + mode + " needs --scheduler=HOST:PORT");
   if (!joins) {
-    for (const char* f : {"scheduler", "rank", "staleness"})
+    for (const char* f : {"scheduler", "rank", "staleness", "auth-dir"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to the modes that join a job only");
   }
   if (!ps && FlagGiven(vm, "recovery-timeout")) flags.Fail("--recovery-timeout applies to the PS modes (bsp|ssp|asp)");
@@ -214,6 +216,13 @@ int Main(int argc, char** argv) {
 
   // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
   zmq::context_t ctx(1);
+  // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
+  std::unique_ptr<CurveAuthenticator> auth;
+  if (vm.count("auth-dir")) {
+    auto a = EnableCurveFromDir(ctx, vm["auth-dir"].as<std::string>());
+    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
+    auth = std::move(a).value();
+  }
   std::unique_ptr<SchedulerClient> scheduler;
   wire::ClusterTable table;
   int rank = 0;

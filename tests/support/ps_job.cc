@@ -78,6 +78,8 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
 PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset& test) {
   PsJobResult result;
   zmq::context_t ctx(2);
+  std::unique_ptr<CurveAuthenticator> auth;
+  if (o.security) auth = std::move(EnableCurve(ctx, *o.security)).value();
   SchedulerOptions so;
   so.num_servers = o.num_servers;
   so.num_workers = o.num_workers;
@@ -212,6 +214,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
     result.pulls.push_back(s->pull_log());
     result.server_stats.push_back(s->stats());
   }
+  if (auth) result.auth_refused = auth->refused();
   return result;
 }
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/dataset.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "models/model.h"
 #include "server/server.h"
@@ -35,6 +37,8 @@ struct PsJobOptions {
   float correction_momentum = 0;  // DGC on the workers
   bool compress_pull = false;
   bool staleness_aware_lr = false;
+  // CURVE on every socket of the job (common/security.h); unset: plaintext.
+  std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).
   bool fake_device = false;
   // Runs on its own thread once every worker passed the "init" barrier; gets the server ports.
@@ -47,6 +51,7 @@ struct PsJobResult {
   std::vector<std::vector<PullRecord>> pulls;  // per server
   std::vector<ServerStats> server_stats;
   double kill_to_failure_s = -1;  // from the kill to the first worker failure
+  int64_t auth_refused = 0;       // CURVE handshakes refused (security set)
 };
 
 PsJobResult RunPsJob(const PsJobOptions& options, const Dataset& train, const Dataset& test);
