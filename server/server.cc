@@ -1,15 +1,10 @@
 #include "server/server.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/cluster.h"
 #include "common/logging.h"
 
@@ -321,38 +316,14 @@ Status Server::WriteCheckpoint() {
   std::string bytes;
   if (!c.SerializeToString(&bytes)) return InternalError("could not serialize the checkpoint");
   // Temporary file, fsync, rename, fsync the directory: a crash leaves the old file or the new.
-  const std::string path = CheckpointPath(), tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return UnavailableError("cannot write " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      return UnavailableError("writing " + tmp + ": " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return UnavailableError("fsync " + tmp + ": " + std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return UnavailableError("rename to " + path + ": " + std::strerror(errno));
-  const int dir = ::open(options_.checkpoint_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  return OkStatus();
+  return WriteFileAtomically(CheckpointPath(), bytes);
 }
 
 Status Server::RestoreCheckpoint() {
   const std::string path = CheckpointPath();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("no checkpoint at " + path);
-  std::stringstream buf;
-  buf << in.rdbuf();
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   wire::ShardCheckpoint c;
-  if (!c.ParseFromString(buf.str())) return DataLossError(path + " is not a shard checkpoint");
+  if (!c.ParseFromString(bytes)) return DataLossError(path + " is not a shard checkpoint");
   if (c.rank() != rank_) {
     return DataLossError(path + " belongs to shard " + std::to_string(c.rank()) + ", this is shard " + std::to_string(rank_));
   }

@@ -1,12 +1,16 @@
 #include "worker/allreduce_trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/partitioner.h"
+#include "gradsync.pb.h"
 #include "common/sampler.h"
 #include "worker/epoch.h"
 #include "worker/ps_trainer.h"
@@ -111,6 +115,36 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
     if (!options_.device_collective) return FailedPreconditionError("a CUDA model needs a device collective (NCCL)");
     if (!options_.compression.empty()) return InvalidArgumentError("--compress is not supported with --device=cuda in allreduce mode");
   }
+  // --resume: rank 0 reads the checkpoint; every rank learns the step, then the parameters
+  // (the initial broadcast) and the momentum come from it.
+  int64_t start_step = 0;
+  wire::TrainerCheckpoint resumed;
+  const std::string ckpt_path = options_.checkpoint_dir + "/allreduce.ckpt";
+  if (options_.resume) {
+    if (device) return InvalidArgumentError("--resume is not supported with --device=cuda");
+    std::vector<float> head(3, 0.0f);  // found, step / 2^20, step % 2^20 (exact in floats)
+    Status load;
+    if (rank == 0) {
+      load = [&]() -> Status {
+        ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(ckpt_path));
+        if (!resumed.ParseFromString(bytes)) return DataLossError(ckpt_path + " is not an all-reduce checkpoint");
+        if (resumed.workers() != n) {
+          return InvalidArgumentError(ckpt_path + " was written by " + std::to_string(resumed.workers()) +
+                                      " workers; this job has " + std::to_string(n));
+        }
+        if (resumed.params().size() != model_->params().size_bytes()) {
+          return DataLossError(ckpt_path + " holds another model (" + std::to_string(resumed.params().size() / 4) +
+                               " parameters, this one has " + std::to_string(model_->num_params()) + ")");
+        }
+        std::memcpy(model_->params().data(), resumed.params().data(), resumed.params().size());
+        return OkStatus();
+      }();
+      if (load.ok()) head = {1.0f, static_cast<float>(resumed.step() >> 20), static_cast<float>(resumed.step() & 0xFFFFF)};
+    }
+    RETURN_IF_ERROR(collective_->Broadcast(head, 0).WithContext("sharing the checkpoint's step"));
+    if (head[0] != 1.0f) return rank == 0 ? load.WithContext("--resume") : FailedPreconditionError("--resume: rank 0 has no checkpoint");
+    start_step = (static_cast<int64_t>(head[1]) << 20) + static_cast<int64_t>(head[2]);
+  }
   RETURN_IF_ERROR(collective_->Broadcast(model_->params(), 0).WithContext("broadcasting the initial parameters"));
   if (device) {
     RETURN_IF_ERROR(model_->ParamsToDevice());
@@ -140,17 +174,41 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   const LrSchedule lr = RunSchedule(o, total_steps, steps_per_epoch);
   Optimizer opt(o.optimizer, device ? 0 : model_->num_params());
+  if (options_.resume && !opt.state().empty()) {
+    std::vector<float> velocity(opt.state().size(), 0.0f);
+    if (rank == 0 && resumed.velocity().size() == velocity.size() * sizeof(float)) {
+      std::memcpy(velocity.data(), resumed.velocity().data(), resumed.velocity().size());
+    }
+    RETURN_IF_ERROR(collective_->Broadcast(velocity, 0).WithContext("broadcasting the checkpoint's momentum"));
+    opt.SetState(velocity);
+  }
+  if (options_.resume && rank == 0) {
+    std::printf("worker 0: resumed from %s at step %lld of %lld\n", ckpt_path.c_str(), static_cast<long long>(start_step),
+                static_cast<long long>(total_steps));
+    std::fflush(stdout);
+  }
+  auto write_checkpoint = [&](int64_t step) -> Status {
+    wire::TrainerCheckpoint c;
+    c.set_step(step);
+    c.set_workers(n);
+    c.set_params(model_->params().data(), model_->params().size_bytes());
+    c.set_velocity(opt.state().data(), opt.state().size_bytes());
+    c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+    return WriteFileAtomically(ckpt_path, c.SerializeAsString());
+  };
   Straggler straggler(o.straggler, o.straggler_seed);
   const bool evaluates = rank == 0 && options_.evaluate;
   BatchBuffer buffer;
   std::vector<float> accum;
   std::vector<EpochReport> reports;
   Stopwatch run_clock;
-  int64_t step = 0;
-  for (int epoch = 0; epoch < o.epochs && step < total_steps; ++epoch) {
+  int64_t step = start_step;
+  const int first_epoch = static_cast<int>(start_step / steps_per_epoch);
+  for (int epoch = first_epoch; epoch < o.epochs && step < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
     EpochTotals totals;
-    for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s) {
+    for (int64_t s = epoch == first_epoch ? start_step % steps_per_epoch : 0; s < steps_per_epoch && step < total_steps;
+         ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch, o.batch, static_cast<int64_t>(order.size()));
       const auto indices = std::span(order).subspan(begin, end - begin);
       Stopwatch compute;
@@ -195,6 +253,10 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
                  run.begin);
       }
       ++step;
+      if (rank == 0 && !options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+          step % options_.checkpoint_every == 0) {
+        if (Status cs = write_checkpoint(step); !cs.ok()) std::fprintf(stderr, "worker 0: checkpoint failed (training goes on): %s\n", cs.message().c_str());
+      }
       totals.AddStep(loss, static_cast<int64_t>(indices.size()), (compute_ms + comm_ms) / 1e3 + update.Seconds());
       if (metrics_ && o.log_every > 0 && step % o.log_every == 0) {
         MetricsRow row = StepRow(step, steps_per_epoch, run_clock.Seconds(), loss);

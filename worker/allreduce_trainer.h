@@ -44,6 +44,13 @@ struct AllreduceTrainOptions {
   // broadcasts the initial parameters and holds the final barrier.
   DeviceCollective* device_collective = nullptr;
   double collective_timeout_s = 60.0;  // deadline of a device all-reduce
+  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, momentum,
+  // step) atomically every checkpoint_every steps; resume makes every rank start from it (rank 0
+  // reads it and broadcasts). A dead rank fails every other rank (the collective's deadline):
+  // the job is restarted with resume and loses at most checkpoint_every steps.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
 };
 
 class AllreduceTrainer {

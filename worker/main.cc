@@ -2,6 +2,7 @@
 // server (bsp|ssp|asp) and all-reduce modes join a job through --scheduler.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -46,6 +47,9 @@ int Main(int argc, char** argv) {
       ("overlap", po::value<bool>()->default_value(true), "allreduce (dense, uncompressed): all-reduce each bucket as soon as backward produced it, on a communication thread (true|false)")
       ("first-bucket-mb", po::value<double>()->default_value(1.0), "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
+      ("checkpoint-dir", po::value<std::string>(), "allreduce: rank 0 checkpoints parameters, momentum and step to DIR/allreduce.ckpt")
+      ("checkpoint-every", po::value<int64_t>()->default_value(100), "allreduce: steps between checkpoints")
+      ("resume", po::bool_switch(), "allreduce: every rank starts from DIR/allreduce.ckpt (after a failed run)")
       ("scheduler", po::value<std::string>(), "bsp|ssp|asp: the scheduler's HOST:PORT")
       ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
       ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0 (must match the servers)")
@@ -99,7 +103,8 @@ int Main(int argc, char** argv) {
   }
   if (!ps && FlagGiven(vm, "recovery-timeout")) flags.Fail("--recovery-timeout applies to the PS modes (bsp|ssp|asp)");
   if (!allreduce) {
-    for (const char* f : {"bucket-mb", "collective-timeout", "bind", "overlap", "first-bucket-mb"})
+    for (const char* f : {"bucket-mb", "collective-timeout", "bind", "overlap", "first-bucket-mb", "checkpoint-dir",
+                          "checkpoint-every", "resume"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
   }
   const std::string device = vm["device"].as<std::string>();
@@ -117,6 +122,11 @@ int Main(int argc, char** argv) {
     }
   }
   if (!(vm["bucket-mb"].as<double>() > 0)) flags.Fail("--bucket-mb must be > 0");
+  if (vm["checkpoint-every"].as<int64_t>() < 1) flags.Fail("--checkpoint-every must be >= 1");
+  if ((vm["resume"].as<bool>() || FlagGiven(vm, "checkpoint-every")) && !vm.count("checkpoint-dir")) {
+    flags.Fail("--resume and --checkpoint-every need --checkpoint-dir");
+  }
+  if (cuda && vm.count("checkpoint-dir")) flags.Fail("--checkpoint-dir is not supported with --device=cuda yet");
   if (!(vm["first-bucket-mb"].as<double>() > 0)) flags.Fail("--first-bucket-mb must be > 0");
   const std::string compress = vm["compress"].as<std::string>();
   const bool error_feedback = vm["error-feedback"].as<bool>();
@@ -266,7 +276,7 @@ int Main(int argc, char** argv) {
        << " compress_pull=" << vm["compress-pull"].as<bool>() << " accumulate=" << accumulate
        << " lr_scaling=" << lr_scaling << " base_batch=" << vm["base-batch"].as<int64_t>()
        << " warmup_epochs=" << train.warmup_epochs << " staleness_aware_lr=" << vm["staleness-aware-lr"].as<bool>();
-    if (allreduce) fp << " device=" << device;  // every rank of a NCCL job must be on a GPU
+    if (allreduce) fp << " device=" << device << " resume=" << vm["resume"].as<bool>();  // every rank alike
     so.job_fingerprint = fp.str();
     scheduler = std::make_unique<SchedulerClient>(ctx, so);
     auto t = scheduler->Register(300.0);
@@ -398,6 +408,13 @@ int Main(int argc, char** argv) {
     ao.error_feedback = error_feedback;
     ao.correction_momentum = correction_momentum;
     ao.collective_timeout_s = vm["collective-timeout"].as<double>();
+    if (vm.count("checkpoint-dir")) {
+      ao.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
+      std::error_code ec;
+      std::filesystem::create_directories(ao.checkpoint_dir, ec);
+      ao.checkpoint_every = vm["checkpoint-every"].as<int64_t>();
+      ao.resume = vm["resume"].as<bool>();
+    }
 #if GRADSYNC_HAVE_NCCL
     ao.device_collective = nccl.get();
 #endif

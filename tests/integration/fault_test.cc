@@ -239,3 +239,72 @@ TEST(FaultTest, AStoppedWorkerIsDeclaredDeadAndTheRunGoesOn) {
 
 }  // namespace
 }  // namespace gradsync::testing
+
+namespace gradsync::testing {
+namespace {
+
+// An all-reduce job: a dead rank fails the others within the collective timeout; restarted with
+// --resume, every rank goes on from rank 0's last checkpoint.
+TEST(FaultTest, AllreduceFailsCleanlyAndResumesFromItsCheckpoint) {
+  TempDir dir;
+  const std::string ckpt = dir.File("ckpt");
+  auto run = [&](ProcessGroup& group, const std::string& tag, bool resume) -> std::string {
+    const std::string port_file = dir.File("port-" + tag);
+    EXPECT_TRUE(group.Spawn({"scheduler",
+                             {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
+                              "--num-workers=2", "--port-file=" + port_file, "--heartbeat-interval=0.2",
+                              "--heartbeat-timeout=2"},
+                             dir.File("scheduler-" + tag + ".log")})
+                    .ok());
+    std::string port;
+    for (int i = 0; i < 400 && port.empty(); ++i) {
+      std::ifstream f(port_file);
+      if (f) std::getline(f, port);
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    for (int w = 0; w < 2; ++w) {
+      std::vector<std::string> argv{BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
+                                    "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",
+                                    "--batch=16", "--max-steps=400", "--straggle=ms:5", "--collective-timeout=2",
+                                    "--heartbeat-interval=0.2", "--heartbeat-timeout=2", "--checkpoint-dir=" + ckpt,
+                                    "--checkpoint-every=20"};
+      if (resume) argv.push_back("--resume");
+      EXPECT_TRUE(group.Spawn({"worker " + std::to_string(w), argv, dir.File("worker-" + std::to_string(w) + "-" + tag + ".log")}).ok());
+    }
+    return port;
+  };
+  {
+    ProcessGroup first;
+    ASSERT_FALSE(run(first, "a", false).empty());
+    for (int i = 0; i < 600 && !std::filesystem::exists(ckpt + "/allreduce.ckpt"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_TRUE(std::filesystem::exists(ckpt + "/allreduce.ckpt")) << ReadFile(dir.File("worker-0-a.log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(first.Signal("worker 1", SIGKILL).ok());
+    auto code = first.WaitFor("worker 0", 15);
+    ASSERT_TRUE(code.ok()) << "worker 0 hangs";
+    EXPECT_EQ(*code, 1);
+    auto sched = first.WaitFor("scheduler", 15);
+    ASSERT_TRUE(sched.ok());
+    EXPECT_EQ(*sched, 1);
+  }
+  ProcessGroup second;
+  ASSERT_FALSE(run(second, "b", true).empty());
+  for (int w = 0; w < 2; ++w) {
+    auto code = second.WaitFor("worker " + std::to_string(w), 60);
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0) << ReadFile(dir.File("worker-" + std::to_string(w) + "-b.log"));
+  }
+  const std::string log = ReadFile(dir.File("worker-0-b.log"));
+  const size_t at = log.find("at step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const long step = std::strtol(log.c_str() + at + 8, nullptr, 10);
+  EXPECT_GT(step, 0);
+  EXPECT_LT(step, 400);
+  EXPECT_EQ(step % 20, 0);
+  EXPECT_NE(log.find("final test_acc"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace gradsync::testing
