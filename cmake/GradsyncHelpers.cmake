@@ -41,6 +41,8 @@ endfunction()
 
 # gradsync_cc_test(NAME common_test SRCS ... DEPS ... LABELS unit [TIMEOUT s])
 # One gtest binary per module; gtest_discover_tests registers each TEST as its own CTest case.
+# The target gradsync_unit_tests builds the binaries labelled unit (scripts/sanitize.sh).
+add_custom_target(gradsync_unit_tests)
 function(gradsync_cc_test)
   cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
@@ -53,4 +55,7 @@ function(gradsync_cc_test)
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "GRADSYNC_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
     DISCOVERY_TIMEOUT 60)
+  if("unit" IN_LIST ARG_LABELS)
+    add_dependencies(gradsync_unit_tests ${ARG_NAME})
+  endif()
 endfunction()

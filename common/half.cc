@@ -1,5 +1,6 @@
 #include "common/half.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -71,7 +72,15 @@ __attribute__((target("avx,f16c"))) void AddF16C(uint16_t* acc, const uint16_t* 
   for (; i < n; ++i) acc[i] = FloatToHalf(HalfToFloat(acc[i]) + HalfToFloat(x[i]));
 }
 
-const bool kHasF16C = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+// F16C from CPUID leaf 1 (clang before 15 has no __builtin_cpu_supports("f16c")); "avx" also
+// checks that the OS saves the YMM registers.
+bool CpuHasF16C() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  return (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+}
+
+const bool kHasF16C = CpuHasF16C();
 
 }  // namespace
 

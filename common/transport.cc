@@ -51,6 +51,7 @@ void Message::CopyValues(float* dst, size_t first, size_t count) const {
 }
 
 Result<uint64_t> ExpectedValueCount(const wire::Header& h) {
+  if (h.num_keys() > (uint64_t{1} << 40)) return InvalidArgumentError("message describes too many keys");
   uint64_t total = h.num_keys();
   for (const auto& s : h.segments()) {
     if (s.length() > (uint64_t{1} << 40) || s.offset() > (uint64_t{1} << 40)) {
@@ -202,6 +203,8 @@ Result<Message> Socket::Recv(int timeout_ms) {
       }
     } while (socket_.get(zmq::sockopt::rcvmore));
   } catch (const zmq::error_t& e) {
+    // A signal interrupted the wait: nothing arrived (the caller loops as on a timeout).
+    if (e.num() == EINTR && parts.empty()) return DeadlineExceededError("interrupted");
     return UnavailableError(std::string("receive failed: ") + e.what());
   }
   Message m;
@@ -237,15 +240,18 @@ Result<Message> Socket::Recv(int timeout_ms) {
   }
   if (m.header.num_keys() > 0) {
     m.keys = std::move(parts[next++]);
-    if (m.keys.size() != m.header.num_keys() * sizeof(uint64_t)) {
+    // Divided, not multiplied: a huge num_keys must not wrap around to the frame's size.
+    if (m.keys.size() % sizeof(uint64_t) != 0 || m.keys.size() / sizeof(uint64_t) != m.header.num_keys()) {
       return fail("keys frame has " + std::to_string(m.keys.size()) + " bytes, header says " +
                   std::to_string(m.header.num_keys()) + " keys");
     }
   }
+  // Segments and counts are bounded for every message, with values or not (a pull's segments
+  // size its reply).
+  auto want = ExpectedValueCount(m.header);
+  if (!want.ok()) return fail(want.status().message());
   if (m.header.has_values()) {
     m.values = std::move(parts[next++]);
-    auto want = ExpectedValueCount(m.header);
-    if (!want.ok()) return fail(want.status().message());
     // A compressed payload is checked by its codec's decoder; it is never larger than raw floats
     // plus a small header.
     if (!m.header.codec().empty()) {

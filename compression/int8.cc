@@ -9,6 +9,17 @@
 namespace gradsync {
 namespace {
 
+// Rounds r = x / scale to its level: to nearest (ties away from zero), branch-free so that the
+// loop vectorizes. |r| <= 127 for finite x; the clamp keeps the conversion defined where it is
+// not: NaN (a NaN x, or inf * 0 in a bucket that holds an infinity) is level 0.
+inline int8_t Level(float r) {
+  float a = std::fabs(r);
+  a = a < 127.0f ? a : 127.0f;  // (NaN too, here)
+  a = r == r ? a : 0.0f;
+  const float c = std::copysign(a, r);
+  return static_cast<int8_t>(static_cast<int>(c + std::copysign(0.5f, c)));
+}
+
 class Int8 final : public Compressor {
  public:
   std::string name() const override { return "int8"; }
@@ -27,11 +38,11 @@ class Int8 final : public Compressor {
       w += 4;
       const float inv = scale > 0 ? 1.0f / scale : 0.0f;
       int8_t* q = reinterpret_cast<int8_t*>(w);
-      for (size_t i = b; i < e; ++i) {
-        // |x * inv| <= 127 by construction: round to nearest (ties away from zero), branch-free
-        // so that the loop vectorizes.
-        const float r = x[i] * inv;
-        q[i - b] = static_cast<int8_t>(static_cast<int>(r + std::copysign(0.5f, r)));
+      if (std::isinf(inv)) {
+        // max|x| < 127 * 2^-128: 1 / scale overflows, so divide (rare; speed does not matter).
+        for (size_t i = b; i < e; ++i) q[i - b] = Level(x[i] / scale);
+      } else {
+        for (size_t i = b; i < e; ++i) q[i - b] = Level(x[i] * inv);
       }
       w += e - b;
     }

@@ -3,12 +3,20 @@
 #include <algorithm>
 #include <functional>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "compression/codecs.h"
 
 namespace gradsync {
 namespace {
+
+// |v|, with NaN ranked as the largest magnitude (as +inf): a NaN gradient is sent, as it would be
+// uncompressed, and the magnitudes stay totally ordered (nth_element and the tie count need it).
+inline float Magnitude(float v) {
+  const float m = std::fabs(v);
+  return m == m ? m : std::numeric_limits<float>::infinity();
+}
 
 class TopK final : public Compressor {
  public:
@@ -25,14 +33,14 @@ class TopK final : public Compressor {
       // The k-th largest magnitude t (nth_element over a contiguous copy), then one pass: every
       // |x| > t, and as many |x| == t as are left, lowest indices first.
       mags_.resize(n);
-      for (size_t i = 0; i < n; ++i) mags_[i] = std::fabs(x[i]);
+      for (size_t i = 0; i < n; ++i) mags_[i] = Magnitude(x[i]);
       std::nth_element(mags_.begin(), mags_.begin() + static_cast<std::ptrdiff_t>(k - 1), mags_.end(), std::greater<float>());
       const float t = mags_[k - 1];
       size_t above = 0;
-      for (size_t i = 0; i < n; ++i) above += std::fabs(x[i]) > t;
+      for (size_t i = 0; i < n; ++i) above += Magnitude(x[i]) > t;
       size_t ties_left = k - above;
       for (size_t i = 0; i < n; ++i) {
-        const float m = std::fabs(x[i]);
+        const float m = Magnitude(x[i]);
         if (m > t || (m == t && ties_left > 0 && ties_left--)) idx_.push_back(static_cast<uint32_t>(i));
       }
     }

@@ -31,6 +31,10 @@ class Collector final : public pb::io::ErrorCollector {
   std::string first_;
 };
 
+// Strings matched by a std::regex are bounded first: libstdc++'s matcher recurses once per
+// character and overflows the stack on a long enough string (found by fuzz/fuzz_spec).
+constexpr size_t kMaxMatchedChars = 256;
+
 std::string Flag(const std::string& name, const std::string& value) { return "--" + name + "=" + value; }
 
 std::string Num(double v) {
@@ -94,7 +98,9 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     args.push_back(Flag("model", r.model()));
   }
   if (r.has_hidden()) {
-    if (!std::regex_match(r.hidden(), std::regex("[0-9]+(,[0-9]+)*"))) return fail("hidden", "hidden is a list of sizes, like \"256,128\"");
+    if (r.hidden().size() > kMaxMatchedChars || !std::regex_match(r.hidden(), std::regex("[0-9]+(,[0-9]+)*"))) {
+      return fail("hidden", "hidden is a list of sizes, like \"256,128\" (at most " + std::to_string(kMaxMatchedChars) + " characters)");
+    }
     args.push_back(Flag("hidden", r.hidden()));
   }
   if (r.has_dataset()) {
@@ -204,7 +210,8 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   }
   // The link.
   if (r.has_link()) {
-    if (!std::regex_match(r.link().rate(), std::regex("[0-9]+(\\.[0-9]+)?(bit|kbit|mbit|gbit)"))) {
+    if (r.link().rate().size() > kMaxMatchedChars ||
+        !std::regex_match(r.link().rate(), std::regex("[0-9]+(\\.[0-9]+)?(bit|kbit|mbit|gbit)"))) {
       return fail("link", "link rate '" + r.link().rate() + "' is not a tc rate like 1gbit, 100mbit or 500kbit");
     }
     if (!(r.link().delay_ms() >= 0 && r.link().delay_ms() <= 10000)) return fail("link", "link delay_ms must be in [0, 10000]");

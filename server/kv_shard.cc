@@ -36,12 +36,21 @@ KvShard::KvShard(ShardRange range, std::vector<TensorInfo> layout, const Optimiz
 Status KvShard::Validate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys,
                          const size_t* num_values) const {
   uint64_t total = keys.size();
+  int64_t previous_end = range_.begin;
   for (const auto& s : segments) {
-    if (s.length < 0 || s.offset < range_.begin || s.offset + s.length > range_.end) {
+    // Compared without s.offset + s.length, which could overflow for a hostile offset.
+    if (s.length < 0 || s.offset < range_.begin || s.offset > range_.end || s.length > range_.end - s.offset) {
       return InvalidArgumentError("segment [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) +
                                   ") is outside this shard's range [" + std::to_string(range_.begin) + ", " +
                                   std::to_string(range_.end) + ")");
     }
+    // Sorted and disjoint (as every sender cuts them): so a request addresses at most the
+    // shard's range, and a small header cannot ask for a reply many times the shard's size.
+    if (s.offset < previous_end) {
+      return InvalidArgumentError("segment [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) +
+                                  ") overlaps or precedes the one before it (segments must be sorted and disjoint)");
+    }
+    previous_end = s.offset + s.length;
     total += static_cast<uint64_t>(s.length);
   }
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -172,6 +172,8 @@ Status Server::BuildShard(const wire::JobConfig& job) {
 Status Server::HandleInit(const Message& m) {
   if (m.header.sender_rank() != 0) return InvalidArgumentError("only worker 0 initializes the shards");
   if (shard_) return FailedPreconditionError("already initialized");
+  if (!m.header.codec().empty()) return InvalidArgumentError("INIT carries raw initial values, not a codec payload");
+  if (!m.header.has_values()) return InvalidArgumentError("INIT carries the shard's initial values");
   const auto& job = m.header.job();
   if (job.num_params() > 0 && job.num_params() <= (uint64_t{1} << 34)) {
     const ShardRange range = Partitioner(static_cast<int64_t>(job.num_params()), table_.servers_size()).range(rank_);

@@ -108,6 +108,31 @@ TEST(CompressorTest, Int8ErrorIsHalfAStep) {
   }
 }
 
+// Found by fuzz/fuzz_codecs (UBSan: NaN and inf converted to int in Encode).
+TEST(CompressorTest, Int8EncodesTinyAndNonFiniteBucketsWithinItsLevels) {
+  auto c = Make("int8");
+  std::vector<uint8_t> p;
+  std::vector<float> out(4);
+  // max|x| < 127 * 2^-128: 1 / scale overflows; the levels are still x / scale, rounded.
+  const std::vector<float> tiny = {1e-38f, -5e-39f, 0.0f, 2.5e-39f};
+  c->Encode(tiny, 0, &p);
+  ASSERT_TRUE(c->Decode(p, tiny.size(), 0, out).ok());
+  for (size_t i = 0; i < tiny.size(); ++i) EXPECT_NEAR(out[i], tiny[i], 1e-38 / 127) << i;
+  // NaN is level 0; the others are as usual.
+  const std::vector<float> nan = {NAN, 2.0f, -1.0f, 0.5f};
+  c->Encode(nan, 0, &p);
+  ASSERT_TRUE(c->Decode(p, nan.size(), 0, out).ok());
+  EXPECT_EQ(out[0], 0.0f);
+  for (size_t i = 1; i < nan.size(); ++i) EXPECT_NEAR(out[i], nan[i], 2.0 / 127 / 2 * 1.0001) << i;
+  // A bucket with an infinity: every level in [-127, 127] (its scale is inf, which Decode
+  // refuses, as it refuses any payload with a non-finite scale).
+  const std::vector<float> inf = {INFINITY, 1.0f, -INFINITY, NAN};
+  c->Encode(inf, 0, &p);
+  ASSERT_EQ(p.size(), c->PayloadBytes(inf.size()));
+  for (size_t i = 4; i < p.size(); ++i) EXPECT_NE(p[i], 0x80) << i;
+  EXPECT_EQ(c->Decode(p, inf.size(), 0, out).code(), StatusCode::kDataLoss);
+}
+
 TEST(CompressorTest, TopKPicksExactlyTheKLargestWithTiesToTheLowerIndex) {
   auto x = Gaussian(5000, 3);
   auto c = Make("topk:0.01");
@@ -139,6 +164,29 @@ TEST(CompressorTest, TopKPicksExactlyTheKLargestWithTiesToTheLowerIndex) {
   std::vector<float> t(10);
   ASSERT_TRUE(c2->Decode(p, 10, 0, t).ok());
   EXPECT_EQ(t, (std::vector<float>{1, 1, 1, 0, 0, 0, 0, 0, 0, 0}));
+}
+
+// Found by fuzz/fuzz_codecs: a NaN broke the magnitude order, so Encode kept fewer than k indices
+// and read past them (ASan: SEGV in TopK::Encode).
+TEST(CompressorTest, TopKRanksNaNAsTheLargestMagnitude) {
+  std::vector<float> x = {1, NAN, -3, 2, NAN, 0.5f, -INFINITY, 4, 0, 0};
+  auto c = Make("topk:0.4");  // k = 4
+  std::vector<uint8_t> p;
+  c->Encode(x, 0, &p);
+  ASSERT_EQ(p.size(), c->PayloadBytes(x.size()));
+  std::vector<float> out(x.size());
+  ASSERT_TRUE(c->Decode(p, x.size(), 0, out).ok());
+  // NaN and inf rank above every finite magnitude (ties to the lower index): 1, 4, 6, then |4|.
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_TRUE(std::isnan(out[4]));
+  EXPECT_EQ(out[6], -INFINITY);
+  EXPECT_EQ(out[7], 4.0f);
+  for (size_t i : {0, 2, 3, 5, 8, 9}) EXPECT_EQ(out[i], 0.0f) << i;
+  // All NaN: still k of them, the lowest indices.
+  std::vector<float> all(10, NAN);
+  c->Encode(all, 0, &p);
+  ASSERT_TRUE(c->Decode(p, all.size(), 0, out).ok());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(std::isnan(out[i]), i < 4) << i;
 }
 
 TEST(CompressorTest, RandomKSharesItsIndicesPerStep) {

@@ -87,6 +87,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"TargetOutOfRange", "name: \"x\"\ntarget_accuracy: 85\nrun { name: \"a\" mode: BSP }", "bad.textproto:2:1", "fraction"}),
     [](const ::testing::TestParamInfo<BadSpec>& p) { return p.param.name; });
 
+// Found by fuzz/fuzz_spec: std::regex recursed once per character and overflowed the stack on a
+// long hidden list or link rate; the long strings are refused before any regex sees them.
+TEST(SpecTest, VeryLongStringsAreRefusedNotACrash) {
+  std::string sizes;
+  for (int i = 0; i < 50000; ++i) sizes += "1,";
+  sizes += "1";
+  auto h = ParseExperiment("name: \"x\"\nrun { name: \"a\" mode: BSP hidden: \"" + sizes + "\" }", "long.textproto");
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("hidden is a list of sizes"), std::string::npos);
+  auto r = ParseExperiment("name: \"x\"\nrun { name: \"a\" mode: BSP link { rate: \"" + std::string(100000, '1') + "bit\" } }",
+                           "long.textproto");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is not a tc rate"), std::string::npos);
+  auto n = ParseExperiment("name: \"" + std::string(100000, 'a') + "\"\nrun { name: \"" + std::string(100000, 'b') + "\" mode: BSP }",
+                           "long.textproto");
+  ASSERT_FALSE(n.ok());
+  // Still accepted: a list at the bound.
+  std::string ok = "64";
+  while (ok.size() + 3 <= 256) ok += ",64";
+  EXPECT_TRUE(ParseExperiment("name: \"x\"\nrun { name: \"a\" mode: BSP hidden: \"" + ok + "\" }", "ok.textproto").ok());
+}
+
 TEST(SpecTest, MissingFileNamesIt) {
   auto e = LoadExperiment("/nonexistent/spec.textproto");
   ASSERT_FALSE(e.ok());

@@ -39,12 +39,7 @@ TEST(AllreduceBinaryTest, AKilledWorkerMakesTheOthersFailWithinTheTimeout) {
                              "--num-workers=3", "--port-file=" + port_file, "--heartbeat-timeout=3"},
                             dir.File("scheduler.log")})
                   .ok());
-  std::string port;
-  for (int i = 0; i < 400 && port.empty(); ++i) {
-    std::ifstream f(port_file);
-    if (f) std::getline(f, port);
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  std::string port = ReadPortFile(port_file);
   ASSERT_FALSE(port.empty());
   for (int w = 0; w < 3; ++w) {
     ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w),

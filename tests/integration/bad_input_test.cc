@@ -118,6 +118,30 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
     send(h, {});
   }
 
+  // 15. (fuzz_message) A pull whose segment offset + length overflows int64: it must not wrap
+  //     into the range and read memory before the shard's parameters.
+  {
+    wire::Header h = pull;
+    h.mutable_segments(0)->set_offset((1ULL << 63) - 8);
+    h.mutable_segments(0)->set_length(16);
+    send(h, {});
+  }
+  // 16. (fuzz_message) num_keys so large that num_keys * 8 wraps to the keys frame's 8 bytes.
+  {
+    wire::Header h = pull;
+    h.set_num_keys((1ULL << 61) + 1);
+    std::vector<zmq::message_t> f;
+    f.push_back(zmq::message_t(8));
+    send(h, std::move(f));
+  }
+  // 17. (fuzz_message) The whole range asked for 4 times: a small header that would size a
+  //     reply four times the shard.
+  {
+    wire::Header h = pull;
+    for (int i = 0; i < 3; ++i) *h.add_segments() = h.segments(0);
+    send(h, {});
+  }
+
   // Collect replies: one pull answer and one ERROR per attack.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int replies = 0;
@@ -219,11 +243,11 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 14);
+  EXPECT_EQ(attacked.sent, 17);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
   EXPECT_EQ(attacked.stats.rejected, attacked.sent);
-  EXPECT_GE(attacked.stats.malformed, 4);  // garbage, truncated, wrong length, keys mismatch
+  EXPECT_GE(attacked.stats.malformed, 6);  // garbage, truncated, wrong length, keys mismatch, overflows
   EXPECT_EQ(clean.stats.rejected, 0);
   EXPECT_EQ(attacked.stats.pushes, clean.stats.pushes);
   ASSERT_EQ(clean.params.size(), attacked.params.size());

@@ -70,11 +70,7 @@ class FaultJob {
                                "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout)},
                               dir_.File("scheduler.log")})
                     .ok());
-    for (int i = 0; i < 400 && port_.empty(); ++i) {
-      std::ifstream f(port_file);
-      if (f) std::getline(f, port_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
+    port_ = ReadPortFile(port_file);
     ASSERT_FALSE(port_.empty());
     for (int s = 0; s < 2; ++s) StartServer(s, "");
     for (int w = 0; w < 3; ++w) StartWorker(w, "");
@@ -256,12 +252,7 @@ TEST(FaultTest, AllreduceFailsCleanlyAndResumesFromItsCheckpoint) {
                               "--heartbeat-timeout=2"},
                              dir.File("scheduler-" + tag + ".log")})
                     .ok());
-    std::string port;
-    for (int i = 0; i < 400 && port.empty(); ++i) {
-      std::ifstream f(port_file);
-      if (f) std::getline(f, port);
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
+    const std::string port = ReadPortFile(port_file);
     for (int w = 0; w < 2; ++w) {
       std::vector<std::string> argv{BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
                                     "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",

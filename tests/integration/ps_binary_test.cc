@@ -52,12 +52,7 @@ TEST(PsBinaryTest, AModeMismatchIsRefusedWithAClearError) {
                 "--port-file=" + port_file, "--register-timeout=4"},
                30);
   });
-  std::string port;
-  for (int i = 0; i < 200 && port.empty(); ++i) {
-    std::ifstream f(port_file);
-    if (f) std::getline(f, port);
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  std::string port = ReadPortFile(port_file);
   ASSERT_FALSE(port.empty());
   std::thread server([&] {
     RunProcess({BinaryPath("gradsync-server"), "--role=server", "--mode=bsp", "--scheduler=127.0.0.1:" + port,

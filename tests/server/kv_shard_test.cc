@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 namespace gradsync {
 namespace {
 
@@ -26,6 +28,14 @@ TEST(KvShardTest, ValidateRejectsOutOfRangeAndBadKeys) {
   EXPECT_FALSE(s.Validate({}, foreign, nullptr).ok());
   std::vector<uint64_t> good = {4, 7};
   EXPECT_TRUE(s.Validate({}, good, nullptr).ok());
+  // Found by fuzz_message: an offset whose sum with the length overflows, and segments that
+  // overlap (each inside the range, together asking for more than the shard holds).
+  std::vector<SegmentRef> overflow = {{INT64_MAX - 2, 8}};
+  EXPECT_FALSE(s.Validate(overflow, {}, nullptr).ok());
+  std::vector<SegmentRef> twice = {{8, 4}, {8, 4}}, backwards = {{10, 2}, {8, 2}}, disjoint = {{4, 2}, {8, 4}};
+  EXPECT_FALSE(s.Validate(twice, {}, nullptr).ok());
+  EXPECT_FALSE(s.Validate(backwards, {}, nullptr).ok());
+  EXPECT_TRUE(s.Validate(disjoint, {}, nullptr).ok());
 }
 
 TEST(KvShardTest, ApplyScalesByWorkersAndAccumulateAppliesTheMean) {

@@ -10,6 +10,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
 
 extern char** environ;
 
@@ -18,6 +21,17 @@ namespace gradsync::testing {
 std::string BinaryPath(const std::string& name) {
   const char* dir = std::getenv("GRADSYNC_BIN_DIR");
   return std::string(dir ? dir : "build/bin") + "/" + name;
+}
+
+std::string ReadPortFile(const std::string& path, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string port;
+  while (port.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream f(path);
+    if (f) std::getline(f, port);
+    if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return port;
 }
 
 ProcessResult RunProcess(const std::vector<std::string>& argv, double timeout_s,

@@ -21,4 +21,7 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, double timeout_s 
 // build/bin/<name>, from GRADSYNC_BIN_DIR (set by CTest).
 std::string BinaryPath(const std::string& name);
 
+// The port a scheduler wrote to its --port-file, waiting for it at most timeout_s; "" if none.
+std::string ReadPortFile(const std::string& path, double timeout_s = 10);
+
 }  // namespace gradsync::testing

@@ -1,0 +1,383 @@
+// fuzz_message: the network message decoder, through the real receive path.
+//
+// Every message gradsync receives goes through gradsync::Socket::Recv (common/transport.h),
+// which parses the protobuf header frame, checks the keys and values frames against it, and
+// marks what fails `malformed`. This target sends the fuzz input as ZeroMQ frames from a raw
+// socket over inproc:// to a gradsync Socket (a ROUTER, as a server has, or a PAIR, the
+// non-ROUTER path) and calls Recv; transport code is not touched.
+//
+// The first input byte picks the socket (bit 0) and how the frames are made (bit 1):
+//   raw         byte 1 picks 1-4 frames; each frame but the last takes a 2-byte length, the
+//               last takes the rest (so any bytes at all reach the header parser);
+//   structured  a wire::Header with fuzzer-chosen fields (type, sender, clock, segments, keys,
+//               codec, the INIT job), serialized by protobuf, then keys and values frames that
+//               usually fit it (values may be a real codec payload), sometimes one frame
+//               dropped or added; this gets past the parse into the size checks and beyond.
+//
+// A message Recv does not mark malformed must keep transport.h's promises (the keys frame is
+// num_keys uint64s, a raw values frame is ExpectedValueCount floats, segments do not
+// overflow) and then goes through the server's checks that live outside the Server class, in
+// the order server.cc applies them: KvShard::Validate (ranges, keys), the codec's Decode of a
+// compressed push, ConsistencyController's clock rules, then the shard update or read, on a
+// fresh two-shard model (a dense tensor, a sparse one, a dense one) per input. Anything
+// server.cc relies on and nothing checks (segments that overlap) fails the run too.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/optimizer.h"
+#include "common/partitioner.h"
+#include "common/tensor.h"
+#include "common/transport.h"
+#include "compression/compressor.h"
+#include "server/consistency.h"
+#include "server/kv_shard.h"
+
+namespace {
+
+using gradsync::Message;
+using gradsync::Socket;
+namespace wire = gradsync::wire;
+
+// FUZZ_VERBOSE=1: one line per input (the frames, what Recv made of them, how far the checks
+// went), to read a crasher.
+bool Verbose() {
+  static const bool v = std::getenv("FUZZ_VERBOSE") != nullptr;
+  return v;
+}
+
+void Note(const std::string& what) {
+  if (Verbose()) std::fprintf(stderr, "  %s\n", what.c_str());
+}
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "fuzz_message: %s\n", what.c_str());
+  std::abort();
+}
+
+// The model every input is checked against: 3100 parameters on two shards.
+constexpr int64_t kNumParams = 3100;
+constexpr int kNumWorkers = 4;
+constexpr uint64_t kCodecSeed = 11;
+constexpr size_t kMaxDecoded = size_t{1} << 16;
+
+std::vector<gradsync::TensorInfo> Layout() {
+  return {{"dense0", {1000}, 0, 1000, false}, {"emb", {2048}, 1000, 2048, true}, {"dense1", {52}, 3048, 52, false}};
+}
+
+struct Endpoints {
+  zmq::context_t ctx{1};
+  std::unique_ptr<Socket> router;  // gradsync side, as a server binds it
+  std::unique_ptr<Socket> pair;    // gradsync side, a non-ROUTER socket
+  std::unique_ptr<zmq::socket_t> to_router;
+  std::unique_ptr<zmq::socket_t> to_pair;
+};
+
+Endpoints& Get() {
+  static Endpoints* e = [] {
+    auto* p = new Endpoints();
+    auto r = Socket::Bind(p->ctx, zmq::socket_type::router, "inproc://fuzz-router", 0);
+    auto q = Socket::Bind(p->ctx, zmq::socket_type::pair, "inproc://fuzz-pair", 0);
+    if (!r.ok() || !q.ok()) Fail("cannot bind the inproc sockets");
+    p->router = std::make_unique<Socket>(std::move(*r));
+    p->pair = std::make_unique<Socket>(std::move(*q));
+    p->to_router = std::make_unique<zmq::socket_t>(p->ctx, zmq::socket_type::dealer);
+    p->to_pair = std::make_unique<zmq::socket_t>(p->ctx, zmq::socket_type::pair);
+    for (auto* s : {p->to_router.get(), p->to_pair.get()}) {
+      s->set(zmq::sockopt::linger, 0);
+      s->set(zmq::sockopt::sndtimeo, 1000);
+    }
+    p->to_router->connect("inproc://fuzz-router");
+    p->to_pair->connect("inproc://fuzz-pair");
+    return p;
+  }();
+  return *e;
+}
+
+using Frames = std::vector<std::string>;
+
+Frames RawFrames(const uint8_t* data, size_t size) {
+  Frames frames;
+  if (size == 0) return {std::string()};
+  const int count = (data[0] & 3) + 1;
+  size_t pos = 1;
+  for (int f = 0; f + 1 < count; ++f) {
+    size_t len = 0;
+    if (pos + 2 <= size) len = data[pos] | (size_t{data[pos + 1]} << 8);
+    pos = std::min(size, pos + 2);
+    len = std::min(len, size - pos);
+    frames.emplace_back(reinterpret_cast<const char*>(data + pos), len);
+    pos += len;
+  }
+  frames.emplace_back(reinterpret_cast<const char*>(data + pos), size - pos);
+  return frames;
+}
+
+const char* const kCodecNames[] = {"", "fp16", "int8", "qsgd:4", "qsgd:16", "sign", "topk:0.01", "randomk:0.01", "bogus"};
+
+uint64_t SmallOrAny(FuzzedDataProvider& in, uint64_t small_max) {
+  return in.ConsumeBool() ? in.ConsumeIntegral<uint64_t>() : in.ConsumeIntegralInRange<uint64_t>(0, small_max);
+}
+
+// A count: small, anything, or small plus a multiple of 2^61 (where count * 8 wraps around).
+uint64_t Count(FuzzedDataProvider& in, uint64_t small_max) {
+  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0: return in.ConsumeIntegral<uint64_t>();
+    case 1: return (uint64_t{1} << 61) * in.ConsumeIntegralInRange<uint64_t>(1, 7) + in.ConsumeIntegralInRange<uint64_t>(0, small_max);
+    default: return in.ConsumeIntegralInRange<uint64_t>(0, small_max);
+  }
+}
+
+Frames StructuredFrames(FuzzedDataProvider& in) {
+  wire::Header h;
+  h.set_type(static_cast<wire::Type>(in.ConsumeIntegralInRange<int>(0, 21)));
+  h.set_sender_role(static_cast<wire::Role>(in.ConsumeIntegralInRange<int>(0, 3)));
+  h.set_sender_rank(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
+  h.set_request_id(in.ConsumeIntegral<uint64_t>());
+  h.set_clock(in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(-1, 3));
+  h.set_version(in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(-1, 3));
+  const int segments = in.ConsumeIntegralInRange<int>(0, 4);
+  for (int i = 0; i < segments; ++i) {
+    auto* s = h.add_segments();
+    s->set_offset(SmallOrAny(in, kNumParams + 8));
+    s->set_length(SmallOrAny(in, kNumParams + 8));
+  }
+  const uint64_t num_keys = Count(in, 16);
+  h.set_num_keys(num_keys);
+  h.set_has_values(in.ConsumeBool());
+  h.set_codec(kCodecNames[in.ConsumeIntegralInRange<size_t>(0, std::size(kCodecNames) - 1)]);
+  if (h.type() == wire::INIT || in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    auto* job = h.mutable_job();
+    const int tensors = in.ConsumeIntegralInRange<int>(0, 3);
+    uint64_t next = 0;
+    for (int i = 0; i < tensors; ++i) {
+      auto* t = job->add_tensors();
+      t->set_offset(in.ConsumeBool() ? next : SmallOrAny(in, 4096));
+      t->set_size(SmallOrAny(in, 4096));
+      t->set_sparse(in.ConsumeBool());
+      next = t->offset() + t->size();
+    }
+    job->set_num_params(in.ConsumeBool() ? next : SmallOrAny(in, 8192));
+    job->set_num_workers(in.ConsumeIntegralInRange<int>(0, kNumWorkers + 1));
+    job->set_lr(in.ConsumeFloatingPoint<float>());
+    job->set_lr_schedule(in.ConsumeBool() ? "cosine" : in.ConsumeRandomLengthString(12));
+    job->set_momentum(in.ConsumeFloatingPoint<float>());
+    job->set_nesterov(in.ConsumeBool());
+    job->set_weight_decay(in.ConsumeFloatingPoint<float>());
+    job->set_compression(kCodecNames[in.ConsumeIntegralInRange<size_t>(0, std::size(kCodecNames) - 1)]);
+    job->set_compression_seed(kCodecSeed);
+  }
+  Frames frames;
+  std::string header;
+  if (!h.SerializeToString(&header)) Fail("cannot serialize a header");
+  frames.push_back(std::move(header));
+
+  const bool fit = in.ConsumeIntegralInRange<int>(0, 7) != 0;  // frames that fit the header
+  if (num_keys > 0) {
+    std::string keys;
+    const uint64_t key_bytes = num_keys * sizeof(uint64_t);  // as a sender computes it (64-bit)
+    if (fit && key_bytes <= 256 * sizeof(uint64_t)) {
+      const bool sorted = in.ConsumeBool();
+      uint64_t k = in.ConsumeIntegralInRange<uint64_t>(0, kNumParams);
+      for (uint64_t i = 0; i < key_bytes / sizeof(uint64_t); ++i) {
+        keys.append(reinterpret_cast<const char*>(&k), 8);
+        k = sorted ? k + 1 + in.ConsumeIntegralInRange<uint64_t>(0, 64) : in.ConsumeIntegralInRange<uint64_t>(0, kNumParams);
+      }
+    } else {
+      keys = in.ConsumeRandomLengthString(2048);
+    }
+    frames.push_back(std::move(keys));
+  }
+  if (h.has_values()) {
+    std::string values;
+    auto want = gradsync::ExpectedValueCount(h);
+    if (fit && want.ok() && !h.codec().empty() && in.ConsumeBool()) {
+      // A real payload of the named codec (when it is one) for the dense segments.
+      uint64_t n = 0;
+      for (const auto& s : h.segments()) n += s.length();
+      auto codec = gradsync::CreateCompressor(h.codec(), kCodecSeed);
+      if (codec.ok() && *codec && n <= kMaxDecoded) {
+        std::vector<float> x(n);
+        for (auto& v : x) v = in.ConsumeFloatingPointInRange<float>(-4.0f, 4.0f);
+        std::vector<uint8_t> payload;
+        (*codec)->Encode(x, static_cast<uint64_t>(h.clock()), &payload);
+        values.assign(payload.begin(), payload.end());
+      }
+    } else if (fit && want.ok() && h.codec().empty() && *want <= kMaxDecoded) {
+      values.resize(*want * sizeof(float));
+      const std::string bytes = in.ConsumeBytesAsString(values.size());
+      std::copy(bytes.begin(), bytes.end(), values.begin());
+    } else {
+      values = in.ConsumeRandomLengthString(4096);
+    }
+    frames.push_back(std::move(values));
+  }
+  switch (in.ConsumeIntegralInRange<int>(0, 15)) {
+    case 0: if (frames.size() > 1) frames.pop_back(); break;
+    case 1: frames.push_back(in.ConsumeRandomLengthString(64)); break;
+    default: break;
+  }
+  return frames;
+}
+
+// What transport.h promises about a message it did not mark malformed.
+void CheckTransportContract(const Message& m) {
+  const auto& h = m.header;
+  if (h.type() == wire::TYPE_UNSPECIFIED || !wire::Type_IsValid(h.type())) Fail("accepted an unknown message type");
+  if (m.keys.size() % sizeof(uint64_t) != 0 || m.keys.size() / sizeof(uint64_t) != h.num_keys()) {
+    Fail("accepted a keys frame of " + std::to_string(m.keys.size()) + " bytes for num_keys " + std::to_string(h.num_keys()));
+  }
+  auto want = gradsync::ExpectedValueCount(h);
+  if (!want.ok()) Fail("accepted segments that overflow: " + want.status().message());
+  if (h.has_values() && h.codec().empty() && m.values.size() != *want * sizeof(float)) {
+    Fail("accepted a values frame of " + std::to_string(m.values.size()) + " bytes for " + std::to_string(*want) + " floats");
+  }
+  if (!h.has_values() && m.values.size() != 0) Fail("accepted values without has_values");
+}
+
+// The server's checks for an INIT that need no Server object (server.cc HandleInit).
+void CheckInit(const Message& m) {
+  const auto& job = m.header.job();
+  uint64_t next = 0;
+  for (const auto& t : job.tensors()) {
+    if (t.offset() != next || t.size() == 0) return;
+    next += t.size();
+  }
+  if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) return;
+  gradsync::OptimizerOptions opt{job.momentum(), job.nesterov(), job.weight_decay()};
+  if (!gradsync::ValidateOptimizerOptions(opt).ok()) return;
+  if (!gradsync::ParseLrScheduleKind(job.lr_schedule()).ok()) return;
+  if (!job.compression().empty()) (void)gradsync::CreateCompressor(job.compression(), job.compression_seed());
+  gradsync::Partitioner part(static_cast<int64_t>(job.num_params()), 2);
+  (void)part.range(static_cast<int>(m.header.request_id() & 1));
+}
+
+// A push or pull against one shard of the fixture model, as server.cc HandlePush / HandlePull
+// do it once the sender is known.
+void CheckData(Message& m) {
+  const auto& h = m.header;
+  const bool push = h.type() == wire::PUSH;
+  if (push != h.has_values()) return;  // "a push carries values", "a pull carries no values"
+  const int shard_index = static_cast<int>(h.request_id() & 1);
+  const gradsync::Partitioner part(kNumParams, 2);
+  const gradsync::ShardRange range = part.range(shard_index);
+  const bool aggregate = (h.request_id() >> 1) & 1;
+  gradsync::LrSchedule lr;
+  gradsync::KvShard shard(range, Layout(), gradsync::OptimizerOptions{0.9f, false, 0.0f}, lr, kNumWorkers, aggregate);
+
+  std::vector<gradsync::SegmentRef> segs;
+  for (const auto& s : h.segments()) segs.push_back({static_cast<int64_t>(s.offset()), static_cast<int64_t>(s.length())});
+  std::vector<uint64_t> keys(m.keys.size() / sizeof(uint64_t));  // == num_keys (checked above)
+  if (!keys.empty()) m.CopyKeys(keys.data());
+  size_t n = m.num_values();
+  const bool compressed = !h.codec().empty();
+  if (compressed && h.num_keys() > 0) return;  // "a compressed ... carries no keys"
+  if (auto v = shard.Validate(segs, keys, push && !compressed ? &n : nullptr); !v.ok()) return Note("Validate: " + v.ToString());
+
+  // What server.cc assumes of validated segments (Server::UpdateMirror, the reply and decode
+  // buffers sized by their sum): disjoint and inside the shard, so at most range.size() values.
+  std::vector<gradsync::SegmentRef> sorted = segs;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  int64_t end = range.begin;
+  for (const auto& s : sorted) {
+    if (s.length == 0 && s.offset >= range.begin && s.offset <= range.end) continue;  // empty: overlaps nothing
+    if (s.length < 0 || s.offset < end || s.offset > range.end || s.length > range.end - s.offset) {
+      Fail("KvShard::Validate accepted segments that overlap or leave the shard (offset " + std::to_string(s.offset) +
+           ", length " + std::to_string(s.length) + ", shard [" + std::to_string(range.begin) + ", " +
+           std::to_string(range.end) + "))");
+    }
+    end = s.offset + s.length;
+  }
+
+  gradsync::ConsistencyController controller(
+      aggregate ? gradsync::ConsistencyMode::kBsp : gradsync::ConsistencyMode::kAsp, 0, kNumWorkers);
+  if (push) {
+    const float* values = static_cast<const float*>(m.values.data());
+    std::vector<float> decoded;
+    if (compressed) {
+      auto codec = gradsync::CreateCompressor(h.codec(), kCodecSeed);
+      if (!codec.ok() || !*codec) return;
+      n = 0;
+      for (const auto& s : segs) n += static_cast<size_t>(s.length);
+      decoded.resize(n);
+      if (auto d = (*codec)->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), n,
+                                    static_cast<uint64_t>(h.clock()), decoded);
+          !d.ok()) {
+        return Note("Decode: " + d.ToString());
+      }
+      values = decoded.data();
+    }
+    if (h.version() < 0 || h.version() > shard.version()) return;
+    if (auto c = controller.OnPush(h.sender_rank(), h.clock()); !c.ok()) return Note("OnPush: " + c.ToString());
+    std::vector<float> aligned;
+    if (reinterpret_cast<uintptr_t>(values) % alignof(float) != 0) {
+      aligned.resize(n);
+      m.CopyValues(aligned.data());
+      values = aligned.data();
+    }
+    if (aggregate) {
+      shard.Accumulate(segs, keys, values);
+      shard.ApplyAccumulated(1);
+    } else {
+      shard.Apply(segs, keys, values);
+    }
+    Note("push applied");
+  } else {
+    if (auto c = controller.ValidatePull(h.sender_rank(), h.clock()); !c.ok()) return Note("ValidatePull: " + c.ToString());
+    uint64_t total = keys.size();
+    for (const auto& s : segs) total += static_cast<uint64_t>(s.length);
+    std::vector<float> out(total);
+    shard.Read(segs, keys, out.data());
+    Note("pull read " + std::to_string(total) + " values");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  Endpoints& e = Get();
+  const bool use_router = data[0] & 1;
+  Frames frames;
+  if (data[0] & 2) {
+    FuzzedDataProvider in(data + 1, size - 1);
+    frames = StructuredFrames(in);
+  } else {
+    frames = RawFrames(data + 1, size - 1);
+  }
+  zmq::socket_t& out = use_router ? *e.to_router : *e.to_pair;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto flag = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    if (!out.send(zmq::buffer(frames[i]), flag)) Fail("cannot send a frame over inproc");
+  }
+  Socket& in = use_router ? *e.router : *e.pair;
+  auto m = in.Recv(1000);
+  // libFuzzer's -timeout alarm (SIGALRM) can interrupt the poll: the message is still queued.
+  for (int retry = 0; retry < 5 && !m.ok() && m.status().code() == gradsync::StatusCode::kUnavailable; ++retry) {
+    m = in.Recv(1000);
+  }
+  if (!m.ok()) Fail("Recv failed on a message that was sent: " + m.status().message());
+  if (Verbose()) {
+    std::string sizes;
+    for (const auto& f : frames) sizes += " " + std::to_string(f.size());
+    std::fprintf(stderr, "%s frames:%s -> %s\n", use_router ? "router" : "pair", sizes.c_str(),
+                 m->malformed.ok() ? m->header.ShortDebugString().substr(0, 300).c_str() : m->malformed.ToString().c_str());
+  }
+  if (!m->malformed.ok()) return 0;
+  CheckTransportContract(*m);
+  switch (m->header.type()) {
+    case wire::INIT: CheckInit(*m); break;
+    case wire::PUSH:
+    case wire::PULL: CheckData(*m); break;
+    default: break;
+  }
+  return 0;
+}
