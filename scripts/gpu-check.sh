@@ -21,6 +21,8 @@ root=$PWD
 t0=$SECONDS
 if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT" && exec > >(tee "$OUT/gpu-check.log") 2>&1; fi
 say() { printf '[gpu-check %3ds] %s\n' $((SECONDS - t0)) "$*"; }
+# The whole script stays under 8 minutes: each stage gets its own limit or what is left of 470 s.
+limit() { local left=$((470 - (SECONDS - t0))); ((left < 5)) && left=5; echo $(($1 < left ? $1 : left)); }
 failed=0
 finish() {
   say "done in $((SECONDS - t0)) s; $([[ $failed == 0 ]] && echo 'all stages passed' || echo "$failed stage(s) FAILED")"
@@ -93,7 +95,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then arch=90; fi  # no GPU to ask: Hopper (H
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 say "configuring $build (GRADSYNC_CUDA=ON, CUDA architectures $arch)"
-if ! timeout 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_CUDA=ON \
+if ! timeout "$(limit 120)" cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cmake_args[@]}" > "$build.configure.log" 2>&1; then
   tail -30 "$build.configure.log"
   say "configure FAILED"
@@ -104,9 +106,9 @@ grep -E '^-- gradsync' "$build.configure.log"
 grep -E '^(Protobuf_LIBRARY_RELEASE|Protobuf_PROTOC_EXECUTABLE|Boost_DIR|cppzmq_DIR|GTest_DIR|NCCL_LIBRARY|pkgcfg_lib_OPENBLAS_openblas|ZeroMQ_LIBRARY|ZLIB_LIBRARY_RELEASE|CUDA_cublas_LIBRARY):' \
   "$build/CMakeCache.txt" | sed 's/^/  /'
 say "building with $jobs jobs"
-if ! timeout 300 cmake --build "$build" -j "$jobs" > "$build.build.log" 2>&1; then
+if ! timeout "$(limit 300)" cmake --build "$build" -j "$jobs" > "$build.build.log" 2>&1; then
   grep -E 'error|Error' "$build.build.log" | head -30
-  say "build FAILED (or ran past 300 s); see $build.build.log"
+  say "build FAILED (or ran out of time); see $build.build.log"
   failed=1
   finish
 fi
@@ -114,16 +116,16 @@ say "built"
 
 # 3. Tests.
 say "tests: CUDA model vs CPU, CUDA jobs, NCCL, the trainers' device path"
-(cd "$build" && timeout 300 ctest --output-on-failure --timeout 240 -j 4 -R 'CudaModel|CudaBinary|Nccl|DevicePath') ||
+(cd "$build" && timeout "$(limit 300)" ctest --output-on-failure --timeout 240 -j 4 -R 'CudaModel|CudaBinary|Nccl|DevicePath') ||
   { say "tests FAILED"; failed=$((failed + 1)); }
 
 # 4. The table.
 if nvidia-smi -L >/dev/null 2>&1; then
   say "MLP step (784-256-128-10) CPU ($jobs OpenBLAS threads) vs GPU, and NCCL all-reduce"
-  timeout 150 "$build/bin/gradsync-bench-cuda" --threads="$jobs" --batches=64,1024 --nccl-mb=4,64,256 ||
+  timeout "$(limit 150)" "$build/bin/gradsync-bench-cuda" --threads="$jobs" --batches=64,1024 --nccl-mb=4,64,256 ||
     { say "bench FAILED"; failed=$((failed + 1)); }
   say "the same step with the wide MLP (784-2048-2048-10)"
-  timeout 90 "$build/bin/gradsync-bench-cuda" --threads="$jobs" --hidden=2048,2048 --batches=64,1024 --nccl-mb= ||
+  timeout "$(limit 90)" "$build/bin/gradsync-bench-cuda" --threads="$jobs" --hidden=2048,2048 --batches=64,1024 --nccl-mb= ||
     { say "bench FAILED"; failed=$((failed + 1)); }
 else
   say "no GPU visible: the table is skipped (the build and the skipping tests above are what a CPU allows)"
