@@ -4,7 +4,7 @@
 // only). The PS client keeps one per shard, the all-reduce trainer one per bucket.
 //
 //   ASSIGN_OR_RETURN(auto enc, GradientEncoder::Create("topk:0.01", seed, n, /*error_feedback=*/true, 0));
-//   enc->Encode(grad, step, &payload);
+//   RETURN_IF_ERROR(enc->Encode(grad, step, &payload));
 #pragma once
 
 #include <memory>
@@ -23,8 +23,9 @@ class GradientEncoder {
   static Result<std::unique_ptr<GradientEncoder>> Create(const std::string& spec, uint64_t seed, size_t n,
                                                          bool error_feedback, float correction_momentum);
 
-  // Encodes the next gradient (n floats) of `step` into *out.
-  void Encode(ConstFloatSpan g, uint64_t step, std::vector<uint8_t>* out);
+  // Encodes the next gradient (n floats) of `step` into *out. kAborted, touching nothing, when
+  // the gradient holds NaN or infinite values (a diverged run).
+  Status Encode(ConstFloatSpan g, uint64_t step, std::vector<uint8_t>* out);
 
  private:
   GradientEncoder() = default;

@@ -46,7 +46,7 @@ Status AllreduceTrainer::AverageGradients() {
       // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
       // from half's range limit (error feedback then keeps its residual in that scale).
       if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
-      encoders_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_);
+      RETURN_IF_ERROR(encoders_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_));
       if (ring_summable) {
         // The payload is the values themselves, reduced in place inside the ring (the vector's
         // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel

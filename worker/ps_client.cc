@@ -140,7 +140,7 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
         for (const auto& r : runs) scratch_.insert(scratch_.end(), grads.begin() + r.begin, grads.begin() + r.end);
         dense = scratch_;
       }
-      encoders_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_);
+      RETURN_IF_ERROR(encoders_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_));
       compressed.rebuild(encoded_.data(), encoded_.size());
       h.set_codec(codec_spec_);
       p.values_frame = &compressed;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -436,16 +438,38 @@ TEST(GradientEncoderTest, ChoosesThePlainCodecFeedbackOrCorrection) {
   ErrorFeedback ef(std::move(CreateCompressor("topk:0.1", 3)).value(), g.size());
   std::vector<uint8_t> a, b;
   for (uint64_t step = 0; step < 3; ++step) {
-    enc->Encode(g, step, &a);
+    ASSERT_TRUE(enc->Encode(g, step, &a).ok());
     ef.Encode(g, step, &b);
     EXPECT_EQ(a, b) << step;
   }
   // Plain random-k (no feedback) is the unbiased variant, scaled by n/k.
   auto plain = std::move(GradientEncoder::Create("randomk:0.5", 3, g.size(), false, 0)).value();
   std::vector<uint8_t> unbiased, raw;
-  plain->Encode(g, 1, &unbiased);
+  ASSERT_TRUE(plain->Encode(g, 1, &unbiased).ok());
   std::move(CreateCompressor("randomk:0.5", 3, true)).value()->Encode(g, 1, &raw);
   EXPECT_EQ(unbiased, raw);
+}
+
+// A diverged gradient used to reach the error-feedback memory, whose own payload check then
+// aborted the process (int8 / sign / qsgd cannot carry NaN): now it is a clear error.
+TEST(GradientEncoderTest, ADivergedGradientIsAnErrorNotACrash) {
+  for (const char* spec : {"int8", "sign", "qsgd:16", "topk:0.1"}) {
+    for (bool ef : {false, true}) {
+      auto enc = std::move(GradientEncoder::Create(spec, 1, 16, ef, 0)).value();
+      std::vector<float> g(16, 0.5f);
+      g[3] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<uint8_t> out;
+      EXPECT_EQ(enc->Encode(g, 0, &out).code(), StatusCode::kAborted) << spec;
+      g[3] = std::numeric_limits<float>::infinity();
+      EXPECT_EQ(enc->Encode(g, 1, &out).code(), StatusCode::kAborted) << spec;
+      g[3] = 0.5f;
+      EXPECT_TRUE(enc->Encode(g, 2, &out).ok()) << spec;  // the encoder is still usable
+    }
+  }
+  auto dgc = std::move(GradientEncoder::Create("topk:0.1", 1, 16, false, 0.9f)).value();
+  std::vector<float> g(16, std::numeric_limits<float>::infinity());
+  std::vector<uint8_t> out;
+  EXPECT_EQ(dgc->Encode(g, 0, &out).code(), StatusCode::kAborted);
 }
 
 }  // namespace
