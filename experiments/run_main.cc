@@ -28,6 +28,7 @@ int Main(int argc, char** argv) {
       ("only", po::value<std::string>()->default_value(""), "comma-separated run names to run (default: all)")
       ("dry-run", po::bool_switch(), "print the commands of each run; start nothing")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent process is dead")
+      ("auth-dir", po::value<std::string>(), "CURVE on every socket of every run, with the keys gradsync-keygen wrote here")
       ("bin-dir", po::value<std::string>(), "where gradsync-server and gradsync-worker are (default: next to this one)");
   flags.positional().add("spec", 1);
   auto vm = flags.ParseOrExit(argc, argv);
@@ -41,6 +42,10 @@ int Main(int argc, char** argv) {
   o.out_dir = vm["out"].as<std::string>();
   o.dry_run = vm["dry-run"].as<bool>();
   o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  if (vm.count("auth-dir")) {
+    o.auth_dir = std::filesystem::absolute(vm["auth-dir"].as<std::string>()).string();
+    if (!std::filesystem::is_directory(o.auth_dir)) flags.Fail("--auth-dir: " + o.auth_dir + " is not a directory (gradsync-keygen DIR makes one)");
+  }
   std::stringstream only(vm["only"].as<std::string>());
   for (std::string name; std::getline(only, name, ',');) {
     if (!name.empty()) o.only.insert(name);

@@ -129,6 +129,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     lo.worker_args = plan.worker_args;
     lo.worker_extra_args = plan.worker_extra;
     lo.heartbeat_timeout_s = o.heartbeat_timeout_s;
+    lo.auth_dir = o.auth_dir;
     lo.timeout_s = plan.timeout_s;
     lo.worker0_to_stdout = false;
     lo.dry_run = o.dry_run;

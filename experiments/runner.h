@@ -18,6 +18,7 @@ struct RunnerOptions {
   bool dry_run = false;              // print the commands, start nothing
   std::string bin_dir;               // gradsync-server and gradsync-worker
   double heartbeat_timeout_s = 10.0;
+  std::string auth_dir;              // --auth-dir for every process of every run ("" = plaintext)
 };
 
 // Runs the experiment. Fails (naming them) when any run failed; on interruption stops at once.

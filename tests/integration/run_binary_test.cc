@@ -167,7 +167,22 @@ TEST(RunBinaryTest, DryRunPrintsTheCommandsAndOnlySelects) {
   EXPECT_FALSE(fs::exists(out + "/tiny/asp-slow/metrics.csv"));
   ProcessResult bad = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--only=nope", "--dry-run"}, 30);
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("no run named 'nope'"), std::string::npos);
+  EXPECT_NE(bad.err.find("no run named 'nope'"), std::string::npos);  // --auth-dir reaches every process of the run: the scheduler, the shards and the workers.
+  ProcessResult keys = RunProcess({BinaryPath("gradsync-keygen"), dir.File("keys")}, 30);
+  ASSERT_EQ(keys.exit_code, 0) << keys.err;
+  ProcessResult secured = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--out=" + out, "--dry-run",
+                                      "--only=asp-slow", "--auth-dir=" + dir.File("keys")},
+                                     30);
+  ASSERT_EQ(secured.exit_code, 0) << secured.err;
+  size_t lines = 0, with_keys = 0;
+  std::istringstream in(secured.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("gradsync-server") == std::string::npos && line.find("gradsync-worker") == std::string::npos) continue;
+    ++lines;
+    with_keys += line.find("--auth-dir=" + dir.File("keys")) != std::string::npos;
+  }
+  EXPECT_GT(lines, 2u);
+  EXPECT_EQ(with_keys, lines) << secured.out;
 }
 
 TEST(RunBinaryTest, CtrlCStopsEveryProcess) {
