@@ -360,8 +360,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Socket& in = use_router ? *e.router : *e.pair;
   auto m = in.Recv(1000);
-  // libFuzzer's -timeout alarm (SIGALRM) can interrupt the poll: the message is still queued.
-  for (int retry = 0; retry < 5 && !m.ok() && m.status().code() == gradsync::StatusCode::kUnavailable; ++retry) {
+  // libFuzzer's -timeout alarm (SIGALRM) can interrupt the poll, which Recv reports as a
+  // timeout ("interrupted"): the message is still queued, so ask again (5 s in all at most).
+  for (int retry = 0; retry < 5 && !m.ok() && m.status().code() == gradsync::StatusCode::kDeadlineExceeded; ++retry) {
     m = in.Recv(1000);
   }
   if (!m.ok()) Fail("Recv failed on a message that was sent: " + m.status().message());
