@@ -11,9 +11,10 @@
 
 namespace gradsync {
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+Status WriteFileAtomically(const std::string& path, const std::string& bytes, unsigned mode) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a leftover keeps its old mode; O_EXCL makes this one ours
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return UnavailableError("cannot write " + tmp + ": " + std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {

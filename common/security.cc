@@ -1,6 +1,5 @@
 #include "common/security.h"
 
-#include <sys/stat.h>
 #include <zmq.h>
 
 #include <array>
@@ -10,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/logging.h"
 
 namespace gradsync {
@@ -39,17 +39,6 @@ std::string Raw(const std::string& z85) {
   std::array<uint8_t, 32> raw{};
   if (zmq_z85_decode(raw.data(), z85.c_str()) == nullptr) return "";
   return std::string(reinterpret_cast<const char*>(raw.data()), raw.size());
-}
-
-Status WriteFile(const std::string& path, const std::string& text, mode_t mode) {
-  {
-    std::ofstream f(path, std::ios::trunc);
-    if (!f) return UnavailableError("cannot write " + path);
-    f << text;
-    if (!f.flush()) return UnavailableError("cannot write " + path);
-  }
-  if (::chmod(path.c_str(), mode) != 0) return UnavailableError("cannot chmod " + path);
-  return OkStatus();
 }
 
 Result<CurveKeyPair> ReadPair(const std::string& path) {
@@ -97,9 +86,9 @@ Status WriteClusterKeys(const std::string& dir, bool overwrite) {
   auto pair_text = [](const CurveKeyPair& p, const char* what) {
     return std::string("# gradsync CURVE key pair: ") + what + "\npublic " + p.public_key + "\nsecret " + p.secret_key + "\n";
   };
-  RETURN_IF_ERROR(WriteFile(dir + "/server.key", pair_text(server, "binding sockets (scheduler, servers)"), 0600));
-  RETURN_IF_ERROR(WriteFile(dir + "/client.key", pair_text(client, "connecting sockets (workers, servers to the scheduler)"), 0600));
-  return WriteFile(dir + "/authorized_keys", "# client public keys the cluster admits\n" + client.public_key + "\n", 0644);
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/server.key", pair_text(server, "binding sockets (scheduler, servers)"), 0600));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/client.key", pair_text(client, "connecting sockets (workers, servers to the scheduler)"), 0600));
+  return WriteFileAtomically(dir + "/authorized_keys", "# client public keys the cluster admits\n" + client.public_key + "\n", 0644);
 }
 
 Result<Security> LoadSecurity(const std::string& dir) {

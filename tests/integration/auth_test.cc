@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <zmq.hpp>
 
@@ -67,6 +68,10 @@ TEST(AuthTest, CurveJobTrainsLikePlaintextAndStrangersGetNothing) {
   TempDir dir;
   ASSERT_TRUE(WriteClusterKeys(dir.path(), false).ok());
   EXPECT_EQ(WriteClusterKeys(dir.path(), false).code(), StatusCode::kFailedPrecondition);  // no silent overwrite
+  for (const char* secret : {"server.key", "client.key"}) {  // created private, never widened
+    const auto perms = std::filesystem::status(dir.path() + "/" + secret).permissions();
+    EXPECT_EQ(perms, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write) << secret;
+  }
   auto sec = LoadSecurity(dir.path());
   ASSERT_TRUE(sec.ok()) << sec.status();
   Dataset data;
