@@ -149,8 +149,11 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
   };
   try {
     if (type_ == zmq::socket_type::router) {
-      if (!socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore)) {
-        return UnavailableError("send to " + peer + " timed out");
+      // A peer that does not read its replies must not stall the one loop that serves everyone
+      // (a shard, the scheduler): when its queue is full the reply is dropped at once, not after
+      // the send timeout. A real peer reads as it goes and never has that many replies queued.
+      if (!socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return UnavailableError("reply to " + peer + " dropped: its queue is full (it does not read)");
       }
     }
     auto more = [](bool m) { return m ? zmq::send_flags::sndmore : zmq::send_flags::none; };

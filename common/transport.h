@@ -94,7 +94,9 @@ class Socket {
 
   // Sends the header and the payload's frames. `peer` is the identity to route to on a ROUTER
   // socket (ignored otherwise). Never blocks longer than the socket's send timeout; a full queue
-  // or a closed peer gives kUnavailable.
+  // or a closed peer gives kUnavailable. On a ROUTER (a shard, the scheduler) it never blocks:
+  // a reply to a peer whose queue is full is dropped at once, so one peer that does not read
+  // cannot stall the loop that serves the others.
   Status Send(const std::string& peer, const wire::Header& header, const Payload& payload = {});
 
   // Receives one message, waiting at most timeout_ms (0: do not wait). kDeadlineExceeded when
