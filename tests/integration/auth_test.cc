@@ -146,7 +146,11 @@ TEST(AuthTest, AFloodOfGarbageDoesNotChangeTraining) {
           wire::Header h;
           h.set_type(static_cast<wire::Type>(rng.UniformInt(25)));
           h.set_sender_role(wire::WORKER);
-          h.set_sender_rank(static_cast<int32_t>(rng.UniformInt(6)) - 1);
+          // Ranks the job does not have (-1, 2..5). Without --auth-dir a peer that claims a real
+          // worker's rank before that worker's first request could speak for it: that is the
+          // threat model's "anyone can push" (README), not garbage.
+          const int32_t fake = static_cast<int32_t>(rng.UniformInt(5));
+          h.set_sender_rank(fake == 0 ? -1 : fake + 1);
           h.set_clock(static_cast<int64_t>(rng.UniformInt(1000)) - 10);
           h.set_has_values(rng.UniformInt(2) == 1);
           h.set_num_keys(rng.UniformInt(3));
