@@ -7,10 +7,11 @@
 // loss. `warmup` steps, then `repeats` timed runs of `iters` steps; the median ms/step and the
 // GPU's speed-up over the CPU measured in the same run.
 //
-// NCCL: one process drives every visible GPU (ncclCommInitAll), in-place ncclAllReduce of S
+// NCCL: one process drives every visible GPU (ncclCommInitAll), out-of-place ncclAllReduce of S
 // bytes of floats (sum); time per op is the median of `repeats` runs of `iters` ops after 5
 // warm-up ops. algbw = S / time, busbw = algbw * 2(n-1)/n as nccl-tests reports it (0 for one
-// rank, where nothing crosses a link); 1 GB = 1e9 bytes.
+// rank, where nothing crosses a link); 1 GB = 1e9 bytes. With one rank the op is a copy on the
+// GPU (in place it would do nothing at all and time only the launch): the row says so.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -78,19 +79,20 @@ Status NcclBandwidth(int n, const std::vector<int64_t>& sizes_mb, int iters, int
   for (int i = 0; i < n; ++i) devs[i] = i;
   BENCH_NCCL(ncclCommInitAll(comms.data(), n, devs.data()));
   std::vector<cudaStream_t> streams(static_cast<size_t>(n));
-  std::vector<float*> bufs(static_cast<size_t>(n), nullptr);
+  std::vector<float*> bufs(static_cast<size_t>(n), nullptr), outs(static_cast<size_t>(n), nullptr);
   const size_t max_count = static_cast<size_t>(*std::max_element(sizes_mb.begin(), sizes_mb.end())) * 1000000 / 4;
   for (int i = 0; i < n; ++i) {
     BENCH_CUDA(cudaSetDevice(i));
     BENCH_CUDA(cudaStreamCreate(&streams[i]));
     BENCH_CUDA(cudaMalloc(&bufs[i], max_count * sizeof(float)));
     BENCH_CUDA(cudaMemset(bufs[i], 0, max_count * sizeof(float)));
+    BENCH_CUDA(cudaMalloc(&outs[i], max_count * sizeof(float)));
   }
   auto run = [&](size_t count, int ops) -> Status {
     for (int k = 0; k < ops; ++k) {
       BENCH_NCCL(ncclGroupStart());
       for (int i = 0; i < n; ++i) {
-        BENCH_NCCL(ncclAllReduce(bufs[i], bufs[i], count, ncclFloat32, ncclSum, comms[i], streams[i]));
+        BENCH_NCCL(ncclAllReduce(bufs[i], outs[i], count, ncclFloat32, ncclSum, comms[i], streams[i]));
       }
       BENCH_NCCL(ncclGroupEnd());
     }
@@ -113,13 +115,14 @@ Status NcclBandwidth(int n, const std::vector<int64_t>& sizes_mb, int iters, int
     const double bytes = static_cast<double>(count) * 4;
     const double algbw = bytes / (t_us * 1e-6) / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;
-    std::printf("nccl   ranks=%d  %6lld MB  %10.1f us  algbw %7.2f GB/s  busbw %7.2f GB/s\n", n,
-                static_cast<long long>(mb), t_us, algbw, busbw);
+    std::printf("nccl   ranks=%d  %6lld MB  %10.1f us  algbw %7.2f GB/s  busbw %7.2f GB/s%s\n", n,
+                static_cast<long long>(mb), t_us, algbw, busbw, n == 1 ? "  (one rank: a copy on the GPU)" : "");
     std::fflush(stdout);
   }
   for (int i = 0; i < n; ++i) {
     cudaSetDevice(i);
     cudaFree(bufs[i]);
+    cudaFree(outs[i]);
     cudaStreamDestroy(streams[i]);
     ncclCommDestroy(comms[i]);
   }
@@ -135,7 +138,7 @@ int Main(int argc, char** argv) {
       ("warmup", po::value<int>()->default_value(20), "untimed steps first")
       ("iters", po::value<int>()->default_value(50), "steps per timed run")
       ("repeats", po::value<int>()->default_value(5), "timed runs (the median is reported)")
-      ("nccl-mb", po::value<std::string>()->default_value("4,64,256"), "all-reduce sizes in MB (empty: skip NCCL)");
+      ("nccl-mb", po::value<std::string>()->default_value("4,64,256"), "all-reduce sizes in MB (none: skip NCCL)");
   auto vm = flags.ParseOrExit(argc, argv);
   const int threads = vm["threads"].as<int>(), warmup = vm["warmup"].as<int>();
   const int iters = vm["iters"].as<int>(), repeats = vm["repeats"].as<int>();
@@ -145,7 +148,7 @@ int Main(int argc, char** argv) {
   auto batches = ParseIntList(vm["batches"].as<std::string>(), 1, 1 << 20);
   if (!batches.ok()) flags.Fail("--batches: " + batches.status().message());
   std::vector<int64_t> nccl_mb;
-  if (!vm["nccl-mb"].as<std::string>().empty()) {
+  if (vm["nccl-mb"].as<std::string>() != "none") {
     auto m = ParseIntList(vm["nccl-mb"].as<std::string>(), 1, 4096);
     if (!m.ok()) flags.Fail("--nccl-mb: " + m.status().message());
     nccl_mb = *m;

@@ -329,11 +329,14 @@ class CudaMlp final : public Model {
     return CudaStatus(cudaStreamSynchronize(stream_), "parameter copy");
   }
 
+  // Waits for the copy: the caller may write the host mirror again as soon as this returns (a
+  // pull into params() does), and an upload still in flight would read those writes.
   Status ParamsToDevice() override {
     Use();
-    return CudaStatus(cudaMemcpyAsync(params_d_.get(), params_.data(), params_.size() * sizeof(float),
-                                      cudaMemcpyHostToDevice, stream_),
-                      "parameter upload");
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(params_d_.get(), params_.data(), params_.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, stream_),
+                               "parameter upload"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "parameter upload");
   }
 
   Status SetOptimizer(const OptimizerOptions& options) override {

@@ -92,8 +92,10 @@ TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
   local.batch = 32;
   std::vector<float> expect = RunLocal(o.model, local, 0, data);
   const double diff = MaxRelativeDiff(r.params, expect, 1e-3);
+  const double noise = SummationNoise(o.model, local, 8, data);
   RecordProperty("max_relative_diff", std::to_string(diff));
-  EXPECT_LE(diff, 1e-5);
+  RecordProperty("summation_noise", std::to_string(noise));
+  EXPECT_LE(diff, EquivalenceTolerance(noise)) << "this CPU's summation noise: " << noise;
   for (const auto& st : r.server_stats) {
     EXPECT_EQ(st.pushes, 4 * 200);
     ASSERT_EQ(st.staleness.size(), 1u);
@@ -117,8 +119,10 @@ TEST(PsJobTest, BspWithAccumulationAndWarmUpEqualsLocalSgdWithTheGlobalBatch) {
   local.micro_batch = 0;
   std::vector<float> expect = RunLocal(o.model, local, 0, data);
   const double diff = MaxRelativeDiff(r.params, expect, 1e-3);
+  const double noise = SummationNoise(o.model, local, 4, data);
   RecordProperty("max_relative_diff", std::to_string(diff));
-  EXPECT_LE(diff, 1e-5);
+  RecordProperty("summation_noise", std::to_string(noise));
+  EXPECT_LE(diff, EquivalenceTolerance(noise)) << "this CPU's summation noise: " << noise;
   // Without the warm-up the parameters differ: the schedule really reached the shards.
   LocalTrainOptions no_warmup = local;
   no_warmup.warmup_epochs = 0;

@@ -1,11 +1,13 @@
 #include "tests/support/ps_job.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
 
 #include "common/scheduler_client.h"
+#include "common/tensor.h"
 #include "allreduce/tcp_ring.h"
 #include "server/scheduler.h"
 #include "tests/support/fake_device.h"
@@ -32,6 +34,15 @@ std::vector<float> RunLocal(const ModelOptions& model_options, const LocalTrainO
   GRADSYNC_CHECK(model->ParamsToHost().ok());
   return std::vector<float>(model->params().begin(), model->params().end());
 }
+
+double SummationNoise(const ModelOptions& model, LocalTrainOptions train, int64_t micro, const Dataset& data) {
+  train.micro_batch = 0;
+  const std::vector<float> whole = RunLocal(model, train, 0, data);
+  train.micro_batch = micro;
+  return MaxRelativeDiff(RunLocal(model, train, 0, data), whole, 1e-3);
+}
+
+double EquivalenceTolerance(double noise, double base) { return std::max(base, 10.0 * noise); }
 
 // Runs n allreduce workers; returns rank 0's parameters after training (all ranks must agree).
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const LocalTrainOptions& train,

@@ -67,6 +67,16 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& model, con
 std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& train, uint64_t init_seed,
                             const Dataset& data, bool fake_device = false);
 
+// Summing the same gradients in two exact orders (one batch of B, or B made of micro-batches of
+// `micro`) differs by rounding, which training then amplifies; by how much depends on this CPU's
+// BLAS kernels (with FMA or without). SummationNoise measures it: the largest relative difference
+// (floor 1e-3) between the two local runs of `train`. EquivalenceTolerance is what an "equals
+// local SGD with the global batch" test allows: `base` (1e-5), or 10x the noise on a CPU whose
+// rounding alone is larger, so such a test asserts the semantics on every CPU, and a wrong
+// learning rate, lost gradient or stale version (differences of 1e-2 and more) still fails it.
+double SummationNoise(const ModelOptions& model, LocalTrainOptions train, int64_t micro, const Dataset& data);
+double EquivalenceTolerance(double noise, double base = 1e-5);
+
 // CreateModel, or a FakeDeviceModel (tests/support/fake_device.h) when fake_device.
 std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_device);
 
