@@ -62,7 +62,7 @@ Mlp::Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int n
 
 void Mlp::Initialize(uint64_t seed) { InitializeMlp(dims_, layout_, params_, seed); }
 
-void Mlp::Forward(const Batch& batch) {
+void Mlp::Forward(const Batch& batch, bool training) {
   GRADSYNC_CHECK(batch.x != nullptr && batch.dim == dims_[0])
       << name_ << " expects dense inputs of dimension " << dims_[0] << ", got " << batch.dim;
   const int64_t b = batch.size;
@@ -71,6 +71,10 @@ void Mlp::Forward(const Batch& batch) {
     const int64_t din = dims_[l], dout = dims_[l + 1];
     auto& out = acts_[l];
     out.resize(static_cast<size_t>(b * dout));
+    if (training) {
+      ParamWait(2 * l);
+      ParamWait(2 * l + 1);
+    }
     const float* w = tensor(2 * l).data();
     const float* bias = tensor(2 * l + 1).data();
     // out = bias (broadcast), then out += in * W in one sgemm with beta = 1.
@@ -86,7 +90,7 @@ void Mlp::Forward(const Batch& batch) {
 float Mlp::ForwardBackward(const Batch& batch) {
   const int64_t b = batch.size;
   GRADSYNC_CHECK(b > 0) << "empty batch";
-  Forward(batch);
+  Forward(batch, /*training=*/true);
   const int64_t classes = dims_.back();
   const float inv_b = 1.0f / static_cast<float>(b);
 
@@ -139,7 +143,7 @@ float Mlp::ForwardBackward(const Batch& batch) {
 EvalStats Mlp::EvaluateBatch(const Batch& batch) {
   EvalStats s;
   if (batch.size == 0) return s;
-  Forward(batch);
+  Forward(batch, /*training=*/false);
   const int64_t classes = dims_.back();
   const float* logits = acts_.back().data();
   for (int64_t i = 0; i < batch.size; ++i) {

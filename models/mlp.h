@@ -28,11 +28,12 @@ class Mlp final : public Model {
   void Initialize(uint64_t seed) override;
   float ForwardBackward(const Batch& batch) override;
   EvalStats EvaluateBatch(const Batch& batch) override;
+  bool waits_for_params() const override { return true; }
 
  private:
   // Runs the forward pass into acts_ (acts_[l] is layer l's output, post-ReLU for hidden ones;
-  // the last is the logits).
-  void Forward(const Batch& batch);
+  // the last is the logits); training's pass waits for each layer's parameters (ParamWait).
+  void Forward(const Batch& batch, bool training);
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
 
   std::string name_;

@@ -80,6 +80,13 @@ class Model {
   // tensor is reported exactly once per ForwardBackward. Empty: no calls.
   void set_grad_ready(std::function<void(size_t tensor)> fn) { grad_ready_ = std::move(fn); }
   const std::function<void(size_t)>& grad_ready() const { return grad_ready_; }
+  // The other direction: ForwardBackward calls fn(i) just before it first reads tensor i's
+  // parameters (the first layer first), so that the parameters of later layers may still be
+  // arriving while the first layers compute; fn returns once they are in params(). Models that
+  // report it say so (waits_for_params); the others read every parameter at once. Not called by
+  // EvaluateBatch.
+  void set_param_wait(std::function<void(size_t tensor)> fn) { param_wait_ = std::move(fn); }
+  virtual bool waits_for_params() const { return false; }
 
   // --- Device models (CUDA). A CPU model's tensors ARE params()/grads(): these do nothing. ---
   virtual bool on_device() const { return false; }
@@ -104,6 +111,9 @@ class Model {
   void GradReady(size_t tensor) const {
     if (grad_ready_) grad_ready_(tensor);
   }
+  void ParamWait(size_t tensor) const {
+    if (param_wait_) param_wait_(tensor);
+  }
   // Lays out `tensors` contiguously in declaration order and allocates params and grads.
   void SetLayout(std::vector<TensorInfo> tensors);
 
@@ -111,6 +121,7 @@ class Model {
   std::vector<float> params_;
   std::vector<float> grads_;
   std::function<void(size_t)> grad_ready_;
+  std::function<void(size_t)> param_wait_;
 };
 
 struct ModelOptions {

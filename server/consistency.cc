@@ -38,6 +38,12 @@ Status ConsistencyController::CheckWorker(int worker) const {
 }
 
 Status ConsistencyController::OnPush(int worker, int64_t clock) {
+  RETURN_IF_ERROR(CheckPush(worker, clock));
+  ++pushed_[worker];
+  return OkStatus();
+}
+
+Status ConsistencyController::CheckPush(int worker, int64_t clock) const {
   RETURN_IF_ERROR(CheckWorker(worker));
   if (clock != pushed_[worker]) {
     return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: push " +
@@ -48,7 +54,6 @@ Status ConsistencyController::OnPush(int worker, int64_t clock) {
     return AbortedError("push for round " + std::to_string(clock) + " while round " +
                         std::to_string(rounds_applied_) + " is open");
   }
-  ++pushed_[worker];
   return OkStatus();
 }
 

@@ -34,6 +34,8 @@ class ConsistencyController {
   // True when pushes are summed per round and applied once (bsp, and ssp with s = 0).
   bool aggregates() const { return aggregate_; }
 
+  // Whether worker w may push `clock` now (OnPush's checks, recording nothing).
+  Status CheckPush(int worker, int64_t clock) const;
   // Records worker w's push with `clock`; errors leave the state unchanged.
   Status OnPush(int worker, int64_t clock);
   // Checks a pull's clock without waiting.

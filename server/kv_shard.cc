@@ -85,7 +85,7 @@ void KvShard::Read(std::span<const SegmentRef> segments, std::span<const uint64_
 }
 
 void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values,
-                    float lr_scale) {
+                    float lr_scale, bool counts) {
   const float lr = Lr() * lr_scale;
   for (const auto& s : segments) {
     const int64_t local = s.offset - range_.begin;
@@ -103,6 +103,7 @@ void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64
     }
     optimizer_.StepSparse(params_, local_keys, scratch_, lr);
   }
+  if (!counts) return;
   ++version_;
   ++gradients_;
   step_ = gradients_ / num_workers_;

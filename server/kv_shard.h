@@ -41,9 +41,10 @@ class KvShard {
   void SetValues(std::span<const float> values);
   void Read(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, float* out) const;
   // Applies one worker's gradient now (ssp/asp), at the schedule's rate times lr_scale
-  // (the staleness-aware rate passes 1 / staleness).
+  // (the staleness-aware rate passes 1 / staleness). A gradient that came in parts is applied
+  // part by part with counts = false but for the last: it counts once (version, step).
   void Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values,
-             float lr_scale = 1.0f);
+             float lr_scale = 1.0f, bool counts = true);
   void Accumulate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values);
   void ApplyAccumulated(int count);
 

@@ -111,6 +111,7 @@ Status Server::HandleJoin(const Message& m) {
     }
     if (clock > at) {
       round_.erase(w);  // a held push of a round this worker now skips
+      partial_.erase(w);
       controller_->SetWorker(w, clock);
     }
     while (controller_->RoundComplete()) ApplyRound();
@@ -190,10 +191,93 @@ Status Server::HandleInit(const Message& m) {
   return socket_.Send(m.peer, ReplyHeader(wire::INIT_REPLY, m.header));
 }
 
+Server::PushChunk Server::TakeChunk(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n) {
+  PushChunk c;
+  c.segments = std::move(segs);
+  c.keys = key_buffer_;
+  // A frame's bytes are kept where they are (heap memory that moves with the frame), unless
+  // they are few (ZeroMQ keeps a small message's bytes inside the message object, which moves)
+  // or not float-aligned: then they are copied.
+  constexpr size_t kInlineBytes = 64;
+  if (values == m.values.data() && n * sizeof(float) > kInlineBytes &&
+      reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
+    c.frame = std::move(m.values);
+  } else if (values == decoded_.data() && n > 0) {
+    c.owned.swap(decoded_);  // a decoded push: its buffer changes hands
+  } else {
+    c.owned.resize(std::max<size_t>(n, 1));  // never empty: values() reads owned
+    if (n > 0) std::memcpy(c.owned.data(), values, n * sizeof(float));
+  }
+  return c;
+}
+
+Result<Server::HeldPush*> Server::AddPart(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n) {
+  const auto& h = m.header;
+  const int w = h.sender_rank();
+  PartialPush& p = partial_[w];
+  if (h.part() == 0) {
+    p = PartialPush();
+    p.clock = h.clock();
+    p.version = h.version();
+    p.parts = h.parts();
+  } else if (p.parts == 0 || p.clock != h.clock() || p.parts != h.parts() || p.failed) {
+    return InvalidArgumentError("push part " + std::to_string(h.part()) + " of clock " + std::to_string(h.clock()) +
+                                     " without its first part");
+  }
+  if (h.part() != p.next) {
+    return InvalidArgumentError("push part " + std::to_string(h.part()) + " arrived where part " +
+                                     std::to_string(p.next) + " was due");
+  }
+  if (h.version() != p.version) return InvalidArgumentError("the parts of one push carry different versions");
+  if (!h.codec().empty() || h.num_keys() > 0) {
+    return InvalidArgumentError("a push in parts carries dense raw values only (no codec, no keys)");
+  }
+  // No element twice: a part's segments may not overlap an earlier part's.
+  for (const SegmentRef& sg : segs) {
+    auto it = std::lower_bound(p.covered.begin(), p.covered.end(), sg,
+                               [](const SegmentRef& a, const SegmentRef& b) { return a.offset < b.offset; });
+    const bool hits_next = it != p.covered.end() && it->offset < sg.offset + sg.length;
+    const bool hits_prev = it != p.covered.begin() && std::prev(it)->offset + std::prev(it)->length > sg.offset;
+    if (hits_next || hits_prev) {
+      return InvalidArgumentError("push part " + std::to_string(h.part()) + " repeats elements of an earlier part");
+    }
+    p.covered.insert(it, sg);
+  }
+  p.push.chunks.push_back(TakeChunk(m, std::move(segs), values, n));
+  if (++p.next < p.parts) return nullptr;
+  return &p.push;
+}
+
 Status Server::HandlePush(Message& m) {
+  const auto& h = m.header;
+  const int w = h.sender_rank();
+  if (h.parts() > 1 && h.part() > 0) {
+    auto it = partial_.find(w);
+    if (it != partial_.end() && it->second.failed && it->second.clock == h.clock() && it->second.parts == h.parts()) {
+      return OkStatus();  // the rest of a push whose error was the answer
+    }
+  }
+  Status s = HandlePushMessage(m);
+  if (!s.ok() && h.parts() > 1) {
+    PartialPush& p = partial_[w];
+    p = PartialPush();
+    p.clock = h.clock();
+    p.parts = h.parts();
+    p.failed = true;
+  }
+  return s;
+}
+
+Status Server::HandlePushMessage(Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   const auto& h = m.header;
   if (!h.has_values()) return InvalidArgumentError("a push carries values");
+  const int w = h.sender_rank();
+  if (h.parts() < 0 || h.parts() > kMaxPushParts || h.part() < 0 || (h.parts() <= 1 && h.part() != 0) ||
+      (h.parts() > 1 && h.part() >= h.parts())) {
+    return InvalidArgumentError("push part " + std::to_string(h.part()) + " of " + std::to_string(h.parts()) +
+                                " (at most " + std::to_string(kMaxPushParts) + " parts)");
+  }
   auto segs = Segments(m);
   key_buffer_.resize(h.num_keys());
   if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
@@ -219,13 +303,17 @@ Status Server::HandlePush(Message& m) {
     return AbortedError("push computed on version " + std::to_string(h.version()) + " but the shard is at " +
                         std::to_string(shard_->version()));
   }
-  RETURN_IF_ERROR(controller_->OnPush(h.sender_rank(), h.clock()));
-  // Values are read in place when ZeroMQ's buffer is float-aligned; copied otherwise.
-  if (reinterpret_cast<uintptr_t>(values) % alignof(float) != 0) {
-    read_buffer_.resize(n);
-    m.CopyValues(read_buffer_.data());
-    values = read_buffer_.data();
+  // A part is checked against the consistency rule on arrival, and counted with the last one.
+  RETURN_IF_ERROR(controller_->CheckPush(w, h.clock()));
+  HeldPush whole;
+  HeldPush* push = &whole;
+  if (h.parts() > 1) {
+    ASSIGN_OR_RETURN(push, AddPart(m, std::move(segs), values, n));
+    if (push == nullptr) return OkStatus();  // more parts to come (or a failed push's rest)
+  } else {
+    whole.chunks.push_back(TakeChunk(m, std::move(segs), values, n));
   }
+  RETURN_IF_ERROR(controller_->OnPush(w, h.clock()));
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
   const int64_t staleness = shard_->version() - h.version();
@@ -235,28 +323,17 @@ Status Server::HandlePush(Message& m) {
   reply.set_observed_staleness(static_cast<double>(staleness));
   Status s = socket_.Send(m.peer, reply);
   if (controller_->aggregates()) {
-    // Held until the round completes, without copying the values: the received frame (or the
-    // decoded / realigned buffer) itself is kept.
-    HeldPush& held = round_[h.sender_rank()];
-    held.segments = std::move(segs);
-    held.keys = key_buffer_;
-    if (values == m.values.data()) {
-      held.frame = std::move(m.values);
-      held.values = static_cast<const float*>(held.frame.data());  // a small frame's bytes move with it
-      if (reinterpret_cast<uintptr_t>(held.values) % alignof(float) != 0) {
-        held.owned.resize(n);
-        std::memcpy(held.owned.data(), held.frame.data(), n * sizeof(float));
-        held.values = held.owned.data();
-      }
-    } else {
-      held.owned.swap(values == decoded_.data() ? decoded_ : read_buffer_);
-      held.values = held.owned.data();
-    }
+    // Held until the round completes, without copying the values where the frames are aligned.
+    round_[w] = std::move(*push);
   } else {
     const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness)) : 1.0f;
-    shard_->Apply(segs, key_buffer_, values, scale);
+    for (size_t i = 0; i < push->chunks.size(); ++i) {
+      const PushChunk& c = push->chunks[i];
+      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size());
+    }
     MaybeCheckpoint(true);
   }
+  partial_.erase(w);
   if (controller_->RoundComplete()) ApplyRound();
   AnswerParked();
   return s;
@@ -264,7 +341,9 @@ Status Server::HandlePush(Message& m) {
 
 void Server::ApplyRound() {
   const bool any = !round_.empty();
-  for (const auto& [worker, held] : round_) shard_->Accumulate(held.segments, held.keys, held.values);
+  for (const auto& [worker, held] : round_) {
+    for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values());
+  }
   if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
   round_.clear();
   controller_->OnRoundApplied();
@@ -535,6 +614,7 @@ void Server::OnMembership() {
                             << controller_->live_workers() - 1 << " live workers";
       controller_->RemoveWorker(n.rank());
       may_join_.erase(n.rank());
+      partial_.erase(n.rank());
     }
   }
   auto joined = scheduler_->joined_nodes();

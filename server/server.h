@@ -96,13 +96,39 @@ class Server {
  private:
   // A bsp push held until its round completes; rounds are summed in worker-rank order so that a
   // bsp run is bit-for-bit reproducible whatever order the pushes arrive in.
-  struct HeldPush {
+  // One message's part of a push: its segments and keys, and its values, kept without a copy
+  // where the received frame is float-aligned.
+  struct PushChunk {
     std::vector<SegmentRef> segments;
     std::vector<uint64_t> keys;
     zmq::message_t frame;       // the received values, when they are read in place
-    std::vector<float> owned;   // or decoded / realigned values
-    const float* values = nullptr;
+    std::vector<float> owned;   // or decoded / realigned / small values
+    // Read where they are now: a chunk moves (into a round, a vector), and so does a frame.
+    const float* values() const {
+      return owned.empty() ? static_cast<const float*>(frame.data()) : owned.data();
+    }
   };
+  // A push: one message, or the parts of an overlapped push (Header.parts > 1).
+  struct HeldPush {
+    std::vector<PushChunk> chunks;
+  };
+  // The parts of an overlapped push received so far from one worker. Parts come in order on the
+  // worker's connection; the push counts (consistency, version, reply) when its last part
+  // arrives. After a bad part the rest of that push is dropped without a reply: the worker gets
+  // one answer per push and shard, the error.
+  struct PartialPush {
+    int64_t clock = 0;
+    int64_t version = 0;
+    int parts = 0;
+    int next = 0;
+    bool failed = false;
+    HeldPush push;
+    std::vector<SegmentRef> covered;  // sorted by offset, disjoint
+  };
+  // The values of a validated push message as a chunk that outlives the message.
+  PushChunk TakeChunk(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n);
+  // Receives one part of an overlapped push; the whole push once its last part is in (else null).
+  Result<HeldPush*> AddPart(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n);
   void ApplyRound();
 
   // Reply buffers lent to ZeroMQ and reused once it releases them: a pull reply is one copy
@@ -135,7 +161,10 @@ class Server {
   Status WriteCheckpoint();
   Status RestoreCheckpoint();
   std::string CheckpointPath() const;
+  // An overlapped push comes in at most this many parts (Header.parts).
+  static constexpr int kMaxPushParts = 4096;
   Status HandlePush(Message& m);
+  Status HandlePushMessage(Message& m);
   Status HandlePull(Message& m);
   // Answers a pull whose segments and keys (validated) are given; AnswerParkedPull reads them
   // from the parked message first.
@@ -167,6 +196,7 @@ class Server {
   std::map<int, std::string> identity_of_worker_;
   std::deque<Parked> parked_;
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
+  std::map<int, PartialPush> partial_;  // worker -> the overlapped push it is sending
   uint64_t seen_events_ = 0;
   size_t seen_dead_ = 0;
   size_t seen_joined_ = 0;

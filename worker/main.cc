@@ -44,7 +44,8 @@ int Main(int argc, char** argv) {
       ("compress-pull", po::bool_switch(), "PS modes: servers reply to pulls with the --compress'ed parameter delta since the worker's last pull (the residual stays on the server)")
       ("momentum-correction", po::bool_switch(), "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD")
       ("bucket-mb", po::value<double>()->default_value(25.0), "allreduce: gradient bucket size in MB")
-      ("overlap", po::value<bool>()->default_value(true), "allreduce (dense, uncompressed): all-reduce each bucket as soon as backward produced it, on a communication thread (true|false)")
+      ("overlap", po::value<bool>()->default_value(true), "overlap communication with backward and forward (dense CPU models, uncompressed; true|false). allreduce: all-reduce each bucket as soon as backward produced it, on a communication thread; bsp|ssp|asp: push each tensor (in parts of --push-part-mb) as soon as backward produced it, pull per tensor in forward order and start each layer when its parameters are in")
+      ("push-part-mb", po::value<double>()->default_value(4.0), "bsp|ssp|asp with --overlap: the largest part of a tensor pushed or pulled in one message, in MB")
       ("first-bucket-mb", po::value<double>()->default_value(1.0), "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early")
       ("collective-timeout", po::value<double>()->default_value(60.0), "allreduce: seconds an all-reduce may take before the job fails")
       ("checkpoint-dir", po::value<std::string>(), "allreduce: rank 0 checkpoints parameters, momentum and step to DIR/allreduce.ckpt")
@@ -102,8 +103,12 @@ int Main(int argc, char** argv) {
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to the modes that join a job only");
   }
   if (!ps && FlagGiven(vm, "recovery-timeout")) flags.Fail("--recovery-timeout applies to the PS modes (bsp|ssp|asp)");
+  if (!ps && FlagGiven(vm, "push-part-mb")) flags.Fail("--push-part-mb applies to the PS modes (bsp|ssp|asp)");
+  if (!joins && FlagGiven(vm, "overlap")) flags.Fail("--overlap applies to the modes that join a job only");
+  const double push_part_mb = vm["push-part-mb"].as<double>();
+  if (!(push_part_mb >= 1e-6 && push_part_mb <= 1024)) flags.Fail("--push-part-mb must be in (0, 1024]");
   if (!allreduce) {
-    for (const char* f : {"bucket-mb", "collective-timeout", "bind", "overlap", "first-bucket-mb", "checkpoint-dir",
+    for (const char* f : {"bucket-mb", "collective-timeout", "bind", "first-bucket-mb", "checkpoint-dir",
                           "checkpoint-every", "resume"})
       if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies to --mode=allreduce only");
   }
@@ -449,6 +454,8 @@ int Main(int argc, char** argv) {
       po.correction_momentum = correction_momentum;
       po.compress_pull = vm["compress-pull"].as<bool>();
       po.staleness_aware_lr = vm["staleness-aware-lr"].as<bool>();
+      po.overlap = vm["overlap"].as<bool>();
+      po.push_part_floats = static_cast<size_t>(std::max(1.0, push_part_mb * 1e6 / sizeof(float)));
       PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
                         scheduler.get());
       reports = trainer.Run(print_epoch);

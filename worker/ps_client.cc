@@ -183,6 +183,102 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
   return id;
 }
 
+void PsClient::set_part_floats(size_t part_floats) {
+  part_floats_ = std::max<size_t>(1, part_floats);
+  parts_.clear();
+}
+
+void PsClient::PlanParts() {
+  parts_.clear();
+  parts_of_tensor_.assign(layout_.size(), {});
+  parts_per_shard_.assign(static_cast<size_t>(table_.servers_size()), 0);
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    const TensorInfo& ti = layout_[t];
+    if (ti.sparse) continue;
+    for (int s = 0; s < table_.servers_size(); ++s) {
+      const ShardRange& r = partitioner_.range(s);
+      const int64_t b = std::max(ti.offset, r.begin), e = std::min(ti.offset + ti.size, r.end);
+      // Equal pieces of at most part_floats_ elements.
+      const int64_t len = e - b, step = static_cast<int64_t>(part_floats_);
+      if (len <= 0) continue;
+      const int64_t pieces = (len + step - 1) / step;
+      for (int64_t k = 0; k < pieces; ++k) {
+        parts_of_tensor_[t].push_back(parts_.size());
+        parts_.push_back({t, s, b + len * k / pieces, b + len * (k + 1) / pieces});
+        parts_per_shard_[static_cast<size_t>(s)]++;
+      }
+    }
+  }
+}
+
+PsClient::RequestId PsClient::BeginPush(int64_t clock, ConstFloatSpan grads) {
+  if (parts_.empty()) PlanParts();
+  int shards = 0;
+  for (int n : parts_per_shard_) shards += n > 0;
+  open_ = OpenPush();
+  open_.id = NewRequest(false, {}, shards);
+  open_.clock = clock;
+  open_.grads = grads;
+  open_.versions = versions_;
+  open_.sent.assign(parts_.size(), false);
+  open_.next.assign(parts_per_shard_.size(), 0);
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    if (parts_per_shard_[static_cast<size_t>(s)] > 0) waiting_on_[open_.id].push_back(s);
+  }
+  return open_.id;
+}
+
+void PsClient::SendPart(size_t i) {
+  if (open_.sent[i]) return;
+  open_.sent[i] = true;
+  const Part& part = parts_[i];
+  const int s = part.shard;
+  wire::Header h = RequestHeader(wire::PUSH, rank_, open_.id, open_.clock);
+  h.set_version(open_.versions[static_cast<size_t>(s)]);
+  const int parts = parts_per_shard_[static_cast<size_t>(s)];
+  if (parts > 1) {
+    h.set_parts(parts);
+    h.set_part(open_.next[static_cast<size_t>(s)]++);
+  }
+  AddSegment(&h, part.begin, part.end);
+  Payload p;
+  p.has_values = true;
+  p.values = open_.grads.subspan(static_cast<size_t>(part.begin), static_cast<size_t>(part.end - part.begin));
+  p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
+  Status st = sockets_[s].Send("", h, p);
+  if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
+}
+
+void PsClient::PushReady(size_t tensor) {
+  if (open_.id == 0 || tensor >= parts_of_tensor_.size()) return;
+  for (size_t i : parts_of_tensor_[tensor]) SendPart(i);
+}
+
+PsClient::RequestId PsClient::FinishPush() {
+  for (size_t i = 0; i < parts_.size() && open_.id != 0; ++i) SendPart(i);
+  const RequestId id = open_.id;
+  open_ = OpenPush();
+  return id;
+}
+
+Result<std::vector<PsClient::RequestId>> PsClient::PullTensors(int64_t clock, FloatSpan params) {
+  if (parts_.empty()) PlanParts();
+  std::vector<RequestId> ids(layout_.size(), 0);
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    if (parts_of_tensor_[t].empty()) continue;
+    ids[t] = NewRequest(true, params, static_cast<int>(parts_of_tensor_[t].size()));
+    for (size_t i : parts_of_tensor_[t]) {
+      const Part& part = parts_[i];
+      wire::Header h = RequestHeader(wire::PULL, rank_, ids[t], clock);
+      AddSegment(&h, part.begin, part.end);
+      waiting_on_[ids[t]].push_back(part.shard);  // a shard answers each of its parts once
+      Status st = sockets_[part.shard].Send("", h, Payload());
+      if (!st.ok()) FailShard(part.shard, st.WithContext("pull from " + NodeName(table_.servers(part.shard))));
+    }
+  }
+  return ids;
+}
+
 void PsClient::FailShard(int shard, const Status& s) {
   for (auto& [id, shards] : waiting_on_) {
     auto it = std::find(shards.begin(), shards.end(), shard);

@@ -61,6 +61,22 @@ class PsClient {
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
   Status Wait(RequestId id, double timeout_s);
 
+  // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts
+  // at tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
+  // BeginPush(clock, grads) opens the push of `clock` (grads lent as for Push); PushReady(t)
+  // sends tensor t's parts the moment backward has produced its gradient; FinishPush sends
+  // what was never reported ready and returns the push's id (one reply per shard, as Push).
+  // A shard receives its parts in the order sent, numbered (Header.parts/part), and counts the
+  // push when the last one arrives: bsp, ssp and asp mean what they mean for Push.
+  void set_part_floats(size_t part_floats);
+  RequestId BeginPush(int64_t clock, ConstFloatSpan grads);
+  void PushReady(size_t tensor);
+  RequestId FinishPush();
+  // Pulls every dense tensor into `params`, one request per tensor, sent in forward order (the
+  // first tensor first, so that shards answer it first): Wait(ids[t]) returns once tensor t is
+  // in params. Every returned id must be waited for. Sparse tensors get id 0 (not pulled).
+  Result<std::vector<RequestId>> PullTensors(int64_t clock, FloatSpan params);
+
   // Elastic membership and recovery.
   // JOIN on `shards`: clock -1 asks each where to start (a worker that rejoined a running job);
   // clock c >= 0 says this worker goes on at c (after a shard restarted, or to settle on the
@@ -97,6 +113,14 @@ class PsClient {
   Status Receive(int timeout_ms);
   void HandleReply(int shard, const Message& m);
   RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
+  // The dense parts (see set_part_floats), in offset order, and which belong to each tensor.
+  struct Part {
+    size_t tensor = 0;
+    int shard = 0;
+    int64_t begin = 0, end = 0;
+  };
+  void PlanParts();
+  void SendPart(size_t part);
   void FailShard(int shard, const Status& s);
 
   zmq::context_t& ctx_;
@@ -124,6 +148,20 @@ class PsClient {
   std::vector<uint8_t> encoded_;
   std::unique_ptr<Compressor> pull_decoder_;  // --compress-pull
   std::vector<float> pull_decoded_;
+  size_t part_floats_ = size_t{1} << 20;
+  std::vector<Part> parts_;                         // empty until planned
+  std::vector<std::vector<size_t>> parts_of_tensor_;
+  std::vector<int> parts_per_shard_;
+  // The open overlapped push.
+  struct OpenPush {
+    RequestId id = 0;
+    int64_t clock = 0;
+    ConstFloatSpan grads;
+    std::vector<int64_t> versions;  // of the last pull, the same on every part
+    std::vector<bool> sent;         // per part
+    std::vector<int> next;          // per shard: the next part number
+  };
+  OpenPush open_;
 };
 
 }  // namespace gradsync

@@ -102,6 +102,22 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
                                   [](const TensorInfo& t) { return t.sparse; });
   const bool evaluates = rank == 0 && options_.evaluate;
+  Straggler straggler(o.straggler, o.straggler_seed);
+  const bool overlap = options_.overlap && !sparse && options_.compression.empty() && !model_->on_device() &&
+                       model_->waits_for_params() && !straggler.active();
+  if (options_.overlap && !overlap && rank == 0) {
+    std::printf("worker %d: overlap off (it needs a dense CPU mlp/softmax model, no compression, no straggler)\n", rank);
+    std::fflush(stdout);
+  }
+  if (overlap) client_->set_part_floats(options_.push_part_floats);
+  // The model must not call into this trainer after Run.
+  struct Unhook {
+    Model* m;
+    ~Unhook() {
+      m->set_grad_ready({});
+      m->set_param_wait({});
+    }
+  } unhook{model_};
   BatchBuffer buffer;
   std::vector<float> accum;
   std::vector<uint64_t> keys, push_keys;
@@ -111,7 +127,6 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   int64_t clock = start_clock;
   PsClient::RequestId pending_push = 0;
   EpochTotals totals;
-  Straggler straggler(o.straggler, o.straggler_seed);
 
   auto evaluate_and_report = [&](int epoch) -> Status {
     const auto t = client_->traffic();
@@ -155,6 +170,105 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       if (sparse) {
         batch = buffer.Gather(*train_, indices);
         BatchKeys(*model_, batch, &keys);
+      }
+
+      if (overlap) {
+        // Pulls in forward order, waited for layer by layer inside forward; pushes tensor by
+        // tensor inside backward. A failed pull stops the step before anything is pushed, and
+        // the step is redone once the shard is back.
+        double blocked_ms = 0, compute_ms = 0;
+        float loss = 0;
+        bool evaluated = false;  // a redone step does not evaluate twice
+        for (int attempt = 0;; ++attempt) {
+          Status failed;
+          std::vector<PsClient::RequestId> ids;
+          std::vector<bool> waited;
+          auto wait_tensor = [&](size_t t) {
+            if (!failed.ok() || t >= ids.size() || ids[t] == 0 || waited[t]) return;
+            waited[t] = true;
+            Stopwatch w;
+            failed = client_->Wait(ids[t], timeout).WithContext("pull " + std::to_string(clock));
+            blocked_ms += w.Millis();
+          };
+          Stopwatch step_clock;
+          blocked_ms = 0;
+          {
+            Stopwatch w;
+            auto pulled = client_->PullTensors(clock, model_->params());
+            if (!pulled.ok()) return pulled.status();
+            ids = std::move(*pulled);
+            waited.assign(ids.size(), false);
+            // The previous push's parts must be out of the gradient buffer before backward.
+            if (pending_push) failed = client_->Wait(pending_push, timeout).WithContext("push " + std::to_string(clock - 1));
+            pending_push = 0;
+            blocked_ms += w.Millis();
+          }
+          const bool epoch_end = s == 0 && epoch > 0;
+          const bool mid_eval = evaluates && EvaluateMidEpoch(o.eval_every, clock, steps_per_epoch);
+          if (epoch_end || mid_eval) {
+            for (size_t t = 0; t < ids.size(); ++t) wait_tensor(t);  // evaluation reads every parameter
+          }
+          if (failed.ok() && epoch_end && !evaluated) RETURN_IF_ERROR(evaluate_and_report(epoch));
+          if (failed.ok() && mid_eval && !evaluated) {
+            const auto t = client_->traffic();
+            const auto st = scheduler_->traffic();
+            const EpochClose at{.step = clock, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
+                                .test = test_, .eval_batch = o.eval_batch,
+                                .bytes_sent = t.bytes_sent + st.bytes_sent,
+                                .bytes_received = t.bytes_received + st.bytes_received};
+            RETURN_IF_ERROR(WriteEvaluationRow(
+                at, totals.loss_sum / static_cast<double>(std::max<int64_t>(1, totals.steps)), *model_, metrics_));
+          }
+          if (failed.ok()) evaluated = true;
+          if (options_.step_hook) options_.step_hook(clock);
+          bool pushing = false;
+          model_->set_param_wait(wait_tensor);
+          model_->set_grad_ready([&](size_t t) {
+            if (!failed.ok()) return;  // computed on parameters that did not all arrive
+            if (!pushing) {
+              client_->BeginPush(clock, model_->grads());
+              pushing = true;
+            }
+            client_->PushReady(t);
+          });
+          step_clock.Reset();
+          const double blocked_before = blocked_ms;
+          if (failed.ok()) loss = ComputeGradients(*model_, *train_, indices, o.micro_batch, buffer, accum);
+          model_->set_param_wait({});
+          model_->set_grad_ready({});
+          for (size_t t = 0; t < ids.size(); ++t) wait_tensor(t);  // every request answered or failed
+          compute_ms = std::max(0.0, step_clock.Millis() - (blocked_ms - blocked_before));
+          if (failed.ok() && !std::isfinite(loss)) {
+            if (pushing) (void)client_->Wait(client_->FinishPush(), timeout);
+            return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(clock));
+          }
+          if (failed.ok()) {
+            Stopwatch w;
+            if (!pushing) client_->BeginPush(clock, model_->grads());
+            pending_push = client_->FinishPush();
+            blocked_ms += w.Millis();
+            break;
+          }
+          if (pushing) (void)client_->Wait(client_->FinishPush(), timeout);  // not reached: no part went out
+          if (attempt >= 3) return failed;
+          RETURN_IF_ERROR(recover(failed));
+        }
+        ++clock;
+        const double wait_ms = std::min(blocked_ms, client_->last_wait_ms());
+        totals.AddStep(loss, static_cast<int64_t>(indices.size()), (compute_ms + blocked_ms) / 1e3);
+        if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
+          MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
+          row.staleness = client_->last_staleness();
+          auto t = client_->traffic();
+          auto st = scheduler_->traffic();
+          row.bytes_sent = t.bytes_sent + st.bytes_sent;
+          row.bytes_received = t.bytes_received + st.bytes_received;
+          row.compute_ms = compute_ms;
+          row.comm_ms = blocked_ms - wait_ms;
+          row.wait_ms = wait_ms;
+          RETURN_IF_ERROR(metrics_->Write(row));
+        }
+        continue;
       }
 
       Stopwatch comm;

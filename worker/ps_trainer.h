@@ -2,7 +2,8 @@
 //
 // Worker `rank` of N trains on its shard of each epoch's seeded permutation (ShardedSampler),
 // batch b; every worker runs the same number of steps per epoch (ceil(smallest shard / b)). Its
-// iteration c: pull (clock c) -> forward/backward -> push (clock c). The update itself happens
+// iteration c: pull (clock c) -> forward/backward -> push (clock c); with overlap, the pull is
+// waited for layer by layer inside forward and the push goes out tensor by tensor inside backward. The update itself happens
 // on the servers (KvShard). Worker 0 sends the initial parameters (from the seed) and the job's
 // optimizer settings to the shards first; everyone waits at the "init" barrier. Worker 0
 // evaluates on the test set after every epoch with the parameters of its next pull, and once
@@ -36,6 +37,12 @@ struct PsTrainOptions {
   // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
   bool compress_pull = false;
   bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
+  // Overlap communication with computation (dense CPU models, raw pushes, no straggler): each
+  // tensor's gradient (in parts of at most push_part_floats) is pushed the moment backward
+  // produced it, and the next step's pulls go out one per tensor in forward order, each layer's
+  // forward waiting only for its own parameters. The same updates as without (bsp included).
+  bool overlap = false;
+  size_t push_part_floats = size_t{1} << 20;
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;

@@ -19,7 +19,8 @@ struct Outcome {
   std::vector<float> params;
   ServerStats stats;
   int errors_answered = 0;
-  int sent = 0;
+  int sent = 0;    // messages that must be answered (with an error)
+  int silent = 0;  // the rest of a push in parts whose error was already the answer
   std::vector<std::string> error_messages;
 };
 
@@ -142,10 +143,39 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
     send(h, {});
   }
 
-  // Collect replies: one pull answer and one ERROR per attack.
+  // Overlapped pushes (Header.parts): one answer per push, the error at its first bad part.
+  auto part = [&](int64_t clock, int index, int parts, uint64_t offset, bool answered) {
+    wire::Header h = Push(1, clock, 0, offset, 4);
+    h.set_parts(parts);
+    h.set_part(index);
+    std::vector<zmq::message_t> f;
+    f.push_back(vals(4));
+    send(h, std::move(f));
+    if (!answered) {
+      out->sent--;
+      out->silent++;
+    }
+  };
+  // 18. Part 1 of 3 without part 0, and 19. the rest of that push (dropped without a reply).
+  part(0, 1, 3, 0, true);
+  part(0, 2, 3, 4, false);
+  // 20. More parts than a push may have.
+  part(0, 0, 100000, 0, true);
+  // 21. Part 1 repeats elements of part 0 (which is held, unanswered), and 22. part 1 again.
+  part(0, 0, 2, 0, false);
+  part(0, 1, 2, 2, true);
+  part(0, 1, 2, 8, false);
+
+  // Collect replies: one pull answer and one ERROR per answered attack; then a little longer,
+  // so that a reply to a message that must go unanswered is seen.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int replies = 0;
-  while (replies < out->sent + 1 && std::chrono::steady_clock::now() < deadline) {
+  bool all_in = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (replies >= out->sent + 1 && !all_in) {
+      all_in = true;
+      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    }
     zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
     std::vector<zmq::message_t> parts;
@@ -243,7 +273,8 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 17);
+  EXPECT_EQ(attacked.sent, 20);
+  EXPECT_EQ(attacked.silent, 3);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
   EXPECT_EQ(attacked.stats.rejected, attacked.sent);

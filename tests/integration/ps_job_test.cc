@@ -129,6 +129,69 @@ TEST(PsJobTest, BspWithAccumulationAndWarmUpEqualsLocalSgdWithTheGlobalBatch) {
   EXPECT_GT(MaxRelativeDiff(r.params, RunLocal(o.model, no_warmup, 0, data), 1e-3), 1e-3);
 }
 
+// Overlap: pushes in parts as backward produces them, pulls per tensor waited for layer by
+// layer. Parts of 37 floats cut every tensor into many, across both shards' boundary.
+TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o = BspJob(4, 8, 200);
+  o.train.lr.total_steps = 200;
+  PsJobResult plain = RunPsJob(o, data, data);
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  o.overlap = true;
+  o.push_part_floats = 37;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  // The same gradients summed in the same (rank) order per element: the same bits.
+  EXPECT_EQ(r.params, plain.params);
+  LocalTrainOptions local = o.train;
+  local.batch = 32;
+  const double diff = MaxRelativeDiff(r.params, RunLocal(o.model, local, 0, data), 1e-3);
+  const double noise = SummationNoise(o.model, local, 8, data);
+  RecordProperty("max_relative_diff", std::to_string(diff));
+  EXPECT_LE(diff, EquivalenceTolerance(noise)) << "this CPU's summation noise: " << noise;
+  for (const auto& st : r.server_stats) {
+    EXPECT_EQ(st.pushes, 4 * 200);  // a push in parts counts once
+    EXPECT_EQ(st.rejected, 0);
+    ASSERT_EQ(st.staleness.size(), 1u);
+    EXPECT_EQ(st.staleness.begin()->first, 0);
+  }
+}
+
+TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
+  Dataset data = Blobs(1600);
+  // One worker: every mode is local SGD step for step, parts or not.
+  for (auto [mode, s] : {std::pair{ConsistencyMode::kAsp, 0}, std::pair{ConsistencyMode::kSsp, 2}}) {
+    PsJobOptions o;
+    o.mode = mode;
+    o.staleness = s;
+    o.num_servers = 2;
+    o.num_workers = 1;
+    o.model = SmallMlp();
+    o.train = Train(32, 150, 0.9f);
+    o.train.lr.total_steps = 150;
+    o.overlap = true;
+    o.push_part_floats = 23;
+    PsJobResult r = RunPsJob(o, data, data);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_LE(MaxRelativeDiff(r.params, RunLocal(o.model, o.train, 0, data)), 1e-6) << ConsistencyModeName(mode);
+    for (const auto& st : r.server_stats) {
+      EXPECT_EQ(st.pushes, 150);
+      EXPECT_EQ(st.staleness.begin()->first, 0);  // one worker: every push on the latest version
+    }
+  }
+  // Four asp workers with overlap train (no equality to hold them to): every push counted once.
+  PsJobOptions o = BspJob(4, 8, 100);
+  o.mode = ConsistencyMode::kAsp;
+  o.overlap = true;
+  o.push_part_floats = 50;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  for (const auto& st : r.server_stats) {
+    EXPECT_EQ(st.pushes, 4 * 100);
+    EXPECT_EQ(st.rejected, 0);
+  }
+}
+
 class SspBoundTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {

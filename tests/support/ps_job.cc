@@ -172,6 +172,8 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.correction_momentum = o.correction_momentum;
       pto.compress_pull = o.compress_pull;
       pto.staleness_aware_lr = o.staleness_aware_lr;
+      pto.overlap = o.overlap;
+      pto.push_part_floats = o.push_part_floats;
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
       if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);

@@ -37,6 +37,8 @@ struct PsJobOptions {
   float correction_momentum = 0;  // DGC on the workers
   bool compress_pull = false;
   bool staleness_aware_lr = false;
+  bool overlap = false;                    // PsTrainOptions::overlap
+  size_t push_part_floats = size_t{1} << 20;
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).
