@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches, on this machine, the Debian packages that scripts/gpu-check.sh needs on a lent GPU
 # machine, which reaches no package registry: the build dependencies and the libraries they
-# load (ldd of the binaries, less libc, libstdc++ and zlib). They land in .gpu-debs/ (ignored by
-# git; carry it to the GPU machine), about 30 MB.
+# load (ldd of the binaries, less libc, libstdc++ and zlib), and Fashion-MNIST. They land in
+# .gpu-debs/ (ignored by git; carry it to the GPU machine), about 60 MB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(
@@ -15,6 +15,8 @@ packages=(
   libzmq5 libsodium23 libpgm-5.3-0 libnorm1 libbsd0 libmd0
   libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2
   libprotobuf32 libboost-program-options1.74.0 libopenblas0-pthread libgfortran5 libquadmath0
+  # data: Fashion-MNIST for the CPU experiments that need the GPU machine's cores (30 MB)
+  dataset-fashion-mnist
 )
 mkdir -p .gpu-debs
 cd .gpu-debs

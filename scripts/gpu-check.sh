@@ -8,8 +8,14 @@
 #   3. runs the CUDA tests (models_cuda_test, cuda_binary_test, nccl_test) and the device-path
 #      tests;
 #   4. prints the table: MLP training-step time CPU vs GPU at batch 64 and 1024, and NCCL
-#      all-reduce algbw/busbw for 1 rank (and 2 where there are 2 GPUs).
-# Each stage has a time limit; the whole stays under 8 minutes on a 16-core machine. The output
+#      all-reduce algbw/busbw for 1 rank (and 2 where there are 2 GPUs);
+#   5. runs the CPU experiments that need more cores than a small development machine has
+#      (Fashion-MNIST from the bundle): bench/overlap_compare.sh (overlap on and off, both
+#      paths) and experiments/specs/largebatch.textproto (1 worker vs 8 with linear scaling and
+#      warm-up), their tables printed and their summaries in $OUT;
+#   6. with the time left, the whole test suite on this machine's CPU (other BLAS kernels, more
+#      cores than the development machine).
+# Each stage has a time limit; the whole stays under 9 minutes on a 16-core machine. The output
 # also goes to $OUT/gpu-check.log when $OUT is set. Exit status: non-zero if the build or a test failed.
 #   scripts/gpu-bundle.sh                      # here, once
 #   scripts/gpu-check.sh                       # there (or here: it builds, and the GPU parts skip)
@@ -21,14 +27,13 @@ root=$PWD
 t0=$SECONDS
 if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT" && exec > >(tee "$OUT/gpu-check.log") 2>&1; fi
 say() { printf '[gpu-check %3ds] %s\n' $((SECONDS - t0)) "$*"; }
-# The whole script stays under 8 minutes: each stage gets its own limit or what is left of 470 s.
-limit() { local left=$((470 - (SECONDS - t0))); ((left < 5)) && left=5; echo $(($1 < left ? $1 : left)); }
+# The whole script stays under 9 minutes: each stage gets its own limit or what is left of 530 s.
+limit() { local left=$((530 - (SECONDS - t0))); ((left < 5)) && left=5; echo $(($1 < left ? $1 : left)); }
 failed=0
 finish() {
   # The logs come back with the output (the build's and the tests'), where $OUT is set.
   if [[ -n "${OUT:-}" ]]; then
-    cp -f "$build.configure.log" "$build.build.log" "$OUT/" 2>/dev/null
-    cp -f "$build/Testing/Temporary/LastTest.log" "$OUT/ctest.log" 2>/dev/null
+    if [[ $failed != 0 ]]; then cp -f "$build.configure.log" "$build.build.log" "$OUT/" 2>/dev/null; fi
   fi
   say "done in $((SECONDS - t0)) s; $([[ $failed == 0 ]] && echo 'all stages passed' || echo "$failed stage(s) FAILED")"
   exit $((failed > 0))
@@ -123,6 +128,7 @@ say "built"
 say "tests: CUDA model vs CPU, CUDA jobs, NCCL, the trainers' device path"
 (cd "$build" && timeout "$(limit 300)" ctest --output-on-failure --timeout 240 -j 4 -R 'CudaModel|CudaBinary|Nccl|DevicePath') ||
   { say "tests FAILED"; failed=$((failed + 1)); }
+[[ -n "${OUT:-}" ]] && cp -f "$build/Testing/Temporary/LastTest.log" "$OUT/ctest.log" 2>/dev/null
 
 # 4. The table.
 if nvidia-smi -L >/dev/null 2>&1; then
@@ -134,5 +140,45 @@ if nvidia-smi -L >/dev/null 2>&1; then
     { say "bench FAILED"; failed=$((failed + 1)); }
 else
   say "no GPU visible: the table is skipped (the build and the skipping tests above are what a CPU allows)"
+fi
+
+# 5. CPU experiments on this machine's cores.
+data=""
+for d in "$prefix/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
+  if [[ -f "$d/train-images-idx3-ubyte.gz" ]]; then data=$d; break; fi
+done
+if [[ -n "$data" ]]; then
+  export GRADSYNC_DATA_DIR="$data"
+  say "overlap, both paths, on $(nproc) cores (bench/overlap_compare.sh)"
+  BUILD_DIR="$build" timeout "$(limit 200)" bench/overlap_compare.sh "$build/bench-overlap" ||
+    { say "overlap bench FAILED"; failed=$((failed + 1)); }
+  [[ -n "${OUT:-}" ]] && cp -f "$build/bench-overlap/overlap/summary.md" "$OUT/overlap-summary.md" 2>/dev/null
+  say "large-batch rules (experiments/specs/largebatch.textproto)"
+  if timeout "$(limit 150)" "$build/bin/gradsync-run" experiments/specs/largebatch.textproto --out "$build/results" > "$build/largebatch.log" 2>&1; then
+    grep -E '^\| (run|1w|8w|ps-8w)' "$build/results/largebatch/summary.md" | cut -d'|' -f2,3,6,10,11,12,13,14
+    echo "test accuracy after each epoch (worker 0):"
+    for f in "$build"/results/largebatch/*/metrics.csv; do
+      awk -F, 'NR > 1 && $2 == 0 && $14 != "" { a = a sprintf(" %.2f%%", 100 * $14) } END { printf "  %-20s%s\n", run, a }' \
+        run="$(basename "$(dirname "$f")")" "$f"
+    done
+    [[ -n "${OUT:-}" ]] && cp -f "$build/results/largebatch/summary.md" "$OUT/largebatch-summary.md"
+  else
+    tail -5 "$build/largebatch.log"
+    say "largebatch FAILED"
+    failed=$((failed + 1))
+  fi
+else
+  say "no Fashion-MNIST (scripts/gpu-bundle.sh bundles it): the CPU experiments are skipped"
+fi
+
+# 6. Every test, on this CPU, with the time that is left.
+left=$((530 - (SECONDS - t0) - 10))
+if ((left > 60)); then
+  say "the whole test suite on this CPU ($left s at most)"
+  (cd "$build" && timeout "$left" ctest -j 8 --timeout 120 2>&1 | grep -E 'tests passed|\*\*\*Failed|\*\*\*Timeout|Exception') ||
+    { say "test suite FAILED or ran out of time"; failed=$((failed + 1)); }
+  [[ -n "${OUT:-}" ]] && cp -f "$build/Testing/Temporary/LastTest.log" "$OUT/ctest-all.log" 2>/dev/null
+else
+  say "no time left for the whole test suite"
 fi
 finish

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Overlap of communication with computation, both paths, measured in one run on this machine:
+# runs experiments/specs/overlap.textproto (wide MLP 784-2048-2048-10, 4 workers, batch 32;
+# all-reduce and PS bsp with 2 servers; --overlap=true/false alternated, 3 repeats each) and
+# prints, from worker 0's metrics rows (every 5 steps, the first row left out as warm-up):
+#   step ms      median over rows of the wall time per step (wall_s delta / 5), then the median
+#                of the repeats
+#   compute ms   median compute_ms (forward + backward, waits for parameters excluded)
+#   comm ms      median time the step was held by communication: all-reduce comm_ms is the
+#                communication thread's busy time, hidden_ms the part of it behind backward;
+#                PS comm_ms + wait_ms is the time the training thread was blocked on the shards
+#   hidden       all-reduce: sum hidden_ms / sum comm_ms (the overlap fraction)
+#   vs seq       step time with overlap / without, the same path
+# Usage: bench/overlap_compare.sh [OUT_DIR]    (default $BUILD_DIR/bench-overlap; BUILD_DIR=build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${BUILD_DIR:-build}/bin
+out=${1:-${BUILD_DIR:-build}/bench-overlap}
+mkdir -p "$out"
+"$bin"/gradsync-run experiments/specs/overlap.textproto --out "$out" >"$out.log" 2>&1 || { tail -20 "$out.log"; exit 1; }
+echo "# gradsync overlap: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
+for f in "$out"/overlap/*/metrics.csv; do
+  awk -F, 'NR > 1 && $2 == 0 && $14 == "" && $3 > 0 {
+      if (n++ > 0) { step[n] = ($5 - w) / ($3 - s) * 1000; sc += $11; sh += $16 } w = $5; s = $3
+      c[n] = $10; m[n] = $11 + $12; h[n] = $16 }
+    function med(a, k,   i, j, t, v) { for (i = 2; i <= k; i++) v[i - 1] = a[i]; k--
+      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2 }
+    END { printf "%s %.2f %.2f %.2f %.4f\n", run, med(step, n), med(c, n), med(m, n), (sc > 0 ? sh / sc : 0) }' \
+    run="$(basename "$(dirname "$f")")" "$f"
+done | awk '
+  { split($1, p, "-"); key = p[1] "-" p[2]; k = ++cnt[key]; st[key, k] = $2; co[key, k] = $3; cm[key, k] = $4; hid[key, k] = $5 }
+  function med3(a, key, k,   i, j, t, v) { for (i = 1; i <= k; i++) v[i] = a[key, i]
+    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2 }
+  END {
+    printf "%-16s %8s %11s %9s %8s %7s\n", "path", "step ms", "compute ms", "comm ms", "hidden", "vs seq"
+    split("ar-sequential ar-overlap ps-sequential ps-overlap", order, " ")
+    for (o = 1; o <= 4; o++) { key = order[o]; k = cnt[key]; if (!k) continue
+      s = med3(st, key, k); split(key, p, "-"); base = p[1] "-sequential"
+      printf "%-16s %8.1f %11.1f %9.1f %8s %7s\n", key, s, med3(co, key, k), med3(cm, key, k),
+        (p[1] == "ar" && p[2] == "overlap") ? sprintf("%.0f%%", 100 * med3(hid, key, k)) : "-",
+        p[2] == "overlap" && cnt[base] ? sprintf("%.2f", s / med3(st, base, cnt[base])) : "-" } }'
