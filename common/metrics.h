@@ -2,8 +2,11 @@
 //
 // Columns: run, worker, step, epoch, wall_s, loss, staleness, bytes_sent, bytes_received,
 // compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
-// delay, not counted in compute_ms or comm_ms), hidden_ms (the part of comm_ms that ran
-// behind the backward pass: comm_ms - hidden_ms is what the step waited for). A training row leaves test_* empty;
+// delay, not counted in compute_ms or comm_ms), hidden_ms (the part of comm_ms that ran behind
+// computation, with --overlap: comm_ms - hidden_ms is what the step waited for; all-reduce: the
+// communication thread's busy time before backward ended; PS: computation between two layer
+// boundaries at both of which a pull was unanswered or pushed bytes were still queued, a lower
+// bound). A training row leaves test_* empty;
 // an evaluation row (written by the evaluating worker after an evaluation) fills them and
 // carries the mean training loss since the previous evaluation in `loss`. A NaN field is
 // written empty. Not thread-safe: one writer per file.

@@ -221,7 +221,9 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
        << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
        << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
        << "- samples/s: steps x batch x workers / wall s.\n"
-       << "- comm hidden: the share of communication time that ran behind the backward pass (all-reduce overlap).\n\n"
+       << "- comm hidden: with --overlap, the share of communication time that ran behind computation "
+       << "(all-reduce: the buckets' all-reduce during backward; PS: pulls and pushes in flight while layers "
+       << "computed, measured at layer boundaries, a lower bound).\n\n"
        << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
     bool any_staleness = false;
     for (const auto& r : runs) any_staleness = any_staleness || !r.staleness.empty();

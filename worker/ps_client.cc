@@ -279,6 +279,14 @@ Result<std::vector<PsClient::RequestId>> PsClient::PullTensors(int64_t clock, Fl
   return ids;
 }
 
+void PsClient::Poll() { (void)Receive(0); }
+
+bool PsClient::InFlight() const {
+  if (lent_->count() > 0) return true;
+  return std::any_of(pending_.begin(), pending_.end(),
+                     [](const auto& p) { return p.second.is_pull && p.second.remaining > 0 && p.second.status.ok(); });
+}
+
 void PsClient::FailShard(int shard, const Status& s) {
   for (auto& [id, shards] : waiting_on_) {
     auto it = std::find(shards.begin(), shards.end(), shard);

@@ -76,6 +76,11 @@ class PsClient {
   // first tensor first, so that shards answer it first): Wait(ids[t]) returns once tensor t is
   // in params. Every returned id must be waited for. Sparse tensors get id 0 (not pulled).
   Result<std::vector<RequestId>> PullTensors(int64_t clock, FloatSpan params);
+  // Processes the replies that have arrived, without waiting.
+  void Poll();
+  // Communication in progress: a pull not answered yet, or pushed gradient bytes ZeroMQ still
+  // holds (not yet written to the socket). For the overlap measurement.
+  bool InFlight() const;
 
   // Elastic membership and recovery.
   // JOIN on `shards`: clock -1 asks each where to start (a worker that rejoined a running job);

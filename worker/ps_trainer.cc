@@ -176,19 +176,35 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
         // Pulls in forward order, waited for layer by layer inside forward; pushes tensor by
         // tensor inside backward. A failed pull stops the step before anything is pushed, and
         // the step is redone once the shard is back.
-        double blocked_ms = 0, compute_ms = 0;
+        double blocked_ms = 0, compute_ms = 0, hidden_ms = 0;
         float loss = 0;
         bool evaluated = false;  // a redone step does not evaluate twice
         for (int attempt = 0;; ++attempt) {
           Status failed;
           std::vector<PsClient::RequestId> ids;
           std::vector<bool> waited;
+          // The hidden part of communication, to layer granularity: the model calls back at
+          // every layer boundary; a stretch of computation between two of them counts as
+          // hidden when communication was in progress at both its ends (a lower bound).
+          double seg_start = -1;
+          bool seg_busy = false;
+          hidden_ms = 0;
+          auto boundary = [&](bool computed) {
+            client_->Poll();
+            const double now = run_clock.Millis();
+            const bool busy = client_->InFlight();
+            if (computed && seg_start >= 0 && seg_busy && busy) hidden_ms += now - seg_start;
+            seg_start = now;
+            seg_busy = busy;
+          };
           auto wait_tensor = [&](size_t t) {
             if (!failed.ok() || t >= ids.size() || ids[t] == 0 || waited[t]) return;
             waited[t] = true;
+            boundary(true);
             Stopwatch w;
             failed = client_->Wait(ids[t], timeout).WithContext("pull " + std::to_string(clock));
             blocked_ms += w.Millis();
+            boundary(false);  // waiting is not computing
           };
           Stopwatch step_clock;
           blocked_ms = 0;
@@ -225,15 +241,19 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
           model_->set_param_wait(wait_tensor);
           model_->set_grad_ready([&](size_t t) {
             if (!failed.ok()) return;  // computed on parameters that did not all arrive
+            boundary(true);
             if (!pushing) {
               client_->BeginPush(clock, model_->grads());
               pushing = true;
             }
             client_->PushReady(t);
+            boundary(false);
           });
           step_clock.Reset();
           const double blocked_before = blocked_ms;
+          boundary(false);
           if (failed.ok()) loss = ComputeGradients(*model_, *train_, indices, o.micro_batch, buffer, accum);
+          boundary(true);  // the last layer's backward
           model_->set_param_wait({});
           model_->set_grad_ready({});
           for (size_t t = 0; t < ids.size(); ++t) wait_tensor(t);  // every request answered or failed
@@ -264,8 +284,9 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
           row.bytes_sent = t.bytes_sent + st.bytes_sent;
           row.bytes_received = t.bytes_received + st.bytes_received;
           row.compute_ms = compute_ms;
-          row.comm_ms = blocked_ms - wait_ms;
+          row.comm_ms = blocked_ms - wait_ms + hidden_ms;  // exposed + hidden, as all-reduce's
           row.wait_ms = wait_ms;
+          row.hidden_ms = hidden_ms;
           RETURN_IF_ERROR(metrics_->Write(row));
         }
         continue;
