@@ -105,7 +105,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   Straggler straggler(o.straggler, o.straggler_seed);
   const bool overlap = options_.overlap && !sparse && options_.compression.empty() && !model_->on_device() &&
                        model_->waits_for_params() && !straggler.active();
-  if (options_.overlap && !overlap && rank == 0) {
+  if (options_.overlap && !overlap) {
     std::printf("worker %d: overlap off (it needs a dense CPU mlp/softmax model, no compression, no straggler)\n", rank);
     std::fflush(stdout);
   }
