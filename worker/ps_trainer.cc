@@ -158,6 +158,28 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
     return OkStatus();
   };
 
+  // A training row with what every PS step reports (the caller adds the timings).
+  auto step_row = [&](float loss) {
+    MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
+    row.staleness = client_->last_staleness();
+    const auto t = client_->traffic();
+    const auto st = scheduler_->traffic();
+    row.bytes_sent = t.bytes_sent + st.bytes_sent;
+    row.bytes_received = t.bytes_received + st.bytes_received;
+    return row;
+  };
+  // An evaluation row in the middle of an epoch (--eval-every).
+  auto evaluate_mid_epoch = [&]() -> Status {
+    const auto t = client_->traffic();
+    const auto st = scheduler_->traffic();
+    const EpochClose at{.step = clock, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
+                        .test = test_, .eval_batch = o.eval_batch,
+                        .bytes_sent = t.bytes_sent + st.bytes_sent,
+                        .bytes_received = t.bytes_received + st.bytes_received};
+    return WriteEvaluationRow(at, totals.loss_sum / static_cast<double>(std::max<int64_t>(1, totals.steps)), *model_,
+                              metrics_);
+  };
+
   const int first_epoch = static_cast<int>(start_clock / steps_per_epoch);
   for (int epoch = first_epoch; epoch < o.epochs && clock < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
@@ -225,16 +247,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
             for (size_t t = 0; t < ids.size(); ++t) wait_tensor(t);  // evaluation reads every parameter
           }
           if (failed.ok() && epoch_end && !evaluated) RETURN_IF_ERROR(evaluate_and_report(epoch));
-          if (failed.ok() && mid_eval && !evaluated) {
-            const auto t = client_->traffic();
-            const auto st = scheduler_->traffic();
-            const EpochClose at{.step = clock, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
-                                .test = test_, .eval_batch = o.eval_batch,
-                                .bytes_sent = t.bytes_sent + st.bytes_sent,
-                                .bytes_received = t.bytes_received + st.bytes_received};
-            RETURN_IF_ERROR(WriteEvaluationRow(
-                at, totals.loss_sum / static_cast<double>(std::max<int64_t>(1, totals.steps)), *model_, metrics_));
-          }
+          if (failed.ok() && mid_eval && !evaluated) RETURN_IF_ERROR(evaluate_mid_epoch());
           if (failed.ok()) evaluated = true;
           if (options_.step_hook) options_.step_hook(clock);
           bool pushing = false;
@@ -277,12 +290,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
         const double wait_ms = std::min(blocked_ms, client_->last_wait_ms());
         totals.AddStep(loss, static_cast<int64_t>(indices.size()), (compute_ms + blocked_ms) / 1e3);
         if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
-          MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
-          row.staleness = client_->last_staleness();
-          auto t = client_->traffic();
-          auto st = scheduler_->traffic();
-          row.bytes_sent = t.bytes_sent + st.bytes_sent;
-          row.bytes_received = t.bytes_received + st.bytes_received;
+          MetricsRow row = step_row(loss);
           row.compute_ms = compute_ms;
           row.comm_ms = blocked_ms - wait_ms + hidden_ms;  // exposed + hidden, as all-reduce's
           row.wait_ms = wait_ms;
@@ -319,16 +327,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       // wait covers it, and params() is not written again before that).
       RETURN_IF_ERROR(model_->ParamsToDevice());
       if (epoch_end) RETURN_IF_ERROR(evaluate_and_report(epoch));
-      if (mid_eval) {
-        const auto t = client_->traffic();
-        const auto st = scheduler_->traffic();
-        const EpochClose at{.step = clock, .steps_per_epoch = steps_per_epoch, .run_clock = &run_clock,
-                            .test = test_, .eval_batch = o.eval_batch,
-                            .bytes_sent = t.bytes_sent + st.bytes_sent,
-                            .bytes_received = t.bytes_received + st.bytes_received};
-        RETURN_IF_ERROR(WriteEvaluationRow(at, totals.loss_sum / static_cast<double>(std::max<int64_t>(1, totals.steps)),
-                                           *model_, metrics_));
-      }
+      if (mid_eval) RETURN_IF_ERROR(evaluate_mid_epoch());
 
       if (options_.step_hook) options_.step_hook(clock);
       Stopwatch compute;
@@ -355,12 +354,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
       ++clock;
       totals.AddStep(loss, static_cast<int64_t>(indices.size()), (compute_ms + comm_ms) / 1e3 + push_clock.Seconds());
       if (metrics_ && o.log_every > 0 && clock % o.log_every == 0) {
-        MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
-        row.staleness = client_->last_staleness();
-        auto t = client_->traffic();
-        auto st = scheduler_->traffic();
-        row.bytes_sent = t.bytes_sent + st.bytes_sent;
-        row.bytes_received = t.bytes_received + st.bytes_received;
+        MetricsRow row = step_row(loss);
         row.compute_ms = compute_ms;
         row.comm_ms = comm_ms - wait_ms + push_clock.Millis();
         row.wait_ms = wait_ms;
