@@ -7,10 +7,10 @@
 #   step ms      median over rows of the wall time per step (wall_s delta / 5), then the median
 #                of the repeats
 #   compute ms   median compute_ms (forward + backward, waits for parameters excluded)
-#   comm ms      median time the step was held by communication: all-reduce comm_ms is the
-#                communication thread's busy time, hidden_ms the part of it behind backward;
-#                PS comm_ms + wait_ms is the time the training thread was blocked on the shards
-#   hidden       all-reduce: sum hidden_ms / sum comm_ms (the overlap fraction)
+#   comm ms      median comm_ms + wait_ms: all-reduce, the communication thread's busy time;
+#                PS, the time the training thread was blocked on the shards plus the hidden part
+#   hidden       sum hidden_ms / sum comm_ms (the overlap fraction; PS: a lower bound, measured
+#                at layer boundaries)
 #   vs seq       step time with overlap / without, the same path
 # Usage: bench/overlap_compare.sh [OUT_DIR]    (default $BUILD_DIR/bench-overlap; BUILD_DIR=build)
 set -euo pipefail
@@ -45,5 +45,5 @@ done | awk '
     for (o = 1; o <= 5; o++) { key = order[o]; k = cnt[key]; if (!k) continue
       s = med3(st, key, k); split(key, p, "-"); base = p[1] "-sequential"
       printf "%-16s %8.1f %11.1f %9.1f %8s %7s\n", key, s, med3(co, key, k), med3(cm, key, k),
-        (p[1] == "ar" && p[2] ~ /^overlap/) ? sprintf("%.0f%%", 100 * med3(hid, key, k)) : "-",
+        p[2] ~ /^overlap/ ? sprintf("%.0f%%", 100 * med3(hid, key, k)) : "-",
         p[2] ~ /^overlap/ && cnt[base] ? sprintf("%.2f", s / med3(st, base, cnt[base])) : "-" } }'
