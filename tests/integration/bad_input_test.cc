@@ -144,7 +144,7 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
   }
 
   // Overlapped pushes (Header.parts): one answer per push, the error at its first bad part.
-  auto part = [&](int64_t clock, int index, int parts, uint64_t offset, bool answered) {
+  auto send_part = [&](int64_t clock, int index, int parts, uint64_t offset, bool answered) {
     wire::Header h = Push(1, clock, 0, offset, 4);
     h.set_parts(parts);
     h.set_part(index);
@@ -157,14 +157,14 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
     }
   };
   // 18. Part 1 of 3 without part 0, and 19. the rest of that push (dropped without a reply).
-  part(0, 1, 3, 0, true);
-  part(0, 2, 3, 4, false);
+  send_part(0, 1, 3, 0, true);
+  send_part(0, 2, 3, 4, false);
   // 20. More parts than a push may have.
-  part(0, 0, 100000, 0, true);
+  send_part(0, 0, 100000, 0, true);
   // 21. Part 1 repeats elements of part 0 (which is held, unanswered), and 22. part 1 again.
-  part(0, 0, 2, 0, false);
-  part(0, 1, 2, 2, true);
-  part(0, 1, 2, 8, false);
+  send_part(0, 0, 2, 0, false);
+  send_part(0, 1, 2, 2, true);
+  send_part(0, 1, 2, 8, false);
 
   // Collect replies: one pull answer and one ERROR per answered attack; then a little longer,
   // so that a reply to a message that must go unanswered is seen.
