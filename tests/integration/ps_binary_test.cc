@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "tests/support/subprocess.h"
@@ -29,6 +30,19 @@ TEST(PsBinaryTest, LaunchRunsAWholeJobAndWritesItsFiles) {
   std::getline(csv, header);
   std::getline(csv, row);
   EXPECT_EQ(row.rfind("ssp,0,10,", 0), 0u) << row;  // run name (the mode by default), worker, step
+  // Overlap is on by default: what it hid is part of comm_ms, never more.
+  int rows = 0;
+  do {
+    std::vector<std::string> v;
+    std::stringstream ss(row);
+    for (std::string f; std::getline(ss, f, ',');) v.push_back(f);
+    if (v.size() < 16 || !v[13].empty()) continue;  // evaluation rows carry no timings
+    const double comm = std::stod(v[10]), hidden = std::stod(v[15]);
+    EXPECT_GE(hidden, 0.0) << row;
+    EXPECT_LE(hidden, comm + 1e-9) << row;
+    ++rows;
+  } while (std::getline(csv, row));
+  EXPECT_GE(rows, 5);
 }
 
 TEST(PsBinaryTest, AFailingWorkerStopsTheWholeJob) {

@@ -149,6 +149,17 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   const double noise = SummationNoise(o.model, local, 8, data);
   RecordProperty("max_relative_diff", std::to_string(diff));
   EXPECT_LE(diff, EquivalenceTolerance(noise)) << "this CPU's summation noise: " << noise;
+  // With accumulation the gradient is final only after the last micro-batch: every part goes
+  // then, and the run is still bsp's, bit for bit.
+  PsJobOptions acc = BspJob(2, 16, 50);
+  acc.train.micro_batch = 4;
+  PsJobResult acc_plain = RunPsJob(acc, data, data);
+  ASSERT_TRUE(acc_plain.status.ok()) << acc_plain.status;
+  acc.overlap = true;
+  acc.push_part_floats = 37;
+  PsJobResult acc_overlap = RunPsJob(acc, data, data);
+  ASSERT_TRUE(acc_overlap.status.ok()) << acc_overlap.status;
+  EXPECT_EQ(acc_overlap.params, acc_plain.params);
   for (const auto& st : r.server_stats) {
     EXPECT_EQ(st.pushes, 4 * 200);  // a push in parts counts once
     EXPECT_EQ(st.rejected, 0);
