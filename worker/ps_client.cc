@@ -261,7 +261,7 @@ PsClient::RequestId PsClient::FinishPush() {
   return id;
 }
 
-Result<std::vector<PsClient::RequestId>> PsClient::PullTensors(int64_t clock, FloatSpan params) {
+std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan params) {
   if (parts_.empty()) PlanParts();
   std::vector<RequestId> ids(layout_.size(), 0);
   for (size_t t = 0; t < layout_.size(); ++t) {

@@ -75,7 +75,7 @@ class PsClient {
   // Pulls every dense tensor into `params`, one request per tensor, sent in forward order (the
   // first tensor first, so that shards answer it first): Wait(ids[t]) returns once tensor t is
   // in params. Every returned id must be waited for. Sparse tensors get id 0 (not pulled).
-  Result<std::vector<RequestId>> PullTensors(int64_t clock, FloatSpan params);
+  std::vector<RequestId> PullTensors(int64_t clock, FloatSpan params);
   // Processes the replies that have arrived, without waiting.
   void Poll();
   // Communication in progress: a pull not answered yet, or pushed gradient bytes ZeroMQ still

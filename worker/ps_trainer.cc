@@ -232,9 +232,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
           blocked_ms = 0;
           {
             Stopwatch w;
-            auto pulled = client_->PullTensors(clock, model_->params());
-            if (!pulled.ok()) return pulled.status();
-            ids = std::move(*pulled);
+            ids = client_->PullTensors(clock, model_->params());
             waited.assign(ids.size(), false);
             // The previous push's parts must be out of the gradient buffer before backward.
             if (pending_push) failed = client_->Wait(pending_push, timeout).WithContext("push " + std::to_string(clock - 1));
@@ -250,12 +248,19 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
           if (failed.ok() && mid_eval && !evaluated) RETURN_IF_ERROR(evaluate_mid_epoch());
           if (failed.ok()) evaluated = true;
           if (options_.step_hook) options_.step_hook(clock);
-          bool pushing = false;
+          bool pushing = false, diverged = false;
           model_->set_param_wait(wait_tensor);
           model_->set_grad_ready([&](size_t t) {
-            if (!failed.ok()) return;  // computed on parameters that did not all arrive
+            if (!failed.ok() || diverged) return;  // parameters missing, or nothing sane to push
             boundary(true);
             if (!pushing) {
+              // The first tensor backward reports is the last layer's, whose gradient a
+              // non-finite loss makes non-finite: a diverged step sends no part at all (as the
+              // sequential path checks the loss before its push), and no shard takes it in.
+              if (!AllFinite(model_->grad(t))) {
+                diverged = true;
+                return;
+              }
               client_->BeginPush(clock, model_->grads());
               pushing = true;
             }
@@ -271,8 +276,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
           model_->set_grad_ready({});
           for (size_t t = 0; t < ids.size(); ++t) wait_tensor(t);  // every request answered or failed
           compute_ms = std::max(0.0, step_clock.Millis() - (blocked_ms - blocked_before));
-          if (failed.ok() && !std::isfinite(loss)) {
-            if (pushing) (void)client_->Wait(client_->FinishPush(), timeout);
+          if (failed.ok() && (diverged || !std::isfinite(loss))) {
             return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(clock));
           }
           if (failed.ok()) {
@@ -282,8 +286,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
             blocked_ms += w.Millis();
             break;
           }
-          if (pushing) (void)client_->Wait(client_->FinishPush(), timeout);  // not reached: no part went out
-          if (attempt >= 3) return failed;
+          if (attempt >= 3) return failed;  // (nothing was pushed: a failed pull stops every part)
           RETURN_IF_ERROR(recover(failed));
         }
         ++clock;

@@ -203,6 +203,28 @@ TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
   }
 }
 
+// A diverged step stops the run before its push counts anywhere: the parts backward sent are
+// never completed, so the shards applied exactly the steps before it.
+TEST(PsJobTest, ADivergedOverlappedStepIsNeverApplied) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o;
+  o.mode = ConsistencyMode::kAsp;
+  o.num_servers = 2;
+  o.num_workers = 1;
+  o.model = SmallMlp();
+  o.train = Train(32, 200, 0.0f);
+  o.train.lr = {LrSchedule::Kind::kConstant, 1e4f, 0, 0.0f};
+  o.overlap = true;
+  o.push_part_floats = 23;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_EQ(r.status.code(), StatusCode::kAborted) << r.status;
+  const std::string& msg = r.status.message();
+  const size_t at = msg.find("at step ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  const int64_t step = std::stoll(msg.substr(at + 8));
+  for (const auto& st : r.server_stats) EXPECT_EQ(st.pushes, step) << msg;
+}
+
 class SspBoundTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
