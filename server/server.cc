@@ -220,13 +220,13 @@ Result<Server::HeldPush*> Server::AddPart(Message& m, std::vector<SegmentRef> se
     p.clock = h.clock();
     p.version = h.version();
     p.parts = h.parts();
-  } else if (p.parts == 0 || p.clock != h.clock() || p.parts != h.parts() || p.failed) {
+  } else if (p.parts == 0 || p.clock != h.clock() || p.parts != h.parts()) {
     return InvalidArgumentError("push part " + std::to_string(h.part()) + " of clock " + std::to_string(h.clock()) +
-                                     " without its first part");
+                                " without its first part");
   }
   if (h.part() != p.next) {
     return InvalidArgumentError("push part " + std::to_string(h.part()) + " arrived where part " +
-                                     std::to_string(p.next) + " was due");
+                                std::to_string(p.next) + " was due");
   }
   if (h.version() != p.version) return InvalidArgumentError("the parts of one push carry different versions");
   if (!h.codec().empty() || h.num_keys() > 0) {

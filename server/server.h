@@ -209,7 +209,6 @@ class Server {
   std::set<int> resynced_;                // restored: workers that JOINed since
   ServerStats stats_;
   std::vector<PullRecord> pull_log_;
-  std::vector<float> read_buffer_;
   std::string codec_spec_;                 // the job's push codec ("" = raw floats)
   std::unique_ptr<Compressor> codec_;
   // --compress-pull: what each worker holds of this shard (its last pull, raw or decoded), so
