@@ -12,6 +12,7 @@
 #include "common/synthetic.h"
 #include "gradsync.pb.h"
 #include "tests/support/ps_job.h"
+#include "tests/support/wire_request.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync::testing {
@@ -45,14 +46,8 @@ PsJobOptions Job(Dataset* data) {
 
 // A PULL of the whole first tensor as worker 0 would send it.
 std::string PullHeader() {
-  wire::Header h;
-  h.set_type(wire::PULL);
-  h.set_sender_role(wire::WORKER);
-  h.set_sender_rank(0);
+  wire::Header h = WorkerRequest(wire::PULL, 0, 0, 0, 4);
   h.set_request_id(77);
-  auto* seg = h.add_segments();
-  seg->set_offset(0);
-  seg->set_length(4);
   return h.SerializeAsString();
 }
 

@@ -9,6 +9,7 @@
 #include "common/synthetic.h"
 #include "server/scheduler.h"
 #include "server/server.h"
+#include "tests/support/wire_request.h"
 #include "worker/ps_client.h"
 #include "worker/ps_trainer.h"
 
@@ -27,16 +28,9 @@ struct Outcome {
 zmq::message_t Bytes(const std::string& s) { return zmq::message_t(s.data(), s.size()); }
 
 wire::Header Push(int rank, int64_t clock, int64_t version, uint64_t offset, uint64_t length) {
-  wire::Header h;
-  h.set_type(wire::PUSH);
-  h.set_sender_role(wire::WORKER);
-  h.set_sender_rank(rank);
-  h.set_clock(clock);
+  wire::Header h = testing::WorkerRequest(wire::PUSH, rank, clock, offset, length);
   h.set_version(version);
   h.set_has_values(true);
-  auto* seg = h.add_segments();
-  seg->set_offset(offset);
-  seg->set_length(length);
   return h;
 }
 
@@ -60,14 +54,7 @@ void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out
   auto vals = [&](size_t n) { return zmq::message_t(values.data(), n * sizeof(float)); };
 
   // A valid pull first: it binds this connection to worker 1 (as a real worker's first request).
-  wire::Header pull;
-  pull.set_type(wire::PULL);
-  pull.set_sender_role(wire::WORKER);
-  pull.set_sender_rank(1);
-  pull.set_clock(0);
-  auto* seg = pull.add_segments();
-  seg->set_offset(0);
-  seg->set_length(static_cast<uint64_t>(shard_size));
+  const wire::Header pull = testing::WorkerRequest(wire::PULL, 1, 0, 0, static_cast<uint64_t>(shard_size));
   send(pull, {});
   out->sent--;  // not an attack
 

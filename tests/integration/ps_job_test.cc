@@ -129,17 +129,22 @@ TEST(PsJobTest, BspWithAccumulationAndWarmUpEqualsLocalSgdWithTheGlobalBatch) {
   EXPECT_GT(MaxRelativeDiff(r.params, RunLocal(o.model, no_warmup, 0, data), 1e-3), 1e-3);
 }
 
-// Overlap: pushes in parts as backward produces them, pulls per tensor waited for layer by
-// layer. Parts of 37 floats cut every tensor into many, across both shards' boundary.
+// Job `o` without overlap, then with it (parts of 37 floats: every tensor cut into many, across
+// both shards' boundary).
+std::pair<PsJobResult, PsJobResult> WithoutAndWithOverlap(PsJobOptions o, const Dataset& data) {
+  PsJobResult plain = RunPsJob(o, data, data);
+  o.overlap = true;
+  o.push_part_floats = 37;
+  return {std::move(plain), RunPsJob(o, data, data)};
+}
+
+// Overlap: pushes in parts as backward produces them, pulls per tensor waited for layer by layer.
 TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch) {
   Dataset data = Blobs(1600);
   PsJobOptions o = BspJob(4, 8, 200);
   o.train.lr.total_steps = 200;
-  PsJobResult plain = RunPsJob(o, data, data);
+  auto [plain, r] = WithoutAndWithOverlap(o, data);
   ASSERT_TRUE(plain.status.ok()) << plain.status;
-  o.overlap = true;
-  o.push_part_floats = 37;
-  PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
   // The same gradients summed in the same (rank) order per element: the same bits.
   EXPECT_EQ(r.params, plain.params);
@@ -153,11 +158,8 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   // then, and the run is still bsp's, bit for bit.
   PsJobOptions acc = BspJob(2, 16, 50);
   acc.train.micro_batch = 4;
-  PsJobResult acc_plain = RunPsJob(acc, data, data);
+  auto [acc_plain, acc_overlap] = WithoutAndWithOverlap(acc, data);
   ASSERT_TRUE(acc_plain.status.ok()) << acc_plain.status;
-  acc.overlap = true;
-  acc.push_part_floats = 37;
-  PsJobResult acc_overlap = RunPsJob(acc, data, data);
   ASSERT_TRUE(acc_overlap.status.ok()) << acc_overlap.status;
   EXPECT_EQ(acc_overlap.params, acc_plain.params);
   for (const auto& st : r.server_stats) {
