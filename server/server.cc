@@ -194,7 +194,7 @@ Status Server::HandleInit(const Message& m) {
 Server::PushChunk Server::TakeChunk(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n) {
   PushChunk c;
   c.segments = std::move(segs);
-  c.keys = key_buffer_;
+  c.keys.swap(key_buffer_);  // taken, not copied: the next message sizes key_buffer_ again
   // A frame's bytes are kept where they are (heap memory that moves with the frame), unless
   // they are few (ZeroMQ keeps a small message's bytes inside the message object, which moves)
   // or not float-aligned: then they are copied.
