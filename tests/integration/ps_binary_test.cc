@@ -85,6 +85,40 @@ TEST(PsBinaryTest, AModeMismatchIsRefusedWithAClearError) {
   server.join();
 }
 
+// Workers whose training settings differ are refused, and the refusal names the settings.
+TEST(PsBinaryTest, WorkersWithDifferentSettingsAreRefusedByName) {
+  TempDir dir;
+  const std::string port_file = dir.File("port");
+  std::thread sched([&] {
+    RunProcess({BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=1", "--num-workers=2",
+                "--port-file=" + port_file, "--register-timeout=6"},
+               30);
+  });
+  std::string port = ReadPortFile(port_file);
+  ASSERT_FALSE(port.empty());
+  const std::vector<std::string> common = {BinaryPath("gradsync-worker"), "--mode=bsp", "--scheduler=127.0.0.1:" + port,
+                                           "--dataset=blobs", "--heartbeat-timeout=3"};
+  ProcessResult first;
+  std::thread w0([&] {
+    std::vector<std::string> a = common;
+    a.push_back("--lr=0.05");
+    a.push_back("--threads=2");  // a per-process setting: free to differ
+    first = RunProcess(a, 30);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first worker sets the job's settings
+  std::vector<std::string> b = common;
+  b.push_back("--batch=32");
+  ProcessResult second = RunProcess(b, 30);
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.err.find("settings differ between workers"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("has [--lr=0.02 --batch=32] but"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("has [--lr=0.05 --batch=64]"), std::string::npos) << second.err;
+  EXPECT_EQ(second.err.find("threads"), std::string::npos) << second.err;
+  w0.join();
+  sched.join();
+  EXPECT_NE(first.exit_code, 0);  // its job never filled up
+}
+
 TEST(PsBinaryTest, ServerFlagErrors) {
   for (auto args : std::vector<std::vector<std::string>>{
            {"--role=server"},
