@@ -16,7 +16,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
   static const std::vector<WorkerFlag> table = {
       // The job.
       {"mode", false, false, "local|bsp|ssp|asp|allreduce (all but local join a job through --scheduler)"},
-      {"staleness", false, false, "ssp staleness bound s >= 0 (must match the servers)"},
+      {"staleness", false, false, "ssp staleness bound s >= 0 (default: the job's, as the scheduler has it from the servers)"},
       {"scheduler", true, false, "bsp|ssp|asp|allreduce: the scheduler's HOST:PORT"},
       {"rank", true, false, "requested worker rank (default: SLURM_PROCID, else assigned)"},
       {"host", true, false, "address this worker advertises"},

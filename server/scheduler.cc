@@ -67,12 +67,13 @@ void Scheduler::HandleRegister(Message& m, double now) {
   if (by_identity_.count(m.peer)) return;  // a duplicate (resend): the reply comes with the table
   const std::string who = RoleName(info.role()) + " at " + info.host() + (info.port() ? ":" + std::to_string(info.port()) : "");
   if (announced_) return HandleRejoin(m, who, now);
+  // A staleness of -1 (a worker started without --staleness) takes the job's bound.
   const std::string& ssp = ModeName(config::SSP);
   if (mode_.empty()) {
     mode_ = h.mode();
     staleness_ = h.staleness();
     mode_source_ = who;
-  } else if (h.mode() != mode_ || (mode_ == ssp && staleness_ >= 0 && h.staleness() != staleness_)) {
+  } else if (h.mode() != mode_ || (mode_ == ssp && staleness_ >= 0 && h.staleness() >= 0 && h.staleness() != staleness_)) {
     std::string mine = mode_ == ssp ? "ssp with staleness " + std::to_string(staleness_) : mode_;
     std::string theirs = h.mode() == ssp ? "ssp with staleness " + std::to_string(h.staleness()) : h.mode();
     GRADSYNC_LOG(ERROR) << "refused " << who << ": it runs " << theirs << " but the job runs " << mine;
@@ -119,7 +120,7 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
   const auto& h = m.header;
   const auto& info = h.node();
   // The same checks as a first registration: mode and (workers) the job's settings.
-  if (h.mode() != mode_ || (mode_ == ModeName(config::SSP) && h.staleness() != staleness_)) {
+  if (h.mode() != mode_ || (mode_ == ModeName(config::SSP) && h.staleness() >= 0 && h.staleness() != staleness_)) {
     return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mode_ + ", this " +
                                                    RoleName(info.role()) + " asked for " + h.mode()));
   }

@@ -122,7 +122,8 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     if (ring) so.self.set_port(ring->port());
     so.self.set_requested_rank(p.rank() >= 0 ? p.rank() : SlurmRank());
     so.mode = mode_name;
-    so.staleness = mode == config::SSP ? c.staleness() : 0;
+    // ssp without --staleness: -1 asks for the job's bound (the scheduler has it from the servers).
+    so.staleness = mode == config::SSP ? (c.has_staleness() ? c.staleness() : -1) : 0;
     so.heartbeat_interval_s = p.heartbeat_interval();
     so.scheduler_timeout_s = p.heartbeat_timeout();
     so.job_fingerprint = JobFingerprint(c);  // the settings that must agree between the workers
@@ -134,6 +135,9 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     }
     table = *t;
     rank = scheduler->rank();
+    if (mode == config::SSP && !c.has_staleness()) {
+      std::printf("gradsync-worker %d: staleness bound %d, the job's (no --staleness given)\n", rank, table.staleness());
+    }
     if (allreduce) {
       std::vector<std::string> peers;
       for (const auto& w : table.workers()) peers.push_back(w.host() + ":" + std::to_string(w.port()));
