@@ -120,6 +120,19 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
   EXPECT_EQ(summary.run(0).staleness_max(), 0);  // bsp
 }
 
+// --help: one usage line (the binary's own, with its positional argument) and an example
+// variable the binary really has.
+TEST(RunBinaryTest, HelpHasOneUsageLineAndARealExample) {
+  for (const char* bin : {"gradsync-run", "gradsync-keygen"}) {
+    ProcessResult r = RunProcess({BinaryPath(bin), "--help"}, 30);
+    EXPECT_EQ(r.exit_code, 0) << bin;
+    EXPECT_EQ(r.out.rfind("Usage: " + std::string(bin) + " ", 0), 0u) << r.out;
+    EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:")) << r.out;
+    EXPECT_EQ(r.out.find("GRADSYNC_LR"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GRADSYNC_LOG_LEVEL=debug"), std::string::npos) << r.out;
+  }
+}
+
 TEST(RunBinaryTest, ABadSpecIsOneLineAndExitCode2) {
   TempDir dir;
   ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, "name: \"x\"\nrun { name: \"a\" train { mode: BSP\n staleness: 3 } }")}, 30);

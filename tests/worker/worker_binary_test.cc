@@ -84,6 +84,14 @@ TEST(WorkerBinaryTest, HelpListsTheFlags) {
                            "--epochs", "--seed", "--threads", "--data-dir", "--out"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
+  // Defaults as they were written, one usage line, no word broken, an example this binary has.
+  EXPECT_NE(r.out.find("--lr arg (=0.02) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--momentum arg (=0.9) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overlap arg (=true) "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("0.0199999996"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:"));
+  EXPECT_NE(r.out.find("GRADSYNC_LR=0.05"), std::string::npos);
 }
 
 TEST(WorkerBinaryTest, MissingDataIsOneClearErrorLine) {
