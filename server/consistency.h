@@ -42,6 +42,11 @@ class ConsistencyController {
   Status ValidatePull(int worker, int64_t clock) const;
   // Whether a (valid) pull with `clock` may be answered now.
   bool CanAnswerPull(int worker, int64_t clock) const;
+  // The clock staleness of a pull with `clock` answered now: `clock` minus the lowest clock whose
+  // updates the shard is guaranteed to hold (aggregating modes: the rounds applied; otherwise the
+  // fewest gradients any live worker has pushed). At most the bound s whenever CanAnswerPull
+  // holds in ssp, 0 in bsp, unbounded in asp.
+  int64_t ClockStaleness(int64_t clock) const;
 
   // Aggregating modes: every live worker has pushed the current round.
   bool RoundComplete() const;
