@@ -176,7 +176,9 @@ int Main(int argc, char** argv) {
   if ((*server)->rank() < 0) {  // never joined the job: nothing was served, nothing to report
     if (s.ok()) return 0;
     std::cerr << "gradsync-server: error: " << s.message() << std::endl;
-    return 1;
+    // Refused by the scheduler (a mode or bound that is not the job's): a usage error, as for
+    // a worker.
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   const auto& st = (*server)->stats();
   auto p50_99_max = [](const Histogram& h) {

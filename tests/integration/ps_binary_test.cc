@@ -105,9 +105,33 @@ TEST(PsBinaryTest, AModeMismatchIsRefusedWithAClearError) {
   EXPECT_EQ(w.exit_code, 2) << w.err;
   EXPECT_NE(w.err.find("mode mismatch: this job runs bsp"), std::string::npos) << w.err;
   EXPECT_NE(w.err.find("asked for asp"), std::string::npos) << w.err;
+  // A server is refused the same way, with the same exit code.
+  ProcessResult s2 = RunProcess({BinaryPath("gradsync-server"), "--role=server", "--mode=ssp", "--staleness=1",
+                                 "--scheduler=127.0.0.1:" + port, "--heartbeat-timeout=3"},
+                                30);
+  EXPECT_EQ(s2.exit_code, 2) << s2.err;
+  EXPECT_NE(s2.err.find("mode mismatch: this job runs bsp"), std::string::npos) << s2.err;
   // The scheduler and server give up on their own (register timeout / lost scheduler).
   sched.join();
   server.join();
+}
+
+// Nothing listens on 127.0.0.1:1: a process that never heard its scheduler says it could not
+// reach it (not that it lost it), with the address and the time, and prints no stats.
+TEST(PsBinaryTest, AnUnreachableSchedulerIsNamedAsNeverReached) {
+  const std::vector<std::string> timing = {"--scheduler=127.0.0.1:1", "--heartbeat-interval=0.2",
+                                           "--heartbeat-timeout=1"};
+  std::vector<std::string> worker = {BinaryPath("gradsync-worker"), "--mode=bsp", "--dataset=blobs"};
+  std::vector<std::string> server = {BinaryPath("gradsync-server"), "--role=server", "--mode=bsp"};
+  for (auto args : {worker, server}) {
+    args.insert(args.end(), timing.begin(), timing.end());
+    ProcessResult r = RunProcess(args, 30);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("could not reach the scheduler at tcp://127.0.0.1:1: no answer in 1 s"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("lost the scheduler"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("server -1"), std::string::npos) << r.err;
+  }
 }
 
 TEST(PsBinaryTest, ServerFlagErrors) {

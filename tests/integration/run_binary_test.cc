@@ -183,9 +183,12 @@ TEST(RunBinaryTest, DryRunPrintsTheCommandsAndOnlySelects) {
   EXPECT_NE(r.out.find("gradsync-worker"), std::string::npos);
   EXPECT_NE(r.out.find("--straggle=ms:2"), std::string::npos);
   EXPECT_FALSE(fs::exists(out + "/tiny/asp-slow/metrics.csv"));
-  ProcessResult bad = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--only=nope", "--dry-run"}, 30);
+  // A name the spec lacks is refused before anything is announced or started.
+  ProcessResult bad = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--only=bsp,nope", "--dry-run"}, 30);
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("no run named 'nope'"), std::string::npos);  // --auth-dir reaches every process of the run: the scheduler, the shards and the workers.
+  EXPECT_NE(bad.err.find("no run named 'nope' (its runs: bsp, asp-slow, ar-topk)"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "");
+  // --auth-dir reaches every process of the run: the scheduler, the shards and the workers.
   ProcessResult keys = RunProcess({BinaryPath("gradsync-keygen"), dir.File("keys")}, 30);
   ASSERT_EQ(keys.exit_code, 0) << keys.err;
   ProcessResult secured = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--out=" + out, "--dry-run",
