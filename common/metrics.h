@@ -1,4 +1,5 @@
-// Per-step metrics rows and the CSV file each worker writes (DESIGN.md, Experiments).
+// Per-step metrics rows and the CSV file each worker writes (ARCHITECTURE.md, Outputs, defines
+// every column).
 //
 // Columns: run, worker, step, epoch, wall_s, loss, version_lag, clock_staleness, bytes_sent,
 // bytes_received, compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler

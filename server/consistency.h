@@ -2,7 +2,7 @@
 // Pure logic over (worker, clock): no sockets, no threads, no time, so tests drive it directly.
 //
 // A worker's clock counts the gradients it has pushed. Its iteration c is: pull (with clock c),
-// compute, push (clock c). Rules (../shared/DESIGN.md, Semantics; Ho et al. 2013):
+// compute, push (clock c). Rules (ARCHITECTURE.md, Semantics; Ho et al. 2013):
 //   bsp       pushes of round c are summed and applied once, when every live worker has pushed
 //             it; a pull with clock c is answered once round c-1 is applied (rounds_applied >= c).
 //   ssp(s>0)  pushes are applied as they arrive; a pull with clock c is answered once every live
