@@ -2,7 +2,7 @@
 //
 // Rank r holds two connections: to its right neighbor (r+1 mod n), where it sends, and from its
 // left neighbor (r-1 mod n), where it receives. AllReduce is reduce-scatter then all-gather
-// (REFERENCES.md, "Ring all-reduce"): 2(n-1) steps, each rank sending 2(n-1)/n of the buffer.
+// (Patarasuk and Yuan 2009, bandwidth-optimal all-reduce): 2(n-1) steps, each rank sending 2(n-1)/n of the buffer.
 // Within a step the chunk is sent while the incoming chunk is received and reduced segment by
 // segment (CollectiveOptions::segment_bytes), so the three overlap. Every step starts with a
 // small header (magic, sequence number, op, step, byte count) that the receiver checks.

@@ -26,9 +26,12 @@ if ! "$bin"/gradsync-run experiments/specs/overlap.textproto --out "$out" >"$out
 fi
 echo "# gradsync overlap: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
 for f in "$out"/overlap/*/metrics.csv; do
-  awk -F, 'NR > 1 && $2 == 0 && $14 == "" && $3 > 0 {
-      if (n++ > 0) { step[n] = ($5 - w) / ($3 - s) * 1000; sc += $11; sh += $16 } w = $5; s = $3
-      c[n] = $10; m[n] = $11 + $12; h[n] = $16 }
+  # Columns by their names in the header (ARCHITECTURE.md defines them).
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $col["worker"] == 0 && $col["test_accuracy"] == "" && $col["step"] > 0 {
+      t = $col["wall_s"]; st = $col["step"]; cm = $col["comm_ms"]; hd = $col["hidden_ms"]
+      if (n++ > 0) { step[n] = (t - w) / (st - s) * 1000; sc += cm; sh += hd } w = t; s = st
+      c[n] = $col["compute_ms"]; m[n] = cm + $col["wait_ms"]; h[n] = hd }
     function med(a, k,   i, j, t, v) { for (i = 2; i <= k; i++) v[i - 1] = a[i]; k--
       for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
       return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2 }

@@ -65,7 +65,8 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.epoch, "%.4f");
   PutNumber(&s, r.wall_s, "%.4f");
   PutNumber(&s, r.loss, "%.6g");
-  PutNumber(&s, r.staleness, "%.6g");
+  PutNumber(&s, r.version_lag, "%.6g");
+  PutNumber(&s, r.clock_staleness, "%.6g");
   s += ',' + std::to_string(r.bytes_sent) + ',' + std::to_string(r.bytes_received);
   PutNumber(&s, r.compute_ms, "%.4f");
   PutNumber(&s, r.comm_ms, "%.4f");

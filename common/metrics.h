@@ -1,7 +1,8 @@
-// Per-step metrics rows and the CSV file each worker writes (DESIGN.md, Experiments).
+// Per-step metrics rows and the CSV file each worker writes (ARCHITECTURE.md, Outputs, defines
+// every column).
 //
-// Columns: run, worker, step, epoch, wall_s, loss, staleness, bytes_sent, bytes_received,
-// compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
+// Columns: run, worker, step, epoch, wall_s, loss, version_lag, clock_staleness, bytes_sent,
+// bytes_received, compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
 // delay, not counted in compute_ms or comm_ms), hidden_ms (the part of comm_ms that ran behind
 // computation, with --overlap: comm_ms - hidden_ms is what the step waited for; all-reduce: the
 // communication thread's busy time before backward ended; PS: computation between two layer
@@ -28,7 +29,12 @@ struct MetricsRow {
   double epoch = 0.0;       // fractional epochs done
   double wall_s = 0.0;      // seconds since the run started
   double loss = NAN;        // mean training loss of the step (or of the epoch, on eval rows)
-  double staleness = NAN;   // of this worker's last applied gradient (PS modes)
+  // PS modes, of this worker's last push: shard updates between the version its gradient was
+  // computed on and the one it was applied to (max over the shards).
+  double version_lag = NAN;
+  // PS modes, of this worker's last answered pull: its clock minus the lowest clock whose
+  // updates the answer is guaranteed to hold (max over the shards; ssp bounds it by s).
+  double clock_staleness = NAN;
   uint64_t bytes_sent = 0;  // cumulative
   uint64_t bytes_received = 0;
   double compute_ms = 0.0;  // forward + backward + local update of the step
@@ -46,7 +52,8 @@ int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q);
 
 // Column indexes of MetricsWriter::kHeader, for readers of the file.
 enum MetricsColumn {
-  kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColStaleness, kColBytesSent, kColBytesReceived,
+  kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,
+  kColBytesReceived,
   kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kMetricsColumns
 };
 
@@ -56,7 +63,7 @@ std::vector<std::string> SplitCsv(const std::string& line);
 class MetricsWriter {
  public:
   static constexpr const char* kHeader =
-      "run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
+      "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
       "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.

@@ -1,6 +1,7 @@
 #include "common/scheduler_client.h"
 
 #include <chrono>
+#include <sstream>
 
 #include "common/cluster.h"
 #include "common/logging.h"
@@ -38,6 +39,7 @@ void SchedulerClient::Loop(std::stop_token stop) {
     return;
   }
   auto last_heard = Clock::now();
+  bool heard = false;  // the scheduler has answered once: silence from then on is losing it
   auto next_beat = Clock::now();
   auto last_turn = Clock::now();
   while (!stop.stop_requested()) {
@@ -62,6 +64,7 @@ void SchedulerClient::Loop(std::stop_token stop) {
     auto m = sock->Recv(5);
     if (m.ok()) {
       last_heard = Clock::now();
+      heard = true;
       if (m->malformed.ok()) Handle(*m);
     }
     {
@@ -81,8 +84,13 @@ void SchedulerClient::Loop(std::stop_token stop) {
     if (Clock::now() - last_heard > Seconds(options_.scheduler_timeout_s)) {
       std::lock_guard lock(mu_);
       if (health_.ok()) {
-        health_ = UnavailableError("lost the scheduler at " + options_.scheduler_endpoint +
-                                   ": silent for " + std::to_string(options_.scheduler_timeout_s) + " s");
+        std::ostringstream seconds;
+        seconds << options_.scheduler_timeout_s;
+        health_ = heard ? UnavailableError("lost the scheduler at " + options_.scheduler_endpoint + ": silent for " +
+                                           seconds.str() + " s")
+                        : UnavailableError("could not reach the scheduler at " + options_.scheduler_endpoint +
+                                           ": no answer in " + seconds.str() +
+                                           " s (is it running there? --scheduler=HOST:PORT)");
         events_++;
         cv_.notify_all();
       }

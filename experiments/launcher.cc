@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/process_summary.h"
 #include "experiments/process.h"
 
 namespace gradsync {
@@ -117,24 +118,11 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   LaunchResult r;
   if (allreduce) return r;
   for (int k = 0; k < o.num_servers; ++k) {
-    std::ifstream f(o.out_dir + "/server-" + std::to_string(k) + ".csv");
-    std::string line;
-    std::getline(f, line);  // header
-    while (std::getline(f, line)) {
-      auto comma = line.find(',');
-      if (comma == std::string::npos) continue;
-      int64_t v = std::stoll(line.substr(comma + 1));
-      r.staleness[std::stoll(line.substr(0, comma))] += v;
-      r.gradients += v;  // summed over shards; divided below
-    }
-    std::ifstream sf(o.out_dir + "/server-" + std::to_string(k) + "-summary.csv");
-    std::getline(sf, line);
-    if (std::getline(sf, line)) {
-      std::stringstream ss(line);
-      std::string field;
-      for (int i = 0; i < 3 && std::getline(ss, field, ','); ++i)
-        if (i == 2) r.rejected += std::stoll(field);
-    }
+    ASSIGN_OR_RETURN(summary::ProcessSummary shard, ReadProcessSummary(ProcessSummaryPath(o.out_dir, "server", k)));
+    AddHistogram(shard.version_lag(), &r.version_lag);
+    AddHistogram(shard.clock_staleness(), &r.clock_staleness);
+    r.gradients += shard.pushes();  // summed over shards; divided below
+    r.rejected += shard.rejected();
   }
   // Every gradient is applied on every shard: count it once.
   r.gradients /= std::max(1, o.num_servers);

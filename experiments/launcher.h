@@ -15,7 +15,7 @@ namespace gradsync {
 
 struct LaunchOptions {
   std::string bin_dir;        // where gradsync-server and gradsync-worker are
-  std::string out_dir;        // logs, worker-<r>.csv, server-<r>.csv
+  std::string out_dir;        // logs, worker-<r>.csv and .json, server-<r>.json
   std::string mode = "bsp";   // bsp | ssp | asp
   int staleness = 0;
   int num_servers = 1;
@@ -36,7 +36,8 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  std::map<int64_t, int64_t> staleness;  // over all shards
+  std::map<int64_t, int64_t> version_lag;      // over all shards: gradients by version lag
+  std::map<int64_t, int64_t> clock_staleness;  // over all shards: answered pulls by clock staleness
   int64_t gradients = 0;
   int64_t rejected = 0;
 };

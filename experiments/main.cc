@@ -84,14 +84,16 @@ int Main(int argc, char** argv) {
       std::printf("job: allreduce, %d workers; results in %s\n", o.num_workers, o.out_dir.c_str());
       return 0;
     }
-    std::printf("job: %s%s, %d servers, %d workers: %lld gradients applied, staleness p50 %lld p99 %lld max %lld, "
-                "%lld requests rejected; results in %s\n",
+    auto p50_99_max = [](const std::map<int64_t, int64_t>& h) {
+      return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
+             std::to_string(h.empty() ? 0 : h.rbegin()->first);
+    };
+    std::printf("job: %s%s, %d server%s, %d worker%s: %lld gradients applied; clock staleness p50/p99/max %s clocks, "
+                "version lag p50/p99/max %s updates; %lld requests rejected; results in %s\n",
                 o.mode.c_str(), o.mode == "ssp" ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,
-                o.num_workers, static_cast<long long>(r->gradients),
-                static_cast<long long>(HistogramQuantile(r->staleness, 0.5)),
-                static_cast<long long>(HistogramQuantile(r->staleness, 0.99)),
-                static_cast<long long>(r->staleness.empty() ? 0 : r->staleness.rbegin()->first),
-                static_cast<long long>(r->rejected), o.out_dir.c_str());
+                o.num_servers == 1 ? "" : "s", o.num_workers, o.num_workers == 1 ? "" : "s",
+                static_cast<long long>(r->gradients), p50_99_max(r->clock_staleness).c_str(),
+                p50_99_max(r->version_lag).c_str(), static_cast<long long>(r->rejected), o.out_dir.c_str());
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/metrics.h"
+#include "common/process_summary.h"
 #include "experiments/process.h"
 
 namespace gradsync {
@@ -115,44 +116,36 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
       }
     }
   }
-  // Staleness histograms of the shards.
+  // The shards' histograms, and the model size from worker 0's summary. A process killed before
+  // its end wrote none (the run failed then); a file that does not parse is an error.
   for (int k = 0; k < plan.servers; ++k) {
-    std::ifstream f(run_dir + "/server-" + std::to_string(k) + ".csv");
-    std::string line;
-    std::getline(f, line);
-    while (std::getline(f, line)) {
-      auto v = SplitCsv(line);
-      if (v.size() != 2) continue;
-      try {
-        r.staleness[std::stoll(v[0])] += std::stoll(v[1]);
-      } catch (const std::exception&) {
-        return DataLossError(run_dir + "/server-" + std::to_string(k) + ".csv: a row does not parse: " + line);
-      }
+    auto ps = ReadProcessSummary(ProcessSummaryPath(run_dir, "server", k));
+    if (!ps.ok()) {
+      if (ps.status().code() == StatusCode::kNotFound) continue;
+      return ps.status();
     }
+    AddHistogram(ps->version_lag(), &r.version_lag);
+    AddHistogram(ps->clock_staleness(), &r.clock_staleness);
   }
-  // The model size, from worker 0's first line ("... params=N ..."), and the dense formula.
-  {
-    std::ifstream log(run_dir + "/logs/worker-0.log");
-    std::string line;
-    while (std::getline(log, line)) {
-      const size_t at = line.find(" params=");
-      if (at == std::string::npos) continue;
-      try {
-        s.set_params(std::stoll(line.substr(at + 8)));
-      } catch (const std::exception&) {
-      }
-      break;
-    }
+  if (auto w0 = ReadProcessSummary(ProcessSummaryPath(run_dir, "worker", 0)); w0.ok()) {
+    if (w0->params() > 0) s.set_params(w0->params());
+  } else if (w0.status().code() != StatusCode::kNotFound) {
+    return w0.status();
   }
   if (s.has_params() && plan.compression == "none") {
     const double p4 = 4.0 * static_cast<double>(s.params());
     const double n = plan.workers;
     s.set_formula_bytes_per_step(plan.mode == "allreduce" ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
   }
-  if (!r.staleness.empty()) {
-    s.set_staleness_p50(HistogramQuantile(r.staleness, 0.5));
-    s.set_staleness_p99(HistogramQuantile(r.staleness, 0.99));
-    s.set_staleness_max(r.staleness.rbegin()->first);
+  if (!r.version_lag.empty()) {
+    s.set_version_lag_p50(HistogramQuantile(r.version_lag, 0.5));
+    s.set_version_lag_p99(HistogramQuantile(r.version_lag, 0.99));
+    s.set_version_lag_max(r.version_lag.rbegin()->first);
+  }
+  if (!r.clock_staleness.empty()) {
+    s.set_clock_staleness_p50(HistogramQuantile(r.clock_staleness, 0.5));
+    s.set_clock_staleness_p99(HistogramQuantile(r.clock_staleness, 0.99));
+    s.set_clock_staleness_max(r.clock_staleness.rbegin()->first);
   }
   return r;
 }
@@ -161,8 +154,9 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   const std::string pct = Fixed(100 * target, 0) + "%";
   std::ostringstream t;
   t << "| run | mode | s | compression | workers | servers | link | straggler | final acc | wall s | time to " << pct
-    << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | comm hidden | staleness p50/p99/max |\n";
-  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | comm hidden | "
+    << "clock staleness p50/p99/max (clocks) | version lag p50/p99/max (updates) |\n";
+  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : runs) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
@@ -171,7 +165,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << s.compression() << " | " << s.workers() << " | " << s.servers() << " | "
       << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
     if (!s.ok()) {
-      t << "FAILED: " << s.error() << " | | | | | | | | |\n";
+      t << "FAILED: " << s.error() << " | | | | | | | | | |\n";
       continue;
     }
     t << opt(s.has_final_test_accuracy(), Fixed(100 * s.final_test_accuracy(), 2) + "%") << " | "
@@ -182,9 +176,14 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step())) << " | "
       << opt(s.has_formula_bytes_per_step(), Thousands(s.formula_bytes_per_step())) << " | "
       << opt(s.has_overlap_fraction(), Fixed(100 * s.overlap_fraction(), 0) + "%") << " | "
-      << (s.has_staleness_p50() ? std::to_string(s.staleness_p50()) + " / " + std::to_string(s.staleness_p99()) + " / " +
-                                      std::to_string(s.staleness_max())
-                                : "—")
+      << (s.has_clock_staleness_p50() ? std::to_string(s.clock_staleness_p50()) + " / " +
+                                            std::to_string(s.clock_staleness_p99()) + " / " +
+                                            std::to_string(s.clock_staleness_max())
+                                      : "—")
+      << " | "
+      << (s.has_version_lag_p50() ? std::to_string(s.version_lag_p50()) + " / " + std::to_string(s.version_lag_p99()) +
+                                        " / " + std::to_string(s.version_lag_max())
+                                  : "—")
       << " |\n";
   }
   return t.str();
@@ -213,8 +212,9 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
     std::ofstream md(dir + "/summary.md");
     md << "# " << e.name << "\n\n";
     if (!e.description.empty()) md << e.description << "\n\n";
-    md << "Spec: `" << e.path << "`. Every number below is computed from the runs' metrics files "
-       << "(`<run>/metrics.csv`, `<run>/server-*.csv`); the command lines are in `<run>/commands.txt`.\n\n";
+    md << "Spec: `" << e.path << "`. Every number below is computed from the files the runs' processes wrote "
+       << "(`<run>/metrics.csv`, `<run>/server-*.json`, `<run>/worker-0.json`); the command lines are in "
+       << "`<run>/commands.txt`.\n\n";
     md << SummaryTable(runs, e.target_accuracy) << "\n";
     md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
        << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
@@ -223,15 +223,27 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
        << "- samples/s: steps x batch x workers / wall s.\n"
        << "- comm hidden: with --overlap, the share of communication time that ran behind computation "
        << "(all-reduce: the buckets' all-reduce during backward; PS: pulls and pushes in flight while layers "
-       << "computed, measured at layer boundaries, a lower bound).\n\n"
+       << "computed, measured at layer boundaries, a lower bound).\n"
+       << "- clock staleness (PS modes, over every answered pull on every shard): the pulling worker's clock minus "
+       << "the lowest clock whose updates the answer is guaranteed to hold; bsp 0, ssp at most s, asp unbounded.\n"
+       << "- version lag (PS modes, over every applied gradient on every shard): shard updates between the version "
+       << "a gradient was computed on and the one it was applied to; n equal-speed asp workers see about n-1.\n\n"
        << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
     bool any_staleness = false;
-    for (const auto& r : runs) any_staleness = any_staleness || !r.staleness.empty();
+    for (const auto& r : runs) any_staleness = any_staleness || !r.version_lag.empty() || !r.clock_staleness.empty();
     if (any_staleness) md << "![staleness](staleness.png)\n";
   }
   // Plot data and the gnuplot script.
-  std::ostringstream time_plot, epoch_plot, stale_plot;
+  std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot;
   int curves = 0, stale_curves = 0;
+  // One histogram as "value fraction" lines; points only, so that empty bins draw nothing.
+  auto histogram_file = [&](const std::string& path, const std::map<int64_t, int64_t>& h, const char* what) {
+    std::ofstream f(path);
+    int64_t total = 0;
+    for (const auto& [k, v] : h) total += v;
+    f << "# " << what << "\n";
+    for (const auto& [k, v] : h) f << k << " " << static_cast<double>(v) / static_cast<double>(total) << "\n";
+  };
   for (const auto& r : runs) {
     if (r.evals.empty()) continue;
     const std::string data = dir + "/plots/" + r.summary.name() + ".dat";
@@ -241,14 +253,14 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
     time_plot << (curves ? ", " : "") << "'" << data << "' using 1:4 with linespoints title '" << r.summary.name() << "'";
     epoch_plot << (curves ? ", " : "") << "'" << data << "' using 2:4 with linespoints title '" << r.summary.name() << "'";
     ++curves;
-    if (!r.staleness.empty()) {
-      const std::string sd = dir + "/plots/" + r.summary.name() + ".staleness.dat";
-      std::ofstream st(sd);
-      int64_t total = 0;
-      for (const auto& [k, v] : r.staleness) total += v;
-      st << "# staleness fraction_of_gradients\n";
-      for (const auto& [k, v] : r.staleness) st << k << " " << static_cast<double>(v) / static_cast<double>(total) << "\n";
-      stale_plot << (stale_curves ? ", " : "") << "'" << sd << "' using 1:2 with linespoints title '" << r.summary.name() << "'";
+    if (!r.version_lag.empty() && !r.clock_staleness.empty()) {
+      const std::string cd = dir + "/plots/" + r.summary.name() + ".clock_staleness.dat";
+      const std::string ld = dir + "/plots/" + r.summary.name() + ".version_lag.dat";
+      histogram_file(cd, r.clock_staleness, "clock_staleness fraction_of_pulls");
+      histogram_file(ld, r.version_lag, "version_lag fraction_of_gradients");
+      const std::string sep = stale_curves ? ", " : "";
+      clock_plot << sep << "'" << cd << "' using 1:2 with points pt 7 ps 1.2 title '" << r.summary.name() << "'";
+      lag_plot << sep << "'" << ld << "' using 1:2 with points pt 7 ps 1.2 title '" << r.summary.name() << "'";
       ++stale_curves;
     }
   }
@@ -263,9 +275,14 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
        << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << e.name << ": test accuracy vs epochs'\n"
        << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\n";
     if (stale_curves) {
-      gp << "set output '" << dir << "/staleness.png'\nset title '" << e.name << ": staleness of applied gradients'\n"
-         << "set xlabel 'staleness (shard versions)'\nset ylabel 'fraction of gradients'\nset logscale y\nset key top right\n"
-         << "plot " << stale_plot.str() << "\n";
+      gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
+         << "set multiplot layout 2,1 title '" << e.name << ": staleness (PS runs)'\n"
+         << "set logscale y\nset key top right\nset xrange [-0.5:*]\n"
+         << "set title 'clock staleness of answered pulls (ssp bounds it by s)'\n"
+         << "set xlabel 'clock staleness (clocks)'\nset ylabel 'fraction of pulls'\nplot " << clock_plot.str() << "\n"
+         << "set title 'version lag of applied gradients'\n"
+         << "set xlabel 'version lag (shard updates)'\nset ylabel 'fraction of gradients'\nplot " << lag_plot.str() << "\n"
+         << "unset multiplot\n";
     }
   }
   return RunCommand({"gnuplot", script}, 60).WithContext("plots need gnuplot (scripts/setup.sh installs gnuplot-nox)");

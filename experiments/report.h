@@ -1,6 +1,6 @@
 // Reports: what a finished run's files say, and the experiment's summary.md, summary.json and
-// plots. Every number comes from the metrics files the processes wrote (worker-<r>.csv,
-// server-<k>.csv): nothing is typed in by hand.
+// plots. Every number comes from the files the processes wrote (worker-<r>.csv metrics rows,
+// worker-<r>.json and server-<k>.json summaries): nothing is typed in by hand.
 #pragma once
 
 #include <map>
@@ -23,10 +23,11 @@ struct EvalPoint {
 struct RunReport {
   spec::RunSummary summary;
   std::vector<EvalPoint> evals;               // worker 0's evaluation rows
-  std::map<int64_t, int64_t> staleness;       // over all shards (PS modes)
+  std::map<int64_t, int64_t> version_lag;      // over all shards (PS modes): gradients by lag
+  std::map<int64_t, int64_t> clock_staleness;  // over all shards (PS modes): pulls by staleness
 };
 
-// Reads run_dir's worker-*.csv and server-*.csv, writes run_dir/metrics.csv (every worker's
+// Reads run_dir's worker-*.csv, worker-0.json and server-*.json, writes run_dir/metrics.csv (every worker's
 // rows, in worker order) and returns the run's numbers. `status` is how the run ended.
 Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target_accuracy,
                                const Status& status);

@@ -48,7 +48,15 @@ int Main(int argc, char** argv) {
   }
   std::stringstream only(vm["only"].as<std::string>());
   for (std::string name; std::getline(only, name, ',');) {
-    if (!name.empty()) o.only.insert(name);
+    if (name.empty()) continue;
+    bool found = false;
+    for (const auto& r : e->runs) found = found || r.name == name;
+    if (!found) {  // before announcing anything
+      std::string names;
+      for (const auto& r : e->runs) names += (names.empty() ? "" : ", ") + r.name;
+      flags.Fail("--only: the spec has no run named '" + name + "' (its runs: " + names + ")");
+    }
+    o.only.insert(name);
   }
   o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()
                                   : std::filesystem::canonical("/proc/self/exe").parent_path().string();

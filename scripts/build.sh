@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds gradsync into build/ (binaries in build/bin/).
 # Environment: BUILD_DIR (build), BUILD_TYPE (Release), GRADSYNC_CUDA (AUTO|ON|OFF),
-# GRADSYNC_WERROR (ON in CI and the test script), JOBS (all cores).
+# GRADSYNC_WERROR (ON: the main job, the tests and CI build with the same flags, so the second
+# README command does not rebuild what the first built), JOBS (all cores), BUILD_LOG (a file:
+# the compiler's output goes there and the terminal shows progress every 10%).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build}
@@ -13,7 +15,23 @@ fi
 cmake -S . -B "$build_dir" \
   -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DGRADSYNC_CUDA="${GRADSYNC_CUDA:-AUTO}" \
-  -DGRADSYNC_WERROR="${GRADSYNC_WERROR:-OFF}" > "$build_dir.configure.log" 2>&1 ||
+  -DGRADSYNC_WERROR="${GRADSYNC_WERROR:-ON}" > "$build_dir.configure.log" 2>&1 ||
   { cat "$build_dir.configure.log"; exit 1; }
 grep -E '^-- gradsync' "$build_dir.configure.log" || true
-cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"
+if [[ -z "${BUILD_LOG:-}" ]]; then
+  exec cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"
+fi
+echo "build: compiling into $build_dir/ with ${JOBS:-$(nproc)} jobs (compiler output in $BUILD_LOG)"
+start=$SECONDS
+set +e
+cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" 2>&1 | tee "$BUILD_LOG" |
+  awk '/^\[ *[0-9]+%\]/ { p = substr($0, 2, index($0, "%") - 2) + 0
+         if (p >= next_p) { printf "build: %3d%%\n", p; fflush(); next_p = p - p % 10 + 10 } }'
+status=${PIPESTATUS[0]}
+set -e
+if [[ $status -ne 0 ]]; then
+  echo "build: FAILED; the end of $BUILD_LOG:"
+  tail -50 "$BUILD_LOG"
+  exit "$status"
+fi
+echo "build: done in $((SECONDS - start)) s"

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh > build.log 2>&1 || { tail -50 build.log; exit 1; }
+BUILD_LOG=build.log scripts/build.sh
 spec=experiments/specs/quick.textproto
 if [[ $# -gt 0 && "$1" != -* ]]; then
   spec=$1

@@ -11,7 +11,7 @@ packages=(
   cmake g++ make pkg-config git
   # scripts/fuzz.sh: clang, and its libFuzzer and sanitizer runtimes (clang only recommends them)
   clang libclang-rt-14-dev
-  # libraries (DESIGN.md: ZeroMQ + cppzmq, Protocol Buffers, Boost, OpenBLAS, GoogleTest)
+  # libraries (ARCHITECTURE.md: ZeroMQ + cppzmq, Protocol Buffers, Boost, OpenBLAS, GoogleTest)
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libboost-dev libboost-program-options-dev
   libopenblas-dev zlib1g-dev

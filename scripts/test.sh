@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-GRADSYNC_WERROR=ON scripts/build.sh
+BUILD_LOG=build.log scripts/build.sh
 cd build
 ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@"

@@ -79,6 +79,11 @@ bool ConsistencyController::CanAnswerPull(int /*worker*/, int64_t clock) const {
   return min_live_clock() >= clock - staleness_;
 }
 
+int64_t ConsistencyController::ClockStaleness(int64_t clock) const {
+  const int64_t complete = aggregate_ ? rounds_applied_ : min_live_clock();
+  return std::max<int64_t>(0, clock - complete);
+}
+
 bool ConsistencyController::RoundComplete() const {
   if (!aggregate_) return false;
   bool any = false;

@@ -2,7 +2,7 @@
 // Pure logic over (worker, clock): no sockets, no threads, no time, so tests drive it directly.
 //
 // A worker's clock counts the gradients it has pushed. Its iteration c is: pull (with clock c),
-// compute, push (clock c). Rules (../shared/DESIGN.md, Semantics; Ho et al. 2013):
+// compute, push (clock c). Rules (ARCHITECTURE.md, Semantics; Ho et al. 2013):
 //   bsp       pushes of round c are summed and applied once, when every live worker has pushed
 //             it; a pull with clock c is answered once round c-1 is applied (rounds_applied >= c).
 //   ssp(s>0)  pushes are applied as they arrive; a pull with clock c is answered once every live
@@ -46,6 +46,11 @@ class ConsistencyController {
   Status ValidatePull(int worker, int64_t clock) const;
   // Whether a (valid) pull with `clock` may be answered now.
   bool CanAnswerPull(int worker, int64_t clock) const;
+  // The clock staleness of a pull with `clock` answered now: `clock` minus the lowest clock whose
+  // updates the shard is guaranteed to hold (aggregating modes: the rounds applied; otherwise the
+  // fewest gradients any live worker has pushed). At most the bound s whenever CanAnswerPull
+  // holds in ssp, 0 in bsp, unbounded in asp.
+  int64_t ClockStaleness(int64_t clock) const;
 
   // Aggregating modes: every live worker has pushed the current round.
   bool RoundComplete() const;

@@ -9,6 +9,8 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/clock.h"
+#include "common/process_summary.h"
 #include "common/security.h"
 #include "common/transport.h"
 #include "server/scheduler.h"
@@ -17,20 +19,34 @@
 namespace gradsync {
 namespace {
 
-void WriteServerStats(const std::string& dir, const Server& server) {
-  const std::string path = dir + "/server-" + std::to_string(server.rank()) + ".csv";
-  std::ofstream f(path);
-  if (!f) {
-    std::cerr << "gradsync-server: warning: cannot write " << path << std::endl;
-    return;
+// DIR/server-<rank>.json (common/proto/summary.proto).
+void WriteServerSummary(const std::string& dir, const Server& server, const ServerOptions& o, const Status& status,
+                        double wall_s) {
+  const ServerStats& st = server.stats();
+  summary::ProcessSummary s;
+  s.set_role("server");
+  s.set_rank(server.rank());
+  s.set_mode(ConsistencyModeName(o.mode));
+  if (o.mode == ConsistencyMode::kSsp) s.set_staleness_bound(o.staleness);
+  s.set_ok(status.ok());
+  if (!status.ok()) s.set_error(status.message());
+  s.set_wall_s(wall_s);
+  s.set_pushes(st.pushes);
+  s.set_pulls(st.pulls);
+  s.set_compressed_pulls(st.compressed_pulls);
+  s.set_rejected(st.rejected);
+  s.set_malformed(st.malformed);
+  s.set_checkpoints(st.checkpoints);
+  s.set_checkpoint_ms_max(st.checkpoint_ms_max);
+  s.set_restored(st.restored);
+  s.set_lost_updates(st.lost_updates);
+  s.set_bytes_sent(static_cast<int64_t>(st.traffic.bytes_sent));
+  s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
+  SetHistogram(st.version_lag, s.mutable_version_lag());
+  SetHistogram(st.clock_staleness, s.mutable_clock_staleness());
+  if (Status w = WriteProcessSummary(dir, s); !w.ok()) {
+    std::cerr << "gradsync-server: warning: summary not written: " << w.message() << std::endl;
   }
-  const auto& st = server.stats();
-  f << "staleness,count\n";
-  for (const auto& [k, v] : st.staleness) f << k << "," << v << "\n";
-  std::ofstream s(dir + "/server-" + std::to_string(server.rank()) + "-summary.csv");
-  s << "pushes,pulls,rejected,malformed,bytes_sent,bytes_received\n"
-    << st.pushes << "," << st.pulls << "," << st.rejected << "," << st.malformed << "," << st.traffic.bytes_sent
-    << "," << st.traffic.bytes_received << "\n";
 }
 
 int Main(int argc, char** argv) {
@@ -52,7 +68,7 @@ int Main(int argc, char** argv) {
       ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
       ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
-      ("out", po::value<std::string>(), "server: write server-<rank>.csv (staleness histogram) here")
+      ("out", po::value<std::string>(), "server: write its summary, server-<rank>.json (counts, bytes, version-lag and clock-staleness histograms), into DIR")
       ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
       ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
       ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
@@ -150,20 +166,29 @@ int Main(int argc, char** argv) {
   o.checkpoint_interval_s = vm["checkpoint-interval"].as<double>();
   if (o.checkpoint_every < 0) flags.Fail("--checkpoint-every must be >= 0");
   if (!(o.checkpoint_interval_s > 0)) flags.Fail("--checkpoint-interval must be > 0");
+  Stopwatch wall;
   auto server = Server::Create(ctx, o);
   if (!server.ok()) {
     std::cerr << "gradsync-server: error: " << server.status().message() << std::endl;
     return 1;
   }
   Status s = (*server)->Run();
+  if ((*server)->rank() < 0) {  // never joined the job: nothing was served, nothing to report
+    if (s.ok()) return 0;
+    std::cerr << "gradsync-server: error: " << s.message() << std::endl;
+    // Refused by the scheduler (a mode or bound that is not the job's): a usage error, as for
+    // a worker.
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
   const auto& st = (*server)->stats();
-  int64_t total = 0;
-  for (const auto& [k, v] : st.staleness) total += v;
-  GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << total << " gradients applied, " << st.pulls
-                     << " pulls, staleness p50 " << HistogramQuantile(st.staleness, 0.5) << " p99 "
-                     << HistogramQuantile(st.staleness, 0.99) << " max "
-                     << (st.staleness.empty() ? 0 : st.staleness.rbegin()->first) << ", " << st.rejected
-                     << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
+  auto p50_99_max = [](const Histogram& h) {
+    return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
+           std::to_string(h.empty() ? 0 : h.rbegin()->first);
+  };
+  GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << st.pushes << " gradients applied (version lag p50/p99/max "
+                     << p50_99_max(st.version_lag) << " updates), " << st.pulls
+                     << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.clock_staleness) << " clocks), "
+                     << st.rejected << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
                      << " bytes in, " << st.traffic.bytes_sent << " out";
   if (!o.checkpoint_dir.empty()) {
     GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << st.checkpoints << " checkpoints (slowest "
@@ -172,7 +197,7 @@ int Main(int argc, char** argv) {
                                              " updates lost"
                                        : "");
   }
-  if (vm.count("out") && (*server)->rank() >= 0) WriteServerStats(vm["out"].as<std::string>(), **server);
+  if (vm.count("out")) WriteServerSummary(vm["out"].as<std::string>(), **server, o, s, wall.Seconds());
   if (!s.ok()) {
     std::cerr << "gradsync-server: error: " << s.message() << std::endl;
     return 1;

@@ -317,7 +317,7 @@ Status Server::HandlePushMessage(Message& m) {
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
   const int64_t staleness = shard_->version() - h.version();
-  stats_.staleness[staleness]++;
+  stats_.version_lag[staleness]++;
   stats_.pushes++;
   wire::Header reply = ReplyHeader(wire::PUSH_REPLY, h);
   reply.set_observed_staleness(static_cast<double>(staleness));
@@ -504,6 +504,7 @@ bool Server::AnswerCompressedPull(const Message& m, const std::vector<SegmentRef
   wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
   reply.set_version(shard_->version());
   reply.set_wait_ms(waited_ms);
+  reply.set_clock_staleness(controller_->ClockStaleness(h.clock()));
   reply.set_codec(codec_spec_);
   *reply.mutable_segments() = h.segments();
   zmq::message_t frame(pull_payload_.data(), pull_payload_.size());
@@ -513,15 +514,16 @@ bool Server::AnswerCompressedPull(const Message& m, const std::vector<SegmentRef
   Status s = socket_.Send(m.peer, reply, p);
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
   stats_.compressed_pulls++;
-  RecordPull(h);
+  RecordPull(h, reply.clock_staleness());
   return true;
 }
 
-void Server::RecordPull(const wire::Header& h) {
+void Server::RecordPull(const wire::Header& h, int64_t clock_staleness) {
   stats_.pulls++;
+  stats_.clock_staleness[clock_staleness]++;
   if (options_.record_pulls) {
     pull_log_.push_back({h.sender_rank(), h.clock(), controller_->min_live_clock(), controller_->rounds_applied(),
-                         shard_->version()});
+                         shard_->version(), clock_staleness});
   }
 }
 
@@ -554,6 +556,7 @@ void Server::AnswerPull(const Message& m, const std::vector<SegmentRef>& segs, s
   wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
   reply.set_version(shard_->version());
   reply.set_wait_ms(waited_ms);
+  reply.set_clock_staleness(controller_->ClockStaleness(h.clock()));
   *reply.mutable_segments() = h.segments();
   Payload p;
   p.has_values = true;
@@ -569,7 +572,7 @@ void Server::AnswerPull(const Message& m, const std::vector<SegmentRef>& segs, s
   }
   Status s = socket_.Send(m.peer, reply, p);
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
-  RecordPull(h);
+  RecordPull(h, reply.clock_staleness());
 }
 
 Server::ReplyBuffer* Server::AcquireReplyBuffer(size_t n) {

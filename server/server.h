@@ -63,6 +63,7 @@ struct PullRecord {
   int64_t min_live_clock = 0;
   int64_t rounds_applied = 0;
   int64_t version = 0;
+  int64_t clock_staleness = 0;  // what the reply said (ConsistencyController::ClockStaleness)
 };
 
 struct ServerStats {
@@ -75,7 +76,8 @@ struct ServerStats {
   double checkpoint_ms_max = 0;  // the slowest write
   bool restored = false;         // started from a checkpoint
   int64_t lost_updates = 0;      // restored: pushes the workers had made past the checkpoint
-  std::map<int64_t, int64_t> staleness;  // staleness -> gradients applied with it
+  std::map<int64_t, int64_t> version_lag;      // shard version at apply - push's version -> gradients
+  std::map<int64_t, int64_t> clock_staleness;  // ClockStaleness of an answered pull -> pulls
   TrafficCounters traffic;
 };
 
@@ -177,7 +179,8 @@ class Server {
   // Records what a raw reply gave the worker.
   void UpdateMirror(int worker, const std::vector<SegmentRef>& segs, const float* values);
   void AnswerParked();
-  void RecordPull(const wire::Header& h);
+  // Counts an answered pull with the clock staleness its reply carried.
+  void RecordPull(const wire::Header& h, int64_t clock_staleness);
   void ReplyError(const Message& m, const Status& s);
   // The scheduler's news: dead workers leave the live set; a rejoined worker may JOIN.
   void OnMembership();

@@ -20,7 +20,8 @@ PsClient::PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int ran
       scheduler_(scheduler),
       versions_(static_cast<size_t>(table.servers_size()), 0),
       staleness_(static_cast<size_t>(table.servers_size()), -1),
-      wait_ms_(static_cast<size_t>(table.servers_size()), 0) {
+      wait_ms_(static_cast<size_t>(table.servers_size()), 0),
+      clock_staleness_(static_cast<size_t>(table.servers_size()), -1) {
   broken_.assign(static_cast<size_t>(table.servers_size()), false);
   join_clock_.assign(static_cast<size_t>(table.servers_size()), -1);
   // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
@@ -359,6 +360,7 @@ void PsClient::HandleReply(int shard, const Message& m) {
     }
     versions_[shard] = h.version();
     wait_ms_[shard] = h.wait_ms();
+    clock_staleness_[shard] = h.clock_staleness();
     return;
   }
   size_t pos = 0;
@@ -381,6 +383,7 @@ void PsClient::HandleReply(int shard, const Message& m) {
   }
   versions_[shard] = h.version();
   wait_ms_[shard] = h.wait_ms();
+  clock_staleness_[shard] = h.clock_staleness();
 }
 
 Status PsClient::Receive(int timeout_ms) {
@@ -520,7 +523,10 @@ Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, do
   return best;
 }
 
-double PsClient::last_staleness() const { return *std::max_element(staleness_.begin(), staleness_.end()); }
+double PsClient::last_version_lag() const { return *std::max_element(staleness_.begin(), staleness_.end()); }
+int64_t PsClient::last_clock_staleness() const {
+  return *std::max_element(clock_staleness_.begin(), clock_staleness_.end());
+}
 double PsClient::last_wait_ms() const { return *std::max_element(wait_ms_.begin(), wait_ms_.end()); }
 
 TrafficCounters PsClient::traffic() const {

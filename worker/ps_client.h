@@ -95,10 +95,12 @@ class PsClient {
   // (NODE_JOINED), connects to their new addresses, and forgets every outstanding request.
   Status Reconnect(double timeout_s);
 
-  // Per shard: the version of the last pull reply; the staleness the last push was applied with
-  // (-1 until known); how long the last pull was held by the consistency rule.
+  // Per shard: the version of the last pull reply. Over the shards (max): the version lag the
+  // last push was applied with (-1 until known), the clock staleness of the last answered pull
+  // (-1 until known), how long the last pull was held by the consistency rule.
   const std::vector<int64_t>& versions() const { return versions_; }
-  double last_staleness() const;
+  double last_version_lag() const;
+  int64_t last_clock_staleness() const;
   double last_wait_ms() const;
   TrafficCounters traffic() const;
   const Partitioner& partitioner() const { return partitioner_; }
@@ -147,6 +149,7 @@ class PsClient {
   std::vector<int64_t> versions_;
   std::vector<double> staleness_;
   std::vector<double> wait_ms_;
+  std::vector<int64_t> clock_staleness_;
   std::vector<float> scratch_;
   std::string codec_spec_;
   std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per shard

@@ -161,7 +161,8 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   // A training row with what every PS step reports (the caller adds the timings).
   auto step_row = [&](float loss) {
     MetricsRow row = StepRow(clock, steps_per_epoch, run_clock.Seconds(), loss);
-    row.staleness = client_->last_staleness();
+    if (client_->last_version_lag() >= 0) row.version_lag = client_->last_version_lag();
+    if (client_->last_clock_staleness() >= 0) row.clock_staleness = static_cast<double>(client_->last_clock_staleness());
     const auto t = client_->traffic();
     const auto st = scheduler_->traffic();
     row.bytes_sent = t.bytes_sent + st.bytes_sent;

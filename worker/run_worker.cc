@@ -10,6 +10,7 @@
 #include "common/cluster.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/process_summary.h"
 #include "common/scheduler_client.h"
 #include "common/security.h"
 #include "common/transport.h"
@@ -247,6 +248,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     }
   }
   Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
+  TrafficCounters traffic;  // bytes this worker moved for the job (PS client or ring)
   if (!joins) {
     LocalTrainer trainer(train, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr);
     reports = trainer.Run(print_epoch);
@@ -272,6 +274,8 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
 #endif
     AllreduceTrainer trainer(ao, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, ring.get());
     reports = trainer.Run(print_epoch);
+    traffic.bytes_sent = ring->bytes_sent();
+    traffic.bytes_received = ring->bytes_received();
     if (reports.ok()) {
       std::printf("worker %d: %llu bytes sent, %llu received over the ring\n", rank,
                   static_cast<unsigned long long>(ring->bytes_sent()),
@@ -306,6 +310,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
       PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
                         scheduler.get());
       reports = trainer.Run(print_epoch);
+      traffic = (*client)->traffic();
       if (reports.ok()) {
         auto t = (*client)->traffic();
         std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", rank,
@@ -315,6 +320,27 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     }
     scheduler->Finished(reports.ok() ? OkStatus() : reports.status());
     scheduler->Flush(2.0);
+  }
+  if (p.has_out()) {
+    // DIR/worker-<rank>.json: what the report reads about this worker (never its log).
+    summary::ProcessSummary s;
+    s.set_role("worker");
+    s.set_rank(rank);
+    s.set_mode(mode_name);
+    if (mode == config::SSP) s.set_staleness_bound(table.staleness());  // the job's (given or taken)
+    s.set_ok(reports.ok());
+    if (!reports.ok()) s.set_error(reports.status().message());
+    s.set_params((*model)->num_params());
+    if (reports.ok() && !reports->empty()) {
+      s.set_steps(reports->back().steps);
+      s.set_wall_s(reports->back().wall_s);
+      if (best >= 0) s.set_final_test_accuracy(reports->back().test_accuracy);
+    }
+    s.set_bytes_sent(static_cast<int64_t>(traffic.bytes_sent));
+    s.set_bytes_received(static_cast<int64_t>(traffic.bytes_received));
+    if (Status w = WriteProcessSummary(p.out(), s); !w.ok()) {
+      std::cerr << "gradsync-worker: warning: summary not written: " << w.message() << std::endl;
+    }
   }
   if (!reports.ok()) {
     std::cerr << "gradsync-worker: error: " << reports.status().message() << std::endl;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/process_summary.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {
@@ -23,8 +24,12 @@ TEST(MetricsTest, WritesHeaderAndRows) {
     train.loss = 0.75;
     train.bytes_sent = 1000;
     train.compute_ms = 2.0;
+    train.version_lag = 3;
+    train.clock_staleness = 1;
     ASSERT_TRUE(w->Write(train).ok());
     MetricsRow eval = train;
+    eval.version_lag = NAN;
+    eval.clock_staleness = NAN;
     eval.test_loss = 0.5;
     eval.test_accuracy = 0.875;
     ASSERT_TRUE(w->Write(eval).ok());
@@ -35,10 +40,35 @@ TEST(MetricsTest, WritesHeaderAndRows) {
   std::getline(f, row1);
   std::getline(f, row2);
   EXPECT_EQ(header,
-            "run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,compute_ms,"
+            "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,"
             "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms");
-  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000");
-  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000");
+  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000");
+  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000");
+}
+
+TEST(ProcessSummaryTest, RoundTripsThroughJsonWithItsHistograms) {
+  testing::TempDir dir;
+  summary::ProcessSummary s;
+  s.set_role("server");
+  s.set_rank(1);
+  s.set_mode("ssp");
+  s.set_staleness_bound(3);
+  s.set_pushes(120);
+  SetHistogram({{0, 70}, {2, 50}}, s.mutable_version_lag());
+  SetHistogram({{0, 10}, {3, 5}}, s.mutable_clock_staleness());
+  ASSERT_TRUE(WriteProcessSummary(dir.path(), s).ok());
+  EXPECT_EQ(ProcessSummaryPath(dir.path(), "server", 1), dir.File("server-1.json"));
+  auto back = ReadProcessSummary(dir.File("server-1.json"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), s.SerializeAsString());
+  Histogram h = {{3, 1}};
+  AddHistogram(back->clock_staleness(), &h);
+  EXPECT_EQ(h, (Histogram{{0, 10}, {3, 6}}));
+  EXPECT_EQ(ReadProcessSummary(dir.File("server-9.json")).status().code(), StatusCode::kNotFound);
+  std::ofstream(dir.File("server-2.json")) << "{\"rank\": \"not a number\"}";
+  auto bad = ReadProcessSummary(dir.File("server-2.json"));
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("server-2.json"), std::string::npos) << bad.status();
 }
 
 TEST(MetricsTest, UnwritablePathIsAnError) {

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/metrics.h"
+#include "common/process_summary.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -21,7 +23,7 @@ TEST(PsBinaryTest, LaunchRunsAWholeJobAndWritesItsFiles) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("final test_acc"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("job: ssp s=1, 2 servers, 2 workers: 120 gradients applied"), std::string::npos) << r.out;
-  for (const char* f : {"worker-0.csv", "worker-1.csv", "server-0.csv", "server-1.csv", "commands.txt",
+  for (const char* f : {"worker-0.csv", "worker-1.csv", "worker-0.json", "worker-1.json", "server-0.json", "server-1.json", "commands.txt",
                         "logs/scheduler.log", "logs/server-0.log", "logs/worker-1.log"}) {
     EXPECT_TRUE(std::filesystem::exists(dir.File(f))) << f;
   }
@@ -36,13 +38,36 @@ TEST(PsBinaryTest, LaunchRunsAWholeJobAndWritesItsFiles) {
     std::vector<std::string> v;
     std::stringstream ss(row);
     for (std::string f; std::getline(ss, f, ',');) v.push_back(f);
-    if (v.size() < 16 || !v[13].empty()) continue;  // evaluation rows carry no timings
-    const double comm = std::stod(v[10]), hidden = std::stod(v[15]);
+    if (v.size() < kMetricsColumns || !v[kColTestAccuracy].empty()) continue;  // evaluation rows carry no timings
+    const double comm = std::stod(v[kColComm]), hidden = std::stod(v[kColHidden]);
     EXPECT_GE(hidden, 0.0) << row;
     EXPECT_LE(hidden, comm + 1e-9) << row;
+    // ssp with s = 1: no pull was answered more than one clock behind.
+    ASSERT_FALSE(v[kColClockStaleness].empty()) << row;
+    EXPECT_LE(std::stod(v[kColClockStaleness]), 1.0) << row;
+    EXPECT_GE(std::stod(v[kColVersionLag]), 0.0) << row;
     ++rows;
   } while (std::getline(csv, row));
   EXPECT_GE(rows, 5);
+  // The shards' summaries: every gradient applied and every pull answered, within the bound.
+  for (int k = 0; k < 2; ++k) {
+    auto s = ReadProcessSummary(dir.File("server-" + std::to_string(k) + ".json"));
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->role(), "server");
+    EXPECT_EQ(s->mode(), "ssp");
+    EXPECT_EQ(s->staleness_bound(), 1);
+    EXPECT_EQ(s->pushes(), 120);
+    Histogram lag, clock;
+    AddHistogram(s->version_lag(), &lag);
+    AddHistogram(s->clock_staleness(), &clock);
+    int64_t lags = 0, pulls = 0;
+    for (const auto& [k2, v] : lag) lags += v;
+    for (const auto& [k2, v] : clock) pulls += v;
+    EXPECT_EQ(lags, 120);
+    EXPECT_EQ(pulls, s->pulls());
+    ASSERT_FALSE(clock.empty());
+    EXPECT_LE(clock.rbegin()->first, 1);
+  }
 }
 
 TEST(PsBinaryTest, AFailingWorkerStopsTheWholeJob) {
@@ -80,6 +105,12 @@ TEST(PsBinaryTest, AModeMismatchIsRefusedWithAClearError) {
   EXPECT_EQ(w.exit_code, 2) << w.err;
   EXPECT_NE(w.err.find("mode mismatch: this job runs bsp"), std::string::npos) << w.err;
   EXPECT_NE(w.err.find("asked for asp"), std::string::npos) << w.err;
+  // A server is refused the same way, with the same exit code.
+  ProcessResult s2 = RunProcess({BinaryPath("gradsync-server"), "--role=server", "--mode=ssp", "--staleness=1",
+                                 "--scheduler=127.0.0.1:" + port, "--heartbeat-timeout=3"},
+                                30);
+  EXPECT_EQ(s2.exit_code, 2) << s2.err;
+  EXPECT_NE(s2.err.find("mode mismatch: this job runs bsp"), std::string::npos) << s2.err;
   // The scheduler and server give up on their own (register timeout / lost scheduler).
   sched.join();
   server.join();
@@ -151,6 +182,24 @@ TEST(PsBinaryTest, WorkersWithDifferentSettingsAreRefusedByName) {
   w0.join();
   sched.join();
   EXPECT_NE(first.exit_code, 0);  // its job never filled up
+}
+
+// Nothing listens on 127.0.0.1:1: a process that never heard its scheduler says it could not
+// reach it (not that it lost it), with the address and the time, and prints no stats.
+TEST(PsBinaryTest, AnUnreachableSchedulerIsNamedAsNeverReached) {
+  const std::vector<std::string> timing = {"--scheduler=127.0.0.1:1", "--heartbeat-interval=0.2",
+                                           "--heartbeat-timeout=1"};
+  std::vector<std::string> worker = {BinaryPath("gradsync-worker"), "--mode=bsp", "--dataset=blobs"};
+  std::vector<std::string> server = {BinaryPath("gradsync-server"), "--role=server", "--mode=bsp"};
+  for (auto args : {worker, server}) {
+    args.insert(args.end(), timing.begin(), timing.end());
+    ProcessResult r = RunProcess(args, 30);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("could not reach the scheduler at tcp://127.0.0.1:1: no answer in 1 s"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("lost the scheduler"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("server -1"), std::string::npos) << r.err;
+  }
 }
 
 TEST(PsBinaryTest, ServerFlagErrors) {

@@ -98,8 +98,8 @@ TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
   EXPECT_LE(diff, EquivalenceTolerance(noise)) << "this CPU's summation noise: " << noise;
   for (const auto& st : r.server_stats) {
     EXPECT_EQ(st.pushes, 4 * 200);
-    ASSERT_EQ(st.staleness.size(), 1u);
-    EXPECT_EQ(st.staleness.begin()->first, 0);  // bsp: every gradient applied on its own version
+    ASSERT_EQ(st.version_lag.size(), 1u);
+    EXPECT_EQ(st.version_lag.begin()->first, 0);  // bsp: every gradient applied on its own version
   }
 }
 
@@ -165,8 +165,8 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   for (const auto& st : r.server_stats) {
     EXPECT_EQ(st.pushes, 4 * 200);  // a push in parts counts once
     EXPECT_EQ(st.rejected, 0);
-    ASSERT_EQ(st.staleness.size(), 1u);
-    EXPECT_EQ(st.staleness.begin()->first, 0);
+    ASSERT_EQ(st.version_lag.size(), 1u);
+    EXPECT_EQ(st.version_lag.begin()->first, 0);
   }
 }
 
@@ -189,7 +189,7 @@ TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
     EXPECT_LE(MaxRelativeDiff(r.params, RunLocal(o.model, o.train, 0, data)), 1e-6) << ConsistencyModeName(mode);
     for (const auto& st : r.server_stats) {
       EXPECT_EQ(st.pushes, 150);
-      EXPECT_EQ(st.staleness.begin()->first, 0);  // one worker: every push on the latest version
+      EXPECT_EQ(st.version_lag.begin()->first, 0);  // one worker: every push on the latest version
     }
   }
   // Four asp workers with overlap train (no equality to hold them to): every push counted once.
@@ -257,13 +257,27 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
       } else {
         EXPECT_GE(p.min_live_clock, p.clock - s) << "worker " << p.worker << " clock " << p.clock;
       }
+      // The clock staleness the reply carried is that lag, and ssp bounds it by s.
+      const int64_t complete = s == 0 ? p.rounds_applied : p.min_live_clock;
+      EXPECT_EQ(p.clock_staleness, std::max<int64_t>(0, p.clock - complete)) << "worker " << p.worker;
+      EXPECT_LE(p.clock_staleness, s) << "worker " << p.worker << " clock " << p.clock;
       held_back_possible += p.clock - p.min_live_clock > 0;
       ++checked;
     }
   }
   EXPECT_EQ(checked, 2 * 3 * 60);  // every pull of every step (no evaluation pulls here)
+  int64_t counted = 0, max_clock_staleness = 0;
+  for (const auto& st : r.server_stats) {
+    for (const auto& [k, v] : st.clock_staleness) {
+      counted += v;
+      max_clock_staleness = std::max(max_clock_staleness, k);
+    }
+  }
+  EXPECT_EQ(counted, checked);  // the shards' histogram counts every answered pull
+  EXPECT_LE(max_clock_staleness, s);
   if (s > 0) {
     EXPECT_GT(held_back_possible, 0) << "the delays never let a worker run ahead";
+    EXPECT_GT(max_clock_staleness, 0) << "no answered pull was stale";
   }
   if (s == 0) {
     // ssp(0) gives the bsp result.
@@ -298,7 +312,7 @@ TEST_P(AspSlowWorkerTest, SeesStalenessAndStillConverges) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   int64_t stale = 0, max_stale = 0;
   for (const auto& st : r.server_stats) {
-    for (const auto& [k, v] : st.staleness) {
+    for (const auto& [k, v] : st.version_lag) {
       if (k > 0) stale += v;
       max_stale = std::max(max_stale, k);
     }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/metrics.h"
+#include "common/process_summary.h"
 #include "experiment.pb.h"
 #include "experiments/process.h"
 #include "tests/support/subprocess.h"
@@ -82,17 +83,19 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
     int64_t first_at_target = -1;
     std::map<std::string, std::pair<int64_t, double>> last;  // worker -> (step, bytes)
     for (const auto& v : rows) {
-      ASSERT_EQ(v.size(), 16u);
-      EXPECT_EQ(v[0], run.name());
-      if (v[1] == "0" && !v[13].empty()) {
-        last_acc = std::stod(v[13]);
-        last_wall = std::stod(v[4]);
-        if (first_at_target < 0 && last_acc >= 0.25) first_at_target = std::stoll(v[2]);
+      ASSERT_EQ(v.size(), static_cast<size_t>(kMetricsColumns));
+      EXPECT_EQ(v[kColRun], run.name());
+      if (v[kColWorker] == "0" && !v[kColTestAccuracy].empty()) {
+        last_acc = std::stod(v[kColTestAccuracy]);
+        last_wall = std::stod(v[kColWall]);
+        if (first_at_target < 0 && last_acc >= 0.25) first_at_target = std::stoll(v[kColStep]);
       }
-      const int64_t step = std::stoll(v[2]);
-      if (step >= last[v[1]].first) last[v[1]] = {step, std::stod(v[7]) + std::stod(v[8])};
-      if (run.name() == "asp-slow" && v[1] == "1") {
-        EXPECT_GE(std::stod(v[14]), 2.0);  // delay_ms recorded
+      const int64_t step = std::stoll(v[kColStep]);
+      if (step >= last[v[kColWorker]].first) {
+        last[v[kColWorker]] = {step, std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived])};
+      }
+      if (run.name() == "asp-slow" && v[kColWorker] == "1") {
+        EXPECT_GE(std::stod(v[kColDelay]), 2.0);  // delay_ms recorded
       }
     }
     EXPECT_DOUBLE_EQ(run.final_test_accuracy(), last_acc);
@@ -108,16 +111,31 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
     EXPECT_NE(md.find("| " + run.name() + " | " + run.mode()), std::string::npos);
     EXPECT_NE(md.find(acc), std::string::npos) << acc;
     if (run.mode() == "allreduce") {
-      EXPECT_FALSE(run.has_staleness_p50());
+      EXPECT_FALSE(run.has_version_lag_p50());
+      EXPECT_FALSE(run.has_clock_staleness_p50());
     } else {
-      // The staleness percentiles are the servers' histogram's.
-      auto hist = Rows(rd + "/server-0.csv");
-      int64_t max = 0;
-      for (const auto& v : hist) max = std::max<int64_t>(max, std::stoll(v[0]));
-      EXPECT_EQ(run.staleness_max(), max);
+      // The staleness percentiles are the server's histograms'.
+      auto server = ReadProcessSummary(rd + "/server-0.json");
+      ASSERT_TRUE(server.ok()) << server.status();
+      Histogram lag, clock;
+      AddHistogram(server->version_lag(), &lag);
+      AddHistogram(server->clock_staleness(), &clock);
+      ASSERT_FALSE(lag.empty());
+      ASSERT_FALSE(clock.empty());
+      EXPECT_EQ(run.version_lag_max(), lag.rbegin()->first);
+      EXPECT_EQ(run.clock_staleness_max(), clock.rbegin()->first);
+      EXPECT_EQ(run.clock_staleness_p50(), HistogramQuantile(clock, 0.5));
     }
+    // The model size is worker 0's summary's.
+    auto w0 = ReadProcessSummary(rd + "/worker-0.json");
+    ASSERT_TRUE(w0.ok()) << w0.status();
+    EXPECT_EQ(run.params(), w0->params());
+    EXPECT_GT(run.params(), 0);
   }
-  EXPECT_EQ(summary.run(0).staleness_max(), 0);  // bsp
+  EXPECT_EQ(summary.run(0).version_lag_max(), 0);  // bsp
+  EXPECT_EQ(summary.run(0).clock_staleness_max(), 0);
+  EXPECT_NE(md.find("clock staleness p50/p99/max (clocks)"), std::string::npos);
+  EXPECT_NE(md.find("version lag p50/p99/max (updates)"), std::string::npos);
 }
 
 // --help: one usage line (the binary's own, with its positional argument) and an example
@@ -178,9 +196,12 @@ TEST(RunBinaryTest, DryRunPrintsTheCommandsAndOnlySelects) {
   EXPECT_NE(r.out.find("gradsync-worker"), std::string::npos);
   EXPECT_NE(r.out.find("--straggle=ms:2"), std::string::npos);
   EXPECT_FALSE(fs::exists(out + "/tiny/asp-slow/metrics.csv"));
-  ProcessResult bad = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--only=nope", "--dry-run"}, 30);
+  // A name the spec lacks is refused before anything is announced or started.
+  ProcessResult bad = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--only=bsp,nope", "--dry-run"}, 30);
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("no run named 'nope'"), std::string::npos);  // --auth-dir reaches every process of the run: the scheduler, the shards and the workers.
+  EXPECT_NE(bad.err.find("no run named 'nope' (its runs: bsp, asp-slow, ar-topk)"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "");
+  // --auth-dir reaches every process of the run: the scheduler, the shards and the workers.
   ProcessResult keys = RunProcess({BinaryPath("gradsync-keygen"), dir.File("keys")}, 30);
   ASSERT_EQ(keys.exit_code, 0) << keys.err;
   ProcessResult secured = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, kTiny), "--out=" + out, "--dry-run",

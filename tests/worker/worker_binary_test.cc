@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/process_summary.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -115,8 +116,17 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   std::stringstream csv;
   csv << f.rdbuf();
   const std::string first = csv.str();
-  EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,staleness,bytes_sent,bytes_received,"
+  EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,"
                         "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms\n", 0), 0u);
+  // And its summary, which the reports read instead of the log.
+  auto summary = ReadProcessSummary(dir.File("worker-0.json"));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->role(), "worker");
+  EXPECT_EQ(summary->mode(), "local");
+  EXPECT_TRUE(summary->ok());
+  EXPECT_EQ(summary->steps(), 60);
+  EXPECT_GT(summary->params(), 0);
+  EXPECT_TRUE(summary->has_final_test_accuracy());
   EXPECT_EQ(CountLines(first), 1 + 3 + 1);  // header, steps 20/40/60, one evaluation row
   // Same seed: the same losses and accuracies (the wall-clock columns differ).
   ProcessResult b = Worker(args);
