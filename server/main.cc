@@ -91,7 +91,7 @@ int Main(int argc, char** argv) {
     flags.Fail("--mode must be bsp, ssp or asp, not '" + mode + "'");
   }
   if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
-  zmq::context_t ctx(1);
+  TransportContext ctx(1);
   // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
   std::unique_ptr<CurveAuthenticator> auth;
   if (vm.count("auth-dir")) {

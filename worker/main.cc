@@ -231,7 +231,7 @@ int Main(int argc, char** argv) {
   SetBlasThreads(threads);
 
   // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
-  zmq::context_t ctx(1);
+  TransportContext ctx(1);
   // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
   std::unique_ptr<CurveAuthenticator> auth;
   if (vm.count("auth-dir")) {
