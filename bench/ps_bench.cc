@@ -58,7 +58,7 @@ const char* OpName(Op op) { return op == Op::kPush ? "push" : op == Op::kPull ? 
 
 // Runs one job and measures the three operations in turn.
 std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, int repeats, const Security* security) {
-  zmq::context_t ctx(2);
+  TransportContext ctx(2);
   std::unique_ptr<CurveAuthenticator> auth;  // CURVE on every socket of this job
   if (security) auth = std::move(EnableCurve(ctx, *security)).value();
   SchedulerOptions so;
@@ -160,7 +160,7 @@ std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, in
 
 // Raw ZeroMQ: one PUSH socket streaming `size`-float messages to a PULL socket over loopback.
 double RawZmqGbps(int64_t size, int messages) {
-  zmq::context_t ctx(1);
+  TransportContext ctx(1);
   zmq::socket_t rx(ctx, zmq::socket_type::pull), tx(ctx, zmq::socket_type::push);
   rx.bind("tcp://127.0.0.1:*");
   tx.connect(rx.get(zmq::sockopt::last_endpoint));

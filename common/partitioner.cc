@@ -25,7 +25,7 @@ Partitioner::Partitioner(int64_t num_params, int num_shards, int64_t chunk) {
 
 int Partitioner::ShardOf(int64_t index) const {
   auto it = std::upper_bound(ranges_.begin(), ranges_.end(), index,
-                             [](int64_t i, const ShardRange& r) { return i < r.end; });
+                             [](int64_t i, const Segment& r) { return i < r.end; });
   GRADSYNC_CHECK(it != ranges_.end() && index >= it->begin) << "index " << index;
   return static_cast<int>(it - ranges_.begin());
 }
@@ -43,8 +43,8 @@ std::vector<std::span<const uint64_t>> Partitioner::SplitSortedKeys(std::span<co
   return out;
 }
 
-std::vector<ShardRange> DenseRuns(const std::vector<TensorInfo>& layout, const ShardRange& range) {
-  std::vector<ShardRange> runs;
+std::vector<Segment> DenseRuns(const std::vector<TensorInfo>& layout, const Segment& range) {
+  std::vector<Segment> runs;
   for (const auto& t : layout) {
     if (t.sparse) continue;
     int64_t b = std::max(range.begin, t.offset), e = std::min(range.end, t.offset + t.size);

@@ -13,15 +13,10 @@
 #include <span>
 #include <vector>
 
+#include "common/segment.h"
 #include "common/tensor.h"
 
 namespace gradsync {
-
-struct ShardRange {
-  int64_t begin = 0;  // first flat element
-  int64_t end = 0;    // one past the last
-  int64_t size() const { return end - begin; }
-};
 
 class Partitioner {
  public:
@@ -30,18 +25,18 @@ class Partitioner {
   Partitioner(int64_t num_params, int num_shards, int64_t chunk = kDefaultChunk);
 
   int num_shards() const { return static_cast<int>(ranges_.size()); }
-  const ShardRange& range(int shard) const { return ranges_[shard]; }
-  const std::vector<ShardRange>& ranges() const { return ranges_; }
+  const Segment& range(int shard) const { return ranges_[shard]; }
+  const std::vector<Segment>& ranges() const { return ranges_; }
   // The shard that owns flat element `index` (0 <= index < num_params).
   int ShardOf(int64_t index) const;
   // Splits sorted keys into per-shard subspans (keys must be sorted ascending).
   std::vector<std::span<const uint64_t>> SplitSortedKeys(std::span<const uint64_t> keys) const;
 
  private:
-  std::vector<ShardRange> ranges_;
+  std::vector<Segment> ranges_;
 };
 
 // The parts of [range) that are dense tensors (not sparse), as flat [begin, end) runs.
-std::vector<ShardRange> DenseRuns(const std::vector<TensorInfo>& layout, const ShardRange& range);
+std::vector<Segment> DenseRuns(const std::vector<TensorInfo>& layout, const Segment& range);
 
 }  // namespace gradsync

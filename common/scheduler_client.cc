@@ -12,7 +12,7 @@ using Clock = std::chrono::steady_clock;
 std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s); }
 }  // namespace
 
-SchedulerClient::SchedulerClient(zmq::context_t& ctx, SchedulerClientOptions options)
+SchedulerClient::SchedulerClient(TransportContext& ctx, SchedulerClientOptions options)
     : options_(std::move(options)), ctx_(ctx) {
   thread_ = std::jthread([this](std::stop_token st) { Loop(st); });
 }
@@ -30,7 +30,7 @@ void SchedulerClient::Enqueue(wire::Header h) {
 }
 
 void SchedulerClient::Loop(std::stop_token stop) {
-  auto sock = Socket::Connect(ctx_, zmq::socket_type::dealer, options_.scheduler_endpoint, "scheduler");
+  auto sock = Socket::ConnectDealer(ctx_, options_.scheduler_endpoint, "scheduler");
   if (!sock.ok()) {
     std::lock_guard lock(mu_);
     health_ = sock.status();

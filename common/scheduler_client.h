@@ -41,7 +41,7 @@ struct SchedulerClientOptions {
 
 class SchedulerClient {
  public:
-  SchedulerClient(zmq::context_t& ctx, SchedulerClientOptions options);
+  SchedulerClient(TransportContext& ctx, SchedulerClientOptions options);
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;
@@ -86,7 +86,7 @@ class SchedulerClient {
   void Enqueue(wire::Header h);
 
   SchedulerClientOptions options_;
-  zmq::context_t& ctx_;
+  TransportContext& ctx_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -41,7 +41,56 @@ void InflightCounter::WaitForZero() const {
   while (n_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
 }
 
+Frame Frame::Copy(const void* data, size_t size) {
+  Frame f;
+  f.msg_.rebuild(data, size);
+  return f;
+}
+
+std::span<const uint64_t> Message::Keys(std::vector<uint64_t>* scratch) const {
+  const size_t n = keys.size() / sizeof(uint64_t);
+  if (n == 0) return {};
+  if (reinterpret_cast<uintptr_t>(keys.data()) % alignof(uint64_t) == 0) {
+    return {static_cast<const uint64_t*>(keys.data()), n};
+  }
+  scratch->resize(n);
+  CopyKeys(scratch->data());
+  return *scratch;
+}
+
 void Message::CopyKeys(uint64_t* dst) const { std::memcpy(dst, keys.data(), keys.size()); }
+
+Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_ms) {
+  std::vector<zmq::pollitem_t> items;
+  items.reserve(sockets.size());
+  for (auto& s : sockets) items.push_back({static_cast<void*>(s.socket_), 0, ZMQ_POLLIN, 0});
+  std::vector<size_t> ready;
+  try {
+    if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms)) <= 0) return ready;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return ready;  // a signal: as a timeout, the caller loops
+    return UnavailableError(std::string("poll failed: ") + e.what());
+  }
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].revents & ZMQ_POLLIN) ready.push_back(i);
+  return ready;
+}
+
+LentBufferPool::Buffer* LentBufferPool::Acquire(size_t floats) {
+  Buffer* best = nullptr;
+  for (auto& b : buffers_) {
+    if (b->inflight->count() != 0) continue;
+    if (b->values.size() >= floats) return b.get();
+    best = b.get();
+  }
+  if (!best) {
+    if (buffers_.size() >= max_buffers_) return nullptr;  // all in flight: the caller builds a fresh frame
+    buffers_.push_back(std::make_unique<Buffer>());
+    best = buffers_.back().get();
+  }
+  best->values.resize(floats);
+  return best;
+}
 
 void Message::CopyValues(float* dst, size_t first, size_t count) const {
   const size_t n = num_values();
@@ -84,7 +133,7 @@ Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port)
   return OkStatus();
 }
 
-Result<Socket> Socket::Bind(zmq::context_t& ctx, zmq::socket_type type, const std::string& bind_host,
+Result<Socket> Socket::Bind(TransportContext& ctx, zmq::socket_type type, const std::string& bind_host,
                             uint16_t port) {
   try {
     zmq::socket_t s(ctx, type);
@@ -108,7 +157,7 @@ Result<Socket> Socket::Bind(zmq::context_t& ctx, zmq::socket_type type, const st
   }
 }
 
-Result<Socket> Socket::Connect(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint,
+Result<Socket> Socket::Connect(TransportContext& ctx, zmq::socket_type type, const std::string& endpoint,
                                const std::string& peer_name) {
   try {
     zmq::socket_t s(ctx, type);
@@ -162,7 +211,7 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
     }
     if (with_keys) socket_.send(frame(payload.keys.data(), payload.keys.size_bytes()), more(with_values));
     if (with_values) {
-      if (payload.values_frame) socket_.send(*payload.values_frame, zmq::send_flags::none);
+      if (payload.values_frame) socket_.send(payload.values_frame->msg_, zmq::send_flags::none);
       else socket_.send(frame(payload.values.data(), payload.values.size_bytes()), zmq::send_flags::none);
     }
   } catch (const zmq::error_t& e) {
@@ -242,7 +291,7 @@ Result<Message> Socket::Recv(int timeout_ms) {
                 std::to_string(parts.size() - next) + " came");
   }
   if (m.header.num_keys() > 0) {
-    m.keys = std::move(parts[next++]);
+    m.keys.msg_ = std::move(parts[next++]);
     // Divided, not multiplied: a huge num_keys must not wrap around to the frame's size.
     if (m.keys.size() % sizeof(uint64_t) != 0 || m.keys.size() / sizeof(uint64_t) != m.header.num_keys()) {
       return fail("keys frame has " + std::to_string(m.keys.size()) + " bytes, header says " +
@@ -254,7 +303,7 @@ Result<Message> Socket::Recv(int timeout_ms) {
   auto want = ExpectedValueCount(m.header);
   if (!want.ok()) return fail(want.status().message());
   if (m.header.has_values()) {
-    m.values = std::move(parts[next++]);
+    m.values.msg_ = std::move(parts[next++]);
     // A compressed payload is checked by its codec's decoder; it is never larger than raw floats
     // plus a small header.
     if (!m.header.codec().empty()) {

@@ -31,6 +31,39 @@
 
 namespace gradsync {
 
+// The ZeroMQ context every socket of a process is made on (its I/O threads; --auth-dir's CURVE
+// settings through common/security.h). One per process, declared before and so destroyed after
+// its sockets. Outside common/ nothing touches ZeroMQ itself: code holds a TransportContext and
+// Sockets; tests that speak raw ZeroMQ to a shard get the context through the conversion.
+class TransportContext {
+ public:
+  explicit TransportContext(int io_threads = 1) : ctx_(io_threads) {}
+  TransportContext(const TransportContext&) = delete;
+  TransportContext& operator=(const TransportContext&) = delete;
+  operator zmq::context_t&() { return ctx_; }
+
+ private:
+  zmq::context_t ctx_;
+};
+
+// One frame of a message: received bytes read in place, or bytes built to be sent. It moves
+// without copying its bytes (ZeroMQ keeps a frame of up to 64 bytes inside the object itself,
+// so those move with it: pointers into a small frame do not survive a move).
+class Frame {
+ public:
+  Frame() = default;
+  explicit Frame(size_t size) : msg_(size) {}
+  static Frame Copy(const void* data, size_t size);
+  void* data() { return msg_.data(); }
+  const void* data() const { return msg_.data(); }
+  size_t size() const { return msg_.size(); }
+  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(msg_.data()), msg_.size()}; }
+
+ private:
+  friend class Socket;
+  zmq::message_t msg_;
+};
+
 // Counts frames lent to ZeroMQ that it has not released yet.
 class InflightCounter {
  public:
@@ -52,17 +85,20 @@ struct Payload {
   std::shared_ptr<InflightCounter> lent;
   // Alternatively a values frame already built (e.g. filled in place by the sender); it is
   // moved into the message and `values` is ignored.
-  zmq::message_t* values_frame = nullptr;
+  Frame* values_frame = nullptr;
 };
 
 struct Message {
   wire::Header header;
-  zmq::message_t keys;
-  zmq::message_t values;
+  Frame keys;
+  Frame values;
   std::string peer;  // ROUTER sockets: the sender's identity
   Status malformed;  // OK for a valid message
 
   size_t num_values() const { return values.size() / sizeof(float); }
+  // The keys, read in place where the frame is 8-byte aligned, else copied into *scratch (the
+  // one place keys leave a frame). Valid while the message and *scratch are.
+  std::span<const uint64_t> Keys(std::vector<uint64_t>* scratch) const;
   // Copies the keys / values out (frames need not be aligned).
   void CopyKeys(uint64_t* dst) const;
   void CopyValues(float* dst, size_t first = 0, size_t count = SIZE_MAX) const;
@@ -80,17 +116,24 @@ class Socket {
  public:
   // Binds `type` on tcp://bind_host:port (port 0 = ephemeral) or an inproc:// endpoint given as
   // bind_host with port 0; port() is the real port.
-  static Result<Socket> Bind(zmq::context_t& ctx, zmq::socket_type type, const std::string& bind_host,
+  static Result<Socket> Bind(TransportContext& ctx, zmq::socket_type type, const std::string& bind_host,
                              uint16_t port);
   // Connects to "tcp://host:port" (or inproc://...). `peer_name` labels the traffic counters.
-  static Result<Socket> Connect(zmq::context_t& ctx, zmq::socket_type type,
-                                const std::string& endpoint, const std::string& peer_name);
+  static Result<Socket> Connect(TransportContext& ctx, zmq::socket_type type, const std::string& endpoint,
+                                const std::string& peer_name);
+  // The two kinds gradsync uses: a ROUTER that serves many peers (a shard, the scheduler) and a
+  // DEALER that talks to one (a worker's link to a shard, a node's link to the scheduler).
+  static Result<Socket> BindRouter(TransportContext& ctx, const std::string& bind_host, uint16_t port) {
+    return Bind(ctx, zmq::socket_type::router, bind_host, port);
+  }
+  static Result<Socket> ConnectDealer(TransportContext& ctx, const std::string& endpoint, const std::string& peer_name) {
+    return Connect(ctx, zmq::socket_type::dealer, endpoint, peer_name);
+  }
 
   Socket(Socket&&) noexcept = default;
   Socket& operator=(Socket&&) noexcept = default;
 
   uint16_t port() const { return port_; }
-  zmq::socket_t& raw() { return socket_; }
 
   // Sends the header and the payload's frames. `peer` is the identity to route to on a ROUTER
   // socket (ignored otherwise). Never blocks longer than the socket's send timeout; a full queue
@@ -108,6 +151,7 @@ class Socket {
   const std::map<std::string, TrafficCounters>& traffic_by_peer() const { return by_peer_; }
 
  private:
+  friend Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_ms);
   Socket(zmq::socket_t s, zmq::socket_type type, uint16_t port, std::string peer_name)
       : socket_(std::move(s)), type_(type), port_(port), peer_name_(std::move(peer_name)) {}
   void CountReceived(const std::string& peer, uint64_t bytes, bool malformed);
@@ -118,6 +162,29 @@ class Socket {
   std::string peer_name_;
   TrafficCounters total_;
   std::map<std::string, TrafficCounters> by_peer_;
+};
+
+// Waits at most timeout_ms for any of `sockets` to have a message; the indexes of those that do
+// (empty after the timeout or a signal). kUnavailable if the poll itself fails.
+Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_ms);
+
+// Buffers lent to ZeroMQ (zero-copy sends) and reused once it has released them, so that a
+// reply costs one copy into memory that is already mapped. At most `max_buffers` exist; when
+// all are in flight, Acquire returns null and the caller sends a fresh frame instead.
+class LentBufferPool {
+ public:
+  struct Buffer {
+    std::vector<float> values;
+    std::vector<uint64_t> keys;
+    std::shared_ptr<InflightCounter> inflight = std::make_shared<InflightCounter>();
+  };
+  explicit LentBufferPool(size_t max_buffers = 16) : max_buffers_(max_buffers) {}
+  // A buffer no frame of which is in flight, with values.size() >= floats; or null.
+  Buffer* Acquire(size_t floats);
+
+ private:
+  size_t max_buffers_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
 // The number of values a header's segments and keys describe: sum of lengths + num_keys.

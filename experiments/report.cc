@@ -189,51 +189,37 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   return t.str();
 }
 
-Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir + "/plots", ec);
-  if (ec) return UnavailableError(dir + ": cannot create: " + ec.message());
-  // summary.json
-  spec::Summary summary;
-  summary.set_experiment(e.name);
-  summary.set_description(e.description);
-  summary.set_target_accuracy(e.target_accuracy);
-  for (const auto& r : runs) *summary.add_run() = r.summary;
-  std::string json;
-  google::protobuf::util::JsonPrintOptions jo;
-  jo.add_whitespace = true;
-  jo.preserve_proto_field_names = true;
-  if (auto st = google::protobuf::util::MessageToJsonString(summary, &json, jo); !st.ok()) {
-    return InternalError("summary.json: " + st.ToString());
-  }
-  std::ofstream(dir + "/summary.json") << json;
-  // summary.md
-  {
-    std::ofstream md(dir + "/summary.md");
-    md << "# " << e.name << "\n\n";
-    if (!e.description.empty()) md << e.description << "\n\n";
-    md << "Spec: `" << e.path << "`. Every number below is computed from the files the runs' processes wrote "
-       << "(`<run>/metrics.csv`, `<run>/server-*.json`, `<run>/worker-0.json`); the command lines are in "
-       << "`<run>/commands.txt`.\n\n";
-    md << SummaryTable(runs, e.target_accuracy) << "\n";
-    md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
-       << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
-       << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
-       << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
-       << "- samples/s: steps x batch x workers / wall s.\n"
-       << "- comm hidden: with --overlap, the share of communication time that ran behind computation "
-       << "(all-reduce: the buckets' all-reduce during backward; PS: pulls and pushes in flight while layers "
-       << "computed, measured at layer boundaries, a lower bound).\n"
-       << "- clock staleness (PS modes, over every answered pull on every shard): the pulling worker's clock minus "
-       << "the lowest clock whose updates the answer is guaranteed to hold; bsp 0, ssp at most s, asp unbounded.\n"
-       << "- version lag (PS modes, over every applied gradient on every shard): shard updates between the version "
-       << "a gradient was computed on and the one it was applied to; n equal-speed asp workers see about n-1.\n\n"
-       << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
-    bool any_staleness = false;
-    for (const auto& r : runs) any_staleness = any_staleness || !r.version_lag.empty() || !r.clock_staleness.empty();
-    if (any_staleness) md << "![staleness](staleness.png)\n";
-  }
-  // Plot data and the gnuplot script.
+namespace {
+
+// summary.md: the table, what each column means, and the plots.
+void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
+  std::ofstream md(dir + "/summary.md");
+  md << "# " << e.name << "\n\n";
+  if (!e.description.empty()) md << e.description << "\n\n";
+  md << "Spec: `" << e.path << "`. Every number below is computed from the files the runs' processes wrote "
+     << "(`<run>/metrics.csv`, `<run>/server-*.json`, `<run>/worker-0.json`); the command lines are in "
+     << "`<run>/commands.txt`.\n\n";
+  md << SummaryTable(runs, e.target_accuracy) << "\n";
+  md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
+     << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
+     << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
+     << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
+     << "- samples/s: steps x batch x workers / wall s.\n"
+     << "- comm hidden: with --overlap, the share of communication time that ran behind computation "
+     << "(all-reduce: the buckets' all-reduce during backward; PS: pulls and pushes in flight while layers "
+     << "computed, measured at layer boundaries, a lower bound).\n"
+     << "- clock staleness (PS modes, over every answered pull on every shard): the pulling worker's clock minus "
+     << "the lowest clock whose updates the answer is guaranteed to hold; bsp 0, ssp at most s, asp unbounded.\n"
+     << "- version lag (PS modes, over every applied gradient on every shard): shard updates between the version "
+     << "a gradient was computed on and the one it was applied to; n equal-speed asp workers see about n-1.\n\n"
+     << "![accuracy vs time](accuracy_vs_time.png)\n![accuracy vs epoch](accuracy_vs_epoch.png)\n";
+  bool any_staleness = false;
+  for (const auto& r : runs) any_staleness = any_staleness || !r.version_lag.empty() || !r.clock_staleness.empty();
+  if (any_staleness) md << "![staleness](staleness.png)\n";
+}
+
+// The PNG plots (gnuplot) and their data under dir/plots/.
+Status WritePlots(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
   std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot;
   int curves = 0, stale_curves = 0;
   // One histogram as "value fraction" lines; points only, so that empty bins draw nothing.
@@ -286,6 +272,30 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
     }
   }
   return RunCommand({"gnuplot", script}, 60).WithContext("plots need gnuplot (scripts/setup.sh installs gnuplot-nox)");
+}
+
+}  // namespace
+
+Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir + "/plots", ec);
+  if (ec) return UnavailableError(dir + ": cannot create: " + ec.message());
+  // summary.json
+  spec::Summary summary;
+  summary.set_experiment(e.name);
+  summary.set_description(e.description);
+  summary.set_target_accuracy(e.target_accuracy);
+  for (const auto& r : runs) *summary.add_run() = r.summary;
+  std::string json;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.add_whitespace = true;
+  jo.preserve_proto_field_names = true;
+  if (auto st = google::protobuf::util::MessageToJsonString(summary, &json, jo); !st.ok()) {
+    return InternalError("summary.json: " + st.ToString());
+  }
+  std::ofstream(dir + "/summary.json") << json;
+  WriteSummaryMarkdown(e, runs, dir);
+  return WritePlots(e, runs, dir);
 }
 
 }  // namespace gradsync

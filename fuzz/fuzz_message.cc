@@ -35,6 +35,7 @@
 
 #include "common/optimizer.h"
 #include "common/partitioner.h"
+#include "common/ps_protocol.h"
 #include "common/tensor.h"
 #include "common/transport.h"
 #include "compression/compressor.h"
@@ -74,7 +75,7 @@ std::vector<gradsync::TensorInfo> Layout() {
 }
 
 struct Endpoints {
-  zmq::context_t ctx{1};
+  gradsync::TransportContext ctx{1};
   std::unique_ptr<Socket> router;  // gradsync side, as a server binds it
   std::unique_ptr<Socket> pair;    // gradsync side, a non-ROUTER socket
   std::unique_ptr<zmq::socket_t> to_router;
@@ -268,15 +269,18 @@ void CheckData(Message& m) {
   if (push != h.has_values()) return;  // "a push carries values", "a pull carries no values"
   const int shard_index = static_cast<int>(h.request_id() & 1);
   const gradsync::Partitioner part(kNumParams, 2);
-  const gradsync::ShardRange range = part.range(shard_index);
+  const gradsync::Segment range = part.range(shard_index);
   const bool aggregate = (h.request_id() >> 1) & 1;
   gradsync::LrSchedule lr;
   gradsync::KvShard shard(range, Layout(), gradsync::OptimizerOptions{0.9f, false, 0.0f}, lr, kNumWorkers, aggregate);
 
-  std::vector<gradsync::SegmentRef> segs;
-  for (const auto& s : h.segments()) segs.push_back({static_cast<int64_t>(s.offset()), static_cast<int64_t>(s.length())});
-  std::vector<uint64_t> keys(m.keys.size() / sizeof(uint64_t));  // == num_keys (checked above)
-  if (!keys.empty()) m.CopyKeys(keys.data());
+  // The server's own decoding (common/ps_protocol.h) first, as Server::Handle does.
+  auto request = gradsync::DecodeRequest(h);
+  if (!request.ok()) return Note("DecodeRequest: " + request.status().ToString());
+  const std::vector<gradsync::Segment>& segs = request->segments;
+  std::vector<uint64_t> scratch;
+  const auto key_view = m.Keys(&scratch);  // == num_keys (checked above)
+  const std::vector<uint64_t> keys(key_view.begin(), key_view.end());
   size_t n = m.num_values();
   const bool compressed = !h.codec().empty();
   if (compressed && h.num_keys() > 0) return;  // "a compressed ... carries no keys"
@@ -284,17 +288,17 @@ void CheckData(Message& m) {
 
   // What server.cc assumes of validated segments (Server::UpdateMirror, the reply and decode
   // buffers sized by their sum): disjoint and inside the shard, so at most range.size() values.
-  std::vector<gradsync::SegmentRef> sorted = segs;
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::vector<gradsync::Segment> sorted = segs;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
   int64_t end = range.begin;
   for (const auto& s : sorted) {
-    if (s.length == 0 && s.offset >= range.begin && s.offset <= range.end) continue;  // empty: overlaps nothing
-    if (s.length < 0 || s.offset < end || s.offset > range.end || s.length > range.end - s.offset) {
-      Fail("KvShard::Validate accepted segments that overlap or leave the shard (offset " + std::to_string(s.offset) +
-           ", length " + std::to_string(s.length) + ", shard [" + std::to_string(range.begin) + ", " +
+    if (s.size() == 0 && s.begin >= range.begin && s.begin <= range.end) continue;  // empty: overlaps nothing
+    if (s.end < s.begin || s.begin < end || s.end > range.end) {
+      Fail("KvShard::Validate accepted segments that overlap or leave the shard ([" + std::to_string(s.begin) +
+           ", " + std::to_string(s.end) + "), shard [" + std::to_string(range.begin) + ", " +
            std::to_string(range.end) + "))");
     }
-    end = s.offset + s.length;
+    end = s.end;
   }
 
   gradsync::ConsistencyController controller(
@@ -306,7 +310,7 @@ void CheckData(Message& m) {
       auto codec = gradsync::CreateCompressor(h.codec(), kCodecSeed);
       if (!codec.ok() || !*codec) return;
       n = 0;
-      for (const auto& s : segs) n += static_cast<size_t>(s.length);
+      for (const auto& s : segs) n += static_cast<size_t>(s.size());
       decoded.resize(n);
       if (auto d = (*codec)->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), n,
                                     static_cast<uint64_t>(h.clock()), decoded);
@@ -333,7 +337,7 @@ void CheckData(Message& m) {
   } else {
     if (auto c = controller.ValidatePull(h.sender_rank(), h.clock()); !c.ok()) return Note("ValidatePull: " + c.ToString());
     uint64_t total = keys.size();
-    for (const auto& s : segs) total += static_cast<uint64_t>(s.length);
+    for (const auto& s : segs) total += static_cast<uint64_t>(s.size());
     std::vector<float> out(total);
     shard.Read(segs, keys, out.data());
     Note("pull read " + std::to_string(total) + " values");

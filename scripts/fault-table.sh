@@ -8,7 +8,8 @@
 #   server-kill    kill -9 server 1 after 4 s and start it again 1 s later (same rank and dir)
 # Prints one Markdown row per run: fault, mode, detected after (s, the scheduler's "declared
 # dead" line minus the moment of the fault), run completed (the scheduler's exit status), final
-# test accuracy, updates lost (the restarted server's count). Logs stay in OUT (default
+# test accuracy and updates lost (from worker 0's and server 1's summaries, worker-0.json and
+# server-1.json: the restarted server's count). Logs and summaries stay in OUT (default
 # results/faults). About 3 minutes; every process it starts is gone when it returns.
 #   scripts/fault-table.sh [OUT]
 set -uo pipefail
@@ -30,11 +31,11 @@ run() {  # MODE FAULT
   local port
   port=$(cat "$d/port")
   local server=("$B/gradsync-server" --role=server --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port"
-                --checkpoint-dir="$d/ckpt" --checkpoint-interval=0.5 --heartbeat-timeout=3)
+                --checkpoint-dir="$d/ckpt" --checkpoint-interval=0.5 --heartbeat-timeout=3 --out="$d")
   local -a spid wpid
   for r in 0 1; do "${server[@]}" --rank=$r > "$d/server-$r.log" 2>&1 & spid[$r]=$!; done
   local worker=("$B/gradsync-worker" --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port" --epochs=4 --batch=32
-                --heartbeat-timeout=3 --recovery-timeout=30)
+                --heartbeat-timeout=3 --recovery-timeout=30 --out="$d")
   for r in 0 1 2; do "${worker[@]}" --rank=$r > "$d/worker-$r.log" 2>&1 & wpid[$r]=$!; done
   sleep 4
   local t0
@@ -50,8 +51,10 @@ run() {  # MODE FAULT
   local rc=$?
   wait
   local acc lost det=-
-  acc=$(sed -n 's/^final test_acc \([0-9.]*\)%.*/\1/p' "$d/worker-0.log")
-  lost=$(sed -n 's/.*, \([0-9]*\) updates lost.*/\1/p' "$d/server-1-restarted.log" 2>/dev/null)
+  # From the processes' summaries (worker-0.json, server-1.json: the restarted shard's, which
+  # replaced the killed one's file).
+  acc=$(python3 -c "import json; print('%.2f' % (100 * json.load(open('$d/worker-0.json'))['final_test_accuracy']))" 2>/dev/null)
+  lost=$(python3 -c "import json; print(int(json.load(open('$d/server-1.json'))['lost_updates']))" 2>/dev/null)
   if [[ $fault != none ]]; then
     local line
     line=$(grep -h "declared dead" "$d/scheduler.log" | head -1 | awk '{print $2}')

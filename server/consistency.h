@@ -42,6 +42,9 @@ class ConsistencyController {
   Status CheckPush(int worker, int64_t clock) const;
   // Records worker w's push with `clock`; errors leave the state unchanged.
   Status OnPush(int worker, int64_t clock);
+  // Counts a push that CheckPush has accepted (a push in parts: checked part by part, counted
+  // once with its last part).
+  void CountPush(int worker) { ++pushed_[worker]; }
   // Checks a pull's clock without waiting.
   Status ValidatePull(int worker, int64_t clock) const;
   // Whether a (valid) pull with `clock` may be answered now.

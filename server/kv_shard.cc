@@ -12,7 +12,7 @@ OptimizerOptions PerPushOptions(OptimizerOptions o, int num_workers, bool aggreg
 }
 }  // namespace
 
-KvShard::KvShard(ShardRange range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
+KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
                  const LrSchedule& lr, int num_workers, bool aggregate)
     : range_(range),
       layout_(std::move(layout)),
@@ -33,25 +33,24 @@ KvShard::KvShard(ShardRange range, std::vector<TensorInfo> layout, const Optimiz
   }
 }
 
-Status KvShard::Validate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys,
+Status KvShard::Validate(std::span<const Segment> segments, std::span<const uint64_t> keys,
                          const size_t* num_values) const {
   uint64_t total = keys.size();
   int64_t previous_end = range_.begin;
   for (const auto& s : segments) {
-    // Compared without s.offset + s.length, which could overflow for a hostile offset.
-    if (s.length < 0 || s.offset < range_.begin || s.offset > range_.end || s.length > range_.end - s.offset) {
-      return InvalidArgumentError("segment [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) +
+    if (s.end < s.begin || s.begin < range_.begin || s.end > range_.end) {
+      return InvalidArgumentError("segment [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
                                   ") is outside this shard's range [" + std::to_string(range_.begin) + ", " +
                                   std::to_string(range_.end) + ")");
     }
     // Sorted and disjoint (as every sender cuts them): so a request addresses at most the
     // shard's range, and a small header cannot ask for a reply many times the shard's size.
-    if (s.offset < previous_end) {
-      return InvalidArgumentError("segment [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) +
+    if (s.begin < previous_end) {
+      return InvalidArgumentError("segment [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
                                   ") overlaps or precedes the one before it (segments must be sorted and disjoint)");
     }
-    previous_end = s.offset + s.length;
-    total += static_cast<uint64_t>(s.length);
+    previous_end = s.end;
+    total += static_cast<uint64_t>(s.size());
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t k = keys[i];
@@ -61,7 +60,7 @@ Status KvShard::Validate(std::span<const SegmentRef> segments, std::span<const u
     if (i > 0 && k <= keys[i - 1]) return InvalidArgumentError("keys are not sorted and unique");
     const int64_t local = static_cast<int64_t>(k) - range_.begin;
     bool sparse = std::any_of(sparse_runs_.begin(), sparse_runs_.end(),
-                              [&](const ShardRange& r) { return local >= r.begin && local < r.end; });
+                              [&](const Segment& r) { return local >= r.begin && local < r.end; });
     if (!sparse) return InvalidArgumentError("key " + std::to_string(k) + " is not in a sparse tensor");
   }
   if (num_values && *num_values != total) {
@@ -76,23 +75,23 @@ void KvShard::SetValues(std::span<const float> values) {
   std::copy(values.begin(), values.end(), params_.begin());
 }
 
-void KvShard::Read(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, float* out) const {
+void KvShard::Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const {
   for (const auto& s : segments) {
-    const float* src = params_.data() + (s.offset - range_.begin);
-    out = std::copy(src, src + s.length, out);
+    const float* src = params_.data() + (s.begin - range_.begin);
+    out = std::copy(src, src + s.size(), out);
   }
   for (uint64_t k : keys) *out++ = params_[k - static_cast<uint64_t>(range_.begin)];
 }
 
-void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values,
+void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
                     float lr_scale, bool counts) {
   const float lr = Lr() * lr_scale;
   for (const auto& s : segments) {
-    const int64_t local = s.offset - range_.begin;
-    std::span<float> w(params_.data() + local, static_cast<size_t>(s.length));
-    std::span<const float> g(values, static_cast<size_t>(s.length));
+    const int64_t local = s.begin - range_.begin;
+    std::span<float> w(params_.data() + local, static_cast<size_t>(s.size()));
+    std::span<const float> g(values, static_cast<size_t>(s.size()));
     optimizer_.Step(w, g, lr, local, inv_workers_);
-    values += s.length;
+    values += s.size();
   }
   if (!keys.empty()) {
     std::vector<uint64_t> local_keys(keys.size());
@@ -109,11 +108,11 @@ void KvShard::Apply(std::span<const SegmentRef> segments, std::span<const uint64
   step_ = gradients_ / num_workers_;
 }
 
-void KvShard::Accumulate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values) {
+void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values) {
   for (const auto& s : segments) {
-    float* a = accum_.data() + (s.offset - range_.begin);
-    for (int64_t i = 0; i < s.length; ++i) a[i] += values[i];
-    values += s.length;
+    float* a = accum_.data() + (s.begin - range_.begin);
+    for (int64_t i = 0; i < s.size(); ++i) a[i] += values[i];
+    values += s.size();
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t local = keys[i] - static_cast<uint64_t>(range_.begin);

@@ -21,31 +21,26 @@
 
 namespace gradsync {
 
-struct SegmentRef {
-  int64_t offset = 0;
-  int64_t length = 0;
-};
-
 class KvShard {
  public:
-  KvShard(ShardRange range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
+  KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
           const LrSchedule& lr, int num_workers, bool aggregate);
 
-  const ShardRange& range() const { return range_; }
+  const Segment& range() const { return range_; }
   // Checks that segments lie in the range and keys are sorted, unique, in range and sparse;
   // `values` (if not null) must hold exactly segment lengths + keys values.
-  Status Validate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys,
+  Status Validate(std::span<const Segment> segments, std::span<const uint64_t> keys,
                   const size_t* num_values) const;
 
   // Sets the initial parameters (the whole range, from worker 0).
   void SetValues(std::span<const float> values);
-  void Read(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, float* out) const;
+  void Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const;
   // Applies one worker's gradient now (ssp/asp), at the schedule's rate times lr_scale
   // (the staleness-aware rate passes 1 / staleness). A gradient that came in parts is applied
   // part by part with counts = false but for the last: it counts once (version, step).
-  void Apply(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values,
+  void Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
              float lr_scale = 1.0f, bool counts = true);
-  void Accumulate(std::span<const SegmentRef> segments, std::span<const uint64_t> keys, const float* values);
+  void Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values);
   void ApplyAccumulated(int count);
 
   int64_t version() const { return version_; }
@@ -62,10 +57,10 @@ class KvShard {
  private:
   float Lr() const { return lr_.At(step_); }
 
-  ShardRange range_;
+  Segment range_;
   std::vector<TensorInfo> layout_;
-  std::vector<ShardRange> dense_runs_;   // local offsets (relative to range_.begin)
-  std::vector<ShardRange> sparse_runs_;  // local offsets
+  std::vector<Segment> dense_runs_;   // local offsets (relative to range_.begin)
+  std::vector<Segment> sparse_runs_;  // local offsets
   std::vector<float> params_;
   Optimizer optimizer_;
   LrSchedule lr_;

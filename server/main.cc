@@ -49,91 +49,45 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   }
 }
 
-int Main(int argc, char** argv) {
-  FlagParser flags("gradsync-server",
-                   "The scheduler of a gradsync job (--role=scheduler) or one parameter-server shard "
-                   "(--role=server).");
-  flags.options().add_options()
-      ("role", po::value<std::string>(), "scheduler|server (required)")
-      ("mode", po::value<std::string>(), "bsp|ssp|asp (server: required; scheduler: optional, then nodes must match)")
-      ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0")
-      ("scheduler", po::value<std::string>(), "server: the scheduler's HOST:PORT")
-      ("port", po::value<int>()->default_value(0), "port to bind (0: ephemeral; the real one is advertised)")
-      ("bind", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
-      ("host", po::value<std::string>()->default_value("127.0.0.1"), "server: address advertised to workers")
-      ("rank", po::value<int>()->default_value(-1), "server: requested rank (default: SLURM_PROCID, else assigned)")
-      ("num-servers", po::value<int>(), "scheduler: servers in the job")
-      ("num-workers", po::value<int>(), "scheduler: workers in the job")
-      ("port-file", po::value<std::string>(), "scheduler: write the bound port to this file")
-      ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
-      ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
-      ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
-      ("out", po::value<std::string>(), "server: write its summary, server-<rank>.json (counts, bytes, version-lag and clock-staleness histograms), into DIR")
-      ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
-      ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
-      ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
-      ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update");
-  auto vm = flags.ParseOrExit(argc, argv);
-  TuneAllocatorForLargeMessages();
-  if (!vm.count("role")) flags.Fail("--role is required (scheduler|server)");
-  const std::string role = vm["role"].as<std::string>();
-  const int port = vm["port"].as<int>();
-  if (port < 0 || port > 65535) flags.Fail("--port must be in [0, 65535]");
-  const double hb_interval = vm["heartbeat-interval"].as<double>();
-  const double hb_timeout = vm["heartbeat-timeout"].as<double>();
-  if (!(hb_interval > 0) || !(hb_timeout > hb_interval)) {
-    flags.Fail("--heartbeat-interval must be > 0 and below --heartbeat-timeout");
+// --role=scheduler: the job's control plane, until every worker finished or died.
+int RunScheduler(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, const std::string& mode,
+                 int staleness, int port, double hb_timeout) {
+  for (const char* f : {"scheduler", "rank", "out", "host", "checkpoint-dir", "checkpoint-every", "checkpoint-interval"})
+    if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=scheduler");
+  if (!vm.count("num-servers") || !vm.count("num-workers")) flags.Fail("the scheduler needs --num-servers and --num-workers");
+  SchedulerOptions o;
+  o.bind_host = vm["bind"].as<std::string>();
+  o.port = static_cast<uint16_t>(port);
+  o.num_servers = vm["num-servers"].as<int>();
+  o.num_workers = vm["num-workers"].as<int>();
+  if (o.num_servers < 0 || o.num_workers < 1) flags.Fail("--num-servers must be >= 0 and --num-workers >= 1");
+  o.mode = mode;
+  if (FlagGiven(vm, "staleness")) o.staleness = staleness;
+  o.heartbeat_timeout_s = hb_timeout;
+  o.register_timeout_s = vm["register-timeout"].as<double>();
+  auto sched = Scheduler::Create(ctx, o);
+  if (!sched.ok()) {
+    std::cerr << "gradsync-server: error: " << sched.status().message() << std::endl;
+    return 1;
   }
-  const int staleness = vm["staleness"].as<int>();
-  if (staleness < 0) flags.Fail("--staleness must be >= 0");
-  std::string mode = vm.count("mode") ? vm["mode"].as<std::string>() : "";
-  if (!mode.empty() && !IsPsMode(mode) && !(role == "scheduler" && mode == "allreduce")) {
-    flags.Fail("--mode must be bsp, ssp or asp, not '" + mode + "'");
+  std::printf("scheduler listening on %s:%u\n", o.bind_host.c_str(), (*sched)->port());
+  std::fflush(stdout);
+  if (vm.count("port-file")) {
+    const std::string path = vm["port-file"].as<std::string>();
+    std::ofstream(path + ".tmp") << (*sched)->port() << "\n";
+    std::rename((path + ".tmp").c_str(), path.c_str());
   }
-  if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
-  zmq::context_t ctx(1);
-  // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
-  std::unique_ptr<CurveAuthenticator> auth;
-  if (vm.count("auth-dir")) {
-    auto a = EnableCurveFromDir(ctx, vm["auth-dir"].as<std::string>());
-    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
-    auth = std::move(a).value();
+  Status s = (*sched)->Run();
+  if (!s.ok()) {
+    std::cerr << "gradsync-server: error: " << s.message() << std::endl;
+    return 1;
   }
+  return 0;
+}
 
-  if (role == "scheduler") {
-    for (const char* f : {"scheduler", "rank", "out", "host", "checkpoint-dir", "checkpoint-every", "checkpoint-interval"})
-      if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=scheduler");
-    if (!vm.count("num-servers") || !vm.count("num-workers")) flags.Fail("the scheduler needs --num-servers and --num-workers");
-    SchedulerOptions o;
-    o.bind_host = vm["bind"].as<std::string>();
-    o.port = static_cast<uint16_t>(port);
-    o.num_servers = vm["num-servers"].as<int>();
-    o.num_workers = vm["num-workers"].as<int>();
-    if (o.num_servers < 0 || o.num_workers < 1) flags.Fail("--num-servers must be >= 0 and --num-workers >= 1");
-    o.mode = mode;
-    if (FlagGiven(vm, "staleness")) o.staleness = staleness;
-    o.heartbeat_timeout_s = hb_timeout;
-    o.register_timeout_s = vm["register-timeout"].as<double>();
-    auto sched = Scheduler::Create(ctx, o);
-    if (!sched.ok()) {
-      std::cerr << "gradsync-server: error: " << sched.status().message() << std::endl;
-      return 1;
-    }
-    std::printf("scheduler listening on %s:%u\n", o.bind_host.c_str(), (*sched)->port());
-    std::fflush(stdout);
-    if (vm.count("port-file")) {
-      const std::string path = vm["port-file"].as<std::string>();
-      std::ofstream(path + ".tmp") << (*sched)->port() << "\n";
-      std::rename((path + ".tmp").c_str(), path.c_str());
-    }
-    Status s = (*sched)->Run();
-    if (!s.ok()) {
-      std::cerr << "gradsync-server: error: " << s.message() << std::endl;
-      return 1;
-    }
-    return 0;
-  }
-  if (role != "server") flags.Fail("--role must be scheduler or server, not '" + role + "'");
+// --role=server: one shard, until the scheduler shuts the job down.
+int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, const std::string& mode,
+             int staleness, int port, double hb_interval, double hb_timeout) {
   for (const char* f : {"num-servers", "num-workers", "port-file"})
     if (vm.count(f)) flags.Fail(std::string("--") + f + " does not apply to --role=server");
   if (mode.empty()) flags.Fail("--mode is required for a server (bsp|ssp|asp)");
@@ -203,6 +157,62 @@ int Main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int Main(int argc, char** argv) {
+  FlagParser flags("gradsync-server",
+                   "The scheduler of a gradsync job (--role=scheduler) or one parameter-server shard "
+                   "(--role=server).");
+  flags.options().add_options()
+      ("role", po::value<std::string>(), "scheduler|server (required)")
+      ("mode", po::value<std::string>(), "bsp|ssp|asp (server: required; scheduler: optional, then nodes must match)")
+      ("staleness", po::value<int>()->default_value(0), "ssp staleness bound s >= 0")
+      ("scheduler", po::value<std::string>(), "server: the scheduler's HOST:PORT")
+      ("port", po::value<int>()->default_value(0), "port to bind (0: ephemeral; the real one is advertised)")
+      ("bind", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
+      ("host", po::value<std::string>()->default_value("127.0.0.1"), "server: address advertised to workers")
+      ("rank", po::value<int>()->default_value(-1), "server: requested rank (default: SLURM_PROCID, else assigned)")
+      ("num-servers", po::value<int>(), "scheduler: servers in the job")
+      ("num-workers", po::value<int>(), "scheduler: workers in the job")
+      ("port-file", po::value<std::string>(), "scheduler: write the bound port to this file")
+      ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
+      ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
+      ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")
+      ("out", po::value<std::string>(), "server: write its summary, server-<rank>.json (counts, bytes, version-lag and clock-staleness histograms), into DIR")
+      ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
+      ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
+      ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
+      ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update");
+  auto vm = flags.ParseOrExit(argc, argv);
+  TuneAllocatorForLargeMessages();
+  if (!vm.count("role")) flags.Fail("--role is required (scheduler|server)");
+  const std::string role = vm["role"].as<std::string>();
+  const int port = vm["port"].as<int>();
+  if (port < 0 || port > 65535) flags.Fail("--port must be in [0, 65535]");
+  const double hb_interval = vm["heartbeat-interval"].as<double>();
+  const double hb_timeout = vm["heartbeat-timeout"].as<double>();
+  if (!(hb_interval > 0) || !(hb_timeout > hb_interval)) {
+    flags.Fail("--heartbeat-interval must be > 0 and below --heartbeat-timeout");
+  }
+  const int staleness = vm["staleness"].as<int>();
+  if (staleness < 0) flags.Fail("--staleness must be >= 0");
+  std::string mode = vm.count("mode") ? vm["mode"].as<std::string>() : "";
+  if (!mode.empty() && !IsPsMode(mode) && !(role == "scheduler" && mode == "allreduce")) {
+    flags.Fail("--mode must be bsp, ssp or asp, not '" + mode + "'");
+  }
+  if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
+  TransportContext ctx(1);
+  // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
+  std::unique_ptr<CurveAuthenticator> auth;
+  if (vm.count("auth-dir")) {
+    auto a = EnableCurveFromDir(ctx, vm["auth-dir"].as<std::string>());
+    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
+    auth = std::move(a).value();
+  }
+
+  if (role == "scheduler") return RunScheduler(flags, vm, ctx, mode, staleness, port, hb_timeout);
+  if (role != "server") flags.Fail("--role must be scheduler or server, not '" + role + "'");
+  return RunShard(flags, vm, ctx, mode, staleness, port, hb_interval, hb_timeout);
 }
 
 }  // namespace

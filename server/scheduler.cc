@@ -15,11 +15,11 @@ double NowSeconds() {
 }
 }  // namespace
 
-Result<std::unique_ptr<Scheduler>> Scheduler::Create(zmq::context_t& ctx, const SchedulerOptions& options) {
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(TransportContext& ctx, const SchedulerOptions& options) {
   if (options.num_servers < 0 || options.num_workers < 1) {
     return InvalidArgumentError("a job needs >= 1 worker and >= 0 servers");
   }
-  ASSIGN_OR_RETURN(Socket s, Socket::Bind(ctx, zmq::socket_type::router, options.bind_host, options.port));
+  ASSIGN_OR_RETURN(Socket s, Socket::BindRouter(ctx, options.bind_host, options.port));
   auto sched = std::unique_ptr<Scheduler>(new Scheduler(options, std::move(s)));
   sched->mode_ = options.mode;
   sched->staleness_ = options.staleness;

@@ -44,7 +44,7 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  static Result<std::unique_ptr<Scheduler>> Create(zmq::context_t& ctx, const SchedulerOptions& options);
+  static Result<std::unique_ptr<Scheduler>> Create(TransportContext& ctx, const SchedulerOptions& options);
 
   uint16_t port() const { return socket_.port(); }
 

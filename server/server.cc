@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/atomic_file.h"
 #include "common/cluster.h"
 #include "common/logging.h"
 
@@ -15,8 +14,8 @@ double NowMs() {
 }
 }  // namespace
 
-Result<std::unique_ptr<Server>> Server::Create(zmq::context_t& ctx, const ServerOptions& options) {
-  ASSIGN_OR_RETURN(Socket s, Socket::Bind(ctx, zmq::socket_type::router, options.bind_host, options.port));
+Result<std::unique_ptr<Server>> Server::Create(TransportContext& ctx, const ServerOptions& options) {
+  ASSIGN_OR_RETURN(Socket s, Socket::BindRouter(ctx, options.bind_host, options.port));
   return std::unique_ptr<Server>(new Server(ctx, options, std::move(s)));
 }
 
@@ -25,55 +24,37 @@ std::vector<float> Server::params() const {
   return std::vector<float>(shard_->params().begin(), shard_->params().end());
 }
 
-wire::Header Server::ReplyHeader(wire::Type type, const wire::Header& request) const {
-  wire::Header h;
-  h.set_type(type);
-  h.set_sender_role(wire::SERVER);
-  h.set_sender_rank(rank_);
-  h.set_request_id(request.request_id());
-  h.set_clock(request.clock());
-  return h;
-}
-
-std::vector<SegmentRef> Server::Segments(const Message& m) const {
-  std::vector<SegmentRef> out;
-  out.reserve(static_cast<size_t>(m.header.segments_size()));
-  for (const auto& s : m.header.segments()) {
-    out.push_back({static_cast<int64_t>(s.offset()), static_cast<int64_t>(s.length())});
-  }
-  return out;
-}
-
 void Server::ReplyError(const Message& m, const Status& s) {
   stats_.rejected++;
   GRADSYNC_LOG(DEBUG) << "server " << rank_ << ": rejected a message: " << s;
   if (m.peer.empty()) return;
-  wire::Header h = ReplyHeader(wire::ERROR, m.header);
-  h.set_error_code(static_cast<int>(s.code()));
-  h.set_error_message("server " + std::to_string(rank_) + ": " + s.message());
-  (void)socket_.Send(m.peer, h);
+  PsReply r;
+  r.type = wire::ERROR;
+  r.server = rank_;
+  r.request_id = m.header.request_id();
+  r.clock = m.header.clock();
+  r.error = Status(s.code(), "server " + std::to_string(rank_) + ": " + s.message());
+  (void)socket_.Send(m.peer, EncodeReply(r));
 }
 
-Status Server::CheckSender(const Message& m) {
-  const auto& h = m.header;
-  if (h.sender_role() != wire::WORKER) return InvalidArgumentError("sender is not a worker");
-  const int w = h.sender_rank();
+Status Server::CheckSender(const PsRequest& r, const std::string& peer) {
+  const int w = r.worker;
   if (w < 0 || w >= table_.workers_size()) {
     return InvalidArgumentError("unregistered sender: worker " + std::to_string(w) + " is not in the job");
   }
-  if (h.type() == wire::JOIN && !controller_->IsLive(w)) {
+  if (r.type == wire::JOIN && !controller_->IsLive(w)) {
     // A restarted worker: only once the scheduler has announced it (then its new connection
     // takes the rank over); before that it may simply be early, so it retries.
     if (!may_join_.count(w)) {
       return UnavailableError("worker " + std::to_string(w) + " has not been announced as rejoined yet; retry");
     }
-    identity_of_worker_[w] = m.peer;
+    identity_of_worker_[w] = peer;
     return OkStatus();
   }
   auto it = identity_of_worker_.find(w);
   if (it == identity_of_worker_.end()) {
-    identity_of_worker_[w] = m.peer;  // first contact binds the connection to the rank
-  } else if (it->second != m.peer) {
+    identity_of_worker_[w] = peer;  // first contact binds the connection to the rank
+  } else if (it->second != peer) {
     return InvalidArgumentError("unregistered sender: another connection already speaks for worker " +
                                 std::to_string(w));
   }
@@ -81,17 +62,17 @@ Status Server::CheckSender(const Message& m) {
   return OkStatus();
 }
 
-Status Server::HandleJoin(const Message& m) {
+Status Server::HandleJoin(const PsRequest& r, const Message& m) {
   if (!shard_) return UnavailableError("not initialized yet; retry");
-  const int w = m.header.sender_rank();
-  const int64_t clock = m.header.clock();
+  const int w = r.worker;
+  const int64_t clock = r.clock;
   if (clock < -1) return InvalidArgumentError("JOIN with clock " + std::to_string(clock));
   if (!controller_->IsLive(w)) {
     // A rejoining worker: live from now on, at the clock where it holds no one back.
     const int64_t start = controller_->Suggest(w);
     controller_->SetWorker(w, start);
     may_join_.erase(w);
-    mirrors_.erase(w);  // its first pull is raw
+    if (pull_encoder_) pull_encoder_->Forget(w);  // its first pull is raw
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " rejoins at clock " << start << " ("
                           << controller_->live_workers() << " live workers)";
   }
@@ -111,15 +92,15 @@ Status Server::HandleJoin(const Message& m) {
     }
     if (clock > at) {
       round_.erase(w);  // a held push of a round this worker now skips
-      partial_.erase(w);
+      assembler_.Forget(w);
       controller_->SetWorker(w, clock);
     }
     while (controller_->RoundComplete()) ApplyRound();
     AnswerParked();
   }
-  wire::Header reply = ReplyHeader(wire::JOIN_REPLY, m.header);
-  reply.set_clock(controller_->pushed(w));
-  return socket_.Send(m.peer, reply);
+  PsReply reply = ReplyTo(r, wire::JOIN_REPLY, rank_);
+  reply.clock = controller_->pushed(w);
+  return socket_.Send(m.peer, EncodeReply(reply));
 }
 
 Status Server::BuildShard(const wire::JobConfig& job) {
@@ -149,7 +130,7 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   if (lr.warmup_steps < 0 || !(lr.warmup_start >= 0)) return InvalidArgumentError("INIT: bad learning-rate warm-up");
   if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
   Partitioner part(static_cast<int64_t>(job.num_params()), table_.servers_size());
-  const ShardRange range = part.range(rank_);
+  const Segment range = part.range(rank_);
   std::unique_ptr<Compressor> codec, pull_codec;
   if (!job.compression().empty()) {
     ASSIGN_OR_RETURN(codec, CreateCompressor(job.compression(), job.compression_seed()));
@@ -160,7 +141,7 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   }
   codec_ = std::move(codec);
   codec_spec_ = codec_ ? job.compression() : "";
-  pull_codec_ = std::move(pull_codec);
+  pull_encoder_ = pull_codec ? std::make_unique<PullDeltaEncoder>(std::move(pull_codec), range) : nullptr;
   staleness_aware_lr_ = job.staleness_aware_lr();
   shard_ = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
   job_ = job;
@@ -170,16 +151,15 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   return OkStatus();
 }
 
-Status Server::HandleInit(const Message& m) {
-  if (m.header.sender_rank() != 0) return InvalidArgumentError("only worker 0 initializes the shards");
+Status Server::HandleInit(const PsRequest& r, const Message& m) {
+  if (r.worker != 0) return InvalidArgumentError("only worker 0 initializes the shards");
   if (shard_) return FailedPreconditionError("already initialized");
-  if (!m.header.codec().empty()) return InvalidArgumentError("INIT carries raw initial values, not a codec payload");
+  if (!r.codec.empty()) return InvalidArgumentError("INIT carries raw initial values, not a codec payload");
   if (!m.header.has_values()) return InvalidArgumentError("INIT carries the shard's initial values");
-  const auto& job = m.header.job();
+  const auto& job = r.job;
   if (job.num_params() > 0 && job.num_params() <= (uint64_t{1} << 34)) {
-    const ShardRange range = Partitioner(static_cast<int64_t>(job.num_params()), table_.servers_size()).range(rank_);
-    auto segs = Segments(m);
-    if (segs.size() != 1 || segs[0].offset != range.begin || segs[0].length != range.size() || m.header.num_keys()) {
+    const Segment range = Partitioner(static_cast<int64_t>(job.num_params()), table_.servers_size()).range(rank_);
+    if (r.segments.size() != 1 || r.segments[0] != range || m.header.num_keys()) {
       return InvalidArgumentError("INIT must carry exactly this shard's range [" + std::to_string(range.begin) +
                                   ", " + std::to_string(range.end) + ")");
     }
@@ -188,152 +168,74 @@ Status Server::HandleInit(const Message& m) {
   std::vector<float> values(static_cast<size_t>(shard_->range().size()));
   m.CopyValues(values.data());
   shard_->SetValues(values);
-  return socket_.Send(m.peer, ReplyHeader(wire::INIT_REPLY, m.header));
+  return socket_.Send(m.peer, EncodeReply(ReplyTo(r, wire::INIT_REPLY, rank_)));
 }
 
-Server::PushChunk Server::TakeChunk(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n) {
-  PushChunk c;
-  c.segments = std::move(segs);
-  c.keys.swap(key_buffer_);  // taken, not copied: the next message sizes key_buffer_ again
-  // A frame's bytes are kept where they are (heap memory that moves with the frame), unless
-  // they are few (ZeroMQ keeps a small message's bytes inside the message object, which moves)
-  // or not float-aligned: then they are copied.
-  constexpr size_t kInlineBytes = 64;
-  if (values == m.values.data() && n * sizeof(float) > kInlineBytes &&
-      reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
-    c.frame = std::move(m.values);
-  } else if (values == decoded_.data() && n > 0) {
-    c.owned.swap(decoded_);  // a decoded push: its buffer changes hands
-  } else {
-    c.owned.resize(std::max<size_t>(n, 1));  // never empty: values() reads owned
-    if (n > 0) std::memcpy(c.owned.data(), values, n * sizeof(float));
-  }
-  return c;
-}
-
-Result<Server::HeldPush*> Server::AddPart(Message& m, std::vector<SegmentRef> segs, const float* values, size_t n) {
-  const auto& h = m.header;
-  const int w = h.sender_rank();
-  PartialPush& p = partial_[w];
-  if (h.part() == 0) {
-    p = PartialPush();
-    p.clock = h.clock();
-    p.version = h.version();
-    p.parts = h.parts();
-  } else if (p.parts == 0 || p.clock != h.clock() || p.parts != h.parts()) {
-    return InvalidArgumentError("push part " + std::to_string(h.part()) + " of clock " + std::to_string(h.clock()) +
-                                " without its first part");
-  }
-  if (h.part() != p.next) {
-    return InvalidArgumentError("push part " + std::to_string(h.part()) + " arrived where part " +
-                                std::to_string(p.next) + " was due");
-  }
-  if (h.version() != p.version) return InvalidArgumentError("the parts of one push carry different versions");
-  if (!h.codec().empty() || h.num_keys() > 0) {
-    return InvalidArgumentError("a push in parts carries dense raw values only (no codec, no keys)");
-  }
-  // No element twice: a part's segments may not overlap an earlier part's.
-  for (const SegmentRef& sg : segs) {
-    auto it = std::lower_bound(p.covered.begin(), p.covered.end(), sg,
-                               [](const SegmentRef& a, const SegmentRef& b) { return a.offset < b.offset; });
-    const bool hits_next = it != p.covered.end() && it->offset < sg.offset + sg.length;
-    const bool hits_prev = it != p.covered.begin() && std::prev(it)->offset + std::prev(it)->length > sg.offset;
-    if (hits_next || hits_prev) {
-      return InvalidArgumentError("push part " + std::to_string(h.part()) + " repeats elements of an earlier part");
-    }
-    p.covered.insert(it, sg);
-  }
-  p.push.chunks.push_back(TakeChunk(m, std::move(segs), values, n));
-  if (++p.next < p.parts) return nullptr;
-  return &p.push;
-}
-
-Status Server::HandlePush(Message& m) {
-  const auto& h = m.header;
-  const int w = h.sender_rank();
-  if (h.parts() > 1 && h.part() > 0) {
-    auto it = partial_.find(w);
-    if (it != partial_.end() && it->second.failed && it->second.clock == h.clock() && it->second.parts == h.parts()) {
-      return OkStatus();  // the rest of a push whose error was the answer
-    }
-  }
-  Status s = HandlePushMessage(m);
-  if (!s.ok() && h.parts() > 1) {
-    PartialPush& p = partial_[w];
-    p = PartialPush();
-    p.clock = h.clock();
-    p.parts = h.parts();
-    p.failed = true;
-  }
+Status Server::HandlePush(const PsRequest& r, Message& m) {
+  if (assembler_.IsRestOfFailed(r.worker, r)) return OkStatus();  // the rest of a push whose error was the answer
+  Status s = HandlePushMessage(r, m);
+  if (!s.ok() && r.parts > 1) assembler_.Failed(r.worker, r);
   return s;
 }
 
-Status Server::HandlePushMessage(Message& m) {
+Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  const auto& h = m.header;
-  if (!h.has_values()) return InvalidArgumentError("a push carries values");
-  const int w = h.sender_rank();
-  if (h.parts() < 0 || h.parts() > kMaxPushParts || h.part() < 0 || (h.parts() <= 1 && h.part() != 0) ||
-      (h.parts() > 1 && h.part() >= h.parts())) {
-    return InvalidArgumentError("push part " + std::to_string(h.part()) + " of " + std::to_string(h.parts()) +
-                                " (at most " + std::to_string(kMaxPushParts) + " parts)");
-  }
-  auto segs = Segments(m);
-  key_buffer_.resize(h.num_keys());
-  if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
+  if (!m.header.has_values()) return InvalidArgumentError("a push carries values");
+  const int w = r.worker;
+  const auto keys = m.Keys(&key_buffer_);
   size_t n = m.num_values();
   const float* values = static_cast<const float*>(m.values.data());
   // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
-  RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, h.codec().empty() ? &n : nullptr));
-  if (!h.codec().empty()) {
+  RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
+  if (!r.codec.empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
-    if (!codec_ || h.codec() != codec_spec_) {
-      return InvalidArgumentError("push compressed with '" + h.codec() + "' but this job uses '" +
+    if (!codec_ || r.codec != codec_spec_) {
+      return InvalidArgumentError("push compressed with '" + r.codec + "' but this job uses '" +
                                   (codec_spec_.empty() ? std::string("none") : codec_spec_) + "'");
     }
-    if (h.num_keys() > 0) return InvalidArgumentError("a compressed push carries no keys");
-    n = 0;
-    for (const auto& sg : segs) n += static_cast<size_t>(sg.length);
+    if (!keys.empty()) return InvalidArgumentError("a compressed push carries no keys");
+    n = static_cast<size_t>(TotalSize(r.segments));
     decoded_.resize(n);
-    RETURN_IF_ERROR(codec_->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), n,
-                                   static_cast<uint64_t>(h.clock()), decoded_));
+    RETURN_IF_ERROR(codec_->Decode(m.values.bytes(), n, static_cast<uint64_t>(r.clock), decoded_));
     values = decoded_.data();
   }
-  if (h.version() < 0 || h.version() > shard_->version()) {
-    return AbortedError("push computed on version " + std::to_string(h.version()) + " but the shard is at " +
+  if (r.version < 0 || r.version > shard_->version()) {
+    return AbortedError("push computed on version " + std::to_string(r.version) + " but the shard is at " +
                         std::to_string(shard_->version()));
   }
-  // A part is checked against the consistency rule on arrival, and counted with the last one.
-  RETURN_IF_ERROR(controller_->CheckPush(w, h.clock()));
+  // A push (or each part of one) is checked against the consistency rule on arrival; it counts
+  // with its last part.
+  RETURN_IF_ERROR(controller_->CheckPush(w, r.clock));
   HeldPush whole;
   HeldPush* push = &whole;
-  if (h.parts() > 1) {
-    ASSIGN_OR_RETURN(push, AddPart(m, std::move(segs), values, n));
-    if (push == nullptr) return OkStatus();  // more parts to come (or a failed push's rest)
+  if (r.parts > 1) {
+    RETURN_IF_ERROR(assembler_.Check(w, r, keys.size()));
+    push = assembler_.Add(w, r, TakeChunk(r.segments, keys, &m.values, values, n, &decoded_));
+    if (push == nullptr) return OkStatus();  // more parts to come
   } else {
-    whole.chunks.push_back(TakeChunk(m, std::move(segs), values, n));
+    whole.chunks.push_back(TakeChunk(r.segments, keys, &m.values, values, n, &decoded_));
   }
-  RETURN_IF_ERROR(controller_->OnPush(w, h.clock()));
+  controller_->CountPush(w);
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
-  const int64_t staleness = shard_->version() - h.version();
-  stats_.version_lag[staleness]++;
+  const int64_t lag = shard_->version() - r.version;
+  stats_.version_lag[lag]++;
   stats_.pushes++;
-  wire::Header reply = ReplyHeader(wire::PUSH_REPLY, h);
-  reply.set_observed_staleness(static_cast<double>(staleness));
-  Status s = socket_.Send(m.peer, reply);
+  PsReply reply = ReplyTo(r, wire::PUSH_REPLY, rank_);
+  reply.version_lag = lag;
+  Status s = socket_.Send(m.peer, EncodeReply(reply));
   if (controller_->aggregates()) {
     // Held until the round completes, without copying the values where the frames are aligned.
     round_[w] = std::move(*push);
   } else {
-    const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, staleness)) : 1.0f;
+    const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
     for (size_t i = 0; i < push->chunks.size(); ++i) {
       const PushChunk& c = push->chunks[i];
       shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size());
     }
     MaybeCheckpoint(true);
   }
-  partial_.erase(w);
+  assembler_.Forget(w);
   if (controller_->RoundComplete()) ApplyRound();
   AnswerParked();
   return s;
@@ -350,67 +252,23 @@ void Server::ApplyRound() {
   if (any) MaybeCheckpoint(true);  // between rounds: nothing is held
 }
 
-std::string Server::CheckpointPath() const {
-  return options_.checkpoint_dir + "/shard-" + std::to_string(rank_) + ".ckpt";
-}
-
 void Server::MaybeCheckpoint(bool updated) {
-  if (options_.checkpoint_dir.empty() || !shard_) return;
+  if (!checkpointer_.enabled() || !shard_) return;
   const double now = NowMs() / 1e3;
-  if (updated) {
-    if (updates_since_checkpoint_++ == 0) first_dirty_ = now;
-  }
-  if (updates_since_checkpoint_ == 0) return;
+  if (!checkpointer_.Due(updated, now)) return;
   if (controller_->aggregates() && !round_.empty()) return;  // bsp: only between rounds
-  const bool by_count = options_.checkpoint_every > 0 && updates_since_checkpoint_ >= options_.checkpoint_every;
-  const bool by_time = now - first_dirty_ >= options_.checkpoint_interval_s;
-  if (!by_count && !by_time) return;
-  const double t0 = NowMs();
-  if (Status s = WriteCheckpoint(); !s.ok()) {
+  if (Status s = checkpointer_.Write(rank_, job_, *shard_, *controller_, now); !s.ok()) {
     GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint failed (training goes on): " << s;
-    first_dirty_ = now;  // try again after another interval
-    return;
   }
-  stats_.checkpoints++;
-  stats_.checkpoint_ms_max = std::max(stats_.checkpoint_ms_max, NowMs() - t0);
-  updates_since_checkpoint_ = 0;
-  last_checkpoint_ = now;
-}
-
-Status Server::WriteCheckpoint() {
-  wire::ShardCheckpoint c;
-  c.set_rank(rank_);
-  *c.mutable_job() = job_;
-  c.set_begin(static_cast<uint64_t>(shard_->range().begin));
-  c.set_end(static_cast<uint64_t>(shard_->range().end));
-  const auto params = shard_->params();
-  c.set_params(params.data(), params.size() * sizeof(float));
-  const auto velocity = shard_->optimizer_state();
-  c.set_velocity(velocity.data(), velocity.size() * sizeof(float));
-  c.set_version(shard_->version());
-  c.set_step(shard_->step());
-  c.set_updates(shard_->gradients());
-  c.set_rounds_applied(controller_->rounds_applied());
-  for (int64_t p : controller_->pushed_all()) c.add_pushed(p);
-  for (bool l : controller_->live_all()) c.add_live(l);
-  c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  std::string bytes;
-  if (!c.SerializeToString(&bytes)) return InternalError("could not serialize the checkpoint");
-  // Temporary file, fsync, rename, fsync the directory: a crash leaves the old file or the new.
-  return WriteFileAtomically(CheckpointPath(), bytes);
+  stats_.checkpoints = checkpointer_.written();
+  stats_.checkpoint_ms_max = checkpointer_.slowest_ms();
 }
 
 Status Server::RestoreCheckpoint() {
-  const std::string path = CheckpointPath();
-  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  wire::ShardCheckpoint c;
-  if (!c.ParseFromString(bytes)) return DataLossError(path + " is not a shard checkpoint");
-  if (c.rank() != rank_) {
-    return DataLossError(path + " belongs to shard " + std::to_string(c.rank()) + ", this is shard " + std::to_string(rank_));
-  }
+  const std::string path = checkpointer_.Path(rank_);
+  ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_));
   RETURN_IF_ERROR(BuildShard(c.job()).WithContext(path));
-  if (c.begin() != static_cast<uint64_t>(shard_->range().begin) || c.end() != static_cast<uint64_t>(shard_->range().end) ||
-      c.params().size() % sizeof(float) != 0 || c.velocity().size() % sizeof(float) != 0) {
+  if (c.begin() != static_cast<uint64_t>(shard_->range().begin) || c.end() != static_cast<uint64_t>(shard_->range().end)) {
     shard_.reset();
     return DataLossError(path + " does not hold this shard's range");
   }
@@ -435,172 +293,100 @@ Status Server::RestoreCheckpoint() {
   return OkStatus();
 }
 
-Status Server::HandlePull(Message& m) {
+Status Server::HandlePull(PsRequest r, Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  const auto& h = m.header;
-  if (h.has_values()) return InvalidArgumentError("a pull carries no values");
-  if (!h.codec().empty()) {
-    if (!pull_codec_ || h.codec() != codec_spec_) {
-      return InvalidArgumentError("pull asks for '" + h.codec() + "' deltas but this job " +
-                                  (pull_codec_ ? "compresses pulls with '" + codec_spec_ + "'"
-                                               : std::string("does not compress pulls (--compress-pull)")));
+  if (m.header.has_values()) return InvalidArgumentError("a pull carries no values");
+  const auto keys = m.Keys(&key_buffer_);
+  if (!r.codec.empty()) {
+    if (!pull_encoder_ || r.codec != codec_spec_) {
+      return InvalidArgumentError("pull asks for '" + r.codec + "' deltas but this job " +
+                                  (pull_encoder_ ? "compresses pulls with '" + codec_spec_ + "'"
+                                                 : std::string("does not compress pulls (--compress-pull)")));
     }
-    if (h.num_keys() > 0) return InvalidArgumentError("a compressed pull carries no keys");
+    if (!keys.empty()) return InvalidArgumentError("a compressed pull carries no keys");
   }
-  auto segs = Segments(m);
-  key_buffer_.resize(h.num_keys());
-  if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
-  RETURN_IF_ERROR(shard_->Validate(segs, key_buffer_, nullptr));
-  RETURN_IF_ERROR(controller_->ValidatePull(h.sender_rank(), h.clock()));
-  if (controller_->CanAnswerPull(h.sender_rank(), h.clock())) {
-    AnswerPull(m, segs, key_buffer_, 0.0);
+  RETURN_IF_ERROR(shard_->Validate(r.segments, keys, nullptr));
+  RETURN_IF_ERROR(controller_->ValidatePull(r.worker, r.clock));
+  if (controller_->CanAnswerPull(r.worker, r.clock)) {
+    AnswerPull(r, m, keys, 0.0);
   } else {
-    parked_.push_back({std::move(m), NowMs()});
+    parked_.push_back({std::move(m), std::move(r), NowMs()});
   }
   return OkStatus();
 }
 
-void Server::UpdateMirror(int worker, const std::vector<SegmentRef>& segs, const float* values) {
-  Mirror& mirror = mirrors_[worker];
-  const ShardRange& range = shard_->range();
-  mirror.values.resize(static_cast<size_t>(range.size()));
-  int64_t covered = 0;
-  for (const auto& s : segs) {
-    std::memcpy(mirror.values.data() + (s.offset - range.begin), values, static_cast<size_t>(s.length) * sizeof(float));
-    values += s.length;
-    covered += s.length;
-  }
-  if (covered == range.size()) mirror.valid = true;  // segments are validated: disjoint, in range
-}
-
-bool Server::AnswerCompressedPull(const Message& m, const std::vector<SegmentRef>& segs, double waited_ms) {
-  const auto& h = m.header;
-  auto it = mirrors_.find(h.sender_rank());
-  if (it == mirrors_.end() || !it->second.valid) return false;
-  float* mirror = it->second.values.data();
-  const int64_t base = shard_->range().begin;
-  size_t n = 0;
-  for (const auto& s : segs) n += static_cast<size_t>(s.length);
-  pull_current_.resize(n);
-  pull_delta_.resize(n);
-  pull_decoded_.resize(n);
-  shard_->Read(segs, {}, pull_current_.data());
-  size_t pos = 0;
-  for (const auto& s : segs) {
-    for (int64_t i = 0; i < s.length; ++i, ++pos) pull_delta_[pos] = pull_current_[pos] - mirror[s.offset - base + i];
-  }
-  const uint64_t step = PullCodecStep(h.clock());
-  pull_codec_->Encode(pull_delta_, step, &pull_payload_);
-  // The worker adds exactly what it decodes; the mirror follows it bit for bit, so what was
-  // not sent (params - mirror) is sent later.
-  if (Status s = pull_codec_->Decode(pull_payload_, n, step, pull_decoded_); !s.ok()) {
-    GRADSYNC_LOG(ERROR) << "server " << rank_ << ": own pull payload does not decode: " << s;
-    return false;
-  }
-  pos = 0;
-  for (const auto& s : segs) {
-    for (int64_t i = 0; i < s.length; ++i, ++pos) mirror[s.offset - base + i] += pull_decoded_[pos];
-  }
-  wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
-  reply.set_version(shard_->version());
-  reply.set_wait_ms(waited_ms);
-  reply.set_clock_staleness(controller_->ClockStaleness(h.clock()));
-  reply.set_codec(codec_spec_);
-  *reply.mutable_segments() = h.segments();
-  zmq::message_t frame(pull_payload_.data(), pull_payload_.size());
-  Payload p;
-  p.has_values = true;
-  p.values_frame = &frame;
-  Status s = socket_.Send(m.peer, reply, p);
-  if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
-  stats_.compressed_pulls++;
-  RecordPull(h, reply.clock_staleness());
-  return true;
-}
-
-void Server::RecordPull(const wire::Header& h, int64_t clock_staleness) {
+void Server::RecordPull(const PsRequest& r, int64_t clock_staleness) {
   stats_.pulls++;
   stats_.clock_staleness[clock_staleness]++;
   if (options_.record_pulls) {
-    pull_log_.push_back({h.sender_rank(), h.clock(), controller_->min_live_clock(), controller_->rounds_applied(),
+    pull_log_.push_back({r.worker, r.clock, controller_->min_live_clock(), controller_->rounds_applied(),
                          shard_->version(), clock_staleness});
   }
 }
 
-void Server::AnswerParkedPull(const Message& m, double waited_ms) {
-  const auto segs = Segments(m);
-  key_buffer_.resize(m.header.num_keys());
-  if (!key_buffer_.empty()) m.CopyKeys(key_buffer_.data());
-  AnswerPull(m, segs, key_buffer_, waited_ms);
-}
-
-void Server::AnswerPull(const Message& m, const std::vector<SegmentRef>& segs, std::span<const uint64_t> keys,
-                        double waited_ms) {
-  const auto& h = m.header;
-  if (!h.codec().empty() && AnswerCompressedPull(m, segs, waited_ms)) return;
-  uint64_t n = keys.size();
-  for (const auto& s : segs) n += static_cast<uint64_t>(s.length);
-  // The reply carries a snapshot (the shard may change before ZeroMQ has sent the bytes): one
-  // copy into a pooled buffer that ZeroMQ sends without copying again.
-  ReplyBuffer* buf = AcquireReplyBuffer(n);
-  zmq::message_t frame;
-  float* dst = nullptr;
-  if (buf) {
-    dst = buf->data.data();
-  } else {
-    frame.rebuild(n * sizeof(float));
-    dst = static_cast<float*>(frame.data());
-  }
-  shard_->Read(segs, keys, dst);
-  if (pull_codec_ && keys.empty()) UpdateMirror(h.sender_rank(), segs, dst);
-  wire::Header reply = ReplyHeader(wire::PULL_REPLY, h);
-  reply.set_version(shard_->version());
-  reply.set_wait_ms(waited_ms);
-  reply.set_clock_staleness(controller_->ClockStaleness(h.clock()));
-  *reply.mutable_segments() = h.segments();
+void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const uint64_t> keys, double waited_ms) {
+  const uint64_t n = keys.size() + TotalSize(r.segments);
+  PsReply reply = ReplyTo(r, wire::PULL_REPLY, rank_);
+  reply.version = shard_->version();
+  reply.wait_ms = waited_ms;
+  reply.clock_staleness = controller_->ClockStaleness(r.clock);
+  reply.segments = r.segments;
   Payload p;
   p.has_values = true;
+  Frame frame;
+  if (!r.codec.empty()) {
+    // --compress-pull: the delta against what the worker holds, once it holds the whole range.
+    pull_current_.resize(n);
+    shard_->Read(r.segments, {}, pull_current_.data());
+    auto encoded = pull_encoder_->Encode(r.worker, r.segments, pull_current_, r.clock, &pull_payload_);
+    if (!encoded.ok()) GRADSYNC_LOG(ERROR) << "server " << rank_ << ": " << encoded.status();
+    if (encoded.ok() && *encoded) {
+      reply.codec = codec_spec_;
+      frame = Frame::Copy(pull_payload_.data(), pull_payload_.size());
+      p.values_frame = &frame;
+      Status s = socket_.Send(m.peer, EncodeReply(reply), p);
+      if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
+      stats_.compressed_pulls++;
+      RecordPull(r, reply.clock_staleness);
+      return;
+    }
+  }
+  // The reply carries a snapshot (the shard may change before ZeroMQ has sent the bytes): one
+  // copy into a pooled buffer that ZeroMQ sends without copying again.
+  LentBufferPool::Buffer* buf = reply_pool_.Acquire(n);
+  float* dst = nullptr;
+  if (buf) {
+    dst = buf->values.data();
+  } else {
+    frame = Frame(n * sizeof(float));
+    dst = static_cast<float*>(frame.data());
+  }
+  shard_->Read(r.segments, keys, dst);
+  if (pull_encoder_ && keys.empty()) pull_encoder_->Record(r.worker, r.segments, dst);
   // Keys are echoed, so that a reply describes itself.
   if (buf) {
     buf->keys.assign(keys.begin(), keys.end());  // lent frames must outlive this function
-    p.values = std::span<const float>(buf->data.data(), n);
+    p.values = std::span<const float>(buf->values.data(), n);
     p.keys = buf->keys;
     p.lent = buf->inflight;
   } else {
     p.values_frame = &frame;
     p.keys = keys;
   }
-  Status s = socket_.Send(m.peer, reply, p);
-  if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << h.sender_rank() << ": " << s;
-  RecordPull(h, reply.clock_staleness());
-}
-
-Server::ReplyBuffer* Server::AcquireReplyBuffer(size_t n) {
-  constexpr size_t kMaxBuffers = 16;
-  ReplyBuffer* best = nullptr;
-  for (auto& b : reply_pool_) {
-    if (b->inflight->count() != 0) continue;
-    if (b->data.size() >= n) return b.get();
-    best = b.get();
-  }
-  if (!best) {
-    if (reply_pool_.size() >= kMaxBuffers) return nullptr;  // all in flight: build a fresh frame
-    reply_pool_.push_back(std::make_unique<ReplyBuffer>());
-    best = reply_pool_.back().get();
-  }
-  best->data.resize(n);
-  return best;
+  Status s = socket_.Send(m.peer, EncodeReply(reply), p);
+  if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
+  RecordPull(r, reply.clock_staleness);
 }
 
 void Server::AnswerParked() {
   const double now = NowMs();
   for (auto it = parked_.begin(); it != parked_.end();) {
-    if (!controller_->IsLive(it->msg.header.sender_rank())) {
+    if (!controller_->IsLive(it->pull.worker)) {
       it = parked_.erase(it);
       continue;
     }
-    if (controller_->CanAnswerPull(it->msg.header.sender_rank(), it->msg.header.clock())) {
-      AnswerParkedPull(it->msg, now - it->since);
+    if (controller_->CanAnswerPull(it->pull.worker, it->pull.clock)) {
+      AnswerPull(it->pull, it->msg, it->msg.Keys(&key_buffer_), now - it->since);
       it = parked_.erase(it);
     } else {
       ++it;
@@ -617,7 +403,7 @@ void Server::OnMembership() {
                             << controller_->live_workers() - 1 << " live workers";
       controller_->RemoveWorker(n.rank());
       may_join_.erase(n.rank());
-      partial_.erase(n.rank());
+      assembler_.Forget(n.rank());
     }
   }
   auto joined = scheduler_->joined_nodes();
@@ -638,14 +424,15 @@ void Server::Handle(Message& m) {
     ReplyError(m, m.malformed);
     return;
   }
-  Status s = CheckSender(m);
+  auto r = DecodeRequest(m.header);
+  Status s = r.ok() ? CheckSender(*r, m.peer) : r.status();
   if (s.ok()) {
-    switch (m.header.type()) {
-      case wire::INIT: s = HandleInit(m); break;
-      case wire::PUSH: s = HandlePush(m); break;
-      case wire::PULL: s = HandlePull(m); break;
-      case wire::JOIN: s = HandleJoin(m); break;
-      default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(m.header.type()));
+    switch (r->type) {
+      case wire::INIT: s = HandleInit(*r, m); break;
+      case wire::PUSH: s = HandlePush(*r, m); break;
+      case wire::PULL: s = HandlePull(std::move(*r), m); break;
+      case wire::JOIN: s = HandleJoin(*r, m); break;
+      default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(r->type));
     }
   }
   if (!s.ok()) ReplyError(m, s);

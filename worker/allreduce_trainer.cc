@@ -28,7 +28,7 @@ Status AllreduceTrainer::AverageGradients() {
   const size_t bucket = std::max<size_t>(1, options_.bucket_bytes / sizeof(float));
   // Dense tensors: contiguous runs of the flat buffer, averaged bucket by bucket.
   size_t bucket_index = 0;
-  for (const ShardRange& run : dense_runs_) {
+  for (const Segment& run : dense_runs_) {
     const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
     for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
       FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
@@ -248,7 +248,7 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
         const TensorInfo& ti = model_->layout()[t];
         if (ti.sparse) opt.StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
       }
-      for (const ShardRange& run : device ? std::span<const ShardRange>() : std::span<const ShardRange>(dense_runs_)) {
+      for (const Segment& run : device ? std::span<const Segment>() : std::span<const Segment>(dense_runs_)) {
         opt.Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
                  run.begin);
       }

@@ -69,7 +69,7 @@ class AllreduceTrainer {
   MetricsWriter* metrics_;
   Collective* collective_;
   std::vector<std::vector<std::byte>> gathered_;
-  std::vector<ShardRange> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
+  std::vector<Segment> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
   std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per bucket (compressed runs)
   std::unique_ptr<Compressor> decoder_;

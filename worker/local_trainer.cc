@@ -20,7 +20,7 @@ void ApplyGradients(Model& model, Optimizer& opt, float lr) {
     }
   }
   // Dense tensors are contiguous runs of the flat buffer: update each run in one call.
-  for (const ShardRange& run : DenseRuns(layout, {0, model.num_params()})) {
+  for (const Segment& run : DenseRuns(layout, {0, model.num_params()})) {
     opt.Step(model.params().subspan(run.begin, run.size()), model.grads().subspan(run.begin, run.size()), lr,
              run.begin);
   }

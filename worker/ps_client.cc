@@ -10,7 +10,7 @@
 
 namespace gradsync {
 
-PsClient::PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
+PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
                    SchedulerClient* scheduler)
     : ctx_(ctx),
       table_(table),
@@ -29,12 +29,12 @@ PsClient::PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int ran
   for (int s = 0; s < table.servers_size(); ++s) dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
 }
 
-Result<std::unique_ptr<PsClient>> PsClient::Create(zmq::context_t& ctx, const wire::ClusterTable& table, int rank,
+Result<std::unique_ptr<PsClient>> PsClient::Create(TransportContext& ctx, const wire::ClusterTable& table, int rank,
                                                    std::vector<TensorInfo> layout, SchedulerClient* scheduler) {
   if (table.servers_size() == 0) return InvalidArgumentError("the job has no servers");
   auto c = std::unique_ptr<PsClient>(new PsClient(ctx, table, rank, std::move(layout), scheduler));
   for (const auto& s : table.servers()) {
-    ASSIGN_OR_RETURN(Socket sock, Socket::Connect(ctx, zmq::socket_type::dealer,
+    ASSIGN_OR_RETURN(Socket sock, Socket::ConnectDealer(ctx,
                                                   "tcp://" + s.host() + ":" + std::to_string(s.port()),
                                                   NodeName(s)));
     c->sockets_.push_back(std::move(sock));
@@ -52,20 +52,13 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
 }
 
 namespace {
-wire::Header RequestHeader(wire::Type type, int rank, PsClient::RequestId id, int64_t clock) {
-  wire::Header h;
-  h.set_type(type);
-  h.set_sender_role(wire::WORKER);
-  h.set_sender_rank(rank);
-  h.set_request_id(id);
-  h.set_clock(clock);
-  return h;
-}
-
-void AddSegment(wire::Header* h, int64_t begin, int64_t end) {
-  auto* seg = h->add_segments();
-  seg->set_offset(static_cast<uint64_t>(begin));
-  seg->set_length(static_cast<uint64_t>(end - begin));
+PsRequest Request(wire::Type type, int rank, PsClient::RequestId id, int64_t clock) {
+  PsRequest r;
+  r.type = type;
+  r.worker = rank;
+  r.request_id = id;
+  r.clock = clock;
+  return r;
 }
 }  // namespace
 
@@ -85,7 +78,8 @@ Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool err
   }
   codec_spec_ = spec;
   if (compress_pull) {
-    ASSIGN_OR_RETURN(pull_decoder_, CreateCompressor(spec, seed));  // as the server's (job.compress_pull)
+    ASSIGN_OR_RETURN(auto codec, CreateCompressor(spec, seed));  // as the server's (job.compress_pull)
+    pull_decoder_ = std::make_unique<PullDeltaDecoder>(std::move(codec));
   }
   for (int s = 0; s < table_.servers_size(); ++s) {
     int64_t n = 0;
@@ -104,15 +98,15 @@ Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool err
 Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s) {
   RequestId id = NewRequest(false, {}, table_.servers_size());
   for (int s = 0; s < table_.servers_size(); ++s) {
-    const ShardRange& r = partitioner_.range(s);
-    wire::Header h = RequestHeader(wire::INIT, rank_, id, 0);
-    *h.mutable_job() = job;
-    AddSegment(&h, r.begin, r.end);
+    const Segment& range = partitioner_.range(s);
+    PsRequest r = Request(wire::INIT, rank_, id, 0);
+    r.job = job;
+    r.segments = {range};
     Payload p;
     p.has_values = true;
-    p.values = params.subspan(static_cast<size_t>(r.begin), static_cast<size_t>(r.size()));
+    p.values = params.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
     waiting_on_[id].push_back(s);
-    RETURN_IF_ERROR(sockets_[s].Send("", h, p).WithContext("INIT to " + NodeName(table_.servers(s))));
+    RETURN_IF_ERROR(sockets_[s].Send("", EncodeRequest(r), p).WithContext("INIT to " + NodeName(table_.servers(s))));
   }
   return Wait(id, timeout_s);
 }
@@ -123,14 +117,14 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
   RequestId id = NewRequest(false, {}, table_.servers_size());
   size_t key_pos = 0;
   for (int s = 0; s < table_.servers_size(); ++s) {
-    wire::Header h = RequestHeader(wire::PUSH, rank_, id, clock);
-    h.set_version(versions_[s]);
+    PsRequest r = Request(wire::PUSH, rank_, id, clock);
+    r.version = versions_[s];
     Payload p;
     p.has_values = true;
     const auto& runs = dense_runs_[s];
     const auto& ks = key_parts[s];
-    for (const auto& r : runs) AddSegment(&h, r.begin, r.end);
-    zmq::message_t compressed;
+    r.segments = runs;
+    Frame compressed;
     if (!codec_spec_.empty()) {
       // The shard's dense values, encoded (the codec sees one vector per shard and step).
       ConstFloatSpan dense;
@@ -138,19 +132,19 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
         dense = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
       } else {
         scratch_.clear();
-        for (const auto& r : runs) scratch_.insert(scratch_.end(), grads.begin() + r.begin, grads.begin() + r.end);
+        for (const auto& run : runs) scratch_.insert(scratch_.end(), grads.begin() + run.begin, grads.begin() + run.end);
         dense = scratch_;
       }
       RETURN_IF_ERROR(encoders_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_));
-      compressed.rebuild(encoded_.data(), encoded_.size());
-      h.set_codec(codec_spec_);
+      compressed = Frame::Copy(encoded_.data(), encoded_.size());
+      r.codec = codec_spec_;
       p.values_frame = &compressed;
     } else if (runs.size() == 1 && ks.empty()) {
       p.values = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
       p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
     } else {
       scratch_.clear();
-      for (const auto& r : runs) scratch_.insert(scratch_.end(), grads.begin() + r.begin, grads.begin() + r.end);
+      for (const auto& run : runs) scratch_.insert(scratch_.end(), grads.begin() + run.begin, grads.begin() + run.end);
       scratch_.insert(scratch_.end(), values.begin() + static_cast<std::ptrdiff_t>(key_pos),
                       values.begin() + static_cast<std::ptrdiff_t>(key_pos + ks.size()));
       p.values = scratch_;  // copied by Send
@@ -158,7 +152,7 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
     }
     key_pos += ks.size();
     waiting_on_[id].push_back(s);
-    Status st = sockets_[s].Send("", h, p);
+    Status st = sockets_[s].Send("", EncodeRequest(r), p);
     if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
   }
   return id;
@@ -168,17 +162,17 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
   auto key_parts = partitioner_.SplitSortedKeys(keys);
   RequestId id = NewRequest(true, params, table_.servers_size());
   for (int s = 0; s < table_.servers_size(); ++s) {
-    wire::Header h = RequestHeader(wire::PULL, rank_, id, clock);
+    PsRequest r = Request(wire::PULL, rank_, id, clock);
     Payload p;
     if (full) {
-      AddSegment(&h, partitioner_.range(s).begin, partitioner_.range(s).end);
+      r.segments = {partitioner_.range(s)};
     } else {
-      for (const auto& r : dense_runs_[s]) AddSegment(&h, r.begin, r.end);
+      r.segments = dense_runs_[s];
       p.keys = key_parts[s];
-      if (pull_decoder_) h.set_codec(codec_spec_);  // a delta is welcome (the server decides)
+      if (pull_decoder_) r.codec = codec_spec_;  // a delta is welcome (the server decides)
     }
     waiting_on_[id].push_back(s);
-    Status st = sockets_[s].Send("", h, p);
+    Status st = sockets_[s].Send("", EncodeRequest(r), p);
     if (!st.ok()) FailShard(s, st.WithContext("pull from " + NodeName(table_.servers(s))));
   }
   return id;
@@ -197,7 +191,7 @@ void PsClient::PlanParts() {
     const TensorInfo& ti = layout_[t];
     if (ti.sparse) continue;
     for (int s = 0; s < table_.servers_size(); ++s) {
-      const ShardRange& r = partitioner_.range(s);
+      const Segment& r = partitioner_.range(s);
       const int64_t b = std::max(ti.offset, r.begin), e = std::min(ti.offset + ti.size, r.end);
       // Equal pieces of at most part_floats_ elements.
       const int64_t len = e - b, step = static_cast<int64_t>(part_floats_);
@@ -234,19 +228,19 @@ void PsClient::SendPart(size_t i) {
   open_.sent[i] = true;
   const Part& part = parts_[i];
   const int s = part.shard;
-  wire::Header h = RequestHeader(wire::PUSH, rank_, open_.id, open_.clock);
-  h.set_version(open_.versions[static_cast<size_t>(s)]);
+  PsRequest r = Request(wire::PUSH, rank_, open_.id, open_.clock);
+  r.version = open_.versions[static_cast<size_t>(s)];
   const int parts = parts_per_shard_[static_cast<size_t>(s)];
   if (parts > 1) {
-    h.set_parts(parts);
-    h.set_part(open_.next[static_cast<size_t>(s)]++);
+    r.parts = parts;
+    r.part = open_.next[static_cast<size_t>(s)]++;
   }
-  AddSegment(&h, part.begin, part.end);
+  r.segments = {{part.begin, part.end}};
   Payload p;
   p.has_values = true;
   p.values = open_.grads.subspan(static_cast<size_t>(part.begin), static_cast<size_t>(part.end - part.begin));
   p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
-  Status st = sockets_[s].Send("", h, p);
+  Status st = sockets_[s].Send("", EncodeRequest(r), p);
   if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
 }
 
@@ -270,10 +264,10 @@ std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan 
     ids[t] = NewRequest(true, params, static_cast<int>(parts_of_tensor_[t].size()));
     for (size_t i : parts_of_tensor_[t]) {
       const Part& part = parts_[i];
-      wire::Header h = RequestHeader(wire::PULL, rank_, ids[t], clock);
-      AddSegment(&h, part.begin, part.end);
+      PsRequest r = Request(wire::PULL, rank_, ids[t], clock);
+      r.segments = {{part.begin, part.end}};
       waiting_on_[ids[t]].push_back(part.shard);  // a shard answers each of its parts once
-      Status st = sockets_[part.shard].Send("", h, Payload());
+      Status st = sockets_[part.shard].Send("", EncodeRequest(r), Payload());
       if (!st.ok()) FailShard(part.shard, st.WithContext("pull from " + NodeName(table_.servers(part.shard))));
     }
   }
@@ -309,93 +303,71 @@ void PsClient::HandleReply(int shard, const Message& m) {
   wit->second.erase(sit);
   Pending& p = it->second;
   p.remaining--;
+  auto fail = [&](Status s) {
+    if (p.status.ok()) p.status = std::move(s);
+  };
   if (!m.malformed.ok()) {
-    if (p.status.ok()) p.status = DataLossError("malformed reply from " + NodeName(table_.servers(shard)) + ": " + m.malformed.message());
+    fail(DataLossError("malformed reply from " + NodeName(table_.servers(shard)) + ": " + m.malformed.message()));
     return;
   }
-  const auto& h = m.header;
-  if (h.type() == wire::ERROR) {
-    if (p.status.ok()) p.status = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
+  auto decoded = DecodeReply(m.header);
+  if (!decoded.ok()) {
+    fail(DataLossError("malformed reply from " + NodeName(table_.servers(shard)) + ": " + decoded.status().message()));
     return;
   }
-  if (h.type() == wire::PUSH_REPLY) {
-    staleness_[shard] = h.observed_staleness();
-    return;
+  const PsReply& r = *decoded;
+  switch (r.type) {
+    case wire::ERROR: fail(r.error); return;
+    case wire::PUSH_REPLY: staleness_[shard] = static_cast<double>(r.version_lag); return;
+    case wire::JOIN_REPLY: join_clock_[shard] = r.clock; versions_[shard] = r.version; return;
+    case wire::PULL_REPLY: break;
+    default: return;
   }
-  if (h.type() == wire::JOIN_REPLY) {
-    join_clock_[shard] = h.clock();
-    versions_[shard] = h.version();
-    return;
-  }
-  if (h.type() != wire::PULL_REPLY || !p.is_pull) return;
+  if (!p.is_pull) return;
   // Write the reply's values where its segments and keys say, after checking they fit.
-  const ShardRange& r = partitioner_.range(shard);
+  const Segment& range = partitioner_.range(shard);
   const int64_t n = static_cast<int64_t>(p.target.size());
-  size_t total = 0;
-  for (const auto& seg : h.segments()) {
-    const int64_t b = static_cast<int64_t>(seg.offset()), len = static_cast<int64_t>(seg.length());
-    if (b < r.begin || len < 0 || b + len > r.end || b + len > n) {
-      if (p.status.ok()) p.status = DataLossError("pull reply from " + NodeName(table_.servers(shard)) + " is out of range");
+  for (const Segment& seg : r.segments) {
+    if (seg.begin < range.begin || seg.end < seg.begin || seg.end > range.end || seg.end > n) {
+      fail(DataLossError("pull reply from " + NodeName(table_.servers(shard)) + " is out of range"));
       return;
     }
-    total += static_cast<size_t>(len);
   }
-  if (!h.codec().empty()) {
+  if (!r.codec.empty()) {
     // A compressed delta since the last pull: decoded (and so validated) whole, then added.
-    if (!pull_decoder_ || h.codec() != codec_spec_ || h.num_keys() > 0) {
-      if (p.status.ok()) p.status = DataLossError("unexpected compressed pull reply ('" + h.codec() + "') from " + NodeName(table_.servers(shard)));
+    if (!pull_decoder_ || r.codec != codec_spec_ || m.header.num_keys() > 0) {
+      fail(DataLossError("unexpected compressed pull reply ('" + r.codec + "') from " + NodeName(table_.servers(shard))));
       return;
     }
-    pull_decoded_.resize(total);
-    Status st = pull_decoder_->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), total,
-                                      PullCodecStep(h.clock()), pull_decoded_);
-    if (!st.ok()) {
-      if (p.status.ok()) p.status = st.WithContext("pull reply from " + NodeName(table_.servers(shard)));
+    if (Status st = pull_decoder_->AddTo(m.values.bytes(), r.segments, r.clock, p.target); !st.ok()) {
+      fail(st.WithContext("pull reply from " + NodeName(table_.servers(shard))));
       return;
     }
+  } else {
     size_t pos = 0;
-    for (const auto& seg : h.segments()) {
-      float* dst = p.target.data() + seg.offset();
-      for (uint64_t i = 0; i < seg.length(); ++i) dst[i] += pull_decoded_[pos++];
+    for (const Segment& seg : r.segments) {
+      m.CopyValues(p.target.data() + seg.begin, pos, static_cast<size_t>(seg.size()));
+      pos += static_cast<size_t>(seg.size());
     }
-    versions_[shard] = h.version();
-    wait_ms_[shard] = h.wait_ms();
-    clock_staleness_[shard] = h.clock_staleness();
-    return;
-  }
-  size_t pos = 0;
-  for (const auto& seg : h.segments()) {
-    m.CopyValues(p.target.data() + seg.offset(), pos, static_cast<size_t>(seg.length()));
-    pos += static_cast<size_t>(seg.length());
-  }
-  if (h.num_keys() > 0) {
-    std::vector<uint64_t> keys(h.num_keys());
-    m.CopyKeys(keys.data());
-    std::vector<float> vals(keys.size());
-    m.CopyValues(vals.data(), pos, keys.size());
+    const auto keys = m.Keys(&key_scratch_);
+    value_scratch_.resize(keys.size());
+    m.CopyValues(value_scratch_.data(), pos, keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] < static_cast<uint64_t>(r.begin) || keys[i] >= static_cast<uint64_t>(r.end)) {
-        if (p.status.ok()) p.status = DataLossError("pull reply key out of range");
+      if (keys[i] < static_cast<uint64_t>(range.begin) || keys[i] >= static_cast<uint64_t>(range.end)) {
+        fail(DataLossError("pull reply key out of range"));
         return;
       }
-      p.target[keys[i]] = vals[i];
+      p.target[keys[i]] = value_scratch_[i];
     }
   }
-  versions_[shard] = h.version();
-  wait_ms_[shard] = h.wait_ms();
-  clock_staleness_[shard] = h.clock_staleness();
+  versions_[shard] = r.version;
+  wait_ms_[shard] = r.wait_ms;
+  clock_staleness_[shard] = r.clock_staleness;
 }
 
 Status PsClient::Receive(int timeout_ms) {
-  std::vector<zmq::pollitem_t> items;
-  for (auto& s : sockets_) items.push_back({static_cast<void*>(s.raw()), 0, ZMQ_POLLIN, 0});
-  try {
-    if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms)) <= 0) return OkStatus();
-  } catch (const zmq::error_t& e) {
-    return UnavailableError(std::string("poll failed: ") + e.what());
-  }
-  for (size_t s = 0; s < items.size(); ++s) {
-    if (!(items[s].revents & ZMQ_POLLIN)) continue;
+  ASSIGN_OR_RETURN(std::vector<size_t> ready, PollReadable(sockets_, timeout_ms));
+  for (size_t s : ready) {
     for (int k = 0; k < 64; ++k) {
       auto m = sockets_[s].Recv(0);
       if (!m.ok()) break;
@@ -476,7 +448,7 @@ Status PsClient::Reconnect(double timeout_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const wire::NodeInfo info = scheduler_->table().servers(s);
-    ASSIGN_OR_RETURN(Socket sock, Socket::Connect(ctx_, zmq::socket_type::dealer,
+    ASSIGN_OR_RETURN(Socket sock, Socket::ConnectDealer(ctx_,
                                                   "tcp://" + info.host() + ":" + std::to_string(info.port()), NodeName(info)));
     sockets_[s] = std::move(sock);  // the old connection and whatever it still held are dropped
     *table_.mutable_servers(s) = info;
@@ -500,7 +472,7 @@ Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, do
     for (int s : todo) {
       waiting_on_[id].push_back(s);
       join_clock_[s] = -1;
-      Status st = sockets_[s].Send("", RequestHeader(wire::JOIN, rank_, id, clock));
+      Status st = sockets_[s].Send("", EncodeRequest(Request(wire::JOIN, rank_, id, clock)));
       if (!st.ok()) FailShard(s, st);
     }
     const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();

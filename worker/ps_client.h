@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "common/partitioner.h"
+#include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/transport.h"
 #include "compression/compressor.h"
 #include "compression/gradient_encoder.h"
+#include "compression/pull_delta.h"
 
 namespace gradsync {
 
@@ -36,7 +38,7 @@ class PsClient {
   using RequestId = uint64_t;
 
   // Connects to every server of `table`. `scheduler` (may be null) reports dead servers.
-  static Result<std::unique_ptr<PsClient>> Create(zmq::context_t& ctx, const wire::ClusterTable& table,
+  static Result<std::unique_ptr<PsClient>> Create(TransportContext& ctx, const wire::ClusterTable& table,
                                                   int rank, std::vector<TensorInfo> layout,
                                                   SchedulerClient* scheduler);
 
@@ -113,7 +115,7 @@ class PsClient {
     FloatSpan target;
   };
 
-  PsClient(zmq::context_t& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
+  PsClient(TransportContext& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
            SchedulerClient* scheduler);
   // Fails the requests of shards whose server the scheduler declared dead or saw restart.
   void CheckMembership();
@@ -130,7 +132,7 @@ class PsClient {
   void SendPart(size_t part);
   void FailShard(int shard, const Status& s);
 
-  zmq::context_t& ctx_;
+  TransportContext& ctx_;
   wire::ClusterTable table_;
   int rank_;
   uint64_t seen_events_ = 0;
@@ -139,7 +141,7 @@ class PsClient {
   std::vector<int64_t> join_clock_;        // per shard: the last JOIN_REPLY's clock
   std::vector<TensorInfo> layout_;
   Partitioner partitioner_;
-  std::vector<std::vector<ShardRange>> dense_runs_;  // per shard
+  std::vector<std::vector<Segment>> dense_runs_;  // per shard
   SchedulerClient* scheduler_;
   std::vector<Socket> sockets_;
   std::shared_ptr<InflightCounter> lent_ = std::make_shared<InflightCounter>();
@@ -154,8 +156,9 @@ class PsClient {
   std::string codec_spec_;
   std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per shard
   std::vector<uint8_t> encoded_;
-  std::unique_ptr<Compressor> pull_decoder_;  // --compress-pull
-  std::vector<float> pull_decoded_;
+  std::unique_ptr<PullDeltaDecoder> pull_decoder_;  // --compress-pull
+  std::vector<uint64_t> key_scratch_;
+  std::vector<float> value_scratch_;
   size_t part_floats_ = size_t{1} << 20;
   std::vector<Part> parts_;                         // empty until planned
   std::vector<std::vector<size_t>> parts_of_tensor_;

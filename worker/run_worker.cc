@@ -90,7 +90,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   SetBlasThreads(c.threads());
 
   // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
-  zmq::context_t ctx(1);
+  TransportContext ctx(1);
   // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
   std::unique_ptr<CurveAuthenticator> auth;
   if (p.has_auth_dir()) {

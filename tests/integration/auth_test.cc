@@ -77,7 +77,7 @@ TEST(AuthTest, CurveJobTrainsLikePlaintextAndStrangersGetNothing) {
   o.security = *sec;
   std::vector<bool> answered;
   o.side_task = [&](const std::vector<uint16_t>& ports) {
-    zmq::context_t ctx(1);
+    TransportContext ctx(1);
     auto stranger = GenerateKeyPair().value();
     for (uint16_t port : ports) {
       const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
@@ -122,7 +122,7 @@ TEST(AuthTest, AFloodOfGarbageDoesNotChangeTraining) {
   ASSERT_TRUE(quiet.status.ok()) << quiet.status;
   int sent = 0;
   o.side_task = [&](const std::vector<uint16_t>& ports) {
-    zmq::context_t ctx(1);
+    TransportContext ctx(1);
     Rng rng(9);
     std::vector<zmq::socket_t> socks;
     for (uint16_t port : ports) {

@@ -35,7 +35,7 @@ wire::Header Push(int rank, int64_t clock, int64_t version, uint64_t offset, uin
 }
 
 // Sends the hostile messages on a fresh DEALER socket bound to worker 1's rank; counts replies.
-void Attack(zmq::context_t& ctx, uint16_t port, int64_t shard_size, Outcome* out) {
+void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* out) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   s.connect("tcp://127.0.0.1:" + std::to_string(port));
@@ -193,7 +193,7 @@ Outcome RunJob(bool attack) {
   mo.input_dim = 10;
   mo.num_classes = 3;
   mo.hidden = {8};
-  zmq::context_t ctx(2);
+  TransportContext ctx(2);
   SchedulerOptions so;
   so.num_servers = 1;
   so.num_workers = 2;

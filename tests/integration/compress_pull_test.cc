@@ -16,7 +16,7 @@ namespace {
 
 TEST(CompressPullTest, DeltasAreCompressedAndTheResidualIsCarriedUntilExact) {
   constexpr int64_t kParams = 1000;
-  zmq::context_t ctx(1);
+  TransportContext ctx(1);
   SchedulerOptions so;
   so.num_servers = 1;
   so.num_workers = 1;

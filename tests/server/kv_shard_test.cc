@@ -13,12 +13,12 @@ std::vector<TensorInfo> Layout() {
 
 TEST(KvShardTest, ValidateRejectsOutOfRangeAndBadKeys) {
   KvShard s({4, 12}, Layout(), {}, {}, 2, false);
-  std::vector<SegmentRef> ok = {{8, 4}};
+  std::vector<Segment> ok = {{8, 12}};
   size_t four = 4;
   EXPECT_TRUE(s.Validate(ok, {}, &four).ok());
-  std::vector<SegmentRef> outside = {{2, 4}};
+  std::vector<Segment> outside = {{2, 6}};
   EXPECT_EQ(s.Validate(outside, {}, nullptr).code(), StatusCode::kInvalidArgument);
-  std::vector<SegmentRef> past_end = {{10, 4}};
+  std::vector<Segment> past_end = {{10, 14}};
   EXPECT_FALSE(s.Validate(past_end, {}, nullptr).ok());
   size_t three = 3;
   EXPECT_FALSE(s.Validate(ok, {}, &three).ok());
@@ -28,11 +28,14 @@ TEST(KvShardTest, ValidateRejectsOutOfRangeAndBadKeys) {
   EXPECT_FALSE(s.Validate({}, foreign, nullptr).ok());
   std::vector<uint64_t> good = {4, 7};
   EXPECT_TRUE(s.Validate({}, good, nullptr).ok());
-  // Found by fuzz_message: an offset whose sum with the length overflows, and segments that
-  // overlap (each inside the range, together asking for more than the shard holds).
-  std::vector<SegmentRef> overflow = {{INT64_MAX - 2, 8}};
+  // Found by fuzz_message: an offset whose sum with the length overflows (the wire decoder
+  // refuses the sum, ps_protocol_test; far past the range here), a segment that ends before it
+  // begins, and segments that overlap (each inside the range, together asking for more than the
+  // shard holds).
+  std::vector<Segment> overflow = {{INT64_MAX - 2, INT64_MAX}}, reversed = {{10, 8}};
   EXPECT_FALSE(s.Validate(overflow, {}, nullptr).ok());
-  std::vector<SegmentRef> twice = {{8, 4}, {8, 4}}, backwards = {{10, 2}, {8, 2}}, disjoint = {{4, 2}, {8, 4}};
+  EXPECT_FALSE(s.Validate(reversed, {}, nullptr).ok());
+  std::vector<Segment> twice = {{8, 12}, {8, 12}}, backwards = {{10, 12}, {8, 10}}, disjoint = {{4, 6}, {8, 12}};
   EXPECT_FALSE(s.Validate(twice, {}, nullptr).ok());
   EXPECT_FALSE(s.Validate(backwards, {}, nullptr).ok());
   EXPECT_TRUE(s.Validate(disjoint, {}, nullptr).ok());
@@ -45,7 +48,7 @@ TEST(KvShardTest, ApplyScalesByWorkersAndAccumulateAppliesTheMean) {
   std::vector<float> init = {1, 1, 1, 1};
   now.SetValues(init);
   bsp.SetValues(init);
-  std::vector<SegmentRef> seg = {{8, 4}};
+  std::vector<Segment> seg = {{8, 12}};
   std::vector<float> g1 = {2, 0, 4, 8}, g2 = {2, 4, 0, -8};
   now.Apply(seg, {}, g1.data());
   now.Apply(seg, {}, g2.data());
@@ -68,7 +71,7 @@ TEST(KvShardTest, ApplyAtAScaledRate) {
   LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
   KvShard s({8, 12}, Layout(), {}, lr, 1, /*aggregate=*/false);
   s.SetValues(std::vector<float>{1, 1, 1, 1});
-  std::vector<SegmentRef> seg = {{8, 4}};
+  std::vector<Segment> seg = {{8, 12}};
   std::vector<float> g = {4, 8, -4, 0};
   s.Apply(seg, {}, g.data(), 0.25f);  // a gradient 4 versions stale, staleness-aware
   std::vector<float> expect = {0.5f, 0.0f, 1.5f, 1.0f};

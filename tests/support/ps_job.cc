@@ -88,7 +88,7 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
 
 PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset& test) {
   PsJobResult result;
-  zmq::context_t ctx(2);
+  TransportContext ctx(2);
   std::unique_ptr<CurveAuthenticator> auth;
   if (o.security) auth = std::move(EnableCurve(ctx, *o.security)).value();
   SchedulerOptions so;

@@ -1,0 +1,152 @@
+#include "common/ps_protocol.h"
+
+namespace gradsync {
+namespace {
+
+constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
+
+bool IsRequest(wire::Type t) {
+  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN;
+}
+
+bool IsReply(wire::Type t) {
+  return t == wire::INIT_REPLY || t == wire::PUSH_REPLY || t == wire::PULL_REPLY || t == wire::JOIN_REPLY ||
+         t == wire::ERROR;
+}
+
+// What every data-plane header starts with.
+wire::Header Header(wire::Type type, wire::Role role, int rank, uint64_t request_id, int64_t clock) {
+  wire::Header h;
+  h.set_type(type);
+  h.set_sender_role(role);
+  h.set_sender_rank(rank);
+  h.set_request_id(request_id);
+  h.set_clock(clock);
+  return h;
+}
+
+bool KnownCode(int code) {
+  return (code >= 1 && code <= 6) || (code >= 9 && code <= 15);
+}
+
+}  // namespace
+
+void EncodeSegments(std::span<const Segment> segments, wire::Header* h) {
+  for (const Segment& s : segments) {
+    auto* w = h->add_segments();
+    w->set_offset(static_cast<uint64_t>(s.begin));
+    w->set_length(static_cast<uint64_t>(s.size()));
+  }
+}
+
+Result<std::vector<Segment>> DecodeSegments(const wire::Header& h) {
+  std::vector<Segment> out;
+  out.reserve(static_cast<size_t>(h.segments_size()));
+  for (const auto& s : h.segments()) {
+    if (s.offset() > kMaxOffset || s.length() > kMaxOffset) {
+      return InvalidArgumentError("segment offset " + std::to_string(s.offset()) + " length " +
+                                  std::to_string(s.length()) + " is out of range");
+    }
+    const auto begin = static_cast<int64_t>(s.offset());
+    out.push_back({begin, begin + static_cast<int64_t>(s.length())});
+  }
+  return out;
+}
+
+uint64_t TotalSize(std::span<const Segment> segments) {
+  uint64_t n = 0;
+  for (const Segment& s : segments) n += static_cast<uint64_t>(s.size());
+  return n;
+}
+
+PsReply ReplyTo(const PsRequest& request, wire::Type type, int server) {
+  PsReply r;
+  r.type = type;
+  r.server = server;
+  r.request_id = request.request_id;
+  r.clock = request.clock;
+  return r;
+}
+
+wire::Header EncodeRequest(const PsRequest& r) {
+  wire::Header h = Header(r.type, wire::WORKER, r.worker, r.request_id, r.clock);
+  if (r.version != 0) h.set_version(r.version);
+  EncodeSegments(r.segments, &h);
+  if (!r.codec.empty()) h.set_codec(r.codec);
+  if (r.parts > 1) {
+    h.set_parts(r.parts);
+    h.set_part(r.part);
+  }
+  if (r.type == wire::INIT) *h.mutable_job() = r.job;
+  return h;
+}
+
+Result<PsRequest> DecodeRequest(const wire::Header& h) {
+  if (!IsRequest(h.type())) {
+    return InvalidArgumentError("a server does not handle message type " + std::to_string(h.type()));
+  }
+  if (h.sender_role() != wire::WORKER) return InvalidArgumentError("sender is not a worker");
+  PsRequest r;
+  r.type = h.type();
+  r.worker = h.sender_rank();
+  r.request_id = h.request_id();
+  r.clock = h.clock();
+  r.version = h.version();
+  ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
+  r.codec = h.codec();
+  r.parts = h.parts();
+  r.part = h.part();
+  if (r.parts < 0 || r.parts > kMaxPushParts || r.part < 0 || (r.parts <= 1 && r.part != 0) ||
+      (r.parts > 1 && r.part >= r.parts) || (r.parts > 1 && r.type != wire::PUSH)) {
+    return InvalidArgumentError("push part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
+                                " (at most " + std::to_string(kMaxPushParts) + " parts)");
+  }
+  if (r.type == wire::INIT) r.job = h.job();
+  return r;
+}
+
+wire::Header EncodeReply(const PsReply& r) {
+  wire::Header h = Header(r.type, wire::SERVER, r.server, r.request_id, r.clock);
+  switch (r.type) {
+    case wire::PUSH_REPLY:
+      h.set_observed_staleness(static_cast<double>(r.version_lag));
+      break;
+    case wire::PULL_REPLY:
+      h.set_version(r.version);
+      h.set_wait_ms(r.wait_ms);
+      h.set_clock_staleness(r.clock_staleness);
+      EncodeSegments(r.segments, &h);
+      if (!r.codec.empty()) h.set_codec(r.codec);
+      break;
+    case wire::ERROR:
+      h.set_error_code(static_cast<int>(r.error.code()));
+      h.set_error_message(r.error.message());
+      break;
+    default:
+      break;
+  }
+  return h;
+}
+
+Result<PsReply> DecodeReply(const wire::Header& h) {
+  if (!IsReply(h.type())) return InvalidArgumentError("not a shard's reply: message type " + std::to_string(h.type()));
+  PsReply r;
+  r.type = h.type();
+  r.server = h.sender_rank();
+  r.request_id = h.request_id();
+  r.clock = h.clock();
+  r.version = h.version();
+  r.version_lag = static_cast<int64_t>(h.observed_staleness());
+  r.clock_staleness = h.clock_staleness();
+  r.wait_ms = h.wait_ms();
+  ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
+  r.codec = h.codec();
+  if (r.type == wire::ERROR) {
+    // A code this build does not know still fails the request, as kUnknown.
+    const StatusCode code = KnownCode(h.error_code()) ? static_cast<StatusCode>(h.error_code()) : StatusCode::kUnknown;
+    r.error = Status(code, h.error_message());
+  }
+  return r;
+}
+
+}  // namespace gradsync

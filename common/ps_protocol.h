@@ -1,0 +1,77 @@
+// The parameter-server protocol: what a worker and a shard say to each other, as typed C++
+// messages with one encoder and one decoder each, used by both sides (worker/ps_client.cc and
+// server/server.cc). On the wire a message is a wire::Header (common/proto/gradsync.proto) and
+// raw key / value frames (common/transport.h); ARCHITECTURE.md, "Wire format", describes them.
+//
+//   worker -> shard   PsRequest   INIT (job + the shard's initial values), PUSH (a gradient, maybe
+//                                 compressed, maybe one of `parts`), PULL (segments / keys wanted),
+//                                 JOIN (clock -1: where do I start? c >= 0: I go on at c)
+//   shard -> worker   PsReply     INIT_REPLY, PUSH_REPLY (version lag), PULL_REPLY (version,
+//                                 wait, clock staleness, the values' segments), JOIN_REPLY
+//                                 (clock), ERROR (a Status)
+//
+// Decoding checks everything a header alone can say is wrong (type, segment bounds, part
+// numbers, error codes) and answers kInvalidArgument; what depends on a shard's state (its
+// range, clocks, versions) is the receiver's to check.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/segment.h"
+#include "common/status.h"
+#include "gradsync.pb.h"
+
+namespace gradsync {
+
+// A push comes in at most this many parts (PsRequest::parts).
+inline constexpr int kMaxPushParts = 4096;
+
+struct PsRequest {
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL or JOIN
+  int worker = 0;
+  uint64_t request_id = 0;
+  int64_t clock = 0;
+  int64_t version = 0;            // PUSH: the shard version the gradient was computed on
+  std::vector<Segment> segments;  // sorted and disjoint, as every sender cuts them
+  std::string codec;              // PUSH: the values are this codec's payload; PULL: a delta is welcome
+  int parts = 0;                  // PUSH in parts: 0 or 1 means the whole push in this message
+  int part = 0;                   // 0-based, sent in order
+  wire::JobConfig job;            // INIT
+};
+
+struct PsReply {
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY or ERROR
+  int server = 0;
+  uint64_t request_id = 0;
+  int64_t clock = 0;              // the request's; JOIN_REPLY: where the worker goes on
+  int64_t version = 0;            // PULL_REPLY: the shard's version of the values
+  int64_t version_lag = 0;        // PUSH_REPLY: shard version at apply - the push's version
+  int64_t clock_staleness = 0;    // PULL_REPLY: see ConsistencyController::ClockStaleness
+  double wait_ms = 0;             // PULL_REPLY: how long the consistency rule held the pull
+  std::vector<Segment> segments;  // PULL_REPLY: where the values go
+  std::string codec;              // PULL_REPLY: the values are a compressed delta to add
+  Status error;                   // ERROR
+};
+
+// A reply of `type` from shard `server` to `request` (its id and clock).
+PsReply ReplyTo(const PsRequest& request, wire::Type type, int server);
+
+wire::Header EncodeRequest(const PsRequest& r);
+// Fails (kInvalidArgument) on a type a worker does not send, a sender that is not a worker,
+// bad segments or part numbers.
+Result<PsRequest> DecodeRequest(const wire::Header& h);
+
+wire::Header EncodeReply(const PsReply& r);
+Result<PsReply> DecodeReply(const wire::Header& h);
+
+// Segments: offset/length on the wire, [begin, end) here. Each offset and length must be at most
+// 2^40 (so that their sum cannot overflow), else kInvalidArgument.
+void EncodeSegments(std::span<const Segment> segments, wire::Header* h);
+Result<std::vector<Segment>> DecodeSegments(const wire::Header& h);
+// The number of elements the segments cover.
+uint64_t TotalSize(std::span<const Segment> segments);
+
+}  // namespace gradsync

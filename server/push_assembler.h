@@ -1,0 +1,71 @@
+// Pushes as the shard holds them until they count, and the reassembly of pushes sent in parts.
+//
+// An overlapped push (PsRequest::parts > 1) arrives as numbered parts on the worker's
+// connection, in order; it counts (consistency, version, its one reply) when its last part is
+// in. Each part must belong to the push whose first part came (same clock, part count and
+// version), come in order, carry dense raw values only, and repeat no element of an earlier
+// part. After a bad part the rest of that push is dropped without a reply: the worker gets one
+// answer per push and shard, the error. Pure bookkeeping: no sockets, no shard.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "common/ps_protocol.h"
+#include "common/segment.h"
+#include "common/status.h"
+#include "common/transport.h"
+
+namespace gradsync {
+
+// One message's share of a push: its segments and keys, and its values, kept without a copy
+// where the received frame is float-aligned and large enough to live outside the frame object.
+struct PushChunk {
+  std::vector<Segment> segments;
+  std::vector<uint64_t> keys;
+  Frame frame;               // the received values, when they are read in place
+  std::vector<float> owned;  // or decoded / realigned / small values
+  // Read where they are now: a chunk moves (into a round, a vector), and so does a frame.
+  const float* values() const { return owned.empty() ? static_cast<const float*>(frame.data()) : owned.data(); }
+};
+
+// The values of a validated push message as a chunk that outlives the message: `values` (n
+// floats) point into `received` (then its frame is taken when that is safe) or into *decoded
+// (then that buffer changes hands), else they are copied.
+PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> keys, Frame* received,
+                    const float* values, size_t n, std::vector<float>* decoded);
+
+// A push: one message, or the parts of an overlapped push.
+struct HeldPush {
+  std::vector<PushChunk> chunks;
+};
+
+class PushAssembler {
+ public:
+  // Whether `part` is the rest of a push of `worker` whose earlier part failed (drop it quietly).
+  bool IsRestOfFailed(int worker, const PsRequest& part) const;
+  // Checks `part` (which carries `num_keys` keys) against the push it continues without taking
+  // it (the shard's other checks come between Check and Add).
+  Status Check(int worker, const PsRequest& part, size_t num_keys) const;
+  // Takes a checked part: the whole push once its last part is in, else null. The push stays
+  // here until Done or Forget.
+  HeldPush* Add(int worker, const PsRequest& part, PushChunk chunk);
+  // A part was refused: the rest of its push is dropped (IsRestOfFailed).
+  void Failed(int worker, const PsRequest& part);
+  // The push counted, or the worker left or skips ahead: forget what was held.
+  void Forget(int worker) { partial_.erase(worker); }
+
+ private:
+  struct Partial {
+    int64_t clock = 0;
+    int64_t version = 0;
+    int parts = 0;
+    int next = 0;
+    bool failed = false;
+    HeldPush push;
+    std::vector<Segment> covered;  // sorted by begin, disjoint
+  };
+  std::map<int, Partial> partial_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,66 @@
+#include "server/shard_checkpointer.h"
+
+#include <chrono>
+
+#include "common/atomic_file.h"
+#include "common/clock.h"
+
+namespace gradsync {
+
+bool ShardCheckpointer::Due(bool updated, double now_s) {
+  if (!enabled()) return false;
+  if (updated && updates_since_++ == 0) first_dirty_s_ = now_s;
+  if (updates_since_ == 0) return false;
+  const bool by_count = every_ > 0 && updates_since_ >= every_;
+  const bool by_time = now_s - first_dirty_s_ >= interval_s_;
+  return by_count || by_time;
+}
+
+Status ShardCheckpointer::Write(int rank, const wire::JobConfig& job, const KvShard& shard,
+                                const ConsistencyController& controller, double now_s) {
+  Stopwatch took;
+  wire::ShardCheckpoint c;
+  c.set_rank(rank);
+  *c.mutable_job() = job;
+  c.set_begin(static_cast<uint64_t>(shard.range().begin));
+  c.set_end(static_cast<uint64_t>(shard.range().end));
+  const auto params = shard.params();
+  c.set_params(params.data(), params.size() * sizeof(float));
+  const auto velocity = shard.optimizer_state();
+  c.set_velocity(velocity.data(), velocity.size() * sizeof(float));
+  c.set_version(shard.version());
+  c.set_step(shard.step());
+  c.set_updates(shard.gradients());
+  c.set_rounds_applied(controller.rounds_applied());
+  for (int64_t p : controller.pushed_all()) c.add_pushed(p);
+  for (bool l : controller.live_all()) c.add_live(l);
+  c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  std::string bytes;
+  Status s = c.SerializeToString(&bytes) ? WriteFileAtomically(Path(rank), bytes)
+                                         : InternalError("could not serialize the checkpoint");
+  if (!s.ok()) {
+    first_dirty_s_ = now_s;  // try again after another interval
+    return s;
+  }
+  ++written_;
+  slowest_ms_ = std::max(slowest_ms_, took.Millis());
+  updates_since_ = 0;
+  return OkStatus();
+}
+
+Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank) const {
+  const std::string path = Path(rank);
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  wire::ShardCheckpoint c;
+  if (!c.ParseFromString(bytes)) return DataLossError(path + " is not a shard checkpoint");
+  if (c.rank() != rank) {
+    return DataLossError(path + " belongs to shard " + std::to_string(c.rank()) + ", this is shard " +
+                         std::to_string(rank));
+  }
+  if (c.params().size() % sizeof(float) != 0 || c.velocity().size() % sizeof(float) != 0) {
+    return DataLossError(path + " does not hold whole floats");
+  }
+  return c;
+}
+
+}  // namespace gradsync

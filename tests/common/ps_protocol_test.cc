@@ -1,0 +1,119 @@
+#include "common/ps_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync {
+namespace {
+
+TEST(PsProtocolTest, APushInPartsRoundTrips) {
+  PsRequest r;
+  r.type = wire::PUSH;
+  r.worker = 3;
+  r.request_id = 77;
+  r.clock = 12;
+  r.version = 40;
+  r.segments = {{100, 164}, {200, 201}};
+  r.parts = 5;
+  r.part = 2;
+  auto back = DecodeRequest(EncodeRequest(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->type, wire::PUSH);
+  EXPECT_EQ(back->worker, 3);
+  EXPECT_EQ(back->request_id, 77u);
+  EXPECT_EQ(back->clock, 12);
+  EXPECT_EQ(back->version, 40);
+  EXPECT_EQ(back->segments, r.segments);
+  EXPECT_EQ(back->parts, 5);
+  EXPECT_EQ(back->part, 2);
+  EXPECT_EQ(TotalSize(back->segments), 65u);
+}
+
+TEST(PsProtocolTest, InitCarriesTheJobAndPullTheCodec) {
+  PsRequest init;
+  init.type = wire::INIT;
+  init.job.set_num_params(10);
+  init.job.set_lr(0.5f);
+  init.segments = {{0, 10}};
+  auto a = DecodeRequest(EncodeRequest(init));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->job.num_params(), 10u);
+  EXPECT_FLOAT_EQ(a->job.lr(), 0.5f);
+  PsRequest pull;
+  pull.type = wire::PULL;
+  pull.codec = "topk:0.1";
+  auto b = DecodeRequest(EncodeRequest(pull));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->codec, "topk:0.1");
+  EXPECT_EQ(b->parts, 0);
+}
+
+TEST(PsProtocolTest, ARequestThatCannotBeRightIsRefused) {
+  auto bad = [](auto mutate) {
+    PsRequest r;
+    r.type = wire::PUSH;
+    r.segments = {{0, 4}};
+    wire::Header h = EncodeRequest(r);
+    mutate(h);
+    return DecodeRequest(h).status().code();
+  };
+  EXPECT_EQ(bad([](wire::Header&) {}), StatusCode::kOk);
+  // An offset whose sum with its length would overflow never becomes a Segment.
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_segments(0)->set_offset(uint64_t{1} << 62); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_segments(0)->set_length(~uint64_t{0}); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_sender_role(wire::SERVER); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::REGISTER); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL_REPLY); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_parts(kMaxPushParts + 1); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_parts(-1); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_parts(4); h.set_part(4); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_part(1); }), StatusCode::kInvalidArgument);  // a part of no parts
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL); h.set_parts(2); }), StatusCode::kInvalidArgument);
+}
+
+TEST(PsProtocolTest, RepliesRoundTripAndAnErrorIsAlwaysAFailure) {
+  PsRequest pull;
+  pull.type = wire::PULL;
+  pull.request_id = 9;
+  pull.clock = 4;
+  PsReply r = ReplyTo(pull, wire::PULL_REPLY, 1);
+  r.version = 17;
+  r.wait_ms = 2.5;
+  r.clock_staleness = 3;
+  r.segments = {{8, 16}};
+  r.codec = "fp16";
+  auto back = DecodeReply(EncodeReply(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->type, wire::PULL_REPLY);
+  EXPECT_EQ(back->server, 1);
+  EXPECT_EQ(back->request_id, 9u);
+  EXPECT_EQ(back->clock, 4);
+  EXPECT_EQ(back->version, 17);
+  EXPECT_DOUBLE_EQ(back->wait_ms, 2.5);
+  EXPECT_EQ(back->clock_staleness, 3);
+  EXPECT_EQ(back->segments, r.segments);
+  EXPECT_EQ(back->codec, "fp16");
+
+  PsReply push = ReplyTo(pull, wire::PUSH_REPLY, 0);
+  push.version_lag = 6;
+  EXPECT_EQ(DecodeReply(EncodeReply(push))->version_lag, 6);
+
+  PsReply err = ReplyTo(pull, wire::ERROR, 0);
+  err.error = AbortedError("old clock");
+  auto e = DecodeReply(EncodeReply(err));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->error.code(), StatusCode::kAborted);
+  EXPECT_EQ(e->error.message(), "old clock");
+  // A code this build does not know, or "OK" in an ERROR, still fails the request.
+  for (int code : {0, 7, 99, -1}) {
+    wire::Header h = EncodeReply(err);
+    h.set_error_code(code);
+    auto u = DecodeReply(h);
+    ASSERT_TRUE(u.ok());
+    EXPECT_EQ(u->error.code(), StatusCode::kUnknown) << code;
+  }
+  wire::Header request = EncodeRequest(pull);
+  EXPECT_EQ(DecodeReply(request).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradsync
