@@ -1,5 +1,7 @@
 #include "common/cluster.h"
 
+#include "common/train_config.h"
+
 #include <cstdlib>
 
 namespace gradsync {
@@ -38,6 +40,9 @@ int EnvInt(const char* name) {
 int SlurmRank() { return EnvInt("SLURM_PROCID"); }
 int SlurmTasks() { return EnvInt("SLURM_NTASKS"); }
 
-bool IsPsMode(const std::string& mode) { return mode == "bsp" || mode == "ssp" || mode == "asp"; }
+bool IsPsMode(const std::string& mode) {
+  auto m = ParseMode(mode);
+  return m.ok() && IsPsMode(*m);
+}
 
 }  // namespace gradsync

@@ -5,7 +5,11 @@
 //   - an unknown, malformed or contradictory flag prints ONE line
 //     "<program>: error: <what is wrong> (see --help)" to stderr and exits 2;
 //   - a flag may also come from the environment as GRADSYNC_<NAME> (upper case, '-' -> '_'),
-//     e.g. GRADSYNC_LR=0.05 for --lr; the command line wins over the environment.
+//     e.g. GRADSYNC_LR=0.05 for --lr; the command line wins over the environment;
+//   - a line of the summary that starts with "Usage:" is the usage line, printed first
+//     (otherwise "Usage: <program> [options]" is). Give a float or inexact double default its text, or --help
+//     prints it as boost does (0.0199999996): default_value(0.02f, "0.02"), or
+//     common/train_config.h's ShortestText().
 // Only binaries (main.cc) use this; libraries take Options structs.
 //
 //   FlagParser flags("gradsync-worker", "Trains a model.");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/train_config.h"
 #include "compression/codecs.h"
 
 namespace gradsync {
@@ -37,49 +38,17 @@ float GetF32(const uint8_t* p) {
 }  // namespace payload
 
 Result<std::unique_ptr<Compressor>> CreateCompressor(const std::string& spec, uint64_t seed, bool unbiased_randomk) {
-  const auto colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  auto number = [&](double* v) {
-    char* end = nullptr;
-    *v = std::strtod(arg.c_str(), &end);
-    return !arg.empty() && *end == '\0' && std::isfinite(*v);
-  };
-  auto no_arg = [&]() -> Status {
-    if (colon != std::string::npos) return InvalidArgumentError("--compress=" + name + " takes no parameter");
-    return OkStatus();
-  };
-  double v = 0;
-  if (name == "none") {
-    RETURN_IF_ERROR(no_arg());
-    return std::unique_ptr<Compressor>();
+  ASSIGN_OR_RETURN(CodecSpec codec, ParseCodecSpec(spec));  // the syntax is common/train_config.h's
+  switch (codec.kind) {
+    case CodecSpec::Kind::kNone: return std::unique_ptr<Compressor>();
+    case CodecSpec::Kind::kFp16: return MakeFp16();
+    case CodecSpec::Kind::kInt8: return MakeInt8();
+    case CodecSpec::Kind::kSign: return MakeSign();
+    case CodecSpec::Kind::kQsgd: return MakeQsgd(static_cast<int>(codec.param), seed);
+    case CodecSpec::Kind::kTopK: return MakeTopK(codec.param);
+    case CodecSpec::Kind::kRandomK: return MakeRandomK(codec.param, seed, unbiased_randomk);
   }
-  if (name == "fp16") {
-    RETURN_IF_ERROR(no_arg());
-    return MakeFp16();
-  }
-  if (name == "int8") {
-    RETURN_IF_ERROR(no_arg());
-    return MakeInt8();
-  }
-  if (name == "sign") {
-    RETURN_IF_ERROR(no_arg());
-    return MakeSign();
-  }
-  if (name == "qsgd") {
-    if (!number(&v) || v != std::floor(v) || v < 1 || v > 127) {
-      return InvalidArgumentError("qsgd needs an integer number of levels in [1, 127], e.g. qsgd:16; got '" + spec + "'");
-    }
-    return MakeQsgd(static_cast<int>(v), seed);
-  }
-  if (name == "topk" || name == "randomk") {
-    if (!number(&v) || v <= 0 || v > 1) {
-      return InvalidArgumentError(name + " needs a ratio in (0, 1], e.g. " + name + ":0.01; got '" + spec + "'");
-    }
-    if (name == "topk") return MakeTopK(v);
-    return MakeRandomK(v, seed, unbiased_randomk);
-  }
-  return InvalidArgumentError("unknown compression '" + spec + "' (expected none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO)");
+  return InternalError("unhandled codec '" + spec + "'");
 }
 
 }  // namespace gradsync

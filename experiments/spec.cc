@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "compression/compressor.h"
-#include "experiments/launcher.h"
+#include "common/train_config.h"
+#include "common/train_flags.h"
 
 namespace gradsync {
 namespace {
@@ -43,24 +43,15 @@ std::string Num(double v) {
   return s.str();
 }
 
-const char* ModeName(spec::Mode m) {
-  switch (m) {
-    case spec::BSP: return "bsp";
-    case spec::SSP: return "ssp";
-    case spec::ASP: return "asp";
-    case spec::ALLREDUCE: return "allreduce";
-    default: return "";
-  }
-}
-
 // Resolves one run and checks it; `where(field)` gives "path:line:col" of a field of this run
-// (or of the defaults, when the run inherits it).
+// ("train.lr" for a training setting), or of the defaults when the run inherits it.
 Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std::function<std::string(const std::string&)>& where) {
   RunPlan p;
   p.run = defaults;
   if (own.straggler_size() > 0) p.run.clear_straggler();  // a run's stragglers replace the defaults'
-  p.run.MergeFrom(own);
+  p.run.MergeFrom(own);  // train merges field by field (proto2 presence)
   const spec::Run& r = p.run;
+  const config::TrainConfig& t = r.train();
   auto fail = [&](const std::string& field, const std::string& problem) {
     return InvalidArgumentError(where(field) + ": run '" + (r.has_name() ? r.name() : std::string("?")) + "': " + problem);
   };
@@ -69,16 +60,14 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   if (!std::regex_match(p.name, std::regex("[A-Za-z0-9][A-Za-z0-9._+-]{0,63}"))) {
     return fail("name", "names are letters, digits and . _ + - (at most 64), not '" + p.name + "'");
   }
-  if (!r.has_mode() || r.mode() == spec::MODE_UNSPECIFIED) return fail("mode", "needs a mode (BSP, SSP, ASP or ALLREDUCE)");
-  p.mode = ModeName(r.mode());
-  const bool allreduce = r.mode() == spec::ALLREDUCE;
-  if (r.has_staleness()) {
-    if (r.mode() != spec::SSP) return fail("staleness", "staleness applies to mode SSP only (ASP is unbounded)");
-    if (r.staleness() < 0 || r.staleness() > 1000000) return fail("staleness", "staleness must be in [0, 1000000]");
-  } else if (r.mode() == spec::SSP) {
-    return fail("mode", "SSP needs a staleness bound (staleness: S)");
-  }
-  p.staleness = r.staleness();
+  if (!t.has_mode() || t.mode() == config::MODE_UNSPECIFIED) return fail("train.mode", "needs a mode (train { mode: BSP }, SSP, ASP or ALLREDUCE)");
+  if (!JoinsJob(t.mode())) return fail("train.mode", "mode LOCAL trains one process: a run is BSP, SSP, ASP or ALLREDUCE");
+  p.mode = ModeName(t.mode());
+  const bool allreduce = t.mode() == config::ALLREDUCE;
+  if (t.mode() == config::SSP && !t.has_staleness()) return fail("train.mode", "SSP needs a staleness bound (staleness: S)");
+  p.staleness = t.staleness();
+  if (t.has_straggle()) return fail("train.straggle", "straggle is set per worker: straggler { worker: W multiple: 3 }");
+  if (t.has_straggle_seed()) return fail("train.straggle_seed", "straggle_seed is set per worker: straggler { worker: W ... seed: S }");
   p.workers = r.has_workers() ? r.workers() : 1;
   if (p.workers < 1 || p.workers > 64) return fail("workers", "workers must be in [1, 64]");
   if (allreduce) {
@@ -89,88 +78,29 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     p.servers = r.has_servers() ? r.servers() : 1;
     if (p.servers < 1 || p.servers > 16) return fail("servers", "servers must be in [1, 16]");
   }
-  auto& args = p.worker_args;
-  args.push_back(Flag("run", p.name));
-  if (r.has_model()) {
-    if (r.model() != "mlp" && r.model() != "softmax" && r.model() != "sparse_logreg") {
-      return fail("model", "unknown model '" + r.model() + "' (mlp, softmax or sparse_logreg)");
+  // The training settings: the same checks as gradsync-worker's flags, every one reported.
+  if (auto errors = Validate(t, Naming::kSpec); !errors.empty()) {
+    std::string all;
+    for (const ConfigError& e : errors) {
+      all += (all.empty() ? "" : "; ") + fail("train." + e.field, e.message).message();
     }
-    args.push_back(Flag("model", r.model()));
+    return InvalidArgumentError(all);
   }
-  if (r.has_hidden()) {
-    if (r.hidden().size() > kMaxMatchedChars || !std::regex_match(r.hidden(), std::regex("[0-9]+(,[0-9]+)*"))) {
-      return fail("hidden", "hidden is a list of sizes, like \"256,128\" (at most " + std::to_string(kMaxMatchedChars) + " characters)");
-    }
-    args.push_back(Flag("hidden", r.hidden()));
-  }
-  if (r.has_dataset()) {
-    if (r.dataset() != "fashion-mnist" && r.dataset() != "blobs" && r.dataset() != "sparse-logistic") {
-      return fail("dataset", "unknown dataset '" + r.dataset() + "' (fashion-mnist, blobs or sparse-logistic)");
-    }
-    args.push_back(Flag("dataset", r.dataset()));
-  }
-  p.epochs = r.has_epochs() ? r.epochs() : 10;
-  if (p.epochs < 1 || p.epochs > 10000) return fail("epochs", "epochs must be in [1, 10000]");
-  args.push_back(Flag("epochs", std::to_string(p.epochs)));
-  p.batch = r.has_batch() ? r.batch() : 64;
-  if (p.batch < 1 || p.batch > 1000000) return fail("batch", "batch must be in [1, 1000000]");
-  args.push_back(Flag("batch", std::to_string(p.batch)));
-  p.max_steps = r.max_steps();
-  if (p.max_steps < 0) return fail("max_steps", "max_steps must be >= 0");
-  if (p.max_steps > 0) args.push_back(Flag("max-steps", std::to_string(p.max_steps)));
-  if (r.has_lr()) {
-    if (!(r.lr() > 0) || !std::isfinite(r.lr())) return fail("lr", "lr must be > 0");
-    args.push_back(Flag("lr", Num(r.lr())));
-  }
-  if (r.has_lr_schedule()) {
-    if (r.lr_schedule() != "constant" && r.lr_schedule() != "cosine") return fail("lr_schedule", "lr_schedule is constant or cosine");
-    args.push_back(Flag("lr-schedule", r.lr_schedule()));
-  }
-  if (r.has_momentum()) {
-    if (!(r.momentum() >= 0 && r.momentum() < 1)) return fail("momentum", "momentum must be in [0, 1)");
-    args.push_back(Flag("momentum", Num(r.momentum())));
-  }
-  if (r.has_seed()) args.push_back(Flag("seed", std::to_string(r.seed())));
-  // Compression.
-  const std::string codec = r.has_compress() ? r.compress() : "none";
-  auto c = CreateCompressor(codec, 0);
-  if (!c.ok()) return fail("compress", c.status().message());
-  p.compression = codec;
-  if (*c) args.push_back(Flag("compress", codec));
-  if (r.error_feedback()) {
-    if (!*c) return fail("error_feedback", "error_feedback needs a codec (compress)");
-    if (r.momentum_correction()) return fail("error_feedback", "error_feedback and momentum_correction contradict each other");
-    args.push_back("--error-feedback");
-    p.compression += "+ef";
-  }
-  if (r.momentum_correction()) {
-    if (!*c || !(*c)->sparse()) return fail("momentum_correction", "momentum_correction needs compress topk:R or randomk:R");
-    args.push_back("--momentum-correction");
-    p.compression += "+dgc";
-  }
-  if (r.compress_pull()) {
-    if (!*c) return fail("compress_pull", "compress_pull needs a codec (compress)");
-    if (allreduce) return fail("compress_pull", "compress_pull applies to the PS modes: all-reduce has no pulls");
-    args.push_back("--compress-pull");
-    p.compression += "+pull";
-  }
-  if (r.has_eval_every()) {
-    if (r.eval_every() < 0) return fail("eval_every", "eval_every must be >= 0");
-    args.push_back(Flag("eval-every", std::to_string(r.eval_every())));
-  }
+  p.epochs = t.epochs();
+  p.batch = t.batch();
+  p.max_steps = t.max_steps();
+  p.compression = t.compress();
+  if (t.error_feedback()) p.compression += "+ef";
+  if (t.momentum_correction()) p.compression += "+dgc";
+  if (t.compress_pull()) p.compression += "+pull";
   if (r.has_timeout_s()) {
     if (!(r.timeout_s() > 0)) return fail("timeout_s", "timeout_s must be > 0");
     p.timeout_s = r.timeout_s();
   }
-  for (const auto& a : r.worker_args()) {
-    const char* owned = LauncherOwnedFlag(a);
-    for (const char* mine : {"--run", "--straggle"}) {  // set per run and per worker from the spec
-      if (!owned && (a == mine || a.rfind(std::string(mine) + "=", 0) == 0 || a.rfind(std::string(mine) + "-", 0) == 0)) owned = mine;
-    }
-    if (owned) return fail("worker_args", std::string(owned) + " is set by gradsync-run; leave it out of worker_args");
-    if (a.rfind("--", 0) != 0) return fail("worker_args", "'" + a + "' is not a flag (--name=value)");
-    args.push_back(a);
-  }
+  // The workers' flags, through gradsync-worker's own table; gradsync-run gives the mode and the
+  // staleness itself (to the servers too).
+  p.worker_args.push_back(Flag("run", p.name));
+  for (std::string& a : ConfigToFlags(t, {"mode", "staleness"})) p.worker_args.push_back(std::move(a));
   // Stragglers.
   std::set<int> slowed;
   for (const auto& s : r.straggler()) {
@@ -205,7 +135,10 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
       default:
         return fail("straggler", "a straggler needs one of fixed_ms, multiple, exp_mean_ms, uniform");
     }
-    p.worker_extra[s.worker()] = {Flag("straggle", flag), Flag("straggle-seed", std::to_string(s.seed()))};
+    config::TrainConfig slow;
+    slow.set_straggle(flag);
+    slow.set_straggle_seed(s.seed());
+    p.worker_extra[s.worker()] = ConfigToFlags(slow);
     p.straggler += (p.straggler.empty() ? "" : " ") + ("w" + std::to_string(s.worker()) + " " + label);
   }
   // The link.
@@ -259,19 +192,38 @@ Result<Experiment> ParseExperiment(const std::string& text, const std::string& p
   }
   if (proto.run_size() == 0) return InvalidArgumentError(path + ": the experiment has no runs");
   const auto* defaults_tree = tree.GetTreeForNested(exp_desc->FindFieldByName("defaults"), -1);
+  const spec::Run& defaults = proto.defaults();
   std::set<std::string> names;
   for (int i = 0; i < proto.run_size(); ++i) {
     const auto* run_tree = tree.GetTreeForNested(exp_desc->FindFieldByName("run"), i);
     const spec::Run& own = proto.run(i);
+    // A field of the run, or "train.<field>" of its training settings: where the run sets it,
+    // else where the defaults do, else the train block, else the run itself.
     auto where = [&](const std::string& field) {
-      const auto* f = run_desc->FindFieldByName(field);
-      const auto* refl = own.GetReflection();
-      const bool own_has = f && (f->is_repeated() ? refl->FieldSize(own, f) > 0 : refl->HasField(own, f));
-      std::string w = own_has ? at(run_tree, f, -1) : at(defaults_tree, f, -1);
+      const auto* train_f = run_desc->FindFieldByName("train");
+      std::string w;
+      if (field.rfind("train.", 0) == 0) {
+        const auto* f = config::TrainConfig::descriptor()->FindFieldByName(field.substr(6));
+        auto nested = [&](const pb::TextFormat::ParseInfoTree* t) {
+          return t ? t->GetTreeForNested(train_f, -1) : nullptr;
+        };
+        const config::TrainConfig& own_train = own.train();
+        const bool own_has = f && own_train.GetReflection()->HasField(own_train, f);
+        const bool defaults_has = f && defaults.train().GetReflection()->HasField(defaults.train(), f);
+        if (own_has) w = at(nested(run_tree), f, -1);
+        else if (defaults_has) w = at(nested(defaults_tree), f, -1);
+        if (w.empty()) w = at(run_tree, train_f, -1);
+        if (w.empty()) w = at(defaults_tree, train_f, -1);
+      } else {
+        const auto* f = run_desc->FindFieldByName(field);
+        const auto* refl = own.GetReflection();
+        const bool own_has = f && (f->is_repeated() ? refl->FieldSize(own, f) > 0 : refl->HasField(own, f));
+        w = own_has ? at(run_tree, f, -1) : at(defaults_tree, f, -1);
+      }
       if (w.empty()) w = at(&tree, exp_desc->FindFieldByName("run"), i);  // the run itself
       return w.empty() ? path : w;
     };
-    ASSIGN_OR_RETURN(RunPlan plan, Plan(proto.defaults(), own, where));
+    ASSIGN_OR_RETURN(RunPlan plan, Plan(defaults, own, where));
     if (!names.insert(plan.name).second) return InvalidArgumentError(where("name") + ": two runs are named '" + plan.name + "'");
     e.runs.push_back(std::move(plan));
   }

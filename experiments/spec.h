@@ -3,8 +3,11 @@
 //   ASSIGN_OR_RETURN(Experiment e, LoadExperiment("experiments/specs/quick.textproto"));
 //   for (const RunPlan& r : e.runs) ... r.worker_args, r.worker_extra[w] ...
 //
-// The format is protobuf text format over common/proto/experiment.proto. Every error names the
-// file, line and column: "quick.textproto:12:3: run 'ssp': staleness applies to mode SSP only".
+// The format is protobuf text format over common/proto/experiment.proto; a run's training
+// settings are a TrainConfig (`train { ... }`), checked by the same Validate() as
+// gradsync-worker's flags and written into worker flags through the same table
+// (common/train_flags.h). Every error names the file, line and column of the field at fault:
+// "quick.textproto:12:3: run 'ssp': staleness applies to mode SSP only".
 #pragma once
 
 #include <map>
@@ -31,7 +34,7 @@ struct RunPlan {
   std::string link;              // "" (loopback) or "100mbit" (+ " +Nms")
   std::string straggler;         // "" or "w1 x3" ...
   double timeout_s = 3600;
-  std::vector<std::string> worker_args;             // every worker
+  std::vector<std::string> worker_args;             // every worker: --run and run.train()'s flags
   std::map<int, std::vector<std::string>> worker_extra;  // per worker rank (stragglers)
 };
 

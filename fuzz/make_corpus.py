@@ -285,19 +285,23 @@ def spec_corpus():
     for name in sorted(os.listdir(specs)):
         if name.endswith(".textproto"):
             shutil.copy(os.path.join(specs, name), os.path.join(CORPUS, "fuzz_spec", name))
-    write("fuzz_spec", "minimal", b'name: "m" run { name: "a" mode: ASP }\n')
+    write("fuzz_spec", "minimal", b'name: "m" run { name: "a" train { mode: ASP } }\n')
     write("fuzz_spec", "every_field", b'''name: "all" description: "d" target_accuracy: 0.5
-defaults { model: "mlp" hidden: "64,32" dataset: "blobs" workers: 3 servers: 2 epochs: 2 batch: 8
-  max_steps: 10 lr: 0.05 lr_schedule: "cosine" momentum: 0.9 seed: 4 eval_every: 5 timeout_s: 60 }
-run { name: "s" mode: SSP staleness: 2 compress: "qsgd:4" compress_pull: true
+defaults { workers: 3 servers: 2 timeout_s: 60
+  train { model: "mlp" dataset: "blobs" epochs: 2 batch: 8 max_steps: 10 lr: 0.05
+    lr_schedule: "cosine" momentum: 0.9 seed: 4 eval_every: 5 threads: 1 log_every: 5 } }
+run { name: "s" train { mode: SSP staleness: 2 hidden: "64,32" compress: "qsgd:4" compress_pull: true overlap: false push_part_mb: 0.5
+    staleness_aware_lr: true request_timeout: 30 recovery_timeout: 5 }
   straggler { worker: 1 fixed_ms: 3 } straggler { worker: 2 uniform { low_ms: 1 high_ms: 2 } }
-  link { rate: "100mbit" delay_ms: 2 } worker_args: "--threads=1" }
-run { name: "r" mode: ALLREDUCE compress: "randomk:0.1" momentum_correction: true
+  link { rate: "100mbit" delay_ms: 2 } }
+run { name: "r" train { mode: ALLREDUCE compress: "randomk:0.1" momentum_correction: true bucket_mb: 4
+    first_bucket_mb: 0.5 collective_timeout: 30 accumulate: 2 lr_scaling: "linear" base_batch: 16 warmup_epochs: 1 }
   straggler { worker: 0 exp_mean_ms: 1 seed: 9 } straggler { worker: 2 multiple: 2 } }
+run { name: "p" train { mode: BSP model: "sparse_logreg" dataset: "sparse-logistic" feature_bits: 12 weight_decay: 0.001 nesterov: true } }
 ''')
-    write("fuzz_spec", "errors", b'name: "e" run { name: "x" mode: SSP }\n')
+    write("fuzz_spec", "errors", b'name: "e" run { name: "x" train { mode: SSP staleness: 1 model: "sparse_logreg" dataset: "blobs" lr: 0 } }\n')
     # Regression (fixed): a long hidden list overflowed the stack inside std::regex.
-    write("fuzz_spec", "regress_long_hidden", b'name: "x" run { name: "a" mode: ASP hidden: "' + b"1," * 8000 + b'1" }\n')
+    write("fuzz_spec", "regress_long_hidden", b'name: "x" run { name: "a" train { mode: ASP hidden: "' + b"1," * 8000 + b'1" } }\n')
 
 
 def main():

@@ -30,6 +30,7 @@
 #include "common/dataset.h"
 #include "common/optimizer.h"
 #include "common/status.h"
+#include "common/train_names.h"
 #include "common/tensor.h"
 
 namespace gradsync {
@@ -133,7 +134,7 @@ struct ModelOptions {
 };
 
 // The model names CreateModel accepts, for --help texts.
-inline constexpr const char* kModelNames = "softmax|mlp|sparse_logreg";
+// kModelNames (the names CreateModel knows) is common/train_names.h's.
 
 // Builds a CPU model; rejects unknown names and bad sizes with kInvalidArgument.
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);

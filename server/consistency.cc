@@ -3,23 +3,29 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/train_config.h"
+
 namespace gradsync {
 
+// The names are common/train_config.h's one mode table; a shard knows the three PS modes.
 Result<ConsistencyMode> ParseConsistencyMode(const std::string& text) {
-  if (text == "bsp") return ConsistencyMode::kBsp;
-  if (text == "ssp") return ConsistencyMode::kSsp;
-  if (text == "asp") return ConsistencyMode::kAsp;
+  auto mode = ParseMode(text);
+  if (mode.ok() && *mode == config::BSP) return ConsistencyMode::kBsp;
+  if (mode.ok() && *mode == config::SSP) return ConsistencyMode::kSsp;
+  if (mode.ok() && *mode == config::ASP) return ConsistencyMode::kAsp;
   return InvalidArgumentError("mode must be bsp, ssp or asp, not '" + text + "'");
 }
 
-std::string ConsistencyModeName(ConsistencyMode mode) {
+config::Mode ToMode(ConsistencyMode mode) {
   switch (mode) {
-    case ConsistencyMode::kBsp: return "bsp";
-    case ConsistencyMode::kSsp: return "ssp";
-    case ConsistencyMode::kAsp: return "asp";
+    case ConsistencyMode::kBsp: return config::BSP;
+    case ConsistencyMode::kSsp: return config::SSP;
+    case ConsistencyMode::kAsp: return config::ASP;
   }
-  return "?";
+  return config::MODE_UNSPECIFIED;
 }
+
+std::string ConsistencyModeName(ConsistencyMode mode) { return ModeName(ToMode(mode)); }
 
 ConsistencyController::ConsistencyController(ConsistencyMode mode, int staleness, int num_workers)
     : mode_(mode),

@@ -19,13 +19,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "train_config.pb.h"
 
 namespace gradsync {
 
+// The PS modes, as a shard's controller switches on them; named through common/train_config.h's
+// one mode table (config::Mode), to which ToMode maps them.
 enum class ConsistencyMode { kBsp, kSsp, kAsp };
 
 Result<ConsistencyMode> ParseConsistencyMode(const std::string& text);
 std::string ConsistencyModeName(ConsistencyMode mode);
+config::Mode ToMode(ConsistencyMode mode);
 
 class ConsistencyController {
  public:

@@ -6,6 +6,7 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/train_config.h"
 
 namespace gradsync {
 namespace {
@@ -66,27 +67,29 @@ void Scheduler::HandleRegister(Message& m, double now) {
   if (by_identity_.count(m.peer)) return;  // a duplicate (resend): the reply comes with the table
   const std::string who = RoleName(info.role()) + " at " + info.host() + (info.port() ? ":" + std::to_string(info.port()) : "");
   if (announced_) return HandleRejoin(m, who, now);
+  // A staleness of -1 (a worker started without --staleness) takes the job's bound.
+  const std::string& ssp = ModeName(config::SSP);
   if (mode_.empty()) {
     mode_ = h.mode();
     staleness_ = h.staleness();
     mode_source_ = who;
-  } else if (h.mode() != mode_ || (mode_ == "ssp" && staleness_ >= 0 && h.staleness() != staleness_)) {
-    std::string mine = mode_ == "ssp" ? "ssp with staleness " + std::to_string(staleness_) : mode_;
-    std::string theirs = h.mode() == "ssp" ? "ssp with staleness " + std::to_string(h.staleness()) : h.mode();
+  } else if (h.mode() != mode_ || (mode_ == ssp && staleness_ >= 0 && h.staleness() >= 0 && h.staleness() != staleness_)) {
+    std::string mine = mode_ == ssp ? "ssp with staleness " + std::to_string(staleness_) : mode_;
+    std::string theirs = h.mode() == ssp ? "ssp with staleness " + std::to_string(h.staleness()) : h.mode();
     GRADSYNC_LOG(ERROR) << "refused " << who << ": it runs " << theirs << " but the job runs " << mine;
     return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mine + " (set by " +
                                                    mode_source_ + "), this " + RoleName(info.role()) +
                                                    " asked for " + theirs));
   }
-  if (mode_ == "ssp" && staleness_ < 0) staleness_ = h.staleness();
+  if (mode_ == ssp && staleness_ < 0) staleness_ = h.staleness();
   if (info.role() == wire::WORKER) {
     if (fingerprint_source_.empty()) {
       fingerprint_ = h.job_fingerprint();
       fingerprint_source_ = who;
     } else if (h.job_fingerprint() != fingerprint_) {
-      return ReplyError(m.peer, InvalidArgumentError("settings differ between workers: " + who + " has [" +
-                                                     h.job_fingerprint() + "] but " + fingerprint_source_ +
-                                                     " has [" + fingerprint_ + "]"));
+      const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint(), fingerprint_);
+      return ReplyError(m.peer, InvalidArgumentError("settings differ between workers: " + who + " has [" + d.mine +
+                                                     "] but " + fingerprint_source_ + " has [" + d.theirs + "]"));
     }
   }
   int have = 0;
@@ -117,13 +120,14 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
   const auto& h = m.header;
   const auto& info = h.node();
   // The same checks as a first registration: mode and (workers) the job's settings.
-  if (h.mode() != mode_ || (mode_ == "ssp" && h.staleness() != staleness_)) {
+  if (h.mode() != mode_ || (mode_ == ModeName(config::SSP) && h.staleness() >= 0 && h.staleness() != staleness_)) {
     return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mode_ + ", this " +
                                                    RoleName(info.role()) + " asked for " + h.mode()));
   }
   if (info.role() == wire::WORKER && h.job_fingerprint() != fingerprint_) {
-    return ReplyError(m.peer, InvalidArgumentError("settings differ from the running job's: [" + h.job_fingerprint() +
-                                                   "] vs [" + fingerprint_ + "]"));
+    const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint(), fingerprint_);
+    return ReplyError(m.peer, InvalidArgumentError("settings differ from the running job's: [" + d.mine + "] vs [" +
+                                                   d.theirs + "]"));
   }
   // A restarted node takes the rank of a dead one of its role: the one it asks for, else the first.
   Node* slot = nullptr;

@@ -2,8 +2,10 @@
 // heartbeats, orderly shutdown). No data goes through it.
 //
 // Nodes register with their role, advertised address, mode and staleness (and workers with a
-// fingerprint of the settings that must agree). The first node fixes the job's mode; a node that
-// disagrees is refused with an error naming both. Once num_servers servers and num_workers
+// fingerprint of the settings that must agree: common/train_config.h's JobFingerprint). The first
+// node fixes the job's mode; a node that disagrees is refused with an error naming both (for
+// worker settings, the ones that differ). An ssp node that sends staleness -1 (a worker started
+// without --staleness) takes the job's bound, which it finds in the table. Once num_servers servers and num_workers
 // workers have registered, ranks are assigned deterministically (requested ranks first, then by
 // address) and every node gets the table. Every message from a node counts as a heartbeat; a node
 // silent for heartbeat_timeout_s is declared dead, by name, to every live node; a message from it

@@ -9,6 +9,7 @@
 
 #include "common/dataset.h"
 #include "common/status.h"
+#include "common/train_names.h"
 
 namespace gradsync {
 
@@ -22,7 +23,7 @@ struct DataOptions {
   uint64_t seed = 0;           // synthetic sets
 };
 
-inline constexpr const char* kDatasetNames = "fashion-mnist|blobs|sparse-logistic";
+// kDatasetNames (the names LoadTrainTest knows) is common/train_names.h's.
 inline constexpr float kFashionMnistMean = 0.2860f;
 inline constexpr float kFashionMnistStd = 0.3530f;
 

@@ -16,17 +16,11 @@
 
 #include "common/rng.h"
 #include "common/status.h"
+#include "common/train_config.h"
 
 namespace gradsync {
 
-struct StragglerSpec {
-  enum class Kind { kNone, kFixed, kMultiple, kExponential, kUniform };
-  Kind kind = Kind::kNone;
-  double a = 0;  // ms (fixed, exp mean, uniform low) or the factor (multiple)
-  double b = 0;  // uniform high
-};
-
-Result<StragglerSpec> ParseStraggler(const std::string& spec);
+// StragglerSpec and ParseStraggler (the syntax above) are common/train_config.h's.
 
 class Straggler {
  public:

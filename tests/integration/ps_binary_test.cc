@@ -116,6 +116,74 @@ TEST(PsBinaryTest, AModeMismatchIsRefusedWithAClearError) {
   server.join();
 }
 
+// A worker started in ssp mode without --staleness takes the job's bound (and says so); one that
+// gives another bound explicitly is still refused.
+TEST(PsBinaryTest, AnSspWorkerWithoutStalenessTakesTheJobsBound) {
+  TempDir dir;
+  const std::string port_file = dir.File("port");
+  std::thread sched([&] {
+    RunProcess({BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=1", "--num-workers=1",
+                "--port-file=" + port_file, "--register-timeout=30"},
+               90);
+  });
+  std::string port = ReadPortFile(port_file);
+  ASSERT_FALSE(port.empty());
+  std::thread server([&] {
+    RunProcess({BinaryPath("gradsync-server"), "--role=server", "--mode=ssp", "--staleness=3",
+                "--scheduler=127.0.0.1:" + port, "--heartbeat-timeout=5"},
+               90);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server registers first
+  const std::vector<std::string> train = {"--mode=ssp", "--scheduler=127.0.0.1:" + port, "--dataset=blobs",
+                                          "--hidden=8", "--epochs=1", "--max-steps=20", "--batch=16"};
+  std::vector<std::string> other = {BinaryPath("gradsync-worker"), "--staleness=2"};
+  other.insert(other.end(), train.begin(), train.end());
+  ProcessResult refused = RunProcess(other, 30);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("this job runs ssp with staleness 3"), std::string::npos) << refused.err;
+  std::vector<std::string> plain = {BinaryPath("gradsync-worker")};
+  plain.insert(plain.end(), train.begin(), train.end());
+  ProcessResult w = RunProcess(plain, 60);
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.out.find("gradsync-worker 0: staleness bound 3, the job's (no --staleness given)"), std::string::npos) << w.out;
+  sched.join();
+  server.join();
+}
+
+// Workers whose training settings differ are refused, and the refusal names the settings.
+TEST(PsBinaryTest, WorkersWithDifferentSettingsAreRefusedByName) {
+  TempDir dir;
+  const std::string port_file = dir.File("port");
+  std::thread sched([&] {
+    RunProcess({BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=1", "--num-workers=2",
+                "--port-file=" + port_file, "--register-timeout=6"},
+               30);
+  });
+  std::string port = ReadPortFile(port_file);
+  ASSERT_FALSE(port.empty());
+  const std::vector<std::string> common = {BinaryPath("gradsync-worker"), "--mode=bsp", "--scheduler=127.0.0.1:" + port,
+                                           "--dataset=blobs", "--heartbeat-timeout=3"};
+  ProcessResult first;
+  std::thread w0([&] {
+    std::vector<std::string> a = common;
+    a.push_back("--lr=0.05");
+    a.push_back("--threads=2");  // a per-process setting: free to differ
+    first = RunProcess(a, 30);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first worker sets the job's settings
+  std::vector<std::string> b = common;
+  b.push_back("--batch=32");
+  ProcessResult second = RunProcess(b, 30);
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.err.find("settings differ between workers"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("has [--lr=0.02 --batch=32] but"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("has [--lr=0.05 --batch=64]"), std::string::npos) << second.err;
+  EXPECT_EQ(second.err.find("threads"), std::string::npos) << second.err;
+  w0.join();
+  sched.join();
+  EXPECT_NE(first.exit_code, 0);  // its job never filled up
+}
+
 // Nothing listens on 127.0.0.1:1: a process that never heard its scheduler says it could not
 // reach it (not that it lost it), with the address and the time, and prints no stats.
 TEST(PsBinaryTest, AnUnreachableSchedulerIsNamedAsNeverReached) {

@@ -49,11 +49,11 @@ std::string WriteSpec(const TempDir& dir, const std::string& text) {
 const char* kTiny = R"(
 name: "tiny"
 target_accuracy: 0.25
-defaults { dataset: "blobs" hidden: "16" workers: 2 servers: 1 epochs: 1 batch: 16 max_steps: 60 lr: 0.1 lr_schedule: "constant"
-           eval_every: 20 worker_args: "--log-every=10" }
-run { name: "bsp" mode: BSP }
-run { name: "asp-slow" mode: ASP straggler { worker: 1 fixed_ms: 2 } }
-run { name: "ar-topk" mode: ALLREDUCE compress: "topk:0.1" error_feedback: true }
+defaults { workers: 2 servers: 1 train { dataset: "blobs" hidden: "16" epochs: 1 batch: 16 max_steps: 60 lr: 0.1
+           lr_schedule: "constant" eval_every: 20 log_every: 10 } }
+run { name: "bsp" train { mode: BSP } }
+run { name: "asp-slow" train { mode: ASP } straggler { worker: 1 fixed_ms: 2 } }
+run { name: "ar-topk" train { mode: ALLREDUCE compress: "topk:0.1" error_feedback: true } }
 )";
 
 TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
@@ -138,11 +138,24 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
   EXPECT_NE(md.find("version lag p50/p99/max (updates)"), std::string::npos);
 }
 
+// --help: one usage line (the binary's own, with its positional argument) and an example
+// variable the binary really has.
+TEST(RunBinaryTest, HelpHasOneUsageLineAndARealExample) {
+  for (const char* bin : {"gradsync-run", "gradsync-keygen"}) {
+    ProcessResult r = RunProcess({BinaryPath(bin), "--help"}, 30);
+    EXPECT_EQ(r.exit_code, 0) << bin;
+    EXPECT_EQ(r.out.rfind("Usage: " + std::string(bin) + " ", 0), 0u) << r.out;
+    EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:")) << r.out;
+    EXPECT_EQ(r.out.find("GRADSYNC_LR"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GRADSYNC_LOG_LEVEL=debug"), std::string::npos) << r.out;
+  }
+}
+
 TEST(RunBinaryTest, ABadSpecIsOneLineAndExitCode2) {
   TempDir dir;
-  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, "name: \"x\"\nrun { name: \"a\" mode: BSP\n staleness: 3 }")}, 30);
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, "name: \"x\"\nrun { name: \"a\" train { mode: BSP\n staleness: 3 } }")}, 30);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "gradsync-run: error: " + dir.File("spec.textproto") + ":3:2: run 'a': staleness applies to mode SSP only (ASP is unbounded)\n");
+  EXPECT_EQ(r.err, "gradsync-run: error: " + dir.File("spec.textproto") + ":3:2: run 'a': staleness applies to mode SSP only (mode ASP is unbounded)\n");
   ProcessResult none = RunProcess({BinaryPath("gradsync-run")}, 30);
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("give the experiment spec"), std::string::npos);
@@ -154,9 +167,9 @@ TEST(RunBinaryTest, AFailingRunIsNamedTheOthersStillRunAndNothingIsLeftBehind) {
   // 'broken' fails after registration: its Fashion-MNIST directory does not exist.
   ProcessResult r = RunProcess({BinaryPath("gradsync-run"),
                                 WriteSpec(dir, "name: \"f\"\n"
-                                               "defaults { dataset: \"blobs\" hidden: \"8\" workers: 2 epochs: 1 max_steps: 20 }\n"
-                                               "run { name: \"broken\" mode: BSP dataset: \"fashion-mnist\" worker_args: \"--data-dir=/nonexistent\" }\n"
-                                               "run { name: \"fine\" mode: ASP }\n"),
+                                               "defaults { workers: 2 train { dataset: \"blobs\" hidden: \"8\" epochs: 1 max_steps: 20 } }\n"
+                                               "run { name: \"broken\" train { mode: BSP dataset: \"fashion-mnist\" data_dir: \"/nonexistent\" } }\n"
+                                               "run { name: \"fine\" train { mode: ASP } }\n"),
                                 "--out=" + out, "--heartbeat-timeout=3"},
                                120);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
@@ -211,7 +224,7 @@ TEST(RunBinaryTest, CtrlCStopsEveryProcess) {
   const std::string out = dir.File("results");
   ProcessGroup group;
   ASSERT_TRUE(group.Spawn({"run", {BinaryPath("gradsync-run"),
-                                   WriteSpec(dir, "name: \"long\"\nrun { name: \"a\" mode: BSP dataset: \"blobs\" hidden: \"8\" workers: 2 epochs: 1000 }"),
+                                   WriteSpec(dir, "name: \"long\"\nrun { name: \"a\" workers: 2 train { mode: BSP dataset: \"blobs\" hidden: \"8\" epochs: 1000 } }"),
                                    "--out=" + out},
                            dir.File("run.log")})
                   .ok());
@@ -244,8 +257,8 @@ TEST(RunBinaryTest, SlowLinksCapTheTrafficAndAreTornDown) {
   // each way; on loopback this job moves tens of MB/s.
   ProcessResult r = RunProcess({BinaryPath("gradsync-run"),
                                 WriteSpec(dir, "name: \"slow\"\n"
-                                               "run { name: \"bsp10\" mode: BSP dataset: \"blobs\" hidden: \"16\" workers: 2 servers: 1\n"
-                                               "      epochs: 1 max_steps: 40 batch: 16 link { rate: \"10mbit\" } }\n"),
+                                               "run { name: \"bsp10\" workers: 2 servers: 1 link { rate: \"10mbit\" }\n"
+                                               "      train { mode: BSP dataset: \"blobs\" hidden: \"16\" epochs: 1 max_steps: 40 batch: 16 } }\n"),
                                 "--out=" + out},
                                120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

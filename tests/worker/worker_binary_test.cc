@@ -42,12 +42,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"UnknownFlag", {"--no-such-flag"}, "unrecognised option '--no-such-flag'"},
         BadFlagCase{"MalformedLr", {"--lr=fast"}, "lr"},
         BadFlagCase{"NegativeLr", {"--lr=-1"}, "--lr must be > 0"},
-        BadFlagCase{"ZeroBatch", {"--batch=0"}, "--batch must be > 0"},
+        BadFlagCase{"ZeroBatch", {"--batch=0"}, "--batch must be in [1, 1000000]"},
         BadFlagCase{"MalformedEpochs", {"--epochs=two"}, "epochs"},
         BadFlagCase{"BadHidden", {"--hidden=256,x"}, "--hidden: '256,x' is not a comma-separated list of integers"},
         BadFlagCase{"UnknownModel", {"--model=resnet"}, "unknown model 'resnet'"},
         BadFlagCase{"UnknownMode", {"--mode=sync"}, "--mode must be"},
-        BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "nesterov needs momentum > 0"},
+        BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "--nesterov needs --momentum > 0"},
         BadFlagCase{"MomentumOutOfRange", {"--momentum=1.5"}, "momentum must be in [0, 1)"},
         BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant or cosine"},
         BadFlagCase{"HiddenForSoftmax", {"--model=softmax", "--hidden=10"}, "--hidden applies to --model=mlp only"},
@@ -85,6 +85,14 @@ TEST(WorkerBinaryTest, HelpListsTheFlags) {
                            "--epochs", "--seed", "--threads", "--data-dir", "--out"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
+  // Defaults as they were written, one usage line, no word broken, an example this binary has.
+  EXPECT_NE(r.out.find("--lr arg (=0.02) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--momentum arg (=0.9) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overlap arg (=true) "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("0.0199999996"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:"));
+  EXPECT_NE(r.out.find("GRADSYNC_LR=0.05"), std::string::npos);
 }
 
 TEST(WorkerBinaryTest, MissingDataIsOneClearErrorLine) {

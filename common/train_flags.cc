@@ -1,0 +1,201 @@
+#include "common/train_flags.h"
+
+#include <google/protobuf/descriptor.h>
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/train_config.h"
+
+namespace gradsync {
+
+namespace pb = google::protobuf;
+
+const std::vector<WorkerFlag>& WorkerFlags() {
+  // clang-format off
+  static const std::vector<WorkerFlag> table = {
+      // The job.
+      {"mode", false, false, "local|bsp|ssp|asp|allreduce (all but local join a job through --scheduler)"},
+      {"staleness", false, false, "ssp staleness bound s >= 0 (default: the job's, as the scheduler has it from the servers)"},
+      {"scheduler", true, false, "bsp|ssp|asp|allreduce: the scheduler's HOST:PORT"},
+      {"rank", true, false, "requested worker rank (default: SLURM_PROCID, else assigned)"},
+      {"host", true, false, "address this worker advertises"},
+      {"bind", true, false, "allreduce: address the ring listens on"},
+      {"auth-dir", true, false, "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR"},
+      {"heartbeat-interval", true, false, "seconds between heartbeats"},
+      {"heartbeat-timeout", true, false, "seconds without the scheduler before giving up"},
+      // The model and the data.
+      {"model", false, false, "softmax|mlp|sparse_logreg"},
+      {"hidden", false, false, "mlp hidden layer sizes, comma-separated"},
+      {"dataset", false, false, "fashion-mnist|blobs|sparse-logistic (default: fashion-mnist; sparse-logistic for sparse_logreg)"},
+      {"data-dir", false, false, "directory of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)"},
+      {"standardize", false, false, "standardize Fashion-MNIST pixels: (x - 0.2860) / 0.3530 (true|false)"},
+      {"feature-bits", false, false, "sparse_logreg: 2^bits hashed features"},
+      // Optimization.
+      {"lr", false, false, "learning rate"},
+      {"lr-schedule", false, false, "constant|cosine (cosine decays to 0 over the run)"},
+      {"momentum", false, false, "momentum (0 = plain SGD)"},
+      {"nesterov", false, true, "Nesterov momentum (needs --momentum > 0)"},
+      {"weight-decay", false, false, "L2 weight decay"},
+      {"epochs", false, false, "epochs"},
+      {"batch", false, false, "batch size per step"},
+      {"max-steps", false, false, "stop after this many steps (0: no limit)"},
+      {"seed", false, false, "seed for initialization and data order"},
+      {"accumulate", false, false, "sum the gradients of K batches of --batch before each update / push / all-reduce (a step of K x --batch samples)"},
+      {"lr-scaling", false, false, "none|linear: linear multiplies --lr by the global batch (workers x batch x accumulate) / --base-batch (Goyal et al. 2017)"},
+      {"base-batch", false, false, "the global batch --lr was tuned for (--lr-scaling=linear)"},
+      {"warmup-epochs", false, false, "ramp the learning rate linearly from --lr to its scaled value over this many epochs"},
+      {"staleness-aware-lr", false, true, "ssp|asp: the servers apply each gradient at the rate divided by its staleness (Zhang et al. 2016)"},
+      // Compression.
+      {"compress", false, false, "gradient codec: none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"},
+      {"error-feedback", false, true, "keep the compression residual and add it to the next gradient"},
+      {"compress-pull", false, true, "PS modes: servers reply to pulls with the --compress'ed parameter delta since the worker's last pull (the residual stays on the server)"},
+      {"momentum-correction", false, true, "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD"},
+      // Communication.
+      {"overlap", false, false, "overlap communication with backward and forward (dense CPU models, uncompressed; true|false). allreduce: all-reduce each bucket as soon as backward produced it, on a communication thread; bsp|ssp|asp: push each tensor (in parts of --push-part-mb) as soon as backward produced it, pull per tensor in forward order and start each layer when its parameters are in"},
+      {"push-part-mb", false, false, "bsp|ssp|asp with --overlap: the largest part of a tensor pushed or pulled in one message, in MB"},
+      {"bucket-mb", false, false, "allreduce: gradient bucket size in MB"},
+      {"first-bucket-mb", false, false, "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early"},
+      // The device.
+      {"device", false, false, "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)"},
+      {"gpu", false, false, "--device=cuda: CUDA device index (default: rank modulo the visible devices; PS workers may share one)"},
+      // Timeouts.
+      {"request-timeout", false, false, "seconds a push or pull may take (dead servers fail faster)"},
+      {"recovery-timeout", false, false, "PS modes: seconds to wait for a dead server to come back from its checkpoint before failing (0: fail at once)"},
+      {"collective-timeout", false, false, "allreduce: seconds an all-reduce may take before the job fails"},
+      // All-reduce checkpoints.
+      {"checkpoint-dir", false, false, "allreduce: rank 0 checkpoints parameters, momentum and step to DIR/allreduce.ckpt"},
+      {"checkpoint-every", false, false, "allreduce: steps between checkpoints"},
+      {"resume", false, true, "allreduce: every rank starts from DIR/allreduce.ckpt (after a failed run)"},
+      // Stragglers.
+      {"straggle", false, false, "injected delay per step: none|ms:D|x:FACTOR|exp:MEAN_MS|uniform:LO_MS:HI_MS"},
+      {"straggle-seed", false, false, "seed of a random --straggle distribution"},
+      // This process.
+      {"threads", false, false, "OpenBLAS threads"},
+      {"log-every", false, false, "a metrics row every N steps"},
+      {"eval-every", false, false, "the evaluating worker also evaluates every N steps (0: each epoch only)"},
+      {"out", true, false, "directory for worker-<rank>.csv"},
+      {"run", true, false, "run name written in the metrics (default: the mode)"},
+  };
+  // clang-format on
+  return table;
+}
+
+namespace {
+
+std::string FieldName(std::string_view flag) {
+  std::string s(flag);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+const pb::FieldDescriptor* FieldOf(const WorkerFlag& flag) {
+  const pb::Descriptor* d = flag.process ? config::WorkerProcess::descriptor() : config::TrainConfig::descriptor();
+  const pb::FieldDescriptor* f = d->FindFieldByName(FieldName(flag.flag));
+  GRADSYNC_CHECK(f) << "worker flag --" << flag.flag << " has no field in " << d->full_name();
+  return f;
+}
+
+template <typename T>
+po::typed_value<T>* Typed(const pb::FieldDescriptor* f, T def, const std::string& text) {
+  po::typed_value<T>* v = po::value<T>();
+  if (f->has_default_value()) v->default_value(def, text);
+  return v;
+}
+
+}  // namespace
+
+std::string FlagName(std::string_view field) {
+  std::string s = "--";
+  for (char c : field) s += c == '_' ? '-' : c;
+  return s;
+}
+
+void AddWorkerFlags(po::options_description& options) {
+  auto add = options.add_options();
+  for (const WorkerFlag& flag : WorkerFlags()) {
+    const pb::FieldDescriptor* f = FieldOf(flag);
+    const char* name = flag.flag;
+    if (flag.is_switch) {
+      GRADSYNC_CHECK(f->cpp_type() == pb::FieldDescriptor::CPPTYPE_BOOL) << name;
+      add(name, po::bool_switch(), flag.help);
+      continue;
+    }
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        add(name, Typed<int>(f, f->default_value_int32(), std::to_string(f->default_value_int32())), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        add(name, Typed<int64_t>(f, f->default_value_int64(), std::to_string(f->default_value_int64())), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        add(name, Typed<uint64_t>(f, f->default_value_uint64(), std::to_string(f->default_value_uint64())), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT:
+        add(name, Typed<float>(f, f->default_value_float(), ShortestText(f->default_value_float())), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        add(name, Typed<double>(f, f->default_value_double(), ShortestText(f->default_value_double())), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        add(name, Typed<bool>(f, f->default_value_bool(), f->default_value_bool() ? "true" : "false"), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        add(name, Typed<std::string>(f, f->default_value_string(), f->default_value_string()), flag.help);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM: {
+        const std::string def = ModeName(static_cast<config::Mode>(f->default_value_enum()->number()));
+        add(name, Typed<std::string>(f, def, def), flag.help);
+        break;
+      }
+      default:
+        GRADSYNC_CHECK(false) << "worker flag --" << name << ": unsupported field type";
+    }
+  }
+}
+
+Status FlagsToConfig(const po::variables_map& vm, config::TrainConfig* train, config::WorkerProcess* process) {
+  for (const WorkerFlag& flag : WorkerFlags()) {
+    if (!FlagGiven(vm, flag.flag)) continue;
+    const pb::FieldDescriptor* f = FieldOf(flag);
+    pb::Message* m = flag.process ? static_cast<pb::Message*>(process) : static_cast<pb::Message*>(train);
+    const pb::Reflection* r = m->GetReflection();
+    const po::variable_value& v = vm[flag.flag];
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_INT32: r->SetInt32(m, f, v.as<int>()); break;
+      case pb::FieldDescriptor::CPPTYPE_INT64: r->SetInt64(m, f, v.as<int64_t>()); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64: r->SetUInt64(m, f, v.as<uint64_t>()); break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: r->SetFloat(m, f, v.as<float>()); break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: r->SetDouble(m, f, v.as<double>()); break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL: r->SetBool(m, f, v.as<bool>()); break;
+      case pb::FieldDescriptor::CPPTYPE_STRING: r->SetString(m, f, v.as<std::string>()); break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM: {
+        auto mode = ParseMode(v.as<std::string>());
+        if (!mode.ok()) return InvalidArgumentError("--" + mode.status().message());
+        r->SetEnumValue(m, f, *mode);
+        break;
+      }
+      default:
+        return InternalError(std::string("--") + flag.flag + ": unsupported field type");
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<std::string> ConfigToFlags(const config::TrainConfig& train, std::initializer_list<std::string_view> leave_out) {
+  std::vector<std::string> args;
+  const pb::Reflection* r = train.GetReflection();
+  for (const WorkerFlag& flag : WorkerFlags()) {
+    if (flag.process) continue;
+    const pb::FieldDescriptor* f = FieldOf(flag);
+    if (!r->HasField(train, f) || std::find(leave_out.begin(), leave_out.end(), f->name()) != leave_out.end()) continue;
+    if (flag.is_switch) {
+      if (r->GetBool(train, f)) args.push_back(FlagName(f->name()));
+      continue;
+    }
+    args.push_back(FlagName(f->name()) + "=" + FieldValueText(train, f));
+  }
+  return args;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,12 @@
+// The names of the run configuration's choices, as flags and specs spell them: one list each
+// (common/train_config.h checks settings against them; models/ and worker/ build what they name).
+// No protobuf here: CUDA sources include this through models/model.h.
+#pragma once
+
+namespace gradsync {
+
+inline constexpr const char* kModeNames = "local|bsp|ssp|asp|allreduce";
+inline constexpr const char* kModelNames = "softmax|mlp|sparse_logreg";
+inline constexpr const char* kDatasetNames = "fashion-mnist|blobs|sparse-logistic";
+
+}  // namespace gradsync
