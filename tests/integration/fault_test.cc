@@ -133,8 +133,10 @@ class FaultJob {
       if (e.path().extension() == ".log") all += "=== " + e.path().filename().string() + "\n" + ReadFile(e.path());
     return all;
   }
-  // The evaluating worker's "final test_acc X%".
+  // The evaluating worker's "final test_acc X%". Worker 0 prints it after the scheduler may
+  // have shut the job down and exited: it is read once worker 0 has exited.
   double FinalAccuracy() {
+    (void)Wait("worker 0", 30);
     const std::string line = LineWith(Log("worker-0"), "final test_acc ");
     return line.empty() ? -1 : std::strtod(line.c_str() + line.find("final test_acc ") + 15, nullptr);
   }
