@@ -13,7 +13,6 @@
 #include "gradsync.pb.h"
 #include "common/sampler.h"
 #include "worker/epoch.h"
-#include "worker/ps_trainer.h"
 
 namespace gradsync {
 

@@ -10,11 +10,6 @@
 
 namespace gradsync {
 
-int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch) {
-  const int64_t smallest = n / num_workers;
-  return std::max<int64_t>(1, (smallest + batch - 1) / batch);
-}
-
 wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64_t total_steps,
                               int64_t steps_per_epoch) {
   wire::JobConfig job;

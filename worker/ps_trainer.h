@@ -18,6 +18,7 @@
 #include "common/metrics.h"
 #include "common/scheduler_client.h"
 #include "models/model.h"
+#include "worker/epoch.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
 
@@ -55,9 +56,6 @@ struct PsTrainOptions {
 // The job's optimizer settings and layout as worker 0 sends them to the shards.
 wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
                               int64_t steps_per_epoch);
-
-// Steps per epoch every worker runs: ceil(smallest shard / batch).
-int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch);
 
 class PsTrainer {
  public:
