@@ -49,7 +49,7 @@ struct JobShape {
 
 struct StepPlan {
   int64_t step = 0;                          // steps finished before this one
-  std::span<const uint64_t> sparse_keys;     // flat keys of the sparse rows the batch reads
+  std::span<const uint64_t> sparse_keys{};   // flat keys of the sparse rows the batch reads
   bool evaluate = false;  // the caller evaluates before computing: every parameter, exact
 };
 

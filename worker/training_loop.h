@@ -22,14 +22,18 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "common/dataset.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "models/model.h"
+#include "worker/epoch.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"
+#include "worker/straggler.h"
 
 namespace gradsync {
 
@@ -57,8 +61,22 @@ class TrainingLoop {
     bool any_ready = false;  // backward has reported a tensor
     bool diverged = false;   // the first reported gradient was not finite
   };
+  // What a step starts with: its samples, its gathered batch (sparse models), what is due first.
+  struct StepInput {
+    std::span<const uint32_t> indices{};
+    const Batch* batch = nullptr;     // gathered already (sparse models), or null
+    std::span<const uint64_t> keys{};  // its sparse rows (flat keys)
+    int epoch = 0;
+    bool epoch_end = false;  // the step starts after epoch `epoch - 1` ended: close it
+    bool mid_eval = false;   // an --eval-every evaluation is due
+  };
   void OnParamWait(size_t tensor);
   void OnGradReady(size_t tensor);
+  // Runs step step_ to its end (redone after a recovery), then counts it and writes its row.
+  Status RunStep(const StepInput& in);
+  // Where the run is, for an epoch report or an evaluation row.
+  EpochClose At() const;
+  Status CloseEpoch(int epoch);
 
   TrainingLoopOptions options_;
   Model* model_;
@@ -66,7 +84,18 @@ class TrainingLoop {
   const Dataset* test_;
   MetricsWriter* metrics_;
   GradientSync* sync_;
-  StepState step_;
+  StepState step_state_;
+  // The run's state (Run resets it).
+  const std::function<void(const EpochReport&)>* on_epoch_ = nullptr;
+  int64_t steps_per_epoch_ = 1;
+  int64_t step_ = 0;
+  bool copy_to_device_ = false;
+  Straggler straggler_;
+  Stopwatch run_clock_;
+  EpochTotals totals_;
+  std::vector<EpochReport> reports_;
+  BatchBuffer buffer_;
+  std::vector<float> accum_;
 };
 
 }  // namespace gradsync
