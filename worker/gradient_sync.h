@@ -21,9 +21,10 @@
 //
 // A failed call fails the step: the caller stops calling the step's per-tensor calls (they
 // return the same failure at once), then either calls Recover(failure) and, when it returns
-// OK, starts the same step again with BeginStep, or gives up. A step that will not be finished
-// (the loss diverged) is let go with AbandonStep, which sends nothing more of it. A caller must
-// not report a gradient it does not mean to send: GradReady may put it on the wire at once.
+// OK, starts the same step again with BeginStep, or gives up (a failed step needs no
+// AbandonStep). A step that will not be finished although nothing failed (the loss diverged) is
+// let go with AbandonStep, which sends nothing more of it. A caller must not report a gradient
+// it does not mean to send: GradReady may put it on the wire at once.
 //
 // Threading: not thread-safe; every call comes from one thread (the one that runs forward
 // and backward). An implementation may communicate on threads of its own between GradReady
