@@ -15,68 +15,27 @@
 
 #include "allreduce/collective.h"
 #include "common/dataset.h"
-#include "common/partitioner.h"
 #include "common/metrics.h"
-#include "compression/gradient_encoder.h"
 #include "models/model.h"
+#include "worker/allreduce_sync.h"
 #include "worker/local_trainer.h"
-#include "worker/overlap.h"
 
 namespace gradsync {
-
-struct AllreduceTrainOptions {
-  LocalTrainOptions train;
-  size_t bucket_bytes = 25u << 20;
-  bool evaluate = true;  // rank 0 only
-  // Gradient codec ("" or "none": plain ring average). The ring-summable codecs run inside the
-  // ring: fp16 as a half-precision ring sum of gradients pre-divided by n, random-k as an
-  // average of the k values every rank kept (the same indices in a step). The other codecs'
-  // payloads are all-gathered and every rank decodes and averages them in rank order.
-  std::string compression;
-  bool error_feedback = false;
-  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
-  // Dense, uncompressed models: all-reduce each bucket on a communication thread as soon as
-  // backward has produced it (worker/overlap.h), the first bucket at most first_bucket_bytes.
-  bool overlap = true;
-  size_t first_bucket_bytes = 1u << 20;
-  // Device models (--device=cuda): the gradient is averaged by this collective (NCCL) on the
-  // device, with no host copy, and the optimizer runs on the device. The CPU collective still
-  // broadcasts the initial parameters and holds the final barrier.
-  DeviceCollective* device_collective = nullptr;
-  double collective_timeout_s = 60.0;  // deadline of a device all-reduce
-  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, momentum,
-  // step) atomically every checkpoint_every steps; resume makes every rank start from it (rank 0
-  // reads it and broadcasts). A dead rank fails every other rank (the collective's deadline):
-  // the job is restarted with resume and loses at most checkpoint_every steps.
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  bool resume = false;
-};
 
 class AllreduceTrainer {
  public:
   AllreduceTrainer(const AllreduceTrainOptions& options, Model* model, const Dataset* train, const Dataset* test,
                    MetricsWriter* metrics, Collective* collective);
+  // TrainingLoop over an AllreduceSync: rank 0 evaluates (options.evaluate).
   Result<std::vector<EpochReport>> Run(const std::function<void(const EpochReport&)>& on_epoch = {});
 
  private:
-  Status AverageGradients();
-
   AllreduceTrainOptions options_;
   Model* model_;
   const Dataset* train_;
   const Dataset* test_;
   MetricsWriter* metrics_;
   Collective* collective_;
-  std::vector<std::vector<std::byte>> gathered_;
-  std::vector<Segment> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
-  std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
-  std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per bucket (compressed runs)
-  std::unique_ptr<Compressor> decoder_;
-  std::vector<uint8_t> encoded_;
-  std::vector<float> decoded_;
-  int64_t step_ = 0;
-  std::unique_ptr<OverlappedReducer> reducer_;
 };
 
 }  // namespace gradsync

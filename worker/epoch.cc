@@ -11,6 +11,11 @@ std::pair<int64_t, int64_t> BatchRange(int64_t s, int64_t steps_per_epoch, int64
   return {begin, end};
 }
 
+int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch) {
+  const int64_t smallest = n / num_workers;
+  return std::max<int64_t>(1, (smallest + batch - 1) / batch);
+}
+
 float AccumulateGradients(Model& model, const Dataset& data, std::span<const uint32_t> indices, int64_t micro_batch,
                           BatchBuffer& buffer, std::vector<float>& acc) {
   const size_t n = indices.size();

@@ -19,6 +19,10 @@ namespace gradsync {
 // `batch`: the last step takes the rest (shards of one job differ by at most one sample).
 std::pair<int64_t, int64_t> BatchRange(int64_t s, int64_t steps_per_epoch, int64_t batch, int64_t shard);
 
+// Steps per epoch every worker of num_workers runs over a training set of n samples:
+// ceil(smallest shard / batch), at least 1.
+int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch);
+
 // Sums over the steps of one epoch.
 struct EpochTotals {
   double loss_sum = 0;

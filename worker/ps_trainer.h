@@ -18,53 +18,20 @@
 #include "common/metrics.h"
 #include "common/scheduler_client.h"
 #include "models/model.h"
+#include "worker/epoch.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
+#include "worker/ps_sync.h"
 
 namespace gradsync {
-
-struct PsTrainOptions {
-  LocalTrainOptions train;   // optimizer, lr schedule, batch (per worker), epochs, seed...
-  int rank = 0;
-  int num_workers = 1;
-  double request_timeout_s = 60.0;
-  double barrier_timeout_s = 600.0;
-  bool evaluate = true;      // worker 0 only
-  std::string compression;   // push codec spec ("" or "none": raw floats)
-  bool error_feedback = false;
-  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
-  // Pulls carry compressed parameter deltas (needs a codec). The evaluating worker still
-  // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
-  bool compress_pull = false;
-  bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
-  // Overlap communication with computation (dense CPU models, raw pushes, no straggler): each
-  // tensor's gradient (in parts of at most push_part_floats) is pushed the moment backward
-  // produced it, and the next step's pulls go out one per tensor in forward order, each layer's
-  // forward waiting only for its own parameters. The same updates as without (bsp included).
-  bool overlap = false;
-  size_t push_part_floats = size_t{1} << 20;
-  // How long to wait for a dead server to come back (from its checkpoint) before failing; the
-  // step is then redone against the restored shard. 0: fail at once.
-  double recovery_timeout_s = 0;
-  // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
-  // and once after the "init" barrier.
-  std::function<void(int64_t step)> step_hook;
-  std::function<void()> after_init;
-};
-
-// The job's optimizer settings and layout as worker 0 sends them to the shards.
-wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
-                              int64_t steps_per_epoch);
-
-// Steps per epoch every worker runs: ceil(smallest shard / batch).
-int64_t StepsPerEpoch(int64_t n, int num_workers, int64_t batch);
 
 class PsTrainer {
  public:
   PsTrainer(const PsTrainOptions& options, Model* model, const Dataset* train, const Dataset* test,
             MetricsWriter* metrics, PsClient* client, SchedulerClient* scheduler);
 
-  // Runs the whole job for this worker. Reports carry test accuracy on worker 0 only.
+  // Runs the whole job for this worker: TrainingLoop over a PsOverlapSync (options.overlap, where
+  // the model and settings allow it) or a PsSync. Reports carry test accuracy on worker 0 only.
   Result<std::vector<EpochReport>> Run(const std::function<void(const EpochReport&)>& on_epoch = {});
 
  private:

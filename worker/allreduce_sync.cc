@@ -1,0 +1,242 @@
+#include "worker/allreduce_sync.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "common/atomic_file.h"
+#include "common/clock.h"
+#include "gradsync.pb.h"
+#include "worker/epoch.h"
+
+namespace gradsync {
+
+AllreduceSync::AllreduceSync(const AllreduceTrainOptions& options, Model* model, Collective* collective)
+    : options_(options), model_(model), collective_(collective),
+      ckpt_path_(options.checkpoint_dir + "/allreduce.ckpt"),
+      dense_runs_(DenseRuns(model->layout(), {0, model->num_params()})) {}
+
+Status AllreduceSync::AverageGradients() {
+  const auto& layout = model_->layout();
+  merged_.resize(layout.size());
+  const size_t bucket = std::max<size_t>(1, options_.bucket_bytes / sizeof(float));
+  // Dense tensors: contiguous runs of the flat buffer, averaged bucket by bucket.
+  size_t bucket_index = 0;
+  for (const Segment& run : dense_runs_) {
+    const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
+    for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
+      FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
+      if (!decoder_) {
+        RETURN_IF_ERROR(collective_->AllReduce(g, ReduceOp::kAverage));
+        continue;
+      }
+      // Compressed.
+      if (encoders_.size() <= bucket_index) {  // the first step: one encoder per bucket
+        ASSIGN_OR_RETURN(auto e, GradientEncoder::Create(options_.compression, options_.train.seed, g.size(),
+                                                         options_.error_feedback, options_.correction_momentum));
+        encoders_.push_back(std::move(e));
+      }
+      const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;
+      // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
+      // from half's range limit (error feedback then keeps its residual in that scale).
+      if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
+      RETURN_IF_ERROR(encoders_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_));
+      if (ring_summable) {
+        // The payload is the values themselves, reduced in place inside the ring (the vector's
+        // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel
+        // instead of 4; random-k's k values (every rank kept the same indices this step) are
+        // averaged, so k floats travel instead of n.
+        if (decoder_->sparse()) {
+          RETURN_IF_ERROR(collective_->AllReduce(
+              FloatSpan(reinterpret_cast<float*>(encoded_.data()), encoded_.size() / sizeof(float)), ReduceOp::kAverage));
+        } else {
+          RETURN_IF_ERROR(collective_->AllReduceHalf(
+              std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t))));
+        }
+        RETURN_IF_ERROR(decoder_->Decode(encoded_, g.size(), static_cast<uint64_t>(step_), g));
+        continue;
+      }
+      // The others: every rank's payload is all-gathered, decoded and summed in rank order.
+      RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
+      decoded_.resize(g.size());
+      for (size_t r = 0; r < gathered_.size(); ++r) {
+        const auto& part = gathered_[r];
+        RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),
+                                         static_cast<uint64_t>(step_), r == 0 ? g : FloatSpan(decoded_))
+                            .WithContext("payload of rank " + std::to_string(r)));
+        if (r > 0) Add(decoded_, g);
+      }
+      Scale(g, 1.0f / static_cast<float>(gathered_.size()));
+    }
+  }
+  // Sparse tensors: indices differ per rank, so (key, value) pairs are all-gathered.
+  const float inv_n = 1.0f / static_cast<float>(collective_->size());
+  for (size_t t = 0; t < layout.size(); ++t) {
+    if (!layout[t].sparse) continue;
+    const SparseGrad& g = model_->sparse_grad(t);
+    std::vector<std::byte> mine(g.keys.size() * (sizeof(uint64_t) + sizeof(float)));
+    std::memcpy(mine.data(), g.keys.data(), g.keys.size() * sizeof(uint64_t));
+    std::memcpy(mine.data() + g.keys.size() * sizeof(uint64_t), g.values.data(), g.values.size() * sizeof(float));
+    RETURN_IF_ERROR(collective_->AllGather(mine, &gathered_));
+    std::map<uint64_t, float> sum;
+    for (const auto& part : gathered_) {  // rank order: the same sum on every rank
+      const size_t k = part.size() / (sizeof(uint64_t) + sizeof(float));
+      for (size_t q = 0; q < k; ++q) {
+        uint64_t key;
+        float v;
+        std::memcpy(&key, part.data() + q * sizeof(uint64_t), sizeof(key));
+        std::memcpy(&v, part.data() + k * sizeof(uint64_t) + q * sizeof(float), sizeof(v));
+        if (key >= static_cast<uint64_t>(layout[t].size)) return DataLossError("all-gathered key out of range");
+        sum[key] += v;
+      }
+    }
+    merged_[t].keys.clear();
+    merged_[t].values.clear();
+    for (const auto& [k, v] : sum) {
+      merged_[t].keys.push_back(k);
+      merged_[t].values.push_back(v * inv_n);
+    }
+  }
+  return OkStatus();
+}
+
+Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
+  const auto& o = options_.train;
+  const int rank = collective_->rank(), n = collective_->size();
+  const bool device = model_->on_device();
+  if (device) {
+    if (!options_.device_collective) return FailedPreconditionError("a CUDA model needs a device collective (NCCL)");
+    if (!options_.compression.empty()) return InvalidArgumentError("--compress is not supported with --device=cuda in allreduce mode");
+  }
+  // --resume: rank 0 reads the checkpoint; every rank learns the step, then the parameters
+  // (the initial broadcast) and the momentum come from it.
+  int64_t start_step = 0;
+  wire::TrainerCheckpoint resumed;
+  if (options_.resume) {
+    if (device) return InvalidArgumentError("--resume is not supported with --device=cuda");
+    std::vector<float> head(3, 0.0f);  // found, step / 2^20, step % 2^20 (exact in floats)
+    Status load;
+    if (rank == 0) {
+      load = [&]() -> Status {
+        ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(ckpt_path_));
+        if (!resumed.ParseFromString(bytes)) return DataLossError(ckpt_path_ + " is not an all-reduce checkpoint");
+        if (resumed.workers() != n) {
+          return InvalidArgumentError(ckpt_path_ + " was written by " + std::to_string(resumed.workers()) +
+                                      " workers; this job has " + std::to_string(n));
+        }
+        if (resumed.params().size() != model_->params().size_bytes()) {
+          return DataLossError(ckpt_path_ + " holds another model (" + std::to_string(resumed.params().size() / 4) +
+                               " parameters, this one has " + std::to_string(model_->num_params()) + ")");
+        }
+        std::memcpy(model_->params().data(), resumed.params().data(), resumed.params().size());
+        return OkStatus();
+      }();
+      if (load.ok()) head = {1.0f, static_cast<float>(resumed.step() >> 20), static_cast<float>(resumed.step() & 0xFFFFF)};
+    }
+    RETURN_IF_ERROR(collective_->Broadcast(head, 0).WithContext("sharing the checkpoint's step"));
+    if (head[0] != 1.0f) return rank == 0 ? load.WithContext("--resume") : FailedPreconditionError("--resume: rank 0 has no checkpoint");
+    start_step = (static_cast<int64_t>(head[1]) << 20) + static_cast<int64_t>(head[2]);
+  }
+  RETURN_IF_ERROR(collective_->Broadcast(model_->params(), 0).WithContext("broadcasting the initial parameters"));
+  if (device) {
+    RETURN_IF_ERROR(model_->ParamsToDevice());
+    RETURN_IF_ERROR(model_->SetOptimizer(o.optimizer));
+  }
+  if (!options_.compression.empty()) {
+    ASSIGN_OR_RETURN(decoder_, CreateCompressor(options_.compression, o.seed));
+    for (const auto& t : model_->layout()) {
+      if (decoder_ && t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
+    }
+  }
+  const bool any_sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
+                                      [](const TensorInfo& t) { return t.sparse; });
+  if (options_.overlap && !decoder_ && !any_sparse && n > 1 && !device) {
+    reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
+                                                   options_.first_bucket_bytes);
+  }
+  lr_ = RunSchedule(o, shape.total_steps, shape.steps_per_epoch);
+  opt_.emplace(o.optimizer, device ? 0 : model_->num_params());
+  if (options_.resume && !opt_->state().empty()) {
+    std::vector<float> velocity(opt_->state().size(), 0.0f);
+    if (rank == 0 && resumed.velocity().size() == velocity.size() * sizeof(float)) {
+      std::memcpy(velocity.data(), resumed.velocity().data(), resumed.velocity().size());
+    }
+    RETURN_IF_ERROR(collective_->Broadcast(velocity, 0).WithContext("broadcasting the checkpoint's momentum"));
+    opt_->SetState(velocity);
+  }
+  if (options_.resume && rank == 0) {
+    std::printf("worker 0: resumed from %s at step %lld of %lld\n", ckpt_path_.c_str(), static_cast<long long>(start_step),
+                static_cast<long long>(shape.total_steps));
+    std::fflush(stdout);
+  }
+  return start_step;
+}
+
+Status AllreduceSync::WriteCheckpoint(int64_t step) {
+  wire::TrainerCheckpoint c;
+  c.set_step(step);
+  c.set_workers(collective_->size());
+  c.set_params(model_->params().data(), model_->params().size_bytes());
+  c.set_velocity(opt_->state().data(), opt_->state().size_bytes());
+  c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  return WriteFileAtomically(ckpt_path_, c.SerializeAsString());
+}
+
+Status AllreduceSync::BeginStep(const StepPlan& plan) {
+  step_ = plan.step;
+  if (reducer_) reducer_->Begin(model_->grads());
+  return OkStatus();
+}
+
+Result<SyncStepStats> AllreduceSync::FinishStep() {
+  const int64_t step = step_;
+  const bool device = model_->on_device();
+  Stopwatch comm;
+  double comm_ms = 0, hidden_ms = 0;
+  if (device) {
+    // NCCL on the device gradient, then the optimizer, both on the model's stream; the one
+    // wait (with a deadline) is here, so that a dead peer fails the step instead of hanging.
+    DeviceCollective& dc = *options_.device_collective;
+    RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
+                                       ReduceOp::kAverage, model_->device_stream())
+                        .WithContext("step " + std::to_string(step)));
+    RETURN_IF_ERROR(model_->OptimizerStep(lr_.At(step)));
+    RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s)
+                        .WithContext("step " + std::to_string(step)));
+    comm_ms = comm.Millis();
+  } else if (reducer_) {
+    RETURN_IF_ERROR(reducer_->Finish().WithContext("step " + std::to_string(step)));
+    comm_ms = reducer_->busy_ms();
+    hidden_ms = std::max(0.0, comm_ms - reducer_->exposed_ms());
+  } else {
+    RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
+    comm_ms = comm.Millis();
+  }
+  if (!device) {
+    const float rate = lr_.At(step);
+    for (size_t t = 0; t < model_->layout().size(); ++t) {
+      const TensorInfo& ti = model_->layout()[t];
+      if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
+    }
+    for (const Segment& run : dense_runs_) {
+      opt_->Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
+                 run.begin);
+    }
+  }
+  if (collective_->rank() == 0 && !options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+      (step + 1) % options_.checkpoint_every == 0) {
+    if (Status cs = WriteCheckpoint(step + 1); !cs.ok()) {
+      std::fprintf(stderr, "worker 0: checkpoint failed (training goes on): %s\n", cs.message().c_str());
+    }
+  }
+  SyncStepStats stats;
+  stats.comm_ms = comm_ms;
+  stats.hidden_ms = hidden_ms;
+  stats.bytes_sent = collective_->bytes_sent();
+  stats.bytes_received = collective_->bytes_received();
+  return stats;
+}
+
+}  // namespace gradsync

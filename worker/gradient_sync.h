@@ -1,0 +1,117 @@
+// GradientSync: how one data-parallel worker exchanges a training step with the others, as
+// seen from the training loop that computes the gradient (TrainingLoop here, or an outside
+// loop such as a PyTorch frontend).
+//
+// A sync owns the communication and, where the update happens in this process (local,
+// all-reduce), the optimizer. It works on the flat parameter and gradient buffers of a
+// model's layout: tensor t is [offset, offset + size) of both (TensorInfo), and every call
+// below names tensors by their index in that layout. The caller computes the gradient; the
+// sync makes the next step's parameters appear in the parameter buffer.
+//
+// One step, in this order (every call on the training thread):
+//
+//   Result<int64_t> first = sync.Start({total_steps, steps_per_epoch});   // once
+//   for each step s from *first:
+//     sync.BeginStep({s, keys, evaluate});   // e.g. the pulls go out; evaluate: all parameters
+//                                            // are in the buffer when it returns
+//     forward:  sync.WaitParams(t) before tensor t's parameters are first read
+//     backward: sync.GradReady(t) once tensor t's gradient is final (may start sending it)
+//     sync.FinishStep()                       // the update is applied or pushed; the stats
+//   sync.EndTraining(evaluate)                // every worker's updates applied everywhere
+//
+// A failed call fails the step: the caller stops calling the step's per-tensor calls (they
+// return the same failure at once), then either calls Recover(failure) and, when it returns
+// OK, starts the same step again with BeginStep, or gives up (a failed step needs no
+// AbandonStep). A step that will not be finished although nothing failed (the loss diverged) is
+// let go with AbandonStep, which sends nothing more of it. A caller must not report a gradient
+// it does not mean to send: GradReady may put it on the wire at once.
+//
+// Threading: not thread-safe; every call comes from one thread (the one that runs forward
+// and backward). An implementation may communicate on threads of its own between GradReady
+// and FinishStep; it then reads the gradient buffer, which the caller must leave alone until
+// FinishStep returns. Ownership: a sync borrows what it is built on (model, clients,
+// collectives), which must outlive it; it owns nothing the caller passes per call.
+// Errors: Status / Result; kUnavailable marks a failure Recover may be able to repair.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "common/status.h"
+
+namespace gradsync {
+
+// The shape of the job, known once the data set and batch are.
+struct JobShape {
+  int64_t total_steps = 0;
+  int64_t steps_per_epoch = 1;
+};
+
+struct StepPlan {
+  int64_t step = 0;                          // steps finished before this one
+  std::span<const uint64_t> sparse_keys{};   // flat keys of the sparse rows the batch reads
+  bool evaluate = false;  // the caller evaluates before computing: every parameter, exact
+};
+
+// What a step's synchronization reports (the columns of a metrics row; ARCHITECTURE.md).
+struct SyncStepStats {
+  double comm_ms = 0;     // communication of the step, excluding wait_ms
+  double wait_ms = 0;     // held back by the consistency rule (PS)
+  double hidden_ms = 0;   // of comm_ms, the part that ran behind computation
+  double blocked_ms = 0;  // of the caller's forward/backward, the time WaitParams/GradReady blocked
+  double compute_ms = 0;  // computation done inside FinishStep that counts as the step's compute
+                          // (local: the optimizer step)
+  double version_lag = NAN;      // PS: of the last push (max over the shards)
+  double clock_staleness = NAN;  // PS: of the last answered pull (max over the shards)
+  uint64_t bytes_sent = 0;       // cumulative, this process
+  uint64_t bytes_received = 0;
+};
+
+struct SyncTraffic {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+
+  // This worker's index among size() workers.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Joins the job: the initial parameters reach every worker (PS: worker 0 initializes the
+  // shards; all-reduce: rank 0's are broadcast). Returns the first step to run: 0, or where a
+  // resumed job (all-reduce checkpoint) or a rejoining worker (the shards' clock) goes on.
+  virtual Result<int64_t> Start(const JobShape& shape) = 0;
+
+  // Starts step plan.step (PS: the pulls go out; sequential: and are waited for).
+  virtual Status BeginStep(const StepPlan& plan) = 0;
+  // Returns once tensor t's parameters of this step are in the parameter buffer.
+  virtual Status WaitParams(size_t tensor) = 0;
+  // Tensor t's gradient is final in the gradient buffer.
+  virtual Status GradReady(size_t tensor) = 0;
+  // Finishes the step: the rest of the gradient is sent, the update applied (local,
+  // all-reduce) or pushed (PS).
+  virtual Result<SyncStepStats> FinishStep() = 0;
+  // The step begun last will not be finished: what it left in flight is waited for or let go,
+  // and nothing more of its gradient is sent.
+  virtual void AbandonStep() = 0;
+  // After `failure` failed the step: repairs what can be repaired (PS: waits for a restarted
+  // server, reconnects, rejoins at the step) and returns OK when the step may be run again;
+  // otherwise returns the failure.
+  virtual Status Recover(const Status& failure) = 0;
+  // After the last step: every worker's updates are applied (PS: the last push answered, then
+  // the workers' barrier); with evaluate, the exact final parameters are in the buffer.
+  virtual Status EndTraining(bool evaluate) = 0;
+
+  // True when a device model's parameters and gradients stay on the device (the sync reads
+  // and updates them there); false: the sync reads the host gradient buffer and writes the
+  // host parameter buffer, so a device model's are copied across around it.
+  virtual bool on_device() const { return false; }
+  // Bytes this process has sent and received for the job so far.
+  virtual SyncTraffic traffic() const { return {}; }
+};
+
+}  // namespace gradsync

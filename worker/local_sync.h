@@ -1,0 +1,43 @@
+// LocalSync: the GradientSync of one worker alone (--mode=local): nothing is communicated, and
+// FinishStep applies the optimizer in this process (ApplyGradients; a device model's own
+// optimizer on the device) at the run's learning-rate schedule.
+#pragma once
+
+#include <optional>
+
+#include "common/optimizer.h"
+#include "models/model.h"
+#include "worker/gradient_sync.h"
+#include "worker/local_trainer.h"
+
+namespace gradsync {
+
+class LocalSync final : public GradientSync {
+ public:
+  // `model` must outlive the sync.
+  LocalSync(const LocalTrainOptions& options, Model* model) : options_(options), model_(model) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Result<int64_t> Start(const JobShape& shape) override;
+  Status BeginStep(const StepPlan& plan) override {
+    step_ = plan.step;
+    return OkStatus();
+  }
+  Status WaitParams(size_t) override { return OkStatus(); }
+  Status GradReady(size_t) override { return OkStatus(); }
+  Result<SyncStepStats> FinishStep() override;
+  void AbandonStep() override {}
+  Status Recover(const Status& failure) override { return failure; }
+  Status EndTraining(bool) override { return OkStatus(); }
+  bool on_device() const override { return model_->on_device(); }
+
+ private:
+  LocalTrainOptions options_;
+  Model* model_;
+  LrSchedule lr_;
+  std::optional<Optimizer> opt_;
+  int64_t step_ = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,268 @@
+#include "worker/ps_sync.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "worker/epoch.h"
+
+namespace gradsync {
+
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64_t total_steps,
+                              int64_t steps_per_epoch) {
+  wire::JobConfig job;
+  for (const auto& t : model.layout()) {
+    auto* spec = job.add_tensors();
+    spec->set_name(t.name);
+    spec->set_offset(static_cast<uint64_t>(t.offset));
+    spec->set_size(static_cast<uint64_t>(t.size));
+    spec->set_sparse(t.sparse);
+  }
+  job.set_num_params(static_cast<uint64_t>(model.num_params()));
+  job.set_num_workers(o.num_workers);
+  job.set_lr(o.train.lr.base);
+  job.set_lr_schedule(o.train.lr.kind == LrSchedule::Kind::kCosine ? "cosine" : "constant");
+  const LrSchedule lr = RunSchedule(o.train, total_steps, steps_per_epoch);
+  job.set_total_steps(lr.total_steps);
+  job.set_warmup_steps(lr.warmup_steps);
+  job.set_warmup_start_lr(lr.warmup_start);
+  job.set_momentum(o.train.optimizer.momentum);
+  job.set_nesterov(o.train.optimizer.nesterov);
+  job.set_weight_decay(o.train.optimizer.weight_decay);
+  job.set_staleness_aware_lr(o.staleness_aware_lr);
+  if (!o.compression.empty() && o.compression != "none") {
+    job.set_compression(o.compression);
+    job.set_compression_seed(o.train.seed);
+    job.set_compress_pull(o.compress_pull);
+  }
+  return job;
+}
+
+PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
+    : options_(options), model_(model), client_(client), scheduler_(scheduler) {}
+
+Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
+  const double timeout = options_.request_timeout_s;
+  if (!options_.compression.empty()) {
+    RETURN_IF_ERROR(client_->SetCompression(options_.compression, options_.train.seed, options_.error_feedback,
+                                            options_.correction_momentum, options_.compress_pull));
+  }
+  std::vector<int> all_shards(static_cast<size_t>(scheduler_->table().servers_size()));
+  for (size_t i = 0; i < all_shards.size(); ++i) all_shards[i] = static_cast<int>(i);
+  int64_t start_clock = 0;
+  if (scheduler_->rejoined()) {
+    // A restarted worker in a running job: the shards say where to start (the open round, or
+    // the slowest live worker's clock); it takes the largest and goes on from there with its
+    // own shard of the data. The shards were initialized long ago.
+    ASSIGN_OR_RETURN(int64_t suggested, client_->Join(all_shards, -1, timeout));
+    ASSIGN_OR_RETURN(start_clock, client_->Join(all_shards, suggested, timeout));
+    std::printf("worker %d: rejoined the job at step %lld of %lld\n", options_.rank, static_cast<long long>(start_clock),
+                static_cast<long long>(shape.total_steps));
+    std::fflush(stdout);
+  } else {
+    if (options_.rank == 0) {
+      RETURN_IF_ERROR(client_->Init(MakeJobConfig(*model_, options_, shape.total_steps, shape.steps_per_epoch),
+                                    model_->params(), timeout)
+                          .WithContext("initializing the shards"));
+    }
+    RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
+  }
+  if (options_.after_init) options_.after_init();
+  clock_ = start_clock;
+  return start_clock;
+}
+
+Status PsSyncBase::Recover(const Status& failure) {
+  const std::vector<int> shards = client_->shards_to_reconnect();
+  if (options_.recovery_timeout_s <= 0 || failure.code() != StatusCode::kUnavailable || shards.empty()) return failure;
+  const int rank = options_.rank;
+  std::printf("worker %d: step %lld: %s; waiting up to %.0f s for it to come back\n", rank, static_cast<long long>(clock_),
+              failure.message().c_str(), options_.recovery_timeout_s);
+  std::fflush(stdout);
+  RETURN_IF_ERROR(client_->Reconnect(options_.recovery_timeout_s).WithContext("after: " + failure.message()));
+  RETURN_IF_ERROR(client_->Join(shards, clock_, options_.recovery_timeout_s).status());
+  pending_push_ = 0;  // what the dead shard had not applied is lost; the others applied it
+  std::printf("worker %d: step %lld: going on with the restarted shard(s)\n", rank, static_cast<long long>(clock_));
+  std::fflush(stdout);
+  return OkStatus();
+}
+
+Status PsSyncBase::EndTraining(bool evaluate) {
+  const double timeout = options_.request_timeout_s;
+  if (pending_push_) {
+    Status st = client_->Wait(pending_push_, timeout).WithContext("last push");
+    pending_push_ = 0;
+    if (!st.ok()) RETURN_IF_ERROR(Recover(st));  // a restarted shard lost it: counted there
+  }
+  // Every worker's last push is applied before anyone passes this barrier.
+  RETURN_IF_ERROR(scheduler_->Barrier("trained", "workers", options_.barrier_timeout_s));
+  if (evaluate) {
+    ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), {}, /*full=*/true));
+    RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("final pull"));
+  }
+  return OkStatus();
+}
+
+SyncTraffic PsSyncBase::traffic() const {
+  const auto t = client_->traffic();
+  const auto st = scheduler_->traffic();
+  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received};
+}
+
+void PsSyncBase::FillStats(SyncStepStats* stats) const {
+  if (client_->last_version_lag() >= 0) stats->version_lag = client_->last_version_lag();
+  if (client_->last_clock_staleness() >= 0) stats->clock_staleness = static_cast<double>(client_->last_clock_staleness());
+  const SyncTraffic t = traffic();
+  stats->bytes_sent = t.bytes_sent;
+  stats->bytes_received = t.bytes_received;
+}
+
+// --- Sequential ---
+
+Status PsSync::BeginStep(const StepPlan& plan) {
+  const double timeout = options_.request_timeout_s;
+  clock_ = plan.step;
+  sparse_ = !plan.sparse_keys.empty() ||
+            std::any_of(model_->layout().begin(), model_->layout().end(), [](const TensorInfo& t) { return t.sparse; });
+  Stopwatch comm;
+  Status st = [&]() -> Status {
+    ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));
+    RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_)));
+    if (pending_push_) RETURN_IF_ERROR(client_->Wait(pending_push_, timeout).WithContext("push " + std::to_string(clock_ - 1)));
+    return OkStatus();
+  }();
+  pull_ms_ += comm.Millis();
+  if (!st.ok()) return st;
+  pending_push_ = 0;
+  wait_ms_ = std::min(pull_ms_, client_->last_wait_ms());
+  if (plan.evaluate && (sparse_ || options_.compress_pull)) {
+    // Refresh every weight (sparse: not only this batch's keys; compressed pulls: the exact
+    // parameters, not this worker's approximation).
+    ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock_, model_->params(), {}, true));
+    RETURN_IF_ERROR(client_->Wait(full, timeout).WithContext("evaluation pull"));
+  }
+  return OkStatus();
+}
+
+Result<SyncStepStats> PsSync::FinishStep() {
+  push_keys_.clear();
+  push_values_.clear();
+  for (size_t t = 0; sparse_ && t < model_->layout().size(); ++t) {
+    const TensorInfo& ti = model_->layout()[t];
+    if (!ti.sparse) continue;
+    const SparseGrad& g = model_->sparse_grad(t);
+    for (size_t i = 0; i < g.keys.size(); ++i) {
+      push_keys_.push_back(static_cast<uint64_t>(ti.offset) + g.keys[i]);
+      push_values_.push_back(g.values[i]);
+    }
+  }
+  Stopwatch push_clock;
+  ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_));
+  SyncStepStats stats;
+  stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
+  stats.wait_ms = wait_ms_;
+  pull_ms_ = 0;
+  ++clock_;
+  FillStats(&stats);
+  return stats;
+}
+
+// --- Overlapped ---
+
+Result<int64_t> PsOverlapSync::Start(const JobShape& shape) {
+  ASSIGN_OR_RETURN(int64_t start, PsSyncBase::Start(shape));
+  client_->set_part_floats(options_.push_part_floats);
+  return start;
+}
+
+void PsOverlapSync::Boundary(bool computed) {
+  client_->Poll();
+  const double now = since_start_.Millis();
+  const bool busy = client_->InFlight();
+  if (computed && seg_start_ >= 0 && seg_busy_ && busy) hidden_ms_ += now - seg_start_;
+  seg_start_ = now;
+  seg_busy_ = busy;
+}
+
+Status PsOverlapSync::WaitTensor(size_t t) {
+  if (!failed_.ok()) return failed_;
+  if (t >= ids_.size() || ids_[t] == 0 || waited_[t]) return OkStatus();
+  waited_[t] = true;
+  Boundary(true);
+  Stopwatch w;
+  failed_ = client_->Wait(ids_[t], options_.request_timeout_s).WithContext("pull " + std::to_string(clock_));
+  blocked_ms_ += w.Millis();
+  Boundary(false);  // waiting is not computing
+  return failed_;
+}
+
+Status PsOverlapSync::BeginStep(const StepPlan& plan) {
+  clock_ = plan.step;
+  failed_ = OkStatus();
+  pushing_ = false;
+  blocked_ms_ = param_blocked_ms_ = hidden_ms_ = 0;
+  seg_start_ = -1;
+  seg_busy_ = false;
+  {
+    Stopwatch w;
+    ids_ = client_->PullTensors(clock_, model_->params());
+    waited_.assign(ids_.size(), false);
+    // The previous push's parts must be out of the gradient buffer before backward.
+    if (pending_push_) {
+      failed_ = client_->Wait(pending_push_, options_.request_timeout_s).WithContext("push " + std::to_string(clock_ - 1));
+    }
+    pending_push_ = 0;
+    blocked_ms_ += w.Millis();
+  }
+  if (plan.evaluate) {
+    for (size_t t = 0; t < ids_.size(); ++t) (void)WaitTensor(t);  // evaluation reads every parameter
+  }
+  seg_start_ = -1;  // what the caller does before forward is not counted
+  return failed_;
+}
+
+Status PsOverlapSync::WaitParams(size_t tensor) {
+  const double before = blocked_ms_;
+  Status s = WaitTensor(tensor);
+  param_blocked_ms_ += blocked_ms_ - before;
+  return s;
+}
+
+Status PsOverlapSync::GradReady(size_t tensor) {
+  if (!failed_.ok()) return failed_;  // parameters missing: nothing of the step is pushed
+  Boundary(true);
+  if (!pushing_) {
+    client_->BeginPush(clock_, model_->grads());
+    pushing_ = true;
+  }
+  client_->PushReady(tensor);
+  Boundary(false);
+  return OkStatus();
+}
+
+Result<SyncStepStats> PsOverlapSync::FinishStep() {
+  Boundary(true);  // the last layer's backward
+  for (size_t t = 0; t < ids_.size(); ++t) (void)WaitTensor(t);  // every request answered or failed
+  // (A failed pull stops the step before anything more is pushed: the shards never count it.)
+  if (!failed_.ok()) return failed_;
+  Stopwatch w;
+  if (!pushing_) client_->BeginPush(clock_, model_->grads());
+  pending_push_ = client_->FinishPush();
+  blocked_ms_ += w.Millis();
+  const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());
+  SyncStepStats stats;
+  stats.comm_ms = blocked_ms_ - wait_ms + hidden_ms_;  // exposed + hidden, as all-reduce's
+  stats.wait_ms = wait_ms;
+  stats.hidden_ms = hidden_ms_;
+  stats.blocked_ms = param_blocked_ms_;
+  ++clock_;
+  FillStats(&stats);
+  return stats;
+}
+
+void PsOverlapSync::AbandonStep() {
+  // Every pull answered or failed; the parts already pushed are never completed, so no shard
+  // counts the step.
+  for (size_t t = 0; t < ids_.size(); ++t) (void)WaitTensor(t);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,145 @@
+// The parameter-server GradientSyncs (gradsync-worker --mode=bsp|ssp|asp). The update happens
+// on the servers (KvShard); a worker pulls the parameters of its iteration c, computes, and
+// pushes the gradient of c, the push of c overlapping the pull of c+1.
+//
+// Start: worker 0 sends the initial parameters and the job's optimizer settings to the shards
+// (MakeJobConfig), then every worker waits at the "init" barrier; a worker that rejoined a
+// running job JOINs the shards instead and starts at their clock. EndTraining waits for the
+// last push, passes the "trained" barrier (every worker's last push is applied), and, to
+// evaluate, pulls every parameter. Recover: when a server died and came back from its
+// checkpoint (kUnavailable, recovery_timeout_s > 0), waits for it, reconnects, JOINs it at the
+// step and lets the step be redone (the pushes it lost are counted on its side).
+//
+// PsSync: sequential. BeginStep pulls (dense tensors and the batch's sparse keys) and waits for
+// the pull and the previous push; FinishStep pushes (dense gradient lent to ZeroMQ, sparse
+// (key, value) pairs), optionally compressed (--compress, --compress-pull).
+// PsOverlapSync: dense CPU models, raw values. BeginStep sends one pull per tensor in forward
+// order; WaitParams(t) waits for tensor t's only; GradReady(t) pushes tensor t's gradient in
+// parts of at most push_part_floats at once; FinishStep sends the rest. hidden_ms is the
+// computation between two of these calls at both of which a request was in flight (a lower
+// bound). Both compute the same updates (bsp included).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/scheduler_client.h"
+#include "gradsync.pb.h"
+#include "models/model.h"
+#include "worker/gradient_sync.h"
+#include "worker/local_trainer.h"
+#include "worker/ps_client.h"
+
+namespace gradsync {
+
+struct PsTrainOptions {
+  LocalTrainOptions train;   // optimizer, lr schedule, batch (per worker), epochs, seed...
+  int rank = 0;
+  int num_workers = 1;
+  double request_timeout_s = 60.0;
+  double barrier_timeout_s = 600.0;
+  bool evaluate = true;      // worker 0 only
+  std::string compression;   // push codec spec ("" or "none": raw floats)
+  bool error_feedback = false;
+  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
+  // Pulls carry compressed parameter deltas (needs a codec). The evaluating worker still
+  // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
+  bool compress_pull = false;
+  bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
+  // Overlap communication with computation (dense CPU models, raw pushes, no straggler): each
+  // tensor's gradient (in parts of at most push_part_floats) is pushed the moment backward
+  // produced it, and the next step's pulls go out one per tensor in forward order, each layer's
+  // forward waiting only for its own parameters. The same updates as without (bsp included).
+  bool overlap = false;
+  size_t push_part_floats = size_t{1} << 20;
+  // How long to wait for a dead server to come back (from its checkpoint) before failing; the
+  // step is then redone against the restored shard. 0: fail at once.
+  double recovery_timeout_s = 0;
+  // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
+  // and once after the "init" barrier.
+  std::function<void(int64_t step)> step_hook;
+  std::function<void()> after_init;
+};
+
+// The job's optimizer settings and layout as worker 0 sends them to the shards.
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
+                              int64_t steps_per_epoch);
+
+// The job's optimizer settings and layout as worker 0 sends them to the shards.
+wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
+                              int64_t steps_per_epoch);
+
+// What both PS syncs share: joining the job, recovery, the end, traffic and staleness.
+class PsSyncBase : public GradientSync {
+ public:
+  // The pointers must outlive the sync.
+  PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler);
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.num_workers; }
+  Result<int64_t> Start(const JobShape& shape) override;
+  Status Recover(const Status& failure) override;
+  Status EndTraining(bool evaluate) override;
+  SyncTraffic traffic() const override;
+
+ protected:
+  // Staleness and bytes after the step's push.
+  void FillStats(SyncStepStats* stats) const;
+
+  PsTrainOptions options_;
+  Model* model_;
+  PsClient* client_;
+  SchedulerClient* scheduler_;
+  int64_t clock_ = 0;  // the step begun last, or after FinishStep the next one
+  PsClient::RequestId pending_push_ = 0;
+};
+
+class PsSync final : public PsSyncBase {
+ public:
+  using PsSyncBase::PsSyncBase;
+
+  Status BeginStep(const StepPlan& plan) override;
+  Status WaitParams(size_t) override { return OkStatus(); }
+  Status GradReady(size_t) override { return OkStatus(); }
+  Result<SyncStepStats> FinishStep() override;
+  void AbandonStep() override {}
+
+ private:
+  bool sparse_ = false;
+  double pull_ms_ = 0;  // this step's pulls and waits, attempts included
+  double wait_ms_ = 0;
+  std::vector<uint64_t> push_keys_;
+  std::vector<float> push_values_;
+};
+
+class PsOverlapSync final : public PsSyncBase {
+ public:
+  using PsSyncBase::PsSyncBase;
+
+  Result<int64_t> Start(const JobShape& shape) override;
+  Status BeginStep(const StepPlan& plan) override;
+  Status WaitParams(size_t tensor) override;
+  Status GradReady(size_t tensor) override;
+  Result<SyncStepStats> FinishStep() override;
+  void AbandonStep() override;
+
+ private:
+  Status WaitTensor(size_t tensor);
+  // A layer boundary: `computed` when the stretch since the previous one was computation.
+  void Boundary(bool computed);
+
+  std::vector<PsClient::RequestId> ids_;  // per tensor, this step's pull
+  std::vector<bool> waited_;
+  Status failed_;
+  bool pushing_ = false;
+  double blocked_ms_ = 0;        // this step's waits, pushes included
+  double param_blocked_ms_ = 0;  // of which in WaitParams
+  double hidden_ms_ = 0;
+  double seg_start_ = -1;
+  bool seg_busy_ = false;
+  Stopwatch since_start_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,198 @@
+#include "worker/training_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "common/clock.h"
+#include "common/sampler.h"
+#include "common/tensor.h"
+#include "worker/epoch.h"
+
+namespace gradsync {
+
+namespace {
+// Sorted unique flat keys of the batch for the model's sparse tensors (keys index tensor 0's rows,
+// which start at its offset).
+void BatchKeys(const Model& model, const Batch& batch, std::vector<uint64_t>* keys) {
+  keys->clear();
+  for (const auto& t : model.layout()) {
+    if (!t.sparse) continue;
+    for (uint64_t k : batch.keys) keys->push_back(static_cast<uint64_t>(t.offset) + k);
+  }
+  std::sort(keys->begin(), keys->end());
+  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
+}
+}  // namespace
+
+TrainingLoop::TrainingLoop(const TrainingLoopOptions& options, Model* model, const Dataset* train,
+                           const Dataset* test, MetricsWriter* metrics, GradientSync* sync)
+    : options_(options), model_(model), train_(train), test_(test), metrics_(metrics), sync_(sync) {}
+
+void TrainingLoop::OnParamWait(size_t tensor) {
+  if (!step_state_.failure.ok()) return;  // the step is redone or abandoned: compute on, send nothing
+  if (Status s = sync_->WaitParams(tensor); !s.ok()) step_state_.failure = std::move(s);
+}
+
+void TrainingLoop::OnGradReady(size_t tensor) {
+  StepState& st = step_state_;
+  if (!st.failure.ok() || st.diverged) return;
+  if (!st.any_ready) {
+    st.any_ready = true;
+    // The first tensor backward reports is the last layer's, whose gradient a non-finite loss
+    // makes non-finite: a diverged step tells the sync nothing, so no part of it is sent. (A
+    // device model's host gradient is not filled during backward; its loss is checked.)
+    const TensorInfo& t = model_->layout()[tensor];
+    if (!t.sparse && !model_->on_device() && !AllFinite(model_->grad(tensor))) {
+      st.diverged = true;
+      return;
+    }
+  }
+  if (Status s = sync_->GradReady(tensor); !s.ok()) st.failure = std::move(s);
+}
+
+EpochClose TrainingLoop::At() const {
+  const SyncTraffic t = sync_->traffic();
+  return EpochClose{.step = step_, .steps_per_epoch = steps_per_epoch_, .run_clock = &run_clock_,
+                    .evaluate = options_.evaluate, .test = test_, .eval_batch = options_.train.eval_batch,
+                    .bytes_sent = t.bytes_sent, .bytes_received = t.bytes_received};
+}
+
+Status TrainingLoop::CloseEpoch(int epoch) {
+  EpochClose close = At();
+  close.epoch = epoch;
+  ASSIGN_OR_RETURN(EpochReport r, gradsync::CloseEpoch(close, totals_, *model_, metrics_));
+  reports_.push_back(r);
+  if (*on_epoch_) (*on_epoch_)(r);
+  totals_ = EpochTotals();
+  return OkStatus();
+}
+
+Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(const EpochReport&)>& on_epoch) {
+  const LocalTrainOptions& o = options_.train;
+  if (o.batch <= 0) return InvalidArgumentError("batch must be > 0");
+  if (train_->n == 0) return InvalidArgumentError("the training set is empty");
+  RETURN_IF_ERROR(CheckDeviceTraining(*model_, o));
+  steps_per_epoch_ = StepsPerEpoch(train_->n, sync_->size(), o.batch);
+  int64_t total_steps = steps_per_epoch_ * o.epochs;
+  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+  ASSIGN_OR_RETURN(const int64_t start_step, sync_->Start({total_steps, steps_per_epoch_}));
+
+  // The model calls the sync through this loop while it trains, and never after.
+  model_->set_param_wait([this](size_t t) { OnParamWait(t); });
+  model_->set_grad_ready([this](size_t t) { OnGradReady(t); });
+  struct Unhook {
+    Model* m;
+    ~Unhook() {
+      m->set_grad_ready({});
+      m->set_param_wait({});
+    }
+  } unhook{model_};
+
+  on_epoch_ = &on_epoch;
+  step_ = start_step;
+  // A device model whose sync reads and writes the host buffers.
+  copy_to_device_ = model_->on_device() && !sync_->on_device();
+  straggler_ = Straggler(o.straggler, o.straggler_seed);
+  totals_ = EpochTotals();
+  reports_.clear();
+  run_clock_.Reset();
+  ShardedSampler sampler(train_->n, sync_->size(), sync_->rank(), o.seed);
+  const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
+                                  [](const TensorInfo& t) { return t.sparse; });
+  std::vector<uint64_t> keys;
+  const int first_epoch = static_cast<int>(start_step / steps_per_epoch_);
+  for (int epoch = first_epoch; epoch < o.epochs && step_ < total_steps; ++epoch) {
+    const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
+    for (int64_t s = epoch == first_epoch ? start_step % steps_per_epoch_ : 0; s < steps_per_epoch_ && step_ < total_steps;
+         ++s) {
+      const auto [begin, end] = BatchRange(s, steps_per_epoch_, o.batch, static_cast<int64_t>(order.size()));
+      StepInput in{.indices = std::span(order).subspan(begin, end - begin), .epoch = epoch};
+      // A sparse model's batch is gathered before the step starts: its keys say which rows.
+      Batch batch;
+      if (sparse) {
+        batch = buffer_.Gather(*train_, in.indices);
+        BatchKeys(*model_, batch, &keys);
+        in.batch = &batch;
+        in.keys = keys;
+      }
+      // Evaluations due before this step, on the parameters it computes on.
+      in.epoch_end = s == 0 && epoch > 0 && step_ > start_step;
+      in.mid_eval = options_.evaluate && step_ > start_step && EvaluateMidEpoch(o.eval_every, step_, steps_per_epoch_);
+      RETURN_IF_ERROR(RunStep(in));
+    }
+  }
+  RETURN_IF_ERROR(sync_->EndTraining(options_.evaluate));
+  if (options_.evaluate && copy_to_device_) RETURN_IF_ERROR(model_->ParamsToDevice());
+  RETURN_IF_ERROR(CloseEpoch(static_cast<int>((step_ + steps_per_epoch_ - 1) / steps_per_epoch_)));
+  return std::move(reports_);
+}
+
+Status TrainingLoop::RunStep(const StepInput& in) {
+  const LocalTrainOptions& o = options_.train;
+  const StepPlan plan{.step = step_, .sparse_keys = in.keys,
+                      .evaluate = options_.evaluate && (in.epoch_end || in.mid_eval)};
+  float loss = 0;
+  double begin_ms = 0, compute_ms = 0, finish_ms = 0, delay_ms = 0;
+  SyncStepStats stats;
+  bool evaluated = false;  // a redone step does not evaluate twice
+  for (int attempt = 0;; ++attempt) {
+    step_state_ = StepState();
+    Stopwatch begin_clock;
+    Status failed = sync_->BeginStep(plan);
+    // A device model computes on its copy: upload what arrived (enqueued; the compute waits).
+    if (failed.ok() && copy_to_device_) RETURN_IF_ERROR(model_->ParamsToDevice());
+    begin_ms += begin_clock.Millis();
+    if (failed.ok() && !evaluated) {
+      if (in.epoch_end) RETURN_IF_ERROR(CloseEpoch(in.epoch));
+      if (in.mid_eval) {
+        RETURN_IF_ERROR(WriteEvaluationRow(
+            At(), totals_.loss_sum / static_cast<double>(std::max<int64_t>(1, totals_.steps)), *model_, metrics_));
+      }
+      evaluated = true;
+    }
+    if (failed.ok()) {
+      if (options_.before_compute) options_.before_compute(step_);
+      Stopwatch compute_clock;
+      loss = ComputeGradients(*model_, *train_, in.indices, o.micro_batch, buffer_, accum_, in.batch);
+      failed = step_state_.failure;
+      if (failed.ok() && (step_state_.diverged || !std::isfinite(loss))) {
+        sync_->AbandonStep();
+        return AbortedError("training diverged: loss is " + std::to_string(loss) + " at step " + std::to_string(step_) +
+                            " (lower --lr?)");
+      }
+      if (failed.ok() && copy_to_device_) RETURN_IF_ERROR(model_->GradsToHost());  // the sync reads the host copy
+      compute_ms = compute_clock.Millis();
+    }
+    if (failed.ok()) {
+      delay_ms = straggler_.Sleep(compute_ms);
+      Stopwatch finish_clock;
+      Result<SyncStepStats> finished = sync_->FinishStep();
+      finish_ms = finish_clock.Millis();
+      if (finished.ok()) {
+        stats = *finished;
+        break;
+      }
+      failed = finished.status();
+    }
+    if (attempt >= 3) return failed;
+    RETURN_IF_ERROR(sync_->Recover(failed));
+  }
+  ++step_;
+  totals_.AddStep(loss, static_cast<int64_t>(in.indices.size()), (compute_ms + begin_ms + finish_ms) / 1e3);
+  if (!metrics_ || o.log_every <= 0 || step_ % o.log_every != 0) return OkStatus();
+  MetricsRow row = StepRow(step_, steps_per_epoch_, run_clock_.Seconds(), loss);
+  row.version_lag = stats.version_lag;
+  row.clock_staleness = stats.clock_staleness;
+  row.bytes_sent = stats.bytes_sent;
+  row.bytes_received = stats.bytes_received;
+  row.compute_ms = std::max(0.0, compute_ms - stats.blocked_ms) + stats.compute_ms;
+  row.comm_ms = stats.comm_ms;
+  row.wait_ms = stats.wait_ms;
+  row.hidden_ms = stats.hidden_ms;
+  row.delay_ms = delay_ms;
+  return metrics_->Write(row);
+}
+
+}  // namespace gradsync
