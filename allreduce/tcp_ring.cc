@@ -59,13 +59,28 @@ Result<std::unique_ptr<RingCollective>> RingCollective::Listen(const std::string
 }
 
 void RingCollective::Abort() {
+  aborted_ = true;
   boost::system::error_code ec;
   left_.close(ec);
   right_.close(ec);
   acceptor_.close(ec);
+  for (auto& weak : retries_) {
+    if (auto timer = weak.lock()) timer->cancel();
+  }
+  retries_.clear();
   // Let handlers still queued see operation_aborted while their captures are alive.
   io_.restart();
   io_.poll();
+}
+
+void RingCollective::RetryAfter(std::chrono::microseconds delay, std::function<void()> fn) {
+  if (aborted_) return;
+  std::erase_if(retries_, [](const auto& weak) { return weak.expired(); });
+  auto timer = std::make_shared<asio::steady_timer>(io_, delay);
+  retries_.push_back(timer);
+  timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& e) {
+    if (!e) fn();  // cancelled (aborted): the operation that asked is gone
+  });
 }
 
 Status RingCollective::Fail(Status s) {
@@ -109,8 +124,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
         }
         boost::system::error_code ignore;
         right_.close(ignore);
-        auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(20));
-        timer->async_wait([&, timer](const boost::system::error_code&) { try_connect(); });
+        RetryAfter(std::chrono::milliseconds(20), [&] { try_connect(); });
         return;
       }
       right_.set_option(tcp::no_delay(true));
@@ -353,8 +367,7 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
     // The writer must have sent every piece of the steps before t - 1 ... t - 1 is still allowed
     // to be in flight only for chunks this step does not touch (see above).
     if (writer_done_through < t - 1) {
-      auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::microseconds(20));
-      timer->async_wait([&, timer](const boost::system::error_code&) { read_step(); });
+      RetryAfter(std::chrono::microseconds(20), [&] { read_step(); });
       return;
     }
     asio::async_read(left_, asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {

@@ -77,6 +77,9 @@ class RingCollective final : public Collective {
   static std::byte empty_[1];
   Status Begin(OpKind op);
   Status Fail(Status s);
+  // Runs `fn` on the I/O loop after `delay`, unless the ring is aborted first: Abort cancels
+  // every pending retry, so that no handler outlives the operation whose locals it refers to.
+  void RetryAfter(std::chrono::microseconds delay, std::function<void()> fn);
   std::string Where(OpKind op, uint32_t step) const;
 
   CollectiveOptions options_;
@@ -90,6 +93,8 @@ class RingCollective final : public Collective {
   std::vector<std::string> peers_;
   uint64_t seq_ = 0;
   Status broken_;
+  bool aborted_ = false;
+  std::vector<std::weak_ptr<boost::asio::steady_timer>> retries_;
   std::vector<float> scratch_;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
