@@ -40,8 +40,11 @@ def functions(path, text):
         if START.match(line):
             # The signature may run over several lines; the body opens on the line ending in '{'.
             j = i
-            while j < len(lines) and not lines[j].rstrip().endswith("{") and not lines[j].rstrip().endswith(";"):
+            while j < len(lines) and not lines[j].rstrip().endswith(("{", ";", "}")):
                 j += 1
+            if j < len(lines) and lines[j].rstrip().endswith("}"):  # a one-line body: not a long function
+                i = j + 1
+                continue
             if j < len(lines) and lines[j].rstrip().endswith("{"):
                 k = j + 1
                 while k < len(lines) and lines[k] != "}":

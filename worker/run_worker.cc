@@ -75,152 +75,295 @@ LocalTrainOptions TrainOptionsFrom(const TrainConfig& c) {
   return t;
 }
 
-}  // namespace
-
-int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagParser& flags) {
-  const config::Mode mode = c.mode();
-  const std::string& mode_name = ModeName(mode);
-  const bool ps = IsPsMode(mode), allreduce = mode == config::ALLREDUCE, joins = JoinsJob(mode);
-  const bool cuda = c.device() == "cuda", sparse_model = c.model() == "sparse_logreg";
-  const std::string compress = c.compress();
-  const float correction_momentum = c.momentum_correction() ? c.momentum() : 0.0f;
-  ModelOptions model_options = ModelOptionsFrom(c);
-  const DataOptions data_options = DataOptionsFrom(c);
-  LocalTrainOptions train = TrainOptionsFrom(c);
-  SetBlasThreads(c.threads());
-
-  // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
-  TransportContext ctx(1);
-  // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
-  std::unique_ptr<CurveAuthenticator> auth;
-  if (p.has_auth_dir()) {
-    auto a = EnableCurveFromDir(ctx, p.auth_dir());
-    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
-    auth = std::move(a).value();
-  }
+// The job a worker belongs to: its transport, the scheduler it registered with, its rank and
+// the cluster table, and (all-reduce) the ring. Local mode has none of it but the context.
+struct JobLink {
+  TransportContext ctx{1};
+  std::unique_ptr<CurveAuthenticator> auth;  // declared after ctx: stops first
   std::unique_ptr<SchedulerClient> scheduler;
   wire::ClusterTable table;
   int rank = 0;
   std::unique_ptr<RingCollective> ring;
-  if (allreduce) {
-    CollectiveOptions co;
-    co.timeout_s = c.collective_timeout();
-    auto r = RingCollective::Listen(p.bind(), co);
-    if (!r.ok()) {
-      std::cerr << "gradsync-worker: error: " << r.status().message() << std::endl;
-      return 1;
-    }
-    ring = std::move(r).value();
-  }
-  if (joins) {
-    std::string host;
-    uint16_t port = 0;
-    if (Status s = ParseHostPort(p.scheduler(), &host, &port); !s.ok()) flags.Fail("--scheduler: " + s.message());
-    SchedulerClientOptions so;
-    so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
-    so.self.set_role(wire::WORKER);
-    so.self.set_host(p.host());
-    if (ring) so.self.set_port(ring->port());
-    so.self.set_requested_rank(p.rank() >= 0 ? p.rank() : SlurmRank());
-    so.mode = mode_name;
-    // ssp without --staleness: -1 asks for the job's bound (the scheduler has it from the servers).
-    so.staleness = mode == config::SSP ? (c.has_staleness() ? c.staleness() : -1) : 0;
-    so.heartbeat_interval_s = p.heartbeat_interval();
-    so.scheduler_timeout_s = p.heartbeat_timeout();
-    so.job_fingerprint = JobFingerprint(c);  // the settings that must agree between the workers
-    scheduler = std::make_unique<SchedulerClient>(ctx, so);
-    auto t = scheduler->Register(300.0);
-    if (!t.ok()) {
-      std::cerr << "gradsync-worker: error: " << t.status().message() << std::endl;
-      return t.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-    }
-    table = *t;
-    rank = scheduler->rank();
-    if (mode == config::SSP && !c.has_staleness()) {
-      std::printf("gradsync-worker %d: staleness bound %d, the job's (no --staleness given)\n", rank, table.staleness());
-    }
-    if (allreduce) {
-      std::vector<std::string> peers;
-      for (const auto& w : table.workers()) peers.push_back(w.host() + ":" + std::to_string(w.port()));
-      if (Status s = ring->Connect(rank, peers, 120); !s.ok()) {
-        std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
-        scheduler->Finished(s);
-        scheduler->Flush(2.0);
-        return 1;
-      }
-    }
-  }
 
-  // Fails the job (so that the scheduler hears of it) with one line and exit 1.
-  auto fail_job = [&](const Status& s) {
+  // Fails the job (so that the scheduler hears of it) with one line; the exit code.
+  int Fail(const Status& s) {
     std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
     if (scheduler) {
       scheduler->Finished(s);
       scheduler->Flush(2.0);
     }
     return 1;
-  };
-  auto data = LoadTrainTest(data_options);
-  if (!data.ok()) return fail_job(data.status());
-  if (!sparse_model) {
-    model_options.input_dim = data->train.dim;
-    model_options.num_classes = data->train.num_classes;
   }
-  Result<std::unique_ptr<Model>> model = UnimplementedError("no model");
+  void Finished(const Status& s) {
+    if (!scheduler) return;
+    scheduler->Finished(s);
+    scheduler->Flush(2.0);
+  }
+};
+
+// CURVE, the ring's listening socket, registration (PS modes get their rank from it) and the
+// ring's connections. 0 when joined, else the exit code.
+int JoinJob(const TrainConfig& c, const config::WorkerProcess& p, const FlagParser& flags, JobLink* job) {
+  const config::Mode mode = c.mode();
+  if (p.has_auth_dir()) {
+    auto a = EnableCurveFromDir(job->ctx, p.auth_dir());
+    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
+    job->auth = std::move(a).value();
+  }
+  if (mode == config::ALLREDUCE) {
+    CollectiveOptions co;
+    co.timeout_s = c.collective_timeout();
+    auto r = RingCollective::Listen(p.bind(), co);
+    if (!r.ok()) return job->Fail(r.status());
+    job->ring = std::move(r).value();
+  }
+  if (!JoinsJob(mode)) return 0;
+  std::string host;
+  uint16_t port = 0;
+  if (Status s = ParseHostPort(p.scheduler(), &host, &port); !s.ok()) flags.Fail("--scheduler: " + s.message());
+  SchedulerClientOptions so;
+  so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
+  so.self.set_role(wire::WORKER);
+  so.self.set_host(p.host());
+  if (job->ring) so.self.set_port(job->ring->port());
+  so.self.set_requested_rank(p.rank() >= 0 ? p.rank() : SlurmRank());
+  so.mode = ModeName(mode);
+  // ssp without --staleness: -1 asks for the job's bound (the scheduler has it from the servers).
+  so.staleness = mode == config::SSP ? (c.has_staleness() ? c.staleness() : -1) : 0;
+  so.heartbeat_interval_s = p.heartbeat_interval();
+  so.scheduler_timeout_s = p.heartbeat_timeout();
+  so.job_fingerprint = JobFingerprint(c);  // the settings that must agree between the workers
+  job->scheduler = std::make_unique<SchedulerClient>(job->ctx, so);
+  auto t = job->scheduler->Register(300.0);
+  if (!t.ok()) {
+    std::cerr << "gradsync-worker: error: " << t.status().message() << std::endl;
+    return t.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  job->table = *t;
+  job->rank = job->scheduler->rank();
+  if (mode == config::SSP && !c.has_staleness()) {
+    std::printf("gradsync-worker %d: staleness bound %d, the job's (no --staleness given)\n", job->rank,
+                job->table.staleness());
+  }
+  if (job->ring) {
+    std::vector<std::string> peers;
+    for (const auto& w : job->table.workers()) peers.push_back(w.host() + ":" + std::to_string(w.port()));
+    if (Status s = job->ring->Connect(job->rank, peers, 120); !s.ok()) return job->Fail(s);
+  }
+  return 0;
+}
+
+// The model on its device, and (CUDA all-reduce) the NCCL collective over the ring.
+struct PlacedModel {
+  std::unique_ptr<Model> model;
   std::string device_name = "cpu";
 #if GRADSYNC_HAVE_NCCL
   std::unique_ptr<NcclCollective> nccl;
 #endif
-  if (!cuda) {
-    model = CreateModel(model_options);
-    if (!model.ok()) flags.Fail(model.status().message());
-  } else {
-#if GRADSYNC_HAVE_CUDA
-    if (Status s = DenseModelDims(model_options).status(); !s.ok()) flags.Fail(s.message());
-    const int devices = CudaDeviceCount();
-    if (devices == 0) return fail_job(FailedPreconditionError("--device=cuda: no CUDA device is visible"));
-    const int gpu = c.gpu() >= 0 ? c.gpu() : rank % devices;
-    if (allreduce && table.workers_size() > devices && !c.has_gpu()) {
-      return fail_job(FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: " +
-                                              std::to_string(table.workers_size()) + " workers, " +
-                                              std::to_string(devices) + " GPUs visible"));
-    }
-    CudaModelOptions co;
-    co.device = gpu;
-    co.stream_grads_to_host = ps;  // the push reads the pinned mirror; copy it during backward
-    model = CreateCudaModel(model_options, co);
-    if (!model.ok()) return fail_job(model.status());
-    device_name = "cuda:" + std::to_string(gpu) + " (" + CudaDeviceName(gpu) + ")";
-#if GRADSYNC_HAVE_NCCL
-    if (allreduce) {
-      auto n = NcclCollective::Create(*ring, gpu);
-      if (!n.ok()) return fail_job(n.status().WithContext("NCCL"));
-      nccl = std::move(n).value();
-    }
-#endif
-#endif
+};
+
+// Builds the model for the loaded data on --device. 0 when built, else the exit code.
+int PlaceModel(const TrainConfig& c, const FlagParser& flags, const Dataset& train, JobLink* job, PlacedModel* out) {
+  ModelOptions model_options = ModelOptionsFrom(c);
+  if (c.model() != "sparse_logreg") {
+    model_options.input_dim = train.dim;
+    model_options.num_classes = train.num_classes;
   }
-  (*model)->Initialize(train.seed);
+  if (c.device() != "cuda") {
+    auto model = CreateModel(model_options);
+    if (!model.ok()) flags.Fail(model.status().message());
+    out->model = std::move(model).value();
+    return 0;
+  }
+#if GRADSYNC_HAVE_CUDA
+  const bool allreduce = c.mode() == config::ALLREDUCE;
+  if (Status s = DenseModelDims(model_options).status(); !s.ok()) flags.Fail(s.message());
+  const int devices = CudaDeviceCount();
+  if (devices == 0) return job->Fail(FailedPreconditionError("--device=cuda: no CUDA device is visible"));
+  const int gpu = c.gpu() >= 0 ? c.gpu() : job->rank % devices;
+  if (allreduce && job->table.workers_size() > devices && !c.has_gpu()) {
+    return job->Fail(FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: " +
+                                             std::to_string(job->table.workers_size()) + " workers, " +
+                                             std::to_string(devices) + " GPUs visible"));
+  }
+  CudaModelOptions co;
+  co.device = gpu;
+  co.stream_grads_to_host = IsPsMode(c.mode());  // the push reads the pinned mirror; copy it during backward
+  auto model = CreateCudaModel(model_options, co);
+  if (!model.ok()) return job->Fail(model.status());
+  out->model = std::move(model).value();
+  out->device_name = "cuda:" + std::to_string(gpu) + " (" + CudaDeviceName(gpu) + ")";
+#if GRADSYNC_HAVE_NCCL
+  if (allreduce) {
+    auto n = NcclCollective::Create(*job->ring, gpu);
+    if (!n.ok()) return job->Fail(n.status().WithContext("NCCL"));
+    out->nccl = std::move(n).value();
+  }
+#endif
+  return 0;
+#else
+  (void)flags;
+  return job->Fail(FailedPreconditionError("--device=cuda: this gradsync-worker was built without CUDA"));
+#endif
+}
+
+// Large-batch rules: the rate grows with the global batch; a warm-up starts from --lr.
+void ScaleLearningRate(const TrainConfig& c, int workers, int rank, LocalTrainOptions* train) {
+  const float base_lr = train->lr.base;
+  if (c.lr_scaling() == "linear") {
+    train->lr.base = base_lr * static_cast<float>(workers * train->batch) / static_cast<float>(c.base_batch());
+  }
+  train->lr.warmup_start = base_lr;
+  if (rank == 0 && train->lr.base != base_lr) {
+    std::printf("gradsync-worker 0: learning rate %g (linear scaling of %g to a global batch of %lld)%s\n",
+                train->lr.base, base_lr, static_cast<long long>(workers * train->batch),
+                train->warmup_epochs > 0
+                    ? (", warm-up over " + std::to_string(train->warmup_epochs) + " epochs").c_str()
+                    : "");
+  }
+}
+
+// What training gives back: the epoch reports, and the bytes this worker moved for the job.
+struct Trained {
+  Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
+  TrafficCounters traffic;
+};
+
+// Runs the trainer of the mode, and tells the scheduler how it ended.
+Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainTest& data, PlacedModel& placed,
+              MetricsWriter* metrics, JobLink* job, const std::function<void(const EpochReport&)>& on_epoch) {
+  Trained out;
+  const std::string compress = c.compress() == "none" ? "" : c.compress();
+  const float correction_momentum = c.momentum_correction() ? c.momentum() : 0.0f;
+  Model* model = placed.model.get();
+  if (!JoinsJob(c.mode())) {
+    LocalTrainer trainer(train, model, &data.train, &data.test, metrics);
+    out.reports = trainer.Run(on_epoch);
+    return out;
+  }
+  if (c.mode() == config::ALLREDUCE) {
+    AllreduceTrainOptions ao;
+    ao.train = train;
+    ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
+    ao.overlap = c.overlap();
+    ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
+    ao.compression = compress;
+    ao.error_feedback = c.error_feedback();
+    ao.correction_momentum = correction_momentum;
+    ao.collective_timeout_s = c.collective_timeout();
+    if (c.has_checkpoint_dir()) {
+      ao.checkpoint_dir = c.checkpoint_dir();
+      std::error_code ec;
+      std::filesystem::create_directories(ao.checkpoint_dir, ec);
+      ao.checkpoint_every = c.checkpoint_every();
+      ao.resume = c.resume();
+    }
+#if GRADSYNC_HAVE_NCCL
+    ao.device_collective = placed.nccl.get();
+#endif
+    AllreduceTrainer trainer(ao, model, &data.train, &data.test, metrics, job->ring.get());
+    out.reports = trainer.Run(on_epoch);
+    out.traffic.bytes_sent = job->ring->bytes_sent();
+    out.traffic.bytes_received = job->ring->bytes_received();
+    if (out.reports.ok()) {
+      std::printf("worker %d: %llu bytes sent, %llu received over the ring\n", job->rank,
+                  static_cast<unsigned long long>(out.traffic.bytes_sent),
+                  static_cast<unsigned long long>(out.traffic.bytes_received));
+#if GRADSYNC_HAVE_NCCL
+      if (placed.nccl) {
+        std::printf("worker %d: NCCL all-reduced %llu gradient bytes (its own transport; the ring bytes above are the bootstrap's)\n",
+                    job->rank, static_cast<unsigned long long>(placed.nccl->elements_reduced() * sizeof(float)));
+      }
+#endif
+    }
+  } else {
+    auto client = PsClient::Create(job->ctx, job->table, job->rank, model->layout(), job->scheduler.get());
+    if (!client.ok()) {
+      out.reports = client.status();
+    } else {
+      PsTrainOptions po;
+      po.train = train;
+      po.rank = job->rank;
+      po.num_workers = job->table.workers_size();
+      po.request_timeout_s = c.request_timeout();
+      po.recovery_timeout_s = c.recovery_timeout();
+      po.compression = compress;
+      po.error_feedback = c.error_feedback();
+      po.correction_momentum = correction_momentum;
+      po.compress_pull = c.compress_pull();
+      po.staleness_aware_lr = c.staleness_aware_lr();
+      po.overlap = c.overlap();
+      po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
+      PsTrainer trainer(po, model, &data.train, &data.test, metrics, client->get(), job->scheduler.get());
+      out.reports = trainer.Run(on_epoch);
+      out.traffic = (*client)->traffic();
+      if (out.reports.ok()) {
+        std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", job->rank,
+                    static_cast<long long>(out.traffic.bytes_sent), static_cast<long long>(out.traffic.bytes_received),
+                    static_cast<long long>(out.traffic.malformed_received));
+      }
+    }
+  }
+  job->Finished(out.reports.ok() ? OkStatus() : out.reports.status());
+  return out;
+}
+
+// DIR/worker-<rank>.json: what the report reads about this worker (never its log).
+void WriteWorkerSummary(const TrainConfig& c, const config::WorkerProcess& p, const JobLink& job, const Model& model,
+                        const Trained& trained, bool evaluated) {
+  summary::ProcessSummary s;
+  s.set_role("worker");
+  s.set_rank(job.rank);
+  s.set_mode(ModeName(c.mode()));
+  if (c.mode() == config::SSP) s.set_staleness_bound(job.table.staleness());  // the job's (given or taken)
+  s.set_ok(trained.reports.ok());
+  if (!trained.reports.ok()) s.set_error(trained.reports.status().message());
+  s.set_params(model.num_params());
+  if (trained.reports.ok() && !trained.reports->empty()) {
+    s.set_steps(trained.reports->back().steps);
+    s.set_wall_s(trained.reports->back().wall_s);
+    if (evaluated) s.set_final_test_accuracy(trained.reports->back().test_accuracy);
+  }
+  s.set_bytes_sent(static_cast<int64_t>(trained.traffic.bytes_sent));
+  s.set_bytes_received(static_cast<int64_t>(trained.traffic.bytes_received));
+  if (Status w = WriteProcessSummary(p.out(), s); !w.ok()) {
+    std::cerr << "gradsync-worker: warning: summary not written: " << w.message() << std::endl;
+  }
+}
+
+}  // namespace
+
+int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagParser& flags) {
+  const std::string& mode_name = ModeName(c.mode());
+  const DataOptions data_options = DataOptionsFrom(c);
+  LocalTrainOptions train = TrainOptionsFrom(c);
+  SetBlasThreads(c.threads());
+
+  // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
+  JobLink job;
+  if (int code = JoinJob(c, p, flags, &job); code != 0) return code;
+  auto data = LoadTrainTest(data_options);
+  if (!data.ok()) return job.Fail(data.status());
+  PlacedModel placed;
+  if (int code = PlaceModel(c, flags, data->train, &job, &placed); code != 0) return code;
+  placed.model->Initialize(train.seed);
 
   std::optional<MetricsWriter> metrics;
   if (p.has_out()) {
-    auto w = MetricsWriter::Open(p.out() + "/worker-" + std::to_string(rank) + ".csv",
-                                 p.run().empty() ? mode_name : p.run(), rank);
-    if (!w.ok()) {
-      std::cerr << "gradsync-worker: error: " << w.status().message() << std::endl;
-      return 1;
-    }
+    auto w = MetricsWriter::Open(p.out() + "/worker-" + std::to_string(job.rank) + ".csv",
+                                 p.run().empty() ? mode_name : p.run(), job.rank);
+    if (!w.ok()) return job.Fail(w.status());
     metrics.emplace(std::move(w).value());
   }
 
   std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
               "batch=%lld lr=%g (%s) momentum=%g%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s\n",
-              rank, mode_name.c_str(), (*model)->name().c_str(), static_cast<long long>((*model)->num_params()),
-              data_options.name.c_str(), static_cast<long long>(data->train.n),
-              static_cast<long long>(data->test.n), static_cast<long long>(train.batch),
-              train.lr.base, c.lr_schedule().c_str(), train.optimizer.momentum,
-              train.optimizer.nesterov ? " (nesterov)" : "", train.optimizer.weight_decay,
-              train.epochs, static_cast<unsigned long long>(train.seed), c.threads(), device_name.c_str());
+              job.rank, mode_name.c_str(), placed.model->name().c_str(),
+              static_cast<long long>(placed.model->num_params()), data_options.name.c_str(),
+              static_cast<long long>(data->train.n), static_cast<long long>(data->test.n),
+              static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), train.optimizer.momentum,
+              train.optimizer.nesterov ? " (nesterov)" : "", train.optimizer.weight_decay, train.epochs,
+              static_cast<unsigned long long>(train.seed), c.threads(), placed.device_name.c_str());
   std::fflush(stdout);
   double best = -1.0;
   int best_epoch = 0;
@@ -233,123 +376,18 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
                 r.samples_per_s, r.wall_s);
     std::fflush(stdout);
   };
-  // Large-batch rules: the rate grows with the global batch; a warm-up starts from --lr.
-  {
-    const int workers = joins ? table.workers_size() : 1;
-    const float base_lr = train.lr.base;
-    if (c.lr_scaling() == "linear") {
-      train.lr.base = base_lr * static_cast<float>(workers * train.batch) / static_cast<float>(c.base_batch());
-    }
-    train.lr.warmup_start = base_lr;
-    if (rank == 0 && train.lr.base != base_lr) {
-      std::printf("gradsync-worker 0: learning rate %g (linear scaling of %g to a global batch of %lld)%s\n", train.lr.base,
-                  base_lr, static_cast<long long>(workers * train.batch),
-                  train.warmup_epochs > 0 ? (", warm-up over " + std::to_string(train.warmup_epochs) + " epochs").c_str() : "");
-    }
-  }
-  Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
-  TrafficCounters traffic;  // bytes this worker moved for the job (PS client or ring)
-  if (!joins) {
-    LocalTrainer trainer(train, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr);
-    reports = trainer.Run(print_epoch);
-  } else if (allreduce) {
-    AllreduceTrainOptions ao;
-    ao.train = train;
-    ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
-    ao.overlap = c.overlap();
-    ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
-    ao.compression = compress == "none" ? "" : compress;
-    ao.error_feedback = c.error_feedback();
-    ao.correction_momentum = correction_momentum;
-    ao.collective_timeout_s = c.collective_timeout();
-    if (c.has_checkpoint_dir()) {
-      ao.checkpoint_dir = c.checkpoint_dir();
-      std::error_code ec;
-      std::filesystem::create_directories(ao.checkpoint_dir, ec);
-      ao.checkpoint_every = c.checkpoint_every();
-      ao.resume = c.resume();
-    }
-#if GRADSYNC_HAVE_NCCL
-    ao.device_collective = nccl.get();
-#endif
-    AllreduceTrainer trainer(ao, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, ring.get());
-    reports = trainer.Run(print_epoch);
-    traffic.bytes_sent = ring->bytes_sent();
-    traffic.bytes_received = ring->bytes_received();
-    if (reports.ok()) {
-      std::printf("worker %d: %llu bytes sent, %llu received over the ring\n", rank,
-                  static_cast<unsigned long long>(ring->bytes_sent()),
-                  static_cast<unsigned long long>(ring->bytes_received()));
-#if GRADSYNC_HAVE_NCCL
-      if (nccl) {
-        std::printf("worker %d: NCCL all-reduced %llu gradient bytes (its own transport; the ring bytes above are the bootstrap's)\n",
-                    rank, static_cast<unsigned long long>(nccl->elements_reduced() * sizeof(float)));
-      }
-#endif
-    }
-    scheduler->Finished(reports.ok() ? OkStatus() : reports.status());
-    scheduler->Flush(2.0);
-  } else {
-    auto client = PsClient::Create(ctx, table, rank, (*model)->layout(), scheduler.get());
-    if (!client.ok()) {
-      reports = client.status();
-    } else {
-      PsTrainOptions po;
-      po.train = train;
-      po.rank = rank;
-      po.num_workers = table.workers_size();
-      po.request_timeout_s = c.request_timeout();
-      po.recovery_timeout_s = c.recovery_timeout();
-      po.compression = compress == "none" ? "" : compress;
-      po.error_feedback = c.error_feedback();
-      po.correction_momentum = correction_momentum;
-      po.compress_pull = c.compress_pull();
-      po.staleness_aware_lr = c.staleness_aware_lr();
-      po.overlap = c.overlap();
-      po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
-      PsTrainer trainer(po, model->get(), &data->train, &data->test, metrics ? &*metrics : nullptr, client->get(),
-                        scheduler.get());
-      reports = trainer.Run(print_epoch);
-      traffic = (*client)->traffic();
-      if (reports.ok()) {
-        auto t = (*client)->traffic();
-        std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", rank,
-                    static_cast<long long>(t.bytes_sent), static_cast<long long>(t.bytes_received),
-                    static_cast<long long>(t.malformed_received));
-      }
-    }
-    scheduler->Finished(reports.ok() ? OkStatus() : reports.status());
-    scheduler->Flush(2.0);
-  }
-  if (p.has_out()) {
-    // DIR/worker-<rank>.json: what the report reads about this worker (never its log).
-    summary::ProcessSummary s;
-    s.set_role("worker");
-    s.set_rank(rank);
-    s.set_mode(mode_name);
-    if (mode == config::SSP) s.set_staleness_bound(table.staleness());  // the job's (given or taken)
-    s.set_ok(reports.ok());
-    if (!reports.ok()) s.set_error(reports.status().message());
-    s.set_params((*model)->num_params());
-    if (reports.ok() && !reports->empty()) {
-      s.set_steps(reports->back().steps);
-      s.set_wall_s(reports->back().wall_s);
-      if (best >= 0) s.set_final_test_accuracy(reports->back().test_accuracy);
-    }
-    s.set_bytes_sent(static_cast<int64_t>(traffic.bytes_sent));
-    s.set_bytes_received(static_cast<int64_t>(traffic.bytes_received));
-    if (Status w = WriteProcessSummary(p.out(), s); !w.ok()) {
-      std::cerr << "gradsync-worker: warning: summary not written: " << w.message() << std::endl;
-    }
-  }
-  if (!reports.ok()) {
-    std::cerr << "gradsync-worker: error: " << reports.status().message() << std::endl;
+  ScaleLearningRate(c, JoinsJob(c.mode()) ? job.table.workers_size() : 1, job.rank, &train);
+  const Trained trained = Train(c, train, *data, placed, metrics ? &*metrics : nullptr, &job, print_epoch);
+  if (p.has_out()) WriteWorkerSummary(c, p, job, *placed.model, trained, best >= 0);
+  if (!trained.reports.ok()) {
+    std::cerr << "gradsync-worker: error: " << trained.reports.status().message() << std::endl;
     return 1;
   }
-  if (!reports->empty() && best >= 0) {
+  const auto& reports = *trained.reports;
+  if (!reports.empty() && best >= 0) {
     std::printf("final test_acc %.2f%% (best %.2f%% at epoch %d), %lld steps, %.1fs\n",
-                100.0 * reports->back().test_accuracy, 100.0 * best, best_epoch,
-                static_cast<long long>(reports->back().steps), reports->back().wall_s);
+                100.0 * reports.back().test_accuracy, 100.0 * best, best_epoch,
+                static_cast<long long>(reports.back().steps), reports.back().wall_s);
   }
   return 0;
 }
