@@ -24,8 +24,9 @@ fi
 echo "build: compiling into $build_dir/ with ${JOBS:-$(nproc)} jobs (compiler output in $BUILD_LOG)"
 start=$SECONDS
 set +e
+# Progress counts compiler and linker steps only, so an up-to-date build prints none.
 cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" 2>&1 | tee "$BUILD_LOG" |
-  awk '/^\[ *[0-9]+%\]/ { p = substr($0, 2, index($0, "%") - 2) + 0
+  awk '/^\[ *[0-9]+%\] (Building|Linking)/ { p = substr($0, 2, index($0, "%") - 2) + 0
          if (p >= next_p) { printf "build: %3d%%\n", p; fflush(); next_p = p - p % 10 + 10 } }'
 status=${PIPESTATUS[0]}
 set -e
@@ -34,4 +35,9 @@ if [[ $status -ne 0 ]]; then
   tail -50 "$BUILD_LOG"
   exit "$status"
 fi
-echo "build: done in $((SECONDS - start)) s"
+steps=$(grep -c -E '^\[ *[0-9]+%\] (Building|Linking)' "$BUILD_LOG" || true)
+if [[ $steps -eq 0 ]]; then
+  echo "build: up to date ($((SECONDS - start)) s)"
+else
+  echo "build: done in $((SECONDS - start)) s ($steps compile and link steps)"
+fi
