@@ -38,10 +38,10 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
     if (!o.auth_dir.empty()) argv.push_back("--auth-dir=" + o.auth_dir);
     return argv;
   };
-  std::vector<std::string> mode_args = {"--mode=" + o.mode};
+  std::vector<std::string> mode_args = {"--mode=" + ModeName(o.mode)};
   // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
-  const bool allreduce = o.mode == "allreduce";
-  if (o.mode == "ssp") mode_args.push_back("--staleness=" + std::to_string(o.staleness));
+  const bool allreduce = o.mode == config::ALLREDUCE;
+  if (o.mode == config::SSP) mode_args.push_back("--staleness=" + std::to_string(o.staleness));
   auto address = [&](int host) { return o.host_address ? o.host_address(host) : std::string("127.0.0.1"); };
   auto placed = [&](int host, std::vector<std::string> argv) {
     if (!o.host_prefix) return argv;
@@ -53,7 +53,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   ChildSpec sched{"scheduler",
                   placed(0, secured({server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
                              "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
-                             "--mode=" + o.mode, "--bind=" + address(0)})),
+                             "--mode=" + ModeName(o.mode), "--bind=" + address(0)})),
                   o.out_dir + "/logs/scheduler.log"};
   std::ofstream commands;
   if (!o.dry_run) commands.open(o.out_dir + "/commands.txt");

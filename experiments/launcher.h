@@ -10,13 +10,14 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/train_config.h"
 
 namespace gradsync {
 
 struct LaunchOptions {
   std::string bin_dir;        // where gradsync-server and gradsync-worker are
   std::string out_dir;        // logs, worker-<r>.csv and .json, server-<r>.json
-  std::string mode = "bsp";   // bsp | ssp | asp
+  config::Mode mode = config::BSP;  // BSP | SSP | ASP | ALLREDUCE
   int staleness = 0;
   int num_servers = 1;
   int num_workers = 1;

@@ -41,14 +41,15 @@ int Main(int argc, char** argv) {
       ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
   auto vm = flags.ParseOrExit(split, argv);
   LaunchOptions o;
-  o.mode = vm["mode"].as<std::string>();
-  if (!IsPsMode(o.mode) && o.mode != "allreduce") flags.Fail("--mode must be bsp, ssp, asp or allreduce");
+  auto mode = ParseMode(vm["mode"].as<std::string>());
+  if (!mode.ok() || !(IsPsMode(*mode) || *mode == config::ALLREDUCE)) flags.Fail("--mode must be bsp, ssp, asp or allreduce");
+  o.mode = *mode;
   o.staleness = vm["staleness"].as<int>();
   if (o.staleness < 0) flags.Fail("--staleness must be >= 0");
-  if (FlagGiven(vm, "staleness") && o.mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
+  if (FlagGiven(vm, "staleness") && o.mode != config::SSP) flags.Fail("--staleness applies to --mode=ssp only");
   o.num_servers = vm["servers"].as<int>();
   o.num_workers = vm["workers"].as<int>();
-  if (o.mode == "allreduce") {
+  if (o.mode == config::ALLREDUCE) {
     if (FlagGiven(vm, "servers") && o.num_servers != 0) flags.Fail("--mode=allreduce runs without servers (--servers=0)");
     o.num_servers = 0;
   } else if (o.num_servers < 1 || o.num_servers > 64) {
@@ -80,7 +81,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (!o.dry_run) {
-    if (o.mode == "allreduce") {
+    if (o.mode == config::ALLREDUCE) {
       std::printf("job: allreduce, %d workers; results in %s\n", o.num_workers, o.out_dir.c_str());
       return 0;
     }
@@ -90,7 +91,7 @@ int Main(int argc, char** argv) {
     };
     std::printf("job: %s%s, %d server%s, %d worker%s: %lld gradients applied; clock staleness p50/p99/max %s clocks, "
                 "version lag p50/p99/max %s updates; %lld requests rejected; results in %s\n",
-                o.mode.c_str(), o.mode == "ssp" ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,
+                ModeName(o.mode).c_str(), o.mode == config::SSP ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,
                 o.num_servers == 1 ? "" : "s", o.num_workers, o.num_workers == 1 ? "" : "s",
                 static_cast<long long>(r->gradients), p50_99_max(r->clock_staleness).c_str(),
                 p50_99_max(r->version_lag).c_str(), static_cast<long long>(r->rejected), o.out_dir.c_str());

@@ -43,8 +43,8 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   RunReport r;
   spec::RunSummary& s = r.summary;
   s.set_name(plan.name);
-  s.set_mode(plan.mode);
-  if (plan.mode == "ssp") s.set_staleness_bound(plan.staleness);
+  s.set_mode(ModeName(plan.mode));
+  if (plan.mode == config::SSP) s.set_staleness_bound(plan.staleness);
   s.set_compression(plan.compression);
   s.set_workers(plan.workers);
   s.set_servers(plan.servers);
@@ -135,7 +135,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   if (s.has_params() && plan.compression == "none") {
     const double p4 = 4.0 * static_cast<double>(s.params());
     const double n = plan.workers;
-    s.set_formula_bytes_per_step(plan.mode == "allreduce" ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
+    s.set_formula_bytes_per_step(plan.mode == config::ALLREDUCE ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
   }
   if (!r.version_lag.empty()) {
     s.set_version_lag_p50(HistogramQuantile(r.version_lag, 0.5));
@@ -161,7 +161,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
     t << "| " << s.name() << " | " << s.mode() << " | "
-      << (s.has_staleness_bound() ? std::to_string(s.staleness_bound()) : s.mode() == "asp" ? "∞" : "—") << " | "
+      << (s.has_staleness_bound() ? std::to_string(s.staleness_bound()) : s.mode() == ModeName(config::ASP) ? "∞" : "—") << " | "
       << s.compression() << " | " << s.workers() << " | " << s.servers() << " | "
       << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
     if (!s.ok()) {

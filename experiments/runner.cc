@@ -173,7 +173,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     } else {
       RunReport broken;
       broken.summary.set_name(plan.name);
-      broken.summary.set_mode(plan.mode);
+      broken.summary.set_mode(ModeName(plan.mode));
       broken.summary.set_ok(false);
       broken.summary.set_error(report.status().message());
       reports.push_back(broken);

@@ -62,7 +62,7 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   }
   if (!t.has_mode() || t.mode() == config::MODE_UNSPECIFIED) return fail("train.mode", "needs a mode (train { mode: BSP }, SSP, ASP or ALLREDUCE)");
   if (!JoinsJob(t.mode())) return fail("train.mode", "mode LOCAL trains one process: a run is BSP, SSP, ASP or ALLREDUCE");
-  p.mode = ModeName(t.mode());
+  p.mode = t.mode();
   const bool allreduce = t.mode() == config::ALLREDUCE;
   if (t.mode() == config::SSP && !t.has_staleness()) return fail("train.mode", "SSP needs a staleness bound (staleness: S)");
   p.staleness = t.staleness();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/train_config.h"
 #include "experiment.pb.h"
 
 namespace gradsync {
@@ -23,7 +24,7 @@ namespace gradsync {
 struct RunPlan {
   spec::Run run;                 // merged (defaults, then the run's own fields)
   std::string name;
-  std::string mode;              // bsp | ssp | asp | allreduce
+  config::Mode mode = config::MODE_UNSPECIFIED;  // BSP | SSP | ASP | ALLREDUCE
   int staleness = 0;             // ssp
   int workers = 1;
   int servers = 0;               // 0 for allreduce

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/process_summary.h"
 #include "common/security.h"
+#include "common/train_config.h"
 #include "common/transport.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -50,7 +51,7 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
 }
 
 // --role=scheduler: the job's control plane, until every worker finished or died.
-int RunScheduler(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, const std::string& mode,
+int RunScheduler(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, config::Mode mode,
                  int staleness, int port, double hb_timeout) {
   for (const char* f : {"scheduler", "rank", "out", "host", "checkpoint-dir", "checkpoint-every", "checkpoint-interval"})
     if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=scheduler");
@@ -61,7 +62,7 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
   o.num_servers = vm["num-servers"].as<int>();
   o.num_workers = vm["num-workers"].as<int>();
   if (o.num_servers < 0 || o.num_workers < 1) flags.Fail("--num-servers must be >= 0 and --num-workers >= 1");
-  o.mode = mode;
+  o.mode = ModeName(mode);  // "" when not given
   if (FlagGiven(vm, "staleness")) o.staleness = staleness;
   o.heartbeat_timeout_s = hb_timeout;
   o.register_timeout_s = vm["register-timeout"].as<double>();
@@ -86,11 +87,11 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
 }
 
 // --role=server: one shard, until the scheduler shuts the job down.
-int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, const std::string& mode,
+int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, config::Mode mode,
              int staleness, int port, double hb_interval, double hb_timeout) {
   for (const char* f : {"num-servers", "num-workers", "port-file"})
     if (vm.count(f)) flags.Fail(std::string("--") + f + " does not apply to --role=server");
-  if (mode.empty()) flags.Fail("--mode is required for a server (bsp|ssp|asp)");
+  if (mode == config::MODE_UNSPECIFIED) flags.Fail("--mode is required for a server (bsp|ssp|asp)");
   if (!vm.count("scheduler")) flags.Fail("--scheduler=HOST:PORT is required for a server");
   ServerOptions o;
   std::string host;
@@ -101,7 +102,7 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
   o.advertise_host = vm["host"].as<std::string>();
   o.port = static_cast<uint16_t>(port);
   o.requested_rank = vm["rank"].as<int>() >= 0 ? vm["rank"].as<int>() : SlurmRank();
-  o.mode = *ParseConsistencyMode(mode);
+  o.mode = *ParseConsistencyMode(ModeName(mode));
   o.staleness = staleness;
   o.heartbeat_interval_s = hb_interval;
   o.scheduler_timeout_s = hb_timeout;
@@ -196,11 +197,16 @@ int Main(int argc, char** argv) {
   }
   const int staleness = vm["staleness"].as<int>();
   if (staleness < 0) flags.Fail("--staleness must be >= 0");
-  std::string mode = vm.count("mode") ? vm["mode"].as<std::string>() : "";
-  if (!mode.empty() && !IsPsMode(mode) && !(role == "scheduler" && mode == "allreduce")) {
-    flags.Fail("--mode must be bsp, ssp or asp, not '" + mode + "'");
+  config::Mode mode = config::MODE_UNSPECIFIED;  // the scheduler's may stay unset: the first node sets it
+  if (vm.count("mode")) {
+    const std::string name = vm["mode"].as<std::string>();
+    auto m = ParseMode(name);
+    if (!m.ok() || !(IsPsMode(*m) || (role == "scheduler" && *m == config::ALLREDUCE))) {
+      flags.Fail("--mode must be bsp, ssp or asp, not '" + name + "'");
+    }
+    mode = *m;
   }
-  if (FlagGiven(vm, "staleness") && mode != "ssp") flags.Fail("--staleness applies to --mode=ssp only");
+  if (FlagGiven(vm, "staleness") && mode != config::SSP) flags.Fail("--staleness applies to --mode=ssp only");
   TransportContext ctx(1);
   // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
   std::unique_ptr<CurveAuthenticator> auth;

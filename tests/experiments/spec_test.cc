@@ -22,7 +22,7 @@ run { name: "ar" workers: 2 train { mode: ALLREDUCE log_every: 10 } link { rate:
   EXPECT_DOUBLE_EQ(e->target_accuracy, 0.8);
   ASSERT_EQ(e->runs.size(), 2u);
   const RunPlan& s = e->runs[0];
-  EXPECT_EQ(s.mode, "ssp");
+  EXPECT_EQ(s.mode, config::SSP);
   EXPECT_EQ(s.staleness, 3);
   EXPECT_EQ(s.workers, 4);
   EXPECT_EQ(s.servers, 2);
@@ -35,7 +35,7 @@ run { name: "ar" workers: 2 train { mode: ALLREDUCE log_every: 10 } link { rate:
   EXPECT_EQ(s.worker_extra.at(3), (std::vector<std::string>{"--straggle=x:3", "--straggle-seed=0"}));
   EXPECT_EQ(s.worker_extra.at(1), (std::vector<std::string>{"--straggle=uniform:1:5", "--straggle-seed=9"}));
   const RunPlan& a = e->runs[1];
-  EXPECT_EQ(a.mode, "allreduce");
+  EXPECT_EQ(a.mode, config::ALLREDUCE);
   EXPECT_EQ(a.servers, 0);  // the PS default does not apply
   EXPECT_EQ(a.workers, 2);
   EXPECT_EQ(a.link, "100mbit");
