@@ -37,6 +37,62 @@ std::string Thousands(double v) {
   return out;
 }
 
+// What the workers' metrics files add up to.
+struct MergedMetrics {
+  bool any = false;      // a row was read
+  int64_t steps0 = 0;    // worker 0's last step
+  double bytes = 0;      // each worker's last bytes sent + received, summed
+  double steps = 0;      // each worker's last step, summed
+  double comm_ms = 0, hidden_ms = 0;  // over the training rows
+  std::vector<EvalPoint> evals;       // worker 0's evaluation rows
+};
+
+// Reads run_dir's worker-<w>.csv files and writes their rows, in worker order, to
+// run_dir/metrics.csv. A row cut short by a killed process is skipped; a row that does not
+// parse is an error.
+Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string& run_dir) {
+  MergedMetrics m;
+  std::ofstream merged(run_dir + "/metrics.csv");
+  merged << MetricsWriter::kHeader << "\n";
+  for (int w = 0; w < plan.workers; ++w) {
+    const std::string path = run_dir + "/worker-" + std::to_string(w) + ".csv";
+    std::ifstream f(path);
+    if (!f) continue;
+    std::string line;
+    std::getline(f, line);
+    if (line != MetricsWriter::kHeader) return DataLossError(path + ": unexpected header '" + line + "'");
+    int64_t last_step = 0;
+    double last_bytes = 0;
+    while (std::getline(f, line)) {
+      if (line.empty()) continue;
+      auto v = SplitCsv(line);
+      if (v.size() != kMetricsColumns) continue;  // a row cut short by a killed process
+      merged << line << "\n";
+      m.any = true;
+      try {
+        const int64_t step = std::stoll(v[kColStep]);
+        if (step >= last_step) {
+          last_step = step;
+          last_bytes = std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived]);
+        }
+        if (v[kColTestAccuracy].empty()) {
+          m.comm_ms += std::stod(v[kColComm]);
+          m.hidden_ms += std::stod(v[kColHidden]);
+        }
+        if (w == 0 && !v[kColTestAccuracy].empty()) {
+          m.evals.push_back({step, std::stod(v[kColEpoch]), std::stod(v[kColWall]), std::stod(v[kColTestAccuracy])});
+        }
+      } catch (const std::exception&) {
+        return DataLossError(path + ": a row does not parse: " + line);
+      }
+    }
+    if (w == 0) m.steps0 = last_step;
+    m.bytes += last_bytes;
+    m.steps += static_cast<double>(last_step);
+  }
+  return m;
+}
+
 }  // namespace
 
 Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target, const Status& status) {
@@ -58,46 +114,11 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
     while (std::getline(cmds, line)) s.add_commands(line);
   }
   // Worker files, merged into metrics.csv.
-  std::ofstream merged(run_dir + "/metrics.csv");
-  merged << MetricsWriter::kHeader << "\n";
-  double bytes = 0, steps_all = 0, comm_ms = 0, hidden_ms = 0;
-  bool any = false;
-  for (int w = 0; w < plan.workers; ++w) {
-    const std::string path = run_dir + "/worker-" + std::to_string(w) + ".csv";
-    std::ifstream f(path);
-    if (!f) continue;
-    std::string line;
-    std::getline(f, line);
-    if (line != MetricsWriter::kHeader) return DataLossError(path + ": unexpected header '" + line + "'");
-    int64_t last_step = 0;
-    double last_bytes = 0;
-    while (std::getline(f, line)) {
-      if (line.empty()) continue;
-      auto v = SplitCsv(line);
-      if (v.size() != kMetricsColumns) continue;  // a row cut short by a killed process
-      merged << line << "\n";
-      any = true;
-      try {
-        const int64_t step = std::stoll(v[kColStep]);
-        if (step >= last_step) {
-          last_step = step;
-          last_bytes = std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived]);
-        }
-        if (v[kColTestAccuracy].empty()) {
-          comm_ms += std::stod(v[kColComm]);
-          hidden_ms += std::stod(v[kColHidden]);
-        }
-        if (w == 0 && !v[kColTestAccuracy].empty()) {
-          r.evals.push_back({step, std::stod(v[kColEpoch]), std::stod(v[kColWall]), std::stod(v[kColTestAccuracy])});
-        }
-      } catch (const std::exception&) {
-        return DataLossError(path + ": a row does not parse: " + line);
-      }
-    }
-    if (w == 0) s.set_steps(last_step);
-    bytes += last_bytes;
-    steps_all += static_cast<double>(last_step);
-  }
+  ASSIGN_OR_RETURN(MergedMetrics merged, MergeWorkerMetrics(plan, run_dir));
+  const bool any = merged.any;
+  const double bytes = merged.bytes, steps_all = merged.steps, comm_ms = merged.comm_ms, hidden_ms = merged.hidden_ms;
+  s.set_steps(merged.steps0);
+  r.evals = std::move(merged.evals);
   if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
   if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
   if (hidden_ms > 0 && comm_ms > 0) s.set_overlap_fraction(hidden_ms / comm_ms);
