@@ -13,6 +13,10 @@ int64_t LayoutSize(const std::vector<TensorInfo>& layout) {
   return n;
 }
 
+bool HasSparse(const std::vector<TensorInfo>& layout) {
+  return std::any_of(layout.begin(), layout.end(), [](const TensorInfo& t) { return t.sparse; });
+}
+
 void Fill(FloatSpan x, float value) { std::fill(x.begin(), x.end(), value); }
 
 void Copy(ConstFloatSpan src, FloatSpan dst) {

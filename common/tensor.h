@@ -29,6 +29,8 @@ struct TensorInfo {
 
 // Total element count of a layout (the flat buffer size).
 int64_t LayoutSize(const std::vector<TensorInfo>& layout);
+// Whether any tensor of the layout is sparse (rows addressed by key).
+bool HasSparse(const std::vector<TensorInfo>& layout);
 
 void Fill(FloatSpan x, float value);
 void Copy(ConstFloatSpan src, FloatSpan dst);          // sizes must match

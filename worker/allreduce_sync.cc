@@ -150,8 +150,7 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
       if (decoder_ && t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
     }
   }
-  const bool any_sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
-                                      [](const TensorInfo& t) { return t.sparse; });
+  const bool any_sparse = HasSparse(model_->layout());
   if (options_.overlap && !decoder_ && !any_sparse && n > 1 && !device) {
     reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
                                                    options_.first_bucket_bytes);

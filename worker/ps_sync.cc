@@ -38,7 +38,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
 }
 
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
-    : options_(options), model_(model), client_(client), scheduler_(scheduler) {}
+    : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())) {}
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   const double timeout = options_.request_timeout_s;
@@ -121,8 +121,6 @@ void PsSyncBase::FillStats(SyncStepStats* stats) const {
 Status PsSync::BeginStep(const StepPlan& plan) {
   const double timeout = options_.request_timeout_s;
   clock_ = plan.step;
-  sparse_ = !plan.sparse_keys.empty() ||
-            std::any_of(model_->layout().begin(), model_->layout().end(), [](const TensorInfo& t) { return t.sparse; });
   Stopwatch comm;
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));

@@ -92,6 +92,7 @@ class PsSyncBase : public GradientSync {
   Model* model_;
   PsClient* client_;
   SchedulerClient* scheduler_;
+  const bool sparse_;  // the model has sparse tensors (pushes and pulls by key)
   int64_t clock_ = 0;  // the step begun last, or after FinishStep the next one
   PsClient::RequestId pending_push_ = 0;
 };
@@ -107,7 +108,6 @@ class PsSync final : public PsSyncBase {
   void AbandonStep() override {}
 
  private:
-  bool sparse_ = false;
   double pull_ms_ = 0;  // this step's pulls and waits, attempts included
   double wait_ms_ = 0;
   std::vector<uint64_t> push_keys_;

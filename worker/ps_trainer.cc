@@ -14,10 +14,8 @@ PsTrainer::PsTrainer(const PsTrainOptions& options, Model* model, const Dataset*
       scheduler_(scheduler) {}
 
 Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
-  const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
-                                  [](const TensorInfo& t) { return t.sparse; });
   const bool straggles = options_.train.straggler.kind != StragglerSpec::Kind::kNone;
-  const bool overlap = options_.overlap && !sparse && options_.compression.empty() && !model_->on_device() &&
+  const bool overlap = options_.overlap && !HasSparse(model_->layout()) && options_.compression.empty() && !model_->on_device() &&
                        model_->waits_for_params() && !straggles;
   if (options_.overlap && !overlap) {
     std::printf("worker %d: overlap off (it needs a dense CPU mlp/softmax model, no compression, no straggler)\n",

@@ -99,8 +99,7 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
   reports_.clear();
   run_clock_.Reset();
   ShardedSampler sampler(train_->n, sync_->size(), sync_->rank(), o.seed);
-  const bool sparse = std::any_of(model_->layout().begin(), model_->layout().end(),
-                                  [](const TensorInfo& t) { return t.sparse; });
+  const bool sparse = HasSparse(model_->layout());
   std::vector<uint64_t> keys;
   const int first_epoch = static_cast<int>(start_step / steps_per_epoch_);
   for (int epoch = first_epoch; epoch < o.epochs && step_ < total_steps; ++epoch) {
