@@ -1,7 +1,5 @@
 #include "common/cluster.h"
 
-#include "common/train_config.h"
-
 #include <cstdlib>
 
 namespace gradsync {
@@ -39,10 +37,5 @@ int EnvInt(const char* name) {
 
 int SlurmRank() { return EnvInt("SLURM_PROCID"); }
 int SlurmTasks() { return EnvInt("SLURM_NTASKS"); }
-
-bool IsPsMode(const std::string& mode) {
-  auto m = ParseMode(mode);
-  return m.ok() && IsPsMode(*m);
-}
 
 }  // namespace gradsync

@@ -18,7 +18,4 @@ int SlurmRank();
 // SLURM_NTASKS, or -1.
 int SlurmTasks();
 
-// The consistency modes a job may run in.
-bool IsPsMode(const std::string& mode);  // bsp | ssp | asp
-
 }  // namespace gradsync
