@@ -48,8 +48,7 @@ class Checker {
       const size_t eq = ref.find('=');
       const std::string_view field = ref.substr(0, eq);
       if (naming_ == Naming::kFlags) {
-        s += "--";
-        for (char c : field) s += c == '_' ? '-' : c;
+        s += FlagName(field);
         if (eq != std::string_view::npos) s += "=" + std::string(ref.substr(eq + 1));
       } else {
         s += field;
@@ -129,6 +128,12 @@ Result<Mode> ParseMode(std::string_view name) {
     if (name == n) return m;
   }
   return InvalidArgumentError("mode must be " + std::string(kModeNames) + ", not '" + std::string(name) + "'");
+}
+
+std::string FlagName(std::string_view field) {
+  std::string s = "--";
+  for (char c : field) s += c == '_' ? '-' : c;
+  return s;
 }
 
 bool IsPsMode(Mode mode) { return mode == config::BSP || mode == config::SSP || mode == config::ASP; }
@@ -263,6 +268,8 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     const bool has_codec = codec->kind != CodecSpec::Kind::kNone;
     if (c.error_feedback() && !has_codec) k.Add("error_feedback", "{error_feedback} needs a {compress} codec");
     if (has_codec && !joins) k.Add("compress", "{compress} applies to the modes that join a job (bsp|ssp|asp|allreduce)");
+    // Checked here, not first after the worker has joined and loaded its data.
+    if (has_codec && sparse_model) k.Add("compress", "{compress} applies to the dense models, not {model=sparse_logreg}");
     if (c.compress_pull()) {
       if (!has_codec) k.Add("compress_pull", "{compress_pull} needs a {compress} codec");
       if (allreduce) k.Add("compress_pull", "{compress_pull} applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
@@ -409,8 +416,7 @@ FingerprintDifference DescribeFingerprintDifference(const std::string& mine, con
   const auto* desc = TrainConfig::descriptor();
   const auto* r = a.GetReflection();
   auto text = [&](const TrainConfig& m, const pb::FieldDescriptor* f) {
-    std::string name = "--";
-    for (char c : f->name()) name += c == '_' ? '-' : c;
+    const std::string name = FlagName(f->name());
     return r->HasField(m, f) ? name + "=" + FieldValueText(m, f) : name + " unset";
   };
   for (int i = 0; i < desc->field_count(); ++i) {

@@ -20,6 +20,8 @@ namespace gradsync {
 
 // ---- Modes: one name table (lower case, as flags and the wire spell them). ----
 const std::string& ModeName(config::Mode mode);  // "" for MODE_UNSPECIFIED
+// A TrainConfig field's flag: "error_feedback" -> "--error-feedback".
+std::string FlagName(std::string_view field);
 Result<config::Mode> ParseMode(std::string_view name);
 bool IsPsMode(config::Mode mode);                 // bsp | ssp | asp
 bool JoinsJob(config::Mode mode);                 // every mode but local

@@ -105,12 +105,6 @@ po::typed_value<T>* Typed(const pb::FieldDescriptor* f, T def, const std::string
 
 }  // namespace
 
-std::string FlagName(std::string_view field) {
-  std::string s = "--";
-  for (char c : field) s += c == '_' ? '-' : c;
-  return s;
-}
-
 void AddWorkerFlags(po::options_description& options) {
   auto add = options.add_options();
   for (const WorkerFlag& flag : WorkerFlags()) {

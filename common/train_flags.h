@@ -32,9 +32,6 @@ struct WorkerFlag {
 // The table, in --help order.
 const std::vector<WorkerFlag>& WorkerFlags();
 
-// "error_feedback" -> "--error-feedback".
-std::string FlagName(std::string_view field);
-
 // Declares every flag of the table on `options`, each with its field's type and default (shown
 // by --help in its shortest exact form: --lr arg (=0.02)).
 void AddWorkerFlags(po::options_description& options);

@@ -80,6 +80,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Compression.
         Contradiction{"UnknownCodec", "mode: BSP compress: \"gzip\"", "compress", "--compress: unknown compression 'gzip'", "compress: unknown compression"},
         Contradiction{"FeedbackWithoutCodec", "mode: BSP error_feedback: true", "error_feedback", "--error-feedback needs a --compress codec", "error_feedback needs a compress codec"},
+        Contradiction{"CodecOnSparseModel", "mode: BSP model: \"sparse_logreg\" dataset: \"sparse-logistic\" compress: \"fp16\"", "compress", "--compress applies to the dense models, not --model=sparse_logreg", "compress applies to the dense models"},
         Contradiction{"CodecLocal", "compress: \"fp16\"", "compress", "--compress applies to the modes that join a job", "compress applies to the modes"},
         Contradiction{"PullInAllreduce", "mode: ALLREDUCE compress: \"fp16\" compress_pull: true", "compress_pull", "all-reduce has no pulls", "compress_pull applies to the PS modes"},
         Contradiction{"CorrectionWithoutSparsifier", "mode: BSP compress: \"fp16\" momentum_correction: true", "momentum_correction", "--momentum-correction needs --compress=topk:R", "momentum_correction needs compress topk:R"},
@@ -115,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Contradiction>& p) { return p.param.name; });
 
 TEST(TrainConfigTest, ReportsEveryContradiction) {
-  auto errors = Validate(Config("model: \"sparse_logreg\" dataset: \"fashion-mnist\" lr: 0 batch: 0 compress: \"fp16\""));
+  auto errors = Validate(Config("model: \"mlp\" dataset: \"sparse-logistic\" lr: 0 batch: 0 compress: \"fp16\""));
   ASSERT_EQ(errors.size(), 4u) << JoinErrors(errors);
   EXPECT_EQ(errors[0].field, "compress");
   EXPECT_EQ(errors[1].field, "dataset");
