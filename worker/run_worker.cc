@@ -120,7 +120,8 @@ int JoinJob(const TrainConfig& c, const config::WorkerProcess& p, const FlagPars
   if (!JoinsJob(mode)) return 0;
   std::string host;
   uint16_t port = 0;
-  if (Status s = ParseHostPort(p.scheduler(), &host, &port); !s.ok()) flags.Fail("--scheduler: " + s.message());
+  const Status parsed = ParseHostPort(p.scheduler(), &host, &port);
+  GRADSYNC_CHECK(parsed.ok()) << "Validate() accepted --scheduler=" << p.scheduler() << ": " << parsed;
   SchedulerClientOptions so;
   so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
   so.self.set_role(wire::WORKER);
