@@ -12,9 +12,9 @@ extern char** environ;
 
 namespace gradsync {
 
-FlagParser::FlagParser(std::string program, std::string summary)
+FlagParser::FlagParser(std::string program, std::string summary, std::string usage)
     // 120 columns: a description keeps its longest unbroken token (a codec list) on one line.
-    : program_(std::move(program)), summary_(std::move(summary)), options_("Options", 120, 60) {
+    : program_(std::move(program)), summary_(std::move(summary)), usage_(std::move(usage)), options_("Options", 120, 60) {
   options_.add_options()
       ("help,h", "print this help and exit")
       ("log-level", po::value<std::string>()->default_value("info"), "debug|info|warning|error");
@@ -88,16 +88,9 @@ po::variables_map FlagParser::ParseOrExit(int argc, const char* const* argv,
       }
     }
     if (vm.count("help")) {
-      // A summary may give its own usage line (positional arguments); the example variable is
-      // one this binary has.
-      std::string usage = "Usage: " + program_ + " [options]", summary = summary_;
-      if (size_t at = summary.rfind("Usage:", 0) == 0 ? 0 : summary.find("\nUsage:"); at != std::string::npos) {
-        if (at > 0) ++at;  // the line after the newline
-        const size_t end = summary.find('\n', at);
-        usage = summary.substr(at, end == std::string::npos ? std::string::npos : end - at);
-        summary.erase(at, end == std::string::npos ? std::string::npos : end - at + 1);
-        while (!summary.empty() && summary.back() == '\n') summary.pop_back();
-      }
+      // The example variable is one this binary has.
+      const std::string usage = "Usage: " + (usage_.empty() ? program_ + " [options]" : usage_);
+      const std::string& summary = summary_;
       const char* example = options_.find_nothrow("lr", false) ? "GRADSYNC_LR=0.05" : "GRADSYNC_LOG_LEVEL=debug";
       std::cout << usage << "\n" << summary << "\n\n" << options_ << "\nAny option may also be set as GRADSYNC_<NAME> in the environment"
                 << " (e.g. " << example << "); the command line wins.\n";

@@ -6,8 +6,8 @@
 //     "<program>: error: <what is wrong> (see --help)" to stderr and exits 2;
 //   - a flag may also come from the environment as GRADSYNC_<NAME> (upper case, '-' -> '_'),
 //     e.g. GRADSYNC_LR=0.05 for --lr; the command line wins over the environment;
-//   - a line of the summary that starts with "Usage:" is the usage line, printed first
-//     (otherwise "Usage: <program> [options]" is). Give a float or inexact double default its text, or --help
+//   - --help prints "Usage: <usage>" first: the `usage` given (positional arguments), else
+//     "<program> [options]". Give a float or inexact double default its text, or --help
 //     prints it as boost does (0.0199999996): default_value(0.02f, "0.02"), or
 //     common/train_config.h's ShortestText().
 // Only binaries (main.cc) use this; libraries take Options structs.
@@ -33,7 +33,7 @@ inline constexpr int kUsageExitCode = 2;
 
 class FlagParser {
  public:
-  FlagParser(std::string program, std::string summary);
+  FlagParser(std::string program, std::string summary, std::string usage = "");
 
   po::options_description& options() { return options_; }
   // Positional arguments (each maps to a declared option); none by default.
@@ -54,6 +54,7 @@ class FlagParser {
  private:
   std::string program_;
   std::string summary_;
+  std::string usage_;
   po::options_description options_;
   po::positional_options_description positional_;
 };

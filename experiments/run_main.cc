@@ -18,10 +18,10 @@ void OnSignal(int) { g_interrupted = true; }
 
 int Main(int argc, char** argv) {
   FlagParser flags("gradsync-run",
-                   "Usage: gradsync-run SPEC [options]\n"
                    "Runs each run of the experiment SPEC (protobuf text format, see experiments/README.md)\n"
                    "and writes OUT/<experiment>/: per run metrics.csv and commands.txt, summary.md,\n"
-                   "summary.json and PNG plots.");
+                   "summary.json and PNG plots.",
+                   "gradsync-run SPEC [options]");
   flags.options().add_options()
       ("spec", po::value<std::string>(), "the experiment spec (also the first positional argument)")
       ("out", po::value<std::string>()->default_value("results"), "results directory")

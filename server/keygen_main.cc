@@ -10,8 +10,8 @@ namespace {
 int Main(int argc, char** argv) {
   FlagParser flags("gradsync-keygen",
                    "Writes a cluster's CURVE keys into DIR: server.key and client.key (0600) and authorized_keys.\n"
-                   "Give every process of the job --auth-dir=DIR (copy DIR to each machine over a channel you trust).\n"
-                   "Usage: gradsync-keygen DIR [--force]");
+                   "Give every process of the job --auth-dir=DIR (copy DIR to each machine over a channel you trust).",
+                   "gradsync-keygen DIR [--force]");
   flags.options().add_options()
       ("dir", po::value<std::string>(), "the key directory (or the first argument)")
       ("force", po::bool_switch(), "replace existing keys (every process must get the new ones)");
