@@ -19,7 +19,7 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
       partitioner_(LayoutSize(layout_), table.servers_size()),
       scheduler_(scheduler),
       versions_(static_cast<size_t>(table.servers_size()), 0),
-      staleness_(static_cast<size_t>(table.servers_size()), -1),
+      version_lag_(static_cast<size_t>(table.servers_size()), -1),
       wait_ms_(static_cast<size_t>(table.servers_size()), 0),
       clock_staleness_(static_cast<size_t>(table.servers_size()), -1) {
   broken_.assign(static_cast<size_t>(table.servers_size()), false);
@@ -318,7 +318,7 @@ void PsClient::HandleReply(int shard, const Message& m) {
   const PsReply& r = *decoded;
   switch (r.type) {
     case wire::ERROR: fail(r.error); return;
-    case wire::PUSH_REPLY: staleness_[shard] = static_cast<double>(r.version_lag); return;
+    case wire::PUSH_REPLY: version_lag_[shard] = static_cast<double>(r.version_lag); return;
     case wire::JOIN_REPLY: join_clock_[shard] = r.clock; versions_[shard] = r.version; return;
     case wire::PULL_REPLY: break;
     default: return;
@@ -495,7 +495,7 @@ Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, do
   return best;
 }
 
-double PsClient::last_version_lag() const { return *std::max_element(staleness_.begin(), staleness_.end()); }
+double PsClient::last_version_lag() const { return *std::max_element(version_lag_.begin(), version_lag_.end()); }
 int64_t PsClient::last_clock_staleness() const {
   return *std::max_element(clock_staleness_.begin(), clock_staleness_.end());
 }

@@ -149,7 +149,7 @@ class PsClient {
   std::map<RequestId, Pending> pending_;
   std::map<RequestId, std::vector<int>> waiting_on_;  // request -> shards not answered yet
   std::vector<int64_t> versions_;
-  std::vector<double> staleness_;
+  std::vector<double> version_lag_;
   std::vector<double> wait_ms_;
   std::vector<int64_t> clock_staleness_;
   std::vector<float> scratch_;
