@@ -59,6 +59,20 @@ void FlagParser::RejectTogether(const po::variables_map& vm, const char* a, cons
 
 po::variables_map FlagParser::ParseOrExit(int argc, const char* const* argv,
                                           const char* const* envp) {
+  auto vm = Parse(argc, argv, envp);
+  if (!vm.ok()) Fail(vm.status().message());
+  if (vm->count("help")) {
+    // The example variable is one this binary has.
+    const std::string usage = "Usage: " + (usage_.empty() ? program_ + " [options]" : usage_);
+    const char* example = options_.find_nothrow("lr", false) ? "GRADSYNC_LR=0.05" : "GRADSYNC_LOG_LEVEL=debug";
+    std::cout << usage << "\n" << summary_ << "\n\n" << options_ << "\nAny option may also be set as GRADSYNC_<NAME> in the environment"
+              << " (e.g. " << example << "); the command line wins.\n";
+    std::exit(0);
+  }
+  return std::move(vm).value();
+}
+
+Result<po::variables_map> FlagParser::Parse(int argc, const char* const* argv, const char* const* envp) const {
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv)
@@ -87,25 +101,19 @@ po::variables_map FlagParser::ParseOrExit(int argc, const char* const* argv,
         if (!v.defaulted() && (!vm.count(k) || vm[k].defaulted())) vm.erase(k), vm.emplace(k, v);
       }
     }
-    if (vm.count("help")) {
-      // The example variable is one this binary has.
-      const std::string usage = "Usage: " + (usage_.empty() ? program_ + " [options]" : usage_);
-      const std::string& summary = summary_;
-      const char* example = options_.find_nothrow("lr", false) ? "GRADSYNC_LR=0.05" : "GRADSYNC_LOG_LEVEL=debug";
-      std::cout << usage << "\n" << summary << "\n\n" << options_ << "\nAny option may also be set as GRADSYNC_<NAME> in the environment"
-                << " (e.g. " << example << "); the command line wins.\n";
-      std::exit(0);
-    }
+    if (vm.count("help")) return vm;
     po::notify(vm);
   } catch (const po::error& e) {
-    Fail(e.what());
+    return InvalidArgumentError(e.what());
   }
-  LogLevel level;
-  if (!ParseLogLevel(vm["log-level"].as<std::string>(), &level)) {
-    Fail("--log-level must be one of debug|info|warning|error, not '" +
-         vm["log-level"].as<std::string>() + "'");
+  if (vm.count("log-level")) {
+    LogLevel level;
+    if (!ParseLogLevel(vm["log-level"].as<std::string>(), &level)) {
+      return InvalidArgumentError("--log-level must be one of debug|info|warning|error, not '" +
+                                  vm["log-level"].as<std::string>() + "'");
+    }
+    SetLogLevel(level);
   }
-  SetLogLevel(level);
   return vm;
 }
 

@@ -43,6 +43,9 @@ class FlagParser {
   // Parses argv, then GRADSYNC_* variables from `envp` (nullptr: the process environment).
   // Applies --log-level. Exits as described above on --help or on an error.
   po::variables_map ParseOrExit(int argc, const char* const* argv, const char* const* envp = nullptr);
+  // The same without exiting (for a library that parses flags, such as the Python frontend): a
+  // bad flag is kInvalidArgument with the message Fail would print; --help is returned in the map.
+  Result<po::variables_map> Parse(int argc, const char* const* argv, const char* const* envp = nullptr) const;
 
   // Prints "<program>: error: <message> (see --help)" and exits 2.
   [[noreturn]] void Fail(std::string_view message) const;

@@ -28,47 +28,7 @@ Status AllreduceSync::AverageGradients() {
     const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
     for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
       FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
-      if (!decoder_) {
-        RETURN_IF_ERROR(collective_->AllReduce(g, ReduceOp::kAverage));
-        continue;
-      }
-      // Compressed.
-      if (encoders_.size() <= bucket_index) {  // the first step: one encoder per bucket
-        ASSIGN_OR_RETURN(auto e, GradientEncoder::Create(options_.compression, options_.train.seed, g.size(),
-                                                         options_.error_feedback, options_.correction_momentum));
-        encoders_.push_back(std::move(e));
-      }
-      const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;
-      // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
-      // from half's range limit (error feedback then keeps its residual in that scale).
-      if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
-      RETURN_IF_ERROR(encoders_[bucket_index]->Encode(g, static_cast<uint64_t>(step_), &encoded_));
-      if (ring_summable) {
-        // The payload is the values themselves, reduced in place inside the ring (the vector's
-        // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel
-        // instead of 4; random-k's k values (every rank kept the same indices this step) are
-        // averaged, so k floats travel instead of n.
-        if (decoder_->sparse()) {
-          RETURN_IF_ERROR(collective_->AllReduce(
-              FloatSpan(reinterpret_cast<float*>(encoded_.data()), encoded_.size() / sizeof(float)), ReduceOp::kAverage));
-        } else {
-          RETURN_IF_ERROR(collective_->AllReduceHalf(
-              std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t))));
-        }
-        RETURN_IF_ERROR(decoder_->Decode(encoded_, g.size(), static_cast<uint64_t>(step_), g));
-        continue;
-      }
-      // The others: every rank's payload is all-gathered, decoded and summed in rank order.
-      RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
-      decoded_.resize(g.size());
-      for (size_t r = 0; r < gathered_.size(); ++r) {
-        const auto& part = gathered_[r];
-        RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),
-                                         static_cast<uint64_t>(step_), r == 0 ? g : FloatSpan(decoded_))
-                            .WithContext("payload of rank " + std::to_string(r)));
-        if (r > 0) Add(decoded_, g);
-      }
-      Scale(g, 1.0f / static_cast<float>(gathered_.size()));
+      RETURN_IF_ERROR(averager_->Average(g, bucket_index, static_cast<uint64_t>(step_)));
     }
   }
   // Sparse tensors: indices differ per rank, so (key, value) pairs are all-gathered.
@@ -106,6 +66,9 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
   const auto& o = options_.train;
   const int rank = collective_->rank(), n = collective_->size();
   const bool device = model_->on_device();
+  if (!options_.apply_update && (device || HasSparse(model_->layout()) || options_.resume || options_.checkpoint_every > 0)) {
+    return InvalidArgumentError("averaging without an update (the caller's optimizer) takes dense CPU models without checkpoints");
+  }
   if (device) {
     if (!options_.device_collective) return FailedPreconditionError("a CUDA model needs a device collective (NCCL)");
     if (!options_.compression.empty()) return InvalidArgumentError("--compress is not supported with --device=cuda in allreduce mode");
@@ -144,14 +107,15 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
     RETURN_IF_ERROR(model_->ParamsToDevice());
     RETURN_IF_ERROR(model_->SetOptimizer(o.optimizer));
   }
-  if (!options_.compression.empty()) {
-    ASSIGN_OR_RETURN(decoder_, CreateCompressor(options_.compression, o.seed));
+  ASSIGN_OR_RETURN(averager_, BucketAverager::Create(collective_, options_.compression, o.seed, options_.error_feedback,
+                                                     options_.correction_momentum));
+  if (averager_->compressed()) {
     for (const auto& t : model_->layout()) {
-      if (decoder_ && t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
+      if (t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
     }
   }
   const bool any_sparse = HasSparse(model_->layout());
-  if (options_.overlap && !decoder_ && !any_sparse && n > 1 && !device) {
+  if (options_.overlap && !averager_->compressed() && !any_sparse && n > 1 && !device) {
     reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
                                                    options_.first_bucket_bytes);
   }
@@ -213,7 +177,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
     comm_ms = comm.Millis();
   }
-  if (!device) {
+  if (!device && options_.apply_update) {
     const float rate = lr_.At(step);
     for (size_t t = 0; t < model_->layout().size(); ++t) {
       const TensorInfo& ti = model_->layout()[t];
@@ -224,7 +188,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
                  run.begin);
     }
   }
-  if (collective_->rank() == 0 && !options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+  if (options_.apply_update && collective_->rank() == 0 && !options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
       (step + 1) % options_.checkpoint_every == 0) {
     if (Status cs = WriteCheckpoint(step + 1); !cs.ok()) {
       std::fprintf(stderr, "worker 0: checkpoint failed (training goes on): %s\n", cs.message().c_str());

@@ -21,6 +21,7 @@
 #include "common/partitioner.h"
 #include "compression/gradient_encoder.h"
 #include "models/model.h"
+#include "worker/bucket_average.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"
 #include "worker/overlap.h"
@@ -54,6 +55,10 @@ struct AllreduceTrainOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
+  // false: FinishStep leaves the averaged gradient in the model's gradient buffer and updates
+  // nothing, so that the caller's own optimizer steps (the Python frontend: any PyTorch
+  // optimizer). Dense CPU models; no checkpoints.
+  bool apply_update = true;
 };
 
 class AllreduceSync final : public GradientSync {
@@ -89,13 +94,10 @@ class AllreduceSync final : public GradientSync {
   std::string ckpt_path_;
   LrSchedule lr_;
   std::optional<Optimizer> opt_;
-  std::vector<std::vector<std::byte>> gathered_;
+  std::vector<std::vector<std::byte>> gathered_;  // sparse tensors' (key, value) pairs
   std::vector<Segment> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
-  std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per bucket (compressed runs)
-  std::unique_ptr<Compressor> decoder_;
-  std::vector<uint8_t> encoded_;
-  std::vector<float> decoded_;
+  std::unique_ptr<BucketAverager> averager_;  // the dense buckets, plain or compressed
   int64_t step_ = 0;
   std::unique_ptr<OverlappedReducer> reducer_;
 };

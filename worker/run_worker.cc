@@ -6,18 +6,14 @@
 #include <iostream>
 #include <optional>
 
-#include "allreduce/tcp_ring.h"
-#include "common/cluster.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/process_summary.h"
-#include "common/scheduler_client.h"
-#include "common/security.h"
-#include "common/transport.h"
 #include "gradsync/config.h"
 #include "models/model.h"
 #include "worker/allreduce_trainer.h"
 #include "worker/data_source.h"
+#include "worker/job_link.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
 #include "worker/ps_trainer.h"
@@ -75,83 +71,11 @@ LocalTrainOptions TrainOptionsFrom(const TrainConfig& c) {
   return t;
 }
 
-// The job a worker belongs to: its transport, the scheduler it registered with, its rank and
-// the cluster table, and (all-reduce) the ring. Local mode has none of it but the context.
-struct JobLink {
-  TransportContext ctx{1};
-  std::unique_ptr<CurveAuthenticator> auth;  // declared after ctx: stops first
-  std::unique_ptr<SchedulerClient> scheduler;
-  wire::ClusterTable table;
-  int rank = 0;
-  std::unique_ptr<RingCollective> ring;
-
-  // Fails the job (so that the scheduler hears of it) with one line; the exit code.
-  int Fail(const Status& s) {
-    std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
-    if (scheduler) {
-      scheduler->Finished(s);
-      scheduler->Flush(2.0);
-    }
-    return 1;
-  }
-  void Finished(const Status& s) {
-    if (!scheduler) return;
-    scheduler->Finished(s);
-    scheduler->Flush(2.0);
-  }
-};
-
-// CURVE, the ring's listening socket, registration (PS modes get their rank from it) and the
-// ring's connections. 0 when joined, else the exit code.
-int JoinJob(const TrainConfig& c, const config::WorkerProcess& p, const FlagParser& flags, JobLink* job) {
-  const config::Mode mode = c.mode();
-  if (p.has_auth_dir()) {
-    auto a = EnableCurveFromDir(job->ctx, p.auth_dir());
-    if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
-    job->auth = std::move(a).value();
-  }
-  if (mode == config::ALLREDUCE) {
-    CollectiveOptions co;
-    co.timeout_s = c.collective_timeout();
-    auto r = RingCollective::Listen(p.bind(), co);
-    if (!r.ok()) return job->Fail(r.status());
-    job->ring = std::move(r).value();
-  }
-  if (!JoinsJob(mode)) return 0;
-  std::string host;
-  uint16_t port = 0;
-  const Status parsed = ParseHostPort(p.scheduler(), &host, &port);
-  GRADSYNC_CHECK(parsed.ok()) << "Validate() accepted --scheduler=" << p.scheduler() << ": " << parsed;
-  SchedulerClientOptions so;
-  so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
-  so.self.set_role(wire::WORKER);
-  so.self.set_host(p.host());
-  if (job->ring) so.self.set_port(job->ring->port());
-  so.self.set_requested_rank(p.rank() >= 0 ? p.rank() : SlurmRank());
-  so.mode = ModeName(mode);
-  // ssp without --staleness: -1 asks for the job's bound (the scheduler has it from the servers).
-  so.staleness = mode == config::SSP ? (c.has_staleness() ? c.staleness() : -1) : 0;
-  so.heartbeat_interval_s = p.heartbeat_interval();
-  so.scheduler_timeout_s = p.heartbeat_timeout();
-  so.job_fingerprint = JobFingerprint(c);  // the settings that must agree between the workers
-  job->scheduler = std::make_unique<SchedulerClient>(job->ctx, so);
-  auto t = job->scheduler->Register(300.0);
-  if (!t.ok()) {
-    std::cerr << "gradsync-worker: error: " << t.status().message() << std::endl;
-    return t.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  job->table = *t;
-  job->rank = job->scheduler->rank();
-  if (mode == config::SSP && !c.has_staleness()) {
-    std::printf("gradsync-worker %d: staleness bound %d, the job's (no --staleness given)\n", job->rank,
-                job->table.staleness());
-  }
-  if (job->ring) {
-    std::vector<std::string> peers;
-    for (const auto& w : job->table.workers()) peers.push_back(w.host() + ":" + std::to_string(w.port()));
-    if (Status s = job->ring->Connect(job->rank, peers, 120); !s.ok()) return job->Fail(s);
-  }
-  return 0;
+// Fails the job (so that the scheduler hears of it) with one line; the exit code.
+int Fail(JobLink* job, const Status& s) {
+  std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
+  job->Finished(s);
+  return 1;
 }
 
 // The model on its device, and (CUDA all-reduce) the NCCL collective over the ring.
@@ -180,10 +104,10 @@ int PlaceModel(const TrainConfig& c, const FlagParser& flags, const Dataset& tra
   const bool allreduce = c.mode() == config::ALLREDUCE;
   if (Status s = DenseModelDims(model_options).status(); !s.ok()) flags.Fail(s.message());
   const int devices = CudaDeviceCount();
-  if (devices == 0) return job->Fail(FailedPreconditionError("--device=cuda: no CUDA device is visible"));
+  if (devices == 0) return Fail(job, FailedPreconditionError("--device=cuda: no CUDA device is visible"));
   const int gpu = c.gpu() >= 0 ? c.gpu() : job->rank % devices;
   if (allreduce && job->table.workers_size() > devices && !c.has_gpu()) {
-    return job->Fail(FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: " +
+    return Fail(job, FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: " +
                                              std::to_string(job->table.workers_size()) + " workers, " +
                                              std::to_string(devices) + " GPUs visible"));
   }
@@ -191,20 +115,20 @@ int PlaceModel(const TrainConfig& c, const FlagParser& flags, const Dataset& tra
   co.device = gpu;
   co.stream_grads_to_host = IsPsMode(c.mode());  // the push reads the pinned mirror; copy it during backward
   auto model = CreateCudaModel(model_options, co);
-  if (!model.ok()) return job->Fail(model.status());
+  if (!model.ok()) return Fail(job, model.status());
   out->model = std::move(model).value();
   out->device_name = "cuda:" + std::to_string(gpu) + " (" + CudaDeviceName(gpu) + ")";
 #if GRADSYNC_HAVE_NCCL
   if (allreduce) {
     auto n = NcclCollective::Create(*job->ring, gpu);
-    if (!n.ok()) return job->Fail(n.status().WithContext("NCCL"));
+    if (!n.ok()) return Fail(job, n.status().WithContext("NCCL"));
     out->nccl = std::move(n).value();
   }
 #endif
   return 0;
 #else
   (void)flags;
-  return job->Fail(FailedPreconditionError("--device=cuda: this gradsync-worker was built without CUDA"));
+  return Fail(job, FailedPreconditionError("--device=cuda: this gradsync-worker was built without CUDA"));
 #endif
 }
 
@@ -342,9 +266,16 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
 
   // Parameter-server modes register first: the scheduler assigns the rank that picks the shard.
   JobLink job;
-  if (int code = JoinJob(c, p, flags, &job); code != 0) return code;
+  if (Status s = JoinJob(c, p, &job); !s.ok()) {
+    std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (c.mode() == config::SSP && !c.has_staleness()) {
+    std::printf("gradsync-worker %d: staleness bound %d, the job's (no --staleness given)\n", job.rank,
+                job.table.staleness());
+  }
   auto data = LoadTrainTest(data_options);
-  if (!data.ok()) return job.Fail(data.status());
+  if (!data.ok()) return Fail(&job, data.status());
   PlacedModel placed;
   if (int code = PlaceModel(c, flags, data->train, &job, &placed); code != 0) return code;
   placed.model->Initialize(train.seed);
@@ -353,7 +284,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   if (p.has_out()) {
     auto w = MetricsWriter::Open(p.out() + "/worker-" + std::to_string(job.rank) + ".csv",
                                  p.run().empty() ? mode_name : p.run(), job.rank);
-    if (!w.ok()) return job.Fail(w.status());
+    if (!w.ok()) return Fail(&job, w.status());
     metrics.emplace(std::move(w).value());
   }
 

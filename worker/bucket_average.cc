@@ -1,0 +1,56 @@
+#include "worker/bucket_average.h"
+
+namespace gradsync {
+
+Result<std::unique_ptr<BucketAverager>> BucketAverager::Create(Collective* collective, const std::string& codec,
+                                                               uint64_t seed, bool error_feedback,
+                                                               float correction_momentum) {
+  const std::string spec = codec == "none" ? "" : codec;
+  std::unique_ptr<BucketAverager> a(new BucketAverager(collective, spec, seed, error_feedback, correction_momentum));
+  if (!spec.empty()) {
+    ASSIGN_OR_RETURN(a->decoder_, CreateCompressor(spec, seed));
+  }
+  return a;
+}
+
+Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) {
+  if (!decoder_) return collective_->AllReduce(g, ReduceOp::kAverage);
+  if (encoders_.size() <= bucket_index) encoders_.resize(bucket_index + 1);
+  auto& encoder = encoders_[bucket_index];
+  if (!encoder) {  // the first step of this bucket
+    ASSIGN_OR_RETURN(encoder, GradientEncoder::Create(codec_, seed_, g.size(), error_feedback_, correction_momentum_));
+  }
+  const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;
+  // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
+  // from half's range limit (error feedback then keeps its residual in that scale).
+  if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
+  RETURN_IF_ERROR(encoder->Encode(g, step, &encoded_));
+  if (ring_summable) {
+    // The payload is the values themselves, reduced in place inside the ring (the vector's
+    // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel
+    // instead of 4; random-k's k values (every rank kept the same indices this step) are
+    // averaged, so k floats travel instead of n.
+    if (decoder_->sparse()) {
+      RETURN_IF_ERROR(collective_->AllReduce(
+          FloatSpan(reinterpret_cast<float*>(encoded_.data()), encoded_.size() / sizeof(float)), ReduceOp::kAverage));
+    } else {
+      RETURN_IF_ERROR(collective_->AllReduceHalf(
+          std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t))));
+    }
+    return decoder_->Decode(encoded_, g.size(), step, g);
+  }
+  // The others: every rank's payload is all-gathered, decoded and summed in rank order.
+  RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
+  decoded_.resize(g.size());
+  for (size_t r = 0; r < gathered_.size(); ++r) {
+    const auto& part = gathered_[r];
+    RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),
+                                     step, r == 0 ? g : FloatSpan(decoded_))
+                        .WithContext("payload of rank " + std::to_string(r)));
+    if (r > 0) Add(decoded_, g);
+  }
+  Scale(g, 1.0f / static_cast<float>(gathered_.size()));
+  return OkStatus();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,57 @@
+#include "worker/job_link.h"
+
+#include "common/check.h"
+#include "common/cluster.h"
+
+namespace gradsync {
+
+void JobLink::Finished(const Status& s) {
+  if (!scheduler) return;
+  scheduler->Finished(s);
+  scheduler->Flush(2.0);
+}
+
+Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, JobLink* job) {
+  const config::Mode mode = c.mode();
+  if (p.has_auth_dir()) {
+    auto a = EnableCurveFromDir(job->ctx, p.auth_dir());
+    if (!a.ok()) return InvalidArgumentError("--auth-dir: " + a.status().message());
+    job->auth = std::move(a).value();
+  }
+  if (mode == config::ALLREDUCE) {
+    CollectiveOptions co;
+    co.timeout_s = c.collective_timeout();
+    ASSIGN_OR_RETURN(job->ring, RingCollective::Listen(p.bind(), co));
+  }
+  if (!JoinsJob(mode)) return OkStatus();
+  std::string host;
+  uint16_t port = 0;
+  const Status parsed = ParseHostPort(p.scheduler(), &host, &port);
+  GRADSYNC_CHECK(parsed.ok()) << "Validate() accepted --scheduler=" << p.scheduler() << ": " << parsed;
+  SchedulerClientOptions so;
+  so.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(port);
+  so.self.set_role(wire::WORKER);
+  so.self.set_host(p.host());
+  if (job->ring) so.self.set_port(job->ring->port());
+  so.self.set_requested_rank(p.rank() >= 0 ? p.rank() : SlurmRank());
+  so.mode = ModeName(mode);
+  // ssp without --staleness: -1 asks for the job's bound (the scheduler has it from the servers).
+  so.staleness = mode == config::SSP ? (c.has_staleness() ? c.staleness() : -1) : 0;
+  so.heartbeat_interval_s = p.heartbeat_interval();
+  so.scheduler_timeout_s = p.heartbeat_timeout();
+  so.job_fingerprint = JobFingerprint(c);  // the settings that must agree between the workers
+  job->scheduler = std::make_unique<SchedulerClient>(job->ctx, so);
+  ASSIGN_OR_RETURN(job->table, job->scheduler->Register(300.0));
+  job->rank = job->scheduler->rank();
+  if (job->ring) {
+    std::vector<std::string> peers;
+    for (const auto& w : job->table.workers()) peers.push_back(w.host() + ":" + std::to_string(w.port()));
+    if (Status s = job->ring->Connect(job->rank, peers, 120); !s.ok()) {
+      job->Finished(s);
+      return s;
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace gradsync

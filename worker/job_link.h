@@ -1,0 +1,48 @@
+// JobLink: what a worker process holds of the job it joined: the transport, CURVE keys, the
+// scheduler client, its rank and the cluster table, and (all-reduce) the TCP ring. Shared by
+// gradsync-worker (worker/run_worker.cc) and the Python frontend (python/), so that both join
+// a job from the same TrainConfig and WorkerProcess in the same way.
+//
+//   JobLink job;
+//   if (Status s = JoinJob(train, process, &job); !s.ok()) ...   // kInvalidArgument: refused
+//   ... train over job.ring / a PsClient on job.table ...
+//   job.Finished(status);                                          // tells the scheduler
+//
+// Local mode joins nothing (the context only). Not thread-safe; one per process.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce/tcp_ring.h"
+#include "common/scheduler_client.h"
+#include "common/security.h"
+#include "common/status.h"
+#include "common/train_config.h"
+#include "common/transport.h"
+#include "gradsync.pb.h"
+
+namespace gradsync {
+
+struct JobLink {
+  TransportContext ctx{1};
+  std::unique_ptr<CurveAuthenticator> auth;  // declared after ctx: stops first
+  std::unique_ptr<SchedulerClient> scheduler;
+  wire::ClusterTable table;
+  int rank = 0;
+  std::unique_ptr<RingCollective> ring;
+
+  int num_workers() const { return scheduler ? table.workers_size() : 1; }
+  // Tells the scheduler how this worker ended and gives the message up to 2 s to leave.
+  void Finished(const Status& s);
+};
+
+// CURVE (--auth-dir), the ring's listening socket (all-reduce), registration with the scheduler
+// (the PS modes get the rank from it; the job fingerprint of `train` must match the other
+// workers') and the ring's connections. kInvalidArgument: a bad setting or the scheduler's
+// refusal (the message says which settings differ); other codes: the job was not reached or was
+// lost. `train` and `process` must have passed Validate().
+Status JoinJob(const config::TrainConfig& train, const config::WorkerProcess& process, JobLink* job);
+
+}  // namespace gradsync
