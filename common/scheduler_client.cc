@@ -121,6 +121,7 @@ void SchedulerClient::Handle(const Message& m) {
       break;
     case wire::BARRIER_RELEASE:
       released_.insert(h.barrier());
+      if (h.gathered_size() > 0) gathered_[h.barrier()].assign(h.gathered().begin(), h.gathered().end());
       break;
     case wire::NODE_DEAD:
       dead_.push_back(h.node());
@@ -184,17 +185,34 @@ int SchedulerClient::rank() const {
 }
 
 Status SchedulerClient::Barrier(const std::string& name, const std::string& group, double timeout_s) {
+  return Gather(name, group, "", timeout_s).status();
+}
+
+Result<std::vector<std::string>> SchedulerClient::Gather(const std::string& name, const std::string& group,
+                                                         std::string data, double timeout_s) {
+  if (data.size() > kMaxGatherBytes) {
+    return InvalidArgumentError("barrier '" + name + "': " + std::to_string(data.size()) +
+                                " bytes to gather, at most " + std::to_string(kMaxGatherBytes));
+  }
   wire::Header h;
   h.set_type(wire::BARRIER);
   h.set_barrier(name);
   h.set_group(group);
+  h.set_barrier_data(std::move(data));
   Enqueue(h);
   std::unique_lock lock(mu_);
   bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
     return released_.count(name) > 0 || !health_.ok() || shutdown_;
   });
   if (!health_.ok()) return health_;
-  if (released_.count(name)) return OkStatus();
+  if (released_.count(name)) {
+    std::vector<std::string> out;
+    if (auto it = gathered_.find(name); it != gathered_.end()) {
+      out = std::move(it->second);
+      gathered_.erase(it);
+    }
+    return out;
+  }
   if (shutdown_) return AbortedError("the job shut down during barrier '" + name + "'");
   (void)done;
   return DeadlineExceededError("barrier '" + name + "' not released within " + std::to_string(timeout_s) + " s");

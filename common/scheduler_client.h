@@ -29,6 +29,9 @@
 
 namespace gradsync {
 
+// The most data one node contributes to a gather (SchedulerClient::Gather).
+inline constexpr size_t kMaxGatherBytes = size_t{1} << 20;
+
 struct SchedulerClientOptions {
   std::string scheduler_endpoint;   // tcp://host:port
   wire::NodeInfo self;              // role, advertised host/port, requested rank
@@ -54,6 +57,11 @@ class SchedulerClient {
 
   // Waits until every live member of `group` ("workers" or "all") reached barrier `name`.
   Status Barrier(const std::string& name, const std::string& group, double timeout_s);
+  // A barrier that also gathers: returns every live member's `data` (at most kMaxGatherBytes),
+  // entry r from the member of rank r (an empty entry: no such live member). For small
+  // agreements, such as every worker's model layout.
+  Result<std::vector<std::string>> Gather(const std::string& name, const std::string& group, std::string data,
+                                          double timeout_s);
 
   // Worker: training is over (`status` says how it ended). Does not wait.
   void Finished(const Status& status);
@@ -96,6 +104,7 @@ class SchedulerClient {
   wire::ClusterTable table_;
   int rank_ = -1;
   std::set<std::string> released_;
+  std::map<std::string, std::vector<std::string>> gathered_;  // barrier name -> released data
   bool shutdown_ = false;
   Status health_;
   std::vector<wire::NodeInfo> dead_;

@@ -6,6 +6,7 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/scheduler_client.h"
 #include "common/train_config.h"
 
 namespace gradsync {
@@ -245,6 +246,16 @@ void Scheduler::CheckBarriers() {
     wire::Header h;
     h.set_type(wire::BARRIER_RELEASE);
     h.set_barrier(it->first);
+    // A gather: entry r is the data of the member of rank r (empty: none, or no such member).
+    if (auto d = barrier_data_.find(it->first); d != barrier_data_.end()) {
+      for (const Node* n : members) {
+        auto mine = d->second.find(n->identity);
+        if (mine == d->second.end() || n->info.rank() < 0) continue;
+        while (h.gathered_size() <= n->info.rank()) h.add_gathered();
+        *h.mutable_gathered(n->info.rank()) = mine->second;
+      }
+      barrier_data_.erase(d);
+    }
     for (const auto& id : it->second) Reply(id, h);
     barrier_group_.erase(it->first);
     it = barrier_arrivals_.erase(it);
@@ -301,6 +312,13 @@ void Scheduler::Handle(Message& m, double now) {
       break;
     }
     case wire::BARRIER:
+      if (m.header.barrier_data().size() > kMaxGatherBytes) {
+        return ReplyError(m.peer, InvalidArgumentError("barrier '" + m.header.barrier() + "': " +
+                                                       std::to_string(m.header.barrier_data().size()) +
+                                                       " bytes of gather data, at most " +
+                                                       std::to_string(kMaxGatherBytes)));
+      }
+      if (!m.header.barrier_data().empty()) barrier_data_[m.header.barrier()][m.peer] = m.header.barrier_data();
       barrier_arrivals_[m.header.barrier()].insert(m.peer);
       barrier_group_[m.header.barrier()] = m.header.group();
       CheckBarriers();

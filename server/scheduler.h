@@ -92,6 +92,7 @@ class Scheduler {
   bool announced_ = false;
   wire::ClusterTable table_;
   std::map<std::string, std::set<std::string>> barrier_arrivals_;  // name -> identities
+  std::map<std::string, std::map<std::string, std::string>> barrier_data_;  // name -> identity -> gather data
   std::map<std::string, std::string> barrier_group_;
 };
 
