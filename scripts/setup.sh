@@ -2,8 +2,7 @@
 # Installs every Debian package gradsync needs. Idempotent: when everything is there it only
 # checks and prints one line. Run as root (or with sudo) on Debian 12.
 #   scripts/setup.sh           build, test and run dependencies
-#   scripts/setup.sh --bench   also the baselines bench/ compares against: python3-torch, Gloo,
-#                              OpenMPI
+#   scripts/setup.sh --bench   also the baselines bench/ compares against: Gloo, OpenMPI
 set -euo pipefail
 
 packages=(
@@ -22,9 +21,11 @@ packages=(
   iproute2
   # the experiments' PNG plots
   gnuplot-nox
+  # the Python frontend (python/): pybind11 for the binding, PyTorch 1.13 (CPU) and pytest
+  python3-dev python3-pybind11 python3-numpy python3-torch python3-pytest
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch libgloo-dev openmpi-bin libopenmpi-dev)
+  packages+=(libgloo-dev openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

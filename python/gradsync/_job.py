@@ -1,0 +1,95 @@
+"""The one job this process belongs to (gradsync.init / shutdown)."""
+
+import atexit
+import os
+import sys
+
+from gradsync import _native
+
+GradsyncError = _native.GradsyncError
+
+_job = None
+_failure = None
+_finished = False
+
+
+def init(args=None):
+    """Joins the job, as gradsync-worker does, from gradsync-worker's flags: `args` (a list such
+    as ["--mode=bsp", "--scheduler=127.0.0.1:7000"]) and the GRADSYNC_* environment variables
+    (gradsync-launch and gradsync-run set them; the arguments win). The rank comes from --rank /
+    GRADSYNC_RANK, else Slurm's SLURM_PROCID, else RANK (torchrun), else the scheduler assigns
+    one. Without a mode the process trains alone (mode 'local'). Blocks until every worker of
+    the job has joined. Raises ValueError for a bad setting or a refused registration (the
+    message says which settings differ from the job's)."""
+    global _job
+    if _job is not None:
+        raise ValueError("gradsync.init() was called already")
+    argv = ["gradsync"] + [str(a) for a in (args or [])]
+    rank_given = any(a.startswith("--rank") for a in argv) or "GRADSYNC_RANK" in os.environ
+    if not rank_given and "SLURM_PROCID" not in os.environ and "RANK" in os.environ:
+        argv.append("--rank=" + os.environ["RANK"])
+    _job = _native.Job(argv)
+    atexit.register(_at_exit)
+    previous_hook = sys.excepthook
+
+    def hook(kind, value, tb):
+        global _failure
+        _failure = "%s: %s" % (kind.__name__, value)
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = hook
+    return _job
+
+
+def job():
+    """The native job; raises ValueError before init()."""
+    if _job is None:
+        raise ValueError("gradsync is not initialized: call gradsync.init() first")
+    return _job
+
+
+def is_initialized():
+    return _job is not None
+
+
+def rank():
+    """This worker's rank in [0, size())."""
+    return job().rank
+
+
+def size():
+    """The number of workers."""
+    return job().size
+
+
+def mode():
+    """'local', 'bsp', 'ssp', 'asp' or 'allreduce'."""
+    return job().mode
+
+
+def staleness():
+    """ssp: the job's staleness bound s; 0 in the other modes."""
+    return job().staleness
+
+
+def config():
+    """Every training setting of the job (gradsync-worker's flags by field name: lr, batch,
+    compress, error_feedback, overlap, seed, ...) as a dict, and the process settings under
+    'process' (out, run, rank, ...)."""
+    c = dict(job().config)
+    c["process"] = dict(job().process)
+    return c
+
+
+def shutdown(error=None):
+    """Tells the scheduler this worker is done (with `error`, that it failed). Called at exit if
+    the program does not; idempotent."""
+    global _finished
+    if _job is None or _finished:
+        return
+    _finished = True
+    _job.finished(error or "")
+
+
+def _at_exit():
+    shutdown(_failure)

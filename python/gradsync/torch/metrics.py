@@ -1,0 +1,80 @@
+"""Per-step metrics rows and the worker summary, in the C++ worker's formats: OUT/worker-<rank>.csv
+(the columns of MetricsWriter, ARCHITECTURE.md "Outputs") and OUT/worker-<rank>.json, so that
+gradsync-run's summary and plots read a Python worker as they read gradsync-worker."""
+
+import math
+import os
+import time
+
+from gradsync import _native
+
+
+class Recorder:
+    """Writes rows when the job has an output directory (--out / GRADSYNC_OUT); otherwise only
+    keeps the numbers (last_row)."""
+
+    def __init__(self, job, num_params, steps_per_epoch=None):
+        self._job = job
+        process = job.process
+        self._out = process.get("out", "")
+        self._rank = job.rank
+        self._run = process.get("run", "") or job.mode
+        self._num_params = num_params
+        self.steps_per_epoch = steps_per_epoch
+        self._writer = None
+        if self._out:
+            self._writer = _native.MetricsWriter(
+                os.path.join(self._out, "worker-%d.csv" % self._rank), self._run, self._rank)
+        self._start = time.perf_counter()
+        self._loss_sum = 0.0
+        self._loss_count = 0
+        self.steps = 0
+        self.final_test_accuracy = math.nan
+        self.last_row = None
+
+    def wall_s(self):
+        return time.perf_counter() - self._start
+
+    def _epoch(self, step):
+        return step / self.steps_per_epoch if self.steps_per_epoch else 0.0
+
+    def step(self, step, stats, compute_ms, loss=None):
+        """A training row for `step` (steps finished, 1-based) with the sync's stats."""
+        self.steps = step
+        if loss is not None and math.isfinite(loss):
+            self._loss_sum += loss
+            self._loss_count += 1
+        row = dict(stats)
+        row.update(step=step, epoch=self._epoch(step), wall_s=self.wall_s(),
+                   loss=math.nan if loss is None else loss, compute_ms=compute_ms)
+        self.last_row = row
+        if self._writer:
+            self._writer.write(row)
+
+    def evaluation(self, step, test_loss, test_accuracy, traffic):
+        """An evaluation row: `loss` is the mean training loss since the previous one."""
+        mean_loss = self._loss_sum / self._loss_count if self._loss_count else math.nan
+        self._loss_sum, self._loss_count = 0.0, 0
+        self.final_test_accuracy = test_accuracy
+        row = dict(step=step, epoch=self._epoch(step), wall_s=self.wall_s(), loss=mean_loss,
+                   test_loss=test_loss, test_accuracy=test_accuracy,
+                   bytes_sent=traffic[0], bytes_received=traffic[1])
+        if self._writer:
+            self._writer.write(row)
+            self._writer.flush()
+        return mean_loss
+
+    def finish(self, traffic, error=None):
+        """OUT/worker-<rank>.json (nothing without an output directory)."""
+        if self._writer:
+            self._writer.flush()
+        if not self._out:
+            return
+        summary = dict(rank=self._rank, mode=self._job.mode, params=self._num_params,
+                       steps=self.steps, wall_s=self.wall_s(), bytes_sent=traffic[0],
+                       bytes_received=traffic[1], final_test_accuracy=self.final_test_accuracy)
+        if self._job.mode == "ssp":
+            summary["staleness_bound"] = self._job.staleness
+        if error:
+            summary["error"] = error
+        _native.write_worker_summary(self._out, summary)

@@ -1,0 +1,311 @@
+#include "python/native/frontend.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "common/flags.h"
+#include "common/train_flags.h"
+#include "worker/allreduce_sync.h"
+#include "worker/ps_sync.h"
+
+namespace gradsync::python {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// One line per tensor: "name<TAB>d0,d1,...". Names cannot hold a tab or a newline (checked).
+std::string LayoutText(const std::vector<TensorSpec>& tensors) {
+  std::string s;
+  for (const auto& t : tensors) {
+    s += t.name + "\t";
+    for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
+    s += "\n";
+  }
+  return s;
+}
+
+std::vector<TensorSpec> ParseLayoutText(const std::string& text) {
+  std::vector<TensorSpec> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    TensorSpec t;
+    const size_t tab = line.find('\t');
+    t.name = line.substr(0, tab);
+    if (tab != std::string::npos) {
+      std::istringstream dims(line.substr(tab + 1));
+      std::string d;
+      while (std::getline(dims, d, ',')) t.shape.push_back(std::stoll(d));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// The first difference between worker 0's layout and worker `rank`'s, as a sentence.
+std::string LayoutDifference(const std::vector<TensorSpec>& first, const std::vector<TensorSpec>& other, int rank) {
+  const std::string w = "worker " + std::to_string(rank);
+  for (size_t i = 0; i < std::min(first.size(), other.size()); ++i) {
+    if (first[i].name != other[i].name) {
+      return "parameter " + std::to_string(i) + " is '" + first[i].name + "' on worker 0 but '" + other[i].name +
+             "' on " + w;
+    }
+    if (first[i].shape != other[i].shape) {
+      return "parameter '" + first[i].name + "' has shape " + ShapeText(first[i].shape) + " on worker 0 but " +
+             ShapeText(other[i].shape) + " on " + w;
+    }
+  }
+  const auto& longer = first.size() > other.size() ? first : other;
+  const size_t i = std::min(first.size(), other.size());
+  return "worker 0 has " + std::to_string(first.size()) + " parameters, " + w + " " + std::to_string(other.size()) +
+         " (parameter '" + longer[i].name + "' is only on " + (first.size() > other.size() ? "worker 0" : w) + ")";
+}
+
+}  // namespace
+
+void ThrowIfError(const Status& s) {
+  if (!s.ok()) throw StatusError(s);
+}
+
+float ExternalModel::ForwardBackward(const Batch&) {
+  throw StatusError(FailedPreconditionError("an external model computes outside gradsync"));
+}
+
+EvalStats ExternalModel::EvaluateBatch(const Batch&) {
+  throw StatusError(FailedPreconditionError("an external model computes outside gradsync"));
+}
+
+FrontendJob::FrontendJob(const std::vector<std::string>& argv) {
+  FlagParser flags(argv.empty() ? "gradsync" : argv[0], "");
+  AddWorkerFlags(flags.options());
+  std::vector<const char*> args;
+  for (const auto& a : argv) args.push_back(a.c_str());
+  if (args.empty()) args.push_back("gradsync");
+  auto vm = flags.Parse(static_cast<int>(args.size()), args.data());
+  ThrowIfError(vm.status());
+  if (vm->count("help")) throw StatusError(InvalidArgumentError("--help: see gradsync-worker --help for the flags"));
+  ThrowIfError(FlagsToConfig(*vm, &train_, &process_));
+  if (auto errors = Validate(train_, process_); !errors.empty()) {
+    throw StatusError(InvalidArgumentError(JoinErrors(errors)));
+  }
+  if (train_.has_device()) {
+    throw StatusError(InvalidArgumentError(
+        "--device: the Python frontend runs where the model's tensors are (leave --device unset)"));
+  }
+  ThrowIfError(JoinJob(train_, process_, &link_));
+}
+
+FrontendJob::~FrontendJob() { Finished(AbortedError("the Python process ended without gradsync.shutdown()")); }
+
+int FrontendJob::staleness() const {
+  if (train_.mode() != config::SSP) return 0;
+  return link_.scheduler ? link_.table.staleness() : train_.staleness();
+}
+
+std::vector<std::string> FrontendJob::Gather(const std::string& name, const std::string& data, double timeout_s) {
+  if (!link_.scheduler) return {data};
+  auto g = link_.scheduler->Gather(name, "workers", data, timeout_s);
+  ThrowIfError(g.status());
+  return std::move(g).value();
+}
+
+void FrontendJob::Broadcast(std::span<std::byte> data, int root) {
+  if (data.size() % sizeof(float) != 0) throw StatusError(InvalidArgumentError("broadcast: the size must be a multiple of 4"));
+  if (root < 0 || root >= size()) {
+    throw StatusError(InvalidArgumentError("broadcast: root " + std::to_string(root) + " is not a rank of " +
+                                           std::to_string(size()) + " workers"));
+  }
+  if (size() == 1) return;
+  if (link_.ring) {
+    FloatSpan floats(reinterpret_cast<float*>(data.data()), data.size() / sizeof(float));
+    ThrowIfError(link_.ring->Broadcast(floats, root).WithContext("broadcast"));
+    return;
+  }
+  static int broadcasts = 0;
+  const std::string name = "broadcast-" + std::to_string(broadcasts++) + "-";
+  for (size_t at = 0, chunk = 0; at < data.size(); at += kMaxGatherBytes, ++chunk) {
+    const size_t n = std::min(kMaxGatherBytes, data.size() - at);
+    std::string mine = rank() == root ? std::string(reinterpret_cast<const char*>(data.data() + at), n) : std::string();
+    const auto all = Gather(name + std::to_string(chunk), mine, process_.heartbeat_timeout() * 30 + 60);
+    if (static_cast<size_t>(root) >= all.size() || all[static_cast<size_t>(root)].size() != n) {
+      throw StatusError(UnavailableError("broadcast: worker " + std::to_string(root) + "'s data did not arrive"));
+    }
+    std::memcpy(data.data() + at, all[static_cast<size_t>(root)].data(), n);
+  }
+}
+
+void FrontendJob::Finished(const Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  link_.Finished(status);
+}
+
+FrontendBucketReducer::FrontendBucketReducer(FrontendJob* job, const std::string& codec, bool error_feedback)
+    : job_(job) {
+  if (!job->link().ring) {
+    throw StatusError(InvalidArgumentError("the all-reduce hook needs mode allreduce (this job's mode is " +
+                                           ModeName(job->mode()) + ")"));
+  }
+  auto a = BucketAverager::Create(job->link().ring.get(), codec, job->train().seed(), error_feedback);
+  ThrowIfError(a.status());
+  averager_ = std::move(a).value();
+}
+
+void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint64_t step) {
+  ThrowIfError(averager_->Average(bucket, bucket_index, step).WithContext("bucket " + std::to_string(bucket_index)));
+}
+
+SyncTraffic FrontendBucketReducer::traffic() const {
+  return {job_->link().ring->bytes_sent(), job_->link().ring->bytes_received()};
+}
+
+FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,
+                           const std::string& compression, int error_feedback)
+    : job_(job) {
+  if (tensors.empty()) throw StatusError(InvalidArgumentError("no parameters to synchronize"));
+  std::vector<TensorInfo> infos;
+  for (const auto& t : tensors) {
+    if (t.name.empty() || t.name.find_first_of("\t\n") != std::string::npos) {
+      throw StatusError(InvalidArgumentError("parameter name '" + t.name + "': empty, or holds a tab or newline"));
+    }
+    TensorInfo info;
+    info.name = t.name;
+    info.shape = t.shape;
+    info.size = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) throw StatusError(InvalidArgumentError("parameter '" + t.name + "' has a negative dimension"));
+      info.size *= d;
+    }
+    infos.push_back(std::move(info));
+  }
+  // Every worker must declare the same tensors: compared against worker 0's, by name and shape.
+  static int layouts = 0;
+  const auto all = job->Gather("layout-" + std::to_string(layouts++), LayoutText(tensors),
+                               job->process().heartbeat_timeout() * 30 + 60);
+  if (!all.empty()) {
+    const auto first = ParseLayoutText(all[0]);
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (all[r].empty() || all[r] == all[0]) continue;
+      throw StatusError(InvalidArgumentError("the workers' models differ: " +
+                                             LayoutDifference(first, ParseLayoutText(all[r]), static_cast<int>(r))));
+    }
+  }
+  model_ = std::make_unique<ExternalModel>(std::move(infos));
+
+  const config::TrainConfig& c = job->train();
+  JobLink& link = job->link();
+  LocalTrainOptions train;
+  train.optimizer.momentum = optimizer.momentum;
+  train.optimizer.nesterov = optimizer.nesterov;
+  train.optimizer.weight_decay = optimizer.weight_decay;
+  train.lr.base = optimizer.lr;
+  train.lr.kind = LrSchedule::Kind::kConstant;
+  train.seed = c.seed();
+  train.batch = c.batch();
+  ThrowIfError(ValidateOptimizerOptions(train.optimizer));
+  std::string compress = compression.empty() ? c.compress() : compression;
+  if (compress == "none") compress.clear();
+  if (!compress.empty()) ThrowIfError(ParseCodecSpec(compress).status());
+  const bool feedback = error_feedback < 0 ? c.error_feedback() : error_feedback > 0;
+  if (c.momentum_correction()) {
+    throw StatusError(InvalidArgumentError("--momentum-correction: not supported by the Python frontend"));
+  }
+  if (IsPsMode(c.mode())) {
+    if (optimizer.kind != "sgd") {
+      throw StatusError(InvalidArgumentError("the parameter servers apply SGD only; optimizer '" + optimizer.kind +
+                                             "' is not supported in mode " + ModeName(c.mode())));
+    }
+    auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
+    ThrowIfError(client.status());
+    client_ = std::move(client).value();
+    PsTrainOptions po;
+    po.train = train;
+    po.rank = link.rank;
+    po.num_workers = link.table.workers_size();
+    po.request_timeout_s = c.request_timeout();
+    po.compression = compress;
+    po.error_feedback = feedback;
+    po.compress_pull = c.compress_pull();
+    po.staleness_aware_lr = c.staleness_aware_lr();
+    po.overlap = c.overlap();
+    po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
+    overlapped_ = po.overlap && compress.empty();
+    if (overlapped_) {
+      sync_ = std::make_unique<PsOverlapSync>(po, model_.get(), client_.get(), link.scheduler.get());
+    } else {
+      sync_ = std::make_unique<PsSync>(po, model_.get(), client_.get(), link.scheduler.get());
+    }
+    kind_ = overlapped_ ? "ps-overlap" : "ps";
+  } else if (c.mode() == config::ALLREDUCE) {
+    AllreduceTrainOptions ao;
+    ao.train = train;
+    ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
+    ao.overlap = c.overlap();
+    ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
+    ao.compression = compress;
+    ao.error_feedback = feedback;
+    ao.collective_timeout_s = c.collective_timeout();
+    ao.apply_update = false;
+    overlapped_ = ao.overlap && compress.empty() && link.num_workers() > 1;
+    sync_ = std::make_unique<AllreduceSync>(ao, model_.get(), link.ring.get());
+    kind_ = overlapped_ ? "allreduce-overlap" : "allreduce";
+  }
+}
+
+FrontendSync::~FrontendSync() {
+  if (sync_ && in_step_) sync_->AbandonStep();
+}
+
+int64_t FrontendSync::Start(int64_t total_steps, int64_t steps_per_epoch) {
+  if (!sync_) return 0;
+  auto first = sync_->Start({total_steps, std::max<int64_t>(1, steps_per_epoch)});
+  ThrowIfError(first.status());
+  return *first;
+}
+
+void FrontendSync::BeginStep(int64_t step, bool evaluate, float lr) {
+  (void)lr;
+  if (!sync_) return;
+  StepPlan plan;
+  plan.step = step;
+  plan.evaluate = evaluate;
+  in_step_ = true;
+  ThrowIfError(sync_->BeginStep(plan));
+}
+
+void FrontendSync::WaitParams(size_t tensor) {
+  if (sync_) ThrowIfError(sync_->WaitParams(tensor));
+}
+
+void FrontendSync::GradReady(size_t tensor) {
+  if (sync_) ThrowIfError(sync_->GradReady(tensor));
+}
+
+SyncStepStats FrontendSync::FinishStep() {
+  if (!sync_) return {};
+  in_step_ = false;
+  auto stats = sync_->FinishStep();
+  ThrowIfError(stats.status());
+  return *stats;
+}
+
+void FrontendSync::AbandonStep() {
+  if (!sync_ || !in_step_) return;
+  in_step_ = false;
+  sync_->AbandonStep();
+}
+
+void FrontendSync::EndTraining(bool evaluate) {
+  if (!sync_) return;
+  AbandonStep();
+  ThrowIfError(sync_->EndTraining(evaluate));
+}
+
+SyncTraffic FrontendSync::traffic() const { return sync_ ? sync_->traffic() : SyncTraffic{}; }
+
+}  // namespace gradsync::python

@@ -1,0 +1,159 @@
+// The native side of the Python frontend, free of Python: a job joined from gradsync-worker's
+// flags (FrontendJob) and a GradientSync over the flat buffers of a model that Python computes
+// (FrontendSync). python/native/module.cc binds them with pybind11; everything here reports
+// failure by throwing StatusError, which the binding turns into a Python exception.
+//
+//   FrontendJob job = FrontendJob({"prog", "--mode=bsp", "--scheduler=127.0.0.1:7000"});  // + GRADSYNC_*
+//   FrontendSync sync(&job, {{"fc.weight", {128, 784}}, {"fc.bias", {128}}}, optimizer);
+//   // PyTorch's parameters and gradients become views of sync.params() / sync.grads()
+//   int64_t step = sync.Start(total_steps, steps_per_epoch);
+//   sync.BeginStep(step, false, lr);  ...  WaitParams(t) / GradReady(t)  ...  sync.FinishStep();
+//
+// The model (ExternalModel) only holds the layout and the two flat buffers: the computation is
+// PyTorch's. Modes: local (no sync: every call returns at once), bsp / ssp / asp (PsSync, or
+// PsOverlapSync when overlap is on and nothing is compressed: per-tensor pushes and pulls), and
+// allreduce (AllreduceSync averaging the gradient in place; the caller's optimizer steps).
+// Threading: as GradientSync (one training thread per sync).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/train_config.h"
+#include "models/model.h"
+#include "worker/bucket_average.h"
+#include "worker/gradient_sync.h"
+#include "worker/job_link.h"
+#include "worker/ps_client.h"
+
+namespace gradsync::python {
+
+// A failed Status, thrown.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(const Status& s) : std::runtime_error(s.message()), code_(s.code()) {}
+  StatusCode code() const { return code_; }
+
+ private:
+  StatusCode code_;
+};
+
+void ThrowIfError(const Status& s);
+
+// A model whose computation happens elsewhere: its layout and flat parameter and gradient
+// buffers. ForwardBackward and EvaluateBatch must not be called.
+class ExternalModel final : public Model {
+ public:
+  explicit ExternalModel(std::vector<TensorInfo> tensors) { SetLayout(std::move(tensors)); }
+  std::string name() const override { return "external"; }
+  void Initialize(uint64_t) override {}
+  float ForwardBackward(const Batch&) override;
+  EvalStats EvaluateBatch(const Batch&) override;
+  bool waits_for_params() const override { return true; }
+};
+
+class FrontendJob {
+ public:
+  // Parses `argv` (argv[0] a program name, then gradsync-worker's flags) and the GRADSYNC_*
+  // environment, validates the settings, and joins the job (blocks until every worker has
+  // registered). Throws kInvalidArgument for a bad flag or a refused registration.
+  explicit FrontendJob(const std::vector<std::string>& argv);
+  ~FrontendJob();
+
+  int rank() const { return link_.rank; }
+  int size() const { return link_.num_workers(); }
+  config::Mode mode() const { return train_.mode(); }
+  // ssp: the job's bound; 0 otherwise.
+  int staleness() const;
+  const config::TrainConfig& train() const { return train_; }
+  const config::WorkerProcess& process() const { return process_; }
+  JobLink& link() { return link_; }
+  // Every worker's `data`, by rank (a scheduler barrier); local mode: {data}.
+  std::vector<std::string> Gather(const std::string& name, const std::string& data, double timeout_s);
+  // Every worker's `data` becomes root's: over the ring (all-reduce) or, in chunks of at most
+  // kMaxGatherBytes, through the scheduler (PS modes). `data.size()` must be the same on every
+  // worker and a multiple of 4.
+  void Broadcast(std::span<std::byte> data, int root);
+  // Tells the scheduler how this worker ended (once; later calls do nothing).
+  void Finished(const Status& status);
+
+ private:
+  config::TrainConfig train_;
+  config::WorkerProcess process_;
+  JobLink link_;
+  bool finished_ = false;
+};
+
+// Averages buckets of gradient over the job's ring, plain or compressed (BucketAverager): the
+// DDP communication hook's native side. All-reduce mode only.
+class FrontendBucketReducer {
+ public:
+  FrontendBucketReducer(FrontendJob* job, const std::string& codec, bool error_feedback);
+  void Average(FloatSpan bucket, size_t bucket_index, uint64_t step);
+  SyncTraffic traffic() const;
+
+ private:
+  FrontendJob* job_;
+  std::unique_ptr<BucketAverager> averager_;
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// The wrapped optimizer, as the PS shards apply it (the all-reduce and local modes leave it to
+// the caller).
+struct OptimizerSpec {
+  std::string kind = "sgd";  // sgd | adam
+  float lr = 0.01f;
+  float momentum = 0;
+  bool nesterov = false;
+  float weight_decay = 0;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+};
+
+class FrontendSync {
+ public:
+  // Checks (through the scheduler) that every worker declares the same tensors, in the same
+  // order, with the same shapes: a difference throws kInvalidArgument naming the first tensor
+  // that differs and the workers. Then builds the sync of the job's mode. `job` must outlive it.
+  // `compression`: a codec spec overriding the job's --compress ("" = the job's);
+  // `error_feedback`: -1 the job's --error-feedback, else 0 / 1.
+  FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,
+               const std::string& compression = "", int error_feedback = -1);
+  ~FrontendSync();
+
+  FloatSpan params() { return model_->params(); }
+  FloatSpan grads() { return model_->grads(); }
+  const std::vector<TensorInfo>& layout() const { return model_->layout(); }
+  // True when pushes leave per tensor and pulls come per tensor (PS overlap) or buckets are
+  // all-reduced during backward (all-reduce overlap).
+  bool overlapped() const { return overlapped_; }
+  const std::string& kind() const { return kind_; }
+
+  int64_t Start(int64_t total_steps, int64_t steps_per_epoch);
+  void BeginStep(int64_t step, bool evaluate, float lr);
+  void WaitParams(size_t tensor);
+  void GradReady(size_t tensor);
+  SyncStepStats FinishStep();
+  void AbandonStep();
+  void EndTraining(bool evaluate);
+  SyncTraffic traffic() const;
+
+ private:
+  FrontendJob* job_;
+  std::unique_ptr<ExternalModel> model_;
+  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<GradientSync> sync_;  // null in local mode
+  bool overlapped_ = false;
+  bool in_step_ = false;
+  std::string kind_ = "local";
+};
+
+}  // namespace gradsync::python

@@ -1,0 +1,261 @@
+// gradsync._native: the pybind11 binding of python/native/frontend.h, the metrics and summary
+// writers and the codecs. Blocking calls release the GIL. A failed call raises ValueError
+// (kInvalidArgument: bad use, bad settings) or gradsync._native.GradsyncError (a RuntimeError:
+// the job failed, a peer was lost, a deadline passed); the message is the Status's.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+
+#include "common/metrics.h"
+#include "common/process_summary.h"
+#include "common/train_config.h"
+#include "compression/compressor.h"
+#include "python/native/frontend.h"
+
+namespace py = pybind11;
+
+namespace gradsync::python {
+namespace {
+
+using Release = py::call_guard<py::gil_scoped_release>;
+
+// A view of `span` as a 1-D float32 numpy array that keeps `owner` alive (no copy).
+py::array_t<float> View(FloatSpan span, py::object owner) {
+  return py::array_t<float>({static_cast<py::ssize_t>(span.size())}, {static_cast<py::ssize_t>(sizeof(float))},
+                            span.data(), owner);
+}
+
+py::dict StatsDict(const SyncStepStats& s) {
+  py::dict d;
+  d["comm_ms"] = s.comm_ms;
+  d["wait_ms"] = s.wait_ms;
+  d["hidden_ms"] = s.hidden_ms;
+  d["blocked_ms"] = s.blocked_ms;
+  d["version_lag"] = s.version_lag;
+  d["clock_staleness"] = s.clock_staleness;
+  d["bytes_sent"] = s.bytes_sent;
+  d["bytes_received"] = s.bytes_received;
+  return d;
+}
+
+// The set and default values of a proto's fields, by name (scalars and enums by name).
+py::dict FieldsDict(const google::protobuf::Message& m) {
+  namespace pb = google::protobuf;
+  py::dict d;
+  const pb::Descriptor* desc = m.GetDescriptor();
+  const pb::Reflection* r = m.GetReflection();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const pb::FieldDescriptor* f = desc->field(i);
+    if (f->is_repeated()) continue;
+    const char* name = f->name().c_str();
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_BOOL: d[name] = r->GetBool(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_INT32: d[name] = r->GetInt32(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_INT64: d[name] = r->GetInt64(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32: d[name] = r->GetUInt32(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64: d[name] = r->GetUInt64(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: d[name] = r->GetFloat(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: d[name] = r->GetDouble(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_STRING: d[name] = r->GetString(m, f); break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM: d[name] = r->GetEnum(m, f)->name(); break;
+      default: break;
+    }
+  }
+  return d;
+}
+
+double Get(const py::dict& d, const char* key, double fallback) {
+  if (!d.contains(key) || d[key].is_none()) return fallback;
+  return d[key].cast<double>();
+}
+
+MetricsRow RowFrom(const py::dict& d) {
+  MetricsRow r;
+  r.step = static_cast<int64_t>(Get(d, "step", 0));
+  r.epoch = Get(d, "epoch", 0);
+  r.wall_s = Get(d, "wall_s", 0);
+  r.loss = Get(d, "loss", NAN);
+  r.version_lag = Get(d, "version_lag", NAN);
+  r.clock_staleness = Get(d, "clock_staleness", NAN);
+  r.bytes_sent = static_cast<uint64_t>(Get(d, "bytes_sent", 0));
+  r.bytes_received = static_cast<uint64_t>(Get(d, "bytes_received", 0));
+  r.compute_ms = Get(d, "compute_ms", 0);
+  r.comm_ms = Get(d, "comm_ms", 0);
+  r.wait_ms = Get(d, "wait_ms", 0);
+  r.test_loss = Get(d, "test_loss", NAN);
+  r.test_accuracy = Get(d, "test_accuracy", NAN);
+  r.delay_ms = Get(d, "delay_ms", 0);
+  r.hidden_ms = Get(d, "hidden_ms", 0);
+  return r;
+}
+
+}  // namespace
+}  // namespace gradsync::python
+
+PYBIND11_MODULE(_native, m) {
+  using namespace gradsync;
+  using namespace gradsync::python;
+  m.doc() = "gradsync's native frontend (see the gradsync package)";
+
+  static py::exception<StatusError> gradsync_error(m, "GradsyncError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      PyErr_SetString(e.code() == StatusCode::kInvalidArgument ? PyExc_ValueError : gradsync_error.ptr(), e.what());
+    }
+  });
+
+  py::class_<FrontendJob>(m, "Job")
+      .def(py::init<const std::vector<std::string>&>(), py::arg("argv"), Release())
+      .def_property_readonly("rank", &FrontendJob::rank)
+      .def_property_readonly("size", &FrontendJob::size)
+      .def_property_readonly("mode", [](const FrontendJob& j) { return ModeName(j.mode()); })
+      .def_property_readonly("staleness", &FrontendJob::staleness)
+      .def_property_readonly("config", [](const FrontendJob& j) { return FieldsDict(j.train()); })
+      .def_property_readonly("process", [](const FrontendJob& j) { return FieldsDict(j.process()); })
+      .def(
+          "gather",
+          [](FrontendJob& j, const std::string& name, const py::bytes& data, double timeout_s) {
+            std::string in = data;
+            std::vector<std::string> out;
+            {
+              py::gil_scoped_release release;
+              out = j.Gather(name, in, timeout_s);
+            }
+            py::list l;
+            for (const auto& s : out) l.append(py::bytes(s));
+            return l;
+          },
+          py::arg("name"), py::arg("data"), py::arg("timeout_s") = 600.0)
+      .def(
+          "broadcast",
+          [](FrontendJob& j, py::buffer data, int root) {
+            py::buffer_info info = data.request(/*writable=*/true);
+            if (info.ndim != 1 || info.strides[0] != info.itemsize) throw StatusError(InvalidArgumentError("broadcast: a contiguous 1-D buffer"));
+            std::span<std::byte> bytes(static_cast<std::byte*>(info.ptr), static_cast<size_t>(info.size * info.itemsize));
+            py::gil_scoped_release release;
+            j.Broadcast(bytes, root);
+          },
+          py::arg("data"), py::arg("root") = 0,
+          "Overwrites `data` (a writable contiguous buffer, size a multiple of 4) with root's, in place.")
+      .def(
+          "finished",
+          [](FrontendJob& j, const std::string& error) {
+            j.Finished(error.empty() ? OkStatus() : AbortedError(error));
+          },
+          py::arg("error") = "", Release());
+
+  py::class_<OptimizerSpec>(m, "OptimizerSpec")
+      .def(py::init<>())
+      .def_readwrite("kind", &OptimizerSpec::kind)
+      .def_readwrite("lr", &OptimizerSpec::lr)
+      .def_readwrite("momentum", &OptimizerSpec::momentum)
+      .def_readwrite("nesterov", &OptimizerSpec::nesterov)
+      .def_readwrite("weight_decay", &OptimizerSpec::weight_decay)
+      .def_readwrite("beta1", &OptimizerSpec::beta1)
+      .def_readwrite("beta2", &OptimizerSpec::beta2)
+      .def_readwrite("eps", &OptimizerSpec::eps);
+
+  py::class_<FrontendSync>(m, "Sync")
+      .def(py::init([](FrontendJob* job, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
+                       const OptimizerSpec& optimizer, const std::string& compression, int error_feedback) {
+             std::vector<TensorSpec> specs;
+             for (const auto& [name, shape] : tensors) specs.push_back({name, shape});
+             py::gil_scoped_release release;
+             return std::make_unique<FrontendSync>(job, specs, optimizer, compression, error_feedback);
+           }),
+           py::arg("job"), py::arg("tensors"), py::arg("optimizer"), py::arg("compression") = "",
+           py::arg("error_feedback") = -1, py::keep_alive<1, 2>())
+      .def_property_readonly("params", [](py::object self) { return View(self.cast<FrontendSync&>().params(), self); })
+      .def_property_readonly("grads", [](py::object self) { return View(self.cast<FrontendSync&>().grads(), self); })
+      .def_property_readonly("offsets", [](const FrontendSync& s) {
+        std::vector<int64_t> o;
+        for (const auto& t : s.layout()) o.push_back(t.offset);
+        return o;
+      })
+      .def_property_readonly("overlapped", &FrontendSync::overlapped)
+      .def_property_readonly("kind", &FrontendSync::kind)
+      .def("start", &FrontendSync::Start, py::arg("total_steps") = 0, py::arg("steps_per_epoch") = 1, Release())
+      .def("begin_step", &FrontendSync::BeginStep, py::arg("step"), py::arg("evaluate") = false,
+           py::arg("lr") = NAN, Release())
+      .def("wait_params", &FrontendSync::WaitParams, Release())
+      .def("grad_ready", &FrontendSync::GradReady, Release())
+      .def("finish_step", [](FrontendSync& s) {
+        SyncStepStats stats;
+        {
+          py::gil_scoped_release release;
+          stats = s.FinishStep();
+        }
+        return StatsDict(stats);
+      })
+      .def("abandon_step", &FrontendSync::AbandonStep, Release())
+      .def("end_training", &FrontendSync::EndTraining, py::arg("evaluate") = false, Release())
+      .def("traffic", [](const FrontendSync& s) {
+        const SyncTraffic t = s.traffic();
+        return py::make_tuple(t.bytes_sent, t.bytes_received);
+      });
+
+  py::class_<FrontendBucketReducer>(m, "BucketReducer")
+      .def(py::init<FrontendJob*, const std::string&, bool>(), py::arg("job"), py::arg("codec") = "",
+           py::arg("error_feedback") = false, py::keep_alive<1, 2>())
+      .def(
+          "average",
+          [](FrontendBucketReducer& r, py::array_t<float, py::array::c_style> bucket, size_t index, uint64_t step) {
+            py::buffer_info info = bucket.request(/*writable=*/true);
+            FloatSpan span(static_cast<float*>(info.ptr), static_cast<size_t>(info.size));
+            py::gil_scoped_release release;
+            r.Average(span, index, step);
+          },
+          py::arg("bucket").noconvert(), py::arg("index"), py::arg("step"),
+          "Averages a float32 buffer over the ring in place (its own encoder per bucket index).")
+      .def("traffic", [](const FrontendBucketReducer& r) {
+        const SyncTraffic t = r.traffic();
+        return py::make_tuple(t.bytes_sent, t.bytes_received);
+      });
+
+  py::class_<MetricsWriter>(m, "MetricsWriter")
+      .def(py::init([](const std::string& path, const std::string& run, int worker) {
+             auto w = MetricsWriter::Open(path, run, worker);
+             ThrowIfError(w.status());
+             return std::make_unique<MetricsWriter>(std::move(w).value());
+           }),
+           py::arg("path"), py::arg("run"), py::arg("worker"))
+      .def("write", [](MetricsWriter& w, const py::dict& row) { ThrowIfError(w.Write(RowFrom(row))); })
+      .def("flush", [](MetricsWriter& w) { ThrowIfError(w.Flush()); });
+  m.attr("METRICS_HEADER") = MetricsWriter::kHeader;
+
+  m.def(
+      "write_worker_summary",
+      [](const std::string& dir, const py::dict& d) {
+        summary::ProcessSummary s;
+        s.set_role("worker");
+        s.set_rank(static_cast<int>(Get(d, "rank", 0)));
+        s.set_mode(d.contains("mode") ? d["mode"].cast<std::string>() : "local");
+        if (d.contains("staleness_bound")) s.set_staleness_bound(d["staleness_bound"].cast<int>());
+        const std::string err = d.contains("error") ? d["error"].cast<std::string>() : "";
+        s.set_ok(err.empty());
+        if (!err.empty()) s.set_error(err);
+        s.set_params(static_cast<int64_t>(Get(d, "params", 0)));
+        s.set_steps(static_cast<int64_t>(Get(d, "steps", 0)));
+        s.set_wall_s(Get(d, "wall_s", 0));
+        if (const double acc = Get(d, "final_test_accuracy", NAN); !std::isnan(acc)) s.set_final_test_accuracy(acc);
+        s.set_bytes_sent(static_cast<int64_t>(Get(d, "bytes_sent", 0)));
+        s.set_bytes_received(static_cast<int64_t>(Get(d, "bytes_received", 0)));
+        ThrowIfError(WriteProcessSummary(dir, s));
+      },
+      py::arg("dir"), py::arg("summary"));
+
+  m.def(
+      "encoded_bytes",
+      [](const std::string& spec, size_t n) {
+        auto c = CreateCompressor(spec, 0);
+        ThrowIfError(c.status());
+        if (!*c) return n * sizeof(float);
+        return (*c)->PayloadBytes(n);
+      },
+      py::arg("codec"), py::arg("elements"),
+      "Bytes of one payload of `elements` floats under `codec` (the wire formula; 'none': raw floats).");
+}
