@@ -138,6 +138,44 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
   EXPECT_NE(md.find("version lag p50/p99/max (updates)"), std::string::npos);
 }
 
+// A run whose workers are a command (gradsync-worker itself, given no flags): the run's settings,
+// its name and the stragglers reach it as variables, and the report reads its files as usual.
+TEST(RunBinaryTest, ACommandRunGetsTheRunAsVariablesAndIsReported) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  ProcessResult r = RunProcess(
+      {BinaryPath("gradsync-run"),
+       WriteSpec(dir, "name: \"cmd\"\n"
+                      "run { name: \"asp-cmd\" workers: 2 servers: 1 command: \"" + BinaryPath("gradsync-worker") + "\"\n"
+                      "      straggler { worker: 1 fixed_ms: 2 }\n"
+                      "      train { mode: ASP dataset: \"blobs\" hidden: \"8\" epochs: 1 max_steps: 30 batch: 16 lr: 0.1\n"
+                      "              nesterov: true eval_every: 10 log_every: 10 } }\n"),
+       "--out=" + out},
+      120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/cmd/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 1);
+  const auto& run = summary.run(0);
+  EXPECT_TRUE(run.ok()) << run.error();
+  EXPECT_EQ(run.steps(), 30);
+  EXPECT_TRUE(run.has_final_test_accuracy());
+  EXPECT_TRUE(run.has_version_lag_max());
+  ASSERT_EQ(run.commands_size(), 4);
+  EXPECT_EQ(run.commands(2).rfind("GRADSYNC_SCHEDULER=127.0.0.1:", 0), 0u) << run.commands(2);
+  for (const char* var : {" GRADSYNC_MODE=asp ", " GRADSYNC_RUN=asp-cmd ", " GRADSYNC_NESTEROV=true ", " GRADSYNC_MAX_STEPS=30 "}) {
+    EXPECT_NE(run.commands(2).find(var), std::string::npos) << var;
+  }
+  EXPECT_EQ(run.commands(2).find("GRADSYNC_STRAGGLE"), std::string::npos);
+  EXPECT_NE(run.commands(3).find(" GRADSYNC_STRAGGLE=ms:2 GRADSYNC_STRAGGLE_SEED=0 "), std::string::npos) << run.commands(3);
+  bool delayed = false;
+  for (const auto& v : Rows(out + "/cmd/asp-cmd/metrics.csv")) {
+    EXPECT_EQ(v[kColRun], "asp-cmd");
+    if (v[kColWorker] == "1" && v[kColTestAccuracy].empty()) delayed = delayed || std::stod(v[kColDelay]) >= 2.0;
+  }
+  EXPECT_TRUE(delayed);  // the straggler's delay reached worker 1
+}
+
 // --help: one usage line (the binary's own, with its positional argument) and an example
 // variable the binary really has.
 TEST(RunBinaryTest, HelpHasOneUsageLineAndARealExample) {
