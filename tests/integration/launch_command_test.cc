@@ -21,13 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -71,11 +64,11 @@ TEST(LaunchCommandTest, TheJobReachesTheCommandAsEnvironmentVariables) {
   ProcessResult r = RunProcess(argv, 120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("job: ssp s=1, 1 server, 2 workers: 40 gradients applied"), std::string::npos) << r.out;
-  const std::string port = Read(out + "/logs/scheduler.port");
+  const std::string port = ReadFile(out + "/logs/scheduler.port");
   ASSERT_FALSE(port.empty());
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE(rank);
-    EXPECT_EQ(JobVariables(Read(out + "/env-" + std::to_string(rank) + ".txt")),
+    EXPECT_EQ(JobVariables(ReadFile(out + "/env-" + std::to_string(rank) + ".txt")),
               (std::map<std::string, std::string>{{"GRADSYNC_SCHEDULER", "127.0.0.1:" + Lines(port)[0]},
                                                   {"GRADSYNC_RANK", std::to_string(rank)},
                                                   {"GRADSYNC_OUT", out},
@@ -91,7 +84,7 @@ TEST(LaunchCommandTest, TheJobReachesTheCommandAsEnvironmentVariables) {
     EXPECT_EQ(summary->rank(), rank);
   }
   // commands.txt holds each worker's command with its environment, as a shell would run it.
-  const std::vector<std::string> commands = Lines(Read(out + "/commands.txt"));
+  const std::vector<std::string> commands = Lines(ReadFile(out + "/commands.txt"));
   ASSERT_EQ(commands.size(), 4u);
   EXPECT_EQ(commands[2].rfind("GRADSYNC_SCHEDULER=127.0.0.1:" + Lines(port)[0] + " GRADSYNC_RANK=0 GRADSYNC_OUT=" + out, 0), 0u)
       << commands[2];
@@ -116,7 +109,7 @@ TEST(LaunchCommandTest, GradsyncWorkerAsTheCommandTrainsAnAllreduceJob) {
     EXPECT_EQ(summary->mode(), "allreduce");
     EXPECT_EQ(summary->steps(), 20);
   }
-  EXPECT_NE(Read(dir.File("commands.txt")).find("GRADSYNC_BIND=127.0.0.1 GRADSYNC_MODE=allreduce " + BinaryPath("gradsync-worker")),
+  EXPECT_NE(ReadFile(dir.File("commands.txt")).find("GRADSYNC_BIND=127.0.0.1 GRADSYNC_MODE=allreduce " + BinaryPath("gradsync-worker")),
             std::string::npos);
 }
 

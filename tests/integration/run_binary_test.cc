@@ -24,13 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 std::vector<std::vector<std::string>> Rows(const std::string& csv) {
   std::vector<std::vector<std::string>> rows;
   std::ifstream f(csv);
@@ -66,9 +59,9 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
     EXPECT_TRUE(fs::exists(exp + "/" + f) && fs::file_size(exp + "/" + f) > 0) << f;
   }
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(exp + "/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(exp + "/summary.json"), &summary).ok());
   ASSERT_EQ(summary.run_size(), 3);
-  const std::string md = Read(exp + "/summary.md");
+  const std::string md = ReadFile(exp + "/summary.md");
   for (const auto& run : summary.run()) {
     SCOPED_TRACE(run.name());
     const std::string rd = exp + "/" + run.name();
@@ -154,7 +147,7 @@ TEST(RunBinaryTest, ACommandRunGetsTheRunAsVariablesAndIsReported) {
       120);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/cmd/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/cmd/summary.json"), &summary).ok());
   ASSERT_EQ(summary.run_size(), 1);
   const auto& run = summary.run(0);
   EXPECT_TRUE(run.ok()) << run.error();
@@ -212,9 +205,9 @@ TEST(RunBinaryTest, AFailingRunIsNamedTheOthersStillRunAndNothingIsLeftBehind) {
                                120);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("1 run(s) failed: broken"), std::string::npos) << r.err;
-  EXPECT_NE(Read(out + "/f/summary.md").find("FAILED"), std::string::npos);
+  EXPECT_NE(ReadFile(out + "/f/summary.md").find("FAILED"), std::string::npos);
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/f/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/f/summary.json"), &summary).ok());
   ASSERT_EQ(summary.run_size(), 2);
   EXPECT_FALSE(summary.run(0).ok());
   EXPECT_TRUE(summary.run(1).ok());
@@ -272,7 +265,7 @@ TEST(RunBinaryTest, CtrlCStopsEveryProcess) {
   ASSERT_TRUE(group.Signal("run", SIGINT).ok());
   auto code = group.WaitFor("run", 30);
   ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 130) << Read(dir.File("run.log"));
+  EXPECT_EQ(*code, 130) << ReadFile(dir.File("run.log"));
   ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "--", "--out=" + out}, 10);
   EXPECT_EQ(ps.exit_code, 1) << ps.out;
 }
@@ -302,7 +295,7 @@ TEST(RunBinaryTest, SlowLinksCapTheTrafficAndAreTornDown) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Namespaces(), before);  // torn down
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/slow/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/slow/summary.json"), &summary).ok());
   const auto& run = summary.run(0);
   EXPECT_EQ(run.link(), "10mbit");
   EXPECT_NE(run.commands(0).find("ip netns exec"), std::string::npos);
