@@ -4,8 +4,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <vector>
 
+#include "common/check.h"
 #include "common/logging.h"
 
 extern char** environ;
@@ -49,6 +51,24 @@ bool FlagGiven(const po::variables_map& vm, const char* name) {
   return vm.count(name) > 0 && !vm[name].defaulted();
 }
 
+std::string FlagEnvName(std::string_view flag) {
+  if (flag.starts_with("--")) flag.remove_prefix(2);
+  std::string name = "GRADSYNC_";
+  for (char c : flag) name += (c == '-') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+EnvVars FlagsToEnv(const std::vector<std::string>& flags) {
+  EnvVars env;
+  for (const std::string& flag : flags) {
+    GRADSYNC_CHECK(flag.starts_with("--")) << "not a flag: '" << flag << "'";
+    const auto eq = flag.find('=');
+    if (eq == std::string::npos) env.emplace_back(FlagEnvName(flag), "true");
+    else env.emplace_back(FlagEnvName(flag.substr(0, eq)), flag.substr(eq + 1));
+  }
+  return env;
+}
+
 void FlagParser::RejectTogether(const po::variables_map& vm, const char* a, const char* b,
                                 std::string_view why) const {
   if (FlagGiven(vm, a) && FlagGiven(vm, b)) {
@@ -81,18 +101,27 @@ Result<po::variables_map> FlagParser::Parse(int argc, const char* const* argv, c
                   .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
                   .run(),
               vm);
-    // Environment variables: only GRADSYNC_<NAME> where <name> is a declared option.
-    std::vector<std::string> env_args;
+    // Environment variables: GRADSYNC_<NAME> where <name> is a declared option.
+    std::map<std::string, std::string, std::less<>> env;
     for (const char* const* e = envp ? envp : environ; e && *e; ++e) {
       std::string_view kv(*e);
-      if (!kv.starts_with("GRADSYNC_")) continue;
-      auto eq = kv.find('=');
-      if (eq == std::string_view::npos) continue;
-      std::string name;
-      for (char c : kv.substr(9, eq - 9)) name += (c == '_') ? '-' : static_cast<char>(std::tolower(c));
-      if (name == "help" || !options_.find_nothrow(name, false)) continue;
+      const auto eq = kv.find('=');
+      if (!kv.starts_with("GRADSYNC_") || eq == std::string_view::npos) continue;
+      env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    std::vector<std::string> env_args;
+    for (const auto& option : options_.options()) {
+      const std::string& name = option->long_name();
+      const auto it = env.find(FlagEnvName(name));
+      if (name == "help" || it == env.end()) continue;
       if (vm.count(name) && !vm[name].defaulted()) continue;  // the command line wins
-      env_args.push_back("--" + name + "=" + std::string(kv.substr(eq + 1)));
+      if (option->semantic()->max_tokens() > 0) {
+        env_args.push_back("--" + name + "=" + it->second);
+      } else if (it->second == "true" || it->second == "1") {  // a switch
+        env_args.push_back("--" + name);
+      } else if (it->second != "false" && it->second != "0") {
+        Fail(it->first + " must be true, false, 1 or 0 (--" + name + " is a switch), not '" + it->second + "'");
+      }
     }
     if (!env_args.empty()) {
       po::variables_map env_vm;

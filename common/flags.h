@@ -4,8 +4,10 @@
 //   - `--help` prints the usage and every option, then exits 0;
 //   - an unknown, malformed or contradictory flag prints ONE line
 //     "<program>: error: <what is wrong> (see --help)" to stderr and exits 2;
-//   - a flag may also come from the environment as GRADSYNC_<NAME> (upper case, '-' -> '_'),
-//     e.g. GRADSYNC_LR=0.05 for --lr; the command line wins over the environment;
+//   - a flag may also come from the environment as GRADSYNC_<NAME> (FlagEnvName: upper case,
+//     '-' -> '_'), e.g. GRADSYNC_LR=0.05 for --lr, GRADSYNC_NESTEROV=true (or 1; false or 0:
+//     not given) for a switch; the command line wins over the environment, and a GRADSYNC_
+//     variable that names no option of the binary is ignored;
 //   - --help prints "Usage: <usage>" first: the `usage` given (positional arguments), else
 //     "<program> [options]". Give a float or inexact double default its text, or --help
 //     prints it as boost does (0.0199999996): default_value(0.02f, "0.02"), or
@@ -21,6 +23,7 @@
 #include <boost/program_options.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -68,5 +71,17 @@ Result<std::vector<int64_t>> ParseIntList(std::string_view text, int64_t min, in
 
 // True when the option was given on the command line or in the environment (not a default).
 bool FlagGiven(const po::variables_map& vm, const char* name);
+
+// The environment variable FlagParser reads a flag from: "lr" or "--lr" -> "GRADSYNC_LR",
+// "bucket-mb" -> "GRADSYNC_BUCKET_MB".
+std::string FlagEnvName(std::string_view flag);
+
+// Environment variables, name and value, in order.
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+
+// The variables that give a process the same settings as `flags` ("--name=value", or "--name"
+// for a switch, which becomes GRADSYNC_NAME=true): what a worker command started in place of
+// gradsync-worker gets. Every word must start with "--".
+EnvVars FlagsToEnv(const std::vector<std::string>& flags);
 
 }  // namespace gradsync

@@ -3,16 +3,43 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
+#include "common/flags.h"
 #include "common/process_summary.h"
 #include "experiments/process.h"
+#include "gradsync/config.h"
 
 namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The worker command as it runs: "python3" and "python" name the interpreter the gradsync
+// Python package was built for, when CMake found one.
+std::vector<std::string> ResolvedCommand(std::vector<std::string> command) {
+  constexpr std::string_view python = GRADSYNC_PYTHON_EXECUTABLE;
+  if (!python.empty() && (command[0] == "python3" || command[0] == "python")) command[0] = python;
+  return command;
+}
+
+// <bin_dir>/../python (the build tree's and the install's Python package) before the PYTHONPATH
+// this process has; "" when there is no such folder.
+std::string WorkerPythonPath(const std::string& bin_dir) {
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(fs::path(bin_dir) / ".." / "python", ec);
+  if (ec || !fs::is_directory(dir, ec)) return "";
+  const char* old = std::getenv("PYTHONPATH");
+  return dir.string() + (old && *old ? ":" + std::string(old) : "");
+}
+
+}  // namespace
 
 const char* LauncherOwnedFlag(const std::string& arg) {
   for (const char* owned : {"--mode", "--scheduler", "--rank", "--out", "--staleness", "--host", "--bind",
@@ -23,7 +50,6 @@ const char* LauncherOwnedFlag(const std::string& arg) {
 }
 
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
-  namespace fs = std::filesystem;
   std::error_code ec;
   const std::string server_bin = o.bin_dir + "/gradsync-server", worker_bin = o.bin_dir + "/gradsync-worker";
   const std::string port_file = o.out_dir + "/logs/scheduler.port";
@@ -32,7 +58,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
     if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
     fs::remove(port_file, ec);
   }
-  const std::string hb = "--heartbeat-timeout=" + std::to_string(o.heartbeat_timeout_s);
+  const std::string hb = "--heartbeat-timeout=" + ShortestText(o.heartbeat_timeout_s);
   // Every process gets the cluster's keys (CURVE on every socket) when the job has them.
   auto secured = [&](std::vector<std::string> argv) {
     if (!o.auth_dir.empty()) argv.push_back("--auth-dir=" + o.auth_dir);
@@ -89,32 +115,48 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
     ChildSpec c{"server " + std::to_string(s), placed(1 + s, secured(argv)), o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
     specs.push_back(c);
   }
+  const bool command = !o.worker_command.empty();
+  const std::vector<std::string> worker_command = command ? ResolvedCommand(o.worker_command) : std::vector<std::string>{};
+  const std::string python_path = command ? WorkerPythonPath(o.bin_dir) : "";
   for (int w = 0; w < o.num_workers; ++w) {
     const int host = 1 + o.num_servers + w;
-    std::vector<std::string> argv = {worker_bin, "--scheduler=" + endpoint, "--rank=" + std::to_string(w),
-                                     "--out=" + o.out_dir, hb, "--host=" + address(host)};
-    if (allreduce) argv.push_back("--bind=" + address(host));
-    argv.insert(argv.end(), mode_args.begin(), mode_args.end());
-    argv.insert(argv.end(), o.worker_args.begin(), o.worker_args.end());
+    std::vector<std::string> flags = {"--scheduler=" + endpoint, "--rank=" + std::to_string(w), "--out=" + o.out_dir, hb,
+                                      "--host=" + address(host)};
+    if (allreduce) flags.push_back("--bind=" + address(host));
+    flags.insert(flags.end(), mode_args.begin(), mode_args.end());
+    flags.insert(flags.end(), o.worker_args.begin(), o.worker_args.end());
     if (auto it = o.worker_extra_args.find(w); it != o.worker_extra_args.end()) {
-      argv.insert(argv.end(), it->second.begin(), it->second.end());
+      flags.insert(flags.end(), it->second.begin(), it->second.end());
     }
-    ChildSpec c{"worker " + std::to_string(w), placed(host, secured(argv)),
+    flags = secured(flags);
+    ChildSpec c{"worker " + std::to_string(w), {},
                 (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log"};
+    if (command) {
+      // The same settings, as the variables gradsync-worker would read them from.
+      c.argv = placed(host, worker_command);
+      c.env = FlagsToEnv(flags);
+      if (!python_path.empty()) c.env.emplace_back("PYTHONPATH", python_path);
+    } else {
+      flags.insert(flags.begin(), worker_bin);
+      c.argv = placed(host, flags);
+    }
     specs.push_back(c);
   }
   for (const auto& c : specs) {
     if (o.dry_run) {
-      std::cout << JoinArgs(c.argv) << "\n";
+      std::cout << CommandLine(c) << "\n";
       continue;
     }
-    commands << JoinArgs(c.argv) << "\n";
+    commands << CommandLine(c) << "\n";
     RETURN_IF_ERROR(group.Spawn(c));
   }
   if (o.dry_run) return LaunchResult{};
   commands.close();
   Status s = group.WaitAll(o.timeout_s, interrupted, o.on_tick);
-  if (!s.ok()) return s.WithContext("job failed (logs in " + o.out_dir + "/logs)");
+  if (!s.ok()) {
+    return s.WithContext("job failed (" + (command ? "worker command '" + JoinArgs(worker_command) + "'; " : std::string()) +
+                         "logs in " + o.out_dir + "/logs)");
+  }
   LaunchResult r;
   if (allreduce) return r;
   for (int k = 0; k < o.num_servers; ++k) {

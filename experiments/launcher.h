@@ -23,6 +23,13 @@ struct LaunchOptions {
   int num_workers = 1;
   std::vector<std::string> worker_args;  // passed to every worker
   std::map<int, std::vector<std::string>> worker_extra_args;  // per worker rank, after worker_args
+  // Runs this command as every worker instead of gradsync-worker: argv[0] is looked up on the
+  // PATH, and "python3" or "python" (exactly) becomes the interpreter the gradsync Python
+  // package was built for (GRADSYNC_PYTHON_EXECUTABLE, when CMake found one). Each worker's
+  // flags (the launcher's, worker_args, its worker_extra_args) reach it as the GRADSYNC_*
+  // variables gradsync-worker would read them from (FlagsToEnv), and <bin_dir>/../python, when
+  // that folder exists, comes first on its PYTHONPATH. Empty: gradsync-worker with flags.
+  std::vector<std::string> worker_command;
   // Where each process runs: an argv prefix (e.g. "ip netns exec NS") and the address it binds
   // and advertises. Hosts: 0 = the scheduler, 1..S = the servers, S+1.. = the workers.
   // Unset: no prefix, 127.0.0.1.

@@ -1,15 +1,20 @@
-// gradsync-launch: one parameter-server job on this machine with one command:
+// gradsync-launch: one parameter-server or all-reduce job on this machine with one command:
 //   gradsync-launch --servers=2 --workers=4 --mode=ssp --staleness=3 --out=results/ssp -- --model=mlp --epochs=10
-// Everything after "--" goes to every worker. Worker 0's output is shown; the rest is logged
-// under OUT/logs/. Ctrl-C stops every process of the job.
+//   gradsync-launch --servers=2 --workers=4 --mode=ssp --staleness=3 python3 train.py --epochs=3
+// The words after "--" go to every gradsync-worker as flags; a command (the first word that is
+// not the launcher's option, or the first after "--" that does not start with '-') runs as
+// every worker instead, with the job in its environment. Worker 0's output is shown; the rest
+// is logged under OUT/logs/. Ctrl-C stops every process of the job.
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 
 #include "common/cluster.h"
 #include "common/flags.h"
 #include "experiments/launcher.h"
+#include "gradsync/config.h"
 
 namespace gradsync {
 namespace {
@@ -17,17 +22,38 @@ namespace {
 volatile bool g_interrupted = false;
 void OnSignal(int) { g_interrupted = true; }
 
-int Main(int argc, char** argv) {
-  int split = argc;
+// Where the workers' part of the command line starts: the index of "--", or of the first word
+// that is not one of `own` options (nor the value of one, as in "--out DIR"); argc when neither.
+int WorkersPart(const po::options_description& own, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--") {
-      split = i;
-      break;
+    const std::string_view a = argv[i];
+    if (a == "--" || !a.starts_with("-")) return i;
+    if (a.starts_with("--") && a.find('=') == std::string_view::npos) {
+      const po::option_description* option = own.find_nothrow(std::string(a.substr(2)), false);
+      if (option && option->semantic()->max_tokens() > 0) ++i;
     }
   }
-  FlagParser flags("gradsync-launch",
-                   "Starts 1 scheduler + S servers + N workers on 127.0.0.1 (ephemeral ports), waits, and\n"
-                   "prints the staleness summary. Arguments after -- go to every worker.");
+  return argc;
+}
+
+std::string Summary() {
+  constexpr std::string_view python = GRADSYNC_PYTHON_EXECUTABLE;
+  return "Starts 1 scheduler + S servers + N workers on 127.0.0.1 (ephemeral ports), waits, and prints\n"
+         "the staleness summary. The workers are gradsync-worker, with the words after -- as its flags,\n"
+         "or COMMAND: the first word that is none of the options below (or the first after -- that does\n"
+         "not start with '-'), run once per worker with its ARGS and the job in its environment, as the\n"
+         "variables gradsync-worker reads its flags from: GRADSYNC_SCHEDULER, GRADSYNC_RANK, GRADSYNC_OUT,\n"
+         "GRADSYNC_HEARTBEAT_TIMEOUT, GRADSYNC_HOST, GRADSYNC_BIND (allreduce), GRADSYNC_MODE,\n"
+         "GRADSYNC_STALENESS (ssp), GRADSYNC_AUTH_DIR (with --auth-dir). COMMAND is looked up on the PATH;\n" +
+         (python.empty() ? std::string("python3 and python run as given (no Python interpreter was found at build time)")
+                         : "python3 and python run the interpreter the gradsync Python package was built for,\n" +
+                               std::string(python)) +
+         ";\nBIN_DIR/../python, when it exists, comes first on COMMAND's PYTHONPATH.";
+}
+
+int Main(int argc, char** argv) {
+  FlagParser flags("gradsync-launch", Summary(),
+                   "gradsync-launch [options] [-- WORKER-FLAGS... | [--] COMMAND [ARGS...]]");
   flags.options().add_options()
       ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp|allreduce")
       ("staleness", po::value<int>()->default_value(0), "ssp bound")
@@ -39,6 +65,7 @@ int Main(int argc, char** argv) {
       ("timeout", po::value<double>()->default_value(3600.0), "seconds before the whole job is stopped")
       ("dry-run", po::bool_switch(), "print the commands only")
       ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
+  const int split = WorkersPart(flags.options(), argc, argv);
   auto vm = flags.ParseOrExit(split, argv);
   LaunchOptions o;
   auto mode = ParseMode(vm["mode"].as<std::string>());
@@ -66,12 +93,19 @@ int Main(int argc, char** argv) {
   o.dry_run = vm["dry-run"].as<bool>();
   o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()
                                   : std::filesystem::canonical("/proc/self/exe").parent_path().string();
-  for (int i = split + 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (const char* owned = LauncherOwnedFlag(a)) {
-      flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
+  // After "--": gradsync-worker's flags, unless the first word is a command.
+  const bool dashes = split < argc && std::string_view(argv[split]) == "--";
+  const int first = dashes ? split + 1 : split;
+  if (dashes && (first == argc || argv[first][0] == '-')) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (const char* owned = LauncherOwnedFlag(a)) {
+        flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
+      }
+      o.worker_args.push_back(a);
     }
-    o.worker_args.push_back(a);
+  } else {
+    o.worker_command.assign(argv + first, argv + argc);
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 extern char** environ;
@@ -21,6 +22,12 @@ std::string JoinArgs(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
   return s;
+}
+
+std::string CommandLine(const ChildSpec& spec) {
+  std::string s;
+  for (const auto& [name, value] : spec.env) s += name + "=" + value + " ";
+  return s + JoinArgs(spec.argv);
 }
 
 Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
@@ -81,11 +88,23 @@ Status ProcessGroup::Spawn(const ChildSpec& spec) {
   std::vector<char*> args;
   for (const auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // This process's environment, less the variables spec.env sets, then spec.env.
+  std::vector<std::string> own;
+  for (const auto& [name, value] : spec.env) own.push_back(name + "=" + value);
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view kv(*e);
+    bool replaced = false;
+    for (const auto& [name, value] : spec.env) replaced = replaced || (kv.starts_with(name) && kv.size() > name.size() && kv[name.size()] == '=');
+    if (!replaced) env.push_back(*e);
+  }
+  for (auto& e : own) env.push_back(e.data());
+  env.push_back(nullptr);
   pid_t pid = 0;
-  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return UnavailableError("cannot start " + spec.name + " (" + spec.argv[0] + "): " + std::strerror(rc));
+  if (rc != 0) return UnavailableError(spec.name + ": cannot run '" + spec.argv[0] + "': " + std::strerror(rc));
   if (pgid_ == 0) pgid_ = pid;
   children_.push_back({spec.name, pid});
   return OkStatus();

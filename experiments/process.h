@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/flags.h"
 #include "common/status.h"
 
 namespace gradsync {
@@ -21,9 +22,14 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s = 20);
 
 struct ChildSpec {
   std::string name;                // "server 1", "worker 0"
-  std::vector<std::string> argv;   // argv[0] is the path
+  std::vector<std::string> argv;   // argv[0]: a path, or a name looked up on the PATH
   std::string log_path;            // stdout+stderr go here ("" = inherit)
+  EnvVars env = {};                // added to this process's environment (replacing a variable of the same name)
 };
+
+// The child as a shell would start it: its env as NAME=value, then argv joined with spaces
+// ("GRADSYNC_RANK=0 python3 train.py"), as commands.txt and --dry-run show it.
+std::string CommandLine(const ChildSpec& spec);
 
 class ProcessGroup {
  public:
@@ -32,6 +38,8 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+  // Starts the child; one that cannot be started fails with "<name>: cannot run '<argv[0]>':
+  // <reason>".
   Status Spawn(const ChildSpec& spec);
   // Waits for every child. Returns at the first failure (naming it) after killing the rest, or
   // when all exited 0. `interrupted` (checked every 50 ms) makes it kill everything and fail.

@@ -128,6 +128,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     lo.num_workers = plan.workers;
     lo.worker_args = plan.worker_args;
     lo.worker_extra_args = plan.worker_extra;
+    lo.worker_command = plan.command;
     lo.heartbeat_timeout_s = o.heartbeat_timeout_s;
     lo.auth_dir = o.auth_dir;
     lo.timeout_s = plan.timeout_s;

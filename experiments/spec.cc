@@ -90,6 +90,11 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   if (t.error_feedback()) p.compression += "+ef";
   if (t.momentum_correction()) p.compression += "+dgc";
   if (t.compress_pull()) p.compression += "+pull";
+  if (r.has_command()) {
+    std::istringstream words(r.command());
+    for (std::string word; words >> word;) p.command.push_back(word);
+    if (p.command.empty()) return fail("command", "command is empty: give the workers' command line (command: \"python3 train.py\")");
+  }
   if (r.has_timeout_s()) {
     if (!(r.timeout_s() > 0)) return fail("timeout_s", "timeout_s must be > 0");
     p.timeout_s = r.timeout_s();

@@ -37,6 +37,8 @@ struct RunPlan {
   double timeout_s = 3600;
   std::vector<std::string> worker_args;             // every worker: --run and run.train()'s flags
   std::map<int, std::vector<std::string>> worker_extra;  // per worker rank (stragglers)
+  std::vector<std::string> command;  // the workers' command, run.command() split on white space
+                                     // (empty: gradsync-worker); it gets the flags as variables
 };
 
 struct Experiment {

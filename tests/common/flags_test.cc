@@ -37,6 +37,41 @@ TEST(FlagsTest, DefaultsCommandLineAndEnvironment) {
   // The command line wins over the environment.
   vm = Parse({"--lr=0.5"}, {"GRADSYNC_LR=0.25"});
   EXPECT_FLOAT_EQ(vm["lr"].as<float>(), 0.5f);
+  // A switch: true or 1 sets it, false or 0 leaves it as not given.
+  for (const char* on : {"GRADSYNC_FAST=true", "GRADSYNC_FAST=1"}) {
+    vm = Parse({}, {on});
+    EXPECT_TRUE(vm["fast"].as<bool>()) << on;
+    EXPECT_TRUE(FlagGiven(vm, "fast")) << on;
+  }
+  for (const char* off : {"GRADSYNC_FAST=false", "GRADSYNC_FAST=0"}) {
+    vm = Parse({}, {off});
+    EXPECT_FALSE(vm["fast"].as<bool>()) << off;
+    EXPECT_FALSE(FlagGiven(vm, "fast")) << off;
+  }
+  // The variable is the flag's FlagEnvName exactly.
+  vm = Parse({}, {"GRADSYNC_lr=0.25", "GRADSYNC_BATCH-SIZE=3"});
+  EXPECT_FALSE(FlagGiven(vm, "lr"));
+  EXPECT_FALSE(FlagGiven(vm, "batch-size"));
+}
+
+TEST(FlagsTest, EnvNamesAndFlagsToEnv) {
+  EXPECT_EQ(FlagEnvName("lr"), "GRADSYNC_LR");
+  EXPECT_EQ(FlagEnvName("--bucket-mb"), "GRADSYNC_BUCKET_MB");
+  EXPECT_EQ(FlagsToEnv({"--rank=3", "--hidden=256,128", "--nesterov", "--compress=qsgd:4", "--run=a=b"}),
+            (EnvVars{{"GRADSYNC_RANK", "3"},
+                     {"GRADSYNC_HIDDEN", "256,128"},
+                     {"GRADSYNC_NESTEROV", "true"},
+                     {"GRADSYNC_COMPRESS", "qsgd:4"},
+                     {"GRADSYNC_RUN", "a=b"}}));
+  // What FlagsToEnv writes, FlagParser reads back as the same flags.
+  std::vector<std::string> env;
+  for (const auto& [name, value] : FlagsToEnv({"--lr=0.5", "--batch-size=3", "--fast"})) env.push_back(name + "=" + value);
+  std::vector<const char*> envp;
+  for (const auto& e : env) envp.push_back(e.c_str());
+  auto vm = Parse({}, envp);
+  EXPECT_FLOAT_EQ(vm["lr"].as<float>(), 0.5f);
+  EXPECT_EQ(vm["batch-size"].as<int>(), 3);
+  EXPECT_TRUE(vm["fast"].as<bool>());
 }
 
 TEST(FlagsDeathTest, BadFlagsExitTwoWithOneLine) {
@@ -46,6 +81,8 @@ TEST(FlagsDeathTest, BadFlagsExitTwoWithOneLine) {
   EXPECT_EXIT(Parse({"--lr"}), ::testing::ExitedWithCode(2), "^prog: error: .*\n$");
   EXPECT_EXIT(Parse({}, {"GRADSYNC_BATCH_SIZE=many"}), ::testing::ExitedWithCode(2),
               "^prog: error: .*batch-size.*\n$");
+  EXPECT_EXIT(Parse({}, {"GRADSYNC_FAST=yes please"}), ::testing::ExitedWithCode(2),
+              "^prog: error: GRADSYNC_FAST must be true, false, 1 or 0 \\(--fast is a switch\\), not 'yes please' \\(see --help\\)\n$");
   EXPECT_EXIT(Parse({"--log-level=loud"}), ::testing::ExitedWithCode(2),
               "^prog: error: --log-level must be one of.*\n$");
   // Unique prefixes are not guessed: a typo never silently means another flag.

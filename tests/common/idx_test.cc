@@ -12,6 +12,7 @@
 namespace gradsync {
 namespace {
 
+using testing::ReadFile;
 using testing::TempDir;
 
 std::vector<uint8_t> Idx(std::vector<uint32_t> dims, uint8_t type = 0x08) {
@@ -35,11 +36,6 @@ void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
   gzclose(f);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // Expects an error whose message starts with the path and contains `problem`.
@@ -116,7 +112,7 @@ TEST(IdxTest, RejectsCorruptGzip) {
   const std::string p = dir.File("c.gz");
   std::vector<uint8_t> big = Idx({1000, 10, 10});
   WriteGz(p, big);
-  std::string raw = ReadAll(p);
+  std::string raw = ReadFile(p);
   // Flip bytes in the middle of the deflate stream (and so break its CRC too).
   for (size_t i = raw.size() / 2; i < raw.size() / 2 + 16; ++i) raw[i] = static_cast<char>(~raw[i]);
   WritePlain(p, std::vector<uint8_t>(raw.begin(), raw.end()));

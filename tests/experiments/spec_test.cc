@@ -55,6 +55,29 @@ TEST(SpecTest, TrainingSettingsBecomeWorkerFlags) {
   EXPECT_EQ(e->runs[0].batch, 64);
 }
 
+// A run's command: its words split on white space, inherited from the defaults or replacing
+// them; the training settings are still written as flags (the launcher hands them to the
+// command as variables).
+TEST(SpecTest, ACommandIsSplitIntoWordsAndReplacesTheDefaults) {
+  auto e = ParseExperiment(R"(
+name: "py"
+defaults { workers: 2 command: "python3 examples/train.py --epochs=3" train { batch: 32 } }
+run { name: "bsp" train { mode: BSP } straggler { worker: 1 fixed_ms: 5 } }
+run { name: "own" command: "  ./train.sh\t-v  --x=1 " train { mode: ALLREDUCE nesterov: true } }
+run { name: "worker" train { mode: ASP } }
+)", "py.textproto");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->runs[0].command, (std::vector<std::string>{"python3", "examples/train.py", "--epochs=3"}));
+  EXPECT_EQ(e->runs[0].worker_args, (std::vector<std::string>{"--run=bsp", "--batch=32"}));
+  EXPECT_EQ(e->runs[0].worker_extra.at(1), (std::vector<std::string>{"--straggle=ms:5", "--straggle-seed=0"}));
+  EXPECT_EQ(e->runs[1].command, (std::vector<std::string>{"./train.sh", "-v", "--x=1"}));
+  EXPECT_EQ(e->runs[1].worker_args, (std::vector<std::string>{"--run=own", "--nesterov", "--batch=32"}));
+  EXPECT_EQ(e->runs[2].command, e->runs[0].command);
+  auto plain = ParseExperiment("name: \"x\"\nrun { name: \"a\" train { mode: BSP } }", "x.textproto");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->runs[0].command.empty());  // gradsync-worker
+}
+
 // Every contradiction of a run is reported, each at its own line and column, on one line.
 TEST(SpecTest, EveryContradictionOfARunIsReported) {
   auto e = ParseExperiment("name: \"x\"\nrun { name: \"a\" train { mode: BSP lr: 0\n batch: 0 } }", "bad.textproto");
@@ -112,6 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"ServersForAllreduce", "name: \"x\"\nrun { name: \"a\" train { mode: ALLREDUCE } servers: 2 }", "bad.textproto:2:43", "without servers"},
         BadSpec{"InheritedMistakeNamesTheDefaults", "name: \"x\"\ndefaults { train {\n  epochs: 0 } }\nrun { name: \"a\" train { mode: BSP } }", "bad.textproto:3:3", "epochs must be in"},
         BadSpec{"BadRunName", "name: \"x\"\nrun { name: \"a b\" train { mode: BSP } }", "bad.textproto:2:7", "names are letters"},
+        BadSpec{"EmptyCommand", "name: \"x\"\nrun { name: \"a\" train { mode: BSP }\n  command: \" \\t \" }", "bad.textproto:3:3", "command is empty"},
         BadSpec{"TargetOutOfRange", "name: \"x\"\ntarget_accuracy: 85\nrun { name: \"a\" train { mode: BSP } }", "bad.textproto:2:1", "fraction"}),
     [](const ::testing::TestParamInfo<BadSpec>& p) { return p.param.name; });
 

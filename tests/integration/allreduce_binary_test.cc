@@ -14,11 +14,6 @@
 namespace gradsync::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 TEST(AllreduceBinaryTest, LaunchRunsAnAllreduceJob) {
   TempDir dir;
   ProcessResult r = RunProcess({BinaryPath("gradsync-launch"), "--mode=allreduce", "--workers=3", "--out=" + dir.path(),

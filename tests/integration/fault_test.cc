@@ -19,11 +19,6 @@
 namespace gradsync::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
 size_t CountLines(const std::string& path) {
   const std::string s = ReadFile(path);
   return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));

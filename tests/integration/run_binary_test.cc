@@ -24,13 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Read(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 std::vector<std::vector<std::string>> Rows(const std::string& csv) {
   std::vector<std::vector<std::string>> rows;
   std::ifstream f(csv);
@@ -66,9 +59,9 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
     EXPECT_TRUE(fs::exists(exp + "/" + f) && fs::file_size(exp + "/" + f) > 0) << f;
   }
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(exp + "/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(exp + "/summary.json"), &summary).ok());
   ASSERT_EQ(summary.run_size(), 3);
-  const std::string md = Read(exp + "/summary.md");
+  const std::string md = ReadFile(exp + "/summary.md");
   for (const auto& run : summary.run()) {
     SCOPED_TRACE(run.name());
     const std::string rd = exp + "/" + run.name();
@@ -138,6 +131,44 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
   EXPECT_NE(md.find("version lag p50/p99/max (updates)"), std::string::npos);
 }
 
+// A run whose workers are a command (gradsync-worker itself, given no flags): the run's settings,
+// its name and the stragglers reach it as variables, and the report reads its files as usual.
+TEST(RunBinaryTest, ACommandRunGetsTheRunAsVariablesAndIsReported) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  ProcessResult r = RunProcess(
+      {BinaryPath("gradsync-run"),
+       WriteSpec(dir, "name: \"cmd\"\n"
+                      "run { name: \"asp-cmd\" workers: 2 servers: 1 command: \"" + BinaryPath("gradsync-worker") + "\"\n"
+                      "      straggler { worker: 1 fixed_ms: 2 }\n"
+                      "      train { mode: ASP dataset: \"blobs\" hidden: \"8\" epochs: 1 max_steps: 30 batch: 16 lr: 0.1\n"
+                      "              nesterov: true eval_every: 10 log_every: 10 } }\n"),
+       "--out=" + out},
+      120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/cmd/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 1);
+  const auto& run = summary.run(0);
+  EXPECT_TRUE(run.ok()) << run.error();
+  EXPECT_EQ(run.steps(), 30);
+  EXPECT_TRUE(run.has_final_test_accuracy());
+  EXPECT_TRUE(run.has_version_lag_max());
+  ASSERT_EQ(run.commands_size(), 4);
+  EXPECT_EQ(run.commands(2).rfind("GRADSYNC_SCHEDULER=127.0.0.1:", 0), 0u) << run.commands(2);
+  for (const char* var : {" GRADSYNC_MODE=asp ", " GRADSYNC_RUN=asp-cmd ", " GRADSYNC_NESTEROV=true ", " GRADSYNC_MAX_STEPS=30 "}) {
+    EXPECT_NE(run.commands(2).find(var), std::string::npos) << var;
+  }
+  EXPECT_EQ(run.commands(2).find("GRADSYNC_STRAGGLE"), std::string::npos);
+  EXPECT_NE(run.commands(3).find(" GRADSYNC_STRAGGLE=ms:2 GRADSYNC_STRAGGLE_SEED=0 "), std::string::npos) << run.commands(3);
+  bool delayed = false;
+  for (const auto& v : Rows(out + "/cmd/asp-cmd/metrics.csv")) {
+    EXPECT_EQ(v[kColRun], "asp-cmd");
+    if (v[kColWorker] == "1" && v[kColTestAccuracy].empty()) delayed = delayed || std::stod(v[kColDelay]) >= 2.0;
+  }
+  EXPECT_TRUE(delayed);  // the straggler's delay reached worker 1
+}
+
 // --help: one usage line (the binary's own, with its positional argument) and an example
 // variable the binary really has.
 TEST(RunBinaryTest, HelpHasOneUsageLineAndARealExample) {
@@ -174,9 +205,9 @@ TEST(RunBinaryTest, AFailingRunIsNamedTheOthersStillRunAndNothingIsLeftBehind) {
                                120);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("1 run(s) failed: broken"), std::string::npos) << r.err;
-  EXPECT_NE(Read(out + "/f/summary.md").find("FAILED"), std::string::npos);
+  EXPECT_NE(ReadFile(out + "/f/summary.md").find("FAILED"), std::string::npos);
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/f/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/f/summary.json"), &summary).ok());
   ASSERT_EQ(summary.run_size(), 2);
   EXPECT_FALSE(summary.run(0).ok());
   EXPECT_TRUE(summary.run(1).ok());
@@ -234,7 +265,7 @@ TEST(RunBinaryTest, CtrlCStopsEveryProcess) {
   ASSERT_TRUE(group.Signal("run", SIGINT).ok());
   auto code = group.WaitFor("run", 30);
   ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 130) << Read(dir.File("run.log"));
+  EXPECT_EQ(*code, 130) << ReadFile(dir.File("run.log"));
   ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "--", "--out=" + out}, 10);
   EXPECT_EQ(ps.exit_code, 1) << ps.out;
 }
@@ -264,7 +295,7 @@ TEST(RunBinaryTest, SlowLinksCapTheTrafficAndAreTornDown) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Namespaces(), before);  // torn down
   spec::Summary summary;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Read(out + "/slow/summary.json"), &summary).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/slow/summary.json"), &summary).ok());
   const auto& run = summary.run(0);
   EXPECT_EQ(run.link(), "10mbit");
   EXPECT_NE(run.commands(0).find("ip netns exec"), std::string::npos);

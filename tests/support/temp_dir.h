@@ -1,4 +1,5 @@
-// Test support: a fresh temporary directory removed (with its contents) on destruction.
+// Test support: a fresh temporary directory removed (with its contents) on destruction, and
+// reading a file whole.
 #pragma once
 
 #include <string>
@@ -17,5 +18,8 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The whole of a file, byte for byte; "" when it cannot be read.
+std::string ReadFile(const std::string& path);
 
 }  // namespace gradsync::testing
