@@ -1,8 +1,11 @@
 # GRADSYNC_PYTHON=AUTO builds the Python package (python/) when Python 3 with its headers and
 # pybind11 are found; ON requires them; OFF never looks. The interpreter is Debian's
 # /usr/bin/python3 when it exists (python3-torch installs there; a python3 earlier on the PATH,
-# such as a pyenv one, has no torch), unless Python3_EXECUTABLE is given. Every static library
-# is then built position-independent, so that the module can link them.
+# such as a pyenv one, has no torch), unless Python3_EXECUTABLE is given. GRADSYNC_PYTHON_EXECUTABLE
+# (gradsync/config.h) is that interpreter: gradsync-launch runs a worker command "python3" or
+# "python" with it, so that a script meets the interpreter the package was built for ("" without
+# the package: the command runs as given). Every static library is then built
+# position-independent, so that the module can link them.
 set(GRADSYNC_HAVE_PYTHON 0)
 set(GRADSYNC_PYTHON_EXECUTABLE "")
 string(TOUPPER "${GRADSYNC_PYTHON}" _gs_python)

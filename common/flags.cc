@@ -120,7 +120,8 @@ Result<po::variables_map> FlagParser::Parse(int argc, const char* const* argv, c
       } else if (it->second == "true" || it->second == "1") {  // a switch
         env_args.push_back("--" + name);
       } else if (it->second != "false" && it->second != "0") {
-        Fail(it->first + " must be true, false, 1 or 0 (--" + name + " is a switch), not '" + it->second + "'");
+        return InvalidArgumentError(it->first + " must be true, false, 1 or 0 (--" + name + " is a switch), not '" +
+                                    it->second + "'");
       }
     }
     if (!env_args.empty()) {
