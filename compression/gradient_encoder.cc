@@ -9,6 +9,7 @@ Result<std::unique_ptr<GradientEncoder>> GradientEncoder::Create(const std::stri
   if (!codec) return InvalidArgumentError("no codec to encode gradients with ('" + spec + "')");
   if (correct && !codec->sparse()) return InvalidArgumentError("momentum correction needs top-k or random-k");
   auto e = std::unique_ptr<GradientEncoder>(new GradientEncoder());
+  e->size_ = n;
   if (correct) e->correction_ = std::make_unique<MomentumCorrection>(std::move(codec), n, correction_momentum);
   else if (error_feedback) e->feedback_ = std::make_unique<ErrorFeedback>(std::move(codec), n);
   else e->plain_ = std::move(codec);

@@ -26,9 +26,12 @@ class GradientEncoder {
   // Encodes the next gradient (n floats) of `step` into *out. kAborted, touching nothing, when
   // the gradient holds NaN or infinite values (a diverged run).
   Status Encode(ConstFloatSpan g, uint64_t step, std::vector<uint8_t>* out);
+  // The n it was created for (every gradient it encodes has n floats).
+  size_t size() const { return size_; }
 
  private:
   GradientEncoder() = default;
+  size_t size_ = 0;
   std::unique_ptr<Compressor> plain_;
   std::unique_ptr<ErrorFeedback> feedback_;
   std::unique_ptr<MomentumCorrection> correction_;

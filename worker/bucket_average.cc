@@ -17,7 +17,9 @@ Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) 
   if (!decoder_) return collective_->AllReduce(g, ReduceOp::kAverage);
   if (encoders_.size() <= bucket_index) encoders_.resize(bucket_index + 1);
   auto& encoder = encoders_[bucket_index];
-  if (!encoder) {  // the first step of this bucket
+  // The first step of this bucket, or a bucket whose size changed (DDP rebuilds its buckets
+  // after the first step): a new encoder, whose residual starts at zero.
+  if (!encoder || encoder->size() != g.size()) {
     ASSIGN_OR_RETURN(encoder, GradientEncoder::Create(codec_, seed_, g.size(), error_feedback_, correction_momentum_));
   }
   const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;

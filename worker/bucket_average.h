@@ -10,7 +10,8 @@
 // The other codecs' payloads are all-gathered and every rank decodes and averages them in rank
 // order, so every rank ends with the same bits. Each bucket index has its own encoder (its
 // error-feedback residual): every rank must call Average for the same buckets, in the same
-// order, with the same sizes. Not thread-safe; uses the collective while Average runs.
+// order, with the same sizes. A bucket index whose size changes gets a new encoder (its residual
+// is dropped). Not thread-safe; uses the collective while Average runs.
 #pragma once
 
 #include <memory>

@@ -30,7 +30,7 @@ class _AllreduceHook:
         """(bytes sent, bytes received) over the ring so far."""
         return tuple(self._reducer.traffic())
 
-    def __call__(self, state, bucket):
+    def __call__(self, bucket):
         buffer = bucket.buffer()
         index = bucket.index()
         if buffer.dtype != torch.float32 or buffer.device.type != "cpu":
@@ -54,8 +54,15 @@ class _AllreduceHook:
 def allreduce_hook(compression=None, error_feedback=False):
     """A DDP communication hook (ddp.register_comm_hook(None, hook)) that averages each gradient
     bucket over gradsync's ring, compressed with `compression` ("fp16", "topk:0.01", ...) if given.
-    Needs gradsync.init() in mode allreduce."""
-    return _AllreduceHook(compression, error_feedback)
+    Needs gradsync.init() in mode allreduce. hook.traffic() gives the ring's (bytes sent,
+    bytes received)."""
+    impl = _AllreduceHook(compression, error_feedback)
+
+    def gradsync_allreduce_hook(state, bucket):
+        return impl(bucket)
+
+    gradsync_allreduce_hook.traffic = impl.traffic
+    return gradsync_allreduce_hook
 
 
 def init_process_group(backend="gloo", timeout_s=600):

@@ -244,6 +244,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._gs_step
 
     @property
+    def steps_per_epoch(self):
+        """For the epoch column of the metrics rows (None: the column stays 0)."""
+        return self._gs_recorder.steps_per_epoch
+
+    @steps_per_epoch.setter
+    def steps_per_epoch(self, n):
+        self._gs_recorder.steps_per_epoch = int(n) if n else None
+
+    @property
     def clock_staleness(self):
         """PS: the clock staleness of the last step's pulls (max over the shards); NaN otherwise."""
         return self.last_stats.get("clock_staleness", math.nan)
@@ -285,8 +294,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def record_evaluation(self, test_loss, test_accuracy):
         """Writes an evaluation row (test loss, test accuracy in [0, 1], and the mean training
-        loss since the previous one, which it returns)."""
-        return self._gs_recorder.evaluation(self._gs_step, float(test_loss), float(test_accuracy), self.traffic())
+        loss since the previous one, which it returns). After finish() (the evaluation of the
+        final parameters) it also rewrites OUT/worker-<rank>.json with this accuracy."""
+        mean_loss = self._gs_recorder.evaluation(self._gs_step, float(test_loss), float(test_accuracy), self.traffic())
+        if self._gs_finished:
+            self._gs_recorder.finish(self.traffic())
+        return mean_loss
 
     def finish(self, evaluate=True):
         """After the last step: every worker's updates are applied everywhere (PS: the last push
@@ -351,5 +364,5 @@ def broadcast_parameters(params, root_rank=0):
         at = 0
         for t, part in zip(tensors, parts):
             n = part.numel()
-            t.copy_(flat[at:at + n].view(t.dtype).view_as(t))
+            t.copy_(flat[at:at + n].clone().view(t.dtype).view_as(t))  # clone: aligned for the dtype
             at += n

@@ -1,0 +1,95 @@
+"""The PyTorch frontend's throughput against PyTorch DDP (gloo) and plain PyTorch, measured in one
+run on this machine: the Fashion-MNIST CNN (454,922 parameters), batch 16 per worker, fixed
+random batches, one PyTorch thread per process.
+
+    /usr/bin/python3 bench/pytorch/compare.py [--rounds=3] [--workers=4] [--steps=150]
+
+Configurations (run in turn, ROUNDS times, interleaved): plain PyTorch (1 process); gradsync with
+1 worker in allreduce and in bsp (1 server); DDP with gloo over WORKERS processes; gradsync
+allreduce and bsp (2 servers) over WORKERS processes. Samples/s of a multi-process run = total
+samples / the slowest rank's timed seconds. Prints the median [min..max] of each and the ratios
+the frontend is judged by; --json writes them."""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+
+
+def run(config, args, bin_dir):
+    out = tempfile.mkdtemp(prefix="gradsync-bench-")
+    worker = [sys.executable, os.path.join(HERE, "frontend_worker.py"), "--batch=%d" % args.batch,
+              "--steps=%d" % args.steps, "--warmup=%d" % args.warmup, "--out=" + out]
+    name, variant, mode, workers, servers = config
+    try:
+        if variant == "plain":
+            subprocess.run(worker + ["--variant=plain"], check=True, timeout=600)
+        else:
+            launch = [os.path.join(bin_dir, "gradsync-launch"), "--mode=" + mode, "--workers=%d" % workers,
+                      "--out=" + out + "/job", "--timeout=600"]
+            if mode != "allreduce":
+                launch.append("--servers=%d" % servers)
+            subprocess.run(launch + worker + ["--variant=" + variant], check=True, timeout=660,
+                           stdout=subprocess.DEVNULL)
+        results = [json.load(open(os.path.join(out, f))) for f in os.listdir(out) if f.startswith("bench-")]
+        if len(results) != workers:
+            raise RuntimeError("%s: %d of %d workers reported" % (name, len(results), workers))
+        return sum(r["samples"] for r in results) / max(r["seconds"] for r in results)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    n = args.workers
+    configs = [
+        ("plain PyTorch, 1 process", "plain", None, 1, 0),
+        ("gradsync allreduce, 1 worker", "gradsync", "allreduce", 1, 0),
+        ("gradsync bsp, 1 worker, 1 server", "gradsync", "bsp", 1, 1),
+        ("DDP gloo, %d workers" % n, "ddp", "allreduce", n, 0),
+        ("gradsync allreduce, %d workers" % n, "gradsync", "allreduce", n, 0),
+        ("gradsync bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2),
+    ]
+    rates = {c[0]: [] for c in configs}
+    for r in range(args.rounds):
+        for c in configs:
+            rate = run(c, args, args.bin_dir)
+            rates[c[0]].append(rate)
+            print("round %d/%d  %-36s %8.0f samples/s" % (r + 1, args.rounds, c[0], rate), flush=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print("\n%-36s %10s  %s" % ("configuration", "samples/s", "median [min..max]"))
+    for c in configs:
+        v = rates[c[0]]
+        print("%-36s %10.0f  [%.0f..%.0f]" % (c[0], med[c[0]], min(v), max(v)))
+    plain, ddp = med[configs[0][0]], med[configs[3][0]]
+    ratios = {
+        "allreduce / DDP (%d workers)" % n: med[configs[4][0]] / ddp,
+        "bsp / DDP (%d workers)" % n: med[configs[5][0]] / ddp,
+        "1-worker allreduce overhead vs plain": 1 - med[configs[1][0]] / plain,
+        "1-worker bsp overhead vs plain": 1 - med[configs[2][0]] / plain,
+    }
+    print()
+    for k, v in ratios.items():
+        print("%-40s %s" % (k, ("%.2fx" % v) if "DDP" in k else ("%+.1f%%" % (100 * v))))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rates": rates, "median": med, "ratios": ratios}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Shared by the examples: Fashion-MNIST from Debian's dataset-fashion-mnist (IDX files), each
+worker's shard of every epoch, evaluation, and the per-epoch lines gradsync-worker prints."""
+
+import gzip
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def _idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    if raw[2] != 0x08:
+        raise ValueError("%s: not an IDX file of unsigned bytes" % path)
+    dims = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
+    if data.size != int(np.prod(shape)):
+        raise ValueError("%s: %d bytes of data for shape %s" % (path, data.size, shape))
+    return data.reshape(shape)
+
+
+def load(data_dir=DATA_DIR):
+    """(train_x, train_y, test_x, test_y): images as float32 [N, 1, 28, 28] standardized with the
+    training set's mean and deviation, labels as int64."""
+    def part(prefix):
+        x = _idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
+        y = _idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64)
+        return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+    try:
+        train_x, train_y = part("train")
+        test_x, test_y = part("t10k")
+    except FileNotFoundError as e:
+        raise SystemExit("error: %s (apt-get install dataset-fashion-mnist, or --data-dir)" % e)
+    mean, std = train_x.mean(), train_x.std()
+    return (train_x - mean) / std, train_y, (test_x - mean) / std, test_y
+
+
+def shard(epoch, n, rank, size, seed):
+    """This worker's sample indices for `epoch`: one seeded permutation shared by every worker,
+    dealt round-robin (as torch's DistributedSampler), cut to a multiple of size."""
+    g = torch.Generator().manual_seed(seed * 1000 + epoch)
+    order = torch.randperm(n, generator=g)
+    usable = n - n % size
+    return order[rank:usable:size]
+
+
+@torch.no_grad()
+def evaluate(model, x, y, batch=1000):
+    """(mean loss, accuracy) over (x, y)."""
+    was_training = model.training
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, len(x), batch):
+        out = model(x[i:i + batch])
+        loss += F.cross_entropy(out, y[i:i + batch], reduction="sum").item()
+        correct += (out.argmax(1) == y[i:i + batch]).sum().item()
+    model.train(was_training)
+    return loss / len(x), correct / len(x)
+
+
+def train(model, opt, args, gs, evaluate_every_epoch=True):
+    """The epoch loop: each worker trains on its shard with batch args.batch; worker 0 evaluates
+    after every epoch and at the end (the exact final parameters) and prints a line per epoch.
+    The job's max_steps (GRADSYNC_MAX_STEPS, a spec's train { max_steps }), when set, ends
+    training early."""
+    train_x, train_y, test_x, test_y = load(args.data_dir)
+    rank, size = gs.rank(), gs.size()
+    steps_per_epoch = (len(train_x) // size) // args.batch
+    start = time.perf_counter()
+    step = opt.steps if hasattr(opt, "steps") else 0
+    max_steps = gs.config().get("max_steps", 0) or args.epochs * steps_per_epoch
+    if hasattr(opt, "steps_per_epoch"):
+        opt.steps_per_epoch = steps_per_epoch  # the epoch column of the metrics rows
+    last = None
+    for epoch in range(step // steps_per_epoch, args.epochs):
+        if step >= max_steps:
+            break
+        mine = shard(epoch, len(train_x), rank, size, args.seed)
+        epoch_start, losses = time.perf_counter(), []
+        for s in range(step % steps_per_epoch, min(steps_per_epoch, max_steps - epoch * steps_per_epoch)):
+            idx = mine[s * args.batch:(s + 1) * args.batch]
+            opt.zero_grad()
+            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            loss.backward()
+            opt.step(loss=loss) if hasattr(opt, "record_evaluation") else opt.step()
+            losses.append(loss.item())
+        step = epoch * steps_per_epoch + len(losses)
+        rate = len(losses) * args.batch * size / (time.perf_counter() - epoch_start)
+        if rank == 0 and (evaluate_every_epoch and epoch + 1 < args.epochs):
+            test_loss, acc = evaluate(model, test_x, test_y)
+            if hasattr(opt, "record_evaluation"):
+                opt.record_evaluation(test_loss, acc)
+            print("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%  samples/s %8.0f  elapsed %.1fs"
+                  % (epoch + 1, args.epochs, sum(losses) / len(losses), test_loss, 100 * acc, rate,
+                     time.perf_counter() - start), flush=True)
+        last = (sum(losses) / max(1, len(losses)), rate)
+    if hasattr(opt, "finish"):
+        opt.finish(evaluate=rank == 0)
+    if rank == 0:
+        test_loss, acc = evaluate(model, test_x, test_y)
+        if hasattr(opt, "record_evaluation"):
+            opt.record_evaluation(test_loss, acc)
+        train_loss, rate = last or (float("nan"), 0.0)
+        print("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%  samples/s %8.0f  elapsed %.1fs"
+              % (args.epochs, args.epochs, train_loss, test_loss, 100 * acc, rate, time.perf_counter() - start))
+        print("final test_acc %.2f%%, %d steps, %.1fs" % (100 * acc, step, time.perf_counter() - start), flush=True)

@@ -1,0 +1,53 @@
+"""Fashion-MNIST with a CNN (conv5x5x32-pool-conv5x5x64-pool-fc128-fc10, 454,922 parameters),
+trained by every worker of a gradsync job over the parameter server or all-reduce:
+
+    gradsync-launch --servers=2 --workers=4 --mode=ssp --staleness=3 \\
+        python3 examples/pytorch/train_cnn.py --epochs=3
+
+Alone (no job: mode local) it is plain PyTorch. The job's settings come from the environment
+gradsync-launch sets (GRADSYNC_MODE, GRADSYNC_COMPRESS, ...); this script's flags are the model's
+and the optimizer's."""
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fashion_mnist  # noqa: E402
+from cnn import CNN  # noqa: E402
+
+import gradsync.torch as gs  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch", type=int, default=16, help="per worker (default 16)")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per worker (default 1)")
+    p.add_argument("--data-dir", default=fashion_mnist.DATA_DIR)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    gs.init()
+    torch.manual_seed(args.seed)
+    model = CNN()
+    if args.optimizer == "sgd":
+        base = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    else:
+        base = torch.optim.Adam(model.parameters(), lr=args.lr)
+    opt = gs.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    if gs.rank() == 0:
+        print("train_cnn: mode=%s workers=%d sync=%s params=%d batch=%d (global %d) lr=%g %s compress=%s"
+              % (gs.mode(), gs.size(), opt.sync_kind, sum(p.numel() for p in model.parameters()), args.batch,
+                 args.batch * gs.size(), args.lr, args.optimizer, gs.config()["compress"]), flush=True)
+    fashion_mnist.train(model, opt, args, gs)
+    gs.shutdown()
+
+
+if __name__ == "__main__":
+    main()

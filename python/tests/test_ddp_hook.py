@@ -1,0 +1,52 @@
+"""DistributedDataParallel with gradsync's all-reduce hook computes what one process computes
+with the global batch; broadcast_parameters puts worker 0's tensors everywhere (ring and PS)."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+import gsjob
+import train_worker
+
+
+def test_ddp_with_the_gradsync_hook_equals_sgd_with_the_global_batch(tmp_path):
+    save, record = str(tmp_path / "params"), str(tmp_path / "record")
+    args = ["--workers=2", "--steps=60", "--save=" + save, "--record=" + record]
+    gsjob.run_job("ddp_worker.py", args, "allreduce", 2, out=str(tmp_path / "out"))
+    ref = train_worker.reference(train_worker.parse(args))
+    got = [torch.load("%s-%d.pt" % (save, r)) for r in range(2)]
+    assert torch.equal(got[0], got[1])  # every rank ends with the same bits
+    assert ((got[0] - ref).abs().max() / ref.abs().max()).item() <= 1e-5
+    for r in range(2):
+        rec = json.load(open("%s-%d.json" % (record, r)))
+        assert rec["a"] == [0.0, 0.0, 0.0] and rec["b"] == [0, 1, 2, 3, 4]
+        assert rec["traffic"][0] > 0
+
+
+def test_the_hook_compresses(tmp_path):
+    save, record = str(tmp_path / "params"), str(tmp_path / "record")
+    args = ["--workers=2", "--steps=30", "--hidden=512", "--save=" + save, "--record=" + record]
+    gsjob.run_job("ddp_worker.py", args, "allreduce", 2, out=str(tmp_path / "dense"))
+    dense = json.load(open(record + "-0.json"))["traffic"][0]
+    gsjob.run_job("ddp_worker.py", args + ["--compression=topk:0.01", "--error-feedback"], "allreduce", 2,
+                  out=str(tmp_path / "topk"))
+    topk = json.load(open(record + "-0.json"))["traffic"][0]
+    got = [torch.load("%s-%d.pt" % (save, r)) for r in range(2)]
+    assert torch.equal(got[0], got[1])
+    assert topk < dense / 10
+
+
+def test_broadcast_parameters_in_a_ps_mode_goes_through_the_scheduler(tmp_path):
+    code = ("import gradsync.torch as gs, torch, json, sys\n"
+            "gs.init()\n"
+            "t = {'big': torch.full((300000,), float(gs.rank())), 'small': torch.tensor([gs.rank() + 1.5])}\n"
+            "gs.broadcast_parameters(t, root_rank=1)\n"
+            "json.dump([t['big'].min().item(), t['big'].max().item(), t['small'].item()], "
+            "open(sys.argv[1] + '-%d.json' % gs.rank(), 'w'))\n")
+    script = tmp_path / "bcast.py"
+    script.write_text(code)
+    gsjob.run_job(str(script), [str(tmp_path / "r")], "bsp", 3, out=str(tmp_path / "out"))
+    for r in range(3):
+        assert json.load(open(str(tmp_path / ("r-%d.json" % r)))) == [1.0, 1.0, 2.5]
