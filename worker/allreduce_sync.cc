@@ -223,6 +223,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
       opt_->Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
                  run.begin);
     }
+    opt_->EndStep();
   }
   if (collective_->rank() == 0 && !options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
       (step + 1) % options_.checkpoint_every == 0) {
