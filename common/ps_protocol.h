@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/optimizer.h"
 #include "common/segment.h"
 #include "common/status.h"
 #include "gradsync.pb.h"
@@ -66,6 +67,12 @@ Result<PsRequest> DecodeRequest(const wire::Header& h);
 
 wire::Header EncodeReply(const PsReply& r);
 Result<PsReply> DecodeReply(const wire::Header& h);
+
+// The shards' optimizer in a JobConfig (INIT, shard checkpoints): worker 0 writes it, a shard
+// reads it back. JobOptimizer fails (kInvalidArgument) on an unknown optimizer, settings
+// ValidateOptimizerOptions refuses, and adam for a job with a sparse tensor.
+void SetJobOptimizer(const OptimizerOptions& options, wire::JobConfig* job);
+Result<OptimizerOptions> JobOptimizer(const wire::JobConfig& job);
 
 // Segments: offset/length on the wire, [begin, end) here. Each offset and length must be at most
 // 2^40 (so that their sum cannot overflow), else kInvalidArgument.

@@ -3,11 +3,15 @@
 //
 // Data addressed by a request: dense `segments` (flat [offset, offset + length) ranges) followed
 // by sparse `keys` (flat indices, sorted, unique, inside sparse tensors); values come in that
-// order. Every update is w -= lr(step) * optimizer(g / N): Apply() scales one gradient by
-// 1/num_workers and applies it at once (ssp, asp; weight decay is divided by N too, so a round
-// of N pushes decays once); Accumulate() + ApplyAccumulated(count) sum a round and apply the
-// mean once (bsp). The version counts gradients applied; the step that drives the learning-rate
-// schedule counts rounds (bsp) or gradients / N (ssp, asp). Not thread-safe.
+// order. Accumulate() + ApplyAccumulated(count) sum a round and apply the mean once: one
+// optimizer step (bsp). Apply() applies one worker's gradient at once (ssp, asp), so that a round
+// of N pushes moves the parameters about as far as one step:
+//   SGD:  one step on g / N (weight decay divided by N too, so N pushes decay once);
+//   Adam: one Adam step (m, v and t advance) on g itself at rate lr / N. Adam divides the
+//         gradient by its own running scale, so g / N would not shorten the step; lr / N does.
+//         With N = 1 both are exactly the optimizer on one worker's gradient.
+// The version counts gradients applied; the step that drives the learning-rate schedule counts
+// rounds (bsp) or gradients / N (ssp, asp). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -47,12 +51,16 @@ class KvShard {
   int64_t step() const { return step_; }
   int64_t gradients() const { return gradients_; }
   std::span<const float> params() const { return params_; }
+  const OptimizerOptions& optimizer_options() const { return optimizer_.options(); }
+  // The optimizer's state (Optimizer::state(): momentum, or Adam's m then v) and steps taken.
   std::span<const float> optimizer_state() const { return optimizer_.state(); }
+  int64_t optimizer_steps() const { return optimizer_.steps(); }
 
-  // Puts back a checkpointed state: the range's parameters, the optimizer's momentum buffer
-  // (empty without momentum), the version, the schedule's step and the gradient count.
-  Status Restore(std::span<const float> params, std::span<const float> velocity, int64_t version, int64_t step,
-                 int64_t gradients);
+  // Puts back a checkpointed state: the range's parameters, the optimizer's state (its size
+  // must be this optimizer's) and steps, the version, the schedule's step and the gradient
+  // count. kDataLoss when a size or count cannot be this shard's.
+  Status Restore(std::span<const float> params, std::span<const float> optimizer_state, int64_t optimizer_steps,
+                 int64_t version, int64_t step, int64_t gradients);
 
  private:
   float Lr() const { return lr_.At(step_); }
@@ -65,7 +73,8 @@ class KvShard {
   Optimizer optimizer_;
   LrSchedule lr_;
   int num_workers_;
-  float inv_workers_;
+  float push_grad_scale_;  // Apply(): SGD 1/N, Adam 1
+  float push_lr_scale_;    // Apply(): SGD 1, Adam 1/N
   std::vector<float> scratch_;
   std::vector<float> accum_;
   std::vector<uint64_t> touched_keys_;  // local indices of sparse elements touched this round

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "common/cluster.h"
 #include "common/logging.h"
@@ -11,6 +12,17 @@ namespace gradsync {
 namespace {
 double NowMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string OptimizerText(const OptimizerOptions& o) {
+  std::ostringstream s;
+  if (o.kind == OptimizerKind::kAdam) {
+    s << "adam (beta1 " << o.beta1 << ", beta2 " << o.beta2 << ", eps " << o.eps;
+  } else {
+    s << "sgd (momentum " << o.momentum << (o.nesterov ? ", nesterov" : "");
+  }
+  s << ", weight decay " << o.weight_decay << ")";
+  return s.str();
 }
 }  // namespace
 
@@ -119,8 +131,9 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {
     return InvalidArgumentError("INIT: tensors do not add up to num_params");
   }
-  OptimizerOptions opt{job.momentum(), job.nesterov(), job.weight_decay()};
-  RETURN_IF_ERROR(ValidateOptimizerOptions(opt));
+  const Result<OptimizerOptions> optimizer = JobOptimizer(job);
+  if (!optimizer.ok()) return optimizer.status().WithContext("INIT");
+  const OptimizerOptions& opt = *optimizer;
   LrSchedule lr;
   ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
   lr.base = job.lr();
@@ -146,8 +159,8 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   shard_ = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
   job_ = job;
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
-                     << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule()
-                     << "), momentum " << opt.momentum;
+                     << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule() << "), "
+                     << OptimizerText(opt);
   return OkStatus();
 }
 
@@ -268,14 +281,7 @@ Status Server::RestoreCheckpoint() {
   const std::string path = checkpointer_.Path(rank_);
   ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_));
   RETURN_IF_ERROR(BuildShard(c.job()).WithContext(path));
-  if (c.begin() != static_cast<uint64_t>(shard_->range().begin) || c.end() != static_cast<uint64_t>(shard_->range().end)) {
-    shard_.reset();
-    return DataLossError(path + " does not hold this shard's range");
-  }
-  std::vector<float> params(c.params().size() / sizeof(float)), velocity(c.velocity().size() / sizeof(float));
-  std::memcpy(params.data(), c.params().data(), c.params().size());
-  std::memcpy(velocity.data(), c.velocity().data(), c.velocity().size());
-  Status s = shard_->Restore(params, velocity, c.version(), c.step(), c.updates());
+  Status s = RestoreShard(c, shard_.get());
   if (s.ok()) {
     s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
                              std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());

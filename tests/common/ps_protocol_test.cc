@@ -47,6 +47,49 @@ TEST(PsProtocolTest, InitCarriesTheJobAndPullTheCodec) {
   EXPECT_EQ(b->parts, 0);
 }
 
+TEST(PsProtocolTest, TheJobsOptimizerRoundTripsAndIsChecked) {
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.beta1 = 0.8;
+  adam.beta2 = 0.99;
+  adam.eps = 1e-6;
+  adam.weight_decay = 0.01f;
+  wire::JobConfig job;
+  job.add_tensors()->set_name("w");
+  SetJobOptimizer(adam, &job);
+  auto back = JobOptimizer(job);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kAdam);
+  EXPECT_EQ(back->beta1, 0.8);
+  EXPECT_EQ(back->beta2, 0.99);
+  EXPECT_EQ(back->eps, 1e-6);
+  EXPECT_EQ(back->weight_decay, 0.01f);
+  wire::JobConfig sgd;  // an older worker's job: no optimizer named, SGD's settings
+  sgd.set_momentum(0.9f);
+  sgd.set_nesterov(true);
+  back = JobOptimizer(sgd);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kSgd);
+  EXPECT_EQ(back->momentum, 0.9f);
+  EXPECT_TRUE(back->nesterov);
+  auto refused = [&](auto change) {
+    wire::JobConfig j = job;
+    change(j);
+    return JobOptimizer(j).status();
+  };
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_optimizer("adagrad"); }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_adam_beta2(1.0); }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_adam_eps(0.0); }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_momentum(0.9f); }).code(), StatusCode::kInvalidArgument);
+  const Status sparse = refused([](wire::JobConfig& j) {
+    auto* t = j.add_tensors();
+    t->set_name("emb");
+    t->set_sparse(true);
+  });
+  EXPECT_EQ(sparse.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sparse.message().find("tensor 'emb' is sparse"), std::string::npos) << sparse;
+}
+
 TEST(PsProtocolTest, ARequestThatCannotBeRightIsRefused) {
   auto bad = [](auto mutate) {
     PsRequest r;
