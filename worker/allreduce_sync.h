@@ -1,6 +1,6 @@
 // AllreduceSync: the GradientSync of --mode=allreduce. Every worker holds a replica. Start
 // broadcasts rank 0's initial parameters (or, with resume, rank 0's checkpoint: parameters,
-// momentum, step); each step the dense gradients are averaged with the collective in buckets of
+// optimizer state, step); each step the dense gradients are averaged with the collective in buckets of
 // at most bucket_bytes (the flat gradient buffer cut in order; with overlap, on a communication
 // thread as backward reports them: OverlappedReducer), sparse gradients are all-gathered as
 // (key, value) pairs and averaged per key, compressed gradients are summed inside the ring
@@ -47,8 +47,8 @@ struct AllreduceTrainOptions {
   // broadcasts the initial parameters and holds the final barrier.
   DeviceCollective* device_collective = nullptr;
   double collective_timeout_s = 60.0;  // deadline of a device all-reduce
-  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, momentum,
-  // step) atomically every checkpoint_every steps; resume makes every rank start from it (rank 0
+  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, optimizer
+  // state, step; Adam's t is the step) atomically every checkpoint_every steps; resume makes every rank start from it (rank 0
   // reads it and broadcasts). A dead rank fails every other rank (the collective's deadline):
   // the job is restarted with resume and loses at most checkpoint_every steps.
   std::string checkpoint_dir;

@@ -25,9 +25,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_total_steps(lr.total_steps);
   job.set_warmup_steps(lr.warmup_steps);
   job.set_warmup_start_lr(lr.warmup_start);
-  job.set_momentum(o.train.optimizer.momentum);
-  job.set_nesterov(o.train.optimizer.nesterov);
-  job.set_weight_decay(o.train.optimizer.weight_decay);
+  SetJobOptimizer(o.train.optimizer, &job);
   job.set_staleness_aware_lr(o.staleness_aware_lr);
   if (!o.compression.empty() && o.compression != "none") {
     job.set_compression(o.compression);

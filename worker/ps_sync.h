@@ -67,10 +67,6 @@ struct PsTrainOptions {
 wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
                               int64_t steps_per_epoch);
 
-// The job's optimizer settings and layout as worker 0 sends them to the shards.
-wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
-                              int64_t steps_per_epoch);
-
 // What both PS syncs share: joining the job, recovery, the end, traffic and staleness.
 class PsSyncBase : public GradientSync {
  public:

@@ -71,6 +71,39 @@ INSTANTIATE_TEST_SUITE_P(Modes, OneWorkerTest,
                            return ConsistencyModeName(p.param.first) + std::to_string(p.param.second);
                          });
 
+// Adam on the shards: with one worker every mode is torch.optim.Adam on that worker's gradient.
+class OneAdamWorkerTest : public ::testing::TestWithParam<std::pair<ConsistencyMode, int>> {};
+
+TEST_P(OneAdamWorkerTest, EqualsLocalAdamStepForStep) {
+  Dataset data = Blobs(1600);
+  PsJobOptions o;
+  o.mode = GetParam().first;
+  o.staleness = GetParam().second;
+  o.num_servers = 2;
+  o.num_workers = 1;
+  o.model = SmallMlp();
+  o.train = Train(32, 200, 0.0f);
+  o.train.lr = {LrSchedule::Kind::kCosine, 0.005f, 200, 0.0f};
+  o.train.optimizer.kind = OptimizerKind::kAdam;
+  PsJobResult r = RunPsJob(o, data, data);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  std::vector<float> expect = RunLocal(o.model, o.train, 0, data);
+  ASSERT_EQ(r.params.size(), expect.size());
+  EXPECT_LE(MaxRelativeDiff(r.params, expect), 1e-6);
+  // And Adam it is: SGD at the same rate ends elsewhere.
+  LocalTrainOptions sgd = o.train;
+  sgd.optimizer = OptimizerOptions{};
+  EXPECT_GT(MaxRelativeDiff(r.params, RunLocal(o.model, sgd, 0, data)), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, OneAdamWorkerTest,
+                         ::testing::Values(std::make_pair(ConsistencyMode::kBsp, 0),
+                                           std::make_pair(ConsistencyMode::kSsp, 3),
+                                           std::make_pair(ConsistencyMode::kAsp, 0)),
+                         [](const auto& p) {
+                           return ConsistencyModeName(p.param.first) + std::to_string(p.param.second);
+                         });
+
 // A bsp job of the small MLP on 2 servers.
 PsJobOptions BspJob(int workers, int64_t batch, int64_t steps) {
   PsJobOptions o;
