@@ -107,6 +107,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
     h.set_parts(r.parts);
     h.set_part(r.part);
   }
+  if (!std::isnan(r.lr)) h.set_lr(r.lr);
   if (r.type == wire::INIT) *h.mutable_job() = r.job;
   return h;
 }
@@ -130,6 +131,13 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
       (r.parts > 1 && r.part >= r.parts) || (r.parts > 1 && r.type != wire::PUSH)) {
     return InvalidArgumentError("push part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
                                 " (at most " + std::to_string(kMaxPushParts) + " parts)");
+  }
+  if (h.has_lr()) {
+    if (r.type != wire::PUSH) return InvalidArgumentError("only a push carries a learning rate");
+    if (!std::isfinite(h.lr()) || h.lr() < 0) {
+      return InvalidArgumentError("push learning rate " + std::to_string(h.lr()) + " is not a finite number >= 0");
+    }
+    r.lr = h.lr();
   }
   if (r.type == wire::INIT) r.job = h.job();
   return r;

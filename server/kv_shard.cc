@@ -88,8 +88,8 @@ void KvShard::Read(std::span<const Segment> segments, std::span<const uint64_t> 
 }
 
 void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-                    float lr_scale, bool counts) {
-  const float lr = Lr() * lr_scale * push_lr_scale_;
+                    float lr_scale, bool counts, float pushed_lr) {
+  const float lr = Lr(pushed_lr) * lr_scale * push_lr_scale_;
   for (const auto& s : segments) {
     const int64_t local = s.begin - range_.begin;
     std::span<float> w(params_.data() + local, static_cast<size_t>(s.size()));
@@ -129,9 +129,9 @@ void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint
   }
 }
 
-void KvShard::ApplyAccumulated(int count) {
+void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   GRADSYNC_CHECK(count > 0);
-  const float lr = Lr();
+  const float lr = Lr(pushed_lr);
   const float inv = 1.0f / static_cast<float>(count);
   for (const auto& r : dense_runs_) {
     std::span<float> a(accum_.data() + r.begin, static_cast<size_t>(r.size()));

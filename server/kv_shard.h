@@ -10,10 +10,13 @@
 //   Adam: one Adam step (m, v and t advance) on g itself at rate lr / N. Adam divides the
 //         gradient by its own running scale, so g / N would not shorten the step; lr / N does.
 //         With N = 1 both are exactly the optimizer on one worker's gradient.
-// The version counts gradients applied; the step that drives the learning-rate schedule counts
-// rounds (bsp) or gradients / N (ssp, asp). Not thread-safe.
+// The rate is the schedule's at the shard's step, or a push's own (`lr`: a worker whose own
+// optimizer or schedule sets the rate, a frontend's LR scheduler) instead. The version counts
+// gradients applied; the step that drives the learning-rate schedule counts rounds (bsp) or
+// gradients / N (ssp, asp). Not thread-safe.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -39,13 +42,15 @@ class KvShard {
   // Sets the initial parameters (the whole range, from worker 0).
   void SetValues(std::span<const float> values);
   void Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const;
-  // Applies one worker's gradient now (ssp/asp), at the schedule's rate times lr_scale
-  // (the staleness-aware rate passes 1 / staleness). A gradient that came in parts is applied
-  // part by part with counts = false but for the last: it counts once (version, step).
+  // Applies one worker's gradient now (ssp/asp), at `lr` (the push's own rate; NaN: the
+  // schedule's) times lr_scale (the staleness-aware rate passes 1 / staleness). A gradient that
+  // came in parts is applied part by part with counts = false but for the last: it counts once
+  // (version, step, the optimizer's step).
   void Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-             float lr_scale = 1.0f, bool counts = true);
+             float lr_scale = 1.0f, bool counts = true, float lr = NAN);
   void Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values);
-  void ApplyAccumulated(int count);
+  // Applies the mean of the `count` gradients accumulated (bsp) at `lr` (NaN: the schedule's).
+  void ApplyAccumulated(int count, float lr = NAN);
 
   int64_t version() const { return version_; }
   int64_t step() const { return step_; }
@@ -63,7 +68,7 @@ class KvShard {
                  int64_t version, int64_t step, int64_t gradients);
 
  private:
-  float Lr() const { return lr_.At(step_); }
+  float Lr(float pushed) const { return std::isnan(pushed) ? lr_.At(step_) : pushed; }
 
   Segment range_;
   std::vector<TensorInfo> layout_;

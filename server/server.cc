@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -227,6 +228,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     if (push == nullptr) return OkStatus();  // more parts to come
   } else {
     whole.chunks.push_back(TakeChunk(r.segments, keys, &m.values, values, n, &decoded_));
+    whole.lr = r.lr;
   }
   controller_->CountPush(w);
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
@@ -244,7 +246,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
     for (size_t i = 0; i < push->chunks.size(); ++i) {
       const PushChunk& c = push->chunks[i];
-      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size());
+      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr);
     }
     MaybeCheckpoint(true);
   }
@@ -256,10 +258,12 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
 
 void Server::ApplyRound() {
   const bool any = !round_.empty();
+  float lr = NAN;  // the pushes' own rate, if they carry one (they agree in bsp; else the last rank's)
   for (const auto& [worker, held] : round_) {
     for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values());
+    if (!std::isnan(held.lr)) lr = held.lr;
   }
-  if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
+  if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()), lr);
   round_.clear();
   controller_->OnRoundApplied();
   if (any) MaybeCheckpoint(true);  // between rounds: nothing is held

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -191,13 +192,16 @@ Status AllreduceSync::WriteCheckpoint(int64_t step) {
 }
 
 Status AllreduceSync::BeginStep(const StepPlan& plan) {
+  RETURN_IF_ERROR(CheckStepRate(plan.lr));
   step_ = plan.step;
+  step_lr_ = plan.lr;
   if (reducer_) reducer_->Begin(model_->grads());
   return OkStatus();
 }
 
 Result<SyncStepStats> AllreduceSync::FinishStep() {
   const int64_t step = step_;
+  const float rate = std::isnan(step_lr_) ? lr_.At(step) : step_lr_;
   const bool device = model_->on_device();
   Stopwatch comm;
   double comm_ms = 0, hidden_ms = 0;
@@ -208,7 +212,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
                                        ReduceOp::kAverage, model_->device_stream())
                         .WithContext("step " + std::to_string(step)));
-    RETURN_IF_ERROR(model_->OptimizerStep(lr_.At(step)));
+    RETURN_IF_ERROR(model_->OptimizerStep(rate));
     RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s)
                         .WithContext("step " + std::to_string(step)));
     comm_ms = comm.Millis();
@@ -221,7 +225,6 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     comm_ms = comm.Millis();
   }
   if (!device) {
-    const float rate = lr_.At(step);
     for (size_t t = 0; t < model_->layout().size(); ++t) {
       const TensorInfo& ti = model_->layout()[t];
       if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);

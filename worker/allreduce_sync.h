@@ -6,7 +6,8 @@
 // (key, value) pairs and averaged per key, compressed gradients are summed inside the ring
 // (fp16, random-k) or all-gathered and decoded in rank order (the other codecs), a device model's
 // gradient is averaged by the device collective (NCCL) with the optimizer on the device; then
-// every rank applies the same optimizer and learning-rate schedule locally (FinishStep). So N
+// every rank applies the same optimizer and learning-rate schedule (or the step's own rate,
+// StepPlan::lr) locally (FinishStep). So N
 // workers with batch b compute what LocalSync computes with batch N*b (up to float summation
 // order), and what bsp computes over the PS. EndTraining is the collective's barrier.
 #pragma once
@@ -97,6 +98,7 @@ class AllreduceSync final : public GradientSync {
   std::vector<uint8_t> encoded_;
   std::vector<float> decoded_;
   int64_t step_ = 0;
+  float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
   std::unique_ptr<OverlappedReducer> reducer_;
 };
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gradsync {
 namespace {
 
@@ -26,6 +28,40 @@ TEST(PsProtocolTest, APushInPartsRoundTrips) {
   EXPECT_EQ(back->parts, 5);
   EXPECT_EQ(back->part, 2);
   EXPECT_EQ(TotalSize(back->segments), 65u);
+}
+
+TEST(PsProtocolTest, APushCarriesTheWorkersOwnRateOrNone) {
+  PsRequest r;
+  r.type = wire::PUSH;
+  r.segments = {{0, 4}};
+  auto none = DecodeRequest(EncodeRequest(r));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(std::isnan(none->lr));
+  EXPECT_FALSE(EncodeRequest(r).has_lr());
+  for (float lr : {0.0125f, 0.0f, 3e-7f}) {
+    r.lr = lr;
+    auto back = DecodeRequest(EncodeRequest(r));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->lr, lr);
+  }
+}
+
+TEST(PsProtocolTest, ARateThatCannotBeOneIsRefused) {
+  for (float lr : {-0.1f, INFINITY, -INFINITY, NAN}) {
+    wire::Header h;
+    PsRequest r;
+    r.type = wire::PUSH;
+    h = EncodeRequest(r);
+    h.set_lr(lr);
+    auto back = DecodeRequest(h);
+    EXPECT_EQ(back.status().code(), StatusCode::kInvalidArgument) << lr;
+    EXPECT_NE(back.status().message().find("is not a finite number >= 0"), std::string::npos) << back.status();
+  }
+  PsRequest pull;
+  pull.type = wire::PULL;
+  wire::Header h = EncodeRequest(pull);
+  h.set_lr(0.1f);
+  EXPECT_EQ(DecodeRequest(h).status().code(), StatusCode::kInvalidArgument);  // only a push has a rate
 }
 
 TEST(PsProtocolTest, InitCarriesTheJobAndPullTheCodec) {

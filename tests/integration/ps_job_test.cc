@@ -203,6 +203,28 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   }
 }
 
+// A caller that sets each step's rate itself (a frontend's LR scheduler): the pushes carry it
+// and the shards apply it instead of their schedule. The job's schedule says constant 0.5 (it
+// would diverge); the steps' own rates are the cosine a scheduled run computes, so the run is
+// that run bit for bit, sequential or overlapped (pushes in parts).
+TEST(PsJobTest, EachPushAppliesItsStepsOwnRate) {
+  Dataset data = Blobs(1600);
+  PsJobOptions scheduled = BspJob(2, 16, 60);
+  scheduled.train.lr = {LrSchedule::Kind::kCosine, 0.05f, 60, 0.0f};
+  PsJobResult expect = RunPsJob(scheduled, data, data);
+  ASSERT_TRUE(expect.status.ok()) << expect.status;
+  for (bool overlap : {false, true}) {
+    PsJobOptions own = scheduled;
+    own.train.lr = {LrSchedule::Kind::kConstant, 0.5f, 0, 0.0f};
+    own.step_lr = [cosine = scheduled.train.lr](int64_t step) { return cosine.At(step); };
+    own.overlap = overlap;
+    own.push_part_floats = 50;  // several parts per push
+    PsJobResult r = RunPsJob(own, data, data);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.params, expect.params) << "overlap " << overlap;
+  }
+}
+
 TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
   Dataset data = Blobs(1600);
   // One worker: every mode is local SGD step for step, parts or not.

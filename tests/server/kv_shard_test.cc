@@ -146,6 +146,39 @@ TEST(KvShardTest, AdamPushInPartsIsOneStep) {
   EXPECT_EQ(parts.version(), 2);
 }
 
+TEST(KvShardTest, APushsOwnRateReplacesTheSchedule) {
+  // The schedule says 0.5; the pushes say 0.1 (times the staleness-aware 1/2 for the second).
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+  KvShard asp({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/false);
+  KvShard bsp({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/true);
+  asp.SetValues(std::vector<float>{1, 1, 1, 1});
+  bsp.SetValues(std::vector<float>{1, 1, 1, 1});
+  std::vector<Segment> seg = {{8, 12}};
+  std::vector<float> g = {4, 8, -4, 0};
+  asp.Apply(seg, {}, g.data(), 1.0f, true, 0.1f);  // w - 0.1 * g / 2
+  std::vector<float> expect = {0.8f, 0.6f, 1.2f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(asp.params()[i], expect[i]) << i;
+  asp.Apply(seg, {}, g.data(), 0.5f, true, 0.1f);  // w - 0.05 * g / 2
+  expect = {0.7f, 0.4f, 1.3f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(asp.params()[i], expect[i]) << i;
+  bsp.Accumulate(seg, {}, g.data());
+  bsp.ApplyAccumulated(1, 0.1f);  // w - 0.1 * g
+  expect = {0.6f, 0.2f, 1.4f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(bsp.params()[i], expect[i]) << i;
+  EXPECT_EQ(bsp.step(), 1);  // the schedule's step goes on all the same
+}
+
+TEST(KvShardTest, AdamInAspTakesAPushsRateOverN) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+  KvShard asp({8, 12}, Layout(), Adam(0), lr, 2, /*aggregate=*/false);
+  Optimizer reference(Adam(0), 4);
+  std::vector<float> w = {1, -1, 2, 0.5f}, g = {2, 0, 4, 8};
+  asp.SetValues(w);
+  asp.Apply(std::vector<Segment>{{8, 12}}, {}, g.data(), 1.0f, true, 0.01f);
+  reference.Step(w, g, 0.01f / 2);
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin()));
+}
+
 TEST(KvShardTest, SparseKeysAndRead) {
   LrSchedule lr{LrSchedule::Kind::kConstant, 1.0f, 0, 0};
   KvShard s({0, 12}, Layout(), {}, lr, 1, true);

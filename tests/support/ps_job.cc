@@ -180,6 +180,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
         if (d > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(d));
       };
       pto.after_init = [&] { past_init++; };
+      pto.step_lr = o.step_lr;
       PsTrainer trainer(pto, model.get(), &train, &test, nullptr, ps->get(), &client);
       auto r = trainer.Run();
       status = r.ok() ? OkStatus() : r.status();

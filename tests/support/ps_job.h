@@ -38,6 +38,8 @@ struct PsJobOptions {
   bool compress_pull = false;
   bool staleness_aware_lr = false;
   bool overlap = false;                    // PsTrainOptions::overlap
+  // Each step's own rate, pushed with its gradient (PsTrainOptions::step_lr); empty: none.
+  std::function<float(int64_t step)> step_lr;
   size_t push_part_floats = size_t{1} << 20;
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
