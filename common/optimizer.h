@@ -15,6 +15,10 @@
 //   v = beta2 * v + (1 - beta2) * g' * g'
 //   bias1 = 1 - beta1^t, bias2 = 1 - beta2^t           (in double, as PyTorch's Python floats)
 //   w -= (lr / bias1) * m / (sqrt(v) / sqrt(bias2) + eps)   (element-wise in float)
+// Each operation as PyTorch's source writes it. Against torch 1.13 on an AVX2 CPU a step agrees
+// to float rounding, not always to the bit: PyTorch's AVX2 kernels fuse three of the multiply-
+// adds (weight decay, m, v) into FMAs, and its rate is a double where ours is a float; with both
+// emulated, every step of a 20-step check on 1000 parameters was bit-identical.
 //
 // One Optimizer owns the state (momentum buffer; Adam's m and v and its step count) for a flat
 // range of `size` parameters; the worker uses one per model, a server shard one per key range
