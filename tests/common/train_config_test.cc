@@ -168,6 +168,17 @@ TEST(TrainConfigTest, ModeNameTable) {
   EXPECT_FALSE(JoinsJob(config::LOCAL));
 }
 
+// gradsync-worker's flags (no environment) -> TrainConfig and WorkerProcess.
+Status ParseFlags(const std::vector<std::string>& args, config::TrainConfig* train, config::WorkerProcess* process) {
+  FlagParser parser("prog", "test");
+  AddWorkerFlags(parser.options());
+  std::vector<const char*> argv = {"prog"};
+  for (const auto& s : args) argv.push_back(s.c_str());
+  const char* env[] = {nullptr};
+  auto vm = parser.ParseOrExit(static_cast<int>(argv.size()), argv.data(), env);
+  return FlagsToConfig(vm, train, process);
+}
+
 // flags -> TrainConfig -> flags -> TrainConfig: the same config, the same flags.
 TEST(TrainFlagsTest, RoundTrip) {
   const std::vector<std::string> args = {
@@ -178,18 +189,9 @@ TEST(TrainFlagsTest, RoundTrip) {
       "--compress=topk:0.01", "--error-feedback", "--compress-pull", "--overlap=false", "--push-part-mb=0.25",
       "--device=cpu", "--request-timeout=30", "--recovery-timeout=0", "--straggle=uniform:1:5",
       "--straggle-seed=9", "--threads=2", "--log-every=10", "--eval-every=20"};
-  auto parse = [](std::vector<std::string> a, config::TrainConfig* t, config::WorkerProcess* p) {
-    FlagParser parser("prog", "test");
-    AddWorkerFlags(parser.options());
-    std::vector<const char*> argv = {"prog"};
-    for (const auto& s : a) argv.push_back(s.c_str());
-    const char* env[] = {nullptr};
-    auto vm = parser.ParseOrExit(static_cast<int>(argv.size()), argv.data(), env);
-    return FlagsToConfig(vm, t, p);
-  };
   config::TrainConfig a, b;
   config::WorkerProcess pa, pb;
-  ASSERT_TRUE(parse(args, &a, &pa).ok());
+  ASSERT_TRUE(ParseFlags(args, &a, &pa).ok());
   EXPECT_TRUE(Validate(a).empty()) << JoinErrors(Validate(a));
   EXPECT_EQ(a.mode(), config::SSP);
   EXPECT_FLOAT_EQ(a.lr(), 0.05f);
@@ -197,12 +199,12 @@ TEST(TrainFlagsTest, RoundTrip) {
   EXPECT_FALSE(a.has_resume());  // a default is not "given"
   const std::vector<std::string> flags = ConfigToFlags(a);
   EXPECT_EQ(flags, args);  // every flag given, in the table's order, spelled the same
-  ASSERT_TRUE(parse(flags, &b, &pb).ok());
+  ASSERT_TRUE(ParseFlags(flags, &b, &pb).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(a, b)) << a.DebugString() << "\nvs\n" << b.DebugString();
   EXPECT_EQ(ConfigToFlags(b), flags);
   // Nothing given: nothing set, no flags.
   config::TrainConfig none;
-  ASSERT_TRUE(parse({}, &none, &pa).ok());
+  ASSERT_TRUE(ParseFlags({}, &none, &pa).ok());
   EXPECT_EQ(none.ByteSizeLong(), 0u);
   EXPECT_TRUE(ConfigToFlags(none).empty());
   EXPECT_EQ(ConfigToFlags(a, {"mode", "staleness"}).front(), "--model=mlp");
@@ -211,15 +213,9 @@ TEST(TrainFlagsTest, RoundTrip) {
 TEST(TrainFlagsTest, AdamsFlagsRoundTrip) {
   const std::vector<std::string> args = {"--optimizer=adam", "--momentum=0", "--weight-decay=0.01", "--adam-beta1=0.8",
                                          "--adam-beta2=0.99", "--adam-eps=1e-06"};
-  FlagParser parser("prog", "test");
-  AddWorkerFlags(parser.options());
-  std::vector<const char*> argv = {"prog"};
-  for (const auto& s : args) argv.push_back(s.c_str());
-  const char* env[] = {nullptr};
-  auto vm = parser.ParseOrExit(static_cast<int>(argv.size()), argv.data(), env);
   config::TrainConfig c;
   config::WorkerProcess p;
-  ASSERT_TRUE(FlagsToConfig(vm, &c, &p).ok());
+  ASSERT_TRUE(ParseFlags(args, &c, &p).ok());
   EXPECT_TRUE(Validate(c).empty()) << JoinErrors(Validate(c));
   EXPECT_EQ(c.optimizer(), "adam");
   EXPECT_EQ(c.adam_beta1(), 0.8);

@@ -22,17 +22,9 @@ class AllreduceEquivalenceTest : public ::testing::TestWithParam<std::pair<std::
 
 TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatch) {
   const auto [model_name, tolerance] = GetParam();
-  BlobsOptions bo;
-  bo.n = 1600;
-  bo.dim = 12;
-  bo.classes = 4;
-  bo.center_scale = 0.8f;
-  Dataset data = MakeGaussianBlobs(bo);
-  ModelOptions mo;
+  Dataset data = SmallBlobs();
+  ModelOptions mo = SmallMlp();
   mo.name = model_name;
-  mo.input_dim = 12;
-  mo.num_classes = 4;
-  mo.hidden = {16};
   LocalTrainOptions t;
   t.batch = 8;
   t.epochs = 100;
@@ -69,33 +61,10 @@ INSTANTIATE_TEST_SUITE_P(Models, AllreduceEquivalenceTest,
                                            std::make_pair(std::string("mlp"), 1e-5)),
                          [](const auto& p) { return p.param.first; });
 
-Dataset SmallBlobs() {
-  BlobsOptions bo;
-  bo.n = 1600;
-  bo.dim = 12;
-  bo.classes = 4;
-  bo.center_scale = 0.8f;
-  return MakeGaussianBlobs(bo);
-}
-
-ModelOptions SmallMlp() {
-  ModelOptions mo;
-  mo.name = "mlp";
-  mo.input_dim = 12;
-  mo.num_classes = 4;
-  mo.hidden = {16};
-  return mo;
-}
-
 LocalTrainOptions AdamTrain(int64_t batch, int64_t steps) {
-  LocalTrainOptions t;
-  t.batch = batch;
-  t.epochs = 100;
-  t.max_steps = steps;
-  t.seed = 5;
+  LocalTrainOptions t = SmallTrain(batch, steps, 0.0f);
   t.lr = {LrSchedule::Kind::kConstant, 0.005f, 0, 0.0f};
   t.optimizer.kind = OptimizerKind::kAdam;
-  t.optimizer.weight_decay = 1e-4f;
   return t;
 }
 
