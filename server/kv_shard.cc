@@ -166,8 +166,10 @@ Status KvShard::Restore(std::span<const float> params, std::span<const float> op
                          " values; this shard's " + OptimizerKindName(optimizer_.options().kind) + " keeps " +
                          std::to_string(optimizer_.state().size()));
   }
-  if (version < 0 || step < 0 || gradients < 0 || optimizer_steps < 0) {
-    return DataLossError("checkpoint has negative counters");
+  // Counters go up by one per update: a negative one, or one that could overflow, is no shard's.
+  constexpr int64_t kMaxCount = int64_t{1} << 62;
+  for (const int64_t c : {version, step, gradients, optimizer_steps}) {
+    if (c < 0 || c > kMaxCount) return DataLossError("checkpoint has a counter out of range: " + std::to_string(c));
   }
   std::copy(params.begin(), params.end(), params_.begin());
   optimizer_.SetState(optimizer_state);

@@ -63,7 +63,7 @@ class KvShard {
 
   // Puts back a checkpointed state: the range's parameters, the optimizer's state (its size
   // must be this optimizer's) and steps, the version, the schedule's step and the gradient
-  // count. kDataLoss when a size or count cannot be this shard's.
+  // count. kDataLoss when a size cannot be this shard's or a count is negative or past 2^62.
   Status Restore(std::span<const float> params, std::span<const float> optimizer_state, int64_t optimizer_steps,
                  int64_t version, int64_t step, int64_t gradients);
 

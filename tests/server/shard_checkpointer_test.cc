@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
@@ -145,6 +146,15 @@ TEST(ShardCheckpointerTest, RestoreRefusesAnotherOptimizersStateOrRange) {
   EXPECT_NE(s.message().find("optimizer state has 8 values; this shard's adam keeps 16"), std::string::npos) << s;
   KvShard other({0, 4}, layout, {0.9f, false, 0.0f}, lr, 2, false);
   EXPECT_EQ(RestoreShard(*back, &other).code(), StatusCode::kDataLoss);
+  // A step count that the next step would overflow (Adam's t).
+  KvShard sgd_again({0, 8}, layout, {0.9f, false, 0.0f}, lr, 2, false);
+  wire::ShardCheckpoint huge = *back;
+  huge.set_optimizer("sgd");
+  ASSERT_TRUE(RestoreShard(huge, &sgd_again).ok());
+  huge.set_optimizer_steps(INT64_MAX);
+  s = RestoreShard(huge, &sgd_again);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("counter out of range"), std::string::npos) << s;
 }
 
 }  // namespace
