@@ -10,8 +10,8 @@
 //                                 wait, clock staleness, the values' segments), JOIN_REPLY
 //                                 (clock), ERROR (a Status)
 //
-// Decoding checks everything a header alone can say is wrong (type, segment bounds, part
-// numbers, a push's rate, error codes) and answers kInvalidArgument; what depends on a shard's state (its
+// Decoding checks everything a header alone can say is wrong (type, segment bounds, part numbers, a
+// push's rate, error codes) and answers kInvalidArgument; what depends on a shard's state (its
 // range, clocks, versions) is the receiver's to check.
 #pragma once
 

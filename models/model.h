@@ -103,7 +103,8 @@ class Model {
   virtual float* device_grads() { return nullptr; }
   virtual void* device_stream() { return nullptr; }
   // The optimizer where the tensors live (device models): the same rule as Optimizer's SGD, with
-  // its state on the device (adam: kUnimplemented). SetOptimizer once, then OptimizerStep(lr) after each gradient (enqueued).
+  // its state on the device (adam: kUnimplemented). SetOptimizer once, then OptimizerStep(lr)
+  // after each gradient (enqueued).
   // CPU models: kUnimplemented (the trainers run Optimizer on params()/grads() themselves).
   virtual Status SetOptimizer(const OptimizerOptions& options);
   virtual Status OptimizerStep(float lr);

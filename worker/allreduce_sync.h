@@ -1,15 +1,15 @@
 // AllreduceSync: the GradientSync of --mode=allreduce. Every worker holds a replica. Start
 // broadcasts rank 0's initial parameters (or, with resume, rank 0's checkpoint: parameters,
-// optimizer state, step); each step the dense gradients are averaged with the collective in buckets of
-// at most bucket_bytes (the flat gradient buffer cut in order; with overlap, on a communication
-// thread as backward reports them: OverlappedReducer), sparse gradients are all-gathered as
-// (key, value) pairs and averaged per key, compressed gradients are summed inside the ring
-// (fp16, random-k) or all-gathered and decoded in rank order (the other codecs), a device model's
-// gradient is averaged by the device collective (NCCL) with the optimizer on the device; then
-// every rank applies the same optimizer and learning-rate schedule (or the step's own rate,
-// StepPlan::lr) locally (FinishStep). So N
-// workers with batch b compute what LocalSync computes with batch N*b (up to float summation
-// order), and what bsp computes over the PS. EndTraining is the collective's barrier.
+// optimizer state, step); each step the dense gradients are averaged with the collective in buckets
+// of at most bucket_bytes (the flat gradient buffer cut in order; with overlap, on a communication
+// thread as backward reports them: OverlappedReducer), sparse gradients are all-gathered as (key,
+// value) pairs and averaged per key, compressed gradients are summed inside the ring (fp16,
+// random-k) or all-gathered and decoded in rank order (the other codecs), a device model's gradient
+// is averaged by the device collective (NCCL) with the optimizer on the device; then every rank
+// applies the same optimizer and learning-rate schedule (or the step's own rate, StepPlan::lr)
+// locally (FinishStep). So N workers with batch b compute what LocalSync computes with batch N*b
+// (up to float summation order), and what bsp computes over the PS. EndTraining is the collective's
+// barrier.
 #pragma once
 
 #include <memory>
@@ -49,9 +49,10 @@ struct AllreduceTrainOptions {
   DeviceCollective* device_collective = nullptr;
   double collective_timeout_s = 60.0;  // deadline of a device all-reduce
   // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, optimizer
-  // state, step; Adam's t is the step) atomically every checkpoint_every steps; resume makes every rank start from it (rank 0
-  // reads it and broadcasts). A dead rank fails every other rank (the collective's deadline):
-  // the job is restarted with resume and loses at most checkpoint_every steps.
+  // state, step; Adam's t is the step) atomically every checkpoint_every steps; resume makes every
+  // rank start from it (rank 0 reads it and broadcasts; another optimizer's is refused). A dead
+  // rank fails every other rank (the collective's deadline): the job is restarted with resume and
+  // loses at most checkpoint_every steps.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;

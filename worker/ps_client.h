@@ -65,13 +65,13 @@ class PsClient {
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
   Status Wait(RequestId id, double timeout_s);
 
-  // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts
-  // at tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
-  // BeginPush(clock, grads, lr) opens the push of `clock` (grads lent and lr as for Push); PushReady(t)
-  // sends tensor t's parts the moment backward has produced its gradient; FinishPush sends
-  // what was never reported ready and returns the push's id (one reply per shard, as Push).
-  // A shard receives its parts in the order sent, numbered (Header.parts/part), and counts the
-  // push when the last one arrives: bsp, ssp and asp mean what they mean for Push.
+  // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts at
+  // tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
+  // BeginPush(clock, grads, lr) opens the push of `clock` (grads lent and lr as for Push);
+  // PushReady(t) sends tensor t's parts the moment backward has produced its gradient; FinishPush
+  // sends what was never reported ready and returns the push's id (one reply per shard, as Push). A
+  // shard receives its parts in the order sent, numbered (Header.parts/part), and counts the push
+  // when the last one arrives: bsp, ssp and asp mean what they mean for Push.
   void set_part_floats(size_t part_floats);
   RequestId BeginPush(int64_t clock, ConstFloatSpan grads, float lr = NAN);
   void PushReady(size_t tensor);

@@ -81,8 +81,8 @@ std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& 
 double SummationNoise(const ModelOptions& model, LocalTrainOptions train, int64_t micro, const Dataset& data);
 double EquivalenceTolerance(double noise, double base = 1e-5);
 
-// What the equivalence tests train, and how: Gaussian blobs of 12 features (`classes` classes, centers
-// 0.8 apart), and an MLP 12-16-4 for them.
+// What the equivalence tests train, and how: Gaussian blobs of 12 features (`classes` classes,
+// centers 0.8 apart), and an MLP 12-16-4 for them.
 Dataset SmallBlobs(int64_t n = 1600, int classes = 4);
 ModelOptions SmallMlp();
 // `steps` steps of `batch` (seed 5), SGD with `momentum` and weight decay 1e-4, rate 0.05
