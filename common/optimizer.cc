@@ -3,8 +3,19 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 namespace gradsync {
+
+const char* OptimizerKindName(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdam ? "adam" : "sgd";
+}
+
+Result<OptimizerKind> ParseOptimizerKind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  return InvalidArgumentError("optimizer must be sgd or adam, not '" + name + "'");
+}
 
 Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!std::isfinite(o.momentum) || o.momentum < 0.0f || o.momentum >= 1.0f) {
@@ -13,8 +24,20 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!std::isfinite(o.weight_decay) || o.weight_decay < 0.0f) {
     return InvalidArgumentError("weight decay must be >= 0, got " + std::to_string(o.weight_decay));
   }
-  if (o.nesterov && o.momentum == 0.0f) {
-    return InvalidArgumentError("nesterov needs momentum > 0");
+  if (o.kind != OptimizerKind::kAdam) {
+    if (o.nesterov && o.momentum == 0.0f) return InvalidArgumentError("nesterov needs momentum > 0");
+    return OkStatus();
+  }
+  if (o.momentum != 0.0f || o.nesterov) {
+    return InvalidArgumentError("momentum and nesterov are SGD's; adam has beta1 instead");
+  }
+  for (const auto& [name, beta] : {std::pair{"beta1", o.beta1}, std::pair{"beta2", o.beta2}}) {
+    if (!(beta >= 0.0 && beta < 1.0)) {
+      return InvalidArgumentError(std::string("adam ") + name + " must be in [0, 1), got " + std::to_string(beta));
+    }
+  }
+  if (!(std::isfinite(o.eps) && o.eps > 0.0)) {
+    return InvalidArgumentError("adam eps must be > 0, got " + std::to_string(o.eps));
   }
   return OkStatus();
 }
@@ -22,7 +45,12 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
 Optimizer::Optimizer(const OptimizerOptions& options, int64_t size) : options_(options) {
   GRADSYNC_CHECK(ValidateOptimizerOptions(options).ok()) << ValidateOptimizerOptions(options);
   GRADSYNC_CHECK(size >= 0);
-  if (options_.momentum > 0.0f) velocity_.assign(static_cast<size_t>(size), 0.0f);
+  size_ = static_cast<size_t>(size);
+  if (options_.kind == OptimizerKind::kAdam) {
+    state_.assign(2 * size_, 0.0f);
+  } else if (options_.momentum > 0.0f) {
+    state_.assign(size_, 0.0f);
+  }
 }
 
 void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset, float grad_scale) {
@@ -30,6 +58,12 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
   const size_t n = grad.size();
   float* w = params.data();
   const float* g = grad.data();
+  if (options_.kind == OptimizerKind::kAdam) {
+    GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= size_)
+        << "range " << offset << "+" << n << " outside optimizer state of " << size_;
+    AdamStep(w, g, n, lr, static_cast<size_t>(offset), grad_scale);
+    return;
+  }
   const float wd = options_.weight_decay;
   const float mu = options_.momentum;
   const float gs = grad_scale;
@@ -41,9 +75,9 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
     }
     return;
   }
-  GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= velocity_.size())
-      << "range " << offset << "+" << n << " outside optimizer state of " << velocity_.size();
-  float* b = velocity_.data() + offset;
+  GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= state_.size())
+      << "range " << offset << "+" << n << " outside optimizer state of " << state_.size();
+  float* b = state_.data() + offset;
   if (options_.nesterov) {
     for (size_t i = 0; i < n; ++i) {
       float gi = gs * g[i] + wd * w[i];
@@ -59,14 +93,51 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
   }
 }
 
-void Optimizer::SetState(std::span<const float> velocity) {
-  GRADSYNC_CHECK(velocity.size() == velocity_.size()) << velocity.size() << " vs " << velocity_.size();
-  std::copy(velocity.begin(), velocity.end(), velocity_.begin());
+// torch.optim.Adam's _single_tensor_adam, each operation in the same precision and order:
+//   grad = grad.add(param, alpha=weight_decay)
+//   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+//   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+//   step_size = lr / bias_correction1                          (Python floats)
+//   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)
+//   param.addcdiv_(exp_avg, denom, value=-step_size)
+// where a Python scalar meets a float tensor as a float, and 1 - beta is computed in double first.
+void Optimizer::AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale) {
+  const double t = static_cast<double>(steps_ + 1);
+  const double bias1 = 1.0 - std::pow(options_.beta1, t);
+  const double bias2 = 1.0 - std::pow(options_.beta2, t);
+  const float step_size = static_cast<float>(static_cast<double>(lr) / bias1);
+  const float bias2_sqrt = static_cast<float>(std::sqrt(bias2));
+  const float beta1 = static_cast<float>(options_.beta1), beta2 = static_cast<float>(options_.beta2);
+  const float one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
+  const float one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
+  const float eps = static_cast<float>(options_.eps);
+  const float wd = options_.weight_decay;
+  float* m = state_.data() + offset;
+  float* v = state_.data() + size_ + offset;
+  for (size_t i = 0; i < n; ++i) {
+    float gi = grad_scale * g[i];
+    if (wd != 0.0f) gi = gi + wd * w[i];
+    m[i] = m[i] * beta1 + one_minus_beta1 * gi;
+    v[i] = v[i] * beta2 + one_minus_beta2 * gi * gi;
+    const float denom = std::sqrt(v[i]) / bias2_sqrt + eps;
+    w[i] = w[i] + (-step_size * m[i]) / denom;
+  }
+}
+
+void Optimizer::SetState(std::span<const float> state) {
+  GRADSYNC_CHECK(state.size() == state_.size()) << state.size() << " vs " << state_.size();
+  std::copy(state.begin(), state.end(), state_.begin());
+}
+
+void Optimizer::set_steps(int64_t steps) {
+  GRADSYNC_CHECK(steps >= 0) << steps;
+  steps_ = steps;
 }
 
 void Optimizer::StepSparse(FloatSpan params, std::span<const uint64_t> keys,
                            ConstFloatSpan values, float lr, int64_t offset) {
   GRADSYNC_CHECK(keys.size() == values.size()) << keys.size() << " vs " << values.size();
+  GRADSYNC_CHECK(options_.kind == OptimizerKind::kSgd) << "adam has no sparse step (sparse models are refused with adam)";
   const float wd = options_.weight_decay;
   const float mu = options_.momentum;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -77,8 +148,8 @@ void Optimizer::StepSparse(FloatSpan params, std::span<const uint64_t> keys,
       params[k] -= lr * gi;
       continue;
     }
-    GRADSYNC_CHECK(static_cast<size_t>(offset) + k < velocity_.size()) << "key " << k;
-    float& b = velocity_[static_cast<size_t>(offset) + k];
+    GRADSYNC_CHECK(static_cast<size_t>(offset) + k < state_.size()) << "key " << k;
+    float& b = state_[static_cast<size_t>(offset) + k];
     b = mu * b + gi;
     params[k] -= lr * (options_.nesterov ? gi + mu * b : b);
   }

@@ -59,6 +59,36 @@ uint64_t TotalSize(std::span<const Segment> segments) {
   return n;
 }
 
+void SetJobOptimizer(const OptimizerOptions& o, wire::JobConfig* job) {
+  job->set_optimizer(OptimizerKindName(o.kind));
+  job->set_momentum(o.momentum);
+  job->set_nesterov(o.nesterov);
+  job->set_weight_decay(o.weight_decay);
+  if (o.kind == OptimizerKind::kAdam) {
+    job->set_adam_beta1(o.beta1);
+    job->set_adam_beta2(o.beta2);
+    job->set_adam_eps(o.eps);
+  }
+}
+
+Result<OptimizerOptions> JobOptimizer(const wire::JobConfig& job) {
+  OptimizerOptions o;
+  ASSIGN_OR_RETURN(o.kind, ParseOptimizerKind(job.optimizer().empty() ? "sgd" : job.optimizer()));
+  o.momentum = job.momentum();
+  o.nesterov = job.nesterov();
+  o.weight_decay = job.weight_decay();
+  if (o.kind == OptimizerKind::kAdam) {
+    o.beta1 = job.adam_beta1();
+    o.beta2 = job.adam_beta2();
+    o.eps = job.adam_eps();
+    for (const auto& t : job.tensors()) {
+      if (t.sparse()) return InvalidArgumentError("adam applies to dense models; tensor '" + t.name() + "' is sparse");
+    }
+  }
+  RETURN_IF_ERROR(ValidateOptimizerOptions(o));
+  return o;
+}
+
 PsReply ReplyTo(const PsRequest& request, wire::Type type, int server) {
   PsReply r;
   r.type = type;
@@ -77,6 +107,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
     h.set_parts(r.parts);
     h.set_part(r.part);
   }
+  if (!std::isnan(r.lr)) h.set_lr(r.lr);
   if (r.type == wire::INIT) *h.mutable_job() = r.job;
   return h;
 }
@@ -100,6 +131,13 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
       (r.parts > 1 && r.part >= r.parts) || (r.parts > 1 && r.type != wire::PUSH)) {
     return InvalidArgumentError("push part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
                                 " (at most " + std::to_string(kMaxPushParts) + " parts)");
+  }
+  if (h.has_lr()) {
+    if (r.type != wire::PUSH) return InvalidArgumentError("only a push carries a learning rate");
+    if (!std::isfinite(h.lr()) || h.lr() < 0) {
+      return InvalidArgumentError("push learning rate " + std::to_string(h.lr()) + " is not a finite number >= 0");
+    }
+    r.lr = h.lr();
   }
   if (r.type == wire::INIT) r.job = h.job();
   return r;

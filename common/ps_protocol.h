@@ -10,16 +10,18 @@
 //                                 wait, clock staleness, the values' segments), JOIN_REPLY
 //                                 (clock), ERROR (a Status)
 //
-// Decoding checks everything a header alone can say is wrong (type, segment bounds, part
-// numbers, error codes) and answers kInvalidArgument; what depends on a shard's state (its
+// Decoding checks everything a header alone can say is wrong (type, segment bounds, part numbers, a
+// push's rate, error codes) and answers kInvalidArgument; what depends on a shard's state (its
 // range, clocks, versions) is the receiver's to check.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/optimizer.h"
 #include "common/segment.h"
 #include "common/status.h"
 #include "gradsync.pb.h"
@@ -39,6 +41,7 @@ struct PsRequest {
   std::string codec;              // PUSH: the values are this codec's payload; PULL: a delta is welcome
   int parts = 0;                  // PUSH in parts: 0 or 1 means the whole push in this message
   int part = 0;                   // 0-based, sent in order
+  float lr = NAN;                 // PUSH: the worker's own rate for this gradient; NaN: the job's schedule
   wire::JobConfig job;            // INIT
 };
 
@@ -61,11 +64,17 @@ PsReply ReplyTo(const PsRequest& request, wire::Type type, int server);
 
 wire::Header EncodeRequest(const PsRequest& r);
 // Fails (kInvalidArgument) on a type a worker does not send, a sender that is not a worker,
-// bad segments or part numbers.
+// bad segments or part numbers, a rate on anything but a PUSH or one that is not finite and >= 0.
 Result<PsRequest> DecodeRequest(const wire::Header& h);
 
 wire::Header EncodeReply(const PsReply& r);
 Result<PsReply> DecodeReply(const wire::Header& h);
+
+// The shards' optimizer in a JobConfig (INIT, shard checkpoints): worker 0 writes it, a shard
+// reads it back. JobOptimizer fails (kInvalidArgument) on an unknown optimizer, settings
+// ValidateOptimizerOptions refuses, and adam for a job with a sparse tensor.
+void SetJobOptimizer(const OptimizerOptions& options, wire::JobConfig* job);
+Result<OptimizerOptions> JobOptimizer(const wire::JobConfig& job);
 
 // Segments: offset/length on the wire, [begin, end) here. Each offset and length must be at most
 // 2^40 (so that their sum cannot overflow), else kInvalidArgument.

@@ -71,7 +71,8 @@ std::string JoinErrors(const std::vector<ConfigError>& errors);
 // The deterministic serialization of the settings every worker of a job must agree on: `c`
 // with every field at its effective value, less the per-process ones (mode and staleness,
 // which the scheduler checks itself; threads, data_dir, log/eval cadence, stragglers,
-// timeouts, checkpoint location; device, gpu and the PS overlap knobs outside allreduce).
+// timeouts, checkpoint location; device, gpu and the PS overlap knobs outside allreduce);
+// adam's unused momentum counts as 0, sgd's unused betas and eps not at all.
 std::string JobFingerprint(const config::TrainConfig& c);
 // The settings in which two fingerprints differ, each side as flags ("--lr=0.05 --batch=32"),
 // or the whole fingerprints' lengths when one is not a TrainConfig.

@@ -34,9 +34,13 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       // Optimization.
       {"lr", false, false, "learning rate"},
       {"lr-schedule", false, false, "constant|cosine (cosine decays to 0 over the run)"},
-      {"momentum", false, false, "momentum (0 = plain SGD)"},
-      {"nesterov", false, true, "Nesterov momentum (needs --momentum > 0)"},
-      {"weight-decay", false, false, "L2 weight decay"},
+      {"optimizer", false, false, "sgd|adam: the update rule (adam: torch.optim.Adam; dense models; in the PS modes the servers run it)"},
+      {"momentum", false, false, "sgd: momentum (0 = plain SGD)"},
+      {"nesterov", false, true, "sgd: Nesterov momentum (needs --momentum > 0)"},
+      {"weight-decay", false, false, "L2 weight decay, added to the gradient (sgd and adam)"},
+      {"adam-beta1", false, false, "adam: decay of the gradient's running mean"},
+      {"adam-beta2", false, false, "adam: decay of the squared gradient's running mean"},
+      {"adam-eps", false, false, "adam: added to the denominator"},
       {"epochs", false, false, "epochs"},
       {"batch", false, false, "batch size per step"},
       {"max-steps", false, false, "stop after this many steps (0: no limit)"},
@@ -64,7 +68,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"recovery-timeout", false, false, "PS modes: seconds to wait for a dead server to come back from its checkpoint before failing (0: fail at once)"},
       {"collective-timeout", false, false, "allreduce: seconds an all-reduce may take before the job fails"},
       // All-reduce checkpoints.
-      {"checkpoint-dir", false, false, "allreduce: rank 0 checkpoints parameters, momentum and step to DIR/allreduce.ckpt"},
+      {"checkpoint-dir", false, false, "allreduce: rank 0 checkpoints parameters, optimizer state and step to DIR/allreduce.ckpt"},
       {"checkpoint-every", false, false, "allreduce: steps between checkpoints"},
       {"resume", false, true, "allreduce: every rank starts from DIR/allreduce.ckpt (after a failed run)"},
       // Stragglers.

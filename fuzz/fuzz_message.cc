@@ -253,8 +253,7 @@ void CheckInit(const Message& m) {
     next += t.size();
   }
   if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) return;
-  gradsync::OptimizerOptions opt{job.momentum(), job.nesterov(), job.weight_decay()};
-  if (!gradsync::ValidateOptimizerOptions(opt).ok()) return;
+  if (!gradsync::JobOptimizer(job).ok()) return;
   if (!gradsync::ParseLrScheduleKind(job.lr_schedule()).ok()) return;
   if (!job.compression().empty()) (void)gradsync::CreateCompressor(job.compression(), job.compression_seed());
   gradsync::Partitioner part(static_cast<int64_t>(job.num_params()), 2);

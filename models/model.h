@@ -102,8 +102,9 @@ class Model {
   // needs no CUDA), for a device all-reduce. nullptr on the CPU.
   virtual float* device_grads() { return nullptr; }
   virtual void* device_stream() { return nullptr; }
-  // The optimizer where the tensors live (device models): the same rule as Optimizer, with its
-  // state on the device. SetOptimizer once, then OptimizerStep(lr) after each gradient (enqueued).
+  // The optimizer where the tensors live (device models): the same rule as Optimizer's SGD, with
+  // its state on the device (adam: kUnimplemented). SetOptimizer once, then OptimizerStep(lr)
+  // after each gradient (enqueued).
   // CPU models: kUnimplemented (the trainers run Optimizer on params()/grads() themselves).
   virtual Status SetOptimizer(const OptimizerOptions& options);
   virtual Status OptimizerStep(float lr);

@@ -6,8 +6,11 @@
 
 namespace gradsync {
 namespace {
+bool IsAdam(const OptimizerOptions& o) { return o.kind == OptimizerKind::kAdam; }
+
+// SGD applies each push as g / N, its weight decay divided by N alike; Adam applies g as it is.
 OptimizerOptions PerPushOptions(OptimizerOptions o, int num_workers, bool aggregate) {
-  if (!aggregate) o.weight_decay /= static_cast<float>(num_workers);
+  if (!aggregate && !IsAdam(o)) o.weight_decay /= static_cast<float>(num_workers);
   return o;
 }
 }  // namespace
@@ -20,7 +23,8 @@ KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerO
       optimizer_(PerPushOptions(optimizer, num_workers, aggregate), range.size()),
       lr_(lr),
       num_workers_(num_workers),
-      inv_workers_(1.0f / static_cast<float>(num_workers)) {
+      push_grad_scale_(IsAdam(optimizer) ? 1.0f : 1.0f / static_cast<float>(num_workers)),
+      push_lr_scale_(IsAdam(optimizer) ? 1.0f / static_cast<float>(num_workers) : 1.0f) {
   for (const auto& r : DenseRuns(layout_, range_)) dense_runs_.push_back({r.begin - range_.begin, r.end - range_.begin});
   for (const auto& t : layout_) {
     if (!t.sparse) continue;
@@ -84,13 +88,13 @@ void KvShard::Read(std::span<const Segment> segments, std::span<const uint64_t> 
 }
 
 void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-                    float lr_scale, bool counts) {
-  const float lr = Lr() * lr_scale;
+                    float lr_scale, bool counts, float pushed_lr) {
+  const float lr = Lr(pushed_lr) * lr_scale * push_lr_scale_;
   for (const auto& s : segments) {
     const int64_t local = s.begin - range_.begin;
     std::span<float> w(params_.data() + local, static_cast<size_t>(s.size()));
     std::span<const float> g(values, static_cast<size_t>(s.size()));
-    optimizer_.Step(w, g, lr, local, inv_workers_);
+    optimizer_.Step(w, g, lr, local, push_grad_scale_);
     values += s.size();
   }
   if (!keys.empty()) {
@@ -98,11 +102,12 @@ void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t>
     scratch_.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       local_keys[i] = keys[i] - static_cast<uint64_t>(range_.begin);
-      scratch_[i] = values[i] * inv_workers_;
+      scratch_[i] = values[i] * push_grad_scale_;
     }
     optimizer_.StepSparse(params_, local_keys, scratch_, lr);
   }
   if (!counts) return;
+  optimizer_.EndStep();
   ++version_;
   ++gradients_;
   step_ = gradients_ / num_workers_;
@@ -124,9 +129,9 @@ void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint
   }
 }
 
-void KvShard::ApplyAccumulated(int count) {
+void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   GRADSYNC_CHECK(count > 0);
-  const float lr = Lr();
+  const float lr = Lr(pushed_lr);
   const float inv = 1.0f / static_cast<float>(count);
   for (const auto& r : dense_runs_) {
     std::span<float> a(accum_.data() + r.begin, static_cast<size_t>(r.size()));
@@ -144,24 +149,31 @@ void KvShard::ApplyAccumulated(int count) {
     optimizer_.StepSparse(params_, touched_keys_, scratch_, lr);
     touched_keys_.clear();
   }
+  optimizer_.EndStep();
   version_ += count;
   gradients_ += count;
   ++step_;
 }
 
-Status KvShard::Restore(std::span<const float> params, std::span<const float> velocity, int64_t version, int64_t step,
-                        int64_t gradients) {
+Status KvShard::Restore(std::span<const float> params, std::span<const float> optimizer_state,
+                        int64_t optimizer_steps, int64_t version, int64_t step, int64_t gradients) {
   if (params.size() != params_.size()) {
     return DataLossError("checkpoint holds " + std::to_string(params.size()) + " parameters, the shard " +
                          std::to_string(params_.size()));
   }
-  if (velocity.size() != optimizer_.state().size()) {
-    return DataLossError("checkpoint's optimizer state has " + std::to_string(velocity.size()) + " values, expected " +
+  if (optimizer_state.size() != optimizer_.state().size()) {
+    return DataLossError("checkpoint's optimizer state has " + std::to_string(optimizer_state.size()) +
+                         " values; this shard's " + OptimizerKindName(optimizer_.options().kind) + " keeps " +
                          std::to_string(optimizer_.state().size()));
   }
-  if (version < 0 || step < 0 || gradients < 0) return DataLossError("checkpoint has negative counters");
+  // Counters go up by one per update: a negative one, or one that could overflow, is no shard's.
+  constexpr int64_t kMaxCount = int64_t{1} << 62;
+  for (const int64_t c : {version, step, gradients, optimizer_steps}) {
+    if (c < 0 || c > kMaxCount) return DataLossError("checkpoint has a counter out of range: " + std::to_string(c));
+  }
   std::copy(params.begin(), params.end(), params_.begin());
-  optimizer_.SetState(velocity);
+  optimizer_.SetState(optimizer_state);
+  optimizer_.set_steps(optimizer_steps);
   version_ = version;
   step_ = step;
   gradients_ = gradients;

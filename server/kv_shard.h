@@ -3,13 +3,20 @@
 //
 // Data addressed by a request: dense `segments` (flat [offset, offset + length) ranges) followed
 // by sparse `keys` (flat indices, sorted, unique, inside sparse tensors); values come in that
-// order. Every update is w -= lr(step) * optimizer(g / N): Apply() scales one gradient by
-// 1/num_workers and applies it at once (ssp, asp; weight decay is divided by N too, so a round
-// of N pushes decays once); Accumulate() + ApplyAccumulated(count) sum a round and apply the
-// mean once (bsp). The version counts gradients applied; the step that drives the learning-rate
-// schedule counts rounds (bsp) or gradients / N (ssp, asp). Not thread-safe.
+// order. Accumulate() + ApplyAccumulated(count) sum a round and apply the mean once: one
+// optimizer step (bsp). Apply() applies one worker's gradient at once (ssp, asp), so that a round
+// of N pushes moves the parameters about as far as one step:
+//   SGD:  one step on g / N (weight decay divided by N too, so N pushes decay once);
+//   Adam: one Adam step (m, v and t advance) on g itself at rate lr / N. Adam divides the
+//         gradient by its own running scale, so g / N would not shorten the step; lr / N does.
+//         With N = 1 both are exactly the optimizer on one worker's gradient.
+// The rate is the schedule's at the shard's step, or a push's own (`lr`: a worker whose own
+// optimizer or schedule sets the rate, a frontend's LR scheduler) instead. The version counts
+// gradients applied; the step that drives the learning-rate schedule counts rounds (bsp) or
+// gradients / N (ssp, asp). Not thread-safe.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -35,27 +42,33 @@ class KvShard {
   // Sets the initial parameters (the whole range, from worker 0).
   void SetValues(std::span<const float> values);
   void Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const;
-  // Applies one worker's gradient now (ssp/asp), at the schedule's rate times lr_scale
-  // (the staleness-aware rate passes 1 / staleness). A gradient that came in parts is applied
-  // part by part with counts = false but for the last: it counts once (version, step).
+  // Applies one worker's gradient now (ssp/asp), at `lr` (the push's own rate; NaN: the
+  // schedule's) times lr_scale (the staleness-aware rate passes 1 / staleness). A gradient that
+  // came in parts is applied part by part with counts = false but for the last: it counts once
+  // (version, step, the optimizer's step).
   void Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-             float lr_scale = 1.0f, bool counts = true);
+             float lr_scale = 1.0f, bool counts = true, float lr = NAN);
   void Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values);
-  void ApplyAccumulated(int count);
+  // Applies the mean of the `count` gradients accumulated (bsp) at `lr` (NaN: the schedule's).
+  void ApplyAccumulated(int count, float lr = NAN);
 
   int64_t version() const { return version_; }
   int64_t step() const { return step_; }
   int64_t gradients() const { return gradients_; }
   std::span<const float> params() const { return params_; }
+  const OptimizerOptions& optimizer_options() const { return optimizer_.options(); }
+  // The optimizer's state (Optimizer::state(): momentum, or Adam's m then v) and steps taken.
   std::span<const float> optimizer_state() const { return optimizer_.state(); }
+  int64_t optimizer_steps() const { return optimizer_.steps(); }
 
-  // Puts back a checkpointed state: the range's parameters, the optimizer's momentum buffer
-  // (empty without momentum), the version, the schedule's step and the gradient count.
-  Status Restore(std::span<const float> params, std::span<const float> velocity, int64_t version, int64_t step,
-                 int64_t gradients);
+  // Puts back a checkpointed state: the range's parameters, the optimizer's state (its size
+  // must be this optimizer's) and steps, the version, the schedule's step and the gradient
+  // count. kDataLoss when a size cannot be this shard's or a count is negative or past 2^62.
+  Status Restore(std::span<const float> params, std::span<const float> optimizer_state, int64_t optimizer_steps,
+                 int64_t version, int64_t step, int64_t gradients);
 
  private:
-  float Lr() const { return lr_.At(step_); }
+  float Lr(float pushed) const { return std::isnan(pushed) ? lr_.At(step_) : pushed; }
 
   Segment range_;
   std::vector<TensorInfo> layout_;
@@ -65,7 +78,8 @@ class KvShard {
   Optimizer optimizer_;
   LrSchedule lr_;
   int num_workers_;
-  float inv_workers_;
+  float push_grad_scale_;  // Apply(): SGD 1/N, Adam 1
+  float push_lr_scale_;    // Apply(): SGD 1, Adam 1/N
   std::vector<float> scratch_;
   std::vector<float> accum_;
   std::vector<uint64_t> touched_keys_;  // local indices of sparse elements touched this round

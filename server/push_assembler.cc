@@ -48,6 +48,9 @@ Status PushAssembler::Check(int worker, const PsRequest& part, size_t num_keys) 
   if (part.part > 0 && part.version != p->version) {
     return InvalidArgumentError("the parts of one push carry different versions");
   }
+  if (part.part > 0 && !(part.lr == p->push.lr || (std::isnan(part.lr) && std::isnan(p->push.lr)))) {
+    return InvalidArgumentError("the parts of one push carry different learning rates");
+  }
   if (!part.codec.empty() || num_keys > 0) {
     return InvalidArgumentError("a push in parts carries dense raw values only (no codec, no keys)");
   }
@@ -73,6 +76,7 @@ HeldPush* PushAssembler::Add(int worker, const PsRequest& part, PushChunk chunk)
     p.clock = part.clock;
     p.version = part.version;
     p.parts = part.parts;
+    p.push.lr = part.lr;
   }
   for (const Segment& sg : part.segments) {
     auto at = std::lower_bound(p.covered.begin(), p.covered.end(), sg,

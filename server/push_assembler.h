@@ -2,12 +2,13 @@
 //
 // An overlapped push (PsRequest::parts > 1) arrives as numbered parts on the worker's
 // connection, in order; it counts (consistency, version, its one reply) when its last part is
-// in. Each part must belong to the push whose first part came (same clock, part count and
-// version), come in order, carry dense raw values only, and repeat no element of an earlier
+// in. Each part must belong to the push whose first part came (same clock, part count, version
+// and rate), come in order, carry dense raw values only, and repeat no element of an earlier
 // part. After a bad part the rest of that push is dropped without a reply: the worker gets one
 // answer per push and shard, the error. Pure bookkeeping: no sockets, no shard.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -38,6 +39,7 @@ PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> key
 // A push: one message, or the parts of an overlapped push.
 struct HeldPush {
   std::vector<PushChunk> chunks;
+  float lr = NAN;  // the worker's own rate for it (PsRequest::lr); NaN: the job's schedule
 };
 
 class PushAssembler {

@@ -1,8 +1,10 @@
 #include "server/server.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "common/cluster.h"
 #include "common/logging.h"
@@ -11,6 +13,17 @@ namespace gradsync {
 namespace {
 double NowMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string OptimizerText(const OptimizerOptions& o) {
+  std::ostringstream s;
+  if (o.kind == OptimizerKind::kAdam) {
+    s << "adam (beta1 " << o.beta1 << ", beta2 " << o.beta2 << ", eps " << o.eps;
+  } else {
+    s << "sgd (momentum " << o.momentum << (o.nesterov ? ", nesterov" : "");
+  }
+  s << ", weight decay " << o.weight_decay << ")";
+  return s.str();
 }
 }  // namespace
 
@@ -119,8 +132,9 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {
     return InvalidArgumentError("INIT: tensors do not add up to num_params");
   }
-  OptimizerOptions opt{job.momentum(), job.nesterov(), job.weight_decay()};
-  RETURN_IF_ERROR(ValidateOptimizerOptions(opt));
+  const Result<OptimizerOptions> optimizer = JobOptimizer(job);
+  if (!optimizer.ok()) return optimizer.status().WithContext("INIT");
+  const OptimizerOptions& opt = *optimizer;
   LrSchedule lr;
   ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
   lr.base = job.lr();
@@ -146,8 +160,8 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   shard_ = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
   job_ = job;
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
-                     << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule()
-                     << "), momentum " << opt.momentum;
+                     << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule() << "), "
+                     << OptimizerText(opt);
   return OkStatus();
 }
 
@@ -214,6 +228,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     if (push == nullptr) return OkStatus();  // more parts to come
   } else {
     whole.chunks.push_back(TakeChunk(r.segments, keys, &m.values, values, n, &decoded_));
+    whole.lr = r.lr;
   }
   controller_->CountPush(w);
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
@@ -231,7 +246,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
     for (size_t i = 0; i < push->chunks.size(); ++i) {
       const PushChunk& c = push->chunks[i];
-      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size());
+      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr);
     }
     MaybeCheckpoint(true);
   }
@@ -243,10 +258,12 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
 
 void Server::ApplyRound() {
   const bool any = !round_.empty();
+  float lr = NAN;  // the pushes' own rate, if they carry one (they agree in bsp; else the last rank's)
   for (const auto& [worker, held] : round_) {
     for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values());
+    if (!std::isnan(held.lr)) lr = held.lr;
   }
-  if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()));
+  if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()), lr);
   round_.clear();
   controller_->OnRoundApplied();
   if (any) MaybeCheckpoint(true);  // between rounds: nothing is held
@@ -268,14 +285,7 @@ Status Server::RestoreCheckpoint() {
   const std::string path = checkpointer_.Path(rank_);
   ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_));
   RETURN_IF_ERROR(BuildShard(c.job()).WithContext(path));
-  if (c.begin() != static_cast<uint64_t>(shard_->range().begin) || c.end() != static_cast<uint64_t>(shard_->range().end)) {
-    shard_.reset();
-    return DataLossError(path + " does not hold this shard's range");
-  }
-  std::vector<float> params(c.params().size() / sizeof(float)), velocity(c.velocity().size() / sizeof(float));
-  std::memcpy(params.data(), c.params().data(), c.params().size());
-  std::memcpy(velocity.data(), c.velocity().data(), c.velocity().size());
-  Status s = shard_->Restore(params, velocity, c.version(), c.step(), c.updates());
+  Status s = RestoreShard(c, shard_.get());
   if (s.ok()) {
     s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
                              std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());

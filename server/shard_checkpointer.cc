@@ -1,6 +1,8 @@
 #include "server/shard_checkpointer.h"
 
 #include <chrono>
+#include <cstring>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
@@ -26,8 +28,10 @@ Status ShardCheckpointer::Write(int rank, const wire::JobConfig& job, const KvSh
   c.set_end(static_cast<uint64_t>(shard.range().end));
   const auto params = shard.params();
   c.set_params(params.data(), params.size() * sizeof(float));
-  const auto velocity = shard.optimizer_state();
-  c.set_velocity(velocity.data(), velocity.size() * sizeof(float));
+  const auto state = shard.optimizer_state();
+  c.set_optimizer_state(state.data(), state.size() * sizeof(float));
+  c.set_optimizer(OptimizerKindName(shard.optimizer_options().kind));
+  c.set_optimizer_steps(shard.optimizer_steps());
   c.set_version(shard.version());
   c.set_step(shard.step());
   c.set_updates(shard.gradients());
@@ -57,10 +61,26 @@ Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank) const {
     return DataLossError(path + " belongs to shard " + std::to_string(c.rank()) + ", this is shard " +
                          std::to_string(rank));
   }
-  if (c.params().size() % sizeof(float) != 0 || c.velocity().size() % sizeof(float) != 0) {
+  if (c.params().size() % sizeof(float) != 0 || c.optimizer_state().size() % sizeof(float) != 0) {
     return DataLossError(path + " does not hold whole floats");
   }
   return c;
+}
+
+Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
+  if (c.begin() != static_cast<uint64_t>(shard->range().begin) || c.end() != static_cast<uint64_t>(shard->range().end)) {
+    return DataLossError("the checkpoint does not hold this shard's range");
+  }
+  const std::string written = c.optimizer().empty() ? "sgd" : c.optimizer();
+  const std::string job = OptimizerKindName(shard->optimizer_options().kind);
+  if (written != job) {
+    return DataLossError("the checkpoint holds the state of a " + written + " optimizer, but its job's optimizer is " +
+                         job);
+  }
+  std::vector<float> params(c.params().size() / sizeof(float)), state(c.optimizer_state().size() / sizeof(float));
+  std::memcpy(params.data(), c.params().data(), params.size() * sizeof(float));
+  std::memcpy(state.data(), c.optimizer_state().data(), state.size() * sizeof(float));
+  return shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates());
 }
 
 }  // namespace gradsync

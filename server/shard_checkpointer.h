@@ -4,7 +4,8 @@
 // leaves the old file or the new) every `every` updates (0: not by count) or `interval_s`
 // seconds after the first update since the last one, whichever comes first, and only between
 // bsp rounds (the caller says when nothing is held). A failed write is logged by the caller;
-// training goes on and the next try comes an interval later.
+// training goes on and the next try comes an interval later. RestoreShard puts a checkpoint back
+// into a shard built from its job.
 #pragma once
 
 #include <string>
@@ -47,5 +48,10 @@ class ShardCheckpointer {
   int64_t written_ = 0;
   double slowest_ms_ = 0;
 };
+
+// Puts checkpoint `c` into `shard`, built from c.job(): parameters, optimizer state and steps,
+// version, schedule step, gradient count. kDataLoss when the checkpoint holds another range, its
+// optimizer state was written by another optimizer than the job's, or a size does not fit.
+Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard);
 
 }  // namespace gradsync

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -89,6 +90,11 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
           return InvalidArgumentError(ckpt_path_ + " was written by " + std::to_string(resumed.workers()) +
                                       " workers; this job has " + std::to_string(n));
         }
+        const std::string written = resumed.optimizer().empty() ? "sgd" : resumed.optimizer();
+        if (written != OptimizerKindName(o.optimizer.kind)) {
+          return InvalidArgumentError(ckpt_path_ + " was written with --optimizer=" + written + "; this run uses --optimizer=" +
+                                      OptimizerKindName(o.optimizer.kind));
+        }
         if (resumed.params().size() != model_->params().size_bytes()) {
           return DataLossError(ckpt_path_ + " holds another model (" + std::to_string(resumed.params().size() / 4) +
                                " parameters, this one has " + std::to_string(model_->num_params()) + ")");
@@ -122,13 +128,14 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
   lr_ = RunSchedule(o, shape.total_steps, shape.steps_per_epoch);
   opt_.emplace(o.optimizer, device ? 0 : model_->num_params());
   if (options_.resume && !opt_->state().empty()) {
-    std::vector<float> velocity(opt_->state().size(), 0.0f);
-    if (rank == 0 && resumed.velocity().size() == velocity.size() * sizeof(float)) {
-      std::memcpy(velocity.data(), resumed.velocity().data(), resumed.velocity().size());
+    std::vector<float> state(opt_->state().size(), 0.0f);
+    if (rank == 0 && resumed.optimizer_state().size() == state.size() * sizeof(float)) {
+      std::memcpy(state.data(), resumed.optimizer_state().data(), resumed.optimizer_state().size());
     }
-    RETURN_IF_ERROR(collective_->Broadcast(velocity, 0).WithContext("broadcasting the checkpoint's momentum"));
-    opt_->SetState(velocity);
+    RETURN_IF_ERROR(collective_->Broadcast(state, 0).WithContext("broadcasting the checkpoint's optimizer state"));
+    opt_->SetState(state);
   }
+  opt_->set_steps(start_step);  // one optimizer step per training step (Adam's t)
   if (options_.resume && rank == 0) {
     std::printf("worker 0: resumed from %s at step %lld of %lld\n", ckpt_path_.c_str(), static_cast<long long>(start_step),
                 static_cast<long long>(shape.total_steps));
@@ -142,19 +149,23 @@ Status AllreduceSync::WriteCheckpoint(int64_t step) {
   c.set_step(step);
   c.set_workers(collective_->size());
   c.set_params(model_->params().data(), model_->params().size_bytes());
-  c.set_velocity(opt_->state().data(), opt_->state().size_bytes());
+  c.set_optimizer_state(opt_->state().data(), opt_->state().size_bytes());
+  c.set_optimizer(OptimizerKindName(opt_->options().kind));
   c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   return WriteFileAtomically(ckpt_path_, c.SerializeAsString());
 }
 
 Status AllreduceSync::BeginStep(const StepPlan& plan) {
+  RETURN_IF_ERROR(CheckStepRate(plan.lr));
   step_ = plan.step;
+  step_lr_ = plan.lr;
   if (reducer_) reducer_->Begin(model_->grads());
   return OkStatus();
 }
 
 Result<SyncStepStats> AllreduceSync::FinishStep() {
   const int64_t step = step_;
+  const float rate = std::isnan(step_lr_) ? lr_.At(step) : step_lr_;
   const bool device = model_->on_device();
   Stopwatch comm;
   double comm_ms = 0, hidden_ms = 0;
@@ -165,7 +176,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
                                        ReduceOp::kAverage, model_->device_stream())
                         .WithContext("step " + std::to_string(step)));
-    RETURN_IF_ERROR(model_->OptimizerStep(lr_.At(step)));
+    RETURN_IF_ERROR(model_->OptimizerStep(rate));
     RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s)
                         .WithContext("step " + std::to_string(step)));
     comm_ms = comm.Millis();
@@ -178,7 +189,6 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     comm_ms = comm.Millis();
   }
   if (!device && options_.apply_update) {
-    const float rate = lr_.At(step);
     for (size_t t = 0; t < model_->layout().size(); ++t) {
       const TensorInfo& ti = model_->layout()[t];
       if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
@@ -187,6 +197,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
       opt_->Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
                  run.begin);
     }
+    opt_->EndStep();
   }
   if (options_.apply_update && collective_->rank() == 0 && !options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
       (step + 1) % options_.checkpoint_every == 0) {

@@ -1,14 +1,15 @@
 // AllreduceSync: the GradientSync of --mode=allreduce. Every worker holds a replica. Start
 // broadcasts rank 0's initial parameters (or, with resume, rank 0's checkpoint: parameters,
-// momentum, step); each step the dense gradients are averaged with the collective in buckets of
-// at most bucket_bytes (the flat gradient buffer cut in order; with overlap, on a communication
-// thread as backward reports them: OverlappedReducer), sparse gradients are all-gathered as
-// (key, value) pairs and averaged per key, compressed gradients are summed inside the ring
-// (fp16, random-k) or all-gathered and decoded in rank order (the other codecs), a device model's
-// gradient is averaged by the device collective (NCCL) with the optimizer on the device; then
-// every rank applies the same optimizer and learning-rate schedule locally (FinishStep). So N
-// workers with batch b compute what LocalSync computes with batch N*b (up to float summation
-// order), and what bsp computes over the PS. EndTraining is the collective's barrier.
+// optimizer state, step); each step the dense gradients are averaged with the collective in buckets
+// of at most bucket_bytes (the flat gradient buffer cut in order; with overlap, on a communication
+// thread as backward reports them: OverlappedReducer), sparse gradients are all-gathered as (key,
+// value) pairs and averaged per key, compressed gradients are summed inside the ring (fp16,
+// random-k) or all-gathered and decoded in rank order (the other codecs), a device model's gradient
+// is averaged by the device collective (NCCL) with the optimizer on the device; then every rank
+// applies the same optimizer and learning-rate schedule (or the step's own rate, StepPlan::lr)
+// locally (FinishStep). So N workers with batch b compute what LocalSync computes with batch N*b
+// (up to float summation order), and what bsp computes over the PS. EndTraining is the collective's
+// barrier.
 #pragma once
 
 #include <memory>
@@ -48,10 +49,11 @@ struct AllreduceTrainOptions {
   // broadcasts the initial parameters and holds the final barrier.
   DeviceCollective* device_collective = nullptr;
   double collective_timeout_s = 60.0;  // deadline of a device all-reduce
-  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, momentum,
-  // step) atomically every checkpoint_every steps; resume makes every rank start from it (rank 0
-  // reads it and broadcasts). A dead rank fails every other rank (the collective's deadline):
-  // the job is restarted with resume and loses at most checkpoint_every steps.
+  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, optimizer
+  // state, step; Adam's t is the step) atomically every checkpoint_every steps; resume makes every
+  // rank start from it (rank 0 reads it and broadcasts; another optimizer's is refused). A dead
+  // rank fails every other rank (the collective's deadline): the job is restarted with resume and
+  // loses at most checkpoint_every steps.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
@@ -99,6 +101,7 @@ class AllreduceSync final : public GradientSync {
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
   std::unique_ptr<BucketAverager> averager_;  // the dense buckets, plain or compressed
   int64_t step_ = 0;
+  float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
   std::unique_ptr<OverlappedReducer> reducer_;
 };
 

@@ -13,7 +13,8 @@
 //   Result<int64_t> first = sync.Start({total_steps, steps_per_epoch});   // once
 //   for each step s from *first:
 //     sync.BeginStep({s, keys, evaluate});   // e.g. the pulls go out; evaluate: all parameters
-//                                            // are in the buffer when it returns
+//                                            // are in the buffer when it returns (a caller
+//                                            // with its own rate schedule sets .lr too)
 //     forward:  sync.WaitParams(t) before tensor t's parameters are first read
 //     backward: sync.GradReady(t) once tensor t's gradient is final (may start sending it)
 //     sync.FinishStep()                       // the update is applied or pushed; the stats
@@ -37,6 +38,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "common/status.h"
 
@@ -52,7 +54,17 @@ struct StepPlan {
   int64_t step = 0;                          // steps finished before this one
   std::span<const uint64_t> sparse_keys{};   // flat keys of the sparse rows the batch reads
   bool evaluate = false;  // the caller evaluates before computing: every parameter, exact
+  // The rate of this step when the caller's own optimizer/schedule sets it (a frontend); NaN:
+  // the job's schedule. Else finite and >= 0 (BeginStep refuses others: CheckStepRate). PS: it
+  // goes with the step's push and the shards apply it (their per-mode rule unchanged).
+  float lr = NAN;
 };
+
+// kInvalidArgument unless `lr` (StepPlan::lr) is NaN or a finite rate >= 0.
+inline Status CheckStepRate(float lr) {
+  if (std::isnan(lr) || (std::isfinite(lr) && lr >= 0)) return OkStatus();
+  return InvalidArgumentError("a step's learning rate must be finite and >= 0, not " + std::to_string(lr));
+}
 
 // What a step's synchronization reports (the columns of a metrics row; ARCHITECTURE.md).
 struct SyncStepStats {

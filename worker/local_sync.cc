@@ -1,5 +1,7 @@
 #include "worker/local_sync.h"
 
+#include <cmath>
+
 #include "common/clock.h"
 #include "worker/epoch.h"
 
@@ -15,10 +17,11 @@ Result<int64_t> LocalSync::Start(const JobShape& shape) {
 
 Result<SyncStepStats> LocalSync::FinishStep() {
   Stopwatch update;
+  const float rate = std::isnan(step_lr_) ? lr_.At(step_) : step_lr_;
   if (model_->on_device()) {
-    RETURN_IF_ERROR(model_->OptimizerStep(lr_.At(step_)));  // enqueued; the next loss waits for it
+    RETURN_IF_ERROR(model_->OptimizerStep(rate));  // enqueued; the next loss waits for it
   } else {
-    ApplyGradients(*model_, *opt_, lr_.At(step_));
+    ApplyGradients(*model_, *opt_, rate);
   }
   SyncStepStats stats;
   stats.compute_ms = update.Millis();  // the local update is the step's computation

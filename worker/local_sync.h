@@ -1,6 +1,7 @@
 // LocalSync: the GradientSync of one worker alone (--mode=local): nothing is communicated, and
 // FinishStep applies the optimizer in this process (ApplyGradients; a device model's own
-// optimizer on the device) at the run's learning-rate schedule.
+// optimizer on the device) at the run's learning-rate schedule, or at the step's own rate
+// (StepPlan::lr).
 #pragma once
 
 #include <optional>
@@ -21,7 +22,9 @@ class LocalSync final : public GradientSync {
   int size() const override { return 1; }
   Result<int64_t> Start(const JobShape& shape) override;
   Status BeginStep(const StepPlan& plan) override {
+    RETURN_IF_ERROR(CheckStepRate(plan.lr));
     step_ = plan.step;
+    step_lr_ = plan.lr;
     return OkStatus();
   }
   Status WaitParams(size_t) override { return OkStatus(); }
@@ -38,6 +41,7 @@ class LocalSync final : public GradientSync {
   LrSchedule lr_;
   std::optional<Optimizer> opt_;
   int64_t step_ = 0;
+  float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
 };
 
 }  // namespace gradsync

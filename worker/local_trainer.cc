@@ -20,6 +20,7 @@ void ApplyGradients(Model& model, Optimizer& opt, float lr) {
     opt.Step(model.params().subspan(run.begin, run.size()), model.grads().subspan(run.begin, run.size()), lr,
              run.begin);
   }
+  opt.EndStep();
 }
 
 LocalTrainer::LocalTrainer(const LocalTrainOptions& options, Model* model, const Dataset* train,

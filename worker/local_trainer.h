@@ -55,7 +55,8 @@ struct EpochReport {
   double wall_s = 0.0;         // since the start of Run
 };
 
-// Applies the model's current gradient (dense and sparse tensors) with `opt` at rate `lr`.
+// Applies the model's current gradient (dense and sparse tensors) with `opt` at rate `lr`: one
+// optimizer step.
 void ApplyGradients(Model& model, Optimizer& opt, float lr);
 
 class LocalTrainer {

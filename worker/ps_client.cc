@@ -112,13 +112,14 @@ Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double 
 }
 
 Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
-                                           std::span<const float> values) {
+                                           std::span<const float> values, float lr) {
   auto key_parts = partitioner_.SplitSortedKeys(keys);
   RequestId id = NewRequest(false, {}, table_.servers_size());
   size_t key_pos = 0;
   for (int s = 0; s < table_.servers_size(); ++s) {
     PsRequest r = Request(wire::PUSH, rank_, id, clock);
     r.version = versions_[s];
+    r.lr = lr;
     Payload p;
     p.has_values = true;
     const auto& runs = dense_runs_[s];
@@ -206,13 +207,14 @@ void PsClient::PlanParts() {
   }
 }
 
-PsClient::RequestId PsClient::BeginPush(int64_t clock, ConstFloatSpan grads) {
+PsClient::RequestId PsClient::BeginPush(int64_t clock, ConstFloatSpan grads, float lr) {
   if (parts_.empty()) PlanParts();
   int shards = 0;
   for (int n : parts_per_shard_) shards += n > 0;
   open_ = OpenPush();
   open_.id = NewRequest(false, {}, shards);
   open_.clock = clock;
+  open_.lr = lr;
   open_.grads = grads;
   open_.versions = versions_;
   open_.sent.assign(parts_.size(), false);
@@ -230,6 +232,7 @@ void PsClient::SendPart(size_t i) {
   const int s = part.shard;
   PsRequest r = Request(wire::PUSH, rank_, open_.id, open_.clock);
   r.version = open_.versions[static_cast<size_t>(s)];
+  r.lr = open_.lr;
   const int parts = parts_per_shard_[static_cast<size_t>(s)];
   if (parts > 1) {
     r.parts = parts;

@@ -15,6 +15,7 @@
 // training thread uses a client.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <span>
@@ -55,23 +56,24 @@ class PsClient {
   Status Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s);
 
   // Pushes the gradient of iteration `clock`: the dense tensors of `grads` (lent, see above) and
-  // the sparse (key, value) pairs (flat keys, sorted, unique). Carries the versions of the last pull.
+  // the sparse (key, value) pairs (flat keys, sorted, unique). Carries the versions of the last
+  // pull, and `lr` (the worker's own rate for this gradient) unless it is NaN.
   Result<RequestId> Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
-                         std::span<const float> values);
+                         std::span<const float> values, float lr = NAN);
   // Pulls into `params` (the whole flat buffer): the dense tensors, and the given sparse keys.
   // full = true pulls every element, sparse tensors included (for evaluation).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
   Status Wait(RequestId id, double timeout_s);
 
-  // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts
-  // at tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
-  // BeginPush(clock, grads) opens the push of `clock` (grads lent as for Push); PushReady(t)
-  // sends tensor t's parts the moment backward has produced its gradient; FinishPush sends
-  // what was never reported ready and returns the push's id (one reply per shard, as Push).
-  // A shard receives its parts in the order sent, numbered (Header.parts/part), and counts the
-  // push when the last one arrives: bsp, ssp and asp mean what they mean for Push.
+  // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts at
+  // tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
+  // BeginPush(clock, grads, lr) opens the push of `clock` (grads lent and lr as for Push);
+  // PushReady(t) sends tensor t's parts the moment backward has produced its gradient; FinishPush
+  // sends what was never reported ready and returns the push's id (one reply per shard, as Push). A
+  // shard receives its parts in the order sent, numbered (Header.parts/part), and counts the push
+  // when the last one arrives: bsp, ssp and asp mean what they mean for Push.
   void set_part_floats(size_t part_floats);
-  RequestId BeginPush(int64_t clock, ConstFloatSpan grads);
+  RequestId BeginPush(int64_t clock, ConstFloatSpan grads, float lr = NAN);
   void PushReady(size_t tensor);
   RequestId FinishPush();
   // Pulls every dense tensor into `params`, one request per tensor, sent in forward order (the
@@ -167,6 +169,7 @@ class PsClient {
   struct OpenPush {
     RequestId id = 0;
     int64_t clock = 0;
+    float lr = NAN;  // on every part
     ConstFloatSpan grads;
     std::vector<int64_t> versions;  // of the last pull, the same on every part
     std::vector<bool> sent;         // per part

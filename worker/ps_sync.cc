@@ -25,9 +25,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_total_steps(lr.total_steps);
   job.set_warmup_steps(lr.warmup_steps);
   job.set_warmup_start_lr(lr.warmup_start);
-  job.set_momentum(o.train.optimizer.momentum);
-  job.set_nesterov(o.train.optimizer.nesterov);
-  job.set_weight_decay(o.train.optimizer.weight_decay);
+  SetJobOptimizer(o.train.optimizer, &job);
   job.set_staleness_aware_lr(o.staleness_aware_lr);
   if (!o.compression.empty() && o.compression != "none") {
     job.set_compression(o.compression);
@@ -119,8 +117,10 @@ void PsSyncBase::FillStats(SyncStepStats* stats) const {
 // --- Sequential ---
 
 Status PsSync::BeginStep(const StepPlan& plan) {
+  RETURN_IF_ERROR(CheckStepRate(plan.lr));
   const double timeout = options_.request_timeout_s;
   clock_ = plan.step;
+  step_lr_ = plan.lr;
   Stopwatch comm;
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));
@@ -154,7 +154,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
     }
   }
   Stopwatch push_clock;
-  ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_));
+  ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_, step_lr_));
   SyncStepStats stats;
   stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
   stats.wait_ms = wait_ms_;
@@ -194,7 +194,9 @@ Status PsOverlapSync::WaitTensor(size_t t) {
 }
 
 Status PsOverlapSync::BeginStep(const StepPlan& plan) {
+  RETURN_IF_ERROR(CheckStepRate(plan.lr));
   clock_ = plan.step;
+  step_lr_ = plan.lr;
   failed_ = OkStatus();
   pushing_ = false;
   blocked_ms_ = param_blocked_ms_ = hidden_ms_ = 0;
@@ -229,7 +231,7 @@ Status PsOverlapSync::GradReady(size_t tensor) {
   if (!failed_.ok()) return failed_;  // parameters missing: nothing of the step is pushed
   Boundary(true);
   if (!pushing_) {
-    client_->BeginPush(clock_, model_->grads());
+    client_->BeginPush(clock_, model_->grads(), step_lr_);
     pushing_ = true;
   }
   client_->PushReady(tensor);
@@ -243,7 +245,7 @@ Result<SyncStepStats> PsOverlapSync::FinishStep() {
   // (A failed pull stops the step before anything more is pushed: the shards never count it.)
   if (!failed_.ok()) return failed_;
   Stopwatch w;
-  if (!pushing_) client_->BeginPush(clock_, model_->grads());
+  if (!pushing_) client_->BeginPush(clock_, model_->grads(), step_lr_);
   pending_push_ = client_->FinishPush();
   blocked_ms_ += w.Millis();
   const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());

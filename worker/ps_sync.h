@@ -10,6 +10,9 @@
 // checkpoint (kUnavailable, recovery_timeout_s > 0), waits for it, reconnects, JOINs it at the
 // step and lets the step be redone (the pushes it lost are counted on its side).
 //
+// A step's own rate (StepPlan::lr) goes with every message of its push; the shards apply it
+// instead of the job's schedule.
+//
 // PsSync: sequential. BeginStep pulls (dense tensors and the batch's sparse keys) and waits for
 // the pull and the previous push; FinishStep pushes (dense gradient lent to ZeroMQ, sparse
 // (key, value) pairs), optionally compressed (--compress, --compress-pull).
@@ -61,11 +64,9 @@ struct PsTrainOptions {
   // and once after the "init" barrier.
   std::function<void(int64_t step)> step_hook;
   std::function<void()> after_init;
+  // Each step's own rate, pushed with its gradient (TrainingLoopOptions::step_lr); empty: none.
+  std::function<float(int64_t step)> step_lr;
 };
-
-// The job's optimizer settings and layout as worker 0 sends them to the shards.
-wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
-                              int64_t steps_per_epoch);
 
 // The job's optimizer settings and layout as worker 0 sends them to the shards.
 wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& options, int64_t total_steps,
@@ -94,6 +95,7 @@ class PsSyncBase : public GradientSync {
   SchedulerClient* scheduler_;
   const bool sparse_;  // the model has sparse tensors (pushes and pulls by key)
   int64_t clock_ = 0;  // the step begun last, or after FinishStep the next one
+  float step_lr_ = NAN;  // the step's own rate (StepPlan::lr), sent with its push; NaN: none
   PsClient::RequestId pending_push_ = 0;
 };
 

@@ -32,6 +32,7 @@ Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const E
   loop_options.train = options_.train;
   loop_options.evaluate = options_.rank == 0 && options_.evaluate;
   loop_options.before_compute = options_.step_hook;
+  loop_options.step_lr = options_.step_lr;
   TrainingLoop loop(loop_options, model_, train_, test_, metrics_, sync.get());
   return loop.Run(on_epoch);
 }

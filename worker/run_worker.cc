@@ -49,10 +49,17 @@ DataOptions DataOptionsFrom(const TrainConfig& c) {
 
 LocalTrainOptions TrainOptionsFrom(const TrainConfig& c) {
   LocalTrainOptions t;
-  // DGC moves the momentum to the sender: the applied update is plain SGD.
-  t.optimizer.momentum = c.momentum_correction() ? 0.0f : c.momentum();
-  t.optimizer.nesterov = c.nesterov();
+  t.optimizer.kind = *ParseOptimizerKind(c.optimizer());  // Validate() checked it
   t.optimizer.weight_decay = c.weight_decay();
+  if (t.optimizer.kind == OptimizerKind::kAdam) {
+    t.optimizer.beta1 = c.adam_beta1();
+    t.optimizer.beta2 = c.adam_beta2();
+    t.optimizer.eps = c.adam_eps();
+  } else {
+    // DGC moves the momentum to the sender: the applied update is plain SGD.
+    t.optimizer.momentum = c.momentum_correction() ? 0.0f : c.momentum();
+    t.optimizer.nesterov = c.nesterov();
+  }
   t.lr.base = c.lr();
   t.lr.kind = *ParseLrScheduleKind(c.lr_schedule());
   t.batch = c.batch();
@@ -288,14 +295,21 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     metrics.emplace(std::move(w).value());
   }
 
+  const OptimizerOptions& opt = train.optimizer;
+  char opt_text[128];
+  if (opt.kind == OptimizerKind::kAdam) {
+    std::snprintf(opt_text, sizeof(opt_text), "adam beta1=%g beta2=%g eps=%g", opt.beta1, opt.beta2, opt.eps);
+  } else {
+    std::snprintf(opt_text, sizeof(opt_text), "sgd momentum=%g%s", opt.momentum, opt.nesterov ? " (nesterov)" : "");
+  }
   std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
-              "batch=%lld lr=%g (%s) momentum=%g%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s\n",
+              "batch=%lld lr=%g (%s) optimizer=%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s\n",
               job.rank, mode_name.c_str(), placed.model->name().c_str(),
               static_cast<long long>(placed.model->num_params()), data_options.name.c_str(),
               static_cast<long long>(data->train.n), static_cast<long long>(data->test.n),
-              static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), train.optimizer.momentum,
-              train.optimizer.nesterov ? " (nesterov)" : "", train.optimizer.weight_decay, train.epochs,
-              static_cast<unsigned long long>(train.seed), c.threads(), placed.device_name.c_str());
+              static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
+              opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
+              placed.device_name.c_str());
   std::fflush(stdout);
   double best = -1.0;
   int best_epoch = 0;

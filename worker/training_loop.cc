@@ -131,7 +131,8 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
 Status TrainingLoop::RunStep(const StepInput& in) {
   const LocalTrainOptions& o = options_.train;
   const StepPlan plan{.step = step_, .sparse_keys = in.keys,
-                      .evaluate = options_.evaluate && (in.epoch_end || in.mid_eval)};
+                      .evaluate = options_.evaluate && (in.epoch_end || in.mid_eval),
+                      .lr = options_.step_lr ? options_.step_lr(step_) : NAN};
   float loss = 0;
   double begin_ms = 0, compute_ms = 0, finish_ms = 0, delay_ms = 0;
   SyncStepStats stats;

@@ -42,6 +42,9 @@ struct TrainingLoopOptions {
   bool evaluate = true;     // this worker evaluates (epoch ends, eval_every, the end)
   // Called before each step's compute (tests and experiments: a straggler's delay).
   std::function<void(int64_t step)> before_compute;
+  // Each step's own rate (StepPlan::lr), as a caller with its own schedule sets it (tests: what
+  // a frontend does); empty: the job's schedule.
+  std::function<float(int64_t step)> step_lr;
 };
 
 class TrainingLoop {

@@ -341,6 +341,10 @@ class CudaMlp final : public Model {
 
   Status SetOptimizer(const OptimizerOptions& options) override {
     RETURN_IF_ERROR(ValidateOptimizerOptions(options));
+    if (options.kind != OptimizerKind::kSgd) {
+      return UnimplementedError(name() + ": the device optimizer is SGD's (momentum, Nesterov, weight decay); " +
+                                OptimizerKindName(options.kind) + " runs on the servers in the PS modes only");
+    }
     Use();
     optimizer_ = options;
     if (options.momentum > 0.0f) {

@@ -2,12 +2,13 @@
 // activations on one GPU, behind the same Model interface as the CPU ones.
 //
 // cuBLAS sgemm for the dense layers (the same row-major [in, out] weights as the CPU MLP, so a
-// layer is one sgemm each way); small kernels for bias + ReLU, ReLU's mask, softmax
-// cross-entropy, accuracy and the optimizer step (OptimizerStep: the Optimizer rule, state on the
-// device). All work goes on the model's one stream; the host waits only where a result leaves
-// the device: the loss (end of ForwardBackward), the evaluation sums, GradsToHost, ParamsToHost.
-// params()/grads() are pinned host mirrors (cudaHostRegister), so the parameter-server modes
-// copy to and from them with DMA; Initialize fills both sides from the CPU model's bits.
+// layer is one sgemm each way); small kernels for bias + ReLU, ReLU's mask, softmax cross-entropy,
+// accuracy and the optimizer step (OptimizerStep: the Optimizer's SGD rule, state on the device;
+// SetOptimizer refuses adam with kUnimplemented). All work goes on the model's one stream; the host
+// waits only where a result leaves the device: the loss (end of ForwardBackward), the evaluation
+// sums, GradsToHost, ParamsToHost. params()/grads() are pinned host mirrors (cudaHostRegister), so
+// the parameter-server modes copy to and from them with DMA; Initialize fills both sides from the
+// CPU model's bits.
 //
 // GradReady(t) (layer-wise readiness) is called when tensor t's gradient has been ENQUEUED:
 // device work issued on device_stream() afterwards sees it. With stream_grads_to_host, each

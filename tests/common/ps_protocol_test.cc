@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gradsync {
 namespace {
 
@@ -28,6 +30,40 @@ TEST(PsProtocolTest, APushInPartsRoundTrips) {
   EXPECT_EQ(TotalSize(back->segments), 65u);
 }
 
+TEST(PsProtocolTest, APushCarriesTheWorkersOwnRateOrNone) {
+  PsRequest r;
+  r.type = wire::PUSH;
+  r.segments = {{0, 4}};
+  auto none = DecodeRequest(EncodeRequest(r));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(std::isnan(none->lr));
+  EXPECT_FALSE(EncodeRequest(r).has_lr());
+  for (float lr : {0.0125f, 0.0f, 3e-7f}) {
+    r.lr = lr;
+    auto back = DecodeRequest(EncodeRequest(r));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->lr, lr);
+  }
+}
+
+TEST(PsProtocolTest, ARateThatCannotBeOneIsRefused) {
+  for (float lr : {-0.1f, INFINITY, -INFINITY, NAN}) {
+    wire::Header h;
+    PsRequest r;
+    r.type = wire::PUSH;
+    h = EncodeRequest(r);
+    h.set_lr(lr);
+    auto back = DecodeRequest(h);
+    EXPECT_EQ(back.status().code(), StatusCode::kInvalidArgument) << lr;
+    EXPECT_NE(back.status().message().find("is not a finite number >= 0"), std::string::npos) << back.status();
+  }
+  PsRequest pull;
+  pull.type = wire::PULL;
+  wire::Header h = EncodeRequest(pull);
+  h.set_lr(0.1f);
+  EXPECT_EQ(DecodeRequest(h).status().code(), StatusCode::kInvalidArgument);  // only a push has a rate
+}
+
 TEST(PsProtocolTest, InitCarriesTheJobAndPullTheCodec) {
   PsRequest init;
   init.type = wire::INIT;
@@ -45,6 +81,49 @@ TEST(PsProtocolTest, InitCarriesTheJobAndPullTheCodec) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->codec, "topk:0.1");
   EXPECT_EQ(b->parts, 0);
+}
+
+TEST(PsProtocolTest, TheJobsOptimizerRoundTripsAndIsChecked) {
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.beta1 = 0.8;
+  adam.beta2 = 0.99;
+  adam.eps = 1e-6;
+  adam.weight_decay = 0.01f;
+  wire::JobConfig job;
+  job.add_tensors()->set_name("w");
+  SetJobOptimizer(adam, &job);
+  auto back = JobOptimizer(job);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kAdam);
+  EXPECT_EQ(back->beta1, 0.8);
+  EXPECT_EQ(back->beta2, 0.99);
+  EXPECT_EQ(back->eps, 1e-6);
+  EXPECT_EQ(back->weight_decay, 0.01f);
+  wire::JobConfig sgd;  // an older worker's job: no optimizer named, SGD's settings
+  sgd.set_momentum(0.9f);
+  sgd.set_nesterov(true);
+  back = JobOptimizer(sgd);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kSgd);
+  EXPECT_EQ(back->momentum, 0.9f);
+  EXPECT_TRUE(back->nesterov);
+  auto refused = [&](auto change) {
+    wire::JobConfig j = job;
+    change(j);
+    return JobOptimizer(j).status();
+  };
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_optimizer("adagrad"); }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_adam_beta2(1.0); }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_adam_eps(0.0); }).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused([](wire::JobConfig& j) { j.set_momentum(0.9f); }).code(), StatusCode::kInvalidArgument);
+  const Status sparse = refused([](wire::JobConfig& j) {
+    auto* t = j.add_tensors();
+    t->set_name("emb");
+    t->set_sparse(true);
+  });
+  EXPECT_EQ(sparse.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sparse.message().find("tensor 'emb' is sparse"), std::string::npos) << sparse;
 }
 
 TEST(PsProtocolTest, ARequestThatCannotBeRightIsRefused) {

@@ -27,7 +27,10 @@ TEST(TrainConfigTest, DefaultsAreValid) {
                          "mode: ALLREDUCE bucket_mb: 4 overlap: false checkpoint_dir: \"/tmp\" resume: true",
                          "model: \"sparse_logreg\"", "model: \"softmax\" dataset: \"blobs\"",
                          "mode: BSP compress: \"topk:0.01\" momentum_correction: true compress_pull: true",
-                         "lr_scaling: \"linear\" base_batch: 32 warmup_epochs: 1", "straggle: \"x:3\" straggle_seed: 4"}) {
+                         "lr_scaling: \"linear\" base_batch: 32 warmup_epochs: 1", "straggle: \"x:3\" straggle_seed: 4",
+                         "optimizer: \"adam\"", "optimizer: \"adam\" momentum: 0 weight_decay: 0.01",
+                         "mode: ASP optimizer: \"adam\" adam_beta1: 0.8 adam_beta2: 0.99 adam_eps: 1e-6",
+                         "mode: BSP device: \"cuda\" optimizer: \"adam\"", "optimizer: \"sgd\" momentum: 0.5"}) {
     EXPECT_TRUE(Validate(Config(ok)).empty()) << ok << ": " << JoinErrors(Validate(Config(ok)));
   }
 }
@@ -98,6 +101,15 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"MomentumOutOfRange", "momentum: 1.5", "momentum", "--momentum must be in [0, 1), not 1.5", "momentum must be in [0, 1)"},
         Contradiction{"NegativeWeightDecay", "weight_decay: -1", "weight_decay", "--weight-decay must be >= 0", "weight_decay must be >= 0"},
         Contradiction{"NesterovWithoutMomentum", "nesterov: true momentum: 0", "nesterov", "--nesterov needs --momentum > 0", "nesterov needs momentum > 0"},
+        Contradiction{"UnknownOptimizer", "optimizer: \"adagrad\"", "optimizer", "--optimizer must be sgd or adam, not 'adagrad'", "optimizer must be sgd or adam"},
+        Contradiction{"AdamWithMomentum", "optimizer: \"adam\" momentum: 0.9", "momentum", "--momentum is SGD's: --optimizer=adam has --adam-beta1", "momentum is SGD's: optimizer adam has adam_beta1"},
+        Contradiction{"AdamWithNesterov", "optimizer: \"adam\" nesterov: true", "nesterov", "--nesterov is SGD's, not --optimizer=adam's", "nesterov is SGD's"},
+        Contradiction{"AdamWithCorrection", "mode: BSP optimizer: \"adam\" compress: \"topk:0.01\" momentum_correction: true", "momentum_correction", "--momentum-correction applies to --optimizer=sgd", "momentum_correction applies to optimizer sgd"},
+        Contradiction{"AdamOnSparseModel", "optimizer: \"adam\" model: \"sparse_logreg\"", "optimizer", "--optimizer=adam applies to the dense models, not --model=sparse_logreg", "optimizer adam applies to the dense models"},
+        Contradiction{"AdamOnTheDeviceLocally", "optimizer: \"adam\" device: \"cuda\"", "optimizer", "--optimizer=adam with --device=cuda runs in the PS modes only", "optimizer adam with device cuda"},
+        Contradiction{"AdamBeta", "optimizer: \"adam\" adam_beta2: 1", "adam_beta2", "--adam-beta2 must be in [0, 1), not 1", "adam_beta2 must be in [0, 1)"},
+        Contradiction{"AdamEps", "optimizer: \"adam\" adam_eps: 0", "adam_eps", "--adam-eps must be > 0", "adam_eps must be > 0"},
+        Contradiction{"BetaWithSgd", "adam_beta1: 0.8", "adam_beta1", "--adam-beta1 applies to --optimizer=adam", "adam_beta1 applies to optimizer adam"},
         Contradiction{"NegativeLr", "lr: -1", "lr", "--lr must be > 0", "lr must be > 0"},
         Contradiction{"UnknownSchedule", "lr_schedule: \"step\"", "lr_schedule", "constant or cosine", "constant or cosine"},
         Contradiction{"ZeroBatch", "batch: 0", "batch", "--batch must be in [1, 1000000]", "batch must be in"},
@@ -156,6 +168,17 @@ TEST(TrainConfigTest, ModeNameTable) {
   EXPECT_FALSE(JoinsJob(config::LOCAL));
 }
 
+// gradsync-worker's flags (no environment) -> TrainConfig and WorkerProcess.
+Status ParseFlags(const std::vector<std::string>& args, config::TrainConfig* train, config::WorkerProcess* process) {
+  FlagParser parser("prog", "test");
+  AddWorkerFlags(parser.options());
+  std::vector<const char*> argv = {"prog"};
+  for (const auto& s : args) argv.push_back(s.c_str());
+  const char* env[] = {nullptr};
+  auto vm = parser.ParseOrExit(static_cast<int>(argv.size()), argv.data(), env);
+  return FlagsToConfig(vm, train, process);
+}
+
 // flags -> TrainConfig -> flags -> TrainConfig: the same config, the same flags.
 TEST(TrainFlagsTest, RoundTrip) {
   const std::vector<std::string> args = {
@@ -166,18 +189,9 @@ TEST(TrainFlagsTest, RoundTrip) {
       "--compress=topk:0.01", "--error-feedback", "--compress-pull", "--overlap=false", "--push-part-mb=0.25",
       "--device=cpu", "--request-timeout=30", "--recovery-timeout=0", "--straggle=uniform:1:5",
       "--straggle-seed=9", "--threads=2", "--log-every=10", "--eval-every=20"};
-  auto parse = [](std::vector<std::string> a, config::TrainConfig* t, config::WorkerProcess* p) {
-    FlagParser parser("prog", "test");
-    AddWorkerFlags(parser.options());
-    std::vector<const char*> argv = {"prog"};
-    for (const auto& s : a) argv.push_back(s.c_str());
-    const char* env[] = {nullptr};
-    auto vm = parser.ParseOrExit(static_cast<int>(argv.size()), argv.data(), env);
-    return FlagsToConfig(vm, t, p);
-  };
   config::TrainConfig a, b;
   config::WorkerProcess pa, pb;
-  ASSERT_TRUE(parse(args, &a, &pa).ok());
+  ASSERT_TRUE(ParseFlags(args, &a, &pa).ok());
   EXPECT_TRUE(Validate(a).empty()) << JoinErrors(Validate(a));
   EXPECT_EQ(a.mode(), config::SSP);
   EXPECT_FLOAT_EQ(a.lr(), 0.05f);
@@ -185,15 +199,28 @@ TEST(TrainFlagsTest, RoundTrip) {
   EXPECT_FALSE(a.has_resume());  // a default is not "given"
   const std::vector<std::string> flags = ConfigToFlags(a);
   EXPECT_EQ(flags, args);  // every flag given, in the table's order, spelled the same
-  ASSERT_TRUE(parse(flags, &b, &pb).ok());
+  ASSERT_TRUE(ParseFlags(flags, &b, &pb).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(a, b)) << a.DebugString() << "\nvs\n" << b.DebugString();
   EXPECT_EQ(ConfigToFlags(b), flags);
   // Nothing given: nothing set, no flags.
   config::TrainConfig none;
-  ASSERT_TRUE(parse({}, &none, &pa).ok());
+  ASSERT_TRUE(ParseFlags({}, &none, &pa).ok());
   EXPECT_EQ(none.ByteSizeLong(), 0u);
   EXPECT_TRUE(ConfigToFlags(none).empty());
   EXPECT_EQ(ConfigToFlags(a, {"mode", "staleness"}).front(), "--model=mlp");
+}
+
+TEST(TrainFlagsTest, AdamsFlagsRoundTrip) {
+  const std::vector<std::string> args = {"--optimizer=adam", "--momentum=0", "--weight-decay=0.01", "--adam-beta1=0.8",
+                                         "--adam-beta2=0.99", "--adam-eps=1e-06"};
+  config::TrainConfig c;
+  config::WorkerProcess p;
+  ASSERT_TRUE(ParseFlags(args, &c, &p).ok());
+  EXPECT_TRUE(Validate(c).empty()) << JoinErrors(Validate(c));
+  EXPECT_EQ(c.optimizer(), "adam");
+  EXPECT_EQ(c.adam_beta1(), 0.8);
+  EXPECT_EQ(c.adam_eps(), 1e-6);
+  EXPECT_EQ(ConfigToFlags(c), args);
 }
 
 TEST(TrainFlagsTest, EveryFieldHasAFlag) {
@@ -226,9 +253,15 @@ TEST(JobFingerprintTest, HoldsTheSettingsThatMustAgree) {
   // Training settings may not.
   for (const char* other : {"mode: BSP lr: 0.05", "mode: BSP batch: 32", "mode: BSP hidden: \"64\"", "mode: BSP seed: 1",
                             "mode: BSP compress: \"fp16\"", "mode: BSP accumulate: 2", "mode: BSP feature_bits: 12",
-                            "mode: BSP dataset: \"blobs\"", "mode: BSP epochs: 3", "mode: BSP momentum: 0.5"}) {
+                            "mode: BSP dataset: \"blobs\"", "mode: BSP epochs: 3", "mode: BSP momentum: 0.5",
+                            "mode: BSP optimizer: \"adam\""}) {
     EXPECT_NE(JobFingerprint(Config(other)), fp) << other;
   }
+  // Adam: SGD's default momentum unused (the same as 0); its own settings count.
+  const std::string adam = JobFingerprint(Config("mode: BSP optimizer: \"adam\""));
+  EXPECT_EQ(JobFingerprint(Config("mode: BSP optimizer: \"adam\" momentum: 0 adam_beta1: 0.9")), adam);
+  EXPECT_NE(JobFingerprint(Config("mode: BSP optimizer: \"adam\" adam_beta2: 0.99")), adam);
+  EXPECT_EQ(JobFingerprint(Config("mode: BSP optimizer: \"sgd\"")), fp);
   // Every rank of a ring alike: the device and the buckets count there.
   const std::string ar = JobFingerprint(Config("mode: ALLREDUCE"));
   EXPECT_NE(JobFingerprint(Config("mode: ALLREDUCE bucket_mb: 4")), ar);

@@ -4,8 +4,11 @@
 
 #include <thread>
 
+#include "allreduce/tcp_ring.h"
 #include "common/synthetic.h"
 #include "tests/support/ps_job.h"
+#include "tests/support/temp_dir.h"
+#include "worker/allreduce_trainer.h"
 
 namespace gradsync::testing {
 namespace {
@@ -19,17 +22,9 @@ class AllreduceEquivalenceTest : public ::testing::TestWithParam<std::pair<std::
 
 TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatch) {
   const auto [model_name, tolerance] = GetParam();
-  BlobsOptions bo;
-  bo.n = 1600;
-  bo.dim = 12;
-  bo.classes = 4;
-  bo.center_scale = 0.8f;
-  Dataset data = MakeGaussianBlobs(bo);
-  ModelOptions mo;
+  Dataset data = SmallBlobs();
+  ModelOptions mo = SmallMlp();
   mo.name = model_name;
-  mo.input_dim = 12;
-  mo.num_classes = 4;
-  mo.hidden = {16};
   LocalTrainOptions t;
   t.batch = 8;
   t.epochs = 100;
@@ -65,6 +60,67 @@ INSTANTIATE_TEST_SUITE_P(Models, AllreduceEquivalenceTest,
                          ::testing::Values(std::make_pair(std::string("softmax"), 1e-5),
                                            std::make_pair(std::string("mlp"), 1e-5)),
                          [](const auto& p) { return p.param.first; });
+
+LocalTrainOptions AdamTrain(int64_t batch, int64_t steps) {
+  LocalTrainOptions t = SmallTrain(batch, steps, 0.0f);
+  t.lr = {LrSchedule::Kind::kConstant, 0.005f, 0, 0.0f};
+  t.optimizer.kind = OptimizerKind::kAdam;
+  return t;
+}
+
+// Every rank applies Adam to the averaged gradient: local Adam with the global batch.
+TEST(AllreduceTrainTest, AdamEqualsLocalAdamWithTheGlobalBatch) {
+  Dataset data = SmallBlobs();
+  LocalTrainOptions t = AdamTrain(8, 100);
+  auto ar = RunAllreduceJob(4, SmallMlp(), t, data, 100 * sizeof(float));
+  ASSERT_TRUE(ar.ok()) << ar.status();
+  LocalTrainOptions local = t;
+  local.batch = 32;
+  const double diff = MaxRelativeDiff(*ar, RunLocal(SmallMlp(), local, 0, data), 1e-3);
+  RecordProperty("max_relative_diff_vs_local", std::to_string(diff));
+  EXPECT_LE(diff, 1e-4);
+}
+
+// One rank's all-reduce job with Adam and checkpoints every 10 steps; its parameters.
+Result<std::vector<float>> RunCheckpointed(const Dataset& data, LocalTrainOptions t, const std::string& dir,
+                                           bool resume) {
+  ASSIGN_OR_RETURN(auto ring, RingCollective::Listen("127.0.0.1", {}));
+  RETURN_IF_ERROR(ring->Connect(0, {"127.0.0.1:" + std::to_string(ring->port())}, 10));
+  auto model = MakeTestModel(SmallMlp(), false);
+  model->Initialize(0);
+  AllreduceTrainOptions o;
+  o.train = t;
+  o.evaluate = false;
+  o.checkpoint_dir = dir;
+  o.checkpoint_every = 10;
+  o.resume = resume;
+  AllreduceTrainer trainer(o, model.get(), &data, &data, nullptr, ring.get());
+  RETURN_IF_ERROR(trainer.Run().status());
+  return std::vector<float>(model->params().begin(), model->params().end());
+}
+
+// A resumed run goes on from the checkpoint's m, v and step (Adam's t) bit for bit; a checkpoint
+// another optimizer wrote is refused.
+TEST(AllreduceTrainTest, AdamResumesFromItsCheckpointBitForBit) {
+  Dataset data = SmallBlobs();
+  TempDir dir;
+  auto straight = RunCheckpointed(data, AdamTrain(16, 40), dir.path(), false);
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  ASSERT_TRUE(RunCheckpointed(data, AdamTrain(16, 20), dir.path(), false).ok());  // checkpoint at 20
+  auto resumed = RunCheckpointed(data, AdamTrain(16, 40), dir.path(), true);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(*resumed, *straight);
+
+  LocalTrainOptions sgd = AdamTrain(16, 10);
+  sgd.optimizer = OptimizerOptions{};
+  ASSERT_TRUE(RunCheckpointed(data, sgd, dir.path(), false).ok());
+  auto refused = RunCheckpointed(data, AdamTrain(16, 20), dir.path(), true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("was written with --optimizer=sgd; this run uses --optimizer=adam"),
+            std::string::npos)
+      << refused.status();
+}
 
 TEST(AllreduceTrainTest, SparseModelAllGathersItsGradients) {
   SparseLogisticOptions so;

@@ -130,6 +130,20 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
     send(h, {});
   }
 
+  // 18. A push whose learning rate is negative, and 19. a pull that carries one.
+  {
+    wire::Header h = Push(1, 0, 0, 0, 4);
+    h.set_lr(-0.5f);
+    std::vector<zmq::message_t> f;
+    f.push_back(vals(4));
+    send(h, std::move(f));
+  }
+  {
+    wire::Header h = pull;
+    h.set_lr(0.1f);
+    send(h, {});
+  }
+
   // Overlapped pushes (Header.parts): one answer per push, the error at its first bad part.
   auto send_part = [&](int64_t clock, int index, int parts, uint64_t offset, bool answered) {
     wire::Header h = Push(1, clock, 0, offset, 4);
@@ -143,12 +157,12 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
       out->silent++;
     }
   };
-  // 18. Part 1 of 3 without part 0, and 19. the rest of that push (dropped without a reply).
+  // 20. Part 1 of 3 without part 0, and 21. the rest of that push (dropped without a reply).
   send_part(0, 1, 3, 0, true);
   send_part(0, 2, 3, 4, false);
-  // 20. More parts than a push may have.
+  // 22. More parts than a push may have.
   send_part(0, 0, 100000, 0, true);
-  // 21. Part 1 repeats elements of part 0 (which is held, unanswered), and 22. part 1 again.
+  // 23. Part 1 repeats elements of part 0 (which is held, unanswered), and 24. part 1 again.
   send_part(0, 0, 2, 0, false);
   send_part(0, 1, 2, 2, true);
   send_part(0, 1, 2, 8, false);
@@ -260,7 +274,7 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 20);
+  EXPECT_EQ(attacked.sent, 22);
   EXPECT_EQ(attacked.silent, 3);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;

@@ -12,49 +12,31 @@
 namespace gradsync::testing {
 namespace {
 
-Dataset Blobs(int64_t n, int classes = 4) {
-  BlobsOptions bo;
-  bo.n = n;
-  bo.dim = 12;
-  bo.classes = classes;
-  bo.center_scale = 0.8f;
-  return MakeGaussianBlobs(bo);
-}
+// With one worker every mode is the local optimizer, step for step: SGD with momentum, or Adam
+// on the shards (torch.optim.Adam on that worker's gradient).
+struct OneWorkerCase {
+  ConsistencyMode mode;
+  int staleness;
+  OptimizerKind optimizer;
+};
 
-ModelOptions SmallMlp() {
-  ModelOptions m;
-  m.name = "mlp";
-  m.input_dim = 12;
-  m.num_classes = 4;
-  m.hidden = {16};
-  return m;
-}
-
-LocalTrainOptions Train(int64_t batch, int64_t steps, float momentum) {
-  LocalTrainOptions t;
-  t.batch = batch;
-  t.epochs = 100;
-  t.max_steps = steps;
-  t.seed = 5;
-  t.lr = {LrSchedule::Kind::kCosine, 0.05f, 0, 0.0f};
-  t.optimizer.momentum = momentum;
-  t.optimizer.weight_decay = 1e-4f;
-  return t;
-}
-
-// With one worker every mode is local SGD, step for step.
-class OneWorkerTest : public ::testing::TestWithParam<std::pair<ConsistencyMode, int>> {};
+class OneWorkerTest : public ::testing::TestWithParam<OneWorkerCase> {};
 
 TEST_P(OneWorkerTest, EqualsLocalStepForStep) {
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   PsJobOptions o;
-  o.mode = GetParam().first;
-  o.staleness = GetParam().second;
+  o.mode = GetParam().mode;
+  o.staleness = GetParam().staleness;
   o.num_servers = 2;
   o.num_workers = 1;
   o.model = SmallMlp();
-  o.train = Train(32, 200, 0.9f);
+  const bool adam = GetParam().optimizer == OptimizerKind::kAdam;
+  o.train = SmallTrain(32, 200, adam ? 0.0f : 0.9f);
   o.train.lr.total_steps = 200;
+  if (adam) {
+    o.train.optimizer.kind = OptimizerKind::kAdam;
+    o.train.lr.base = 0.005f;
+  }
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
   LocalTrainOptions local = o.train;
@@ -63,13 +45,18 @@ TEST_P(OneWorkerTest, EqualsLocalStepForStep) {
   EXPECT_LE(MaxRelativeDiff(r.params, expect), 1e-6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, OneWorkerTest,
-                         ::testing::Values(std::make_pair(ConsistencyMode::kBsp, 0),
-                                           std::make_pair(ConsistencyMode::kSsp, 3),
-                                           std::make_pair(ConsistencyMode::kAsp, 0)),
-                         [](const auto& p) {
-                           return ConsistencyModeName(p.param.first) + std::to_string(p.param.second);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, OneWorkerTest,
+    ::testing::Values(OneWorkerCase{ConsistencyMode::kBsp, 0, OptimizerKind::kSgd},
+                      OneWorkerCase{ConsistencyMode::kSsp, 3, OptimizerKind::kSgd},
+                      OneWorkerCase{ConsistencyMode::kAsp, 0, OptimizerKind::kSgd},
+                      OneWorkerCase{ConsistencyMode::kBsp, 0, OptimizerKind::kAdam},
+                      OneWorkerCase{ConsistencyMode::kSsp, 3, OptimizerKind::kAdam},
+                      OneWorkerCase{ConsistencyMode::kAsp, 0, OptimizerKind::kAdam}),
+    [](const auto& p) {
+      return ConsistencyModeName(p.param.mode) + std::to_string(p.param.staleness) +
+             (p.param.optimizer == OptimizerKind::kAdam ? "Adam" : "");
+    });
 
 // A bsp job of the small MLP on 2 servers.
 PsJobOptions BspJob(int workers, int64_t batch, int64_t steps) {
@@ -78,12 +65,12 @@ PsJobOptions BspJob(int workers, int64_t batch, int64_t steps) {
   o.num_servers = 2;
   o.num_workers = workers;
   o.model = SmallMlp();
-  o.train = Train(batch, steps, 0.9f);
+  o.train = SmallTrain(batch, steps, 0.9f);
   return o;
 }
 
 TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   PsJobOptions o = BspJob(4, 8, 200);  // 4 x 8 = 32 per step; 1600 / 32 = 50 steps per epoch
   o.train.lr.total_steps = 200;
   PsJobResult r = RunPsJob(o, data, data);
@@ -106,7 +93,7 @@ TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
 TEST(PsJobTest, BspWithAccumulationAndWarmUpEqualsLocalSgdWithTheGlobalBatch) {
   // 2 workers x 4 micro-batches of 4 = one local batch of 32; the warm-up schedule reaches the
   // servers through the job config.
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   PsJobOptions o = BspJob(2, 16, 120);
   o.train.micro_batch = 4;
   o.train.warmup_epochs = 0.5;  // 25 steps of the 50 per epoch
@@ -140,7 +127,7 @@ std::pair<PsJobResult, PsJobResult> WithoutAndWithOverlap(PsJobOptions o, const 
 
 // Overlap: pushes in parts as backward produces them, pulls per tensor waited for layer by layer.
 TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch) {
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   PsJobOptions o = BspJob(4, 8, 200);
   o.train.lr.total_steps = 200;
   auto [plain, r] = WithoutAndWithOverlap(o, data);
@@ -170,8 +157,30 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   }
 }
 
+// A caller that sets each step's rate itself (a frontend's LR scheduler): the pushes carry it
+// and the shards apply it instead of their schedule. The job's schedule says constant 0.5 (it
+// would diverge); the steps' own rates are the cosine a scheduled run computes, so the run is
+// that run bit for bit, sequential or overlapped (pushes in parts).
+TEST(PsJobTest, EachPushAppliesItsStepsOwnRate) {
+  Dataset data = SmallBlobs(1600);
+  PsJobOptions scheduled = BspJob(2, 16, 60);
+  scheduled.train.lr = {LrSchedule::Kind::kCosine, 0.05f, 60, 0.0f};
+  PsJobResult expect = RunPsJob(scheduled, data, data);
+  ASSERT_TRUE(expect.status.ok()) << expect.status;
+  for (bool overlap : {false, true}) {
+    PsJobOptions own = scheduled;
+    own.train.lr = {LrSchedule::Kind::kConstant, 0.5f, 0, 0.0f};
+    own.step_lr = [cosine = scheduled.train.lr](int64_t step) { return cosine.At(step); };
+    own.overlap = overlap;
+    own.push_part_floats = 50;  // several parts per push
+    PsJobResult r = RunPsJob(own, data, data);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.params, expect.params) << "overlap " << overlap;
+  }
+}
+
 TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   // One worker: every mode is local SGD step for step, parts or not.
   for (auto [mode, s] : {std::pair{ConsistencyMode::kAsp, 0}, std::pair{ConsistencyMode::kSsp, 2}}) {
     PsJobOptions o;
@@ -180,7 +189,7 @@ TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
     o.num_servers = 2;
     o.num_workers = 1;
     o.model = SmallMlp();
-    o.train = Train(32, 150, 0.9f);
+    o.train = SmallTrain(32, 150, 0.9f);
     o.train.lr.total_steps = 150;
     o.overlap = true;
     o.push_part_floats = 23;
@@ -208,13 +217,13 @@ TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
 // A diverged step stops the run before its push counts anywhere: the parts backward sent are
 // never completed, so the shards applied exactly the steps before it.
 TEST(PsJobTest, ADivergedOverlappedStepIsNeverApplied) {
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   PsJobOptions o;
   o.mode = ConsistencyMode::kAsp;
   o.num_servers = 2;
   o.num_workers = 1;
   o.model = SmallMlp();
-  o.train = Train(32, 200, 0.0f);
+  o.train = SmallTrain(32, 200, 0.0f);
   o.train.lr = {LrSchedule::Kind::kConstant, 1e4f, 0, 0.0f};
   o.overlap = true;
   o.push_part_floats = 23;
@@ -231,14 +240,14 @@ class SspBoundTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   const int s = GetParam();
-  Dataset data = Blobs(960);
+  Dataset data = SmallBlobs(960);
   PsJobOptions o;
   o.mode = ConsistencyMode::kSsp;
   o.staleness = s;
   o.num_servers = 2;
   o.num_workers = 3;
   o.model = SmallMlp();
-  o.train = Train(8, 60, 0.0f);
+  o.train = SmallTrain(8, 60, 0.0f);
   o.train.lr.total_steps = 60;
   // Seeded random delays, heavier on worker 2, so that the fast ones run into the bound.
   o.delay_ms = [](int w, int64_t step) {
@@ -296,7 +305,7 @@ class AspSlowWorkerTest : public ::testing::TestWithParam<bool> {};
 
 // With and without the staleness-aware rate (Zhang et al. 2016).
 TEST_P(AspSlowWorkerTest, SeesStalenessAndStillConverges) {
-  Dataset data = Blobs(1200, 3);
+  Dataset data = SmallBlobs(1200, 3);
   PsJobOptions o;
   o.mode = ConsistencyMode::kAsp;
   o.num_servers = 2;
@@ -304,7 +313,7 @@ TEST_P(AspSlowWorkerTest, SeesStalenessAndStillConverges) {
   o.model.name = "softmax";  // convex
   o.model.input_dim = 12;
   o.model.num_classes = 3;
-  o.train = Train(16, 120, 0.0f);
+  o.train = SmallTrain(16, 120, 0.0f);
   o.train.lr = {LrSchedule::Kind::kConstant, 0.1f, 0, 0.0f};
   o.delay_ms = [](int w, int64_t) { return w == 0 ? 3.0 : 0.0; };
   o.staleness_aware_lr = GetParam();
@@ -343,7 +352,7 @@ TEST(PsJobTest, SparseModelTrainsOverTheServers) {
   o.num_workers = 2;
   o.model.name = "sparse_logreg";
   o.model.feature_bits = 16;
-  o.train = Train(25, 160, 0.0f);
+  o.train = SmallTrain(25, 160, 0.0f);
   o.train.lr = {LrSchedule::Kind::kConstant, 4.0f, 0, 0.0f};
   o.train.optimizer.weight_decay = 0;
   PsJobResult r = RunPsJob(o, data, data);
@@ -355,13 +364,13 @@ TEST(PsJobTest, SparseModelTrainsOverTheServers) {
 }
 
 TEST(PsJobTest, ADeadServerIsReportedByNameWithinTheTimeout) {
-  Dataset data = Blobs(1600);
+  Dataset data = SmallBlobs(1600);
   PsJobOptions o;
   o.mode = ConsistencyMode::kBsp;
   o.num_servers = 2;
   o.num_workers = 2;
   o.model = SmallMlp();
-  o.train = Train(8, 100000, 0.0f);  // would run for minutes
+  o.train = SmallTrain(8, 100000, 0.0f);  // would run for minutes
   o.heartbeat_timeout_s = 1.0;
   o.kill_server = 1;
   o.kill_after_s = 0.3;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gradsync {
@@ -76,6 +77,106 @@ TEST(KvShardTest, ApplyAtAScaledRate) {
   s.Apply(seg, {}, g.data(), 0.25f);  // a gradient 4 versions stale, staleness-aware
   std::vector<float> expect = {0.5f, 0.0f, 1.5f, 1.0f};
   for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(s.params()[i], expect[i]) << i;
+}
+
+OptimizerOptions Adam(float weight_decay) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.weight_decay = weight_decay;
+  return o;
+}
+
+TEST(KvShardTest, AdamInBspIsOneAdamStepPerRoundOnTheMean) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  KvShard bsp({8, 12}, Layout(), Adam(0.01f), lr, 2, /*aggregate=*/true);
+  Optimizer reference(Adam(0.01f), 4);
+  std::vector<float> w = {1, -1, 2, 0.5f};
+  bsp.SetValues(w);
+  std::vector<Segment> seg = {{8, 12}};
+  std::vector<float> g1 = {2, 0, 4, 8}, g2 = {2, 4, 0, -8};
+  for (int round = 0; round < 3; ++round) {
+    bsp.Accumulate(seg, {}, g1.data());
+    bsp.Accumulate(seg, {}, g2.data());
+    bsp.ApplyAccumulated(2);
+    std::vector<float> sum(4);
+    for (int i = 0; i < 4; ++i) sum[i] = g1[i] + g2[i];
+    reference.Step(w, sum, 0.1f, 0, 0.5f);
+    reference.EndStep();
+  }
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), bsp.params().begin()));
+  EXPECT_TRUE(std::equal(reference.state().begin(), reference.state().end(), bsp.optimizer_state().begin()));
+  EXPECT_EQ(bsp.optimizer_steps(), 3);
+  EXPECT_EQ(bsp.version(), 6);
+}
+
+TEST(KvShardTest, AdamInSspAndAspIsOneAdamStepPerPushAtTheRateOverN) {
+  // Each push: an Adam step on the gradient itself (not g / N, weight decay not divided) at
+  // lr / N.
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  KvShard asp({8, 12}, Layout(), Adam(0.01f), lr, 2, /*aggregate=*/false);
+  Optimizer reference(Adam(0.01f), 4);
+  std::vector<float> w = {1, -1, 2, 0.5f};
+  asp.SetValues(w);
+  std::vector<Segment> seg = {{8, 12}};
+  std::vector<std::vector<float>> grads = {{2, 0, 4, 8}, {2, 4, 0, -8}, {-1, 1, 0.5f, 0}};
+  for (const auto& g : grads) {
+    asp.Apply(seg, {}, g.data());
+    reference.Step(w, g, 0.1f / 2, 0, 1.0f);
+    reference.EndStep();
+  }
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin()));
+  EXPECT_EQ(asp.optimizer_steps(), 3);
+  EXPECT_EQ(asp.step(), 1);  // the schedule's step: gradients / N
+}
+
+TEST(KvShardTest, AdamPushInPartsIsOneStep) {
+  // A push whose parts are applied with counts = false but for the last: one Adam step.
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  KvShard whole({8, 12}, Layout(), Adam(0), lr, 1, false), parts({8, 12}, Layout(), Adam(0), lr, 1, false);
+  std::vector<float> w = {1, -1, 2, 0.5f}, g = {2, 0, 4, 8};
+  whole.SetValues(w);
+  parts.SetValues(w);
+  for (int push = 0; push < 2; ++push) {
+    whole.Apply(std::vector<Segment>{{8, 12}}, {}, g.data());
+    parts.Apply(std::vector<Segment>{{10, 12}}, {}, g.data() + 2, 1.0f, /*counts=*/false);
+    parts.Apply(std::vector<Segment>{{8, 10}}, {}, g.data(), 1.0f, /*counts=*/true);
+  }
+  EXPECT_TRUE(std::equal(whole.params().begin(), whole.params().end(), parts.params().begin()));
+  EXPECT_EQ(parts.optimizer_steps(), 2);
+  EXPECT_EQ(parts.version(), 2);
+}
+
+TEST(KvShardTest, APushsOwnRateReplacesTheSchedule) {
+  // The schedule says 0.5; the pushes say 0.1 (times the staleness-aware 1/2 for the second).
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+  KvShard asp({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/false);
+  KvShard bsp({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/true);
+  asp.SetValues(std::vector<float>{1, 1, 1, 1});
+  bsp.SetValues(std::vector<float>{1, 1, 1, 1});
+  std::vector<Segment> seg = {{8, 12}};
+  std::vector<float> g = {4, 8, -4, 0};
+  asp.Apply(seg, {}, g.data(), 1.0f, true, 0.1f);  // w - 0.1 * g / 2
+  std::vector<float> expect = {0.8f, 0.6f, 1.2f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(asp.params()[i], expect[i]) << i;
+  asp.Apply(seg, {}, g.data(), 0.5f, true, 0.1f);  // w - 0.05 * g / 2
+  expect = {0.7f, 0.4f, 1.3f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(asp.params()[i], expect[i]) << i;
+  bsp.Accumulate(seg, {}, g.data());
+  bsp.ApplyAccumulated(1, 0.1f);  // w - 0.1 * g
+  expect = {0.6f, 0.2f, 1.4f, 1.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(bsp.params()[i], expect[i]) << i;
+  EXPECT_EQ(bsp.step(), 1);  // the schedule's step goes on all the same
+}
+
+TEST(KvShardTest, AdamInAspTakesAPushsRateOverN) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+  KvShard asp({8, 12}, Layout(), Adam(0), lr, 2, /*aggregate=*/false);
+  Optimizer reference(Adam(0), 4);
+  std::vector<float> w = {1, -1, 2, 0.5f}, g = {2, 0, 4, 8};
+  asp.SetValues(w);
+  asp.Apply(std::vector<Segment>{{8, 12}}, {}, g.data(), 1.0f, true, 0.01f);
+  reference.Step(w, g, 0.01f / 2);
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin()));
 }
 
 TEST(KvShardTest, SparseKeysAndRead) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace gradsync {
 namespace {
 
@@ -21,6 +23,29 @@ PushChunk Chunk(const PsRequest& r, float v) {
   Frame none;
   std::vector<float> decoded;
   return TakeChunk(r.segments, {}, &none, values.data(), values.size(), &decoded);
+}
+
+TEST(PushAssemblerTest, ThePartsOfAPushCarryOneRate) {
+  PushAssembler a;
+  auto p0 = Part(0, 2, {{0, 4}}), p1 = Part(1, 2, {{4, 8}});
+  p0.lr = 0.25f;
+  ASSERT_TRUE(a.Check(1, p0, 0).ok());
+  EXPECT_EQ(a.Add(1, p0, Chunk(p0, 1)), nullptr);
+  EXPECT_EQ(a.Check(1, p1, 0).code(), StatusCode::kInvalidArgument);  // no rate where part 0 had one
+  p1.lr = 0.5f;
+  EXPECT_EQ(a.Check(1, p1, 0).code(), StatusCode::kInvalidArgument);
+  p1.lr = 0.25f;
+  ASSERT_TRUE(a.Check(1, p1, 0).ok());
+  HeldPush* whole = a.Add(1, p1, Chunk(p1, 2));
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->lr, 0.25f);
+  // Without a rate on any part: none (the job's schedule).
+  a.Forget(1);
+  const auto q0 = Part(0, 2, {{0, 4}}, 6), q1 = Part(1, 2, {{4, 8}}, 6);
+  ASSERT_TRUE(a.Check(1, q0, 0).ok());
+  a.Add(1, q0, Chunk(q0, 1));
+  ASSERT_TRUE(a.Check(1, q1, 0).ok());
+  EXPECT_TRUE(std::isnan(a.Add(1, q1, Chunk(q1, 1))->lr));
 }
 
 TEST(PushAssemblerTest, APushCountsWhenItsLastPartIsIn) {

@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
+#include "common/ps_protocol.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {
@@ -50,7 +54,9 @@ TEST(ShardCheckpointerTest, WritesTheWholeStateAndReadsItBack) {
   EXPECT_EQ(back->version(), 1);
   EXPECT_EQ(back->job().num_workers(), 2);
   EXPECT_EQ(back->params().size(), 8 * sizeof(float));
-  EXPECT_EQ(back->velocity().size(), 8 * sizeof(float));
+  EXPECT_EQ(back->optimizer_state().size(), 8 * sizeof(float));
+  EXPECT_EQ(back->optimizer(), "sgd");
+  EXPECT_EQ(back->optimizer_steps(), 1);
   ASSERT_EQ(back->pushed_size(), 2);
   EXPECT_EQ(back->pushed(1), 1);
   // Another shard's file, a missing one, and garbage are each a clear error.
@@ -61,6 +67,94 @@ TEST(ShardCheckpointerTest, WritesTheWholeStateAndReadsItBack) {
   auto foreign = c.Read(2);
   EXPECT_EQ(foreign.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(foreign.status().message().find("belongs to shard 0"), std::string::npos) << foreign.status();
+}
+
+wire::JobConfig AdamJob() {
+  wire::JobConfig job;
+  auto* t = job.add_tensors();
+  t->set_name("w");
+  t->set_size(8);
+  job.set_num_params(8);
+  job.set_num_workers(2);
+  job.set_lr(0.1f);
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.weight_decay = 0.01f;
+  SetJobOptimizer(adam, &job);
+  return job;
+}
+
+TEST(ShardCheckpointerTest, AnAdamShardRestoredFromItsCheckpointGoesOnBitForBit) {
+  testing::TempDir dir;
+  const std::vector<TensorInfo> layout = {{"w", {8}, 0, 8, false}};
+  const LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  const wire::JobConfig job = AdamJob();
+  auto adam = JobOptimizer(job);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  KvShard shard({0, 8}, layout, *adam, lr, 2, false);
+  shard.SetValues(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  const std::vector<Segment> all = {{0, 8}};
+  auto gradient = [](int k) {
+    std::vector<float> g(8);
+    for (int i = 0; i < 8; ++i) g[i] = std::sin(static_cast<float>(k * 8 + i));
+    return g;
+  };
+  for (int k = 0; k < 3; ++k) shard.Apply(all, {}, gradient(k).data());
+  ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
+  ShardCheckpointer c(dir.path(), 1, 5.0);
+  ASSERT_TRUE(c.Write(0, job, shard, controller, 0).ok());
+  auto back = c.Read(0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->optimizer(), "adam");
+  EXPECT_EQ(back->optimizer_steps(), 3);
+  EXPECT_EQ(back->optimizer_state().size(), 2 * 8 * sizeof(float));  // m and v
+
+  auto restored_options = JobOptimizer(back->job());
+  ASSERT_TRUE(restored_options.ok()) << restored_options.status();
+  KvShard restored({0, 8}, layout, *restored_options, lr, 2, false);
+  ASSERT_TRUE(RestoreShard(*back, &restored).ok());
+  for (int k = 3; k < 6; ++k) {
+    shard.Apply(all, {}, gradient(k).data());
+    restored.Apply(all, {}, gradient(k).data());
+  }
+  EXPECT_TRUE(std::equal(shard.params().begin(), shard.params().end(), restored.params().begin()));
+  EXPECT_TRUE(std::equal(shard.optimizer_state().begin(), shard.optimizer_state().end(),
+                         restored.optimizer_state().begin()));
+  EXPECT_EQ(restored.optimizer_steps(), 6);
+  EXPECT_EQ(restored.version(), 6);
+}
+
+TEST(ShardCheckpointerTest, RestoreRefusesAnotherOptimizersStateOrRange) {
+  testing::TempDir dir;
+  const std::vector<TensorInfo> layout = {{"w", {8}, 0, 8, false}};
+  const LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  KvShard sgd({0, 8}, layout, {0.9f, false, 0.0f}, lr, 2, false);
+  ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
+  ShardCheckpointer c(dir.path(), 1, 5.0);
+  ASSERT_TRUE(c.Write(0, AdamJob(), sgd, controller, 0).ok());  // a job that says adam, an sgd state
+  auto back = c.Read(0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  KvShard adam({0, 8}, layout, *JobOptimizer(back->job()), lr, 2, false);
+  Status s = RestoreShard(*back, &adam);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("the state of a sgd optimizer, but its job's optimizer is adam"), std::string::npos) << s;
+  // Adam's state of the wrong size, and another range.
+  wire::ShardCheckpoint short_state = *back;
+  short_state.set_optimizer("adam");
+  s = RestoreShard(short_state, &adam);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("optimizer state has 8 values; this shard's adam keeps 16"), std::string::npos) << s;
+  KvShard other({0, 4}, layout, {0.9f, false, 0.0f}, lr, 2, false);
+  EXPECT_EQ(RestoreShard(*back, &other).code(), StatusCode::kDataLoss);
+  // A step count that the next step would overflow (Adam's t).
+  KvShard sgd_again({0, 8}, layout, {0.9f, false, 0.0f}, lr, 2, false);
+  wire::ShardCheckpoint huge = *back;
+  huge.set_optimizer("sgd");
+  ASSERT_TRUE(RestoreShard(huge, &sgd_again).ok());
+  huge.set_optimizer_steps(INT64_MAX);
+  s = RestoreShard(huge, &sgd_again);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("counter out of range"), std::string::npos) << s;
 }
 
 }  // namespace

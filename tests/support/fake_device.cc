@@ -44,6 +44,9 @@ Status FakeDeviceModel::ParamsToDevice() {
 
 Status FakeDeviceModel::SetOptimizer(const OptimizerOptions& options) {
   RETURN_IF_ERROR(ValidateOptimizerOptions(options));
+  if (options.kind != OptimizerKind::kSgd) {  // as the CUDA models (models/cuda/)
+    return UnimplementedError(name() + ": the device optimizer is SGD's; adam runs on the host or the servers");
+  }
   optimizer_ = std::make_unique<Optimizer>(options, inner_->num_params());
   return OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/scheduler_client.h"
+#include "common/synthetic.h"
 #include "common/tensor.h"
 #include "allreduce/tcp_ring.h"
 #include "server/scheduler.h"
@@ -16,6 +17,36 @@
 #include "worker/ps_trainer.h"
 
 namespace gradsync::testing {
+
+Dataset SmallBlobs(int64_t n, int classes) {
+  BlobsOptions bo;
+  bo.n = n;
+  bo.dim = 12;
+  bo.classes = classes;
+  bo.center_scale = 0.8f;
+  return MakeGaussianBlobs(bo);
+}
+
+ModelOptions SmallMlp() {
+  ModelOptions m;
+  m.name = "mlp";
+  m.input_dim = 12;
+  m.num_classes = 4;
+  m.hidden = {16};
+  return m;
+}
+
+LocalTrainOptions SmallTrain(int64_t batch, int64_t steps, float momentum) {
+  LocalTrainOptions t;
+  t.batch = batch;
+  t.epochs = 100;
+  t.max_steps = steps;
+  t.seed = 5;
+  t.lr = {LrSchedule::Kind::kCosine, 0.05f, 0, 0.0f};
+  t.optimizer.momentum = momentum;
+  t.optimizer.weight_decay = 1e-4f;
+  return t;
+}
 
 std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_device) {
   if (fake_device) return std::make_unique<FakeDeviceModel>(options);
@@ -180,6 +211,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
         if (d > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(d));
       };
       pto.after_init = [&] { past_init++; };
+      pto.step_lr = o.step_lr;
       PsTrainer trainer(pto, model.get(), &train, &test, nullptr, ps->get(), &client);
       auto r = trainer.Run();
       status = r.ok() ? OkStatus() : r.status();

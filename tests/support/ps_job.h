@@ -38,6 +38,8 @@ struct PsJobOptions {
   bool compress_pull = false;
   bool staleness_aware_lr = false;
   bool overlap = false;                    // PsTrainOptions::overlap
+  // Each step's own rate, pushed with its gradient (PsTrainOptions::step_lr); empty: none.
+  std::function<float(int64_t step)> step_lr;
   size_t push_part_floats = size_t{1} << 20;
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
@@ -78,6 +80,14 @@ std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& 
 // learning rate, lost gradient or stale version (differences of 1e-2 and more) still fails it.
 double SummationNoise(const ModelOptions& model, LocalTrainOptions train, int64_t micro, const Dataset& data);
 double EquivalenceTolerance(double noise, double base = 1e-5);
+
+// What the equivalence tests train, and how: Gaussian blobs of 12 features (`classes` classes,
+// centers 0.8 apart), and an MLP 12-16-4 for them.
+Dataset SmallBlobs(int64_t n = 1600, int classes = 4);
+ModelOptions SmallMlp();
+// `steps` steps of `batch` (seed 5), SGD with `momentum` and weight decay 1e-4, rate 0.05
+// decaying to 0 (cosine) over the run.
+LocalTrainOptions SmallTrain(int64_t batch, int64_t steps, float momentum);
 
 // CreateModel, or a FakeDeviceModel (tests/support/fake_device.h) when fake_device.
 std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_device);

@@ -1,8 +1,10 @@
 #include "worker/local_trainer.h"
 #include "worker/epoch.h"
+#include "worker/local_sync.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -184,6 +186,33 @@ TEST(StragglerTest, DelaysFollowTheirSpec) {
   // Sleep sleeps at least what it reports.
   Straggler ms(*ParseStraggler("ms:5"), 0);
   EXPECT_GE(ms.Sleep(0), 5.0);
+}
+
+// A caller with its own schedule (a frontend) sets each step's rate; NaN keeps the run's.
+TEST(LocalSyncTest, AStepsOwnRateReplacesTheSchedule) {
+  Fixture s = MakeSetup();
+  LocalTrainOptions o;
+  o.lr = {LrSchedule::Kind::kConstant, 0.5f, 0, 0.0f};
+  LocalSync sync(o, s.model.get());
+  ASSERT_TRUE(sync.Start({10, 10}).ok());
+  auto step = [&](float lr) -> Status {
+    std::fill(s.model->grads().begin(), s.model->grads().end(), 1.0f);
+    const float before = s.model->params()[0];
+    StepPlan plan;
+    plan.lr = lr;
+    RETURN_IF_ERROR(sync.BeginStep(plan));
+    RETURN_IF_ERROR(sync.FinishStep().status());
+    EXPECT_FLOAT_EQ(s.model->params()[0], before - (std::isnan(lr) ? 0.5f : lr)) << lr;
+    return OkStatus();
+  };
+  EXPECT_TRUE(step(0.125f).ok());
+  EXPECT_TRUE(step(NAN).ok());
+  EXPECT_TRUE(step(0.0f).ok());
+  for (float bad : {-0.1f, INFINITY}) {
+    StepPlan plan;
+    plan.lr = bad;
+    EXPECT_EQ(sync.BeginStep(plan).code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(LocalTrainerTest, LastPartialBatchAndMaxSteps) {

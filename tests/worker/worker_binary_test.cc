@@ -50,6 +50,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "--nesterov needs --momentum > 0"},
         BadFlagCase{"MomentumOutOfRange", {"--momentum=1.5"}, "momentum must be in [0, 1)"},
         BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant or cosine"},
+        BadFlagCase{"UnknownOptimizer", {"--optimizer=adagrad"}, "--optimizer must be sgd or adam, not 'adagrad'"},
+        BadFlagCase{"AdamWithMomentum", {"--optimizer=adam", "--momentum=0.9"}, "--momentum is SGD's: --optimizer=adam has --adam-beta1"},
+        BadFlagCase{"AdamBeta", {"--optimizer=adam", "--adam-beta1=1"}, "--adam-beta1 must be in [0, 1), not 1"},
+        BadFlagCase{"AdamSparse", {"--optimizer=adam", "--model=sparse_logreg"}, "--optimizer=adam applies to the dense models"},
+        BadFlagCase{"EpsWithSgd", {"--adam-eps=1e-6"}, "--adam-eps applies to --optimizer=adam"},
         BadFlagCase{"HiddenForSoftmax", {"--model=softmax", "--hidden=10"}, "--hidden applies to --model=mlp only"},
         BadFlagCase{"SparseModelOnDenseData", {"--model=sparse_logreg", "--dataset=fashion-mnist"}, "cannot train on"},
         BadFlagCase{"ZeroThreads", {"--threads=0"}, "--threads must be in"},
@@ -89,6 +94,9 @@ TEST(WorkerBinaryTest, HelpListsTheFlags) {
   EXPECT_NE(r.out.find("--lr arg (=0.02) "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--momentum arg (=0.9) "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--overlap arg (=true) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--optimizer arg (=sgd) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--adam-beta2 arg (=0.999) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--adam-eps arg (=1e-08) "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("0.0199999996"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:"));
