@@ -200,6 +200,13 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   const config::TrainConfig& c = job->train();
   JobLink& link = job->link();
   LocalTrainOptions train;
+  if (optimizer.kind != "sgd" && optimizer.kind != "adam") {
+    throw StatusError(InvalidArgumentError("optimizer kind '" + optimizer.kind + "': sgd or adam"));
+  }
+  train.optimizer.kind = optimizer.kind == "adam" ? OptimizerKind::kAdam : OptimizerKind::kSgd;
+  train.optimizer.beta1 = optimizer.beta1;
+  train.optimizer.beta2 = optimizer.beta2;
+  train.optimizer.eps = optimizer.eps;
   train.optimizer.momentum = optimizer.momentum;
   train.optimizer.nesterov = optimizer.nesterov;
   train.optimizer.weight_decay = optimizer.weight_decay;
@@ -216,10 +223,6 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     throw StatusError(InvalidArgumentError("--momentum-correction: not supported by the Python frontend"));
   }
   if (IsPsMode(c.mode())) {
-    if (optimizer.kind != "sgd") {
-      throw StatusError(InvalidArgumentError("the parameter servers apply SGD only; optimizer '" + optimizer.kind +
-                                             "' is not supported in mode " + ModeName(c.mode())));
-    }
     auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
     ThrowIfError(client.status());
     client_ = std::move(client).value();
@@ -269,11 +272,11 @@ int64_t FrontendSync::Start(int64_t total_steps, int64_t steps_per_epoch) {
 }
 
 void FrontendSync::BeginStep(int64_t step, bool evaluate, float lr) {
-  (void)lr;
   if (!sync_) return;
   StepPlan plan;
   plan.step = step;
   plan.evaluate = evaluate;
+  plan.lr = lr;
   in_step_ = true;
   ThrowIfError(sync_->BeginStep(plan));
 }

@@ -115,7 +115,7 @@ struct OptimizerSpec {
   float momentum = 0;
   bool nesterov = false;
   float weight_decay = 0;
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // doubles, as PyTorch's Python floats
 };
 
 class FrontendSync {
@@ -138,6 +138,8 @@ class FrontendSync {
   const std::string& kind() const { return kind_; }
 
   int64_t Start(int64_t total_steps, int64_t steps_per_epoch);
+  // lr: the step's rate when the caller's optimizer sets it (PS: it goes with the push); NaN:
+  // the job's schedule.
   void BeginStep(int64_t step, bool evaluate, float lr);
   void WaitParams(size_t tensor);
   void GradReady(size_t tensor);

@@ -56,7 +56,8 @@ py::dict FieldsDict(const google::protobuf::Message& m) {
       case pb::FieldDescriptor::CPPTYPE_INT64: d[name] = r->GetInt64(m, f); break;
       case pb::FieldDescriptor::CPPTYPE_UINT32: d[name] = r->GetUInt32(m, f); break;
       case pb::FieldDescriptor::CPPTYPE_UINT64: d[name] = r->GetUInt64(m, f); break;
-      case pb::FieldDescriptor::CPPTYPE_FLOAT: d[name] = r->GetFloat(m, f); break;
+      // A float as its shortest exact text reads (0.02, not 0.019999999552965164).
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: d[name] = std::stod(ShortestText(r->GetFloat(m, f))); break;
       case pb::FieldDescriptor::CPPTYPE_DOUBLE: d[name] = r->GetDouble(m, f); break;
       case pb::FieldDescriptor::CPPTYPE_STRING: d[name] = r->GetString(m, f); break;
       case pb::FieldDescriptor::CPPTYPE_ENUM: d[name] = r->GetEnum(m, f)->name(); break;

@@ -60,3 +60,17 @@ def test_a_wrong_update_is_caught(tmp_path):
     got, _, _ = train(tmp_path, "bsp", 1, ["--steps=50"])
     other = train_worker.reference(train_worker.parse(["--steps=50", "--lr=0.045"]))
     assert rel_diff(got, other) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["bsp", "ssp", "asp"])
+def test_one_worker_with_server_side_adam_equals_torch_adam(tmp_path, mode):
+    got, ref, _ = train(tmp_path, mode, 1, ["--steps=200", "--optimizer=adam", "--lr=0.01", "--weight-decay=0.001"])
+    assert rel_diff(got, ref) <= 1e-6
+
+
+def test_a_torch_lr_scheduler_drives_the_shards(tmp_path):
+    # StepLR halves the rate every 40 steps: the shards apply the rate each push carries.
+    got, ref, _ = train(tmp_path, "bsp", 1, ["--steps=200", "--lr-step=40"])
+    assert rel_diff(got, ref) <= 1e-6
+    constant = train_worker.reference(train_worker.parse(["--steps=200"]))
+    assert rel_diff(got, constant) > 1e-3
