@@ -23,6 +23,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build_dir" \
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
   -DGRADSYNC_FUZZ=ON \
   -DGRADSYNC_CUDA=OFF \
+  -DGRADSYNC_PYTHON=OFF \
   -DGRADSYNC_BUILD_TESTS=OFF \
   -DGRADSYNC_BUILD_BENCH=OFF > "$build_dir.configure.log" 2>&1 ||
   { cat "$build_dir.configure.log"; exit 1; }

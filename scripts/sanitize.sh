@@ -16,6 +16,7 @@ cmake -S . -B "$build_dir" \
   -DCMAKE_CXX_FLAGS=-fno-sanitize-recover=undefined \
   -DGRADSYNC_SANITIZE=address,undefined \
   -DGRADSYNC_CUDA=OFF \
+  -DGRADSYNC_PYTHON=OFF \
   -DGRADSYNC_BUILD_TESTS=ON \
   -DGRADSYNC_BUILD_BENCH=OFF > "$build_dir.configure.log" 2>&1 ||
   { cat "$build_dir.configure.log"; exit 1; }

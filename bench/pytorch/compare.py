@@ -5,8 +5,9 @@ random batches, one PyTorch thread per process.
     /usr/bin/python3 bench/pytorch/compare.py [--rounds=3] [--workers=4] [--steps=150]
 
 Configurations (run in turn, ROUNDS times, interleaved): plain PyTorch (1 process); gradsync with
-1 worker in allreduce and in bsp (1 server); DDP with gloo over WORKERS processes; gradsync
-allreduce and bsp (2 servers) over WORKERS processes. Samples/s of a multi-process run = total
+1 worker in allreduce and in bsp (1 server); the ceiling: WORKERS plain PyTorch processes side by
+side with no communication at all (what this machine's cores give); DDP with gloo over WORKERS
+processes; gradsync allreduce and bsp (2 servers) over WORKERS processes. Samples/s of a multi-process run = total
 samples / the slowest rank's timed seconds. Prints the median [min..max] of each and the ratios
 the frontend is judged by; --json writes them."""
 
@@ -30,7 +31,13 @@ def run(config, args, bin_dir):
     name, variant, mode, workers, servers = config
     try:
         if variant == "plain":
-            subprocess.run(worker + ["--variant=plain"], check=True, timeout=600)
+            # `workers` plain processes side by side, no communication: the machine's ceiling.
+            procs = [subprocess.Popen(worker[:-1] + ["--out=%s/%d" % (out, w), "--variant=plain"]) for w in range(workers)]
+            for p in procs:
+                if p.wait(timeout=600) != 0:
+                    raise RuntimeError("%s: a process failed" % name)
+            for w in range(workers):
+                os.rename("%s/%d/bench-0.json" % (out, w), "%s/bench-%d.json" % (out, w))
         else:
             launch = [os.path.join(bin_dir, "gradsync-launch"), "--mode=" + mode, "--workers=%d" % workers,
                       "--out=" + out + "/job", "--timeout=600"]
@@ -61,6 +68,7 @@ def main():
         ("plain PyTorch, 1 process", "plain", None, 1, 0),
         ("gradsync allreduce, 1 worker", "gradsync", "allreduce", 1, 0),
         ("gradsync bsp, 1 worker, 1 server", "gradsync", "bsp", 1, 1),
+        ("ceiling: %d plain processes, no comm" % n, "plain", None, n, 0),
         ("DDP gloo, %d workers" % n, "ddp", "allreduce", n, 0),
         ("gradsync allreduce, %d workers" % n, "gradsync", "allreduce", n, 0),
         ("gradsync bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2),
@@ -76,16 +84,19 @@ def main():
     for c in configs:
         v = rates[c[0]]
         print("%-36s %10.0f  [%.0f..%.0f]" % (c[0], med[c[0]], min(v), max(v)))
-    plain, ddp = med[configs[0][0]], med[configs[3][0]]
+    plain, ceiling, ddp = med[configs[0][0]], med[configs[3][0]], med[configs[4][0]]
     ratios = {
-        "allreduce / DDP (%d workers)" % n: med[configs[4][0]] / ddp,
-        "bsp / DDP (%d workers)" % n: med[configs[5][0]] / ddp,
+        "allreduce / DDP (%d workers)" % n: med[configs[5][0]] / ddp,
+        "bsp / DDP (%d workers)" % n: med[configs[6][0]] / ddp,
+        "DDP / ceiling": ddp / ceiling,
+        "allreduce / ceiling": med[configs[5][0]] / ceiling,
+        "bsp / ceiling": med[configs[6][0]] / ceiling,
         "1-worker allreduce overhead vs plain": 1 - med[configs[1][0]] / plain,
         "1-worker bsp overhead vs plain": 1 - med[configs[2][0]] / plain,
     }
     print()
     for k, v in ratios.items():
-        print("%-40s %s" % (k, ("%.2fx" % v) if "DDP" in k else ("%+.1f%%" % (100 * v))))
+        print("%-40s %s" % (k, ("%+.1f%%" % (100 * v)) if "overhead" in k else ("%.2fx" % v)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rates": rates, "median": med, "ratios": ratios}, f, indent=1)
