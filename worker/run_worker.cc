@@ -17,6 +17,7 @@
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
 #include "worker/ps_trainer.h"
+#include "worker/train_options.h"
 #if GRADSYNC_HAVE_CUDA
 #include "models/cuda/cuda_model.h"
 #endif
@@ -45,37 +46,6 @@ DataOptions DataOptionsFrom(const TrainConfig& c) {
   o.feature_bits = c.feature_bits();
   o.seed = c.seed();
   return o;
-}
-
-LocalTrainOptions TrainOptionsFrom(const TrainConfig& c) {
-  LocalTrainOptions t;
-  t.optimizer.kind = *ParseOptimizerKind(c.optimizer());  // Validate() checked it
-  t.optimizer.weight_decay = c.weight_decay();
-  if (t.optimizer.kind == OptimizerKind::kAdam) {
-    t.optimizer.beta1 = c.adam_beta1();
-    t.optimizer.beta2 = c.adam_beta2();
-    t.optimizer.eps = c.adam_eps();
-  } else {
-    // DGC moves the momentum to the sender: the applied update is plain SGD.
-    t.optimizer.momentum = c.momentum_correction() ? 0.0f : c.momentum();
-    t.optimizer.nesterov = c.nesterov();
-  }
-  t.lr.base = c.lr();
-  t.lr.kind = *ParseLrScheduleKind(c.lr_schedule());
-  t.batch = c.batch();
-  if (c.accumulate() > 1) {
-    t.micro_batch = t.batch;
-    t.batch *= c.accumulate();  // a step takes K micro-batches
-  }
-  t.warmup_epochs = c.warmup_epochs();
-  t.epochs = c.epochs();
-  t.max_steps = c.max_steps();
-  t.seed = c.seed();
-  t.log_every = c.log_every();
-  t.eval_every = c.eval_every();
-  t.straggler = *ParseStraggler(c.straggle());
-  t.straggler_seed = c.straggle_seed();
-  return t;
 }
 
 // Fails the job (so that the scheduler hears of it) with one line; the exit code.
@@ -165,8 +135,6 @@ struct Trained {
 Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainTest& data, PlacedModel& placed,
               MetricsWriter* metrics, JobLink* job, const std::function<void(const EpochReport&)>& on_epoch) {
   Trained out;
-  const std::string compress = c.compress() == "none" ? "" : c.compress();
-  const float correction_momentum = c.momentum_correction() ? c.momentum() : 0.0f;
   Model* model = placed.model.get();
   if (!JoinsJob(c.mode())) {
     LocalTrainer trainer(train, model, &data.train, &data.test, metrics);
@@ -174,15 +142,7 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
     return out;
   }
   if (c.mode() == config::ALLREDUCE) {
-    AllreduceTrainOptions ao;
-    ao.train = train;
-    ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
-    ao.overlap = c.overlap();
-    ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
-    ao.compression = compress;
-    ao.error_feedback = c.error_feedback();
-    ao.correction_momentum = correction_momentum;
-    ao.collective_timeout_s = c.collective_timeout();
+    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train);
     if (c.has_checkpoint_dir()) {
       ao.checkpoint_dir = c.checkpoint_dir();
       std::error_code ec;
@@ -213,19 +173,7 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
     if (!client.ok()) {
       out.reports = client.status();
     } else {
-      PsTrainOptions po;
-      po.train = train;
-      po.rank = job->rank;
-      po.num_workers = job->table.workers_size();
-      po.request_timeout_s = c.request_timeout();
-      po.recovery_timeout_s = c.recovery_timeout();
-      po.compression = compress;
-      po.error_feedback = c.error_feedback();
-      po.correction_momentum = correction_momentum;
-      po.compress_pull = c.compress_pull();
-      po.staleness_aware_lr = c.staleness_aware_lr();
-      po.overlap = c.overlap();
-      po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
+      const PsTrainOptions po = PsOptionsFrom(c, train, job->rank, job->table.workers_size());
       PsTrainer trainer(po, model, &data.train, &data.test, metrics, client->get(), job->scheduler.get());
       out.reports = trainer.Run(on_epoch);
       out.traffic = (*client)->traffic();

@@ -8,6 +8,7 @@
 #include "common/train_flags.h"
 #include "worker/allreduce_sync.h"
 #include "worker/ps_sync.h"
+#include "worker/train_options.h"
 
 namespace gradsync::python {
 namespace {
@@ -199,10 +200,14 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
 
   const config::TrainConfig& c = job->train();
   JobLink& link = job->link();
-  LocalTrainOptions train;
+  // The job's settings, with the wrapped optimizer's instead of the flags' (the PS shards apply
+  // it; all-reduce and local leave it to PyTorch) and a constant schedule: the caller sends
+  // its own rate with each step.
+  LocalTrainOptions train = TrainOptionsFrom(c);
   if (optimizer.kind != "sgd" && optimizer.kind != "adam") {
     throw StatusError(InvalidArgumentError("optimizer kind '" + optimizer.kind + "': sgd or adam"));
   }
+  train.optimizer = OptimizerOptions{};
   train.optimizer.kind = optimizer.kind == "adam" ? OptimizerKind::kAdam : OptimizerKind::kSgd;
   train.optimizer.beta1 = optimizer.beta1;
   train.optimizer.beta2 = optimizer.beta2;
@@ -210,10 +215,11 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   train.optimizer.momentum = optimizer.momentum;
   train.optimizer.nesterov = optimizer.nesterov;
   train.optimizer.weight_decay = optimizer.weight_decay;
+  train.lr = LrSchedule{};
   train.lr.base = optimizer.lr;
-  train.lr.kind = LrSchedule::Kind::kConstant;
-  train.seed = c.seed();
-  train.batch = c.batch();
+  train.warmup_epochs = 0;
+  train.straggler = {};  // the script's loop is its own
+  train.micro_batch = 0;
   ThrowIfError(ValidateOptimizerOptions(train.optimizer));
   std::string compress = compression.empty() ? c.compress() : compression;
   if (compress == "none") compress.clear();
@@ -226,17 +232,10 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
     ThrowIfError(client.status());
     client_ = std::move(client).value();
-    PsTrainOptions po;
-    po.train = train;
-    po.rank = link.rank;
-    po.num_workers = link.table.workers_size();
-    po.request_timeout_s = c.request_timeout();
+    PsTrainOptions po = PsOptionsFrom(c, train, link.rank, link.table.workers_size());
+    po.recovery_timeout_s = 0;  // a PyTorch step cannot be redone for the caller
     po.compression = compress;
     po.error_feedback = feedback;
-    po.compress_pull = c.compress_pull();
-    po.staleness_aware_lr = c.staleness_aware_lr();
-    po.overlap = c.overlap();
-    po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
     overlapped_ = po.overlap && compress.empty();
     if (overlapped_) {
       sync_ = std::make_unique<PsOverlapSync>(po, model_.get(), client_.get(), link.scheduler.get());
@@ -245,14 +244,9 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     }
     kind_ = overlapped_ ? "ps-overlap" : "ps";
   } else if (c.mode() == config::ALLREDUCE) {
-    AllreduceTrainOptions ao;
-    ao.train = train;
-    ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
-    ao.overlap = c.overlap();
-    ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
+    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train);
     ao.compression = compress;
     ao.error_feedback = feedback;
-    ao.collective_timeout_s = c.collective_timeout();
     ao.apply_update = false;
     overlapped_ = ao.overlap && compress.empty() && link.num_workers() > 1;
     sync_ = std::make_unique<AllreduceSync>(ao, model_.get(), link.ring.get());

@@ -1,0 +1,75 @@
+#include "worker/train_options.h"
+
+#include <algorithm>
+
+namespace gradsync {
+namespace {
+
+std::string Codec(const config::TrainConfig& c) { return c.compress() == "none" ? "" : c.compress(); }
+
+// DGC moves the momentum to the sender (then the applied update is plain SGD).
+float CorrectionMomentum(const config::TrainConfig& c) { return c.momentum_correction() ? c.momentum() : 0.0f; }
+
+}  // namespace
+
+LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
+  LocalTrainOptions t;
+  t.optimizer.kind = *ParseOptimizerKind(c.optimizer());  // Validate() checked it
+  t.optimizer.weight_decay = c.weight_decay();
+  if (t.optimizer.kind == OptimizerKind::kAdam) {
+    t.optimizer.beta1 = c.adam_beta1();
+    t.optimizer.beta2 = c.adam_beta2();
+    t.optimizer.eps = c.adam_eps();
+  } else {
+    t.optimizer.momentum = c.momentum_correction() ? 0.0f : c.momentum();
+    t.optimizer.nesterov = c.nesterov();
+  }
+  t.lr.base = c.lr();
+  t.lr.kind = *ParseLrScheduleKind(c.lr_schedule());
+  t.batch = c.batch();
+  if (c.accumulate() > 1) {
+    t.micro_batch = t.batch;
+    t.batch *= c.accumulate();  // a step takes K micro-batches
+  }
+  t.warmup_epochs = c.warmup_epochs();
+  t.epochs = c.epochs();
+  t.max_steps = c.max_steps();
+  t.seed = c.seed();
+  t.log_every = c.log_every();
+  t.eval_every = c.eval_every();
+  t.straggler = *ParseStraggler(c.straggle());
+  t.straggler_seed = c.straggle_seed();
+  return t;
+}
+
+PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train, int rank, int num_workers) {
+  PsTrainOptions po;
+  po.train = train;
+  po.rank = rank;
+  po.num_workers = num_workers;
+  po.request_timeout_s = c.request_timeout();
+  po.recovery_timeout_s = c.recovery_timeout();
+  po.compression = Codec(c);
+  po.error_feedback = c.error_feedback();
+  po.correction_momentum = CorrectionMomentum(c);
+  po.compress_pull = c.compress_pull();
+  po.staleness_aware_lr = c.staleness_aware_lr();
+  po.overlap = c.overlap();
+  po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
+  return po;
+}
+
+AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train) {
+  AllreduceTrainOptions ao;
+  ao.train = train;
+  ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
+  ao.overlap = c.overlap();
+  ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
+  ao.compression = Codec(c);
+  ao.error_feedback = c.error_feedback();
+  ao.correction_momentum = CorrectionMomentum(c);
+  ao.collective_timeout_s = c.collective_timeout();
+  return ao;
+}
+
+}  // namespace gradsync
