@@ -140,6 +140,12 @@ void FrontendJob::Broadcast(std::span<std::byte> data, int root) {
   }
 }
 
+void FrontendJob::AllReduceAverage(FloatSpan data) {
+  if (size() == 1) return;
+  if (!link_.ring) throw StatusError(InvalidArgumentError("allreduce needs mode allreduce (this job's is " + ModeName(mode()) + ")"));
+  ThrowIfError(link_.ring->AllReduce(data, ReduceOp::kAverage).WithContext("allreduce"));
+}
+
 void FrontendJob::Finished(const Status& status) {
   if (finished_) return;
   finished_ = true;

@@ -79,6 +79,8 @@ class FrontendJob {
   // kMaxGatherBytes, through the scheduler (PS modes). `data.size()` must be the same on every
   // worker and a multiple of 4.
   void Broadcast(std::span<std::byte> data, int root);
+  // Averages `data` over the job's ring in place (all-reduce mode; one worker: unchanged).
+  void AllReduceAverage(FloatSpan data);
   // Tells the scheduler how this worker ended (once; later calls do nothing).
   void Finished(const Status& status);
 

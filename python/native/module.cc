@@ -143,6 +143,15 @@ PYBIND11_MODULE(_native, m) {
           py::arg("data"), py::arg("root") = 0,
           "Overwrites `data` (a writable contiguous buffer, size a multiple of 4) with root's, in place.")
       .def(
+          "allreduce",
+          [](FrontendJob& j, py::array_t<float, py::array::c_style> data) {
+            py::buffer_info info = data.request(/*writable=*/true);
+            FloatSpan span(static_cast<float*>(info.ptr), static_cast<size_t>(info.size));
+            py::gil_scoped_release release;
+            j.AllReduceAverage(span);
+          },
+          py::arg("data").noconvert(), "Averages a float32 array over the ring, in place (mode allreduce).")
+      .def(
           "finished",
           [](FrontendJob& j, const std::string& error) {
             j.Finished(error.empty() ? OkStatus() : AbortedError(error));
@@ -248,6 +257,36 @@ PYBIND11_MODULE(_native, m) {
         ThrowIfError(WriteProcessSummary(dir, s));
       },
       py::arg("dir"), py::arg("summary"));
+
+  // The codecs themselves, for experiments from Python: a payload per call, as the wire carries it.
+  py::class_<Compressor>(m, "Codec")
+      .def(py::init([](const std::string& spec, uint64_t seed) {
+             auto c = CreateCompressor(spec, seed);
+             ThrowIfError(c.status());
+             if (!*c) throw StatusError(InvalidArgumentError("'" + spec + "' is no codec (none: raw floats)"));
+             return std::move(c).value();
+           }),
+           py::arg("spec"), py::arg("seed") = 0)
+      .def_property_readonly("name", &Compressor::name)
+      .def("payload_bytes", &Compressor::PayloadBytes, py::arg("n"))
+      .def(
+          "encode",
+          [](Compressor& c, py::array_t<float, py::array::c_style | py::array::forcecast> x, uint64_t step) {
+            std::vector<uint8_t> out;
+            c.Encode(ConstFloatSpan(x.data(), static_cast<size_t>(x.size())), step, &out);
+            return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+          },
+          py::arg("x"), py::arg("step") = 0)
+      .def(
+          "decode",
+          [](const Compressor& c, const py::bytes& payload, size_t n, uint64_t step) {
+            const std::string_view p = payload;
+            py::array_t<float> out(static_cast<py::ssize_t>(n));
+            ThrowIfError(c.Decode(std::span(reinterpret_cast<const uint8_t*>(p.data()), p.size()), n, step,
+                                  FloatSpan(out.mutable_data(), n)));
+            return out;
+          },
+          py::arg("payload"), py::arg("n"), py::arg("step") = 0);
 
   m.def(
       "encoded_bytes",
