@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "common/train_config.h"
+
 namespace gradsync {
 
 std::string RoleName(wire::Role role) {
@@ -36,6 +38,12 @@ int EnvInt(const char* name) {
 }  // namespace
 
 int SlurmRank() { return EnvInt("SLURM_PROCID"); }
+
+void TakeLauncherRank(const config::TrainConfig& train, config::WorkerProcess* process) {
+  if (!JoinsJob(train.mode()) || process->has_rank()) return;
+  const int rank = SlurmRank() >= 0 ? SlurmRank() : EnvInt("RANK");
+  if (rank >= 0) process->set_rank(rank);
+}
 int SlurmTasks() { return EnvInt("SLURM_NTASKS"); }
 
 }  // namespace gradsync

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gradsync.pb.h"
+#include "train_config.pb.h"
 
 namespace gradsync {
 
@@ -17,5 +18,11 @@ std::string RoleName(wire::Role role);
 int SlurmRank();
 // SLURM_NTASKS, or -1.
 int SlurmTasks();
+
+// A worker that joins a job (not local mode) without --rank / GRADSYNC_RANK takes the rank a
+// cluster launcher gave its process: SLURM_PROCID (Slurm), else RANK (torchrun and PyTorch's
+// launchers); neither: the scheduler assigns one. Called where the flags are parsed
+// (gradsync-worker, the Python frontend), after Validate().
+void TakeLauncherRank(const config::TrainConfig& train, config::WorkerProcess* process);
 
 }  // namespace gradsync

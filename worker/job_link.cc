@@ -1,7 +1,6 @@
 #include "worker/job_link.h"
 
 #include "common/check.h"
-#include "common/cluster.h"
 
 namespace gradsync {
 
@@ -33,7 +32,7 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
   so.self.set_role(wire::WORKER);
   so.self.set_host(p.host());
   if (job->ring) so.self.set_port(job->ring->port());
-  so.self.set_requested_rank(p.rank() >= 0 ? p.rank() : SlurmRank());
+  so.self.set_requested_rank(p.rank());  // -1: the scheduler assigns one (TakeLauncherRank ran)
   so.mode = ModeName(mode);
   // ssp without --staleness: -1 asks for the job's bound (the scheduler has it from the servers).
   so.staleness = mode == config::SSP ? (c.has_staleness() ? c.staleness() : -1) : 0;

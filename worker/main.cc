@@ -4,6 +4,7 @@
 // A thin shell: the flags (common/train_flags.h's table) become a TrainConfig and a
 // WorkerProcess, Validate() reports every contradiction on one line (exit 2), and RunWorker
 // (worker/run_worker.h) builds the pieces and trains.
+#include "common/cluster.h"
 #include "common/flags.h"
 #include "common/train_config.h"
 #include "common/train_flags.h"
@@ -24,6 +25,7 @@ int Main(int argc, char** argv) {
   config::WorkerProcess process;
   if (Status s = FlagsToConfig(vm, &train, &process); !s.ok()) flags.Fail(s.message());
   if (auto errors = Validate(train, process); !errors.empty()) flags.Fail(JoinErrors(errors));
+  TakeLauncherRank(train, &process);
   // What this build can run (Validate checks what the settings say, not the build).
   if (train.device() == "cuda") {
     if (!GRADSYNC_HAVE_CUDA) flags.Fail("--device=cuda: this gradsync-worker was built without CUDA (GRADSYNC_CUDA=OFF or no nvcc)");

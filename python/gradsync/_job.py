@@ -1,7 +1,6 @@
 """The one job this process belongs to (gradsync.init / shutdown)."""
 
 import atexit
-import os
 import sys
 
 from gradsync import _native
@@ -25,9 +24,6 @@ def init(args=None):
     if _job is not None:
         raise ValueError("gradsync.init() was called already")
     argv = ["gradsync"] + [str(a) for a in (args or [])]
-    rank_given = any(a.startswith("--rank") for a in argv) or "GRADSYNC_RANK" in os.environ
-    if not rank_given and "SLURM_PROCID" not in os.environ and "RANK" in os.environ:
-        argv.append("--rank=" + os.environ["RANK"])
     _job = _native.Job(argv)
     atexit.register(_at_exit)
     previous_hook = sys.excepthook

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/cluster.h"
 #include "common/train_flags.h"
 
 namespace gradsync {
@@ -19,6 +20,32 @@ config::TrainConfig Config(const std::string& text) {
   config::TrainConfig c;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &c)) << text;
   return c;
+}
+
+TEST(TrainConfigTest, AWorkerWithoutARankTakesTheLaunchersSlurmFirstThenTorchrun) {
+  config::TrainConfig ps;
+  ps.set_mode(config::BSP);
+  config::TrainConfig local;
+  local.set_mode(config::LOCAL);
+  auto rank_of = [](const config::TrainConfig& c, int given) {
+    config::WorkerProcess p;
+    if (given >= 0) p.set_rank(given);
+    TakeLauncherRank(c, &p);
+    return p.has_rank() ? p.rank() : -1;
+  };
+  unsetenv("SLURM_PROCID");
+  setenv("RANK", "3", 1);
+  EXPECT_EQ(rank_of(ps, -1), 3);     // torchrun's
+  EXPECT_EQ(rank_of(ps, 1), 1);      // --rank wins
+  EXPECT_EQ(rank_of(local, -1), -1); // local mode has no rank (Validate refuses one)
+  setenv("SLURM_PROCID", "5", 1);
+  EXPECT_EQ(rank_of(ps, -1), 5);     // Slurm's first
+  setenv("SLURM_PROCID", "x", 1);
+  setenv("RANK", "-2", 1);
+  EXPECT_EQ(rank_of(ps, -1), -1);    // junk in both: the scheduler assigns
+  unsetenv("SLURM_PROCID");
+  unsetenv("RANK");
+  EXPECT_EQ(rank_of(ps, -1), -1);
 }
 
 TEST(TrainConfigTest, DefaultsAreValid) {
