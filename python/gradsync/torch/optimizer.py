@@ -31,6 +31,7 @@ Per mode:
 
 import math
 import time
+import weakref
 
 import torch
 
@@ -150,6 +151,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._gs_hooks.append(accumulator.register_hook(self._gs_make_hook(i)))
             self._gs_accumulators.append(accumulator)
         if self._gs_ps:
+            self._gs_module_waits = weakref.WeakKeyDictionary()
             self._gs_hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._gs_pre_forward))
         self._gs_last_end = time.perf_counter()
 
@@ -161,8 +163,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_begun = True
 
     def _gs_pre_forward(self, module, inputs):
-        index = self._gs_index
-        waits = [index[id(p)] for p in module._parameters.values() if p is not None and id(p) in index]
+        # Called before every module's forward in the process: which of this optimizer's
+        # parameters a module owns is looked up once per module.
+        waits = self._gs_module_waits.get(module)
+        if waits is None:
+            index = self._gs_index
+            waits = tuple(index[id(p)] for p in module._parameters.values() if p is not None and id(p) in index)
+            self._gs_module_waits[module] = waits
         if not waits:
             return
         if not self._gs_begun and not self._gs_finished:
