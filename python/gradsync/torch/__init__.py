@@ -6,34 +6,14 @@ all-reduce, with optional compression, following Horovod's and BytePS's conventi
     opt = gs.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                   named_parameters=model.named_parameters(),
                                   compression="topk:0.01", error_feedback=True)
+
+It also offers everything the gradsync package does (init, rank, size, mode, ...).
 """
 
-from gradsync._job import (
-    GradsyncError,
-    config,
-    init,
-    is_initialized,
-    mode,
-    rank,
-    shutdown,
-    size,
-    staleness,
-)
+import gradsync
+from gradsync import *  # noqa: F401,F403 -- the job's calls, under this name too
 from gradsync.torch.hook import allreduce_hook, init_process_group
 from gradsync.torch.optimizer import DistributedOptimizer, broadcast_parameters
 
-__all__ = [
-    "DistributedOptimizer",
-    "GradsyncError",
-    "allreduce_hook",
-    "broadcast_parameters",
-    "config",
-    "init",
-    "init_process_group",
-    "is_initialized",
-    "mode",
-    "rank",
-    "shutdown",
-    "size",
-    "staleness",
-]
+__all__ = sorted(gradsync.__all__ + ["DistributedOptimizer", "allreduce_hook", "broadcast_parameters",
+                                     "init_process_group"])
