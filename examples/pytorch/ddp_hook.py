@@ -8,7 +8,6 @@ gs.torch.init_process_group() sets up DDP's gloo group through the gradsync job 
 or MASTER_PORT needed); --hook=none trains with DDP's own gloo all-reduce instead (the baseline
 bench/pytorch_compare.sh measures)."""
 
-import argparse
 import os
 import sys
 
@@ -23,24 +22,15 @@ import gradsync.torch as gs  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch", type=int, default=16, help="per worker (default 16)")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p = fashion_mnist.arguments(__doc__, epochs=1, batch=16, lr=0.01)
     p.add_argument("--hook", choices=["gradsync", "none"], default="gradsync")
     p.add_argument("--compression", default=None, help="a codec for the hook (default: none)")
     p.add_argument("--error-feedback", action="store_true")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-dir", default=fashion_mnist.DATA_DIR)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    gs.init()
+    fashion_mnist.start(args, gs)
     if gs.mode() != "allreduce":
         raise SystemExit("ddp_hook.py: run it with gradsync-launch --mode=allreduce (mode is %s)" % gs.mode())
     gs.init_process_group("gloo")
-    torch.manual_seed(args.seed)
     model = DistributedDataParallel(CNN())
     if args.hook == "gradsync":
         model.register_comm_hook(None, gs.allreduce_hook(compression=args.compression,

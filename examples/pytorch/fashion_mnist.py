@@ -1,6 +1,7 @@
 """Shared by the examples: Fashion-MNIST from Debian's dataset-fashion-mnist (IDX files), each
 worker's shard of every epoch, evaluation, and the per-epoch lines gradsync-worker prints."""
 
+import argparse
 import gzip
 import os
 import time
@@ -10,6 +11,26 @@ import torch
 import torch.nn.functional as F
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def arguments(doc, epochs, batch, lr):
+    """The flags every example takes (the caller adds its own, then parse_args())."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--batch", type=int, default=batch, help="per worker (default %d)" % batch)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per worker (default 1)")
+    p.add_argument("--data-dir", default=DATA_DIR)
+    return p
+
+
+def start(args, gs):
+    """PyTorch's threads, the job (gs.init()), and the seed every worker builds its model from."""
+    torch.set_num_threads(args.threads)
+    gs.init()
+    torch.manual_seed(args.seed)
 
 
 def _idx(path):

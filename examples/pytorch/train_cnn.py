@@ -8,7 +8,6 @@ Alone (no job: mode local) it is plain PyTorch. The job's settings come from the
 gradsync-launch sets (GRADSYNC_MODE, GRADSYNC_COMPRESS, ...); this script's flags are the model's
 and the optimizer's."""
 
-import argparse
 import os
 import sys
 
@@ -22,19 +21,10 @@ import gradsync.torch as gs  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch", type=int, default=16, help="per worker (default 16)")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p = fashion_mnist.arguments(__doc__, epochs=3, batch=16, lr=0.01)
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per worker (default 1)")
-    p.add_argument("--data-dir", default=fashion_mnist.DATA_DIR)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    gs.init()
-    torch.manual_seed(args.seed)
+    fashion_mnist.start(args, gs)
     model = CNN()
     if args.optimizer == "sgd":
         base = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)

@@ -8,7 +8,6 @@ Batch norm's running statistics are buffers, not parameters: every worker keeps 
 DistributedDataParallel with broadcast_buffers=False); worker 0 evaluates with its own, and
 gs.broadcast_parameters puts worker 0's everywhere at the end."""
 
-import argparse
 import os
 import sys
 
@@ -56,19 +55,10 @@ class ResNet(nn.Module):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch", type=int, default=32, help="per worker (default 32)")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p = fashion_mnist.arguments(__doc__, epochs=1, batch=32, lr=0.05)
     p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-dir", default=fashion_mnist.DATA_DIR)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    gs.init()
-    torch.manual_seed(args.seed)
+    fashion_mnist.start(args, gs)
     model = ResNet()
     base = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     opt = gs.DistributedOptimizer(base, named_parameters=model.named_parameters())
