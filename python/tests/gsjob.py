@@ -1,6 +1,7 @@
 """Test support: one gradsync job on 127.0.0.1 (scheduler, servers, and Python workers), bounded
 in time; every process it started is killed when it returns."""
 
+import json
 import os
 import subprocess
 import sys
@@ -93,6 +94,18 @@ def run_job(script, args, mode, workers, servers=1, staleness=None, out=None, ti
                 except ProcessLookupError:
                     pass
                 p.wait()
+
+
+def run_code(tmp_path, code, mode, workers):
+    """Runs the Python `code` as every worker of a job; it reports by calling report(value), which
+    writes the value as JSON. Returns the values by rank."""
+    script = tmp_path / "worker_code.py"
+    script.write_text("import json, sys\n"
+                      "def report(value, rank):\n"
+                      "    json.dump(value, open(sys.argv[1] + '-%d.json' % rank, 'w'))\n" + code)
+    results = str(tmp_path / "result")
+    run_job(str(script), [results], mode, workers, out=str(tmp_path / "out"))
+    return [json.load(open("%s-%d.json" % (results, r))) for r in range(workers)]
 
 
 def read_log(path):

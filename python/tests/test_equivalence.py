@@ -3,7 +3,6 @@ torch.optim.SGD step for step; N bsp workers (and N all-reduce workers with the 
 optimizer) equal one process with the N-times batch."""
 
 import json
-import os
 
 import pytest
 import torch
