@@ -1,5 +1,7 @@
 #include "common/process_summary.h"
 
+#include <filesystem>
+
 #include <google/protobuf/util/json_util.h>
 
 #include "common/atomic_file.h"
@@ -19,6 +21,8 @@ Status WriteProcessSummary(const std::string& dir, const summary::ProcessSummary
   if (auto st = google::protobuf::util::MessageToJsonString(s, &json, o); !st.ok()) {
     return InternalError("process summary: " + st.ToString());
   }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // the first process to finish makes --out=DIR
   return WriteFileAtomically(ProcessSummaryPath(dir, s.role(), s.rank()), json);
 }
 

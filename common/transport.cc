@@ -60,10 +60,8 @@ std::span<const uint64_t> Message::Keys(std::vector<uint64_t>* scratch) const {
 
 void Message::CopyKeys(uint64_t* dst) const { std::memcpy(dst, keys.data(), keys.size()); }
 
-Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_ms) {
-  std::vector<zmq::pollitem_t> items;
-  items.reserve(sockets.size());
-  for (auto& s : sockets) items.push_back({static_cast<void*>(s.socket_), 0, ZMQ_POLLIN, 0});
+namespace {
+Result<std::vector<size_t>> PollItems(std::vector<zmq::pollitem_t>& items, int timeout_ms) {
   std::vector<size_t> ready;
   try {
     if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms)) <= 0) return ready;
@@ -74,6 +72,21 @@ Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_
   for (size_t i = 0; i < items.size(); ++i)
     if (items[i].revents & ZMQ_POLLIN) ready.push_back(i);
   return ready;
+}
+}  // namespace
+
+Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_ms) {
+  std::vector<zmq::pollitem_t> items;
+  items.reserve(sockets.size());
+  for (auto& s : sockets) items.push_back({static_cast<void*>(s.socket_), 0, ZMQ_POLLIN, 0});
+  return PollItems(items, timeout_ms);
+}
+
+Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int timeout_ms) {
+  std::vector<zmq::pollitem_t> items;
+  items.reserve(sockets.size());
+  for (Socket* s : sockets) items.push_back({static_cast<void*>(s->socket_), 0, ZMQ_POLLIN, 0});
+  return PollItems(items, timeout_ms);
 }
 
 LentBufferPool::Buffer* LentBufferPool::Acquire(size_t floats) {

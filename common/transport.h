@@ -152,6 +152,9 @@ class Socket {
 
  private:
   friend Result<std::vector<size_t>> PollReadable(std::span<Socket> sockets, int timeout_ms);
+  friend Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int timeout_ms);
+// The same over sockets that live apart (a shard's own and its links to its backups).
+Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int timeout_ms);
   Socket(zmq::socket_t s, zmq::socket_type type, uint16_t port, std::string peer_name)
       : socket_(std::move(s)), type_(type), port_(port), peer_name_(std::move(peer_name)) {}
   void CountReceived(const std::string& peer, uint64_t bytes, bool malformed);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/atomic_file.h"
 #include "common/cluster.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -40,6 +41,7 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   s.set_checkpoints(st.checkpoints);
   s.set_checkpoint_ms_max(st.checkpoint_ms_max);
   s.set_restored(st.restored);
+  s.set_adopted(st.adopted);
   s.set_lost_updates(st.lost_updates);
   s.set_bytes_sent(static_cast<int64_t>(st.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
@@ -66,6 +68,10 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
   if (FlagGiven(vm, "staleness")) o.staleness = staleness;
   o.heartbeat_timeout_s = hb_timeout;
   o.register_timeout_s = vm["register-timeout"].as<double>();
+  o.replicas = vm["replicas"].as<int>();
+  if (o.replicas < 1 || o.replicas > std::max(1, o.num_servers)) {
+    flags.Fail("--replicas must be between 1 and --num-servers (" + std::to_string(o.num_servers) + ")");
+  }
   auto sched = Scheduler::Create(ctx, o);
   if (!sched.ok()) {
     std::cerr << "gradsync-server: error: " << sched.status().message() << std::endl;
@@ -89,8 +95,8 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
 // --role=server: one shard, until the scheduler shuts the job down.
 int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, config::Mode mode,
              int staleness, int port, double hb_interval, double hb_timeout) {
-  for (const char* f : {"num-servers", "num-workers", "port-file"})
-    if (vm.count(f)) flags.Fail(std::string("--") + f + " does not apply to --role=server");
+  for (const char* f : {"num-servers", "num-workers", "port-file", "replicas"})
+    if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=server");
   if (mode == config::MODE_UNSPECIFIED) flags.Fail("--mode is required for a server (bsp|ssp|asp)");
   if (!vm.count("scheduler")) flags.Fail("--scheduler=HOST:PORT is required for a server");
   ServerOptions o;
@@ -109,11 +115,8 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
   o.register_timeout_s = vm["register-timeout"].as<double>();
   if (vm.count("checkpoint-dir")) {
     o.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
-    std::error_code ec;
-    std::filesystem::create_directories(o.checkpoint_dir, ec);
-    if (ec || !std::filesystem::is_directory(o.checkpoint_dir)) {
-      flags.Fail("--checkpoint-dir: cannot create directory '" + o.checkpoint_dir + "'");
-    }
+    // Found out now, not once a second for the whole job: a directory that cannot take a file.
+    if (Status w = CheckWritableDirectory(o.checkpoint_dir); !w.ok()) flags.Fail("--checkpoint-dir: " + w.message());
   } else if (FlagGiven(vm, "checkpoint-every") || FlagGiven(vm, "checkpoint-interval")) {
     flags.Fail("--checkpoint-every and --checkpoint-interval need --checkpoint-dir");
   }
@@ -152,7 +155,11 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
                                              " updates lost"
                                        : "");
   }
-  if (vm.count("out")) WriteServerSummary(vm["out"].as<std::string>(), **server, o, s, wall.Seconds());
+  if (vm.count("out")) {
+    WriteServerSummary(vm["out"].as<std::string>(), **server, o, s, wall.Seconds());
+    // Shards of dead servers this one took over (--replicas) report under their own rank.
+    for (const Server* a : (*server)->adopted()) WriteServerSummary(vm["out"].as<std::string>(), *a, o, s, wall.Seconds());
+  }
   if (!s.ok()) {
     std::cerr << "gradsync-server: error: " << s.message() << std::endl;
     return 1;
@@ -176,6 +183,7 @@ int Main(int argc, char** argv) {
       ("num-servers", po::value<int>(), "scheduler: servers in the job")
       ("num-workers", po::value<int>(), "scheduler: workers in the job")
       ("port-file", po::value<std::string>(), "scheduler: write the bound port to this file")
+      ("replicas", po::value<int>()->default_value(1), "scheduler: copies of every shard, each on another server (2: one backup that takes over when the shard's server dies)")
       ("heartbeat-interval", po::value<double>()->default_value(1.0), "seconds between heartbeats")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds of silence before a node is declared dead")
       ("register-timeout", po::value<double>()->default_value(300.0), "seconds to wait for the job to fill up")

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <thread>
 
 #include "common/cluster.h"
@@ -22,6 +24,15 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(TransportContext& ctx, cons
   }
   ASSIGN_OR_RETURN(Socket s, Socket::BindRouter(ctx, options.bind_host, options.port));
   auto sched = std::unique_ptr<Scheduler>(new Scheduler(options, std::move(s)));
+  if (options.replicas < 1 || (options.num_servers > 0 && options.replicas > options.num_servers)) {
+    return InvalidArgumentError("--replicas must be between 1 and --num-servers (" +
+                                std::to_string(options.num_servers) + ")");
+  }
+  // This run's identity: two checkpoint directories of the same settings still tell runs apart.
+  std::random_device rd;
+  char id[17];
+  std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+  sched->job_id_ = id;
   sched->mode_ = options.mode;
   sched->staleness_ = options.staleness;
   if (!options.mode.empty()) sched->mode_source_ = "the scheduler's --mode";
@@ -141,6 +152,12 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
   if (!slot && info.requested_rank() >= 0) {
     for (auto& n : nodes_) {
       if (n.info.role() == info.role() && n.info.rank() == info.requested_rank() && !n.dead && !n.finished) {
+        if (n.info.adopted()) {
+          // A backup took the shard over while this server was gone: it serves it now.
+          return ReplyError(m.peer, FailedPreconditionError(
+                                        NodeName(n.info) + "'s shard was taken over by its backup at " + n.info.host() +
+                                        ":" + std::to_string(n.info.port()) + "; nothing to rejoin"));
+        }
         // Its predecessor has not been declared dead yet (a quick restart): it asks again.
         return ReplyError(m.peer, UnavailableError(NodeName(n.info) + " is still alive; retry once it is declared dead"));
       }
@@ -153,6 +170,8 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
                                   " is dead: nothing to rejoin"));
   }
   by_identity_.erase(slot->identity);
+  // Its predecessor, should it speak again (a paused process), is told it was replaced.
+  replaced_[slot->identity] = NodeName(slot->info);
   const int rank = slot->info.rank();
   slot->info = info;
   slot->info.set_rank(rank);
@@ -214,6 +233,9 @@ void Scheduler::AssignRanksAndAnnounce() {
   table_.Clear();
   table_.set_mode(mode_);
   table_.set_staleness(std::max(0, staleness_));
+  table_.set_job_id(job_id_);
+  table_.set_job_fingerprint(fingerprint_);
+  table_.set_replicas(options_.replicas);
   table_.mutable_servers()->Reserve(options_.num_servers);
   for (int i = 0; i < options_.num_servers; ++i) table_.add_servers();
   for (int i = 0; i < options_.num_workers; ++i) table_.add_workers();
@@ -288,6 +310,9 @@ void Scheduler::Handle(Message& m, double now) {
   }
   if (m.header.type() == wire::REGISTER) return HandleRegister(m, now);
   if (it == by_identity_.end()) {
+    if (auto r = replaced_.find(m.peer); r != replaced_.end()) {
+      return ReplyError(m.peer, AbortedError(r->second + " was declared dead and its rank has been taken by another process"));
+    }
     if (m.header.type() == wire::HEARTBEAT) {
       wire::Header ack;
       ack.set_type(wire::HEARTBEAT);

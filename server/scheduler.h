@@ -40,6 +40,7 @@ struct SchedulerOptions {
   int staleness = -1; // ssp: the bound nodes must use; -1 = whatever the first ssp node says
   double heartbeat_timeout_s = 10.0;
   double register_timeout_s = 300.0;  // give up when the job never fills up
+  int replicas = 1;                   // copies of every shard (1: no backups)
 };
 
 class Scheduler {
@@ -94,6 +95,8 @@ class Scheduler {
   std::map<std::string, std::set<std::string>> barrier_arrivals_;  // name -> identities
   std::map<std::string, std::map<std::string, std::string>> barrier_data_;  // name -> identity -> gather data
   std::map<std::string, std::string> barrier_group_;
+  std::string job_id_;
+  std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name  // drawn at Create: this run of the job, in every checkpoint
 };
 
 }  // namespace gradsync

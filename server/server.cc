@@ -84,6 +84,7 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
     // A rejoining worker: live from now on, at the clock where it holds no one back.
     const int64_t start = controller_->Suggest(w);
     controller_->SetWorker(w, start);
+    Replicate(wire::REPLICA_CONTROL, w);
     may_join_.erase(w);
     if (pull_encoder_) pull_encoder_->Forget(w);  // its first pull is raw
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " rejoins at clock " << start << " ("
@@ -96,23 +97,28 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
                           " has pushed " + std::to_string(at) + " gradients to this shard");
     }
     if (stats_.restored && !resynced_.count(w)) {
-      // What this restored shard lost of this worker: the pushes it had made past the checkpoint.
-      const int64_t lost = clock - restored_pushed_[w];
+      // What this restored shard lost of this worker: the pushes it had made past what was
+      // restored (a checkpoint, a backup's copy), less any it sent again since.
+      const int64_t lost = clock - at;
       stats_.lost_updates += lost;
       resynced_.insert(w);
-      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " goes on at clock " << clock
-                            << "; its " << lost << " push(es) after the checkpoint were lost";
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " goes on at clock " << clock << "; "
+                            << (lost == 0 ? std::string("nothing of it was lost")
+                                          : "its " + std::to_string(lost) + " push(es) after what was restored were lost")
+                            << " (restored at clock " << restored_pushed_[w] << ")";
     }
     if (clock > at) {
       round_.erase(w);  // a held push of a round this worker now skips
       assembler_.Forget(w);
       controller_->SetWorker(w, clock);
+      Replicate(wire::REPLICA_CONTROL, w);
     }
     while (controller_->RoundComplete()) ApplyRound();
     AnswerParked();
   }
   PsReply reply = ReplyTo(r, wire::JOIN_REPLY, rank_);
   reply.clock = controller_->pushed(w);
+  reply.version = shard_->version();  // a push the worker sends next is computed on what it pulls now
   return socket_.Send(m.peer, EncodeReply(reply));
 }
 
@@ -121,30 +127,10 @@ Status Server::BuildShard(const wire::JobConfig& job) {
     return InvalidArgumentError("INIT for " + std::to_string(job.num_workers()) + " workers; the job has " +
                                 std::to_string(table_.workers_size()));
   }
-  std::vector<TensorInfo> layout;
-  uint64_t next = 0;
-  for (const auto& t : job.tensors()) {
-    if (t.offset() != next || t.size() == 0) return InvalidArgumentError("INIT: tensors are not contiguous");
-    layout.push_back({t.name(), {static_cast<int64_t>(t.size())}, static_cast<int64_t>(t.offset()),
-                      static_cast<int64_t>(t.size()), t.sparse()});
-    next += t.size();
-  }
-  if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {
-    return InvalidArgumentError("INIT: tensors do not add up to num_params");
-  }
-  const Result<OptimizerOptions> optimizer = JobOptimizer(job);
-  if (!optimizer.ok()) return optimizer.status().WithContext("INIT");
-  const OptimizerOptions& opt = *optimizer;
-  LrSchedule lr;
-  ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
-  lr.base = job.lr();
-  lr.total_steps = job.total_steps();
-  lr.warmup_steps = job.warmup_steps();
-  lr.warmup_start = job.warmup_start_lr();
-  if (lr.warmup_steps < 0 || !(lr.warmup_start >= 0)) return InvalidArgumentError("INIT: bad learning-rate warm-up");
-  if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
-  Partitioner part(static_cast<int64_t>(job.num_params()), table_.servers_size());
-  const Segment range = part.range(rank_);
+  ASSIGN_OR_RETURN(std::unique_ptr<KvShard> shard,
+                   MakeShardForJob(job, table_.servers_size(), rank_, controller_->aggregates()));
+  const OptimizerOptions opt = shard->optimizer_options();
+  const Segment range = shard->range();
   std::unique_ptr<Compressor> codec, pull_codec;
   if (!job.compression().empty()) {
     ASSIGN_OR_RETURN(codec, CreateCompressor(job.compression(), job.compression_seed()));
@@ -157,10 +143,10 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   codec_spec_ = codec_ ? job.compression() : "";
   pull_encoder_ = pull_codec ? std::make_unique<PullDeltaEncoder>(std::move(pull_codec), range) : nullptr;
   staleness_aware_lr_ = job.staleness_aware_lr();
-  shard_ = std::make_unique<KvShard>(range, layout, opt, lr, table_.workers_size(), controller_->aggregates());
+  shard_ = std::move(shard);
   job_ = job;
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
-                     << job.num_params() << " parameters; lr " << lr.base << " (" << job.lr_schedule() << "), "
+                     << job.num_params() << " parameters; lr " << job.lr() << " (" << job.lr_schedule() << "), "
                      << OptimizerText(opt);
   return OkStatus();
 }
@@ -182,6 +168,9 @@ Status Server::HandleInit(const PsRequest& r, const Message& m) {
   std::vector<float> values(static_cast<size_t>(shard_->range().size()));
   m.CopyValues(values.data());
   shard_->SetValues(values);
+  // The first checkpoint at once: a shard killed before its first interval can still come back.
+  if (checkpointer_.enabled()) WriteCheckpoint(NowMs() / 1e3);
+  SendSnapshots();
   return socket_.Send(m.peer, EncodeReply(ReplyTo(r, wire::INIT_REPLY, rank_)));
 }
 
@@ -238,12 +227,20 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   stats_.pushes++;
   PsReply reply = ReplyTo(r, wire::PUSH_REPLY, rank_);
   reply.version_lag = lag;
-  Status s = socket_.Send(m.peer, EncodeReply(reply));
+  const float scale = staleness_aware_lr_ && !controller_->aggregates()
+                          ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag))
+                          : 1.0f;
+  Status s;
+  if (replicator_ && replicator_->active()) {
+    // Acknowledged once every backup holds it: no acknowledged push lives on this server alone.
+    replicator_->Hold(ReplicatePush(w, *push, scale), m.peer, EncodeReply(reply));
+  } else {
+    s = socket_.Send(m.peer, EncodeReply(reply));
+  }
   if (controller_->aggregates()) {
     // Held until the round completes, without copying the values where the frames are aligned.
     round_[w] = std::move(*push);
   } else {
-    const float scale = staleness_aware_lr_ ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
     for (size_t i = 0; i < push->chunks.size(); ++i) {
       const PushChunk& c = push->chunks[i];
       shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr);
@@ -266,6 +263,12 @@ void Server::ApplyRound() {
   if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()), lr);
   round_.clear();
   controller_->OnRoundApplied();
+  if (replicator_ && replicator_->active()) {
+    wire::Header h = Entry(wire::REPLICA_ROUND);
+    if (!std::isnan(lr)) h.set_lr(lr);
+    replicator_->Send(h);
+    stats_.replicated++;
+  }
   if (any) MaybeCheckpoint(true);  // between rounds: nothing is held
 }
 
@@ -274,8 +277,13 @@ void Server::MaybeCheckpoint(bool updated) {
   const double now = NowMs() / 1e3;
   if (!checkpointer_.Due(updated, now)) return;
   if (controller_->aggregates() && !round_.empty()) return;  // bsp: only between rounds
-  if (Status s = checkpointer_.Write(rank_, job_, *shard_, *controller_, now); !s.ok()) {
-    GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint failed (training goes on): " << s;
+  WriteCheckpoint(now);
+}
+
+void Server::WriteCheckpoint(double now_s) {
+  if (Status s = checkpointer_.Write(rank_, table_, job_, *shard_, *controller_, now_s); !s.ok()) {
+    GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint " << checkpointer_.Path(rank_)
+                        << " failed (training goes on): " << s;
   }
   stats_.checkpoints = checkpointer_.written();
   stats_.checkpoint_ms_max = checkpointer_.slowest_ms();
@@ -283,7 +291,7 @@ void Server::MaybeCheckpoint(bool updated) {
 
 Status Server::RestoreCheckpoint() {
   const std::string path = checkpointer_.Path(rank_);
-  ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_));
+  ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_, table_));
   RETURN_IF_ERROR(BuildShard(c.job()).WithContext(path));
   Status s = RestoreShard(c, shard_.get());
   if (s.ok()) {
@@ -414,11 +422,16 @@ void Server::OnMembership() {
       controller_->RemoveWorker(n.rank());
       may_join_.erase(n.rank());
       assembler_.Forget(n.rank());
+      Replicate(wire::REPLICA_CONTROL);
+    } else if (n.role() == wire::SERVER && n.rank() != rank_) {
+      UpdateBackups();
+      MaybeAdopt(n.rank());
     }
   }
   auto joined = scheduler_->joined_nodes();
   for (; seen_joined_ < joined.size(); ++seen_joined_) {
     const auto& n = joined[seen_joined_];
+    if (n.role() == wire::SERVER) UpdateBackups();  // a backup at a new address: a new link, a snapshot
     if (n.role() != wire::WORKER) continue;
     // Its new connection will JOIN; the old one no longer speaks for the rank.
     identity_of_worker_.erase(n.rank());
@@ -429,6 +442,7 @@ void Server::OnMembership() {
 }
 
 void Server::Handle(Message& m) {
+  if (m.malformed.ok() && m.header.type() == wire::REPLICATE) return HandleReplicate(m);
   if (!m.malformed.ok()) {
     stats_.malformed++;
     ReplyError(m, m.malformed);
@@ -448,43 +462,307 @@ void Server::Handle(Message& m) {
   if (!s.ok()) ReplyError(m, s);
 }
 
-Status Server::Run() {
+Status Server::Register() {
   SchedulerClientOptions sc;
   sc.scheduler_endpoint = options_.scheduler_endpoint;
   sc.self.set_role(wire::SERVER);
   sc.self.set_host(options_.advertise_host);
   sc.self.set_port(socket_.port());
-  sc.self.set_requested_rank(options_.requested_rank);
+  sc.self.set_requested_rank(rank_ >= 0 ? rank_ : options_.requested_rank);
+  sc.self.set_adopted(options_.restore_from != nullptr);
   sc.mode = ConsistencyModeName(options_.mode);
   sc.staleness = options_.mode == ConsistencyMode::kSsp ? options_.staleness : 0;
   sc.heartbeat_interval_s = options_.heartbeat_interval_s;
   sc.scheduler_timeout_s = options_.scheduler_timeout_s;
+  scheduler_.reset();  // a previous link (declared dead) stops its heartbeats first
   scheduler_ = std::make_unique<SchedulerClient>(ctx_, sc);
+  seen_events_ = 0;
+  seen_dead_ = seen_joined_ = 0;
   ASSIGN_OR_RETURN(table_, scheduler_->Register(options_.register_timeout_s));
   rank_ = scheduler_->rank();
-  controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
-  if (scheduler_->rejoined()) {
-    // A restarted shard in a running job: its state comes from its checkpoint, or it is lost.
-    if (options_.checkpoint_dir.empty()) {
-      return FailedPreconditionError("this shard rejoined a running job but has no --checkpoint-dir: its parameters are lost");
+  return OkStatus();
+}
+
+wire::Header Server::Entry(wire::ReplicaOp op) const {
+  wire::Header h;
+  h.set_replica_op(op);
+  h.set_replica_worker(-1);
+  h.mutable_replica_pushed()->Assign(controller_->pushed_all().begin(), controller_->pushed_all().end());
+  for (bool l : controller_->live_all()) h.add_replica_live(l);
+  h.set_replica_rounds(controller_->rounds_applied());
+  return h;
+}
+
+void Server::Replicate(wire::ReplicaOp op, int worker) {
+  if (!replicator_ || !replicator_->active() || !shard_) return;
+  wire::Header h = Entry(op);
+  h.set_replica_worker(worker);
+  replicator_->Send(h);
+  stats_.replicated++;
+}
+
+uint64_t Server::ReplicatePush(int worker, const HeldPush& push, float scale) {
+  uint64_t seq = replicator_->last_seq();
+  for (size_t i = 0; i < push.chunks.size(); ++i) {
+    const PushChunk& c = push.chunks[i];
+    wire::Header h = Entry(wire::REPLICA_PUSH);
+    h.set_replica_worker(worker);
+    h.set_replica_scale(scale);
+    h.set_replica_counts(i + 1 == push.chunks.size());
+    if (!std::isnan(push.lr)) h.set_lr(push.lr);
+    for (const Segment& seg : c.segments) {
+      auto* out = h.add_segments();
+      out->set_offset(static_cast<uint64_t>(seg.begin));
+      out->set_length(static_cast<uint64_t>(seg.size()));
     }
-    RETURN_IF_ERROR(RestoreCheckpoint());
+    Payload p;
+    p.has_values = true;
+    p.keys = c.keys;
+    p.values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+    seq = replicator_->Send(h, p);
+    stats_.replicated++;
   }
+  return seq;
+}
+
+void Server::SendSnapshots() {
+  if (!replicator_ || !shard_) return;
+  for (int b : replicator_->NeedSnapshot()) {
+    wire::ShardCheckpoint meta = SnapshotShard(rank_, table_, job_, *shard_, *controller_);
+    meta.clear_params();
+    meta.clear_optimizer_state();
+    wire::Header h = Entry(wire::REPLICA_META);
+    h.set_replica_meta(meta.SerializeAsString());
+    replicator_->SendSnapshotEntry(b, h);
+    const Segment range = shard_->range();
+    auto whole = [&](wire::ReplicaOp op, std::span<const float> values, int part) {
+      wire::Header e = Entry(op);
+      e.set_replica_part(part);
+      auto* seg = e.add_segments();
+      seg->set_offset(static_cast<uint64_t>(range.begin));
+      seg->set_length(static_cast<uint64_t>(range.size()));
+      Payload p;
+      p.has_values = true;
+      p.values = values;
+      replicator_->SendSnapshotEntry(b, e, p);
+    };
+    whole(wire::REPLICA_PARAMS, shard_->params(), 0);
+    const auto state = shard_->optimizer_state();
+    const size_t n = static_cast<size_t>(range.size());
+    for (size_t k = 0; n > 0 && (k + 1) * n <= state.size(); ++k) whole(wire::REPLICA_STATE, state.subspan(k * n, n), static_cast<int>(k));
+    // The open round's pushes (bsp): acknowledged, so the copy must hold them too.
+    for (const auto& [worker, held] : round_) {
+      for (size_t i = 0; i < held.chunks.size(); ++i) {
+        const PushChunk& c = held.chunks[i];
+        wire::Header e = Entry(wire::REPLICA_PUSH);
+        e.set_replica_worker(worker);
+        e.set_replica_scale(1.0f);
+        e.set_replica_counts(i + 1 == held.chunks.size());
+        if (!std::isnan(held.lr)) e.set_lr(held.lr);
+        for (const Segment& seg : c.segments) {
+          auto* out = e.add_segments();
+          out->set_offset(static_cast<uint64_t>(seg.begin));
+          out->set_length(static_cast<uint64_t>(seg.size()));
+        }
+        Payload p;
+        p.has_values = true;
+        p.keys = c.keys;
+        p.values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+        replicator_->SendSnapshotEntry(b, e, p);
+      }
+    }
+    replicator_->SnapshotSent(b);
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": sent a snapshot (version " << shard_->version() << ") to backup server "
+                       << b;
+  }
+}
+
+void Server::UpdateBackups() {
+  if (!replicator_) return;
+  const int servers = table_.servers_size();
+  const wire::ClusterTable now = scheduler_->table();
+  std::map<int, wire::NodeInfo> backups;
+  for (int k = 1; k < table_.replicas() && k < servers; ++k) {
+    const int r = (rank_ + k) % servers;
+    if (r == rank_ || colocated_.count(r) || scheduler_->IsDead(wire::SERVER, r)) continue;
+    backups[r] = now.servers(r);
+  }
+  replicator_->SetBackups(backups);
+  SendSnapshots();
+}
+
+void Server::HandleReplicate(const Message& m) {
+  const int s = m.header.replica_shard();
+  const int servers = table_.servers_size();
+  // Only the copies this server is a backup for: a shard whose primary is this process (taken
+  // over) or that is not backed up here is refused.
+  bool mine = false;
+  for (int k = 1; k < table_.replicas() && servers > 0; ++k) mine = mine || (s + k) % servers == rank_;
+  Status st;
+  if (!replicas_ || !mine || s == rank_ || colocated_.count(s)) {
+    st = FailedPreconditionError("server " + std::to_string(rank_) + " does not back up shard " + std::to_string(s));
+  } else {
+    st = replicas_->Apply(m);
+  }
+  wire::Header reply;
+  reply.set_sender_role(wire::SERVER);
+  reply.set_sender_rank(rank_);
+  reply.set_request_id(m.header.request_id());
+  reply.set_replica_shard(s);
+  if (st.ok()) {
+    stats_.replica_entries++;
+    reply.set_type(wire::REPLICATE_REPLY);
+  } else {
+    stats_.rejected++;
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << ": copy of shard " << s << ": " << st;
+    reply.set_type(wire::ERROR);
+    reply.set_error_code(static_cast<int>(st.code()));
+    reply.set_error_message(st.message());
+  }
+  if (!m.peer.empty()) (void)socket_.Send(m.peer, reply);
+}
+
+void Server::MaybeAdopt(int dead) {
+  if (!replicas_ || !replicas_->Complete(dead) || colocated_.count(dead)) return;
+  const int servers = table_.servers_size();
+  // The first live backup in the dead shard's order takes it; the others keep their copies.
+  for (int k = 1; k < table_.replicas() && k < servers; ++k) {
+    const int r = (dead + k) % servers;
+    if (r == rank_) break;
+    if (!scheduler_->IsDead(wire::SERVER, r)) return;
+  }
+  auto copy = replicas_->Take(dead);
+  if (!copy.ok()) return;
+  ServerOptions o = options_;
+  o.requested_rank = dead;
+  o.port = 0;
+  o.restore_from = std::make_shared<ReplicaCopy>(std::move(copy).value());
+  o.colocated = colocated_;
+  o.colocated.insert(rank_);
+  auto server = Server::Create(ctx_, o);
+  if (!server.ok()) {
+    GRADSYNC_LOG(ERROR) << "server " << rank_ << ": cannot take over shard " << dead << ": " << server.status();
+    return;
+  }
+  colocated_.insert(dead);
+  GRADSYNC_LOG(WARNING) << "server " << rank_ << ": server " << dead << " is dead; taking over its shard from the copy held here (version "
+                        << o.restore_from->checkpoint.version() << ")";
+  auto a = std::make_unique<Adoption>();
+  a->server = std::move(server).value();
+  Adoption* raw = a.get();
+  a->thread = std::thread([raw] { raw->result = raw->server->Run(); });
+  adopted_.push_back(std::move(a));
+  UpdateBackups();  // the adopted shard is served here now: never a backup of this one
+}
+
+std::vector<const Server*> Server::adopted() const {
+  std::vector<const Server*> out;
+  for (const auto& a : adopted_) out.push_back(a->server.get());
+  return out;
+}
+
+Status Server::RestoreFromCopy() {
+  ReplicaCopy& copy = *options_.restore_from;
+  const wire::ShardCheckpoint& c = copy.checkpoint;
+  RETURN_IF_ERROR(BuildShard(c.job()));
+  Status s = RestoreShard(c, shard_.get());
+  if (s.ok()) {
+    s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
+                             std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());
+  }
+  if (!s.ok()) {
+    shard_.reset();
+    return s.WithContext("the backup's copy");
+  }
+  round_ = std::move(copy.held);
+  restored_pushed_.assign(c.pushed().begin(), c.pushed().end());
+  stats_.restored = true;
+  stats_.adopted = true;
+  GRADSYNC_LOG(WARNING) << "server " << rank_ << ": took over from its backup copy (version " << c.version() << ", round "
+                        << c.rounds_applied() << ", " << round_.size() << " push(es) of the open round); workers go on from there";
+  return OkStatus();
+}
+
+Status Server::Rejoin() {
+  GRADSYNC_LOG(WARNING) << "server " << rank_ << ": declared dead while it did not answer (" << scheduler_->health()
+                        << "); registering again to serve its shard as it is";
+  RETURN_IF_ERROR(Register().WithContext("rejoining"));
+  // Workers reconnect and JOIN at the clocks they reached, as after a restore from this state.
+  restored_pushed_ = controller_->pushed_all();
+  resynced_.clear();
+  stats_.restored = true;
+  identity_of_worker_.clear();
+  may_join_.clear();
+  parked_.clear();
+  assembler_ = PushAssembler();
+  UpdateBackups();
+  GRADSYNC_LOG(WARNING) << "server " << rank_ << ": back in the job with its shard (version "
+                        << (shard_ ? shard_->version() : 0) << ")";
+  return OkStatus();
+}
+
+Status Server::Run() {
+  colocated_ = options_.colocated;
+  RETURN_IF_ERROR(Register());
+  controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
+  if (table_.replicas() > 1) {
+    replicator_ = std::make_unique<Replicator>(ctx_, rank_);
+    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates());
+  }
+  if (scheduler_->rejoined()) {
+    // A restarted shard in a running job: its state comes from a backup's copy, its checkpoint,
+    // or it is lost.
+    if (options_.restore_from) {
+      RETURN_IF_ERROR(RestoreFromCopy());
+    } else if (options_.checkpoint_dir.empty()) {
+      return FailedPreconditionError("this shard rejoined a running job but has no --checkpoint-dir: its parameters are lost");
+    } else if (Status s = RestoreCheckpoint(); !s.ok()) {
+      return Status(s.code(), "shard " + std::to_string(rank_) +
+                                  " rejoined a running job but cannot restore its checkpoint (its parameters are lost): " +
+                                  s.message());
+    }
+  }
+  UpdateBackups();
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": serving on port " << socket_.port() << " ("
                      << ConsistencyModeName(options_.mode)
                      << (options_.mode == ConsistencyMode::kSsp ? " s=" + std::to_string(options_.staleness) : "")
-                     << ", " << table_.workers_size() << " workers)";
+                     << ", " << table_.workers_size() << " workers"
+                     << (table_.replicas() > 1 ? ", " + std::to_string(table_.replicas() - 1) + " backup(s) per shard" : "")
+                     << ")";
   Status result;
+  std::vector<Socket*> sockets;
   while (!stop_.load()) {
-    auto m = socket_.Recv(20);
-    if (m.ok()) Handle(*m);
-    else if (m.status().code() != StatusCode::kDeadlineExceeded) GRADSYNC_LOG(WARNING) << m.status();
+    sockets.assign(1, &socket_);
+    if (replicator_) {
+      for (Socket* l : replicator_->sockets()) sockets.push_back(l);
+    }
+    auto ready = PollReadable(sockets, 20);
+    if (!ready.ok()) GRADSYNC_LOG(WARNING) << ready.status();
+    if (ready.ok() && !ready->empty() && ready->front() == 0) {
+      for (int k = 0; k < 64; ++k) {
+        auto m = socket_.Recv(0);
+        if (m.ok()) Handle(*m);
+        else break;
+      }
+    }
+    if (replicator_) {
+      replicator_->Poll(socket_);
+      SendSnapshots();
+    }
     MaybeCheckpoint(false);
     if (scheduler_->events() != seen_events_) {
       seen_events_ = scheduler_->events();
       OnMembership();
       if (scheduler_->shutdown_requested()) break;
       if (!scheduler_->health().ok()) {
+        // Paused past the heartbeat timeout (SIGSTOP, a stalled host): its shard is intact.
+        if (scheduler_->health().code() == StatusCode::kAborted && shard_) {
+          if (Status s = Rejoin(); s.ok()) continue;
+          else {
+            result = s;
+            break;
+          }
+        }
         result = scheduler_->health();
         break;
       }
@@ -492,6 +770,11 @@ Status Server::Run() {
   }
   stats_.traffic = socket_.traffic();
   scheduler_.reset();  // stops the heartbeats: the scheduler sees this shard leave
+  for (auto& a : adopted_) {
+    if (stop_.load()) a->server->Stop();
+    if (a->thread.joinable()) a->thread.join();
+    if (!a->result.ok()) GRADSYNC_LOG(ERROR) << "server " << rank_ << ": the shard it took over ended with: " << a->result;
+  }
   return result;
 }
 

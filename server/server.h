@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/partitioner.h"
@@ -35,6 +36,7 @@
 #include "server/consistency.h"
 #include "server/kv_shard.h"
 #include "server/push_assembler.h"
+#include "server/replication.h"
 #include "server/shard_checkpointer.h"
 
 namespace gradsync {
@@ -58,6 +60,10 @@ struct ServerOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   double checkpoint_interval_s = 5.0;
+  // A backup taking over a dead shard (--replicas): the copy it starts from, and the ranks this
+  // process serves already (never its own backups).
+  std::shared_ptr<ReplicaCopy> restore_from;
+  std::set<int> colocated;
 };
 
 // One answered pull, with the clocks the decision was made on.
@@ -78,7 +84,10 @@ struct ServerStats {
   int64_t malformed = 0;   // structurally broken (counted by the transport too)
   int64_t checkpoints = 0;       // written
   double checkpoint_ms_max = 0;  // the slowest write
-  bool restored = false;         // started from a checkpoint
+  bool restored = false;         // started from a checkpoint, a backup's copy, or its own state after a pause
+  bool adopted = false;          // a backup that took over a dead server's shard
+  int64_t replicated = 0;        // entries sent to backups
+  int64_t replica_entries = 0;   // entries received as a backup
   int64_t lost_updates = 0;      // restored: pushes the workers had made past the checkpoint
   std::map<int64_t, int64_t> version_lag;      // shard version at apply - push's version -> gradients
   std::map<int64_t, int64_t> clock_staleness;  // ClockStaleness of an answered pull -> pulls
@@ -95,6 +104,9 @@ class Server {
 
   int rank() const { return rank_; }
   const ServerStats& stats() const { return stats_; }
+  // Shards of dead servers this one took over from its copies (each ran its own loop; they have
+  // ended when Run returns).
+  std::vector<const Server*> adopted() const;
   const std::vector<PullRecord>& pull_log() const { return pull_log_; }
   // The shard's parameters (empty before INIT).
   std::vector<float> params() const;
@@ -136,7 +148,25 @@ class Server {
   void OnMembership();
   // Checkpoints: written when due (after an update, or from the loop once the interval passed).
   void MaybeCheckpoint(bool updated);
+  void WriteCheckpoint(double now_s);
   Status RestoreCheckpoint();
+  // Replication. An entry carrying the consistency state after it.
+  wire::Header Entry(wire::ReplicaOp op) const;
+  void Replicate(wire::ReplicaOp op, int worker = -1);
+  // A push's chunks to the backups; the sequence number of the last.
+  uint64_t ReplicatePush(int worker, const HeldPush& push, float scale);
+  void SendSnapshots();
+  // The backups this shard has now (ranks after this one, live, not in this process).
+  void UpdateBackups();
+  void HandleReplicate(const Message& m);
+  // A dead server whose shard this one holds a whole copy of, and whose first live backup this
+  // is: a new Server in this process takes its rank, from the copy.
+  void MaybeAdopt(int dead_server);
+  Status RestoreFromCopy();
+  // Declared dead (paused past the heartbeat timeout): registers again and, given its rank
+  // back, serves its shard as it is; workers go on from there.
+  Status Rejoin();
+  Status Register();
 
   TransportContext& ctx_;
   ServerOptions options_;
@@ -170,6 +200,16 @@ class Server {
   ShardCheckpointer checkpointer_;
   std::vector<int64_t> restored_pushed_;  // per worker: its clock in the checkpoint
   std::set<int> resynced_;                // restored: workers that JOINed since
+  // Replication.
+  std::unique_ptr<Replicator> replicator_;  // this shard's backups (--replicas > 1)
+  std::unique_ptr<ReplicaStore> replicas_;  // the copies held here of other shards
+  std::set<int> colocated_;
+  struct Adoption {
+    std::unique_ptr<Server> server;
+    std::thread thread;
+    Status result;
+  };
+  std::vector<std::unique_ptr<Adoption>> adopted_;
   ServerStats stats_;
   std::vector<PullRecord> pull_log_;
 };

@@ -1,11 +1,13 @@
 #include "server/shard_checkpointer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "common/train_config.h"
 
 namespace gradsync {
 
@@ -18,10 +20,17 @@ bool ShardCheckpointer::Due(bool updated, double now_s) {
   return by_count || by_time;
 }
 
-Status ShardCheckpointer::Write(int rank, const wire::JobConfig& job, const KvShard& shard,
-                                const ConsistencyController& controller, double now_s) {
-  Stopwatch took;
+namespace {
+constexpr char kMagic[] = "GSSHARD1";  // 8 bytes: the checked file's kind
+
+std::string ShortId(const std::string& id) { return id.empty() ? "(none)" : id; }
+}  // namespace
+
+wire::ShardCheckpoint SnapshotShard(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
+                                    const KvShard& shard, const ConsistencyController& controller) {
   wire::ShardCheckpoint c;
+  c.set_job_id(table.job_id());
+  c.set_job_fingerprint(table.job_fingerprint());
   c.set_rank(rank);
   *c.mutable_job() = job;
   c.set_begin(static_cast<uint64_t>(shard.range().begin));
@@ -39,9 +48,36 @@ Status ShardCheckpointer::Write(int rank, const wire::JobConfig& job, const KvSh
   for (int64_t p : controller.pushed_all()) c.add_pushed(p);
   for (bool l : controller.live_all()) c.add_live(l);
   c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  std::string bytes;
-  Status s = c.SerializeToString(&bytes) ? WriteFileAtomically(Path(rank), bytes)
-                                         : InternalError("could not serialize the checkpoint");
+  return c;
+}
+
+Status CheckFinite(const wire::ShardCheckpoint& c) {
+  for (const std::string* blob : {&c.params(), &c.optimizer_state()}) {
+    const size_t n = blob->size() / sizeof(float);
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, blob->data() + i * sizeof(float), sizeof v);
+      if (!std::isfinite(v)) {
+        return DataLossError(std::string(blob == &c.params() ? "parameter" : "optimizer state element") + " " +
+                             std::to_string(i) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status ShardCheckpointer::Write(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
+                                const KvShard& shard, const ConsistencyController& controller, double now_s) {
+  Stopwatch took;
+  const wire::ShardCheckpoint c = SnapshotShard(rank, table, job, shard, controller);
+  Status s = CheckFinite(c);
+  if (!s.ok()) {
+    s = DataLossError("not written, the last good checkpoint stays: " + s.message());
+  } else {
+    std::string bytes;
+    s = c.SerializeToString(&bytes) ? WriteCheckedFile(Path(rank), kMagic, bytes)
+                                    : InternalError("could not serialize the checkpoint");
+  }
   if (!s.ok()) {
     first_dirty_s_ = now_s;  // try again after another interval
     return s;
@@ -52,11 +88,21 @@ Status ShardCheckpointer::Write(int rank, const wire::JobConfig& job, const KvSh
   return OkStatus();
 }
 
-Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank) const {
+Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank, const wire::ClusterTable& table) const {
   const std::string path = Path(rank);
-  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(std::string bytes, ReadCheckedFile(path, kMagic));
   wire::ShardCheckpoint c;
   if (!c.ParseFromString(bytes)) return DataLossError(path + " is not a shard checkpoint");
+  if (c.job_id() != table.job_id()) {
+    std::string why = path + " belongs to another job (" + ShortId(c.job_id()) + ", this one is " +
+                      ShortId(table.job_id());
+    if (c.job_fingerprint() != table.job_fingerprint() && !c.job_fingerprint().empty() &&
+        !table.job_fingerprint().empty()) {
+      const FingerprintDifference d = DescribeFingerprintDifference(c.job_fingerprint(), table.job_fingerprint());
+      why += "; its settings [" + d.mine + "], this job's [" + d.theirs + "]";
+    }
+    return DataLossError(why + ")");
+  }
   if (c.rank() != rank) {
     return DataLossError(path + " belongs to shard " + std::to_string(c.rank()) + ", this is shard " +
                          std::to_string(rank));
@@ -64,6 +110,7 @@ Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank) const {
   if (c.params().size() % sizeof(float) != 0 || c.optimizer_state().size() % sizeof(float) != 0) {
     return DataLossError(path + " does not hold whole floats");
   }
+  if (Status s = CheckFinite(c); !s.ok()) return DataLossError(path + ": " + s.message());
   return c;
 }
 

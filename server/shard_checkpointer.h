@@ -1,11 +1,16 @@
 // ShardCheckpointer: when a shard writes its checkpoint, what goes in it, and reading it back.
 //
-// DIR/shard-<rank>.ckpt (wire::ShardCheckpoint, protobuf binary) is written atomically (a crash
-// leaves the old file or the new) every `every` updates (0: not by count) or `interval_s`
-// seconds after the first update since the last one, whichever comes first, and only between
-// bsp rounds (the caller says when nothing is held). A failed write is logged by the caller;
-// training goes on and the next try comes an interval later. RestoreShard puts a checkpoint back
-// into a shard built from its job.
+// DIR/shard-<rank>.ckpt (wire::ShardCheckpoint, protobuf binary, in a checked file: magic,
+// length and CRC32C, common/atomic_file.h) is written atomically (a crash leaves the old file or
+// the new; a failed write leaves the old file and no temporary one) as soon as the shard is
+// initialized, then every `every` updates (0: not by count) or `interval_s` seconds after the
+// first update since the last one, whichever comes first, and only between bsp rounds (the
+// caller says when nothing is held). Parameters that are not finite are never written (the last
+// good checkpoint stays). A failed write is logged by the caller; training goes on and the next
+// try comes an interval later. Each checkpoint carries the job's identity (the scheduler's job
+// id and the workers' settings fingerprint); Read refuses another job's file, a damaged one and
+// one that holds non-finite values. RestoreShard puts a checkpoint back into a shard built from
+// its job.
 #pragma once
 
 #include <string>
@@ -30,11 +35,13 @@ class ShardCheckpointer {
   bool Due(bool updated, double now_s);
   // Writes the shard's whole state; on success the count starts again, on failure the next try
   // is an interval later. `now_s` as for Due.
-  Status Write(int rank, const wire::JobConfig& job, const KvShard& shard, const ConsistencyController& controller,
-               double now_s);
-  // Reads shard `rank`'s file: kNotFound when there is none, kDataLoss when it is not this
-  // shard's checkpoint.
-  Result<wire::ShardCheckpoint> Read(int rank) const;
+  // `table` gives the job's identity.
+  Status Write(int rank, const wire::ClusterTable& table, const wire::JobConfig& job, const KvShard& shard,
+               const ConsistencyController& controller, double now_s);
+  // Reads shard `rank`'s file: kNotFound when there is none; kDataLoss, with the file and the
+  // reason, when it is damaged, not this shard's, another job's (`table`'s identity), or holds
+  // values that are not finite.
+  Result<wire::ShardCheckpoint> Read(int rank, const wire::ClusterTable& table) const;
 
   int64_t written() const { return written_; }
   double slowest_ms() const { return slowest_ms_; }
@@ -48,6 +55,12 @@ class ShardCheckpointer {
   int64_t written_ = 0;
   double slowest_ms_ = 0;
 };
+
+// The checkpoint of `shard` as it is now, with the job's identity from `table`.
+wire::ShardCheckpoint SnapshotShard(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
+                                    const KvShard& shard, const ConsistencyController& controller);
+// kDataLoss naming the first element of the parameters or optimizer state that is not finite.
+Status CheckFinite(const wire::ShardCheckpoint& c);
 
 // Puts checkpoint `c` into `shard`, built from c.job(): parameters, optimizer state and steps,
 // version, schedule step, gradient count. kDataLoss when the checkpoint holds another range, its

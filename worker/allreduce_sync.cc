@@ -13,6 +13,9 @@
 #include "worker/epoch.h"
 
 namespace gradsync {
+namespace {
+constexpr char kTrainerCheckpointMagic[] = "GSTRAIN1";  // the checked file's kind (common/atomic_file.h)
+}  // namespace
 
 AllreduceSync::AllreduceSync(const AllreduceTrainOptions& options, Model* model, Collective* collective)
     : options_(options), model_(model), collective_(collective),
@@ -84,7 +87,7 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
     Status load;
     if (rank == 0) {
       load = [&]() -> Status {
-        ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(ckpt_path_));
+        ASSIGN_OR_RETURN(std::string bytes, ReadCheckedFile(ckpt_path_, kTrainerCheckpointMagic));
         if (!resumed.ParseFromString(bytes)) return DataLossError(ckpt_path_ + " is not an all-reduce checkpoint");
         if (resumed.workers() != n) {
           return InvalidArgumentError(ckpt_path_ + " was written by " + std::to_string(resumed.workers()) +
@@ -152,7 +155,7 @@ Status AllreduceSync::WriteCheckpoint(int64_t step) {
   c.set_optimizer_state(opt_->state().data(), opt_->state().size_bytes());
   c.set_optimizer(OptimizerKindName(opt_->options().kind));
   c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  return WriteFileAtomically(ckpt_path_, c.SerializeAsString());
+  return WriteCheckedFile(ckpt_path_, kTrainerCheckpointMagic, c.SerializeAsString());
 }
 
 Status AllreduceSync::BeginStep(const StepPlan& plan) {

@@ -112,11 +112,18 @@ Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double 
 }
 
 Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
-                                           std::span<const float> values, float lr) {
+                                           std::span<const float> values, float lr, std::span<const int> only) {
   auto key_parts = partitioner_.SplitSortedKeys(keys);
-  RequestId id = NewRequest(false, {}, table_.servers_size());
+  auto wanted = [&](int s) { return only.empty() || std::find(only.begin(), only.end(), s) != only.end(); };
+  int targets = 0;
+  for (int s = 0; s < table_.servers_size(); ++s) targets += wanted(s);
+  RequestId id = NewRequest(false, {}, targets);
   size_t key_pos = 0;
   for (int s = 0; s < table_.servers_size(); ++s) {
+    if (!wanted(s)) {
+      key_pos += key_parts[s].size();
+      continue;
+    }
     PsRequest r = Request(wire::PUSH, rank_, id, clock);
     r.version = versions_[s];
     r.lr = lr;
@@ -453,7 +460,13 @@ Status PsClient::Reconnect(double timeout_s) {
     const wire::NodeInfo info = scheduler_->table().servers(s);
     ASSIGN_OR_RETURN(Socket sock, Socket::ConnectDealer(ctx_,
                                                   "tcp://" + info.host() + ":" + std::to_string(info.port()), NodeName(info)));
-    sockets_[s] = std::move(sock);  // the old connection and whatever it still held are dropped
+    // The old connection and whatever it still held are dropped; its bytes still count.
+    retired_traffic_.bytes_sent += sockets_[s].traffic().bytes_sent;
+    retired_traffic_.bytes_received += sockets_[s].traffic().bytes_received;
+    retired_traffic_.messages_sent += sockets_[s].traffic().messages_sent;
+    retired_traffic_.messages_received += sockets_[s].traffic().messages_received;
+    retired_traffic_.malformed_received += sockets_[s].traffic().malformed_received;
+    sockets_[s] = std::move(sock);
     *table_.mutable_servers(s) = info;
     broken_[s] = false;
     versions_[s] = 0;
@@ -505,7 +518,7 @@ int64_t PsClient::last_clock_staleness() const {
 double PsClient::last_wait_ms() const { return *std::max_element(wait_ms_.begin(), wait_ms_.end()); }
 
 TrafficCounters PsClient::traffic() const {
-  TrafficCounters t;
+  TrafficCounters t = retired_traffic_;  // connections replaced by Reconnect: counters never go back
   for (const auto& s : sockets_) {
     t.bytes_sent += s.traffic().bytes_sent;
     t.bytes_received += s.traffic().bytes_received;

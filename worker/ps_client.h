@@ -57,9 +57,10 @@ class PsClient {
 
   // Pushes the gradient of iteration `clock`: the dense tensors of `grads` (lent, see above) and
   // the sparse (key, value) pairs (flat keys, sorted, unique). Carries the versions of the last
-  // pull, and `lr` (the worker's own rate for this gradient) unless it is NaN.
+  // pull, and `lr` (the worker's own rate for this gradient) unless it is NaN. `only`: to these
+  // shards alone (a push resent to shards that lost it), else to every shard.
   Result<RequestId> Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
-                         std::span<const float> values, float lr = NAN);
+                         std::span<const float> values, float lr = NAN, std::span<const int> only = {});
   // Pulls into `params` (the whole flat buffer): the dense tensors, and the given sparse keys.
   // full = true pulls every element, sparse tensors included (for evaluation).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
@@ -89,9 +90,11 @@ class PsClient {
   // Elastic membership and recovery.
   // JOIN on `shards`: clock -1 asks each where to start (a worker that rejoined a running job);
   // clock c >= 0 says this worker goes on at c (after a shard restarted, or to settle on the
-  // largest suggestion). Returns the largest clock the shards answered. Retries a shard that
-  // is not ready yet (kUnavailable) until timeout_s.
+  // largest suggestion). Returns the largest clock the shards answered (each shard's:
+  // join_clock(s); for a live worker and clock -1, the pushes the shard holds of it). Retries a
+  // shard that is not ready yet (kUnavailable) until timeout_s.
   Result<int64_t> Join(const std::vector<int>& shards, int64_t clock, double timeout_s);
+  int64_t join_clock(int s) const { return join_clock_[static_cast<size_t>(s)]; }
   // Shards whose server died or restarted since their connection was made: their requests
   // fail with kUnavailable, and they need Reconnect once the scheduler has them back.
   std::vector<int> shards_to_reconnect() const;
@@ -146,6 +149,7 @@ class PsClient {
   std::vector<std::vector<Segment>> dense_runs_;  // per shard
   SchedulerClient* scheduler_;
   std::vector<Socket> sockets_;
+  TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
   std::shared_ptr<InflightCounter> lent_ = std::make_shared<InflightCounter>();
   RequestId next_id_ = 1;
   std::map<RequestId, Pending> pending_;

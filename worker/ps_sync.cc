@@ -77,8 +77,28 @@ Status PsSyncBase::Recover(const Status& failure) {
               failure.message().c_str(), options_.recovery_timeout_s);
   std::fflush(stdout);
   RETURN_IF_ERROR(client_->Reconnect(options_.recovery_timeout_s).WithContext("after: " + failure.message()));
+  const bool in_doubt = (pending_push_ != 0 || push_in_doubt_) && clock_ > 0;
+  pending_push_ = 0;
+  push_in_doubt_ = false;
+  if (in_doubt && options_.compression.empty()) {
+    // The last push was never acknowledged by the shards that came back. Each says how many of
+    // this worker's pushes it holds; one short of the clock means it has not got that push (a
+    // backup that took over holds every acknowledged one): its gradient, still in the model, is
+    // sent again, so nothing of it is lost. (A compressed push is not: its encoder has moved on.)
+    RETURN_IF_ERROR(client_->Join(shards, -1, options_.recovery_timeout_s).status());
+    std::vector<int> missing;
+    for (int s : shards)
+      if (client_->join_clock(s) == clock_ - 1) missing.push_back(s);
+    if (!missing.empty()) {
+      ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(clock_ - 1, model_->grads(), push_keys_, push_values_,
+                                                               last_push_lr_, missing));
+      RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(clock_ - 1)));
+      std::printf("worker %d: step %lld: sent its last push again to %zu shard(s) that did not hold it\n", rank,
+                  static_cast<long long>(clock_), missing.size());
+    }
+  }
+  // Pushes a restored shard lost for good (past its checkpoint) are counted there.
   RETURN_IF_ERROR(client_->Join(shards, clock_, options_.recovery_timeout_s).status());
-  pending_push_ = 0;  // what the dead shard had not applied is lost; the others applied it
   std::printf("worker %d: step %lld: going on with the restarted shard(s)\n", rank, static_cast<long long>(clock_));
   std::fflush(stdout);
   return OkStatus();
@@ -89,7 +109,8 @@ Status PsSyncBase::EndTraining(bool evaluate) {
   if (pending_push_) {
     Status st = client_->Wait(pending_push_, timeout).WithContext("last push");
     pending_push_ = 0;
-    if (!st.ok()) RETURN_IF_ERROR(Recover(st));  // a restarted shard lost it: counted there
+    push_in_doubt_ = !st.ok();
+    if (!st.ok()) RETURN_IF_ERROR(Recover(st));  // resent to a shard that came back without it
   }
   // Every worker's last push is applied before anyone passes this barrier.
   RETURN_IF_ERROR(scheduler_->Barrier("trained", "workers", options_.barrier_timeout_s));
@@ -155,6 +176,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
   }
   Stopwatch push_clock;
   ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_, step_lr_));
+  last_push_lr_ = step_lr_;
   SyncStepStats stats;
   stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
   stats.wait_ms = wait_ms_;
@@ -209,6 +231,7 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
     // The previous push's parts must be out of the gradient buffer before backward.
     if (pending_push_) {
       failed_ = client_->Wait(pending_push_, options_.request_timeout_s).WithContext("push " + std::to_string(clock_ - 1));
+      push_in_doubt_ = !failed_.ok();
     }
     pending_push_ = 0;
     blocked_ms_ += w.Millis();
@@ -247,6 +270,7 @@ Result<SyncStepStats> PsOverlapSync::FinishStep() {
   Stopwatch w;
   if (!pushing_) client_->BeginPush(clock_, model_->grads(), step_lr_);
   pending_push_ = client_->FinishPush();
+  last_push_lr_ = step_lr_;
   blocked_ms_ += w.Millis();
   const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());
   SyncStepStats stats;

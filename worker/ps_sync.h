@@ -97,6 +97,12 @@ class PsSyncBase : public GradientSync {
   int64_t clock_ = 0;  // the step begun last, or after FinishStep the next one
   float step_lr_ = NAN;  // the step's own rate (StepPlan::lr), sent with its push; NaN: none
   PsClient::RequestId pending_push_ = 0;
+  // The last push, as sent (its gradient stays in the model until the next backward): a shard
+  // that took over or came back without it gets it again in Recover.
+  bool push_in_doubt_ = false;  // its wait failed
+  float last_push_lr_ = NAN;
+  std::vector<uint64_t> push_keys_;
+  std::vector<float> push_values_;
 };
 
 class PsSync final : public PsSyncBase {
@@ -112,8 +118,6 @@ class PsSync final : public PsSyncBase {
  private:
   double pull_ms_ = 0;  // this step's pulls and waits, attempts included
   double wait_ms_ = 0;
-  std::vector<uint64_t> push_keys_;
-  std::vector<float> push_values_;
 };
 
 class PsOverlapSync final : public PsSyncBase {

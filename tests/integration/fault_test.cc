@@ -12,7 +12,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/atomic_file.h"
 #include "experiments/process.h"
+#include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -55,14 +57,17 @@ constexpr double kHeartbeatTimeout = 1.0;
 // A job of a scheduler, 2 servers (checkpointing) and 3 workers, as separate processes.
 class FaultJob {
  public:
-  explicit FaultJob(const std::string& mode) : mode_(mode) {}
+  // `replicas`: the scheduler's --replicas; `checkpoint_interval`: the servers' (seconds).
+  explicit FaultJob(const std::string& mode, int replicas = 1, const std::string& checkpoint_interval = "0.2")
+      : mode_(mode), replicas_(replicas), checkpoint_interval_(checkpoint_interval) {}
 
   void Start() {
     const std::string port_file = dir_.File("port");
     ASSERT_TRUE(group_.Spawn({"scheduler",
                               {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=2", "--num-workers=3",
                                "--port-file=" + port_file, "--heartbeat-interval=0.2",
-                               "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout)},
+                               "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
+                               "--replicas=" + std::to_string(replicas_)},
                               dir_.File("scheduler.log")})
                     .ok());
     port_ = ReadPortFile(port_file);
@@ -74,8 +79,9 @@ class FaultJob {
   void StartServer(int rank, const std::string& suffix) {
     std::vector<std::string> argv{BinaryPath("gradsync-server"), "--role=server", "--mode=" + mode_,
                                   "--scheduler=127.0.0.1:" + port_, "--rank=" + std::to_string(rank),
-                                  "--checkpoint-dir=" + dir_.File("ckpt"), "--checkpoint-interval=0.2",
-                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout)};
+                                  "--checkpoint-dir=" + dir_.File("ckpt"), "--checkpoint-interval=" + checkpoint_interval_,
+                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
+                                  "--out=" + dir_.File("s")};
     if (mode_ == "ssp") argv.push_back("--staleness=2");
     ASSERT_TRUE(group_.Spawn({"server " + std::to_string(rank) + suffix, argv,
                               dir_.File("server-" + std::to_string(rank) + suffix + ".log")})
@@ -121,6 +127,39 @@ class FaultJob {
   }
 
   Result<int> Wait(const std::string& name, double timeout_s) { return group_.WaitFor(name, timeout_s); }
+  std::string File(const std::string& name) { return dir_.File(name); }
+  // A server's summary (protobuf JSON), written when it exits.
+  std::string ServerSummary(int rank) { return ReadFile(dir_.File("s/server-" + std::to_string(rank) + ".json")); }
+  // The last evaluation row's test loss in worker 0's metrics (as written: every digit).
+  std::string FinalTestLoss() {
+    std::istringstream in(ReadFile(dir_.path() + "/w0/worker-0.csv"));
+    std::string line, last;
+    while (std::getline(in, line)) {
+      std::vector<std::string> cols;
+      std::stringstream row(line);
+      for (std::string c; std::getline(row, c, ',');) cols.push_back(c);
+      if (cols.size() > 13 && !cols[13].empty() && cols[13] != "test_loss") last = cols[13];
+    }
+    return last;
+  }
+  // Worker w's bytes_sent / bytes_received columns never go down.
+  bool ByteCountersMonotonic(int w) {
+    std::istringstream in(ReadFile(dir_.path() + "/w" + std::to_string(w) + "/worker-" + std::to_string(w) + ".csv"));
+    std::string line;
+    double sent = 0, received = 0;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::vector<std::string> cols;
+      std::stringstream row(line);
+      for (std::string c; std::getline(row, c, ',');) cols.push_back(c);
+      if (cols.size() < 10) continue;
+      const double s = std::strtod(cols[8].c_str(), nullptr), r = std::strtod(cols[9].c_str(), nullptr);
+      if (s < sent || r < received) return false;
+      sent = s;
+      received = r;
+    }
+    return sent > 0;
+  }
   std::string Log(const std::string& name) { return ReadFile(dir_.File(name + ".log")); }
   std::string Logs() {
     std::string all;
@@ -138,6 +177,8 @@ class FaultJob {
 
  private:
   std::string mode_;
+  int replicas_;
+  std::string checkpoint_interval_;
   TempDir dir_;
   ProcessGroup group_;
   std::string port_;
@@ -205,10 +246,132 @@ TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
   EXPECT_NE(restarted.find("updates lost"), std::string::npos) << restarted;
   EXPECT_GT(job.FinalAccuracy(), 50.0) << job.Log("worker-0");
   EXPECT_NE(job.Log("worker-1").find("going on with the restarted shard"), std::string::npos) << job.Log("worker-1");
+  // Reconnecting to the restarted shard does not set a worker's byte counters back.
+  for (int w = 0; w < 3; ++w) EXPECT_TRUE(job.ByteCountersMonotonic(w)) << "worker " << w;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KilledServerTest, ::testing::Values("bsp", "asp"),
                          [](const auto& p) { return p.param; });
+
+// --replicas=2: server 0 holds a copy of shard 1. Killed, server 1's shard is taken over by
+// server 0 from that copy within the heartbeat timeout; nothing acknowledged is lost, and a bsp
+// run ends exactly as it would have without the fault.
+class ReplicatedServerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
+  FaultJob job(GetParam(), /*replicas=*/2);
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(10));
+  job.Kill("server 1");
+  auto sched = job.Wait("scheduler", 90);
+  ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  EXPECT_LT(job.DetectedAfter(), kHeartbeatTimeout + 1.0);
+  ASSERT_TRUE(job.Wait("server 0", 20).ok());
+  const std::string backup = job.Log("server-0");
+  EXPECT_NE(backup.find("server 1 is dead; taking over its shard from the copy held here"), std::string::npos) << backup;
+  EXPECT_NE(backup.find("server 1: took over from its backup copy"), std::string::npos) << backup;
+  EXPECT_EQ(backup.find("were lost"), std::string::npos) << backup;
+  const std::string summary = job.ServerSummary(1);  // written by server 0 for the shard it took over
+  EXPECT_NE(summary.find("\"adopted\": true"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"lost_updates\": \"0\""), std::string::npos) << summary;
+  for (int w = 0; w < 3; ++w) EXPECT_TRUE(job.ByteCountersMonotonic(w)) << "worker " << w;
+  const double accuracy = job.FinalAccuracy();
+  EXPECT_GT(accuracy, 50.0) << job.Log("worker-0");
+  if (GetParam() == "bsp") {
+    // Rounds are summed in rank order: the same job without the fault ends on the same bits.
+    FaultJob clean("bsp", 2);
+    ASSERT_NO_FATAL_FAILURE(clean.Start());
+    auto done = clean.Wait("scheduler", 90);
+    ASSERT_TRUE(done.ok());
+    EXPECT_EQ(*done, 0) << clean.Logs();
+    (void)clean.FinalAccuracy();
+    EXPECT_EQ(job.FinalTestLoss(), clean.FinalTestLoss());
+    EXPECT_FALSE(job.FinalTestLoss().empty());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedServerTest, ::testing::Values("bsp", "asp"),
+                         [](const auto& p) { return p.param; });
+
+TEST(FaultTest, AServerPausedPastTheTimeoutComesBackWithItsShard) {
+  FaultJob job("asp");
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("server 1", SIGSTOP);
+  ASSERT_TRUE(job.WaitForLog("scheduler", "declared dead", 10)) << job.Log("scheduler");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  job.Kill("server 1", SIGCONT);
+  auto sched = job.Wait("scheduler", 60);
+  ASSERT_TRUE(sched.ok()) << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  ASSERT_TRUE(job.Wait("server 1", 20).ok());
+  const std::string log = job.Log("server-1");
+  EXPECT_NE(log.find("registering again to serve its shard as it is"), std::string::npos) << log;
+  EXPECT_NE(log.find("back in the job with its shard"), std::string::npos) << log;
+  EXPECT_EQ(log.find("were lost"), std::string::npos) << log;
+  EXPECT_GT(job.FinalAccuracy(), 50.0);
+}
+
+// The first checkpoint is written at INIT: a server killed long before its first interval still
+// comes back from it.
+TEST(FaultTest, AServerKilledBeforeItsFirstIntervalComesBack) {
+  FaultJob job("bsp", 1, /*checkpoint_interval=*/"1000");
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("server 1");
+  job.StartServer(1, "b");
+  auto sched = job.Wait("scheduler", 90);
+  ASSERT_TRUE(sched.ok()) << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  EXPECT_NE(job.Log("server-1b").find("restored from"), std::string::npos) << job.Log("server-1b");
+  EXPECT_GT(job.FinalAccuracy(), 50.0);
+}
+
+// A restarted server finds a checkpoint it must not trust: it refuses it with one line naming the
+// file and the reason, and never serves its values.
+TEST(FaultTest, ARestartedServerRefusesAnotherJobsOrADamagedCheckpoint) {
+  for (const std::string fault : {"another job", "flipped bits"}) {
+    FaultJob job("asp");
+    ASSERT_NO_FATAL_FAILURE(job.Start());
+    ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+    job.Kill("server 1");
+    ASSERT_TRUE(job.Wait("server 1", 10).ok());
+    const std::string path = job.File("ckpt") + "/shard-1.ckpt";
+    if (fault == "another job") {
+      auto body = ReadCheckedFile(path, "GSSHARD1");
+      ASSERT_TRUE(body.ok()) << body.status();
+      wire::ShardCheckpoint c;
+      ASSERT_TRUE(c.ParseFromString(*body));
+      c.set_job_id("0000000000000000");
+      ASSERT_TRUE(WriteCheckedFile(path, "GSSHARD1", c.SerializeAsString()).ok());
+    } else {
+      std::string bytes = ReadFile(path);
+      ASSERT_GT(bytes.size(), 100u);
+      bytes[bytes.size() - 2] = static_cast<char>(bytes[bytes.size() - 2] ^ 0x40);  // an exponent bit
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    }
+    job.StartServer(1, "b");
+    auto code = job.Wait("server 1b", 30);
+    ASSERT_TRUE(code.ok()) << job.Logs();
+    EXPECT_EQ(*code, 1);
+    const std::string log = job.Log("server-1b");
+    EXPECT_NE(log.find("cannot restore its checkpoint (its parameters are lost): " + path), std::string::npos) << log;
+    EXPECT_NE(log.find(fault == "another job" ? "belongs to another job (0000000000000000, this one is "
+                                              : "checksum mismatch"),
+              std::string::npos)
+        << log;
+  }
+}
+
+TEST(FaultTest, ACheckpointDirectoryThatCannotTakeAFileIsRefusedAtStart) {
+  const ProcessResult r = RunProcess({BinaryPath("gradsync-server"), "--role=server", "--mode=bsp",
+                                      "--scheduler=127.0.0.1:9", "--checkpoint-dir=/dev/null/checkpoints"},
+                                     20);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--checkpoint-dir: cannot create directory '/dev/null/checkpoints'"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
 
 TEST(FaultTest, AStoppedWorkerIsDeclaredDeadAndTheRunGoesOn) {
   FaultJob job("ssp");

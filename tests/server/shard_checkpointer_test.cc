@@ -7,12 +7,48 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include "common/atomic_file.h"
 
 #include "common/ps_protocol.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {
 namespace {
+
+// The job's identity as the scheduler hands it out.
+wire::ClusterTable Table(const std::string& job_id = "0123456789abcdef") {
+  wire::ClusterTable t;
+  t.set_job_id(job_id);
+  t.set_job_fingerprint("settings");
+  return t;
+}
+
+// A small SGD shard after one update, checkpointed into dir/shard-0.ckpt.
+struct Written {
+  std::vector<TensorInfo> layout = {{"w", {8}, 0, 8, false}};
+  KvShard shard{{0, 8}, layout, {0.9f, false, 0.0f}, {LrSchedule::Kind::kConstant, 0.1f, 0, 0}, 2, false};
+  ConsistencyController controller{ConsistencyMode::kAsp, 0, 2};
+  wire::JobConfig job;
+  ShardCheckpointer checkpointer;
+
+  explicit Written(const std::string& dir) : checkpointer(dir, 1, 5.0) {
+    shard.SetValues(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+    std::vector<float> g(8, 1.0f);
+    const std::vector<Segment> all = {{0, 8}};
+    shard.Apply(all, {}, g.data());
+    job.set_num_workers(2);
+    job.set_lr(0.1f);
+  }
+  Status Write() { return checkpointer.Write(0, Table(), job, shard, controller, 0); }
+  std::string Bytes() { return testing::ReadFile(checkpointer.Path(0)); }
+  void Put(const std::string& bytes) { std::ofstream(checkpointer.Path(0), std::ios::binary | std::ios::trunc) << bytes; }
+};
 
 TEST(ShardCheckpointerTest, DueByCountOrByTimeAfterTheFirstUpdate) {
   ShardCheckpointer by_count("dir", 3, 100.0);
@@ -45,10 +81,10 @@ TEST(ShardCheckpointerTest, WritesTheWholeStateAndReadsItBack) {
   job.set_lr(0.1f);
   ShardCheckpointer c(dir.path(), 1, 5.0);
   ASSERT_TRUE(c.Due(true, 0));
-  ASSERT_TRUE(c.Write(0, job, shard, controller, 0).ok());
+  ASSERT_TRUE(c.Write(0, Table(), job, shard, controller, 0).ok());
   EXPECT_EQ(c.written(), 1);
   EXPECT_FALSE(c.Due(false, 1));  // written: nothing new since
-  auto back = c.Read(0);
+  auto back = c.Read(0, Table());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->rank(), 0);
   EXPECT_EQ(back->version(), 1);
@@ -60,11 +96,11 @@ TEST(ShardCheckpointerTest, WritesTheWholeStateAndReadsItBack) {
   ASSERT_EQ(back->pushed_size(), 2);
   EXPECT_EQ(back->pushed(1), 1);
   // Another shard's file, a missing one, and garbage are each a clear error.
-  EXPECT_EQ(c.Read(1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.Read(1, Table()).status().code(), StatusCode::kNotFound);
   std::ofstream(c.Path(1)) << "not a checkpoint";
-  EXPECT_EQ(c.Read(1).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(c.Read(1, Table()).status().code(), StatusCode::kDataLoss);
   std::filesystem::copy_file(c.Path(0), c.Path(2));
-  auto foreign = c.Read(2);
+  auto foreign = c.Read(2, Table());
   EXPECT_EQ(foreign.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(foreign.status().message().find("belongs to shard 0"), std::string::npos) << foreign.status();
 }
@@ -102,8 +138,8 @@ TEST(ShardCheckpointerTest, AnAdamShardRestoredFromItsCheckpointGoesOnBitForBit)
   for (int k = 0; k < 3; ++k) shard.Apply(all, {}, gradient(k).data());
   ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
   ShardCheckpointer c(dir.path(), 1, 5.0);
-  ASSERT_TRUE(c.Write(0, job, shard, controller, 0).ok());
-  auto back = c.Read(0);
+  ASSERT_TRUE(c.Write(0, Table(), job, shard, controller, 0).ok());
+  auto back = c.Read(0, Table());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->optimizer(), "adam");
   EXPECT_EQ(back->optimizer_steps(), 3);
@@ -131,8 +167,8 @@ TEST(ShardCheckpointerTest, RestoreRefusesAnotherOptimizersStateOrRange) {
   KvShard sgd({0, 8}, layout, {0.9f, false, 0.0f}, lr, 2, false);
   ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
   ShardCheckpointer c(dir.path(), 1, 5.0);
-  ASSERT_TRUE(c.Write(0, AdamJob(), sgd, controller, 0).ok());  // a job that says adam, an sgd state
-  auto back = c.Read(0);
+  ASSERT_TRUE(c.Write(0, Table(), AdamJob(), sgd, controller, 0).ok());  // a job that says adam, an sgd state
+  auto back = c.Read(0, Table());
   ASSERT_TRUE(back.ok()) << back.status();
   KvShard adam({0, 8}, layout, *JobOptimizer(back->job()), lr, 2, false);
   Status s = RestoreShard(*back, &adam);
@@ -155,6 +191,103 @@ TEST(ShardCheckpointerTest, RestoreRefusesAnotherOptimizersStateOrRange) {
   s = RestoreShard(huge, &sgd_again);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("counter out of range"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+TEST(ShardCheckpointerTest, RefusesAnotherJobsCheckpointNamingTheFileAndTheJobs) {
+  testing::TempDir dir;
+  Written w(dir.path());
+  ASSERT_TRUE(w.Write().ok());
+  wire::ClusterTable other = Table("fedcba9876543210");
+  other.set_job_fingerprint("other settings");
+  auto back = w.checkpointer.Read(0, other);
+  ASSERT_EQ(back.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(back.status().message().find(w.checkpointer.Path(0) + " belongs to another job (0123456789abcdef, this one is fedcba9876543210"),
+            std::string::npos)
+      << back.status();
+  EXPECT_TRUE(w.checkpointer.Read(0, Table()).ok());
+}
+
+TEST(ShardCheckpointerTest, EveryFlippedBitAndEveryCutIsRefused) {
+  testing::TempDir dir;
+  Written w(dir.path());
+  ASSERT_TRUE(w.Write().ok());
+  const std::string good = w.Bytes();
+  ASSERT_GT(good.size(), kCheckedFileHeaderBytes);
+  // One flipped bit anywhere (every byte, a different bit each time): never restored.
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ (1 << (i % 8)));
+    w.Put(bad);
+    auto back = w.checkpointer.Read(0, Table());
+    ASSERT_EQ(back.status().code(), StatusCode::kDataLoss) << "byte " << i;
+  }
+  w.Put(good.substr(0, good.size() / 2));  // cut (at whatever field boundary)
+  auto cut = w.checkpointer.Read(0, Table());
+  EXPECT_NE(cut.status().message().find("cut short"), std::string::npos) << cut.status();
+  std::string flipped = good;
+  flipped[good.size() - 3] ^= 0x40;  // an exponent bit of the last parameter
+  w.Put(flipped);
+  auto corrupt = w.checkpointer.Read(0, Table());
+  EXPECT_NE(corrupt.status().message().find("checksum mismatch"), std::string::npos) << corrupt.status();
+  w.Put(good);
+  EXPECT_TRUE(w.checkpointer.Read(0, Table()).ok());
+}
+
+TEST(ShardCheckpointerTest, NonFiniteParametersAreNeitherWrittenNorRestored) {
+  testing::TempDir dir;
+  Written w(dir.path());
+  ASSERT_TRUE(w.Write().ok());
+  const std::string good = w.Bytes();
+  std::vector<float> nan(8, 1.0f);
+  nan[3] = NAN;
+  w.shard.SetValues(nan);
+  Status s = w.Write();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("the last good checkpoint stays: parameter 3 is NaN"), std::string::npos) << s;
+  EXPECT_EQ(w.Bytes(), good);  // untouched
+  // A file whose checksum matches but which holds an infinity (written by something else).
+  auto c = w.checkpointer.Read(0, Table());
+  ASSERT_TRUE(c.ok());
+  std::string params = c->params();
+  const float inf = INFINITY;
+  std::memcpy(params.data() + 4, &inf, sizeof inf);
+  c->set_params(params);
+  ASSERT_TRUE(WriteCheckedFile(w.checkpointer.Path(0), "GSSHARD1", c->SerializeAsString()).ok());
+  auto back = w.checkpointer.Read(0, Table());
+  EXPECT_EQ(back.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(back.status().message().find("parameter 1 is infinite"), std::string::npos) << back.status();
+}
+
+TEST(ShardCheckpointerTest, AFailedWriteKeepsTheLastCheckpointAndLeavesNoTemporaryFile) {
+  testing::TempDir dir;
+  Written w(dir.path());
+  ASSERT_TRUE(w.Write().ok());
+  const std::string good = w.Bytes();
+  // A disk that fills up mid-write: files may not grow past 64 bytes (EFBIG, as ENOSPC would).
+  struct rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  Status s = w.Write();
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_EQ(w.Bytes(), good);
+  EXPECT_FALSE(std::filesystem::exists(w.checkpointer.Path(0) + ".tmp"));
+  EXPECT_TRUE(w.checkpointer.Read(0, Table()).ok());
+  // A directory that cannot take a file is found out before the job starts.
+  EXPECT_TRUE(CheckWritableDirectory(dir.path()).ok());
+  Status not_dir = CheckWritableDirectory("/dev/null/checkpoints");
+  EXPECT_FALSE(not_dir.ok());
+  EXPECT_NE(not_dir.message().find("/dev/null/checkpoints"), std::string::npos) << not_dir;
 }
 
 }  // namespace

@@ -1,0 +1,321 @@
+#include "server/replication.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/logging.h"
+#include "common/partitioner.h"
+#include "server/shard_checkpointer.h"
+
+namespace gradsync {
+
+Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,
+                                                 bool aggregates) {
+  std::vector<TensorInfo> layout;
+  uint64_t next = 0;
+  for (const auto& t : job.tensors()) {
+    if (t.offset() != next || t.size() == 0) return InvalidArgumentError("INIT: tensors are not contiguous");
+    layout.push_back({t.name(), {static_cast<int64_t>(t.size())}, static_cast<int64_t>(t.offset()),
+                      static_cast<int64_t>(t.size()), t.sparse()});
+    next += t.size();
+  }
+  if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {
+    return InvalidArgumentError("INIT: tensors do not add up to num_params");
+  }
+  const Result<OptimizerOptions> optimizer = JobOptimizer(job);
+  if (!optimizer.ok()) return optimizer.status().WithContext("INIT");
+  LrSchedule lr;
+  ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
+  lr.base = job.lr();
+  lr.total_steps = job.total_steps();
+  lr.warmup_steps = job.warmup_steps();
+  lr.warmup_start = job.warmup_start_lr();
+  if (lr.warmup_steps < 0 || !(lr.warmup_start >= 0)) return InvalidArgumentError("INIT: bad learning-rate warm-up");
+  if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
+  if (job.num_workers() < 1) return InvalidArgumentError("INIT: no workers");
+  const Segment range = Partitioner(static_cast<int64_t>(job.num_params()), num_servers).range(rank);
+  return std::make_unique<KvShard>(range, layout, *optimizer, lr, job.num_workers(), aggregates);
+}
+
+// --- Backup side ---
+
+namespace {
+
+void SetControl(const wire::Header& h, wire::ShardCheckpoint* meta) {
+  meta->mutable_pushed()->Assign(h.replica_pushed().begin(), h.replica_pushed().end());
+  meta->mutable_live()->Assign(h.replica_live().begin(), h.replica_live().end());
+  meta->set_rounds_applied(h.replica_rounds());
+}
+
+std::vector<float> Values(const Message& m) {
+  std::vector<float> v(m.num_values());
+  m.CopyValues(v.data());
+  return v;
+}
+
+}  // namespace
+
+std::vector<int> ReplicaStore::shards() const {
+  std::vector<int> out;
+  for (const auto& [s, c] : copies_) out.push_back(s);
+  return out;
+}
+
+bool ReplicaStore::Complete(int shard) const {
+  auto it = copies_.find(shard);
+  return it != copies_.end() && it->second.shard && it->second.params && it->second.state_parts == 0;
+}
+
+Status ReplicaStore::Apply(const Message& m) {
+  const wire::Header& h = m.header;
+  const int s = h.replica_shard();
+  if (s < 0 || s >= num_servers_) return InvalidArgumentError("REPLICATE for shard " + std::to_string(s));
+  if (h.replica_op() == wire::REPLICA_META) {
+    Copy c;
+    if (!c.meta.ParseFromString(h.replica_meta()) || c.meta.rank() != s) {
+      copies_.erase(s);
+      return InvalidArgumentError("REPLICATE: a snapshot of shard " + std::to_string(s) + " that does not describe it");
+    }
+    ASSIGN_OR_RETURN(c.shard, MakeShardForJob(c.meta.job(), num_servers_, s, aggregates_));
+    const size_t n = static_cast<size_t>(c.shard->range().size());
+    c.state_parts = n == 0 ? 0 : static_cast<int>(c.shard->optimizer_state().size() / n);
+    c.seq = h.request_id();
+    c.index = h.replica_index();
+    SetControl(h, &c.meta);
+    copies_[s] = std::move(c);
+    return OkStatus();
+  }
+  auto it = copies_.find(s);
+  if (it == copies_.end()) return FailedPreconditionError("REPLICATE: no snapshot of shard " + std::to_string(s) + " yet");
+  Copy& c = it->second;
+  if (h.replica_index() != c.index + 1 || h.request_id() < c.seq) {
+    const uint64_t expected = c.index + 1;
+    copies_.erase(it);
+    return FailedPreconditionError("REPLICATE: entry " + std::to_string(h.replica_index()) + " of shard " +
+                                   std::to_string(s) + "'s log, expected " + std::to_string(expected));
+  }
+  Status st = ApplyTo(c, m);
+  if (!st.ok()) {
+    copies_.erase(it);
+    return st;
+  }
+  c.seq = h.request_id();
+  c.index = h.replica_index();
+  SetControl(h, &c.meta);
+  return OkStatus();
+}
+
+Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
+  const wire::Header& h = m.header;
+  std::vector<Segment> segments;
+  for (const auto& seg : h.segments()) {
+    segments.push_back({static_cast<int64_t>(seg.offset()), static_cast<int64_t>(seg.offset() + seg.length())});
+  }
+  std::vector<uint64_t> scratch;
+  const auto keys = m.Keys(&scratch);
+  const Segment range = c.shard->range();
+  const bool whole = segments.size() == 1 && segments[0] == range && keys.empty() &&
+                     m.num_values() == static_cast<size_t>(range.size());
+  switch (h.replica_op()) {
+    case wire::REPLICA_PARAMS: {
+      if (!whole) return InvalidArgumentError("REPLICATE: snapshot parameters are not the shard's range");
+      // The counters come with the parameters; the state vectors (if any) follow.
+      const std::vector<float> state(c.shard->optimizer_state().begin(), c.shard->optimizer_state().end());
+      RETURN_IF_ERROR(c.shard->Restore(Values(m), state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(),
+                                       c.meta.updates()));
+      c.params = true;
+      return OkStatus();
+    }
+    case wire::REPLICA_STATE: {
+      const int part = h.replica_part();
+      const size_t n = static_cast<size_t>(range.size());
+      const size_t parts = c.shard->optimizer_state().size() / std::max<size_t>(1, n);
+      if (!whole || !c.params || part < 0 || static_cast<size_t>(part) >= parts || c.state_parts <= 0) {
+        return InvalidArgumentError("REPLICATE: snapshot optimizer state part " + std::to_string(part));
+      }
+      std::vector<float> state(c.shard->optimizer_state().begin(), c.shard->optimizer_state().end());
+      m.CopyValues(state.data() + static_cast<size_t>(part) * n);
+      std::vector<float> params(c.shard->params().begin(), c.shard->params().end());
+      RETURN_IF_ERROR(c.shard->Restore(params, state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(),
+                                       c.meta.updates()));
+      c.state_parts--;
+      return OkStatus();
+    }
+    default: break;
+  }
+  if (!c.params || c.state_parts > 0) return FailedPreconditionError("REPLICATE: an entry before the snapshot is whole");
+  switch (h.replica_op()) {
+    case wire::REPLICA_PUSH: {
+      const int w = h.replica_worker();
+      if (w < 0 || w >= c.meta.job().num_workers()) return InvalidArgumentError("REPLICATE: push of worker " + std::to_string(w));
+      size_t n = m.num_values();
+      RETURN_IF_ERROR(c.shard->Validate(segments, keys, &n));
+      const float lr = h.has_lr() ? h.lr() : NAN;
+      if (aggregates_) {
+        PushChunk chunk;
+        chunk.segments = segments;
+        chunk.keys.assign(keys.begin(), keys.end());
+        chunk.owned = Values(m);
+        HeldPush& held = c.held[w];
+        held.chunks.push_back(std::move(chunk));
+        held.lr = lr;
+      } else {
+        const std::vector<float> values = Values(m);
+        c.shard->Apply(segments, keys, values.data(), h.replica_scale(), h.replica_counts(), lr);
+      }
+      return OkStatus();
+    }
+    case wire::REPLICA_ROUND: {
+      if (!aggregates_) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
+      float lr = NAN;
+      for (const auto& [worker, held] : c.held) {
+        for (const PushChunk& chunk : held.chunks) c.shard->Accumulate(chunk.segments, chunk.keys, chunk.values());
+        if (!std::isnan(held.lr)) lr = held.lr;
+      }
+      if (!c.held.empty()) c.shard->ApplyAccumulated(static_cast<int>(c.held.size()), lr);
+      c.held.clear();
+      return OkStatus();
+    }
+    case wire::REPLICA_CONTROL:
+      if (h.replica_worker() >= 0) c.held.erase(h.replica_worker());
+      return OkStatus();
+    default: return InvalidArgumentError("REPLICATE: unknown entry " + std::to_string(h.replica_op()));
+  }
+}
+
+Result<ReplicaCopy> ReplicaStore::Take(int shard) {
+  if (!Complete(shard)) return FailedPreconditionError("no whole copy of shard " + std::to_string(shard) + " here");
+  Copy& c = copies_[shard];
+  ReplicaCopy out;
+  out.checkpoint = c.meta;
+  const auto params = c.shard->params();
+  out.checkpoint.set_params(params.data(), params.size() * sizeof(float));
+  const auto state = c.shard->optimizer_state();
+  out.checkpoint.set_optimizer_state(state.data(), state.size() * sizeof(float));
+  out.checkpoint.set_optimizer(OptimizerKindName(c.shard->optimizer_options().kind));
+  out.checkpoint.set_optimizer_steps(c.shard->optimizer_steps());
+  out.checkpoint.set_version(c.shard->version());
+  out.checkpoint.set_step(c.shard->step());
+  out.checkpoint.set_updates(c.shard->gradients());
+  out.held = std::move(c.held);
+  copies_.erase(shard);
+  return out;
+}
+
+// --- Primary side ---
+
+void Replicator::SetBackups(const std::map<int, wire::NodeInfo>& backups) {
+  for (auto it = links_.begin(); it != links_.end();) {
+    auto b = backups.find(it->first);
+    const std::string endpoint =
+        b == backups.end() ? "" : "tcp://" + b->second.host() + ":" + std::to_string(b->second.port());
+    if (endpoint.empty() || endpoint != it->second.endpoint) {
+      GRADSYNC_LOG(INFO) << "server " << shard_ << ": backup on server " << it->first << " dropped";
+      it = links_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [rank, info] : backups) {
+    if (links_.count(rank)) continue;
+    Link link;
+    link.endpoint = "tcp://" + info.host() + ":" + std::to_string(info.port());
+    auto sock = Socket::ConnectDealer(ctx_, link.endpoint, "server " + std::to_string(rank) + " (backup)");
+    if (!sock.ok()) {
+      GRADSYNC_LOG(ERROR) << "server " << shard_ << ": cannot reach backup server " << rank << ": " << sock.status();
+      continue;
+    }
+    link.socket = std::make_unique<Socket>(std::move(sock).value());
+    links_[rank] = std::move(link);
+    GRADSYNC_LOG(INFO) << "server " << shard_ << ": backed up on server " << rank << " at " << info.host() << ":"
+                       << info.port();
+  }
+}
+
+std::vector<int> Replicator::NeedSnapshot() const {
+  std::vector<int> out;
+  for (const auto& [rank, link] : links_)
+    if (link.needs_snapshot) out.push_back(rank);
+  return out;
+}
+
+void Replicator::SnapshotSent(int backup) {
+  if (auto it = links_.find(backup); it != links_.end()) it->second.needs_snapshot = false;
+}
+
+void Replicator::Stamp(wire::Header* h, uint64_t seq) {
+  h->set_type(wire::REPLICATE);
+  h->set_sender_role(wire::SERVER);
+  h->set_sender_rank(shard_);
+  h->set_replica_shard(shard_);
+  h->set_request_id(seq);
+}
+
+void Replicator::SendOn(int backup, Link& link, const wire::Header& entry, const Payload& p) {
+  wire::Header h = entry;
+  if (h.replica_op() == wire::REPLICA_META) link.index = 0;
+  h.set_replica_index(link.index++);
+  Status s = link.socket->Send("", h, p);
+  if (!s.ok()) {
+    // Its copy is out of step now: a fresh snapshot once it reads again.
+    GRADSYNC_LOG(WARNING) << "server " << shard_ << ": entry " << h.request_id() << " to backup server " << backup
+                          << " not sent (" << s << "); it gets a new snapshot";
+    link.needs_snapshot = true;
+  }
+}
+
+uint64_t Replicator::Send(wire::Header h, const Payload& p) {
+  Stamp(&h, ++seq_);
+  for (auto& [rank, link] : links_)
+    if (!link.needs_snapshot) SendOn(rank, link, h, p);
+  return seq_;
+}
+
+void Replicator::SendSnapshotEntry(int backup, wire::Header h, const Payload& p) {
+  Stamp(&h, seq_);
+  auto it = links_.find(backup);
+  if (it != links_.end()) SendOn(backup, it->second, h, p);
+}
+
+void Replicator::Hold(uint64_t seq, std::string peer, wire::Header reply) {
+  held_.push_back({seq, std::move(peer), std::move(reply)});
+}
+
+std::vector<Socket*> Replicator::sockets() {
+  std::vector<Socket*> out;
+  for (auto& [rank, link] : links_) out.push_back(link.socket.get());
+  return out;
+}
+
+void Replicator::Poll(Socket& socket) {
+  for (auto& [rank, link] : links_) {
+    for (int k = 0; k < 256; ++k) {
+      auto m = link.socket->Recv(0);
+      if (!m.ok()) break;
+      if (!m->malformed.ok()) continue;
+      if (m->header.type() == wire::REPLICATE_REPLY) {
+        link.acked = std::max(link.acked, m->header.request_id());
+      } else if (m->header.type() == wire::ERROR) {
+        GRADSYNC_LOG(WARNING) << "server " << shard_ << ": backup server " << rank << " is out of step ("
+                              << m->header.error_message() << "); sending it a new snapshot";
+        link.needs_snapshot = true;
+        link.acked = 0;
+      }
+    }
+  }
+  Release(socket);
+}
+
+void Replicator::Release(Socket& socket) {
+  uint64_t all = seq_;
+  for (const auto& [rank, link] : links_) all = std::min(all, link.acked);
+  size_t done = 0;
+  while (done < held_.size() && held_[done].seq <= all) {
+    Status s = socket.Send(held_[done].peer, held_[done].reply);
+    if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << shard_ << ": reply after replication: " << s;
+    ++done;
+  }
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+}  // namespace gradsync

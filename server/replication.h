@@ -1,0 +1,126 @@
+// Shard replication (gradsync-server --role=scheduler --replicas=R): primary-backup, as in the
+// OSDI 2014 parameter server's chain replication, with the backups written to in parallel.
+//
+// Shard s's backups are the servers of ranks s+1 .. s+R-1 (mod the number of servers). The
+// primary sends each backup a snapshot of the shard (META, PARAMS, STATE entries, then the pushes
+// a bsp round holds) and from then on every change as it makes it, in order: each accepted push
+// (its decoded values, exactly as the shard applies them), each applied round, each membership
+// change. Every entry carries the consistency state after it. A backup replays the entries on
+// its own KvShard, so its copy is bit for bit the primary's, and acknowledges each one. A push is
+// acknowledged to its worker only once every live backup holds it (Replicator::Hold): no
+// acknowledged update exists on the primary alone. When the primary dies the first live backup
+// takes its rank (server.h, Adopt) from its copy; workers follow it as they follow a restarted
+// shard. A backup that falls out of step (a gap, an entry it cannot apply) answers ERROR and the
+// primary sends it a fresh snapshot; a dead backup is dropped, so a push never waits on it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/transport.h"
+#include "gradsync.pb.h"
+#include "server/kv_shard.h"
+#include "server/push_assembler.h"
+
+namespace gradsync {
+
+// The shard of rank `rank` of `job` (range, layout, optimizer, learning-rate schedule), as INIT,
+// a restore and a backup build it.
+Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,
+                                                 bool aggregates);
+
+// A copy taken over by a backup: the shard as a checkpoint, and the pushes of the open round.
+struct ReplicaCopy {
+  wire::ShardCheckpoint checkpoint;
+  std::map<int, HeldPush> held;
+};
+
+// Backup side: the copies this server keeps of other shards.
+class ReplicaStore {
+ public:
+  ReplicaStore(int num_servers, bool aggregates) : num_servers_(num_servers), aggregates_(aggregates) {}
+  // Applies one REPLICATE entry. An error means the copy is out of step (the primary resends a
+  // snapshot); the copy is then incomplete until it does.
+  Status Apply(const Message& m);
+  // A whole copy of `shard` is here (a snapshot and every entry since).
+  bool Complete(int shard) const;
+  // The copy, for a takeover; it leaves the store.
+  Result<ReplicaCopy> Take(int shard);
+  // Forgets the copy of `shard` (its primary moved here, or it is no longer backed up here).
+  void Drop(int shard) { copies_.erase(shard); }
+  std::vector<int> shards() const;
+
+ private:
+  struct Copy {
+    wire::ShardCheckpoint meta;  // job, range, identity; params and state live in `shard`
+    std::unique_ptr<KvShard> shard;
+    std::map<int, HeldPush> held;
+    uint64_t seq = 0;            // the primary's log position the copy holds
+    uint64_t index = 0;          // the last entry applied, counted from the snapshot's META
+    int state_parts = 0;         // optimizer state vectors still to come
+    bool params = false;         // the snapshot's parameters came
+  };
+  Status ApplyTo(Copy& c, const Message& m);
+
+  int num_servers_;
+  bool aggregates_;
+  std::map<int, Copy> copies_;
+};
+
+// Primary side: links to the backups of one shard, entries out, acknowledgements in, and the
+// worker replies that wait for them.
+class Replicator {
+ public:
+  Replicator(TransportContext& ctx, int shard) : ctx_(ctx), shard_(shard) {}
+
+  // The backups now (rank -> address). New ones (or new addresses) get a link that needs a
+  // snapshot; links to ranks no longer listed are dropped, and replies no longer wait for them.
+  void SetBackups(const std::map<int, wire::NodeInfo>& backups);
+  bool active() const { return !links_.empty(); }
+  // Backups that need a snapshot (new, or out of step): the caller sends one with SendTo.
+  std::vector<int> NeedSnapshot() const;
+  void SnapshotSent(int backup);
+  // Sends an entry to every backup in step; returns its sequence number (the log's position
+  // after it). A link whose send fails needs a snapshot.
+  uint64_t Send(wire::Header h, const Payload& p = {});
+  // One entry of a snapshot to one backup (META first): it holds the log up to last_seq().
+  void SendSnapshotEntry(int backup, wire::Header h, const Payload& p = {});
+  // A reply to `peer` that may leave once every backup holds entry `seq`.
+  void Hold(uint64_t seq, std::string peer, wire::Header reply);
+  // Reads the backups' acknowledgements (without waiting) and sends the replies they release
+  // on `socket`.
+  void Poll(Socket& socket);
+  // The links' sockets, to wait on with the shard's own.
+  std::vector<Socket*> sockets();
+  uint64_t last_seq() const { return seq_; }
+  size_t waiting() const { return held_.size(); }
+
+ private:
+  struct Link {
+    std::string endpoint;
+    std::unique_ptr<Socket> socket;
+    uint64_t acked = 0;
+    uint64_t index = 0;  // of the next entry sent on this link
+    bool needs_snapshot = true;
+  };
+  struct Waiting {
+    uint64_t seq;
+    std::string peer;
+    wire::Header reply;
+  };
+  void Stamp(wire::Header* h, uint64_t seq);
+  void SendOn(int backup, Link& link, const wire::Header& h, const Payload& p);
+  void Release(Socket& socket);
+
+  TransportContext& ctx_;
+  int shard_;
+  uint64_t seq_ = 0;
+  std::map<int, Link> links_;
+  std::vector<Waiting> held_;  // in sequence order
+};
+
+}  // namespace gradsync
