@@ -15,7 +15,7 @@ using tcp = asio::ip::tcp;
 
 namespace {
 constexpr uint32_t kStepMagic = 0x47535247;   // "GRSG"
-constexpr uint32_t kHelloMagic = 0x47534849;  // "IHSG"
+// A plaintext ring's hello is {ring_handshake::kPlainHelloMagic ("IHSG"), rank}.
 using Clock = std::chrono::steady_clock;
 
 Clock::time_point Deadline(double seconds) {
@@ -35,16 +35,20 @@ const char* OpName(uint32_t op) {
 
 std::byte RingCollective::empty_[1];
 
-RingCollective::RingCollective(const CollectiveOptions& options)
-    : options_(options), acceptor_(io_), left_(io_), right_(io_) {
+RingCollective::RingCollective(const CollectiveOptions& options, const RingSecurity& security)
+    : options_(options), acceptor_(io_), left_(io_), right_(io_), security_(security) {
   options_.segment_bytes = std::max<size_t>(4, options_.segment_bytes / 4 * 4);
 }
 
 RingCollective::~RingCollective() { Abort(); }
 
 Result<std::unique_ptr<RingCollective>> RingCollective::Listen(const std::string& bind_host,
-                                                               const CollectiveOptions& options) {
-  auto ring = std::unique_ptr<RingCollective>(new RingCollective(options));
+                                                               const CollectiveOptions& options,
+                                                               const RingSecurity& security) {
+  if (security.encrypt && !security.authenticate) {
+    return InvalidArgumentError("an encrypted ring needs the ring key (--ring-encrypt needs --auth-dir)");
+  }
+  auto ring = std::unique_ptr<RingCollective>(new RingCollective(options, security));
   boost::system::error_code ec;
   auto address = asio::ip::make_address(bind_host, ec);
   if (ec) return InvalidArgumentError("bad bind address '" + bind_host + "': " + ec.message());
@@ -64,6 +68,8 @@ void RingCollective::Abort() {
   left_.close(ec);
   right_.close(ec);
   acceptor_.close(ec);
+  left_stream_.Reset();
+  right_stream_.Reset();
   for (auto& weak : retries_) {
     if (auto timer = weak.lock()) timer->cancel();
   }
@@ -109,11 +115,12 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) return UnavailableError("cannot resolve " + peers[right] + ": " + ec.message());
   const auto deadline = Deadline(timeout_s);
+  const auto context = ring_handshake::RingContext(peers);
 
   // Connect to the right (retrying while it is not listening yet) and accept the left, together.
   bool connected = false, accepted = false;
   Status failure;
-  uint32_t hello_out[2] = {kHelloMagic, static_cast<uint32_t>(rank)};
+  uint32_t hello_out[2] = {ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank)};
   uint32_t hello_in[2] = {0, 0};
   std::function<void()> try_connect = [&] {
     asio::async_connect(right_, endpoints, [&](const boost::system::error_code& e, const tcp::endpoint&) {
@@ -128,6 +135,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
         return;
       }
       right_.set_option(tcp::no_delay(true));
+      if (security_.authenticate) return HandshakeAsConnector(right, context, &connected, &failure);
       asio::async_write(right_, asio::buffer(hello_out), [&](const boost::system::error_code& we, size_t) {
         if (we) failure = UnavailableError("hello to rank " + std::to_string(right) + " failed: " + we.message());
         else connected = true;
@@ -141,9 +149,15 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
       return;
     }
     left_.set_option(tcp::no_delay(true));
+    if (security_.authenticate) return HandshakeAsAcceptor(left, context, &accepted, &failure);
     asio::async_read(left_, asio::buffer(hello_in), [&](const boost::system::error_code& re, size_t) {
       if (re) failure = UnavailableError("hello from rank " + std::to_string(left) + " failed: " + re.message());
-      else if (hello_in[0] != kHelloMagic || hello_in[1] != static_cast<uint32_t>(left)) {
+      else if (hello_in[0] == ring_handshake::kHelloMagic) {
+        failure = InvalidArgumentError("ring authentication refused on rank " + std::to_string(rank_) + ": rank " +
+                                       std::to_string(left) + " (" + peers_[left] +
+                                       ") authenticates the ring (--auth-dir) but this worker has no --auth-dir; "
+                                       "every worker of the job needs the same --auth-dir");
+      } else if (hello_in[0] != ring_handshake::kPlainHelloMagic || hello_in[1] != static_cast<uint32_t>(left)) {
         failure = InvalidArgumentError("the ring's left neighbor should be rank " + std::to_string(left) +
                                        " but a peer introduced itself as rank " + std::to_string(hello_in[1]));
       } else {
@@ -166,6 +180,121 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   return OkStatus();
 }
 
+Status RingCollective::PeerError(int peer, const boost::system::error_code& e, const std::string& where) const {
+  const std::string who = "rank " + std::to_string(peer) + " (" + peers_[peer] + ") ";
+  if (e.category() == RingFrameCategory()) {
+    // Not a lost peer: bytes that someone changed, replayed or reordered on the way.
+    return DataLossError(who + e.message() + " during " + where + "; the collective is abandoned");
+  }
+  return UnavailableError(who + (e == asio::error::eof ? std::string("closed the connection") : e.message()) + " during " +
+                          where);
+}
+
+std::string RingCollective::AuthFailure(int peer, bool accepted_side, const std::string& why) const {
+  std::string from;
+  if (accepted_side) {
+    // The connection may not be from the rank the ring expects there: say where it came from.
+    boost::system::error_code ec;
+    const auto remote = left_.remote_endpoint(ec);
+    if (!ec) from = ", connection from " + remote.address().to_string() + ":" + std::to_string(remote.port());
+  }
+  return "ring authentication failed between rank " + std::to_string(rank_) + " and rank " + std::to_string(peer) + " (" +
+         peers_[peer] + from + "): " + why;
+}
+
+// The connector's half (wire format in ARCHITECTURE.md): hello with its nonce; the acceptor's
+// nonce and proof; this side's verdict and proof; the acceptor's verdict. Each side checks
+// the other's proof, so a refusal is reported on both, each naming the other.
+void RingCollective::HandshakeAsConnector(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure) {
+  using namespace ring_handshake;
+  auto fail = [this, peer, failure](const std::string& why) {
+    if (failure->ok()) *failure = InvalidArgumentError(AuthFailure(peer, false, why));
+  };
+  auto io_fail = [fail](const char* during, const boost::system::error_code& e) {
+    fail(e == asio::error::eof ? std::string("it closed the connection during the handshake (") + during +
+                                     "): a worker without --auth-dir, or one that refused this one"
+                               : std::string(during) + ": " + e.message());
+  };
+  HandshakeState& h = as_connector_;
+  const uint32_t flags = security_.encrypt ? kFlagEncrypt : 0;
+  h.hello = Hello{kHelloMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce()};
+  asio::async_write(right_, asio::buffer(&h.hello, sizeof(h.hello)), [=, this, &h](const boost::system::error_code& e, size_t) {
+    if (e) return io_fail("sending the hello", e);
+    asio::async_read(right_, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h](const boost::system::error_code& e2, size_t) {
+      if (e2) return io_fail("waiting for its proof", e2);
+      if (h.reply.magic != kReplyMagic) return fail("it does not speak the ring handshake");
+      uint32_t verdict = kAccepted;
+      h.transcript = Transcript(context, h.hello, h.reply);
+      if (h.reply.version != kVersion) verdict = kBadVersion;
+      else if (h.reply.rank != static_cast<uint32_t>(peer)) verdict = kWrongRank;
+      else if (h.reply.flags != flags) verdict = kFlagsDiffer;
+      else if (!MacEqual(h.reply.mac, AcceptorMac(security_.key, h.transcript))) verdict = kBadProof;
+      h.finish = Finish{kFinishMagic, verdict, verdict == kAccepted ? ConnectorMac(security_.key, h.transcript) : Mac{}};
+      asio::async_write(right_, asio::buffer(&h.finish, sizeof(h.finish)), [=, this, &h](const boost::system::error_code& e3, size_t) {
+        if (verdict != kAccepted) return fail("this worker refused it: " + VerdictText(verdict));
+        if (e3) return io_fail("sending this worker's proof", e3);
+        asio::async_read(right_, asio::buffer(&h.verdict, sizeof(h.verdict)), [=, this, &h](const boost::system::error_code& e4, size_t) {
+          if (e4) return io_fail("waiting for its verdict", e4);
+          if (h.verdict.magic != kVerdictMagic) return fail("it does not speak the ring handshake");
+          if (h.verdict.verdict != kAccepted) return fail("it refused this worker: " + VerdictText(h.verdict.verdict));
+          if (security_.encrypt) right_stream_.Encrypt(DeriveSessionKeys(security_.key, h.transcript, /*connector=*/true));
+          *done = true;
+        });
+      });
+    });
+  });
+}
+
+void RingCollective::HandshakeAsAcceptor(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure) {
+  using namespace ring_handshake;
+  auto fail = [this, peer, failure](const std::string& why) {
+    if (failure->ok()) *failure = InvalidArgumentError(AuthFailure(peer, true, why));
+  };
+  auto io_fail = [fail](const char* during, const boost::system::error_code& e) {
+    fail(e == asio::error::eof ? std::string("it closed the connection during the handshake (") + during +
+                                     "): a worker with other keys, or one that refused this one"
+                               : std::string(during) + ": " + e.message());
+  };
+  HandshakeState& h = as_acceptor_;
+  const uint32_t flags = security_.encrypt ? kFlagEncrypt : 0;
+  // The first 8 bytes sit where a plaintext ring's hello has its magic and rank.
+  asio::async_read(left_, asio::buffer(&h.hello, 8), [=, this, &h](const boost::system::error_code& e, size_t) {
+    if (e) return io_fail("waiting for its hello", e);
+    if (h.hello.magic == kPlainHelloMagic) {
+      return fail("it connected without authentication (no --auth-dir): every worker of the ring needs --auth-dir with "
+                  "the cluster's keys");
+    }
+    if (h.hello.magic != kHelloMagic) return fail("it is not a gradsync ring peer (unknown hello)");
+    asio::async_read(left_, asio::buffer(reinterpret_cast<char*>(&h.hello) + 8, sizeof(h.hello) - 8),
+                     [=, this, &h](const boost::system::error_code& e2, size_t) {
+      if (e2) return io_fail("waiting for its hello", e2);
+      h.reply = Reply{kReplyMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce(), Mac{}};
+      h.transcript = Transcript(context, h.hello, h.reply);
+      h.reply.mac = AcceptorMac(security_.key, h.transcript);
+      asio::async_write(left_, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h](const boost::system::error_code& e3, size_t) {
+        if (e3) return io_fail("sending this worker's proof", e3);
+        asio::async_read(left_, asio::buffer(&h.finish, sizeof(h.finish)), [=, this, &h](const boost::system::error_code& e4, size_t) {
+          if (e4) return io_fail("waiting for its proof", e4);
+          if (h.finish.magic != kFinishMagic) return fail("it does not speak the ring handshake");
+          if (h.finish.verdict != kAccepted) return fail("it refused this worker: " + VerdictText(h.finish.verdict));
+          uint32_t verdict = kAccepted;
+          if (h.hello.version != kVersion) verdict = kBadVersion;
+          else if (h.hello.rank != static_cast<uint32_t>(peer)) verdict = kWrongRank;
+          else if (h.hello.flags != flags) verdict = kFlagsDiffer;
+          else if (!MacEqual(h.finish.mac, ConnectorMac(security_.key, h.transcript))) verdict = kBadProof;
+          h.verdict = VerdictMsg{kVerdictMagic, verdict};
+          asio::async_write(left_, asio::buffer(&h.verdict, sizeof(h.verdict)), [=, this, &h](const boost::system::error_code& e5, size_t) {
+            if (verdict != kAccepted) return fail("this worker refused it: " + VerdictText(verdict));
+            if (e5) return io_fail("sending this worker's verdict", e5);
+            if (security_.encrypt) left_stream_.Encrypt(DeriveSessionKeys(security_.key, h.transcript, /*connector=*/false));
+            *done = true;
+          });
+        });
+      });
+    });
+  });
+}
+
 Status RingCollective::Begin(OpKind op) {
   (void)op;
   if (!broken_.ok()) return FailedPreconditionError("the ring is broken by an earlier failure: " + broken_.message());
@@ -184,14 +313,10 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
   Status failure;
   const int left = (rank_ - 1 + size_) % size_, right = (rank_ + 1) % size_;
   auto peer_error = [&](int peer, const boost::system::error_code& e) {
-    if (!failure.ok()) return;
-    failure = UnavailableError("rank " + std::to_string(peer) + " (" + peers_[peer] + ") " +
-                               (e == asio::error::eof ? std::string("closed the connection") : e.message()) +
-                               " during " + Where(op, step));
+    if (failure.ok()) failure = PeerError(peer, e, Where(op, step));
   };
   if (do_send) {
-    std::array<asio::const_buffer, 2> bufs = {asio::buffer(&out, sizeof(out)), asio::buffer(send, send_bytes)};
-    asio::async_write(right_, bufs, [&](const boost::system::error_code& e, size_t n) {
+    right_stream_.AsyncWrite({asio::buffer(&out, sizeof(out)), asio::buffer(send, send_bytes)}, [&](const boost::system::error_code& e, size_t n) {
       if (e) return peer_error(right, e);
       bytes_sent_ += n;
       wdone = true;
@@ -205,7 +330,7 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
         return;
       }
       const size_t len = std::min(options_.segment_bytes, recv_bytes - off);
-      asio::async_read(left_, asio::buffer(static_cast<char*>(recv) + (recv_reuse ? 0 : off), len),
+      left_stream_.AsyncRead(asio::buffer(static_cast<char*>(recv) + (recv_reuse ? 0 : off), len),
                        [&, off, len](const boost::system::error_code& e, size_t n) {
                          if (e) return peer_error(left, e);
                          bytes_received_ += n;
@@ -213,7 +338,7 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
                          read_from(off + len);
                        });
     };
-    asio::async_read(left_, asio::buffer(&in, sizeof(in)), [&](const boost::system::error_code& e, size_t n) {
+    left_stream_.AsyncRead(asio::buffer(&in, sizeof(in)), [&](const boost::system::error_code& e, size_t n) {
       if (e) return peer_error(left, e);
       bytes_received_ += n;
       if (in.magic != kStepMagic || in.op != static_cast<uint32_t>(op) || in.seq != seq_ || in.step != step ||
@@ -292,10 +417,7 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
   Status failure;
   const int left = (r - 1 + n) % n, right = (r + 1) % n;
   auto peer_error = [&](int peer, const boost::system::error_code& e, int t) {
-    if (!failure.ok()) return;
-    failure = UnavailableError("rank " + std::to_string(peer) + " (" + peers_[peer] + ") " +
-                               (e == asio::error::eof ? std::string("closed the connection") : e.message()) +
-                               " during " + Where(OpKind::kAllReduce, static_cast<uint32_t>(t)));
+    if (failure.ok()) failure = PeerError(peer, e, Where(OpKind::kAllReduce, static_cast<uint32_t>(t)));
   };
   auto advance_writer_mark = [&] {
     while (writer_done_through + 1 < steps && step_queued[writer_done_through + 1] &&
@@ -307,7 +429,7 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
     if (writing || queue.empty() || !failure.ok()) return;
     writing = true;
     Piece p = queue.front();
-    asio::async_write(right_, asio::buffer(p.data, p.len), [&, p](const boost::system::error_code& e, size_t w) {
+    right_stream_.AsyncWrite({asio::buffer(p.data, p.len)}, [&, p](const boost::system::error_code& e, size_t w) {
       writing = false;
       if (e) return peer_error(right, e, p.step);
       bytes_sent_ += w;
@@ -354,7 +476,7 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
     char* dst = d + begin_of(c) + off;
     const bool reducing = t < n - 1;
     void* target = reducing ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
-    asio::async_read(left_, asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
+    left_stream_.AsyncRead(asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
       if (reducing) reduce(dst, scratch_.data(), len / elem);
@@ -370,7 +492,7 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
       RetryAfter(std::chrono::microseconds(20), [&] { read_step(); });
       return;
     }
-    asio::async_read(left_, asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
+    left_stream_.AsyncRead(asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
       const size_t want = bytes_of(recv_chunk(t));

@@ -10,6 +10,11 @@
 // Set-up is two-phase so that ports can be ephemeral: Listen() binds and tells the port to
 // advertise (through the scheduler, or directly in tests); Connect() wires the ring once every
 // rank's address is known. One io_context, driven by the calling thread: no background threads.
+//
+// With a RingSecurity that authenticates (--auth-dir), Connect() runs the ring handshake
+// (allreduce/ring_security.h) on both connections and refuses a peer that cannot prove the
+// ring key, naming it; with encrypt (--ring-encrypt) every byte after it is AEAD-framed, and a
+// frame that fails authentication fails the operation with kDataLoss.
 #pragma once
 
 #include <utility>  // before Boost.Asio 1.74, whose awaitable.hpp forgets it under C++20
@@ -21,13 +26,15 @@
 #include <vector>
 
 #include "allreduce/collective.h"
+#include "allreduce/ring_security.h"
 
 namespace gradsync {
 
 class RingCollective final : public Collective {
  public:
   static Result<std::unique_ptr<RingCollective>> Listen(const std::string& bind_host,
-                                                        const CollectiveOptions& options);
+                                                        const CollectiveOptions& options,
+                                                        const RingSecurity& security = {});
   ~RingCollective() override;
 
   uint16_t port() const { return port_; }
@@ -41,8 +48,9 @@ class RingCollective final : public Collective {
   Status Broadcast(FloatSpan data, int root) override;
   Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) override;
   Status Barrier() override;
-  uint64_t bytes_sent() const override { return bytes_sent_; }
-  uint64_t bytes_received() const override { return bytes_received_; }
+  // Wire bytes: with encryption, frame headers and tags included.
+  uint64_t bytes_sent() const override { return bytes_sent_ + right_stream_.overhead_sent(); }
+  uint64_t bytes_received() const override { return bytes_received_ + left_stream_.overhead_received(); }
 
   // Closes both connections at once (tests use it to play a rank that dies).
   void Abort();
@@ -58,7 +66,15 @@ class RingCollective final : public Collective {
     uint64_t bytes;
   };
 
-  explicit RingCollective(const CollectiveOptions& options);
+  RingCollective(const CollectiveOptions& options, const RingSecurity& security);
+
+  // The two halves of Connect's handshake on one connection (set `*done` or `*failure`).
+  void HandshakeAsConnector(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure);
+  void HandshakeAsAcceptor(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure);
+  std::string AuthFailure(int peer, bool accepted_side, const std::string& why) const;
+  // A failed read or write: kDataLoss for an encrypted frame that fails authentication,
+  // kUnavailable for a lost peer.
+  Status PeerError(int peer, const boost::system::error_code& e, const std::string& where) const;
 
   // One ring step: send `send_bytes` from `send` to the right while receiving `recv_bytes` from
   // the left into `recv`; on_segment(offset, length) runs as each received segment lands.
@@ -87,6 +103,19 @@ class RingCollective final : public Collective {
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::ip::tcp::socket left_;
   boost::asio::ip::tcp::socket right_;
+  RingSecurity security_;
+  // Every read and write of a collective goes through these (plain or encrypted).
+  RingStream left_stream_{left_};
+  RingStream right_stream_{right_};
+  // The handshakes' messages, alive while Connect runs.
+  struct HandshakeState {
+    ring_handshake::Hello hello{};
+    ring_handshake::Reply reply{};
+    ring_handshake::Finish finish{};
+    ring_handshake::VerdictMsg verdict{};
+    std::array<uint8_t, 32> transcript{};
+  };
+  HandshakeState as_connector_, as_acceptor_;
   uint16_t port_ = 0;
   int rank_ = -1;
   int size_ = 0;

@@ -7,13 +7,21 @@
 // algbw = S / time; busbw = algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md); 1 GB = 1e9 B.
 // Inputs are small integers, so the sums are exact: #wrong counts elements that differ from the
 // known result after the last iteration, on every rank.
+//
+// --security=plain,auth,encrypt measures the ring plaintext, authenticated (the handshake at
+// Connect only: the data path is the plaintext one) and encrypted (ChaCha20-Poly1305 frames),
+// one after the other for each size and round, and ends with a Markdown table of busbw per
+// mode and its ratio to plaintext. --rounds=R repeats the modes in turn R times (the p50 is
+// then over every round's iterations), so that a noisy spell hits all of them alike.
 #include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "allreduce/ring_security.h"
 #include "allreduce/tcp_ring.h"
 #include "common/flags.h"
 #include "common/transport.h"
@@ -26,11 +34,20 @@ using Clock = std::chrono::steady_clock;
 struct Row {
   int ranks;
   size_t bytes;
+  std::string security;
   double p50_us, p99_us, algbw, busbw;
   int64_t wrong;
 };
 
-Row Measure(int n, size_t bytes, int warmup, int iters, size_t segment_bytes) {
+RingSecurity SecurityOf(const std::string& mode) {
+  if (mode == "plain") return {};
+  const auto secret = ring_handshake::RandomNonce();  // a throw-away cluster secret
+  return RingSecurity{true, mode == "encrypt", DeriveRingKey(secret)};
+}
+
+// Rank 0's AllReduce times (us) of `iters` timed operations; adds the wrong elements to *wrong.
+std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t segment_bytes, const RingSecurity& security,
+                            int64_t* wrong_out) {
   const size_t count = bytes / sizeof(float);
   CollectiveOptions opt;
   opt.timeout_s = 120;
@@ -38,7 +55,7 @@ Row Measure(int n, size_t bytes, int warmup, int iters, size_t segment_bytes) {
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
-    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", opt)).value());
+    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", opt, security)).value());
     peers.push_back("127.0.0.1:" + std::to_string(rings.back()->port()));
   }
   std::vector<double> times;
@@ -68,15 +85,21 @@ Row Measure(int n, size_t bytes, int warmup, int iters, size_t segment_bytes) {
     });
   }
   for (auto& t : threads) t.join();
+  *wrong_out += wrong.load();
+  return times;
+}
+
+Row Summarize(int n, size_t bytes, const std::string& security, std::vector<double> times, int64_t wrong) {
   std::sort(times.begin(), times.end());
   Row row;
   row.ranks = n;
   row.bytes = bytes;
+  row.security = security;
   row.p50_us = times[times.size() / 2];
   row.p99_us = times[std::min(times.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(times.size())))];
   row.algbw = static_cast<double>(bytes) / (row.p50_us * 1e-6) / 1e9;
   row.busbw = row.algbw * 2.0 * (n - 1) / n;
-  row.wrong = wrong.load();
+  row.wrong = wrong;
   return row;
 }
 
@@ -89,6 +112,8 @@ int Main(int argc, char** argv) {
       ("iters", po::value<int>()->default_value(20), "timed operations per size (p50 reported)")
       ("max-iters-bytes", po::value<int64_t>()->default_value(int64_t{2} << 30), "cap iters so that iters * size stays below this")
       ("segment-bytes", po::value<int64_t>()->default_value(1 << 20), "pipelining segment")
+      ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
+      ("rounds", po::value<int>()->default_value(1), "times each size runs every --security mode in turn")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
@@ -100,19 +125,63 @@ int Main(int argc, char** argv) {
   if (warmup < 0 || iters < 1) flags.Fail("--warmup must be >= 0 and --iters >= 1");
   const int64_t seg = vm["segment-bytes"].as<int64_t>();
   if (seg < 4) flags.Fail("--segment-bytes must be >= 4");
+  std::vector<std::string> modes;
+  {
+    std::string list = vm["security"].as<std::string>(), item;
+    std::stringstream in(list);
+    while (std::getline(in, item, ',')) {
+      if (item != "plain" && item != "auth" && item != "encrypt") flags.Fail("--security: '" + item + "' is not plain, auth or encrypt");
+      modes.push_back(item);
+    }
+    if (modes.empty()) flags.Fail("--security: name at least one mode");
+  }
+  const int rounds = vm["rounds"].as<int>();
+  if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;
   for (int64_t n : *ranks) {
     std::printf("# ranks %lld (threads, TCP over 127.0.0.1), segment %lld bytes\n", static_cast<long long>(n),
                 static_cast<long long>(seg));
-    std::printf("#%14s %12s %6s %6s %12s %12s %12s %12s %8s\n", "size", "count", "type", "redop", "time(us)p50",
-                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::printf("#%14s %12s %6s %6s %12s %12s %12s %12s %8s %9s\n", "size", "count", "type", "redop", "time(us)p50",
+                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "security");
     for (int64_t bytes : *sizes) {
       const int it = static_cast<int>(std::max<int64_t>(3, std::min<int64_t>(iters, vm["max-iters-bytes"].as<int64_t>() / bytes)));
-      Row r = Measure(static_cast<int>(n), static_cast<size_t>(bytes), warmup, it, static_cast<size_t>(seg));
-      std::printf(" %14zu %12zu %6s %6s %12.1f %12.1f %12.3f %12.3f %8lld\n", r.bytes, r.bytes / 4, "float", "sum",
-                  r.p50_us, r.p99_us, r.algbw, r.busbw, static_cast<long long>(r.wrong));
+      std::vector<std::vector<double>> times(modes.size());
+      std::vector<int64_t> wrong(modes.size(), 0);
+      for (int round = 0; round < rounds; ++round) {
+        for (size_t m = 0; m < modes.size(); ++m) {
+          auto t = Measure(static_cast<int>(n), static_cast<size_t>(bytes), warmup, it, static_cast<size_t>(seg),
+                           SecurityOf(modes[m]), &wrong[m]);
+          times[m].insert(times[m].end(), t.begin(), t.end());
+        }
+      }
+      for (size_t m = 0; m < modes.size(); ++m) {
+        Row r = Summarize(static_cast<int>(n), static_cast<size_t>(bytes), modes[m], times[m], wrong[m]);
+        std::printf(" %14zu %12zu %6s %6s %12.1f %12.1f %12.3f %12.3f %8lld %9s\n", r.bytes, r.bytes / 4, "float", "sum",
+                    r.p50_us, r.p99_us, r.algbw, r.busbw, static_cast<long long>(r.wrong), r.security.c_str());
+        rows.push_back(r);
+      }
       std::fflush(stdout);
-      rows.push_back(r);
+    }
+  }
+  if (modes.size() > 1) {
+    // busbw per mode, side by side, with each mode's ratio to the first (plaintext, usually).
+    std::printf("\n| ranks | floats |");
+    for (size_t m = 0; m < modes.size(); ++m) {
+      std::printf(" %s busbw (GB/s) |%s", modes[m].c_str(), m ? (" " + modes[m] + " / " + modes[0] + " |").c_str() : "");
+    }
+    std::printf("\n|---:|---:|");
+    for (size_t m = 0; m < modes.size(); ++m) std::printf(m ? "---:|---:|" : "---:|");
+    std::printf("\n");
+    for (size_t i = 0; i + modes.size() <= rows.size(); i += modes.size()) {
+      const size_t floats = rows[i].bytes / 4;
+      if (floats % (size_t{1} << 20) == 0) std::printf("| %d | %zuM |", rows[i].ranks, floats >> 20);
+      else std::printf("| %d | %zu |", rows[i].ranks, floats);
+      for (size_t m = 0; m < modes.size(); ++m) {
+        const Row& r = rows[i + m];
+        std::printf(" %.3f |", r.busbw);
+        if (m) std::printf(" %.2fx |", r.busbw / rows[i].busbw);
+      }
+      std::printf("\n");
     }
   }
   int64_t wrong = 0;
@@ -123,7 +192,8 @@ int Main(int argc, char** argv) {
     f << "[";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      f << (i ? ", " : "") << "{\"ranks\": " << r.ranks << ", \"bytes\": " << r.bytes << ", \"p50_us\": " << r.p50_us
+      f << (i ? ", " : "") << "{\"ranks\": " << r.ranks << ", \"bytes\": " << r.bytes << ", \"security\": \"" << r.security
+        << "\", \"p50_us\": " << r.p50_us
         << ", \"algbw\": " << r.algbw << ", \"busbw\": " << r.busbw << ", \"wrong\": " << r.wrong << "}";
     }
     f << "]\n";

@@ -232,7 +232,8 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   if (!joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
   if (!(c.push_part_mb() >= 1e-6 && c.push_part_mb() <= 1024)) k.Add("push_part_mb", "{push_part_mb} must be in (0, 1024]");
   if (!allreduce) {
-    for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume"}) {
+    for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume",
+                          "ring_encrypt"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {mode=allreduce} only");
     }
   }
@@ -373,6 +374,9 @@ std::vector<ConfigError> Validate(const TrainConfig& c, const config::WorkerProc
     }
   }
   if (c.mode() != config::ALLREDUCE && p.has_bind()) k.Add("bind", "{bind} applies to {mode=allreduce} only");
+  if (c.ring_encrypt() && !p.has_auth_dir()) {
+    k.Add("ring_encrypt", "{ring_encrypt} needs {auth_dir}: the ring's keys come from the cluster's keys");
+  }
   if (joins && p.has_scheduler()) {
     std::string host;
     uint16_t port = 0;
@@ -425,6 +429,7 @@ std::string JobFingerprint(const TrainConfig& c) {
     f.clear_bucket_mb();
     f.clear_first_bucket_mb();
     f.clear_resume();
+    f.clear_ring_encrypt();
   }
   std::string out;
   {

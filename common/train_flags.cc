@@ -21,7 +21,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"rank", true, false, "requested worker rank (default: SLURM_PROCID, else assigned)"},
       {"host", true, false, "address this worker advertises"},
       {"bind", true, false, "allreduce: address the ring listens on"},
-      {"auth-dir", true, false, "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR"},
+      {"auth-dir", true, false, "authenticate and encrypt every ZeroMQ socket with CURVE, and authenticate the all-reduce ring, using the keys gradsync-keygen wrote in DIR"},
       {"heartbeat-interval", true, false, "seconds between heartbeats"},
       {"heartbeat-timeout", true, false, "seconds without the scheduler before giving up"},
       // The model and the data.
@@ -60,6 +60,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"push-part-mb", false, false, "bsp|ssp|asp with --overlap: the largest part of a tensor pushed or pulled in one message, in MB"},
       {"bucket-mb", false, false, "allreduce: gradient bucket size in MB"},
       {"first-bucket-mb", false, false, "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early"},
+      {"ring-encrypt", false, true, "allreduce: also encrypt the ring's data (ChaCha20-Poly1305; needs --auth-dir, which authenticates the ring)"},
       // The device.
       {"device", false, false, "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)"},
       {"gpu", false, false, "--device=cuda: CUDA device index (default: rank modulo the visible devices; PS workers may share one)"},

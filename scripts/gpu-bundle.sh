@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(
   # build: headers, CMake configs, static GoogleTest, protoc, pkg-config
-  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libprotoc32
+  libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler libprotoc32
   libboost-dev libboost1.74-dev libboost-program-options-dev libboost-program-options1.74-dev
   libopenblas-dev libopenblas-pthread-dev libopenblas0 zlib1g-dev
   libgtest-dev libgmock-dev googletest pkgconf pkgconf-bin libpkgconf3 pkg-config

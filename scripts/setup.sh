@@ -14,6 +14,8 @@ packages=(
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libboost-dev libboost-program-options-dev
   libopenblas-dev zlib1g-dev
+  # the all-reduce ring's authentication and encryption (libzmq links libsodium too)
+  libsodium-dev
   libgtest-dev libgmock-dev
   # data: Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist
   dataset-fashion-mnist

@@ -20,7 +20,15 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
   if (mode == config::ALLREDUCE) {
     CollectiveOptions co;
     co.timeout_s = c.collective_timeout();
-    ASSIGN_OR_RETURN(job->ring, RingCollective::Listen(p.bind(), co));
+    // --auth-dir authenticates the ring as well (its key comes from the same directory);
+    // --ring-encrypt encrypts it too.
+    RingSecurity security;
+    if (p.has_auth_dir()) {
+      auto s = RingSecurityFromAuthDir(p.auth_dir(), c.ring_encrypt());
+      if (!s.ok()) return InvalidArgumentError("--auth-dir: " + s.status().message());
+      security = *s;
+    }
+    ASSIGN_OR_RETURN(job->ring, RingCollective::Listen(p.bind(), co, security));
   }
   if (!JoinsJob(mode)) return OkStatus();
   std::string host;

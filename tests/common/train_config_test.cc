@@ -98,6 +98,7 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"OverlapLocal", "overlap: true", "overlap", "--overlap applies to the modes that join a job only", "overlap applies"},
         Contradiction{"ZeroPushPart", "mode: BSP push_part_mb: 0", "push_part_mb", "--push-part-mb must be in (0, 1024]", "push_part_mb must be in"},
         Contradiction{"BucketOutsideAllreduce", "mode: BSP bucket_mb: 4", "bucket_mb", "--bucket-mb applies to --mode=allreduce only", "bucket_mb applies to mode ALLREDUCE only"},
+        Contradiction{"RingEncryptOutsideAllreduce", "mode: BSP ring_encrypt: true", "ring_encrypt", "--ring-encrypt applies to --mode=allreduce only", "ring_encrypt applies to mode ALLREDUCE only"},
         // The device.
         Contradiction{"UnknownDevice", "device: \"tpu\"", "device", "--device must be cpu or cuda, not 'tpu'", "device must be cpu or cuda"},
         Contradiction{"GpuOnCpu", "gpu: 1", "gpu", "--gpu applies to --device=cuda", "gpu applies to device cuda"},
@@ -178,6 +179,11 @@ TEST(TrainConfigTest, ProcessSettings) {
   p.set_bind("0.0.0.0");
   EXPECT_NE(first(Validate(Config("mode: ASP"), p)).find("--bind applies to --mode=allreduce only"), std::string::npos);
   EXPECT_TRUE(Validate(Config("mode: ALLREDUCE"), p).empty());
+  // The ring's keys come from --auth-dir.
+  EXPECT_NE(first(Validate(Config("mode: ALLREDUCE ring_encrypt: true"), p)).find("--ring-encrypt needs --auth-dir"),
+            std::string::npos);
+  p.set_auth_dir("/keys");
+  EXPECT_TRUE(Validate(Config("mode: ALLREDUCE ring_encrypt: true"), p).empty());
 }
 
 TEST(TrainConfigTest, ModeNameTable) {

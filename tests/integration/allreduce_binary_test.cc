@@ -1,4 +1,5 @@
-// Allreduce jobs as processes: the launcher, and a worker killed mid-training.
+// Allreduce jobs as processes: the launcher, an authenticated and encrypted ring, and a worker
+// killed mid-training.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "experiments/process.h"
+#include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -23,6 +25,43 @@ TEST(AllreduceBinaryTest, LaunchRunsAnAllreduceJob) {
   EXPECT_NE(r.out.find("final test_acc"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("over the ring"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(dir.File("worker-2.csv")));
+}
+
+// --auth-dir authenticates the ring and --ring-encrypt encrypts it: the job trains bit for bit
+// like a plaintext one (rank 0's checkpoint holds the same step, parameters and momentum).
+TEST(AllreduceBinaryTest, AnEncryptedRingTrainsBitForBitLikeAPlaintextOne) {
+  TempDir dir;
+  const std::string keys = dir.File("keys");
+  ASSERT_EQ(RunProcess({BinaryPath("gradsync-keygen"), keys}, 30).exit_code, 0);
+  auto run = [&](const std::string& name, bool secure) {
+    const std::string out = dir.File(name);
+    std::filesystem::create_directories(out + "/ckpt");
+    std::vector<std::string> argv = {BinaryPath("gradsync-launch"), "--mode=allreduce", "--workers=3", "--out=" + out};
+    if (secure) argv.push_back("--auth-dir=" + keys);
+    for (const char* a : {"--", "--dataset=blobs", "--hidden=16", "--epochs=2", "--max-steps=60", "--batch=16", "--checkpoint-every=60"}) {
+      argv.push_back(a);
+    }
+    argv.push_back("--checkpoint-dir=" + out + "/ckpt");
+    if (secure) argv.push_back("--ring-encrypt");
+    ProcessResult r = RunProcess(argv, 120);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("over the ring"), std::string::npos) << r.out;
+    wire::TrainerCheckpoint c;
+    EXPECT_TRUE(c.ParseFromString(ReadFile(out + "/ckpt/allreduce.ckpt"))) << name;
+    return c;
+  };
+  const wire::TrainerCheckpoint plain = run("plain", false), secure = run("secure", true);
+  EXPECT_EQ(plain.step(), 60);
+  EXPECT_EQ(secure.step(), plain.step());
+  EXPECT_FALSE(plain.params().empty());
+  EXPECT_TRUE(secure.params() == plain.params()) << "the encrypted ring trained other parameters";
+  EXPECT_TRUE(secure.optimizer_state() == plain.optimizer_state());
+}
+
+TEST(AllreduceBinaryTest, RingEncryptWithoutKeysIsOneClearError) {
+  ProcessResult r = RunProcess({BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:9", "--ring-encrypt"}, 30);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--ring-encrypt needs --auth-dir"), std::string::npos) << r.err;
 }
 
 TEST(AllreduceBinaryTest, AKilledWorkerMakesTheOthersFailWithinTheTimeout) {
