@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -448,6 +449,20 @@ void Server::Handle(Message& m) {
   if (!s.ok()) ReplyError(m, s);
 }
 
+Status Server::ApplyMessageLimit() {
+  const auto want = static_cast<int64_t>(scheduler_->table().max_message_bytes());
+  if (want > kMaxJobMessageBytes) {
+    return InvalidArgumentError("the scheduler's message limit of " + std::to_string(want) + " bytes is not sane");
+  }
+  if (want > socket_.max_message_bytes()) {
+    RETURN_IF_ERROR(socket_.RaiseMaxMessageBytes(want));
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": accepts messages of up to " << want << " bytes";
+  }
+  listening_ = std::max(want, socket_.max_message_bytes());
+  scheduler_->Listening(socket_.max_message_bytes());
+  return OkStatus();
+}
+
 Status Server::Run() {
   SchedulerClientOptions sc;
   sc.scheduler_endpoint = options_.scheduler_endpoint;
@@ -470,6 +485,7 @@ Status Server::Run() {
     }
     RETURN_IF_ERROR(RestoreCheckpoint());
   }
+  RETURN_IF_ERROR(ApplyMessageLimit());
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": serving on port " << socket_.port() << " ("
                      << ConsistencyModeName(options_.mode)
                      << (options_.mode == ConsistencyMode::kSsp ? " s=" + std::to_string(options_.staleness) : "")
@@ -482,6 +498,9 @@ Status Server::Run() {
     MaybeCheckpoint(false);
     if (scheduler_->events() != seen_events_) {
       seen_events_ = scheduler_->events();
+      if (static_cast<int64_t>(scheduler_->table().max_message_bytes()) > listening_) {
+        if (result = ApplyMessageLimit(); !result.ok()) break;
+      }
       OnMembership();
       if (scheduler_->shutdown_requested()) break;
       if (!scheduler_->health().ok()) {
