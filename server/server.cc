@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <sstream>
 
 #include "common/cluster.h"
@@ -475,7 +476,13 @@ Status Server::Run() {
   sc.heartbeat_interval_s = options_.heartbeat_interval_s;
   sc.scheduler_timeout_s = options_.scheduler_timeout_s;
   scheduler_ = std::make_unique<SchedulerClient>(ctx_, sc);
-  ASSIGN_OR_RETURN(table_, scheduler_->Register(options_.register_timeout_s));
+  // Nothing is served before the job is complete (workers connect after it), but what strangers
+  // send meanwhile must not pile up unread in the data socket: it is read and dropped.
+  auto registered = std::async(std::launch::async, [&] { return scheduler_->Register(options_.register_timeout_s); });
+  while (registered.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    if (auto m = socket_.Recv(20); m.ok()) stats_.rejected++;
+  }
+  ASSIGN_OR_RETURN(table_, registered.get());
   rank_ = scheduler_->rank();
   controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
   if (scheduler_->rejoined()) {
