@@ -1,5 +1,10 @@
 #include "common/ps_protocol.h"
 
+#include <algorithm>
+
+#include "common/partitioner.h"
+#include "common/transport.h"
+
 namespace gradsync {
 namespace {
 
@@ -185,6 +190,25 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
     r.error = Status(code, h.error_message());
   }
   return r;
+}
+
+int64_t MaxShardMessageBytes(std::span<const TensorInfo> layout, int num_servers) {
+  int64_t total = 0;
+  for (const auto& t : layout) total = std::max(total, t.offset + t.size);
+  int64_t largest = 0;
+  if (total > 0 && num_servers > 0) {
+    const Partitioner part(total, num_servers);
+    for (const Segment& r : part.ranges()) {
+      int64_t sparse = 0;  // elements of sparse tensors in the range: at most that many keys
+      for (const auto& t : layout) {
+        if (!t.sparse) continue;
+        const int64_t lo = std::max<int64_t>(t.offset, r.begin), hi = std::min<int64_t>(t.offset + t.size, r.end);
+        if (hi > lo) sparse += hi - lo;
+      }
+      largest = std::max({largest, r.size() * int64_t{4}, sparse * int64_t{8}});
+    }
+  }
+  return std::max(largest + 64, kMaxControlMessageBytes);
 }
 
 }  // namespace gradsync

@@ -24,6 +24,7 @@
 #include "common/optimizer.h"
 #include "common/segment.h"
 #include "common/status.h"
+#include "common/tensor.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {
@@ -82,5 +83,11 @@ void EncodeSegments(std::span<const Segment> segments, wire::Header* h);
 Result<std::vector<Segment>> DecodeSegments(const wire::Header& h);
 // The number of elements the segments cover.
 uint64_t TotalSize(std::span<const Segment> segments);
+
+// The largest frame a worker and a shard exchange in a job with this layout over `num_servers`
+// shards (Partitioner's ranges): a shard's whole range as floats (INIT, a push, a pull's reply), or
+// its sparse elements as 8-byte keys, plus 64 bytes (a compressed payload is at most its raw values
+// plus a small header); never below kMaxControlMessageBytes (headers). Both sides' ZMQ_MAXMSGSIZE.
+int64_t MaxShardMessageBytes(std::span<const TensorInfo> layout, int num_servers);
 
 }  // namespace gradsync

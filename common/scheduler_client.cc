@@ -1,5 +1,6 @@
 #include "common/scheduler_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -30,7 +31,11 @@ void SchedulerClient::Enqueue(wire::Header h) {
 }
 
 void SchedulerClient::Loop(std::stop_token stop) {
-  auto sock = Socket::ConnectDealer(ctx_, options_.scheduler_endpoint, "scheduler");
+  // The largest thing the scheduler sends is a gather's release (every member's data).
+  auto sock = Socket::ConnectDealer(ctx_, options_.scheduler_endpoint, "scheduler", kMaxSchedulerReplyBytes);
+  if (sock.ok()) {
+    if (Status w = sock->WatchHandshakes(ctx_); !w.ok()) GRADSYNC_LOG(WARNING) << w;
+  }
   if (!sock.ok()) {
     std::lock_guard lock(mu_);
     health_ = sock.status();
@@ -66,6 +71,15 @@ void SchedulerClient::Loop(std::stop_token stop) {
       last_heard = Clock::now();
       heard = true;
       if (m->malformed.ok()) Handle(*m);
+    }
+    if (Status hs = sock->HandshakeStatus(); !hs.ok()) {
+      // Retrying cannot help: the keys are wrong. Said once, as what it is (not "silent").
+      std::lock_guard lock(mu_);
+      if (health_.ok()) {
+        health_ = hs;
+        events_++;
+        cv_.notify_all();
+      }
     }
     {
       std::lock_guard lock(mu_);
@@ -139,6 +153,14 @@ void SchedulerClient::Handle(const Message& m) {
     }
     case wire::SHUTDOWN:
       shutdown_ = true;
+      events_++;
+      break;
+    case wire::MESSAGE_LIMIT:
+      if (h.error_code() != 0) limit_error_ = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
+      else limit_accepted_ = std::max<int64_t>(limit_accepted_, static_cast<int64_t>(h.max_message_bytes()));
+      break;
+    case wire::SHARD_LIMIT:
+      table_.set_max_message_bytes(std::max(table_.max_message_bytes(), h.max_message_bytes()));
       events_++;
       break;
     default:
@@ -216,6 +238,31 @@ Result<std::vector<std::string>> SchedulerClient::Gather(const std::string& name
   if (shutdown_) return AbortedError("the job shut down during barrier '" + name + "'");
   (void)done;
   return DeadlineExceededError("barrier '" + name + "' not released within " + std::to_string(timeout_s) + " s");
+}
+
+Status SchedulerClient::AnnounceMessageLimit(int64_t bytes, double timeout_s) {
+  wire::Header h;
+  h.set_type(wire::MESSAGE_LIMIT);
+  h.set_max_message_bytes(static_cast<uint64_t>(bytes));
+  Enqueue(h);
+  std::unique_lock lock(mu_);
+  const bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
+    return limit_accepted_ >= bytes || !limit_error_.ok() || !health_.ok() || shutdown_;
+  });
+  if (!health_.ok()) return health_;
+  if (!limit_error_.ok()) return limit_error_;
+  if (limit_accepted_ >= bytes) return OkStatus();
+  if (shutdown_) return AbortedError("the job shut down before the shards accepted this worker's messages");
+  (void)done;
+  return DeadlineExceededError("the shards did not accept messages of " + std::to_string(bytes) + " bytes within " +
+                               std::to_string(timeout_s) + " s");
+}
+
+void SchedulerClient::Listening(int64_t bytes) {
+  wire::Header h;
+  h.set_type(wire::LISTENING);
+  h.set_max_message_bytes(static_cast<uint64_t>(bytes));
+  Enqueue(h);
 }
 
 void SchedulerClient::Finished(const Status& status) {

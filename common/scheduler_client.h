@@ -31,6 +31,8 @@ namespace gradsync {
 
 // The most data one node contributes to a gather (SchedulerClient::Gather).
 inline constexpr size_t kMaxGatherBytes = size_t{1} << 20;
+// ...and a BARRIER carrying it (its header fields besides) is a control message.
+static_assert(kMaxGatherBytes + (64 << 10) <= kMaxControlMessageBytes);
 
 struct SchedulerClientOptions {
   std::string scheduler_endpoint;   // tcp://host:port
@@ -63,6 +65,14 @@ class SchedulerClient {
   Result<std::vector<std::string>> Gather(const std::string& name, const std::string& group, std::string data,
                                           double timeout_s);
 
+  // Worker, before it connects to the shards: its largest message to or from a shard (see
+  // MaxShardMessageBytes). Waits until every live shard's data socket accepts that much
+  // (the first worker to ask sets the job's limit; a larger one later is refused, kFailedPrecondition).
+  Status AnnounceMessageLimit(int64_t bytes, double timeout_s);
+  // Server: its data socket accepts messages of `bytes` now (the scheduler lets workers connect,
+  // or announces this restarted shard). Does not wait.
+  void Listening(int64_t bytes);
+
   // Worker: training is over (`status` says how it ended). Does not wait.
   void Finished(const Status& status);
 
@@ -70,7 +80,8 @@ class SchedulerClient {
   void Flush(double timeout_s);
 
   bool shutdown_requested() const;
-  // Non-OK once the scheduler has been silent for scheduler_timeout_s.
+  // Non-OK once the scheduler has been silent for scheduler_timeout_s, or (kUnauthenticated)
+  // once the handshake with it failed: it refused this process's key, or the keys do not match.
   Status health() const;
   // Nodes the scheduler has declared dead, in the order it did.
   std::vector<wire::NodeInfo> dead_nodes() const;
@@ -111,6 +122,8 @@ class SchedulerClient {
   std::vector<wire::NodeInfo> joined_;
   std::set<std::pair<int, int>> dead_now_;  // (role, rank)
   bool rejoined_ = false;
+  int64_t limit_accepted_ = 0;  // MESSAGE_LIMIT answered: every live shard accepts this much
+  Status limit_error_;
   std::atomic<uint64_t> events_{0};
   TrafficCounters traffic_;
   std::jthread thread_;

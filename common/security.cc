@@ -2,7 +2,11 @@
 
 #include <zmq.h>
 
+#include <sys/stat.h>
+
 #include <array>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -41,7 +45,36 @@ std::string Raw(const std::string& z85) {
   return std::string(reinterpret_cast<const char*>(raw.data()), raw.size());
 }
 
-Result<CurveKeyPair> ReadPair(const std::string& path) {
+std::string Octal(mode_t mode) {
+  char b[8];
+  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(mode & 07777));
+  return b;
+}
+
+// A secret key file: private to its owner, as ssh wants its keys. Its directory was checked.
+Status CheckPrivate(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return OkStatus();  // missing: ReadPair says so
+  if (st.st_mode & 077) {
+    return InvalidArgumentError(path + ": permissions " + Octal(st.st_mode) +
+                                " are too open: a secret key must be readable by its owner only (chmod 600 " + path + ")");
+  }
+  return OkStatus();
+}
+
+Status CheckDirectory(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return NotFoundError("--auth-dir " + dir + ": cannot stat it");
+  if (st.st_mode & 022) {
+    return InvalidArgumentError(dir + ": permissions " + Octal(st.st_mode) +
+                                " let group or others replace its keys (chmod go-w " + dir + ")");
+  }
+  return OkStatus();
+}
+
+// A .key file ("public <z85>", "secret <z85>"); a .pub file holds the public line alone.
+Result<CurveKeyPair> ReadPair(const std::string& path, bool with_secret) {
+  if (with_secret) RETURN_IF_ERROR(CheckPrivate(path));
   std::ifstream f(path);
   if (!f) return NotFoundError(path + ": missing (gradsync-keygen writes it)");
   CurveKeyPair p;
@@ -54,12 +87,19 @@ Result<CurveKeyPair> ReadPair(const std::string& path) {
     std::string name, key;
     in >> name >> key;
     if (name == "public") p.public_key = key;
-    else if (name == "secret") p.secret_key = key;
-    else return InvalidArgumentError(path + ":" + std::to_string(n) + ": expected 'public <key>' or 'secret <key>'");
+    else if (name == "secret" && with_secret) p.secret_key = key;
+    else return InvalidArgumentError(path + ":" + std::to_string(n) + ": expected 'public <key>'" +
+                                     (with_secret ? " or 'secret <key>'" : " only (a .pub file holds no secret)"));
     if (!ValidZ85Key(key)) return InvalidArgumentError(path + ":" + std::to_string(n) + ": not a 40-character Z85 key");
   }
-  if (p.public_key.empty() || p.secret_key.empty()) return InvalidArgumentError(path + ": needs a public and a secret key");
+  if (p.public_key.empty() || (with_secret && p.secret_key.empty())) {
+    return InvalidArgumentError(path + (with_secret ? ": needs a public and a secret key" : ": needs a public key"));
+  }
   return p;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -72,11 +112,15 @@ Result<CurveKeyPair> GenerateKeyPair() {
   return CurveKeyPair{pub, sec};
 }
 
+std::string KeyFingerprint(const std::string& z85_public_key) { return z85_public_key.substr(0, 8); }
+
 Status WriteClusterKeys(const std::string& dir, bool overwrite) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  if (std::filesystem::create_directories(dir, ec)) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);  // LoadSecurity wants it private
+  }
   if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
-  for (const char* f : {"server.key", "client.key", "authorized_keys"}) {
+  for (const char* f : {"server.key", "server.pub", "client.key", "authorized_keys"}) {
     if (!overwrite && std::filesystem::exists(std::filesystem::path(dir) / f)) {
       return FailedPreconditionError(dir + "/" + f + " exists (--force replaces the cluster's keys)");
     }
@@ -87,15 +131,25 @@ Status WriteClusterKeys(const std::string& dir, bool overwrite) {
     return std::string("# gradsync CURVE key pair: ") + what + "\npublic " + p.public_key + "\nsecret " + p.secret_key + "\n";
   };
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/server.key", pair_text(server, "binding sockets (scheduler, servers)"), 0600));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/server.pub", "# gradsync CURVE public key of the binding sockets (workers check it)\npublic " + server.public_key + "\n",
+      0644));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/client.key", pair_text(client, "connecting sockets (workers, servers to the scheduler)"), 0600));
   return WriteFileAtomically(dir + "/authorized_keys", "# client public keys the cluster admits\n" + client.public_key + "\n", 0644);
 }
 
-Result<Security> LoadSecurity(const std::string& dir) {
+Result<Security> LoadSecurity(const std::string& dir, KeyRole role) {
   if (!std::filesystem::is_directory(dir)) return NotFoundError("--auth-dir " + dir + ": not a directory (gradsync-keygen " + dir + " makes one)");
+  RETURN_IF_ERROR(CheckDirectory(dir));
   Security s;
-  ASSIGN_OR_RETURN(s.server, ReadPair(dir + "/server.key"));
-  ASSIGN_OR_RETURN(s.client, ReadPair(dir + "/client.key"));
+  if (role == KeyRole::kWorker) {
+    // The servers' public key only: a worker cannot pose as a shard or the scheduler.
+    ASSIGN_OR_RETURN(s.server, ReadPair(dir + "/server.pub", /*with_secret=*/false));
+    ASSIGN_OR_RETURN(s.client, ReadPair(dir + "/client.key", true));
+    return s;
+  }
+  ASSIGN_OR_RETURN(s.server, ReadPair(dir + "/server.key", true));
+  ASSIGN_OR_RETURN(s.client, ReadPair(dir + "/client.key", true));
   std::ifstream f(dir + "/authorized_keys");
   if (!f) return NotFoundError(dir + "/authorized_keys: missing (gradsync-keygen writes it)");
   std::string line;
@@ -150,8 +204,7 @@ void CurveAuthenticator::Loop(std::stop_token stop) {
         admitted_++;
       } else {
         refused_++;
-        GRADSYNC_LOG(WARNING) << "refused a " << (mechanism.empty() ? "malformed" : mechanism)
-                              << " connection from " << address << ": its key is not in the cluster's authorized_keys";
+        LogRefusal(address, mechanism, frames.size() >= 7 ? frames[6].to_string() : "");
       }
       const std::array<std::string, 6> reply{"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "unauthorized key",
                                              ok ? "gradsync" : "", ""};
@@ -163,6 +216,33 @@ void CurveAuthenticator::Loop(std::stop_token stop) {
       GRADSYNC_LOG(WARNING) << "ZAP handler: " << e.what();
     }
   }
+}
+
+void CurveAuthenticator::LogRefusal(const std::string& address, const std::string& mechanism, const std::string& raw_key) {
+  std::string fingerprint = "(none)";
+  if (raw_key.size() == 32) {
+    char z85[41];
+    if (zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(raw_key.data()), 32)) fingerprint = KeyFingerprint(z85);
+  }
+  // A stranger may try a fresh key every time: past kMaxLoggedKeys remembered keys (those quiet
+  // for an interval are forgotten first), the others share one entry.
+  const double now = NowSeconds();
+  if (!refusals_.count(fingerprint) && refusals_.size() >= kMaxLoggedKeys) {
+    std::erase_if(refusals_, [&](const auto& r) { return now - r.second.logged_at > kLogIntervalS && r.second.unlogged == 0; });
+    if (refusals_.size() >= kMaxLoggedKeys) fingerprint = "(other keys)";
+  }
+  Refusals& r = refusals_[fingerprint];
+  if (now - r.logged_at < kLogIntervalS) {
+    r.unlogged++;
+    return;
+  }
+  GRADSYNC_LOG(WARNING) << "authentication failed: refused a " << (mechanism.empty() ? "malformed" : mechanism)
+                        << " connection from " << address << " with client key " << fingerprint
+                        << "...: not in this cluster's authorized_keys"
+                        << (r.unlogged > 0 ? " (and " + std::to_string(r.unlogged) + " more refusals of this key since the last line)"
+                                           : std::string());
+  r.logged_at = now;
+  r.unlogged = 0;
 }
 
 Result<std::unique_ptr<CurveAuthenticator>> EnableCurve(zmq::context_t& ctx, const Security& security) {
@@ -178,17 +258,22 @@ Result<std::unique_ptr<CurveAuthenticator>> EnableCurve(zmq::context_t& ctx, con
   return auth;
 }
 
-Result<std::unique_ptr<CurveAuthenticator>> EnableCurveFromDir(zmq::context_t& ctx, const std::string& dir) {
-  ASSIGN_OR_RETURN(Security sec, LoadSecurity(dir));
+Result<std::unique_ptr<CurveAuthenticator>> EnableCurveFromDir(zmq::context_t& ctx, const std::string& dir,
+                                                               KeyRole role) {
+  ASSIGN_OR_RETURN(Security sec, LoadSecurity(dir, role));
   return EnableCurve(ctx, sec);
 }
 
-void ApplyCurveServer(zmq::context_t& ctx, zmq::socket_t& socket) {
+Status ApplyCurveServer(zmq::context_t& ctx, zmq::socket_t& socket) {
   Security s;
-  if (!LookUp(ctx, &s)) return;
+  if (!LookUp(ctx, &s)) return OkStatus();
+  if (s.server.secret_key.empty()) {
+    return FailedPreconditionError("this process holds no server.key (a worker's --auth-dir), so it cannot serve CURVE");
+  }
   socket.set(zmq::sockopt::curve_server, 1);
   socket.set(zmq::sockopt::curve_secretkey, s.server.secret_key);
   socket.set(zmq::sockopt::zap_domain, "gradsync");
+  return OkStatus();
 }
 
 void ApplyCurveClient(zmq::context_t& ctx, zmq::socket_t& socket) {
@@ -197,6 +282,11 @@ void ApplyCurveClient(zmq::context_t& ctx, zmq::socket_t& socket) {
   socket.set(zmq::sockopt::curve_serverkey, s.server.public_key);
   socket.set(zmq::sockopt::curve_publickey, s.client.public_key);
   socket.set(zmq::sockopt::curve_secretkey, s.client.secret_key);
+}
+
+bool CurveEnabled(zmq::context_t& ctx) {
+  Security s;
+  return LookUp(ctx, &s);
 }
 
 }  // namespace gradsync

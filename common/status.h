@@ -11,6 +11,7 @@
 //   kFailedPrecondition not registered / not started / wrong state: fix the caller
 //   kInvalidArgument    bad flag, bad spec, malformed message: never retry as is
 //   kDataLoss           a file or payload is corrupt or truncated
+//   kUnauthenticated    a peer refused this process's key, or the handshake failed (CURVE)
 //   kNotFound, kAlreadyExists, kOutOfRange, kUnimplemented, kInternal, kCancelled: as in abseil
 //
 // Thread safety: Status and Result<T> are values; const methods may be called concurrently.
@@ -47,6 +48,7 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,
   kDataLoss = 15,
+  kUnauthenticated = 16,
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -79,6 +81,7 @@ std::ostream& operator<<(std::ostream& os, const Status& s);
 inline Status OkStatus() { return Status(); }
 Status InvalidArgumentError(std::string message);
 Status DataLossError(std::string message);
+Status UnauthenticatedError(std::string message);
 Status NotFoundError(std::string message);
 Status FailedPreconditionError(std::string message);
 Status UnavailableError(std::string message);

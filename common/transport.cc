@@ -147,13 +147,15 @@ Status ParseHostPort(const std::string& text, std::string* host, uint16_t* port)
 }
 
 Result<Socket> Socket::Bind(TransportContext& ctx, zmq::socket_type type, const std::string& bind_host,
-                            uint16_t port) {
+                            uint16_t port, int64_t max_message_bytes) {
   try {
     zmq::socket_t s(ctx, type);
     s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::maxmsgsize, max_message_bytes);
     s.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
     if (type == zmq::socket_type::router) s.set(zmq::sockopt::router_mandatory, 1);
-    ApplyCurveServer(ctx, s);  // --auth-dir: CURVE, only the cluster's key admitted
+    // --auth-dir: CURVE, only the cluster's key admitted.
+    if (Status curve = ApplyCurveServer(ctx, s); !curve.ok()) return curve;
     std::string endpoint = bind_host.rfind("inproc://", 0) == 0
                                ? bind_host
                                : "tcp://" + bind_host + ":" + (port ? std::to_string(port) : "*");
@@ -164,24 +166,141 @@ Result<Socket> Socket::Bind(TransportContext& ctx, zmq::socket_type type, const 
     if (last.rfind("tcp://", 0) == 0 && colon != std::string::npos) {
       real_port = static_cast<uint16_t>(std::stoi(last.substr(colon + 1)));
     }
-    return Socket(std::move(s), type, real_port, "");
+    Socket out(std::move(s), type, real_port, "");
+    out.endpoint_ = last;
+    out.max_message_bytes_ = max_message_bytes;
+    return out;
   } catch (const zmq::error_t& e) {
     return UnavailableError("cannot bind " + bind_host + ":" + std::to_string(port) + ": " + e.what());
   }
 }
 
 Result<Socket> Socket::Connect(TransportContext& ctx, zmq::socket_type type, const std::string& endpoint,
-                               const std::string& peer_name) {
+                               const std::string& peer_name, int64_t max_message_bytes) {
   try {
     zmq::socket_t s(ctx, type);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+    s.set(zmq::sockopt::maxmsgsize, max_message_bytes);
     ApplyCurveClient(ctx, s);
     s.connect(endpoint);
-    return Socket(std::move(s), type, 0, peer_name);
+    Socket out(std::move(s), type, 0, peer_name);
+    out.max_message_bytes_ = max_message_bytes;
+    out.connected_to_ = endpoint;
+    return out;
   } catch (const zmq::error_t& e) {
     return UnavailableError("cannot connect to " + endpoint + ": " + e.what());
   }
+}
+
+Status Socket::RaiseMaxMessageBytes(int64_t bytes) {
+  if (bytes <= max_message_bytes_) return OkStatus();
+  if (endpoint_.rfind("tcp://", 0) != 0) return FailedPreconditionError("only a bound TCP socket can be rebound");
+  try {
+    socket_.set(zmq::sockopt::maxmsgsize, bytes);
+    socket_.unbind(endpoint_);
+  } catch (const zmq::error_t& e) {
+    return UnavailableError("cannot unbind " + endpoint_ + ": " + e.what());
+  }
+  // The old listener closes in ZeroMQ's I/O thread: the port may be busy for a moment.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (true) {
+    try {
+      socket_.bind(endpoint_);
+      break;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EADDRINUSE || std::chrono::steady_clock::now() > deadline) {
+        return UnavailableError("cannot bind " + endpoint_ + " again (to accept messages of " + std::to_string(bytes) +
+                                " bytes): " + e.what());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  max_message_bytes_ = bytes;
+  return OkStatus();
+}
+
+Status Socket::WatchHandshakes(TransportContext& ctx) {
+  static std::atomic<uint64_t> next{0};
+  const std::string inproc = "inproc://gradsync-handshakes-" + std::to_string(next.fetch_add(1));
+  curve_ = CurveEnabled(ctx);
+  constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+  if (zmq_socket_monitor(socket_.handle(), inproc.c_str(), kEvents) != 0) {
+    return UnavailableError(std::string("cannot monitor a socket: ") + zmq_strerror(zmq_errno()));
+  }
+  try {
+    auto pair = std::make_unique<zmq::socket_t>(static_cast<zmq::context_t&>(ctx), zmq::socket_type::pair);
+    pair->set(zmq::sockopt::linger, 0);
+    pair->connect(inproc);
+    monitor_ = std::move(pair);
+  } catch (const zmq::error_t& e) {
+    return UnavailableError(std::string("cannot monitor a socket: ") + e.what());
+  }
+  return OkStatus();
+}
+
+Status Socket::HandshakeStatus() {
+  if (!monitor_ || !handshake_.ok()) return handshake_;
+  std::string where = connected_to_;
+  if (where.rfind("tcp://", 0) == 0) where = where.substr(6);
+  const std::string peer = "authentication failed with the " + peer_name_ + " at " + where + ": ";
+  try {
+    zmq::message_t event, address;
+    while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
+      if (event.more()) (void)monitor_->recv(address, zmq::recv_flags::dontwait);
+      if (event.size() < 6) continue;
+      uint16_t id = 0;
+      uint32_t value = 0;
+      std::memcpy(&id, event.data(), 2);
+      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+      switch (id) {
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+          broken_handshakes_ = 0;
+          break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+          // The peer's ZAP handler said no (CURVE: our client key is not in its authorized_keys).
+          handshake_ = UnauthenticatedError(peer + "it refused this process's key (wrong --auth-dir?)");
+          break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+          if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+            handshake_ = UnauthenticatedError(
+                peer + (curve_ ? "it does not use CURVE, this process does (--auth-dir on one side only?)"
+                               : "it uses CURVE and this process does not (start it with --auth-dir)"));
+          } else {
+            char code[16];
+            std::snprintf(code, sizeof code, "0x%x", value);
+            handshake_ = UnauthenticatedError(peer + "the handshake broke ZMTP's rules (protocol error " + code +
+                                              "; is it a gradsync " + peer_name_ + "?)");
+          }
+          break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+          // The peer hung up mid-handshake. With CURVE that is what a server does with a hello it
+          // cannot open (we hold another cluster's server.pub); once could be a restart, three
+          // times in a row is not.
+          if (++broken_handshakes_ >= 3) {
+            handshake_ = UnauthenticatedError(
+                peer + (curve_ ? "it closed every handshake (it does not hold the server key this process's "
+                                 "server.pub names: another cluster's keys? wrong --auth-dir?)"
+                               : "it closed every handshake (does it use --auth-dir? then so must this process)"));
+          }
+          break;
+        default:
+          break;
+      }
+      if (!handshake_.ok()) break;
+    }
+  } catch (const zmq::error_t& e) {
+    if (e.num() != ETERM) GRADSYNC_LOG(DEBUG) << "socket monitor: " << e.what();
+  }
+  return handshake_;
+}
+
+TrafficCounters& Socket::PeerCounters(const std::string& peer) {
+  auto it = by_peer_.find(peer);
+  if (it != by_peer_.end()) return it->second;
+  if (by_peer_.size() + 1 >= kMaxTrackedPeers) return by_peer_[kOtherPeers];
+  return by_peer_[peer];
 }
 
 Status Socket::Send(const std::string& peer, const wire::Header& header, const Payload& payload) {
@@ -231,7 +350,7 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
     return UnavailableError(std::string("send failed: ") + e.what());
   }
   const std::string& who = type_ == zmq::socket_type::router ? peer : peer_name_;
-  auto& p = by_peer_[who];
+  auto& p = PeerCounters(who);
   p.bytes_sent += total;
   p.messages_sent++;
   total_.bytes_sent += total;
@@ -240,7 +359,7 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
 }
 
 void Socket::CountReceived(const std::string& peer, uint64_t bytes, bool malformed) {
-  auto& p = by_peer_[peer];
+  auto& p = PeerCounters(peer);
   p.bytes_received += bytes;
   p.messages_received++;
   total_.bytes_received += bytes;

@@ -31,6 +31,19 @@
 
 namespace gradsync {
 
+// Message size limits (ZMQ_MAXMSGSIZE, per frame): a peer that announces a larger frame is
+// disconnected by ZeroMQ before it allocates the frame, so what anyone who reaches a port can make
+// a process hold is bounded (README, "Security"). Control messages (registration, barriers,
+// heartbeats, every header) fit in kMaxControlMessageBytes: the scheduler's sockets and a shard's
+// data socket before the job is known accept that much. A shard's data socket then takes the
+// job's largest message (ClusterTable.max_message_bytes, from the workers' model layout: see
+// MaxShardMessageBytes in common/ps_protocol.h); a node's link to the scheduler accepts a
+// gather's release, kMaxSchedulerReplyBytes.
+inline constexpr int64_t kMaxControlMessageBytes = (int64_t{1} << 20) + (int64_t{64} << 10);
+inline constexpr int64_t kMaxSchedulerReplyBytes = int64_t{256} << 20;
+// A shard's job limit is sane below this: 2^34 parameters (the most INIT accepts) as keys.
+inline constexpr int64_t kMaxJobMessageBytes = (int64_t{1} << 37) + (int64_t{1} << 20);
+
 // The ZeroMQ context every socket of a process is made on (its I/O threads; --auth-dir's CURVE
 // settings through common/security.h). One per process, declared before and so destroyed after
 // its sockets. Outside common/ nothing touches ZeroMQ itself: code holds a TransportContext and
@@ -115,25 +128,35 @@ struct TrafficCounters {
 class Socket {
  public:
   // Binds `type` on tcp://bind_host:port (port 0 = ephemeral) or an inproc:// endpoint given as
-  // bind_host with port 0; port() is the real port.
+  // bind_host with port 0; port() is the real port. Frames above max_message_bytes are refused
+  // (the peer is disconnected).
   static Result<Socket> Bind(TransportContext& ctx, zmq::socket_type type, const std::string& bind_host,
-                             uint16_t port);
+                             uint16_t port, int64_t max_message_bytes = kMaxControlMessageBytes);
   // Connects to "tcp://host:port" (or inproc://...). `peer_name` labels the traffic counters.
   static Result<Socket> Connect(TransportContext& ctx, zmq::socket_type type, const std::string& endpoint,
-                                const std::string& peer_name);
+                                const std::string& peer_name, int64_t max_message_bytes = kMaxControlMessageBytes);
   // The two kinds gradsync uses: a ROUTER that serves many peers (a shard, the scheduler) and a
   // DEALER that talks to one (a worker's link to a shard, a node's link to the scheduler).
-  static Result<Socket> BindRouter(TransportContext& ctx, const std::string& bind_host, uint16_t port) {
-    return Bind(ctx, zmq::socket_type::router, bind_host, port);
+  static Result<Socket> BindRouter(TransportContext& ctx, const std::string& bind_host, uint16_t port,
+                                   int64_t max_message_bytes = kMaxControlMessageBytes) {
+    return Bind(ctx, zmq::socket_type::router, bind_host, port, max_message_bytes);
   }
-  static Result<Socket> ConnectDealer(TransportContext& ctx, const std::string& endpoint, const std::string& peer_name) {
-    return Connect(ctx, zmq::socket_type::dealer, endpoint, peer_name);
+  static Result<Socket> ConnectDealer(TransportContext& ctx, const std::string& endpoint, const std::string& peer_name,
+                                      int64_t max_message_bytes = kMaxControlMessageBytes) {
+    return Connect(ctx, zmq::socket_type::dealer, endpoint, peer_name, max_message_bytes);
   }
 
   Socket(Socket&&) noexcept = default;
   Socket& operator=(Socket&&) noexcept = default;
 
   uint16_t port() const { return port_; }
+  int64_t max_message_bytes() const { return max_message_bytes_; }
+
+  // A bound TCP socket: from now on accept frames of up to `bytes`. ZeroMQ copies a socket's
+  // options into its listener at bind time, so this unbinds and binds the same port again (a
+  // connection the old listener accepted is closed: call it before peers connect). Retries while
+  // the old listener is still closing; kUnavailable if the port cannot be had back.
+  Status RaiseMaxMessageBytes(int64_t bytes);
 
   // Sends the header and the payload's frames. `peer` is the identity to route to on a ROUTER
   // socket (ignored otherwise). Never blocks longer than the socket's send timeout; a full queue
@@ -146,8 +169,21 @@ class Socket {
   // nothing came. A malformed message is returned with `malformed` set (see the file comment).
   Result<Message> Recv(int timeout_ms);
 
+  // A connecting socket: watches its handshakes (ZeroMQ's socket monitor), so that a peer that
+  // refuses this process's key is reported as that, not as silence. HandshakeStatus() is OK until
+  // a handshake failed for a reason that will not go away: the peer refused the key (it said
+  // so), the peers disagree on --auth-dir, or with CURVE on a handshake broke off 3 times in a
+  // row without one succeeding (the peer could not read our hello: another cluster's keys).
+  // Then kUnauthenticated, naming the peer and the likely cause. Call from the owning thread.
+  Status WatchHandshakes(TransportContext& ctx);
+  Status HandshakeStatus();
+
   const TrafficCounters& traffic() const { return total_; }
-  // Bytes per peer (ROUTER: identity; DEALER: the name given at Connect).
+  // Bytes per peer (ROUTER: identity; DEALER: the name given at Connect). At most kMaxTrackedPeers
+  // entries: a ROUTER sees a new identity for every connection, and strangers may open and close
+  // as many as they like, so peers beyond that are counted together under kOtherPeers.
+  static constexpr size_t kMaxTrackedPeers = 256;
+  static constexpr const char* kOtherPeers = "(others)";
   const std::map<std::string, TrafficCounters>& traffic_by_peer() const { return by_peer_; }
 
  private:
@@ -158,11 +194,19 @@ Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int t
   Socket(zmq::socket_t s, zmq::socket_type type, uint16_t port, std::string peer_name)
       : socket_(std::move(s)), type_(type), port_(port), peer_name_(std::move(peer_name)) {}
   void CountReceived(const std::string& peer, uint64_t bytes, bool malformed);
+  TrafficCounters& PeerCounters(const std::string& peer);
 
   zmq::socket_t socket_;
   zmq::socket_type type_;
   uint16_t port_ = 0;
   std::string peer_name_;
+  std::string endpoint_;  // bound sockets: what Bind bound (tcp with the real port)
+  int64_t max_message_bytes_ = kMaxControlMessageBytes;
+  std::string connected_to_;                // connected sockets: the endpoint
+  std::unique_ptr<zmq::socket_t> monitor_;  // WatchHandshakes: the monitor's events (after socket_)
+  bool curve_ = false;
+  int broken_handshakes_ = 0;
+  Status handshake_;
   TrafficCounters total_;
   std::map<std::string, TrafficCounters> by_peer_;
 };

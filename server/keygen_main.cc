@@ -9,8 +9,10 @@ namespace {
 
 int Main(int argc, char** argv) {
   FlagParser flags("gradsync-keygen",
-                   "Writes a cluster's CURVE keys into DIR: server.key and client.key (0600) and authorized_keys.\n"
-                   "Give every process of the job --auth-dir=DIR (copy DIR to each machine over a channel you trust).",
+                   "Writes a cluster's CURVE keys into DIR: server.key and client.key (0600), server.pub and "
+                   "authorized_keys.\n"
+                   "Give every process of the job --auth-dir=DIR (copy DIR to each machine over a channel you trust). "
+                   "The scheduler and servers need all four files; a worker needs only server.pub and client.key.",
                    "gradsync-keygen DIR [--force]");
   flags.options().add_options()
       ("dir", po::value<std::string>(), "the key directory (or the first argument)")
@@ -23,8 +25,9 @@ int Main(int argc, char** argv) {
     std::cerr << "gradsync-keygen: error: " << s.message() << std::endl;
     return 1;
   }
-  std::cout << "gradsync-keygen: wrote " << dir << "/server.key, " << dir << "/client.key, " << dir
-            << "/authorized_keys; start every process with --auth-dir=" << dir << std::endl;
+  std::cout << "gradsync-keygen: wrote " << dir << "/server.key, " << dir << "/server.pub, " << dir << "/client.key, "
+            << dir << "/authorized_keys; start every process with --auth-dir=" << dir
+            << " (workers need only server.pub and client.key)" << std::endl;
   return 0;
 }
 

@@ -219,7 +219,7 @@ int Main(int argc, char** argv) {
   // --auth-dir: CURVE on every socket of this context (declared after it: stops first).
   std::unique_ptr<CurveAuthenticator> auth;
   if (vm.count("auth-dir")) {
-    auto a = EnableCurveFromDir(ctx, vm["auth-dir"].as<std::string>());
+    auto a = EnableCurveFromDir(ctx, vm["auth-dir"].as<std::string>(), KeyRole::kServer);
     if (!a.ok()) flags.Fail("--auth-dir: " + a.status().message());
     auth = std::move(a).value();
   }

@@ -196,11 +196,78 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
     *dead.mutable_node() = n.info;
     Reply(m.peer, dead);
   }
+  if (info.role() == wire::SERVER) {
+    // Workers reconnect as soon as they hear of it: not before its data socket accepts the job's
+    // messages (it applies the table's limit, then says LISTENING).
+    slot->listening = 0;
+    slot->announce_when_listening = true;
+    return;
+  }
+  AnnounceJoined(*slot);
+}
+
+void Scheduler::AnnounceJoined(const Node& node) {
   wire::Header joined;
   joined.set_type(wire::NODE_JOINED);
-  *joined.mutable_node() = slot->info;
+  *joined.mutable_node() = node.info;
   for (auto& n : nodes_)
-    if (!n.dead && &n != slot) Reply(n.identity, joined);
+    if (!n.dead && &n != &node) Reply(n.identity, joined);
+}
+
+void Scheduler::HandleMessageLimit(Node& n, const Message& m) {
+  const uint64_t want = m.header.max_message_bytes();
+  auto answer = [&](const Status& s) {
+    wire::Header r;
+    r.set_type(wire::MESSAGE_LIMIT);
+    r.set_error_code(static_cast<int>(s.code()));
+    r.set_error_message(s.message());
+    Reply(n.identity, r);
+  };
+  if (n.info.role() != wire::WORKER) return ReplyError(n.identity, InvalidArgumentError("only workers send MESSAGE_LIMIT"));
+  if (!announced_) return answer(FailedPreconditionError("MESSAGE_LIMIT before the job is complete"));
+  if (want == 0 || want > static_cast<uint64_t>(kMaxJobMessageBytes)) {
+    return answer(InvalidArgumentError("a largest message of " + std::to_string(want) + " bytes is not sane (at most " +
+                                       std::to_string(kMaxJobMessageBytes) + ")"));
+  }
+  if (table_.max_message_bytes() == 0) {
+    table_.set_max_message_bytes(want);
+    GRADSYNC_LOG(INFO) << "scheduler: the shards accept messages of up to " << want << " bytes (" << NodeName(n.info)
+                       << "'s model)";
+    wire::Header limit;
+    limit.set_type(wire::SHARD_LIMIT);
+    limit.set_max_message_bytes(want);
+    for (const auto& s : nodes_)
+      if (!s.dead && s.info.role() == wire::SERVER) Reply(s.identity, limit);
+  } else if (want > table_.max_message_bytes()) {
+    return answer(FailedPreconditionError(NodeName(n.info) + "'s largest message to a shard is " + std::to_string(want) +
+                                          " bytes but the job's shards accept " +
+                                          std::to_string(table_.max_message_bytes()) +
+                                          " (set by the first worker): does its model differ?"));
+  }
+  limit_waiters_.insert(n.identity);
+  CheckMessageLimit();
+}
+
+void Scheduler::HandleListening(Node& n, const Message& m) {
+  if (n.info.role() != wire::SERVER) return ReplyError(n.identity, InvalidArgumentError("only servers send LISTENING"));
+  n.listening = std::max(n.listening, static_cast<int64_t>(m.header.max_message_bytes()));
+  if (n.announce_when_listening && n.listening >= static_cast<int64_t>(table_.max_message_bytes())) {
+    n.announce_when_listening = false;
+    AnnounceJoined(n);
+  }
+  CheckMessageLimit();
+}
+
+void Scheduler::CheckMessageLimit() {
+  const auto limit = static_cast<int64_t>(table_.max_message_bytes());
+  if (limit_waiters_.empty() || limit == 0) return;
+  for (const auto& n : nodes_)
+    if (n.info.role() == wire::SERVER && !n.dead && n.listening < limit) return;
+  wire::Header ok;
+  ok.set_type(wire::MESSAGE_LIMIT);
+  ok.set_max_message_bytes(static_cast<uint64_t>(limit));
+  for (const auto& id : limit_waiters_) Reply(id, ok);
+  limit_waiters_.clear();
 }
 
 void Scheduler::AssignRanksAndAnnounce() {
@@ -298,7 +365,10 @@ void Scheduler::CheckHeartbeats(double now) {
     *h.mutable_node() = n.info;
     Broadcast(h);
   }
-  if (changed) CheckBarriers();
+  if (changed) {
+    CheckBarriers();
+    CheckMessageLimit();  // a dead server holds no worker back (they reconnect when it returns)
+  }
 }
 
 void Scheduler::Handle(Message& m, double now) {
@@ -343,7 +413,19 @@ void Scheduler::Handle(Message& m, double now) {
                                                        " bytes of gather data, at most " +
                                                        std::to_string(kMaxGatherBytes)));
       }
-      if (!m.header.barrier_data().empty()) barrier_data_[m.header.barrier()][m.peer] = m.header.barrier_data();
+      if (!m.header.barrier_data().empty()) {
+        // The release carries every member's data: it must fit what nodes accept from here.
+        auto& data = barrier_data_[m.header.barrier()];
+        size_t total = m.header.barrier_data().size();
+        for (const auto& [id, d] : data) total += id == m.peer ? 0 : d.size();
+        if (total + (64 << 10) > static_cast<size_t>(kMaxSchedulerReplyBytes)) {
+          if (data.empty()) barrier_data_.erase(m.header.barrier());
+          return ReplyError(m.peer, InvalidArgumentError("barrier '" + m.header.barrier() + "': " + std::to_string(total) +
+                                                         " bytes of gather data in all, at most " +
+                                                         std::to_string(kMaxSchedulerReplyBytes - (64 << 10))));
+        }
+        data[m.peer] = m.header.barrier_data();
+      }
       barrier_arrivals_[m.header.barrier()].insert(m.peer);
       barrier_group_[m.header.barrier()] = m.header.group();
       CheckBarriers();
@@ -361,6 +443,12 @@ void Scheduler::Handle(Message& m, double now) {
         Broadcast(dead);
       }
       CheckBarriers();
+      break;
+    case wire::MESSAGE_LIMIT:
+      HandleMessageLimit(n, m);
+      break;
+    case wire::LISTENING:
+      HandleListening(n, m);
       break;
     default:
       ReplyError(m.peer, InvalidArgumentError("the scheduler does not handle message type " +

@@ -12,7 +12,10 @@
 // afterwards is answered with an error (it stops). Elastic membership: once the job has started, a
 // restarted node registering with the same role takes a dead node's rank (the one it asks for,
 // else the first), gets the updated table with `rejoined` set, and every other node hears
-// NODE_JOINED. The job ends when every worker has finished (or died): the scheduler tells every
+// NODE_JOINED (a server once its data socket accepts the job's message limit). Before workers
+// connect to the shards they say how large their messages are (MESSAGE_LIMIT): the first sets the
+// job's limit, the servers raise their sockets' limit to it, and the workers are answered when
+// every live server has (LISTENING). The job ends when every worker has finished (or died): the scheduler tells every
 // node to shut down.
 //
 // Single-threaded: Run() owns the socket. Stop() may be called from another thread.
@@ -64,6 +67,8 @@ class Scheduler {
     bool finished = false;
     Status result;
     int rejoins = 0;
+    int64_t listening = 0;              // servers: the message size their data socket accepts
+    bool announce_when_listening = false;  // a restarted server: NODE_JOINED once it accepts the job's
   };
 
   Scheduler(SchedulerOptions options, Socket socket) : options_(std::move(options)), socket_(std::move(socket)) {}
@@ -74,6 +79,12 @@ class Scheduler {
   void AssignRanksAndAnnounce();
   void CheckBarriers();
   void CheckHeartbeats(double now);
+  // Message limits: a worker's MESSAGE_LIMIT (the first sets the job's, which every server hears),
+  // a server's LISTENING; workers are answered once every live server accepts the job's limit.
+  void HandleMessageLimit(Node& n, const Message& m);
+  void HandleListening(Node& n, const Message& m);
+  void CheckMessageLimit();
+  void AnnounceJoined(const Node& n);
   void Reply(const std::string& peer, const wire::Header& h);
   void ReplyError(const std::string& peer, const Status& s);
   void Broadcast(const wire::Header& h);
@@ -95,8 +106,9 @@ class Scheduler {
   std::map<std::string, std::set<std::string>> barrier_arrivals_;  // name -> identities
   std::map<std::string, std::map<std::string, std::string>> barrier_data_;  // name -> identity -> gather data
   std::map<std::string, std::string> barrier_group_;
-  std::string job_id_;
-  std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name  // drawn at Create: this run of the job, in every checkpoint
+  std::string job_id_;  // drawn at Create: this run of the job, in every checkpoint
+  std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name
+  std::set<std::string> limit_waiters_;  // identities of workers waiting for MESSAGE_LIMIT's answer
 };
 
 }  // namespace gradsync

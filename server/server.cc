@@ -1,9 +1,11 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <sstream>
 
 #include "common/cluster.h"
@@ -462,6 +464,20 @@ void Server::Handle(Message& m) {
   if (!s.ok()) ReplyError(m, s);
 }
 
+Status Server::ApplyMessageLimit() {
+  const auto want = static_cast<int64_t>(scheduler_->table().max_message_bytes());
+  if (want > kMaxJobMessageBytes) {
+    return InvalidArgumentError("the scheduler's message limit of " + std::to_string(want) + " bytes is not sane");
+  }
+  if (want > socket_.max_message_bytes()) {
+    RETURN_IF_ERROR(socket_.RaiseMaxMessageBytes(want));
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": accepts messages of up to " << want << " bytes";
+  }
+  listening_ = std::max(want, socket_.max_message_bytes());
+  scheduler_->Listening(socket_.max_message_bytes());
+  return OkStatus();
+}
+
 Status Server::Register() {
   SchedulerClientOptions sc;
   sc.scheduler_endpoint = options_.scheduler_endpoint;
@@ -478,7 +494,13 @@ Status Server::Register() {
   scheduler_ = std::make_unique<SchedulerClient>(ctx_, sc);
   seen_events_ = 0;
   seen_dead_ = seen_joined_ = 0;
-  ASSIGN_OR_RETURN(table_, scheduler_->Register(options_.register_timeout_s));
+  // Nothing is served before the job is complete (workers connect after it), but what strangers
+  // send meanwhile must not pile up unread in the data socket: it is read and dropped.
+  auto registered = std::async(std::launch::async, [&] { return scheduler_->Register(options_.register_timeout_s); });
+  while (registered.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    if (auto m = socket_.Recv(20); m.ok()) stats_.rejected++;
+  }
+  ASSIGN_OR_RETURN(table_, registered.get());
   rank_ = scheduler_->rank();
   return OkStatus();
 }
@@ -687,6 +709,7 @@ Status Server::Rejoin() {
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": declared dead while it did not answer (" << scheduler_->health()
                         << "); registering again to serve its shard as it is";
   RETURN_IF_ERROR(Register().WithContext("rejoining"));
+  RETURN_IF_ERROR(ApplyMessageLimit());  // the scheduler announces this shard once it listens
   // Workers reconnect and JOIN at the clocks they reached, as after a restore from this state.
   restored_pushed_ = controller_->pushed_all();
   resynced_.clear();
@@ -695,6 +718,7 @@ Status Server::Rejoin() {
   may_join_.clear();
   parked_.clear();
   assembler_ = PushAssembler();
+  RETURN_IF_ERROR(ApplyMessageLimit());
   UpdateBackups();
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": back in the job with its shard (version "
                         << (shard_ ? shard_->version() : 0) << ")";
@@ -722,6 +746,7 @@ Status Server::Run() {
                                   s.message());
     }
   }
+  RETURN_IF_ERROR(ApplyMessageLimit());
   UpdateBackups();
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": serving on port " << socket_.port() << " ("
                      << ConsistencyModeName(options_.mode)
@@ -752,6 +777,9 @@ Status Server::Run() {
     MaybeCheckpoint(false);
     if (scheduler_->events() != seen_events_) {
       seen_events_ = scheduler_->events();
+      if (static_cast<int64_t>(scheduler_->table().max_message_bytes()) > listening_) {
+        if (result = ApplyMessageLimit(); !result.ok()) break;
+      }
       OnMembership();
       if (scheduler_->shutdown_requested()) break;
       if (!scheduler_->health().ok()) {

@@ -11,7 +11,9 @@
 // written atomically every K updates or T seconds; a restarted shard that rejoins the job
 // restores it, and each worker JOINs with the clock it has reached: the pushes it had made past
 // the checkpoint are lost, counted in stats().lost_updates and logged. The loop ends on the
-// scheduler's SHUTDOWN, when the scheduler is lost, or on Stop().
+// scheduler's SHUTDOWN, when the scheduler is lost, or on Stop(). The data socket accepts control
+// messages only until a worker has told the scheduler the job's largest message (from its model's
+// layout); then it is bound again with that limit, before any worker connects.
 //
 // Run() and everything but Stop() belong to one thread; read the stats after Run() returns.
 #pragma once
@@ -167,6 +169,10 @@ class Server {
   // back, serves its shard as it is; workers go on from there.
   Status Rejoin();
   Status Register();
+  // The job's message limit (the scheduler's table, once a worker has said): raised on the data
+  // socket, then the scheduler hears that this shard accepts it (LISTENING), and only then lets
+  // workers connect (or announces this restarted shard).
+  Status ApplyMessageLimit();
 
   TransportContext& ctx_;
   ServerOptions options_;
@@ -182,6 +188,7 @@ class Server {
   std::map<int, std::string> identity_of_worker_;
   std::set<int> may_join_;  // workers the scheduler announced as rejoined, not yet JOINed
   uint64_t seen_events_ = 0;
+  int64_t listening_ = -1;  // the limit last announced with LISTENING
   size_t seen_dead_ = 0;
   size_t seen_joined_ = 0;
   // Pushes and pulls.

@@ -13,7 +13,7 @@ void JobLink::Finished(const Status& s) {
 Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, JobLink* job) {
   const config::Mode mode = c.mode();
   if (p.has_auth_dir()) {
-    auto a = EnableCurveFromDir(job->ctx, p.auth_dir());
+    auto a = EnableCurveFromDir(job->ctx, p.auth_dir(), KeyRole::kWorker);
     if (!a.ok()) return InvalidArgumentError("--auth-dir: " + a.status().message());
     job->auth = std::move(a).value();
   }

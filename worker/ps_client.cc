@@ -33,10 +33,15 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(TransportContext& ctx, const 
                                                    std::vector<TensorInfo> layout, SchedulerClient* scheduler) {
   if (table.servers_size() == 0) return InvalidArgumentError("the job has no servers");
   auto c = std::unique_ptr<PsClient>(new PsClient(ctx, table, rank, std::move(layout), scheduler));
+  // The largest message either side sends (INIT and pull replies are a shard's whole range): the
+  // shards' data sockets accept it before this worker connects, and its own sockets accept the
+  // replies (ZMQ_MAXMSGSIZE on both sides).
+  c->max_message_bytes_ = MaxShardMessageBytes(c->layout_, table.servers_size());
+  if (scheduler) RETURN_IF_ERROR(scheduler->AnnounceMessageLimit(c->max_message_bytes_, 300.0));
   for (const auto& s : table.servers()) {
     ASSIGN_OR_RETURN(Socket sock, Socket::ConnectDealer(ctx,
                                                   "tcp://" + s.host() + ":" + std::to_string(s.port()),
-                                                  NodeName(s)));
+                                                  NodeName(s), c->max_message_bytes_));
     c->sockets_.push_back(std::move(sock));
   }
   return c;
@@ -459,7 +464,8 @@ Status PsClient::Reconnect(double timeout_s) {
     }
     const wire::NodeInfo info = scheduler_->table().servers(s);
     ASSIGN_OR_RETURN(Socket sock, Socket::ConnectDealer(ctx_,
-                                                  "tcp://" + info.host() + ":" + std::to_string(info.port()), NodeName(info)));
+                                                  "tcp://" + info.host() + ":" + std::to_string(info.port()), NodeName(info),
+                                                  max_message_bytes_));
     // The old connection and whatever it still held are dropped; its bytes still count.
     retired_traffic_.bytes_sent += sockets_[s].traffic().bytes_sent;
     retired_traffic_.bytes_received += sockets_[s].traffic().bytes_received;

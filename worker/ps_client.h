@@ -38,7 +38,8 @@ class PsClient {
  public:
   using RequestId = uint64_t;
 
-  // Connects to every server of `table`. `scheduler` (may be null) reports dead servers.
+  // Connects to every server of `table`. `scheduler` (may be null) reports dead servers; first it
+  // tells the scheduler this layout's largest message and waits until every shard accepts it.
   static Result<std::unique_ptr<PsClient>> Create(TransportContext& ctx, const wire::ClusterTable& table,
                                                   int rank, std::vector<TensorInfo> layout,
                                                   SchedulerClient* scheduler);
@@ -150,6 +151,7 @@ class PsClient {
   SchedulerClient* scheduler_;
   std::vector<Socket> sockets_;
   TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
+  int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
   std::shared_ptr<InflightCounter> lent_ = std::make_shared<InflightCounter>();
   RequestId next_id_ = 1;
   std::map<RequestId, Pending> pending_;

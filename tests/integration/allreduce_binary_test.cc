@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/atomic_file.h"
 #include "experiments/process.h"
 #include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
@@ -47,7 +48,8 @@ TEST(AllreduceBinaryTest, AnEncryptedRingTrainsBitForBitLikeAPlaintextOne) {
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("over the ring"), std::string::npos) << r.out;
     wire::TrainerCheckpoint c;
-    EXPECT_TRUE(c.ParseFromString(ReadFile(out + "/ckpt/allreduce.ckpt"))) << name;
+    auto body = ReadCheckedFile(out + "/ckpt/allreduce.ckpt", "GSTRAIN1");
+    EXPECT_TRUE(body.ok() && c.ParseFromString(*body)) << name << ": " << body.status();
     return c;
   };
   const wire::TrainerCheckpoint plain = run("plain", false), secure = run("secure", true);
