@@ -19,6 +19,7 @@ std::string NodeName(const wire::NodeInfo& node) {
   std::string s = RoleName(node.role());
   if (node.role() == wire::SCHEDULER) return s;
   if (node.rank() >= 0) s += " " + std::to_string(node.rank());
+  if (node.standby()) s += " (standby)";
   if (!node.host().empty()) {
     s += " (" + node.host();
     if (node.port()) s += ":" + std::to_string(node.port());

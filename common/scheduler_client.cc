@@ -145,7 +145,11 @@ void SchedulerClient::Handle(const Message& m) {
     case wire::NODE_JOINED: {
       const auto& n = h.node();
       auto* slots = n.role() == wire::SERVER ? table_.mutable_servers() : table_.mutable_workers();
-      if (n.rank() >= 0 && n.rank() < slots->size()) *slots->Mutable(n.rank()) = n;
+      if (n.standby()) {
+        *table_.add_standbys() = n;  // a standby holds no rank of the table's servers
+      } else if (n.rank() >= 0 && n.rank() < slots->size()) {
+        *slots->Mutable(n.rank()) = n;
+      }
       joined_.push_back(n);
       dead_now_.erase({n.role(), n.rank()});
       events_++;

@@ -19,6 +19,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kUnavailable: return "UNAVAILABLE";
     case StatusCode::kDataLoss: return "DATA_LOSS";
     case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
+    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }
@@ -48,6 +49,7 @@ std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToS
 Status InvalidArgumentError(std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); }
 Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 Status UnauthenticatedError(std::string m) { return Status(StatusCode::kUnauthenticated, std::move(m)); }
+Status PermissionDeniedError(std::string m) { return Status(StatusCode::kPermissionDenied, std::move(m)); }
 Status NotFoundError(std::string m) { return Status(StatusCode::kNotFound, std::move(m)); }
 Status FailedPreconditionError(std::string m) { return Status(StatusCode::kFailedPrecondition, std::move(m)); }
 Status UnavailableError(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }

@@ -41,6 +41,7 @@ enum class StatusCode : int {
   kDeadlineExceeded = 4,
   kNotFound = 5,
   kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kFailedPrecondition = 9,
   kAborted = 10,
   kOutOfRange = 11,
@@ -82,6 +83,7 @@ inline Status OkStatus() { return Status(); }
 Status InvalidArgumentError(std::string message);
 Status DataLossError(std::string message);
 Status UnauthenticatedError(std::string message);
+Status PermissionDeniedError(std::string message);
 Status NotFoundError(std::string message);
 Status FailedPreconditionError(std::string message);
 Status UnavailableError(std::string message);

@@ -235,7 +235,7 @@ void Replicator::SetBackups(const std::map<int, wire::NodeInfo>& backups) {
 std::vector<int> Replicator::NeedSnapshot() const {
   std::vector<int> out;
   for (const auto& [rank, link] : links_)
-    if (link.needs_snapshot) out.push_back(rank);
+    if (link.needs_snapshot && !link.refused) out.push_back(rank);
   return out;
 }
 
@@ -267,7 +267,7 @@ void Replicator::SendOn(int backup, Link& link, const wire::Header& entry, const
 uint64_t Replicator::Send(wire::Header h, const Payload& p) {
   Stamp(&h, ++seq_);
   for (auto& [rank, link] : links_)
-    if (!link.needs_snapshot) SendOn(rank, link, h, p);
+    if (!link.needs_snapshot && !link.refused) SendOn(rank, link, h, p);
   return seq_;
 }
 
@@ -295,7 +295,15 @@ void Replicator::Poll(Socket& socket) {
       if (!m->malformed.ok()) continue;
       if (m->header.type() == wire::REPLICATE_REPLY) {
         link.acked = std::max(link.acked, m->header.request_id());
-      } else if (m->header.type() == wire::ERROR) {
+      } else if (m->header.type() == wire::ERROR && !link.refused) {
+        if (static_cast<StatusCode>(m->header.error_code()) == StatusCode::kPermissionDenied) {
+          // It does not keep copies of this shard (it serves it, or is no backup of it): no
+          // reply waits for it until its address changes.
+          GRADSYNC_LOG(WARNING) << "server " << shard_ << ": server " << rank << " refuses to back it up ("
+                                << m->header.error_message() << ")";
+          link.refused = true;
+          continue;
+        }
         GRADSYNC_LOG(WARNING) << "server " << shard_ << ": backup server " << rank << " is out of step ("
                               << m->header.error_message() << "); sending it a new snapshot";
         link.needs_snapshot = true;
@@ -308,7 +316,8 @@ void Replicator::Poll(Socket& socket) {
 
 void Replicator::Release(Socket& socket) {
   uint64_t all = seq_;
-  for (const auto& [rank, link] : links_) all = std::min(all, link.acked);
+  for (const auto& [rank, link] : links_)
+    if (!link.refused) all = std::min(all, link.acked);
   size_t done = 0;
   while (done < held_.size() && held_[done].seq <= all) {
     Status s = socket.Send(held_[done].peer, held_[done].reply);

@@ -80,7 +80,11 @@ class Replicator {
   // The backups now (rank -> address). New ones (or new addresses) get a link that needs a
   // snapshot; links to ranks no longer listed are dropped, and replies no longer wait for them.
   void SetBackups(const std::map<int, wire::NodeInfo>& backups);
-  bool active() const { return !links_.empty(); }
+  bool active() const {
+    for (const auto& [rank, link] : links_)
+      if (!link.refused) return true;
+    return false;
+  }
   // Backups that need a snapshot (new, or out of step): the caller sends one with SendTo.
   std::vector<int> NeedSnapshot() const;
   void SnapshotSent(int backup);
@@ -106,6 +110,7 @@ class Replicator {
     uint64_t acked = 0;
     uint64_t index = 0;  // of the next entry sent on this link
     bool needs_snapshot = true;
+    bool refused = false;  // it answered that it keeps no copy of this shard
   };
   struct Waiting {
     uint64_t seq;

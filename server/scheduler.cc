@@ -153,7 +153,9 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
     for (auto& n : nodes_) {
       if (n.info.role() == info.role() && n.info.rank() == info.requested_rank() && !n.dead && !n.finished) {
         if (n.info.adopted()) {
-          // A backup took the shard over while this server was gone: it serves it now.
+          // A backup took the shard over while this server was gone: it serves it now. The
+          // server comes back as a standby backup (it catches up from the primaries' snapshots).
+          if (options_.replicas > 1) return AddStandby(m, who, n, now);
           return ReplyError(m.peer, FailedPreconditionError(
                                         NodeName(n.info) + "'s shard was taken over by its backup at " + n.info.host() +
                                         ":" + std::to_string(n.info.port()) + "; nothing to rejoin"));
@@ -204,6 +206,36 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
     return;
   }
   AnnounceJoined(*slot);
+}
+
+void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken, double now) {
+  Node n;
+  n.info = m.header.node();
+  n.info.set_standby(true);
+  n.info.set_adopted(false);
+  n.info.set_rank(options_.num_servers + table_.standbys_size());
+  n.identity = m.peer;
+  n.last_seen = now;
+  by_identity_[m.peer] = nodes_.size();
+  *table_.add_standbys() = n.info;
+  GRADSYNC_LOG(WARNING) << "scheduler: " << who << " asked for " << NodeName(taken.info)
+                        << "'s rank, whose shard its backup serves now: it stays as a standby, " << NodeName(n.info);
+  wire::Header reply;
+  reply.set_type(wire::REGISTER_REPLY);
+  *reply.mutable_table() = table_;
+  *reply.mutable_node() = n.info;
+  reply.set_rejoined(true);
+  Reply(m.peer, reply);
+  for (const auto& d : nodes_) {
+    if (!d.dead) continue;
+    wire::Header dead;
+    dead.set_type(wire::NODE_DEAD);
+    *dead.mutable_node() = d.info;
+    Reply(m.peer, dead);
+  }
+  n.listening = 0;
+  n.announce_when_listening = true;  // the primaries connect to it once it listens
+  nodes_.push_back(std::move(n));
 }
 
 void Scheduler::AnnounceJoined(const Node& node) {
@@ -492,7 +524,8 @@ Status Scheduler::Run() {
   int finished_ok = 0;
   for (const auto& n : nodes_) {
     if (n.dead) {
-      (n.info.role() == wire::WORKER ? died : failed) += " " + NodeName(n.info) + " died;";
+      // A dead standby held only copies: the job goes on without it.
+      (n.info.role() == wire::WORKER || n.info.standby() ? died : failed) += " " + NodeName(n.info) + " died;";
     } else if (n.info.role() == wire::WORKER) {
       if (n.result.ok()) ++finished_ok;
       else failed += " " + NodeName(n.info) + ": " + n.result.message() + ";";

@@ -85,6 +85,8 @@ class Scheduler {
   void HandleListening(Node& n, const Message& m);
   void CheckMessageLimit();
   void AnnounceJoined(const Node& n);
+  // A server whose shard a backup took over comes back: a standby (NodeInfo.standby).
+  void AddStandby(Message& m, const std::string& who, const Node& taken, double now);
   void Reply(const std::string& peer, const wire::Header& h);
   void ReplyError(const std::string& peer, const Status& s);
   void Broadcast(const wire::Header& h);

@@ -427,7 +427,11 @@ void Server::OnMembership() {
       Replicate(wire::REPLICA_CONTROL);
     } else if (n.role() == wire::SERVER && n.rank() != rank_) {
       UpdateBackups();
-      MaybeAdopt(n.rank());
+      // Every dead shard again, not only this one: the backup that was to take one over may
+      // have died with it (its process), and be declared dead only now.
+      for (int r = 0; replicas_ && r < table_.servers_size(); ++r) {
+        if (scheduler_->IsDead(wire::SERVER, r)) MaybeAdopt(r);
+      }
     }
   }
   auto joined = scheduler_->joined_nodes();
@@ -502,6 +506,7 @@ Status Server::Register() {
   }
   ASSIGN_OR_RETURN(table_, registered.get());
   rank_ = scheduler_->rank();
+  standby_ = rank_ >= table_.servers_size();
   return OkStatus();
 }
 
@@ -604,10 +609,15 @@ void Server::UpdateBackups() {
   const int servers = table_.servers_size();
   const wire::ClusterTable now = scheduler_->table();
   std::map<int, wire::NodeInfo> backups;
-  for (int k = 1; k < table_.replicas() && k < servers; ++k) {
+  for (int k = 1; !standby_ && k < table_.replicas() && k < servers; ++k) {
     const int r = (rank_ + k) % servers;
-    if (r == rank_ || colocated_.count(r) || scheduler_->IsDead(wire::SERVER, r)) continue;
+    if (r == rank_ || colocated_->Has(r) || scheduler_->IsDead(wire::SERVER, r)) continue;
     backups[r] = now.servers(r);
+  }
+  // Standbys back up every shard (they came back to restore the copies a death cost).
+  for (const auto& sb : now.standbys()) {
+    if (standby_ || sb.rank() == rank_ || colocated_->Has(sb.rank()) || scheduler_->IsDead(wire::SERVER, sb.rank())) continue;
+    backups[sb.rank()] = sb;
   }
   replicator_->SetBackups(backups);
   SendSnapshots();
@@ -618,11 +628,11 @@ void Server::HandleReplicate(const Message& m) {
   const int servers = table_.servers_size();
   // Only the copies this server is a backup for: a shard whose primary is this process (taken
   // over) or that is not backed up here is refused.
-  bool mine = false;
+  bool mine = standby_;
   for (int k = 1; k < table_.replicas() && servers > 0; ++k) mine = mine || (s + k) % servers == rank_;
   Status st;
-  if (!replicas_ || !mine || s == rank_ || colocated_.count(s)) {
-    st = FailedPreconditionError("server " + std::to_string(rank_) + " does not back up shard " + std::to_string(s));
+  if (!replicas_ || !mine || s == rank_ || colocated_->Has(s)) {
+    st = PermissionDeniedError("server " + std::to_string(rank_) + " does not back up shard " + std::to_string(s));
   } else {
     st = replicas_->Apply(m);
   }
@@ -645,14 +655,23 @@ void Server::HandleReplicate(const Message& m) {
 }
 
 void Server::MaybeAdopt(int dead) {
-  if (!replicas_ || !replicas_->Complete(dead) || colocated_.count(dead)) return;
+  if (!replicas_ || !replicas_->Complete(dead) || colocated_->Has(dead)) return;
   const int servers = table_.servers_size();
-  // The first live backup in the dead shard's order takes it; the others keep their copies.
-  for (int k = 1; k < table_.replicas() && k < servers; ++k) {
-    const int r = (dead + k) % servers;
-    if (r == rank_) break;
+  // The first live backup in the dead shard's order takes it (its ranks, then the standbys); the
+  // others keep their copies.
+  std::vector<int> order;
+  for (int k = 1; k < table_.replicas() && k < servers; ++k) order.push_back((dead + k) % servers);
+  const wire::ClusterTable now = scheduler_->table();
+  for (const auto& sb : now.standbys()) order.push_back(sb.rank());
+  bool mine = false;
+  for (int r : order) {
+    if (r == rank_) {
+      mine = true;
+      break;
+    }
     if (!scheduler_->IsDead(wire::SERVER, r)) return;
   }
+  if (!mine) return;
   auto copy = replicas_->Take(dead);
   if (!copy.ok()) return;
   ServerOptions o = options_;
@@ -660,13 +679,12 @@ void Server::MaybeAdopt(int dead) {
   o.port = 0;
   o.restore_from = std::make_shared<ReplicaCopy>(std::move(copy).value());
   o.colocated = colocated_;
-  o.colocated.insert(rank_);
   auto server = Server::Create(ctx_, o);
   if (!server.ok()) {
     GRADSYNC_LOG(ERROR) << "server " << rank_ << ": cannot take over shard " << dead << ": " << server.status();
     return;
   }
-  colocated_.insert(dead);
+  colocated_->Add(dead);
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": server " << dead << " is dead; taking over its shard from the copy held here (version "
                         << o.restore_from->checkpoint.version() << ")";
   auto a = std::make_unique<Adoption>();
@@ -710,6 +728,23 @@ Status Server::Rejoin() {
                         << "); registering again to serve its shard as it is";
   RETURN_IF_ERROR(Register().WithContext("rejoining"));
   RETURN_IF_ERROR(ApplyMessageLimit());  // the scheduler announces this shard once it listens
+  colocated_->Add(rank_);
+  if (standby_) {
+    // A backup serves its shard now: what this server held is stale. It keeps no shard and
+    // catches up as a backup, from the snapshots the primaries send it.
+    shard_.reset();
+    round_.clear();
+    parked_.clear();
+    job_.Clear();
+    codec_.reset();
+    pull_encoder_.reset();
+    controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
+    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates());
+    replicator_->SetBackups({});
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << " (standby): its shard was taken over by a backup meanwhile; it "
+                          << "holds copies of the shards from now on and takes one over should its backups die";
+    return OkStatus();
+  }
   // Workers reconnect and JOIN at the clocks they reached, as after a restore from this state.
   restored_pushed_ = controller_->pushed_all();
   resynced_.clear();
@@ -726,14 +761,18 @@ Status Server::Rejoin() {
 }
 
 Status Server::Run() {
-  colocated_ = options_.colocated;
+  colocated_ = options_.colocated ? options_.colocated : std::make_shared<Colocated>();
   RETURN_IF_ERROR(Register());
+  colocated_->Add(rank_);
   controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
   if (table_.replicas() > 1) {
     replicator_ = std::make_unique<Replicator>(ctx_, rank_);
     replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates());
   }
-  if (scheduler_->rejoined()) {
+  if (standby_) {
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << " (standby): its shard was taken over by a backup; it holds copies "
+                          << "of the shards and takes one over should its backups die";
+  } else if (scheduler_->rejoined()) {
     // A restarted shard in a running job: its state comes from a backup's copy, its checkpoint,
     // or it is lost.
     if (options_.restore_from) {

@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -63,9 +64,27 @@ struct ServerOptions {
   int64_t checkpoint_every = 0;
   double checkpoint_interval_s = 5.0;
   // A backup taking over a dead shard (--replicas): the copy it starts from, and the ranks this
-  // process serves already (never its own backups).
+  // process serves (shared by every Server of the process; never each other's backups).
   std::shared_ptr<ReplicaCopy> restore_from;
-  std::set<int> colocated;
+  std::shared_ptr<class Colocated> colocated;
+};
+
+// The ranks one process serves (its own, the shards it took over, a standby's): a backup in the
+// same process would not survive what it is there for.
+class Colocated {
+ public:
+  void Add(int rank) {
+    std::lock_guard lock(mu_);
+    ranks_.insert(rank);
+  }
+  bool Has(int rank) const {
+    std::lock_guard lock(mu_);
+    return ranks_.count(rank) > 0;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<int> ranks_;
 };
 
 // One answered pull, with the clocks the decision was made on.
@@ -210,7 +229,8 @@ class Server {
   // Replication.
   std::unique_ptr<Replicator> replicator_;  // this shard's backups (--replicas > 1)
   std::unique_ptr<ReplicaStore> replicas_;  // the copies held here of other shards
-  std::set<int> colocated_;
+  std::shared_ptr<Colocated> colocated_;
+  bool standby_ = false;  // came back after a backup took its shard over: copies only (NodeInfo.standby)
   struct Adoption {
     std::unique_ptr<Server> server;
     std::thread thread;

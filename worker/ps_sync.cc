@@ -77,10 +77,10 @@ Status PsSyncBase::Recover(const Status& failure) {
               failure.message().c_str(), options_.recovery_timeout_s);
   std::fflush(stdout);
   RETURN_IF_ERROR(client_->Reconnect(options_.recovery_timeout_s).WithContext("after: " + failure.message()));
-  const bool in_doubt = (pending_push_ != 0 || push_in_doubt_) && clock_ > 0;
+  if (pending_push_ != 0 && clock_ > 0) unacked_clock_ = clock_ - 1;
   pending_push_ = 0;
-  push_in_doubt_ = false;
-  if (in_doubt && options_.compression.empty()) {
+  // The gradient of an unacknowledged push is still in the model only while it is the last one.
+  if (unacked_clock_ >= 0 && unacked_clock_ == clock_ - 1 && options_.compression.empty()) {
     // The last push was never acknowledged by the shards that came back. Each says how many of
     // this worker's pushes it holds; one short of the clock means it has not got that push (a
     // backup that took over holds every acknowledged one): its gradient, still in the model, is
@@ -88,11 +88,11 @@ Status PsSyncBase::Recover(const Status& failure) {
     RETURN_IF_ERROR(client_->Join(shards, -1, options_.recovery_timeout_s).status());
     std::vector<int> missing;
     for (int s : shards)
-      if (client_->join_clock(s) == clock_ - 1) missing.push_back(s);
+      if (client_->join_clock(s) == unacked_clock_) missing.push_back(s);
     if (!missing.empty()) {
-      ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(clock_ - 1, model_->grads(), push_keys_, push_values_,
+      ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(unacked_clock_, model_->grads(), push_keys_, push_values_,
                                                                last_push_lr_, missing));
-      RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(clock_ - 1)));
+      RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(unacked_clock_)));
       std::printf("worker %d: step %lld: sent its last push again to %zu shard(s) that did not hold it\n", rank,
                   static_cast<long long>(clock_), missing.size());
     }
@@ -108,8 +108,9 @@ Status PsSyncBase::EndTraining(bool evaluate) {
   const double timeout = options_.request_timeout_s;
   if (pending_push_) {
     Status st = client_->Wait(pending_push_, timeout).WithContext("last push");
+    if (st.ok()) unacked_clock_ = -1;
+    else unacked_clock_ = clock_ - 1;
     pending_push_ = 0;
-    push_in_doubt_ = !st.ok();
     if (!st.ok()) RETURN_IF_ERROR(Recover(st));  // resent to a shard that came back without it
   }
   // Every worker's last push is applied before anyone passes this barrier.
@@ -146,7 +147,11 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));
     RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_)));
-    if (pending_push_) RETURN_IF_ERROR(client_->Wait(pending_push_, timeout).WithContext("push " + std::to_string(clock_ - 1)));
+    if (pending_push_) {
+      Status pushed = client_->Wait(pending_push_, timeout).WithContext("push " + std::to_string(clock_ - 1));
+      unacked_clock_ = pushed.ok() ? -1 : clock_ - 1;
+      RETURN_IF_ERROR(pushed);
+    }
     return OkStatus();
   }();
   pull_ms_ += comm.Millis();
@@ -231,7 +236,7 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
     // The previous push's parts must be out of the gradient buffer before backward.
     if (pending_push_) {
       failed_ = client_->Wait(pending_push_, options_.request_timeout_s).WithContext("push " + std::to_string(clock_ - 1));
-      push_in_doubt_ = !failed_.ok();
+      unacked_clock_ = failed_.ok() ? -1 : clock_ - 1;
     }
     pending_push_ = 0;
     blocked_ms_ += w.Millis();

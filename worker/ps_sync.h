@@ -99,7 +99,9 @@ class PsSyncBase : public GradientSync {
   PsClient::RequestId pending_push_ = 0;
   // The last push, as sent (its gradient stays in the model until the next backward): a shard
   // that took over or came back without it gets it again in Recover.
-  bool push_in_doubt_ = false;  // its wait failed
+  // The clock of a push not known to be acknowledged by every shard (its wait failed), until a
+  // later push is: -1 when none.
+  int64_t unacked_clock_ = -1;
   float last_push_lr_ = NAN;
   std::vector<uint64_t> push_keys_;
   std::vector<float> push_values_;

@@ -294,6 +294,39 @@ TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedServerTest, ::testing::Values("bsp", "asp"),
                          [](const auto& p) { return p.param; });
 
+// The server whose shard was taken over comes back (restarted with its rank) as a standby: it
+// catches up on every shard's snapshot, and when the process that holds both shards dies it
+// takes both over; nothing acknowledged is lost.
+TEST(FaultTest, AServerWhoseShardWasTakenOverComesBackAsAStandbyAndTakesOverLater) {
+  FaultJob job("bsp", /*replicas=*/2);
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("server 1");
+  ASSERT_TRUE(job.WaitForLog("server-0", "server 1: took over from its backup copy", 10)) << job.Log("server-0");
+  job.StartServer(1, "b");
+  ASSERT_TRUE(job.WaitForLog("server-1b", "(standby): its shard was taken over by a backup", 20)) << job.Logs();
+  ASSERT_TRUE(job.WaitForLog("server-0", "sent a snapshot", 10));
+  // Both primaries (in server 0's process) have sent it their snapshots.
+  for (int i = 0; i < 200; ++i) {
+    const std::string log = job.Log("server-0");
+    if (log.find("server 0: sent a snapshot (version") != log.rfind("server 0: sent a snapshot (version") &&
+        log.find("server 1: sent a snapshot") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  job.Kill("server 0");
+  auto sched = job.Wait("scheduler", 90);
+  ASSERT_TRUE(sched.ok()) << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  const std::string standby = job.Log("server-1b");
+  EXPECT_NE(standby.find("server 0: took over from its backup copy"), std::string::npos) << standby;
+  EXPECT_NE(standby.find("server 1: took over from its backup copy"), std::string::npos) << standby;
+  EXPECT_EQ(standby.find("were lost"), std::string::npos) << standby;
+  EXPECT_GT(job.FinalAccuracy(), 50.0);
+}
+
 TEST(FaultTest, AServerPausedPastTheTimeoutComesBackWithItsShard) {
   FaultJob job("asp");
   ASSERT_NO_FATAL_FAILURE(job.Start());
