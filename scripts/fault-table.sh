@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# The fault table: a parameter-server job (2 servers with checkpoints every 0.5 s, 3 workers,
-# Fashion-MNIST MLP, 4 epochs, batch 32, heartbeat timeout 3 s) run once per fault, on loopback:
-#   none           no fault (the reference accuracy)
-#   worker-kill    kill -9 worker 2 after 4 s
-#   worker-rejoin  kill -9 worker 2 after 4 s, start it again 5 s later
-#   worker-stop    SIGSTOP worker 2 for 6 s (past the timeout), then SIGCONT
-#   server-kill    kill -9 server 1 after 4 s and start it again 1 s later (same rank and dir)
-# Prints one Markdown row per run: fault, mode, detected after (s, the scheduler's "declared
-# dead" line minus the moment of the fault), run completed (the scheduler's exit status), final
-# test accuracy and updates lost (from worker 0's and server 1's summaries, worker-0.json and
-# server-1.json: the restarted server's count). Logs and summaries stay in OUT (default
-# results/faults). About 3 minutes; every process it starts is gone when it returns.
+# The fault table: a parameter-server job (2 servers, 3 workers, Fashion-MNIST MLP, 4 epochs,
+# batch 32, heartbeat timeout 3 s; checkpoints every 0.5 s unless said) run once per fault, on
+# loopback:
+#   none              no fault (the reference accuracy)
+#   worker-kill       kill -9 worker 2 after 4 s
+#   worker-rejoin     kill -9 worker 2 after 4 s, start it again 5 s later
+#   worker-stop       SIGSTOP worker 2 for 6 s (past the timeout), then SIGCONT
+#   server-kill       kill -9 server 1 after 4 s and start it again 1 s later (same rank and dir)
+#   primary-kill-r2   --replicas=2: kill -9 server 1 after 4 s; server 0 takes its shard over
+#   standby-r2        --replicas=2: kill -9 server 1, start it again 1 s later (it comes back as a
+#                     standby and catches up), kill -9 server 0 5 s later (the standby takes both)
+#   ckpt-other-job    kill -9 server 1, put another job's shard-1.ckpt (the "none" run's of the
+#                     same mode) in its directory, start it again
+#   ckpt-flipped      kill -9 server 1, flip one exponent bit of a parameter in shard-1.ckpt,
+#                     start it again
+#   kill-before-ckpt  checkpoint interval 1000 s: kill -9 server 1 after 4 s (only the checkpoint
+#                     written at INIT exists), start it again
+#   server-stop       SIGSTOP server 1 for 6 s (past the timeout), then SIGCONT
+#   server-stop-r2    --replicas=2: the same; server 0 takes the shard over, server 1 comes back as
+#                     a standby
+#   unwritable-dir    a server started with a --checkpoint-dir that cannot take a file (no job)
+# Prints one Markdown row per run: fault, mode, detected after (s, the scheduler's first
+# "declared dead" line minus the moment of the fault), run completed (the scheduler's exit
+# status), final test accuracy (worker 0's summary), updates lost (summed over the shards'
+# summaries: pushes workers had made past what a restarted or taken-over shard restored) and
+# what the log said. Logs and summaries stay in OUT (default results/faults). About 5 minutes;
+# every process it starts is gone when it returns.
 #   scripts/fault-table.sh [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,19 +34,24 @@ out=$(realpath -m "${1:-results/faults}")
 mkdir -p "$out"
 trap 'pkill -9 -P $$ 2>/dev/null; true' EXIT
 
+# One line of LOG files matching PATTERN, cut to its message.
+said() { grep -h -E "$2" $1 2>/dev/null | head -1 | sed -E 's/^[IWE] [0-9:.]+ [a-z_]+\.cc:[0-9]+\] //; s/\|/\\|/g' | cut -c1-150; }
+
 run() {  # MODE FAULT
   local mode=$1 fault=$2 d=$out/$1-$2
   rm -rf "$d" && mkdir -p "$d"
-  local extra=()
+  local extra=() replicas=1 interval=0.5
   [[ $mode == ssp ]] && extra=(--staleness=2)
+  [[ $fault == *-r2 ]] && replicas=2
+  [[ $fault == kill-before-ckpt ]] && interval=1000
   "$B/gradsync-server" --role=scheduler --num-servers=2 --num-workers=3 --port-file="$d/port" --heartbeat-timeout=3 \
-    > "$d/scheduler.log" 2>&1 &
+    --replicas=$replicas --register-timeout=60 > "$d/scheduler.log" 2>&1 &
   local sched=$!
   for i in $(seq 200); do [[ -s $d/port ]] && break; sleep 0.05; done
   local port
   port=$(cat "$d/port")
   local server=("$B/gradsync-server" --role=server --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port"
-                --checkpoint-dir="$d/ckpt" --checkpoint-interval=0.5 --heartbeat-timeout=3 --out="$d")
+                --checkpoint-dir="$d/ckpt" --checkpoint-interval=$interval --heartbeat-timeout=3 --out="$d")
   local -a spid wpid
   for r in 0 1; do "${server[@]}" --rank=$r > "$d/server-$r.log" 2>&1 & spid[$r]=$!; done
   local worker=("$B/gradsync-worker" --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port" --epochs=4 --batch=32
@@ -40,21 +60,40 @@ run() {  # MODE FAULT
   sleep 4
   local t0
   t0=$(date +%s.%N)
+  local ckpt=$d/ckpt/shard-1.ckpt
   case $fault in
     worker-kill) kill -9 "${wpid[2]}" ;;
     worker-rejoin) kill -9 "${wpid[2]}"; sleep 5; "${worker[@]}" --rank=2 > "$d/worker-2-restarted.log" 2>&1 & ;;
     worker-stop) kill -STOP "${wpid[2]}"; sleep 6; kill -CONT "${wpid[2]}" ;;
-    server-kill) kill -9 "${spid[1]}"; sleep 1; "${server[@]}" --rank=1 > "$d/server-1-restarted.log" 2>&1 & ;;
+    server-kill|kill-before-ckpt)
+      kill -9 "${spid[1]}"; sleep 1; "${server[@]}" --rank=1 > "$d/server-1-restarted.log" 2>&1 & ;;
+    primary-kill-r2) kill -9 "${spid[1]}" ;;
+    standby-r2)
+      kill -9 "${spid[1]}"; sleep 1; "${server[@]}" --rank=1 > "$d/server-1-restarted.log" 2>&1 &
+      sleep 5; kill -9 "${spid[0]}" ;;
+    ckpt-other-job)
+      kill -9 "${spid[1]}"; sleep 0.2
+      cp "$out/$mode-none/ckpt/shard-1.ckpt" "$ckpt"
+      "${server[@]}" --rank=1 > "$d/server-1-restarted.log" 2>&1 & ;;
+    ckpt-flipped)
+      kill -9 "${spid[1]}"; sleep 0.2
+      python3 -c "
+f = open('$ckpt', 'r+b'); b = bytearray(f.read()); b[-2] ^= 0x40; f.seek(0); f.write(b)"
+      "${server[@]}" --rank=1 > "$d/server-1-restarted.log" 2>&1 & ;;
+    server-stop|server-stop-r2) kill -STOP "${spid[1]}"; sleep 6; kill -CONT "${spid[1]}" ;;
   esac
   timeout 300 tail --pid="$sched" -f /dev/null
   wait "$sched"
   local rc=$?
+  sleep 1
+  pkill -9 -P $$ 2>/dev/null  # a worker left waiting for a shard that never came back
   wait
   local acc lost det=-
-  # From the processes' summaries (worker-0.json, server-1.json: the restarted shard's, which
-  # replaced the killed one's file).
   acc=$(python3 -c "import json; print('%.2f' % (100 * json.load(open('$d/worker-0.json'))['final_test_accuracy']))" 2>/dev/null)
-  lost=$(python3 -c "import json; print(int(json.load(open('$d/server-1.json'))['lost_updates']))" 2>/dev/null)
+  # Every shard's summary (a restarted or taken-over shard's replaced the dead one's file).
+  lost=$(python3 -c "
+import glob, json
+print(sum(int(json.load(open(p)).get('lost_updates', 0)) for p in glob.glob('$d/server-*.json')))" 2>/dev/null)
   if [[ $fault != none ]]; then
     local line
     line=$(grep -h "declared dead" "$d/scheduler.log" | head -1 | awk '{print $2}')
@@ -63,12 +102,33 @@ run() {  # MODE FAULT
 print(round(int(h)*3600+int(m)*60+float(s)-(t.hour*3600+t.minute*60+t.second+t.microsecond/1e6),2))")
     fi
   fi
-  echo "| $fault | $mode | $det | $([[ $rc == 0 ]] && echo yes || echo no) | ${acc:--} | ${lost:-0} |"
+  local note=""
+  case $fault in
+    primary-kill-r2) note=$(said "$d/server-0.log" "took over from its backup copy") ;;
+    standby-r2) note=$(said "$d/server-1-restarted.log" "server 0: took over from its backup copy") ;;
+    ckpt-other-job|ckpt-flipped) note=$(said "$d/server-1-restarted.log" "error:") ;;
+    server-kill|kill-before-ckpt) note=$(said "$d/server-1-restarted.log" "restored from") ;;
+    server-stop) note=$(said "$d/server-1.log" "back in the job") ;;
+    server-stop-r2) note=$(said "$d/server-1.log" "standby") ;;
+    worker-stop) note=$(said "$d/worker-2.log" "declared dead") ;;
+  esac
+  echo "| $fault | $mode | $det | $([[ $rc == 0 ]] && echo yes || echo no) | ${acc:--} | ${lost:-0} | ${note} |"
 }
 
-echo "| fault | mode | detected after (s) | run completed | final test acc (%) | updates lost |"
-echo "|---|---|---|---|---|---|"
-for spec in "bsp none" "bsp worker-kill" "ssp worker-kill" "asp worker-kill" "bsp worker-rejoin" "bsp worker-stop" \
-            "ssp worker-stop" "bsp server-kill" "ssp server-kill" "asp server-kill"; do
-  run $spec 2>/dev/null  # bash's "Killed" notices for the processes killed on purpose
+# A --checkpoint-dir that cannot take a file is refused before anything starts.
+unwritable() {
+  local start=$SECONDS err rc
+  err=$("$B/gradsync-server" --role=server --mode=bsp --scheduler=127.0.0.1:9 --checkpoint-dir=/proc/self/gradsync-ckpt 2>&1)
+  rc=$?
+  echo "| unwritable-dir | bsp | $((SECONDS - start)) (at start) | no (exit $rc) | - | - | ${err//|/\\|} |"
+}
+
+echo "| fault | mode | detected after (s) | run completed | final test acc (%) | updates lost | what the log said |"
+echo "|---|---|---|---|---|---|---|"
+faults=${FAULTS:-"bsp:none asp:none bsp:worker-kill ssp:worker-kill asp:worker-kill bsp:worker-rejoin bsp:worker-stop
+  bsp:server-kill asp:server-kill bsp:primary-kill-r2 asp:primary-kill-r2 bsp:standby-r2 asp:ckpt-other-job
+  asp:ckpt-flipped bsp:kill-before-ckpt asp:server-stop asp:server-stop-r2"}
+for spec in $faults; do
+  run "${spec%%:*}" "${spec##*:}" 2>/dev/null  # bash's "Killed" notices for the processes killed on purpose
 done
+unwritable
