@@ -8,6 +8,12 @@
 // `size` floats is spread over the shards. Every worker issues `iters` operations back to back
 // per repeat, waiting for each; throughput per repeat = all workers' value bytes / wall time;
 // the table shows the median over repeats and latency p50/p99 over every operation.
+//
+// --replicas=1,2 runs each configuration once per replica count (the scheduler's --replicas:
+// every accepted push is forwarded to the shard's backups and acknowledged once they hold it).
+// The jobs of one configuration are all started together and, within every repeat, timed one
+// after the other (the order reversed every other repeat), so that the machine's noisy spells
+// hit every count alike; vs_r1 is a row's median GB/s over the replicas=1 row's.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -15,8 +21,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/flags.h"
 #include "common/security.h"
@@ -47,113 +57,155 @@ double Quantile(std::vector<double> v, double q) {
 struct Row {
   bool curve = false;
   std::string op;
-  int servers, workers;
+  int servers, workers, replicas;
   int64_t size;
   double gbps, p50_ms, p99_ms;
   int64_t wrong;
+  double vs_r1 = -1;  // gbps / the replicas=1 row's of the same op and configuration; < 0: none
 };
 
 enum class Op { kPush, kPull, kPushPull };
 const char* OpName(Op op) { return op == Op::kPush ? "push" : op == Op::kPull ? "pull" : "push+pull"; }
 
-// Runs one job and measures the three operations in turn.
-std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, int repeats, const Security* security) {
-  TransportContext ctx(2);
-  std::unique_ptr<CurveAuthenticator> auth;  // CURVE on every socket of this job
-  if (security) auth = std::move(EnableCurve(ctx, *security)).value();
+// One job: its own context (CURVE on every socket when `security` is given), scheduler, shards
+// and what its workers measured.
+struct Job {
+  int replicas = 1;
+  std::unique_ptr<TransportContext> ctx;
+  std::unique_ptr<CurveAuthenticator> auth;
+  std::unique_ptr<Scheduler> sched;
+  std::string endpoint;
+  std::vector<std::unique_ptr<Server>> shards;
+  std::vector<std::thread> threads;  // scheduler and shards
+  std::vector<std::vector<double>> latencies = std::vector<std::vector<double>>(3), rates = std::vector<std::vector<double>>(3);
+  std::atomic<int64_t> wrong{0};
+};
+
+std::unique_ptr<Job> StartJob(int servers, int workers, int replicas, const Security* security) {
+  auto job = std::make_unique<Job>();
+  job->replicas = replicas;
+  job->ctx = std::make_unique<TransportContext>(2);
+  if (security) job->auth = std::move(EnableCurve(*job->ctx, *security)).value();
   SchedulerOptions so;
   so.num_servers = servers;
   so.num_workers = workers;
-  auto sched = std::move(Scheduler::Create(ctx, so)).value();
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
-  std::vector<std::unique_ptr<Server>> shards;
+  so.replicas = replicas;
+  job->sched = std::move(Scheduler::Create(*job->ctx, so)).value();
+  job->endpoint = "tcp://127.0.0.1:" + std::to_string(job->sched->port());
   for (int i = 0; i < servers; ++i) {
     ServerOptions o;
-    o.scheduler_endpoint = endpoint;
+    o.scheduler_endpoint = job->endpoint;
     o.mode = ConsistencyMode::kAsp;
     o.requested_rank = i;
-    shards.push_back(std::move(Server::Create(ctx, o)).value());
+    job->shards.push_back(std::move(Server::Create(*job->ctx, o)).value());
   }
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] { (void)sched->Run(); });
-  for (auto& s : shards) threads.emplace_back([srv = s.get()] { (void)srv->Run(); });
+  job->threads.emplace_back([s = job->sched.get()] { (void)s->Run(); });
+  for (auto& s : job->shards) job->threads.emplace_back([srv = s.get()] { (void)srv->Run(); });
+  return job;
+}
 
+// Runs one job per replica count, all alive at once, and measures the three operations in
+// turn. Each repeat of an operation times the jobs one after the other (the order reversed every
+// other repeat), so that a noisy spell of the machine hits every replica count alike.
+std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, int repeats, const Security* security,
+                           const std::vector<int>& replicas) {
+  std::vector<std::unique_ptr<Job>> jobs;
+  for (int r : replicas) jobs.push_back(StartJob(servers, workers, r, security));
+  const int num_jobs = static_cast<int>(jobs.size());
   const Op ops[] = {Op::kPush, Op::kPull, Op::kPushPull};
-  std::vector<std::vector<double>> latencies(3), rates(3);
-  std::atomic<int64_t> wrong{0};
   std::mutex mu;
-  std::barrier sync(workers);
+  std::barrier sync(workers * num_jobs);  // every worker of every job
   std::vector<std::thread> wthreads;
-  for (int w = 0; w < workers; ++w) {
-    wthreads.emplace_back([&, w] {
-      SchedulerClientOptions sc;
-      sc.scheduler_endpoint = endpoint;
-      sc.self.set_role(wire::WORKER);
-      sc.self.set_host("127.0.0.1");
-      sc.self.set_requested_rank(w);
-      sc.mode = "asp";
-      SchedulerClient client(ctx, sc);
-      auto table = client.Register(30);
-      GRADSYNC_CHECK(table.ok()) << table.status();
-      std::vector<TensorInfo> layout = {{"w", {size}, 0, size, false}};
-      auto ps = std::move(PsClient::Create(ctx, *table, w, layout, &client)).value();
-      std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
-      if (w == 0) {
-        wire::JobConfig job;
-        auto* t = job.add_tensors();
-        t->set_name("w");
-        t->set_size(static_cast<uint64_t>(size));
-        job.set_num_params(static_cast<uint64_t>(size));
-        job.set_num_workers(workers);
-        job.set_lr(1.0f);
-        job.set_lr_schedule("constant");
-        GRADSYNC_CHECK(ps->Init(job, params, 60).ok());
-      }
-      GRADSYNC_CHECK(client.Barrier("init", "workers", 60).ok());
-      int64_t clock = 0;
-      for (int k = 0; k < 3; ++k) {
-        const Op op = ops[k];
-        auto one = [&] {
-          auto t0 = Clock::now();
-          if (op != Op::kPull) {
-            auto id = ps->Push(clock, grads, {}, {});
-            GRADSYNC_CHECK(id.ok() && ps->Wait(*id, 60).ok());
-            ++clock;
-          }
-          if (op != Op::kPush) {
-            auto id = ps->Pull(clock, params, {});
-            GRADSYNC_CHECK(id.ok() && ps->Wait(*id, 60).ok());
-          }
-          return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        };
-        for (int i = 0; i < 2; ++i) one();  // warm-up
-        for (int r = 0; r < repeats; ++r) {
-          sync.arrive_and_wait();
-          auto t0 = Clock::now();
-          std::vector<double> lat;
-          for (int i = 0; i < iters; ++i) lat.push_back(one());
-          sync.arrive_and_wait();
-          const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-          std::lock_guard lock(mu);
-          latencies[k].insert(latencies[k].end(), lat.begin(), lat.end());
-          if (w == 0) {
-            const double per_op = (op == Op::kPushPull ? 2.0 : 1.0) * static_cast<double>(size) * sizeof(float);
-            rates[k].push_back(per_op * iters * workers / secs / 1e9);
+  for (int j = 0; j < num_jobs; ++j) {
+    for (int w = 0; w < workers; ++w) {
+      wthreads.emplace_back([&, j, w] {
+        Job& job = *jobs[static_cast<size_t>(j)];
+        TransportContext& ctx = *job.ctx;
+        SchedulerClientOptions sc;
+        sc.scheduler_endpoint = job.endpoint;
+        sc.self.set_role(wire::WORKER);
+        sc.self.set_host("127.0.0.1");
+        sc.self.set_requested_rank(w);
+        sc.mode = "asp";
+        SchedulerClient client(ctx, sc);
+        auto table = client.Register(30);
+        GRADSYNC_CHECK(table.ok()) << table.status();
+        std::vector<TensorInfo> layout = {{"w", {size}, 0, size, false}};
+        auto ps = std::move(PsClient::Create(ctx, *table, w, layout, &client)).value();
+        std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
+        if (w == 0) {
+          wire::JobConfig config;
+          auto* t = config.add_tensors();
+          t->set_name("w");
+          t->set_size(static_cast<uint64_t>(size));
+          config.set_num_params(static_cast<uint64_t>(size));
+          config.set_num_workers(workers);
+          config.set_lr(1.0f);
+          config.set_lr_schedule("constant");
+          GRADSYNC_CHECK(ps->Init(config, params, 60).ok());
+        }
+        GRADSYNC_CHECK(client.Barrier("init", "workers", 60).ok());
+        int64_t clock = 0;
+        for (int k = 0; k < 3; ++k) {
+          const Op op = ops[k];
+          auto one = [&] {
+            auto t0 = Clock::now();
+            if (op != Op::kPull) {
+              auto id = ps->Push(clock, grads, {}, {});
+              GRADSYNC_CHECK(id.ok() && ps->Wait(*id, 60).ok());
+              ++clock;
+            }
+            if (op != Op::kPush) {
+              auto id = ps->Pull(clock, params, {});
+              GRADSYNC_CHECK(id.ok() && ps->Wait(*id, 60).ok());
+            }
+            return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          };
+          for (int i = 0; i < 2; ++i) one();  // warm-up
+          for (int r = 0; r < repeats; ++r) {
+            for (int turn = 0; turn < num_jobs; ++turn) {
+              const bool mine = (r % 2 == 0 ? turn : num_jobs - 1 - turn) == j;
+              sync.arrive_and_wait();
+              auto t0 = Clock::now();
+              std::vector<double> lat;
+              if (mine) {
+                for (int i = 0; i < iters; ++i) lat.push_back(one());
+              }
+              sync.arrive_and_wait();
+              if (!mine) continue;
+              const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+              std::lock_guard lock(mu);
+              job.latencies[k].insert(job.latencies[k].end(), lat.begin(), lat.end());
+              if (w == 0) {
+                const double per_op = (op == Op::kPushPull ? 2.0 : 1.0) * static_cast<double>(size) * sizeof(float);
+                job.rates[k].push_back(per_op * iters * workers / secs / 1e9);
+              }
+            }
           }
         }
-      }
-      // Gradients are zero and lr is 1: every pulled value must still be exactly 0.
-      for (float v : params) wrong += v != 0.0f;
-      client.Finished(OkStatus());
-      client.Flush(1);
-    });
+        // Gradients are zero and lr is 1: every pulled value must still be exactly 0.
+        for (float v : params) job.wrong += v != 0.0f;
+        client.Finished(OkStatus());
+        client.Flush(1);
+      });
+    }
   }
   for (auto& t : wthreads) t.join();
-  for (auto& t : threads) t.join();
+  for (auto& job : jobs) {
+    for (auto& t : job->threads) t.join();
+  }
   std::vector<Row> rows;
   for (int k = 0; k < 3; ++k) {
-    rows.push_back({security != nullptr, OpName(ops[k]), servers, workers, size, Median(rates[k]), Quantile(latencies[k], 0.5),
-                    Quantile(latencies[k], 0.99), wrong.load()});
+    double base = -1;
+    for (auto& job : jobs) {
+      if (job->replicas == 1) base = Median(job->rates[k]);
+    }
+    for (auto& job : jobs) {
+      Row row{security != nullptr, OpName(ops[k]), servers, workers, job->replicas, size, Median(job->rates[k]),
+              Quantile(job->latencies[k], 0.5), Quantile(job->latencies[k], 0.99), job->wrong.load()};
+      if (base > 0) row.vs_r1 = row.gbps / base;
+      rows.push_back(row);
+    }
   }
   return rows;
 }
@@ -194,6 +246,9 @@ int Main(int argc, char** argv) {
       ("configs", po::value<std::string>()->default_value("1x1,2x2"), "SERVERSxWORKERS list")
       ("iters", po::value<int>()->default_value(0), "operations per repeat (0: 20 for <= 4M floats, else 6)")
       ("repeats", po::value<int>()->default_value(5), "timed repeats (median reported)")
+      ("replicas", po::value<std::string>()->default_value("1"),
+       "copies of every shard (the scheduler's --replicas; 1: no backups), comma-separated: each configuration runs once per "
+       "count, the jobs alternating within every repeat; a configuration with fewer servers than a count skips it")
       ("curve", po::value<std::string>()->default_value("off"), "off|on|both: CURVE (--auth-dir's encryption) on every socket; both runs each config plain and then with CURVE")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
@@ -213,6 +268,16 @@ int Main(int argc, char** argv) {
       configs.push_back({s, w});
     }
   }
+  std::vector<int> replicas;
+  {
+    auto list = ParseIntList(vm["replicas"].as<std::string>(), 1, 16);
+    if (!list.ok()) flags.Fail("--replicas: " + list.status().message());
+    for (int64_t r : *list) {
+      if (std::find(replicas.begin(), replicas.end(), r) != replicas.end()) flags.Fail("--replicas: " + std::to_string(r) + " given twice");
+      replicas.push_back(static_cast<int>(r));
+    }
+  }
+  const bool ratio = replicas.size() > 1;
   const std::string curve = vm["curve"].as<std::string>();
   if (curve != "off" && curve != "on" && curve != "both") flags.Fail("--curve must be off, on or both");
   std::vector<const Security*> modes;
@@ -229,17 +294,35 @@ int Main(int argc, char** argv) {
   const int repeats = vm["repeats"].as<int>();
   if (repeats < 1 || vm["iters"].as<int>() < 0) flags.Fail("--repeats must be >= 1 and --iters >= 0");
   std::printf("# gradsync-bench-ps: GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n", repeats);
-  std::printf("%-6s %-10s %7s %7s %10s %9s %9s %9s %7s\n", "curve", "op", "servers", "workers", "floats", "GB/s", "p50_ms",
-              "p99_ms", "#wrong");
+  if (ratio) {
+    std::printf("# replicas: one job per count, all alive at once, timed in turn within every repeat; vs_r1 = GB/s over the "
+                "replicas=1 row's (same op and configuration)\n");
+  }
+  std::printf("%-6s %-10s %7s %7s %8s %10s %9s %9s %9s %7s", "curve", "op", "servers", "workers", "replicas", "floats", "GB/s",
+              "p50_ms", "p99_ms", "#wrong");
+  std::printf(ratio ? " %6s\n" : "\n", "vs_r1");
   std::vector<Row> all;
   for (int64_t size : *sizes) {
     const int iters = vm["iters"].as<int>() > 0 ? vm["iters"].as<int>() : (size <= (4 << 20) ? 20 : 6);
     for (auto [s, w] : configs) {
+      std::vector<int> counts;
+      for (int r : replicas) {
+        if (r <= s) {
+          counts.push_back(r);
+        } else {
+          std::printf("# %dx%d %lld floats: replicas=%d skipped (it needs at least %d servers)\n", s, w,
+                      static_cast<long long>(size), r, r);
+        }
+      }
+      if (counts.empty()) continue;
       for (const Security* sec : modes) {
-        for (const Row& r : RunConfig(s, w, size, iters, repeats, sec)) {
-          std::printf("%-6s %-10s %7d %7d %10lld %9.2f %9.3f %9.3f %7lld\n", r.curve ? "on" : "off", r.op.c_str(),
-                      r.servers, r.workers, static_cast<long long>(r.size), r.gbps, r.p50_ms, r.p99_ms,
+        for (const Row& r : RunConfig(s, w, size, iters, repeats, sec, counts)) {
+          std::printf("%-6s %-10s %7d %7d %8d %10lld %9.2f %9.3f %9.3f %7lld", r.curve ? "on" : "off", r.op.c_str(), r.servers,
+                      r.workers, r.replicas, static_cast<long long>(r.size), r.gbps, r.p50_ms, r.p99_ms,
                       static_cast<long long>(r.wrong));
+          if (ratio && r.vs_r1 >= 0) std::printf(" %6.2f", r.vs_r1);
+          if (ratio && r.vs_r1 < 0) std::printf(" %6s", "-");
+          std::printf("\n");
           std::fflush(stdout);
           all.push_back(r);
         }
@@ -255,9 +338,27 @@ int Main(int argc, char** argv) {
     for (const Row& on : all) {
       if (!on.curve || on.op != "push+pull") continue;
       for (const Row& off : all) {
-        if (off.curve || off.op != on.op || off.servers != on.servers || off.workers != on.workers || off.size != on.size) continue;
-        std::printf("# CURVE push+pull %dx%d %lld floats: %.2f vs %.2f GB/s plain (%.2fx), p50 %.3f vs %.3f ms\n", on.servers,
-                    on.workers, static_cast<long long>(on.size), on.gbps, off.gbps, on.gbps / off.gbps, on.p50_ms, off.p50_ms);
+        if (off.curve || off.op != on.op || off.servers != on.servers || off.workers != on.workers || off.size != on.size ||
+            off.replicas != on.replicas) {
+          continue;
+        }
+        std::printf("# CURVE push+pull %dx%d%s %lld floats: %.2f vs %.2f GB/s plain (%.2fx), p50 %.3f vs %.3f ms\n", on.servers,
+                    on.workers, ratio ? (" replicas=" + std::to_string(on.replicas)).c_str() : "",
+                    static_cast<long long>(on.size), on.gbps, off.gbps, on.gbps / off.gbps, on.p50_ms, off.p50_ms);
+      }
+    }
+  }
+  if (ratio) {  // replication's cost, measured in this run
+    for (const Row& r : all) {
+      if (r.op != "push+pull" || r.replicas == 1) continue;
+      for (const Row& one : all) {
+        if (one.op != r.op || one.replicas != 1 || one.curve != r.curve || one.servers != r.servers ||
+            one.workers != r.workers || one.size != r.size) {
+          continue;
+        }
+        std::printf("# replicas=%d push+pull %dx%d %lld floats%s: %.2f vs %.2f GB/s with replicas=1 (%.2fx), p50 %.3f vs %.3f ms\n",
+                    r.replicas, r.servers, r.workers, static_cast<long long>(r.size), r.curve ? " CURVE" : "", r.gbps, one.gbps,
+                    r.vs_r1, r.p50_ms, one.p50_ms);
       }
     }
   }
@@ -270,8 +371,10 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < all.size(); ++i) {
       const Row& r = all[i];
       f << (i ? ", " : "") << "{\"curve\": " << (r.curve ? "true" : "false") << ", \"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
-        << ", \"floats\": " << r.size << ", \"gbps\": " << r.gbps << ", \"p50_ms\": " << r.p50_ms
-        << ", \"p99_ms\": " << r.p99_ms << ", \"wrong\": " << r.wrong << "}";
+        << ", \"replicas\": " << r.replicas << ", \"floats\": " << r.size << ", \"gbps\": " << r.gbps << ", \"p50_ms\": " << r.p50_ms
+        << ", \"p99_ms\": " << r.p99_ms << ", \"wrong\": " << r.wrong;
+      if (r.vs_r1 >= 0) f << ", \"vs_replicas1\": " << r.vs_r1;
+      f << "}";
     }
     f << "]\n";
   }
