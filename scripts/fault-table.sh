@@ -35,7 +35,10 @@ mkdir -p "$out"
 trap 'pkill -9 -P $$ 2>/dev/null; true' EXIT
 
 # One line of LOG files matching PATTERN, cut to its message.
-said() { grep -h -E "$2" $1 2>/dev/null | head -1 | sed -E 's/^[IWE] [0-9:.]+ [a-z_]+\.cc:[0-9]+\] //; s/\|/\\|/g' | cut -c1-150; }
+said() {
+  grep -h -E "$2" $1 2>/dev/null | head -1 |
+    sed -E 's/^[IWE] [0-9:.]+ [a-z_]+\.cc:[0-9]+\] //; s/^.*\(its parameters are lost\): [^ ]*\/(shard-[0-9]+\.ckpt)/refused \1/; s/\|/\\|/g' | cut -c1-200
+}
 
 run() {  # MODE FAULT
   local mode=$1 fault=$2 d=$out/$1-$2

@@ -165,6 +165,13 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
       }
     }
   }
+  if (slot && info.role() == wire::SERVER && options_.replicas > 1 && !info.adopted() &&
+      now - slot->dead_at < options_.heartbeat_timeout_s) {
+    // Its backup holds every acknowledged push and is about to take the rank over; a restarted
+    // server would restore an older checkpoint. It asks again, and is a standby once the backup
+    // has taken over (or takes the rank itself if no backup did).
+    return ReplyError(m.peer, UnavailableError(NodeName(slot->info) + "'s backup may take its shard over; retry"));
+  }
   if (!slot) {
     return ReplyError(m.peer, FailedPreconditionError(
                                   "the job is already complete and no " + RoleName(info.role()) +
@@ -184,20 +191,7 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
   by_identity_[m.peer] = static_cast<size_t>(slot - nodes_.data());
   *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " rejoins the job as " << NodeName(slot->info);
-  wire::Header reply;
-  reply.set_type(wire::REGISTER_REPLY);
-  *reply.mutable_table() = table_;
-  *reply.mutable_node() = slot->info;
-  reply.set_rejoined(true);
-  Reply(m.peer, reply);
-  // What it missed: the nodes that are dead now.
-  for (const auto& n : nodes_) {
-    if (!n.dead) continue;
-    wire::Header dead;
-    dead.set_type(wire::NODE_DEAD);
-    *dead.mutable_node() = n.info;
-    Reply(m.peer, dead);
-  }
+  WelcomeBack(m.peer, slot->info);
   if (info.role() == wire::SERVER) {
     // Workers reconnect as soon as they hear of it: not before its data socket accepts the job's
     // messages (it applies the table's limit, then says LISTENING).
@@ -206,6 +200,23 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
     return;
   }
   AnnounceJoined(*slot);
+}
+
+void Scheduler::WelcomeBack(const std::string& peer, const wire::NodeInfo& info) {
+  wire::Header reply;
+  reply.set_type(wire::REGISTER_REPLY);
+  *reply.mutable_table() = table_;
+  *reply.mutable_node() = info;
+  reply.set_rejoined(true);
+  Reply(peer, reply);
+  // What it missed: the nodes that are dead now.
+  for (const auto& n : nodes_) {
+    if (!n.dead) continue;
+    wire::Header dead;
+    dead.set_type(wire::NODE_DEAD);
+    *dead.mutable_node() = n.info;
+    Reply(peer, dead);
+  }
 }
 
 void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken, double now) {
@@ -220,19 +231,7 @@ void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken
   *table_.add_standbys() = n.info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " asked for " << NodeName(taken.info)
                         << "'s rank, whose shard its backup serves now: it stays as a standby, " << NodeName(n.info);
-  wire::Header reply;
-  reply.set_type(wire::REGISTER_REPLY);
-  *reply.mutable_table() = table_;
-  *reply.mutable_node() = n.info;
-  reply.set_rejoined(true);
-  Reply(m.peer, reply);
-  for (const auto& d : nodes_) {
-    if (!d.dead) continue;
-    wire::Header dead;
-    dead.set_type(wire::NODE_DEAD);
-    *dead.mutable_node() = d.info;
-    Reply(m.peer, dead);
-  }
+  WelcomeBack(m.peer, n.info);
   n.listening = 0;
   n.announce_when_listening = true;  // the primaries connect to it once it listens
   nodes_.push_back(std::move(n));
@@ -388,6 +387,7 @@ void Scheduler::CheckHeartbeats(double now) {
   for (auto& n : nodes_) {
     if (n.dead || n.finished || now - n.last_seen <= options_.heartbeat_timeout_s) continue;
     n.dead = true;
+    n.dead_at = now;
     changed = true;
     GRADSYNC_LOG(ERROR) << "scheduler: " << NodeName(n.info) << " sent nothing for "
                         << options_.heartbeat_timeout_s << " s: declared dead";

@@ -64,6 +64,7 @@ class Scheduler {
     std::string identity;
     double last_seen = 0;
     bool dead = false;
+    double dead_at = 0;  // when it was declared dead
     bool finished = false;
     Status result;
     int rejoins = 0;
@@ -85,6 +86,8 @@ class Scheduler {
   void HandleListening(Node& n, const Message& m);
   void CheckMessageLimit();
   void AnnounceJoined(const Node& n);
+  // A node back in the running job: the table, its place, and the nodes dead now.
+  void WelcomeBack(const std::string& peer, const wire::NodeInfo& info);
   // A server whose shard a backup took over comes back: a standby (NodeInfo.standby).
   void AddStandby(Message& m, const std::string& who, const Node& taken, double now);
   void Reply(const std::string& peer, const wire::Header& h);

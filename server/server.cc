@@ -528,24 +528,28 @@ void Server::Replicate(wire::ReplicaOp op, int worker) {
   stats_.replicated++;
 }
 
+wire::Header Server::PushEntry(int worker, const PushChunk& c, bool last, float lr, float scale, Payload* p) const {
+  wire::Header h = Entry(wire::REPLICA_PUSH);
+  h.set_replica_worker(worker);
+  h.set_replica_scale(scale);
+  h.set_replica_counts(last);
+  if (!std::isnan(lr)) h.set_lr(lr);
+  for (const Segment& seg : c.segments) {
+    auto* out = h.add_segments();
+    out->set_offset(static_cast<uint64_t>(seg.begin));
+    out->set_length(static_cast<uint64_t>(seg.size()));
+  }
+  p->has_values = true;
+  p->keys = c.keys;
+  p->values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+  return h;
+}
+
 uint64_t Server::ReplicatePush(int worker, const HeldPush& push, float scale) {
   uint64_t seq = replicator_->last_seq();
   for (size_t i = 0; i < push.chunks.size(); ++i) {
-    const PushChunk& c = push.chunks[i];
-    wire::Header h = Entry(wire::REPLICA_PUSH);
-    h.set_replica_worker(worker);
-    h.set_replica_scale(scale);
-    h.set_replica_counts(i + 1 == push.chunks.size());
-    if (!std::isnan(push.lr)) h.set_lr(push.lr);
-    for (const Segment& seg : c.segments) {
-      auto* out = h.add_segments();
-      out->set_offset(static_cast<uint64_t>(seg.begin));
-      out->set_length(static_cast<uint64_t>(seg.size()));
-    }
     Payload p;
-    p.has_values = true;
-    p.keys = c.keys;
-    p.values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+    const wire::Header h = PushEntry(worker, push.chunks[i], i + 1 == push.chunks.size(), push.lr, scale, &p);
     seq = replicator_->Send(h, p);
     stats_.replicated++;
   }
@@ -580,21 +584,8 @@ void Server::SendSnapshots() {
     // The open round's pushes (bsp): acknowledged, so the copy must hold them too.
     for (const auto& [worker, held] : round_) {
       for (size_t i = 0; i < held.chunks.size(); ++i) {
-        const PushChunk& c = held.chunks[i];
-        wire::Header e = Entry(wire::REPLICA_PUSH);
-        e.set_replica_worker(worker);
-        e.set_replica_scale(1.0f);
-        e.set_replica_counts(i + 1 == held.chunks.size());
-        if (!std::isnan(held.lr)) e.set_lr(held.lr);
-        for (const Segment& seg : c.segments) {
-          auto* out = e.add_segments();
-          out->set_offset(static_cast<uint64_t>(seg.begin));
-          out->set_length(static_cast<uint64_t>(seg.size()));
-        }
         Payload p;
-        p.has_values = true;
-        p.keys = c.keys;
-        p.values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+        const wire::Header e = PushEntry(worker, held.chunks[i], i + 1 == held.chunks.size(), held.lr, 1.0f, &p);
         replicator_->SendSnapshotEntry(b, e, p);
       }
     }
@@ -678,6 +669,8 @@ void Server::MaybeAdopt(int dead) {
   o.requested_rank = dead;
   o.port = 0;
   o.restore_from = std::make_shared<ReplicaCopy>(std::move(copy).value());
+  // The rank is free now or never (someone else took it): no long wait.
+  o.register_timeout_s = std::min(o.register_timeout_s, 2 * options_.scheduler_timeout_s);
   o.colocated = colocated_;
   auto server = Server::Create(ctx_, o);
   if (!server.ok()) {

@@ -176,6 +176,8 @@ class Server {
   void Replicate(wire::ReplicaOp op, int worker = -1);
   // A push's chunks to the backups; the sequence number of the last.
   uint64_t ReplicatePush(int worker, const HeldPush& push, float scale);
+  // One chunk of a push as an entry (its values in *p, read in place).
+  wire::Header PushEntry(int worker, const PushChunk& c, bool last, float lr, float scale, Payload* p) const;
   void SendSnapshots();
   // The backups this shard has now (ranks after this one, live, not in this process).
   void UpdateBackups();
