@@ -23,6 +23,7 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
       wait_ms_(static_cast<size_t>(table.servers_size()), 0),
       clock_staleness_(static_cast<size_t>(table.servers_size()), -1) {
   broken_.assign(static_cast<size_t>(table.servers_size()), false);
+  for (int i = 0; i < table.servers_size(); ++i) lent_.push_back(std::make_shared<InflightCounter>());
   join_clock_.assign(static_cast<size_t>(table.servers_size()), -1);
   // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
   if (scheduler_) seen_joined_ = scheduler_->joined_nodes().size();
@@ -154,7 +155,7 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       p.values_frame = &compressed;
     } else if (runs.size() == 1 && ks.empty()) {
       p.values = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
-      p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
+      p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
     } else {
       scratch_.clear();
       for (const auto& run : runs) scratch_.insert(scratch_.end(), grads.begin() + run.begin, grads.begin() + run.end);
@@ -254,7 +255,7 @@ void PsClient::SendPart(size_t i) {
   Payload p;
   p.has_values = true;
   p.values = open_.grads.subspan(static_cast<size_t>(part.begin), static_cast<size_t>(part.end - part.begin));
-  p.lent = lent_;  // zero-copy: ZeroMQ reads the gradient buffer itself
+  p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
   Status st = sockets_[s].Send("", EncodeRequest(r), p);
   if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
 }
@@ -292,7 +293,8 @@ std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan 
 void PsClient::Poll() { (void)Receive(0); }
 
 bool PsClient::InFlight() const {
-  if (lent_->count() > 0) return true;
+  for (const auto& l : lent_)
+    if (l->count() > 0) return true;
   return std::any_of(pending_.begin(), pending_.end(),
                      [](const auto& p) { return p.second.is_pull && p.second.remaining > 0 && p.second.status.ok(); });
 }
@@ -404,7 +406,7 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       pending_.erase(it);
       waiting_on_.erase(id);
       // A push's lent gradient frames must be released before the caller may overwrite them.
-      if (!is_pull && s.ok()) lent_->WaitForZero();  // on failure the buffer is not reused
+      if (!is_pull && s.ok()) WaitForLentFrames();  // on failure the buffer is not reused
       return s;
     }
     // Dead or restarted shards, or a lost scheduler, end the wait at once.
@@ -423,6 +425,18 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       return DeadlineExceededError("no reply from " + who + " within " + std::to_string(timeout_s) + " s");
     }
     RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20))));
+  }
+}
+
+void PsClient::WaitForLentFrames() {
+  for (size_t s = 0; s < lent_.size(); ++s) {
+    // A dead shard's connection may hold frames of an earlier, failed push until Reconnect
+    // replaces it: they are not waited for (that buffer's next contents never reach it).
+    while (lent_[s]->count() > 0) {
+      CheckMembership();
+      if (broken_[s]) break;
+      std::this_thread::yield();
+    }
   }
 }
 

@@ -125,6 +125,8 @@ class PsClient {
            SchedulerClient* scheduler);
   // Fails the requests of shards whose server the scheduler declared dead or saw restart.
   void CheckMembership();
+  // Until ZeroMQ has released every lent gradient frame, except a dead shard's.
+  void WaitForLentFrames();
   Status Receive(int timeout_ms);
   void HandleReply(int shard, const Message& m);
   RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
@@ -152,7 +154,7 @@ class PsClient {
   std::vector<Socket> sockets_;
   TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
   int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
-  std::shared_ptr<InflightCounter> lent_ = std::make_shared<InflightCounter>();
+  std::vector<std::shared_ptr<InflightCounter>> lent_;  // per shard: gradient frames ZeroMQ still holds
   RequestId next_id_ = 1;
   std::map<RequestId, Pending> pending_;
   std::map<RequestId, std::vector<int>> waiting_on_;  // request -> shards not answered yet
