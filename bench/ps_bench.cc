@@ -14,6 +14,10 @@
 // The jobs of one configuration are all started together and, within every repeat, timed one
 // after the other (the order reversed every other repeat), so that the machine's noisy spells
 // hit every count alike; vs_r1 is a row's median GB/s over the replicas=1 row's.
+//
+// --processes (bench/ps_bench_procs.cc): the same loops with the scheduler and shards as
+// gradsync-server processes and every worker a process of its own, and the ceilings (ZeroMQ
+// REQ/REP and PUSH/PULL, one TCP stream, memcpy) measured across processes in the same run.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
