@@ -14,6 +14,10 @@
 // The jobs of one configuration are all started together and, within every repeat, timed one
 // after the other (the order reversed every other repeat), so that the machine's noisy spells
 // hit every count alike; vs_r1 is a row's median GB/s over the replicas=1 row's.
+//
+// --processes (bench/ps_bench_procs.cc): the same loops with the scheduler and shards as
+// gradsync-server processes and every worker a process of its own, and the ceilings (ZeroMQ
+// REQ/REP and PUSH/PULL, one TCP stream, memcpy) measured across processes in the same run.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/ps_bench_procs.h"
 #include "common/flags.h"
 #include "common/security.h"
 #include "common/transport.h"
@@ -240,6 +245,7 @@ double MemcpyGbps(int64_t size) {
 }
 
 int Main(int argc, char** argv) {
+  if (psbench::IsRole(argc, argv)) return psbench::RunRole(argc, argv);  // a child of --processes
   FlagParser flags("gradsync-bench-ps", "Parameter-server push/pull throughput and latency on loopback.");
   flags.options().add_options()
       ("sizes", po::value<std::string>()->default_value("1048576,16777216"), "floats per tensor")
@@ -250,6 +256,10 @@ int Main(int argc, char** argv) {
        "copies of every shard (the scheduler's --replicas; 1: no backups), comma-separated: each configuration runs once per "
        "count, the jobs alternating within every repeat; a configuration with fewer servers than a count skips it")
       ("curve", po::value<std::string>()->default_value("off"), "off|on|both: CURVE (--auth-dir's encryption) on every socket; both runs each config plain and then with CURVE")
+      ("processes", po::bool_switch(), "run the scheduler and shards as gradsync-server processes (found next to this "
+       "binary) and every worker as a process of its own, and measure the ceilings (ZeroMQ REQ/REP and PUSH/PULL with "
+       "the shards' message sizes, one TCP stream, memcpy) in the same run, also across processes; each row gets "
+       "vs_ceiling. Only with --curve=off and --replicas=1")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
@@ -293,6 +303,12 @@ int Main(int argc, char** argv) {
   }
   const int repeats = vm["repeats"].as<int>();
   if (repeats < 1 || vm["iters"].as<int>() < 0) flags.Fail("--repeats must be >= 1 and --iters >= 0");
+  if (vm["processes"].as<bool>()) {
+    if (curve != "off") flags.Fail("--processes runs with --curve=off only");
+    if (replicas != std::vector<int>{1}) flags.Fail("--processes runs with --replicas=1 only");
+    return psbench::RunProcesses(*sizes, configs, vm["iters"].as<int>(), repeats,
+                                 vm.count("json") ? vm["json"].as<std::string>() : std::string());
+  }
   std::printf("# gradsync-bench-ps: GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n", repeats);
   if (ratio) {
     std::printf("# replicas: one job per count, all alive at once, timed in turn within every repeat; vs_r1 = GB/s over the "

@@ -1,0 +1,787 @@
+// gradsync-bench-ps --processes (see ps_bench_procs.h).
+//
+// Per configuration: gradsync-server --role=scheduler (--port-file), S gradsync-server
+// --role=server --mode=asp shards and W workers, each worker this binary re-executed as
+// --role=worker. A worker registers through SchedulerClient, worker 0 initialises the tensor,
+// and each runs the in-process mode's loops (2 warm-up operations, then `repeats` repeats of
+// `iters` operations, all workers starting every repeat together through a scheduler barrier).
+// It prints its per-repeat start and end (steady_clock, which is CLOCK_MONOTONIC: one clock for
+// every process of the machine) and its latencies on stdout; the parent takes a repeat's wall
+// time as the last end minus the first start, so throughput per repeat = all workers' value
+// bytes / that time, the median over repeats, latency p50/p99 over every operation.
+//
+// Ceilings, per message size (a shard's part of the tensor, ceil(floats / servers) * 4 bytes),
+// each a receiver process and a sender process over 127.0.0.1 TCP: ZeroMQ PUSH/PULL (the sender
+// streams `iters` messages, the receiver acknowledges the last), ZeroMQ REQ/REP (push: the big
+// message as the request and a 16-byte reply; pull: a 16-byte request and the big reply;
+// push+pull: big both ways), zero-copy sends throughout; one TCP stream of the same bytes
+// (POSIX sockets, TCP_NODELAY, acknowledged at the end of each repeat); memcpy in the parent.
+// Each is timed over the same iters and repeats as the PS rows; the median is reported.
+#include "bench/ps_bench_procs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/scheduler_client.h"
+#include "common/transport.h"
+#include "worker/ps_client.h"
+
+namespace gradsync::psbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "gradsync-bench-ps: error: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// --key=value arguments of a role.
+std::map<std::string, std::string> RoleArgs(int argc, char** argv) {
+  std::map<std::string, std::string> m;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) Die("bad role argument '" + a + "'");
+    m[a.substr(2, eq - 2)] = a.substr(eq + 1);
+  }
+  return m;
+}
+
+int64_t Int(const std::map<std::string, std::string>& m, const std::string& k) {
+  auto it = m.find(k);
+  if (it == m.end()) Die("role argument --" + k + " missing");
+  return std::stoll(it->second);
+}
+
+std::string Str(const std::map<std::string, std::string>& m, const std::string& k) {
+  auto it = m.find(k);
+  if (it == m.end()) Die("role argument --" + k + " missing");
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Roles (children).
+
+const char* kOps[] = {"push", "pull", "push+pull"};
+
+int RunWorker(const std::map<std::string, std::string>& a) {
+  const int w = static_cast<int>(Int(a, "rank")), workers = static_cast<int>(Int(a, "workers"));
+  const int64_t size = Int(a, "size");
+  const int iters = static_cast<int>(Int(a, "iters")), repeats = static_cast<int>(Int(a, "repeats"));
+  TransportContext ctx(2);
+  SchedulerClientOptions sc;
+  sc.scheduler_endpoint = Str(a, "scheduler");
+  sc.self.set_role(wire::WORKER);
+  sc.self.set_host("127.0.0.1");
+  sc.self.set_requested_rank(w);
+  sc.mode = "asp";
+  SchedulerClient client(ctx, sc);
+  auto table = client.Register(60);
+  if (!table.ok()) Die("worker register: " + table.status().message());
+  std::vector<TensorInfo> layout = {{"w", {size}, 0, size, false}};
+  auto created = PsClient::Create(ctx, *table, w, layout, &client);
+  if (!created.ok()) Die("worker PsClient: " + created.status().message());
+  auto ps = std::move(created).value();
+  std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
+  if (w == 0) {
+    wire::JobConfig config;
+    auto* t = config.add_tensors();
+    t->set_name("w");
+    t->set_size(static_cast<uint64_t>(size));
+    config.set_num_params(static_cast<uint64_t>(size));
+    config.set_num_workers(workers);
+    config.set_lr(1.0f);
+    config.set_lr_schedule("constant");
+    if (Status s = ps->Init(config, params, 60); !s.ok()) Die("worker init: " + s.message());
+  }
+  if (Status s = client.Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+  int64_t clock = 0;
+  std::ostringstream out;
+  for (int k = 0; k < 3; ++k) {
+    auto one = [&] {
+      auto t0 = Clock::now();
+      if (k != 1) {
+        auto id = ps->Push(clock, grads, {}, {});
+        if (!id.ok()) Die("push: " + id.status().message());
+        if (Status s = ps->Wait(*id, 60); !s.ok()) Die("push: " + s.message());
+        ++clock;
+      }
+      if (k != 0) {
+        auto id = ps->Pull(clock, params, {});
+        if (!id.ok()) Die("pull: " + id.status().message());
+        if (Status s = ps->Wait(*id, 60); !s.ok()) Die("pull: " + s.message());
+      }
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    for (int i = 0; i < 2; ++i) one();  // warm-up
+    std::vector<double> lat;
+    for (int r = 0; r < repeats; ++r) {
+      const std::string name = "r" + std::to_string(k) + "_" + std::to_string(r);
+      if (Status s = client.Barrier(name, "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+      const int64_t t0 = NowNs();
+      for (int i = 0; i < iters; ++i) lat.push_back(one());
+      out << "R " << k << " " << r << " " << t0 << " " << NowNs() << "\n";
+    }
+    out << "L " << k;
+    for (double l : lat) out << " " << l;
+    out << "\n";
+  }
+  int64_t wrong = 0;
+  for (float v : params) wrong += v != 0.0f;  // zero gradients, lr 1: every value stays 0
+  out << "W " << wrong << "\n";
+  client.Finished(OkStatus());
+  client.Flush(1);
+  std::fputs(out.str().c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+// Zero-copy: ZeroMQ sends straight from `data`, which never changes (no free function).
+void SendZeroCopy(zmq::socket_t& s, const std::vector<char>& data) {
+  zmq::message_t m(const_cast<char*>(data.data()), data.size(), nullptr, nullptr);
+  s.send(m, zmq::send_flags::none);
+}
+
+void RecvOne(zmq::socket_t& s) {
+  zmq::message_t m;
+  if (!s.recv(m)) Die("zmq recv");
+}
+
+uint16_t PortOf(zmq::socket_t& s) {
+  const std::string ep = s.get(zmq::sockopt::last_endpoint);
+  return static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
+}
+
+void ReadFull(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r <= 0) Die("tcp read");
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+void WriteFull(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t r = ::write(fd, p, n);
+    if (r <= 0) Die("tcp write");
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+// kind: stream (ZeroMQ PUSH/PULL), reqrep (ZeroMQ REQ/REP; op push|pull|pushpull), tcp.
+// The receiver prints "PORTS a b" first; the sender prints "R secs" per repeat.
+int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
+  const std::string kind = Str(a, "kind"), op = a.count("op") ? a.at("op") : "push";
+  const size_t bytes = static_cast<size_t>(Int(a, "bytes"));
+  const int iters = static_cast<int>(Int(a, "iters")), rounds = static_cast<int>(Int(a, "repeats")) + 1;  // + warm-up
+  std::vector<char> big(bytes, 1), small(16, 1);
+  if (kind == "tcp") {
+    if (rx) {
+      int l = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t len = sizeof(addr);
+      if (::bind(l, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(l, 1) != 0) Die("tcp bind");
+      ::getsockname(l, reinterpret_cast<sockaddr*>(&addr), &len);
+      std::printf("PORTS %u 0\n", ntohs(addr.sin_port));
+      std::fflush(stdout);
+      int c = ::accept(l, nullptr, nullptr);
+      if (c < 0) Die("tcp accept");
+      for (int r = 0; r < rounds; ++r) {
+        for (int i = 0; i < iters; ++i) ReadFull(c, big.data(), bytes);
+        WriteFull(c, small.data(), 1);
+      }
+      ::close(c);
+      ::close(l);
+      return 0;
+    }
+    int c = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(Int(a, "port")));
+    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("tcp connect");
+    int one = 1;
+    ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    for (int r = 0; r < rounds; ++r) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) WriteFull(c, big.data(), bytes);
+      ReadFull(c, small.data(), 1);
+      if (r > 0) std::printf("R %.9f\n", std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    ::close(c);
+    std::fflush(stdout);
+    return 0;
+  }
+  TransportContext ctx(1);
+  if (kind == "stream") {
+    if (rx) {
+      zmq::socket_t in(ctx, zmq::socket_type::pull), ack(ctx, zmq::socket_type::push);
+      in.bind("tcp://127.0.0.1:*");
+      ack.bind("tcp://127.0.0.1:*");
+      std::printf("PORTS %u %u\n", PortOf(in), PortOf(ack));
+      std::fflush(stdout);
+      for (int r = 0; r < rounds; ++r) {
+        for (int i = 0; i < iters; ++i) RecvOne(in);
+        SendZeroCopy(ack, small);
+      }
+      return 0;
+    }
+    zmq::socket_t out(ctx, zmq::socket_type::push), ack(ctx, zmq::socket_type::pull);
+    out.connect("tcp://127.0.0.1:" + Str(a, "port"));
+    ack.connect("tcp://127.0.0.1:" + Str(a, "port2"));
+    for (int r = 0; r < rounds; ++r) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) SendZeroCopy(out, big);
+      RecvOne(ack);
+      if (r > 0) std::printf("R %.9f\n", std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::fflush(stdout);
+    return 0;
+  }
+  if (kind != "reqrep") Die("unknown ceiling kind " + kind);
+  const std::vector<char>& request = op == "pull" ? small : big;
+  const std::vector<char>& reply = op == "push" ? small : big;
+  // A REP receiver (a shard) answers --clients senders; a sender (a worker) holds one REQ per
+  // receiver (--ports=a,b,...) and, per operation, sends on every one and then reads every reply,
+  // as PsClient does with its shards.
+  if (rx) {
+    zmq::socket_t rep(ctx, zmq::socket_type::rep);
+    rep.bind("tcp://127.0.0.1:*");
+    std::printf("PORTS %u 0\n", PortOf(rep));
+    std::fflush(stdout);
+    const int64_t total = static_cast<int64_t>(rounds) * iters * Int(a, "clients");
+    for (int64_t i = 0; i < total; ++i) {
+      RecvOne(rep);
+      SendZeroCopy(rep, reply);
+    }
+    return 0;
+  }
+  std::vector<zmq::socket_t> reqs;
+  std::stringstream ports(Str(a, "ports"));
+  std::string port;
+  while (std::getline(ports, port, ',')) {
+    reqs.emplace_back(ctx, zmq::socket_type::req);
+    reqs.back().connect("tcp://127.0.0.1:" + port);
+  }
+  std::ostringstream out;
+  for (int r = 0; r < rounds; ++r) {
+    const int64_t t0 = NowNs();
+    for (int i = 0; i < iters; ++i) {
+      for (auto& q : reqs) SendZeroCopy(q, request);
+      for (auto& q : reqs) RecvOne(q);
+    }
+    if (r > 0) out << "T " << r - 1 << " " << t0 << " " << NowNs() << "\n";
+  }
+  std::fputs(out.str().c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent: children, bounded waits, every child killed at the end.
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // stdout pipe, -1 when not captured or at EOF
+  std::string text;
+  std::string name;
+  int status = -1;  // waitpid status once reaped
+};
+
+class Children {
+ public:
+  ~Children() { KillAll(); }
+
+  // Starts args[0] with args; its stdout comes back through a pipe when `capture`, else goes to
+  // /dev/null. stderr is inherited. It dies with this process (PR_SET_PDEATHSIG).
+  Child* Spawn(const std::vector<std::string>& args, bool capture, const std::string& name) {
+    int p[2] = {-1, -1};
+    if (::pipe2(p, O_CLOEXEC) != 0) Die("pipe");
+    const pid_t parent = ::getpid();
+    std::vector<char*> argv;
+    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) Die("fork");
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      if (capture) {
+        ::dup2(p[1], 1);
+      } else {
+        const int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, 1);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(p[1]);
+    auto c = std::make_unique<Child>();
+    c->pid = pid;
+    c->name = name;
+    if (capture) {
+      c->out = p[0];
+    } else {
+      ::close(p[0]);
+    }
+    all_.push_back(std::move(c));
+    return all_.back().get();
+  }
+
+  // Reads the children's stdout until each is at EOF (and at least `min_lines` lines of `until`
+  // arrived, when given) or the deadline. False at the deadline.
+  static bool Read(const std::vector<Child*>& kids, Clock::time_point deadline, Child* until = nullptr, int min_lines = 0) {
+    for (;;) {
+      if (until && std::count(until->text.begin(), until->text.end(), '\n') >= min_lines) return true;
+      std::vector<pollfd> fds;
+      std::vector<Child*> who;
+      for (Child* c : kids) {
+        if (c->out >= 0) {
+          fds.push_back({c->out, POLLIN, 0});
+          who.push_back(c);
+        }
+      }
+      if (fds.empty()) return until == nullptr;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000))) < 0 && errno != EINTR) return false;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        char buf[65536];
+        const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+        if (n > 0) {
+          who[i]->text.append(buf, static_cast<size_t>(n));
+        } else if (n == 0 || errno != EINTR) {
+          ::close(who[i]->out);
+          who[i]->out = -1;
+        }
+      }
+    }
+  }
+
+  // Waits for the children to exit until the deadline; kills the rest. True when every one
+  // exited by itself with status 0.
+  static bool Reap(const std::vector<Child*>& kids, Clock::time_point deadline) {
+    bool ok = true;
+    for (Child* c : kids) {
+      while (c->pid > 0) {
+        int st = 0;
+        const pid_t r = ::waitpid(c->pid, &st, WNOHANG);
+        if (r == c->pid) {
+          c->status = st;
+          c->pid = -1;
+          if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            std::fprintf(stderr, "gradsync-bench-ps: %s exited with status %d\n", c->name.c_str(),
+                         WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+            ok = false;
+          }
+        } else if (Clock::now() > deadline) {
+          std::fprintf(stderr, "gradsync-bench-ps: %s did not exit in time: killed\n", c->name.c_str());
+          ::kill(c->pid, SIGKILL);
+          ::waitpid(c->pid, &st, 0);
+          c->pid = -1;
+          ok = false;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+    }
+    return ok;
+  }
+
+  void KillAll() {
+    for (auto& c : all_) {
+      if (c->pid > 0) {
+        ::kill(c->pid, SIGKILL);
+        int st = 0;
+        ::waitpid(c->pid, &st, 0);
+        c->pid = -1;
+      }
+      if (c->out >= 0) {
+        ::close(c->out);
+        c->out = -1;
+      }
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<Child>> all_;
+};
+
+std::string SelfDir() {
+  return std::filesystem::canonical("/proc/self/exe").parent_path().string();
+}
+
+struct PsRow {
+  std::string op;
+  int servers, workers;
+  int64_t size;
+  double gbps, p50_ms, p99_ms;
+  int64_t wrong;
+  int64_t msg_bytes;
+  double ceiling = 0;
+};
+
+struct CeilRow {
+  std::string name;
+  int servers, workers;  // receivers and senders (0: memcpy)
+  int64_t bytes;
+  int iters;
+  double gbps;
+};
+
+// One configuration as processes. False when a child failed or a deadline passed.
+bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repeats, std::vector<PsRow>* rows) {
+  const std::string dir = SelfDir();
+  const std::string server_bin = dir + "/gradsync-server", self = dir + "/gradsync-bench-ps";
+  char tmpl[] = "/tmp/gradsync-bench-ps-XXXXXX";
+  if (!::mkdtemp(tmpl)) Die("mkdtemp");
+  const std::string tmp = tmpl;
+  const std::string port_file = tmp + "/port";
+  Children kids;
+  bool ok = true;
+  Child* sched = kids.Spawn({server_bin, "--role=scheduler", "--mode=asp", "--num-servers=" + std::to_string(servers),
+                             "--num-workers=" + std::to_string(workers), "--port-file=" + port_file, "--register-timeout=60"},
+                            false, "scheduler");
+  std::string port;
+  const auto start_deadline = Clock::now() + std::chrono::seconds(30);
+  while (port.empty()) {
+    std::ifstream f(port_file);
+    if (f >> port) break;
+    int st = 0;
+    if (::waitpid(sched->pid, &st, WNOHANG) == sched->pid) {
+      sched->pid = -1;
+      std::fprintf(stderr, "gradsync-bench-ps: the scheduler exited before it wrote its port\n");
+      std::filesystem::remove_all(tmp);
+      return false;
+    }
+    if (Clock::now() > start_deadline) {
+      std::fprintf(stderr, "gradsync-bench-ps: no scheduler port after 30 s\n");
+      std::filesystem::remove_all(tmp);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::filesystem::remove_all(tmp);
+  std::vector<Child*> nodes = {sched}, ws;
+  for (int i = 0; i < servers; ++i) {
+    nodes.push_back(kids.Spawn({server_bin, "--role=server", "--mode=asp", "--scheduler=127.0.0.1:" + port,
+                                "--rank=" + std::to_string(i), "--register-timeout=60"},
+                               false, "server " + std::to_string(i)));
+  }
+  for (int w = 0; w < workers; ++w) {
+    ws.push_back(kids.Spawn({self, "--role=worker", "--scheduler=tcp://127.0.0.1:" + port, "--rank=" + std::to_string(w),
+                             "--workers=" + std::to_string(workers), "--size=" + std::to_string(size),
+                             "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
+                            true, "worker " + std::to_string(w)));
+  }
+  if (!Children::Read(ws, Clock::now() + std::chrono::seconds(600))) {
+    std::fprintf(stderr, "gradsync-bench-ps: %dx%d %lld floats: workers did not finish in 600 s\n", servers, workers,
+                 static_cast<long long>(size));
+    return false;  // ~Children kills everything
+  }
+  ok &= Children::Reap(ws, Clock::now() + std::chrono::seconds(30));
+  ok &= Children::Reap(nodes, Clock::now() + std::chrono::seconds(30));
+  if (!ok) return false;
+  // t0/t1 per (op, repeat) over the workers; latencies per op; wrong values.
+  std::vector<std::vector<int64_t>> t0(3, std::vector<int64_t>(static_cast<size_t>(repeats), INT64_MAX)),
+      t1(3, std::vector<int64_t>(static_cast<size_t>(repeats), 0));
+  std::vector<std::vector<double>> lat(3);
+  int64_t wrong = 0;
+  int lines = 0;
+  for (Child* c : ws) {
+    std::istringstream in(c->text);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string tag;
+      ls >> tag;
+      if (tag == "R") {
+        int k = 0, r = 0;
+        int64_t a = 0, b = 0;
+        ls >> k >> r >> a >> b;
+        if (k < 0 || k > 2 || r < 0 || r >= repeats) continue;
+        t0[static_cast<size_t>(k)][static_cast<size_t>(r)] = std::min(t0[static_cast<size_t>(k)][static_cast<size_t>(r)], a);
+        t1[static_cast<size_t>(k)][static_cast<size_t>(r)] = std::max(t1[static_cast<size_t>(k)][static_cast<size_t>(r)], b);
+        ++lines;
+      } else if (tag == "L") {
+        int k = 0;
+        ls >> k;
+        double v = 0;
+        while (ls >> v) lat[static_cast<size_t>(k)].push_back(v);
+      } else if (tag == "W") {
+        int64_t n = 0;
+        ls >> n;
+        wrong += n;
+      }
+    }
+  }
+  if (lines != 3 * repeats * workers) {
+    std::fprintf(stderr, "gradsync-bench-ps: %dx%d: the workers reported %d repeats, not %d\n", servers, workers, lines,
+                 3 * repeats * workers);
+    return false;
+  }
+  const int64_t shard_floats = (size + servers - 1) / servers;
+  for (size_t k = 0; k < 3; ++k) {
+    const double per_op = (k == 2 ? 2.0 : 1.0) * static_cast<double>(size) * sizeof(float);
+    std::vector<double> rates;
+    for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) {
+      rates.push_back(per_op * iters * workers / (static_cast<double>(t1[k][r] - t0[k][r]) / 1e9) / 1e9);
+    }
+    rows->push_back({kOps[k], servers, workers, size, Median(rates), Quantile(lat[k], 0.5), Quantile(lat[k], 0.99), wrong,
+                     shard_floats * static_cast<int64_t>(sizeof(float))});
+  }
+  return true;
+}
+
+// One ceiling: receiver and sender processes; the median GB/s over the repeats (bytes_per_op:
+// what one operation moves, counted as the PS rows count it). < 0 when it failed.
+double CeilingProcs(const std::string& kind, const std::string& op, int64_t bytes, int iters, int repeats) {
+  const std::string self = SelfDir() + "/gradsync-bench-ps";
+  const std::vector<std::string> common = {"--kind=" + kind, "--op=" + op, "--bytes=" + std::to_string(bytes),
+                                           "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)};
+  Children kids;
+  std::vector<std::string> rx_args = {self, "--role=ceil-rx"};
+  rx_args.insert(rx_args.end(), common.begin(), common.end());
+  Child* rx = kids.Spawn(rx_args, true, "ceiling receiver " + kind);
+  if (!Children::Read({rx}, Clock::now() + std::chrono::seconds(30), rx, 1)) return -1;
+  std::istringstream first(rx->text);
+  std::string tag, p1, p2;
+  first >> tag >> p1 >> p2;
+  if (tag != "PORTS") return -1;
+  std::vector<std::string> tx_args = {self, "--role=ceil-tx", "--port=" + p1, "--port2=" + p2};
+  tx_args.insert(tx_args.end(), common.begin(), common.end());
+  Child* tx = kids.Spawn(tx_args, true, "ceiling sender " + kind);
+  if (!Children::Read({tx, rx}, Clock::now() + std::chrono::seconds(300))) return -1;
+  if (!Children::Reap({tx, rx}, Clock::now() + std::chrono::seconds(10))) return -1;
+  std::istringstream in(tx->text);
+  std::vector<double> rates;
+  const double per_op = static_cast<double>(bytes) * (op == "pushpull" ? 2.0 : 1.0);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    double secs = 0;
+    if (ls >> tag >> secs && tag == "R" && secs > 0) rates.push_back(per_op * iters / secs / 1e9);
+  }
+  if (static_cast<int>(rates.size()) != repeats) return -1;
+  return Median(rates);
+}
+
+// The REQ/REP ceiling of a configuration: `servers` REP receiver processes, `workers` sender
+// processes each with one REQ per receiver; a repeat's wall time is the last sender's end minus
+// the first one's start; GB/s counts every sender's bytes as the PS rows do (push+pull: both
+// ways). < 0 when it failed.
+double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats, int servers, int workers) {
+  const std::string self = SelfDir() + "/gradsync-bench-ps";
+  const std::vector<std::string> common = {"--kind=reqrep", "--op=" + op, "--bytes=" + std::to_string(bytes),
+                                           "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)};
+  Children kids;
+  std::vector<Child*> all;
+  std::string ports;
+  for (int s = 0; s < servers; ++s) {
+    std::vector<std::string> args = {self, "--role=ceil-rx", "--clients=" + std::to_string(workers)};
+    args.insert(args.end(), common.begin(), common.end());
+    Child* rx = kids.Spawn(args, true, "ceiling receiver");
+    all.push_back(rx);
+    if (!Children::Read({rx}, Clock::now() + std::chrono::seconds(30), rx, 1)) return -1;
+    std::istringstream first(rx->text);
+    std::string tag, p1;
+    first >> tag >> p1;
+    if (tag != "PORTS") return -1;
+    ports += (s ? "," : "") + p1;
+  }
+  std::vector<Child*> txs;
+  for (int w = 0; w < workers; ++w) {
+    std::vector<std::string> args = {self, "--role=ceil-tx", "--ports=" + ports};
+    args.insert(args.end(), common.begin(), common.end());
+    txs.push_back(kids.Spawn(args, true, "ceiling sender"));
+    all.push_back(txs.back());
+  }
+  if (!Children::Read(all, Clock::now() + std::chrono::seconds(300))) return -1;
+  if (!Children::Reap(all, Clock::now() + std::chrono::seconds(10))) return -1;
+  std::vector<int64_t> t0(static_cast<size_t>(repeats), INT64_MAX), t1(static_cast<size_t>(repeats), 0);
+  int lines = 0;
+  for (Child* c : txs) {
+    std::istringstream in(c->text);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string tag;
+      int r = -1;
+      int64_t a = 0, b = 0;
+      if (!(ls >> tag >> r >> a >> b) || tag != "T" || r < 0 || r >= repeats) continue;
+      t0[static_cast<size_t>(r)] = std::min(t0[static_cast<size_t>(r)], a);
+      t1[static_cast<size_t>(r)] = std::max(t1[static_cast<size_t>(r)], b);
+      ++lines;
+    }
+  }
+  if (lines != repeats * workers) return -1;
+  const double per_round = static_cast<double>(bytes) * (op == "pushpull" ? 2.0 : 1.0) * iters * servers * workers;
+  std::vector<double> rates;
+  for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) {
+    rates.push_back(per_round / (static_cast<double>(t1[r] - t0[r]) / 1e9) / 1e9);
+  }
+  return Median(rates);
+}
+
+double MemcpyGbps(int64_t bytes, int repeats) {
+  std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes), 0);
+  std::memcpy(b.data(), a.data(), a.size());  // warm-up: pages mapped
+  std::vector<double> r;
+  for (int i = 0; i < std::max(7, repeats); ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), a.size());
+    r.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
+  }
+  return Median(r);
+}
+
+}  // namespace
+
+bool IsRole(int argc, char** argv) { return argc >= 2 && std::string(argv[1]).rfind("--role=", 0) == 0; }
+
+int RunRole(int argc, char** argv) {
+  TuneAllocatorForLargeMessages();
+  SetLogLevel(LogLevel::kWarning);
+  auto a = RoleArgs(argc, argv);
+  const std::string role = a["role"];
+  if (role == "worker") return RunWorker(a);
+  if (role == "ceil-rx") return RunCeiling(a, true);
+  if (role == "ceil-tx") return RunCeiling(a, false);
+  std::fprintf(stderr, "gradsync-bench-ps: error: unknown --role '%s'\n", role.c_str());
+  return 2;
+}
+
+int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs, int iters_flag,
+                 int repeats, const std::string& json_path) {
+  const std::string server_bin = SelfDir() + "/gradsync-server";
+  if (::access(server_bin.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "gradsync-bench-ps: error: --processes needs %s (build it)\n", server_bin.c_str());
+    return 1;
+  }
+  ::setenv("GRADSYNC_LOG_LEVEL", "warning", 1);
+  auto iters_for = [&](int64_t size) { return iters_flag > 0 ? iters_flag : (size <= (4 << 20) ? 20 : 6); };
+  std::printf("# gradsync-bench-ps --processes: scheduler and shards are gradsync-server processes, each worker a process; "
+              "GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n",
+              repeats);
+  std::printf("# vs_ceiling = GB/s over the ZeroMQ REQ/REP ceiling of the shard's message size (push: big request, small "
+              "reply; pull: small request, big reply; push+pull: big both ways), same topology (SERVERS receiver and WORKERS sender processes), same run\n");
+  std::printf("%-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s\n", "op", "servers", "workers", "floats", "msg_bytes",
+              "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling");
+  std::fflush(stdout);
+  std::vector<PsRow> rows;
+  std::vector<CeilRow> ceilings;
+  bool failed = false;
+  // Each configuration's REQ/REP ceilings (its topology, its shard message size) right after it.
+  for (int64_t size : sizes) {
+    const int iters = iters_for(size);
+    for (auto [s, w] : configs) {
+      if (!RunConfigProcs(s, w, size, iters, repeats, &rows)) {
+        std::fprintf(stderr, "gradsync-bench-ps: %dx%d %lld floats failed\n", s, w, static_cast<long long>(size));
+        failed = true;
+      }
+      const int64_t bytes = (size + s - 1) / s * static_cast<int64_t>(sizeof(float));
+      for (const char* op : {"push", "pull", "pushpull"}) {
+        ceilings.push_back({std::string("zmq-reqrep-") + op, s, w, bytes, iters, ReqRepProcs(op, bytes, iters, repeats, s, w)});
+      }
+    }
+  }
+  // One stream of every message size: ZeroMQ PUSH/PULL, TCP, memcpy.
+  std::set<std::pair<int64_t, int>> msgs;  // bytes, iters
+  for (const CeilRow& c : ceilings) msgs.insert({c.bytes, c.iters});
+  for (auto [bytes, iters] : msgs) {
+    ceilings.push_back({"zmq-push/pull", 1, 1, bytes, iters, CeilingProcs("stream", "push", bytes, iters, repeats)});
+    ceilings.push_back({"tcp-stream", 1, 1, bytes, iters, CeilingProcs("tcp", "push", bytes, iters, repeats)});
+    ceilings.push_back({"memcpy", 0, 0, bytes, iters, MemcpyGbps(bytes, repeats)});
+  }
+  for (const CeilRow& c : ceilings) failed |= c.gbps < 0;
+  for (PsRow& r : rows) {
+    const std::string want = r.op == "push" ? "zmq-reqrep-push" : r.op == "pull" ? "zmq-reqrep-pull" : "zmq-reqrep-pushpull";
+    for (const CeilRow& c : ceilings) {
+      if (c.name == want && c.bytes == r.msg_bytes && c.servers == r.servers && c.workers == r.workers) r.ceiling = c.gbps;
+    }
+    std::printf("%-10s %7d %7d %10lld %10lld %9.2f %9.3f %9.3f %7lld %10.2f %10.2f\n", r.op.c_str(), r.servers, r.workers,
+                static_cast<long long>(r.size), static_cast<long long>(r.msg_bytes), r.gbps, r.p50_ms, r.p99_ms,
+                static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.gbps / r.ceiling : 0.0);
+  }
+  std::printf("# ceilings, same run: separate processes over 127.0.0.1 (memcpy: in this process), zero-copy ZeroMQ "
+              "sends, median of %d repeats of iters operations; reqrep: SERVERS REP processes, WORKERS sender processes "
+              "each with one REQ per REP, every op sent to all and then every reply read; push/pull and tcp: one stream\n",
+              repeats);
+  std::printf("%-20s %7s %7s %10s %6s %9s\n", "ceiling", "servers", "workers", "msg_bytes", "iters", "GB/s");
+  for (const CeilRow& c : ceilings) {
+    std::printf("%-20s %7s %7s %10lld %6d %9.2f\n", c.name.c_str(), c.servers ? std::to_string(c.servers).c_str() : "-",
+                c.workers ? std::to_string(c.workers).c_str() : "-", static_cast<long long>(c.bytes), c.iters, c.gbps);
+  }
+  int64_t wrong = 0;
+  for (const PsRow& r : rows) wrong += r.wrong;
+  std::printf("# check: %s%s\n", wrong == 0 ? "every pulled value correct" : "WRONG VALUES",
+              failed ? "; SOME RUNS FAILED (see stderr)" : "");
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << "{\"processes\": true, \"ps\": [";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const PsRow& r = rows[i];
+      f << (i ? ", " : "") << "{\"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
+        << ", \"floats\": " << r.size << ", \"msg_bytes\": " << r.msg_bytes << ", \"gbps\": " << r.gbps
+        << ", \"p50_ms\": " << r.p50_ms << ", \"p99_ms\": " << r.p99_ms << ", \"wrong\": " << r.wrong
+        << ", \"ceiling_gbps\": " << r.ceiling << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.gbps / r.ceiling : 0.0) << "}";
+    }
+    f << "], \"ceilings\": [";
+    for (size_t i = 0; i < ceilings.size(); ++i) {
+      const CeilRow& c = ceilings[i];
+      f << (i ? ", " : "") << "{\"name\": \"" << c.name << "\", \"servers\": " << c.servers << ", \"workers\": " << c.workers
+        << ", \"msg_bytes\": " << c.bytes << ", \"iters\": " << c.iters
+        << ", \"gbps\": " << c.gbps << "}";
+    }
+    f << "]}\n";
+  }
+  return wrong == 0 && !failed ? 0 : 1;
+}
+
+}  // namespace gradsync::psbench

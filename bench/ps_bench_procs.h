@@ -1,0 +1,23 @@
+// gradsync-bench-ps --processes: the scheduler and every shard as real gradsync-server
+// processes, every worker as a process of its own (this binary re-executed with a hidden
+// --role=...), and the ceilings measured in the same run, also across processes: raw ZeroMQ
+// PUSH/PULL and REQ/REP with the shards' message sizes, one TCP stream, memcpy.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gradsync::psbench {
+
+// argv[1] starts with "--role=": this process is one of the parent's children. Returns the
+// exit status.
+bool IsRole(int argc, char** argv);
+int RunRole(int argc, char** argv);
+
+// The whole --processes run; prints the table. iters_flag 0: the in-process defaults. Returns
+// the exit status (1 when a value came back wrong or a child failed).
+int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs, int iters_flag,
+                 int repeats, const std::string& json_path);
+
+}  // namespace gradsync::psbench
