@@ -3,12 +3,26 @@
 // --role=...), and the ceilings measured in the same run, also across processes: raw ZeroMQ
 // PUSH/PULL and REQ/REP with the shards' message sizes, one TCP stream, memcpy.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace gradsync::psbench {
+
+// The statistics both modes report: the median, and the q-quantile (nearest rank).
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+inline double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
 
 // argv[1] starts with "--role=": this process is one of the parent's children. Returns the
 // exit status.
