@@ -131,15 +131,7 @@ std::vector<Row> RunConfig(int servers, int workers, int64_t size, int iters, in
         auto ps = std::move(PsClient::Create(ctx, *table, w, layout, &client)).value();
         std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
         if (w == 0) {
-          wire::JobConfig config;
-          auto* t = config.add_tensors();
-          t->set_name("w");
-          t->set_size(static_cast<uint64_t>(size));
-          config.set_num_params(static_cast<uint64_t>(size));
-          config.set_num_workers(workers);
-          config.set_lr(1.0f);
-          config.set_lr_schedule("constant");
-          GRADSYNC_CHECK(ps->Init(config, params, 60).ok());
+          GRADSYNC_CHECK(ps->Init(psbench::BenchJobConfig(size, workers), params, 60).ok());
         }
         GRADSYNC_CHECK(client.Barrier("init", "workers", 60).ok());
         int64_t clock = 0;

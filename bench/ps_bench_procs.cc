@@ -114,15 +114,7 @@ int RunWorker(const std::map<std::string, std::string>& a) {
   auto ps = std::move(created).value();
   std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
   if (w == 0) {
-    wire::JobConfig config;
-    auto* t = config.add_tensors();
-    t->set_name("w");
-    t->set_size(static_cast<uint64_t>(size));
-    config.set_num_params(static_cast<uint64_t>(size));
-    config.set_num_workers(workers);
-    config.set_lr(1.0f);
-    config.set_lr_schedule("constant");
-    if (Status s = ps->Init(config, params, 60); !s.ok()) Die("worker init: " + s.message());
+    if (Status s = ps->Init(BenchJobConfig(size, workers), params, 60); !s.ok()) Die("worker init: " + s.message());
   }
   if (Status s = client.Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
   int64_t clock = 0;

@@ -9,7 +9,22 @@
 #include <utility>
 #include <vector>
 
+#include "gradsync.pb.h"
+
 namespace gradsync::psbench {
+
+// The job both modes initialize: one dense tensor "w" of `size` floats, constant rate 1.
+inline wire::JobConfig BenchJobConfig(int64_t size, int workers) {
+  wire::JobConfig config;
+  auto* t = config.add_tensors();
+  t->set_name("w");
+  t->set_size(static_cast<uint64_t>(size));
+  config.set_num_params(static_cast<uint64_t>(size));
+  config.set_num_workers(workers);
+  config.set_lr(1.0f);
+  config.set_lr_schedule("constant");
+  return config;
+}
 
 // The statistics both modes report: the median, and the q-quantile (nearest rank).
 inline double Median(std::vector<double> v) {

@@ -291,10 +291,8 @@ void Server::WriteCheckpoint(double now_s) {
   stats_.checkpoint_ms_max = checkpointer_.slowest_ms();
 }
 
-Status Server::RestoreCheckpoint() {
-  const std::string path = checkpointer_.Path(rank_);
-  ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_, table_));
-  RETURN_IF_ERROR(BuildShard(c.job()).WithContext(path));
+Status Server::RestoreState(const wire::ShardCheckpoint& c) {
+  RETURN_IF_ERROR(BuildShard(c.job()));
   Status s = RestoreShard(c, shard_.get());
   if (s.ok()) {
     s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
@@ -302,10 +300,17 @@ Status Server::RestoreCheckpoint() {
   }
   if (!s.ok()) {
     shard_.reset();
-    return s.WithContext(path);
+    return s;
   }
   restored_pushed_.assign(c.pushed().begin(), c.pushed().end());
   stats_.restored = true;
+  return OkStatus();
+}
+
+Status Server::RestoreCheckpoint() {
+  const std::string path = checkpointer_.Path(rank_);
+  ASSIGN_OR_RETURN(wire::ShardCheckpoint c, checkpointer_.Read(rank_, table_));
+  RETURN_IF_ERROR(RestoreState(c).WithContext(path));
   const double age = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                      c.written_at();
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": restored from " << path << " (version " << c.version()
@@ -697,19 +702,8 @@ std::vector<const Server*> Server::adopted() const {
 Status Server::RestoreFromCopy() {
   ReplicaCopy& copy = *options_.restore_from;
   const wire::ShardCheckpoint& c = copy.checkpoint;
-  RETURN_IF_ERROR(BuildShard(c.job()));
-  Status s = RestoreShard(c, shard_.get());
-  if (s.ok()) {
-    s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
-                             std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());
-  }
-  if (!s.ok()) {
-    shard_.reset();
-    return s.WithContext("the backup's copy");
-  }
+  RETURN_IF_ERROR(RestoreState(c).WithContext("the backup's copy"));
   round_ = std::move(copy.held);
-  restored_pushed_.assign(c.pushed().begin(), c.pushed().end());
-  stats_.restored = true;
   stats_.adopted = true;
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": took over from its backup copy (version " << c.version() << ", round "
                         << c.rounds_applied() << ", " << round_.size() << " push(es) of the open round); workers go on from there";

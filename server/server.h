@@ -170,6 +170,8 @@ class Server {
   // Checkpoints: written when due (after an update, or from the loop once the interval passed).
   void MaybeCheckpoint(bool updated);
   void WriteCheckpoint(double now_s);
+  // A shard built from a checkpoint's job and put back in its state (a file's or a backup's copy).
+  Status RestoreState(const wire::ShardCheckpoint& c);
   Status RestoreCheckpoint();
   // Replication. An entry carrying the consistency state after it.
   wire::Header Entry(wire::ReplicaOp op) const;
