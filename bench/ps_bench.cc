@@ -244,6 +244,9 @@ int Main(int argc, char** argv) {
        "binary) and every worker as a process of its own, and measure the ceilings (ZeroMQ REQ/REP and PUSH/PULL with "
        "the shards' message sizes, one TCP stream, memcpy) in the same run, also across processes; each row gets "
        "vs_ceiling. Only with --curve=off and --replicas=1")
+      ("paths", po::value<std::string>()->default_value("tcp,shm"),
+       "--processes: tcp (values over ZeroMQ), shm (through shared-memory lanes, headers over ZeroMQ), or both, "
+       "comma-separated; shm rows get vs_tcp")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
@@ -290,7 +293,15 @@ int Main(int argc, char** argv) {
   if (vm["processes"].as<bool>()) {
     if (curve != "off") flags.Fail("--processes runs with --curve=off only");
     if (replicas != std::vector<int>{1}) flags.Fail("--processes runs with --replicas=1 only");
-    return psbench::RunProcesses(*sizes, configs, vm["iters"].as<int>(), repeats,
+    std::vector<std::string> paths;
+    std::stringstream ps(vm["paths"].as<std::string>());
+    for (std::string p; std::getline(ps, p, ',');) {
+      if (p != "tcp" && p != "shm") flags.Fail("--paths: '" + p + "' is neither tcp nor shm");
+      if (std::find(paths.begin(), paths.end(), p) != paths.end()) flags.Fail("--paths: " + p + " given twice");
+      paths.push_back(p);
+    }
+    if (paths.empty()) flags.Fail("--paths names no path");
+    return psbench::RunProcesses(*sizes, configs, paths, vm["iters"].as<int>(), repeats,
                                  vm.count("json") ? vm["json"].as<std::string>() : std::string());
   }
   std::printf("# gradsync-bench-ps: GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n", repeats);

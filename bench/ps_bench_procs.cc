@@ -96,6 +96,7 @@ const char* kOps[] = {"push", "pull", "push+pull"};
 
 int RunWorker(const std::map<std::string, std::string>& a) {
   const int w = static_cast<int>(Int(a, "rank")), workers = static_cast<int>(Int(a, "workers"));
+  const int servers = static_cast<int>(Int(a, "servers"));
   const int64_t size = Int(a, "size");
   const int iters = static_cast<int>(Int(a, "iters")), repeats = static_cast<int>(Int(a, "repeats"));
   TransportContext ctx(2);
@@ -117,6 +118,11 @@ int RunWorker(const std::map<std::string, std::string>& a) {
     if (Status s = ps->Init(BenchJobConfig(size, workers), params, 60); !s.ok()) Die("worker init: " + s.message());
   }
   if (Status s = client.Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+  if (a.count("shm") && a.at("shm") == "1") {
+    auto lanes = ps->AttachSharedMemory(60);
+    if (!lanes.ok()) Die("shared memory: " + lanes.status().message());
+    if (*lanes != servers) Die("shared memory: " + std::to_string(*lanes) + " of " + std::to_string(servers) + " shards took a lane");
+  }
   int64_t clock = 0;
   std::ostringstream out;
   for (int k = 0; k < 3; ++k) {
@@ -439,6 +445,7 @@ std::string SelfDir() {
 }
 
 struct PsRow {
+  std::string path;  // tcp | shm
   std::string op;
   int servers, workers;
   int64_t size;
@@ -446,6 +453,7 @@ struct PsRow {
   int64_t wrong;
   int64_t msg_bytes;
   double ceiling = 0;
+  double vs_tcp = 0;  // gbps / the tcp row's of the same op and configuration (0: none)
 };
 
 struct CeilRow {
@@ -457,7 +465,8 @@ struct CeilRow {
 };
 
 // One configuration as processes. False when a child failed or a deadline passed.
-bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repeats, std::vector<PsRow>* rows) {
+bool RunConfigProcs(const std::string& path, int servers, int workers, int64_t size, int iters, int repeats,
+                    std::vector<PsRow>* rows) {
   const std::string dir = SelfDir();
   const std::string server_bin = dir + "/gradsync-server", self = dir + "/gradsync-bench-ps";
   char tmpl[] = "/tmp/gradsync-bench-ps-XXXXXX";
@@ -498,7 +507,8 @@ bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repea
   for (int w = 0; w < workers; ++w) {
     ws.push_back(kids.Spawn({self, "--role=worker", "--scheduler=tcp://127.0.0.1:" + port, "--rank=" + std::to_string(w),
                              "--workers=" + std::to_string(workers), "--size=" + std::to_string(size),
-                             "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
+                             "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats),
+                             "--servers=" + std::to_string(servers), std::string("--shm=") + (path == "shm" ? "1" : "0")},
                             true, "worker " + std::to_string(w)));
   }
   if (!Children::Read(ws, Clock::now() + std::chrono::seconds(600))) {
@@ -554,7 +564,7 @@ bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repea
     for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) {
       rates.push_back(per_op * iters * workers / (static_cast<double>(t1[k][r] - t0[k][r]) / 1e9) / 1e9);
     }
-    rows->push_back({kOps[k], servers, workers, size, Median(rates), Quantile(lat[k], 0.5), Quantile(lat[k], 0.99), wrong,
+    rows->push_back({path, kOps[k], servers, workers, size, Median(rates), Quantile(lat[k], 0.5), Quantile(lat[k], 0.99), wrong,
                      shard_floats * static_cast<int64_t>(sizeof(float))});
   }
   return true;
@@ -678,8 +688,8 @@ int RunRole(int argc, char** argv) {
   return 2;
 }
 
-int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs, int iters_flag,
-                 int repeats, const std::string& json_path) {
+int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs,
+                 const std::vector<std::string>& paths, int iters_flag, int repeats, const std::string& json_path) {
   const std::string server_bin = SelfDir() + "/gradsync-server";
   if (::access(server_bin.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "gradsync-bench-ps: error: --processes needs %s (build it)\n", server_bin.c_str());
@@ -692,8 +702,10 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
               repeats);
   std::printf("# vs_ceiling = GB/s over the ZeroMQ REQ/REP ceiling of the shard's message size (push: big request, small "
               "reply; pull: small request, big reply; push+pull: big both ways), same topology (SERVERS receiver and WORKERS sender processes), same run\n");
-  std::printf("%-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s\n", "op", "servers", "workers", "floats", "msg_bytes",
-              "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling");
+  std::printf("# path: tcp (values over ZeroMQ) or shm (values through shared-memory lanes, headers over ZeroMQ); vs_tcp = "
+              "GB/s over the tcp row's of the same op and configuration\n");
+  std::printf("%-5s %-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s %7s\n", "path", "op", "servers", "workers", "floats",
+              "msg_bytes", "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling", "vs_tcp");
   std::fflush(stdout);
   std::vector<PsRow> rows;
   std::vector<CeilRow> ceilings;
@@ -702,9 +714,12 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
   for (int64_t size : sizes) {
     const int iters = iters_for(size);
     for (auto [s, w] : configs) {
-      if (!RunConfigProcs(s, w, size, iters, repeats, &rows)) {
-        std::fprintf(stderr, "gradsync-bench-ps: %dx%d %lld floats failed\n", s, w, static_cast<long long>(size));
-        failed = true;
+      for (const std::string& path : paths) {
+        if (!RunConfigProcs(path, s, w, size, iters, repeats, &rows)) {
+          std::fprintf(stderr, "gradsync-bench-ps: %s %dx%d %lld floats failed\n", path.c_str(), s, w,
+                       static_cast<long long>(size));
+          failed = true;
+        }
       }
       const int64_t bytes = (size + s - 1) / s * static_cast<int64_t>(sizeof(float));
       for (const char* op : {"push", "pull", "pushpull"}) {
@@ -726,9 +741,16 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
     for (const CeilRow& c : ceilings) {
       if (c.name == want && c.bytes == r.msg_bytes && c.servers == r.servers && c.workers == r.workers) r.ceiling = c.gbps;
     }
-    std::printf("%-10s %7d %7d %10lld %10lld %9.2f %9.3f %9.3f %7lld %10.2f %10.2f\n", r.op.c_str(), r.servers, r.workers,
-                static_cast<long long>(r.size), static_cast<long long>(r.msg_bytes), r.gbps, r.p50_ms, r.p99_ms,
-                static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.gbps / r.ceiling : 0.0);
+    for (const PsRow& t : rows) {
+      if (t.path == "tcp" && t.op == r.op && t.servers == r.servers && t.workers == r.workers && t.size == r.size &&
+          t.gbps > 0) {
+        r.vs_tcp = r.gbps / t.gbps;
+      }
+    }
+    std::printf("%-5s %-10s %7d %7d %10lld %10lld %9.2f %9.3f %9.3f %7lld %10.2f %10.2f %7s\n", r.path.c_str(), r.op.c_str(),
+                r.servers, r.workers, static_cast<long long>(r.size), static_cast<long long>(r.msg_bytes), r.gbps, r.p50_ms,
+                r.p99_ms, static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.gbps / r.ceiling : 0.0,
+                r.vs_tcp > 0 ? std::to_string(r.vs_tcp).substr(0, 4).c_str() : "-");
   }
   std::printf("# ceilings, same run: separate processes over 127.0.0.1 (memcpy: in this process), zero-copy ZeroMQ "
               "sends, median of %d repeats of iters operations; reqrep: SERVERS REP processes, WORKERS sender processes "
@@ -748,10 +770,10 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
     f << "{\"processes\": true, \"ps\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const PsRow& r = rows[i];
-      f << (i ? ", " : "") << "{\"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
+      f << (i ? ", " : "") << "{\"path\": \"" << r.path << "\", \"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
         << ", \"floats\": " << r.size << ", \"msg_bytes\": " << r.msg_bytes << ", \"gbps\": " << r.gbps
         << ", \"p50_ms\": " << r.p50_ms << ", \"p99_ms\": " << r.p99_ms << ", \"wrong\": " << r.wrong
-        << ", \"ceiling_gbps\": " << r.ceiling << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.gbps / r.ceiling : 0.0) << "}";
+        << ", \"ceiling_gbps\": " << r.ceiling << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.gbps / r.ceiling : 0.0) << ", \"vs_tcp\": " << r.vs_tcp << "}";
     }
     f << "], \"ceilings\": [";
     for (size_t i = 0; i < ceilings.size(); ++i) {

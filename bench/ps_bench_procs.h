@@ -46,7 +46,9 @@ int RunRole(int argc, char** argv);
 
 // The whole --processes run; prints the table. iters_flag 0: the in-process defaults. Returns
 // the exit status (1 when a value came back wrong or a child failed).
-int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs, int iters_flag,
-                 int repeats, const std::string& json_path);
+// paths: "tcp" (values over ZeroMQ) and/or "shm" (through shared-memory lanes), each configuration
+// once per path.
+int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs,
+                 const std::vector<std::string>& paths, int iters_flag, int repeats, const std::string& json_path);
 
 }  // namespace gradsync::psbench

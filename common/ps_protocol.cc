@@ -11,12 +11,12 @@ namespace {
 constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
 
 bool IsRequest(wire::Type t) {
-  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN;
+  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN || t == wire::SHM_ATTACH;
 }
 
 bool IsReply(wire::Type t) {
   return t == wire::INIT_REPLY || t == wire::PUSH_REPLY || t == wire::PULL_REPLY || t == wire::JOIN_REPLY ||
-         t == wire::ERROR;
+         t == wire::SHM_ATTACH_REPLY || t == wire::ERROR;
 }
 
 // What every data-plane header starts with.
@@ -114,6 +114,9 @@ wire::Header EncodeRequest(const PsRequest& r) {
   }
   if (!std::isnan(r.lr)) h.set_lr(r.lr);
   if (r.type == wire::INIT) *h.mutable_job() = r.job;
+  if (r.shm) h.set_shm(true);
+  if (r.shm_seq != 0) h.set_shm_seq(r.shm_seq);
+  if (!r.shm_name.empty()) h.set_shm_name(r.shm_name);
   return h;
 }
 
@@ -145,6 +148,16 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
     r.lr = h.lr();
   }
   if (r.type == wire::INIT) r.job = h.job();
+  r.shm = h.shm();
+  r.shm_seq = h.shm_seq();
+  r.shm_name = h.shm_name();
+  if (r.shm && r.type != wire::PUSH && r.type != wire::PULL) {
+    return InvalidArgumentError("only a push or a pull moves its values through shared memory");
+  }
+  if (r.type == wire::PUSH && r.shm && r.shm_seq == 0) return InvalidArgumentError("a shared-memory push has no shm_seq");
+  if ((r.type == wire::SHM_ATTACH) != !r.shm_name.empty()) {
+    return InvalidArgumentError("shm_name belongs on SHM_ATTACH, and SHM_ATTACH needs one");
+  }
   return r;
 }
 
@@ -160,6 +173,11 @@ wire::Header EncodeReply(const PsReply& r) {
       h.set_clock_staleness(r.clock_staleness);
       EncodeSegments(r.segments, &h);
       if (!r.codec.empty()) h.set_codec(r.codec);
+      if (r.shm) h.set_shm(true);
+      if (r.parts > 1) {
+        h.set_parts(r.parts);
+        h.set_part(r.part);
+      }
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -184,6 +202,13 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   r.wait_ms = h.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
+  r.shm = h.shm();
+  r.parts = h.parts();
+  r.part = h.part();
+  if (r.parts < 0 || r.part < 0 || (r.parts <= 1 && r.part != 0) || (r.parts > 1 && r.part >= r.parts) ||
+      ((r.shm || r.parts > 1) && r.type != wire::PULL_REPLY)) {
+    return InvalidArgumentError("reply part " + std::to_string(r.part) + " of " + std::to_string(r.parts));
+  }
   if (r.type == wire::ERROR) {
     // A code this build does not know still fails the request, as kUnknown.
     const StatusCode code = KnownCode(h.error_code()) ? static_cast<StatusCode>(h.error_code()) : StatusCode::kUnknown;

@@ -5,10 +5,11 @@
 //
 //   worker -> shard   PsRequest   INIT (job + the shard's initial values), PUSH (a gradient, maybe
 //                                 compressed, maybe one of `parts`), PULL (segments / keys wanted),
-//                                 JOIN (clock -1: where do I start? c >= 0: I go on at c)
+//                                 JOIN (clock -1: where do I start? c >= 0: I go on at c),
+//                                 SHM_ATTACH (a shared-memory lane, same host only)
 //   shard -> worker   PsReply     INIT_REPLY, PUSH_REPLY (version lag), PULL_REPLY (version,
 //                                 wait, clock staleness, the values' segments), JOIN_REPLY
-//                                 (clock), ERROR (a Status)
+//                                 (clock), SHM_ATTACH_REPLY, ERROR (a Status)
 //
 // Decoding checks everything a header alone can say is wrong (type, segment bounds, part numbers, a
 // push's rate, error codes) and answers kInvalidArgument; what depends on a shard's state (its
@@ -33,7 +34,7 @@ namespace gradsync {
 inline constexpr int kMaxPushParts = 4096;
 
 struct PsRequest {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL or JOIN
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN or SHM_ATTACH
   int worker = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;
@@ -44,10 +45,13 @@ struct PsRequest {
   int part = 0;                   // 0-based, sent in order
   float lr = NAN;                 // PUSH: the worker's own rate for this gradient; NaN: the job's schedule
   wire::JobConfig job;            // INIT
+  bool shm = false;               // PUSH, PULL: the values move through the shared-memory lane
+  uint64_t shm_seq = 0;           // PUSH with shm: the push's number on its lane (> 0)
+  std::string shm_name;           // SHM_ATTACH: the lane (ShmLane::IsValidName)
 };
 
 struct PsReply {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY or ERROR
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, SHM_ATTACH_REPLY or ERROR
   int server = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;              // the request's; JOIN_REPLY: where the worker goes on
@@ -57,6 +61,9 @@ struct PsReply {
   double wait_ms = 0;             // PULL_REPLY: how long the consistency rule held the pull
   std::vector<Segment> segments;  // PULL_REPLY: where the values go
   std::string codec;              // PULL_REPLY: the values are a compressed delta to add
+  bool shm = false;               // PULL_REPLY: the values are in the lane's pull area
+  int parts = 0;                  // PULL_REPLY with shm: the answer comes in `parts` messages
+  int part = 0;                   //   (0 or 1: this one alone), this is `part` (0-based, in order)
   Status error;                   // ERROR
 };
 

@@ -226,7 +226,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     if (mode != config::SSP) k.Add("staleness", "{staleness} applies to {mode=ssp} only ({mode=asp} is unbounded)");
     if (c.staleness() < 0 || c.staleness() > 1000000) k.Add("staleness", "{staleness} must be in [0, 1000000]");
   }
-  for (const char* f : {"recovery_timeout", "push_part_mb"}) {
+  for (const char* f : {"recovery_timeout", "push_part_mb", "shm"}) {
     if (!ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
   if (!joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
@@ -431,6 +431,7 @@ std::string JobFingerprint(const TrainConfig& c) {
     f.clear_resume();
     f.clear_ring_encrypt();
   }
+  f.clear_shm();  // each worker's own way to its shards
   std::string out;
   {
     pb::io::StringOutputStream stream(&out);

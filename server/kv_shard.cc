@@ -87,14 +87,27 @@ void KvShard::Read(std::span<const Segment> segments, std::span<const uint64_t> 
   for (uint64_t k : keys) *out++ = params_[k - static_cast<uint64_t>(range_.begin)];
 }
 
+void KvShard::StepDense(int64_t local, std::span<const float> g, float lr, float grad_scale, float* clear) {
+  auto piece = [&](size_t b, size_t e) {
+    optimizer_.Step(std::span<float>(params_.data() + local + static_cast<int64_t>(b), e - b), g.subspan(b, e - b), lr,
+                    local + static_cast<int64_t>(b), grad_scale);
+    if (clear != nullptr) std::fill(clear + b, clear + e, 0.0f);
+  };
+  // Below a few hundred thousand elements waking threads costs more than it saves.
+  constexpr size_t kMinPiece = size_t{1} << 18;
+  if (parallel_ == nullptr) {
+    piece(0, g.size());
+  } else {
+    parallel_->Run(g.size(), kMinPiece, piece);
+  }
+}
+
 void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
                     float lr_scale, bool counts, float pushed_lr) {
   const float lr = Lr(pushed_lr) * lr_scale * push_lr_scale_;
   for (const auto& s : segments) {
-    const int64_t local = s.begin - range_.begin;
-    std::span<float> w(params_.data() + local, static_cast<size_t>(s.size()));
-    std::span<const float> g(values, static_cast<size_t>(s.size()));
-    optimizer_.Step(w, g, lr, local, push_grad_scale_);
+    StepDense(s.begin - range_.begin, std::span<const float>(values, static_cast<size_t>(s.size())), lr,
+              push_grad_scale_, nullptr);
     values += s.size();
   }
   if (!keys.empty()) {
@@ -134,9 +147,8 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   const float lr = Lr(pushed_lr);
   const float inv = 1.0f / static_cast<float>(count);
   for (const auto& r : dense_runs_) {
-    std::span<float> a(accum_.data() + r.begin, static_cast<size_t>(r.size()));
-    optimizer_.Step(std::span<float>(params_.data() + r.begin, a.size()), a, lr, r.begin, inv);
-    std::fill(a.begin(), a.end(), 0.0f);
+    float* a = accum_.data() + r.begin;
+    StepDense(r.begin, std::span<const float>(a, static_cast<size_t>(r.size())), lr, inv, /*clear=*/a);
   }
   if (!touched_keys_.empty()) {
     std::sort(touched_keys_.begin(), touched_keys_.end());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/optimizer.h"
+#include "common/parallel_for.h"
 #include "common/partitioner.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -52,6 +53,10 @@ class KvShard {
   // Applies the mean of the `count` gradients accumulated (bsp) at `lr` (NaN: the schedule's).
   void ApplyAccumulated(int count, float lr = NAN);
 
+  // Large dense updates split over these threads (null: this thread alone). The same bits either
+  // way: the optimizer's update is element-wise.
+  void set_parallel(ParallelFor* pool) { parallel_ = pool; }
+
   int64_t version() const { return version_; }
   int64_t step() const { return step_; }
   int64_t gradients() const { return gradients_; }
@@ -69,6 +74,9 @@ class KvShard {
 
  private:
   float Lr(float pushed) const { return std::isnan(pushed) ? lr_.At(step_) : pushed; }
+  // optimizer_.Step over a dense run (local offset), in pieces over parallel_ when it is large;
+  // `clear` (the accumulated gradient g itself, or null) is zeroed piece by piece after use.
+  void StepDense(int64_t local, std::span<const float> g, float lr, float grad_scale, float* clear);
 
   Segment range_;
   std::vector<TensorInfo> layout_;
@@ -76,6 +84,7 @@ class KvShard {
   std::vector<Segment> sparse_runs_;  // local offsets
   std::vector<float> params_;
   Optimizer optimizer_;
+  ParallelFor* parallel_ = nullptr;
   LrSchedule lr_;
   int num_workers_;
   float push_grad_scale_;  // Apply(): SGD 1/N, Adam 1

@@ -124,6 +124,8 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
   o.checkpoint_interval_s = vm["checkpoint-interval"].as<double>();
   if (o.checkpoint_every < 0) flags.Fail("--checkpoint-every must be >= 0");
   if (!(o.checkpoint_interval_s > 0)) flags.Fail("--checkpoint-interval must be > 0");
+  o.apply_threads = vm["apply-threads"].as<int>();
+  if (o.apply_threads < 1 || o.apply_threads > 64) flags.Fail("--apply-threads must be in [1, 64]");
   Stopwatch wall;
   auto server = Server::Create(ctx, o);
   if (!server.ok()) {
@@ -191,7 +193,8 @@ int Main(int argc, char** argv) {
       ("auth-dir", po::value<std::string>(), "authenticate and encrypt every socket with CURVE, using the keys gradsync-keygen wrote in DIR")
       ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
       ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
-      ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update");
+      ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update")
+      ("apply-threads", po::value<int>()->default_value(2), "server: threads that apply a large dense update together (1: the server's loop alone; the result is the same bit for bit)");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
   if (!vm.count("role")) flags.Fail("--role is required (scheduler|server)");

@@ -26,8 +26,12 @@ struct PushChunk {
   std::vector<uint64_t> keys;
   Frame frame;               // the received values, when they are read in place
   std::vector<float> owned;  // or decoded / realigned / small values
+  const float* shared = nullptr;  // or in a worker's shared-memory lane (common/shm_lane.h)
   // Read where they are now: a chunk moves (into a round, a vector), and so does a frame.
-  const float* values() const { return owned.empty() ? static_cast<const float*>(frame.data()) : owned.data(); }
+  const float* values() const {
+    if (shared != nullptr) return shared;
+    return owned.empty() ? static_cast<const float*>(frame.data()) : owned.data();
+  }
 };
 
 // The values of a validated push message as a chunk that outlives the message: `values` (n
@@ -40,6 +44,7 @@ PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> key
 struct HeldPush {
   std::vector<PushChunk> chunks;
   float lr = NAN;  // the worker's own rate for it (PsRequest::lr); NaN: the job's schedule
+  uint64_t shm_seq = 0;  // through a shared-memory lane: its number there (release it when done)
 };
 
 class PushAssembler {

@@ -131,6 +131,8 @@ Status Server::BuildShard(const wire::JobConfig& job) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<KvShard> shard,
                    MakeShardForJob(job, table_.servers_size(), rank_, controller_->aggregates()));
+  if (options_.apply_threads > 1 && !apply_pool_) apply_pool_ = std::make_unique<ParallelFor>(options_.apply_threads);
+  shard->set_parallel(apply_pool_.get());
   const OptimizerOptions opt = shard->optimizer_options();
   const Segment range = shard->range();
   std::unique_ptr<Compressor> codec, pull_codec;
@@ -177,19 +179,86 @@ Status Server::HandleInit(const PsRequest& r, const Message& m) {
 }
 
 Status Server::HandlePush(const PsRequest& r, Message& m) {
-  if (assembler_.IsRestOfFailed(r.worker, r)) return OkStatus();  // the rest of a push whose error was the answer
+  if (assembler_.IsRestOfFailed(r.worker, r)) {  // the rest of a push whose error was the answer
+    ReleaseLane(r.worker, r.shm_seq);
+    return OkStatus();
+  }
   Status s = HandlePushMessage(r, m);
   if (!s.ok() && r.parts > 1) assembler_.Failed(r.worker, r);
+  // A refused push holds nothing in the lane (the worker waits for the release before it writes
+  // the next one, so no earlier push of it can still be held).
+  if (!s.ok()) ReleaseLane(r.worker, r.shm_seq);
   return s;
+}
+
+Status Server::HandleAttach(const PsRequest& r, const Message& m) {
+  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (m.header.has_values() || m.header.num_keys() > 0) return InvalidArgumentError("SHM_ATTACH carries no values");
+  if (r.segments.size() != 1 || r.segments[0] != shard_->range()) {
+    return InvalidArgumentError("a lane covers exactly this shard's range [" + std::to_string(shard_->range().begin) +
+                                ", " + std::to_string(shard_->range().end) + ")");
+  }
+  ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Attach(r.shm_name, shard_->range().size()));
+  lane.Unlink();  // mapped on both sides now: nothing stays behind in /dev/shm
+  DetachLane(r.worker);
+  lanes_[r.worker] = std::move(lane);
+  stats_.shm_lanes = static_cast<int64_t>(lanes_.size());
+  return socket_.Send(m.peer, EncodeReply(ReplyTo(r, wire::SHM_ATTACH_REPLY, rank_)));
+}
+
+Result<const float*> Server::LaneValues(const PsRequest& r, const Message& m, size_t n) {
+  auto it = lanes_.find(r.worker);
+  if (it == lanes_.end()) return FailedPreconditionError("a shared-memory push, but worker " + std::to_string(r.worker) + " attached no lane");
+  if (m.header.num_keys() > 0 || !r.codec.empty()) {
+    return InvalidArgumentError("a shared-memory push carries dense raw values only (no keys, no codec)");
+  }
+  if (r.segments.empty()) return InvalidArgumentError("a shared-memory push names no segments");
+  for (size_t i = 1; i < r.segments.size(); ++i) {
+    if (r.segments[i].begin != r.segments[i - 1].end) {
+      return InvalidArgumentError("a shared-memory push's segments are not contiguous");
+    }
+  }
+  // Validate() (next) checks that they lie in the range, and so in the lane.
+  RETURN_IF_ERROR(shard_->Validate(r.segments, {}, &n));
+  return it->second.push_area() + (r.segments[0].begin - shard_->range().begin);
+}
+
+void Server::ReleaseLane(int w, uint64_t seq) {
+  if (seq == 0) return;
+  auto it = lanes_.find(w);
+  if (it != lanes_.end()) it->second.Consume(seq);
+}
+
+void Server::DetachLane(int w) {
+  auto it = lanes_.find(w);
+  if (it == lanes_.end()) return;
+  auto own = [](HeldPush& push) {
+    for (PushChunk& c : push.chunks) {
+      if (c.shared == nullptr) continue;
+      c.owned.assign(c.shared, c.shared + TotalSize(c.segments));
+      if (c.owned.empty()) c.owned.resize(1);
+      c.shared = nullptr;
+    }
+    push.shm_seq = 0;
+  };
+  if (auto held = round_.find(w); held != round_.end()) own(held->second);
+  assembler_.Forget(w);  // a half-sent push of a worker that left
+  lanes_.erase(it);
+  stats_.shm_lanes = static_cast<int64_t>(lanes_.size());
 }
 
 Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  if (!m.header.has_values()) return InvalidArgumentError("a push carries values");
+  if (m.header.has_values() == r.shm) {
+    return InvalidArgumentError(r.shm ? "a shared-memory push carries no values frame" : "a push carries values");
+  }
   const int w = r.worker;
   const auto keys = m.Keys(&key_buffer_);
-  size_t n = m.num_values();
+  size_t n = r.shm ? static_cast<size_t>(TotalSize(r.segments)) : m.num_values();
   const float* values = static_cast<const float*>(m.values.data());
+  if (r.shm) {
+    ASSIGN_OR_RETURN(values, LaneValues(r, m, n));
+  }
   // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
   RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
   if (!r.codec.empty()) {
@@ -213,14 +282,22 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   RETURN_IF_ERROR(controller_->CheckPush(w, r.clock));
   HeldPush whole;
   HeldPush* push = &whole;
+  PushChunk chunk;
+  if (r.shm) {
+    chunk.segments = r.segments;  // read in the lane, where the worker leaves them until released
+    chunk.shared = values;
+  } else {
+    chunk = TakeChunk(r.segments, keys, &m.values, values, n, &decoded_);
+  }
   if (r.parts > 1) {
     RETURN_IF_ERROR(assembler_.Check(w, r, keys.size()));
-    push = assembler_.Add(w, r, TakeChunk(r.segments, keys, &m.values, values, n, &decoded_));
+    push = assembler_.Add(w, r, std::move(chunk));
     if (push == nullptr) return OkStatus();  // more parts to come
   } else {
-    whole.chunks.push_back(TakeChunk(r.segments, keys, &m.values, values, n, &decoded_));
+    whole.chunks.push_back(std::move(chunk));
     whole.lr = r.lr;
   }
+  push->shm_seq = r.shm_seq;
   controller_->CountPush(w);
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
@@ -247,6 +324,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
       const PushChunk& c = push->chunks[i];
       shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr);
     }
+    ReleaseLane(w, push->shm_seq);
     MaybeCheckpoint(true);
   }
   assembler_.Forget(w);
@@ -261,6 +339,7 @@ void Server::ApplyRound() {
   for (const auto& [worker, held] : round_) {
     for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values());
     if (!std::isnan(held.lr)) lr = held.lr;
+    ReleaseLane(worker, held.shm_seq);
   }
   if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()), lr);
   round_.clear();
@@ -331,6 +410,15 @@ Status Server::HandlePull(PsRequest r, Message& m) {
     if (!keys.empty()) return InvalidArgumentError("a compressed pull carries no keys");
   }
   RETURN_IF_ERROR(shard_->Validate(r.segments, keys, nullptr));
+  if (r.shm) {
+    if (!keys.empty() || !r.codec.empty() || pull_encoder_) {
+      return InvalidArgumentError("a shared-memory pull asks for dense raw values only (no keys, no codec, and not "
+                                  "in a job with --compress-pull)");
+    }
+    if (!lanes_.count(r.worker)) {
+      return FailedPreconditionError("a shared-memory pull, but worker " + std::to_string(r.worker) + " attached no lane");
+    }
+  }
   RETURN_IF_ERROR(controller_->ValidatePull(r.worker, r.clock));
   if (controller_->CanAnswerPull(r.worker, r.clock)) {
     AnswerPull(r, m, keys, 0.0);
@@ -356,6 +444,7 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   reply.wait_ms = waited_ms;
   reply.clock_staleness = controller_->ClockStaleness(r.clock);
   reply.segments = r.segments;
+  if (r.shm) return AnswerPullShm(r, m, std::move(reply));
   Payload p;
   p.has_values = true;
   Frame frame;
@@ -403,6 +492,42 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   RecordPull(r, reply.clock_staleness);
 }
 
+void Server::AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply) {
+  auto it = lanes_.find(r.worker);
+  if (it == lanes_.end()) {  // detached while the pull was parked
+    ReplyError(m, FailedPreconditionError("worker " + std::to_string(r.worker) + "'s lane is gone"));
+    return;
+  }
+  // In pieces, each announced as soon as it is written: the worker copies one piece out while
+  // the next is written, so a large pull costs about one copy's time, not two. All pieces are
+  // written before anything else is handled: the answer is one version.
+  const int64_t total = static_cast<int64_t>(TotalSize(r.segments));
+  const int64_t piece = std::clamp<int64_t>(total / 8, int64_t{1} << 16, int64_t{1} << 20);
+  std::vector<Segment> pieces;
+  for (const Segment& seg : r.segments) {
+    for (int64_t b = seg.begin; b < seg.end; b += piece) pieces.push_back({b, std::min(seg.end, b + piece)});
+  }
+  if (pieces.empty()) pieces.push_back({shard_->range().begin, shard_->range().begin});
+  float* area = it->second.pull_area();
+  const int64_t base = shard_->range().begin;
+  reply.shm = true;
+  reply.parts = pieces.size() > 1 ? static_cast<int>(pieces.size()) : 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Segment& one = pieces[i];
+    float* dst = area + (one.begin - base);
+    shard_->Read({&one, 1}, {}, dst);
+    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;
+    reply.segments = {one};
+    Status s = socket_.Send(m.peer, EncodeReply(reply));
+    if (!s.ok()) {
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
+      break;
+    }
+  }
+  stats_.shm_pulls++;
+  RecordPull(r, reply.clock_staleness);
+}
+
 void Server::AnswerParked() {
   const double now = NowMs();
   for (auto it = parked_.begin(); it != parked_.end();) {
@@ -428,6 +553,7 @@ void Server::OnMembership() {
                             << controller_->live_workers() - 1 << " live workers";
       controller_->RemoveWorker(n.rank());
       may_join_.erase(n.rank());
+      DetachLane(n.rank());
       assembler_.Forget(n.rank());
       Replicate(wire::REPLICA_CONTROL);
     } else if (n.role() == wire::SERVER && n.rank() != rank_) {
@@ -467,6 +593,7 @@ void Server::Handle(Message& m) {
       case wire::PUSH: s = HandlePush(*r, m); break;
       case wire::PULL: s = HandlePull(std::move(*r), m); break;
       case wire::JOIN: s = HandleJoin(*r, m); break;
+      case wire::SHM_ATTACH: s = HandleAttach(*r, m); break;
       default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(r->type));
     }
   }

@@ -32,6 +32,7 @@
 #include "common/partitioner.h"
 #include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
+#include "common/shm_lane.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "compression/compressor.h"
@@ -56,6 +57,8 @@ struct ServerOptions {
   double scheduler_timeout_s = 10.0;
   double register_timeout_s = 120.0;
   bool record_pulls = false;        // keep a PullRecord per answered pull (tests)
+  // Threads that apply a large dense update together (the loop's own included; 1: it alone).
+  int apply_threads = 2;
   // Checkpoints (off when the directory is empty): DIR/shard-<rank>.ckpt, written atomically
   // every `checkpoint_every` updates (0: not by count) or `checkpoint_interval_s` seconds after
   // the first update since the last one, whichever comes first. A restarted shard that rejoins
@@ -110,6 +113,8 @@ struct ServerStats {
   int64_t replicated = 0;        // entries sent to backups
   int64_t replica_entries = 0;   // entries received as a backup
   int64_t lost_updates = 0;      // restored: pushes the workers had made past the checkpoint
+  int64_t shm_lanes = 0;         // shared-memory lanes attached now
+  int64_t shm_pulls = 0;         // pulls answered through a lane
   std::map<int64_t, int64_t> version_lag;      // shard version at apply - push's version -> gradients
   std::map<int64_t, int64_t> clock_staleness;  // ClockStaleness of an answered pull -> pulls
   TrafficCounters traffic;
@@ -155,6 +160,16 @@ class Server {
   Status HandleJoin(const PsRequest& r, const Message& m);
   Status HandlePush(const PsRequest& r, Message& m);
   Status HandlePushMessage(const PsRequest& r, Message& m);
+  // Shared-memory lanes (common/shm_lane.h): a worker on this host attaches one; its pushes' values
+  // are then read from it and its pulls answered into it, in pieces (AnswerPullShm).
+  Status HandleAttach(const PsRequest& r, const Message& m);
+  // The values of a shm push (contiguous segments in range) in the worker's lane.
+  Result<const float*> LaneValues(const PsRequest& r, const Message& m, size_t n);
+  // Done reading a push from worker w's lane: the worker may write its push area again.
+  void ReleaseLane(int w, uint64_t seq);
+  // Worker w's lane goes (dead, or a new one replaces it): a push of it still held is copied out.
+  void DetachLane(int w);
+  void AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply);
   // A bsp round is complete: its held pushes are summed in worker-rank order (so that a bsp run
   // is bit-for-bit reproducible whatever order they arrive in) and applied once.
   void ApplyRound();
@@ -207,6 +222,7 @@ class Server {
   wire::JobConfig job_;  // from INIT (or the checkpoint)
   std::unique_ptr<ConsistencyController> controller_;
   std::unique_ptr<KvShard> shard_;
+  std::unique_ptr<ParallelFor> apply_pool_;  // options_.apply_threads > 1
   // Membership.
   std::map<int, std::string> identity_of_worker_;
   std::set<int> may_join_;  // workers the scheduler announced as rejoined, not yet JOINed
@@ -218,6 +234,7 @@ class Server {
   PushAssembler assembler_;
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
   std::deque<Parked> parked_;
+  std::map<int, ShmLane> lanes_;  // worker -> its shared-memory lane
   std::string codec_spec_;  // the job's push codec ("" = raw floats)
   std::unique_ptr<Compressor> codec_;
   bool staleness_aware_lr_ = false;

@@ -28,6 +28,7 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
   // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
   if (scheduler_) seen_joined_ = scheduler_->joined_nodes().size();
   for (int s = 0; s < table.servers_size(); ++s) dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
+  lanes_.resize(static_cast<size_t>(table.servers_size()));
 }
 
 Result<std::unique_ptr<PsClient>> PsClient::Create(TransportContext& ctx, const wire::ClusterTable& table, int rank,
@@ -58,6 +59,10 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
 }
 
 namespace {
+// How long a push waits for a shard to release its lane's push area (bsp: until the round of the
+// previous push is applied, which a normal step, pulling in between, never waits for).
+constexpr int kLaneWaitSeconds = 600;
+
 PsRequest Request(wire::Type type, int rank, PsClient::RequestId id, int64_t clock) {
   PsRequest r;
   r.type = type;
@@ -153,6 +158,26 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       compressed = Frame::Copy(encoded_.data(), encoded_.size());
       r.codec = codec_spec_;
       p.values_frame = &compressed;
+    } else if (Lane* lane = ks.empty() ? LaneFor(s, runs, false) : nullptr) {
+      // Through the lane: the gradient is copied into the push area once the shard is done with
+      // the previous push there; the header alone goes over ZeroMQ.
+      waiting_on_[id].push_back(s);
+      key_pos += ks.size();
+      if (Status st = WaitLaneFree(s); !st.ok()) {
+        FailShard(s, st);
+        continue;
+      }
+      float* area = lane->lane.push_area();
+      const int64_t base = partitioner_.range(s).begin;
+      for (const auto& run : runs) {
+        std::memcpy(area + (run.begin - base), grads.data() + run.begin, static_cast<size_t>(run.size()) * sizeof(float));
+        shm_pushed_ += static_cast<uint64_t>(run.size()) * sizeof(float);
+      }
+      r.shm = true;
+      r.shm_seq = ++lane->sent;
+      Status st = sockets_[s].Send("", EncodeRequest(r));
+      if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
+      continue;
     } else if (runs.size() == 1 && ks.empty()) {
       p.values = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
       p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
@@ -184,6 +209,12 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
       r.segments = dense_runs_[s];
       p.keys = key_parts[s];
       if (pull_decoder_) r.codec = codec_spec_;  // a delta is welcome (the server decides)
+    }
+    if (p.keys.empty() && r.codec.empty()) {
+      if (Lane* lane = LaneFor(s, r.segments, true)) {
+        r.shm = true;
+        for (const Segment& seg : r.segments) lane->pulls.push_back({id, seg});
+      }
     }
     waiting_on_[id].push_back(s);
     Status st = sockets_[s].Send("", EncodeRequest(r), p);
@@ -282,6 +313,10 @@ std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan 
       const Part& part = parts_[i];
       PsRequest r = Request(wire::PULL, rank_, ids[t], clock);
       r.segments = {{part.begin, part.end}};
+      if (Lane* lane = LaneFor(part.shard, r.segments, true)) {
+        r.shm = true;
+        lane->pulls.push_back({ids[t], r.segments[0]});
+      }
       waiting_on_[ids[t]].push_back(part.shard);  // a shard answers each of its parts once
       Status st = sockets_[part.shard].Send("", EncodeRequest(r), Payload());
       if (!st.ok()) FailShard(part.shard, st.WithContext("pull from " + NodeName(table_.servers(part.shard))));
@@ -312,14 +347,27 @@ void PsClient::FailShard(int shard, const Status& s) {
 
 void PsClient::HandleReply(int shard, const Message& m) {
   const RequestId id = m.header.request_id();
+  Lane* lane = lanes_[static_cast<size_t>(shard)].get();
+  // A piece of a pull answered through the lane, more to come: its values are copied out, the
+  // request stays open.
+  const bool more = m.malformed.ok() && m.header.type() == wire::PULL_REPLY && m.header.shm() &&
+                    m.header.parts() > 1 && m.header.part() >= 0 && m.header.part() + 1 < m.header.parts();
   auto it = pending_.find(id);
   auto wit = waiting_on_.find(id);
-  if (it == pending_.end() || wit == waiting_on_.end()) return;  // a late reply to a failed request
-  auto sit = std::find(wit->second.begin(), wit->second.end(), shard);
-  if (sit == wit->second.end()) return;  // a duplicate
-  wit->second.erase(sit);
+  auto sit = wit == waiting_on_.end() ? std::vector<int>::iterator()
+                                      : std::find(wit->second.begin(), wit->second.end(), shard);
+  const bool open = it != pending_.end() && wit != waiting_on_.end() && sit != wit->second.end();
+  if (!more) {
+    if (open) wit->second.erase(sit);
+    // The shard writes no more of this request into the lane once it has answered every part.
+    const bool answered = !open || std::find(wit->second.begin(), wit->second.end(), shard) == wit->second.end();
+    if (lane && answered) {
+      std::erase_if(lane->pulls, [id](const auto& e) { return e.first == id; });
+    }
+  }
+  if (!open) return;  // a late reply to a failed request, or a duplicate
   Pending& p = it->second;
-  p.remaining--;
+  if (!more) p.remaining--;
   auto fail = [&](Status s) {
     if (p.status.ok()) p.status = std::move(s);
   };
@@ -359,6 +407,17 @@ void PsClient::HandleReply(int shard, const Message& m) {
     if (Status st = pull_decoder_->AddTo(m.values.bytes(), r.segments, r.clock, p.target); !st.ok()) {
       fail(st.WithContext("pull reply from " + NodeName(table_.servers(shard))));
       return;
+    }
+  } else if (r.shm) {
+    if (!lane || m.header.has_values() || m.header.num_keys() > 0) {
+      fail(DataLossError("unexpected shared-memory pull reply from " + NodeName(table_.servers(shard))));
+      return;
+    }
+    const float* area = lane->lane.pull_area();
+    for (const Segment& seg : r.segments) {
+      std::memcpy(p.target.data() + seg.begin, area + (seg.begin - range.begin),
+                  static_cast<size_t>(seg.size()) * sizeof(float));
+      shm_pulled_ += static_cast<uint64_t>(seg.size()) * sizeof(float);
     }
   } else {
     size_t pos = 0;
@@ -468,7 +527,8 @@ Status PsClient::Reconnect(double timeout_s) {
   if (!scheduler_) return FailedPreconditionError("no scheduler to learn the shards' new addresses from");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   CheckMembership();
-  for (int s : shards_to_reconnect()) {
+  const std::vector<int> reconnected = shards_to_reconnect();
+  for (int s : reconnected) {
     while (scheduler_->IsDead(wire::SERVER, s)) {
       if (Status h = scheduler_->health(); !h.ok()) return h;
       if (std::chrono::steady_clock::now() > deadline) {
@@ -490,12 +550,114 @@ Status PsClient::Reconnect(double timeout_s) {
     *table_.mutable_servers(s) = info;
     broken_[s] = false;
     versions_[s] = 0;
+    lanes_[static_cast<size_t>(s)].reset();  // the old server's lane; a new one below
     GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": reconnected to " << NodeName(info) << " at " << info.host() << ":"
                           << info.port();
   }
   // Every outstanding request is void now (the caller redoes its step).
   pending_.clear();
   waiting_on_.clear();
+  for (auto& lane : lanes_)
+    if (lane) lane->pulls.clear();
+  if (shm_wanted_) {
+    for (int s : reconnected) {
+      if (!IsLocal(table_.servers(s))) continue;
+      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      if (Status st = AttachLane(s, std::max(1.0, left)); !st.ok()) {
+        GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": " << NodeName(table_.servers(s))
+                              << " takes no shared-memory lane (values go over TCP): " << st;
+      }
+    }
+  }
+  return OkStatus();
+}
+
+bool PsClient::IsLocal(const wire::NodeInfo& server) const {
+  const std::string& h = server.host();
+  if (h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0) return true;
+  for (const auto& w : table_.workers())
+    if (w.rank() == rank_) return !w.host().empty() && w.host() == h;
+  return false;
+}
+
+Status PsClient::AttachLane(int s, double timeout_s) {
+  const Segment& range = partitioner_.range(s);
+  if (range.size() <= 0) return FailedPreconditionError("an empty range");
+  ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Create(range.size()));
+  PsRequest r = Request(wire::SHM_ATTACH, rank_, 0, 0);
+  r.request_id = NewRequest(false, {}, 1);
+  r.segments = {range};
+  r.shm_name = lane.name();
+  waiting_on_[r.request_id].push_back(s);
+  Status st = sockets_[s].Send("", EncodeRequest(r));
+  if (!st.ok()) FailShard(s, st);
+  st = Wait(r.request_id, timeout_s);
+  lane.Unlink();  // mapped on both sides (or refused): nothing stays behind in /dev/shm
+  if (!st.ok()) return st;
+  auto l = std::make_unique<Lane>();
+  l->lane = std::move(lane);
+  lanes_[static_cast<size_t>(s)] = std::move(l);
+  return OkStatus();
+}
+
+Result<int> PsClient::AttachSharedMemory(double timeout_s) {
+  shm_wanted_ = true;
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    if (lanes_[static_cast<size_t>(s)] || !IsLocal(table_.servers(s))) continue;
+    if (Status st = AttachLane(s, timeout_s); !st.ok()) {
+      if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnauthenticated) return st;
+      GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": " << NodeName(table_.servers(s))
+                            << " takes no shared-memory lane (values go over TCP): " << st;
+    }
+  }
+  return shm_lanes();
+}
+
+int PsClient::shm_lanes() const {
+  int n = 0;
+  for (const auto& l : lanes_) n += l != nullptr;
+  return n;
+}
+
+PsClient::Lane* PsClient::LaneFor(int s, std::span<const Segment> segments, bool is_pull) {
+  Lane* lane = lanes_[static_cast<size_t>(s)].get();
+  if (!lane || !codec_spec_.empty() || segments.empty() || broken_[static_cast<size_t>(s)]) return nullptr;
+  if (is_pull) {
+    if (pull_decoder_) return nullptr;  // the job compresses pulls: the shard wants no lane pulls
+    // Never two answers in flight for the same elements: the second would overwrite the first
+    // while it is being read. Such a pull goes over TCP instead.
+    for (const auto& [id, seg] : lane->pulls)
+      for (const Segment& want : segments)
+        if (want.begin < seg.end && seg.begin < want.end) return nullptr;
+  } else {
+    for (size_t i = 1; i < segments.size(); ++i)
+      if (segments[i].begin != segments[i - 1].end) return nullptr;  // a push's segments must be contiguous
+  }
+  return lane;
+}
+
+Status PsClient::WaitLaneFree(int s) {
+  Lane& lane = *lanes_[static_cast<size_t>(s)];
+  if (lane.lane.consumed() >= lane.sent) return OkStatus();
+  for (int spin = 0; spin < 256; ++spin) {
+    std::this_thread::yield();
+    if (lane.lane.consumed() >= lane.sent) return OkStatus();
+  }
+  // The shard holds the previous push (bsp: until its round is applied). Replies are handled
+  // meanwhile, and a dead shard ends the wait.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLaneWaitSeconds);
+  while (lane.lane.consumed() < lane.sent) {
+    if (scheduler_) {
+      RETURN_IF_ERROR(scheduler_->health());
+      CheckMembership();
+    }
+    if (broken_[static_cast<size_t>(s)]) return UnavailableError(NodeName(table_.servers(s)) + " is dead or restarted");
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceededError(NodeName(table_.servers(s)) + " has not released its shared-memory push area in " +
+                                   std::to_string(kLaneWaitSeconds) + " s");
+    }
+    RETURN_IF_ERROR(Receive(1));
+  }
   return OkStatus();
 }
 

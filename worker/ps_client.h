@@ -25,6 +25,7 @@
 #include "common/partitioner.h"
 #include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
+#include "common/shm_lane.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/transport.h"
@@ -103,6 +104,18 @@ class PsClient {
   // (NODE_JOINED), connects to their new addresses, and forgets every outstanding request.
   Status Reconnect(double timeout_s);
 
+  // Shared memory (co-located shards: common/shm_lane.h). For every shard on this host (its address
+  // is a loopback one or this worker's own), makes a lane and attaches it; from then on raw dense
+  // pushes and pulls to that shard move their values through the lane and only headers go over
+  // ZeroMQ. A shard that refuses (another host after all, another user, no room in /dev/shm) goes
+  // on over TCP; so does everything with keys or a codec. Returns the number of lanes attached.
+  // Reconnect attaches again to the shards it reconnects.
+  Result<int> AttachSharedMemory(double timeout_s);
+  int shm_lanes() const;
+  // Value bytes that went through lanes (pushed, pulled); not on any wire.
+  uint64_t shm_bytes_pushed() const { return shm_pushed_; }
+  uint64_t shm_bytes_pulled() const { return shm_pulled_; }
+
   // Per shard: the version of the last pull reply. Over the shards (max): the version lag the
   // last push was applied with (-1 until known), the clock staleness of the last answered pull
   // (-1 until known), how long the last pull was held by the consistency rule.
@@ -139,6 +152,18 @@ class PsClient {
   void PlanParts();
   void SendPart(size_t part);
   void FailShard(int shard, const Status& s);
+  // Lanes.
+  struct Lane {
+    ShmLane lane;
+    uint64_t sent = 0;  // pushes written to the push area
+    std::vector<std::pair<RequestId, Segment>> pulls;  // shm pulls not fully answered yet
+  };
+  bool IsLocal(const wire::NodeInfo& server) const;
+  Status AttachLane(int s, double timeout_s);
+  // The lane of shard s, if a dense raw request for `segments` may use it now.
+  Lane* LaneFor(int s, std::span<const Segment> segments, bool is_pull);
+  // Until shard s no longer reads the push area (its release), replies handled meanwhile.
+  Status WaitLaneFree(int s);
 
   TransportContext& ctx_;
   wire::ClusterTable table_;
@@ -184,6 +209,9 @@ class PsClient {
     std::vector<int> next;          // per shard: the next part number
   };
   OpenPush open_;
+  bool shm_wanted_ = false;                 // AttachSharedMemory was called
+  std::vector<std::unique_ptr<Lane>> lanes_;  // per shard; null: values over TCP
+  uint64_t shm_pushed_ = 0, shm_pulled_ = 0;
 };
 
 }  // namespace gradsync

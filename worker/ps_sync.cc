@@ -64,6 +64,14 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
     }
     RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
   }
+  if (options_.shm) {
+    ASSIGN_OR_RETURN(const int lanes, client_->AttachSharedMemory(timeout));
+    if (lanes > 0) {
+      std::printf("worker %d: %d of %d shard(s) on this host: values through shared memory\n", options_.rank, lanes,
+                  scheduler_->table().servers_size());
+      std::fflush(stdout);
+    }
+  }
   if (options_.after_init) options_.after_init();
   clock_ = start_clock;
   return start_clock;

@@ -57,6 +57,9 @@ struct PsTrainOptions {
   // forward waiting only for its own parameters. The same updates as without (bsp included).
   bool overlap = false;
   size_t push_part_floats = size_t{1} << 20;
+  // Values of raw dense pushes and pulls through shared memory to the shards on this host
+  // (PsClient::AttachSharedMemory, after the "init" barrier).
+  bool shm = true;
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;

@@ -181,6 +181,11 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
         std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", job->rank,
                     static_cast<long long>(out.traffic.bytes_sent), static_cast<long long>(out.traffic.bytes_received),
                     static_cast<long long>(out.traffic.malformed_received));
+        if ((*client)->shm_lanes() > 0) {
+          std::printf("worker %d: %llu value bytes pushed and %llu pulled through shared memory (not in the bytes above)\n",
+                      job->rank, static_cast<unsigned long long>((*client)->shm_bytes_pushed()),
+                      static_cast<unsigned long long>((*client)->shm_bytes_pulled()));
+        }
       }
     }
   }

@@ -56,6 +56,7 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.staleness_aware_lr = c.staleness_aware_lr();
   po.overlap = c.overlap();
   po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
+  po.shm = c.shm();
   return po;
 }
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/scheduler_client.h"
+#include "common/shm_lane.h"
 #include "common/synthetic.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -167,13 +168,64 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   send_part(0, 1, 2, 2, true);
   send_part(0, 1, 2, 8, false);
 
-  // Collect replies: one pull answer and one ERROR per answered attack; then a little longer,
-  // so that a reply to a message that must go unanswered is seen.
+  // Shared-memory lanes (common/shm_lane.h). The real worker 0 pushes and pulls through its own
+  // lane meanwhile.
+  auto shm_push = [&](uint64_t offset, uint64_t length) {
+    wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
+    h.set_shm(true);
+    h.set_shm_seq(1);
+    return h;
+  };
+  auto attach = [&](const std::string& name) {
+    wire::Header h = testing::WorkerRequest(wire::SHM_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
+    h.set_shm_name(name);
+    return h;
+  };
+  // 25. A shm push, and 26. a shm pull, before worker 1 attached a lane.
+  send(shm_push(0, 4), {});
+  { wire::Header h = pull; h.set_shm(true); send(h, {}); }
+  // 27. A lane name that is a path, 28. a lane that does not exist, 29. a lane of the wrong size.
+  send(attach("/../../dev/shm/x"), {});
+  send(attach("/gradsync-00000000000000000000000000000000"), {});
+  auto wrong_size = ShmLane::Create(shard_size + 1);
+  ASSERT_TRUE(wrong_size.ok()) << wrong_size.status();
+  send(attach(wrong_size->name()), {});
+  wrong_size->Unlink();
+  // 30. The shm flag on a JOIN.
+  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.set_shm(true); send(h, {}); }
+  // A real lane for worker 1 (answered with SHM_ATTACH_REPLY, not an attack).
+  auto lane = ShmLane::Create(shard_size);
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  send(attach(lane->name()), {});
+  out->sent--;
+  // 31. A shm push that also carries a values frame, 32. one without its number, 33. one whose
+  //     segments are not contiguous, 34. one outside the range, 35. one with keys.
+  { std::vector<zmq::message_t> f; f.push_back(vals(4)); wire::Header h = shm_push(0, 4); h.set_has_values(true); send(h, std::move(f)); }
+  { wire::Header h = shm_push(0, 4); h.clear_shm_seq(); send(h, {}); }
+  {
+    wire::Header h = shm_push(0, 4);
+    auto* seg = h.add_segments();
+    seg->set_offset(8);
+    seg->set_length(4);
+    send(h, {});
+  }
+  send(shm_push(static_cast<uint64_t>(shard_size) - 2, 4), {});
+  {
+    wire::Header h = shm_push(0, 0);
+    h.set_num_keys(1);
+    std::vector<zmq::message_t> f;
+    uint64_t key = 0;
+    f.push_back(zmq::message_t(&key, sizeof(key)));
+    send(h, std::move(f));
+  }
+
+  // Collect replies: one pull answer, one SHM_ATTACH_REPLY and one ERROR per answered attack;
+  // then a little longer, so that a reply to a message that must go unanswered is seen.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   int replies = 0;
   bool all_in = false;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (replies >= out->sent + 1 && !all_in) {
+    if (replies >= out->sent + 2 && !all_in) {
       all_in = true;
       deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
     }
@@ -274,13 +326,17 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 22);
+  EXPECT_EQ(attacked.sent, 33);
   EXPECT_EQ(attacked.silent, 3);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
   EXPECT_EQ(attacked.stats.rejected, attacked.sent);
   EXPECT_GE(attacked.stats.malformed, 6);  // garbage, truncated, wrong length, keys mismatch, overflows
   EXPECT_EQ(clean.stats.rejected, 0);
+  // The real worker's values went through its lane in both runs (the attacker's lane was refused
+  // or given no valid push).
+  EXPECT_GT(clean.stats.shm_pulls, 0);
+  EXPECT_GT(attacked.stats.shm_pulls, 0);
   EXPECT_EQ(attacked.stats.pushes, clean.stats.pushes);
   ASSERT_EQ(clean.params.size(), attacked.params.size());
   EXPECT_EQ(0, std::memcmp(clean.params.data(), attacked.params.data(), clean.params.size() * sizeof(float)))

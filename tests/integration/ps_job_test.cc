@@ -157,6 +157,32 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   }
 }
 
+// Shared-memory lanes carry the same values as TCP: a bsp run is the same bits either way,
+// sequential and overlapped, and only the lanes' run answers pulls through them.
+TEST(PsJobTest, BspThroughSharedMemoryIsBspOverTcpBitForBit) {
+  Dataset data = SmallBlobs(960);
+  for (bool overlap : {false, true}) {
+    PsJobOptions o = BspJob(2, 8, 60);
+    o.train.lr.total_steps = 60;
+    o.overlap = overlap;
+    o.push_part_floats = 64;  // overlapped: several parts per tensor
+    o.shm = false;
+    PsJobResult tcp = RunPsJob(o, data, data);
+    o.shm = true;
+    PsJobResult shm = RunPsJob(o, data, data);
+    ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+    ASSERT_TRUE(shm.status.ok()) << shm.status;
+    EXPECT_EQ(shm.params, tcp.params) << "overlap " << overlap;
+    for (size_t i = 0; i < shm.server_stats.size(); ++i) {
+      EXPECT_EQ(tcp.server_stats[i].shm_pulls, 0);
+      EXPECT_GT(shm.server_stats[i].shm_pulls, 0) << "server " << i;
+      EXPECT_EQ(shm.server_stats[i].shm_lanes, 2) << "server " << i;
+      EXPECT_EQ(shm.server_stats[i].pushes, tcp.server_stats[i].pushes);
+      EXPECT_EQ(shm.server_stats[i].rejected, 0);
+    }
+  }
+}
+
 // A caller that sets each step's rate itself (a frontend's LR scheduler): the pushes carry it
 // and the shards apply it instead of their schedule. The job's schedule says constant 0.5 (it
 // would diverge); the steps' own rates are the cosine a scheduled run computes, so the run is
@@ -236,10 +262,11 @@ TEST(PsJobTest, ADivergedOverlappedStepIsNeverApplied) {
   for (const auto& st : r.server_stats) EXPECT_EQ(st.pushes, step) << msg;
 }
 
-class SspBoundTest : public ::testing::TestWithParam<int> {};
+// The bound, and whether values go through shared-memory lanes (else over TCP).
+class SspBoundTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
-  const int s = GetParam();
+  const int s = std::get<0>(GetParam());
   Dataset data = SmallBlobs(960);
   PsJobOptions o;
   o.mode = ConsistencyMode::kSsp;
@@ -249,6 +276,7 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   o.model = SmallMlp();
   o.train = SmallTrain(8, 60, 0.0f);
   o.train.lr.total_steps = 60;
+  o.shm = std::get<1>(GetParam());
   // Seeded random delays, heavier on worker 2, so that the fast ones run into the bound.
   o.delay_ms = [](int w, int64_t step) {
     Rng rng(Rng::Derive(11, static_cast<uint64_t>(w), static_cast<uint64_t>(step)));
@@ -283,6 +311,10 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
     }
   }
   EXPECT_EQ(counted, checked);  // the shards' histogram counts every answered pull
+  for (const auto& st : r.server_stats) {
+    if (o.shm) EXPECT_EQ(st.shm_pulls, 3 * 60) << "every pull through the lanes";
+    else EXPECT_EQ(st.shm_pulls, 0);
+  }
   EXPECT_LE(max_clock_staleness, s);
   if (s > 0) {
     EXPECT_GT(held_back_possible, 0) << "the delays never let a worker run ahead";
@@ -299,7 +331,11 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Bounds, SspBoundTest, ::testing::Values(0, 1, 3));
+INSTANTIATE_TEST_SUITE_P(Bounds, SspBoundTest, ::testing::Combine(::testing::Values(0, 1, 3), ::testing::Bool()),
+                         [](const auto& param_info) {
+                           return "s" + std::to_string(std::get<0>(param_info.param)) +
+                                  (std::get<1>(param_info.param) ? "_shm" : "_tcp");
+                         });
 
 class AspSlowWorkerTest : public ::testing::TestWithParam<bool> {};
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
+#include <cstring>
 
 namespace gradsync {
 namespace {
@@ -193,6 +195,56 @@ TEST(KvShardTest, SparseKeysAndRead) {
   EXPECT_FLOAT_EQ(out[0], -1);
   EXPECT_FLOAT_EQ(out[1], -2);
   EXPECT_FLOAT_EQ(s.params()[0], 0);
+}
+
+}  // namespace
+}  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+// Large dense updates split over threads (--apply-threads) give the very bits of one thread:
+// SGD with momentum and Adam, a push's Apply and a bsp round's ApplyAccumulated.
+TEST(KvShardTest, ApplyOverThreadsIsBitForBitOneThread) {
+  const int64_t n = (int64_t{1} << 20) + 3;  // large enough to be split, and not evenly
+  const std::vector<TensorInfo> layout = {{"w", {n}, 0, n, false}};
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam}) {
+    OptimizerOptions opt;
+    opt.kind = kind;
+    opt.momentum = kind == OptimizerKind::kSgd ? 0.9f : 0.0f;
+    opt.weight_decay = 1e-4f;
+    LrSchedule lr;
+    lr.base = 0.01f;
+    ParallelFor pool(3);
+    for (bool aggregate : {false, true}) {
+      KvShard one({0, n}, layout, opt, lr, 2, aggregate), many({0, n}, layout, opt, lr, 2, aggregate);
+      many.set_parallel(&pool);
+      std::vector<float> init(static_cast<size_t>(n)), grad(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        init[static_cast<size_t>(i)] = std::sin(static_cast<float>(i)) * 0.1f;
+        grad[static_cast<size_t>(i)] = std::cos(static_cast<float>(i) * 0.7f);
+      }
+      one.SetValues(init);
+      many.SetValues(init);
+      const std::vector<Segment> all = {{0, n}};
+      for (int step = 0; step < 3; ++step) {
+        for (KvShard* s : {&one, &many}) {
+          if (aggregate) {
+            s->Accumulate(all, {}, grad.data());
+            s->Accumulate(all, {}, init.data());
+            s->ApplyAccumulated(2);
+          } else {
+            s->Apply(all, {}, grad.data());
+          }
+        }
+      }
+      ASSERT_EQ(one.params().size(), many.params().size());
+      EXPECT_EQ(0, std::memcmp(one.params().data(), many.params().data(), one.params().size() * sizeof(float)))
+          << OptimizerKindName(kind) << (aggregate ? " bsp" : " asp");
+      EXPECT_EQ(0, std::memcmp(one.optimizer_state().data(), many.optimizer_state().data(),
+                               one.optimizer_state().size() * sizeof(float)));
+    }
+  }
 }
 
 }  // namespace

@@ -205,6 +205,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.staleness_aware_lr = o.staleness_aware_lr;
       pto.overlap = o.overlap;
       pto.push_part_floats = o.push_part_floats;
+      pto.shm = o.shm;
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
       if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);

@@ -41,6 +41,7 @@ struct PsJobOptions {
   // Each step's own rate, pushed with its gradient (PsTrainOptions::step_lr); empty: none.
   std::function<float(int64_t step)> step_lr;
   size_t push_part_floats = size_t{1} << 20;
+  bool shm = true;  // PsTrainOptions::shm: values through shared-memory lanes (every shard is local)
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).

@@ -1,0 +1,75 @@
+// ShmLane: the shared-memory lane of one worker and one shard on the same host, so that their
+// values move through memory both processes map instead of through the loopback TCP stack.
+// ZeroMQ still carries every header (and so every check, consistency rule and error reply); the
+// lane only holds the floats.
+//
+// Layout of the region (a POSIX shared-memory object, /dev/shm/gradsync-<32 hex digits>):
+//   [control: 4 KiB: magic, floats, consumed] [push area: floats] [pull area: floats]
+// Both areas are indexed like the shard's range: element i of the range is area[i].
+//
+// The worker creates the lane (mode 0600, every page reserved with posix_fallocate, so a full
+// /dev/shm is an error at creation, not a SIGBUS later) and names it in SHM_ATTACH; the shard
+// opens it only if it is a regular file of its own user with no group or other bits, exactly the
+// size its range asks for, with the right control block. Both sides then remove the name: the
+// mapping lives on until both have let go, and nothing is left in /dev/shm when a process dies.
+// The lane trusts processes of the same user on the host (as any shared-memory transport does:
+// they may also signal or trace the server); other users cannot open it.
+//
+// Flow control: a worker writes its push area only once the shard says it no longer reads it:
+// the shard stores the number of the last push it is done with in `consumed` (release), the
+// worker reads it (acquire) before writing the next one. A pull's answer is written by the shard
+// into the pull area and announced by a header; the worker never has two pulls of overlapping
+// elements outstanding on one lane.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace gradsync {
+
+class ShmLane {
+ public:
+  ShmLane() = default;
+  ShmLane(ShmLane&& o) noexcept;
+  ShmLane& operator=(ShmLane&& o) noexcept;
+  ShmLane(const ShmLane&) = delete;
+  ShmLane& operator=(const ShmLane&) = delete;
+  ~ShmLane();
+
+  // The worker: a new lane for a range of `floats` elements (> 0). kUnavailable when shared
+  // memory cannot be had (or /dev/shm cannot hold the lane).
+  static Result<ShmLane> Create(int64_t floats);
+  // The shard: maps the lane `name` (IsValidName) of exactly `floats` elements; kInvalidArgument
+  // for a bad name, kNotFound for no such lane (another host), kPermissionDenied for one of
+  // another user or readable by others, kFailedPrecondition for a wrong size or control block.
+  static Result<ShmLane> Attach(const std::string& name, int64_t floats);
+  static bool IsValidName(const std::string& name);
+  // The size of the region of a lane of `floats` elements.
+  static uint64_t RegionBytes(int64_t floats);
+
+  // Removes the name (the mapping stays valid). Harmless when already removed.
+  void Unlink();
+
+  bool valid() const { return base_ != nullptr; }
+  const std::string& name() const { return name_; }
+  int64_t floats() const { return floats_; }
+  float* push_area() const;
+  float* pull_area() const;
+  // The number of the last push the shard no longer reads (0: none yet).
+  uint64_t consumed() const;
+  // The shard: done with every push up to `seq` (it only moves forward).
+  void Consume(uint64_t seq);
+
+ private:
+  void Reset();
+
+  std::string name_;
+  void* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  int64_t floats_ = 0;
+};
+
+}  // namespace gradsync
