@@ -326,6 +326,11 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
                             },
                             hint);
     }
+    if (payload.owner && size > 0) {
+      auto* hint = new std::shared_ptr<const void>(payload.owner);
+      return zmq::message_t(const_cast<void*>(data), size,
+                            [](void*, void* hnt) { delete static_cast<std::shared_ptr<const void>*>(hnt); }, hint);
+    }
     return zmq::message_t(data, size);
   };
   try {

@@ -96,6 +96,10 @@ struct Payload {
   // Zero-copy: when set, `keys` and `values` are lent to ZeroMQ and must stay unchanged until
   // lent->count() drops back; otherwise they are copied into the message.
   std::shared_ptr<InflightCounter> lent;
+  // Or lent with an owner instead: `keys` and `values` live in memory `owner` keeps alive, and
+  // ZeroMQ holds a reference to it until it has sent them (copy-on-write buffers: the owner's
+  // other holders see use_count() > 1 while a frame is in flight).
+  std::shared_ptr<const void> owner;
   // Alternatively a values frame already built (e.g. filled in place by the sender); it is
   // moved into the message and `values` is ignored.
   Frame* values_frame = nullptr;

@@ -19,7 +19,7 @@ KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerO
                  const LrSchedule& lr, int num_workers, bool aggregate)
     : range_(range),
       layout_(std::move(layout)),
-      params_(static_cast<size_t>(range.size()), 0.0f),
+      params_(std::make_shared<std::vector<float>>(static_cast<size_t>(range.size()), 0.0f)),
       optimizer_(PerPushOptions(optimizer, num_workers, aggregate), range.size()),
       lr_(lr),
       num_workers_(num_workers),
@@ -32,8 +32,8 @@ KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerO
     if (b < e) sparse_runs_.push_back({b - range_.begin, e - range_.begin});
   }
   if (aggregate) {
-    accum_.assign(params_.size(), 0.0f);
-    if (!sparse_runs_.empty()) touched_.assign(params_.size(), 0);
+    accum_.assign(params_->size(), 0.0f);
+    if (!sparse_runs_.empty()) touched_.assign(params_->size(), 0);
   }
 }
 
@@ -75,21 +75,22 @@ Status KvShard::Validate(std::span<const Segment> segments, std::span<const uint
 }
 
 void KvShard::SetValues(std::span<const float> values) {
-  GRADSYNC_CHECK(values.size() == params_.size());
-  std::copy(values.begin(), values.end(), params_.begin());
+  GRADSYNC_CHECK(values.size() == params_->size());
+  Own();
+  std::copy(values.begin(), values.end(), params_->begin());
 }
 
 void KvShard::Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const {
   for (const auto& s : segments) {
-    const float* src = params_.data() + (s.begin - range_.begin);
+    const float* src = params_->data() + (s.begin - range_.begin);
     out = std::copy(src, src + s.size(), out);
   }
-  for (uint64_t k : keys) *out++ = params_[k - static_cast<uint64_t>(range_.begin)];
+  for (uint64_t k : keys) *out++ = (*params_)[k - static_cast<uint64_t>(range_.begin)];
 }
 
 void KvShard::StepDense(int64_t local, std::span<const float> g, float lr, float grad_scale, float* clear) {
   auto piece = [&](size_t b, size_t e) {
-    optimizer_.Step(std::span<float>(params_.data() + local + static_cast<int64_t>(b), e - b), g.subspan(b, e - b), lr,
+    optimizer_.Step(std::span<float>(params_->data() + local + static_cast<int64_t>(b), e - b), g.subspan(b, e - b), lr,
                     local + static_cast<int64_t>(b), grad_scale);
     if (clear != nullptr) std::fill(clear + b, clear + e, 0.0f);
   };
@@ -102,8 +103,17 @@ void KvShard::StepDense(int64_t local, std::span<const float> g, float lr, float
   }
 }
 
+void KvShard::Own() {
+  // Another holder (a pull reply ZeroMQ is still sending) keeps the old values: they were one
+  // version, and stay it.
+  if (params_.use_count() > 1) params_ = std::make_shared<std::vector<float>>(*params_);
+}
+
+std::shared_ptr<const void> KvShard::Share() const { return params_; }
+
 void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
                     float lr_scale, bool counts, float pushed_lr) {
+  Own();
   const float lr = Lr(pushed_lr) * lr_scale * push_lr_scale_;
   for (const auto& s : segments) {
     StepDense(s.begin - range_.begin, std::span<const float>(values, static_cast<size_t>(s.size())), lr,
@@ -117,7 +127,7 @@ void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t>
       local_keys[i] = keys[i] - static_cast<uint64_t>(range_.begin);
       scratch_[i] = values[i] * push_grad_scale_;
     }
-    optimizer_.StepSparse(params_, local_keys, scratch_, lr);
+    optimizer_.StepSparse(*params_, local_keys, scratch_, lr);
   }
   if (!counts) return;
   optimizer_.EndStep();
@@ -144,6 +154,7 @@ void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint
 
 void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   GRADSYNC_CHECK(count > 0);
+  Own();
   const float lr = Lr(pushed_lr);
   const float inv = 1.0f / static_cast<float>(count);
   for (const auto& r : dense_runs_) {
@@ -158,7 +169,7 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
       accum_[touched_keys_[i]] = 0.0f;
       touched_[touched_keys_[i]] = 0;
     }
-    optimizer_.StepSparse(params_, touched_keys_, scratch_, lr);
+    optimizer_.StepSparse(*params_, touched_keys_, scratch_, lr);
     touched_keys_.clear();
   }
   optimizer_.EndStep();
@@ -169,9 +180,9 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
 
 Status KvShard::Restore(std::span<const float> params, std::span<const float> optimizer_state,
                         int64_t optimizer_steps, int64_t version, int64_t step, int64_t gradients) {
-  if (params.size() != params_.size()) {
+  if (params.size() != params_->size()) {
     return DataLossError("checkpoint holds " + std::to_string(params.size()) + " parameters, the shard " +
-                         std::to_string(params_.size()));
+                         std::to_string(params_->size()));
   }
   if (optimizer_state.size() != optimizer_.state().size()) {
     return DataLossError("checkpoint's optimizer state has " + std::to_string(optimizer_state.size()) +
@@ -183,7 +194,8 @@ Status KvShard::Restore(std::span<const float> params, std::span<const float> op
   for (const int64_t c : {version, step, gradients, optimizer_steps}) {
     if (c < 0 || c > kMaxCount) return DataLossError("checkpoint has a counter out of range: " + std::to_string(c));
   }
-  std::copy(params.begin(), params.end(), params_.begin());
+  Own();
+  std::copy(params.begin(), params.end(), params_->begin());
   optimizer_.SetState(optimizer_state);
   optimizer_.set_steps(optimizer_steps);
   version_ = version;

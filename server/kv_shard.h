@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -60,7 +61,11 @@ class KvShard {
   int64_t version() const { return version_; }
   int64_t step() const { return step_; }
   int64_t gradients() const { return gradients_; }
-  std::span<const float> params() const { return params_; }
+  std::span<const float> params() const { return *params_; }
+  // The parameters' owner, for a reply that sends them without a copy (Payload::owner): until
+  // the reply lets go, the next update writes a fresh copy instead (copy-on-write), so what the
+  // reply sends stays one version.
+  std::shared_ptr<const void> Share() const;
   const OptimizerOptions& optimizer_options() const { return optimizer_.options(); }
   // The optimizer's state (Optimizer::state(): momentum, or Adam's m then v) and steps taken.
   std::span<const float> optimizer_state() const { return optimizer_.state(); }
@@ -74,6 +79,8 @@ class KvShard {
 
  private:
   float Lr(float pushed) const { return std::isnan(pushed) ? lr_.At(step_) : pushed; }
+  // Before any write: the parameters to itself alone (a copy if a reply still holds them).
+  void Own();
   // optimizer_.Step over a dense run (local offset), in pieces over parallel_ when it is large;
   // `clear` (the accumulated gradient g itself, or null) is zeroed piece by piece after use.
   void StepDense(int64_t local, std::span<const float> g, float lr, float grad_scale, float* clear);
@@ -82,7 +89,7 @@ class KvShard {
   std::vector<TensorInfo> layout_;
   std::vector<Segment> dense_runs_;   // local offsets (relative to range_.begin)
   std::vector<Segment> sparse_runs_;  // local offsets
-  std::vector<float> params_;
+  std::shared_ptr<std::vector<float>> params_;  // copy-on-write (Share)
   Optimizer optimizer_;
   ParallelFor* parallel_ = nullptr;
   LrSchedule lr_;

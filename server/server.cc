@@ -465,8 +465,21 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
       return;
     }
   }
-  // The reply carries a snapshot (the shard may change before ZeroMQ has sent the bytes): one
-  // copy into a pooled buffer that ZeroMQ sends without copying again.
+  if (keys.empty() && r.segments.size() == 1) {
+    // One run: sent straight from the parameters, no copy. The reply holds them, so the next
+    // update writes a fresh copy instead (KvShard::Share): the reply stays one version.
+    const Segment& seg = r.segments[0];
+    p.values = shard_->params().subspan(static_cast<size_t>(seg.begin - shard_->range().begin),
+                                        static_cast<size_t>(seg.size()));
+    p.owner = shard_->Share();
+    if (pull_encoder_) pull_encoder_->Record(r.worker, r.segments, p.values.data());
+    Status s = socket_.Send(m.peer, EncodeReply(reply), p);
+    if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
+    RecordPull(r, reply.clock_staleness);
+    return;
+  }
+  // Several runs or keys: a snapshot (the shard may change before ZeroMQ has sent the bytes),
+  // one copy into a pooled buffer that ZeroMQ sends without copying again.
   LentBufferPool::Buffer* buf = reply_pool_.Acquire(n);
   float* dst = nullptr;
   if (buf) {
