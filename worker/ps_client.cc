@@ -263,6 +263,7 @@ PsClient::RequestId PsClient::BeginPush(int64_t clock, ConstFloatSpan grads, flo
   open_.versions = versions_;
   open_.sent.assign(parts_.size(), false);
   open_.next.assign(parts_per_shard_.size(), 0);
+  open_.shm_seq.assign(parts_per_shard_.size(), 0);
   for (int s = 0; s < table_.servers_size(); ++s) {
     if (parts_per_shard_[static_cast<size_t>(s)] > 0) waiting_on_[open_.id].push_back(s);
   }
@@ -283,10 +284,32 @@ void PsClient::SendPart(size_t i) {
     r.part = open_.next[static_cast<size_t>(s)]++;
   }
   r.segments = {{part.begin, part.end}};
+  uint64_t& seq = open_.shm_seq[static_cast<size_t>(s)];
+  if (seq == 0) {
+    // The push's first part to this shard decides: through its lane (once the shard released the
+    // push area) or over TCP, for every part alike.
+    seq = kTcp;
+    if (Lane* lane = LaneFor(s, r.segments, false)) {
+      if (Status ws = WaitLaneFree(s); ws.ok()) {
+        seq = ++lane->sent;
+      } else {
+        FailShard(s, ws);
+      }
+    }
+  }
   Payload p;
-  p.has_values = true;
-  p.values = open_.grads.subspan(static_cast<size_t>(part.begin), static_cast<size_t>(part.end - part.begin));
-  p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
+  if (seq != kTcp) {
+    Lane& lane = *lanes_[static_cast<size_t>(s)];
+    std::memcpy(lane.lane.push_area() + (part.begin - partitioner_.range(s).begin), open_.grads.data() + part.begin,
+                static_cast<size_t>(part.end - part.begin) * sizeof(float));
+    shm_pushed_ += static_cast<uint64_t>(part.end - part.begin) * sizeof(float);
+    r.shm = true;
+    r.shm_seq = seq;
+  } else {
+    p.has_values = true;
+    p.values = open_.grads.subspan(static_cast<size_t>(part.begin), static_cast<size_t>(part.end - part.begin));
+    p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
+  }
   Status st = sockets_[s].Send("", EncodeRequest(r), p);
   if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
 }

@@ -207,7 +207,9 @@ class PsClient {
     std::vector<int64_t> versions;  // of the last pull, the same on every part
     std::vector<bool> sent;         // per part
     std::vector<int> next;          // per shard: the next part number
+    std::vector<uint64_t> shm_seq;  // per shard: the push's number on its lane; 0 undecided, kTcp: over TCP
   };
+  static constexpr uint64_t kTcp = ~uint64_t{0};
   OpenPush open_;
   bool shm_wanted_ = false;                 // AttachSharedMemory was called
   std::vector<std::unique_ptr<Lane>> lanes_;  // per shard; null: values over TCP
