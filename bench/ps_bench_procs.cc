@@ -17,6 +17,14 @@
 // push+pull: big both ways), zero-copy sends throughout; one TCP stream of the same bytes
 // (POSIX sockets, TCP_NODELAY, acknowledged at the end of each repeat); memcpy in the parent.
 // Each is timed over the same iters and repeats as the PS rows; the median is reported.
+//
+// Small requests (--small-keys=K), per configuration: a job whose one tensor is sparse
+// (kSmallRows floats, addressed by key); each worker pushes K sorted unique random keys with
+// their values and waits for the replies, then (second row) pulls K keys the same way; round
+// trips/s = all workers' operations / the repeat's wall time (one operation is one request to
+// every shard and every reply). The workers measure the bytes of a request and a reply per shard
+// (PsClient's traffic counters: header, keys and values frames); the ceiling is ZeroMQ REQ/REP
+// with exactly those frames, in the configuration's topology, timed the same way.
 #include "bench/ps_bench_procs.h"
 
 #include <arpa/inet.h>
@@ -41,6 +49,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -158,6 +167,102 @@ int RunWorker(const std::map<std::string, std::string>& a) {
   return 0;
 }
 
+// Small requests: the sparse tensor's rows, and how many key sets each worker cycles through
+// (drawn before the timed loops, so no drawing is timed; every set is used in the warm-up).
+constexpr int64_t kSmallRows = int64_t{1} << 20;
+constexpr int kKeySets = 64;
+const char* kSmallOps[] = {"sparse-push", "sparse-pull"};
+
+wire::JobConfig SparseJobConfig(int workers) {
+  wire::JobConfig config = BenchJobConfig(kSmallRows, workers);
+  config.mutable_tensors(0)->set_name("emb");
+  config.mutable_tensors(0)->set_sparse(true);
+  return config;
+}
+
+// --role=worker --keys=K: sparse pushes, then sparse pulls, of K keys per operation. Prints, per
+// op, "R op repeat t0 t1" per repeat, "L op latencies...", "B op request_bytes reply_bytes" (per
+// message to / from one shard, over the timed operations), and "W wrong".
+int RunSmallWorker(const std::map<std::string, std::string>& a) {
+  const int w = static_cast<int>(Int(a, "rank")), workers = static_cast<int>(Int(a, "workers"));
+  const size_t keys_per_op = static_cast<size_t>(Int(a, "keys"));
+  const int iters = static_cast<int>(Int(a, "iters")), repeats = static_cast<int>(Int(a, "repeats"));
+  TransportContext ctx(2);
+  SchedulerClientOptions sc;
+  sc.scheduler_endpoint = Str(a, "scheduler");
+  sc.self.set_role(wire::WORKER);
+  sc.self.set_host("127.0.0.1");
+  sc.self.set_requested_rank(w);
+  sc.mode = "asp";
+  SchedulerClient client(ctx, sc);
+  auto table = client.Register(60);
+  if (!table.ok()) Die("worker register: " + table.status().message());
+  std::vector<TensorInfo> layout = {{"emb", {kSmallRows}, 0, kSmallRows, true}};
+  auto created = PsClient::Create(ctx, *table, w, layout, &client);
+  if (!created.ok()) Die("worker PsClient: " + created.status().message());
+  auto ps = std::move(created).value();
+  std::vector<float> params(static_cast<size_t>(kSmallRows), 0.0f);
+  if (w == 0) {
+    if (Status s = ps->Init(SparseJobConfig(workers), params, 60); !s.ok()) Die("worker init: " + s.message());
+  }
+  if (Status s = client.Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+  std::mt19937_64 rng(0x5eed + static_cast<uint64_t>(w));
+  std::uniform_int_distribution<uint64_t> row(0, static_cast<uint64_t>(kSmallRows) - 1);
+  std::vector<std::vector<uint64_t>> sets(kKeySets);
+  for (auto& keys : sets) {
+    std::set<uint64_t> pick;
+    while (pick.size() < keys_per_op) pick.insert(row(rng));
+    keys.assign(pick.begin(), pick.end());  // sorted and unique
+  }
+  const std::vector<float> grads(keys_per_op, 0.0f);  // zero gradients: every parameter stays 0
+  std::fill(params.begin(), params.end(), 1.0f);     // so every pulled key must come back 0
+  int64_t clock = 0;
+  std::ostringstream out;
+  for (int k = 0; k < 2; ++k) {
+    auto one = [&](size_t i) {
+      const std::vector<uint64_t>& keys = sets[i % kKeySets];
+      auto t0 = Clock::now();
+      auto id = k == 0 ? ps->Push(clock, params, keys, grads) : ps->Pull(clock, params, keys);
+      if (!id.ok()) Die(std::string(kSmallOps[k]) + ": " + id.status().message());
+      if (Status s = ps->Wait(*id, 60); !s.ok()) Die(std::string(kSmallOps[k]) + ": " + s.message());
+      if (k == 0) ++clock;
+      return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    };
+    for (size_t i = 0; i < kKeySets; ++i) one(i);  // warm-up
+    const TrafficCounters before = ps->traffic();
+    std::vector<double> lat;
+    size_t next = 0;
+    for (int r = 0; r < repeats; ++r) {
+      const std::string name = "s" + std::to_string(k) + "_" + std::to_string(r);
+      if (Status s = client.Barrier(name, "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+      const int64_t t0 = NowNs();
+      for (int i = 0; i < iters; ++i) lat.push_back(one(next++));
+      out << "R " << k << " " << r << " " << t0 << " " << NowNs() << "\n";
+    }
+    const TrafficCounters after = ps->traffic();
+    out << "L " << k;
+    for (double l : lat) out << " " << l;
+    out << "\n";
+    out << "B " << k << " "
+        << static_cast<double>(after.bytes_sent - before.bytes_sent) /
+               static_cast<double>(std::max<uint64_t>(1, after.messages_sent - before.messages_sent))
+        << " "
+        << static_cast<double>(after.bytes_received - before.bytes_received) /
+               static_cast<double>(std::max<uint64_t>(1, after.messages_received - before.messages_received))
+        << "\n";
+  }
+  int64_t wrong = 0;
+  for (const auto& keys : sets) {
+    for (uint64_t key : keys) wrong += params[key] != 0.0f;
+  }
+  out << "W " << wrong << "\n";
+  client.Finished(OkStatus());
+  client.Flush(1);
+  std::fputs(out.str().c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
 // Zero-copy: ZeroMQ sends straight from `data`, which never changes (no free function).
 void SendZeroCopy(zmq::socket_t& s, const std::vector<char>& data) {
   zmq::message_t m(const_cast<char*>(data.data()), data.size(), nullptr, nullptr);
@@ -167,6 +272,32 @@ void SendZeroCopy(zmq::socket_t& s, const std::vector<char>& data) {
 void RecvOne(zmq::socket_t& s) {
   zmq::message_t m;
   if (!s.recv(m)) Die("zmq recv");
+}
+
+// A multipart message: every frame of it.
+void RecvAll(zmq::socket_t& s) {
+  zmq::message_t m;
+  do {
+    if (!s.recv(m)) Die("zmq recv");
+  } while (m.more());
+}
+
+// Frames of the given sizes, as one multipart message (zero-copy from `frames`).
+void SendFrames(zmq::socket_t& s, const std::vector<std::vector<char>>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    zmq::message_t m(const_cast<char*>(frames[i].data()), frames[i].size(), nullptr, nullptr);
+    s.send(m, i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+// "a,b,c" -> frames of a, b and c bytes.
+std::vector<std::vector<char>> FramesOf(const std::string& sizes) {
+  std::vector<std::vector<char>> frames;
+  std::stringstream ss(sizes);
+  std::string item;
+  while (std::getline(ss, item, ',')) frames.emplace_back(static_cast<size_t>(std::stoll(item)), 1);
+  if (frames.empty()) Die("no frame sizes in '" + sizes + "'");
+  return frames;
 }
 
 uint16_t PortOf(zmq::socket_t& s) {
@@ -192,11 +323,12 @@ void WriteFull(int fd, const char* p, size_t n) {
   }
 }
 
-// kind: stream (ZeroMQ PUSH/PULL), reqrep (ZeroMQ REQ/REP; op push|pull|pushpull), tcp.
-// The receiver prints "PORTS a b" first; the sender prints "R secs" per repeat.
+// kind: stream (ZeroMQ PUSH/PULL; --bytes), reqrep (ZeroMQ REQ/REP; --req and --rep: the frame
+// sizes of a request and a reply), tcp (--bytes). The receiver prints "PORTS a b" first; the
+// sender prints "R secs" per repeat (reqrep: "T repeat t0 t1").
 int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
-  const std::string kind = Str(a, "kind"), op = a.count("op") ? a.at("op") : "push";
-  const size_t bytes = static_cast<size_t>(Int(a, "bytes"));
+  const std::string kind = Str(a, "kind");
+  const size_t bytes = kind == "reqrep" ? 0 : static_cast<size_t>(Int(a, "bytes"));
   const int iters = static_cast<int>(Int(a, "iters")), rounds = static_cast<int>(Int(a, "repeats")) + 1;  // + warm-up
   std::vector<char> big(bytes, 1), small(16, 1);
   if (kind == "tcp") {
@@ -265,8 +397,7 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
     return 0;
   }
   if (kind != "reqrep") Die("unknown ceiling kind " + kind);
-  const std::vector<char>& request = op == "pull" ? small : big;
-  const std::vector<char>& reply = op == "push" ? small : big;
+  const std::vector<std::vector<char>> request = FramesOf(Str(a, "req")), reply = FramesOf(Str(a, "rep"));
   // A REP receiver (a shard) answers --clients senders; a sender (a worker) holds one REQ per
   // receiver (--ports=a,b,...) and, per operation, sends on every one and then reads every reply,
   // as PsClient does with its shards.
@@ -277,8 +408,8 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
     std::fflush(stdout);
     const int64_t total = static_cast<int64_t>(rounds) * iters * Int(a, "clients");
     for (int64_t i = 0; i < total; ++i) {
-      RecvOne(rep);
-      SendZeroCopy(rep, reply);
+      RecvAll(rep);
+      SendFrames(rep, reply);
     }
     return 0;
   }
@@ -293,8 +424,8 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
   for (int r = 0; r < rounds; ++r) {
     const int64_t t0 = NowNs();
     for (int i = 0; i < iters; ++i) {
-      for (auto& q : reqs) SendZeroCopy(q, request);
-      for (auto& q : reqs) RecvOne(q);
+      for (auto& q : reqs) SendFrames(q, request);
+      for (auto& q : reqs) RecvAll(q);
     }
     if (r > 0) out << "T " << r - 1 << " " << t0 << " " << NowNs() << "\n";
   }
@@ -456,8 +587,22 @@ struct CeilRow {
   double gbps;
 };
 
-// One configuration as processes. False when a child failed or a deadline passed.
-bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repeats, std::vector<PsRow>* rows) {
+// A small-request row: round trips/s and latency, the bytes of a request and a reply per shard
+// (as the workers' traffic counters saw them), and the REQ/REP ceiling of those bytes.
+struct SmallRow {
+  std::string op;  // sparse-push | sparse-pull
+  int servers = 0, workers = 0, keys = 0, iters = 0;
+  double rtps = 0, p50_us = 0, p99_us = 0;
+  int64_t wrong = 0;
+  int64_t request_bytes = 0, reply_bytes = 0;
+  double ceiling = 0;
+};
+
+// A job as processes: the scheduler, `servers` asp shards and `workers` worker processes (this
+// binary with --role=worker, the rank and `worker_args`). Their stdout in *texts. False when a
+// child failed or a deadline passed (every child killed).
+bool RunJobProcs(int servers, int workers, const std::vector<std::string>& worker_args, const std::string& what,
+                 std::vector<std::string>* texts) {
   const std::string dir = SelfDir();
   const std::string server_bin = dir + "/gradsync-server", self = dir + "/gradsync-bench-ps";
   char tmpl[] = "/tmp/gradsync-bench-ps-XXXXXX";
@@ -496,27 +641,38 @@ bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repea
                                false, "server " + std::to_string(i)));
   }
   for (int w = 0; w < workers; ++w) {
-    ws.push_back(kids.Spawn({self, "--role=worker", "--scheduler=tcp://127.0.0.1:" + port, "--rank=" + std::to_string(w),
-                             "--workers=" + std::to_string(workers), "--size=" + std::to_string(size),
-                             "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
-                            true, "worker " + std::to_string(w)));
+    std::vector<std::string> args = {self, "--role=worker", "--scheduler=tcp://127.0.0.1:" + port,
+                                     "--rank=" + std::to_string(w), "--workers=" + std::to_string(workers)};
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
+    ws.push_back(kids.Spawn(args, true, "worker " + std::to_string(w)));
   }
   if (!Children::Read(ws, Clock::now() + std::chrono::seconds(600))) {
-    std::fprintf(stderr, "gradsync-bench-ps: %dx%d %lld floats: workers did not finish in 600 s\n", servers, workers,
-                 static_cast<long long>(size));
+    std::fprintf(stderr, "gradsync-bench-ps: %dx%d %s: workers did not finish in 600 s\n", servers, workers, what.c_str());
     return false;  // ~Children kills everything
   }
   ok &= Children::Reap(ws, Clock::now() + std::chrono::seconds(30));
   ok &= Children::Reap(nodes, Clock::now() + std::chrono::seconds(30));
-  if (!ok) return false;
+  texts->clear();
+  for (Child* c : ws) texts->push_back(c->text);
+  return ok;
+}
+
+// One configuration as processes. False when a child failed or a deadline passed.
+bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repeats, std::vector<PsRow>* rows) {
+  std::vector<std::string> texts;
+  if (!RunJobProcs(servers, workers,
+                   {"--size=" + std::to_string(size), "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
+                   std::to_string(size) + " floats", &texts)) {
+    return false;
+  }
   // t0/t1 per (op, repeat) over the workers; latencies per op; wrong values.
   std::vector<std::vector<int64_t>> t0(3, std::vector<int64_t>(static_cast<size_t>(repeats), INT64_MAX)),
       t1(3, std::vector<int64_t>(static_cast<size_t>(repeats), 0));
   std::vector<std::vector<double>> lat(3);
   int64_t wrong = 0;
   int lines = 0;
-  for (Child* c : ws) {
-    std::istringstream in(c->text);
+  for (const std::string& text : texts) {
+    std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {
       std::istringstream ls(line);
@@ -560,6 +716,87 @@ bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repea
   return true;
 }
 
+// Small requests of one configuration as processes: a sparse push row and a sparse pull row.
+bool RunSmallProcs(int servers, int workers, int keys, int iters, int repeats, std::vector<SmallRow>* rows) {
+  std::vector<std::string> texts;
+  if (!RunJobProcs(servers, workers,
+                   {"--keys=" + std::to_string(keys), "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
+                   std::to_string(keys) + " keys", &texts)) {
+    return false;
+  }
+  std::vector<std::vector<int64_t>> t0(2, std::vector<int64_t>(static_cast<size_t>(repeats), INT64_MAX)),
+      t1(2, std::vector<int64_t>(static_cast<size_t>(repeats), 0));
+  std::vector<std::vector<double>> lat(2), req(2), rep(2);
+  int64_t wrong = 0;
+  int lines = 0;
+  for (const std::string& text : texts) {
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string tag;
+      int k = -1;
+      ls >> tag;
+      if (tag == "W") {
+        int64_t n = 0;
+        ls >> n;
+        wrong += n;
+        continue;
+      }
+      if (!(ls >> k) || k < 0 || k > 1) continue;
+      const size_t op = static_cast<size_t>(k);
+      if (tag == "R") {
+        int r = -1;
+        int64_t a = 0, b = 0;
+        if (!(ls >> r >> a >> b) || r < 0 || r >= repeats) continue;
+        t0[op][static_cast<size_t>(r)] = std::min(t0[op][static_cast<size_t>(r)], a);
+        t1[op][static_cast<size_t>(r)] = std::max(t1[op][static_cast<size_t>(r)], b);
+        ++lines;
+      } else if (tag == "L") {
+        double v = 0;
+        while (ls >> v) lat[op].push_back(v);
+      } else if (tag == "B") {
+        double q = 0, p = 0;
+        if (ls >> q >> p) {
+          req[op].push_back(q);
+          rep[op].push_back(p);
+        }
+      }
+    }
+  }
+  if (lines != 2 * repeats * workers || req[0].size() != static_cast<size_t>(workers) ||
+      req[1].size() != static_cast<size_t>(workers)) {
+    std::fprintf(stderr, "gradsync-bench-ps: %dx%d small requests: the workers reported %d repeats, not %d\n", servers,
+                 workers, lines, 2 * repeats * workers);
+    return false;
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  };
+  for (size_t k = 0; k < 2; ++k) {
+    std::vector<double> rates;
+    for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) {
+      rates.push_back(static_cast<double>(iters) * workers / (static_cast<double>(t1[k][r] - t0[k][r]) / 1e9));
+    }
+    SmallRow row;
+    row.op = kSmallOps[k];
+    row.servers = servers;
+    row.workers = workers;
+    row.keys = keys;
+    row.iters = iters;
+    row.rtps = Median(rates);
+    row.p50_us = Quantile(lat[k], 0.5);
+    row.p99_us = Quantile(lat[k], 0.99);
+    row.wrong = wrong;
+    row.request_bytes = static_cast<int64_t>(std::llround(mean(req[k])));
+    row.reply_bytes = static_cast<int64_t>(std::llround(mean(rep[k])));
+    rows->push_back(row);
+  }
+  return true;
+}
+
 // One ceiling: receiver and sender processes; the median GB/s over the repeats (bytes_per_op:
 // what one operation moves, counted as the PS rows count it). < 0 when it failed.
 double CeilingProcs(const std::string& kind, const std::string& op, int64_t bytes, int iters, int repeats) {
@@ -593,13 +830,14 @@ double CeilingProcs(const std::string& kind, const std::string& op, int64_t byte
   return Median(rates);
 }
 
-// The REQ/REP ceiling of a configuration: `servers` REP receiver processes, `workers` sender
-// processes each with one REQ per receiver; a repeat's wall time is the last sender's end minus
-// the first one's start; GB/s counts every sender's bytes as the PS rows do (push+pull: both
-// ways). < 0 when it failed.
-double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats, int servers, int workers) {
+// ZeroMQ REQ/REP across processes: `servers` REP receiver processes, `workers` sender processes
+// each with one REQ per receiver, requests and replies of the given frame sizes ("a,b,c"); per
+// repeat the wall time in seconds, the last sender's end minus the first one's start (empty when
+// it failed).
+std::vector<double> ReqRepSeconds(const std::string& request_frames, const std::string& reply_frames, int iters,
+                                  int repeats, int servers, int workers) {
   const std::string self = SelfDir() + "/gradsync-bench-ps";
-  const std::vector<std::string> common = {"--kind=reqrep", "--op=" + op, "--bytes=" + std::to_string(bytes),
+  const std::vector<std::string> common = {"--kind=reqrep", "--req=" + request_frames, "--rep=" + reply_frames,
                                            "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)};
   Children kids;
   std::vector<Child*> all;
@@ -609,11 +847,11 @@ double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats,
     args.insert(args.end(), common.begin(), common.end());
     Child* rx = kids.Spawn(args, true, "ceiling receiver");
     all.push_back(rx);
-    if (!Children::Read({rx}, Clock::now() + std::chrono::seconds(30), rx, 1)) return -1;
+    if (!Children::Read({rx}, Clock::now() + std::chrono::seconds(30), rx, 1)) return {};
     std::istringstream first(rx->text);
     std::string tag, p1;
     first >> tag >> p1;
-    if (tag != "PORTS") return -1;
+    if (tag != "PORTS") return {};
     ports += (s ? "," : "") + p1;
   }
   std::vector<Child*> txs;
@@ -623,8 +861,8 @@ double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats,
     txs.push_back(kids.Spawn(args, true, "ceiling sender"));
     all.push_back(txs.back());
   }
-  if (!Children::Read(all, Clock::now() + std::chrono::seconds(300))) return -1;
-  if (!Children::Reap(all, Clock::now() + std::chrono::seconds(10))) return -1;
+  if (!Children::Read(all, Clock::now() + std::chrono::seconds(300))) return {};
+  if (!Children::Reap(all, Clock::now() + std::chrono::seconds(10))) return {};
   std::vector<int64_t> t0(static_cast<size_t>(repeats), INT64_MAX), t1(static_cast<size_t>(repeats), 0);
   int lines = 0;
   for (Child* c : txs) {
@@ -641,12 +879,46 @@ double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats,
       ++lines;
     }
   }
-  if (lines != repeats * workers) return -1;
+  if (lines != repeats * workers) return {};
+  std::vector<double> secs;
+  for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) secs.push_back(static_cast<double>(t1[r] - t0[r]) / 1e9);
+  return secs;
+}
+
+// The REQ/REP ceiling of a configuration for the big rows (push: the shard's message as the
+// request and a 16-byte reply; pull: a 16-byte request and the big reply; push+pull: big both
+// ways); GB/s counts every sender's bytes as the PS rows do (push+pull: both ways). < 0 when it
+// failed.
+double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats, int servers, int workers) {
+  const std::string big = std::to_string(bytes);
+  const auto secs = ReqRepSeconds(op == "pull" ? "16" : big, op == "push" ? "16" : big, iters, repeats, servers, workers);
+  if (secs.empty()) return -1;
   const double per_round = static_cast<double>(bytes) * (op == "pushpull" ? 2.0 : 1.0) * iters * servers * workers;
   std::vector<double> rates;
-  for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) {
-    rates.push_back(per_round / (static_cast<double>(t1[r] - t0[r]) / 1e9) / 1e9);
-  }
+  for (double t : secs) rates.push_back(per_round / t / 1e9);
+  return Median(rates);
+}
+
+// The REQ/REP ceiling of a small-request row: the frames the PS messages had (bytes measured by
+// the workers, per shard), round trips/s (one round trip = a request to every receiver and every
+// reply, as a PS operation). < 0 when it failed.
+double SmallCeiling(const SmallRow& row, int repeats) {
+  // PS frames: a request is header + keys + values (push) or header + keys (pull); a reply is
+  // the header (push) or header + keys + values (pull). Keys and values split evenly over the
+  // shards (on average); the header takes the rest of the measured bytes.
+  const int64_t keys = row.keys / row.servers;
+  const bool push = row.op == "sparse-push";
+  const int64_t payload = keys * 8 + (push ? keys * 4 : 0), reply_payload = push ? 0 : keys * 12;
+  const int64_t req_header = std::max<int64_t>(1, row.request_bytes - payload);
+  const int64_t rep_header = std::max<int64_t>(1, row.reply_bytes - reply_payload);
+  std::string req = std::to_string(req_header) + "," + std::to_string(keys * 8);
+  if (push) req += "," + std::to_string(keys * 4);
+  std::string rep = std::to_string(rep_header);
+  if (!push) rep += "," + std::to_string(keys * 8) + "," + std::to_string(keys * 4);
+  const auto secs = ReqRepSeconds(req, rep, row.iters, repeats, row.servers, row.workers);
+  if (secs.empty()) return -1;
+  std::vector<double> rates;
+  for (double t : secs) rates.push_back(static_cast<double>(row.iters) * row.workers / t);
   return Median(rates);
 }
 
@@ -671,7 +943,7 @@ int RunRole(int argc, char** argv) {
   SetLogLevel(LogLevel::kWarning);
   auto a = RoleArgs(argc, argv);
   const std::string role = a["role"];
-  if (role == "worker") return RunWorker(a);
+  if (role == "worker") return a.count("keys") ? RunSmallWorker(a) : RunWorker(a);
   if (role == "ceil-rx") return RunCeiling(a, true);
   if (role == "ceil-tx") return RunCeiling(a, false);
   std::fprintf(stderr, "gradsync-bench-ps: error: unknown --role '%s'\n", role.c_str());
@@ -679,7 +951,7 @@ int RunRole(int argc, char** argv) {
 }
 
 int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs, int iters_flag,
-                 int repeats, const std::string& json_path) {
+                 int repeats, int small_keys, int small_iters, const std::string& json_path) {
   const std::string server_bin = SelfDir() + "/gradsync-server";
   if (::access(server_bin.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "gradsync-bench-ps: error: --processes needs %s (build it)\n", server_bin.c_str());
@@ -688,16 +960,27 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
   ::setenv("GRADSYNC_LOG_LEVEL", "warning", 1);
   auto iters_for = [&](int64_t size) { return iters_flag > 0 ? iters_flag : (size <= (4 << 20) ? 20 : 6); };
   std::printf("# gradsync-bench-ps --processes: scheduler and shards are gradsync-server processes, each worker a process; "
-              "GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n",
+              "median of %d repeats; latency per op over all repeats\n",
               repeats);
-  std::printf("# vs_ceiling = GB/s over the ZeroMQ REQ/REP ceiling of the shard's message size (push: big request, small "
-              "reply; pull: small request, big reply; push+pull: big both ways), same topology (SERVERS receiver and WORKERS sender processes), same run\n");
-  std::printf("%-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s\n", "op", "servers", "workers", "floats", "msg_bytes",
-              "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling");
   std::fflush(stdout);
   std::vector<PsRow> rows;
   std::vector<CeilRow> ceilings;
+  std::vector<SmallRow> small;
   bool failed = false;
+  // Small requests first (they take seconds), each row's REQ/REP ceiling right after its job.
+  if (small_keys > 0) {
+    for (auto [s, w] : configs) {
+      const size_t first = small.size();
+      if (!RunSmallProcs(s, w, small_keys, small_iters, repeats, &small)) {
+        std::fprintf(stderr, "gradsync-bench-ps: %dx%d small requests of %d keys failed\n", s, w, small_keys);
+        failed = true;
+      }
+      for (size_t i = first; i < small.size(); ++i) {
+        small[i].ceiling = SmallCeiling(small[i], repeats);
+        failed |= small[i].ceiling < 0;
+      }
+    }
+  }
   // Each configuration's REQ/REP ceilings (its topology, its shard message size) right after it.
   for (int64_t size : sizes) {
     const int iters = iters_for(size);
@@ -721,6 +1004,29 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
     ceilings.push_back({"memcpy", 0, 0, bytes, iters, MemcpyGbps(bytes, repeats)});
   }
   for (const CeilRow& c : ceilings) failed |= c.gbps < 0;
+  if (!small.empty()) {
+    std::printf("# small requests: one sparse tensor of %lld floats; each op sends every shard its part of %d sorted "
+                "unique random keys (push: with their values) and waits for every reply; rt/s = all workers' ops / wall "
+                "time, median of %d repeats of %d ops; latency per op over all repeats; req/rep_bytes: one request / reply "
+                "to one shard (every frame, measured)\n",
+                static_cast<long long>(kSmallRows), small_keys, repeats, small_iters);
+    std::printf("# vs_ceiling = rt/s over ZeroMQ REQ/REP across processes with the same frames, bytes and topology "
+                "(SERVERS REP processes, WORKERS sender processes, one REQ per REP), same run\n");
+    std::printf("%-12s %7s %7s %6s %9s %9s %9s %9s %9s %7s %10s %10s\n", "op", "servers", "workers", "keys", "req_bytes",
+                "rep_bytes", "rt/s", "p50_us", "p99_us", "#wrong", "ceil_rt/s", "vs_ceiling");
+    for (const SmallRow& r : small) {
+      std::printf("%-12s %7d %7d %6d %9lld %9lld %9.0f %9.1f %9.1f %7lld %10.0f %10.2f\n", r.op.c_str(), r.servers,
+                  r.workers, r.keys, static_cast<long long>(r.request_bytes), static_cast<long long>(r.reply_bytes), r.rtps,
+                  r.p50_us, r.p99_us, static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.rtps / r.ceiling : 0.0);
+    }
+  }
+  if (!rows.empty()) {
+    std::printf("# GB/s of values (1e9 B); vs_ceiling = GB/s over the ZeroMQ REQ/REP ceiling of the shard's message size "
+                "(push: big request, small reply; pull: small request, big reply; push+pull: big both ways), same topology "
+                "(SERVERS receiver and WORKERS sender processes), same run\n");
+    std::printf("%-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s\n", "op", "servers", "workers", "floats", "msg_bytes",
+                "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling");
+  }
   for (PsRow& r : rows) {
     const std::string want = r.op == "push" ? "zmq-reqrep-push" : r.op == "pull" ? "zmq-reqrep-pull" : "zmq-reqrep-pushpull";
     for (const CeilRow& c : ceilings) {
@@ -730,17 +1036,20 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
                 static_cast<long long>(r.size), static_cast<long long>(r.msg_bytes), r.gbps, r.p50_ms, r.p99_ms,
                 static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.gbps / r.ceiling : 0.0);
   }
-  std::printf("# ceilings, same run: separate processes over 127.0.0.1 (memcpy: in this process), zero-copy ZeroMQ "
-              "sends, median of %d repeats of iters operations; reqrep: SERVERS REP processes, WORKERS sender processes "
-              "each with one REQ per REP, every op sent to all and then every reply read; push/pull and tcp: one stream\n",
-              repeats);
-  std::printf("%-20s %7s %7s %10s %6s %9s\n", "ceiling", "servers", "workers", "msg_bytes", "iters", "GB/s");
+  if (!ceilings.empty()) {
+    std::printf("# ceilings, same run: separate processes over 127.0.0.1 (memcpy: in this process), zero-copy ZeroMQ "
+                "sends, median of %d repeats of iters operations; reqrep: SERVERS REP processes, WORKERS sender processes "
+                "each with one REQ per REP, every op sent to all and then every reply read; push/pull and tcp: one stream\n",
+                repeats);
+    std::printf("%-20s %7s %7s %10s %6s %9s\n", "ceiling", "servers", "workers", "msg_bytes", "iters", "GB/s");
+  }
   for (const CeilRow& c : ceilings) {
     std::printf("%-20s %7s %7s %10lld %6d %9.2f\n", c.name.c_str(), c.servers ? std::to_string(c.servers).c_str() : "-",
                 c.workers ? std::to_string(c.workers).c_str() : "-", static_cast<long long>(c.bytes), c.iters, c.gbps);
   }
   int64_t wrong = 0;
   for (const PsRow& r : rows) wrong += r.wrong;
+  for (const SmallRow& r : small) wrong += r.wrong;
   std::printf("# check: %s%s\n", wrong == 0 ? "every pulled value correct" : "WRONG VALUES",
               failed ? "; SOME RUNS FAILED (see stderr)" : "");
   if (!json_path.empty()) {
@@ -759,6 +1068,15 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
       f << (i ? ", " : "") << "{\"name\": \"" << c.name << "\", \"servers\": " << c.servers << ", \"workers\": " << c.workers
         << ", \"msg_bytes\": " << c.bytes << ", \"iters\": " << c.iters
         << ", \"gbps\": " << c.gbps << "}";
+    }
+    f << "], \"small\": [";
+    for (size_t i = 0; i < small.size(); ++i) {
+      const SmallRow& r = small[i];
+      f << (i ? ", " : "") << "{\"op\": \"" << r.op << "\", \"servers\": " << r.servers << ", \"workers\": " << r.workers
+        << ", \"keys\": " << r.keys << ", \"iters\": " << r.iters << ", \"request_bytes\": " << r.request_bytes
+        << ", \"reply_bytes\": " << r.reply_bytes << ", \"round_trips_per_s\": " << r.rtps << ", \"p50_us\": " << r.p50_us
+        << ", \"p99_us\": " << r.p99_us << ", \"wrong\": " << r.wrong << ", \"ceiling_round_trips_per_s\": " << r.ceiling
+        << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.rtps / r.ceiling : 0.0) << "}";
     }
     f << "]}\n";
   }
