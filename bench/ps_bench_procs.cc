@@ -24,7 +24,9 @@
 // trips/s = all workers' operations / the repeat's wall time (one operation is one request to
 // every shard and every reply). The workers measure the bytes of a request and a reply per shard
 // (PsClient's traffic counters: header, keys and values frames); the ceiling is ZeroMQ REQ/REP
-// with exactly those frames, in the configuration's topology, timed the same way.
+// with exactly those frames, in the configuration's topology, timed the same way. The two are
+// interleaved: the parent starts every repeat of the workers and of the ceiling's senders through
+// their stdin, one after the other, so that the machine's noisy spells hit both alike.
 #include "bench/ps_bench_procs.h"
 
 #include <arpa/inet.h>
@@ -180,9 +182,10 @@ wire::JobConfig SparseJobConfig(int workers) {
   return config;
 }
 
-// --role=worker --keys=K: sparse pushes, then sparse pulls, of K keys per operation. Prints, per
-// op, "R op repeat t0 t1" per repeat, "L op latencies...", "B op request_bytes reply_bytes" (per
-// message to / from one shard, over the timed operations), and "W wrong".
+// --role=worker --keys=K: sparse pushes, then sparse pulls, of K keys per operation. After the
+// warm-up it prints "READY"; then each repeat starts when the parent writes "go" on stdin and
+// ends with "R op repeat t0 t1 request_bytes reply_bytes" (bytes per message to / from one shard,
+// over that repeat); at the end "L op latencies..." per op and "W wrong".
 int RunSmallWorker(const std::map<std::string, std::string>& a) {
   const int w = static_cast<int>(Int(a, "rank")), workers = static_cast<int>(Int(a, "workers"));
   const size_t keys_per_op = static_cast<size_t>(Int(a, "keys"));
@@ -217,39 +220,46 @@ int RunSmallWorker(const std::map<std::string, std::string>& a) {
   const std::vector<float> grads(keys_per_op, 0.0f);  // zero gradients: every parameter stays 0
   std::fill(params.begin(), params.end(), 1.0f);     // so every pulled key must come back 0
   int64_t clock = 0;
+  auto one = [&](int k, size_t i) {
+    const std::vector<uint64_t>& keys = sets[i % kKeySets];
+    auto t0 = Clock::now();
+    auto id = k == 0 ? ps->Push(clock, params, keys, grads) : ps->Pull(clock, params, keys);
+    if (!id.ok()) Die(std::string(kSmallOps[k]) + ": " + id.status().message());
+    if (Status s = ps->Wait(*id, 60); !s.ok()) Die(std::string(kSmallOps[k]) + ": " + s.message());
+    if (k == 0) ++clock;
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  };
+  for (int k = 0; k < 2; ++k) {
+    for (size_t i = 0; i < kKeySets; ++i) one(k, i);  // warm-up: every key set
+  }
+  std::printf("READY\n");
+  std::fflush(stdout);
   std::ostringstream out;
   for (int k = 0; k < 2; ++k) {
-    auto one = [&](size_t i) {
-      const std::vector<uint64_t>& keys = sets[i % kKeySets];
-      auto t0 = Clock::now();
-      auto id = k == 0 ? ps->Push(clock, params, keys, grads) : ps->Pull(clock, params, keys);
-      if (!id.ok()) Die(std::string(kSmallOps[k]) + ": " + id.status().message());
-      if (Status s = ps->Wait(*id, 60); !s.ok()) Die(std::string(kSmallOps[k]) + ": " + s.message());
-      if (k == 0) ++clock;
-      return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    };
-    for (size_t i = 0; i < kKeySets; ++i) one(i);  // warm-up
-    const TrafficCounters before = ps->traffic();
     std::vector<double> lat;
     size_t next = 0;
     for (int r = 0; r < repeats; ++r) {
+      // The parent says when (it times the ceiling between two repeats); all workers start together.
+      char line[64];
+      if (!std::fgets(line, sizeof line, stdin) || std::string(line) != "go\n") Die("worker: no 'go' from the parent");
       const std::string name = "s" + std::to_string(k) + "_" + std::to_string(r);
       if (Status s = client.Barrier(name, "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+      const TrafficCounters before = ps->traffic();
       const int64_t t0 = NowNs();
-      for (int i = 0; i < iters; ++i) lat.push_back(one(next++));
-      out << "R " << k << " " << r << " " << t0 << " " << NowNs() << "\n";
+      for (int i = 0; i < iters; ++i) lat.push_back(one(k, next++));
+      const int64_t t1 = NowNs();
+      const TrafficCounters after = ps->traffic();
+      // Bytes of one request to one shard and of one reply, every frame (header, keys, values).
+      const double sent = static_cast<double>(after.bytes_sent - before.bytes_sent) /
+                          static_cast<double>(std::max<uint64_t>(1, after.messages_sent - before.messages_sent));
+      const double received = static_cast<double>(after.bytes_received - before.bytes_received) /
+                              static_cast<double>(std::max<uint64_t>(1, after.messages_received - before.messages_received));
+      std::printf("R %d %d %lld %lld %.3f %.3f\n", k, r, static_cast<long long>(t0), static_cast<long long>(t1), sent, received);
+      std::fflush(stdout);
     }
-    const TrafficCounters after = ps->traffic();
     out << "L " << k;
     for (double l : lat) out << " " << l;
     out << "\n";
-    out << "B " << k << " "
-        << static_cast<double>(after.bytes_sent - before.bytes_sent) /
-               static_cast<double>(std::max<uint64_t>(1, after.messages_sent - before.messages_sent))
-        << " "
-        << static_cast<double>(after.bytes_received - before.bytes_received) /
-               static_cast<double>(std::max<uint64_t>(1, after.messages_received - before.messages_received))
-        << "\n";
   }
   int64_t wrong = 0;
   for (const auto& keys : sets) {
@@ -397,19 +407,42 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
     return 0;
   }
   if (kind != "reqrep") Die("unknown ceiling kind " + kind);
-  const std::vector<std::vector<char>> request = FramesOf(Str(a, "req")), reply = FramesOf(Str(a, "rep"));
   // A REP receiver (a shard) answers --clients senders; a sender (a worker) holds one REQ per
   // receiver (--ports=a,b,...) and, per operation, sends on every one and then reads every reply,
-  // as PsClient does with its shards.
+  // as PsClient does with its shards. --stdin=1: rounds on the parent's word instead of back to
+  // back, each with its own frames: a receiver reads "go REPLY_FRAMES REQUESTS" (it answers that
+  // many), a sender "go REQUEST_FRAMES" (it runs --iters operations and prints "T round t0 t1");
+  // "end" ends both.
+  const bool paced = a.count("stdin") > 0;
+  auto next_round = [&](std::vector<std::vector<char>>* frames, int64_t* count) {
+    char line[512];
+    if (!std::fgets(line, sizeof line, stdin)) Die("ceiling: the parent went away");
+    std::istringstream in(line);
+    std::string word, sizes;
+    in >> word;
+    if (word == "end") return false;
+    if (word != "go" || !(in >> sizes)) Die(std::string("ceiling: bad line from the parent: ") + line);
+    *frames = FramesOf(sizes);
+    if (count && !(in >> *count)) Die(std::string("ceiling: bad line from the parent: ") + line);
+    return true;
+  };
+  std::vector<std::vector<char>> request, reply;
+  if (!paced) {
+    request = FramesOf(Str(a, "req"));
+    reply = FramesOf(Str(a, "rep"));
+  }
   if (rx) {
     zmq::socket_t rep(ctx, zmq::socket_type::rep);
     rep.bind("tcp://127.0.0.1:*");
     std::printf("PORTS %u 0\n", PortOf(rep));
     std::fflush(stdout);
-    const int64_t total = static_cast<int64_t>(rounds) * iters * Int(a, "clients");
-    for (int64_t i = 0; i < total; ++i) {
-      RecvAll(rep);
-      SendFrames(rep, reply);
+    int64_t total = static_cast<int64_t>(rounds) * iters * Int(a, "clients");
+    while (!paced || next_round(&reply, &total)) {
+      for (int64_t i = 0; i < total; ++i) {
+        RecvAll(rep);
+        SendFrames(rep, reply);
+      }
+      if (!paced) break;
     }
     return 0;
   }
@@ -421,13 +454,20 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
     reqs.back().connect("tcp://127.0.0.1:" + port);
   }
   std::ostringstream out;
-  for (int r = 0; r < rounds; ++r) {
+  for (int r = 0; paced || r < rounds; ++r) {
+    if (paced && !next_round(&request, nullptr)) break;
     const int64_t t0 = NowNs();
     for (int i = 0; i < iters; ++i) {
       for (auto& q : reqs) SendFrames(q, request);
       for (auto& q : reqs) RecvAll(q);
     }
-    if (r > 0) out << "T " << r - 1 << " " << t0 << " " << NowNs() << "\n";
+    const int64_t t1 = NowNs();
+    if (paced) {
+      std::printf("T %d %lld %lld\n", r, static_cast<long long>(t0), static_cast<long long>(t1));
+      std::fflush(stdout);
+    } else if (r > 0) {
+      out << "T " << r - 1 << " " << t0 << " " << t1 << "\n";
+    }
   }
   std::fputs(out.str().c_str(), stdout);
   std::fflush(stdout);
@@ -440,6 +480,7 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
 struct Child {
   pid_t pid = -1;
   int out = -1;  // stdout pipe, -1 when not captured or at EOF
+  int in = -1;   // stdin pipe (Spawn with feed), -1 otherwise
   std::string text;
   std::string name;
   int status = -1;  // waitpid status once reaped
@@ -451,9 +492,11 @@ class Children {
 
   // Starts args[0] with args; its stdout comes back through a pipe when `capture`, else goes to
   // /dev/null. stderr is inherited. It dies with this process (PR_SET_PDEATHSIG).
-  Child* Spawn(const std::vector<std::string>& args, bool capture, const std::string& name) {
-    int p[2] = {-1, -1};
+  // With `feed` its stdin is a pipe the parent writes lines to (Say).
+  Child* Spawn(const std::vector<std::string>& args, bool capture, const std::string& name, bool feed = false) {
+    int p[2] = {-1, -1}, q[2] = {-1, -1};
     if (::pipe2(p, O_CLOEXEC) != 0) Die("pipe");
+    if (feed && ::pipe2(q, O_CLOEXEC) != 0) Die("pipe");
     const pid_t parent = ::getpid();
     std::vector<char*> argv;
     for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
@@ -463,6 +506,7 @@ class Children {
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
+      if (feed) ::dup2(q[0], 0);
       if (capture) {
         ::dup2(p[1], 1);
       } else {
@@ -476,6 +520,10 @@ class Children {
     auto c = std::make_unique<Child>();
     c->pid = pid;
     c->name = name;
+    if (feed) {
+      ::close(q[0]);
+      c->in = q[1];
+    }
     if (capture) {
       c->out = p[0];
     } else {
@@ -483,6 +531,27 @@ class Children {
     }
     all_.push_back(std::move(c));
     return all_.back().get();
+  }
+
+  // Writes one line to a fed child's stdin. False when it is gone (SIGPIPE is ignored).
+  static bool Say(Child* c, const std::string& line) {
+    const std::string text = line + "\n";
+    size_t done = 0;
+    while (c->in >= 0 && done < text.size()) {
+      const ssize_t n = ::write(c->in, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return c->in >= 0;
+  }
+
+  // Until every one of `kids` has printed at least `lines` lines, or the deadline (false).
+  static bool ReadLines(const std::vector<Child*>& kids, int lines, Clock::time_point deadline) {
+    for (Child* c : kids) {
+      if (!Read({c}, deadline, c, lines)) return false;
+    }
+    return true;
   }
 
   // Reads the children's stdout until each is at EOF (and at least `min_lines` lines of `until`
@@ -558,6 +627,10 @@ class Children {
         ::close(c->out);
         c->out = -1;
       }
+      if (c->in >= 0) {
+        ::close(c->in);
+        c->in = -1;
+      }
     }
   }
 
@@ -592,25 +665,29 @@ struct CeilRow {
 struct SmallRow {
   std::string op;  // sparse-push | sparse-pull
   int servers = 0, workers = 0, keys = 0, iters = 0;
-  double rtps = 0, p50_us = 0, p99_us = 0;
+  double rtps = 0, p50_us = 0, p99_us = 0;  // median over repeats; latency over every op
   int64_t wrong = 0;
-  int64_t request_bytes = 0, reply_bytes = 0;
-  double ceiling = 0;
+  double request_bytes = 0, reply_bytes = 0;  // measured, mean over repeats
+  double ceiling = 0;                         // REQ/REP rt/s, median over repeats
+  double ceiling_request_bytes = 0, ceiling_reply_bytes = 0;
+  double paired = 0;  // median over repeats of rt/s over the ceiling's rt/s of the same repeat
 };
 
 // A job as processes: the scheduler, `servers` asp shards and `workers` worker processes (this
-// binary with --role=worker, the rank and `worker_args`). Their stdout in *texts. False when a
-// child failed or a deadline passed (every child killed).
-bool RunJobProcs(int servers, int workers, const std::vector<std::string>& worker_args, const std::string& what,
-                 std::vector<std::string>* texts) {
+// binary with --role=worker, the rank and `worker_args`; stdin fed by the parent with `feed`).
+struct Job {
+  std::vector<Child*> nodes;    // the scheduler and the shards
+  std::vector<Child*> workers;  // their stdout captured
+};
+
+// Starts a job's processes in `kids`. False when the scheduler did not come up.
+bool StartJob(Children& kids, int servers, int workers, const std::vector<std::string>& worker_args, bool feed, Job* job) {
   const std::string dir = SelfDir();
   const std::string server_bin = dir + "/gradsync-server", self = dir + "/gradsync-bench-ps";
   char tmpl[] = "/tmp/gradsync-bench-ps-XXXXXX";
   if (!::mkdtemp(tmpl)) Die("mkdtemp");
   const std::string tmp = tmpl;
   const std::string port_file = tmp + "/port";
-  Children kids;
-  bool ok = true;
   Child* sched = kids.Spawn({server_bin, "--role=scheduler", "--mode=asp", "--num-servers=" + std::to_string(servers),
                              "--num-workers=" + std::to_string(workers), "--port-file=" + port_file, "--register-timeout=60"},
                             false, "scheduler");
@@ -634,27 +711,44 @@ bool RunJobProcs(int servers, int workers, const std::vector<std::string>& worke
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::filesystem::remove_all(tmp);
-  std::vector<Child*> nodes = {sched}, ws;
+  job->nodes = {sched};
+  job->workers.clear();
   for (int i = 0; i < servers; ++i) {
-    nodes.push_back(kids.Spawn({server_bin, "--role=server", "--mode=asp", "--scheduler=127.0.0.1:" + port,
-                                "--rank=" + std::to_string(i), "--register-timeout=60"},
-                               false, "server " + std::to_string(i)));
+    job->nodes.push_back(kids.Spawn({server_bin, "--role=server", "--mode=asp", "--scheduler=127.0.0.1:" + port,
+                                     "--rank=" + std::to_string(i), "--register-timeout=60"},
+                                    false, "server " + std::to_string(i)));
   }
   for (int w = 0; w < workers; ++w) {
     std::vector<std::string> args = {self, "--role=worker", "--scheduler=tcp://127.0.0.1:" + port,
                                      "--rank=" + std::to_string(w), "--workers=" + std::to_string(workers)};
     args.insert(args.end(), worker_args.begin(), worker_args.end());
-    ws.push_back(kids.Spawn(args, true, "worker " + std::to_string(w)));
+    job->workers.push_back(kids.Spawn(args, true, "worker " + std::to_string(w), feed));
   }
-  if (!Children::Read(ws, Clock::now() + std::chrono::seconds(600))) {
-    std::fprintf(stderr, "gradsync-bench-ps: %dx%d %s: workers did not finish in 600 s\n", servers, workers, what.c_str());
-    return false;  // ~Children kills everything
+  return true;
+}
+
+// Reads the workers' output to the end (600 s) and waits for every process to exit (30 s). False
+// when one failed or a deadline passed (the caller's ~Children kills what is left).
+bool FinishJob(const Job& job, const std::string& what) {
+  if (!Children::Read(job.workers, Clock::now() + std::chrono::seconds(600))) {
+    std::fprintf(stderr, "gradsync-bench-ps: %s: workers did not finish in 600 s\n", what.c_str());
+    return false;
   }
-  ok &= Children::Reap(ws, Clock::now() + std::chrono::seconds(30));
-  ok &= Children::Reap(nodes, Clock::now() + std::chrono::seconds(30));
-  texts->clear();
-  for (Child* c : ws) texts->push_back(c->text);
+  bool ok = Children::Reap(job.workers, Clock::now() + std::chrono::seconds(30));
+  ok &= Children::Reap(job.nodes, Clock::now() + std::chrono::seconds(30));
   return ok;
+}
+
+// A whole job; the workers' stdout in *texts.
+bool RunJobProcs(int servers, int workers, const std::vector<std::string>& worker_args, const std::string& what,
+                 std::vector<std::string>* texts) {
+  Children kids;
+  Job job;
+  if (!StartJob(kids, servers, workers, worker_args, false, &job)) return false;
+  if (!FinishJob(job, std::to_string(servers) + "x" + std::to_string(workers) + " " + what)) return false;
+  texts->clear();
+  for (Child* c : job.workers) texts->push_back(c->text);
+  return true;
 }
 
 // One configuration as processes. False when a child failed or a deadline passed.
@@ -716,82 +810,187 @@ bool RunConfigProcs(int servers, int workers, int64_t size, int iters, int repea
   return true;
 }
 
-// Small requests of one configuration as processes: a sparse push row and a sparse pull row.
+// The frames of a small request and its reply with these bytes per message (to / from one shard):
+// a request is header + keys + values (push) or header + keys (pull); a reply the header (push)
+// or header + keys + values (pull). Keys split evenly over the shards (on average); the header
+// takes the rest of the bytes, rounded to the byte.
+std::pair<std::string, std::string> SmallFrames(bool push, int keys, int servers, double request_bytes,
+                                                double reply_bytes) {
+  const int64_t k = keys / servers;
+  const int64_t payload = k * 8 + (push ? k * 4 : 0), reply_payload = push ? 0 : k * 12;
+  const int64_t req_header = std::max<int64_t>(1, std::llround(request_bytes) - payload);
+  const int64_t rep_header = std::max<int64_t>(1, std::llround(reply_bytes) - reply_payload);
+  std::string req = std::to_string(req_header) + "," + std::to_string(k * 8);
+  if (push) req += "," + std::to_string(k * 4);
+  std::string rep = std::to_string(rep_header);
+  if (!push) rep += "," + std::to_string(k * 8) + "," + std::to_string(k * 4);
+  return {req, rep};
+}
+
+int64_t FramesBytes(const std::string& frames) {
+  int64_t n = 0;
+  std::stringstream ss(frames);
+  std::string item;
+  while (std::getline(ss, item, ',')) n += std::stoll(item);
+  return n;
+}
+
+// Small requests of one configuration: a sparse push row and a sparse pull row, each beside its
+// REQ/REP ceiling, interleaved. The PS job and the ceiling's processes (`servers` REP receivers,
+// `workers` senders with one REQ per receiver) stay up together; per repeat the PS workers run
+// `iters` operations, then the ceiling runs `iters` round trips with the frames of exactly the
+// bytes those operations measured (one untimed ceiling round first), so that a noisy spell of
+// the machine hits both alike. False when a child failed or a deadline passed.
 bool RunSmallProcs(int servers, int workers, int keys, int iters, int repeats, std::vector<SmallRow>* rows) {
-  std::vector<std::string> texts;
-  if (!RunJobProcs(servers, workers,
-                   {"--keys=" + std::to_string(keys), "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
-                   std::to_string(keys) + " keys", &texts)) {
+  const std::string what = std::to_string(servers) + "x" + std::to_string(workers) + " small requests";
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "gradsync-bench-ps: %s: %s\n", what.c_str(), why.c_str());
+    return false;
+  };
+  Children kids;
+  Job job;
+  if (!StartJob(kids, servers, workers,
+                {"--keys=" + std::to_string(keys), "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats)},
+                true, &job)) {
     return false;
   }
-  std::vector<std::vector<int64_t>> t0(2, std::vector<int64_t>(static_cast<size_t>(repeats), INT64_MAX)),
-      t1(2, std::vector<int64_t>(static_cast<size_t>(repeats), 0));
-  std::vector<std::vector<double>> lat(2), req(2), rep(2);
+  // The ceiling's processes.
+  const std::string self = SelfDir() + "/gradsync-bench-ps";
+  const std::vector<std::string> common = {"--kind=reqrep", "--stdin=1", "--iters=" + std::to_string(iters),
+                                           "--repeats=" + std::to_string(repeats)};
+  std::vector<Child*> rxs, txs;
+  std::string ports;
+  for (int s = 0; s < servers; ++s) {
+    std::vector<std::string> args = {self, "--role=ceil-rx", "--clients=" + std::to_string(workers)};
+    args.insert(args.end(), common.begin(), common.end());
+    rxs.push_back(kids.Spawn(args, true, "ceiling receiver", true));
+    if (!Children::ReadLines({rxs.back()}, 1, Clock::now() + std::chrono::seconds(30))) return fail("no ceiling receiver");
+    std::istringstream first(rxs.back()->text);
+    std::string tag, port;
+    first >> tag >> port;
+    if (tag != "PORTS") return fail("ceiling receiver said '" + rxs.back()->text + "'");
+    ports += (s ? "," : "") + port;
+  }
+  for (int w = 0; w < workers; ++w) {
+    std::vector<std::string> args = {self, "--role=ceil-tx", "--ports=" + ports};
+    args.insert(args.end(), common.begin(), common.end());
+    txs.push_back(kids.Spawn(args, true, "ceiling sender", true));
+  }
+  auto deadline = [] { return Clock::now() + std::chrono::seconds(120); };
+  // Each worker's last line, split in words.
+  auto last_line = [](const Child* c) {
+    std::string text = c->text;
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    std::istringstream in(text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1));
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    return words;
+  };
+  if (!Children::ReadLines(job.workers, 1, deadline())) return fail("the workers did not get ready");
+  int worker_lines = 1, sender_lines = 0;
+  std::vector<double> ps_rates[2], ceil_rates[2], req_bytes[2], rep_bytes[2], ceil_req[2], ceil_rep[2];
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < repeats; ++r) {
+      for (Child* w : job.workers) {
+        if (!Children::Say(w, "go")) return fail("a worker is gone");
+      }
+      ++worker_lines;
+      if (!Children::ReadLines(job.workers, worker_lines, deadline())) return fail("a worker did not finish its repeat");
+      int64_t t0 = INT64_MAX, t1 = 0;
+      double sent = 0, received = 0;
+      for (Child* w : job.workers) {
+        const auto words = last_line(w);
+        if (words.size() != 7 || words[0] != "R" || words[1] != std::to_string(k) || words[2] != std::to_string(r)) {
+          return fail("unexpected line from a worker");
+        }
+        t0 = std::min<int64_t>(t0, std::stoll(words[3]));
+        t1 = std::max<int64_t>(t1, std::stoll(words[4]));
+        sent += std::stod(words[5]) / workers;
+        received += std::stod(words[6]) / workers;
+      }
+      ps_rates[k].push_back(static_cast<double>(iters) * workers / (static_cast<double>(t1 - t0) / 1e9));
+      req_bytes[k].push_back(sent);
+      rep_bytes[k].push_back(received);
+      // The ceiling with the bytes this repeat measured (first an untimed round of them).
+      const auto [req, rep] = SmallFrames(k == 0, keys, servers, sent, received);
+      for (int round = r == 0 ? 0 : 1; round < 2; ++round) {
+        for (Child* rx : rxs) {
+          if (!Children::Say(rx, "go " + rep + " " + std::to_string(static_cast<int64_t>(iters) * workers))) {
+            return fail("a ceiling receiver is gone");
+          }
+        }
+        for (Child* tx : txs) {
+          if (!Children::Say(tx, "go " + req)) return fail("a ceiling sender is gone");
+        }
+        ++sender_lines;
+        if (!Children::ReadLines(txs, sender_lines, deadline())) return fail("a ceiling sender did not finish its round");
+      }
+      int64_t c0 = INT64_MAX, c1 = 0;
+      for (Child* tx : txs) {
+        const auto words = last_line(tx);
+        if (words.size() != 4 || words[0] != "T") return fail("unexpected line from a ceiling sender");
+        c0 = std::min<int64_t>(c0, std::stoll(words[2]));
+        c1 = std::max<int64_t>(c1, std::stoll(words[3]));
+      }
+      ceil_rates[k].push_back(static_cast<double>(iters) * workers / (static_cast<double>(c1 - c0) / 1e9));
+      ceil_req[k].push_back(static_cast<double>(FramesBytes(req)));
+      ceil_rep[k].push_back(static_cast<double>(FramesBytes(rep)));
+    }
+  }
+  for (Child* c : rxs) Children::Say(c, "end");
+  for (Child* c : txs) Children::Say(c, "end");
+  if (!FinishJob(job, what)) return false;
+  std::vector<Child*> ceiling = rxs;
+  ceiling.insert(ceiling.end(), txs.begin(), txs.end());
+  if (!Children::Read(ceiling, Clock::now() + std::chrono::seconds(30)) ||
+      !Children::Reap(ceiling, Clock::now() + std::chrono::seconds(30))) {
+    return fail("the ceiling's processes did not exit");
+  }
+  // Latencies and wrong values, from the workers' last lines.
+  std::vector<double> lat[2];
   int64_t wrong = 0;
-  int lines = 0;
-  for (const std::string& text : texts) {
-    std::istringstream in(text);
+  for (Child* w : job.workers) {
+    std::istringstream in(w->text);
     std::string line;
     while (std::getline(in, line)) {
       std::istringstream ls(line);
       std::string tag;
-      int k = -1;
       ls >> tag;
-      if (tag == "W") {
+      int k = -1;
+      if (tag == "L" && ls >> k && (k == 0 || k == 1)) {
+        for (double v = 0; ls >> v;) lat[k].push_back(v);
+      } else if (tag == "W") {
         int64_t n = 0;
         ls >> n;
         wrong += n;
-        continue;
-      }
-      if (!(ls >> k) || k < 0 || k > 1) continue;
-      const size_t op = static_cast<size_t>(k);
-      if (tag == "R") {
-        int r = -1;
-        int64_t a = 0, b = 0;
-        if (!(ls >> r >> a >> b) || r < 0 || r >= repeats) continue;
-        t0[op][static_cast<size_t>(r)] = std::min(t0[op][static_cast<size_t>(r)], a);
-        t1[op][static_cast<size_t>(r)] = std::max(t1[op][static_cast<size_t>(r)], b);
-        ++lines;
-      } else if (tag == "L") {
-        double v = 0;
-        while (ls >> v) lat[op].push_back(v);
-      } else if (tag == "B") {
-        double q = 0, p = 0;
-        if (ls >> q >> p) {
-          req[op].push_back(q);
-          rep[op].push_back(p);
-        }
       }
     }
-  }
-  if (lines != 2 * repeats * workers || req[0].size() != static_cast<size_t>(workers) ||
-      req[1].size() != static_cast<size_t>(workers)) {
-    std::fprintf(stderr, "gradsync-bench-ps: %dx%d small requests: the workers reported %d repeats, not %d\n", servers,
-                 workers, lines, 2 * repeats * workers);
-    return false;
   }
   auto mean = [](const std::vector<double>& v) {
     double sum = 0;
     for (double x : v) sum += x;
     return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
   };
-  for (size_t k = 0; k < 2; ++k) {
-    std::vector<double> rates;
-    for (size_t r = 0; r < static_cast<size_t>(repeats); ++r) {
-      rates.push_back(static_cast<double>(iters) * workers / (static_cast<double>(t1[k][r] - t0[k][r]) / 1e9));
-    }
+  for (int k = 0; k < 2; ++k) {
+    if (lat[k].size() != static_cast<size_t>(iters) * repeats * workers) return fail("latencies missing");
     SmallRow row;
     row.op = kSmallOps[k];
     row.servers = servers;
     row.workers = workers;
     row.keys = keys;
     row.iters = iters;
-    row.rtps = Median(rates);
+    row.rtps = Median(ps_rates[k]);
     row.p50_us = Quantile(lat[k], 0.5);
     row.p99_us = Quantile(lat[k], 0.99);
     row.wrong = wrong;
-    row.request_bytes = static_cast<int64_t>(std::llround(mean(req[k])));
-    row.reply_bytes = static_cast<int64_t>(std::llround(mean(rep[k])));
+    row.request_bytes = mean(req_bytes[k]);
+    row.reply_bytes = mean(rep_bytes[k]);
+    row.ceiling = Median(ceil_rates[k]);
+    row.ceiling_request_bytes = mean(ceil_req[k]);
+    row.ceiling_reply_bytes = mean(ceil_rep[k]);
+    std::vector<double> ratios;
+    for (size_t r = 0; r < ps_rates[k].size(); ++r) ratios.push_back(ps_rates[k][r] / ceil_rates[k][r]);
+    row.paired = Median(ratios);
     rows->push_back(row);
   }
   return true;
@@ -899,29 +1098,6 @@ double ReqRepProcs(const std::string& op, int64_t bytes, int iters, int repeats,
   return Median(rates);
 }
 
-// The REQ/REP ceiling of a small-request row: the frames the PS messages had (bytes measured by
-// the workers, per shard), round trips/s (one round trip = a request to every receiver and every
-// reply, as a PS operation). < 0 when it failed.
-double SmallCeiling(const SmallRow& row, int repeats) {
-  // PS frames: a request is header + keys + values (push) or header + keys (pull); a reply is
-  // the header (push) or header + keys + values (pull). Keys and values split evenly over the
-  // shards (on average); the header takes the rest of the measured bytes.
-  const int64_t keys = row.keys / row.servers;
-  const bool push = row.op == "sparse-push";
-  const int64_t payload = keys * 8 + (push ? keys * 4 : 0), reply_payload = push ? 0 : keys * 12;
-  const int64_t req_header = std::max<int64_t>(1, row.request_bytes - payload);
-  const int64_t rep_header = std::max<int64_t>(1, row.reply_bytes - reply_payload);
-  std::string req = std::to_string(req_header) + "," + std::to_string(keys * 8);
-  if (push) req += "," + std::to_string(keys * 4);
-  std::string rep = std::to_string(rep_header);
-  if (!push) rep += "," + std::to_string(keys * 8) + "," + std::to_string(keys * 4);
-  const auto secs = ReqRepSeconds(req, rep, row.iters, repeats, row.servers, row.workers);
-  if (secs.empty()) return -1;
-  std::vector<double> rates;
-  for (double t : secs) rates.push_back(static_cast<double>(row.iters) * row.workers / t);
-  return Median(rates);
-}
-
 double MemcpyGbps(int64_t bytes, int repeats) {
   std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes), 0);
   std::memcpy(b.data(), a.data(), a.size());  // warm-up: pages mapped
@@ -958,6 +1134,7 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
     return 1;
   }
   ::setenv("GRADSYNC_LOG_LEVEL", "warning", 1);
+  ::signal(SIGPIPE, SIG_IGN);  // a fed child that died fails Say, not this process
   auto iters_for = [&](int64_t size) { return iters_flag > 0 ? iters_flag : (size <= (4 << 20) ? 20 : 6); };
   std::printf("# gradsync-bench-ps --processes: scheduler and shards are gradsync-server processes, each worker a process; "
               "median of %d repeats; latency per op over all repeats\n",
@@ -967,17 +1144,12 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
   std::vector<CeilRow> ceilings;
   std::vector<SmallRow> small;
   bool failed = false;
-  // Small requests first (they take seconds), each row's REQ/REP ceiling right after its job.
+  // Small requests first (they take seconds), each row's REQ/REP ceiling interleaved with it.
   if (small_keys > 0) {
     for (auto [s, w] : configs) {
-      const size_t first = small.size();
       if (!RunSmallProcs(s, w, small_keys, small_iters, repeats, &small)) {
         std::fprintf(stderr, "gradsync-bench-ps: %dx%d small requests of %d keys failed\n", s, w, small_keys);
         failed = true;
-      }
-      for (size_t i = first; i < small.size(); ++i) {
-        small[i].ceiling = SmallCeiling(small[i], repeats);
-        failed |= small[i].ceiling < 0;
       }
     }
   }
@@ -1008,16 +1180,17 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
     std::printf("# small requests: one sparse tensor of %lld floats; each op sends every shard its part of %d sorted "
                 "unique random keys (push: with their values) and waits for every reply; rt/s = all workers' ops / wall "
                 "time, median of %d repeats of %d ops; latency per op over all repeats; req/rep_bytes: one request / reply "
-                "to one shard (every frame, measured)\n",
+                "to one shard, every frame, measured (mean over repeats)\n",
                 static_cast<long long>(kSmallRows), small_keys, repeats, small_iters);
-    std::printf("# vs_ceiling = rt/s over ZeroMQ REQ/REP across processes with the same frames, bytes and topology "
-                "(SERVERS REP processes, WORKERS sender processes, one REQ per REP), same run\n");
-    std::printf("%-12s %7s %7s %6s %9s %9s %9s %9s %9s %7s %10s %10s\n", "op", "servers", "workers", "keys", "req_bytes",
-                "rep_bytes", "rt/s", "p50_us", "p99_us", "#wrong", "ceil_rt/s", "vs_ceiling");
+    std::printf("# ceil_rt/s: ZeroMQ REQ/REP across processes (SERVERS REP processes, WORKERS sender processes, one REQ "
+                "per REP), each repeat right after the PS repeat with the frames and bytes it measured; vs_ceiling = "
+                "rt/s / ceil_rt/s (medians); paired = median over repeats of the same ratio within a repeat\n");
+    std::printf("%-12s %7s %7s %6s %9s %9s %9s %9s %9s %7s %10s %10s %7s\n", "op", "servers", "workers", "keys",
+                "req_bytes", "rep_bytes", "rt/s", "p50_us", "p99_us", "#wrong", "ceil_rt/s", "vs_ceiling", "paired");
     for (const SmallRow& r : small) {
-      std::printf("%-12s %7d %7d %6d %9lld %9lld %9.0f %9.1f %9.1f %7lld %10.0f %10.2f\n", r.op.c_str(), r.servers,
-                  r.workers, r.keys, static_cast<long long>(r.request_bytes), static_cast<long long>(r.reply_bytes), r.rtps,
-                  r.p50_us, r.p99_us, static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.rtps / r.ceiling : 0.0);
+      std::printf("%-12s %7d %7d %6d %9.0f %9.0f %9.0f %9.1f %9.1f %7lld %10.0f %10.2f %7.2f\n", r.op.c_str(), r.servers,
+                  r.workers, r.keys, r.request_bytes, r.reply_bytes, r.rtps, r.p50_us, r.p99_us,
+                  static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.rtps / r.ceiling : 0.0, r.paired);
     }
   }
   if (!rows.empty()) {
@@ -1076,7 +1249,8 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
         << ", \"keys\": " << r.keys << ", \"iters\": " << r.iters << ", \"request_bytes\": " << r.request_bytes
         << ", \"reply_bytes\": " << r.reply_bytes << ", \"round_trips_per_s\": " << r.rtps << ", \"p50_us\": " << r.p50_us
         << ", \"p99_us\": " << r.p99_us << ", \"wrong\": " << r.wrong << ", \"ceiling_round_trips_per_s\": " << r.ceiling
-        << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.rtps / r.ceiling : 0.0) << "}";
+        << ", \"ceiling_request_bytes\": " << r.ceiling_request_bytes << ", \"ceiling_reply_bytes\": " << r.ceiling_reply_bytes
+        << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.rtps / r.ceiling : 0.0) << ", \"vs_ceiling_paired\": " << r.paired << "}";
     }
     f << "]}\n";
   }
