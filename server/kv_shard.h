@@ -69,11 +69,14 @@ class KvShard {
 
  private:
   float Lr(float pushed) const { return std::isnan(pushed) ? lr_.At(step_) : pushed; }
+  // Whether sorted, unique keys of sparse elements of the range (the fast check; Validate names
+  // the first bad key when it fails).
+  bool KeysValid(std::span<const uint64_t> keys) const;
 
   Segment range_;
   std::vector<TensorInfo> layout_;
   std::vector<Segment> dense_runs_;   // local offsets (relative to range_.begin)
-  std::vector<Segment> sparse_runs_;  // local offsets
+  std::vector<Segment> sparse_runs_;  // local offsets, sorted
   std::vector<float> params_;
   Optimizer optimizer_;
   LrSchedule lr_;
@@ -81,6 +84,7 @@ class KvShard {
   float push_grad_scale_;  // Apply(): SGD 1/N, Adam 1
   float push_lr_scale_;    // Apply(): SGD 1, Adam 1/N
   std::vector<float> scratch_;
+  std::vector<uint64_t> local_keys_;  // Apply: a push's keys, local
   std::vector<float> accum_;
   std::vector<uint64_t> touched_keys_;  // local indices of sparse elements touched this round
   std::vector<uint8_t> touched_;
