@@ -17,7 +17,9 @@
 //
 // --processes (bench/ps_bench_procs.cc): the same loops with the scheduler and shards as
 // gradsync-server processes and every worker a process of its own, and the ceilings (ZeroMQ
-// REQ/REP and PUSH/PULL, one TCP stream, memcpy) measured across processes in the same run.
+// REQ/REP and PUSH/PULL, one TCP stream, memcpy) measured across processes in the same run; and,
+// per configuration, small requests (--small-keys: sparse pushes and pulls of 1,000 keys) in
+// round trips/s beside raw ZeroMQ REQ/REP round trips of the same bytes.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -232,7 +234,8 @@ int Main(int argc, char** argv) {
   if (psbench::IsRole(argc, argv)) return psbench::RunRole(argc, argv);  // a child of --processes
   FlagParser flags("gradsync-bench-ps", "Parameter-server push/pull throughput and latency on loopback.");
   flags.options().add_options()
-      ("sizes", po::value<std::string>()->default_value("1048576,16777216"), "floats per tensor")
+      ("sizes", po::value<std::string>()->default_value("1048576,16777216"),
+       "floats per tensor (--processes: none = only the small requests)")
       ("configs", po::value<std::string>()->default_value("1x1,2x2"), "SERVERSxWORKERS list")
       ("iters", po::value<int>()->default_value(0), "operations per repeat (0: 20 for <= 4M floats, else 6)")
       ("repeats", po::value<int>()->default_value(5), "timed repeats (median reported)")
@@ -247,11 +250,18 @@ int Main(int argc, char** argv) {
       ("paths", po::value<std::string>()->default_value("tcp,shm"),
        "--processes: tcp (values over ZeroMQ), shm (through shared-memory lanes, headers over ZeroMQ), or both, "
        "comma-separated; shm rows get vs_tcp")
+      ("small-keys", po::value<int>()->default_value(1000),
+       "--processes: per configuration also small requests, a sparse push and a sparse pull of this many sorted unique "
+       "random keys per op, in round trips/s beside a ZeroMQ REQ/REP ceiling of the same bytes; 0: off")
+      ("small-iters", po::value<int>()->default_value(2000), "--processes: small-request ops per repeat")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
   SetLogLevel(LogLevel::kWarning);
-  auto sizes = ParseIntList(vm["sizes"].as<std::string>(), 1, int64_t{1} << 28);
+  const bool processes = vm["processes"].as<bool>();
+  auto sizes = processes && vm["sizes"].as<std::string>() == "none"
+                   ? Result<std::vector<int64_t>>(std::vector<int64_t>{})
+                   : ParseIntList(vm["sizes"].as<std::string>(), 1, int64_t{1} << 28);
   if (!sizes.ok()) flags.Fail("--sizes: " + sizes.status().message());
   std::vector<std::pair<int, int>> configs;
   {
@@ -290,7 +300,7 @@ int Main(int argc, char** argv) {
   }
   const int repeats = vm["repeats"].as<int>();
   if (repeats < 1 || vm["iters"].as<int>() < 0) flags.Fail("--repeats must be >= 1 and --iters >= 0");
-  if (vm["processes"].as<bool>()) {
+  if (processes) {
     if (curve != "off") flags.Fail("--processes runs with --curve=off only");
     if (replicas != std::vector<int>{1}) flags.Fail("--processes runs with --replicas=1 only");
     std::vector<std::string> paths;
@@ -301,7 +311,11 @@ int Main(int argc, char** argv) {
       paths.push_back(p);
     }
     if (paths.empty()) flags.Fail("--paths names no path");
-    return psbench::RunProcesses(*sizes, configs, paths, vm["iters"].as<int>(), repeats,
+    const int small_keys = vm["small-keys"].as<int>(), small_iters = vm["small-iters"].as<int>();
+    if (small_keys < 0 || small_keys > 65536) flags.Fail("--small-keys must be in [0, 65536]");
+    if (small_iters < 1) flags.Fail("--small-iters must be >= 1");
+    if (sizes->empty() && small_keys == 0) flags.Fail("--sizes=none with --small-keys=0 measures nothing");
+    return psbench::RunProcesses(*sizes, configs, paths, vm["iters"].as<int>(), repeats, small_keys, small_iters,
                                  vm.count("json") ? vm["json"].as<std::string>() : std::string());
   }
   std::printf("# gradsync-bench-ps: GB/s of values (1e9 B), median of %d repeats; latency per op over all repeats\n", repeats);

@@ -1,7 +1,9 @@
 // gradsync-bench-ps --processes: the scheduler and every shard as real gradsync-server
 // processes, every worker as a process of its own (this binary re-executed with a hidden
 // --role=...), and the ceilings measured in the same run, also across processes: raw ZeroMQ
-// PUSH/PULL and REQ/REP with the shards' message sizes, one TCP stream, memcpy.
+// PUSH/PULL and REQ/REP with the shards' message sizes, one TCP stream, memcpy. Small requests
+// (--small-keys: sparse pushes and pulls of a few keys) in round trips/s, beside raw ZeroMQ
+// REQ/REP round trips of the same bytes.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -44,11 +46,14 @@ inline double Quantile(std::vector<double> v, double q) {
 bool IsRole(int argc, char** argv);
 int RunRole(int argc, char** argv);
 
-// The whole --processes run; prints the table. iters_flag 0: the in-process defaults. Returns
-// the exit status (1 when a value came back wrong or a child failed).
-// paths: "tcp" (values over ZeroMQ) and/or "shm" (through shared-memory lanes), each configuration
-// once per path.
+// The whole --processes run; prints the tables. iters_flag 0: the in-process defaults. sizes may
+// be empty (small requests only). paths: "tcp" (values over ZeroMQ) and/or "shm" (through
+// shared-memory lanes), each configuration once per path. small_keys > 0: per configuration, also
+// small requests (a sparse push and a sparse pull of small_keys keys, small_iters operations per
+// repeat) in round trips/s beside a REQ/REP ceiling of the same bytes. Returns the exit status (1
+// when a value came back wrong or a child failed).
 int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<int, int>>& configs,
-                 const std::vector<std::string>& paths, int iters_flag, int repeats, const std::string& json_path);
+                 const std::vector<std::string>& paths, int iters_flag, int repeats, int small_keys, int small_iters,
+                 const std::string& json_path);
 
 }  // namespace gradsync::psbench

@@ -305,10 +305,24 @@ TrafficCounters& Socket::PeerCounters(const std::string& peer) {
 
 Status Socket::Send(const std::string& peer, const wire::Header& header, const Payload& payload) {
   wire::Header h = header;
+  return Send(peer, std::move(h), payload);
+}
+
+Status Socket::Send(const std::string& peer, wire::Header&& header, const Payload& payload) {
+  wire::Header& h = header;  // a temporary of the caller's (EncodeRequest, EncodeReply): set in place
   h.set_num_keys(payload.keys.size());
   h.set_has_values(payload.has_values || !payload.values.empty() || payload.values_frame);
-  std::string bytes;
-  if (!h.SerializeToString(&bytes)) return InternalError("cannot serialize a message header");
+  // Headers are small: serialized on the stack, then copied once into the frame.
+  char stack[256];
+  std::string heap;
+  const size_t header_size = h.ByteSizeLong();
+  char* at = stack;
+  if (header_size > sizeof(stack)) {
+    heap.resize(header_size);
+    at = heap.data();
+  }
+  h.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(at));  // the sizes ByteSizeLong cached
+  const zmq::const_buffer bytes = zmq::buffer(static_cast<const void*>(at), header_size);
   const bool with_keys = !payload.keys.empty();
   const bool with_values = h.has_values();
   uint64_t total = bytes.size() + payload.keys.size_bytes() +
@@ -343,7 +357,7 @@ Status Socket::Send(const std::string& peer, const wire::Header& header, const P
       }
     }
     auto more = [](bool m) { return m ? zmq::send_flags::sndmore : zmq::send_flags::none; };
-    if (!socket_.send(zmq::buffer(bytes), more(with_keys || with_values))) {
+    if (!socket_.send(bytes, more(with_keys || with_values))) {
       return UnavailableError("send timed out (peer gone or queue full)");
     }
     if (with_keys) socket_.send(frame(payload.keys.data(), payload.keys.size_bytes()), more(with_values));
@@ -378,19 +392,33 @@ void Socket::CountReceived(const std::string& peer, uint64_t bytes, bool malform
 Result<Message> Socket::Recv(int timeout_ms) {
   std::vector<zmq::message_t> parts;
   try {
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) {
-      return DeadlineExceededError("no message within " + std::to_string(timeout_ms) + " ms");
-    }
+    // A message that is there is taken at once, and an empty queue is waited on in ZeroMQ's own
+    // blocking receive (one system call to sleep in). A zmq_poll in front of every receive cost
+    // several system calls per message, and callers drain a socket with Recv(0).
     zmq::message_t part;
-    do {
-      if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
-      parts.push_back(std::move(part));
+    bool got = false;
+    if (timeout_ms == 0) {
+      got = socket_.recv(part, zmq::recv_flags::dontwait).has_value();
+    } else {
+      if (timeout_ms != rcvtimeo_ms_) {
+        socket_.set(zmq::sockopt::rcvtimeo, timeout_ms);
+        rcvtimeo_ms_ = timeout_ms;
+      }
+      got = socket_.recv(part).has_value();
+    }
+    if (!got) return DeadlineExceededError("no message within " + std::to_string(timeout_ms) + " ms");
+    parts.reserve(4);
+    parts.push_back(std::move(part));
+    while (parts.back().more()) {
       if (parts.size() > 16) {  // drain and drop anything absurdly long
-        while (socket_.get(zmq::sockopt::rcvmore)) (void)socket_.recv(part, zmq::recv_flags::dontwait);
+        do {
+          if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+        } while (part.more());
         break;
       }
-    } while (socket_.get(zmq::sockopt::rcvmore));
+      if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+      parts.push_back(std::move(part));
+    }
   } catch (const zmq::error_t& e) {
     // A signal interrupted the wait: nothing arrived (the caller loops as on a timeout).
     if (e.num() == EINTR && parts.empty()) return DeadlineExceededError("interrupted");

@@ -168,6 +168,8 @@ class Socket {
   // a reply to a peer whose queue is full is dropped at once, so one peer that does not read
   // cannot stall the loop that serves the others.
   Status Send(const std::string& peer, const wire::Header& header, const Payload& payload = {});
+  // The same for a header the caller no longer needs (it is completed in place, not copied).
+  Status Send(const std::string& peer, wire::Header&& header, const Payload& payload = {});
 
   // Receives one message, waiting at most timeout_ms (0: do not wait). kDeadlineExceeded when
   // nothing came. A malformed message is returned with `malformed` set (see the file comment).
@@ -206,6 +208,7 @@ Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int t
   std::string peer_name_;
   std::string endpoint_;  // bound sockets: what Bind bound (tcp with the real port)
   int64_t max_message_bytes_ = kMaxControlMessageBytes;
+  int rcvtimeo_ms_ = -1;                    // ZMQ_RCVTIMEO as last set (Recv)
   std::string connected_to_;                // connected sockets: the endpoint
   std::unique_ptr<zmq::socket_t> monitor_;  // WatchHandshakes: the monitor's events (after socket_)
   bool curve_ = false;

@@ -84,11 +84,14 @@ class KvShard {
   // optimizer_.Step over a dense run (local offset), in pieces over parallel_ when it is large;
   // `clear` (the accumulated gradient g itself, or null) is zeroed piece by piece after use.
   void StepDense(int64_t local, std::span<const float> g, float lr, float grad_scale, float* clear);
+  // Whether sorted, unique keys of sparse elements of the range (the fast check; Validate names
+  // the first bad key when it fails).
+  bool KeysValid(std::span<const uint64_t> keys) const;
 
   Segment range_;
   std::vector<TensorInfo> layout_;
   std::vector<Segment> dense_runs_;   // local offsets (relative to range_.begin)
-  std::vector<Segment> sparse_runs_;  // local offsets
+  std::vector<Segment> sparse_runs_;  // local offsets, sorted
   std::shared_ptr<std::vector<float>> params_;  // copy-on-write (Share)
   Optimizer optimizer_;
   ParallelFor* parallel_ = nullptr;
@@ -97,6 +100,7 @@ class KvShard {
   float push_grad_scale_;  // Apply(): SGD 1/N, Adam 1
   float push_lr_scale_;    // Apply(): SGD 1, Adam 1/N
   std::vector<float> scratch_;
+  std::vector<uint64_t> local_keys_;  // Apply: a push's keys, local
   std::vector<float> accum_;
   std::vector<uint64_t> touched_keys_;  // local indices of sparse elements touched this round
   std::vector<uint8_t> touched_;

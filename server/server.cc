@@ -923,18 +923,21 @@ Status Server::Run() {
   Status result;
   std::vector<Socket*> sockets;
   while (!stop_.load()) {
-    sockets.assign(1, &socket_);
+    // The data socket's messages, at most 64 at a time. With backup links to watch as well, a
+    // poll says which sockets have some; with the data socket alone ZeroMQ's blocking receive
+    // waits for it (one system call to sleep in, where a poll and then a receive take several).
+    int wait_ms = 20;
     if (replicator_) {
+      sockets.assign(1, &socket_);
       for (Socket* l : replicator_->sockets()) sockets.push_back(l);
+      auto ready = PollReadable(sockets, 20);
+      if (!ready.ok()) GRADSYNC_LOG(WARNING) << ready.status();
+      wait_ms = ready.ok() && !ready->empty() && ready->front() == 0 ? 0 : -1;
     }
-    auto ready = PollReadable(sockets, 20);
-    if (!ready.ok()) GRADSYNC_LOG(WARNING) << ready.status();
-    if (ready.ok() && !ready->empty() && ready->front() == 0) {
-      for (int k = 0; k < 64; ++k) {
-        auto m = socket_.Recv(0);
-        if (m.ok()) Handle(*m);
-        else break;
-      }
+    for (int k = 0; k < 64 && wait_ms >= 0; ++k) {
+      auto m = socket_.Recv(k == 0 ? wait_ms : 0);
+      if (m.ok()) Handle(*m);
+      else break;
     }
     if (replicator_) {
       replicator_->Poll(socket_);

@@ -464,13 +464,29 @@ void PsClient::HandleReply(int shard, const Message& m) {
   clock_staleness_[shard] = r.clock_staleness;
 }
 
-Status PsClient::Receive(int timeout_ms) {
-  ASSIGN_OR_RETURN(std::vector<size_t> ready, PollReadable(sockets_, timeout_ms));
+Status PsClient::Receive(int timeout_ms, RequestId until) {
+  // One shard: ZeroMQ's blocking receive waits for its replies (one system call to sleep in,
+  // where a poll and then a receive take several). Several: a poll says which have some.
+  std::vector<size_t> ready = {0};
+  int wait_ms = timeout_ms;
+  if (sockets_.size() != 1) {
+    ASSIGN_OR_RETURN(ready, PollReadable(sockets_, timeout_ms));
+    wait_ms = 0;
+  }
   for (size_t s : ready) {
     for (int k = 0; k < 64; ++k) {
-      auto m = sockets_[s].Recv(0);
-      if (!m.ok()) break;
+      auto m = sockets_[s].Recv(k == 0 ? wait_ms : 0);
+      if (!m.ok()) {
+        // The wait itself failing is the error a failed poll was (other receive errors end the batch).
+        if (k == 0 && wait_ms > 0 && m.status().code() != StatusCode::kDeadlineExceeded) return m.status();
+        break;
+      }
       HandleReply(static_cast<int>(s), *m);
+      // The awaited request is done: back to the caller now, not after one more (empty) receive.
+      if (until != 0) {
+        auto it = pending_.find(until);
+        if (it == pending_.end() || it->second.remaining <= 0 || !it->second.status.ok()) return OkStatus();
+      }
     }
   }
   return OkStatus();
@@ -506,7 +522,7 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       for (int s : waiting_on_[id]) who += (who.empty() ? "" : ", ") + NodeName(table_.servers(s));
       return DeadlineExceededError("no reply from " + who + " within " + std::to_string(timeout_s) + " s");
     }
-    RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20))));
+    RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20)), id));
   }
 }
 

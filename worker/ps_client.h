@@ -140,7 +140,9 @@ class PsClient {
   void CheckMembership();
   // Until ZeroMQ has released every lent gradient frame, except a dead shard's.
   void WaitForLentFrames();
-  Status Receive(int timeout_ms);
+  // Handles the replies that arrive within timeout_ms; returns early once request `until` (if
+  // not 0) is answered or failed.
+  Status Receive(int timeout_ms, RequestId until = 0);
   void HandleReply(int shard, const Message& m);
   RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
   // The dense parts (see set_part_floats), in offset order, and which belong to each tensor.

@@ -44,6 +44,34 @@ TEST(KvShardTest, ValidateRejectsOutOfRangeAndBadKeys) {
   EXPECT_TRUE(s.Validate(disjoint, {}, nullptr).ok());
 }
 
+TEST(KvShardTest, ValidateChecksKeysAgainstEverySparseTensorOfTheRange) {
+  // Sparse [0, 8), dense [8, 12), sparse [12, 20), listed out of offset order; the shard holds
+  // [2, 16): sparse elements 2..7 and 12..15.
+  std::vector<TensorInfo> layout = {{"b", {8}, 12, 8, true}, {"emb", {8}, 0, 8, true}, {"w", {4}, 8, 4, false}};
+  KvShard s({2, 16}, layout, {}, {}, 1, false);
+  std::vector<uint64_t> both = {2, 7, 12, 15}, first = {3}, last = {15};
+  EXPECT_TRUE(s.Validate({}, both, nullptr).ok());
+  EXPECT_TRUE(s.Validate({}, first, nullptr).ok());
+  EXPECT_TRUE(s.Validate({}, last, nullptr).ok());
+  size_t five = 5;
+  std::vector<Segment> dense = {{8, 12}};
+  std::vector<uint64_t> one = {13};
+  EXPECT_TRUE(s.Validate(dense, one, &five).ok());
+  std::vector<uint64_t> in_dense = {3, 9, 13}, below = {1, 3}, above = {3, 16}, twice = {3, 3}, down = {13, 3};
+  Status dense_key = s.Validate({}, in_dense, nullptr);
+  EXPECT_EQ(dense_key.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dense_key.message().find("key 9 is not in a sparse tensor"), std::string::npos) << dense_key;
+  Status outside = s.Validate({}, below, nullptr);
+  EXPECT_NE(outside.message().find("key 1 is outside"), std::string::npos) << outside;
+  EXPECT_NE(s.Validate({}, above, nullptr).message().find("key 16 is outside"), std::string::npos);
+  EXPECT_NE(s.Validate({}, twice, nullptr).message().find("not sorted and unique"), std::string::npos);
+  EXPECT_NE(s.Validate({}, down, nullptr).message().find("not sorted and unique"), std::string::npos);
+  // A shard with no sparse tensor takes no keys.
+  KvShard dense_only({8, 12}, layout, {}, {}, 1, false);
+  std::vector<uint64_t> nine = {9};
+  EXPECT_NE(dense_only.Validate({}, nine, nullptr).message().find("key 9 is not in a sparse tensor"), std::string::npos);
+}
+
 TEST(KvShardTest, ApplyScalesByWorkersAndAccumulateAppliesTheMean) {
   LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
   KvShard now({8, 12}, Layout(), {}, lr, 2, /*aggregate=*/false);
