@@ -105,29 +105,46 @@ std::string Str(const std::map<std::string, std::string>& m, const std::string& 
 
 const char* kOps[] = {"push", "pull", "push+pull"};
 
-int RunWorker(const std::map<std::string, std::string>& a) {
-  const int w = static_cast<int>(Int(a, "rank")), workers = static_cast<int>(Int(a, "workers"));
-  const int64_t size = Int(a, "size");
-  const int iters = static_cast<int>(Int(a, "iters")), repeats = static_cast<int>(Int(a, "repeats"));
-  TransportContext ctx(2);
+// A bench worker's job: registered with the parent's scheduler, connected to every shard, the
+// shards initialized by worker 0 with `job` (all zeros) and the "init" barrier passed.
+struct BenchWorker {
+  TransportContext ctx{2};
+  std::unique_ptr<SchedulerClient> client;
+  std::unique_ptr<PsClient> ps;
+};
+
+std::unique_ptr<BenchWorker> JoinBenchJob(const std::map<std::string, std::string>& a, std::vector<TensorInfo> layout,
+                                          const wire::JobConfig& job) {
+  const int w = static_cast<int>(Int(a, "rank"));
+  auto b = std::make_unique<BenchWorker>();
   SchedulerClientOptions sc;
   sc.scheduler_endpoint = Str(a, "scheduler");
   sc.self.set_role(wire::WORKER);
   sc.self.set_host("127.0.0.1");
   sc.self.set_requested_rank(w);
   sc.mode = "asp";
-  SchedulerClient client(ctx, sc);
-  auto table = client.Register(60);
+  b->client = std::make_unique<SchedulerClient>(b->ctx, sc);
+  auto table = b->client->Register(60);
   if (!table.ok()) Die("worker register: " + table.status().message());
-  std::vector<TensorInfo> layout = {{"w", {size}, 0, size, false}};
-  auto created = PsClient::Create(ctx, *table, w, layout, &client);
+  auto created = PsClient::Create(b->ctx, *table, w, std::move(layout), b->client.get());
   if (!created.ok()) Die("worker PsClient: " + created.status().message());
-  auto ps = std::move(created).value();
-  std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
+  b->ps = std::move(created).value();
   if (w == 0) {
-    if (Status s = ps->Init(BenchJobConfig(size, workers), params, 60); !s.ok()) Die("worker init: " + s.message());
+    const std::vector<float> zeros(job.num_params(), 0.0f);
+    if (Status s = b->ps->Init(job, zeros, 60); !s.ok()) Die("worker init: " + s.message());
   }
-  if (Status s = client.Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+  if (Status s = b->client->Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
+  return b;
+}
+
+int RunWorker(const std::map<std::string, std::string>& a) {
+  const int workers = static_cast<int>(Int(a, "workers"));
+  const int64_t size = Int(a, "size");
+  const int iters = static_cast<int>(Int(a, "iters")), repeats = static_cast<int>(Int(a, "repeats"));
+  auto job = JoinBenchJob(a, {{"w", {size}, 0, size, false}}, BenchJobConfig(size, workers));
+  SchedulerClient& client = *job->client;
+  PsClient* ps = job->ps.get();
+  std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
   if (a.count("shm") && a.at("shm") == "1") {
     const int servers = static_cast<int>(Int(a, "servers"));
     auto lanes = ps->AttachSharedMemory(60);
@@ -196,25 +213,10 @@ int RunSmallWorker(const std::map<std::string, std::string>& a) {
   const int w = static_cast<int>(Int(a, "rank")), workers = static_cast<int>(Int(a, "workers"));
   const size_t keys_per_op = static_cast<size_t>(Int(a, "keys"));
   const int iters = static_cast<int>(Int(a, "iters")), repeats = static_cast<int>(Int(a, "repeats"));
-  TransportContext ctx(2);
-  SchedulerClientOptions sc;
-  sc.scheduler_endpoint = Str(a, "scheduler");
-  sc.self.set_role(wire::WORKER);
-  sc.self.set_host("127.0.0.1");
-  sc.self.set_requested_rank(w);
-  sc.mode = "asp";
-  SchedulerClient client(ctx, sc);
-  auto table = client.Register(60);
-  if (!table.ok()) Die("worker register: " + table.status().message());
-  std::vector<TensorInfo> layout = {{"emb", {kSmallRows}, 0, kSmallRows, true}};
-  auto created = PsClient::Create(ctx, *table, w, layout, &client);
-  if (!created.ok()) Die("worker PsClient: " + created.status().message());
-  auto ps = std::move(created).value();
+  auto job = JoinBenchJob(a, {{"emb", {kSmallRows}, 0, kSmallRows, true}}, SparseJobConfig(workers));
+  SchedulerClient& client = *job->client;
+  PsClient* ps = job->ps.get();
   std::vector<float> params(static_cast<size_t>(kSmallRows), 0.0f);
-  if (w == 0) {
-    if (Status s = ps->Init(SparseJobConfig(workers), params, 60); !s.ok()) Die("worker init: " + s.message());
-  }
-  if (Status s = client.Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
   std::mt19937_64 rng(0x5eed + static_cast<uint64_t>(w));
   std::uniform_int_distribution<uint64_t> row(0, static_cast<uint64_t>(kSmallRows) - 1);
   std::vector<std::vector<uint64_t>> sets(kKeySets);
