@@ -11,12 +11,13 @@ namespace {
 constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
 
 bool IsRequest(wire::Type t) {
-  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN || t == wire::SHM_ATTACH;
+  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN || t == wire::SHM_ATTACH ||
+         t == wire::DATA_ATTACH;
 }
 
 bool IsReply(wire::Type t) {
   return t == wire::INIT_REPLY || t == wire::PUSH_REPLY || t == wire::PULL_REPLY || t == wire::JOIN_REPLY ||
-         t == wire::SHM_ATTACH_REPLY || t == wire::ERROR;
+         t == wire::SHM_ATTACH_REPLY || t == wire::DATA_ATTACH_REPLY || t == wire::ERROR;
 }
 
 // What every data-plane header starts with.
@@ -117,6 +118,9 @@ wire::Header EncodeRequest(const PsRequest& r) {
   if (r.shm) h.set_shm(true);
   if (r.shm_seq != 0) h.set_shm_seq(r.shm_seq);
   if (!r.shm_name.empty()) h.set_shm_name(r.shm_name);
+  if (r.data) h.set_data(true);
+  if (r.data_seq != 0) h.set_data_seq(r.data_seq);
+  if (!r.data_token.empty()) h.set_data_token(r.data_token);
   return h;
 }
 
@@ -158,6 +162,21 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
   if ((r.type == wire::SHM_ATTACH) != !r.shm_name.empty()) {
     return InvalidArgumentError("shm_name belongs on SHM_ATTACH, and SHM_ATTACH needs one");
   }
+  r.data = h.data();
+  r.data_seq = h.data_seq();
+  r.data_token = h.data_token();
+  if (r.data && r.type != wire::PUSH && r.type != wire::PULL) {
+    return InvalidArgumentError("only a push or a pull moves its values over the data channel");
+  }
+  if (r.data && r.shm) return InvalidArgumentError("values move through shared memory or the data channel, not both");
+  if (r.type == wire::PUSH && r.data && r.data_seq == 0) return InvalidArgumentError("a data-channel push has no data_seq");
+  if ((r.type == wire::DATA_ATTACH) != !r.data_token.empty()) {
+    return InvalidArgumentError("data_token belongs on DATA_ATTACH, and DATA_ATTACH needs one");
+  }
+  if (!r.data_token.empty() && r.data_token.size() != kDataTokenBytes) {
+    return InvalidArgumentError("a data token is " + std::to_string(kDataTokenBytes) + " bytes, not " +
+                                std::to_string(r.data_token.size()));
+  }
   return r;
 }
 
@@ -174,10 +193,17 @@ wire::Header EncodeReply(const PsReply& r) {
       EncodeSegments(r.segments, &h);
       if (!r.codec.empty()) h.set_codec(r.codec);
       if (r.shm) h.set_shm(true);
+      if (r.data) {
+        h.set_data(true);
+        h.set_data_seq(r.data_seq);
+      }
       if (r.parts > 1) {
         h.set_parts(r.parts);
         h.set_part(r.part);
       }
+      break;
+    case wire::DATA_ATTACH_REPLY:
+      h.set_data_port(static_cast<uint32_t>(r.data_port));
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -208,6 +234,13 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   if (r.parts < 0 || r.part < 0 || (r.parts <= 1 && r.part != 0) || (r.parts > 1 && r.part >= r.parts) ||
       ((r.shm || r.parts > 1) && r.type != wire::PULL_REPLY)) {
     return InvalidArgumentError("reply part " + std::to_string(r.part) + " of " + std::to_string(r.parts));
+  }
+  r.data = h.data();
+  r.data_seq = h.data_seq();
+  r.data_port = static_cast<int>(h.data_port());
+  if ((r.data && (r.type != wire::PULL_REPLY || r.data_seq == 0 || r.shm || r.parts > 1)) ||
+      (r.type == wire::DATA_ATTACH_REPLY && (r.data_port <= 0 || r.data_port > 65535))) {
+    return InvalidArgumentError("a data-channel reply without its frame number, or a bad data port");
   }
   if (r.type == wire::ERROR) {
     // A code this build does not know still fails the request, as kUnknown.

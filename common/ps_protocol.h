@@ -32,9 +32,11 @@ namespace gradsync {
 
 // A push comes in at most this many parts (PsRequest::parts).
 inline constexpr int kMaxPushParts = 4096;
+// A data channel's token (PsRequest::data_token): random bytes, one per connection.
+inline constexpr size_t kDataTokenBytes = 16;
 
 struct PsRequest {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN or SHM_ATTACH
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN, SHM_ATTACH or DATA_ATTACH
   int worker = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;
@@ -48,10 +50,13 @@ struct PsRequest {
   bool shm = false;               // PUSH, PULL: the values move through the shared-memory lane
   uint64_t shm_seq = 0;           // PUSH with shm: the push's number on its lane (> 0)
   std::string shm_name;           // SHM_ATTACH: the lane (ShmLane::IsValidName)
+  bool data = false;              // PUSH, PULL: the values move over the data channel
+  uint64_t data_seq = 0;          // PUSH with data: the values' frame number there (> 0)
+  std::string data_token;         // DATA_ATTACH: what the worker presents on the connection
 };
 
 struct PsReply {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, SHM_ATTACH_REPLY or ERROR
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, SHM_ATTACH_REPLY, DATA_ATTACH_REPLY or ERROR
   int server = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;              // the request's; JOIN_REPLY: where the worker goes on
@@ -64,6 +69,9 @@ struct PsReply {
   bool shm = false;               // PULL_REPLY: the values are in the lane's pull area
   int parts = 0;                  // PULL_REPLY with shm: the answer comes in `parts` messages
   int part = 0;                   //   (0 or 1: this one alone), this is `part` (0-based, in order)
+  bool data = false;              // PULL_REPLY: the values follow as frame data_seq on the data channel
+  uint64_t data_seq = 0;
+  int data_port = 0;              // DATA_ATTACH_REPLY: the shard's data channel port
   Status error;                   // ERROR
 };
 

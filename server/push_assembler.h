@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "common/ps_protocol.h"
@@ -27,6 +28,7 @@ struct PushChunk {
   Frame frame;               // the received values, when they are read in place
   std::vector<float> owned;  // or decoded / realigned / small values
   const float* shared = nullptr;  // or in a worker's shared-memory lane (common/shm_lane.h)
+  std::shared_ptr<const float> lease;  // or a data-channel frame's buffer (shared is its values), held until dropped
   // Read where they are now: a chunk moves (into a round, a vector), and so does a frame.
   const float* values() const {
     if (shared != nullptr) return shared;

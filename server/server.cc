@@ -10,6 +10,7 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/security.h"
 
 namespace gradsync {
 namespace {
@@ -179,15 +180,23 @@ Status Server::HandleInit(const PsRequest& r, const Message& m) {
 }
 
 Status Server::HandlePush(const PsRequest& r, Message& m) {
+  auto drop_frame = [&] {
+    if (!r.data || !data_) return;
+    if (auto conn = data_->Find(r.worker)) conn->DropPush(r.data_seq);
+  };
   if (assembler_.IsRestOfFailed(r.worker, r)) {  // the rest of a push whose error was the answer
     ReleaseLane(r.worker, r.shm_seq);
+    drop_frame();
     return OkStatus();
   }
   Status s = HandlePushMessage(r, m);
   if (!s.ok() && r.parts > 1) assembler_.Failed(r.worker, r);
   // A refused push holds nothing in the lane (the worker waits for the release before it writes
-  // the next one, so no earlier push of it can still be held).
-  if (!s.ok()) ReleaseLane(r.worker, r.shm_seq);
+  // the next one, so no earlier push of it can still be held), nor in the data channel.
+  if (!s.ok()) {
+    ReleaseLane(r.worker, r.shm_seq);
+    drop_frame();
+  }
   return s;
 }
 
@@ -206,21 +215,56 @@ Status Server::HandleAttach(const PsRequest& r, const Message& m) {
   return socket_.Send(m.peer, EncodeReply(ReplyTo(r, wire::SHM_ATTACH_REPLY, rank_)));
 }
 
+Status Server::CheckLanePush(const PsRequest& r, const Message& m, size_t* n, const char* what) {
+  if (m.header.num_keys() > 0 || !r.codec.empty()) {
+    return InvalidArgumentError(std::string(what) + " push carries dense raw values only (no keys, no codec)");
+  }
+  if (r.segments.empty()) return InvalidArgumentError(std::string(what) + " push names no segments");
+  for (size_t i = 1; i < r.segments.size(); ++i) {
+    if (r.segments[i].begin != r.segments[i - 1].end) {
+      return InvalidArgumentError(std::string(what) + " push's segments are not contiguous");
+    }
+  }
+  // In the range, and so in the lane (or no larger than a frame may be).
+  return shard_->Validate(r.segments, {}, n);
+}
+
 Result<const float*> Server::LaneValues(const PsRequest& r, const Message& m, size_t n) {
   auto it = lanes_.find(r.worker);
   if (it == lanes_.end()) return FailedPreconditionError("a shared-memory push, but worker " + std::to_string(r.worker) + " attached no lane");
-  if (m.header.num_keys() > 0 || !r.codec.empty()) {
-    return InvalidArgumentError("a shared-memory push carries dense raw values only (no keys, no codec)");
-  }
-  if (r.segments.empty()) return InvalidArgumentError("a shared-memory push names no segments");
-  for (size_t i = 1; i < r.segments.size(); ++i) {
-    if (r.segments[i].begin != r.segments[i - 1].end) {
-      return InvalidArgumentError("a shared-memory push's segments are not contiguous");
-    }
-  }
-  // Validate() (next) checks that they lie in the range, and so in the lane.
-  RETURN_IF_ERROR(shard_->Validate(r.segments, {}, &n));
+  RETURN_IF_ERROR(CheckLanePush(r, m, &n, "a shared-memory"));
   return it->second.push_area() + (r.segments[0].begin - shard_->range().begin);
+}
+
+Status Server::HandleDataAttach(const PsRequest& r, const Message& m) {
+  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (m.header.has_values() || m.header.num_keys() > 0) return InvalidArgumentError("DATA_ATTACH carries no values");
+  if (r.segments.size() != 1 || r.segments[0] != shard_->range()) {
+    return InvalidArgumentError("a data channel covers exactly this shard's range [" +
+                                std::to_string(shard_->range().begin) + ", " + std::to_string(shard_->range().end) + ")");
+  }
+  if (CurveEnabled(ctx_)) {
+    return FailedPreconditionError("this job uses CURVE (--auth-dir): values stay on ZeroMQ, which encrypts them");
+  }
+  if (!data_) {
+    const std::string host = options_.bind_host == "*" ? std::string("0.0.0.0") : options_.bind_host;
+    ASSIGN_OR_RETURN(data_, DataListener::Create(host));
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": data channel on port " << data_->port();
+  }
+  DetachLane(r.worker);  // one way for a worker's values at a time
+  data_->Expect(r.data_token, r.worker, shard_->range().size());
+  PsReply reply = ReplyTo(r, wire::DATA_ATTACH_REPLY, rank_);
+  reply.data_port = data_->port();
+  return socket_.Send(m.peer, EncodeReply(reply));
+}
+
+Result<std::shared_ptr<const float>> Server::DataValues(const PsRequest& r, const Message& m, size_t n) {
+  auto conn = data_ ? data_->Find(r.worker) : nullptr;
+  if (!conn) return FailedPreconditionError("a data-channel push, but worker " + std::to_string(r.worker) + " has no data channel");
+  RETURN_IF_ERROR(CheckLanePush(r, m, &n, "a data-channel"));
+  stats_.data_channels = static_cast<int64_t>(data_->size());
+  // The worker wrote the frame before it sent this header: only its last bytes may be in flight.
+  return conn->TakePush(r.data_seq, n, options_.data_wait_s);
 }
 
 void Server::ReleaseLane(int w, uint64_t seq) {
@@ -230,11 +274,12 @@ void Server::ReleaseLane(int w, uint64_t seq) {
 }
 
 void Server::DetachLane(int w) {
+  if (data_) data_->Drop(w);
   auto it = lanes_.find(w);
   if (it == lanes_.end()) return;
   auto own = [](HeldPush& push) {
     for (PushChunk& c : push.chunks) {
-      if (c.shared == nullptr) continue;
+      if (c.shared == nullptr || c.lease) continue;  // a data-channel frame's buffer outlives its connection
       c.owned.assign(c.shared, c.shared + TotalSize(c.segments));
       if (c.owned.empty()) c.owned.resize(1);
       c.shared = nullptr;
@@ -249,15 +294,22 @@ void Server::DetachLane(int w) {
 
 Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  if (m.header.has_values() == r.shm) {
-    return InvalidArgumentError(r.shm ? "a shared-memory push carries no values frame" : "a push carries values");
+  const bool elsewhere = r.shm || r.data;  // the values are not in this message
+  if (m.header.has_values() == elsewhere) {
+    return InvalidArgumentError(r.shm    ? "a shared-memory push carries no values frame"
+                                : r.data ? "a data-channel push carries no values frame"
+                                         : "a push carries values");
   }
   const int w = r.worker;
   const auto keys = m.Keys(&key_buffer_);
-  size_t n = r.shm ? static_cast<size_t>(TotalSize(r.segments)) : m.num_values();
+  size_t n = elsewhere ? static_cast<size_t>(TotalSize(r.segments)) : m.num_values();
   const float* values = static_cast<const float*>(m.values.data());
+  std::shared_ptr<const float> lease;
   if (r.shm) {
     ASSIGN_OR_RETURN(values, LaneValues(r, m, n));
+  } else if (r.data) {
+    ASSIGN_OR_RETURN(lease, DataValues(r, m, n));
+    values = lease.get();
   }
   // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
   RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
@@ -283,9 +335,10 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   HeldPush whole;
   HeldPush* push = &whole;
   PushChunk chunk;
-  if (r.shm) {
-    chunk.segments = r.segments;  // read in the lane, where the worker leaves them until released
-    chunk.shared = values;
+  if (elsewhere) {
+    chunk.segments = r.segments;  // read in the lane, where the worker leaves them until released,
+    chunk.shared = values;        // or in the frame's buffer, which the chunk holds
+    chunk.lease = std::move(lease);
   } else {
     chunk = TakeChunk(r.segments, keys, &m.values, values, n, &decoded_);
   }
@@ -410,13 +463,17 @@ Status Server::HandlePull(PsRequest r, Message& m) {
     if (!keys.empty()) return InvalidArgumentError("a compressed pull carries no keys");
   }
   RETURN_IF_ERROR(shard_->Validate(r.segments, keys, nullptr));
-  if (r.shm) {
+  if (r.shm || r.data) {
+    const char* what = r.shm ? "a shared-memory" : "a data-channel";
     if (!keys.empty() || !r.codec.empty() || pull_encoder_) {
-      return InvalidArgumentError("a shared-memory pull asks for dense raw values only (no keys, no codec, and not "
-                                  "in a job with --compress-pull)");
+      return InvalidArgumentError(std::string(what) + " pull asks for dense raw values only (no keys, no codec, " +
+                                  "and not in a job with --compress-pull)");
     }
-    if (!lanes_.count(r.worker)) {
+    if (r.shm && !lanes_.count(r.worker)) {
       return FailedPreconditionError("a shared-memory pull, but worker " + std::to_string(r.worker) + " attached no lane");
+    }
+    if (r.data && !(data_ && data_->Find(r.worker))) {
+      return FailedPreconditionError("a data-channel pull, but worker " + std::to_string(r.worker) + " has no data channel");
     }
   }
   RETURN_IF_ERROR(controller_->ValidatePull(r.worker, r.clock));
@@ -445,6 +502,7 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   reply.clock_staleness = controller_->ClockStaleness(r.clock);
   reply.segments = r.segments;
   if (r.shm) return AnswerPullShm(r, m, std::move(reply));
+  if (r.data && AnswerPullData(r, m, reply)) return;
   Payload p;
   p.has_values = true;
   Frame frame;
@@ -503,6 +561,36 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   Status s = socket_.Send(m.peer, EncodeReply(reply), p);
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
   RecordPull(r, reply.clock_staleness);
+}
+
+bool Server::AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply) {
+  auto conn = data_ ? data_->Find(r.worker) : nullptr;
+  if (!conn || !conn->health().ok()) return false;  // gone while the pull was parked: over ZeroMQ
+  // One run: written straight from the parameters, which the frame holds (KvShard::Share) so
+  // the next update writes a fresh copy; several: one snapshot.
+  std::vector<std::span<const float>> values;
+  std::shared_ptr<const void> owner;
+  const int64_t base = shard_->range().begin;
+  if (r.segments.size() == 1) {
+    const Segment& seg = r.segments[0];
+    values.push_back(shard_->params().subspan(static_cast<size_t>(seg.begin - base), static_cast<size_t>(seg.size())));
+    owner = shard_->Share();
+  } else {
+    auto snapshot = std::make_shared<std::vector<float>>(static_cast<size_t>(TotalSize(r.segments)));
+    shard_->Read(r.segments, {}, snapshot->data());
+    values.push_back(*snapshot);
+    owner = std::move(snapshot);
+  }
+  auto seq = conn->SendPull(std::move(values), std::move(owner));
+  if (!seq.ok()) return false;
+  reply.data = true;
+  reply.data_seq = *seq;
+  Status s = socket_.Send(m.peer, EncodeReply(reply));
+  if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
+  stats_.data_pulls++;
+  stats_.data_channels = static_cast<int64_t>(data_->size());
+  RecordPull(r, reply.clock_staleness);
+  return true;
 }
 
 void Server::AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply) {
@@ -607,6 +695,7 @@ void Server::Handle(Message& m) {
       case wire::PULL: s = HandlePull(std::move(*r), m); break;
       case wire::JOIN: s = HandleJoin(*r, m); break;
       case wire::SHM_ATTACH: s = HandleAttach(*r, m); break;
+      case wire::DATA_ATTACH: s = HandleDataAttach(*r, m); break;
       default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(r->type));
     }
   }
@@ -966,6 +1055,10 @@ Status Server::Run() {
     }
   }
   stats_.traffic = socket_.traffic();
+  if (data_) {  // the data channels' bytes are on the wire too
+    stats_.traffic.bytes_sent += data_->bytes_sent();
+    stats_.traffic.bytes_received += data_->bytes_received();
+  }
   scheduler_.reset();  // stops the heartbeats: the scheduler sees this shard leave
   for (auto& a : adopted_) {
     if (stop_.load()) a->server->Stop();

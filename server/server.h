@@ -38,6 +38,7 @@
 #include "compression/compressor.h"
 #include "compression/pull_delta.h"
 #include "server/consistency.h"
+#include "server/data_lanes.h"
 #include "server/kv_shard.h"
 #include "server/push_assembler.h"
 #include "server/replication.h"
@@ -59,6 +60,9 @@ struct ServerOptions {
   bool record_pulls = false;        // keep a PullRecord per answered pull (tests)
   // Threads that apply a large dense update together (the loop's own included; 1: it alone).
   int apply_threads = 2;
+  // A data-channel push: how long its frame's last bytes may take after its header came (the
+  // worker sends the frame first). The shard's loop waits that long at most, then refuses it.
+  double data_wait_s = 10.0;
   // Checkpoints (off when the directory is empty): DIR/shard-<rank>.ckpt, written atomically
   // every `checkpoint_every` updates (0: not by count) or `checkpoint_interval_s` seconds after
   // the first update since the last one, whichever comes first. A restarted shard that rejoins
@@ -115,6 +119,8 @@ struct ServerStats {
   int64_t lost_updates = 0;      // restored: pushes the workers had made past the checkpoint
   int64_t shm_lanes = 0;         // shared-memory lanes attached now
   int64_t shm_pulls = 0;         // pulls answered through a lane
+  int64_t data_channels = 0;     // workers' data channels connected now
+  int64_t data_pulls = 0;        // pulls answered over a data channel
   std::map<int64_t, int64_t> version_lag;      // shard version at apply - push's version -> gradients
   std::map<int64_t, int64_t> clock_staleness;  // ClockStaleness of an answered pull -> pulls
   TrafficCounters traffic;
@@ -170,6 +176,16 @@ class Server {
   // Worker w's lane goes (dead, or a new one replaces it): a push of it still held is copied out.
   void DetachLane(int w);
   void AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply);
+  // What a push through a lane or the data channel must be: dense raw values over contiguous
+  // segments in the range (n: their count).
+  Status CheckLanePush(const PsRequest& r, const Message& m, size_t* n, const char* what);
+  // The data channel (common/data_channel.h): DATA_ATTACH hands this shard a token; the worker's
+  // connection presenting it then carries the values of its dense pushes and pulls.
+  Status HandleDataAttach(const PsRequest& r, const Message& m);
+  // A data-channel push's values: its frame, leased until the push is done with.
+  Result<std::shared_ptr<const float>> DataValues(const PsRequest& r, const Message& m, size_t n);
+  // Answers a pull over worker r.worker's data channel; false when it has none (answer over ZeroMQ).
+  bool AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply);
   // A bsp round is complete: its held pushes are summed in worker-rank order (so that a bsp run
   // is bit-for-bit reproducible whatever order they arrive in) and applied once.
   void ApplyRound();
@@ -235,6 +251,7 @@ class Server {
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
   std::deque<Parked> parked_;
   std::map<int, ShmLane> lanes_;  // worker -> its shared-memory lane
+  std::unique_ptr<DataListener> data_;  // made at the first DATA_ATTACH
   std::string codec_spec_;  // the job's push codec ("" = raw floats)
   std::unique_ptr<Compressor> codec_;
   bool staleness_aware_lr_ = false;

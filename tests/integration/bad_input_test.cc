@@ -3,8 +3,13 @@
 // afterwards are bit-identical to a clean run's.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
+#include <cstring>
 #include <thread>
 
+#include "common/data_channel.h"
+#include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shm_lane.h"
 #include "common/synthetic.h"
@@ -219,18 +224,13 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
     send(h, std::move(f));
   }
 
-  // Collect replies: one pull answer, one SHM_ATTACH_REPLY and one ERROR per answered attack;
-  // then a little longer, so that a reply to a message that must go unanswered is seen.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Replies: one pull answer, one SHM_ATTACH_REPLY, one DATA_ATTACH_REPLY and one ERROR per
+  // answered attack.
   int replies = 0;
-  bool all_in = false;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (replies >= out->sent + 2 && !all_in) {
-      all_in = true;
-      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-    }
+  int data_port = 0;
+  auto take_reply = [&](int timeout_ms) {
     zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return false;
     std::vector<zmq::message_t> parts;
     zmq::message_t part;
     do {
@@ -238,12 +238,105 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
       parts.push_back(std::move(part));
     } while (s.get(zmq::sockopt::rcvmore));
     wire::Header h;
-    ASSERT_TRUE(h.ParseFromArray(parts[0].data(), static_cast<int>(parts[0].size())));
+    EXPECT_TRUE(h.ParseFromArray(parts[0].data(), static_cast<int>(parts[0].size())));
     ++replies;
     if (h.type() == wire::ERROR) {
       out->errors_answered++;
       out->error_messages.push_back(h.error_message());
     }
+    if (h.type() == wire::DATA_ATTACH_REPLY) data_port = static_cast<int>(h.data_port());
+    return true;
+  };
+
+  // The data channel (common/data_channel.h).
+  auto data_push = [&](uint64_t offset, uint64_t length, uint64_t seq) {
+    wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
+    h.set_data(true);
+    h.set_data_seq(seq);
+    return h;
+  };
+  auto data_attach = [&](const std::string& token) {
+    wire::Header h = testing::WorkerRequest(wire::DATA_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
+    h.set_data_token(token);
+    return h;
+  };
+  // 36. A data push, and 37. a data pull, before worker 1 has a data channel.
+  send(data_push(0, 4, 1), {});
+  { wire::Header h = pull; h.set_data(true); send(h, {}); }
+  // 38. A token of the wrong size, 39. the data flag on a JOIN, 40. a push through shared memory
+  //     and the data channel at once.
+  send(data_attach("short"), {});
+  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.set_data(true); send(h, {}); }
+  { wire::Header h = data_push(0, 4, 1); h.set_shm(true); h.set_shm_seq(1); send(h, {}); }
+  // A real channel for worker 1 (answered with DATA_ATTACH_REPLY, not an attack).
+  const std::string token(kDataTokenBytes, 'k');
+  send(data_attach(token), {});
+  out->sent--;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       data_port == 0 && std::chrono::steady_clock::now() < until;) {
+    take_reply(50);
+  }
+  ASSERT_GT(data_port, 0) << "no DATA_ATTACH_REPLY";
+  // A connection presenting another token is closed without a word (and takes no slot).
+  {
+    auto stranger = DataStream::Connect("127.0.0.1", data_port, 5);
+    ASSERT_TRUE(stranger.ok()) << stranger.status();
+    const std::string wrong(kDataTokenBytes, 'x');
+    ASSERT_TRUE(stranger->Write(std::vector<iovec>{{const_cast<char*>(wrong.data()), wrong.size()}}, 5).ok());
+    char ack[kDataAckBytes];
+    Status st = stranger->Read(ack, sizeof(ack), 10);
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << "a wrong token must be refused: " << st;
+  }
+  auto channel = DataStream::Connect("127.0.0.1", data_port, 5);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  ASSERT_TRUE(channel->Write(std::vector<iovec>{{const_cast<char*>(token.data()), token.size()}}, 5).ok());
+  {
+    char ack[kDataAckBytes];
+    ASSERT_TRUE(channel->Read(ack, sizeof(ack), 10).ok());
+    ASSERT_EQ(0, std::memcmp(ack, kDataAck, kDataAckBytes));
+  }
+  auto frame = [&](uint64_t seq, size_t n) {
+    std::vector<std::span<const float>> v = {std::span<const float>(values.data(), n)};
+    ASSERT_TRUE(channel->WriteFrame(seq, v, 5).ok());
+  };
+  // 41. A push naming 6 values over a frame of 4, 42. a push naming a frame already dropped,
+  //     43. a data push with keys, 44. a push whose frame never comes (the shard waits
+  //     data_wait_s, then refuses it).
+  frame(1, 4);
+  send(data_push(0, 6, 1), {});
+  frame(2, 4);
+  send(data_push(0, 4, 1), {});
+  {
+    wire::Header h = data_push(0, 0, 2);
+    h.set_num_keys(1);
+    std::vector<zmq::message_t> f;
+    uint64_t key = 0;
+    f.push_back(zmq::message_t(&key, sizeof(key)));
+    send(h, std::move(f));
+  }
+  send(data_push(0, 4, 3), {});
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       replies < out->sent + 3 && std::chrono::steady_clock::now() < until;) {
+    take_reply(50);
+  }
+  // 45. A frame larger than the range breaks the connection; a push after it is refused.
+  {
+    const uint64_t head[2] = {3, (static_cast<uint64_t>(shard_size) + 1) * sizeof(float)};
+    ASSERT_TRUE(channel->Write(std::vector<iovec>{{const_cast<uint64_t*>(head), sizeof(head)}}, 5).ok());
+    char byte;
+    EXPECT_EQ(channel->Read(&byte, 1, 10).code(), StatusCode::kUnavailable) << "the shard must close it";
+  }
+  send(data_push(0, 4, 3), {});
+
+  // Every reply, then a little longer, so that a reply to a message that must go unanswered is seen.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool all_in = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (replies >= out->sent + 3 && !all_in) {
+      all_in = true;
+      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    }
+    take_reply(50);
   }
 }
 
@@ -270,6 +363,7 @@ Outcome RunJob(bool attack) {
   sv.scheduler_endpoint = endpoint;
   sv.mode = ConsistencyMode::kAsp;
   sv.heartbeat_interval_s = 0.2;
+  sv.data_wait_s = 1;
   auto server = std::move(Server::Create(ctx, sv)).value();
   std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
   std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
@@ -326,7 +420,7 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 33);
+  EXPECT_EQ(attacked.sent, 43);
   EXPECT_EQ(attacked.silent, 3);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
