@@ -226,11 +226,14 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     if (mode != config::SSP) k.Add("staleness", "{staleness} applies to {mode=ssp} only ({mode=asp} is unbounded)");
     if (c.staleness() < 0 || c.staleness() > 1000000) k.Add("staleness", "{staleness} must be in [0, 1000000]");
   }
-  for (const char* f : {"recovery_timeout", "push_part_mb", "shm"}) {
+  for (const char* f : {"recovery_timeout", "push_part_mb", "shm", "data_channel", "data_channel_min_kb"}) {
     if (!ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
   if (!joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
   if (!(c.push_part_mb() >= 1e-6 && c.push_part_mb() <= 1024)) k.Add("push_part_mb", "{push_part_mb} must be in (0, 1024]");
+  if (!(c.data_channel_min_kb() >= 0 && c.data_channel_min_kb() <= 1048576)) {
+    k.Add("data_channel_min_kb", "{data_channel_min_kb} must be in [0, 1048576]");
+  }
   if (!allreduce) {
     for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume",
                           "ring_encrypt"}) {
@@ -432,6 +435,8 @@ std::string JobFingerprint(const TrainConfig& c) {
     f.clear_ring_encrypt();
   }
   f.clear_shm();  // each worker's own way to its shards
+  f.clear_data_channel();
+  f.clear_data_channel_min_kb();
   std::string out;
   {
     pb::io::StringOutputStream stream(&out);

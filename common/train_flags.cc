@@ -59,6 +59,8 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"overlap", false, false, "overlap communication with backward and forward (dense CPU models, uncompressed; true|false). allreduce: all-reduce each bucket as soon as backward produced it, on a communication thread; bsp|ssp|asp: push each tensor (in parts of --push-part-mb) as soon as backward produced it, pull per tensor in forward order and start each layer when its parameters are in"},
       {"push-part-mb", false, false, "bsp|ssp|asp with --overlap: the largest part of a tensor pushed or pulled in one message, in MB"},
       {"shm", false, false, "bsp|ssp|asp: move the values of raw dense pushes and pulls through shared memory to and from the shards on this host (true|false; headers still go over TCP; a shard that cannot map it is used over TCP)"},
+      {"data-channel", false, false, "bsp|ssp|asp: move the values of raw dense pushes and pulls of --data-channel-min-kb and more over a TCP connection of their own to each shard without shared memory, received straight into place (true|false; headers still go over ZeroMQ; off with --auth-dir, whose CURVE encrypts them)"},
+      {"data-channel-min-kb", false, false, "bsp|ssp|asp with --data-channel: the smallest push or pull (its values, in KiB) that uses it; smaller ones go over ZeroMQ"},
       {"bucket-mb", false, false, "allreduce: gradient bucket size in MB"},
       {"first-bucket-mb", false, false, "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early"},
       {"ring-encrypt", false, true, "allreduce: also encrypt the ring's data (ChaCha20-Poly1305; needs --auth-dir, which authenticates the ring)"},

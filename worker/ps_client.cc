@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <random>
 #include <thread>
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/security.h"
 
 namespace gradsync {
 
@@ -29,6 +32,8 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
   if (scheduler_) seen_joined_ = scheduler_->joined_nodes().size();
   for (int s = 0; s < table.servers_size(); ++s) dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
   lanes_.resize(static_cast<size_t>(table.servers_size()));
+  data_.resize(static_cast<size_t>(table.servers_size()));
+  data_port_.assign(static_cast<size_t>(table.servers_size()), 0);
 }
 
 Result<std::unique_ptr<PsClient>> PsClient::Create(TransportContext& ctx, const wire::ClusterTable& table, int rank,
@@ -62,6 +67,10 @@ namespace {
 // How long a push waits for a shard to release its lane's push area (bsp: until the round of the
 // previous push is applied, which a normal step, pulling in between, never waits for).
 constexpr int kLaneWaitSeconds = 600;
+// How long a data-channel frame may stall (no byte moving) before the channel is dropped.
+constexpr double kDataIdleSeconds = 60.0;
+constexpr const char* kNoLane = " takes no shared-memory lane (values go over TCP): ";
+constexpr const char* kNoDataChannel = " takes no data channel (values go over ZeroMQ): ";
 
 PsRequest Request(wire::Type type, int rank, PsClient::RequestId id, int64_t clock) {
   PsRequest r;
@@ -178,6 +187,13 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       Status st = sockets_[s].Send("", EncodeRequest(r));
       if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
       continue;
+    } else if (ks.empty() && PushFrame(s, runs, grads, &r)) {
+      // Over the data channel: the frame went first, the header follows.
+      key_pos += ks.size();
+      waiting_on_[id].push_back(s);
+      Status st = sockets_[s].Send("", EncodeRequest(r));
+      if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
+      continue;
     } else if (runs.size() == 1 && ks.empty()) {
       p.values = grads.subspan(static_cast<size_t>(runs[0].begin), static_cast<size_t>(runs[0].size()));
       p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
@@ -214,6 +230,8 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
       if (Lane* lane = LaneFor(s, r.segments, true)) {
         r.shm = true;
         for (const Segment& seg : r.segments) lane->pulls.push_back({id, seg});
+      } else if (DataFor(s, r.segments) && !pull_decoder_) {
+        r.data = true;
       }
     }
     waiting_on_[id].push_back(s);
@@ -298,7 +316,9 @@ void PsClient::SendPart(size_t i) {
     }
   }
   Payload p;
-  if (seq != kTcp) {
+  if (seq == kTcp && PushFrame(s, r.segments, open_.grads, &r)) {
+    // Over the data channel, part by part: the frame went first, the header follows.
+  } else if (seq != kTcp) {
     Lane& lane = *lanes_[static_cast<size_t>(s)];
     std::memcpy(lane.lane.push_area() + (part.begin - partitioner_.range(s).begin), open_.grads.data() + part.begin,
                 static_cast<size_t>(part.end - part.begin) * sizeof(float));
@@ -339,6 +359,8 @@ std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan 
       if (Lane* lane = LaneFor(part.shard, r.segments, true)) {
         r.shm = true;
         lane->pulls.push_back({ids[t], r.segments[0]});
+      } else if (DataFor(part.shard, r.segments) && !pull_decoder_) {
+        r.data = true;
       }
       waiting_on_[ids[t]].push_back(part.shard);  // a shard answers each of its parts once
       Status st = sockets_[part.shard].Send("", EncodeRequest(r), Payload());
@@ -369,6 +391,17 @@ void PsClient::FailShard(int shard, const Status& s) {
 }
 
 void PsClient::HandleReply(int shard, const Message& m) {
+  // A pull answered over the data channel: its frame is read (into the target, or past it when
+  // the reply is not used) before anything else comes off that channel.
+  const bool frame = m.malformed.ok() && m.header.type() == wire::PULL_REPLY && m.header.data();
+  bool frame_read = false;
+  struct SkipUnread {
+    std::function<void()> fn;
+    ~SkipUnread() { fn(); }
+  } skip{[&] {
+    if (!frame || frame_read || !data_[static_cast<size_t>(shard)]) return;
+    if (Status st = ReadPullFrame(shard, m.header.data_seq(), {}, nullptr); !st.ok()) DropData(shard, st);
+  }};
   const RequestId id = m.header.request_id();
   Lane* lane = lanes_[static_cast<size_t>(shard)].get();
   // A piece of a pull answered through the lane, more to come: its values are copied out, the
@@ -408,6 +441,7 @@ void PsClient::HandleReply(int shard, const Message& m) {
     case wire::ERROR: fail(r.error); return;
     case wire::PUSH_REPLY: version_lag_[shard] = static_cast<double>(r.version_lag); return;
     case wire::JOIN_REPLY: join_clock_[shard] = r.clock; versions_[shard] = r.version; return;
+    case wire::DATA_ATTACH_REPLY: data_port_[static_cast<size_t>(shard)] = r.data_port; return;
     case wire::PULL_REPLY: break;
     default: return;
   }
@@ -428,6 +462,17 @@ void PsClient::HandleReply(int shard, const Message& m) {
       return;
     }
     if (Status st = pull_decoder_->AddTo(m.values.bytes(), r.segments, r.clock, p.target); !st.ok()) {
+      fail(st.WithContext("pull reply from " + NodeName(table_.servers(shard))));
+      return;
+    }
+  } else if (r.data) {
+    frame_read = true;
+    if (!data_[static_cast<size_t>(shard)] || m.header.has_values() || m.header.num_keys() > 0) {
+      fail(DataLossError("unexpected data-channel pull reply from " + NodeName(table_.servers(shard))));
+      return;
+    }
+    if (Status st = ReadPullFrame(shard, r.data_seq, r.segments, p.target.data()); !st.ok()) {
+      DropData(shard, st);
       fail(st.WithContext("pull reply from " + NodeName(table_.servers(shard))));
       return;
     }
@@ -590,6 +635,7 @@ Status PsClient::Reconnect(double timeout_s) {
     broken_[s] = false;
     versions_[s] = 0;
     lanes_[static_cast<size_t>(s)].reset();  // the old server's lane; a new one below
+    if (data_[static_cast<size_t>(s)]) DropData(s, UnavailableError("the shard restarted"));
     GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": reconnected to " << NodeName(info) << " at " << info.host() << ":"
                           << info.port();
   }
@@ -598,15 +644,16 @@ Status PsClient::Reconnect(double timeout_s) {
   waiting_on_.clear();
   for (auto& lane : lanes_)
     if (lane) lane->pulls.clear();
-  if (shm_wanted_) {
-    for (int s : reconnected) {
-      if (!IsLocal(table_.servers(s))) continue;
-      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-      if (Status st = AttachLane(s, std::max(1.0, left)); !st.ok()) {
-        GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": " << NodeName(table_.servers(s))
-                              << " takes no shared-memory lane (values go over TCP): " << st;
-      }
-    }
+  auto left = [&] {
+    return std::max(1.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+  };
+  std::vector<int> local, rest;
+  for (int s : reconnected) (IsLocal(table_.servers(s)) ? local : rest).push_back(s);
+  if (shm_wanted_) (void)AttachEach(local, left, &PsClient::AttachLane, kNoLane, false);
+  if (data_wanted_ && !CurveEnabled(ctx_)) {
+    for (int s : local)
+      if (!lanes_[static_cast<size_t>(s)]) rest.push_back(s);
+    (void)AttachEach(rest, left, &PsClient::AttachData, kNoDataChannel, false);
   }
   return OkStatus();
 }
@@ -639,16 +686,24 @@ Status PsClient::AttachLane(int s, double timeout_s) {
   return OkStatus();
 }
 
-Result<int> PsClient::AttachSharedMemory(double timeout_s) {
-  shm_wanted_ = true;
-  for (int s = 0; s < table_.servers_size(); ++s) {
-    if (lanes_[static_cast<size_t>(s)] || !IsLocal(table_.servers(s))) continue;
-    if (Status st = AttachLane(s, timeout_s); !st.ok()) {
-      if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnauthenticated) return st;
-      GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": " << NodeName(table_.servers(s))
-                            << " takes no shared-memory lane (values go over TCP): " << st;
+Status PsClient::AttachEach(std::span<const int> shards, const std::function<double()>& timeout_s,
+                            Status (PsClient::*attach)(int, double), const char* refused, bool strict) {
+  for (int s : shards) {
+    if (Status st = (this->*attach)(s, timeout_s()); !st.ok()) {
+      if (strict && (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnauthenticated)) return st;
+      GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": " << NodeName(table_.servers(s)) << refused << st;
     }
   }
+  return OkStatus();
+}
+
+Result<int> PsClient::AttachSharedMemory(double timeout_s) {
+  shm_wanted_ = true;
+  std::vector<int> shards;
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    if (!lanes_[static_cast<size_t>(s)] && IsLocal(table_.servers(s))) shards.push_back(s);
+  }
+  RETURN_IF_ERROR(AttachEach(shards, [&] { return timeout_s; }, &PsClient::AttachLane, kNoLane, true));
   return shm_lanes();
 }
 
@@ -700,6 +755,126 @@ Status PsClient::WaitLaneFree(int s) {
   return OkStatus();
 }
 
+Status PsClient::AttachData(int s, double timeout_s) {
+  const Segment& range = partitioner_.range(s);
+  if (range.size() <= 0) return FailedPreconditionError("an empty range");
+  std::string token(kDataTokenBytes, '\0');
+  std::random_device rd;
+  for (char& c : token) c = static_cast<char>(rd() & 0xff);
+  PsRequest r = Request(wire::DATA_ATTACH, rank_, 0, 0);
+  r.request_id = NewRequest(false, {}, 1);
+  r.segments = {range};
+  r.data_token = token;
+  data_port_[static_cast<size_t>(s)] = 0;
+  waiting_on_[r.request_id].push_back(s);
+  Status st = sockets_[s].Send("", EncodeRequest(r));
+  if (!st.ok()) FailShard(s, st);
+  RETURN_IF_ERROR(Wait(r.request_id, timeout_s));
+  const int port = data_port_[static_cast<size_t>(s)];
+  if (port <= 0) return DataLossError("DATA_ATTACH_REPLY without a port");
+  const std::string& host = table_.servers(s).host();
+  ASSIGN_OR_RETURN(DataStream stream, DataStream::Connect(host, port, std::min(timeout_s, 30.0)));
+  RETURN_IF_ERROR(stream.Write(std::vector<iovec>{{token.data(), token.size()}}, 5.0));
+  char ack[kDataAckBytes];
+  if (Status a = stream.Read(ack, sizeof(ack), 5.0); !a.ok() || std::memcmp(ack, kDataAck, kDataAckBytes) != 0) {
+    return UnavailableError("data channel to " + host + ":" + std::to_string(port) + " was not accepted" +
+                            (a.ok() ? std::string(" (a wrong acknowledgement)") : ": " + a.message()));
+  }
+  auto link = std::make_unique<DataLink>();
+  link->stream = std::move(stream);
+  data_[static_cast<size_t>(s)] = std::move(link);
+  return OkStatus();
+}
+
+Result<int> PsClient::AttachDataChannels(double timeout_s) {
+  data_wanted_ = true;
+  if (CurveEnabled(ctx_)) return 0;  // CURVE: values stay encrypted on ZeroMQ
+  std::vector<int> shards;
+  for (int s = 0; s < table_.servers_size(); ++s) {
+    if (!lanes_[static_cast<size_t>(s)] && !data_[static_cast<size_t>(s)]) shards.push_back(s);
+  }
+  RETURN_IF_ERROR(AttachEach(shards, [&] { return timeout_s; }, &PsClient::AttachData, kNoDataChannel, true));
+  return data_channels();
+}
+
+int PsClient::data_channels() const {
+  int n = 0;
+  for (const auto& d : data_) n += d != nullptr;
+  return n;
+}
+
+PsClient::DataLink* PsClient::DataFor(int s, std::span<const Segment> segments) {
+  DataLink* link = data_[static_cast<size_t>(s)].get();
+  if (!link || !codec_spec_.empty() || segments.empty() || broken_[static_cast<size_t>(s)]) return nullptr;
+  if (TotalSize(segments) < data_min_floats_) return nullptr;
+  return link;
+}
+
+bool PsClient::PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r) {
+  DataLink* link = DataFor(s, runs);
+  if (!link) return false;
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i].begin != runs[i - 1].end) return false;  // a push's segments must be contiguous
+  std::vector<std::span<const float>> values;
+  for (const Segment& run : runs) {
+    values.push_back(grads.subspan(static_cast<size_t>(run.begin), static_cast<size_t>(run.size())));
+  }
+  const uint64_t seq = link->sent + 1;
+  if (Status st = link->stream.WriteFrame(seq, values, kDataIdleSeconds); !st.ok()) {
+    DropData(s, st);  // this push and the next go over ZeroMQ
+    return false;
+  }
+  link->sent = seq;
+  data_pushed_ += static_cast<uint64_t>(TotalSize(runs)) * sizeof(float);
+  r->data = true;
+  r->data_seq = seq;
+  return true;
+}
+
+Status PsClient::ReadPullFrame(int s, uint64_t seq, std::span<const Segment> segments, float* target) {
+  DataLink* link = data_[static_cast<size_t>(s)].get();
+  if (!link) return FailedPreconditionError("no data channel to " + NodeName(table_.servers(s)));
+  const uint64_t most = static_cast<uint64_t>(partitioner_.range(s).size()) * sizeof(float);
+  while (true) {
+    ASSIGN_OR_RETURN(DataFrameHead head, link->stream.ReadHead(kDataIdleSeconds));
+    if (head.bytes > most) {
+      return DataLossError("a data frame of " + std::to_string(head.bytes) + " bytes from " +
+                           NodeName(table_.servers(s)) + " (its range holds " + std::to_string(most) + ")");
+    }
+    if (head.seq < seq) {  // its header never arrived
+      RETURN_IF_ERROR(link->stream.Discard(head.bytes, kDataIdleSeconds));
+      continue;
+    }
+    if (head.seq > seq) {
+      return DataLossError("data frame " + std::to_string(head.seq) + " from " + NodeName(table_.servers(s)) +
+                           " where " + std::to_string(seq) + " was due");
+    }
+    if (target == nullptr) return link->stream.Discard(head.bytes, kDataIdleSeconds);
+    if (head.bytes != static_cast<uint64_t>(TotalSize(segments)) * sizeof(float)) {
+      RETURN_IF_ERROR(link->stream.Discard(head.bytes, kDataIdleSeconds));
+      return DataLossError("data frame " + std::to_string(seq) + " from " + NodeName(table_.servers(s)) + " holds " +
+                           std::to_string(head.bytes) + " bytes; the reply's segments need " +
+                           std::to_string(TotalSize(segments) * 4));
+    }
+    for (const Segment& seg : segments) {
+      RETURN_IF_ERROR(link->stream.Read(target + seg.begin, static_cast<size_t>(seg.size()) * sizeof(float),
+                                        kDataIdleSeconds));
+    }
+    data_pulled_ += head.bytes;
+    return OkStatus();
+  }
+}
+
+void PsClient::DropData(int s, const Status& why) {
+  auto& link = data_[static_cast<size_t>(s)];
+  if (!link) return;
+  GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": data channel to " << NodeName(table_.servers(s))
+                        << " dropped (values go over ZeroMQ from now on): " << why;
+  retired_traffic_.bytes_sent += link->stream.bytes_written();
+  retired_traffic_.bytes_received += link->stream.bytes_read();
+  link.reset();
+}
+
 Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, double timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::vector<int> todo = shards;
@@ -740,6 +915,11 @@ double PsClient::last_wait_ms() const { return *std::max_element(wait_ms_.begin(
 
 TrafficCounters PsClient::traffic() const {
   TrafficCounters t = retired_traffic_;  // connections replaced by Reconnect: counters never go back
+  for (const auto& d : data_) {
+    if (!d) continue;
+    t.bytes_sent += d->stream.bytes_written();
+    t.bytes_received += d->stream.bytes_read();
+  }
   for (const auto& s : sockets_) {
     t.bytes_sent += s.traffic().bytes_sent;
     t.bytes_received += s.traffic().bytes_received;

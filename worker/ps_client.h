@@ -15,13 +15,16 @@
 // training thread uses a client.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/data_channel.h"
 #include "common/partitioner.h"
 #include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
@@ -116,6 +119,21 @@ class PsClient {
   uint64_t shm_bytes_pushed() const { return shm_pushed_; }
   uint64_t shm_bytes_pulled() const { return shm_pulled_; }
 
+  // Data channels (common/data_channel.h), for shards without a shared-memory lane: asks each
+  // for one; from then on dense raw pushes and pulls of at least data_min_floats() values move
+  // their values over a TCP connection of their own, received straight into the destination, and
+  // only headers go over ZeroMQ. Not with CURVE (--auth-dir: values stay encrypted on ZeroMQ),
+  // nor with a codec. A shard that refuses goes on over ZeroMQ alone; a channel that breaks is
+  // dropped (its outstanding pulls fail) and the next requests go over ZeroMQ. Returns the number
+  // of channels. Reconnect attaches again to the shards it reconnects.
+  Result<int> AttachDataChannels(double timeout_s);
+  int data_channels() const;
+  void set_data_min_floats(size_t n) { data_min_floats_ = std::max<size_t>(1, n); }
+  size_t data_min_floats() const { return data_min_floats_; }
+  // Value bytes that went over data channels (pushed, pulled); counted in traffic() too.
+  uint64_t data_bytes_pushed() const { return data_pushed_; }
+  uint64_t data_bytes_pulled() const { return data_pulled_; }
+
   // Per shard: the version of the last pull reply. Over the shards (max): the version lag the
   // last push was applied with (-1 until known), the clock staleness of the last answered pull
   // (-1 until known), how long the last pull was held by the consistency rule.
@@ -166,6 +184,25 @@ class PsClient {
   Lane* LaneFor(int s, std::span<const Segment> segments, bool is_pull);
   // Until shard s no longer reads the push area (its release), replies handled meanwhile.
   Status WaitLaneFree(int s);
+  // Data channels.
+  struct DataLink {
+    DataStream stream;
+    uint64_t sent = 0;  // push frames written
+  };
+  Status AttachData(int s, double timeout_s);
+  // Shard s's data channel, if a dense raw request for `segments` may use it.
+  DataLink* DataFor(int s, std::span<const Segment> segments);
+  // Writes a push's frame (the runs of grads); false (the channel dropped) if that failed.
+  bool PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r);
+  // Reads pull frame `seq` of shard s: into target at `segments` (in order), or, with no target,
+  // past it. Frames older than seq (their header was lost) are skipped.
+  Status ReadPullFrame(int s, uint64_t seq, std::span<const Segment> segments, float* target);
+  void DropData(int s, const Status& why);
+  // Attaches (AttachLane, AttachData) to each of `shards`; one that refuses is used without (a
+  // warning ending in `refused` and the reason). `strict`: a deadline or refused authentication
+  // ends it (the whole job would fail the same way).
+  Status AttachEach(std::span<const int> shards, const std::function<double()>& timeout_s,
+                    Status (PsClient::*attach)(int, double), const char* refused, bool strict);
 
   TransportContext& ctx_;
   wire::ClusterTable table_;
@@ -216,6 +253,11 @@ class PsClient {
   bool shm_wanted_ = false;                 // AttachSharedMemory was called
   std::vector<std::unique_ptr<Lane>> lanes_;  // per shard; null: values over TCP
   uint64_t shm_pushed_ = 0, shm_pulled_ = 0;
+  bool data_wanted_ = false;                      // AttachDataChannels was called
+  std::vector<std::unique_ptr<DataLink>> data_;   // per shard; null: no data channel
+  std::vector<int> data_port_;                    // per shard: the last DATA_ATTACH_REPLY's port
+  size_t data_min_floats_ = size_t{1} << 16;
+  uint64_t data_pushed_ = 0, data_pulled_ = 0;
 };
 
 }  // namespace gradsync

@@ -72,6 +72,15 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
       std::fflush(stdout);
     }
   }
+  if (options_.data_channel) {
+    client_->set_data_min_floats(options_.data_min_floats);
+    ASSIGN_OR_RETURN(const int channels, client_->AttachDataChannels(timeout));
+    if (channels > 0) {
+      std::printf("worker %d: %d of %d shard(s) with a data channel: large values over TCP beside ZeroMQ\n",
+                  options_.rank, channels, scheduler_->table().servers_size());
+      std::fflush(stdout);
+    }
+  }
   if (options_.after_init) options_.after_init();
   clock_ = start_clock;
   return start_clock;

@@ -186,6 +186,11 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
                       job->rank, static_cast<unsigned long long>((*client)->shm_bytes_pushed()),
                       static_cast<unsigned long long>((*client)->shm_bytes_pulled()));
         }
+        if ((*client)->data_channels() > 0) {
+          std::printf("worker %d: of these, %llu value bytes pushed and %llu pulled over data channels\n", job->rank,
+                      static_cast<unsigned long long>((*client)->data_bytes_pushed()),
+                      static_cast<unsigned long long>((*client)->data_bytes_pulled()));
+        }
       }
     }
   }

@@ -57,6 +57,8 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.overlap = c.overlap();
   po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
   po.shm = c.shm();
+  po.data_channel = c.data_channel();
+  po.data_min_floats = static_cast<size_t>(std::max(1.0, c.data_channel_min_kb() * 1024 / sizeof(float)));
   return po;
 }
 

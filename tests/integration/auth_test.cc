@@ -75,6 +75,8 @@ TEST(AuthTest, CurveJobTrainsLikePlaintextAndStrangersGetNothing) {
   ASSERT_TRUE(plain.status.ok()) << plain.status;
 
   o.security = *sec;
+  o.shm = false;
+  o.data_min_floats = 1;  // every request would use a data channel, were there one: there is none
   std::vector<bool> answered;
   o.side_task = [&](const std::vector<uint16_t>& ports) {
     TransportContext ctx(1);
@@ -113,6 +115,10 @@ TEST(AuthTest, CurveJobTrainsLikePlaintextAndStrangersGetNothing) {
   int64_t rejected = 0;
   for (const auto& st : curve.server_stats) rejected += st.rejected;
   EXPECT_EQ(rejected, 2);  // only the members' probes reached a shard (and were refused there)
+  for (const auto& st : curve.server_stats) {
+    EXPECT_EQ(st.data_channels, 0) << "values left CURVE's encryption";
+    EXPECT_EQ(st.data_pulls, 0);
+  }
 }
 
 TEST(AuthTest, AFloodOfGarbageDoesNotChangeTraining) {

@@ -58,8 +58,13 @@ constexpr double kHeartbeatTimeout = 1.0;
 class FaultJob {
  public:
   // `replicas`: the scheduler's --replicas; `checkpoint_interval`: the servers' (seconds).
+  // `mode` may end in "_data": the workers' values then go over data channels (no shared memory,
+  // every request large enough).
   explicit FaultJob(const std::string& mode, int replicas = 1, const std::string& checkpoint_interval = "0.2")
-      : mode_(mode), replicas_(replicas), checkpoint_interval_(checkpoint_interval) {}
+      : mode_(mode.substr(0, mode.find('_'))),
+        data_channel_(mode.find("_data") != std::string::npos),
+        replicas_(replicas),
+        checkpoint_interval_(checkpoint_interval) {}
 
   void Start() {
     const std::string port_file = dir_.File("port");
@@ -95,6 +100,10 @@ class FaultJob {
                                   "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
                                   "--recovery-timeout=20", "--out=" + dir_.path() + "/w" + std::to_string(rank) + suffix};
     if (mode_ == "ssp") argv.push_back("--staleness=2");
+    if (data_channel_) {
+      argv.push_back("--shm=false");
+      argv.push_back("--data-channel-min-kb=0");
+    }
     ASSERT_TRUE(group_.Spawn({"worker " + std::to_string(rank) + suffix, argv,
                               dir_.File("worker-" + std::to_string(rank) + suffix + ".log")})
                     .ok());
@@ -177,6 +186,7 @@ class FaultJob {
 
  private:
   std::string mode_;
+  bool data_channel_;
   int replicas_;
   std::string checkpoint_interval_;
   TempDir dir_;
@@ -206,9 +216,13 @@ TEST_P(KilledWorkerTest, TheOthersFinishTheRun) {
     ASSERT_TRUE(code.ok());
     EXPECT_EQ(*code, 0) << job.Log("worker-" + std::to_string(w));
   }
+  if (GetParam().find("_data") != std::string::npos) {
+    EXPECT_NE(job.Log("worker-0").find("with a data channel"), std::string::npos) << job.Log("worker-0");
+    EXPECT_NE(job.Log("worker-0").find("pulled over data channels"), std::string::npos) << job.Log("worker-0");
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, KilledWorkerTest, ::testing::Values("bsp", "ssp", "asp"),
+INSTANTIATE_TEST_SUITE_P(Modes, KilledWorkerTest, ::testing::Values("bsp", "ssp", "asp", "bsp_data"),
                          [](const auto& p) { return p.param; });
 
 TEST(FaultTest, ARestartedWorkerRejoinsTheRunningJob) {
@@ -248,9 +262,14 @@ TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
   EXPECT_NE(job.Log("worker-1").find("going on with the restarted shard"), std::string::npos) << job.Log("worker-1");
   // Reconnecting to the restarted shard does not set a worker's byte counters back.
   for (int w = 0; w < 3; ++w) EXPECT_TRUE(job.ByteCountersMonotonic(w)) << "worker " << w;
+  if (GetParam().find("_data") != std::string::npos) {
+    // The values went over data channels, to the restarted shard too (attached again).
+    EXPECT_NE(job.Log("worker-1").find("with a data channel"), std::string::npos) << job.Log("worker-1");
+    EXPECT_NE(job.Log("server-1b").find("data channel on port"), std::string::npos) << job.Log("server-1b");
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, KilledServerTest, ::testing::Values("bsp", "asp"),
+INSTANTIATE_TEST_SUITE_P(Modes, KilledServerTest, ::testing::Values("bsp", "asp", "bsp_data"),
                          [](const auto& p) { return p.param; });
 
 // --replicas=2: server 0 holds a copy of shard 1. Killed, server 1's shard is taken over by

@@ -157,8 +157,9 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   }
 }
 
-// Shared-memory lanes carry the same values as TCP: a bsp run is the same bits either way,
-// sequential and overlapped, and only the lanes' run answers pulls through them.
+// Shared-memory lanes and data channels carry the same values as ZeroMQ: a bsp run is the same
+// bits every way, sequential and overlapped, and only the lanes' run answers pulls through them,
+// only the data channels' run over them.
 TEST(PsJobTest, BspThroughSharedMemoryIsBspOverTcpBitForBit) {
   Dataset data = SmallBlobs(960);
   for (bool overlap : {false, true}) {
@@ -167,18 +168,33 @@ TEST(PsJobTest, BspThroughSharedMemoryIsBspOverTcpBitForBit) {
     o.overlap = overlap;
     o.push_part_floats = 64;  // overlapped: several parts per tensor
     o.shm = false;
+    o.data_channel = false;
     PsJobResult tcp = RunPsJob(o, data, data);
+    o.data_channel = true;
+    o.data_min_floats = 1;  // every request of this small model
+    PsJobResult data_channel = RunPsJob(o, data, data);
     o.shm = true;
     PsJobResult shm = RunPsJob(o, data, data);
     ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+    ASSERT_TRUE(data_channel.status.ok()) << data_channel.status;
     ASSERT_TRUE(shm.status.ok()) << shm.status;
     EXPECT_EQ(shm.params, tcp.params) << "overlap " << overlap;
+    EXPECT_EQ(data_channel.params, tcp.params) << "overlap " << overlap;
     for (size_t i = 0; i < shm.server_stats.size(); ++i) {
       EXPECT_EQ(tcp.server_stats[i].shm_pulls, 0);
+      EXPECT_EQ(tcp.server_stats[i].data_pulls, 0);
       EXPECT_GT(shm.server_stats[i].shm_pulls, 0) << "server " << i;
       EXPECT_EQ(shm.server_stats[i].shm_lanes, 2) << "server " << i;
+      EXPECT_EQ(shm.server_stats[i].data_pulls, 0) << "a lane, not a data channel, where both could be";
       EXPECT_EQ(shm.server_stats[i].pushes, tcp.server_stats[i].pushes);
       EXPECT_EQ(shm.server_stats[i].rejected, 0);
+      EXPECT_GT(data_channel.server_stats[i].data_pulls, 0) << "server " << i;
+      EXPECT_EQ(data_channel.server_stats[i].data_channels, 2) << "server " << i;
+      EXPECT_EQ(data_channel.server_stats[i].pushes, tcp.server_stats[i].pushes);
+      EXPECT_EQ(data_channel.server_stats[i].rejected, 0);
+      // The values cross the wire either way: the byte counts are the ZeroMQ run's, give or take
+      // the frames' heads and headers' flags.
+      EXPECT_GT(data_channel.server_stats[i].traffic.bytes_received, tcp.server_stats[i].traffic.bytes_received * 9 / 10);
     }
   }
 }
@@ -263,7 +279,7 @@ TEST(PsJobTest, ADivergedOverlappedStepIsNeverApplied) {
 }
 
 // The bound, and whether values go through shared-memory lanes (else over TCP).
-class SspBoundTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class SspBoundTest : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   const int s = std::get<0>(GetParam());
@@ -276,7 +292,10 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   o.model = SmallMlp();
   o.train = SmallTrain(8, 60, 0.0f);
   o.train.lr.total_steps = 60;
-  o.shm = std::get<1>(GetParam());
+  const std::string path = std::get<1>(GetParam());
+  o.shm = path == "shm";
+  o.data_channel = path == "data";
+  o.data_min_floats = 1;
   // Seeded random delays, heavier on worker 2, so that the fast ones run into the bound.
   o.delay_ms = [](int w, int64_t step) {
     Rng rng(Rng::Derive(11, static_cast<uint64_t>(w), static_cast<uint64_t>(step)));
@@ -312,8 +331,8 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   }
   EXPECT_EQ(counted, checked);  // the shards' histogram counts every answered pull
   for (const auto& st : r.server_stats) {
-    if (o.shm) EXPECT_EQ(st.shm_pulls, 3 * 60) << "every pull through the lanes";
-    else EXPECT_EQ(st.shm_pulls, 0);
+    EXPECT_EQ(st.shm_pulls, path == "shm" ? 3 * 60 : 0) << "every pull through the lanes, or none";
+    EXPECT_EQ(st.data_pulls, path == "data" ? 3 * 60 : 0) << "every pull over the data channels, or none";
   }
   EXPECT_LE(max_clock_staleness, s);
   if (s > 0) {
@@ -331,10 +350,11 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Bounds, SspBoundTest, ::testing::Combine(::testing::Values(0, 1, 3), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Bounds, SspBoundTest,
+                         ::testing::Combine(::testing::Values(0, 1, 3), ::testing::Values("zmq", "data", "shm")),
                          [](const auto& param_info) {
-                           return "s" + std::to_string(std::get<0>(param_info.param)) +
-                                  (std::get<1>(param_info.param) ? "_shm" : "_tcp");
+                           return "s" + std::to_string(std::get<0>(param_info.param)) + "_" +
+                                  std::string(std::get<1>(param_info.param));
                          });
 
 class AspSlowWorkerTest : public ::testing::TestWithParam<bool> {};

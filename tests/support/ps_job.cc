@@ -206,6 +206,8 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.overlap = o.overlap;
       pto.push_part_floats = o.push_part_floats;
       pto.shm = o.shm;
+      pto.data_channel = o.data_channel;
+      pto.data_min_floats = o.data_min_floats;
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
       if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);

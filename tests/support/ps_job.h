@@ -42,6 +42,8 @@ struct PsJobOptions {
   std::function<float(int64_t step)> step_lr;
   size_t push_part_floats = size_t{1} << 20;
   bool shm = true;  // PsTrainOptions::shm: values through shared-memory lanes (every shard is local)
+  bool data_channel = true;     // PsTrainOptions::data_channel (shards without a lane)
+  size_t data_min_floats = size_t{1} << 16;
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).
