@@ -247,9 +247,10 @@ int Main(int argc, char** argv) {
        "binary) and every worker as a process of its own, and measure the ceilings (ZeroMQ REQ/REP and PUSH/PULL with "
        "the shards' message sizes, one TCP stream, memcpy) in the same run, also across processes; each row gets "
        "vs_ceiling. Only with --curve=off and --replicas=1")
-      ("paths", po::value<std::string>()->default_value("tcp,shm"),
-       "--processes: tcp (values over ZeroMQ), shm (through shared-memory lanes, headers over ZeroMQ), or both, "
-       "comma-separated; shm rows get vs_tcp")
+      ("paths", po::value<std::string>()->default_value("zmq,tcp,shm"),
+       "--processes: zmq (values over ZeroMQ), tcp (large values over a data channel beside ZeroMQ, what a shard on "
+       "another host gets), shm (through shared-memory lanes, headers over ZeroMQ), comma-separated; rows get vs_zmq "
+       "and vs_tcp")
       ("small-keys", po::value<int>()->default_value(1000),
        "--processes: per configuration also small requests, a sparse push and a sparse pull of this many sorted unique "
        "random keys per op, in round trips/s beside a ZeroMQ REQ/REP ceiling of the same bytes; 0: off")
@@ -306,7 +307,7 @@ int Main(int argc, char** argv) {
     std::vector<std::string> paths;
     std::stringstream ps(vm["paths"].as<std::string>());
     for (std::string p; std::getline(ps, p, ',');) {
-      if (p != "tcp" && p != "shm") flags.Fail("--paths: '" + p + "' is neither tcp nor shm");
+      if (p != "zmq" && p != "tcp" && p != "shm") flags.Fail("--paths: '" + p + "' is not zmq, tcp or shm");
       if (std::find(paths.begin(), paths.end(), p) != paths.end()) flags.Fail("--paths: " + p + " given twice");
       paths.push_back(p);
     }

@@ -145,11 +145,18 @@ int RunWorker(const std::map<std::string, std::string>& a) {
   SchedulerClient& client = *job->client;
   PsClient* ps = job->ps.get();
   std::vector<float> params(static_cast<size_t>(size), 0.0f), grads(static_cast<size_t>(size), 0.0f);
-  if (a.count("shm") && a.at("shm") == "1") {
-    const int servers = static_cast<int>(Int(a, "servers"));
+  const std::string path = a.count("path") ? a.at("path") : "zmq";
+  const int servers = static_cast<int>(Int(a, "servers"));
+  if (path == "shm") {
     auto lanes = ps->AttachSharedMemory(60);
     if (!lanes.ok()) Die("shared memory: " + lanes.status().message());
     if (*lanes != servers) Die("shared memory: " + std::to_string(*lanes) + " of " + std::to_string(servers) + " shards took a lane");
+  } else if (path == "tcp") {
+    auto channels = ps->AttachDataChannels(60);
+    if (!channels.ok()) Die("data channel: " + channels.status().message());
+    if (*channels != servers) {
+      Die("data channel: " + std::to_string(*channels) + " of " + std::to_string(servers) + " shards took one");
+    }
   }
   int64_t clock = 0;
   std::ostringstream out;
@@ -651,7 +658,7 @@ std::string SelfDir() {
 }
 
 struct PsRow {
-  std::string path;  // tcp | shm
+  std::string path;  // zmq | tcp | shm
   std::string op;
   int servers, workers;
   int64_t size;
@@ -660,6 +667,7 @@ struct PsRow {
   int64_t msg_bytes;
   double ceiling = 0;
   double vs_tcp = 0;  // gbps / the tcp row's of the same op and configuration (0: none)
+  double vs_zmq = 0;  // the same against the zmq row
 };
 
 struct CeilRow {
@@ -767,7 +775,7 @@ bool RunConfigProcs(const std::string& path, int servers, int workers, int64_t s
   std::vector<std::string> texts;
   if (!RunJobProcs(servers, workers,
                    {"--size=" + std::to_string(size), "--iters=" + std::to_string(iters), "--repeats=" + std::to_string(repeats),
-                    "--servers=" + std::to_string(servers), std::string("--shm=") + (path == "shm" ? "1" : "0")},
+                    "--servers=" + std::to_string(servers), "--path=" + path},
                    std::to_string(size) + " floats", &texts)) {
     return false;
   }
@@ -1213,10 +1221,11 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
     std::printf("# GB/s of values (1e9 B); vs_ceiling = GB/s over the ZeroMQ REQ/REP ceiling of the shard's message size "
                 "(push: big request, small reply; pull: small request, big reply; push+pull: big both ways), same topology "
                 "(SERVERS receiver and WORKERS sender processes), same run\n");
-    std::printf("# path: tcp (values over ZeroMQ) or shm (values through shared-memory lanes, headers over ZeroMQ); "
-                "vs_tcp = GB/s over the tcp row's of the same op and configuration\n");
-    std::printf("%-5s %-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s %7s\n", "path", "op", "servers", "workers",
-                "floats", "msg_bytes", "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling", "vs_tcp");
+    std::printf("# path: zmq (values over ZeroMQ), tcp (values over a data channel, headers over ZeroMQ) or shm (values "
+                "through shared-memory lanes, headers over ZeroMQ); vs_zmq, vs_tcp = GB/s over the zmq, tcp row's of the "
+                "same op and configuration\n");
+    std::printf("%-5s %-10s %7s %7s %10s %10s %9s %9s %9s %7s %10s %10s %7s %7s\n", "path", "op", "servers", "workers",
+                "floats", "msg_bytes", "GB/s", "p50_ms", "p99_ms", "#wrong", "ceil_GB/s", "vs_ceiling", "vs_zmq", "vs_tcp");
   }
   for (PsRow& r : rows) {
     const std::string want = r.op == "push" ? "zmq-reqrep-push" : r.op == "pull" ? "zmq-reqrep-pull" : "zmq-reqrep-pushpull";
@@ -1224,15 +1233,16 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
       if (c.name == want && c.bytes == r.msg_bytes && c.servers == r.servers && c.workers == r.workers) r.ceiling = c.gbps;
     }
     for (const PsRow& t : rows) {
-      if (t.path == "tcp" && t.op == r.op && t.servers == r.servers && t.workers == r.workers && t.size == r.size &&
-          t.gbps > 0) {
-        r.vs_tcp = r.gbps / t.gbps;
+      if (t.op == r.op && t.servers == r.servers && t.workers == r.workers && t.size == r.size && t.gbps > 0) {
+        if (t.path == "tcp") r.vs_tcp = r.gbps / t.gbps;
+        if (t.path == "zmq") r.vs_zmq = r.gbps / t.gbps;
       }
     }
-    std::printf("%-5s %-10s %7d %7d %10lld %10lld %9.2f %9.3f %9.3f %7lld %10.2f %10.2f %7s\n", r.path.c_str(), r.op.c_str(),
-                r.servers, r.workers, static_cast<long long>(r.size), static_cast<long long>(r.msg_bytes), r.gbps, r.p50_ms,
-                r.p99_ms, static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.gbps / r.ceiling : 0.0,
-                r.vs_tcp > 0 ? std::to_string(r.vs_tcp).substr(0, 4).c_str() : "-");
+    auto ratio = [](double v) { return v > 0 ? std::to_string(v).substr(0, 4) : std::string("-"); };
+    std::printf("%-5s %-10s %7d %7d %10lld %10lld %9.2f %9.3f %9.3f %7lld %10.2f %10.2f %7s %7s\n", r.path.c_str(),
+                r.op.c_str(), r.servers, r.workers, static_cast<long long>(r.size), static_cast<long long>(r.msg_bytes), r.gbps,
+                r.p50_ms, r.p99_ms, static_cast<long long>(r.wrong), r.ceiling, r.ceiling > 0 ? r.gbps / r.ceiling : 0.0,
+                ratio(r.vs_zmq).c_str(), ratio(r.vs_tcp).c_str());
   }
   if (!ceilings.empty()) {
     std::printf("# ceilings, same run: separate processes over 127.0.0.1 (memcpy: in this process), zero-copy ZeroMQ "
@@ -1259,7 +1269,7 @@ int RunProcesses(const std::vector<int64_t>& sizes, const std::vector<std::pair<
         << ", \"floats\": " << r.size << ", \"msg_bytes\": " << r.msg_bytes << ", \"gbps\": " << r.gbps
         << ", \"p50_ms\": " << r.p50_ms << ", \"p99_ms\": " << r.p99_ms << ", \"wrong\": " << r.wrong
         << ", \"ceiling_gbps\": " << r.ceiling << ", \"vs_ceiling\": " << (r.ceiling > 0 ? r.gbps / r.ceiling : 0.0)
-        << ", \"path\": \"" << r.path << "\", \"vs_tcp\": " << r.vs_tcp << "}";
+        << ", \"path\": \"" << r.path << "\", \"vs_zmq\": " << r.vs_zmq << ", \"vs_tcp\": " << r.vs_tcp << "}";
     }
     f << "], \"ceilings\": [";
     for (size_t i = 0; i < ceilings.size(); ++i) {
