@@ -467,13 +467,26 @@ void PsClient::HandleReply(int shard, const Message& m) {
     }
   } else if (r.data) {
     frame_read = true;
-    if (!data_[static_cast<size_t>(shard)] || m.header.has_values() || m.header.num_keys() > 0) {
+    if (m.header.has_values() || m.header.num_keys() > 0) {
       fail(DataLossError("unexpected data-channel pull reply from " + NodeName(table_.servers(shard))));
       return;
     }
-    if (Status st = ReadPullFrame(shard, r.data_seq, r.segments, p.target.data()); !st.ok()) {
+    Status st = data_[static_cast<size_t>(shard)]
+                    ? ReadPullFrame(shard, r.data_seq, r.segments, p.target.data())
+                    : UnavailableError("its data channel was dropped");
+    if (!st.ok()) {
+      // The channel broke: the shard may be dying (then its death, once the scheduler declares
+      // it, fails the request as any dead shard's does, and recovery takes over) or only the
+      // channel. Either way the same pull goes again, over ZeroMQ.
       DropData(shard, st);
-      fail(st.WithContext("pull reply from " + NodeName(table_.servers(shard))));
+      PsRequest again = Request(wire::PULL, rank_, id, r.clock);
+      again.segments = r.segments;
+      if (Status sent = sockets_[shard].Send("", EncodeRequest(again)); !sent.ok()) {
+        fail(sent.WithContext("pull from " + NodeName(table_.servers(shard))));
+        return;
+      }
+      p.remaining++;
+      wit->second.push_back(shard);
       return;
     }
   } else if (r.shm) {
@@ -635,7 +648,7 @@ Status PsClient::Reconnect(double timeout_s) {
     broken_[s] = false;
     versions_[s] = 0;
     lanes_[static_cast<size_t>(s)].reset();  // the old server's lane; a new one below
-    if (data_[static_cast<size_t>(s)]) DropData(s, UnavailableError("the shard restarted"));
+    DropData(s, OkStatus());  // the old server's channel, silently; a new one below
     GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": reconnected to " << NodeName(info) << " at " << info.host() << ":"
                           << info.port();
   }
@@ -868,8 +881,10 @@ Status PsClient::ReadPullFrame(int s, uint64_t seq, std::span<const Segment> seg
 void PsClient::DropData(int s, const Status& why) {
   auto& link = data_[static_cast<size_t>(s)];
   if (!link) return;
-  GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": data channel to " << NodeName(table_.servers(s))
-                        << " dropped (values go over ZeroMQ from now on): " << why;
+  if (!why.ok()) {
+    GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": data channel to " << NodeName(table_.servers(s))
+                          << " dropped (values go over ZeroMQ from now on): " << why;
+  }
   retired_traffic_.bytes_sent += link->stream.bytes_written();
   retired_traffic_.bytes_received += link->stream.bytes_read();
   link.reset();

@@ -197,6 +197,7 @@ class PsClient {
   // Reads pull frame `seq` of shard s: into target at `segments` (in order), or, with no target,
   // past it. Frames older than seq (their header was lost) are skipped.
   Status ReadPullFrame(int s, uint64_t seq, std::span<const Segment> segments, float* target);
+  // Drops shard s's data channel (its bytes still count); a warning says why unless `why` is ok.
   void DropData(int s, const Status& why);
   // Attaches (AttachLane, AttachData) to each of `shards`; one that refuses is used without (a
   // warning ending in `refused` and the reason). `strict`: a deadline or refused authentication
@@ -256,7 +257,7 @@ class PsClient {
   bool data_wanted_ = false;                      // AttachDataChannels was called
   std::vector<std::unique_ptr<DataLink>> data_;   // per shard; null: no data channel
   std::vector<int> data_port_;                    // per shard: the last DATA_ATTACH_REPLY's port
-  size_t data_min_floats_ = size_t{1} << 16;
+  size_t data_min_floats_ = size_t{1} << 20;  // 4 MiB: below it ZeroMQ is as fast (bench/README.md)
   uint64_t data_pushed_ = 0, data_pulled_ = 0;
 };
 

@@ -63,7 +63,7 @@ struct PsTrainOptions {
   // Values of large raw dense pushes and pulls over a data channel to every other shard
   // (PsClient::AttachDataChannels, after the shared-memory lanes).
   bool data_channel = true;
-  size_t data_min_floats = size_t{1} << 16;  // the smallest request that uses it
+  size_t data_min_floats = size_t{1} << 20;  // the smallest request that uses it (4 MiB)
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;

@@ -43,7 +43,7 @@ struct PsJobOptions {
   size_t push_part_floats = size_t{1} << 20;
   bool shm = true;  // PsTrainOptions::shm: values through shared-memory lanes (every shard is local)
   bool data_channel = true;     // PsTrainOptions::data_channel (shards without a lane)
-  size_t data_min_floats = size_t{1} << 16;
+  size_t data_min_floats = size_t{1} << 20;
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).
