@@ -1,0 +1,152 @@
+// The shard's side of the data channel over a socket pair: frames taken in order and held by
+// their lease past the connection, wrong or old frames refused, a frame that never comes timed
+// out, an oversized frame ending the connection, pull frames written in order after the
+// acknowledgement; the listener's token check.
+#include "server/data_lanes.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "common/ps_protocol.h"
+
+namespace gradsync {
+namespace {
+
+constexpr int64_t kRange = 64;
+
+struct Pair {
+  std::unique_ptr<DataConn> shard;
+  DataStream worker;
+};
+
+// A started connection whose acknowledgement the worker side has read.
+Pair Connected() {
+  int fds[2];
+  EXPECT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, fds));
+  Pair p{std::make_unique<DataConn>(7, kRange, DataStream(fds[0])), DataStream(fds[1])};
+  p.shard->Start();
+  char ack[kDataAckBytes];
+  EXPECT_TRUE(p.worker.Read(ack, sizeof(ack), 5).ok());
+  EXPECT_EQ(0, std::memcmp(ack, kDataAck, kDataAckBytes));
+  return p;
+}
+
+std::vector<float> Iota(size_t n, float first) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+Status Send(DataStream& s, uint64_t seq, const std::vector<float>& v) {
+  std::vector<std::span<const float>> parts = {v};
+  return s.WriteFrame(seq, parts, 5);
+}
+
+TEST(DataConnTest, FramesAreTakenInOrderAndTheirLeasesOutliveTheConnection) {
+  Pair p = Connected();
+  ASSERT_TRUE(Send(p.worker, 1, Iota(4, 1)).ok());
+  ASSERT_TRUE(Send(p.worker, 2, Iota(kRange, 100)).ok());
+  auto one = p.shard->TakePush(1, 4, 5);
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto two = p.shard->TakePush(2, kRange, 5);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(0, std::memcmp(one->get(), Iota(4, 1).data(), 4 * sizeof(float)));
+  p.shard.reset();  // a bsp round holds its pushes past a worker's connection
+  EXPECT_EQ((*two).get()[kRange - 1], 100.0f + kRange - 1);
+}
+
+TEST(DataConnTest, AFrameOfAnotherSizeOrAnOldOneIsRefused) {
+  Pair p = Connected();
+  ASSERT_TRUE(Send(p.worker, 1, Iota(4, 1)).ok());
+  EXPECT_EQ(p.shard->TakePush(1, 6, 5).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.shard->TakePush(1, 4, 5).status().code(), StatusCode::kInvalidArgument) << "dropped with the refusal";
+  ASSERT_TRUE(Send(p.worker, 2, Iota(4, 5)).ok());
+  ASSERT_TRUE(Send(p.worker, 3, Iota(4, 9)).ok());
+  // Frame 2's header never came (or was refused): taking 3 drops it, and it cannot be had after.
+  auto three = p.shard->TakePush(3, 4, 5);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ((*three).get()[0], 9.0f);
+  EXPECT_EQ(p.shard->TakePush(2, 4, 5).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(p.shard->health().ok());
+}
+
+TEST(DataConnTest, AFrameThatNeverComesIsRefusedAfterTheWait) {
+  Pair p = Connected();
+  auto none = p.shard->TakePush(1, 4, 0.2);
+  EXPECT_EQ(none.status().code(), StatusCode::kDeadlineExceeded) << none.status();
+}
+
+TEST(DataConnTest, AnOversizedOrOutOfOrderFrameEndsTheConnection) {
+  for (uint64_t seq : {uint64_t{1}, uint64_t{5}}) {
+    Pair p = Connected();
+    // seq 1: larger than the range; seq 5: where 1 is due.
+    const uint64_t head[2] = {seq, (seq == 1 ? kRange + 1 : 4) * sizeof(float)};
+    ASSERT_TRUE(p.worker.Write(std::vector<iovec>{{const_cast<uint64_t*>(head), sizeof(head)}}, 5).ok());
+    char byte;
+    EXPECT_EQ(p.worker.Read(&byte, 1, 5).code(), StatusCode::kUnavailable) << "the shard closes it";
+    EXPECT_FALSE(p.shard->health().ok());
+    EXPECT_EQ(p.shard->TakePush(1, 4, 1).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_FALSE(p.shard->SendPull({}, nullptr).ok());
+  }
+}
+
+TEST(DataConnTest, PullFramesAreWrittenInOrderFromWhatTheirOwnerKeeps) {
+  Pair p = Connected();
+  auto a = std::make_shared<std::vector<float>>(Iota(8, 0));
+  auto b = std::make_shared<std::vector<float>>(Iota(3, 50));
+  std::vector<std::span<const float>> first = {std::span<const float>(*a).subspan(0, 4),
+                                               std::span<const float>(*a).subspan(6, 2)};
+  auto s1 = p.shard->SendPull(first, a);
+  auto s2 = p.shard->SendPull({std::span<const float>(*b)}, b);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(*s1, 1u);
+  EXPECT_EQ(*s2, 2u);
+  a.reset();  // the frame keeps them
+  b.reset();
+  auto h1 = p.worker.ReadHead(5);
+  ASSERT_TRUE(h1.ok());
+  EXPECT_EQ(h1->seq, 1u);
+  ASSERT_EQ(h1->bytes, 6 * sizeof(float));
+  std::vector<float> got(6);
+  ASSERT_TRUE(p.worker.Read(got.data(), h1->bytes, 5).ok());
+  EXPECT_EQ(got, (std::vector<float>{0, 1, 2, 3, 6, 7}));
+  auto h2 = p.worker.ReadHead(5);
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(h2->seq, 2u);
+  ASSERT_TRUE(p.worker.Discard(h2->bytes, 5).ok());
+}
+
+TEST(DataListenerTest, OnlyAnExpectedTokenGetsAConnectionAndOnlyOnce) {
+  auto listener = DataListener::Create("127.0.0.1");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const std::string token(kDataTokenBytes, 't');
+  (*listener)->Expect(token, 3, kRange);
+  auto present = [&](const std::string& t) {
+    auto s = DataStream::Connect("127.0.0.1", (*listener)->port(), 5);
+    EXPECT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->Write(std::vector<iovec>{{const_cast<char*>(t.data()), t.size()}}, 5).ok());
+    char ack[kDataAckBytes];
+    const bool accepted = s->Read(ack, sizeof(ack), 10).ok() && std::memcmp(ack, kDataAck, kDataAckBytes) == 0;
+    return std::make_pair(accepted, std::move(*s));
+  };
+  EXPECT_FALSE(present(std::string(kDataTokenBytes, 'x')).first);
+  EXPECT_EQ((*listener)->Find(3), nullptr);
+  auto [accepted, stream] = present(token);
+  EXPECT_TRUE(accepted);
+  ASSERT_NE((*listener)->Find(3), nullptr);
+  EXPECT_FALSE(present(token).first) << "a token is good for one connection";
+  // The connection carries frames.
+  ASSERT_TRUE(Send(stream, 1, Iota(4, 1)).ok());
+  auto one = (*listener)->Find(3)->TakePush(1, 4, 5);
+  ASSERT_TRUE(one.ok()) << one.status();
+  (*listener)->Drop(3);
+  EXPECT_EQ((*listener)->Find(3), nullptr);
+  EXPECT_EQ((*one).get()[3], 4.0f);
+  EXPECT_GE((*listener)->bytes_received(), kDataTokenBytes + kDataFrameHeadBytes + 4 * sizeof(float));
+}
+
+}  // namespace
+}  // namespace gradsync
