@@ -581,13 +581,19 @@ bool Server::AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply
     values.push_back(*snapshot);
     owner = std::move(snapshot);
   }
-  auto seq = conn->SendPull(std::move(values), std::move(owner));
+  // Tests: this pull's frame is never sent, and the channel goes.
+  const bool drop = stats_.data_pulls + 1 == options_.drop_data_channel_after_pulls;
+  auto seq = drop ? Result<uint64_t>(uint64_t{1}) : conn->SendPull(std::move(values), std::move(owner));
   if (!seq.ok()) return false;
   reply.data = true;
   reply.data_seq = *seq;
   Status s = socket_.Send(m.peer, EncodeReply(reply));
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
   stats_.data_pulls++;
+  if (drop) {
+    conn.reset();
+    data_->Drop(r.worker);
+  }
   stats_.data_channels = static_cast<int64_t>(data_->size());
   RecordPull(r, reply.clock_staleness);
   return true;

@@ -58,6 +58,9 @@ struct ServerOptions {
   double scheduler_timeout_s = 10.0;
   double register_timeout_s = 120.0;
   bool record_pulls = false;        // keep a PullRecord per answered pull (tests)
+  // Tests: once this many pulls went over data channels, the channel of the worker of the last
+  // one is dropped with that pull's frame queued, not sent (0: never).
+  int64_t drop_data_channel_after_pulls = 0;
   // Threads that apply a large dense update together (the loop's own included; 1: it alone).
   int apply_threads = 2;
   // A data-channel push: how long its frame's last bytes may take after its header came (the

@@ -199,6 +199,31 @@ TEST(PsJobTest, BspThroughSharedMemoryIsBspOverTcpBitForBit) {
   }
 }
 
+// A data channel that breaks under a worker while its shard lives (here: dropped by the shard
+// with a pull's frame unsent): that pull goes again over ZeroMQ, and so does everything after;
+// the run is the ZeroMQ run bit for bit.
+TEST(PsJobTest, ADataChannelThatBreaksFallsBackToZeroMq) {
+  Dataset data = SmallBlobs(960);
+  PsJobOptions o = BspJob(2, 8, 40);
+  o.train.lr.total_steps = 40;
+  o.shm = false;
+  o.data_channel = false;
+  PsJobResult zmq = RunPsJob(o, data, data);
+  ASSERT_TRUE(zmq.status.ok()) << zmq.status;
+  o.data_channel = true;
+  o.data_min_floats = 1;
+  o.drop_data_channel_after_pulls = 10;
+  PsJobResult broken = RunPsJob(o, data, data);
+  ASSERT_TRUE(broken.status.ok()) << broken.status;
+  EXPECT_EQ(broken.params, zmq.params);
+  for (const auto& st : broken.server_stats) {
+    EXPECT_GE(st.data_pulls, 10);
+    EXPECT_LT(st.data_pulls, 2 * 40) << "the dropped worker went on over ZeroMQ";
+    EXPECT_EQ(st.data_channels, 1);
+    EXPECT_EQ(st.rejected, 0);
+  }
+}
+
 // A caller that sets each step's rate itself (a frontend's LR scheduler): the pushes carry it
 // and the shards apply it instead of their schedule. The job's schedule says constant 0.5 (it
 // would diverge); the steps' own rates are the cosine a scheduled run computes, so the run is
