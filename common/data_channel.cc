@@ -19,10 +19,6 @@ namespace gradsync {
 
 static_assert(std::endian::native == std::endian::little, "frames are little-endian, as the values are sent raw");
 
-namespace {
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-}  // namespace
-
 DataStream::DataStream(int fd) : fd_(fd) {
   if (fd_ < 0) return;
   // Blocking, with a timeout per call (SO_RCVTIMEO / SO_SNDTIMEO): a large frame moves in one
@@ -70,7 +66,7 @@ Result<DataStream> DataStream::Connect(const std::string& host, int port, double
                             result.message());
   }
   const int fd = ::dup(sock.native_handle());
-  if (fd < 0) return UnavailableError(Errno("data channel: dup"));
+  if (fd < 0) return UnavailableError(ErrnoMessage("data channel: dup"));
   return DataStream(fd);
 }
 
@@ -114,7 +110,7 @@ Status DataStream::Read(void* dst, size_t n, double idle_s) {
     if (got == 0) return UnavailableError("data channel: the peer closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return NoProgress(idle_s);
-    return UnavailableError(Errno("data channel: receive"));
+    return UnavailableError(ErrnoMessage("data channel: receive"));
   }
   return OkStatus();
 }
@@ -146,7 +142,7 @@ Status DataStream::Write(std::span<const iovec> parts, double idle_s) {
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return NoProgress(idle_s);
-      return UnavailableError(Errno("data channel: send"));
+      return UnavailableError(ErrnoMessage("data channel: send"));
     }
     written_.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
     size_t k = static_cast<size_t>(sent);

@@ -30,7 +30,6 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the lane's counter is
 
 uint64_t AreaBytes(int64_t floats) { return (static_cast<uint64_t>(floats) * sizeof(float) + 63) / 64 * 64; }
 
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 std::string RandomName() {
   std::random_device rd;
@@ -87,7 +86,7 @@ Result<ShmLane> ShmLane::Create(int64_t floats) {
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
     name = RandomName();
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) return UnavailableError(Errno(("shm_open " + name).c_str()));
+    if (fd < 0 && errno != EEXIST) return UnavailableError(ErrnoMessage(("shm_open " + name).c_str()));
   }
   if (fd < 0) return UnavailableError("shm_open: no free lane name");
   auto fail = [&](Status s) {
@@ -97,10 +96,10 @@ Result<ShmLane> ShmLane::Create(int64_t floats) {
   };
   if (int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
     errno = e;
-    return fail(UnavailableError(Errno(("reserving " + std::to_string(bytes >> 20) + " MiB of /dev/shm").c_str())));
+    return fail(UnavailableError(ErrnoMessage(("reserving " + std::to_string(bytes >> 20) + " MiB of /dev/shm").c_str())));
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return fail(UnavailableError(Errno("mmap")));
+  if (base == MAP_FAILED) return fail(UnavailableError(ErrnoMessage("mmap")));
   close(fd);
   auto* c = new (base) Control{kMagic, static_cast<uint64_t>(floats), {}};
   c->consumed.store(0, std::memory_order_release);
@@ -118,13 +117,13 @@ Result<ShmLane> ShmLane::Attach(const std::string& name, int64_t floats) {
   const int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     if (errno == ENOENT) return NotFoundError("no shared-memory lane " + name + " on this host");
-    return UnavailableError(Errno(("shm_open " + name).c_str()));
+    return UnavailableError(ErrnoMessage(("shm_open " + name).c_str()));
   }
   struct stat st {};
   const uint64_t bytes = RegionBytes(floats);
   Status bad;
   if (fstat(fd, &st) != 0) {
-    bad = UnavailableError(Errno("fstat"));
+    bad = UnavailableError(ErrnoMessage("fstat"));
   } else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
     bad = PermissionDeniedError("lane " + name + " is not a private region of this user");
   } else if (static_cast<uint64_t>(st.st_size) != bytes) {
@@ -137,7 +136,7 @@ Result<ShmLane> ShmLane::Attach(const std::string& name, int64_t floats) {
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (base == MAP_FAILED) return UnavailableError(Errno("mmap"));
+  if (base == MAP_FAILED) return UnavailableError(ErrnoMessage("mmap"));
   ShmLane lane;
   lane.name_ = name;
   lane.base_ = base;

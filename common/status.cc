@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace gradsync {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -58,5 +61,7 @@ Status AbortedError(std::string m) { return Status(StatusCode::kAborted, std::mo
 Status OutOfRangeError(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
 Status UnimplementedError(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+
+std::string ErrnoMessage(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 }  // namespace gradsync

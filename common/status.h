@@ -92,6 +92,8 @@ Status AbortedError(std::string message);
 Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);
 Status InternalError(std::string message);
+// "what: " and the text of the current errno (read it before anything else can change errno).
+std::string ErrnoMessage(const std::string& what);
 
 // A value or a non-OK Status. Accessing value() of an error is an invariant violation (aborts).
 template <typename T>
