@@ -72,6 +72,12 @@ constexpr double kDataIdleSeconds = 60.0;
 constexpr const char* kNoLane = " takes no shared-memory lane (values go over TCP): ";
 constexpr const char* kNoDataChannel = " takes no data channel (values go over ZeroMQ): ";
 
+// Shards with a lane (or channel): the non-null entries of a per-shard vector.
+template <typename T>
+int CountAttached(const std::vector<std::unique_ptr<T>>& per_shard) {
+  return static_cast<int>(std::count_if(per_shard.begin(), per_shard.end(), [](const auto& p) { return p != nullptr; }));
+}
+
 PsRequest Request(wire::Type type, int rank, PsClient::RequestId id, int64_t clock) {
   PsRequest r;
   r.type = type;
@@ -391,17 +397,17 @@ void PsClient::FailShard(int shard, const Status& s) {
 }
 
 void PsClient::HandleReply(int shard, const Message& m) {
-  // A pull answered over the data channel: its frame is read (into the target, or past it when
-  // the reply is not used) before anything else comes off that channel.
-  const bool frame = m.malformed.ok() && m.header.type() == wire::PULL_REPLY && m.header.data();
   bool frame_read = false;
-  struct SkipUnread {
-    std::function<void()> fn;
-    ~SkipUnread() { fn(); }
-  } skip{[&] {
-    if (!frame || frame_read || !data_[static_cast<size_t>(shard)]) return;
+  ApplyReply(shard, m, &frame_read);
+  // A pull answered over the data channel: its frame is read (into the target, or past it when
+  // the reply was not used) before anything else comes off that channel.
+  if (!frame_read && m.malformed.ok() && m.header.type() == wire::PULL_REPLY && m.header.data() &&
+      data_[static_cast<size_t>(shard)]) {
     if (Status st = ReadPullFrame(shard, m.header.data_seq(), {}, nullptr); !st.ok()) DropData(shard, st);
-  }};
+  }
+}
+
+void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
   const RequestId id = m.header.request_id();
   Lane* lane = lanes_[static_cast<size_t>(shard)].get();
   // A piece of a pull answered through the lane, more to come: its values are copied out, the
@@ -466,7 +472,7 @@ void PsClient::HandleReply(int shard, const Message& m) {
       return;
     }
   } else if (r.data) {
-    frame_read = true;
+    *frame_read = true;
     if (m.header.has_values() || m.header.num_keys() > 0) {
       fail(DataLossError("unexpected data-channel pull reply from " + NodeName(table_.servers(shard))));
       return;
@@ -648,7 +654,7 @@ Status PsClient::Reconnect(double timeout_s) {
     broken_[s] = false;
     versions_[s] = 0;
     lanes_[static_cast<size_t>(s)].reset();  // the old server's lane; a new one below
-    DropData(s, OkStatus());  // the old server's channel, silently; a new one below
+    RetireData(s);  // the old server's channel; a new one below
     GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": reconnected to " << NodeName(info) << " at " << info.host() << ":"
                           << info.port();
   }
@@ -720,11 +726,7 @@ Result<int> PsClient::AttachSharedMemory(double timeout_s) {
   return shm_lanes();
 }
 
-int PsClient::shm_lanes() const {
-  int n = 0;
-  for (const auto& l : lanes_) n += l != nullptr;
-  return n;
-}
+int PsClient::shm_lanes() const { return CountAttached(lanes_); }
 
 PsClient::Lane* PsClient::LaneFor(int s, std::span<const Segment> segments, bool is_pull) {
   Lane* lane = lanes_[static_cast<size_t>(s)].get();
@@ -810,11 +812,7 @@ Result<int> PsClient::AttachDataChannels(double timeout_s) {
   return data_channels();
 }
 
-int PsClient::data_channels() const {
-  int n = 0;
-  for (const auto& d : data_) n += d != nullptr;
-  return n;
-}
+int PsClient::data_channels() const { return CountAttached(data_); }
 
 PsClient::DataLink* PsClient::DataFor(int s, std::span<const Segment> segments) {
   DataLink* link = data_[static_cast<size_t>(s)].get();
@@ -879,12 +877,15 @@ Status PsClient::ReadPullFrame(int s, uint64_t seq, std::span<const Segment> seg
 }
 
 void PsClient::DropData(int s, const Status& why) {
+  if (!data_[static_cast<size_t>(s)]) return;
+  GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": data channel to " << NodeName(table_.servers(s))
+                        << " dropped (values go over ZeroMQ from now on): " << why;
+  RetireData(s);
+}
+
+void PsClient::RetireData(int s) {
   auto& link = data_[static_cast<size_t>(s)];
   if (!link) return;
-  if (!why.ok()) {
-    GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": data channel to " << NodeName(table_.servers(s))
-                          << " dropped (values go over ZeroMQ from now on): " << why;
-  }
   retired_traffic_.bytes_sent += link->stream.bytes_written();
   retired_traffic_.bytes_received += link->stream.bytes_read();
   link.reset();

@@ -162,6 +162,8 @@ class PsClient {
   // not 0) is answered or failed.
   Status Receive(int timeout_ms, RequestId until = 0);
   void HandleReply(int shard, const Message& m);
+  // HandleReply's work on the request; sets *frame_read once it has read the reply's data frame.
+  void ApplyReply(int shard, const Message& m, bool* frame_read);
   RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
   // The dense parts (see set_part_floats), in offset order, and which belong to each tensor.
   struct Part {
@@ -197,8 +199,10 @@ class PsClient {
   // Reads pull frame `seq` of shard s: into target at `segments` (in order), or, with no target,
   // past it. Frames older than seq (their header was lost) are skipped.
   Status ReadPullFrame(int s, uint64_t seq, std::span<const Segment> segments, float* target);
-  // Drops shard s's data channel (its bytes still count); a warning says why unless `why` is ok.
+  // Drops shard s's data channel with a warning saying why; RetireData without one. Its bytes
+  // still count.
   void DropData(int s, const Status& why);
+  void RetireData(int s);
   // Attaches (AttachLane, AttachData) to each of `shards`; one that refuses is used without (a
   // warning ending in `refused` and the reason). `strict`: a deadline or refused authentication
   // ends it (the whole job would fail the same way).
