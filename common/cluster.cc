@@ -1,6 +1,8 @@
 #include "common/cluster.h"
 
+#include <array>
 #include <cstdlib>
+#include <string_view>
 
 #include "common/train_config.h"
 
@@ -28,23 +30,90 @@ std::string NodeName(const wire::NodeInfo& node) {
   return s;
 }
 
-namespace {
-int EnvInt(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return -1;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return (*end == '\0' && x >= 0 && x < (1 << 20)) ? static_cast<int>(x) : -1;
+EnvLookup ProcessEnv() {
+  return [](const char* name) -> const char* { return std::getenv(name); };
 }
+
+std::string LauncherRank::Describe() const {
+  return launcher + "'s " + rank_var + "=" + std::to_string(rank) + (size >= 0 ? " of " + size_var + "=" + std::to_string(size) : "");
+}
+
+namespace {
+
+// A launcher's variables, innermost launcher first.
+struct LauncherVars {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* size_fallback;  // nullptr: none
+  const char* local_rank;
+  const char* local_size;
+  const char* only_with;      // set only when this variable is set too (nullptr: always)
+};
+constexpr std::array<LauncherVars, 4> kLaunchers = {{
+    {"torchrun", "RANK", "WORLD_SIZE", nullptr, "LOCAL_RANK", "LOCAL_WORLD_SIZE", nullptr},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr, "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+    {"MPI (PMI)", "PMI_RANK", "PMI_SIZE", nullptr, "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},
+    {"Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_STEP_ID"},
+}};
+
+// A count from a launcher: -1 when unset; an error when set but not a number in [0, 2^20).
+Result<int> EnvCount(const EnvLookup& env, const char* name) {
+  if (!name) return -1;
+  const char* v = env(name);
+  if (!v) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (!*v || *end != '\0' || x < 0 || x >= (1 << 20)) {
+    return InvalidArgumentError(std::string(name) + "='" + v + "' is not a rank or a count");
+  }
+  return static_cast<int>(x);
+}
+
+Result<std::optional<LauncherRank>> ReadLauncher(const EnvLookup& env, const LauncherVars& l) {
+  if (!env(l.rank) || (l.only_with && !env(l.only_with))) return std::optional<LauncherRank>();
+  LauncherRank r;
+  r.launcher = l.launcher;
+  r.rank_var = l.rank;
+  r.size_var = l.size;
+  ASSIGN_OR_RETURN(r.rank, EnvCount(env, l.rank));
+  ASSIGN_OR_RETURN(r.size, EnvCount(env, l.size));
+  if (r.size < 0 && l.size_fallback) {
+    r.size_var = l.size_fallback;
+    ASSIGN_OR_RETURN(r.size, EnvCount(env, l.size_fallback));
+  }
+  ASSIGN_OR_RETURN(r.local_rank, EnvCount(env, l.local_rank));
+  ASSIGN_OR_RETURN(r.local_size, EnvCount(env, l.local_size));
+  if (r.size == 0 || (r.size > 0 && r.rank >= r.size)) {
+    return InvalidArgumentError(r.Describe() + ": a rank must be below its world size");
+  }
+  return std::optional<LauncherRank>(r);
+}
+
 }  // namespace
 
-int SlurmRank() { return EnvInt("SLURM_PROCID"); }
-
-void TakeLauncherRank(const config::TrainConfig& train, config::WorkerProcess* process) {
-  if (!JoinsJob(train.mode()) || process->has_rank()) return;
-  const int rank = SlurmRank() >= 0 ? SlurmRank() : EnvInt("RANK");
-  if (rank >= 0) process->set_rank(rank);
+Result<std::optional<LauncherRank>> RankFromLaunchers(const EnvLookup& env) {
+  std::optional<LauncherRank> chosen;
+  for (const auto& l : kLaunchers) {
+    ASSIGN_OR_RETURN(std::optional<LauncherRank> r, ReadLauncher(env, l));
+    if (!r) continue;
+    if (!chosen) {
+      chosen = r;
+    } else if (r->rank != chosen->rank && (r->size == chosen->size || r->size < 0 || chosen->size < 0)) {
+      return InvalidArgumentError("the launchers disagree on this process's rank: " + chosen->Describe() + " but " +
+                                  r->Describe() + "; unset the variables of the launcher that did not start this process");
+    }
+  }
+  return chosen;
 }
-int SlurmTasks() { return EnvInt("SLURM_NTASKS"); }
+
+Status TakeLauncherRank(const config::TrainConfig& train, config::WorkerProcess* process, const EnvLookup& env) {
+  if (!JoinsJob(train.mode()) || process->has_rank()) return OkStatus();
+  auto r = RankFromLaunchers(env);
+  if (!r.ok()) return InvalidArgumentError(r.status().message() + ", or give --rank");
+  if (*r) process->set_rank((*r)->rank);
+  return OkStatus();
+}
 
 }  // namespace gradsync

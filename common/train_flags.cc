@@ -18,7 +18,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"mode", false, false, "local|bsp|ssp|asp|allreduce (all but local join a job through --scheduler)"},
       {"staleness", false, false, "ssp staleness bound s >= 0 (default: the job's, as the scheduler has it from the servers)"},
       {"scheduler", true, false, "bsp|ssp|asp|allreduce: the scheduler's HOST:PORT"},
-      {"rank", true, false, "requested worker rank (default: SLURM_PROCID, else assigned)"},
+      {"rank", true, false, "requested worker rank (default: the launcher's: RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID in a step; else assigned)"},
       {"host", true, false, "address this worker advertises"},
       {"bind", true, false, "allreduce: address the ring listens on"},
       {"auth-dir", true, false, "authenticate and encrypt every ZeroMQ socket with CURVE, and authenticate the all-reduce ring, using the keys gradsync-keygen wrote in DIR"},

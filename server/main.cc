@@ -107,7 +107,12 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
   o.bind_host = vm["bind"].as<std::string>();
   o.advertise_host = vm["host"].as<std::string>();
   o.port = static_cast<uint16_t>(port);
-  o.requested_rank = vm["rank"].as<int>() >= 0 ? vm["rank"].as<int>() : SlurmRank();
+  o.requested_rank = vm["rank"].as<int>();
+  if (o.requested_rank < 0) {  // the launcher's (Slurm, mpirun, torchrun), else the scheduler assigns one
+    auto launched = RankFromLaunchers(ProcessEnv());
+    if (!launched.ok()) flags.Fail(launched.status().message() + ", or give --rank");
+    if (*launched) o.requested_rank = (*launched)->rank;
+  }
   o.mode = *ParseConsistencyMode(ModeName(mode));
   o.staleness = staleness;
   o.heartbeat_interval_s = hb_interval;
@@ -181,7 +186,7 @@ int Main(int argc, char** argv) {
       ("port", po::value<int>()->default_value(0), "port to bind (0: ephemeral; the real one is advertised)")
       ("bind", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
       ("host", po::value<std::string>()->default_value("127.0.0.1"), "server: address advertised to workers")
-      ("rank", po::value<int>()->default_value(-1), "server: requested rank (default: SLURM_PROCID, else assigned)")
+      ("rank", po::value<int>()->default_value(-1), "server: requested rank (default: the launcher's, as for gradsync-worker; else assigned)")
       ("num-servers", po::value<int>(), "scheduler: servers in the job")
       ("num-workers", po::value<int>(), "scheduler: workers in the job")
       ("port-file", po::value<std::string>(), "scheduler: write the bound port to this file")

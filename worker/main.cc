@@ -25,7 +25,7 @@ int Main(int argc, char** argv) {
   config::WorkerProcess process;
   if (Status s = FlagsToConfig(vm, &train, &process); !s.ok()) flags.Fail(s.message());
   if (auto errors = Validate(train, process); !errors.empty()) flags.Fail(JoinErrors(errors));
-  TakeLauncherRank(train, &process);
+  if (Status s = TakeLauncherRank(train, &process); !s.ok()) flags.Fail(s.message());
   // What this build can run (Validate checks what the settings say, not the build).
   if (train.device() == "cuda") {
     if (!GRADSYNC_HAVE_CUDA) flags.Fail("--device=cuda: this gradsync-worker was built without CUDA (GRADSYNC_CUDA=OFF or no nvcc)");

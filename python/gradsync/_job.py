@@ -16,7 +16,8 @@ def init(args=None):
     """Joins the job, as gradsync-worker does, from gradsync-worker's flags: `args` (a list such
     as ["--mode=bsp", "--scheduler=127.0.0.1:7000"]) and the GRADSYNC_* environment variables
     (gradsync-launch and gradsync-run set them; the arguments win). The rank comes from --rank /
-    GRADSYNC_RANK, else Slurm's SLURM_PROCID, else RANK (torchrun), else the scheduler assigns
+    GRADSYNC_RANK, else the launcher's (RANK from torchrun, OMPI_COMM_WORLD_RANK from mpirun,
+    PMI_RANK, SLURM_PROCID in an srun step: the innermost first), else the scheduler assigns
     one. Without a mode the process trains alone (mode 'local'). Blocks until every worker of
     the job has joined. Raises ValueError for a bad setting or a refused registration (the
     message says which settings differ from the job's)."""

@@ -95,7 +95,7 @@ FrontendJob::FrontendJob(const std::vector<std::string>& argv) {
   if (auto errors = Validate(train_, process_); !errors.empty()) {
     throw StatusError(InvalidArgumentError(JoinErrors(errors)));
   }
-  TakeLauncherRank(train_, &process_);
+  ThrowIfError(TakeLauncherRank(train_, &process_));
   if (train_.has_device()) {
     throw StatusError(InvalidArgumentError(
         "--device: the Python frontend runs where the model's tensors are (leave --device unset)"));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/cluster.h"
@@ -22,30 +23,39 @@ config::TrainConfig Config(const std::string& text) {
   return c;
 }
 
-TEST(TrainConfigTest, AWorkerWithoutARankTakesTheLaunchersSlurmFirstThenTorchrun) {
+TEST(TrainConfigTest, AWorkerWithoutARankTakesItsLaunchersInnermostFirst) {
   config::TrainConfig ps;
   ps.set_mode(config::BSP);
   config::TrainConfig local;
   local.set_mode(config::LOCAL);
-  auto rank_of = [](const config::TrainConfig& c, int given) {
+  std::map<std::string, std::string> vars;
+  const EnvLookup env = [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  auto rank_of = [&](const config::TrainConfig& c, int given) {
     config::WorkerProcess p;
     if (given >= 0) p.set_rank(given);
-    TakeLauncherRank(c, &p);
+    EXPECT_TRUE(TakeLauncherRank(c, &p, env).ok());
     return p.has_rank() ? p.rank() : -1;
   };
-  unsetenv("SLURM_PROCID");
-  setenv("RANK", "3", 1);
+  EXPECT_EQ(rank_of(ps, -1), -1);    // no launcher: the scheduler assigns
+  vars = {{"RANK", "3"}};
   EXPECT_EQ(rank_of(ps, -1), 3);     // torchrun's
   EXPECT_EQ(rank_of(ps, 1), 1);      // --rank wins
   EXPECT_EQ(rank_of(local, -1), -1); // local mode has no rank (Validate refuses one)
-  setenv("SLURM_PROCID", "5", 1);
-  EXPECT_EQ(rank_of(ps, -1), 5);     // Slurm's first
-  setenv("SLURM_PROCID", "x", 1);
-  setenv("RANK", "-2", 1);
-  EXPECT_EQ(rank_of(ps, -1), -1);    // junk in both: the scheduler assigns
-  unsetenv("SLURM_PROCID");
-  unsetenv("RANK");
-  EXPECT_EQ(rank_of(ps, -1), -1);
+  // torchrun (4 processes) under srun (1 task per node): the innermost launcher's rank.
+  vars = {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}};
+  EXPECT_EQ(rank_of(ps, -1), 3);
+  vars = {{"SLURM_PROCID", "5"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "8"}};
+  EXPECT_EQ(rank_of(ps, -1), 5);     // Slurm's, inside a step
+  vars.erase("SLURM_STEP_ID");
+  EXPECT_EQ(rank_of(ps, -1), -1);    // a batch script's SLURM_PROCID is not a task's rank
+  vars = {{"RANK", "x"}};
+  config::WorkerProcess p;
+  const Status junk = TakeLauncherRank(ps, &p, env);
+  EXPECT_EQ(junk.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(junk.message().find("RANK='x'"), std::string::npos) << junk.message();
 }
 
 TEST(TrainConfigTest, DefaultsAreValid) {
