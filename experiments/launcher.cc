@@ -49,38 +49,90 @@ const char* LauncherOwnedFlag(const std::string& arg) {
   return nullptr;
 }
 
+namespace {
+
+std::string HeartbeatFlag(const LaunchOptions& o) { return "--heartbeat-timeout=" + ShortestText(o.heartbeat_timeout_s); }
+
+// Every process gets the cluster's keys (CURVE on every socket) when the job has them.
+std::vector<std::string> Secured(const LaunchOptions& o, std::vector<std::string> argv) {
+  if (!o.auth_dir.empty()) argv.push_back("--auth-dir=" + o.auth_dir);
+  return argv;
+}
+
+std::vector<std::string> ModeArgs(const LaunchOptions& o) {
+  std::vector<std::string> args = {"--mode=" + ModeName(o.mode)};
+  if (o.mode == config::SSP) args.push_back("--staleness=" + std::to_string(o.staleness));
+  return args;
+}
+
+}  // namespace
+
+ChildSpec SchedulerSpec(const LaunchOptions& o, const std::string& bind, const std::vector<std::string>& port_args) {
+  // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
+  std::vector<std::string> argv = {o.bin_dir + "/gradsync-server", "--role=scheduler",
+                                   "--num-servers=" + std::to_string(o.num_servers),
+                                   "--num-workers=" + std::to_string(o.num_workers)};
+  argv.insert(argv.end(), port_args.begin(), port_args.end());
+  argv.insert(argv.end(), {HeartbeatFlag(o), "--mode=" + ModeName(o.mode), "--bind=" + bind});
+  return {"scheduler", Secured(o, argv), o.out_dir + "/logs/scheduler.log"};
+}
+
+ChildSpec ServerSpec(const LaunchOptions& o, int s, const std::string& endpoint, const std::string& address,
+                     const std::string& log_path) {
+  std::vector<std::string> argv = {o.bin_dir + "/gradsync-server", "--role=server", "--scheduler=" + endpoint,
+                                   "--rank=" + std::to_string(s), "--out=" + o.out_dir, HeartbeatFlag(o),
+                                   "--bind=" + address, "--host=" + address};
+  const std::vector<std::string> mode = ModeArgs(o);
+  argv.insert(argv.end(), mode.begin(), mode.end());
+  return {"server " + std::to_string(s), Secured(o, argv), log_path};
+}
+
+ChildSpec WorkerSpec(const LaunchOptions& o, int w, const std::string& endpoint, const std::string& address,
+                     const std::string& log_path) {
+  std::vector<std::string> flags = {"--scheduler=" + endpoint, "--rank=" + std::to_string(w), "--out=" + o.out_dir,
+                                    HeartbeatFlag(o), "--host=" + address};
+  if (o.mode == config::ALLREDUCE) flags.push_back("--bind=" + address);
+  const std::vector<std::string> mode = ModeArgs(o);
+  flags.insert(flags.end(), mode.begin(), mode.end());
+  flags.insert(flags.end(), o.worker_args.begin(), o.worker_args.end());
+  if (auto it = o.worker_extra_args.find(w); it != o.worker_extra_args.end()) {
+    flags.insert(flags.end(), it->second.begin(), it->second.end());
+  }
+  flags = Secured(o, flags);
+  ChildSpec c{"worker " + std::to_string(w), {}, log_path};
+  if (!o.worker_command.empty()) {
+    // The same settings, as the variables gradsync-worker would read them from.
+    c.argv = ResolvedCommand(o.worker_command);
+    c.env = FlagsToEnv(flags);
+    if (const std::string python_path = WorkerPythonPath(o.bin_dir); !python_path.empty()) {
+      c.env.emplace_back("PYTHONPATH", python_path);
+    }
+  } else {
+    flags.insert(flags.begin(), o.bin_dir + "/gradsync-worker");
+    c.argv = flags;
+  }
+  return c;
+}
+
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
   std::error_code ec;
-  const std::string server_bin = o.bin_dir + "/gradsync-server", worker_bin = o.bin_dir + "/gradsync-worker";
   const std::string port_file = o.out_dir + "/logs/scheduler.port";
   if (!o.dry_run) {  // a dry run leaves the disk as it is
     fs::create_directories(o.out_dir + "/logs", ec);
     if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
     fs::remove(port_file, ec);
   }
-  const std::string hb = "--heartbeat-timeout=" + ShortestText(o.heartbeat_timeout_s);
-  // Every process gets the cluster's keys (CURVE on every socket) when the job has them.
-  auto secured = [&](std::vector<std::string> argv) {
-    if (!o.auth_dir.empty()) argv.push_back("--auth-dir=" + o.auth_dir);
-    return argv;
-  };
-  std::vector<std::string> mode_args = {"--mode=" + ModeName(o.mode)};
-  // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
   const bool allreduce = o.mode == config::ALLREDUCE;
-  if (o.mode == config::SSP) mode_args.push_back("--staleness=" + std::to_string(o.staleness));
   auto address = [&](int host) { return o.host_address ? o.host_address(host) : std::string("127.0.0.1"); };
-  auto placed = [&](int host, std::vector<std::string> argv) {
-    if (!o.host_prefix) return argv;
+  auto placed = [&](int host, ChildSpec c) {
+    if (!o.host_prefix) return c;
     std::vector<std::string> full = o.host_prefix(host);
-    full.insert(full.end(), argv.begin(), argv.end());
-    return full;
+    full.insert(full.end(), c.argv.begin(), c.argv.end());
+    c.argv = full;
+    return c;
   };
 
-  ChildSpec sched{"scheduler",
-                  placed(0, secured({server_bin, "--role=scheduler", "--num-servers=" + std::to_string(o.num_servers),
-                             "--num-workers=" + std::to_string(o.num_workers), "--port-file=" + port_file, hb,
-                             "--mode=" + ModeName(o.mode), "--bind=" + address(0)})),
-                  o.out_dir + "/logs/scheduler.log"};
+  ChildSpec sched = placed(0, SchedulerSpec(o, address(0), {"--port-file=" + port_file}));
   std::ofstream commands;
   if (!o.dry_run) commands.open(o.out_dir + "/commands.txt");
   if (o.dry_run) {
@@ -108,39 +160,14 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   }
   std::vector<ChildSpec> specs;
   for (int s = 0; s < o.num_servers; ++s) {
-    std::vector<std::string> argv = {server_bin, "--role=server", "--scheduler=" + endpoint,
-                                     "--rank=" + std::to_string(s), "--out=" + o.out_dir, hb,
-                                     "--bind=" + address(1 + s), "--host=" + address(1 + s)};
-    argv.insert(argv.end(), mode_args.begin(), mode_args.end());
-    ChildSpec c{"server " + std::to_string(s), placed(1 + s, secured(argv)), o.out_dir + "/logs/server-" + std::to_string(s) + ".log"};
-    specs.push_back(c);
+    specs.push_back(placed(1 + s, ServerSpec(o, s, endpoint, address(1 + s),
+                                             o.out_dir + "/logs/server-" + std::to_string(s) + ".log")));
   }
   const bool command = !o.worker_command.empty();
-  const std::vector<std::string> worker_command = command ? ResolvedCommand(o.worker_command) : std::vector<std::string>{};
-  const std::string python_path = command ? WorkerPythonPath(o.bin_dir) : "";
   for (int w = 0; w < o.num_workers; ++w) {
     const int host = 1 + o.num_servers + w;
-    std::vector<std::string> flags = {"--scheduler=" + endpoint, "--rank=" + std::to_string(w), "--out=" + o.out_dir, hb,
-                                      "--host=" + address(host)};
-    if (allreduce) flags.push_back("--bind=" + address(host));
-    flags.insert(flags.end(), mode_args.begin(), mode_args.end());
-    flags.insert(flags.end(), o.worker_args.begin(), o.worker_args.end());
-    if (auto it = o.worker_extra_args.find(w); it != o.worker_extra_args.end()) {
-      flags.insert(flags.end(), it->second.begin(), it->second.end());
-    }
-    flags = secured(flags);
-    ChildSpec c{"worker " + std::to_string(w), {},
-                (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log"};
-    if (command) {
-      // The same settings, as the variables gradsync-worker would read them from.
-      c.argv = placed(host, worker_command);
-      c.env = FlagsToEnv(flags);
-      if (!python_path.empty()) c.env.emplace_back("PYTHONPATH", python_path);
-    } else {
-      flags.insert(flags.begin(), worker_bin);
-      c.argv = placed(host, flags);
-    }
-    specs.push_back(c);
+    const std::string log = (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log";
+    specs.push_back(placed(host, WorkerSpec(o, w, endpoint, address(host), log)));
   }
   for (const auto& c : specs) {
     if (o.dry_run) {
@@ -154,7 +181,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   commands.close();
   Status s = group.WaitAll(o.timeout_s, interrupted, o.on_tick);
   if (!s.ok()) {
-    return s.WithContext("job failed (" + (command ? "worker command '" + JoinArgs(worker_command) + "'; " : std::string()) +
+    return s.WithContext("job failed (" + (command ? "worker command '" + JoinArgs(o.worker_command) + "'; " : std::string()) +
                          "logs in " + o.out_dir + "/logs)");
   }
   LaunchResult r;

@@ -11,6 +11,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/train_config.h"
+#include "experiments/process.h"
 
 namespace gradsync {
 
@@ -54,6 +55,15 @@ struct LaunchResult {
 // worker (--mode, --scheduler, --rank, --out, --staleness, --host, --bind,
 // --heartbeat-timeout, --auth-dir), or nullptr.
 const char* LauncherOwnedFlag(const std::string& arg);
+
+// The processes of a job as LaunchPsJob starts them (without o.host_prefix): the scheduler
+// binding `bind` (with port_args: "--port-file=F" or "--port=P"), server `s` and worker `w`
+// joining the scheduler at `endpoint` and binding and advertising `address`. "" log: inherit.
+ChildSpec SchedulerSpec(const LaunchOptions& o, const std::string& bind, const std::vector<std::string>& port_args);
+ChildSpec ServerSpec(const LaunchOptions& o, int s, const std::string& endpoint, const std::string& address,
+                     const std::string& log_path);
+ChildSpec WorkerSpec(const LaunchOptions& o, int w, const std::string& endpoint, const std::string& address,
+                     const std::string& log_path);
 
 Result<LaunchResult> LaunchPsJob(const LaunchOptions& options, const volatile bool* interrupted = nullptr);
 

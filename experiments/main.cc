@@ -10,9 +10,11 @@
 #include <filesystem>
 #include <iostream>
 #include <string_view>
+#include <vector>
 
 #include "common/cluster.h"
 #include "common/flags.h"
+#include "experiments/cluster_task.h"
 #include "experiments/launcher.h"
 #include "gradsync/config.h"
 
@@ -48,7 +50,14 @@ std::string Summary() {
          (python.empty() ? std::string("python3 and python run as given (no Python interpreter was found at build time)")
                          : "python3 and python run the interpreter the gradsync Python package was built for,\n" +
                                std::string(python)) +
-         ";\nBIN_DIR/../python, when it exists, comes first on COMMAND's PYTHONPATH.";
+         ";\nBIN_DIR/../python, when it exists, comes first on COMMAND's PYTHONPATH.\n\n"
+         "With --cluster (or --slurm), a cluster's launcher starts this command once per task\n"
+         "(srun -n S+N, mpirun -n S+N, torchrun --nproc-per-node=...), and the task's rank picks its role:\n"
+         "tasks 0..S-1 are the servers, the rest the workers, and task 0 runs the scheduler beside its own\n"
+         "role. Ranks come from RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/_SIZE (Open MPI), PMI_RANK/\n"
+         "PMI_SIZE (MPICH, Intel MPI) or SLURM_PROCID/SLURM_STEP_NUM_TASKS (srun), innermost launcher first.\n"
+         "The scheduler is at --scheduler, else MASTER_ADDR:MASTER_PORT+1, else the Slurm allocation's\n"
+         "first host (port --port, default 10000 + a number from the job and step ids).";
 }
 
 int Main(int argc, char** argv) {
@@ -58,11 +67,18 @@ int Main(int argc, char** argv) {
       ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp|allreduce")
       ("staleness", po::value<int>()->default_value(0), "ssp bound")
       ("servers", po::value<int>()->default_value(1), "server shards")
-      ("workers", po::value<int>()->default_value(1), "workers")
+      ("workers", po::value<int>()->default_value(1), "workers (--cluster: every task that is not a server)")
       ("out", po::value<std::string>()->default_value("results/launch"), "output directory")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent node is dead")
       ("auth-dir", po::value<std::string>(), "CURVE on every socket with the keys gradsync-keygen wrote here (passed to every process)")
       ("timeout", po::value<double>()->default_value(3600.0), "seconds before the whole job is stopped")
+      ("worker-extra", po::value<std::vector<std::string>>()->composing(), "R:FLAG: one more flag for worker R only (repeatable)")
+      ("cluster", po::bool_switch(), "run as one task of a job that srun, mpirun or torchrun started (see above)")
+      ("slurm", po::bool_switch(), "--cluster, with the rank from Slurm (srun)")
+      ("scheduler", po::value<std::string>(), "--cluster: the scheduler's HOST:PORT (HOST: where task 0 runs)")
+      ("port", po::value<int>()->default_value(0), "--cluster: the scheduler's port when its host comes from the launcher (0: derived)")
+      ("iface", po::value<std::string>(), "--cluster: advertise this network interface's address (default: the one toward the scheduler)")
+      ("emit-files", po::bool_switch(), "--cluster: write to OUT/task-<t>, then print the files on stdout and remove them (gradsync-run --slurm collects them)")
       ("dry-run", po::bool_switch(), "print the commands only")
       ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
   const int split = WorkersPart(flags.options(), argc, argv);
@@ -107,8 +123,43 @@ int Main(int argc, char** argv) {
   } else {
     o.worker_command.assign(argv + first, argv + argc);
   }
+  if (vm.count("worker-extra")) {
+    for (const std::string& e : vm["worker-extra"].as<std::vector<std::string>>()) {
+      const size_t colon = e.find(':');
+      int w = -1;
+      try {
+        w = colon == std::string::npos ? -1 : std::stoi(e.substr(0, colon));
+      } catch (const std::exception&) {
+      }
+      if (w < 0 || e.size() == colon + 1 || e[colon + 1] != '-') flags.Fail("--worker-extra=" + e + ": give RANK:--FLAG[=VALUE]");
+      if (const char* owned = LauncherOwnedFlag(e.substr(colon + 1))) {
+        flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
+      }
+      o.worker_extra_args[w].push_back(e.substr(colon + 1));
+    }
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  const bool cluster = vm["cluster"].as<bool>() || vm["slurm"].as<bool>();
+  for (const char* f : {"scheduler", "port", "iface", "emit-files"}) {
+    if (!cluster && FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies with --cluster or --slurm only");
+  }
+  if (cluster) {
+    ClusterTaskOptions c;
+    c.job = o;
+    if (!FlagGiven(vm, "workers")) c.job.num_workers = -1;  // every task that is not a server
+    c.slurm_only = vm["slurm"].as<bool>();
+    if (vm.count("scheduler")) c.scheduler = vm["scheduler"].as<std::string>();
+    c.port = vm["port"].as<int>();
+    if (c.port < 0 || c.port > 65535) flags.Fail("--port must be in [0, 65535]");
+    if (vm.count("iface")) c.iface = vm["iface"].as<std::string>();
+    c.emit_files = vm["emit-files"].as<bool>();
+    if (Status s = RunClusterTask(c, ProcessEnv(), &g_interrupted); !s.ok()) {
+      std::cerr << "gradsync-launch: error: " << s.message() << std::endl;
+      return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    return 0;
+  }
   auto r = LaunchPsJob(o, &g_interrupted);
   if (!r.ok()) {
     std::cerr << "gradsync-launch: error: " << r.status().message() << std::endl;

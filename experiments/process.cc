@@ -31,13 +31,28 @@ std::string CommandLine(const ChildSpec& spec) {
 }
 
 Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
+  return CommandOutput(argv, timeout_s).status();
+}
+
+Result<std::string> CommandOutput(const std::vector<std::string>& argv, double timeout_s) {
   char err_path[] = "/tmp/gradsync-cmd-XXXXXX";
-  const int fd = ::mkstemp(err_path);
-  if (fd < 0) return UnavailableError(std::string("mkstemp: ") + std::strerror(errno));
-  ::close(fd);
+  char out_path[] = "/tmp/gradsync-out-XXXXXX";
+  for (char* path : {err_path, out_path}) {
+    const int fd = ::mkstemp(path);
+    if (fd < 0) return UnavailableError(std::string("mkstemp: ") + std::strerror(errno));
+    ::close(fd);
+  }
+  struct Unlink {
+    const char* a;
+    const char* b;
+    ~Unlink() {
+      ::unlink(a);
+      ::unlink(b);
+    }
+  } unlink_both{err_path, out_path};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path, O_WRONLY | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_TRUNC, 0600);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -46,7 +61,6 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
   const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
-    ::unlink(err_path);
     return UnavailableError("cannot run " + argv[0] + ": " + std::strerror(rc));
   }
   int status = 0;
@@ -55,7 +69,6 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      ::unlink(err_path);
       return DeadlineExceededError("'" + JoinArgs(argv) + "' did not finish within " + std::to_string(timeout_s) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -63,8 +76,12 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {
   std::ifstream f(err_path);
   std::stringstream err;
   err << f.rdbuf();
-  ::unlink(err_path);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return OkStatus();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    std::ifstream o(out_path);
+    std::stringstream out;
+    out << o.rdbuf();
+    return out.str();
+  }
   std::string msg = err.str();
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
   for (char& ch : msg)

@@ -19,6 +19,8 @@ std::string JoinArgs(const std::vector<std::string>& argv);
 // Runs a command (found on the PATH) and waits for it, at most timeout_s; on failure the status
 // carries its stderr. For short helper commands (ip, tc, gnuplot).
 Status RunCommand(const std::vector<std::string>& argv, double timeout_s = 20);
+// The same, and what it printed on stdout.
+Result<std::string> CommandOutput(const std::vector<std::string>& argv, double timeout_s = 20);
 
 struct ChildSpec {
   std::string name;                // "server 1", "worker 0"

@@ -29,6 +29,8 @@ int Main(int argc, char** argv) {
       ("dry-run", po::bool_switch(), "print the commands of each run; start nothing")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent process is dead")
       ("auth-dir", po::value<std::string>(), "CURVE on every socket of every run, with the keys gradsync-keygen wrote here")
+      ("slurm", po::bool_switch(), "run each run as a Slurm job (srun; its tasks' files come back through srun's output)")
+      ("slurm-args", po::value<std::string>()->default_value(""), "--slurm: more srun options, split on spaces (e.g. \"--partition=cpu --account=ml\")")
       ("bin-dir", po::value<std::string>(), "where gradsync-server and gradsync-worker are (default: next to this one)");
   flags.positional().add("spec", 1);
   auto vm = flags.ParseOrExit(argc, argv);
@@ -46,6 +48,10 @@ int Main(int argc, char** argv) {
     o.auth_dir = std::filesystem::absolute(vm["auth-dir"].as<std::string>()).string();
     if (!std::filesystem::is_directory(o.auth_dir)) flags.Fail("--auth-dir: " + o.auth_dir + " is not a directory (gradsync-keygen DIR makes one)");
   }
+  o.slurm = vm["slurm"].as<bool>();
+  std::stringstream slurm_args(vm["slurm-args"].as<std::string>());
+  for (std::string a; slurm_args >> a;) o.srun_args.push_back(a);
+  if (!o.slurm && !o.srun_args.empty()) flags.Fail("--slurm-args applies with --slurm only");
   std::stringstream only(vm["only"].as<std::string>());
   for (std::string name; std::getline(only, name, ',');) {
     if (name.empty()) continue;

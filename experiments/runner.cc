@@ -10,8 +10,10 @@
 #include <sstream>
 
 #include "common/metrics.h"
+#include "experiments/file_relay.h"
 #include "experiments/launcher.h"
 #include "experiments/netns.h"
+#include "experiments/process.h"
 #include "experiments/report.h"
 
 namespace gradsync {
@@ -48,6 +50,9 @@ class ProgressLine {
     }
     Print(new_eval);
   }
+  // A word on the run's state shown after the numbers ("srun: job 12 queued and waiting for
+  // resources"); "" for none.
+  void SetNote(std::string note) { note_ = std::move(note); }
   void Done(const Status& s) {
     if (tty_) out_ << "\r\033[K";
     out_ << label_ << "  " << (s.ok() ? "done" : "FAILED") << " in " << Elapsed() << " s";
@@ -81,6 +86,7 @@ class ProgressLine {
     line << label_ << "  epoch " << epoch_ << "/" << plan_.epochs << "  step " << step_ << "  test acc "
          << (std::isnan(accuracy_) ? std::string("—") : Percent(accuracy_)) << "  " << Elapsed() << " s elapsed";
     if (frac > 0.02) line << ", ~" << std::lround(Elapsed() * (1 - frac) / frac) << " s left";
+    if (!note_.empty()) line << "  (" << note_ << ")";
     if (tty_) out_ << "\r\033[K" << line.str() << std::flush;
     else out_ << line.str() << std::endl;
   }
@@ -94,11 +100,84 @@ class ProgressLine {
   double epoch_ = 0;
   int64_t step_ = 0;
   double accuracy_ = NAN;
+  std::string note_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point next_line_ = start_;
 };
 
+// One run as a Slurm job (RunnerOptions::slurm): srun's output goes to logs/srun.log, the
+// tasks' files come back through it, and what is left of it (the tasks' own messages) stays.
+// The last line srun itself wrote to its log ("srun: job 12 queued and waiting for resources"),
+// read from `offset` on; "" when none.
+std::string LastSrunLine(const std::string& path, std::streamoff* offset) {
+  std::ifstream f(path);
+  if (!f) return "";
+  f.seekg(*offset);
+  std::string line, last;
+  while (std::getline(f, line)) {
+    if (f.eof()) break;  // a line still being written
+    *offset += static_cast<std::streamoff>(line.size() + 1);
+    if (line.starts_with("srun: ")) last = line;
+  }
+  return last;
+}
+
+Status RunOnSlurm(const std::string& experiment, const RunPlan& plan, const RunnerOptions& o, const std::string& run_dir,
+                  ProgressLine& progress, const volatile bool* interrupted) {
+  if (plan.run.has_link()) return FailedPreconditionError("links are emulated on one machine only: not with --slurm");
+  std::error_code ec;
+  fs::create_directories(run_dir + "/logs", ec);
+  if (ec) return InvalidArgumentError(run_dir + ": cannot create: " + ec.message());
+  const std::string stage = "/tmp/gradsync-slurm-" + experiment + "-" + plan.name + "-" + std::to_string(::getpid());
+  ChildSpec srun{"srun", SlurmRunCommand(experiment, plan, o, stage), run_dir + "/logs/srun.log"};
+  std::ofstream(run_dir + "/commands.txt") << JoinArgs(srun.argv) << "\n";
+  ProcessGroup group;
+  RETURN_IF_ERROR(group.Spawn(srun));
+  // srun's own --time stops the job first; this is the backstop for a job that never started.
+  std::streamoff offset = 0;
+  auto tick = [&] {
+    if (std::string said = LastSrunLine(srun.log_path, &offset); !said.empty()) progress.SetNote(said);
+    progress.Tick();
+  };
+  Status status = group.WaitAll(plan.timeout_s + 300, interrupted, tick);
+  progress.SetNote("");
+  FileCollector files(run_dir);
+  std::ifstream log(run_dir + "/logs/srun.log");
+  std::string rest;
+  for (std::string line; std::getline(log, line);) {
+    if (!files.Line(line)) rest += line + "\n";
+  }
+  log.close();
+  std::ofstream(run_dir + "/logs/srun.log") << rest;
+  Status collected = files.Finish();
+  if (!status.ok()) return status.WithContext("srun (see " + run_dir + "/logs/srun.log)");
+  return collected;
+}
+
 }  // namespace
+
+std::vector<std::string> SlurmRunCommand(const std::string& experiment, const RunPlan& plan, const RunnerOptions& o,
+                                         const std::string& stage) {
+  const int tasks = plan.workers + (plan.mode == config::ALLREDUCE ? 0 : plan.servers);
+  std::vector<std::string> argv = {"srun", "--job-name=gradsync-" + experiment + "-" + plan.name,
+                                   "--ntasks=" + std::to_string(tasks), "--kill-on-bad-exit=1", "--label",
+                                   "--time=" + std::to_string(static_cast<int>(std::ceil(plan.timeout_s / 60)) + 1)};
+  argv.insert(argv.end(), o.srun_args.begin(), o.srun_args.end());
+  argv.insert(argv.end(), {o.bin_dir + "/gradsync-launch", "--slurm", "--mode=" + ModeName(plan.mode)});
+  if (plan.mode == config::SSP) argv.push_back("--staleness=" + std::to_string(plan.staleness));
+  if (plan.mode != config::ALLREDUCE) argv.push_back("--servers=" + std::to_string(plan.servers));
+  argv.insert(argv.end(), {"--workers=" + std::to_string(plan.workers), "--out=" + stage, "--emit-files",
+                           "--heartbeat-timeout=" + ShortestText(o.heartbeat_timeout_s),
+                           "--timeout=" + ShortestText(plan.timeout_s)});
+  if (!o.auth_dir.empty()) argv.push_back("--auth-dir=" + o.auth_dir);
+  for (const auto& [w, flags] : plan.worker_extra) {
+    for (const auto& f : flags) argv.push_back("--worker-extra=" + std::to_string(w) + ":" + f);
+  }
+  if (!plan.command.empty() || !plan.worker_args.empty()) argv.push_back("--");
+  const auto& after = plan.command.empty() ? plan.worker_args : plan.command;
+  argv.insert(argv.end(), after.begin(), after.end());
+  return argv;
+}
 
 Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& out, const volatile bool* interrupted) {
   for (const auto& name : o.only) {
@@ -137,8 +216,8 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     const int hosts = 1 + plan.servers + plan.workers;
     std::unique_ptr<NetworkEmulation> net;
     Status status;
-    if (!plan.run.has_link()) {
-      // loopback
+    if (!plan.run.has_link() || o.slurm) {
+      // loopback, or each process where Slurm puts it
     } else if (o.dry_run) {
       lo.host_prefix = [](int h) { return std::vector<std::string>{"ip", "netns", "exec", "<run-ns>-h" + std::to_string(h)}; };
       lo.host_address = [](int h) { return NetworkEmulation::Address(h); };
@@ -154,6 +233,10 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     }
     if (o.dry_run) {
       out << "# " << plan.name << (plan.link.empty() ? "" : " (link " + plan.link + ")") << "\n";
+      if (o.slurm) {
+        out << JoinArgs(SlurmRunCommand(e.name, plan, o, "/tmp/gradsync-slurm-" + e.name + "-" + plan.name + "-PID")) << "\n";
+        continue;
+      }
       Status s = LaunchPsJob(lo).status();
       if (!s.ok()) return s;
       continue;
@@ -161,7 +244,10 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     std::error_code ec;
     fs::remove_all(run_dir, ec);  // a run's directory holds that run only
     ProgressLine progress(out, label, plan, run_dir + "/worker-0.csv");
-    if (status.ok()) {
+    if (status.ok() && o.slurm) {
+      status = RunOnSlurm(e.name, plan, o, run_dir, progress, interrupted);
+      progress.Tick();
+    } else if (status.ok()) {
       lo.on_tick = [&progress] { progress.Tick(); };
       status = LaunchPsJob(lo, interrupted).status();
       progress.Tick();

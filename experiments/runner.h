@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "experiments/spec.h"
@@ -19,7 +20,17 @@ struct RunnerOptions {
   std::string bin_dir;               // gradsync-server and gradsync-worker
   double heartbeat_timeout_s = 10.0;
   std::string auth_dir;              // --auth-dir for every process of every run ("" = plaintext)
+  // Each run as a Slurm job: `srun` (from where gradsync-run runs) starts servers + workers
+  // tasks of `gradsync-launch --slurm --emit-files`, which write to a node-local folder and
+  // print their files at the end; the runner writes them into the run's folder, so the nodes
+  // need no shared filesystem. Links cannot be emulated across nodes: such a run is refused.
+  bool slurm = false;
+  std::vector<std::string> srun_args;  // added to every srun (--partition=..., --account=...)
 };
+
+// The srun command line of one run with --slurm; `stage` is the tasks' node-local folder.
+std::vector<std::string> SlurmRunCommand(const std::string& experiment, const RunPlan& plan, const RunnerOptions& o,
+                                         const std::string& stage);
 
 // Runs the experiment. Fails (naming them) when any run failed; on interruption stops at once.
 // Prints progress and the summary table to `out`.

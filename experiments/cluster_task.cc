@@ -1,0 +1,250 @@
+#include "experiments/cluster_task.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "common/transport.h"
+#include "experiments/file_relay.h"
+#include "experiments/process.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The number in a variable, or -1 (the launcher's own numbers were checked by RankFromLaunchers).
+long EnvNumber(const EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return *end == '\0' && x >= 0 ? x : -1;
+}
+
+Result<std::string> SlurmFirstHost(const EnvLookup& env) {
+  const char* list = env("SLURM_STEP_ID") ? env("SLURM_STEP_NODELIST") : nullptr;
+  for (const char* name : {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    if (!list) list = env(name);
+  }
+  if (!list || !*list) return NotFoundError("not in a Slurm allocation");
+  auto out = CommandOutput({"scontrol", "show", "hostnames", list});
+  if (!out.ok()) return out.status().WithContext("the first host of the Slurm allocation");
+  const std::string first = out->substr(0, out->find('\n'));
+  if (first.empty()) return UnavailableError("`scontrol show hostnames " + std::string(list) + "` named no host");
+  return first;
+}
+
+Result<in_addr> ResolveIPv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || !res) {
+    return UnavailableError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  }
+  const in_addr a = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  ::freeaddrinfo(res);
+  return a;
+}
+
+std::string Text(in_addr a) {
+  char buf[INET_ADDRSTRLEN];
+  return ::inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+bool IsLoopback(in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+// The source address this host uses toward `to` (a UDP socket's connect sends nothing).
+Result<in_addr> RouteSource(in_addr to, int port) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return UnavailableError(ErrnoMessage("socket"));
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(static_cast<uint16_t>(port));
+  dst.sin_addr = to;
+  sockaddr_in self{};
+  socklen_t len = sizeof self;
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0;
+  const std::string err = ok ? "" : ErrnoMessage("no route to " + Text(to));
+  ::close(fd);
+  if (!ok) return UnavailableError(err);
+  return self.sin_addr;
+}
+
+// Whether `a` is one of this host's addresses (only those can be bound).
+bool IsLocalAddress(in_addr a) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in s{};
+  s.sin_family = AF_INET;
+  s.sin_addr = a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&s), sizeof s) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The IPv4 address of interface `name`, or of the first interface that is up and not loopback
+// (name empty).
+Result<in_addr> InterfaceAddress(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return UnavailableError(ErrnoMessage("getifaddrs"));
+  std::optional<in_addr> found;
+  std::string names;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    names += std::string(names.empty() ? "" : ", ") + i->ifa_name;
+    const in_addr a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
+    const bool match = name.empty() ? (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK) && !IsLoopback(a)
+                                    : name == i->ifa_name;
+    if (match && !found) found = a;
+  }
+  ::freeifaddrs(list);
+  if (found) return *found;
+  if (name.empty()) return NotFoundError("no interface but loopback has an IPv4 address");
+  return NotFoundError("--iface=" + name + ": no such interface with an IPv4 address (this host's: " + names + ")");
+}
+
+// r, or its error with `context` before it.
+Result<in_addr> Within(Result<in_addr> r, const std::string& context) {
+  if (!r.ok()) return r.status().WithContext(context);
+  return r;
+}
+
+}  // namespace
+
+Result<ClusterPlace> PlaceTask(const ClusterTaskOptions& o, const EnvLookup& env) {
+  ASSIGN_OR_RETURN(std::optional<LauncherRank> launched, RankFromLaunchers(env));
+  if (!launched) {
+    return FailedPreconditionError(
+        "no launcher gave this process a rank: start every task with srun, mpirun / mpiexec or torchrun "
+        "(SLURM_PROCID in a job step, OMPI_COMM_WORLD_RANK, PMI_RANK, or RANK and WORLD_SIZE)");
+  }
+  ClusterPlace p;
+  p.launcher = *launched;
+  if (o.slurm_only && p.launcher.launcher != "Slurm") {
+    return FailedPreconditionError("--slurm: this task's rank is " + p.launcher.Describe() +
+                                   ", not Slurm's: start it with srun, or use --cluster");
+  }
+  const int tasks = p.launcher.size;
+  if (tasks < 1) return FailedPreconditionError(p.launcher.Describe() + ": the launcher gave no world size");
+  p.servers = o.job.mode == config::ALLREDUCE ? 0 : o.job.num_servers;
+  p.workers = o.job.num_workers >= 0 ? o.job.num_workers : tasks - p.servers;
+  if (p.servers + p.workers != tasks || p.workers < 1) {
+    return InvalidArgumentError(p.launcher.launcher + " started " + std::to_string(tasks) + " task(s), but the job has " +
+                                std::to_string(p.servers) + " server(s) and " +
+                                (o.job.num_workers >= 0 ? std::to_string(p.workers) : std::string("no")) +
+                                " worker(s): start servers + workers tasks (one per process)");
+  }
+  p.server = p.launcher.rank < p.servers;
+  p.role_rank = p.server ? p.launcher.rank : p.launcher.rank - p.servers;
+  if (!o.scheduler.empty()) {
+    uint16_t port = 0;
+    RETURN_IF_ERROR(ParseHostPort(o.scheduler, &p.scheduler_host, &port).WithContext("--scheduler"));
+    p.scheduler_port = port;
+  } else if (const char* addr = env("MASTER_ADDR"); addr && *addr) {
+    p.scheduler_host = addr;
+    const long master_port = EnvNumber(env, "MASTER_PORT");
+    if (o.port == 0 && (master_port < 1 || master_port > 65534)) {
+      return InvalidArgumentError("MASTER_ADDR is set but MASTER_PORT is not a port (give --port or --scheduler)");
+    }
+    p.scheduler_port = o.port ? o.port : static_cast<int>(master_port) + 1;
+  } else {
+    auto first = SlurmFirstHost(env);
+    if (first.status().code() == StatusCode::kNotFound) {
+      return FailedPreconditionError("no scheduler address: give --scheduler=HOST:PORT (HOST: where task 0 runs), or set "
+                                     "MASTER_ADDR and MASTER_PORT, or run inside a Slurm allocation");
+    }
+    if (!first.ok()) return first.status();
+    p.scheduler_host = *first;
+    // One port per job step, below the kernel's ephemeral range (32768-60999 by default).
+    const long job = std::max(0L, EnvNumber(env, "SLURM_JOB_ID")), step = std::max(0L, EnvNumber(env, "SLURM_STEP_ID"));
+    p.scheduler_port = o.port ? o.port : static_cast<int>(10000 + (job * 37 + step) % 20000);
+  }
+  if (p.scheduler_port < 1 || p.scheduler_port > 65535) return InvalidArgumentError("the scheduler's port is out of range");
+  p.spans_hosts = (p.launcher.local_size >= 0 && p.launcher.local_size < tasks) ||
+                  (p.launcher.launcher == "Slurm" && EnvNumber(env, "SLURM_STEP_NUM_NODES") > 1);
+  return p;
+}
+
+Status RunClusterTask(const ClusterTaskOptions& o, const EnvLookup& env, const volatile bool* interrupted) {
+  ASSIGN_OR_RETURN(ClusterPlace p, PlaceTask(o, env));
+  const int task = p.launcher.rank;
+  const std::string who = "task " + std::to_string(task) + " of " + std::to_string(p.launcher.size);
+  ASSIGN_OR_RETURN(in_addr scheduler_ip, Within(ResolveIPv4(p.scheduler_host), who + ": the scheduler's host"));
+  // The address this task advertises: the one its host reaches the scheduler from. A host whose
+  // own name resolves to loopback (Debian's 127.0.1.1) would advertise an address no other host
+  // reaches, so a job across hosts takes an external interface's instead.
+  in_addr self{};
+  if (!o.iface.empty()) {
+    ASSIGN_OR_RETURN(self, InterfaceAddress(o.iface));
+  } else {
+    ASSIGN_OR_RETURN(self, Within(RouteSource(scheduler_ip, p.scheduler_port), who));
+    if (IsLoopback(self) && p.spans_hosts) {
+      ASSIGN_OR_RETURN(self, Within(InterfaceAddress(""), who + ": the job spans hosts, but " + p.scheduler_host +
+                                                                 " resolves to loopback here"));
+      std::cerr << "gradsync-launch: " << who << ": " << p.scheduler_host << " resolves to loopback here; advertising "
+                << Text(self) << " (--iface picks another)" << std::endl;
+    }
+  }
+  const std::string address = Text(self);
+  LaunchOptions job = o.job;
+  job.num_servers = p.servers;
+  job.num_workers = p.workers;
+  if (o.emit_files) job.out_dir = o.job.out_dir + "/task-" + std::to_string(task);
+  if (!o.job.dry_run) {
+    std::error_code ec;
+    fs::create_directories(job.out_dir + "/logs", ec);
+    if (ec) return InvalidArgumentError(job.out_dir + ": cannot create: " + ec.message());
+  }
+  const std::string endpoint = p.scheduler_host + ":" + std::to_string(p.scheduler_port);
+  const std::string role = (p.server ? "server " : "worker ") + std::to_string(p.role_rank);
+  std::vector<ChildSpec> specs;
+  if (task == 0) {
+    if (!IsLocalAddress(scheduler_ip)) {
+      return FailedPreconditionError(who + " runs the scheduler, but its address " + p.scheduler_host + " (" + Text(scheduler_ip) +
+                                     ") is not one of this host's: give --scheduler=HOST:PORT with task 0's host");
+    }
+    // Every interface: the scheduler's name may resolve to loopback here and to a real address
+    // elsewhere.
+    specs.push_back(SchedulerSpec(job, "0.0.0.0", {"--port=" + std::to_string(p.scheduler_port)}));
+  }
+  const std::string log = o.emit_files ? job.out_dir + "/logs/" + (p.server ? "server-" : "worker-") +
+                                             std::to_string(p.role_rank) + ".log"
+                                       : "";
+  specs.push_back(p.server ? ServerSpec(job, p.role_rank, endpoint, address, log)
+                           : WorkerSpec(job, p.role_rank, endpoint, address, log));
+  std::cerr << "gradsync-launch: " << who << " (" << p.launcher.Describe() << "): " << role
+            << " at " << address << (task == 0 ? " and the scheduler" : "") << "; scheduler " << endpoint << " ("
+            << Text(scheduler_ip) << ")" << std::endl;
+  if (o.job.dry_run) {
+    for (const auto& c : specs) std::cout << CommandLine(c) << "\n";
+    return OkStatus();
+  }
+  ProcessGroup group;
+  Status s = OkStatus();
+  for (const auto& c : specs) {
+    if (s.ok()) s = group.Spawn(c);
+  }
+  if (s.ok()) s = group.WaitAll(o.job.timeout_s, interrupted);
+  if (!s.ok()) s = s.WithContext(who + " (" + role + (task == 0 ? " and the scheduler" : "") + ")");
+  if (o.emit_files) {
+    Status e = EmitFiles(job.out_dir, task, std::cout);
+    std::error_code ec;
+    fs::remove_all(job.out_dir, ec);
+    fs::remove(o.job.out_dir, ec);  // only when no other task of this node still has its folder there
+    if (s.ok()) s = e;
+  }
+  return s;
+}
+
+}  // namespace gradsync
