@@ -21,13 +21,15 @@ packages=(
   dataset-fashion-mnist
   # network namespaces and link shaping for multi-process tests and slow-link experiments
   iproute2
+  # cluster launchers, for tests/cluster/ (a single-host Slurm, mpirun across namespace hosts)
+  slurm-wlm munge openmpi-bin
   # the experiments' PNG plots
   gnuplot-nox
   # the Python frontend (python/): pybind11 for the binding, PyTorch 1.13 (CPU) and pytest
   python3-dev python3-pybind11 python3-numpy python3-torch python3-pytest
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libgloo-dev openmpi-bin libopenmpi-dev)
+  packages+=(libgloo-dev libopenmpi-dev)
 fi
 
 missing=()

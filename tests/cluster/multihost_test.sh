@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Multi-host without a cluster: four "hosts", each a network namespace with its own address on a
+# private bridge (10.214.0.1-4) and its own /etc/hosts naming the others, and a real Open MPI
+# mpirun whose remote shell enters a host's namespace. Every gradsync process runs on its host,
+# started by mpirun (not by gradsync-launch's local launcher), and finds the scheduler by host
+# name, so nothing can assume 127.0.0.1: a parameter-server job (2 servers, 2 workers, bsp) and a
+# 4-rank all-reduce job. Removes the namespaces and their /etc/netns folders on exit.
+#   tests/cluster/multihost_test.sh BIN_DIR    exit 77 (skipped) without root, ip or mpirun
+set -euo pipefail
+bin=$(cd "${1:?usage: multihost_test.sh BIN_DIR}" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || skip "needs root: it makes network namespaces"
+command -v ip >/dev/null || skip "ip is missing (iproute2)"
+command -v mpirun >/dev/null || skip "mpirun is missing (scripts/setup.sh installs openmpi-bin)"
+
+p=gsmh$$
+dir=$(mktemp -d /tmp/gradsync-multihost-test.XXXXXX)
+hosts=(${p}h0 ${p}h1 ${p}h2 ${p}h3)
+cleanup() {
+  for h in "${hosts[@]}"; do ip netns del "$h" 2>/dev/null || true; rm -rf "/etc/netns/$h"; done
+  ip netns del "${p}br" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+ip netns add "${p}br"
+ip -n "${p}br" link add br0 type bridge
+ip -n "${p}br" link set br0 up
+for i in 0 1 2 3; do
+  h=${hosts[$i]}
+  ip netns add "$h"
+  ip -n "$h" link add eth0 type veth peer name v$i
+  ip -n "$h" link set v$i netns "${p}br"
+  ip -n "${p}br" link set v$i master br0
+  ip -n "${p}br" link set v$i up
+  ip -n "$h" addr add 10.214.0.$((i + 1))/24 dev eth0
+  ip -n "$h" link set eth0 up
+  ip -n "$h" link set lo up
+  # `ip netns exec` puts /etc/netns/<ns>/hosts over /etc/hosts for the processes it starts.
+  mkdir -p "/etc/netns/$h"
+  { echo "127.0.0.1 localhost"; for k in 0 1 2 3; do echo "10.214.0.$((k + 1)) ${hosts[$k]}"; done; } > "/etc/netns/$h/hosts"
+done
+# mpirun's remote shell: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in its namespace.
+cat > "$dir/agent" <<'AGENT'
+#!/bin/sh
+host=$1
+shift
+exec ip netns exec "$host" sh -c "$*"
+AGENT
+chmod +x "$dir/agent"
+hostlist=$(IFS=,; echo "${hosts[*]}")
+
+job() {  # name gradsync-launch-options... -- worker flags
+  local name=$1; shift
+  echo "== mpirun -n 4 (one task per namespace host): $name"
+  timeout 180 ip netns exec "${hosts[0]}" mpirun --allow-run-as-root -n 4 --host "$hostlist" --map-by node \
+    --mca plm_rsh_agent "$dir/agent" --mca oob_tcp_if_include 10.214.0.0/24 --mca btl_tcp_if_include 10.214.0.0/24 \
+    "$bin/gradsync-launch" --cluster --scheduler="${hosts[0]}:29411" --out="$dir/$name" "$@" > "$dir/$name.out" 2>&1 ||
+    { cat "$dir/$name.out" >&2; fail "$name: the job failed"; }
+  grep -v '^\[' "$dir/$name.out" | grep -E 'gradsync-launch:|final test_acc|shard\(s\)|over the ring' || true
+  for i in 0 1 2 3; do
+    grep -q "task $i of 4 (Open MPI's OMPI_COMM_WORLD_RANK=$i of .* at 10.214.0.$((i + 1))[ ;]" "$dir/$name.out" ||
+      fail "$name: task $i did not run on host ${hosts[$i]} (10.214.0.$((i + 1)))"
+  done
+  local acc
+  acc=$(grep -o 'final test_acc *[0-9.]*%' "$dir/$name.out" | head -1 | grep -o '[0-9.]*' | head -1)
+  [[ -n $acc ]] && awk -v a="$acc" 'BEGIN { exit !(a >= 75) }' || fail "$name: final accuracy '$acc' below 75%"
+}
+
+job bsp --servers=2 --mode=bsp -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
+# Each worker's files landed on its own host's disk (one disk here): both workers wrote theirs.
+[[ -s $dir/bsp/worker-1.csv && -s $dir/bsp/server-1.json ]] || fail "bsp: a process wrote no files"
+grep -q 'values through shared memory' "$dir/bsp.out" && fail "bsp: shared memory between hosts"
+job allreduce --mode=allreduce -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
+[[ $(grep -c 'received over the ring' "$dir/allreduce.out") == 4 ]] || fail "allreduce: not 4 ring members"
+echo "PASS: a PS job and an all-reduce job over 4 namespace hosts, started by mpirun"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Under a real single-host Slurm (with_slurm.sh): submits the shipped sbatch scripts (a 2-server
+# 2-worker bsp job, a 4-rank all-reduce job), mpirun inside an sbatch script (Open MPI's ranks,
+# not the batch shell's SLURM_PROCID) and `gradsync-run --slurm`, and checks what each wrote.
+#   tests/cluster/slurm_test.sh BIN_DIR        exit 77 (skipped) without root or the packages
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+[[ -n ${WITH_SLURM:-} ]] || exec "$here/with_slurm.sh" "$here/slurm_test.sh" "$@"
+bin=$(cd "${1:?usage: slurm_test.sh BIN_DIR}" && pwd)
+root=$(cd "$here/../.." && pwd)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+dir=$(mktemp -d /tmp/gradsync-slurm-test.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+
+# Runs a batch job to the end (at most 180 s) and prints its output.
+submit() {  # name script [args...]
+  local name=$1; shift
+  timeout 180 sbatch --wait --quiet --output="$dir/$name.out" --export=ALL,GRADSYNC_BIN_DIR="$bin" "$@" ||
+    { cat "$dir/$name.out" >&2 || true; fail "sbatch $name failed"; }
+  echo "== sbatch $name: $dir/$name.out"
+  cat "$dir/$name.out"
+}
+# The final accuracy worker 0 printed: at least $2 percent.
+accuracy_at_least() {  # output min
+  local acc
+  acc=$(grep -o 'final test_acc *[0-9.]*%' "$1" | head -1 | grep -o '[0-9.]*%' | tr -d %)
+  [[ -n $acc ]] || fail "$1: no final accuracy"
+  awk -v a="$acc" -v m="$2" 'BEGIN { exit !(a >= m) }' || fail "$1: final accuracy $acc% < $2%"
+  echo "   final accuracy $acc%"
+}
+
+submit ps "$root/examples/slurm/ps_job.sbatch" "$dir/ps"
+accuracy_at_least "$dir/ps.out" 80
+grep -q 'server 1 at .*; scheduler' "$dir/ps.out" || fail "ps: no task ran server 1"
+for f in worker-0.csv worker-1.csv worker-0.json worker-1.json server-0.json server-1.json; do
+  [[ -s $dir/ps/$f ]] || fail "ps: $f missing"
+done
+
+submit allreduce "$root/examples/slurm/allreduce_job.sbatch" "$dir/allreduce"
+accuracy_at_least "$dir/allreduce.out" 80
+[[ $(grep -c 'received over the ring' "$dir/allreduce.out") == 4 ]] || fail "allreduce: not 4 ring members"
+
+if command -v mpirun >/dev/null; then
+  cat > "$dir/mpi.sbatch" <<JOB
+#!/bin/bash
+#SBATCH --ntasks=3
+mpirun --allow-run-as-root --oversubscribe -n 3 "$bin/gradsync-launch" --cluster --servers=1 --mode=ssp --staleness=2 \\
+  --out="$dir/mpi" -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
+JOB
+  submit mpi "$dir/mpi.sbatch"
+  accuracy_at_least "$dir/mpi.out" 75
+  grep -q "task 2 of 3 (Open MPI's OMPI_COMM_WORLD_RANK=2 of" "$dir/mpi.out" || fail "mpi: Open MPI's rank was not taken"
+else
+  echo "== mpirun inside sbatch: skipped (no mpirun: scripts/setup.sh installs openmpi-bin)"
+fi
+
+cat > "$dir/spec.textproto" <<SPEC
+name: "slurmtest"
+target_accuracy: 0.75
+defaults { workers: 2 servers: 1 train { model: "mlp" dataset: "fashion-mnist" epochs: 1 batch: 16 max_steps: 200 eval_every: 100 } }
+run { name: "ssp2" train { mode: SSP staleness: 2 } straggler { worker: 1 multiple: 2 } }
+run { name: "allreduce" train { mode: ALLREDUCE } }
+SPEC
+echo "== gradsync-run --slurm"
+timeout 300 "$bin/gradsync-run" "$dir/spec.textproto" --slurm --out="$dir/results" || fail "gradsync-run --slurm failed"
+summary=$dir/results/slurmtest/summary.md
+cat "$summary"
+for run in ssp2 allreduce; do
+  grep -q "^| $run |" "$summary" || fail "summary.md has no row for $run"
+  [[ -s $dir/results/slurmtest/$run/worker-1.csv && -s $dir/results/slurmtest/$run/logs/worker-1.log ]] ||
+    fail "$run: worker 1's files did not come back"
+done
+[[ -s $dir/results/slurmtest/ssp2/server-0.json ]] || fail "ssp2: the server's summary did not come back"
+grep -q 'FAILED\|failed' "$summary" && fail "a run failed"
+ls /tmp | grep -q "^gradsync-slurm-slurmtest-" && fail "the tasks' staging folders were left behind"
+echo "PASS: Slurm jobs (bsp, all-reduce, mpirun in sbatch) and gradsync-run --slurm"
