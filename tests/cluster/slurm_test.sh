@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Under a real single-host Slurm (with_slurm.sh): submits the shipped sbatch scripts (a 2-server
 # 2-worker bsp job, a 4-rank all-reduce job), mpirun inside an sbatch script (Open MPI's ranks,
-# not the batch shell's SLURM_PROCID) and `gradsync-run --slurm`, and checks what each wrote.
+# not the batch shell's SLURM_PROCID), a PyTorch script as the workers through srun, and
+# `gradsync-run --slurm`, and checks what each wrote.
 #   tests/cluster/slurm_test.sh BIN_DIR        exit 77 (skipped) without root or the packages
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +55,39 @@ else
   echo "== mpirun inside sbatch: skipped (no mpirun: scripts/setup.sh installs openmpi-bin)"
 fi
 
+# A PyTorch script as the workers (gradsync.torch), srun straight from here: 1 server, 2 workers.
+if /usr/bin/python3 -c 'import torch' 2>/dev/null && [[ -d $bin/../python/gradsync ]]; then
+  cat > "$dir/tiny.py" <<'PY'
+import torch
+import gradsync.torch as gs
+
+gs.init()
+torch.manual_seed(0)
+model = torch.nn.Linear(20, 2)
+opt = gs.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5), named_parameters=model.named_parameters())
+g = torch.Generator().manual_seed(100 + gs.rank())
+x = torch.randn(256, 20, generator=g)
+y = (x[:, 0] > 0).long()
+for step in range(60):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+print("torch worker %d of %d (%s): loss %.4f" % (gs.rank(), gs.size(), gs.mode(), loss.item()), flush=True)
+gs.shutdown()
+PY
+  echo "== srun -n 3 gradsync-launch --slurm --servers=1 --mode=bsp -- python3 tiny.py"
+  timeout 180 srun -n 3 --kill-on-bad-exit=1 --label "$bin/gradsync-launch" --slurm --servers=1 --mode=bsp --out="$dir/torch" \
+    -- python3 "$dir/tiny.py" > "$dir/torch.out" 2>&1 || { cat "$dir/torch.out" >&2; fail "the PyTorch job failed"; }
+  grep -E 'gradsync-launch:|torch worker' "$dir/torch.out"
+  for r in 0 1; do
+    loss=$(grep -o "torch worker $r of 2 (bsp): loss [0-9.]*" "$dir/torch.out" | grep -o '[0-9.]*$')
+    [[ -n $loss ]] && awk -v l="$loss" 'BEGIN { exit !(l < 0.3) }' || fail "torch worker $r: loss '$loss' not below 0.3"
+  done
+else
+  echo "== PyTorch workers: skipped (no torch for /usr/bin/python3 or no gradsync Python package in the build)"
+fi
+
 cat > "$dir/spec.textproto" <<SPEC
 name: "slurmtest"
 target_accuracy: 0.75
@@ -73,4 +107,4 @@ done
 [[ -s $dir/results/slurmtest/ssp2/server-0.json ]] || fail "ssp2: the server's summary did not come back"
 grep -q 'FAILED\|failed' "$summary" && fail "a run failed"
 ls /tmp | grep -q "^gradsync-slurm-slurmtest-" && fail "the tasks' staging folders were left behind"
-echo "PASS: Slurm jobs (bsp, all-reduce, mpirun in sbatch) and gradsync-run --slurm"
+echo "PASS: Slurm jobs (bsp, all-reduce, mpirun in sbatch, PyTorch workers) and gradsync-run --slurm"
