@@ -14,13 +14,6 @@
 namespace gradsync {
 namespace {
 
-bool OnPath(const std::string& tool) {
-  for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
-    if (::access((std::string(dir) + "/" + tool).c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 // The tbf bucket: at least one full-size GSO packet, and about 4 ms of the rate.
 std::string Burst(const std::string& rate) {
   double bits = std::stod(rate);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,15 @@ std::string CommandLine(const ChildSpec& spec) {
   std::string s;
   for (const auto& [name, value] : spec.env) s += name + "=" + value + " ";
   return s + JoinArgs(spec.argv);
+}
+
+bool OnPath(const std::string& tool) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(std::string(path ? path : "/usr/bin:/bin") + ":/usr/sbin:/sbin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
+  }
+  return false;
 }
 
 Status RunCommand(const std::vector<std::string>& argv, double timeout_s) {

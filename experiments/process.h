@@ -22,6 +22,9 @@ Status RunCommand(const std::vector<std::string>& argv, double timeout_s = 20);
 // The same, and what it printed on stdout.
 Result<std::string> CommandOutput(const std::vector<std::string>& argv, double timeout_s = 20);
 
+// Whether `tool` is an executable in a folder of PATH, /usr/sbin or /sbin (where root's tools are).
+bool OnPath(const std::string& tool);
+
 struct ChildSpec {
   std::string name;                // "server 1", "worker 0"
   std::vector<std::string> argv;   // argv[0]: a path, or a name looked up on the PATH

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/flags.h"
+#include "experiments/process.h"
 #include "experiments/runner.h"
 
 namespace gradsync {
@@ -52,6 +53,7 @@ int Main(int argc, char** argv) {
   std::stringstream slurm_args(vm["slurm-args"].as<std::string>());
   for (std::string a; slurm_args >> a;) o.srun_args.push_back(a);
   if (!o.slurm && !o.srun_args.empty()) flags.Fail("--slurm-args applies with --slurm only");
+  if (o.slurm && !o.dry_run && !OnPath("srun")) flags.Fail("--slurm: srun is not on the PATH (Debian: apt-get install slurm-client)");
   std::stringstream only(vm["only"].as<std::string>());
   for (std::string name; std::getline(only, name, ',');) {
     if (name.empty()) continue;

@@ -52,7 +52,10 @@ class ProgressLine {
   }
   // A word on the run's state shown after the numbers ("srun: job 12 queued and waiting for
   // resources"); "" for none.
-  void SetNote(std::string note) { note_ = std::move(note); }
+  void SetNote(std::string note) {
+    note_changed_ = note_changed_ || note != note_;
+    note_ = std::move(note);
+  }
   void Done(const Status& s) {
     if (tty_) out_ << "\r\033[K";
     out_ << label_ << "  " << (s.ok() ? "done" : "FAILED") << " in " << Elapsed() << " s";
@@ -72,9 +75,13 @@ class ProgressLine {
   }
   void Print(bool new_eval) {
     // With a terminal, a line redrawn in place; without, a line per evaluation, at most one
-    // every 10 s.
+    // every 10 s, and one for each new note.
     if (!tty_) {
-      if (!new_eval || std::chrono::steady_clock::now() < next_line_) return;
+      if (note_changed_ && !note_.empty()) {
+        note_changed_ = false;  // a new word from srun: at once
+      } else if (!new_eval || std::chrono::steady_clock::now() < next_line_) {
+        return;
+      }
       next_line_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }
     double frac = epoch_ / std::max(1, plan_.epochs);
@@ -101,6 +108,7 @@ class ProgressLine {
   int64_t step_ = 0;
   double accuracy_ = NAN;
   std::string note_;
+  bool note_changed_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point next_line_ = start_;
 };
@@ -143,14 +151,19 @@ Status RunOnSlurm(const std::string& experiment, const RunPlan& plan, const Runn
   progress.SetNote("");
   FileCollector files(run_dir);
   std::ifstream log(run_dir + "/logs/srun.log");
-  std::string rest;
+  std::string rest, srun_said;
   for (std::string line; std::getline(log, line);) {
-    if (!files.Line(line)) rest += line + "\n";
+    if (files.Line(line)) continue;
+    rest += line + "\n";
+    if (line.starts_with("srun: error:") || line.starts_with("srun: fatal:")) srun_said = line;
   }
   log.close();
   std::ofstream(run_dir + "/logs/srun.log") << rest;
   Status collected = files.Finish();
-  if (!status.ok()) return status.WithContext("srun (see " + run_dir + "/logs/srun.log)");
+  if (!status.ok()) {
+    return AbortedError(std::string(status.message()) + (srun_said.empty() ? "" : " (" + srun_said + ")") + "; see " +
+                        run_dir + "/logs/srun.log");
+  }
   return collected;
 }
 
