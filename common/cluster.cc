@@ -109,10 +109,12 @@ Result<std::optional<LauncherRank>> RankFromLaunchers(const EnvLookup& env) {
 }
 
 Status TakeLauncherRank(const config::TrainConfig& train, config::WorkerProcess* process, const EnvLookup& env) {
-  if (!JoinsJob(train.mode()) || process->has_rank()) return OkStatus();
+  if (!JoinsJob(train.mode())) return OkStatus();
   auto r = RankFromLaunchers(env);
-  if (!r.ok()) return InvalidArgumentError(r.status().message() + ", or give --rank");
-  if (*r) process->set_rank((*r)->rank);
+  if (!r.ok() && !process->has_rank()) return InvalidArgumentError(r.status().message() + ", or give --rank");
+  if (!r.ok() || !*r) return OkStatus();  // a given rank needs no launcher
+  if (!process->has_rank()) process->set_rank((*r)->rank);
+  if (!process->has_local_rank() && (*r)->local_rank >= 0) process->set_local_rank((*r)->local_rank);
   return OkStatus();
 }
 

@@ -48,8 +48,10 @@ struct LauncherRank {
 Result<std::optional<LauncherRank>> RankFromLaunchers(const EnvLookup& env);
 
 // A worker that joins a job (not local mode) without --rank / GRADSYNC_RANK takes its launcher's
-// rank (RankFromLaunchers); none: the scheduler assigns one. Called where the flags are parsed
-// (gradsync-worker, the Python frontend), after Validate(). Fails when the launchers disagree.
+// rank (RankFromLaunchers); none: the scheduler assigns one. Without --local-rank it takes the
+// launcher's rank on the host too (it picks the GPU), also when --rank was given. Called where
+// the flags are parsed (gradsync-worker, the Python frontend), after Validate(). Fails when the
+// launchers disagree and no --rank was given.
 Status TakeLauncherRank(const config::TrainConfig& train, config::WorkerProcess* process,
                         const EnvLookup& env = ProcessEnv());
 

@@ -377,6 +377,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, const config::WorkerProc
     }
   }
   if (c.mode() != config::ALLREDUCE && p.has_bind()) k.Add("bind", "{bind} applies to {mode=allreduce} only");
+  if (p.local_rank() < -1) k.Add("local_rank", "{local_rank} must be >= 0");
   if (c.ring_encrypt() && !p.has_auth_dir()) {
     k.Add("ring_encrypt", "{ring_encrypt} needs {auth_dir}: the ring's keys come from the cluster's keys");
   }

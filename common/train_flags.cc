@@ -19,6 +19,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"staleness", false, false, "ssp staleness bound s >= 0 (default: the job's, as the scheduler has it from the servers)"},
       {"scheduler", true, false, "bsp|ssp|asp|allreduce: the scheduler's HOST:PORT"},
       {"rank", true, false, "requested worker rank (default: the launcher's: RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID in a step; else assigned)"},
+      {"local-rank", true, false, "--device=cuda: this process's rank among its host's, which picks the GPU (default: the launcher's LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID)"},
       {"host", true, false, "address this worker advertises"},
       {"bind", true, false, "allreduce: address the ring listens on"},
       {"auth-dir", true, false, "authenticate and encrypt every ZeroMQ socket with CURVE, and authenticate the all-reduce ring, using the keys gradsync-keygen wrote in DIR"},
@@ -66,7 +67,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"ring-encrypt", false, true, "allreduce: also encrypt the ring's data (ChaCha20-Poly1305; needs --auth-dir, which authenticates the ring)"},
       // The device.
       {"device", false, false, "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)"},
-      {"gpu", false, false, "--device=cuda: CUDA device index (default: rank modulo the visible devices; PS workers may share one)"},
+      {"gpu", false, false, "--device=cuda: CUDA device index (default: the local rank, else the rank, modulo the visible devices; PS workers may share one)"},
       // Timeouts.
       {"request-timeout", false, false, "seconds a push or pull may take (dead servers fail faster)"},
       {"recovery-timeout", false, false, "PS modes: seconds to wait for a dead server to come back from its checkpoint before failing (0: fail at once)"},

@@ -192,8 +192,9 @@ Status RunClusterTask(const ClusterTaskOptions& o, const EnvLookup& env, const v
     if (IsLoopback(self) && p.spans_hosts) {
       ASSIGN_OR_RETURN(self, Within(InterfaceAddress(""), who + ": the job spans hosts, but " + p.scheduler_host +
                                                                  " resolves to loopback here"));
-      std::cerr << "gradsync-launch: " << who << ": " << p.scheduler_host << " resolves to loopback here; advertising "
-                << Text(self) << " (--iface picks another)" << std::endl;
+      std::cerr << ("gradsync-launch: " + who + ": " + p.scheduler_host + " resolves to loopback here; advertising " +
+                    Text(self) + " (--iface picks another)\n")
+                << std::flush;
     }
   }
   const std::string address = Text(self);
@@ -223,9 +224,10 @@ Status RunClusterTask(const ClusterTaskOptions& o, const EnvLookup& env, const v
                                        : "";
   specs.push_back(p.server ? ServerSpec(job, p.role_rank, endpoint, address, log)
                            : WorkerSpec(job, p.role_rank, endpoint, address, log));
-  std::cerr << "gradsync-launch: " << who << " (" << p.launcher.Describe() << "): " << role
-            << " at " << address << (task == 0 ? " and the scheduler" : "") << "; scheduler " << endpoint << " ("
-            << Text(scheduler_ip) << ")" << std::endl;
+  // One write: the launcher merges its tasks' output, and a line in pieces could be cut apart.
+  std::cerr << ("gradsync-launch: " + who + " (" + p.launcher.Describe() + "): " + role + " at " + address +
+                (task == 0 ? " and the scheduler" : "") + "; scheduler " + endpoint + " (" + Text(scheduler_ip) + ")\n")
+            << std::flush;
   if (o.job.dry_run) {
     for (const auto& c : specs) std::cout << CommandLine(c) << "\n";
     return OkStatus();

@@ -175,6 +175,9 @@ std::vector<std::string> SlurmRunCommand(const std::string& experiment, const Ru
   std::vector<std::string> argv = {"srun", "--job-name=gradsync-" + experiment + "-" + plan.name,
                                    "--ntasks=" + std::to_string(tasks), "--kill-on-bad-exit=1", "--label",
                                    "--time=" + std::to_string(static_cast<int>(std::ceil(plan.timeout_s / 60)) + 1)};
+  // The PS modes deal the tasks to the nodes in turn: the servers (the first tasks) on different
+  // nodes. All-reduce keeps Slurm's blocks: ring neighbours share a node.
+  if (plan.mode != config::ALLREDUCE) argv.push_back("--distribution=cyclic");
   argv.insert(argv.end(), o.srun_args.begin(), o.srun_args.end());
   argv.insert(argv.end(), {o.bin_dir + "/gradsync-launch", "--slurm", "--mode=" + ModeName(plan.mode)});
   if (plan.mode == config::SSP) argv.push_back("--staleness=" + std::to_string(plan.staleness));

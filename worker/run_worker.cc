@@ -65,7 +65,8 @@ struct PlacedModel {
 };
 
 // Builds the model for the loaded data on --device. 0 when built, else the exit code.
-int PlaceModel(const TrainConfig& c, const FlagParser& flags, const Dataset& train, JobLink* job, PlacedModel* out) {
+int PlaceModel(const TrainConfig& c, const config::WorkerProcess& p, const FlagParser& flags, const Dataset& train,
+               JobLink* job, PlacedModel* out) {
   ModelOptions model_options = ModelOptionsFrom(c);
   if (c.model() != "sparse_logreg") {
     model_options.input_dim = train.dim;
@@ -82,8 +83,16 @@ int PlaceModel(const TrainConfig& c, const FlagParser& flags, const Dataset& tra
   if (Status s = DenseModelDims(model_options).status(); !s.ok()) flags.Fail(s.message());
   const int devices = CudaDeviceCount();
   if (devices == 0) return Fail(job, FailedPreconditionError("--device=cuda: no CUDA device is visible"));
-  const int gpu = c.gpu() >= 0 ? c.gpu() : job->rank % devices;
-  if (allreduce && job->table.workers_size() > devices && !c.has_gpu()) {
+  // The launcher's rank on this host picks the GPU when it gave one (a job across hosts), else
+  // the job's rank.
+  const bool local = p.local_rank() >= 0;
+  const int gpu = c.gpu() >= 0 ? c.gpu() : (local ? p.local_rank() : job->rank) % devices;
+  if (allreduce && local && p.local_rank() >= devices && !c.has_gpu()) {
+    return Fail(job, FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: this process is "
+                                             "local rank " + std::to_string(p.local_rank()) + " on its host, " +
+                                             std::to_string(devices) + " GPUs visible"));
+  }
+  if (allreduce && !local && job->table.workers_size() > devices && !c.has_gpu()) {
     return Fail(job, FailedPreconditionError("--device=cuda --mode=allreduce runs one NCCL rank per GPU: " +
                                              std::to_string(job->table.workers_size()) + " workers, " +
                                              std::to_string(devices) + " GPUs visible"));
@@ -105,6 +114,7 @@ int PlaceModel(const TrainConfig& c, const FlagParser& flags, const Dataset& tra
   return 0;
 #else
   (void)flags;
+  (void)p;
   return Fail(job, FailedPreconditionError("--device=cuda: this gradsync-worker was built without CUDA"));
 #endif
 }
@@ -242,7 +252,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   auto data = LoadTrainTest(data_options);
   if (!data.ok()) return Fail(&job, data.status());
   PlacedModel placed;
-  if (int code = PlaceModel(c, flags, data->train, &job, &placed); code != 0) return code;
+  if (int code = PlaceModel(c, p, flags, data->train, &job, &placed); code != 0) return code;
   placed.model->Initialize(train.seed);
 
   std::optional<MetricsWriter> metrics;

@@ -54,10 +54,23 @@ hostlist=$(IFS=,; echo "${hosts[*]}")
 job() {  # name gradsync-launch-options... -- worker flags
   local name=$1; shift
   echo "== mpirun -n 4 (one task per namespace host): $name"
-  timeout 180 ip netns exec "${hosts[0]}" mpirun --allow-run-as-root -n 4 --host "$hostlist" --map-by node \
-    --mca plm_rsh_agent "$dir/agent" --mca oob_tcp_if_include 10.214.0.0/24 --mca btl_tcp_if_include 10.214.0.0/24 \
-    "$bin/gradsync-launch" --cluster --scheduler="${hosts[0]}:29411" --out="$dir/$name" "$@" > "$dir/$name.out" 2>&1 ||
-    { cat "$dir/$name.out" >&2; fail "$name: the job failed"; }
+  local try
+  for try in 1 2; do
+    if timeout 180 ip netns exec "${hosts[0]}" mpirun --allow-run-as-root -n 4 --host "$hostlist" --map-by node \
+      --mca plm_rsh_agent "$dir/agent" --mca oob_tcp_if_include 10.214.0.0/24 --mca btl_tcp_if_include 10.214.0.0/24 \
+      "$bin/gradsync-launch" --cluster --scheduler="${hosts[0]}:29411" --out="$dir/$name" "$@" > "$dir/$name.out" 2>&1; then
+      break
+    fi
+    # Open MPI's own daemons failing to start (seen once in ~20 runs) is not the job's failure:
+    # one more try. Anything else fails the test.
+    if [[ $try == 1 ]] && grep -q 'ORTE was unable to reliably start one or more daemons' "$dir/$name.out"; then
+      echo "   (mpirun could not start its daemons; trying once more)"
+      rm -rf "${dir:?}/$name"
+      continue
+    fi
+    cat "$dir/$name.out" >&2
+    fail "$name: the job failed"
+  done
   grep -v '^\[' "$dir/$name.out" | grep -E 'gradsync-launch:|final test_acc|shard\(s\)|over the ring' || true
   for i in 0 1 2 3; do
     grep -q "task $i of 4 (Open MPI's OMPI_COMM_WORLD_RANK=$i of .* at 10.214.0.$((i + 1))[ ;]" "$dir/$name.out" ||

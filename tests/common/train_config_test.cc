@@ -51,6 +51,13 @@ TEST(TrainConfigTest, AWorkerWithoutARankTakesItsLaunchersInnermostFirst) {
   EXPECT_EQ(rank_of(ps, -1), 5);     // Slurm's, inside a step
   vars.erase("SLURM_STEP_ID");
   EXPECT_EQ(rank_of(ps, -1), -1);    // a batch script's SLURM_PROCID is not a task's rank
+  // The launcher's rank on the host picks the GPU, also when the rank was given.
+  vars = {{"OMPI_COMM_WORLD_RANK", "6"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}};
+  config::WorkerProcess given;
+  given.set_rank(4);
+  ASSERT_TRUE(TakeLauncherRank(ps, &given, env).ok());
+  EXPECT_EQ(given.rank(), 4);
+  EXPECT_EQ(given.local_rank(), 2);
   vars = {{"RANK", "x"}};
   config::WorkerProcess p;
   const Status junk = TakeLauncherRank(ps, &p, env);
