@@ -1,50 +1,120 @@
 #!/usr/bin/env bash
-# Runs COMMAND inside a real Slurm on this host, made from Debian's slurm-wlm and munge: a
-# generated munge key and slurm.conf (one node named after this host, 16 CPUs oversubscribed,
-# partition "test"), munged, slurmctld and slurmd in a temporary folder on ports of their own.
-# SLURM_CONF points the command's sbatch, srun and scontrol at it. Every daemon it started is
-# stopped, and the folder removed, when the command ends; its exit code is the command's.
+# Runs COMMAND inside a real Slurm made from Debian's slurm-wlm and munge: a generated munge key
+# and slurm.conf, munged, slurmctld and slurmd in a temporary folder. SLURM_CONF points the
+# command's sbatch, srun and scontrol at it. Every daemon it started is stopped, and everything
+# it made removed, when the command ends; its exit code is the command's.
+#
 #   tests/cluster/with_slurm.sh COMMAND [ARGS...]
+#       one node named after this host (16 CPUs, oversubscribed), on ports of its own; COMMAND
+#       runs here
+#   tests/cluster/with_slurm.sh --hosts=N COMMAND [ARGS...]
+#       N nodes n1..nN, each a network namespace of its own (10.215.0.2..) on a private bridge
+#       with its own /etc/hosts, and the controller on a head namespace (10.215.0.1) where
+#       COMMAND runs: every task runs on its node's address, as on a cluster
+#
 #   tests/cluster/with_slurm.sh build/bin/gradsync-run experiments/specs/quick.textproto --slurm
 # Exit 77 (skipped) without root or the packages.
 set -euo pipefail
-[[ $# -gt 0 ]] || { echo "usage: with_slurm.sh COMMAND [ARGS...]" >&2; exit 2; }
+hosts=0
+if [[ ${1:-} == --hosts=* ]]; then
+  hosts=${1#--hosts=}
+  shift
+  [[ $hosts =~ ^[1-8]$ ]] || { echo "with_slurm.sh: --hosts takes 1 to 8" >&2; exit 2; }
+fi
+[[ $# -gt 0 ]] || { echo "usage: with_slurm.sh [--hosts=N] COMMAND [ARGS...]" >&2; exit 2; }
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || skip "needs root: it starts munged, slurmctld and slurmd"
 export PATH=$PATH:/usr/sbin
-for c in munged slurmctld slurmd sbatch srun scontrol sinfo; do
+for c in munged slurmctld slurmd sbatch srun scontrol sinfo squeue scancel; do
   command -v "$c" >/dev/null || skip "$c is missing (scripts/setup.sh installs slurm-wlm and munge)"
 done
+if [[ $hosts -gt 0 ]]; then
+  for c in ip nsenter unshare; do command -v "$c" >/dev/null || skip "$c is missing (iproute2, util-linux)"; done
+fi
 
 dir=$(mktemp -d /tmp/gradsync-slurm.XXXXXX)
 chmod 755 "$dir"
-mkdir -p "$dir"/{munge,state,spool,log}
+mkdir -p "$dir"/{munge,state,log}
 chmod 700 "$dir/munge"
+p=gsl$$   # namespace names: ${p}head, ${p}n1, ...
+names=()
 daemons=()
+# A command on host $1 (with --hosts): its network namespace and its /etc/hosts; /sys stays this
+# host's (slurmd needs its cgroups), unlike `ip netns exec`.
+on() {
+  local h=$1
+  shift
+  if [[ $hosts -eq 0 ]]; then "$@"; return; fi
+  nsenter --net="/run/netns/$p$h" unshare --mount sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "/etc/netns/$p$h/hosts" "$@"
+}
+# The same, becoming the command (for a daemon started with &: $! is then the daemon).
+become_on() {
+  local h=$1
+  shift
+  if [[ $hosts -eq 0 ]]; then exec "$@"; fi
+  exec nsenter --net="/run/netns/$p$h" unshare --mount sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "/etc/netns/$p$h/hosts" "$@"
+}
 cleanup() {
   # Jobs still running (an interrupted command) end first: slurmd's steps would outlive it.
-  if [[ ${#daemons[@]} -eq 3 ]]; then
-    squeue -h -o %i 2>/dev/null | xargs -r timeout 10 scancel 2>/dev/null || true
-    for _ in $(seq 50); do [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.1; done
+  if [[ ${#daemons[@]} -ge 3 ]]; then
+    local jobs
+    jobs=$(on head squeue -h -o %i 2>/dev/null || true)
+    if [[ -n $jobs ]]; then
+      on head timeout 10 scancel $jobs 2>/dev/null || true
+      for _ in $(seq 100); do [[ -z $(on head squeue -h -o %i 2>/dev/null || true) ]] && break; sleep 0.1; done
+    fi
   fi
-  for p in "${daemons[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${daemons[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
+  for pid in "${daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${daemons[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
   done
+  for h in "${names[@]}"; do ip netns del "$p$h" 2>/dev/null || true; rm -rf "/etc/netns/$p$h"; done
+  [[ $hosts -gt 0 ]] && ip netns del "${p}br" 2>/dev/null
   rm -rf "$dir"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 
-host=$(hostname -s)
-base=$((20000 + RANDOM % 9000))
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$dir/munge/munge.key"
+if [[ $hosts -eq 0 ]]; then
+  base=$((20000 + RANDOM % 9000))
+  ctld_host="$(hostname -s)(127.0.0.1)"
+  node_lines="NodeName=$(hostname -s) NodeAddr=127.0.0.1 CPUs=16 RealMemory=1000 State=UNKNOWN"
+  node_list=$(hostname -s)
+else
+  base=6817
+  names=(head)
+  for ((i = 1; i <= hosts; i++)); do names+=("n$i"); done
+  ip netns add "${p}br"
+  ip -n "${p}br" link add br0 type bridge
+  ip -n "${p}br" link set br0 up
+  for i in "${!names[@]}"; do
+    h=${names[$i]}
+    ip netns add "$p$h"
+    ip -n "$p$h" link add eth0 type veth peer name "v$i"
+    ip -n "$p$h" link set "v$i" netns "${p}br"
+    ip -n "${p}br" link set "v$i" master br0
+    ip -n "${p}br" link set "v$i" up
+    ip -n "$p$h" addr add "10.215.0.$((i + 1))/24" dev eth0
+    ip -n "$p$h" link set eth0 up
+    ip -n "$p$h" link set lo up
+    mkdir -p "/etc/netns/$p$h"
+    { echo "127.0.0.1 localhost"; for k in "${!names[@]}"; do echo "10.215.0.$((k + 1)) ${names[$k]}"; done; } > "/etc/netns/$p$h/hosts"
+  done
+  # slurmctld insists on running where SlurmctldHost's name is this machine's.
+  ctld_host="$(hostname -s)(10.215.0.1)"
+  node_lines=""
+  for ((i = 1; i <= hosts; i++)); do
+    node_lines+="NodeName=n$i NodeAddr=10.215.0.$((i + 1)) CPUs=8 RealMemory=1000 State=UNKNOWN"$'\n'
+  done
+  node_list=n[1-$hosts]
+fi
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=gradsync
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$ctld_host
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -53,11 +123,11 @@ AuthInfo=socket=$dir/munge/sock
 SlurmctldPort=$base
 SlurmdPort=$((base + 1))
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool-%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
@@ -72,29 +142,45 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 InactiveLimit=0
 KillWait=5
-NodeName=$host NodeAddr=127.0.0.1 CPUs=16 RealMemory=1000 State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+$node_lines
+PartitionName=test Nodes=$node_list Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
 export SLURM_CONF=$dir/slurm.conf
 
+# munged's socket is a file: every namespace host reaches it.
 munged -F --force --socket="$dir/munge/sock" --key-file="$dir/munge/munge.key" --log-file="$dir/log/munged.log" \
   --pid-file="$dir/munged.pid" --seed-file="$dir/munge/seed" > "$dir/log/munged.out" 2>&1 &
 daemons+=($!)
 for _ in $(seq 50); do [[ -S $dir/munge/sock ]] && break; sleep 0.1; done
-slurmctld -D -i > "$dir/log/slurmctld.out" 2>&1 &
+become_on head slurmctld -D -i > "$dir/log/slurmctld.out" 2>&1 &
 daemons+=($!)
-slurmd -D > "$dir/log/slurmd.out" 2>&1 &
-daemons+=($!)
+if [[ $hosts -eq 0 ]]; then
+  slurmd -D > "$dir/log/slurmd.out" 2>&1 &
+  daemons+=($!)
+else
+  for ((i = 1; i <= hosts; i++)); do
+    become_on "n$i" slurmd -D -N "n$i" > "$dir/log/slurmd-n$i.out" 2>&1 &
+    daemons+=($!)
+  done
+fi
+want="idle $((hosts > 0 ? hosts : 1))"
 for i in $(seq 100); do
-  [[ $(sinfo -h -o %T 2>/dev/null) == idle ]] && break
-  [[ $i == 100 ]] && { tail -5 "$dir"/log/*.log >&2; fail "the test Slurm's node did not become idle in 30 s"; }
+  [[ $(on head sinfo -h -o '%T %D' 2>/dev/null || true) == "$want" ]] && break
+  [[ $i == 100 ]] && { tail -n 5 "$dir"/log/*.log >&2; fail "the test Slurm's nodes did not become idle in 30 s"; }
   sleep 0.3
 done
-echo "== Slurm up: $(sinfo -h -o '%P %D node(s) %c CPUs %T') (slurmctld :$base)"
+echo "== Slurm up: $(on head sinfo -h -o '%P %D node(s) %N, %c CPUs each, %T')"
 
 export WITH_SLURM=$dir
+# In the background, so that a TERM or INT (Ctrl-C, a test's timeout) stops it and cleans up at
+# once instead of after it.
+set -m  # its own process group: the signal reaches everything it started
+on head "$@" &
+command_pid=$!
+set +m
+trap 'kill -TERM -- "-$command_pid" 2>/dev/null; exit 143' TERM INT
 set +e
-"$@"
+wait "$command_pid"
 rc=$?
 set -e
 exit $rc
