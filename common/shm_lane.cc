@@ -86,7 +86,7 @@ Result<ShmLane> ShmLane::Create(int64_t floats) {
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
     name = RandomName();
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) return UnavailableError(ErrnoMessage(("shm_open " + name).c_str()));
+    if (fd < 0 && errno != EEXIST) return UnavailableError(ErrnoMessage("shm_open " + name));
   }
   if (fd < 0) return UnavailableError("shm_open: no free lane name");
   auto fail = [&](Status s) {
@@ -96,7 +96,7 @@ Result<ShmLane> ShmLane::Create(int64_t floats) {
   };
   if (int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
     errno = e;
-    return fail(UnavailableError(ErrnoMessage(("reserving " + std::to_string(bytes >> 20) + " MiB of /dev/shm").c_str())));
+    return fail(UnavailableError(ErrnoMessage("reserving " + std::to_string(bytes >> 20) + " MiB of /dev/shm")));
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) return fail(UnavailableError(ErrnoMessage("mmap")));
@@ -117,7 +117,7 @@ Result<ShmLane> ShmLane::Attach(const std::string& name, int64_t floats) {
   const int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     if (errno == ENOENT) return NotFoundError("no shared-memory lane " + name + " on this host");
-    return UnavailableError(ErrnoMessage(("shm_open " + name).c_str()));
+    return UnavailableError(ErrnoMessage("shm_open " + name));
   }
   struct stat st {};
   const uint64_t bytes = RegionBytes(floats);
