@@ -1,6 +1,7 @@
 #include "common/cluster.h"
 
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <string_view>
 
@@ -38,6 +39,18 @@ std::string LauncherRank::Describe() const {
   return launcher + "'s " + rank_var + "=" + std::to_string(rank) + (size >= 0 ? " of " + size_var + "=" + std::to_string(size) : "");
 }
 
+Result<long> EnvNumber(const EnvLookup& env, const char* name, long max) {
+  const char* v = env(name);
+  if (!v) return -1;
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (!*v || *end != '\0' || errno == ERANGE || x < 0 || x > max) {
+    return InvalidArgumentError(std::string(name) + "='" + v + "' is not a number from 0 to " + std::to_string(max));
+  }
+  return x;
+}
+
 namespace {
 
 // A launcher's variables, innermost launcher first.
@@ -58,17 +71,12 @@ constexpr std::array<LauncherVars, 4> kLaunchers = {{
     {"Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_STEP_ID"},
 }};
 
-// A count from a launcher: -1 when unset; an error when set but not a number in [0, 2^20).
+// A rank or count from a launcher.
 Result<int> EnvCount(const EnvLookup& env, const char* name) {
   if (!name) return -1;
-  const char* v = env(name);
-  if (!v) return -1;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (!*v || *end != '\0' || x < 0 || x >= (1 << 20)) {
-    return InvalidArgumentError(std::string(name) + "='" + v + "' is not a rank or a count");
-  }
-  return static_cast<int>(x);
+  auto x = EnvNumber(env, name, (1 << 20) - 1);
+  if (!x.ok()) return InvalidArgumentError(std::string(name) + "='" + env(name) + "' is not a rank or a count");
+  return static_cast<int>(*x);
 }
 
 Result<std::optional<LauncherRank>> ReadLauncher(const EnvLookup& env, const LauncherVars& l) {

@@ -21,6 +21,10 @@ std::string RoleName(wire::Role role);
 using EnvLookup = std::function<const char*(const char*)>;
 EnvLookup ProcessEnv();
 
+// The number in variable `name`: -1 when unset; an error naming it when set but not a number from
+// 0 to max.
+Result<long> EnvNumber(const EnvLookup& env, const char* name, long max);
+
 // One launcher's word on where this process sits in the job.
 struct LauncherRank {
   std::string launcher;   // "torchrun", "Open MPI", "MPI (PMI)", "Slurm"

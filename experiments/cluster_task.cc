@@ -1,14 +1,10 @@
 #include "experiments/cluster_task.h"
 
-#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cstdlib>
+#include <boost/asio.hpp>
 #include <filesystem>
 #include <iostream>
 
@@ -20,15 +16,8 @@ namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The number in a variable, or -1 (the launcher's own numbers were checked by RankFromLaunchers).
-long EnvNumber(const EnvLookup& env, const char* name) {
-  const char* v = env(name);
-  if (!v || !*v) return -1;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return *end == '\0' && x >= 0 ? x : -1;
-}
+namespace asio = boost::asio;
+using Address = asio::ip::address_v4;
 
 Result<std::string> SlurmFirstHost(const EnvLookup& env) {
   const char* list = env("SLURM_STEP_ID") ? env("SLURM_STEP_NODELIST") : nullptr;
@@ -43,68 +32,48 @@ Result<std::string> SlurmFirstHost(const EnvLookup& env) {
   return first;
 }
 
-Result<in_addr> ResolveIPv4(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || !res) {
-    return UnavailableError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
-  }
-  const in_addr a = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  ::freeaddrinfo(res);
-  return a;
+Result<Address> ResolveIPv4(const std::string& host) {
+  asio::io_context io;
+  boost::system::error_code ec;
+  const auto found = asio::ip::udp::resolver(io).resolve(asio::ip::udp::v4(), host, "", ec);
+  if (ec || found.empty()) return UnavailableError("cannot resolve '" + host + "': " + ec.message());
+  return found.begin()->endpoint().address().to_v4();
 }
-
-std::string Text(in_addr a) {
-  char buf[INET_ADDRSTRLEN];
-  return ::inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
-}
-
-bool IsLoopback(in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
 
 // The source address this host uses toward `to` (a UDP socket's connect sends nothing).
-Result<in_addr> RouteSource(in_addr to, int port) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return UnavailableError(ErrnoMessage("socket"));
-  sockaddr_in dst{};
-  dst.sin_family = AF_INET;
-  dst.sin_port = htons(static_cast<uint16_t>(port));
-  dst.sin_addr = to;
-  sockaddr_in self{};
-  socklen_t len = sizeof self;
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0;
-  const std::string err = ok ? "" : ErrnoMessage("no route to " + Text(to));
-  ::close(fd);
-  if (!ok) return UnavailableError(err);
-  return self.sin_addr;
+Result<Address> RouteSource(const Address& to, int port) {
+  asio::io_context io;
+  asio::ip::udp::socket socket(io);
+  boost::system::error_code ec;
+  socket.open(asio::ip::udp::v4(), ec);
+  if (!ec) socket.connect({to, static_cast<uint16_t>(port)}, ec);
+  const auto self = ec ? asio::ip::udp::endpoint() : socket.local_endpoint(ec);
+  if (ec) return UnavailableError("no route to " + to.to_string() + ": " + ec.message());
+  return self.address().to_v4();
 }
 
 // Whether `a` is one of this host's addresses (only those can be bound).
-bool IsLocalAddress(in_addr a) {
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in s{};
-  s.sin_family = AF_INET;
-  s.sin_addr = a;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&s), sizeof s) == 0;
-  ::close(fd);
-  return ok;
+bool IsLocalAddress(const Address& a) {
+  asio::io_context io;
+  asio::ip::udp::socket socket(io);
+  boost::system::error_code ec;
+  socket.open(asio::ip::udp::v4(), ec);
+  if (!ec) socket.bind({a, 0}, ec);
+  return !ec;
 }
 
 // The IPv4 address of interface `name`, or of the first interface that is up and not loopback
 // (name empty).
-Result<in_addr> InterfaceAddress(const std::string& name) {
+Result<Address> InterfaceAddress(const std::string& name) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return UnavailableError(ErrnoMessage("getifaddrs"));
-  std::optional<in_addr> found;
+  std::optional<Address> found;
   std::string names;
   for (ifaddrs* i = list; i; i = i->ifa_next) {
     if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
     names += std::string(names.empty() ? "" : ", ") + i->ifa_name;
-    const in_addr a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
-    const bool match = name.empty() ? (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK) && !IsLoopback(a)
+    const Address a(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
+    const bool match = name.empty() ? (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK) && !a.is_loopback()
                                     : name == i->ifa_name;
     if (match && !found) found = a;
   }
@@ -115,7 +84,7 @@ Result<in_addr> InterfaceAddress(const std::string& name) {
 }
 
 // r, or its error with `context` before it.
-Result<in_addr> Within(Result<in_addr> r, const std::string& context) {
+Result<Address> Within(Result<Address> r, const std::string& context) {
   if (!r.ok()) return r.status().WithContext(context);
   return r;
 }
@@ -153,9 +122,9 @@ Result<ClusterPlace> PlaceTask(const ClusterTaskOptions& o, const EnvLookup& env
     p.scheduler_port = port;
   } else if (const char* addr = env("MASTER_ADDR"); addr && *addr) {
     p.scheduler_host = addr;
-    const long master_port = EnvNumber(env, "MASTER_PORT");
-    if (o.port == 0 && (master_port < 1 || master_port > 65534)) {
-      return InvalidArgumentError("MASTER_ADDR is set but MASTER_PORT is not a port (give --port or --scheduler)");
+    ASSIGN_OR_RETURN(const long master_port, EnvNumber(env, "MASTER_PORT", 65534));
+    if (o.port == 0 && master_port < 1) {
+      return InvalidArgumentError("MASTER_ADDR is set but MASTER_PORT is not (give --port or --scheduler)");
     }
     p.scheduler_port = o.port ? o.port : static_cast<int>(master_port) + 1;
   } else {
@@ -167,12 +136,13 @@ Result<ClusterPlace> PlaceTask(const ClusterTaskOptions& o, const EnvLookup& env
     if (!first.ok()) return first.status();
     p.scheduler_host = *first;
     // One port per job step, below the kernel's ephemeral range (32768-60999 by default).
-    const long job = std::max(0L, EnvNumber(env, "SLURM_JOB_ID")), step = std::max(0L, EnvNumber(env, "SLURM_STEP_ID"));
-    p.scheduler_port = o.port ? o.port : static_cast<int>(10000 + (job * 37 + step) % 20000);
+    ASSIGN_OR_RETURN(const long job, EnvNumber(env, "SLURM_JOB_ID", 1L << 40));
+    ASSIGN_OR_RETURN(const long step, EnvNumber(env, "SLURM_STEP_ID", 1L << 40));
+    p.scheduler_port = o.port ? o.port : static_cast<int>(10000 + (std::max(0L, job) * 37 + std::max(0L, step)) % 20000);
   }
   if (p.scheduler_port < 1 || p.scheduler_port > 65535) return InvalidArgumentError("the scheduler's port is out of range");
-  p.spans_hosts = (p.launcher.local_size >= 0 && p.launcher.local_size < tasks) ||
-                  (p.launcher.launcher == "Slurm" && EnvNumber(env, "SLURM_STEP_NUM_NODES") > 1);
+  ASSIGN_OR_RETURN(const long nodes, EnvNumber(env, "SLURM_STEP_NUM_NODES", 1L << 20));
+  p.spans_hosts = (p.launcher.local_size >= 0 && p.launcher.local_size < tasks) || (p.launcher.launcher == "Slurm" && nodes > 1);
   return p;
 }
 
@@ -180,24 +150,24 @@ Status RunClusterTask(const ClusterTaskOptions& o, const EnvLookup& env, const v
   ASSIGN_OR_RETURN(ClusterPlace p, PlaceTask(o, env));
   const int task = p.launcher.rank;
   const std::string who = "task " + std::to_string(task) + " of " + std::to_string(p.launcher.size);
-  ASSIGN_OR_RETURN(in_addr scheduler_ip, Within(ResolveIPv4(p.scheduler_host), who + ": the scheduler's host"));
+  ASSIGN_OR_RETURN(Address scheduler_ip, Within(ResolveIPv4(p.scheduler_host), who + ": the scheduler's host"));
   // The address this task advertises: the one its host reaches the scheduler from. A host whose
   // own name resolves to loopback (Debian's 127.0.1.1) would advertise an address no other host
   // reaches, so a job across hosts takes an external interface's instead.
-  in_addr self{};
+  Address self;
   if (!o.iface.empty()) {
     ASSIGN_OR_RETURN(self, InterfaceAddress(o.iface));
   } else {
     ASSIGN_OR_RETURN(self, Within(RouteSource(scheduler_ip, p.scheduler_port), who));
-    if (IsLoopback(self) && p.spans_hosts) {
+    if (self.is_loopback() && p.spans_hosts) {
       ASSIGN_OR_RETURN(self, Within(InterfaceAddress(""), who + ": the job spans hosts, but " + p.scheduler_host +
                                                                  " resolves to loopback here"));
       std::cerr << ("gradsync-launch: " + who + ": " + p.scheduler_host + " resolves to loopback here; advertising " +
-                    Text(self) + " (--iface picks another)\n")
+                    self.to_string() + " (--iface picks another)\n")
                 << std::flush;
     }
   }
-  const std::string address = Text(self);
+  const std::string address = self.to_string();
   LaunchOptions job = o.job;
   job.num_servers = p.servers;
   job.num_workers = p.workers;
@@ -212,7 +182,7 @@ Status RunClusterTask(const ClusterTaskOptions& o, const EnvLookup& env, const v
   std::vector<ChildSpec> specs;
   if (task == 0) {
     if (!IsLocalAddress(scheduler_ip)) {
-      return FailedPreconditionError(who + " runs the scheduler, but its address " + p.scheduler_host + " (" + Text(scheduler_ip) +
+      return FailedPreconditionError(who + " runs the scheduler, but its address " + p.scheduler_host + " (" + scheduler_ip.to_string() +
                                      ") is not one of this host's: give --scheduler=HOST:PORT with task 0's host");
     }
     // Every interface: the scheduler's name may resolve to loopback here and to a real address
@@ -226,7 +196,7 @@ Status RunClusterTask(const ClusterTaskOptions& o, const EnvLookup& env, const v
                            : WorkerSpec(job, p.role_rank, endpoint, address, log));
   // One write: the launcher merges its tasks' output, and a line in pieces could be cut apart.
   std::cerr << ("gradsync-launch: " + who + " (" + p.launcher.Describe() + "): " + role + " at " + address +
-                (task == 0 ? " and the scheduler" : "") + "; scheduler " + endpoint + " (" + Text(scheduler_ip) + ")\n")
+                (task == 0 ? " and the scheduler" : "") + "; scheduler " + endpoint + " (" + scheduler_ip.to_string() + ")\n")
             << std::flush;
   if (o.job.dry_run) {
     for (const auto& c : specs) std::cout << CommandLine(c) << "\n";
