@@ -14,39 +14,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v ip >/dev/null || skip "ip is missing (iproute2)"
 command -v mpirun >/dev/null || skip "mpirun is missing (scripts/setup.sh installs openmpi-bin)"
 
-p=gsmh$$
+# shellcheck source=hosts.sh
+source "$(dirname "$0")/hosts.sh"
 dir=$(mktemp -d /tmp/gradsync-multihost-test.XXXXXX)
-hosts=(${p}h0 ${p}h1 ${p}h2 ${p}h3)
-cleanup() {
-  for h in "${hosts[@]}"; do ip netns del "$h" 2>/dev/null || true; rm -rf "/etc/netns/$h"; done
-  ip netns del "${p}br" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ip netns add "${p}br"
-ip -n "${p}br" link add br0 type bridge
-ip -n "${p}br" link set br0 up
-for i in 0 1 2 3; do
-  h=${hosts[$i]}
-  ip netns add "$h"
-  ip -n "$h" link add eth0 type veth peer name v$i
-  ip -n "$h" link set v$i netns "${p}br"
-  ip -n "${p}br" link set v$i master br0
-  ip -n "${p}br" link set v$i up
-  ip -n "$h" addr add 10.214.0.$((i + 1))/24 dev eth0
-  ip -n "$h" link set eth0 up
-  ip -n "$h" link set lo up
-  # `ip netns exec` puts /etc/netns/<ns>/hosts over /etc/hosts for the processes it starts.
-  mkdir -p "/etc/netns/$h"
-  { echo "127.0.0.1 localhost"; for k in 0 1 2 3; do echo "10.214.0.$((k + 1)) ${hosts[$k]}"; done; } > "/etc/netns/$h/hosts"
-done
+trap 'remove_hosts; rm -rf "$dir"' EXIT
+hosts=(h0 h1 h2 h3)
+make_hosts "gsmh$$" 10.214.0 "${hosts[@]}"
 # mpirun's remote shell: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in its namespace.
-cat > "$dir/agent" <<'AGENT'
+cat > "$dir/agent" <<AGENT
 #!/bin/sh
-host=$1
+host=\$1
 shift
-exec ip netns exec "$host" sh -c "$*"
+exec ip netns exec "$hosts_prefix\$host" sh -c "\$*"
 AGENT
 chmod +x "$dir/agent"
 hostlist=$(IFS=,; echo "${hosts[*]}")
@@ -56,7 +35,7 @@ job() {  # name gradsync-launch-options... -- worker flags
   echo "== mpirun -n 4 (one task per namespace host): $name"
   local try
   for try in 1 2; do
-    if timeout 180 ip netns exec "${hosts[0]}" mpirun --allow-run-as-root -n 4 --host "$hostlist" --map-by node \
+    if timeout 180 ip netns exec "${hosts_prefix}h0" mpirun --allow-run-as-root -n 4 --host "$hostlist" --map-by node \
       --mca plm_rsh_agent "$dir/agent" --mca oob_tcp_if_include 10.214.0.0/24 --mca btl_tcp_if_include 10.214.0.0/24 \
       "$bin/gradsync-launch" --cluster --scheduler="${hosts[0]}:29411" --out="$dir/$name" "$@" > "$dir/$name.out" 2>&1; then
       break
@@ -74,11 +53,9 @@ job() {  # name gradsync-launch-options... -- worker flags
   grep -v '^\[' "$dir/$name.out" | grep -E 'gradsync-launch:|final test_acc|shard\(s\)|over the ring' || true
   for i in 0 1 2 3; do
     grep -q "task $i of 4 (Open MPI's OMPI_COMM_WORLD_RANK=$i of .* at 10.214.0.$((i + 1))[ ;]" "$dir/$name.out" ||
-      fail "$name: task $i did not run on host ${hosts[$i]} (10.214.0.$((i + 1)))"
+      fail "$name: task $i did not run on host h$i (10.214.0.$((i + 1)))"
   done
-  local acc
-  acc=$(grep -o 'final test_acc *[0-9.]*%' "$dir/$name.out" | head -1 | grep -o '[0-9.]*' | head -1)
-  [[ -n $acc ]] && awk -v a="$acc" 'BEGIN { exit !(a >= 75) }' || fail "$name: final accuracy '$acc' below 75%"
+  final_accuracy_at_least "$dir/$name.out" 75
 }
 
 job bsp --servers=2 --mode=bsp -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32

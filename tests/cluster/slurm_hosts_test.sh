@@ -11,6 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 [[ -n ${WITH_SLURM:-} ]] || exec "$here/with_slurm.sh" --hosts=3 "$here/slurm_hosts_test.sh" "$@"
 bin=$(cd "${1:?usage: slurm_hosts_test.sh BIN_DIR}" && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=hosts.sh
+source "$here/hosts.sh"
 dir=$(mktemp -d /tmp/gradsync-slurm-hosts-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 flags=(--model=softmax --dataset=fashion-mnist --epochs=1 --batch=32)
@@ -20,9 +22,7 @@ job() {  # name srun-options... -- gradsync-launch options...
   echo "== srun $*" | sed "s|$bin/||"
   timeout 180 srun --kill-on-bad-exit=1 --label "$@" > "$dir/$name.out" 2>&1 || { cat "$dir/$name.out" >&2; fail "$name failed"; }
   grep -E 'gradsync-launch:|final test_acc|shard\(s\)|over the ring' "$dir/$name.out" | sort -n -s -k1,1
-  local acc
-  acc=$(grep -o 'final test_acc *[0-9.]*%' "$dir/$name.out" | head -1 | grep -o '[0-9.]*' | head -1)
-  [[ -n $acc ]] && awk -v a="$acc" 'BEGIN { exit !(a >= 75) }' || fail "$name: final accuracy '$acc' below 75%"
+  final_accuracy_at_least "$dir/$name.out" 75
   grep -q "scheduler n1:[0-9]* (10.215.0.2)" "$dir/$name.out" || fail "$name: the scheduler is not on n1"
 }
 # The node a task ran on, from the address it advertised: n1 is 10.215.0.2.

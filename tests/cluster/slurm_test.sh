@@ -10,6 +10,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=$(cd "${1:?usage: slurm_test.sh BIN_DIR}" && pwd)
 root=$(cd "$here/../.." && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=hosts.sh
+source "$here/hosts.sh"
 dir=$(mktemp -d /tmp/gradsync-slurm-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 
@@ -21,24 +23,16 @@ submit() {  # name script [args...]
   echo "== sbatch $name: $dir/$name.out"
   cat "$dir/$name.out"
 }
-# The final accuracy worker 0 printed: at least $2 percent.
-accuracy_at_least() {  # output min
-  local acc
-  acc=$(grep -o 'final test_acc *[0-9.]*%' "$1" | head -1 | grep -o '[0-9.]*%' | tr -d %)
-  [[ -n $acc ]] || fail "$1: no final accuracy"
-  awk -v a="$acc" -v m="$2" 'BEGIN { exit !(a >= m) }' || fail "$1: final accuracy $acc% < $2%"
-  echo "   final accuracy $acc%"
-}
 
 submit ps "$root/examples/slurm/ps_job.sbatch" "$dir/ps"
-accuracy_at_least "$dir/ps.out" 80
+final_accuracy_at_least "$dir/ps.out" 80
 grep -q 'server 1 at .*; scheduler' "$dir/ps.out" || fail "ps: no task ran server 1"
 for f in worker-0.csv worker-1.csv worker-0.json worker-1.json server-0.json server-1.json; do
   [[ -s $dir/ps/$f ]] || fail "ps: $f missing"
 done
 
 submit allreduce "$root/examples/slurm/allreduce_job.sbatch" "$dir/allreduce"
-accuracy_at_least "$dir/allreduce.out" 80
+final_accuracy_at_least "$dir/allreduce.out" 80
 [[ $(grep -c 'received over the ring' "$dir/allreduce.out") == 4 ]] || fail "allreduce: not 4 ring members"
 
 if command -v mpirun >/dev/null; then
@@ -49,7 +43,7 @@ mpirun --allow-run-as-root --oversubscribe -n 3 "$bin/gradsync-launch" --cluster
   --out="$dir/mpi" -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
 JOB
   submit mpi "$dir/mpi.sbatch"
-  accuracy_at_least "$dir/mpi.out" 75
+  final_accuracy_at_least "$dir/mpi.out" 75
   grep -q "task 2 of 3 (Open MPI's OMPI_COMM_WORLD_RANK=2 of" "$dir/mpi.out" || fail "mpi: Open MPI's rank was not taken"
 else
   echo "== mpirun inside sbatch: skipped (no mpirun: scripts/setup.sh installs openmpi-bin)"

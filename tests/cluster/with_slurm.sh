@@ -23,6 +23,8 @@ if [[ ${1:-} == --hosts=* ]]; then
 fi
 [[ $# -gt 0 ]] || { echo "usage: with_slurm.sh [--hosts=N] COMMAND [ARGS...]" >&2; exit 2; }
 skip() { echo "SKIP: $*"; exit 77; }
+# shellcheck source=hosts.sh
+source "$(dirname "$0")/hosts.sh"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || skip "needs root: it starts munged, slurmctld and slurmd"
 export PATH=$PATH:/usr/sbin
@@ -70,8 +72,7 @@ cleanup() {
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
-  for h in "${names[@]}"; do ip netns del "$p$h" 2>/dev/null || true; rm -rf "/etc/netns/$p$h"; done
-  [[ $hosts -gt 0 ]] && ip netns del "${p}br" 2>/dev/null
+  remove_hosts
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -88,22 +89,7 @@ else
   base=6817
   names=(head)
   for ((i = 1; i <= hosts; i++)); do names+=("n$i"); done
-  ip netns add "${p}br"
-  ip -n "${p}br" link add br0 type bridge
-  ip -n "${p}br" link set br0 up
-  for i in "${!names[@]}"; do
-    h=${names[$i]}
-    ip netns add "$p$h"
-    ip -n "$p$h" link add eth0 type veth peer name "v$i"
-    ip -n "$p$h" link set "v$i" netns "${p}br"
-    ip -n "${p}br" link set "v$i" master br0
-    ip -n "${p}br" link set "v$i" up
-    ip -n "$p$h" addr add "10.215.0.$((i + 1))/24" dev eth0
-    ip -n "$p$h" link set eth0 up
-    ip -n "$p$h" link set lo up
-    mkdir -p "/etc/netns/$p$h"
-    { echo "127.0.0.1 localhost"; for k in "${!names[@]}"; do echo "10.215.0.$((k + 1)) ${names[$k]}"; done; } > "/etc/netns/$p$h/hosts"
-  done
+  make_hosts "$p" 10.215.0 "${names[@]}"
   # slurmctld insists on running where SlurmctldHost's name is this machine's.
   ctld_host="$(hostname -s)(10.215.0.1)"
   node_lines=""
