@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/algorithms.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -33,6 +34,12 @@ struct CollectiveOptions {
   // Pipelining granularity: data moves and is reduced in segments of this many bytes, so that
   // sending, receiving and reducing overlap (Gloo uses at most 1 MiB).
   size_t segment_bytes = size_t{1} << 20;
+  // While waiting for a peer, poll this long before sleeping (a sleeping rank pays a wake-up
+  // per step: tens of microseconds, most of a small all-reduce). 0: always sleep.
+  int spin_us = 50;
+  // The all-reduce algorithm; auto picks by size and rank count (ChooseAllReduceAlgo). Every
+  // rank must use the same one (a rank that disagrees fails, naming both).
+  AllReduceAlgo algorithm = AllReduceAlgo::kAuto;
 };
 
 class Collective {
@@ -48,6 +55,13 @@ class Collective {
   // compression: every rank pre-divides by size() so that the sum is the average and stays in
   // range). Moves half the bytes of AllReduce.
   virtual Status AllReduceHalf(std::span<uint16_t> data) = 0;
+  // Reduce-scatter in place: afterwards this rank's chunk of data, [ChunkBegin(count, n, rank),
+  // ChunkBegin(count, n, rank + 1)), holds op over all ranks' chunks; the rest is undefined.
+  // Moves (n-1)/n of the buffer each way: half an all-reduce.
+  virtual Status ReduceScatter(FloatSpan data, ReduceOp op) = 0;
+  // All-gather in place: afterwards every chunk i of data holds rank i's chunk i (the layout of
+  // ReduceScatter). ReduceScatter then AllGatherChunks is an all-reduce.
+  virtual Status AllGatherChunks(FloatSpan data) = 0;
   // data <- root's data.
   virtual Status Broadcast(FloatSpan data, int root) = 0;
   // out[i] <- rank i's `mine`; sizes may differ between ranks (including empty).
@@ -70,6 +84,10 @@ class DeviceCollective {
   virtual int size() const = 0;
   // data <- op over all ranks, for `count` floats of device memory.
   virtual Status AllReduceDevice(float* device_data, size_t count, ReduceOp op, void* stream) = 0;
+  // Reduce-scatter and all-gather over `count` floats of device memory, with the chunk layout
+  // of Collective (ChunkBegin). count must be a multiple of size() (NCCL's equal chunks).
+  virtual Status ReduceScatterDevice(float* device_data, size_t count, ReduceOp op, void* stream) = 0;
+  virtual Status AllGatherDevice(float* device_data, size_t count, void* stream) = 0;
   virtual Status SynchronizeDevice(void* stream, double timeout_s) = 0;
   // Float elements handed to all-reduces so far (the transport's bytes are NCCL's own).
   virtual uint64_t elements_reduced() const = 0;

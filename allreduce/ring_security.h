@@ -56,6 +56,10 @@ constexpr uint32_t kVersion = 1;
 constexpr uint32_t kFlagEncrypt = 1;
 constexpr uint32_t kPlainHelloMagic = 0x47534849;  // a plaintext ring's hello (tcp_ring.cc)
 constexpr uint32_t kHelloMagic = 0x31415247;    // "GRA1": an authenticating connector's hello
+// A mesh connection's hellos (beside the ring, for rhd / rd / tree; tcp_ring.h): the same
+// handshake, told apart by the magic, which the transcript covers.
+constexpr uint32_t kPlainMeshHelloMagic = 0x4d534849;  // "IHSM"
+constexpr uint32_t kMeshHelloMagic = 0x314d5247;       // "GRM1"
 constexpr uint32_t kReplyMagic = 0x32415247;    // "GRA2": the acceptor's nonce and proof
 constexpr uint32_t kFinishMagic = 0x33415247;   // "GRA3": the connector's verdict and proof
 constexpr uint32_t kVerdictMagic = 0x34415247;  // "GRA4": the acceptor's verdict

@@ -28,6 +28,8 @@ const char* OpName(uint32_t op) {
     case 2: return "broadcast";
     case 3: return "allgather";
     case 4: return "barrier";
+    case 5: return "reduce-scatter";
+    case 6: return "allgather (chunks)";
     default: return "unknown op";
   }
 }
@@ -35,8 +37,14 @@ const char* OpName(uint32_t op) {
 
 std::byte RingCollective::empty_[1];
 
+void AddFloats(void* acc, const void* x, size_t k) {
+  float* __restrict a = static_cast<float*>(acc);
+  const float* __restrict b = static_cast<const float*>(x);
+  for (size_t i = 0; i < k; ++i) a[i] += b[i];
+}
+
 RingCollective::RingCollective(const CollectiveOptions& options, const RingSecurity& security)
-    : options_(options), acceptor_(io_), left_(io_), right_(io_), security_(security) {
+    : options_(options), acceptor_(io_), security_(security) {
   options_.segment_bytes = std::max<size_t>(4, options_.segment_bytes / 4 * 4);
 }
 
@@ -65,11 +73,16 @@ Result<std::unique_ptr<RingCollective>> RingCollective::Listen(const std::string
 void RingCollective::Abort() {
   aborted_ = true;
   boost::system::error_code ec;
-  left_.close(ec);
-  right_.close(ec);
   acceptor_.close(ec);
-  left_stream_.Reset();
-  right_stream_.Reset();
+  for (Link* link : {&left_, &right_}) {
+    link->socket.close(ec);
+    link->stream.Reset();
+  }
+  for (auto& link : mesh_) {
+    if (!link) continue;
+    link->socket.close(ec);
+    link->stream.Reset();
+  }
   for (auto& weak : retries_) {
     if (auto timer = weak.lock()) timer->cancel();
   }
@@ -77,6 +90,26 @@ void RingCollective::Abort() {
   // Let handlers still queued see operation_aborted while their captures are alive.
   io_.restart();
   io_.poll();
+}
+
+uint64_t RingCollective::bytes_sent() const {
+  uint64_t overhead = right_.stream.overhead_sent();
+  for (const auto& link : mesh_) overhead += link ? link->stream.overhead_sent() : 0;
+  return bytes_sent_ + overhead;
+}
+
+uint64_t RingCollective::bytes_received() const {
+  uint64_t overhead = left_.stream.overhead_received();
+  for (const auto& link : mesh_) overhead += link ? link->stream.overhead_received() : 0;
+  return bytes_received_ + overhead;
+}
+
+RingStream& RingCollective::SendStream(int peer) {
+  return peer == (rank_ + 1) % size_ ? right_.stream : mesh_[static_cast<size_t>(peer)]->stream;
+}
+
+RingStream& RingCollective::RecvStream(int peer) {
+  return peer == (rank_ - 1 + size_) % size_ ? left_.stream : mesh_[static_cast<size_t>(peer)]->stream;
 }
 
 void RingCollective::RetryAfter(std::chrono::microseconds delay, std::function<void()> fn) {
@@ -87,6 +120,21 @@ void RingCollective::RetryAfter(std::chrono::microseconds delay, std::function<v
   timer->async_wait([timer, fn = std::move(fn)](const boost::system::error_code& e) {
     if (!e) fn();  // cancelled (aborted): the operation that asked is gone
   });
+}
+
+size_t RingCollective::RunOne(std::chrono::steady_clock::time_point deadline) {
+  // Poll first: a peer's answer usually comes within microseconds, and a thread that sleeps in
+  // epoll pays a wake-up for every step. Yielding between polls leaves the core to a rank that
+  // shares it.
+  if (options_.spin_us > 0) {
+    const auto spin_until = Clock::now() + std::chrono::microseconds(options_.spin_us);
+    do {
+      if (const size_t ran = io_.poll_one(); ran > 0) return ran;
+      if (io_.stopped()) io_.restart();
+      std::this_thread::yield();
+    } while (Clock::now() < spin_until);
+  }
+  return io_.run_one_until(deadline);
 }
 
 Status RingCollective::Fail(Status s) {
@@ -107,76 +155,164 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   if (size_ < 1 || rank < 0 || rank >= size_) return InvalidArgumentError("rank " + std::to_string(rank) + " of " + std::to_string(size_));
   if (size_ == 1) return OkStatus();
   const int right = (rank + 1) % size_, left = (rank - 1 + size_) % size_;
-  std::string host;
-  uint16_t port = 0;
-  RETURN_IF_ERROR(ParseHostPort(peers[right], &host, &port).WithContext("peer " + std::to_string(right)));
+  // This rank connects to its right neighbor and to its mesh peers above it, and accepts its
+  // left neighbor and its mesh peers below it.
+  std::vector<int> mesh_up;
+  int mesh_down = 0;
+  mesh_.clear();
+  mesh_.resize(static_cast<size_t>(size_));
+  if (size_ > 2) {
+    for (int p : MeshPeers(rank, size_)) {
+      mesh_[static_cast<size_t>(p)] = std::make_unique<Link>(io_);
+      if (p > rank) mesh_up.push_back(p);
+      else ++mesh_down;
+    }
+  }
   boost::system::error_code ec;
   tcp::resolver resolver(io_);
-  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-  if (ec) return UnavailableError("cannot resolve " + peers[right] + ": " + ec.message());
+  auto resolve = [&](int peer) -> Result<tcp::resolver::results_type> {
+    std::string host;
+    uint16_t port = 0;
+    RETURN_IF_ERROR(ParseHostPort(peers[peer], &host, &port).WithContext("peer " + std::to_string(peer)));
+    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) return UnavailableError("cannot resolve " + peers[peer] + ": " + ec.message());
+    return endpoints;
+  };
   const auto deadline = Deadline(timeout_s);
   const auto context = ring_handshake::RingContext(peers);
-
-  // Connect to the right (retrying while it is not listening yet) and accept the left, together.
-  bool connected = false, accepted = false;
   Status failure;
-  uint32_t hello_out[2] = {ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank)};
-  uint32_t hello_in[2] = {0, 0};
-  std::function<void()> try_connect = [&] {
-    asio::async_connect(right_, endpoints, [&](const boost::system::error_code& e, const tcp::endpoint&) {
-      if (e) {
-        if (Clock::now() > deadline) {
-          failure = UnavailableError("cannot connect to rank " + std::to_string(right) + " at " + peers[right] + ": " + e.message());
+
+  // Connect (retrying while the peer is not listening yet) and accept, all together.
+  struct Outgoing {
+    Link* link;
+    int peer;
+    bool mesh;
+    tcp::resolver::results_type endpoints;
+    std::array<uint32_t, 2> hello;
+    std::function<void()> attempt;
+  };
+  std::vector<std::unique_ptr<Outgoing>> outgoing;
+  auto add_outgoing = [&](Link* link, int peer, bool mesh) -> Status {
+    ASSIGN_OR_RETURN(auto endpoints, resolve(peer));
+    auto o = std::make_unique<Outgoing>(Outgoing{link, peer, mesh, endpoints, {}, nullptr});
+    o->hello = {mesh ? ring_handshake::kPlainMeshHelloMagic : ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank)};
+    Outgoing* out = o.get();
+    out->attempt = [&, out] {
+      asio::async_connect(out->link->socket, out->endpoints, [&, out](const boost::system::error_code& e, const tcp::endpoint&) {
+        if (e) {
+          if (Clock::now() > deadline) {
+            failure = UnavailableError("cannot connect to rank " + std::to_string(out->peer) + " at " + peers[out->peer] + ": " + e.message());
+            return;
+          }
+          boost::system::error_code ignore;
+          out->link->socket.close(ignore);
+          RetryAfter(std::chrono::milliseconds(20), [out] { out->attempt(); });
           return;
         }
-        boost::system::error_code ignore;
-        right_.close(ignore);
-        RetryAfter(std::chrono::milliseconds(20), [&] { try_connect(); });
+        out->link->socket.set_option(tcp::no_delay(true));
+        if (security_.authenticate) return HandshakeAsConnector(*out->link, out->peer, out->mesh, context, &failure);
+        asio::async_write(out->link->socket, asio::buffer(out->hello), [&, out](const boost::system::error_code& we, size_t) {
+          if (we) failure = UnavailableError("hello to rank " + std::to_string(out->peer) + " failed: " + we.message());
+          else out->link->ready = true;
+        });
+      });
+    };
+    outgoing.push_back(std::move(o));
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(add_outgoing(&right_, right, false));
+  for (int p : mesh_up) RETURN_IF_ERROR(add_outgoing(mesh_[static_cast<size_t>(p)].get(), p, true));
+  for (auto& o : outgoing) o->attempt();
+
+  // Each accepted connection says who it is in its hello's first 8 bytes (magic, rank): the ring's
+  // left neighbor or a mesh peer below this rank.
+  struct Incoming {
+    tcp::socket socket;
+    std::array<uint32_t, 2> first{};
+  };
+  int accepts_left = 1 + mesh_down;
+  std::function<void()> accept_next = [&] {
+    if (accepts_left == 0) return;
+    auto in = std::make_shared<Incoming>(Incoming{tcp::socket(io_)});
+    acceptor_.async_accept(in->socket, [&, in](const boost::system::error_code& e) {
+      if (e) {
+        failure = UnavailableError("accepting a ring connection failed: " + e.message());
         return;
       }
-      right_.set_option(tcp::no_delay(true));
-      if (security_.authenticate) return HandshakeAsConnector(right, context, &connected, &failure);
-      asio::async_write(right_, asio::buffer(hello_out), [&](const boost::system::error_code& we, size_t) {
-        if (we) failure = UnavailableError("hello to rank " + std::to_string(right) + " failed: " + we.message());
-        else connected = true;
+      --accepts_left;
+      accept_next();
+      in->socket.set_option(tcp::no_delay(true));
+      asio::async_read(in->socket, asio::buffer(in->first), [&, in](const boost::system::error_code& re, size_t) {
+        const uint32_t magic = in->first[0], claimed = in->first[1];
+        const bool mesh = magic == ring_handshake::kPlainMeshHelloMagic || magic == ring_handshake::kMeshHelloMagic;
+        const bool authenticating = magic == ring_handshake::kHelloMagic || magic == ring_handshake::kMeshHelloMagic;
+        // Where it goes: the mesh link of the rank it claims to be, else the ring's left.
+        Link* link = &left_;
+        int peer = left;
+        if (mesh) {
+          if (claimed >= static_cast<uint32_t>(size_) || static_cast<int>(claimed) >= rank ||
+              !mesh_[claimed] || mesh_[claimed]->ready || mesh_[claimed]->socket.is_open()) {
+            failure = InvalidArgumentError("rank " + std::to_string(rank_) + " got a mesh connection from a peer calling itself rank " +
+                                           std::to_string(claimed) + ", which it does not pair with (or twice)");
+            return;
+          }
+          link = mesh_[claimed].get();
+          peer = static_cast<int>(claimed);
+        } else if (left_.socket.is_open()) {
+          failure = InvalidArgumentError("rank " + std::to_string(rank_) + " got a second connection claiming to be its left neighbor");
+          return;
+        }
+        link->socket = std::move(in->socket);
+        if (re) {
+          failure = UnavailableError("hello from rank " + std::to_string(peer) + " failed: " + re.message());
+          return;
+        }
+        if (security_.authenticate) {
+          std::memcpy(&link->handshake.hello, in->first.data(), 8);
+          return HandshakeAsAcceptor(*link, peer, mesh, context, &failure);
+        }
+        if (authenticating) {
+          failure = InvalidArgumentError("ring authentication refused on rank " + std::to_string(rank_) + ": rank " +
+                                         std::to_string(peer) + " (" + peers_[peer] +
+                                         ") authenticates the ring (--auth-dir) but this worker has no --auth-dir; "
+                                         "every worker of the job needs the same --auth-dir");
+        } else if ((magic != ring_handshake::kPlainHelloMagic && !mesh) || static_cast<int>(claimed) != peer) {
+          failure = InvalidArgumentError("the ring's left neighbor should be rank " + std::to_string(left) +
+                                         " but a peer introduced itself as rank " + std::to_string(claimed));
+        } else {
+          link->ready = true;
+        }
       });
     });
   };
-  try_connect();
-  acceptor_.async_accept(left_, [&](const boost::system::error_code& e) {
-    if (e) {
-      failure = UnavailableError("accepting rank " + std::to_string(left) + " failed: " + e.message());
-      return;
+  accept_next();
+  auto all_ready = [&] {
+    if (!left_.ready || !right_.ready) return false;
+    for (const auto& link : mesh_) {
+      if (link && !link->ready) return false;
     }
-    left_.set_option(tcp::no_delay(true));
-    if (security_.authenticate) return HandshakeAsAcceptor(left, context, &accepted, &failure);
-    asio::async_read(left_, asio::buffer(hello_in), [&](const boost::system::error_code& re, size_t) {
-      if (re) failure = UnavailableError("hello from rank " + std::to_string(left) + " failed: " + re.message());
-      else if (hello_in[0] == ring_handshake::kHelloMagic) {
-        failure = InvalidArgumentError("ring authentication refused on rank " + std::to_string(rank_) + ": rank " +
-                                       std::to_string(left) + " (" + peers_[left] +
-                                       ") authenticates the ring (--auth-dir) but this worker has no --auth-dir; "
-                                       "every worker of the job needs the same --auth-dir");
-      } else if (hello_in[0] != ring_handshake::kPlainHelloMagic || hello_in[1] != static_cast<uint32_t>(left)) {
-        failure = InvalidArgumentError("the ring's left neighbor should be rank " + std::to_string(left) +
-                                       " but a peer introduced itself as rank " + std::to_string(hello_in[1]));
-      } else {
-        accepted = true;
-      }
-    });
-  });
+    return true;
+  };
   io_.restart();
-  while (!(connected && accepted) && failure.ok()) {
+  while (!all_ready() && failure.ok()) {
     if (io_.run_one_until(deadline) == 0 || Clock::now() > deadline) {
-      if (connected && accepted) break;
+      if (all_ready()) break;
+      std::string missing;
+      for (int p = 0; p < size_; ++p) {
+        if (mesh_[static_cast<size_t>(p)] && !mesh_[static_cast<size_t>(p)]->ready) missing += " " + std::to_string(p);
+      }
       failure = DeadlineExceededError("ring set-up on rank " + std::to_string(rank) + " timed out after " +
-                                      std::to_string(timeout_s) + " s (right " + peers[right] + (connected ? " ok" : " missing") +
-                                      ", left " + peers[left] + (accepted ? " ok" : " missing") + ")");
+                                      std::to_string(timeout_s) + " s (right " + peers[right] + (right_.ready ? " ok" : " missing") +
+                                      ", left " + peers[left] + (left_.ready ? " ok" : " missing") +
+                                      (missing.empty() ? "" : ", mesh peers" + missing + " missing") + ")");
     }
   }
   if (!failure.ok()) return Fail(failure);
   boost::system::error_code ignore;
   acceptor_.close(ignore);
+  // Handlers that never ran (the accept loop's last async_accept) hold captures of this frame.
+  io_.restart();
+  io_.poll();
   return OkStatus();
 }
 
@@ -190,12 +326,12 @@ Status RingCollective::PeerError(int peer, const boost::system::error_code& e, c
                           where);
 }
 
-std::string RingCollective::AuthFailure(int peer, bool accepted_side, const std::string& why) const {
+std::string RingCollective::AuthFailure(const Link& link, int peer, bool accepted_side, const std::string& why) const {
   std::string from;
   if (accepted_side) {
     // The connection may not be from the rank the ring expects there: say where it came from.
     boost::system::error_code ec;
-    const auto remote = left_.remote_endpoint(ec);
+    const auto remote = link.socket.remote_endpoint(ec);
     if (!ec) from = ", connection from " + remote.address().to_string() + ":" + std::to_string(remote.port());
   }
   return "ring authentication failed between rank " + std::to_string(rank_) + " and rank " + std::to_string(peer) + " (" +
@@ -205,22 +341,24 @@ std::string RingCollective::AuthFailure(int peer, bool accepted_side, const std:
 // The connector's half (wire format in ARCHITECTURE.md): hello with its nonce; the acceptor's
 // nonce and proof; this side's verdict and proof; the acceptor's verdict. Each side checks
 // the other's proof, so a refusal is reported on both, each naming the other.
-void RingCollective::HandshakeAsConnector(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure) {
+void RingCollective::HandshakeAsConnector(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context,
+                                          Status* failure) {
   using namespace ring_handshake;
-  auto fail = [this, peer, failure](const std::string& why) {
-    if (failure->ok()) *failure = InvalidArgumentError(AuthFailure(peer, false, why));
+  auto fail = [this, &link, peer, failure](const std::string& why) {
+    if (failure->ok()) *failure = InvalidArgumentError(AuthFailure(link, peer, false, why));
   };
   auto io_fail = [fail](const char* during, const boost::system::error_code& e) {
     fail(e == asio::error::eof ? std::string("it closed the connection during the handshake (") + during +
                                      "): a worker without --auth-dir, or one that refused this one"
                                : std::string(during) + ": " + e.message());
   };
-  HandshakeState& h = as_connector_;
+  HandshakeState& h = link.handshake;
+  auto& socket = link.socket;
   const uint32_t flags = security_.encrypt ? kFlagEncrypt : 0;
-  h.hello = Hello{kHelloMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce()};
-  asio::async_write(right_, asio::buffer(&h.hello, sizeof(h.hello)), [=, this, &h](const boost::system::error_code& e, size_t) {
+  h.hello = Hello{mesh ? kMeshHelloMagic : kHelloMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce()};
+  asio::async_write(socket, asio::buffer(&h.hello, sizeof(h.hello)), [=, this, &h, &socket, &link](const boost::system::error_code& e, size_t) {
     if (e) return io_fail("sending the hello", e);
-    asio::async_read(right_, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h](const boost::system::error_code& e2, size_t) {
+    asio::async_read(socket, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h, &socket, &link](const boost::system::error_code& e2, size_t) {
       if (e2) return io_fail("waiting for its proof", e2);
       if (h.reply.magic != kReplyMagic) return fail("it does not speak the ring handshake");
       uint32_t verdict = kAccepted;
@@ -230,65 +368,64 @@ void RingCollective::HandshakeAsConnector(int peer, const std::array<uint8_t, 32
       else if (h.reply.flags != flags) verdict = kFlagsDiffer;
       else if (!MacEqual(h.reply.mac, AcceptorMac(security_.key, h.transcript))) verdict = kBadProof;
       h.finish = Finish{kFinishMagic, verdict, verdict == kAccepted ? ConnectorMac(security_.key, h.transcript) : Mac{}};
-      asio::async_write(right_, asio::buffer(&h.finish, sizeof(h.finish)), [=, this, &h](const boost::system::error_code& e3, size_t) {
+      asio::async_write(socket, asio::buffer(&h.finish, sizeof(h.finish)), [=, this, &h, &socket, &link](const boost::system::error_code& e3, size_t) {
         if (verdict != kAccepted) return fail("this worker refused it: " + VerdictText(verdict));
         if (e3) return io_fail("sending this worker's proof", e3);
-        asio::async_read(right_, asio::buffer(&h.verdict, sizeof(h.verdict)), [=, this, &h](const boost::system::error_code& e4, size_t) {
+        asio::async_read(socket, asio::buffer(&h.verdict, sizeof(h.verdict)), [=, this, &h, &link](const boost::system::error_code& e4, size_t) {
           if (e4) return io_fail("waiting for its verdict", e4);
           if (h.verdict.magic != kVerdictMagic) return fail("it does not speak the ring handshake");
           if (h.verdict.verdict != kAccepted) return fail("it refused this worker: " + VerdictText(h.verdict.verdict));
-          if (security_.encrypt) right_stream_.Encrypt(DeriveSessionKeys(security_.key, h.transcript, /*connector=*/true));
-          *done = true;
+          if (security_.encrypt) link.stream.Encrypt(DeriveSessionKeys(security_.key, h.transcript, /*connector=*/true));
+          link.ready = true;
         });
       });
     });
   });
 }
 
-void RingCollective::HandshakeAsAcceptor(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure) {
+void RingCollective::HandshakeAsAcceptor(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context,
+                                         Status* failure) {
   using namespace ring_handshake;
-  auto fail = [this, peer, failure](const std::string& why) {
-    if (failure->ok()) *failure = InvalidArgumentError(AuthFailure(peer, true, why));
+  auto fail = [this, &link, peer, failure](const std::string& why) {
+    if (failure->ok()) *failure = InvalidArgumentError(AuthFailure(link, peer, true, why));
   };
   auto io_fail = [fail](const char* during, const boost::system::error_code& e) {
     fail(e == asio::error::eof ? std::string("it closed the connection during the handshake (") + during +
                                      "): a worker with other keys, or one that refused this one"
                                : std::string(during) + ": " + e.message());
   };
-  HandshakeState& h = as_acceptor_;
+  HandshakeState& h = link.handshake;
+  auto& socket = link.socket;
   const uint32_t flags = security_.encrypt ? kFlagEncrypt : 0;
-  // The first 8 bytes sit where a plaintext ring's hello has its magic and rank.
-  asio::async_read(left_, asio::buffer(&h.hello, 8), [=, this, &h](const boost::system::error_code& e, size_t) {
-    if (e) return io_fail("waiting for its hello", e);
-    if (h.hello.magic == kPlainHelloMagic) {
-      return fail("it connected without authentication (no --auth-dir): every worker of the ring needs --auth-dir with "
-                  "the cluster's keys");
-    }
-    if (h.hello.magic != kHelloMagic) return fail("it is not a gradsync ring peer (unknown hello)");
-    asio::async_read(left_, asio::buffer(reinterpret_cast<char*>(&h.hello) + 8, sizeof(h.hello) - 8),
-                     [=, this, &h](const boost::system::error_code& e2, size_t) {
-      if (e2) return io_fail("waiting for its hello", e2);
-      h.reply = Reply{kReplyMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce(), Mac{}};
-      h.transcript = Transcript(context, h.hello, h.reply);
-      h.reply.mac = AcceptorMac(security_.key, h.transcript);
-      asio::async_write(left_, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h](const boost::system::error_code& e3, size_t) {
-        if (e3) return io_fail("sending this worker's proof", e3);
-        asio::async_read(left_, asio::buffer(&h.finish, sizeof(h.finish)), [=, this, &h](const boost::system::error_code& e4, size_t) {
-          if (e4) return io_fail("waiting for its proof", e4);
-          if (h.finish.magic != kFinishMagic) return fail("it does not speak the ring handshake");
-          if (h.finish.verdict != kAccepted) return fail("it refused this worker: " + VerdictText(h.finish.verdict));
-          uint32_t verdict = kAccepted;
-          if (h.hello.version != kVersion) verdict = kBadVersion;
-          else if (h.hello.rank != static_cast<uint32_t>(peer)) verdict = kWrongRank;
-          else if (h.hello.flags != flags) verdict = kFlagsDiffer;
-          else if (!MacEqual(h.finish.mac, ConnectorMac(security_.key, h.transcript))) verdict = kBadProof;
-          h.verdict = VerdictMsg{kVerdictMagic, verdict};
-          asio::async_write(left_, asio::buffer(&h.verdict, sizeof(h.verdict)), [=, this, &h](const boost::system::error_code& e5, size_t) {
-            if (verdict != kAccepted) return fail("this worker refused it: " + VerdictText(verdict));
-            if (e5) return io_fail("sending this worker's verdict", e5);
-            if (security_.encrypt) left_stream_.Encrypt(DeriveSessionKeys(security_.key, h.transcript, /*connector=*/false));
-            *done = true;
-          });
+  // The first 8 bytes (where a plaintext ring's hello has its magic and rank) are in h.hello.
+  if (h.hello.magic == kPlainHelloMagic || h.hello.magic == kPlainMeshHelloMagic) {
+    return fail("it connected without authentication (no --auth-dir): every worker of the ring needs --auth-dir with "
+                "the cluster's keys");
+  }
+  if (h.hello.magic != (mesh ? kMeshHelloMagic : kHelloMagic)) return fail("it is not a gradsync ring peer (unknown hello)");
+  asio::async_read(socket, asio::buffer(reinterpret_cast<char*>(&h.hello) + 8, sizeof(h.hello) - 8),
+                   [=, this, &h, &socket, &link](const boost::system::error_code& e2, size_t) {
+    if (e2) return io_fail("waiting for its hello", e2);
+    h.reply = Reply{kReplyMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce(), Mac{}};
+    h.transcript = Transcript(context, h.hello, h.reply);
+    h.reply.mac = AcceptorMac(security_.key, h.transcript);
+    asio::async_write(socket, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h, &socket, &link](const boost::system::error_code& e3, size_t) {
+      if (e3) return io_fail("sending this worker's proof", e3);
+      asio::async_read(socket, asio::buffer(&h.finish, sizeof(h.finish)), [=, this, &h, &socket, &link](const boost::system::error_code& e4, size_t) {
+        if (e4) return io_fail("waiting for its proof", e4);
+        if (h.finish.magic != kFinishMagic) return fail("it does not speak the ring handshake");
+        if (h.finish.verdict != kAccepted) return fail("it refused this worker: " + VerdictText(h.finish.verdict));
+        uint32_t verdict = kAccepted;
+        if (h.hello.version != kVersion) verdict = kBadVersion;
+        else if (h.hello.rank != static_cast<uint32_t>(peer)) verdict = kWrongRank;
+        else if (h.hello.flags != flags) verdict = kFlagsDiffer;
+        else if (!MacEqual(h.finish.mac, ConnectorMac(security_.key, h.transcript))) verdict = kBadProof;
+        h.verdict = VerdictMsg{kVerdictMagic, verdict};
+        asio::async_write(socket, asio::buffer(&h.verdict, sizeof(h.verdict)), [=, this, &h, &link](const boost::system::error_code& e5, size_t) {
+          if (verdict != kAccepted) return fail("this worker refused it: " + VerdictText(verdict));
+          if (e5) return io_fail("sending this worker's verdict", e5);
+          if (security_.encrypt) link.stream.Encrypt(DeriveSessionKeys(security_.key, h.transcript, /*connector=*/false));
+          link.ready = true;
         });
       });
     });
@@ -306,47 +443,52 @@ Status RingCollective::Begin(OpKind op) {
 Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
                                 size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment,
                                 bool recv_reuse) {
-  const bool do_send = send != nullptr, do_recv = recv != nullptr;
-  StepHeader out{kStepMagic, static_cast<uint32_t>(op), seq_, step, 0, send_bytes};
+  return PeerExchange(op, step, send ? (rank_ + 1) % size_ : -1, send, send_bytes, recv ? (rank_ - 1 + size_) % size_ : -1,
+                      recv, recv_bytes, on_segment, recv_reuse);
+}
+
+Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void* send, size_t send_bytes, int from,
+                                    void* recv, size_t recv_bytes,
+                                    const std::function<void(size_t, size_t)>& on_segment, bool recv_reuse) {
+  const bool do_send = to >= 0, do_recv = from >= 0;
+  const uint32_t algo = op == OpKind::kAllReduce ? static_cast<uint32_t>(algo_now_) : 0;
+  StepHeader out{kStepMagic, static_cast<uint32_t>(op), seq_, step, algo, send_bytes};
   StepHeader in{};
   bool wdone = !do_send, rdone = !do_recv;
   Status failure;
-  const int left = (rank_ - 1 + size_) % size_, right = (rank_ + 1) % size_;
   auto peer_error = [&](int peer, const boost::system::error_code& e) {
     if (failure.ok()) failure = PeerError(peer, e, Where(op, step));
   };
   if (do_send) {
-    right_stream_.AsyncWrite({asio::buffer(&out, sizeof(out)), asio::buffer(send, send_bytes)}, [&](const boost::system::error_code& e, size_t n) {
-      if (e) return peer_error(right, e);
+    SendStream(to).AsyncWrite({asio::buffer(&out, sizeof(out)), asio::buffer(send ? send : empty_, send_bytes)},
+                              [&](const boost::system::error_code& e, size_t n) {
+      if (e) return peer_error(to, e);
       bytes_sent_ += n;
       wdone = true;
     });
   }
   std::function<void(size_t)> read_from;
   if (do_recv) {
+    RingStream& stream = RecvStream(from);
     read_from = [&](size_t off) {
       if (off == recv_bytes) {
         rdone = true;
         return;
       }
       const size_t len = std::min(options_.segment_bytes, recv_bytes - off);
-      left_stream_.AsyncRead(asio::buffer(static_cast<char*>(recv) + (recv_reuse ? 0 : off), len),
+      stream.AsyncRead(asio::buffer(static_cast<char*>(recv) + (recv_reuse ? 0 : off), len),
                        [&, off, len](const boost::system::error_code& e, size_t n) {
-                         if (e) return peer_error(left, e);
+                         if (e) return peer_error(from, e);
                          bytes_received_ += n;
                          if (on_segment) on_segment(off, len);
                          read_from(off + len);
                        });
     };
-    left_stream_.AsyncRead(asio::buffer(&in, sizeof(in)), [&](const boost::system::error_code& e, size_t n) {
-      if (e) return peer_error(left, e);
+    stream.AsyncRead(asio::buffer(&in, sizeof(in)), [&](const boost::system::error_code& e, size_t n) {
+      if (e) return peer_error(from, e);
       bytes_received_ += n;
-      if (in.magic != kStepMagic || in.op != static_cast<uint32_t>(op) || in.seq != seq_ || in.step != step ||
-          in.bytes != recv_bytes) {
-        failure = InternalError("mismatched collectives: rank " + std::to_string(left) + " sent " +
-                                OpName(in.op) + " #" + std::to_string(in.seq) + " step " + std::to_string(in.step) +
-                                " (" + std::to_string(in.bytes) + " bytes) but " + Where(op, step) + " expects " +
-                                std::to_string(recv_bytes) + " bytes: every rank must call the same operations in the same order");
+      if (Status s = CheckHeader(in, op, step, algo, recv_bytes, from); !s.ok()) {
+        failure = s;
         return;
       }
       read_from(0);
@@ -355,30 +497,39 @@ Status RingCollective::Exchange(OpKind op, uint32_t step, const void* send, size
   const auto deadline = Deadline(options_.timeout_s);
   io_.restart();
   while (!(wdone && rdone) && failure.ok()) {
-    if (io_.run_one_until(deadline) == 0 && !(wdone && rdone) && failure.ok()) {
+    if (RunOne(deadline) == 0 && !(wdone && rdone) && failure.ok()) {
       failure = DeadlineExceededError(std::string("no progress for ") + std::to_string(options_.timeout_s) + " s during " +
-                                      Where(op, step) + (rdone ? "" : " (waiting for rank " + std::to_string(left) + ")") +
-                                      (wdone ? "" : " (sending to rank " + std::to_string(right) + ")"));
+                                      Where(op, step) + (rdone ? "" : " (waiting for rank " + std::to_string(from) + ")") +
+                                      (wdone ? "" : " (sending to rank " + std::to_string(to) + ")"));
     }
   }
   if (!failure.ok()) return Fail(failure);
   return OkStatus();
 }
 
-// The 2(n-1) ring steps run as one stream in each direction. Step t receives chunk recv(t) and
-// sends chunk send(t), and send(t + 1) == recv(t): so each received segment, once reduced
-// (reduce-scatter) or stored (all-gather), is queued at once as the next step's outgoing
-// segment, while it is still in cache. The writer may lag the reader by at most one step (the
-// reader waits before a new step until the writer has sent everything of the steps before),
-// which keeps a chunk from being overwritten while it is still queued for sending.
+Status RingCollective::CheckHeader(const StepHeader& in, OpKind op, uint32_t step, uint32_t algo, size_t bytes,
+                                   int from) const {
+  if (in.magic == kStepMagic && in.op == static_cast<uint32_t>(op) && in.seq == seq_ && in.algo != algo &&
+      op == OpKind::kAllReduce) {
+    return InvalidArgumentError("rank " + std::to_string(from) + " runs all-reduce #" + std::to_string(seq_) + " with " +
+                                AllReduceAlgoName(static_cast<AllReduceAlgo>(in.algo)) + " but rank " + std::to_string(rank_) +
+                                " with " + AllReduceAlgoName(static_cast<AllReduceAlgo>(algo)) +
+                                ": every worker needs the same --allreduce-algo");
+  }
+  if (in.magic != kStepMagic || in.op != static_cast<uint32_t>(op) || in.seq != seq_ || in.step != step ||
+      in.bytes != bytes || in.algo != algo) {
+    return InternalError("mismatched collectives: rank " + std::to_string(from) + " sent " + OpName(in.op) + " #" +
+                         std::to_string(in.seq) + " step " + std::to_string(in.step) + " (" + std::to_string(in.bytes) +
+                         " bytes) but " + Where(op, step) + " expects " + std::to_string(bytes) +
+                         " bytes: every rank must call the same operations in the same order");
+  }
+  return OkStatus();
+}
+
 Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
   RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
   if (size_ == 1 || data.empty()) return OkStatus();
-  RETURN_IF_ERROR(RingAllReduce(data.data(), data.size(), sizeof(float), [](void* acc, const void* x, size_t k) {
-    float* __restrict a = static_cast<float*>(acc);
-    const float* __restrict b = static_cast<const float*>(x);
-    for (size_t i = 0; i < k; ++i) a[i] += b[i];
-  }));
+  RETURN_IF_ERROR(AllReduceWith(data.data(), data.size(), sizeof(float), AddFloats));
   if (op == ReduceOp::kAverage) Scale(data, 1.0f / static_cast<float>(size_));
   return OkStatus();
 }
@@ -386,17 +537,56 @@ Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
 Status RingCollective::AllReduceHalf(std::span<uint16_t> data) {
   RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
   if (size_ == 1 || data.empty()) return OkStatus();
-  return RingAllReduce(data.data(), data.size(), sizeof(uint16_t), [](void* acc, const void* x, size_t k) {
+  return AllReduceWith(data.data(), data.size(), sizeof(uint16_t), [](void* acc, const void* x, size_t k) {
     AddHalves(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(x), k);
   });
 }
 
-Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, const Reducer& reduce) {
+Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce) {
+  AllReduceAlgo algo = options_.algorithm;
+  if (algo == AllReduceAlgo::kAuto) algo = ChooseAllReduceAlgo(count * elem, size_);
+  algo_now_ = last_algorithm_ = algo;
+  switch (algo) {
+    case AllReduceAlgo::kRhd: return HalvingDoubling(data, count, elem, reduce);
+    case AllReduceAlgo::kRd: return RecursiveDoubling(data, count, elem, reduce);
+    case AllReduceAlgo::kTree: return Tree(data, count, elem, reduce);
+    default: return RingSteps(OpKind::kAllReduce, data, count, elem, reduce, 0, 2 * (size_ - 1));
+  }
+}
+
+Status RingCollective::ReduceScatter(FloatSpan data, ReduceOp op) {
+  RETURN_IF_ERROR(Begin(OpKind::kReduceScatter));
+  if (size_ == 1 || data.empty()) return OkStatus();
+  RETURN_IF_ERROR(RingSteps(OpKind::kReduceScatter, data.data(), data.size(), sizeof(float), AddFloats, 0, size_ - 1));
+  if (op == ReduceOp::kAverage) {
+    const size_t b = ChunkBegin(data.size(), size_, rank_), e = ChunkBegin(data.size(), size_, rank_ + 1);
+    Scale(data.subspan(b, e - b), 1.0f / static_cast<float>(size_));
+  }
+  return OkStatus();
+}
+
+Status RingCollective::AllGatherChunks(FloatSpan data) {
+  RETURN_IF_ERROR(Begin(OpKind::kAllGatherChunks));
+  if (size_ == 1 || data.empty()) return OkStatus();
+  return RingSteps(OpKind::kAllGatherChunks, data.data(), data.size(), sizeof(float), nullptr, size_ - 1, 2 * (size_ - 1));
+}
+
+// The ring steps run as one stream in each direction. Step t receives chunk recv(t) and sends
+// chunk send(t), and send(t + 1) == recv(t): so each received segment, once reduced
+// (reduce-scatter, steps < n - 1) or stored (all-gather), is queued at once as the next step's
+// outgoing segment, while it is still in cache. The writer may lag the reader by at most one
+// step (the reader waits before a new step until the writer has sent everything of the steps
+// before), which keeps a chunk from being overwritten while it is still queued for sending. A
+// reader that has to wait is resumed by the write that lets it go on: no polling.
+Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first,
+                                 int last) {
   const int n = size_, r = rank_;
   char* d = static_cast<char*>(data);
-  const int steps = 2 * (n - 1);
-  auto recv_chunk = [&](int t) { return t < n - 1 ? (r - t - 1 + 2 * n) % n : (r - (t - (n - 1)) + 2 * n) % n; };
-  auto send_chunk = [&](int t) { return t == 0 ? r : recv_chunk(t - 1); };
+  const int steps = last;
+  // Chunk numbering: rank r receives chunk r - t - 2 at reduce-scatter step t (so that it ends
+  // with chunk r reduced) and chunk r - (t - (n - 1)) - 1 at all-gather step t.
+  auto recv_chunk = [&](int t) { return t < n - 1 ? (r - t - 2 + 2 * n) % n : (r - (t - (n - 1)) - 1 + 2 * n) % n; };
+  auto send_chunk = [&](int t) { return t == 0 ? (r - 1 + n) % n : recv_chunk(t - 1); };
   auto begin_of = [&](int c) { return ChunkBegin(count, n, c) * elem; };  // in bytes
   auto bytes_of = [&](int c) { return (ChunkBegin(count, n, c + 1) - ChunkBegin(count, n, c)) * elem; };
   // Segments hold whole elements.
@@ -411,25 +601,33 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
   std::deque<StepHeader> headers;
   std::deque<Piece> queue;
   bool writing = false;
-  int writer_done_through = -1;  // every piece of steps <= this has been written
+  int writer_done_through = first - 1;  // every piece of steps <= this has been written
   std::vector<size_t> pieces_left(static_cast<size_t>(steps), 0);
   std::vector<bool> step_queued(static_cast<size_t>(steps), false);  // all pieces of the step queued
   Status failure;
   const int left = (r - 1 + n) % n, right = (r + 1) % n;
+  const uint32_t algo = op == OpKind::kAllReduce ? static_cast<uint32_t>(algo_now_) : 0;
   auto peer_error = [&](int peer, const boost::system::error_code& e, int t) {
-    if (failure.ok()) failure = PeerError(peer, e, Where(OpKind::kAllReduce, static_cast<uint32_t>(t)));
+    if (failure.ok()) failure = PeerError(peer, e, Where(op, static_cast<uint32_t>(t)));
   };
+  std::function<void()> resume_reader;  // a read_step waiting for the writer
+  int reader_waits_for = -1;
   auto advance_writer_mark = [&] {
     while (writer_done_through + 1 < steps && step_queued[writer_done_through + 1] &&
            pieces_left[writer_done_through + 1] == 0) {
       ++writer_done_through;
+    }
+    if (resume_reader && writer_done_through >= reader_waits_for) {
+      auto go = std::move(resume_reader);
+      resume_reader = nullptr;
+      go();
     }
   };
   std::function<void()> pump = [&] {
     if (writing || queue.empty() || !failure.ok()) return;
     writing = true;
     Piece p = queue.front();
-    right_stream_.AsyncWrite({asio::buffer(p.data, p.len)}, [&, p](const boost::system::error_code& e, size_t w) {
+    right_.stream.AsyncWrite({asio::buffer(p.data, p.len)}, [&, p](const boost::system::error_code& e, size_t w) {
       writing = false;
       if (e) return peer_error(right, e, p.step);
       bytes_sent_ += w;
@@ -445,17 +643,19 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
     pump();
   };
   auto start_step_send = [&](int t) {
-    headers.push_back({kStepMagic, static_cast<uint32_t>(OpKind::kAllReduce), seq_, static_cast<uint32_t>(t), 0,
-                       bytes_of(send_chunk(t))});
+    headers.push_back({kStepMagic, static_cast<uint32_t>(op), seq_, static_cast<uint32_t>(t), algo, bytes_of(send_chunk(t))});
     enqueue(&headers.back(), sizeof(StepHeader), t);
   };
-  // Step 0 sends this rank's own chunk, whole.
-  start_step_send(0);
-  if (bytes_of(r) > 0) enqueue(d + begin_of(r), bytes_of(r), 0);
-  step_queued[0] = true;
+  // The first step sends this rank's starting chunk, whole.
+  {
+    const int c = first == 0 ? send_chunk(0) : r;
+    start_step_send(first);
+    if (bytes_of(c) > 0) enqueue(d + begin_of(c), bytes_of(c), first);
+    step_queued[first] = true;
+  }
 
   StepHeader in{};
-  int reading = 0;
+  int reading = first;
   bool all_read = false;
   std::function<void()> read_step;
   std::function<void(size_t)> read_segment = [&](size_t off) {
@@ -464,19 +664,17 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
     const size_t total = bytes_of(c);
     if (off == total) {
       if (t + 1 < steps) step_queued[t + 1] = true;
-      advance_writer_mark();
       reading = t + 1;
-      if (reading == steps) {
-        all_read = true;
-        return;
-      }
-      return read_step();
+      if (reading == steps) all_read = true;
+      advance_writer_mark();
+      if (!all_read) read_step();
+      return;
     }
     const size_t len = std::min(seg, total - off);
     char* dst = d + begin_of(c) + off;
     const bool reducing = t < n - 1;
     void* target = reducing ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
-    left_stream_.AsyncRead(asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
+    left_.stream.AsyncRead(asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
       if (reducing) reduce(dst, scratch_.data(), len / elem);
@@ -489,20 +687,15 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
     // The writer must have sent every piece of the steps before t - 1 ... t - 1 is still allowed
     // to be in flight only for chunks this step does not touch (see above).
     if (writer_done_through < t - 1) {
-      RetryAfter(std::chrono::microseconds(20), [&] { read_step(); });
+      reader_waits_for = t - 1;
+      resume_reader = [&] { read_step(); };
       return;
     }
-    left_stream_.AsyncRead(asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
+    left_.stream.AsyncRead(asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
-      const size_t want = bytes_of(recv_chunk(t));
-      if (in.magic != kStepMagic || in.op != static_cast<uint32_t>(OpKind::kAllReduce) || in.seq != seq_ ||
-          in.step != static_cast<uint32_t>(t) || in.bytes != want) {
-        failure = InternalError("mismatched collectives: rank " + std::to_string(left) + " sent " + OpName(in.op) +
-                                " #" + std::to_string(in.seq) + " step " + std::to_string(in.step) + " (" +
-                                std::to_string(in.bytes) + " bytes) but " + Where(OpKind::kAllReduce, static_cast<uint32_t>(t)) +
-                                " expects " + std::to_string(want) +
-                                " bytes: every rank must call the same operations in the same order");
+      if (Status s = CheckHeader(in, op, static_cast<uint32_t>(t), algo, bytes_of(recv_chunk(t)), left); !s.ok()) {
+        failure = s;
         return;
       }
       if (t + 1 < steps) start_step_send(t + 1);
@@ -515,9 +708,9 @@ Status RingCollective::RingAllReduce(void* data, size_t count, size_t elem, cons
   io_.restart();
   while (failure.ok() && !(all_read && writer_done_through == steps - 1)) {
     const uint64_t before = bytes_received_ + bytes_sent_;
-    if (io_.run_one_until(deadline) == 0 && failure.ok()) {
+    if (RunOne(deadline) == 0 && failure.ok()) {
       failure = DeadlineExceededError("no progress for " + std::to_string(options_.timeout_s) + " s during " +
-                                      Where(OpKind::kAllReduce, static_cast<uint32_t>(std::min(reading, steps - 1))) +
+                                      Where(op, static_cast<uint32_t>(std::min(reading, steps - 1))) +
                                       (all_read ? " (sending to rank " + std::to_string(right) + ")"
                                                 : " (waiting for rank " + std::to_string(left) + ")"));
     }

@@ -1,11 +1,18 @@
-// RingCollective: the CPU collective over TCP (Boost.Asio): a bandwidth-optimal ring.
+// RingCollective: the CPU collective over TCP (Boost.Asio): a bandwidth-optimal ring, and the
+// latency-optimal algorithms beside it for small messages.
 //
-// Rank r holds two connections: to its right neighbor (r+1 mod n), where it sends, and from its
-// left neighbor (r-1 mod n), where it receives. AllReduce is reduce-scatter then all-gather
-// (Patarasuk and Yuan 2009, bandwidth-optimal all-reduce): 2(n-1) steps, each rank sending 2(n-1)/n of the buffer.
-// Within a step the chunk is sent while the incoming chunk is received and reduced segment by
-// segment (CollectiveOptions::segment_bytes), so the three overlap. Every step starts with a
-// small header (magic, sequence number, op, step, byte count) that the receiver checks.
+// Rank r holds two ring connections: to its right neighbor (r+1 mod n), where it sends, and from
+// its left neighbor (r-1 mod n), where it receives. The ring AllReduce is reduce-scatter then
+// all-gather (Patarasuk and Yuan 2009, bandwidth-optimal all-reduce): 2(n-1) steps, each rank
+// sending 2(n-1)/n of the buffer. Within a step the chunk is sent while the incoming chunk is
+// received and reduced segment by segment (CollectiveOptions::segment_bytes), so the three
+// overlap. Every step starts with a small header (magic, sequence number, op, algorithm, step,
+// byte count) that the receiver checks.
+//
+// With n > 2, rank r also holds one "mesh" connection to each rank that recursive halving-doubling,
+// recursive doubling or the binomial tree pair it with (MeshPeers in allreduce/algorithms.h:
+// O(log n) of them, not n - 1); with n = 2 the two ring connections serve both directions.
+// CollectiveOptions::algorithm picks the all-reduce algorithm (auto: by size and rank count).
 //
 // Set-up is two-phase so that ports can be ephemeral: Listen() binds and tells the port to
 // advertise (through the scheduler, or directly in tests); Connect() wires the ring once every
@@ -25,10 +32,14 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/algorithms.h"
 #include "allreduce/collective.h"
 #include "allreduce/ring_security.h"
 
 namespace gradsync {
+
+// acc[i] += x[i] for k floats (the float all-reduce's reducer).
+void AddFloats(void* acc, const void* x, size_t k);
 
 class RingCollective final : public Collective {
  public:
@@ -45,33 +56,62 @@ class RingCollective final : public Collective {
   int size() const override { return size_; }
   Status AllReduce(FloatSpan data, ReduceOp op) override;
   Status AllReduceHalf(std::span<uint16_t> data) override;
+  Status ReduceScatter(FloatSpan data, ReduceOp op) override;
+  Status AllGatherChunks(FloatSpan data) override;
   Status Broadcast(FloatSpan data, int root) override;
   Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) override;
   Status Barrier() override;
   // Wire bytes: with encryption, frame headers and tags included.
-  uint64_t bytes_sent() const override { return bytes_sent_ + right_stream_.overhead_sent(); }
-  uint64_t bytes_received() const override { return bytes_received_ + left_stream_.overhead_received(); }
+  uint64_t bytes_sent() const override;
+  uint64_t bytes_received() const override;
+  // The algorithm the last AllReduce / AllReduceHalf ran (auto resolved).
+  AllReduceAlgo last_algorithm() const { return last_algorithm_; }
 
   // Closes both connections at once (tests use it to play a rank that dies).
   void Abort();
 
  private:
-  enum class OpKind : uint32_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
+  enum class OpKind : uint32_t {
+    kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4, kReduceScatter = 5, kAllGatherChunks = 6
+  };
   struct StepHeader {
     uint32_t magic;
     uint32_t op;
     uint64_t seq;
     uint32_t step;
-    uint32_t reserved;
+    uint32_t algo;  // AllReduceAlgo for all-reduces (ranks that disagree fail, naming both), else 0
     uint64_t bytes;
+  };
+  // The handshakes' messages on one connection, alive while Connect runs.
+  struct HandshakeState {
+    ring_handshake::Hello hello{};
+    ring_handshake::Reply reply{};
+    ring_handshake::Finish finish{};
+    ring_handshake::VerdictMsg verdict{};
+    std::array<uint8_t, 32> transcript{};
+  };
+  // One connection: its socket, the stream every read and write goes through (plain or
+  // encrypted), and its handshake.
+  struct Link {
+    explicit Link(boost::asio::io_context& io) : socket(io) {}
+    boost::asio::ip::tcp::socket socket;
+    RingStream stream{socket};
+    HandshakeState handshake;
+    bool ready = false;
   };
 
   RingCollective(const CollectiveOptions& options, const RingSecurity& security);
 
-  // The two halves of Connect's handshake on one connection (set `*done` or `*failure`).
-  void HandshakeAsConnector(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure);
-  void HandshakeAsAcceptor(int peer, const std::array<uint8_t, 32>& context, bool* done, Status* failure);
-  std::string AuthFailure(int peer, bool accepted_side, const std::string& why) const;
+  // The two halves of Connect's handshake on one connection (set `link.ready` or `*failure`);
+  // `mesh` says which kind of connection it is (a ring or a mesh hello). The acceptor's half
+  // starts after the hello's first 8 bytes, which Connect read to tell the kinds apart.
+  void HandshakeAsConnector(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context, Status* failure);
+  void HandshakeAsAcceptor(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context, Status* failure);
+  std::string AuthFailure(const Link& link, int peer, bool accepted_side, const std::string& why) const;
+  // The stream that carries data to / from `peer` (a ring connection where the peer is that
+  // neighbor, else the mesh connection).
+  RingStream& SendStream(int peer);
+  RingStream& RecvStream(int peer);
   // A failed read or write: kDataLoss for an encrypted frame that fails authentication,
   // kUnavailable for a lost peer.
   Status PeerError(int peer, const boost::system::error_code& e, const std::string& where) const;
@@ -85,10 +125,33 @@ class RingCollective final : public Collective {
   Status Exchange(OpKind op, uint32_t step, const void* send, size_t send_bytes, void* recv,
                   size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment,
                   bool recv_reuse = false);
-  // The ring all-reduce over `count` elements of `elem` bytes: reduce(acc, x, k) folds k
-  // received elements into acc.
+  // Exchange with any two peers: send to `to`, receive from `from` (-1 skips a side).
+  Status PeerExchange(OpKind op, uint32_t step, int to, const void* send, size_t send_bytes, int from, void* recv,
+                      size_t recv_bytes, const std::function<void(size_t, size_t)>& on_segment,
+                      bool recv_reuse = false);
+  // A received step header against the one expected (kInternal "mismatched collectives", or
+  // kInvalidArgument when two ranks run different all-reduce algorithms).
+  Status CheckHeader(const StepHeader& in, OpKind op, uint32_t step, uint32_t algo, size_t bytes, int from) const;
+  // reduce(acc, x, k) folds k received elements into acc.
   using Reducer = std::function<void(void*, const void*, size_t)>;
-  Status RingAllReduce(void* data, size_t count, size_t elem, const Reducer& reduce);
+  // The all-reduce algorithms over `count` elements of `elem` bytes.
+  Status AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce);
+  // Ring steps [first, last) of the 2(n-1): [0, n-1) is the reduce-scatter (rank r ends with
+  // chunk r reduced), [n-1, 2(n-1)) the all-gather (rank r starts from its chunk r).
+  Status RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first, int last);
+  Status HalvingDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
+  Status RecursiveDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
+  Status Tree(void* data, size_t count, size_t elem, const Reducer& reduce);
+  // Recursive doubling and halving-doubling on a rank count that is not a power of two: the
+  // first 2r ranks pair up, the even one handing its data to the odd one (FoldedRank).
+  Status Fold(void* data, size_t bytes, size_t elem, const Reducer& reduce);
+  // The fold's second half (n not a power of two): the odd rank of each pair hands the result
+  // back to the even one.
+  Status Unfold(void* data, size_t bytes);
+  // Receives `bytes` from `from` and reduces them into `data` segment by segment (through the
+  // segment scratch), while optionally sending `send_bytes` from `send` to `to`.
+  Status ReceiveReducing(uint32_t step, int from, void* data, size_t bytes, size_t elem, const Reducer& reduce,
+                         int to = -1, const void* send = nullptr, size_t send_bytes = 0);
   // A valid address for empty buffers (a zero-length side is not a skipped side).
   static std::byte empty_[1];
   Status Begin(OpKind op);
@@ -97,25 +160,19 @@ class RingCollective final : public Collective {
   // every pending retry, so that no handler outlives the operation whose locals it refers to.
   void RetryAfter(std::chrono::microseconds delay, std::function<void()> fn);
   std::string Where(OpKind op, uint32_t step) const;
+  // Runs one handler: polls for up to options_.spin_us, then blocks until `deadline`. Returns
+  // how many ran (0: the deadline passed).
+  size_t RunOne(std::chrono::steady_clock::time_point deadline);
 
   CollectiveOptions options_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::ip::tcp::socket left_;
-  boost::asio::ip::tcp::socket right_;
+  // The ring: this rank sends to the right and receives from the left.
+  Link left_{io_};
+  Link right_{io_};
+  // By peer rank: the mesh connections (null where there is none).
+  std::vector<std::unique_ptr<Link>> mesh_;
   RingSecurity security_;
-  // Every read and write of a collective goes through these (plain or encrypted).
-  RingStream left_stream_{left_};
-  RingStream right_stream_{right_};
-  // The handshakes' messages, alive while Connect runs.
-  struct HandshakeState {
-    ring_handshake::Hello hello{};
-    ring_handshake::Reply reply{};
-    ring_handshake::Finish finish{};
-    ring_handshake::VerdictMsg verdict{};
-    std::array<uint8_t, 32> transcript{};
-  };
-  HandshakeState as_connector_, as_acceptor_;
   uint16_t port_ = 0;
   int rank_ = -1;
   int size_ = 0;
@@ -125,6 +182,9 @@ class RingCollective final : public Collective {
   bool aborted_ = false;
   std::vector<std::weak_ptr<boost::asio::steady_timer>> retries_;
   std::vector<float> scratch_;
+  std::vector<std::byte> whole_;  // a whole incoming buffer (recursive doubling, tree)
+  AllReduceAlgo algo_now_ = AllReduceAlgo::kRing;  // stamped on the all-reduce's step headers
+  AllReduceAlgo last_algorithm_ = AllReduceAlgo::kRing;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
 };

@@ -30,11 +30,13 @@ namespace gradsync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+int g_spin_us = CollectiveOptions{}.spin_us;
 
 struct Row {
   int ranks;
   size_t bytes;
   std::string security;
+  std::string algo;
   double p50_us, p99_us, algbw, busbw;
   int64_t wrong;
 };
@@ -47,11 +49,13 @@ RingSecurity SecurityOf(const std::string& mode) {
 
 // Rank 0's AllReduce times (us) of `iters` timed operations; adds the wrong elements to *wrong.
 std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t segment_bytes, const RingSecurity& security,
-                            int64_t* wrong_out) {
+                            AllReduceAlgo algo, int64_t* wrong_out) {
   const size_t count = bytes / sizeof(float);
   CollectiveOptions opt;
   opt.timeout_s = 120;
   opt.segment_bytes = segment_bytes;
+  opt.algorithm = algo;
+  opt.spin_us = g_spin_us;
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
@@ -89,12 +93,14 @@ std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t s
   return times;
 }
 
-Row Summarize(int n, size_t bytes, const std::string& security, std::vector<double> times, int64_t wrong) {
+Row Summarize(int n, size_t bytes, const std::string& security, const std::string& algo, std::vector<double> times,
+              int64_t wrong) {
   std::sort(times.begin(), times.end());
   Row row;
   row.ranks = n;
   row.bytes = bytes;
   row.security = security;
+  row.algo = algo;
   row.p50_us = times[times.size() / 2];
   row.p99_us = times[std::min(times.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(times.size())))];
   row.algbw = static_cast<double>(bytes) / (row.p50_us * 1e-6) / 1e9;
@@ -104,7 +110,7 @@ Row Summarize(int n, size_t bytes, const std::string& security, std::vector<doub
 }
 
 int Main(int argc, char** argv) {
-  FlagParser flags("gradsync-bench-allreduce", "CPU ring all-reduce: time, algbw, busbw, #wrong (nccl-tests format).");
+  FlagParser flags("gradsync-bench-allreduce", "CPU all-reduce (ring, rhd, rd, tree, auto): time, algbw, busbw, #wrong (nccl-tests format).");
   flags.options().add_options()
       ("sizes", po::value<std::string>()->default_value("1048576,4194304,16777216,67108864,268435456"), "bytes per rank")
       ("ranks", po::value<std::string>()->default_value("2,4"), "world sizes")
@@ -112,7 +118,9 @@ int Main(int argc, char** argv) {
       ("iters", po::value<int>()->default_value(20), "timed operations per size (p50 reported)")
       ("max-iters-bytes", po::value<int64_t>()->default_value(int64_t{2} << 30), "cap iters so that iters * size stays below this")
       ("segment-bytes", po::value<int64_t>()->default_value(1 << 20), "pipelining segment")
+      ("spin-us", po::value<int>()->default_value(CollectiveOptions{}.spin_us), "poll this long before sleeping while waiting for a peer")
       ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
+      ("algos", po::value<std::string>()->default_value("auto"), "all-reduce algorithms to measure, in turn: auto,ring,rhd,rd,tree")
       ("rounds", po::value<int>()->default_value(1), "times each size runs every --security mode in turn")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
@@ -135,35 +143,56 @@ int Main(int argc, char** argv) {
     }
     if (modes.empty()) flags.Fail("--security: name at least one mode");
   }
+  std::vector<std::string> algos;
+  {
+    std::stringstream in(vm["algos"].as<std::string>());
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      if (!ParseAllReduceAlgo(item).ok()) flags.Fail("--algos: " + ParseAllReduceAlgo(item).status().message());
+      algos.push_back(item);
+    }
+    if (algos.empty()) flags.Fail("--algos: name at least one algorithm");
+  }
+  // Every (algorithm, security) pair is one mode, measured in turn.
+  struct Mode {
+    std::string algo, security;
+  };
+  std::vector<Mode> modes_all;
+  for (const auto& a : algos) {
+    for (const auto& m : modes) modes_all.push_back({a, m});
+  }
   const int rounds = vm["rounds"].as<int>();
+  g_spin_us = vm["spin-us"].as<int>();
+  if (g_spin_us < 0) flags.Fail("--spin-us must be >= 0");
   if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;
   for (int64_t n : *ranks) {
     std::printf("# ranks %lld (threads, TCP over 127.0.0.1), segment %lld bytes\n", static_cast<long long>(n),
                 static_cast<long long>(seg));
-    std::printf("#%14s %12s %6s %6s %12s %12s %12s %12s %8s %9s\n", "size", "count", "type", "redop", "time(us)p50",
-                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "security");
+    std::printf("#%14s %12s %6s %6s %12s %12s %12s %12s %8s %9s %5s\n", "size", "count", "type", "redop", "time(us)p50",
+                "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "security", "algo");
     for (int64_t bytes : *sizes) {
       const int it = static_cast<int>(std::max<int64_t>(3, std::min<int64_t>(iters, vm["max-iters-bytes"].as<int64_t>() / bytes)));
-      std::vector<std::vector<double>> times(modes.size());
-      std::vector<int64_t> wrong(modes.size(), 0);
+      std::vector<std::vector<double>> times(modes_all.size());
+      std::vector<int64_t> wrong(modes_all.size(), 0);
       for (int round = 0; round < rounds; ++round) {
-        for (size_t m = 0; m < modes.size(); ++m) {
+        for (size_t m = 0; m < modes_all.size(); ++m) {
           auto t = Measure(static_cast<int>(n), static_cast<size_t>(bytes), warmup, it, static_cast<size_t>(seg),
-                           SecurityOf(modes[m]), &wrong[m]);
+                           SecurityOf(modes_all[m].security), *ParseAllReduceAlgo(modes_all[m].algo), &wrong[m]);
           times[m].insert(times[m].end(), t.begin(), t.end());
         }
       }
-      for (size_t m = 0; m < modes.size(); ++m) {
-        Row r = Summarize(static_cast<int>(n), static_cast<size_t>(bytes), modes[m], times[m], wrong[m]);
-        std::printf(" %14zu %12zu %6s %6s %12.1f %12.1f %12.3f %12.3f %8lld %9s\n", r.bytes, r.bytes / 4, "float", "sum",
-                    r.p50_us, r.p99_us, r.algbw, r.busbw, static_cast<long long>(r.wrong), r.security.c_str());
+      for (size_t m = 0; m < modes_all.size(); ++m) {
+        Row r = Summarize(static_cast<int>(n), static_cast<size_t>(bytes), modes_all[m].security, modes_all[m].algo, times[m],
+                          wrong[m]);
+        std::printf(" %14zu %12zu %6s %6s %12.1f %12.1f %12.3f %12.3f %8lld %9s %5s\n", r.bytes, r.bytes / 4, "float", "sum",
+                    r.p50_us, r.p99_us, r.algbw, r.busbw, static_cast<long long>(r.wrong), r.security.c_str(), r.algo.c_str());
         rows.push_back(r);
       }
       std::fflush(stdout);
     }
   }
-  if (modes.size() > 1) {
+  if (modes.size() > 1 && algos.size() == 1) {
     // busbw per mode, side by side, with each mode's ratio to the first (plaintext, usually).
     std::printf("\n| ranks | floats |");
     for (size_t m = 0; m < modes.size(); ++m) {
@@ -193,7 +222,7 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       f << (i ? ", " : "") << "{\"ranks\": " << r.ranks << ", \"bytes\": " << r.bytes << ", \"security\": \"" << r.security
-        << "\", \"p50_us\": " << r.p50_us
+        << "\", \"algo\": \"" << r.algo << "\", \"p50_us\": " << r.p50_us << ", \"p99_us\": " << r.p99_us
         << ", \"algbw\": " << r.algbw << ", \"busbw\": " << r.busbw << ", \"wrong\": " << r.wrong << "}";
     }
     f << "]\n";

@@ -236,7 +236,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   }
   if (!allreduce) {
     for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume",
-                          "ring_encrypt"}) {
+                          "ring_encrypt", "allreduce_algo"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {mode=allreduce} only");
     }
   }
@@ -257,6 +257,10 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
 
   // All-reduce buckets and checkpoints.
   if (!(c.bucket_mb() > 0)) k.Add("bucket_mb", "{bucket_mb} must be > 0");
+  if (!IsOneOf(kAllReduceAlgoNames, c.allreduce_algo())) {
+    k.Add("allreduce_algo", "{allreduce_algo}: ", "unknown all-reduce algorithm '" + c.allreduce_algo() + "' (expected " +
+                                                      kAllReduceAlgoNames + ")");
+  }
   if (!(c.first_bucket_mb() > 0)) k.Add("first_bucket_mb", "{first_bucket_mb} must be > 0");
   if (c.checkpoint_every() < 1) k.Add("checkpoint_every", "{checkpoint_every} must be >= 1");
   if ((c.resume() || c.has_checkpoint_every()) && !c.has_checkpoint_dir()) {
@@ -434,6 +438,7 @@ std::string JobFingerprint(const TrainConfig& c) {
     f.clear_first_bucket_mb();
     f.clear_resume();
     f.clear_ring_encrypt();
+    f.clear_allreduce_algo();
   }
   f.clear_shm();  // each worker's own way to its shards
   f.clear_data_channel();

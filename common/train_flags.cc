@@ -64,6 +64,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"data-channel-min-kb", false, false, "bsp|ssp|asp with --data-channel: the smallest push or pull (its values, in KiB) that uses it; smaller ones go over ZeroMQ"},
       {"bucket-mb", false, false, "allreduce: gradient bucket size in MB"},
       {"first-bucket-mb", false, false, "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early"},
+      {"allreduce-algo", false, false, "allreduce on the CPU: auto|ring|rhd|rd|tree (auto: recursive doubling for small buffers, halving-doubling, then the ring for large ones; every worker alike)"},
       {"ring-encrypt", false, true, "allreduce: also encrypt the ring's data (ChaCha20-Poly1305; needs --auth-dir, which authenticates the ring)"},
       // The device.
       {"device", false, false, "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)"},

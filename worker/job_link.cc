@@ -20,6 +20,7 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
   if (mode == config::ALLREDUCE) {
     CollectiveOptions co;
     co.timeout_s = c.collective_timeout();
+    co.algorithm = *ParseAllReduceAlgo(c.allreduce_algo());  // Validate() checked it
     // --auth-dir authenticates the ring as well (its key comes from the same directory);
     // --ring-encrypt encrypts it too.
     RingSecurity security;

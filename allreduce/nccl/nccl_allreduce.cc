@@ -63,6 +63,35 @@ Status NcclCollective::AllReduceHalf(uint16_t* device_data, size_t count, cudaSt
   return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce (half)");
 }
 
+Status NcclCollective::ReduceScatterDevice(float* device_data, size_t count, ReduceOp op, void* stream) {
+  if (count == 0) return OkStatus();
+  if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
+  if (count % static_cast<size_t>(size_) != 0) {
+    return InvalidArgumentError("NCCL reduce-scatter of " + std::to_string(count) + " floats: not a multiple of " +
+                                std::to_string(size_) + " ranks");
+  }
+  elements_ += count;
+  const size_t chunk = count / static_cast<size_t>(size_);
+  // In place: the receive buffer is this rank's chunk of the send buffer.
+  ncclResult_t r = ncclReduceScatter(device_data, device_data + chunk * static_cast<size_t>(rank_), chunk, ncclFloat32,
+                                     op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, static_cast<cudaStream_t>(stream));
+  return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclReduceScatter");
+}
+
+Status NcclCollective::AllGatherDevice(float* device_data, size_t count, void* stream) {
+  if (count == 0) return OkStatus();
+  if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
+  if (count % static_cast<size_t>(size_) != 0) {
+    return InvalidArgumentError("NCCL all-gather of " + std::to_string(count) + " floats: not a multiple of " +
+                                std::to_string(size_) + " ranks");
+  }
+  elements_ += count;
+  const size_t chunk = count / static_cast<size_t>(size_);
+  ncclResult_t r = ncclAllGather(device_data + chunk * static_cast<size_t>(rank_), device_data, chunk, ncclFloat32, comm_,
+                                 static_cast<cudaStream_t>(stream));
+  return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllGather");
+}
+
 Status NcclCollective::Synchronize(cudaStream_t stream, double timeout_s) {
   if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);

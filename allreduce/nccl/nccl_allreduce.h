@@ -38,6 +38,10 @@ class NcclCollective final : public DeviceCollective {
     elements_ += count;
     return AllReduce(device_data, count, op, static_cast<cudaStream_t>(stream));
   }
+  // In place, with the Collective chunk layout (count a multiple of size()): ncclReduceScatter
+  // leaves chunk rank() reduced, ncclAllGather fills every chunk from its rank.
+  Status ReduceScatterDevice(float* device_data, size_t count, ReduceOp op, void* stream) override;
+  Status AllGatherDevice(float* device_data, size_t count, void* stream) override;
   Status SynchronizeDevice(void* stream, double timeout_s) override {
     return Synchronize(static_cast<cudaStream_t>(stream), timeout_s);
   }

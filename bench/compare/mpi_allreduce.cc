@@ -1,5 +1,5 @@
 // MPI_Allreduce, timed like gradsync-bench-allreduce (for allreduce_compare.sh).
-// Usage: mpirun -np N mpi_allreduce ITERS BYTES...   Prints "RESULT bytes p50_us busbw_GBps wrong".
+// Usage: mpirun -np N mpi_allreduce ITERS BYTES...   Prints "RESULT bytes p50_us p99_us busbw_GBps wrong".
 #include <mpi.h>
 
 #include <algorithm>
@@ -31,9 +31,10 @@ int main(int argc, char** argv) {
     const float total = static_cast<float>(size * (size + 1) / 2);
     for (size_t i = 0; i < count; ++i) wrong += x[i] != total * static_cast<float>(i % 7 + 1);
     std::sort(times.begin(), times.end());
-    const double p50 = times[times.size() / 2];
+    const double p50 = times[times.size() / 2], p99 = times[std::min(times.size() - 1, times.size() * 99 / 100)];
     if (rank == 0) {
-      std::printf("RESULT %zu %.1f %.4f %lld\n", bytes, p50, bytes / (p50 * 1e-6) / 1e9 * 2.0 * (size - 1) / size, wrong);
+      std::printf("RESULT %zu %.1f %.1f %.4f %lld\n", bytes, p50, p99, bytes / (p50 * 1e-6) / 1e9 * 2.0 * (size - 1) / size,
+                  wrong);
       std::fflush(stdout);
     }
   }

@@ -120,6 +120,33 @@ INSTANTIATE_TEST_SUITE_P(Worlds, RingSecureTest,
                                   std::to_string(std::get<2>(p.param));
                          });
 
+// rhd, rd and the tree run over the mesh connections too: authenticated and encrypted alike.
+TEST(RingSecurityTest, EveryAlgorithmRunsOverAuthenticatedAndEncryptedMeshConnections) {
+  for (AllReduceAlgo algo : {AllReduceAlgo::kRhd, AllReduceAlgo::kRd, AllReduceAlgo::kTree}) {
+    for (int n : {4, 5}) {
+      for (bool encrypt : {false, true}) {
+        CollectiveOptions opt;
+        opt.algorithm = algo;
+        opt.segment_bytes = 4098;
+        auto st = RunRing(n, std::vector<RingSecurity>(static_cast<size_t>(n), Auth(encrypt)), [&](int r, RingCollective& ring) -> Status {
+          for (size_t count : {size_t{1000}, size_t{100003}}) {
+            std::vector<float> x(count);
+            for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
+            RETURN_IF_ERROR(ring.AllReduce(x, ReduceOp::kSum));
+            for (size_t i = 0; i < count; ++i) {
+              if (x[i] != static_cast<float>(n * (n + 1) / 2 * static_cast<int>(i % 7 + 1))) return InternalError("wrong sum");
+            }
+          }
+          return OkStatus();
+        }, opt);
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(st[r].ok()) << AllReduceAlgoName(algo) << " n " << n << " encrypt " << encrypt << " rank " << r << ": " << st[r];
+        }
+      }
+    }
+  }
+}
+
 TEST(RingSecurityTest, EncryptedBytesCarryTheirFramesOverhead) {
   uint64_t plain_sent = 0, encrypted_sent = 0;
   for (bool encrypt : {false, true}) {
@@ -388,6 +415,7 @@ std::vector<Status> RunThroughProxies(const Proxy::Edit& edit) {
   std::vector<std::unique_ptr<Proxy>> proxies;
   CollectiveOptions opt;
   opt.timeout_s = 5;
+  opt.algorithm = AllReduceAlgo::kRing;  // the frames counted below are the ring's
   return RunRing(
       2, {Auth(true), Auth(true)},
       [](int r, RingCollective& ring) -> Status {

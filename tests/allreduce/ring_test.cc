@@ -2,12 +2,16 @@
 // collectives, mismatched operations, and ranks that die or stall.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
 #include "common/half.h"
+#include "common/train_names.h"
 
 namespace gradsync {
 namespace {
@@ -44,6 +48,7 @@ TEST_P(RingAllReduceTest, SumsExactlyAndAverages) {
   const size_t count = static_cast<size_t>(count_spec < 0 ? n - 1 : count_spec);
   CollectiveOptions opt;
   opt.segment_bytes = 4098;  // many segments per chunk: exercises the pipelining (and whole floats)
+  opt.algorithm = AllReduceAlgo::kRing;
   auto statuses = RunRing(n, [&](int r, RingCollective& ring) -> Status {
     // Small integers: every partial sum is exact in float, whatever the order.
     std::vector<float> x(count);
@@ -82,6 +87,172 @@ INSTANTIATE_TEST_SUITE_P(
       const int64_t c = std::get<1>(p.param);
       return "n" + std::to_string(std::get<0>(p.param)) + "_count" + (c < 0 ? std::string("n_minus_1") : std::to_string(c));
     });
+
+// Every algorithm, every world size up to 8 (powers of two and not), awkward counts: exact sums
+// and averages in float and half, bit-identical results on every rank for values whose sum
+// depends on the order, and the bytes each algorithm should send.
+class AllReduceAlgoTest : public ::testing::TestWithParam<std::tuple<AllReduceAlgo, int, int64_t>> {};
+
+TEST_P(AllReduceAlgoTest, SumsExactlyAndEveryRankGetsTheSameBits) {
+  auto [algo, n, count_spec] = GetParam();
+  const size_t count = static_cast<size_t>(count_spec < 0 ? n - 1 : count_spec);
+  CollectiveOptions opt;
+  opt.segment_bytes = 4098;
+  opt.algorithm = algo;
+  std::vector<std::vector<float>> results(static_cast<size_t>(n));
+  std::vector<uint64_t> sent(static_cast<size_t>(n));
+  auto statuses = RunRing(n, [&](int r, RingCollective& ring) -> Status {
+    std::vector<float> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
+    const uint64_t before = ring.bytes_sent();
+    RETURN_IF_ERROR(ring.AllReduce(x, ReduceOp::kSum));
+    sent[r] = ring.bytes_sent() - before;
+    if (n > 1 && count > 0 && ring.last_algorithm() != algo) return InternalError("ran another algorithm");
+    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += x[i] != ranks_sum * static_cast<float>(i % 7 + 1);
+    if (wrong) return InternalError(std::to_string(wrong) + " wrong sums on rank " + std::to_string(r));
+    std::vector<uint16_t> h(count);
+    for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)));
+    RETURN_IF_ERROR(ring.AllReduceHalf(h));
+    for (size_t i = 0; i < count; ++i) wrong += HalfToFloat(h[i]) != ranks_sum * static_cast<float>(i % 7 + 1);
+    if (wrong) return InternalError(std::to_string(wrong) + " wrong half sums on rank " + std::to_string(r));
+    // Values whose float sum depends on the order of the additions.
+    std::vector<float> y(count);
+    for (size_t i = 0; i < count; ++i) y[i] = 1.0f / static_cast<float>(1 + (i * 7919 + static_cast<size_t>(r) * 104729) % 1000);
+    RETURN_IF_ERROR(ring.AllReduce(y, ReduceOp::kAverage));
+    results[r] = y;
+    return OkStatus();
+  }, opt);
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  for (int r = 1; r < n; ++r) {
+    EXPECT_EQ(0, std::memcmp(results[0].data(), results[r].data(), count * sizeof(float))) << "rank " << r << " differs";
+  }
+  for (size_t i = 0; i < count; ++i) {
+    double mean = 0;
+    for (int r = 0; r < n; ++r) mean += 1.0 / (1 + (i * 7919 + static_cast<size_t>(r) * 104729) % 1000);
+    ASSERT_NEAR(results[0][i], mean / n, 1e-6 * mean) << i;
+  }
+  if (n == 1 || count < static_cast<size_t>(n)) return;
+  // Bytes each rank sends (headers aside): rhd on a power of two as the ring, 2(n-1)/n of the
+  // buffer; rd log2(n) whole buffers; the tree at most one whole buffer up and log2(n) down.
+  const uint64_t buffer = count * sizeof(float), headers = 64 * 64;
+  const bool pow2 = (n & (n - 1)) == 0;
+  int log2n = 0;
+  while ((1 << log2n) < n) ++log2n;
+  for (int r = 0; r < n; ++r) {
+    uint64_t bound = 0;
+    switch (algo) {
+      case AllReduceAlgo::kRing: bound = 2 * buffer * (n - 1) / n + static_cast<uint64_t>(n) * 4 + headers; break;
+      case AllReduceAlgo::kRhd: bound = (pow2 ? 2 * buffer * (n - 1) / n + static_cast<uint64_t>(n) * 4 : 3 * buffer) + headers; break;
+      case AllReduceAlgo::kRd: bound = (log2n + 1) * buffer + headers; break;
+      default: bound = (log2n + 1) * buffer + headers; break;
+    }
+    EXPECT_LE(sent[r], bound) << AllReduceAlgoName(algo) << " rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AlgorithmsWorldsAndCounts, AllReduceAlgoTest,
+    ::testing::Combine(::testing::Values(AllReduceAlgo::kRing, AllReduceAlgo::kRhd, AllReduceAlgo::kRd, AllReduceAlgo::kTree),
+                       ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8), ::testing::Values<int64_t>(0, -1, 1001, 100003)),
+    [](const auto& p) {
+      const int64_t c = std::get<2>(p.param);
+      return std::string(AllReduceAlgoName(std::get<0>(p.param))) + "_n" + std::to_string(std::get<1>(p.param)) + "_count" +
+             (c < 0 ? std::string("n_minus_1") : std::to_string(c));
+    });
+
+TEST(AllReduceAlgoTest, MeshPeersAreSymmetricAndFew) {
+  for (int n = 1; n <= 64; ++n) {
+    for (int r = 0; r < n; ++r) {
+      const auto peers = MeshPeers(r, n);
+      EXPECT_LE(peers.size(), 3u * 7u) << n;  // fold + log2(n) partners + tree edges
+      for (int p : peers) {
+        ASSERT_TRUE(p >= 0 && p < n && p != r) << r << " of " << n << ": " << p;
+        const auto back = MeshPeers(p, n);
+        EXPECT_TRUE(std::find(back.begin(), back.end(), r) != back.end()) << r << " -> " << p << " of " << n;
+      }
+    }
+  }
+}
+
+TEST(AllReduceAlgoTest, AutoPicksByStepsForSmallAndByBandwidthForLarge) {
+  for (int n : {2, 3, 4, 8}) {
+    EXPECT_NE(ChooseAllReduceAlgo(4096, n), AllReduceAlgo::kRing) << n;
+    EXPECT_EQ(ChooseAllReduceAlgo(size_t{256} << 20, n), AllReduceAlgo::kRing) << n;
+  }
+  EXPECT_EQ(*ParseAllReduceAlgo("rhd"), AllReduceAlgo::kRhd);
+  // The names the configuration accepts are exactly the ones the collective knows.
+  std::stringstream names(kAllReduceAlgoNames);
+  for (std::string name; std::getline(names, name, '|');) {
+    ASSERT_TRUE(ParseAllReduceAlgo(name).ok()) << name;
+    EXPECT_STREQ(AllReduceAlgoName(*ParseAllReduceAlgo(name)), name.c_str());
+  }
+  EXPECT_FALSE(ParseAllReduceAlgo("butterfly").ok());
+}
+
+TEST(AllReduceAlgoTest, RanksThatRunDifferentAlgorithmsFailNamingBoth) {
+  auto rings = std::make_shared<std::vector<std::unique_ptr<RingCollective>>>();
+  std::vector<std::string> peers;
+  for (int r = 0; r < 3; ++r) {
+    CollectiveOptions opt;
+    opt.timeout_s = 5;
+    opt.algorithm = r == 1 ? AllReduceAlgo::kTree : AllReduceAlgo::kRing;
+    rings->push_back(std::move(RingCollective::Listen("127.0.0.1", opt)).value());
+    peers.push_back("127.0.0.1:" + std::to_string(rings->back()->port()));
+  }
+  std::vector<Status> st(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      Status s = (*rings)[r]->Connect(r, peers, 10);
+      std::vector<float> x(1000, 1.0f);
+      st[r] = s.ok() ? (*rings)[r]->AllReduce(x, ReduceOp::kSum) : s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  bool named = false;
+  for (const auto& s : st) {
+    EXPECT_FALSE(s.ok());
+    named |= s.message().find("every worker needs the same --allreduce-algo") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << st[0] << " / " << st[1] << " / " << st[2];
+}
+
+// Reduce-scatter leaves rank r's chunk reduced; all-gather of the chunks completes it.
+TEST(RingTest, ReduceScatterThenAllGatherIsAnAllReduce) {
+  for (int n : {1, 2, 3, 4, 5}) {
+    for (size_t count : {size_t{0}, size_t{3}, size_t{1001}, size_t{100003}}) {
+      CollectiveOptions opt;
+      opt.segment_bytes = 4098;
+      auto st = RunRing(n, [&](int r, RingCollective& ring) -> Status {
+        std::vector<float> x(count);
+        for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
+        const uint64_t before = ring.bytes_sent();
+        RETURN_IF_ERROR(ring.ReduceScatter(x, ReduceOp::kAverage));
+        const uint64_t rs_sent = ring.bytes_sent() - before;
+        const float mean = static_cast<float>(n + 1) / 2.0f;
+        const size_t b = ChunkBegin(count, n, r), e = ChunkBegin(count, n, r + 1);
+        for (size_t i = b; i < e; ++i) {
+          if (x[i] != mean * static_cast<float>(i % 7 + 1)) return InternalError("reduce-scatter wrong at " + std::to_string(i));
+        }
+        // Half an all-reduce: (n-1)/n of the buffer, plus headers.
+        if (rs_sent > count * 4 * static_cast<size_t>(n - 1) / static_cast<size_t>(n) + 4 * static_cast<size_t>(n) + 64 * static_cast<size_t>(n)) {
+          return InternalError("reduce-scatter sent " + std::to_string(rs_sent));
+        }
+        for (size_t i = 0; i < count; ++i) {
+          if (i < b || i >= e) x[i] = -1.0f;  // the rest is undefined: make sure all-gather fills it
+        }
+        RETURN_IF_ERROR(ring.AllGatherChunks(x));
+        for (size_t i = 0; i < count; ++i) {
+          if (x[i] != mean * static_cast<float>(i % 7 + 1)) return InternalError("all-gather wrong at " + std::to_string(i));
+        }
+        return OkStatus();
+      }, opt);
+      for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "n " << n << " count " << count << " rank " << r << ": " << st[r];
+    }
+  }
+}
 
 TEST(RingTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < 4; ++root) {

@@ -62,4 +62,17 @@ Status HostDeviceCollective::AllReduceDevice(float* data, size_t count, ReduceOp
   return cpu_->AllReduce(FloatSpan(data, count), op);
 }
 
+// As NCCL: equal chunks only.
+Status HostDeviceCollective::ReduceScatterDevice(float* data, size_t count, ReduceOp op, void*) {
+  if (count % static_cast<size_t>(size()) != 0) return InvalidArgumentError("reduce-scatter: count not a multiple of the ranks");
+  elements_ += count;
+  return cpu_->ReduceScatter(FloatSpan(data, count), op);
+}
+
+Status HostDeviceCollective::AllGatherDevice(float* data, size_t count, void*) {
+  if (count % static_cast<size_t>(size()) != 0) return InvalidArgumentError("all-gather: count not a multiple of the ranks");
+  elements_ += count;
+  return cpu_->AllGatherChunks(FloatSpan(data, count));
+}
+
 }  // namespace gradsync::testing

@@ -49,6 +49,8 @@ class HostDeviceCollective final : public DeviceCollective {
   int rank() const override { return cpu_->rank(); }
   int size() const override { return cpu_->size(); }
   Status AllReduceDevice(float* data, size_t count, ReduceOp op, void* stream) override;
+  Status ReduceScatterDevice(float* data, size_t count, ReduceOp op, void* stream) override;
+  Status AllGatherDevice(float* data, size_t count, void* stream) override;
   Status SynchronizeDevice(void*, double) override { return OkStatus(); }
   uint64_t elements_reduced() const override { return elements_; }
 

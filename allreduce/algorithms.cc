@@ -1,0 +1,75 @@
+#include "allreduce/algorithms.h"
+
+#include <algorithm>
+
+#include "common/train_names.h"
+
+namespace gradsync {
+
+const char* AllReduceAlgoName(AllReduceAlgo algo) {
+  switch (algo) {
+    case AllReduceAlgo::kAuto: return "auto";
+    case AllReduceAlgo::kRing: return "ring";
+    case AllReduceAlgo::kRhd: return "rhd";
+    case AllReduceAlgo::kRd: return "rd";
+    case AllReduceAlgo::kTree: return "tree";
+  }
+  return "unknown";
+}
+
+Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name) {
+  for (auto a : {AllReduceAlgo::kAuto, AllReduceAlgo::kRing, AllReduceAlgo::kRhd, AllReduceAlgo::kRd, AllReduceAlgo::kTree}) {
+    if (name == AllReduceAlgoName(a)) return a;
+  }
+  return InvalidArgumentError("unknown all-reduce algorithm '" + name + "' (expected " + kAllReduceAlgoNames + ")");
+}
+
+AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n) {
+  if (n <= 2) {
+    // Two ranks: every algorithm is one exchange each way; the ring pipelines it.
+    return bytes <= (size_t{64} << 10) ? AllReduceAlgo::kRd : AllReduceAlgo::kRing;
+  }
+  const bool pow2 = (n & (n - 1)) == 0;
+  if (bytes <= (size_t{64} << 10)) return AllReduceAlgo::kRd;
+  if (pow2 && bytes <= (size_t{1} << 20)) return AllReduceAlgo::kRhd;
+  return AllReduceAlgo::kRing;
+}
+
+int FloorPow2(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+int FoldedRank(int rank, int n) {
+  const int rem = n - FloorPow2(n);
+  if (rank < 2 * rem) return rank % 2 == 0 ? -1 : rank / 2;
+  return rank - rem;
+}
+
+int UnfoldedRank(int vrank, int n) {
+  const int rem = n - FloorPow2(n);
+  return vrank < rem ? 2 * vrank + 1 : vrank + rem;
+}
+
+std::vector<int> MeshPeers(int rank, int n) {
+  std::vector<int> peers;
+  // The fold pair.
+  const int rem = n - FloorPow2(n);
+  if (rank < 2 * rem) peers.push_back(rank % 2 == 0 ? rank + 1 : rank - 1);
+  // The recursive-doubling partners among the folded ranks.
+  if (const int v = FoldedRank(rank, n); v >= 0) {
+    for (int mask = 1; mask < FloorPow2(n); mask <<= 1) peers.push_back(UnfoldedRank(v ^ mask, n));
+  }
+  // The binomial tree: the parent (rank without its lowest set bit) and the children.
+  if (rank > 0) peers.push_back(rank & (rank - 1));
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (rank & mask) break;
+    if (rank + mask < n) peers.push_back(rank + mask);
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
+
+}  // namespace gradsync
