@@ -24,14 +24,20 @@ Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name) {
   return InvalidArgumentError("unknown all-reduce algorithm '" + name + "' (expected " + kAllReduceAlgoNames + ")");
 }
 
-AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n) {
-  if (n <= 2) {
-    // Two ranks: every algorithm is one exchange each way; the ring pipelines it.
-    return bytes <= (size_t{64} << 10) ? AllReduceAlgo::kRd : AllReduceAlgo::kRing;
+AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n, bool oversubscribed) {
+  constexpr size_t kKiB = 1024, kMiB = kKiB * kKiB;
+  if (oversubscribed && n > 2) {
+    // More ranks than cores on a host: the tree keeps at most half the ranks busy at a time, and
+    // beat every other algorithm from 16 KiB to 4 MiB with 4 ranks on 2 cores (bench/README.md).
+    return bytes <= 4 * kMiB ? AllReduceAlgo::kTree : AllReduceAlgo::kRing;
   }
+  // Recursive doubling: the fewest steps, for buffers whose time is mostly latency.
+  if (bytes <= 64 * kKiB) return AllReduceAlgo::kRd;
+  // Halving-doubling: the ring's bytes in 2 log2(n) steps instead of 2(n-1); on a power of two
+  // only (the fold costs two whole-buffer steps otherwise). Two ranks: the ring is the same
+  // exchange, pipelined.
   const bool pow2 = (n & (n - 1)) == 0;
-  if (bytes <= (size_t{64} << 10)) return AllReduceAlgo::kRd;
-  if (pow2 && bytes <= (size_t{1} << 20)) return AllReduceAlgo::kRhd;
+  if (n > 2 && pow2 && bytes <= 1 * kMiB) return AllReduceAlgo::kRhd;
   return AllReduceAlgo::kRing;
 }
 

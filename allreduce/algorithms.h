@@ -31,8 +31,9 @@ const char* AllReduceAlgoName(AllReduceAlgo algo);
 Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name);
 
 // What auto runs for an all-reduce of `bytes` over n ranks (thresholds measured with
-// gradsync-bench-allreduce --algos; see allreduce/README.md).
-AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n);
+// bench/allreduce_compare.sh; see allreduce/README.md). `oversubscribed`: this host runs more
+// ranks than it has cores.
+AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n, bool oversubscribed = false);
 
 // The largest power of two <= n (n >= 1).
 int FloorPow2(int n);

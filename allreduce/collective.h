@@ -55,13 +55,14 @@ class Collective {
   // compression: every rank pre-divides by size() so that the sum is the average and stays in
   // range). Moves half the bytes of AllReduce.
   virtual Status AllReduceHalf(std::span<uint16_t> data) = 0;
-  // Reduce-scatter in place: afterwards this rank's chunk of data, [ChunkBegin(count, n, rank),
-  // ChunkBegin(count, n, rank + 1)), holds op over all ranks' chunks; the rest is undefined.
-  // Moves (n-1)/n of the buffer each way: half an all-reduce.
-  virtual Status ReduceScatter(FloatSpan data, ReduceOp op) = 0;
+  // Reduce-scatter in place: afterwards this rank's chunk of data holds op over all ranks' chunks;
+  // the rest is undefined. Chunk i is [bounds[i], bounds[i + 1]) (n + 1 non-decreasing offsets
+  // from 0 to data.size(), the same on every rank), or with no bounds [ChunkBegin(count, n, i),
+  // ChunkBegin(count, n, i + 1)). Moves (n-1)/n of the buffer each way: half an all-reduce.
+  virtual Status ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds = {}) = 0;
   // All-gather in place: afterwards every chunk i of data holds rank i's chunk i (the layout of
   // ReduceScatter). ReduceScatter then AllGatherChunks is an all-reduce.
-  virtual Status AllGatherChunks(FloatSpan data) = 0;
+  virtual Status AllGatherChunks(FloatSpan data, std::span<const size_t> bounds = {}) = 0;
   // data <- root's data.
   virtual Status Broadcast(FloatSpan data, int root) = 0;
   // out[i] <- rank i's `mine`; sizes may differ between ranks (including empty).

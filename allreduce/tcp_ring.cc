@@ -155,6 +155,16 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   if (size_ < 1 || rank < 0 || rank >= size_) return InvalidArgumentError("rank " + std::to_string(rank) + " of " + std::to_string(size_));
   if (size_ == 1) return OkStatus();
   const int right = (rank + 1) % size_, left = (rank - 1 + size_) % size_;
+  // Ranks on this host (by the host part of their addresses) against its cores: auto's choice.
+  {
+    std::string self_host, host;
+    uint16_t port = 0;
+    int local = 0;
+    if (ParseHostPort(peers[rank], &self_host, &port).ok()) {
+      for (const auto& p : peers) local += ParseHostPort(p, &host, &port).ok() && host == self_host;
+    }
+    oversubscribed_ = local > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   // This rank connects to its right neighbor and to its mesh peers above it, and accepts its
   // left neighbor and its mesh peers below it.
   std::vector<int> mesh_up;
@@ -544,7 +554,7 @@ Status RingCollective::AllReduceHalf(std::span<uint16_t> data) {
 
 Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce) {
   AllReduceAlgo algo = options_.algorithm;
-  if (algo == AllReduceAlgo::kAuto) algo = ChooseAllReduceAlgo(count * elem, size_);
+  if (algo == AllReduceAlgo::kAuto) algo = ChooseAllReduceAlgo(count * elem, size_, oversubscribed_);
   algo_now_ = last_algorithm_ = algo;
   switch (algo) {
     case AllReduceAlgo::kRhd: return HalvingDoubling(data, count, elem, reduce);
@@ -554,21 +564,37 @@ Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, cons
   }
 }
 
-Status RingCollective::ReduceScatter(FloatSpan data, ReduceOp op) {
+Status RingCollective::CheckBounds(std::span<const size_t> bounds, size_t count) const {
+  if (bounds.empty()) return OkStatus();
+  bool ok = bounds.size() == static_cast<size_t>(size_) + 1 && bounds.front() == 0 && bounds.back() == count;
+  for (size_t i = 1; ok && i < bounds.size(); ++i) ok = bounds[i - 1] <= bounds[i];
+  if (!ok) {
+    return InvalidArgumentError("chunk bounds must be " + std::to_string(size_ + 1) + " non-decreasing offsets from 0 to " +
+                                std::to_string(count));
+  }
+  return OkStatus();
+}
+
+Status RingCollective::ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds) {
+  RETURN_IF_ERROR(CheckBounds(bounds, data.size()));
   RETURN_IF_ERROR(Begin(OpKind::kReduceScatter));
   if (size_ == 1 || data.empty()) return OkStatus();
-  RETURN_IF_ERROR(RingSteps(OpKind::kReduceScatter, data.data(), data.size(), sizeof(float), AddFloats, 0, size_ - 1));
+  RETURN_IF_ERROR(
+      RingSteps(OpKind::kReduceScatter, data.data(), data.size(), sizeof(float), AddFloats, 0, size_ - 1, bounds));
   if (op == ReduceOp::kAverage) {
-    const size_t b = ChunkBegin(data.size(), size_, rank_), e = ChunkBegin(data.size(), size_, rank_ + 1);
+    const size_t b = bounds.empty() ? ChunkBegin(data.size(), size_, rank_) : bounds[rank_];
+    const size_t e = bounds.empty() ? ChunkBegin(data.size(), size_, rank_ + 1) : bounds[rank_ + 1];
     Scale(data.subspan(b, e - b), 1.0f / static_cast<float>(size_));
   }
   return OkStatus();
 }
 
-Status RingCollective::AllGatherChunks(FloatSpan data) {
+Status RingCollective::AllGatherChunks(FloatSpan data, std::span<const size_t> bounds) {
+  RETURN_IF_ERROR(CheckBounds(bounds, data.size()));
   RETURN_IF_ERROR(Begin(OpKind::kAllGatherChunks));
   if (size_ == 1 || data.empty()) return OkStatus();
-  return RingSteps(OpKind::kAllGatherChunks, data.data(), data.size(), sizeof(float), nullptr, size_ - 1, 2 * (size_ - 1));
+  return RingSteps(OpKind::kAllGatherChunks, data.data(), data.size(), sizeof(float), nullptr, size_ - 1, 2 * (size_ - 1),
+                   bounds);
 }
 
 // The ring steps run as one stream in each direction. Step t receives chunk recv(t) and sends
@@ -579,7 +605,7 @@ Status RingCollective::AllGatherChunks(FloatSpan data) {
 // before), which keeps a chunk from being overwritten while it is still queued for sending. A
 // reader that has to wait is resumed by the write that lets it go on: no polling.
 Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first,
-                                 int last) {
+                                 int last, std::span<const size_t> bounds) {
   const int n = size_, r = rank_;
   char* d = static_cast<char*>(data);
   const int steps = last;
@@ -587,8 +613,9 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
   // with chunk r reduced) and chunk r - (t - (n - 1)) - 1 at all-gather step t.
   auto recv_chunk = [&](int t) { return t < n - 1 ? (r - t - 2 + 2 * n) % n : (r - (t - (n - 1)) - 1 + 2 * n) % n; };
   auto send_chunk = [&](int t) { return t == 0 ? (r - 1 + n) % n : recv_chunk(t - 1); };
-  auto begin_of = [&](int c) { return ChunkBegin(count, n, c) * elem; };  // in bytes
-  auto bytes_of = [&](int c) { return (ChunkBegin(count, n, c + 1) - ChunkBegin(count, n, c)) * elem; };
+  auto chunk_begin = [&](int c) { return bounds.empty() ? ChunkBegin(count, n, c) : bounds[static_cast<size_t>(c)]; };
+  auto begin_of = [&](int c) { return chunk_begin(c) * elem; };  // in bytes
+  auto bytes_of = [&](int c) { return (chunk_begin(c + 1) - chunk_begin(c)) * elem; };
   // Segments hold whole elements.
   const size_t seg = std::max(elem, options_.segment_bytes / elem * elem);
   scratch_.resize(std::max<size_t>(1, seg / sizeof(float) + 1));

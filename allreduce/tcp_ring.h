@@ -56,8 +56,8 @@ class RingCollective final : public Collective {
   int size() const override { return size_; }
   Status AllReduce(FloatSpan data, ReduceOp op) override;
   Status AllReduceHalf(std::span<uint16_t> data) override;
-  Status ReduceScatter(FloatSpan data, ReduceOp op) override;
-  Status AllGatherChunks(FloatSpan data) override;
+  Status ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds = {}) override;
+  Status AllGatherChunks(FloatSpan data, std::span<const size_t> bounds = {}) override;
   Status Broadcast(FloatSpan data, int root) override;
   Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) override;
   Status Barrier() override;
@@ -138,7 +138,11 @@ class RingCollective final : public Collective {
   Status AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce);
   // Ring steps [first, last) of the 2(n-1): [0, n-1) is the reduce-scatter (rank r ends with
   // chunk r reduced), [n-1, 2(n-1)) the all-gather (rank r starts from its chunk r).
-  Status RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first, int last);
+  // `bounds` (n + 1 element offsets) cuts the chunks; empty: ChunkBegin.
+  Status RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first, int last,
+                   std::span<const size_t> bounds = {});
+  // Checks caller-given chunk bounds (kInvalidArgument, before anything moves).
+  Status CheckBounds(std::span<const size_t> bounds, size_t count) const;
   Status HalvingDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
   Status RecursiveDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
   Status Tree(void* data, size_t count, size_t elem, const Reducer& reduce);
@@ -183,6 +187,7 @@ class RingCollective final : public Collective {
   std::vector<std::weak_ptr<boost::asio::steady_timer>> retries_;
   std::vector<float> scratch_;
   std::vector<std::byte> whole_;  // a whole incoming buffer (recursive doubling, tree)
+  bool oversubscribed_ = false;  // more ranks on this host than cores (auto's choice)
   AllReduceAlgo algo_now_ = AllReduceAlgo::kRing;  // stamped on the all-reduce's step headers
   AllReduceAlgo last_algorithm_ = AllReduceAlgo::kRing;
   uint64_t bytes_sent_ = 0;

@@ -236,7 +236,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   }
   if (!allreduce) {
     for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume",
-                          "ring_encrypt", "allreduce_algo"}) {
+                          "ring_encrypt", "allreduce_algo", "zero"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {mode=allreduce} only");
     }
   }
@@ -257,6 +257,8 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
 
   // All-reduce buckets and checkpoints.
   if (!(c.bucket_mb() > 0)) k.Add("bucket_mb", "{bucket_mb} must be > 0");
+  if (c.zero() < 0 || c.zero() > 2) k.Add("zero", "{zero} must be 0, 1 or 2");
+  if (c.zero() > 0 && sparse_model) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
   if (!IsOneOf(kAllReduceAlgoNames, c.allreduce_algo())) {
     k.Add("allreduce_algo", "{allreduce_algo}: ", "unknown all-reduce algorithm '" + c.allreduce_algo() + "' (expected " +
                                                       kAllReduceAlgoNames + ")");
@@ -439,6 +441,7 @@ std::string JobFingerprint(const TrainConfig& c) {
     f.clear_resume();
     f.clear_ring_encrypt();
     f.clear_allreduce_algo();
+    f.clear_zero();
   }
   f.clear_shm();  // each worker's own way to its shards
   f.clear_data_channel();

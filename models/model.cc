@@ -19,6 +19,9 @@ const SparseGrad& Model::sparse_grad(size_t i) const {
 Status Model::SetOptimizer(const OptimizerOptions&) {
   return UnimplementedError(name() + " runs its optimizer on the host (Optimizer on params()/grads())");
 }
+Status Model::SetOptimizerRanges(const OptimizerOptions&, const std::vector<Segment>&) {
+  return UnimplementedError(name() + " runs its optimizer on the host (Optimizer on params()/grads())");
+}
 Status Model::OptimizerStep(float) {
   return UnimplementedError(name() + " runs its optimizer on the host (Optimizer on params()/grads())");
 }

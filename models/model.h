@@ -29,6 +29,7 @@
 
 #include "common/dataset.h"
 #include "common/optimizer.h"
+#include "common/segment.h"
 #include "common/status.h"
 #include "common/train_names.h"
 #include "common/tensor.h"
@@ -101,12 +102,17 @@ class Model {
   // The flat device gradient and the model's cudaStream_t (opaque here, so that this header
   // needs no CUDA), for a device all-reduce. nullptr on the CPU.
   virtual float* device_grads() { return nullptr; }
+  // The flat device parameters (ZeRO on the device all-gathers them in place).
+  virtual float* device_params() { return nullptr; }
   virtual void* device_stream() { return nullptr; }
   // The optimizer where the tensors live (device models): the same rule as Optimizer's SGD, with
   // its state on the device (adam: kUnimplemented). SetOptimizer once, then OptimizerStep(lr)
   // after each gradient (enqueued).
   // CPU models: kUnimplemented (the trainers run Optimizer on params()/grads() themselves).
   virtual Status SetOptimizer(const OptimizerOptions& options);
+  // The same, updating only `ranges` of the flat parameter vector, with state for those only
+  // (ZeRO: this rank's shard).
+  virtual Status SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges);
   virtual Status OptimizerStep(float lr);
 
  protected:

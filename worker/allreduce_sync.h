@@ -61,6 +61,16 @@ struct AllreduceTrainOptions {
   // nothing, so that the caller's own optimizer steps (the Python frontend: any PyTorch
   // optimizer). Dense CPU models; no checkpoints.
   bool apply_update = true;
+  // ZeRO (dense models): rank r keeps the optimizer state of shard r of the flat parameter
+  // vector only (ChunkBegin's n near-equal chunks) and updates only those parameters, which are
+  // then all-gathered: the bytes of an all-reduce, 1/n of the optimizer state. Stage 1
+  // reduce-scatters the gradient after backward; stage 2 bucket by bucket during backward (with
+  // overlap; the model's own gradient buffer, where backward writes, stays whole either way). With
+  // a codec the gradient goes through the codec's own exchange and only the update and the
+  // parameter all-gather are sharded. Device models: NCCL reduce-scatter and all-gather, the
+  // device optimizer on the shard. Checkpoints: rank 0 writes the parameters, every rank its
+  // shard's optimizer state (allreduce-shard-<rank>.ckpt).
+  int zero = 0;
 };
 
 class AllreduceSync final : public GradientSync {
@@ -88,7 +98,17 @@ class AllreduceSync final : public GradientSync {
 
  private:
   Status AverageGradients();
-  Status WriteCheckpoint(int64_t step);
+  // *collective_failed: the failure is the collective's (the step fails), not a file's.
+  Status WriteCheckpoint(int64_t step, bool* collective_failed);
+  // ZeRO: this rank's shard of a checkpoint's optimizer state. From the shard files (the one
+  // whose step is `step`) when the checkpoint was written by ZeRO, else cut from `whole` (a
+  // plain checkpoint's state, every rank alike). Every rank learns whether every rank could.
+  Status LoadShardState(int64_t step, bool from_shard_files, const std::vector<float>& whole);
+  std::string ShardPath(int rank, bool previous) const;
+  // ZeRO: the step's update of this rank's shard, then the parameters all-gathered.
+  Status ShardedUpdate(float rate);
+  size_t shard_begin() const { return shards_[static_cast<size_t>(collective_->rank())]; }
+  size_t shard_end() const { return shards_[static_cast<size_t>(collective_->rank()) + 1]; }
 
   AllreduceTrainOptions options_;
   Model* model_;
@@ -103,6 +123,12 @@ class AllreduceSync final : public GradientSync {
   int64_t step_ = 0;
   float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
   std::unique_ptr<OverlappedReducer> reducer_;
+  std::vector<size_t> shards_;  // ZeRO: n + 1 offsets of the shards of the flat parameter vector
+  size_t device_shard_count_ = 0;  // ZeRO on the device: the part NCCL cuts in n equal chunks
+
+ public:
+  // The bytes of optimizer state this rank holds (ZeRO: its shard's only).
+  size_t optimizer_state_bytes() const { return opt_ ? opt_->state().size_bytes() : 0; }
 };
 
 }  // namespace gradsync

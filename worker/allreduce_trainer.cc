@@ -14,7 +14,9 @@ Result<std::vector<EpochReport>> AllreduceTrainer::Run(const std::function<void(
   loop_options.train = options_.train;
   loop_options.evaluate = collective_->rank() == 0 && options_.evaluate;
   TrainingLoop loop(loop_options, model_, train_, test_, metrics_, &sync);
-  return loop.Run(on_epoch);
+  auto reports = loop.Run(on_epoch);
+  optimizer_state_bytes_ = sync.optimizer_state_bytes();
+  return reports;
 }
 
 }  // namespace gradsync

@@ -28,6 +28,8 @@ class AllreduceTrainer {
                    MetricsWriter* metrics, Collective* collective);
   // TrainingLoop over an AllreduceSync: rank 0 evaluates (options.evaluate).
   Result<std::vector<EpochReport>> Run(const std::function<void(const EpochReport&)>& on_epoch = {});
+  // After Run: the bytes of optimizer state this rank held (ZeRO: its shard's).
+  size_t optimizer_state_bytes() const { return optimizer_state_bytes_; }
 
  private:
   AllreduceTrainOptions options_;
@@ -36,6 +38,7 @@ class AllreduceTrainer {
   const Dataset* test_;
   MetricsWriter* metrics_;
   Collective* collective_;
+  size_t optimizer_state_bytes_ = 0;
 };
 
 }  // namespace gradsync

@@ -25,7 +25,7 @@ OverlappedReducer::OverlappedReducer(Collective* collective, const std::vector<T
     size_t left = size;
     while (left > 0) {
       if (!open) {
-        cur = Bucket{off + left, off + left, 0};
+        cur = Bucket{off + left, off + left, 0, {}};
         open = true;
       }
       const size_t limit = buckets_.empty() ? first_cap : cap;
@@ -49,6 +49,14 @@ OverlappedReducer::~OverlappedReducer() {
   }
   cv_.notify_all();
   thread_.join();
+}
+
+void OverlappedReducer::ReduceScatterToShards(const std::vector<size_t>& shards) {
+  std::lock_guard lock(mu_);
+  for (Bucket& b : buckets_) {
+    b.shard_bounds.clear();
+    for (size_t at : shards) b.shard_bounds.push_back(std::clamp(at, b.begin, b.end) - b.begin);
+  }
 }
 
 void OverlappedReducer::Begin(FloatSpan grads) {
@@ -85,10 +93,13 @@ void OverlappedReducer::Loop() {
     queue_.pop_front();
     const bool failed = !status_.ok();
     FloatSpan data = grads_.subspan(buckets_[b].begin, buckets_[b].end - buckets_[b].begin);
+    const std::vector<size_t>& shards = buckets_[b].shard_bounds;
     lock.unlock();
     Stopwatch sw;
     // After a failure the ring is broken anyway: the remaining buckets are only counted.
-    Status s = failed ? OkStatus() : collective_->AllReduce(data, ReduceOp::kAverage);
+    Status s = failed           ? OkStatus()
+               : shards.empty() ? collective_->AllReduce(data, ReduceOp::kAverage)
+                                : collective_->ReduceScatter(data, ReduceOp::kAverage, shards);
     const double ms = sw.Millis();
     lock.lock();
     busy_ms_ += ms;

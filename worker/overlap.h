@@ -37,6 +37,11 @@ class OverlappedReducer {
   OverlappedReducer(const OverlappedReducer&) = delete;
   OverlappedReducer& operator=(const OverlappedReducer&) = delete;
 
+  // ZeRO stage 2: reduce-scatter each bucket instead of all-reducing it, cut where the shards
+  // of the flat buffer are cut (`shards`: n + 1 offsets, shard i = [shards[i], shards[i + 1])),
+  // so that after Finish() this rank's shard holds the averaged gradient and the rest is
+  // undefined. Call before the first Begin().
+  void ReduceScatterToShards(const std::vector<size_t>& shards);
   // Arms every bucket for one step over `grads` (the model's flat gradient buffer).
   void Begin(FloatSpan grads);
   // Tensor t's gradient is final (the model's readiness callback).
@@ -56,6 +61,7 @@ class OverlappedReducer {
   struct Bucket {
     size_t begin = 0, end = 0;
     int tensors = 0;  // distinct tensors with elements in it
+    std::vector<size_t> shard_bounds;  // ReduceScatterToShards: the shards cut to this bucket
   };
   void Loop();
 

@@ -72,6 +72,7 @@ AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const L
   ao.error_feedback = c.error_feedback();
   ao.correction_momentum = CorrectionMomentum(c);
   ao.collective_timeout_s = c.collective_timeout();
+  ao.zero = c.zero();
   return ao;
 }
 

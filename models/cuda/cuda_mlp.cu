@@ -231,6 +231,7 @@ class CudaMlp final : public Model {
   std::string name() const override { return name_; }
   bool on_device() const override { return true; }
   float* device_grads() override { return grads_d_.get(); }
+  float* device_params() override { return params_d_.get(); }
   void* device_stream() override { return stream_; }
 
   void Initialize(uint64_t seed) override {
@@ -340,16 +341,26 @@ class CudaMlp final : public Model {
   }
 
   Status SetOptimizer(const OptimizerOptions& options) override {
+    return SetOptimizerRanges(options, {Segment{0, num_params()}});
+  }
+
+  Status SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges) override {
     RETURN_IF_ERROR(ValidateOptimizerOptions(options));
+    int64_t state = 0;
+    for (const Segment& r : ranges) {
+      if (r.begin < 0 || r.end < r.begin || r.end > num_params()) return InvalidArgumentError("optimizer range out of the model");
+      state += r.size();
+    }
     if (options.kind != OptimizerKind::kSgd) {
       return UnimplementedError(name() + ": the device optimizer is SGD's (momentum, Nesterov, weight decay); " +
                                 OptimizerKindName(options.kind) + " runs on the servers in the PS modes only");
     }
     Use();
     optimizer_ = options;
-    if (options.momentum > 0.0f) {
-      velocity_d_.Reserve(params_.size());
-      RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(velocity_d_.get(), 0, params_.size() * sizeof(float), stream_),
+    ranges_ = ranges;
+    if (options.momentum > 0.0f && state > 0) {
+      velocity_d_.Reserve(static_cast<size_t>(state));
+      RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(velocity_d_.get(), 0, static_cast<size_t>(state) * sizeof(float), stream_),
                                  "optimizer state"));
     }
     optimizer_set_ = true;
@@ -359,9 +370,15 @@ class CudaMlp final : public Model {
   Status OptimizerStep(float lr) override {
     if (!optimizer_set_) return FailedPreconditionError("OptimizerStep before SetOptimizer");
     Use();
-    const int64_t n = num_params();
-    SgdStep<<<Blocks(n), kThreads, 0, stream_>>>(params_d_.get(), grads_d_.get(), velocity_d_.get(), n, lr,
-                                                   optimizer_.momentum, optimizer_.nesterov, optimizer_.weight_decay);
+    int64_t state = 0;  // each range's velocity follows the previous one's
+    for (const Segment& r : ranges_) {
+      const int64_t n = r.size();
+      if (n == 0) continue;
+      float* velocity = optimizer_.momentum > 0.0f ? velocity_d_.get() + state : nullptr;
+      SgdStep<<<Blocks(n), kThreads, 0, stream_>>>(params_d_.get() + r.begin, grads_d_.get() + r.begin, velocity, n, lr,
+                                                     optimizer_.momentum, optimizer_.nesterov, optimizer_.weight_decay);
+      state += n;
+    }
     return CudaStatus(cudaGetLastError(), "optimizer step");
   }
 
@@ -443,6 +460,7 @@ class CudaMlp final : public Model {
   int64_t capacity_ = 0;
   OptimizerOptions optimizer_;
   bool optimizer_set_ = false;
+  std::vector<Segment> ranges_;  // what OptimizerStep updates (ZeRO: the shard), the velocity laid out in this order
 };
 
 }  // namespace

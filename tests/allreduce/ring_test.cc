@@ -177,10 +177,15 @@ TEST(AllReduceAlgoTest, MeshPeersAreSymmetricAndFew) {
 }
 
 TEST(AllReduceAlgoTest, AutoPicksByStepsForSmallAndByBandwidthForLarge) {
-  for (int n : {2, 3, 4, 8}) {
-    EXPECT_NE(ChooseAllReduceAlgo(4096, n), AllReduceAlgo::kRing) << n;
-    EXPECT_EQ(ChooseAllReduceAlgo(size_t{256} << 20, n), AllReduceAlgo::kRing) << n;
+  for (bool oversubscribed : {false, true}) {
+    for (int n : {2, 3, 4, 8}) {
+      EXPECT_NE(ChooseAllReduceAlgo(4096, n, oversubscribed), AllReduceAlgo::kRing) << n;
+      EXPECT_EQ(ChooseAllReduceAlgo(size_t{256} << 20, n, oversubscribed), AllReduceAlgo::kRing) << n;
+    }
   }
+  // Halving-doubling only where no fold is needed.
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{512} << 10, 4), AllReduceAlgo::kRhd);
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{512} << 10, 6), AllReduceAlgo::kRing);
   EXPECT_EQ(*ParseAllReduceAlgo("rhd"), AllReduceAlgo::kRhd);
   // The names the configuration accepts are exactly the ones the collective knows.
   std::stringstream names(kAllReduceAlgoNames);

@@ -2,6 +2,7 @@
 // global batch and as bsp over the parameter server.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
@@ -142,6 +143,146 @@ TEST(AllreduceTrainTest, SparseModelAllGathersItsGradients) {
   local.batch = 75;
   std::vector<float> expect = RunLocal(mo, local, 0, data);
   EXPECT_LE(MaxRelativeDiff(*ar, expect, 1e-3), 1e-5);
+}
+
+// ZeRO: the same training as plain all-reduce after 200 steps, with 1/n of the optimizer state per
+// rank and the same bytes on the wire. Three workers split the MLP's parameters unevenly.
+struct ZeroCase {
+  int stage;
+  OptimizerKind optimizer;
+  int n;
+};
+
+class ZeroTest : public ::testing::TestWithParam<ZeroCase> {};
+
+TEST_P(ZeroTest, EqualsPlainAllReduceWithAnNthOfTheOptimizerStateAndTheSameBytes) {
+  const ZeroCase c = GetParam();
+  Dataset data = SmallBlobs();
+  LocalTrainOptions t = c.optimizer == OptimizerKind::kAdam ? AdamTrain(8, 200) : SmallTrain(8, 200, 0.9f);
+  // Plain: one all-reduce of the whole gradient per step. Stage 2 reduce-scatters buckets of 64
+  // floats during backward, each cut at the shards' bounds.
+  AllreduceTrainOptions plain;
+  plain.overlap = false;
+  AllreduceTrainOptions zero = plain;
+  zero.zero = c.stage;
+  if (c.stage == 2) {
+    zero.overlap = true;
+    zero.bucket_bytes = zero.first_bucket_bytes = 64 * sizeof(float);
+  }
+  // The ring for both: each element is summed in the same order (its chunk's, which its shard
+  // decides), so the trajectories are the same to the bit.
+  auto a = RunAllreduceJobWith(c.n, SmallMlp(), t, data, plain, false, AllReduceAlgo::kRing);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto z = RunAllreduceJobWith(c.n, SmallMlp(), t, data, zero, false, AllReduceAlgo::kRing);
+  ASSERT_TRUE(z.ok()) << z.status();
+  const double diff = MaxRelativeDiff(z->params, a->params, 1e-3);
+  RecordProperty("max_relative_diff_vs_plain", std::to_string(diff));
+  EXPECT_LE(diff, 1e-6);
+  // Optimizer state: each rank its shard's, together the whole.
+  size_t total = 0;
+  const size_t params = a->params.size(), per_param = a->optimizer_state_bytes[0] / params;
+  ASSERT_GT(per_param, 0u);
+  for (int r = 0; r < c.n; ++r) {
+    EXPECT_EQ(a->optimizer_state_bytes[r], per_param * params);
+    EXPECT_EQ(z->optimizer_state_bytes[r], per_param * (ChunkBegin(params, c.n, r + 1) - ChunkBegin(params, c.n, r))) << r;
+    total += z->optimizer_state_bytes[r];
+  }
+  EXPECT_EQ(total, a->optimizer_state_bytes[0]);
+  // The bytes on the wire, all ranks together: reduce-scatter + all-gather = all-reduce (stage 2
+  // adds the step headers of its buckets).
+  uint64_t plain_bytes = 0, zero_bytes = 0;
+  for (int r = 0; r < c.n; ++r) {
+    plain_bytes += a->bytes_sent[r];
+    zero_bytes += z->bytes_sent[r];
+  }
+  RecordProperty("bytes_plain", std::to_string(plain_bytes));
+  RecordProperty("bytes_zero", std::to_string(zero_bytes));
+  if (c.stage == 1) {
+    EXPECT_EQ(zero_bytes, plain_bytes);
+  } else {
+    // The same payload; the extra step headers (32 bytes) of at most ceil(P / 64) + 1 buckets
+    // per rank and step.
+    const uint64_t buckets = params / 64 + 2, headers = 200 * static_cast<uint64_t>(c.n * (c.n - 1)) * buckets * 32;
+    EXPECT_GE(zero_bytes, plain_bytes);
+    EXPECT_LE(zero_bytes, plain_bytes + headers);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroTest,
+                         ::testing::Values(ZeroCase{1, OptimizerKind::kSgd, 3}, ZeroCase{1, OptimizerKind::kAdam, 4},
+                                           ZeroCase{2, OptimizerKind::kSgd, 4}, ZeroCase{2, OptimizerKind::kAdam, 3}),
+                         [](const auto& p) {
+                           return "stage" + std::to_string(p.param.stage) + "_" + OptimizerKindName(p.param.optimizer) + "_n" +
+                                  std::to_string(p.param.n);
+                         });
+
+// On the "device" (NCCL's equal chunks and the all-reduced rest) and with a codec (the codec's
+// exchange, then the sharded update): the same parameters as without ZeRO.
+TEST(ZeroTest, OnTheDeviceAndWithACodecTrainsAsWithoutIt) {
+  Dataset data = SmallBlobs();
+  LocalTrainOptions t = SmallTrain(8, 60, 0.9f);
+  AllreduceTrainOptions plain, zero;
+  zero.zero = 1;
+  // Five ranks: the rest past NCCL's equal chunks is not empty.
+  auto a = RunAllreduceJobWith(5, SmallMlp(), t, data, plain, /*fake_device=*/true, AllReduceAlgo::kRing);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_NE(a->params.size() % 5, 0u);
+  auto z = RunAllreduceJobWith(5, SmallMlp(), t, data, zero, /*fake_device=*/true, AllReduceAlgo::kRing);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_LE(MaxRelativeDiff(z->params, a->params, 1e-3), 1e-6);
+
+  plain.compression = zero.compression = "fp16";
+  plain.overlap = zero.overlap = false;
+  zero.zero = 2;
+  a = RunAllreduceJobWith(3, SmallMlp(), t, data, plain, false, AllReduceAlgo::kRing);
+  ASSERT_TRUE(a.ok()) << a.status();
+  z = RunAllreduceJobWith(3, SmallMlp(), t, data, zero, false, AllReduceAlgo::kRing);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_LE(MaxRelativeDiff(z->params, a->params, 1e-3), 1e-6);
+  EXPECT_LT(z->optimizer_state_bytes[0], a->optimizer_state_bytes[0] / 2);
+}
+
+// Each rank checkpoints its shard; a resumed run goes on bit for bit; a plain checkpoint resumes
+// into ZeRO (each rank takes its cut of the state), a ZeRO checkpoint does not resume without
+// --zero, and a missing shard fails every rank naming the one that lacks it.
+TEST(ZeroTest, EveryRankCheckpointsItsShardAndResumesFromIt) {
+  Dataset data = SmallBlobs();
+  TempDir dir;
+  auto run = [&](int64_t steps, int zero, bool resume) {
+    AllreduceTrainOptions o;
+    o.zero = zero;
+    o.checkpoint_dir = dir.path();
+    o.checkpoint_every = 10;
+    o.resume = resume;
+    return RunAllreduceJobWith(3, SmallMlp(), AdamTrain(8, steps), data, o, false, AllReduceAlgo::kRing);
+  };
+  auto straight = run(40, 1, false);
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/allreduce-shard-" + std::to_string(r) + ".ckpt")) << r;
+  }
+  ASSERT_TRUE(run(20, 1, false).ok());  // checkpoint at 20
+  auto resumed = run(40, 2, true);      // stage 2 reads stage 1's shards (the same cut)
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_LE(MaxRelativeDiff(resumed->params, straight->params, 1e-3), 1e-6);
+
+  auto refused = run(30, 0, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("resume with --zero"), std::string::npos) << refused.status();
+
+  auto plain_straight = run(40, 0, false);
+  ASSERT_TRUE(plain_straight.ok());
+  ASSERT_TRUE(run(20, 0, false).ok());
+  auto into_zero = run(40, 1, true);
+  ASSERT_TRUE(into_zero.ok()) << into_zero.status();
+  EXPECT_LE(MaxRelativeDiff(into_zero->params, plain_straight->params, 1e-3), 1e-6);
+
+  ASSERT_TRUE(run(20, 1, false).ok());
+  std::filesystem::remove(dir.path() + "/allreduce-shard-1.ckpt");
+  std::filesystem::remove(dir.path() + "/allreduce-shard-1.prev.ckpt");
+  auto missing = run(40, 1, true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("rank 1: no shard of step 20"), std::string::npos) << missing.status();
 }
 
 }  // namespace

@@ -43,17 +43,30 @@ Status FakeDeviceModel::ParamsToDevice() {
 }
 
 Status FakeDeviceModel::SetOptimizer(const OptimizerOptions& options) {
+  return SetOptimizerRanges(options, {Segment{0, inner_->num_params()}});
+}
+
+Status FakeDeviceModel::SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges) {
   RETURN_IF_ERROR(ValidateOptimizerOptions(options));
   if (options.kind != OptimizerKind::kSgd) {  // as the CUDA models (models/cuda/)
     return UnimplementedError(name() + ": the device optimizer is SGD's; adam runs on the host or the servers");
   }
-  optimizer_ = std::make_unique<Optimizer>(options, inner_->num_params());
+  int64_t state = 0;
+  for (const Segment& r : ranges) state += r.size();
+  optimizer_ = std::make_unique<Optimizer>(options, state);
+  ranges_ = ranges;
   return OkStatus();
 }
 
+// As the CUDA models: each range's state follows the previous one's.
 Status FakeDeviceModel::OptimizerStep(float lr) {
   if (!optimizer_) return FailedPreconditionError("OptimizerStep before SetOptimizer");
-  optimizer_->Step(inner_->params(), inner_->grads(), lr);
+  int64_t state = 0;
+  for (const Segment& r : ranges_) {
+    optimizer_->Step(inner_->params().subspan(r.begin, r.size()), inner_->grads().subspan(r.begin, r.size()), lr, state);
+    state += r.size();
+  }
+  optimizer_->EndStep();
   return OkStatus();
 }
 

@@ -31,8 +31,10 @@ class FakeDeviceModel final : public Model {
   Status ParamsToHost() override;
   Status ParamsToDevice() override;
   float* device_grads() override { return inner_->grads().data(); }
+  float* device_params() override { return inner_->params().data(); }
   void* device_stream() override { return this; }
   Status SetOptimizer(const OptimizerOptions& options) override;
+  Status SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges) override;
   Status OptimizerStep(float lr) override;
 
   int uploads() const { return uploads_; }
@@ -40,6 +42,7 @@ class FakeDeviceModel final : public Model {
  private:
   std::unique_ptr<Model> inner_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Segment> ranges_;
   int uploads_ = 0;
 };
 

@@ -79,14 +79,31 @@ double EquivalenceTolerance(double noise, double base) { return std::max(base, 1
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const LocalTrainOptions& train,
                                            const Dataset& data, size_t bucket_bytes, const std::string& compression,
                                            bool error_feedback, float correction_momentum, bool fake_device) {
+  AllreduceTrainOptions o;
+  o.bucket_bytes = bucket_bytes;
+  o.compression = compression;
+  o.error_feedback = error_feedback;
+  o.correction_momentum = correction_momentum;
+  ASSIGN_OR_RETURN(auto result, RunAllreduceJobWith(n, mo, train, data, o, fake_device));
+  return result.params;
+}
+
+Result<AllreduceJobResult> RunAllreduceJobWith(int n, const ModelOptions& mo, const LocalTrainOptions& train,
+                                               const Dataset& data, const AllreduceTrainOptions& base, bool fake_device,
+                                               AllReduceAlgo algorithm) {
+  CollectiveOptions co;
+  co.algorithm = algorithm;
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
-    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", {})).value());
+    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", co)).value());
     peers.push_back("127.0.0.1:" + std::to_string(rings.back()->port()));
   }
   std::vector<std::vector<float>> params(static_cast<size_t>(n));
   std::vector<Status> status(static_cast<size_t>(n));
+  AllreduceJobResult result;
+  result.optimizer_state_bytes.resize(static_cast<size_t>(n));
+  result.bytes_sent.resize(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -95,18 +112,16 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
       auto model = MakeTestModel(mo, fake_device);
       model->Initialize(r == 0 ? 0 : 1000 + r);  // only rank 0's initial values may matter
       HostDeviceCollective device(rings[r].get());
-      AllreduceTrainOptions o;
+      AllreduceTrainOptions o = base;
       o.train = train;
-      o.bucket_bytes = bucket_bytes;
       o.evaluate = false;
-      o.compression = compression;
-      o.error_feedback = error_feedback;
-      o.correction_momentum = correction_momentum;
       if (fake_device) o.device_collective = &device;
       AllreduceTrainer t(o, model.get(), &data, &data, nullptr, rings[r].get());
       auto rep = t.Run();
       status[r] = rep.ok() ? model->ParamsToHost() : rep.status();
       params[r].assign(model->params().begin(), model->params().end());
+      result.optimizer_state_bytes[r] = t.optimizer_state_bytes();
+      result.bytes_sent[r] = rings[r]->bytes_sent();
     });
   }
   for (auto& t : threads) t.join();
@@ -114,7 +129,8 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
     if (!status[r].ok()) return status[r];
     if (params[r] != params[0]) return InternalError("rank " + std::to_string(r) + " ended with other parameters");
   }
-  return params[0];
+  result.params = params[0];
+  return result;
 }
 
 PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset& test) {

@@ -9,6 +9,7 @@
 
 #include "common/dataset.h"
 #include "common/security.h"
+#include "worker/allreduce_sync.h"
 #include "common/status.h"
 #include "models/model.h"
 #include "server/server.h"
@@ -70,6 +71,17 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& model, con
                                            const Dataset& data, size_t bucket_bytes,
                                            const std::string& compression = "", bool error_feedback = false,
                                            float correction_momentum = 0, bool fake_device = false);
+
+// RunAllreduceJob with every all-reduce setting (`base`'s train, evaluate and device collective
+// are replaced), the collective's algorithm, and what each rank measured.
+struct AllreduceJobResult {
+  std::vector<float> params;               // rank 0's (every rank's, checked)
+  std::vector<size_t> optimizer_state_bytes;  // per rank
+  std::vector<uint64_t> bytes_sent;           // per rank, the whole run
+};
+Result<AllreduceJobResult> RunAllreduceJobWith(int n, const ModelOptions& model, const LocalTrainOptions& train,
+                                               const Dataset& data, const AllreduceTrainOptions& base,
+                                               bool fake_device = false, AllReduceAlgo algorithm = AllReduceAlgo::kAuto);
 
 // Local SGD with the same settings (the reference): returns the parameters after training.
 std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& train, uint64_t init_seed,

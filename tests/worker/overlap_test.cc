@@ -25,8 +25,8 @@ class RecordingCollective final : public Collective {
     return fail_after >= 0 && static_cast<int>(calls.size()) > fail_after ? UnavailableError("peer gone") : OkStatus();
   }
   Status AllReduceHalf(std::span<uint16_t>) override { return OkStatus(); }
-  Status ReduceScatter(FloatSpan, ReduceOp) override { return UnimplementedError("not recorded"); }
-  Status AllGatherChunks(FloatSpan) override { return UnimplementedError("not recorded"); }
+  Status ReduceScatter(FloatSpan, ReduceOp, std::span<const size_t>) override { return UnimplementedError("not recorded"); }
+  Status AllGatherChunks(FloatSpan, std::span<const size_t>) override { return UnimplementedError("not recorded"); }
   Status Broadcast(FloatSpan, int) override { return OkStatus(); }
   Status AllGather(std::span<const std::byte>, std::vector<std::vector<std::byte>>*) override { return OkStatus(); }
   Status Barrier() override { return OkStatus(); }
