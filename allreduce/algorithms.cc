@@ -13,12 +13,15 @@ const char* AllReduceAlgoName(AllReduceAlgo algo) {
     case AllReduceAlgo::kRhd: return "rhd";
     case AllReduceAlgo::kRd: return "rd";
     case AllReduceAlgo::kTree: return "tree";
+    case AllReduceAlgo::kShm: return "shm";
+    case AllReduceAlgo::kHier: return "hier";
   }
   return "unknown";
 }
 
 Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name) {
-  for (auto a : {AllReduceAlgo::kAuto, AllReduceAlgo::kRing, AllReduceAlgo::kRhd, AllReduceAlgo::kRd, AllReduceAlgo::kTree}) {
+  for (auto a : {AllReduceAlgo::kAuto, AllReduceAlgo::kRing, AllReduceAlgo::kRhd, AllReduceAlgo::kRd, AllReduceAlgo::kTree,
+                 AllReduceAlgo::kShm, AllReduceAlgo::kHier}) {
     if (name == AllReduceAlgoName(a)) return a;
   }
   return InvalidArgumentError("unknown all-reduce algorithm '" + name + "' (expected " + kAllReduceAlgoNames + ")");

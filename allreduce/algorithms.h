@@ -24,10 +24,13 @@
 
 namespace gradsync {
 
-enum class AllReduceAlgo : uint32_t { kAuto = 0, kRing = 1, kRhd = 2, kRd = 3, kTree = 4 };
+// shm and hier need CollectiveOptions::shm: all ranks on one host reducing through shared memory;
+// across hosts, each host's ranks reducing into their leader through it, the leaders' ring over
+// TCP, and the leader's result broadcast back through it.
+enum class AllReduceAlgo : uint32_t { kAuto = 0, kRing = 1, kRhd = 2, kRd = 3, kTree = 4, kShm = 5, kHier = 6 };
 
 const char* AllReduceAlgoName(AllReduceAlgo algo);
-// "auto", "ring", "rhd", "rd" or "tree"; anything else is an error naming them.
+// "auto", "ring", "rhd", "rd", "tree", "shm" or "hier"; anything else is an error naming them.
 Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name);
 
 // What auto runs for an all-reduce of `bytes` over n ranks (thresholds measured with

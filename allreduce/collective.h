@@ -37,6 +37,11 @@ struct CollectiveOptions {
   // While waiting for a peer, poll this long before sleeping (a sleeping rank pays a wake-up
   // per step: tens of microseconds, most of a small all-reduce). 0: always sleep.
   int spin_us = 50;
+  // Ranks on one host (by their addresses) all-reduce through shared memory (auto: when every rank
+  // is on this host; across hosts, hierarchically). Not with an encrypted ring.
+  bool shm = false;
+  // Shared-memory all-reduce granularity.
+  size_t shm_block_bytes = size_t{256} << 10;
   // The all-reduce algorithm; auto picks by size and rank count (ChooseAllReduceAlgo). Every
   // rank must use the same one (a rank that disagrees fails, naming both).
   AllReduceAlgo algorithm = AllReduceAlgo::kAuto;

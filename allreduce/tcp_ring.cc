@@ -4,6 +4,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include "common/half.h"
@@ -155,15 +157,30 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   if (size_ < 1 || rank < 0 || rank >= size_) return InvalidArgumentError("rank " + std::to_string(rank) + " of " + std::to_string(size_));
   if (size_ == 1) return OkStatus();
   const int right = (rank + 1) % size_, left = (rank - 1 + size_) % size_;
-  // Ranks on this host (by the host part of their addresses) against its cores: auto's choice.
+  // The hosts, by the host part of the ranks' addresses: each host's ranks in rank order, and
+  // its leader (the first). Auto's choice looks at this host's ranks against its cores.
   {
-    std::string self_host, host;
+    host_groups_.clear();
+    std::vector<std::string> hosts;
+    std::string host;
     uint16_t port = 0;
-    int local = 0;
-    if (ParseHostPort(peers[rank], &self_host, &port).ok()) {
-      for (const auto& p : peers) local += ParseHostPort(p, &host, &port).ok() && host == self_host;
+    for (int i = 0; i < size_; ++i) {
+      if (!ParseHostPort(peers[i], &host, &port).ok()) host = peers[i];
+      auto at = std::find(hosts.begin(), hosts.end(), host);
+      if (at == hosts.end()) {
+        hosts.push_back(host);
+        host_groups_.push_back({i});
+      } else {
+        host_groups_[static_cast<size_t>(at - hosts.begin())].push_back(i);
+      }
     }
-    oversubscribed_ = local > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (size_t g = 0; g < host_groups_.size(); ++g) {
+      if (std::find(host_groups_[g].begin(), host_groups_[g].end(), rank) != host_groups_[g].end()) my_group_ = static_cast<int>(g);
+    }
+    leaders_.clear();
+    for (const auto& g : host_groups_) leaders_.push_back(g.front());
+    oversubscribed_ = host_groups_[static_cast<size_t>(my_group_)].size() >
+                      static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()));
   }
   // This rank connects to its right neighbor and to its mesh peers above it, and accepts its
   // left neighbor and its mesh peers below it.
@@ -172,7 +189,16 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   mesh_.clear();
   mesh_.resize(static_cast<size_t>(size_));
   if (size_ > 2) {
-    for (int p : MeshPeers(rank, size_)) {
+    std::vector<int> pairs = MeshPeers(rank, size_);
+    // Spanning hosts with several ranks on one: the leaders' ring of the hierarchical all-reduce.
+    const bool may_nest = leaders_.size() > 1 && leaders_.size() < static_cast<size_t>(size_);
+    if (auto at = std::find(leaders_.begin(), leaders_.end(), rank); may_nest && at != leaders_.end()) {
+      const size_t i = static_cast<size_t>(at - leaders_.begin()), l = leaders_.size();
+      for (int p : {leaders_[(i + 1) % l], leaders_[(i + l - 1) % l]}) {
+        if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+      }
+    }
+    for (int p : pairs) {
       mesh_[static_cast<size_t>(p)] = std::make_unique<Link>(io_);
       if (p > rank) mesh_up.push_back(p);
       else ++mesh_down;
@@ -323,6 +349,9 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   // Handlers that never ran (the accept loop's last async_accept) hold captures of this frame.
   io_.restart();
   io_.poll();
+  shm_ready_ = false;
+  shm_why_not_ = options_.shm ? "the ring is encrypted (--ring-encrypt keeps every byte on encrypted TCP)" : "off (--allreduce-shm=false)";
+  if (options_.shm && !security_.encrypt) RETURN_IF_ERROR(SetUpSharedMemory().WithContext("shared-memory set-up"));
   return OkStatus();
 }
 
@@ -554,9 +583,27 @@ Status RingCollective::AllReduceHalf(std::span<uint16_t> data) {
 
 Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce) {
   AllReduceAlgo algo = options_.algorithm;
-  if (algo == AllReduceAlgo::kAuto) algo = ChooseAllReduceAlgo(count * elem, size_, oversubscribed_);
+  if (algo == AllReduceAlgo::kAuto) {
+    // Shared memory when every rank is on this host; across hosts with several ranks on one, the
+    // hierarchy; else the TCP algorithms.
+    algo = !shm_ready_               ? ChooseAllReduceAlgo(count * elem, size_, oversubscribed_)
+           : host_groups_.size() == 1 ? AllReduceAlgo::kShm
+                                      : AllReduceAlgo::kHier;
+  }
   algo_now_ = last_algorithm_ = algo;
+  if ((algo == AllReduceAlgo::kShm || algo == AllReduceAlgo::kHier) && !shm_ready_) {
+    return Fail(FailedPreconditionError(std::string("--allreduce-algo=") + AllReduceAlgoName(algo) +
+                                        " needs shared memory between this host's ranks: " + shm_why_not_));
+  }
   switch (algo) {
+    case AllReduceAlgo::kShm:
+      if (host_groups_.size() != 1) {
+        return Fail(FailedPreconditionError("--allreduce-algo=shm needs every rank on one host; these span " +
+                                            std::to_string(host_groups_.size()) + " (use hier or auto)"));
+      }
+      if (Status s = shm_->AllReduce(data, count, elem, reduce, options_.timeout_s); !s.ok()) return Fail(s);
+      return OkStatus();
+    case AllReduceAlgo::kHier: return Hierarchical(data, count, elem, reduce);
     case AllReduceAlgo::kRhd: return HalvingDoubling(data, count, elem, reduce);
     case AllReduceAlgo::kRd: return RecursiveDoubling(data, count, elem, reduce);
     case AllReduceAlgo::kTree: return Tree(data, count, elem, reduce);
@@ -571,6 +618,79 @@ Status RingCollective::CheckBounds(std::span<const size_t> bounds, size_t count)
   if (!ok) {
     return InvalidArgumentError("chunk bounds must be " + std::to_string(size_ + 1) + " non-decreasing offsets from 0 to " +
                                 std::to_string(count));
+  }
+  return OkStatus();
+}
+
+// Across hosts: the host's ranks reduce into their leader through shared memory, the leaders
+// all-reduce around their own ring over TCP, and each leader broadcasts the result back.
+Status RingCollective::Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce) {
+  if (shm_) {
+    if (Status s = shm_->Reduce(data, count, elem, reduce, options_.timeout_s); !s.ok()) return Fail(s);
+  }
+  if (leaders_.size() > 1 && leaders_[static_cast<size_t>(my_group_)] == rank_) {
+    RETURN_IF_ERROR(RingSteps(OpKind::kAllReduce, data, count, elem, reduce, 0, 2 * (static_cast<int>(leaders_.size()) - 1), {},
+                              leaders_));
+  }
+  if (shm_) {
+    if (Status s = shm_->Broadcast(data, count * elem, options_.timeout_s); !s.ok()) return Fail(s);
+  }
+  return OkStatus();
+}
+
+// Every host's leader creates its group's region; the ranks learn every leader's (name, nonce)
+// over the ring, the others attach, and every rank learns every rank's verdict: shared memory is
+// used only if every host that has several ranks could set it up, so that all ranks agree.
+Status RingCollective::SetUpSharedMemory() {
+  const auto& group = host_groups_[static_cast<size_t>(my_group_)];
+  const int index = static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
+  const int members = static_cast<int>(group.size());
+  uint64_t nonce = 0;
+  std::string mine, failure;
+  if (members > 1 && index == 0) {
+    nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+    auto g = ShmGroup::Create(members, options_.shm_block_bytes, nonce);
+    if (g.ok()) {
+      shm_ = std::move(g).value();
+      mine = shm_->name() + " " + std::to_string(nonce);
+    } else {
+      failure = g.status().message();
+    }
+  }
+  std::vector<std::vector<std::byte>> all;
+  RETURN_IF_ERROR(AllGather(std::as_bytes(std::span<const char>(mine.data(), mine.size())), &all));
+  if (members > 1 && index > 0) {
+    const auto& offer = all[static_cast<size_t>(group.front())];
+    std::istringstream in(std::string(reinterpret_cast<const char*>(offer.data()), offer.size()));
+    std::string name;
+    if (!(in >> name >> nonce)) {
+      failure = "rank " + std::to_string(group.front()) + " offers no shared memory";
+    } else if (auto g = ShmGroup::Attach(name, members, index, options_.shm_block_bytes, nonce); g.ok()) {
+      shm_ = std::move(g).value();
+    } else {
+      failure = g.status().message();
+    }
+  }
+  std::vector<std::vector<std::byte>> verdicts;
+  RETURN_IF_ERROR(AllGather(std::as_bytes(std::span<const char>(failure.data(), failure.size())), &verdicts));
+  if (shm_ && index == 0) shm_->Unlink();  // every member has mapped it (or given up)
+  shm_why_not_.clear();
+  for (size_t r = 0; r < verdicts.size(); ++r) {
+    if (!verdicts[r].empty()) {
+      shm_why_not_ += (shm_why_not_.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " +
+                      std::string(reinterpret_cast<const char*>(verdicts[r].data()), verdicts[r].size());
+    }
+  }
+  bool any_shared = false;
+  for (const auto& g : host_groups_) any_shared |= g.size() > 1;
+  if (!any_shared && shm_why_not_.empty()) shm_why_not_ = "no host runs more than one rank";
+  shm_ready_ = shm_why_not_.empty();
+  if (!shm_ready_) {
+    shm_.reset();
+  } else if (shm_) {
+    std::vector<std::string> names;
+    for (int r : group) names.push_back("rank " + std::to_string(r));
+    shm_->set_member_names(std::move(names));
   }
   return OkStatus();
 }
@@ -605,8 +725,11 @@ Status RingCollective::AllGatherChunks(FloatSpan data, std::span<const size_t> b
 // before), which keeps a chunk from being overwritten while it is still queued for sending. A
 // reader that has to wait is resumed by the write that lets it go on: no polling.
 Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first,
-                                 int last, std::span<const size_t> bounds) {
-  const int n = size_, r = rank_;
+                                 int last, std::span<const size_t> bounds, std::span<const int> group) {
+  // The ring runs over `group` (ranks in ring order; empty: every rank), at position r of it.
+  const int n = group.empty() ? size_ : static_cast<int>(group.size());
+  const int r = group.empty() ? rank_ : static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
+  auto member = [&](int i) { return group.empty() ? i : group[static_cast<size_t>(i)]; };
   char* d = static_cast<char*>(data);
   const int steps = last;
   // Chunk numbering: rank r receives chunk r - t - 2 at reduce-scatter step t (so that it ends
@@ -632,7 +755,9 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
   std::vector<size_t> pieces_left(static_cast<size_t>(steps), 0);
   std::vector<bool> step_queued(static_cast<size_t>(steps), false);  // all pieces of the step queued
   Status failure;
-  const int left = (r - 1 + n) % n, right = (r + 1) % n;
+  const int left = member((r - 1 + n) % n), right = member((r + 1) % n);
+  RingStream& to_right = SendStream(right);
+  RingStream& from_left = RecvStream(left);
   const uint32_t algo = op == OpKind::kAllReduce ? static_cast<uint32_t>(algo_now_) : 0;
   auto peer_error = [&](int peer, const boost::system::error_code& e, int t) {
     if (failure.ok()) failure = PeerError(peer, e, Where(op, static_cast<uint32_t>(t)));
@@ -654,7 +779,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
     if (writing || queue.empty() || !failure.ok()) return;
     writing = true;
     Piece p = queue.front();
-    right_.stream.AsyncWrite({asio::buffer(p.data, p.len)}, [&, p](const boost::system::error_code& e, size_t w) {
+    to_right.AsyncWrite({asio::buffer(p.data, p.len)}, [&, p](const boost::system::error_code& e, size_t w) {
       writing = false;
       if (e) return peer_error(right, e, p.step);
       bytes_sent_ += w;
@@ -701,7 +826,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
     char* dst = d + begin_of(c) + off;
     const bool reducing = t < n - 1;
     void* target = reducing ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
-    left_.stream.AsyncRead(asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
+    from_left.AsyncRead(asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
       if (reducing) reduce(dst, scratch_.data(), len / elem);
@@ -718,7 +843,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
       resume_reader = [&] { read_step(); };
       return;
     }
-    left_.stream.AsyncRead(asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
+    from_left.AsyncRead(asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
       if (Status s = CheckHeader(in, op, static_cast<uint32_t>(t), algo, bytes_of(recv_chunk(t)), left); !s.ok()) {

@@ -35,6 +35,7 @@
 #include "allreduce/algorithms.h"
 #include "allreduce/collective.h"
 #include "allreduce/ring_security.h"
+#include "allreduce/shm_group.h"
 
 namespace gradsync {
 
@@ -64,6 +65,11 @@ class RingCollective final : public Collective {
   // Wire bytes: with encryption, frame headers and tags included.
   uint64_t bytes_sent() const override;
   uint64_t bytes_received() const override;
+  // Whether the ranks of each host reduce through shared memory (CollectiveOptions::shm), and
+  // if not, why; the number of hosts (by the ranks' addresses).
+  bool shared_memory() const { return shm_ready_; }
+  const std::string& shared_memory_off_reason() const { return shm_why_not_; }
+  int hosts() const { return static_cast<int>(host_groups_.size()); }
   // The algorithm the last AllReduce / AllReduceHalf ran (auto resolved).
   AllReduceAlgo last_algorithm() const { return last_algorithm_; }
 
@@ -139,8 +145,11 @@ class RingCollective final : public Collective {
   // Ring steps [first, last) of the 2(n-1): [0, n-1) is the reduce-scatter (rank r ends with
   // chunk r reduced), [n-1, 2(n-1)) the all-gather (rank r starts from its chunk r).
   // `bounds` (n + 1 element offsets) cuts the chunks; empty: ChunkBegin.
+  // `group`: the ranks of the ring, in ring order (empty: every rank).
   Status RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first, int last,
-                   std::span<const size_t> bounds = {});
+                   std::span<const size_t> bounds = {}, std::span<const int> group = {});
+  Status Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce);
+  Status SetUpSharedMemory();
   // Checks caller-given chunk bounds (kInvalidArgument, before anything moves).
   Status CheckBounds(std::span<const size_t> bounds, size_t count) const;
   Status HalvingDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
@@ -188,6 +197,12 @@ class RingCollective final : public Collective {
   std::vector<float> scratch_;
   std::vector<std::byte> whole_;  // a whole incoming buffer (recursive doubling, tree)
   bool oversubscribed_ = false;  // more ranks on this host than cores (auto's choice)
+  std::vector<std::vector<int>> host_groups_;  // each host's ranks, in rank order
+  std::vector<int> leaders_;                   // each host's first rank
+  int my_group_ = 0;
+  std::unique_ptr<ShmGroup> shm_;  // this host's shared-memory group (null: alone on the host, or off)
+  bool shm_ready_ = false;         // every host with several ranks has its group
+  std::string shm_why_not_;
   AllReduceAlgo algo_now_ = AllReduceAlgo::kRing;  // stamped on the all-reduce's step headers
   AllReduceAlgo last_algorithm_ = AllReduceAlgo::kRing;
   uint64_t bytes_sent_ = 0;

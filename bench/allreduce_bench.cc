@@ -31,6 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 int g_spin_us = CollectiveOptions{}.spin_us;
+size_t g_shm_block = CollectiveOptions{}.shm_block_bytes;
 
 struct Row {
   int ranks;
@@ -56,6 +57,8 @@ std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t s
   opt.segment_bytes = segment_bytes;
   opt.algorithm = algo;
   opt.spin_us = g_spin_us;
+  opt.shm_block_bytes = g_shm_block;
+  opt.shm = algo == AllReduceAlgo::kShm || algo == AllReduceAlgo::kHier;  // the others: TCP only
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
@@ -118,9 +121,10 @@ int Main(int argc, char** argv) {
       ("iters", po::value<int>()->default_value(20), "timed operations per size (p50 reported)")
       ("max-iters-bytes", po::value<int64_t>()->default_value(int64_t{2} << 30), "cap iters so that iters * size stays below this")
       ("segment-bytes", po::value<int64_t>()->default_value(1 << 20), "pipelining segment")
+      ("shm-block-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.shm_block_bytes)), "shm: the block each step copies and reduces")
       ("spin-us", po::value<int>()->default_value(CollectiveOptions{}.spin_us), "poll this long before sleeping while waiting for a peer")
       ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
-      ("algos", po::value<std::string>()->default_value("auto"), "all-reduce algorithms to measure, in turn: auto,ring,rhd,rd,tree")
+      ("algos", po::value<std::string>()->default_value("auto"), "all-reduce algorithms to measure, in turn: auto,ring,rhd,rd,tree (TCP), shm (shared memory)")
       ("rounds", po::value<int>()->default_value(1), "times each size runs every --security mode in turn")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
@@ -163,6 +167,8 @@ int Main(int argc, char** argv) {
   }
   const int rounds = vm["rounds"].as<int>();
   g_spin_us = vm["spin-us"].as<int>();
+  if (vm["shm-block-bytes"].as<int64_t>() < 4096) flags.Fail("--shm-block-bytes must be >= 4096");
+  g_shm_block = static_cast<size_t>(vm["shm-block-bytes"].as<int64_t>());
   if (g_spin_us < 0) flags.Fail("--spin-us must be >= 0");
   if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;

@@ -7,13 +7,10 @@
 //   [control: 4 KiB: magic, floats, consumed] [push area: floats] [pull area: floats]
 // Both areas are indexed like the shard's range: element i of the range is area[i].
 //
-// The worker creates the lane (mode 0600, every page reserved with posix_fallocate, so a full
-// /dev/shm is an error at creation, not a SIGBUS later) and names it in SHM_ATTACH; the shard
-// opens it only if it is a regular file of its own user with no group or other bits, exactly the
-// size its range asks for, with the right control block. Both sides then remove the name: the
+// The worker creates the lane (a SharedRegion, common/shared_region.h: private to this user,
+// every page reserved) and names it in SHM_ATTACH; the shard opens it only if SharedRegion
+// accepts it and its control block describes the range. Both sides then remove the name: the
 // mapping lives on until both have let go, and nothing is left in /dev/shm when a process dies.
-// The lane trusts processes of the same user on the host (as any shared-memory transport does:
-// they may also signal or trace the server); other users cannot open it.
 //
 // Flow control: a worker writes its push area only once the shard says it no longer reads it:
 // the shard stores the number of the last push it is done with in `consumed` (release), the
@@ -26,6 +23,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/shared_region.h"
 #include "common/status.h"
 
 namespace gradsync {
@@ -33,11 +31,6 @@ namespace gradsync {
 class ShmLane {
  public:
   ShmLane() = default;
-  ShmLane(ShmLane&& o) noexcept;
-  ShmLane& operator=(ShmLane&& o) noexcept;
-  ShmLane(const ShmLane&) = delete;
-  ShmLane& operator=(const ShmLane&) = delete;
-  ~ShmLane();
 
   // The worker: a new lane for a range of `floats` elements (> 0). kUnavailable when shared
   // memory cannot be had (or /dev/shm cannot hold the lane).
@@ -53,8 +46,8 @@ class ShmLane {
   // Removes the name (the mapping stays valid). Harmless when already removed.
   void Unlink();
 
-  bool valid() const { return base_ != nullptr; }
-  const std::string& name() const { return name_; }
+  bool valid() const { return region_.valid(); }
+  const std::string& name() const { return region_.name(); }
   int64_t floats() const { return floats_; }
   float* push_area() const;
   float* pull_area() const;
@@ -64,11 +57,7 @@ class ShmLane {
   void Consume(uint64_t seq);
 
  private:
-  void Reset();
-
-  std::string name_;
-  void* base_ = nullptr;
-  uint64_t bytes_ = 0;
+  SharedRegion region_;
   int64_t floats_ = 0;
 };
 

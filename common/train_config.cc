@@ -236,7 +236,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   }
   if (!allreduce) {
     for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume",
-                          "ring_encrypt", "allreduce_algo", "zero"}) {
+                          "ring_encrypt", "allreduce_algo", "zero", "allreduce_shm"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {mode=allreduce} only");
     }
   }
@@ -442,6 +442,7 @@ std::string JobFingerprint(const TrainConfig& c) {
     f.clear_ring_encrypt();
     f.clear_allreduce_algo();
     f.clear_zero();
+    f.clear_allreduce_shm();
   }
   f.clear_shm();  // each worker's own way to its shards
   f.clear_data_channel();

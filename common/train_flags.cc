@@ -65,6 +65,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"bucket-mb", false, false, "allreduce: gradient bucket size in MB"},
       {"first-bucket-mb", false, false, "allreduce: size of the first (last-layer) bucket in MB, so that communication starts early"},
       {"allreduce-algo", false, false, "allreduce on the CPU: auto|ring|rhd|rd|tree (auto: recursive doubling for small buffers, halving-doubling, then the ring for large ones; every worker alike)"},
+      {"allreduce-shm", false, false, "allreduce on the CPU: workers on one host (by address) all-reduce through shared memory, and across hosts hierarchically (shared memory within each, a ring of one leader per host over TCP) when --allreduce-algo=auto (true|false; off with --ring-encrypt)"},
       {"zero", false, false, "allreduce: ZeRO stage 0|1|2. 1: each worker keeps the optimizer state of 1/n of the parameters, the gradient is reduce-scattered after backward and the parameters all-gathered after the update (the bytes of an all-reduce); 2: the gradient is reduce-scattered bucket by bucket during backward (--overlap)"},
       {"ring-encrypt", false, true, "allreduce: also encrypt the ring's data (ChaCha20-Poly1305; needs --auth-dir, which authenticates the ring)"},
       // The device.

@@ -1,5 +1,7 @@
 #include "worker/job_link.h"
 
+#include <cstdio>
+
 #include "common/check.h"
 
 namespace gradsync {
@@ -21,6 +23,7 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
     CollectiveOptions co;
     co.timeout_s = c.collective_timeout();
     co.algorithm = *ParseAllReduceAlgo(c.allreduce_algo());  // Validate() checked it
+    co.shm = c.allreduce_shm();
     // --auth-dir authenticates the ring as well (its key comes from the same directory);
     // --ring-encrypt encrypts it too.
     RingSecurity security;
@@ -57,6 +60,19 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
     if (Status s = job->ring->Connect(job->rank, peers, 120); !s.ok()) {
       job->Finished(s);
       return s;
+    }
+    if (job->rank == 0 && job->ring->size() > 1) {
+      const RingCollective& ring = *job->ring;
+      if (!ring.shared_memory()) {
+        std::printf("worker 0: all-reduce over TCP between %d workers on %d host(s); shared memory: %s\n", ring.size(),
+                    ring.hosts(), ring.shared_memory_off_reason().c_str());
+      } else if (ring.hosts() == 1) {
+        std::printf("worker 0: all-reduce through shared memory between the %d workers of this host\n", ring.size());
+      } else {
+        std::printf("worker 0: hierarchical all-reduce: %d workers on %d hosts, shared memory within each host, a ring of "
+                    "one leader per host over TCP\n", ring.size(), ring.hosts());
+      }
+      std::fflush(stdout);
     }
   }
   return OkStatus();

@@ -13,8 +13,12 @@ from gradsync import _native
 
 def bytes_per_step(tmp_path, mode, workers, codec):
     record = str(tmp_path / "record")
+    # All-reduce over TCP: workers of one host would otherwise sum through shared memory, which
+    # is not the wire these bytes count.
+    env = {r: {"GRADSYNC_ALLREDUCE_SHM": "false"} for r in range(workers)} if mode == "allreduce" else None
     gsjob.run_job("train_worker.py", ["--steps=30", "--hidden=4096", "--record=" + record, "--compression=" + codec,
-                                      "--error-feedback"], mode, workers, servers=1, out=str(tmp_path / "out"))
+                                      "--error-feedback"], mode, workers, servers=1, out=str(tmp_path / "out"),
+                  worker_env=env)
     r = json.load(open(record + "-0.json"))
     sent = [s["bytes_sent"] for s in r["steps"]]
     return statistics.median(b - a for a, b in zip(sent, sent[1:])), r["num_params"]

@@ -26,10 +26,11 @@ def test_ddp_with_the_gradsync_hook_equals_sgd_with_the_global_batch(tmp_path):
 def test_the_hook_compresses(tmp_path):
     save, record = str(tmp_path / "params"), str(tmp_path / "record")
     args = ["--workers=2", "--steps=30", "--hidden=512", "--save=" + save, "--record=" + record]
-    gsjob.run_job("ddp_worker.py", args, "allreduce", 2, out=str(tmp_path / "dense"))
+    tcp = {r: {"GRADSYNC_ALLREDUCE_SHM": "false"} for r in range(2)}  # bytes on the wire, not through shared memory
+    gsjob.run_job("ddp_worker.py", args, "allreduce", 2, out=str(tmp_path / "dense"), worker_env=tcp)
     dense = json.load(open(record + "-0.json"))["traffic"][0]
     gsjob.run_job("ddp_worker.py", args + ["--compression=topk:0.01", "--error-feedback"], "allreduce", 2,
-                  out=str(tmp_path / "topk"))
+                  out=str(tmp_path / "topk"), worker_env=tcp)
     topk = json.load(open(record + "-0.json"))["traffic"][0]
     got = [torch.load("%s-%d.pt" % (save, r)) for r in range(2)]
     assert torch.equal(got[0], got[1])

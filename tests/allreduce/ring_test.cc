@@ -19,13 +19,16 @@ namespace {
 using RankFn = std::function<Status(int rank, RingCollective& ring)>;
 
 // Starts n rings on 127.0.0.1 (threads), wires them, runs fn on each; returns each rank's status.
-std::vector<Status> RunRing(int n, const RankFn& fn, CollectiveOptions options = {}) {
+// hosts[r] (if given) is rank r's address: 127.0.0.x are all this machine's, but the collective
+// takes ranks of different addresses for different hosts.
+std::vector<Status> RunRing(int n, const RankFn& fn, CollectiveOptions options = {}, std::vector<std::string> hosts = {}) {
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
+  hosts.resize(static_cast<size_t>(n), "127.0.0.1");
   for (int r = 0; r < n; ++r) {
-    auto ring = RingCollective::Listen("127.0.0.1", options);
+    auto ring = RingCollective::Listen(hosts[r], options);
     GRADSYNC_CHECK(ring.ok()) << ring.status();
-    peers.push_back("127.0.0.1:" + std::to_string((*ring)->port()));
+    peers.push_back(hosts[r] + ":" + std::to_string((*ring)->port()));
     rings.push_back(std::move(ring).value());
   }
   std::vector<Status> result(static_cast<size_t>(n));
@@ -222,6 +225,108 @@ TEST(AllReduceAlgoTest, RanksThatRunDifferentAlgorithmsFailNamingBoth) {
     named |= s.message().find("every worker needs the same --allreduce-algo") != std::string::npos;
   }
   EXPECT_TRUE(named) << st[0] << " / " << st[1] << " / " << st[2];
+}
+
+// Shared memory on one host, and the hierarchy across "hosts" (127.0.0.x): exact float and half
+// sums, the same bits on every rank, no all-reduce bytes over TCP within a host.
+struct ShmCase {
+  std::vector<std::string> hosts;
+  const char* name;
+};
+class ShmAllReduceTest : public ::testing::TestWithParam<ShmCase> {};
+
+TEST_P(ShmAllReduceTest, SumsExactlyWithTheSameBitsEverywhere) {
+  const auto& hosts = GetParam().hosts;
+  const int n = static_cast<int>(hosts.size());
+  for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{300007}}) {
+    CollectiveOptions opt;
+    opt.shm = true;
+    opt.shm_block_bytes = 4096;  // many blocks: both result buffers in turn
+    std::vector<std::vector<float>> results(static_cast<size_t>(n));
+    std::vector<uint64_t> sent(static_cast<size_t>(n));
+    auto st = RunRing(n, [&](int r, RingCollective& ring) -> Status {
+      if (!ring.shared_memory()) return InternalError("no shared memory: " + ring.shared_memory_off_reason());
+      std::vector<float> x(count);
+      for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
+      const uint64_t before = ring.bytes_sent();
+      RETURN_IF_ERROR(ring.AllReduce(x, ReduceOp::kSum));
+      sent[r] = ring.bytes_sent() - before;
+      const AllReduceAlgo want = ring.hosts() == 1 ? AllReduceAlgo::kShm : AllReduceAlgo::kHier;
+      if (count > 0 && ring.last_algorithm() != want) return InternalError(std::string("ran ") + AllReduceAlgoName(ring.last_algorithm()));
+      const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+      for (size_t i = 0; i < count; ++i) {
+        if (x[i] != ranks_sum * static_cast<float>(i % 7 + 1)) return InternalError("wrong sum at " + std::to_string(i));
+      }
+      std::vector<uint16_t> h(count);
+      for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)));
+      RETURN_IF_ERROR(ring.AllReduceHalf(h));
+      for (size_t i = 0; i < count; ++i) {
+        if (HalfToFloat(h[i]) != ranks_sum * static_cast<float>(i % 7 + 1)) return InternalError("wrong half sum");
+      }
+      std::vector<float> y(count);
+      for (size_t i = 0; i < count; ++i) y[i] = 1.0f / static_cast<float>(1 + (i * 7919 + static_cast<size_t>(r) * 104729) % 1000);
+      RETURN_IF_ERROR(ring.AllReduce(y, ReduceOp::kAverage));
+      results[r] = y;
+      // The other collectives still work over TCP beside it.
+      RETURN_IF_ERROR(ring.ReduceScatter(x, ReduceOp::kSum));
+      return ring.Barrier();
+    }, opt, hosts);
+    for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << GetParam().name << " count " << count << " rank " << r << ": " << st[r];
+    for (int r = 1; r < n; ++r) EXPECT_EQ(0, std::memcmp(results[0].data(), results[r].data(), count * sizeof(float))) << r;
+    // One host: nothing over TCP. Across hosts: only the leaders send, one ring's worth.
+    for (int r = 0; r < n; ++r) {
+      const bool leader = std::find(hosts.begin(), hosts.end(), hosts[r]) - hosts.begin() == r;
+      const bool alone = std::count(hosts.begin(), hosts.end(), hosts[r]) == n;
+      if (alone || !leader) {
+        EXPECT_EQ(sent[r], 0u) << GetParam().name << " rank " << r;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Hosts, ShmAllReduceTest,
+    ::testing::Values(ShmCase{{"127.0.0.1", "127.0.0.1"}, "one_host_2"}, ShmCase{{"127.0.0.1", "127.0.0.1", "127.0.0.1"}, "one_host_3"},
+                      ShmCase{{"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"}, "one_host_5"},
+                      ShmCase{{"127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"}, "two_hosts_2x2"},
+                      ShmCase{{"127.0.0.1", "127.0.0.2", "127.0.0.1", "127.0.0.3", "127.0.0.2"}, "three_hosts_interleaved"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+TEST(ShmAllReduceTest, AStalledRankFailsTheOthersNamingIt) {
+  CollectiveOptions opt;
+  opt.shm = true;
+  opt.timeout_s = 0.5;
+  auto start = std::chrono::steady_clock::now();
+  auto st = RunRing(3, [&](int r, RingCollective& ring) -> Status {
+    std::vector<float> x(1000, 1.0f);
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never joins in time
+      return OkStatus();
+    }
+    Status s = ring.AllReduce(x, ReduceOp::kSum);
+    if (!s.ok() && ring.Barrier().code() != StatusCode::kFailedPrecondition) return InternalError("not marked broken");
+    return s;
+  }, opt);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r];
+    EXPECT_NE(st[r].message().find("rank 2 did not reach the shared-memory all-reduce"), std::string::npos) << st[r];
+  }
+  EXPECT_LT(took, 1.5 + 0.5);
+}
+
+TEST(ShmAllReduceTest, OffWhenAsked) {
+  CollectiveOptions opt;
+  opt.algorithm = AllReduceAlgo::kShm;
+  auto st = RunRing(2, [&](int, RingCollective& ring) -> Status {
+    std::vector<float> x(10, 1.0f);
+    if (ring.shared_memory()) return InternalError("shared memory though off");
+    return ring.AllReduce(x, ReduceOp::kSum);
+  }, opt);
+  for (const auto& s : st) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("needs shared memory"), std::string::npos) << s;
+  }
 }
 
 // Reduce-scatter leaves rank r's chunk reduced; all-gather of the chunks completes it.

@@ -29,7 +29,8 @@ TEST(AllreduceBinaryTest, LaunchRunsAnAllreduceJob) {
 }
 
 // --auth-dir authenticates the ring and --ring-encrypt encrypts it: the job trains bit for bit
-// like a plaintext one (rank 0's checkpoint holds the same step, parameters and momentum).
+// like a plaintext one over TCP (rank 0's checkpoint holds the same step, parameters and
+// momentum). The plaintext job leaves shared memory off, which an encrypted ring never uses.
 TEST(AllreduceBinaryTest, AnEncryptedRingTrainsBitForBitLikeAPlaintextOne) {
   TempDir dir;
   const std::string keys = dir.File("keys");
@@ -39,7 +40,8 @@ TEST(AllreduceBinaryTest, AnEncryptedRingTrainsBitForBitLikeAPlaintextOne) {
     std::filesystem::create_directories(out + "/ckpt");
     std::vector<std::string> argv = {BinaryPath("gradsync-launch"), "--mode=allreduce", "--workers=3", "--out=" + out};
     if (secure) argv.push_back("--auth-dir=" + keys);
-    for (const char* a : {"--", "--dataset=blobs", "--hidden=16", "--epochs=2", "--max-steps=60", "--batch=16", "--checkpoint-every=60"}) {
+    for (const char* a : {"--", "--dataset=blobs", "--hidden=16", "--epochs=2", "--max-steps=60", "--batch=16", "--checkpoint-every=60",
+                          "--allreduce-shm=false"}) {
       argv.push_back(a);
     }
     argv.push_back("--checkpoint-dir=" + out + "/ckpt");

@@ -1,0 +1,146 @@
+#include "allreduce/shm_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "allreduce/collective.h"
+
+namespace gradsync {
+namespace {
+
+constexpr uint64_t kMagic = 0x50524755524d4853ull;  // "SHMRUGRP"
+constexpr size_t kLine = 64;
+
+struct Header {
+  uint64_t magic;
+  uint64_t members;
+  uint64_t block_bytes;
+  uint64_t nonce;
+};
+struct alignas(kLine) Counter {
+  std::atomic<uint64_t> value;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the group's counters are shared between processes");
+
+size_t ControlBytes(int members) { return kLine + static_cast<size_t>(members) * sizeof(Counter); }
+size_t RoundUp(size_t bytes) { return (bytes + kLine - 1) / kLine * kLine; }
+uint64_t RegionBytes(int members, size_t block_bytes) {
+  return ControlBytes(members) + (static_cast<uint64_t>(members) + 2) * RoundUp(block_bytes);
+}
+Counter* Counters(void* base) { return reinterpret_cast<Counter*>(static_cast<char*>(base) + kLine); }
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+ShmGroup::ShmGroup(SharedRegion region, int members, int index, size_t block_bytes)
+    : region_(std::move(region)), members_(members), index_(index), block_bytes_(block_bytes) {}
+
+Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(int members, size_t block_bytes, uint64_t nonce) {
+  if (members < 1 || block_bytes < kLine) return InvalidArgumentError("a shared-memory group of " + std::to_string(members) + " members");
+  ASSIGN_OR_RETURN(SharedRegion region, SharedRegion::Create(RegionBytes(members, block_bytes), "all-reduce group"));
+  new (region.base()) Header{kMagic, static_cast<uint64_t>(members), block_bytes, nonce};
+  for (int i = 0; i < members; ++i) new (&Counters(region.base())[i]) Counter{};
+  std::atomic_thread_fence(std::memory_order_release);
+  return std::unique_ptr<ShmGroup>(new ShmGroup(std::move(region), members, 0, block_bytes));
+}
+
+Result<std::unique_ptr<ShmGroup>> ShmGroup::Attach(const std::string& name, int members, int index, size_t block_bytes,
+                                                   uint64_t nonce) {
+  if (members < 1 || index < 0 || index >= members || block_bytes < kLine) {
+    return InvalidArgumentError("member " + std::to_string(index) + " of a shared-memory group of " + std::to_string(members));
+  }
+  ASSIGN_OR_RETURN(SharedRegion region, SharedRegion::Attach(name, RegionBytes(members, block_bytes), "all-reduce group"));
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const auto* h = static_cast<const Header*>(region.base());
+  if (h->magic != kMagic || h->members != static_cast<uint64_t>(members) || h->block_bytes != block_bytes ||
+      h->nonce != nonce) {
+    return FailedPreconditionError("all-reduce group " + name + " is not this group's (another job's, or another host's)");
+  }
+  return std::unique_ptr<ShmGroup>(new ShmGroup(std::move(region), members, index, block_bytes));
+}
+
+char* ShmGroup::slot(int member) const {
+  return static_cast<char*>(region_.base()) + ControlBytes(members_) + static_cast<size_t>(member) * RoundUp(block_bytes_);
+}
+
+char* ShmGroup::result(int parity) const { return slot(members_ + parity); }
+
+Status ShmGroup::Barrier(Clock::time_point deadline) {
+  ++epoch_;
+  Counter* c = Counters(region_.base());
+  c[index_].value.store(epoch_, std::memory_order_release);
+  for (int j = 0; j < members_; ++j) {
+    for (uint64_t spins = 0; c[j].value.load(std::memory_order_acquire) < epoch_; ++spins) {
+      if (spins < 256) {
+        CpuRelax();
+        continue;
+      }
+      std::this_thread::yield();  // another member may need this core to arrive
+      if (spins % 1024 == 0 && Clock::now() > deadline) {
+        const std::string who = static_cast<size_t>(j) < member_names_.size() ? member_names_[j] : "member " + std::to_string(j);
+        return DeadlineExceededError(who + " did not reach the shared-memory all-reduce in time (dead or stalled)");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, bool everyone) {
+  const auto deadline_after = [&] {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  };
+  char* d = static_cast<char*>(data);
+  const size_t block_elems = std::max<size_t>(1, block_bytes_ / elem);
+  for (size_t first = 0; first < count; first += block_elems) {
+    const size_t k = std::min(block_elems, count - first);
+    char* block = d + first * elem;
+    char* res = result(static_cast<int>(blocks_++ % 2));
+    std::memcpy(slot(index_), block, k * elem);
+    RETURN_IF_ERROR(Barrier(deadline_after()));
+    const size_t b = ChunkBegin(k, members_, index_) * elem, e = ChunkBegin(k, members_, index_ + 1) * elem;
+    if (e > b) {
+      std::memcpy(res + b, slot(0) + b, e - b);
+      for (int j = 1; j < members_; ++j) reduce(res + b, slot(j) + b, (e - b) / elem);
+    }
+    RETURN_IF_ERROR(Barrier(deadline_after()));
+    if (everyone || index_ == 0) std::memcpy(block, res, k * elem);
+    bytes_copied_ += 2 * k * elem;
+  }
+  return OkStatus();
+}
+
+Status ShmGroup::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s) {
+  if (members_ == 1 || count == 0) return OkStatus();
+  return Blocks(data, count, elem, reduce, timeout_s, /*everyone=*/true);
+}
+
+Status ShmGroup::Reduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s) {
+  if (members_ == 1 || count == 0) return OkStatus();
+  return Blocks(data, count, elem, reduce, timeout_s, /*everyone=*/false);
+}
+
+Status ShmGroup::Broadcast(void* data, size_t bytes, double timeout_s) {
+  if (members_ == 1 || bytes == 0) return OkStatus();
+  char* d = static_cast<char*>(data);
+  for (size_t off = 0; off < bytes; off += block_bytes_) {
+    const size_t len = std::min(block_bytes_, bytes - off);
+    char* res = result(static_cast<int>(blocks_++ % 2));
+    if (index_ == 0) std::memcpy(res, d + off, len);
+    RETURN_IF_ERROR(Barrier(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))));
+    if (index_ != 0) std::memcpy(d + off, res, len);
+    bytes_copied_ += len;
+  }
+  return OkStatus();
+}
+
+}  // namespace gradsync

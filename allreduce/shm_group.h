@@ -1,0 +1,76 @@
+// ShmGroup: the ranks of one host reduce through one shared-memory region instead of loopback TCP.
+//
+// Layout of the region (a SharedRegion, common/shared_region.h):
+//   [control: magic, members, block bytes, nonce; one 64-byte arrival counter per member]
+//   [slots: members x block bytes] [results: 2 x block bytes]
+// AllReduce runs block by block: every member copies its block into its slot; a barrier; member
+// i sums its share of the block (ChunkBegin's i-th of `members`) over the slots in member order
+// into the result; a barrier; every member copies the result out. Each element is summed by one
+// member in one order, so every member gets the same bits. Results alternate between two
+// buffers, so a member may start the next block while another still copies the last result out.
+// Reduce (to member 0) and Broadcast (from member 0) are its halves, for the hierarchical
+// all-reduce across hosts.
+//
+// Barriers spin on the members' counters (a pause, then yielding the core), with a deadline:
+// a member that never arrives (dead, stalled) fails the others with kDeadlineExceeded naming it.
+// Not thread-safe: each member drives its own ShmGroup.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/shared_region.h"
+#include "common/status.h"
+
+namespace gradsync {
+
+class ShmGroup {
+ public:
+  using Reducer = std::function<void(void*, const void*, size_t)>;
+  using Clock = std::chrono::steady_clock;
+
+  // Member 0 creates the region; the others attach to its name and check its control block
+  // (`nonce`: member 0's random number, learned over the authenticated ring).
+  static Result<std::unique_ptr<ShmGroup>> Create(int members, size_t block_bytes, uint64_t nonce);
+  static Result<std::unique_ptr<ShmGroup>> Attach(const std::string& name, int members, int index, size_t block_bytes,
+                                                  uint64_t nonce);
+
+  const std::string& name() const { return region_.name(); }
+  int members() const { return members_; }
+  int index() const { return index_; }
+  // Removes the region's name once every member has mapped it.
+  void Unlink() { region_.Unlink(); }
+  // Who each member is, for errors ("rank 5").
+  void set_member_names(std::vector<std::string> names) { member_names_ = std::move(names); }
+
+  // data <- the sum over the members of `count` elements of `elem` bytes.
+  Status AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s);
+  // Member 0's data <- the sum; the others' data is left as it was.
+  Status Reduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s);
+  // data <- member 0's data.
+  Status Broadcast(void* data, size_t bytes, double timeout_s);
+
+  uint64_t bytes_copied() const { return bytes_copied_; }
+
+ private:
+  ShmGroup(SharedRegion region, int members, int index, size_t block_bytes);
+  Status Barrier(Clock::time_point deadline);
+  char* slot(int member) const;
+  char* result(int parity) const;
+  // The block-by-block reduction; `out` says who copies each result out (everyone, or member 0).
+  Status Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, bool everyone);
+
+  SharedRegion region_;
+  int members_;
+  int index_;
+  size_t block_bytes_;
+  uint64_t epoch_ = 0;  // barriers passed
+  uint64_t blocks_ = 0;  // blocks done: the parity of the next result buffer
+  uint64_t bytes_copied_ = 0;
+  std::vector<std::string> member_names_;
+};
+
+}  // namespace gradsync
