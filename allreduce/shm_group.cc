@@ -95,7 +95,8 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
   return OkStatus();
 }
 
-Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, bool everyone) {
+Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, Adder add, double timeout_s,
+                        bool everyone) {
   const auto deadline_after = [&] {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   };
@@ -105,28 +106,44 @@ Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& re
     const size_t k = std::min(block_elems, count - first);
     char* block = d + first * elem;
     char* res = result(static_cast<int>(blocks_++ % 2));
-    std::memcpy(slot(index_), block, k * elem);
-    RETURN_IF_ERROR(Barrier(deadline_after()));
+    // This member's share of the block, which it sums: the others read only the rest of its slot.
     const size_t b = ChunkBegin(k, members_, index_) * elem, e = ChunkBegin(k, members_, index_ + 1) * elem;
+    std::memcpy(slot(index_), block, b);
+    std::memcpy(slot(index_) + e, block + e, k * elem - e);
+    RETURN_IF_ERROR(Barrier(deadline_after()));
     if (e > b) {
-      std::memcpy(res + b, slot(0) + b, e - b);
-      for (int j = 1; j < members_; ++j) reduce(res + b, slot(j) + b, (e - b) / elem);
+      // Its own values first, then the others' in member order: each element is summed by one
+      // member in one order.
+      int j = index_ == 0 ? 1 : 0;  // the first other member
+      if (add) {
+        add(res + b, block + b, slot(j) + b, (e - b) / elem);
+        ++j;
+      } else {
+        std::memcpy(res + b, block + b, e - b);
+      }
+      for (; j < members_; ++j) {
+        if (j != index_) reduce(res + b, slot(j) + b, (e - b) / elem);
+      }
+      if (everyone || index_ == 0) std::memcpy(block + b, res + b, e - b);
     }
     RETURN_IF_ERROR(Barrier(deadline_after()));
-    if (everyone || index_ == 0) std::memcpy(block, res, k * elem);
+    if (everyone || index_ == 0) {
+      std::memcpy(block, res, b);
+      std::memcpy(block + e, res + e, k * elem - e);
+    }
     bytes_copied_ += 2 * k * elem;
   }
   return OkStatus();
 }
 
-Status ShmGroup::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s) {
+Status ShmGroup::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, Adder add) {
   if (members_ == 1 || count == 0) return OkStatus();
-  return Blocks(data, count, elem, reduce, timeout_s, /*everyone=*/true);
+  return Blocks(data, count, elem, reduce, add, timeout_s, /*everyone=*/true);
 }
 
-Status ShmGroup::Reduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s) {
+Status ShmGroup::Reduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, Adder add) {
   if (members_ == 1 || count == 0) return OkStatus();
-  return Blocks(data, count, elem, reduce, timeout_s, /*everyone=*/false);
+  return Blocks(data, count, elem, reduce, add, timeout_s, /*everyone=*/false);
 }
 
 Status ShmGroup::Broadcast(void* data, size_t bytes, double timeout_s) {

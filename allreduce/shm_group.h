@@ -3,10 +3,11 @@
 // Layout of the region (a SharedRegion, common/shared_region.h):
 //   [control: magic, members, block bytes, nonce; one 64-byte arrival counter per member]
 //   [slots: members x block bytes] [results: 2 x block bytes]
-// AllReduce runs block by block: every member copies its block into its slot; a barrier; member
-// i sums its share of the block (ChunkBegin's i-th of `members`) over the slots in member order
-// into the result; a barrier; every member copies the result out. Each element is summed by one
-// member in one order, so every member gets the same bits. Results alternate between two
+// AllReduce runs block by block: every member copies its block into its slot, but for its own
+// share (ChunkBegin's i-th of `members`), which only it reads; a barrier; member i sums its share
+// (its own values, then the others' slots in member order) into the result and its own block; a
+// barrier; every member copies the rest of the result out. Each element is summed by one member
+// in one order, so every member gets the same bits. Results alternate between two
 // buffers, so a member may start the next block while another still copies the last result out.
 // Reduce (to member 0) and Broadcast (from member 0) are its halves, for the hierarchical
 // all-reduce across hosts.
@@ -30,6 +31,8 @@ namespace gradsync {
 class ShmGroup {
  public:
   using Reducer = std::function<void(void*, const void*, size_t)>;
+  // out[i] = a[i] + b[i] for k elements: the first addition of a share in one pass (optional).
+  using Adder = void (*)(void* out, const void* a, const void* b, size_t k);
   using Clock = std::chrono::steady_clock;
 
   // Member 0 creates the region; the others attach to its name and check its control block
@@ -47,9 +50,9 @@ class ShmGroup {
   void set_member_names(std::vector<std::string> names) { member_names_ = std::move(names); }
 
   // data <- the sum over the members of `count` elements of `elem` bytes.
-  Status AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s);
+  Status AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, Adder add = nullptr);
   // Member 0's data <- the sum; the others' data is left as it was.
-  Status Reduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s);
+  Status Reduce(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, Adder add = nullptr);
   // data <- member 0's data.
   Status Broadcast(void* data, size_t bytes, double timeout_s);
 
@@ -61,7 +64,7 @@ class ShmGroup {
   char* slot(int member) const;
   char* result(int parity) const;
   // The block-by-block reduction; `out` says who copies each result out (everyone, or member 0).
-  Status Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, double timeout_s, bool everyone);
+  Status Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, Adder add, double timeout_s, bool everyone);
 
   SharedRegion region_;
   int members_;

@@ -45,6 +45,13 @@ void AddFloats(void* acc, const void* x, size_t k) {
   for (size_t i = 0; i < k; ++i) a[i] += b[i];
 }
 
+void SumFloats(void* out, const void* a, const void* b, size_t k) {
+  float* __restrict o = static_cast<float*>(out);
+  const float* __restrict x = static_cast<const float*>(a);
+  const float* __restrict y = static_cast<const float*>(b);
+  for (size_t i = 0; i < k; ++i) o[i] = x[i] + y[i];
+}
+
 RingCollective::RingCollective(const CollectiveOptions& options, const RingSecurity& security)
     : options_(options), acceptor_(io_), security_(security) {
   options_.segment_bytes = std::max<size_t>(4, options_.segment_bytes / 4 * 4);
@@ -568,7 +575,7 @@ Status RingCollective::CheckHeader(const StepHeader& in, OpKind op, uint32_t ste
 Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
   RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
   if (size_ == 1 || data.empty()) return OkStatus();
-  RETURN_IF_ERROR(AllReduceWith(data.data(), data.size(), sizeof(float), AddFloats));
+  RETURN_IF_ERROR(AllReduceWith(data.data(), data.size(), sizeof(float), AddFloats, SumFloats));
   if (op == ReduceOp::kAverage) Scale(data, 1.0f / static_cast<float>(size_));
   return OkStatus();
 }
@@ -581,7 +588,7 @@ Status RingCollective::AllReduceHalf(std::span<uint16_t> data) {
   });
 }
 
-Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce) {
+Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
   AllReduceAlgo algo = options_.algorithm;
   if (algo == AllReduceAlgo::kAuto) {
     // Shared memory when every rank is on this host; across hosts with several ranks on one, the
@@ -601,9 +608,9 @@ Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, cons
         return Fail(FailedPreconditionError("--allreduce-algo=shm needs every rank on one host; these span " +
                                             std::to_string(host_groups_.size()) + " (use hier or auto)"));
       }
-      if (Status s = shm_->AllReduce(data, count, elem, reduce, options_.timeout_s); !s.ok()) return Fail(s);
+      if (Status s = shm_->AllReduce(data, count, elem, reduce, options_.timeout_s, add); !s.ok()) return Fail(s);
       return OkStatus();
-    case AllReduceAlgo::kHier: return Hierarchical(data, count, elem, reduce);
+    case AllReduceAlgo::kHier: return Hierarchical(data, count, elem, reduce, add);
     case AllReduceAlgo::kRhd: return HalvingDoubling(data, count, elem, reduce);
     case AllReduceAlgo::kRd: return RecursiveDoubling(data, count, elem, reduce);
     case AllReduceAlgo::kTree: return Tree(data, count, elem, reduce);
@@ -624,9 +631,9 @@ Status RingCollective::CheckBounds(std::span<const size_t> bounds, size_t count)
 
 // Across hosts: the host's ranks reduce into their leader through shared memory, the leaders
 // all-reduce around their own ring over TCP, and each leader broadcasts the result back.
-Status RingCollective::Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce) {
+Status RingCollective::Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
   if (shm_) {
-    if (Status s = shm_->Reduce(data, count, elem, reduce, options_.timeout_s); !s.ok()) return Fail(s);
+    if (Status s = shm_->Reduce(data, count, elem, reduce, options_.timeout_s, add); !s.ok()) return Fail(s);
   }
   if (leaders_.size() > 1 && leaders_[static_cast<size_t>(my_group_)] == rank_) {
     RETURN_IF_ERROR(RingSteps(OpKind::kAllReduce, data, count, elem, reduce, 0, 2 * (static_cast<int>(leaders_.size()) - 1), {},

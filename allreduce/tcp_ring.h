@@ -41,6 +41,8 @@ namespace gradsync {
 
 // acc[i] += x[i] for k floats (the float all-reduce's reducer).
 void AddFloats(void* acc, const void* x, size_t k);
+// out[i] = a[i] + b[i] for k floats.
+void SumFloats(void* out, const void* a, const void* b, size_t k);
 
 class RingCollective final : public Collective {
  public:
@@ -141,14 +143,15 @@ class RingCollective final : public Collective {
   // reduce(acc, x, k) folds k received elements into acc.
   using Reducer = std::function<void(void*, const void*, size_t)>;
   // The all-reduce algorithms over `count` elements of `elem` bytes.
-  Status AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce);
+  // `add` (optional): out = a + b in one pass, for shared memory's first addition.
+  Status AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add = nullptr);
   // Ring steps [first, last) of the 2(n-1): [0, n-1) is the reduce-scatter (rank r ends with
   // chunk r reduced), [n-1, 2(n-1)) the all-gather (rank r starts from its chunk r).
   // `bounds` (n + 1 element offsets) cuts the chunks; empty: ChunkBegin.
   // `group`: the ranks of the ring, in ring order (empty: every rank).
   Status RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first, int last,
                    std::span<const size_t> bounds = {}, std::span<const int> group = {});
-  Status Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce);
+  Status Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add);
   Status SetUpSharedMemory();
   // Checks caller-given chunk bounds (kInvalidArgument, before anything moves).
   Status CheckBounds(std::span<const size_t> bounds, size_t count) const;
