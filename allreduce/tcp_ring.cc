@@ -146,6 +146,16 @@ size_t RingCollective::RunOne(std::chrono::steady_clock::time_point deadline) {
   return io_.run_one_until(deadline);
 }
 
+void RingCollective::SetSocketOptions(tcp::socket& socket) const {
+  boost::system::error_code ignore;  // a kernel that caps or refuses a size keeps its own
+  socket.set_option(tcp::no_delay(true), ignore);
+  if (options_.socket_buffer_bytes > 0) {
+    const int bytes = static_cast<int>(std::min<size_t>(options_.socket_buffer_bytes, size_t{1} << 30));
+    socket.set_option(asio::socket_base::send_buffer_size(bytes), ignore);
+    socket.set_option(asio::socket_base::receive_buffer_size(bytes), ignore);
+  }
+}
+
 Status RingCollective::Fail(Status s) {
   if (broken_.ok()) broken_ = s;
   Abort();
@@ -252,7 +262,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
           RetryAfter(std::chrono::milliseconds(20), [out] { out->attempt(); });
           return;
         }
-        out->link->socket.set_option(tcp::no_delay(true));
+        SetSocketOptions(out->link->socket);
         if (security_.authenticate) return HandshakeAsConnector(*out->link, out->peer, out->mesh, context, &failure);
         asio::async_write(out->link->socket, asio::buffer(out->hello), [&, out](const boost::system::error_code& we, size_t) {
           if (we) failure = UnavailableError("hello to rank " + std::to_string(out->peer) + " failed: " + we.message());
@@ -284,7 +294,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
       }
       --accepts_left;
       accept_next();
-      in->socket.set_option(tcp::no_delay(true));
+      SetSocketOptions(in->socket);
       asio::async_read(in->socket, asio::buffer(in->first), [&, in](const boost::system::error_code& re, size_t) {
         const uint32_t magic = in->first[0], claimed = in->first[1];
         const bool mesh = magic == ring_handshake::kPlainMeshHelloMagic || magic == ring_handshake::kMeshHelloMagic;

@@ -176,6 +176,8 @@ class RingCollective final : public Collective {
   // every pending retry, so that no handler outlives the operation whose locals it refers to.
   void RetryAfter(std::chrono::microseconds delay, std::function<void()> fn);
   std::string Where(OpKind op, uint32_t step) const;
+  // TCP_NODELAY and CollectiveOptions::socket_buffer_bytes on a ring or mesh socket.
+  void SetSocketOptions(boost::asio::ip::tcp::socket& socket) const;
   // Runs one handler: polls for up to options_.spin_us, then blocks until `deadline`. Returns
   // how many ran (0: the deadline passed).
   size_t RunOne(std::chrono::steady_clock::time_point deadline);
