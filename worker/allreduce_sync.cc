@@ -185,10 +185,11 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
     RETURN_IF_ERROR(collective_->Broadcast(state, 0).WithContext("broadcasting the checkpoint's optimizer state"));
     opt_->SetState(state);
   }
-  if (zero > 0 && rank == 0) {
-    std::printf("worker 0: ZeRO stage %d: each worker updates 1/%d of the %lld parameters and keeps its optimizer state only "
-                "(%zu bytes here)\n",
-                zero, n, static_cast<long long>(model_->num_params()), opt_->state().size_bytes());
+  if (zero > 0 && rank == 0 && !device) {  // (on the device the state is the model's)
+    const size_t whole = Optimizer(o.optimizer, 1).state().size_bytes() * static_cast<size_t>(model_->num_params());
+    std::printf("worker 0: ZeRO stage %d: each of the %d workers updates 1/%d of the %lld parameters and keeps their "
+                "optimizer state only (%zu bytes here, %zu unsharded)\n",
+                zero, n, n, static_cast<long long>(model_->num_params()), opt_->state().size_bytes(), whole);
     std::fflush(stdout);
   }
   opt_->set_steps(start_step);  // one optimizer step per training step (Adam's t)
