@@ -63,13 +63,18 @@ Status NcclCollective::AllReduceHalf(uint16_t* device_data, size_t count, cudaSt
   return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce (half)");
 }
 
-Status NcclCollective::ReduceScatterDevice(float* device_data, size_t count, ReduceOp op, void* stream) {
-  if (count == 0) return OkStatus();
+Status NcclCollective::CheckEqualChunks(const char* what, size_t count) const {
   if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
   if (count % static_cast<size_t>(size_) != 0) {
-    return InvalidArgumentError("NCCL reduce-scatter of " + std::to_string(count) + " floats: not a multiple of " +
+    return InvalidArgumentError(std::string("NCCL ") + what + " of " + std::to_string(count) + " floats: not a multiple of " +
                                 std::to_string(size_) + " ranks");
   }
+  return OkStatus();
+}
+
+Status NcclCollective::ReduceScatterDevice(float* device_data, size_t count, ReduceOp op, void* stream) {
+  if (count == 0) return OkStatus();
+  RETURN_IF_ERROR(CheckEqualChunks("reduce-scatter", count));
   elements_ += count;
   const size_t chunk = count / static_cast<size_t>(size_);
   // In place: the receive buffer is this rank's chunk of the send buffer.
@@ -80,11 +85,7 @@ Status NcclCollective::ReduceScatterDevice(float* device_data, size_t count, Red
 
 Status NcclCollective::AllGatherDevice(float* device_data, size_t count, void* stream) {
   if (count == 0) return OkStatus();
-  if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
-  if (count % static_cast<size_t>(size_) != 0) {
-    return InvalidArgumentError("NCCL all-gather of " + std::to_string(count) + " floats: not a multiple of " +
-                                std::to_string(size_) + " ranks");
-  }
+  RETURN_IF_ERROR(CheckEqualChunks("all-gather", count));
   elements_ += count;
   const size_t chunk = count / static_cast<size_t>(size_);
   ncclResult_t r = ncclAllGather(device_data + chunk * static_cast<size_t>(rank_), device_data, chunk, ncclFloat32, comm_,

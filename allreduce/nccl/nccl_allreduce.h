@@ -49,6 +49,8 @@ class NcclCollective final : public DeviceCollective {
 
  private:
   NcclCollective() = default;
+  // A live communicator, and a count NCCL can cut in size() equal chunks.
+  Status CheckEqualChunks(const char* what, size_t count) const;
   ncclComm_t comm_ = nullptr;
   int rank_ = 0;
   int size_ = 1;

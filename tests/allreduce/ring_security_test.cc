@@ -16,6 +16,7 @@
 
 #include "allreduce/ring_security.h"
 #include "allreduce/tcp_ring.h"
+#include "tests/allreduce/exact_sums.h"
 #include "common/half.h"
 
 namespace gradsync {
@@ -64,20 +65,8 @@ std::vector<Status> RunRing(int n, const std::vector<RingSecurity>& security, co
 
 // Every collective, with exact expectations (small integers: exact in float and half).
 Status EveryOperation(int n, int r, RingCollective& ring) {
-  const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
   for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n - 1), size_t{1000}, size_t{1000003}}) {
-    std::vector<float> x(count);
-    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
-    RETURN_IF_ERROR(ring.AllReduce(x, ReduceOp::kSum));
-    for (size_t i = 0; i < count; ++i) {
-      if (x[i] != ranks_sum * static_cast<float>(i % 7 + 1)) return InternalError("wrong sum at " + std::to_string(i));
-    }
-    std::vector<uint16_t> h(count);
-    for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)));
-    RETURN_IF_ERROR(ring.AllReduceHalf(h));
-    for (size_t i = 0; i < count; ++i) {
-      if (HalfToFloat(h[i]) != ranks_sum * static_cast<float>(i % 7 + 1)) return InternalError("wrong half sum");
-    }
+    RETURN_IF_ERROR(testing::ExactSums(ring, r, n, count));
   }
   std::vector<float> y(4097, static_cast<float>(r));
   RETURN_IF_ERROR(ring.AllReduce(y, ReduceOp::kAverage));
@@ -129,14 +118,7 @@ TEST(RingSecurityTest, EveryAlgorithmRunsOverAuthenticatedAndEncryptedMeshConnec
         opt.algorithm = algo;
         opt.segment_bytes = 4098;
         auto st = RunRing(n, std::vector<RingSecurity>(static_cast<size_t>(n), Auth(encrypt)), [&](int r, RingCollective& ring) -> Status {
-          for (size_t count : {size_t{1000}, size_t{100003}}) {
-            std::vector<float> x(count);
-            for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
-            RETURN_IF_ERROR(ring.AllReduce(x, ReduceOp::kSum));
-            for (size_t i = 0; i < count; ++i) {
-              if (x[i] != static_cast<float>(n * (n + 1) / 2 * static_cast<int>(i % 7 + 1))) return InternalError("wrong sum");
-            }
-          }
+          for (size_t count : {size_t{1000}, size_t{100003}}) RETURN_IF_ERROR(testing::ExactSums(ring, r, n, count));
           return OkStatus();
         }, opt);
         for (int r = 0; r < n; ++r) {
