@@ -13,7 +13,11 @@
 // one after the other for each size and round, and ends with a Markdown table of busbw per
 // mode and its ratio to plaintext. --rounds=R repeats the modes in turn R times (the p50 is
 // then over every round's iterations), so that a noisy spell hits all of them alike.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 int g_spin_us = CollectiveOptions{}.spin_us;
 size_t g_shm_block = CollectiveOptions{}.shm_block_bytes;
+bool g_processes = false;
 
 struct Row {
   int ranks;
@@ -59,38 +64,83 @@ std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t s
   opt.spin_us = g_spin_us;
   opt.shm_block_bytes = g_shm_block;
   opt.shm = algo == AllReduceAlgo::kShm || algo == AllReduceAlgo::kHier;  // the others: TCP only
+  std::vector<double> times;
+  // One rank's loop: refill, barrier, time the all-reduce; returns its wrong elements.
+  auto rank_loop = [&](int r, RingCollective& ring, const std::vector<std::string>& peers) -> int64_t {
+    GRADSYNC_CHECK(ring.Connect(r, peers, 30).ok());
+    std::vector<float> x(count);
+    auto fill = [&] {
+      for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
+    };
+    for (int it = 0; it < warmup + iters; ++it) {
+      fill();
+      GRADSYNC_CHECK(ring.Barrier().ok());
+      auto t0 = Clock::now();
+      Status s = ring.AllReduce(x, ReduceOp::kSum);
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      GRADSYNC_CHECK(s.ok()) << s;
+      if (r == 0 && it >= warmup) times.push_back(us);
+    }
+    const float total = static_cast<float>(n * (n + 1) / 2);
+    int64_t bad = 0;
+    for (size_t i = 0; i < count; ++i) bad += x[i] != total * static_cast<float>(i % 7 + 1);
+    return bad;
+  };
+  if (g_processes && n > 1) {
+    // Ranks 1..n-1 in processes of their own (as Gloo's and MPI's are): each tells rank 0 its
+    // port through a pipe and learns every rank's address back; the exit status says whether
+    // its sums were exact. Forked before this process starts any thread of its own.
+    std::vector<std::array<int, 2>> up(static_cast<size_t>(n)), down(static_cast<size_t>(n));
+    std::vector<pid_t> children;
+    for (int r = 1; r < n; ++r) {
+      GRADSYNC_CHECK(pipe(up[r].data()) == 0 && pipe(down[r].data()) == 0);
+      const pid_t pid = fork();
+      GRADSYNC_CHECK(pid >= 0);
+      if (pid == 0) {
+        auto ring = std::move(RingCollective::Listen("127.0.0.1", opt, security)).value();
+        const uint16_t port = ring->port();
+        GRADSYNC_CHECK(write(up[r][1], &port, sizeof(port)) == sizeof(port));
+        std::vector<std::string> peers;
+        for (int q = 0; q < n; ++q) {
+          uint16_t p = 0;
+          GRADSYNC_CHECK(read(down[r][0], &p, sizeof(p)) == sizeof(p));
+          peers.push_back("127.0.0.1:" + std::to_string(p));
+        }
+        const int64_t bad = rank_loop(r, *ring, peers);
+        ring.reset();
+        _exit(bad == 0 ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    auto ring = std::move(RingCollective::Listen("127.0.0.1", opt, security)).value();
+    std::vector<uint16_t> ports(static_cast<size_t>(n));
+    ports[0] = ring->port();
+    for (int r = 1; r < n; ++r) GRADSYNC_CHECK(read(up[r][0], &ports[r], sizeof(uint16_t)) == sizeof(uint16_t));
+    std::vector<std::string> peers;
+    for (uint16_t p : ports) peers.push_back("127.0.0.1:" + std::to_string(p));
+    for (int r = 1; r < n; ++r) {
+      for (uint16_t p : ports) GRADSYNC_CHECK(write(down[r][1], &p, sizeof(p)) == sizeof(p));
+    }
+    *wrong_out += rank_loop(0, *ring, peers);
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) *wrong_out += 1;
+    }
+    for (int r = 1; r < n; ++r) {
+      for (int fd : {up[r][0], up[r][1], down[r][0], down[r][1]}) close(fd);
+    }
+    return times;
+  }
   std::vector<std::unique_ptr<RingCollective>> rings;
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
     rings.push_back(std::move(RingCollective::Listen("127.0.0.1", opt, security)).value());
     peers.push_back("127.0.0.1:" + std::to_string(rings.back()->port()));
   }
-  std::vector<double> times;
   std::atomic<int64_t> wrong{0};
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      RingCollective& ring = *rings[r];
-      GRADSYNC_CHECK(ring.Connect(r, peers, 30).ok());
-      std::vector<float> x(count);
-      auto fill = [&] {
-        for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1));
-      };
-      for (int it = 0; it < warmup + iters; ++it) {
-        fill();
-        GRADSYNC_CHECK(ring.Barrier().ok());
-        auto t0 = Clock::now();
-        Status s = ring.AllReduce(x, ReduceOp::kSum);
-        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        GRADSYNC_CHECK(s.ok()) << s;
-        if (r == 0 && it >= warmup) times.push_back(us);
-      }
-      const float total = static_cast<float>(n * (n + 1) / 2);
-      int64_t bad = 0;
-      for (size_t i = 0; i < count; ++i) bad += x[i] != total * static_cast<float>(i % 7 + 1);
-      wrong += bad;
-    });
-  }
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { wrong += rank_loop(r, *rings[r], peers); });
   for (auto& t : threads) t.join();
   *wrong_out += wrong.load();
   return times;
@@ -122,6 +172,7 @@ int Main(int argc, char** argv) {
       ("max-iters-bytes", po::value<int64_t>()->default_value(int64_t{2} << 30), "cap iters so that iters * size stays below this")
       ("segment-bytes", po::value<int64_t>()->default_value(1 << 20), "pipelining segment")
       ("shm-block-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.shm_block_bytes)), "shm: the block each step copies and reduces")
+      ("processes", po::value<bool>()->default_value(false)->implicit_value(true), "ranks 1..n-1 as processes of their own instead of threads")
       ("spin-us", po::value<int>()->default_value(CollectiveOptions{}.spin_us), "poll this long before sleeping while waiting for a peer")
       ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
       ("algos", po::value<std::string>()->default_value("auto"), "all-reduce algorithms to measure, in turn: auto,ring,rhd,rd,tree (TCP), shm (shared memory)")
@@ -167,13 +218,14 @@ int Main(int argc, char** argv) {
   }
   const int rounds = vm["rounds"].as<int>();
   g_spin_us = vm["spin-us"].as<int>();
+  g_processes = vm["processes"].as<bool>();
   if (vm["shm-block-bytes"].as<int64_t>() < 4096) flags.Fail("--shm-block-bytes must be >= 4096");
   g_shm_block = static_cast<size_t>(vm["shm-block-bytes"].as<int64_t>());
   if (g_spin_us < 0) flags.Fail("--spin-us must be >= 0");
   if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;
   for (int64_t n : *ranks) {
-    std::printf("# ranks %lld (threads, TCP over 127.0.0.1), segment %lld bytes\n", static_cast<long long>(n),
+    std::printf("# ranks %lld (%s, TCP over 127.0.0.1), segment %lld bytes\n", static_cast<long long>(n), g_processes ? "processes" : "threads",
                 static_cast<long long>(seg));
     std::printf("#%14s %12s %6s %6s %12s %12s %12s %12s %8s %9s %5s\n", "size", "count", "type", "redop", "time(us)p50",
                 "p99(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "security", "algo");

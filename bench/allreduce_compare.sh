@@ -37,7 +37,7 @@ fi
 read -r -a size_list <<< "$sizes"
 # Each runner prints "LIB N BYTES P50_US P99_US BUSBW".
 run_ours() {  # n
-  build/bin/gradsync-bench-allreduce --ranks "$1" --iters "$iters" --algos "$algos" --sizes "$(IFS=,; echo "${size_list[*]}")" |
+  build/bin/gradsync-bench-allreduce --processes --ranks "$1" --iters "$iters" --algos "$algos" --sizes "$(IFS=,; echo "${size_list[*]}")" |
     awk -v n="$1" '!/^#/ && NF >= 11 {print "gradsync_" $11, n, $1, $5, $6, $8}'
 }
 run_gloo() {  # n
