@@ -1,8 +1,9 @@
-// gradsync-bench-allreduce: the CPU ring all-reduce in the nccl-tests format.
+// gradsync-bench-allreduce: the CPU all-reduce algorithms in the nccl-tests format.
 //
-// For each world size n (ranks are threads of this process, each with its own ring and TCP
-// connections over 127.0.0.1) and each buffer size S (bytes per rank): `warmup` untimed
-// operations, then `iters` timed ones; before each, the buffers are refilled (untimed) and the
+// For each world size n (ranks are threads of this process, each with its own collective and
+// TCP connections over 127.0.0.1; with --processes ranks 1..n-1 are forked processes), each
+// algorithm (--algos) and each buffer size S (bytes per rank): `warmup` untimed operations, then
+// `iters` timed ones; before each, the buffers are refilled (untimed) and the
 // ranks pass a barrier, and rank 0 times its AllReduce. time = p50 over iterations;
 // algbw = S / time; busbw = algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md); 1 GB = 1e9 B.
 // Inputs are small integers, so the sums are exact: #wrong counts elements that differ from the
