@@ -133,7 +133,7 @@ Status ProcessGroup::Spawn(const ChildSpec& spec) {
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return UnavailableError(spec.name + ": cannot run '" + spec.argv[0] + "': " + std::strerror(rc));
   if (pgid_ == 0) pgid_ = pid;
-  children_.push_back({spec.name, pid});
+  children_.push_back({spec.name, spec.log_path, pid});
   return OkStatus();
 }
 
@@ -210,7 +210,15 @@ Status ProcessGroup::WaitAll(double timeout_s, const volatile bool* interrupted,
         std::string how = WIFEXITED(c.status) ? "exited with code " + std::to_string(WEXITSTATUS(c.status))
                                               : std::string("was killed by signal ") + strsignal(WTERMSIG(c.status));
         KillAll();
-        return AbortedError(c.name + " " + how);
+        // Its own last words, which went to its log.
+        std::string last;
+        if (!c.log_path.empty()) {
+          std::ifstream log(c.log_path);
+          for (std::string line; std::getline(log, line);) {
+            if (!line.empty()) last = line;
+          }
+        }
+        return AbortedError(c.name + " " + how + (last.empty() ? "" : ": " + last.substr(0, 300)));
       }
     }
     if (!left) return OkStatus();

@@ -61,6 +61,7 @@ class ProcessGroup {
  private:
   struct Child {
     std::string name;
+    std::string log_path;  // "" when it inherited this process's output
     pid_t pid = -1;
     bool done = false;
     int status = 0;

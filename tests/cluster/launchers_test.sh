@@ -42,8 +42,11 @@ else
 fi
 
 # Debian's torch 1.13 on Python 3.11 mis-parses torchrun's default --redirects: give it explicitly.
+# The master port is below the ephemeral range (like $port): --standalone picks an ephemeral one,
+# and the scheduler's MASTER_PORT+1 could then be a port some connection of the machine holds.
 if [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
-  timeout 120 /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=4 --redirects=1 --tee=1 --no_python \
+  timeout 120 /usr/bin/python3 -m torch.distributed.run --nnodes=1 --nproc_per_node=4 --master_addr=127.0.0.1 \
+    --master_port=$((port + 20)) --redirects=1 --tee=1 --no_python \
     "$bin/gradsync-launch" --cluster --servers=2 --mode=bsp --out="$dir/torchrun" -- "${flags[@]}" \
     > "$dir/torchrun.out" 2>&1 || { cat "$dir/torchrun.out" >&2; fail "the torchrun job failed"; }
   grep -q "task 3 of 4 (torchrun's RANK=3 of WORLD_SIZE=4)" "$dir/torchrun.out" || fail "torchrun: its rank was not taken"
