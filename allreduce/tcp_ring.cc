@@ -284,9 +284,13 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
     std::array<uint32_t, 2> first{};
   };
   int accepts_left = 1 + mesh_down;
+  // Every accepted connection still reading its hello: closed before Connect returns, so that no
+  // handler of this frame's runs after it (Abort does not know these sockets).
+  std::vector<std::shared_ptr<Incoming>> incoming;
   std::function<void()> accept_next = [&] {
     if (accepts_left == 0) return;
     auto in = std::make_shared<Incoming>(Incoming{tcp::socket(io_)});
+    incoming.push_back(in);
     acceptor_.async_accept(in->socket, [&, in](const boost::system::error_code& e) {
       if (e) {
         failure = UnavailableError("accepting a ring connection failed: " + e.message());
@@ -296,6 +300,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
       accept_next();
       SetSocketOptions(in->socket);
       asio::async_read(in->socket, asio::buffer(in->first), [&, in](const boost::system::error_code& re, size_t) {
+        if (re == asio::error::operation_aborted) return;  // Connect is giving up on it
         const uint32_t magic = in->first[0], claimed = in->first[1];
         const bool mesh = magic == ring_handshake::kPlainMeshHelloMagic || magic == ring_handshake::kMeshHelloMagic;
         const bool authenticating = magic == ring_handshake::kHelloMagic || magic == ring_handshake::kMeshHelloMagic;
@@ -360,8 +365,9 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
                                       (missing.empty() ? "" : ", mesh peers" + missing + " missing") + ")");
     }
   }
-  if (!failure.ok()) return Fail(failure);
   boost::system::error_code ignore;
+  for (auto& in : incoming) in->socket.close(ignore);
+  if (!failure.ok()) return Fail(failure);
   acceptor_.close(ignore);
   // Handlers that never ran (the accept loop's last async_accept) hold captures of this frame.
   io_.restart();
