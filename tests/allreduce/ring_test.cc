@@ -219,6 +219,24 @@ TEST(AllReduceAlgoTest, RanksThatRunDifferentAlgorithmsFailNamingBoth) {
   EXPECT_TRUE(named) << st[0] << " / " << st[1] << " / " << st[2];
 }
 
+// n = 3 ranks all-reduce under `opt` while rank `stalled` sleeps past the timeout; each rank
+// whose all-reduce failed must find the collective broken. Statuses and the seconds it took.
+std::pair<std::vector<Status>, double> WithAStalledRank(const CollectiveOptions& opt, int stalled) {
+  auto start = std::chrono::steady_clock::now();
+  auto st = RunRing(3, [&](int r, RingCollective& ring) -> Status {
+    std::vector<float> x(1000, 1.0f);
+    if (r == stalled) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never joins in time
+      return OkStatus();
+    }
+    Status s = ring.AllReduce(x, ReduceOp::kSum);
+    // Later calls fail at once on a broken ring.
+    if (!s.ok() && ring.Barrier().code() != StatusCode::kFailedPrecondition) return InternalError("ring not marked broken");
+    return s;
+  }, opt);
+  return {st, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
 // Shared memory on one host, and the hierarchy across "hosts" (127.0.0.x): exact float and half
 // sums, the same bits on every rank, no all-reduce bytes over TCP within a host.
 struct ShmCase {
@@ -277,18 +295,7 @@ TEST(ShmAllReduceTest, AStalledRankFailsTheOthersNamingIt) {
   CollectiveOptions opt;
   opt.shm = true;
   opt.timeout_s = 0.5;
-  auto start = std::chrono::steady_clock::now();
-  auto st = RunRing(3, [&](int r, RingCollective& ring) -> Status {
-    std::vector<float> x(1000, 1.0f);
-    if (r == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never joins in time
-      return OkStatus();
-    }
-    Status s = ring.AllReduce(x, ReduceOp::kSum);
-    if (!s.ok() && ring.Barrier().code() != StatusCode::kFailedPrecondition) return InternalError("not marked broken");
-    return s;
-  }, opt);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto [st, took] = WithAStalledRank(opt, 2);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r];
     EXPECT_NE(st[r].message().find("rank 2 did not reach the shared-memory all-reduce"), std::string::npos) << st[r];
@@ -416,19 +423,7 @@ TEST(RingTest, ADeadRankFailsEveryOtherRankWithinTheTimeout) {
 TEST(RingTest, AStalledRankMakesTheOthersTimeOut) {
   CollectiveOptions opt;
   opt.timeout_s = 0.5;
-  auto start = std::chrono::steady_clock::now();
-  auto st = RunRing(3, [&](int r, RingCollective& ring) -> Status {
-    std::vector<float> x(1000, 1.0f);
-    if (r == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never joins in time
-      return OkStatus();
-    }
-    Status s = ring.AllReduce(x, ReduceOp::kSum);
-    // Later calls fail at once on a broken ring.
-    if (!s.ok() && ring.Barrier().code() != StatusCode::kFailedPrecondition) return InternalError("ring not marked broken");
-    return s;
-  }, opt);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto [st, took] = WithAStalledRank(opt, 1);
   EXPECT_FALSE(st[0].ok());
   EXPECT_FALSE(st[2].ok());
   EXPECT_NE(st[0].message() + st[2].message(), "");
