@@ -31,8 +31,9 @@ AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n, bool oversubscribed) {
   constexpr size_t kKiB = 1024, kMiB = kKiB * kKiB;
   if (oversubscribed && n > 2) {
     // More ranks than cores on a host: the tree keeps at most half the ranks busy at a time, and
-    // beat every other algorithm from 16 KiB to 16 MiB with 4 ranks on 2 cores (bench/README.md).
-    return bytes <= 16 * kMiB ? AllReduceAlgo::kTree : AllReduceAlgo::kRing;
+    // beat every other algorithm up to 1 MiB with 4 ranks on 2 cores; from 4 MiB the ring moves
+    // fewer bytes per rank and was as fast as halving-doubling (bench/README.md).
+    return bytes <= 1 * kMiB ? AllReduceAlgo::kTree : AllReduceAlgo::kRing;
   }
   // Recursive doubling: the fewest steps, for buffers whose time is mostly latency.
   if (bytes <= 64 * kKiB) return AllReduceAlgo::kRd;

@@ -40,7 +40,7 @@ struct CollectiveOptions {
   size_t socket_buffer_bytes = size_t{4} << 20;
   // While waiting for a peer, poll this long before sleeping (a sleeping rank pays a wake-up
   // per step: tens of microseconds, most of a small all-reduce). 0: always sleep.
-  int spin_us = 50;
+  int spin_us = 1000;
   // Ranks on one host (by their addresses) all-reduce through shared memory (auto: when every rank
   // is on this host; across hosts, hierarchically). Not with an encrypted ring.
   bool shm = false;

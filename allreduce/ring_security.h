@@ -149,6 +149,9 @@ class RingStream {
 
   void AsyncWrite(std::vector<boost::asio::const_buffer> buffers, Handler handler);
   void AsyncRead(boost::asio::mutable_buffer buffer, Handler handler);
+  // Reads all of `header`, and on a plain stream as much of `more` as has already arrived (in
+  // the same receive call); the handler gets the bytes read into both together.
+  void AsyncReadHeader(boost::asio::mutable_buffer header, boost::asio::mutable_buffer more, Handler handler);
 
   // Bytes on the wire beyond the plaintext (frame headers and tags).
   uint64_t overhead_sent() const { return overhead_sent_; }

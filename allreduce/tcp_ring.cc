@@ -529,31 +529,37 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
       wdone = true;
     });
   }
-  std::function<void(size_t)> read_from;
+  // read_from(off, have): the segment at `off`, whose first `have` bytes are already in place.
+  std::function<void(size_t, size_t)> read_from;
   if (do_recv) {
     RingStream& stream = RecvStream(from);
-    read_from = [&](size_t off) {
+    auto segment_at = [&](size_t off) { return static_cast<char*>(recv) + (recv_reuse ? 0 : off); };
+    read_from = [&](size_t off, size_t have) {
       if (off == recv_bytes) {
         rdone = true;
         return;
       }
       const size_t len = std::min(options_.segment_bytes, recv_bytes - off);
-      stream.AsyncRead(asio::buffer(static_cast<char*>(recv) + (recv_reuse ? 0 : off), len),
+      stream.AsyncRead(asio::buffer(segment_at(off) + have, len - have),
                        [&, off, len](const boost::system::error_code& e, size_t n) {
                          if (e) return peer_error(from, e);
                          bytes_received_ += n;
                          if (on_segment) on_segment(off, len);
-                         read_from(off + len);
+                         read_from(off + len, 0);
                        });
     };
-    stream.AsyncRead(asio::buffer(&in, sizeof(in)), [&](const boost::system::error_code& e, size_t n) {
+    // The header, and with it whatever of the first segment has arrived: a small step's data
+    // comes in the same receive call.
+    stream.AsyncReadHeader(asio::buffer(&in, sizeof(in)),
+                           asio::buffer(segment_at(0), std::min(options_.segment_bytes, recv_bytes)),
+                           [&](const boost::system::error_code& e, size_t n) {
       if (e) return peer_error(from, e);
       bytes_received_ += n;
       if (Status s = CheckHeader(in, op, step, algo, recv_bytes, from); !s.ok()) {
         failure = s;
         return;
       }
-      read_from(0);
+      read_from(0, n - sizeof(in));
     });
   }
   const auto deadline = Deadline(options_.timeout_s);

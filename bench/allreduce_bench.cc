@@ -37,6 +37,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 int g_spin_us = CollectiveOptions{}.spin_us;
 size_t g_shm_block = CollectiveOptions{}.shm_block_bytes;
+size_t g_socket_buffer = CollectiveOptions{}.socket_buffer_bytes;
 bool g_processes = false;
 
 struct Row {
@@ -64,6 +65,7 @@ std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t s
   opt.algorithm = algo;
   opt.spin_us = g_spin_us;
   opt.shm_block_bytes = g_shm_block;
+  opt.socket_buffer_bytes = g_socket_buffer;
   opt.shm = algo == AllReduceAlgo::kShm || algo == AllReduceAlgo::kHier;  // the others: TCP only
   std::vector<double> times;
   // One rank's loop: refill, barrier, time the all-reduce; returns its wrong elements.
@@ -173,6 +175,7 @@ int Main(int argc, char** argv) {
       ("max-iters-bytes", po::value<int64_t>()->default_value(int64_t{2} << 30), "cap iters so that iters * size stays below this")
       ("segment-bytes", po::value<int64_t>()->default_value(1 << 20), "pipelining segment")
       ("shm-block-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.shm_block_bytes)), "shm: the block each step copies and reduces")
+      ("socket-buffer-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.socket_buffer_bytes)), "SO_SNDBUF / SO_RCVBUF of every connection (0: the kernel's)")
       ("processes", po::value<bool>()->default_value(false)->implicit_value(true), "ranks 1..n-1 as processes of their own instead of threads")
       ("spin-us", po::value<int>()->default_value(CollectiveOptions{}.spin_us), "poll this long before sleeping while waiting for a peer")
       ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
@@ -222,6 +225,8 @@ int Main(int argc, char** argv) {
   g_processes = vm["processes"].as<bool>();
   if (vm["shm-block-bytes"].as<int64_t>() < 4096) flags.Fail("--shm-block-bytes must be >= 4096");
   g_shm_block = static_cast<size_t>(vm["shm-block-bytes"].as<int64_t>());
+  if (vm["socket-buffer-bytes"].as<int64_t>() < 0) flags.Fail("--socket-buffer-bytes must be >= 0");
+  g_socket_buffer = static_cast<size_t>(vm["socket-buffer-bytes"].as<int64_t>());
   if (g_spin_us < 0) flags.Fail("--spin-us must be >= 0");
   if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;

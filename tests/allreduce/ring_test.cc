@@ -181,6 +181,9 @@ TEST(AllReduceAlgoTest, AutoPicksByStepsForSmallAndByBandwidthForLarge) {
   // Halving-doubling only where no fold is needed.
   EXPECT_EQ(ChooseAllReduceAlgo(size_t{512} << 10, 4), AllReduceAlgo::kRhd);
   EXPECT_EQ(ChooseAllReduceAlgo(size_t{512} << 10, 6), AllReduceAlgo::kRing);
+  // More ranks than cores: the tree while it is latency, the ring once it is bytes.
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{64} << 10, 4, true), AllReduceAlgo::kTree);
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{4} << 20, 4, true), AllReduceAlgo::kRing);
   EXPECT_EQ(*ParseAllReduceAlgo("rhd"), AllReduceAlgo::kRhd);
   // The names the configuration accepts are exactly the ones the collective knows.
   std::stringstream names(kAllReduceAlgoNames);
