@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/optimizer.h"
@@ -63,17 +64,23 @@ std::vector<double> RunGradsync(const std::string& model_name, const std::vector
 // Runs the PyTorch twin; returns its per-repeat rates, or empty (with a note) if unavailable.
 std::vector<double> RunTorch(const std::string& python, const std::string& script,
                              const std::string& model, const std::string& hidden, int64_t batch,
-                             int threads, int warmup, int iters, int repeats, std::string* version) {
+                             int threads, int warmup, int iters, int repeats, std::string* version,
+                             std::string* why) {
   std::ostringstream cmd;
   cmd << python << " " << script << " --model " << model << " --hidden " << hidden << " --batch "
       << batch << " --threads " << threads << " --warmup " << warmup << " --iters " << iters
-      << " --repeats " << repeats << " 2>/dev/null";
+      << " --repeats " << repeats << " 2>&1";
   FILE* p = popen(cmd.str().c_str(), "r");
   if (!p) return {};
   std::string out;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  if (pclose(p) != 0) return {};
+  if (pclose(p) != 0) {
+    // Its last line says why (no torch, or its BLAS would not run on `threads` threads).
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    *why = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+    return {};
+  }
   // Tiny parser for the one JSON line: "torch": "x", "samples_per_s": [a, b, ...]
   std::vector<double> rates;
   auto v = out.find("\"torch\": \"");
@@ -93,7 +100,7 @@ int Main(int argc, char** argv) {
   flags.options().add_options()
       ("models", po::value<std::string>()->default_value("softmax,mlp"), "models to time")
       ("hidden", po::value<std::string>()->default_value("256,128"), "mlp hidden sizes")
-      ("batches", po::value<std::string>()->default_value("64,256"), "batch sizes")
+      ("batches", po::value<std::string>()->default_value("64,256,1024"), "batch sizes")
       ("threads", po::value<int>()->default_value(1), "BLAS threads (both sides)")
       ("warmup", po::value<int>()->default_value(50), "untimed steps first")
       ("iters", po::value<int>()->default_value(200), "steps per timed run")
@@ -126,12 +133,14 @@ int Main(int argc, char** argv) {
   }
   SetBlasThreads(threads);
 
-  std::printf("# gradsync-bench-train-step: threads=%d warmup=%d iters=%d repeats=%d (samples/s, median [min..max])\n",
+  // Both sides run every sgemm on `threads` OpenBLAS threads (the PyTorch script checks its own).
+  GRADSYNC_CHECK(BlasThreads() == threads) << "OpenBLAS runs " << BlasThreads() << " threads, not " << threads;
+  std::printf("# gradsync-bench-train-step: threads=%d (OpenBLAS, both sides) warmup=%d iters=%d repeats=%d (samples/s, median [min..max])\n",
               threads, warmup, iters, repeats);
   std::printf("%-8s %6s %28s %28s %7s\n", "model", "batch", "gradsync", "pytorch", "ratio");
   std::ostringstream json;
   json << "{\"threads\": " << threads << ", \"rows\": [";
-  std::string torch_version;
+  std::string torch_version, torch_why;
   bool torch_missing = false;
   double worst_ratio = 1e300;
   for (size_t mi = 0; mi < models.size(); ++mi) {
@@ -142,7 +151,7 @@ int Main(int argc, char** argv) {
       std::vector<double> t_rates;
       if (torch_mode == "auto" && !torch_missing) {
         t_rates = RunTorch(vm["python"].as<std::string>(), script, m, hidden_text, b, threads,
-                           warmup, iters, repeats, &torch_version);
+                           warmup, iters, repeats, &torch_version, &torch_why);
         torch_missing = t_rates.empty();
       }
       Stats t = Summarize(t_rates);
@@ -163,7 +172,10 @@ int Main(int argc, char** argv) {
   json << "], \"torch\": \"" << torch_version << "\"}\n";
   if (torch_missing || torch_mode == "off") {
     std::printf("# pytorch baseline not run (%s)\n",
-                torch_mode == "off" ? "--torch=off" : "no torch for /usr/bin/python3: scripts/setup.sh --bench installs python3-torch");
+                torch_mode == "off"                            ? "--torch=off"
+                : torch_why.find("No module named") != std::string::npos || torch_why.empty()
+                    ? "no torch for /usr/bin/python3: scripts/setup.sh --bench installs python3-torch"
+                    : torch_why.c_str());
   } else {
     std::printf("# pytorch %s; worst ratio gradsync/pytorch %.2f: %s\n", torch_version.c_str(), worst_ratio,
                 worst_ratio >= 1.0 ? "gradsync at least as fast everywhere" : "gradsync slower somewhere");
