@@ -29,19 +29,20 @@ Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name) {
 
 AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n, bool oversubscribed) {
   constexpr size_t kKiB = 1024, kMiB = kKiB * kKiB;
-  if (oversubscribed && n > 2) {
-    // More ranks than cores on a host: the tree keeps at most half the ranks busy at a time, and
-    // beat every other algorithm up to 1 MiB with 4 ranks on 2 cores; from 4 MiB the ring moves
-    // fewer bytes per rank and was as fast as halving-doubling (bench/README.md).
-    return bytes <= 1 * kMiB ? AllReduceAlgo::kTree : AllReduceAlgo::kRing;
-  }
-  // Recursive doubling: the fewest steps, for buffers whose time is mostly latency.
-  if (bytes <= 64 * kKiB) return AllReduceAlgo::kRd;
-  // Halving-doubling: the ring's bytes in 2 log2(n) steps instead of 2(n-1); on a power of two
-  // only (the fold costs two whole-buffer steps otherwise). Two ranks: the ring is the same
-  // exchange, pipelined.
   const bool pow2 = (n & (n - 1)) == 0;
-  if (n > 2 && pow2 && bytes <= 1 * kMiB) return AllReduceAlgo::kRhd;
+  if (bytes <= 64 * kKiB) {
+    // Latency: recursive doubling takes the fewest steps; with more ranks than cores the tree,
+    // which keeps at most half of them busy at once, was faster (4 ranks on 2 cores, 64 KiB:
+    // 50 us against 81).
+    return oversubscribed && n > 2 ? AllReduceAlgo::kTree : AllReduceAlgo::kRd;
+  }
+  // Bandwidth: halving-doubling moves the ring's bytes in 2 log2(n) steps, each a swap between
+  // two ranks that goes in lockstep (CollectiveOptions::exchange_segment_bytes): 1.4-2.2x the
+  // ring's busbw from 1 MiB on 2 and 4 ranks. A rank count that is not a power of two must
+  // first fold whole buffers, which the ring does not (3 ranks, 16 MiB: the ring 1.33 GB/s,
+  // halving-doubling 1.11); there the tree still leads up to 1 MiB on an oversubscribed host.
+  if (pow2) return AllReduceAlgo::kRhd;
+  if (oversubscribed && bytes <= 1 * kMiB) return AllReduceAlgo::kTree;
   return AllReduceAlgo::kRing;
 }
 

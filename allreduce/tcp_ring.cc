@@ -55,6 +55,7 @@ void SumFloats(void* out, const void* a, const void* b, size_t k) {
 RingCollective::RingCollective(const CollectiveOptions& options, const RingSecurity& security)
     : options_(options), acceptor_(io_), security_(security) {
   options_.segment_bytes = std::max<size_t>(4, options_.segment_bytes / 4 * 4);
+  if (options_.exchange_segment_bytes > 0) options_.exchange_segment_bytes = std::max<size_t>(4, options_.exchange_segment_bytes / 4 * 4);
 }
 
 RingCollective::~RingCollective() { Abort(); }
@@ -521,13 +522,46 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
   auto peer_error = [&](int peer, const boost::system::error_code& e) {
     if (failure.ok()) failure = PeerError(peer, e, Where(op, step));
   };
-  if (do_send) {
+  // A swap with one peer goes in lockstep: segments of exchange_segment_bytes both ways, the
+  // next one sent only once the peer's previous one has arrived (its reads are never held back,
+  // so two ranks that both wait for the other's segment always have it on the way).
+  const size_t lock_seg = options_.exchange_segment_bytes;
+  const bool lockstep = lock_seg > 0 && do_send && do_recv && to == from && send_bytes > lock_seg;
+  // Reads no larger than the lockstep segment (else both ranks could wait for a whole read
+  // segment that the other holds back), nor than segment_bytes (ReceiveReducing's scratch).
+  const size_t read_seg = lockstep ? std::min(lock_seg, options_.segment_bytes) : options_.segment_bytes;
+  size_t sent = 0, received = 0;
+  bool write_held = false;
+  std::function<void()> write_next;
+  auto may_write = [&] { return rdone || received + lock_seg >= sent; };
+  if (do_send && !lockstep) {
     SendStream(to).AsyncWrite({asio::buffer(&out, sizeof(out)), asio::buffer(send ? send : empty_, send_bytes)},
                               [&](const boost::system::error_code& e, size_t n) {
       if (e) return peer_error(to, e);
       bytes_sent_ += n;
       wdone = true;
     });
+  } else if (lockstep) {
+    write_next = [&] {
+      write_held = false;
+      const size_t len = std::min(lock_seg, send_bytes - sent);
+      std::vector<asio::const_buffer> buffers;
+      if (sent == 0) buffers.push_back(asio::buffer(&out, sizeof(out)));
+      buffers.push_back(asio::buffer(static_cast<const char*>(send) + sent, len));
+      SendStream(to).AsyncWrite(std::move(buffers), [&, len](const boost::system::error_code& e, size_t n) {
+        if (e) return peer_error(to, e);
+        bytes_sent_ += n;
+        sent += len;
+        if (sent == send_bytes) {
+          wdone = true;
+        } else if (may_write()) {
+          write_next();
+        } else {
+          write_held = true;
+        }
+      });
+    };
+    write_next();
   }
   // read_from(off, have): the segment at `off`, whose first `have` bytes are already in place.
   std::function<void(size_t, size_t)> read_from;
@@ -539,19 +573,21 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
         rdone = true;
         return;
       }
-      const size_t len = std::min(options_.segment_bytes, recv_bytes - off);
+      const size_t len = std::min(read_seg, recv_bytes - off);
       stream.AsyncRead(asio::buffer(segment_at(off) + have, len - have),
                        [&, off, len](const boost::system::error_code& e, size_t n) {
                          if (e) return peer_error(from, e);
                          bytes_received_ += n;
                          if (on_segment) on_segment(off, len);
+                         received = off + len;
                          read_from(off + len, 0);
+                         if (write_held && may_write()) write_next();
                        });
     };
     // The header, and with it whatever of the first segment has arrived: a small step's data
     // comes in the same receive call.
     stream.AsyncReadHeader(asio::buffer(&in, sizeof(in)),
-                           asio::buffer(segment_at(0), std::min(options_.segment_bytes, recv_bytes)),
+                           asio::buffer(segment_at(0), std::min(read_seg, recv_bytes)),
                            [&](const boost::system::error_code& e, size_t n) {
       if (e) return peer_error(from, e);
       bytes_received_ += n;
@@ -560,6 +596,7 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
         return;
       }
       read_from(0, n - sizeof(in));
+      if (write_held && may_write()) write_next();  // an empty receive is done at its header
     });
   }
   const auto deadline = Deadline(options_.timeout_s);

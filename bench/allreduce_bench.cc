@@ -38,6 +38,7 @@ using Clock = std::chrono::steady_clock;
 int g_spin_us = CollectiveOptions{}.spin_us;
 size_t g_shm_block = CollectiveOptions{}.shm_block_bytes;
 size_t g_socket_buffer = CollectiveOptions{}.socket_buffer_bytes;
+size_t g_exchange_segment = CollectiveOptions{}.exchange_segment_bytes;
 bool g_processes = false;
 
 struct Row {
@@ -66,6 +67,7 @@ std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t s
   opt.spin_us = g_spin_us;
   opt.shm_block_bytes = g_shm_block;
   opt.socket_buffer_bytes = g_socket_buffer;
+  opt.exchange_segment_bytes = g_exchange_segment;
   opt.shm = algo == AllReduceAlgo::kShm || algo == AllReduceAlgo::kHier;  // the others: TCP only
   std::vector<double> times;
   // One rank's loop: refill, barrier, time the all-reduce; returns its wrong elements.
@@ -176,6 +178,7 @@ int Main(int argc, char** argv) {
       ("segment-bytes", po::value<int64_t>()->default_value(1 << 20), "pipelining segment")
       ("shm-block-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.shm_block_bytes)), "shm: the block each step copies and reduces")
       ("socket-buffer-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.socket_buffer_bytes)), "SO_SNDBUF / SO_RCVBUF of every connection (0: the kernel's)")
+      ("exchange-segment-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.exchange_segment_bytes)), "rhd/rd swaps: lockstep segment (0: whole buffers at once)")
       ("processes", po::value<bool>()->default_value(false)->implicit_value(true), "ranks 1..n-1 as processes of their own instead of threads")
       ("spin-us", po::value<int>()->default_value(CollectiveOptions{}.spin_us), "poll this long before sleeping while waiting for a peer")
       ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
@@ -227,6 +230,8 @@ int Main(int argc, char** argv) {
   g_shm_block = static_cast<size_t>(vm["shm-block-bytes"].as<int64_t>());
   if (vm["socket-buffer-bytes"].as<int64_t>() < 0) flags.Fail("--socket-buffer-bytes must be >= 0");
   g_socket_buffer = static_cast<size_t>(vm["socket-buffer-bytes"].as<int64_t>());
+  if (vm["exchange-segment-bytes"].as<int64_t>() < 0) flags.Fail("--exchange-segment-bytes must be >= 0");
+  g_exchange_segment = static_cast<size_t>(vm["exchange-segment-bytes"].as<int64_t>());
   if (g_spin_us < 0) flags.Fail("--spin-us must be >= 0");
   if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;

@@ -157,6 +157,28 @@ INSTANTIATE_TEST_SUITE_P(
              (c < 0 ? std::string("n_minus_1") : std::to_string(c));
     });
 
+// Swaps go in lockstep (CollectiveOptions::exchange_segment_bytes): whatever the lockstep and
+// read segments, and halves of unequal sizes (an odd count), every rank finishes with exact sums.
+TEST(AllReduceAlgoTest, LockstepSwapsFinishExactlyForAnySegments) {
+  for (AllReduceAlgo algo : {AllReduceAlgo::kRhd, AllReduceAlgo::kRd}) {
+    for (int n : {2, 3, 4}) {
+      for (size_t lock : {size_t{0}, size_t{1001}, size_t{1} << 20}) {
+        for (size_t segment : {size_t{4096}, size_t{1} << 20}) {
+          CollectiveOptions opt;
+          opt.algorithm = algo;
+          opt.exchange_segment_bytes = lock;
+          opt.segment_bytes = segment;
+          auto statuses = RunRing(n, [&](int r, RingCollective& ring) { return testing::ExactSums(ring, r, n, 100003); }, opt);
+          for (int r = 0; r < n; ++r) {
+            ASSERT_TRUE(statuses[r].ok()) << AllReduceAlgoName(algo) << " n=" << n << " lockstep " << lock << " segment "
+                                          << segment << " rank " << r << ": " << statuses[r];
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AllReduceAlgoTest, MeshPeersAreSymmetricAndFew) {
   for (int n = 1; n <= 64; ++n) {
     for (int r = 0; r < n; ++r) {
@@ -175,7 +197,10 @@ TEST(AllReduceAlgoTest, AutoPicksByStepsForSmallAndByBandwidthForLarge) {
   for (bool oversubscribed : {false, true}) {
     for (int n : {2, 3, 4, 8}) {
       EXPECT_NE(ChooseAllReduceAlgo(4096, n, oversubscribed), AllReduceAlgo::kRing) << n;
-      EXPECT_EQ(ChooseAllReduceAlgo(size_t{256} << 20, n, oversubscribed), AllReduceAlgo::kRing) << n;
+      // Large: halving-doubling where no fold is needed, else the ring.
+      EXPECT_EQ(ChooseAllReduceAlgo(size_t{256} << 20, n, oversubscribed),
+                (n & (n - 1)) == 0 ? AllReduceAlgo::kRhd : AllReduceAlgo::kRing)
+          << n;
     }
   }
   // Halving-doubling only where no fold is needed.
@@ -183,7 +208,9 @@ TEST(AllReduceAlgoTest, AutoPicksByStepsForSmallAndByBandwidthForLarge) {
   EXPECT_EQ(ChooseAllReduceAlgo(size_t{512} << 10, 6), AllReduceAlgo::kRing);
   // More ranks than cores: the tree while it is latency, the ring once it is bytes.
   EXPECT_EQ(ChooseAllReduceAlgo(size_t{64} << 10, 4, true), AllReduceAlgo::kTree);
-  EXPECT_EQ(ChooseAllReduceAlgo(size_t{4} << 20, 4, true), AllReduceAlgo::kRing);
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{4} << 20, 4, true), AllReduceAlgo::kRhd);
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{512} << 10, 3, true), AllReduceAlgo::kTree);
+  EXPECT_EQ(ChooseAllReduceAlgo(size_t{4} << 20, 3, true), AllReduceAlgo::kRing);
   EXPECT_EQ(*ParseAllReduceAlgo("rhd"), AllReduceAlgo::kRhd);
   // The names the configuration accepts are exactly the ones the collective knows.
   std::stringstream names(kAllReduceAlgoNames);
