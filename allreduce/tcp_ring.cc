@@ -564,17 +564,18 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
     write_next();
   }
   // read_from(off, have): the segment at `off`, whose first `have` bytes are already in place.
+  // (Everything the handlers use lives at this scope: they run inside this call.)
+  auto segment_at = [&](size_t off) { return static_cast<char*>(recv) + (recv_reuse ? 0 : off); };
   std::function<void(size_t, size_t)> read_from;
+  RingStream* const in_stream = do_recv ? &RecvStream(from) : nullptr;
   if (do_recv) {
-    RingStream& stream = RecvStream(from);
-    auto segment_at = [&](size_t off) { return static_cast<char*>(recv) + (recv_reuse ? 0 : off); };
     read_from = [&](size_t off, size_t have) {
       if (off == recv_bytes) {
         rdone = true;
         return;
       }
       const size_t len = std::min(read_seg, recv_bytes - off);
-      stream.AsyncRead(asio::buffer(segment_at(off) + have, len - have),
+      in_stream->AsyncRead(asio::buffer(segment_at(off) + have, len - have),
                        [&, off, len](const boost::system::error_code& e, size_t n) {
                          if (e) return peer_error(from, e);
                          bytes_received_ += n;
@@ -586,7 +587,7 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
     };
     // The header, and with it whatever of the first segment has arrived: a small step's data
     // comes in the same receive call.
-    stream.AsyncReadHeader(asio::buffer(&in, sizeof(in)),
+    in_stream->AsyncReadHeader(asio::buffer(&in, sizeof(in)),
                            asio::buffer(segment_at(0), std::min(read_seg, recv_bytes)),
                            [&](const boost::system::error_code& e, size_t n) {
       if (e) return peer_error(from, e);
