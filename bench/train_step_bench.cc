@@ -85,7 +85,11 @@ std::vector<double> RunTorch(const std::string& python, const std::string& scrip
   std::vector<double> rates;
   auto v = out.find("\"torch\": \"");
   if (v != std::string::npos) *version = out.substr(v + 10, out.find('"', v + 10) - v - 10);
-  auto lb = out.find('['), rb = out.find(']');
+  // (The script's stderr now shares the pipe: look for the rates after their key, not for the
+  // first bracket, which a warning line may hold.)
+  const auto key = out.find("\"samples_per_s\": [");
+  if (key == std::string::npos) return {};
+  auto lb = out.find('[', key), rb = out.find(']', key);
   if (lb == std::string::npos || rb == std::string::npos) return {};
   std::stringstream ss(out.substr(lb + 1, rb - lb - 1));
   std::string item;
