@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "allreduce/algorithms.h"
+#include "common/half.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -65,10 +66,11 @@ class Collective {
 
   // data <- op over all ranks' data (same length on every rank; 0 is allowed).
   virtual Status AllReduce(FloatSpan data, ReduceOp op) = 0;
-  // data <- sum over all ranks of IEEE half values, rounded to half after each addition (fp16
-  // compression: every rank pre-divides by size() so that the sum is the average and stays in
-  // range). Moves half the bytes of AllReduce.
-  virtual Status AllReduceHalf(std::span<uint16_t> data) = 0;
+  // data <- sum over all ranks of 16-bit floats in `format` (IEEE half or bfloat16), rounded to
+  // that format after each addition (the fp16 and bf16 codecs and the 16-bit precisions: every
+  // rank pre-divides by size() so that the sum is the average and stays in range). Moves half
+  // the bytes of AllReduce.
+  virtual Status AllReduce16(std::span<uint16_t> data, Float16 format) = 0;
   // Reduce-scatter in place: afterwards this rank's chunk of data holds op over all ranks' chunks;
   // the rest is undefined. Chunk i is [bounds[i], bounds[i + 1]) (n + 1 non-decreasing offsets
   // from 0 to data.size(), the same on every rank), or with no bounds [ChunkBegin(count, n, i),
@@ -99,6 +101,8 @@ class DeviceCollective {
   virtual int size() const = 0;
   // data <- op over all ranks, for `count` floats of device memory.
   virtual Status AllReduceDevice(float* device_data, size_t count, ReduceOp op, void* stream) = 0;
+  // data <- sum over all ranks of `count` 16-bit floats in `format` of device memory.
+  virtual Status AllReduceDevice16(uint16_t* device_data, size_t count, Float16 format, void* stream) = 0;
   // Reduce-scatter and all-gather over `count` floats of device memory, with the chunk layout
   // of Collective (ChunkBegin). count must be a multiple of size() (NCCL's equal chunks).
   virtual Status ReduceScatterDevice(float* device_data, size_t count, ReduceOp op, void* stream) = 0;

@@ -640,9 +640,14 @@ Status RingCollective::AllReduce(FloatSpan data, ReduceOp op) {
   return OkStatus();
 }
 
-Status RingCollective::AllReduceHalf(std::span<uint16_t> data) {
+Status RingCollective::AllReduce16(std::span<uint16_t> data, Float16 format) {
   RETURN_IF_ERROR(Begin(OpKind::kAllReduce));
   if (size_ == 1 || data.empty()) return OkStatus();
+  if (format == Float16::kBfloat16) {
+    return AllReduceWith(data.data(), data.size(), sizeof(uint16_t), [](void* acc, const void* x, size_t k) {
+      AddBf16s(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(x), k);
+    });
+  }
   return AllReduceWith(data.data(), data.size(), sizeof(uint16_t), [](void* acc, const void* x, size_t k) {
     AddHalves(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(x), k);
   });

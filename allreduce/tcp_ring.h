@@ -58,7 +58,7 @@ class RingCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status AllReduce(FloatSpan data, ReduceOp op) override;
-  Status AllReduceHalf(std::span<uint16_t> data) override;
+  Status AllReduce16(std::span<uint16_t> data, Float16 format) override;
   Status ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds = {}) override;
   Status AllGatherChunks(FloatSpan data, std::span<const size_t> bounds = {}) override;
   Status Broadcast(FloatSpan data, int root) override;
@@ -72,7 +72,7 @@ class RingCollective final : public Collective {
   bool shared_memory() const { return shm_ready_; }
   const std::string& shared_memory_off_reason() const { return shm_why_not_; }
   int hosts() const { return static_cast<int>(host_groups_.size()); }
-  // The algorithm the last AllReduce / AllReduceHalf ran (auto resolved).
+  // The algorithm the last AllReduce / AllReduce16 ran (auto resolved).
   AllReduceAlgo last_algorithm() const { return last_algorithm_; }
 
   // Closes both connections at once (tests use it to play a rank that dies).

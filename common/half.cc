@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -97,6 +98,63 @@ void HalvesToFloats(const uint16_t* h, size_t n, float* out) {
 void AddHalves(uint16_t* acc, const uint16_t* x, size_t n) {
   if (kHasF16C) return AddF16C(acc, x, n);
   for (size_t i = 0; i < n; ++i) acc[i] = FloatToHalf(HalfToFloat(acc[i]) + HalfToFloat(x[i]));
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN stays a (quiet) NaN
+  x += 0x7fffu + ((x >> 16) & 1u);  // nearest, ties to even (a carry into the exponent is right)
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// Plain loops over restrict pointers: the compiler vectorizes them (the NaN test included).
+void FloatsToBf16s(const float* __restrict x, size_t n, uint16_t* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
+}
+
+void Bf16sToFloats(const uint16_t* __restrict b, size_t n, float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(b[i]);
+}
+
+void AddBf16s(uint16_t* acc, const uint16_t* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = FloatToBf16(Bf16ToFloat(acc[i]) + Bf16ToFloat(x[i]));
+}
+
+const char* Float16Name(Float16 f) { return f == Float16::kHalf ? "fp16" : "bf16"; }
+
+void FloatsTo16(Float16 f, const float* x, size_t n, uint16_t* out) {
+  f == Float16::kHalf ? FloatsToHalves(x, n, out) : FloatsToBf16s(x, n, out);
+}
+
+void Float16sToFloats(Float16 f, const uint16_t* h, size_t n, float* out) {
+  f == Float16::kHalf ? HalvesToFloats(h, n, out) : Bf16sToFloats(h, n, out);
+}
+
+void Add16(Float16 f, uint16_t* acc, const uint16_t* x, size_t n) {
+  f == Float16::kHalf ? AddHalves(acc, x, n) : AddBf16s(acc, x, n);
+}
+
+void RoundTo16(Float16 f, float* x, size_t n) {
+  if (f == Float16::kBfloat16) {
+    for (size_t i = 0; i < n; ++i) x[i] = Bf16ToFloat(FloatToBf16(x[i]));
+    return;
+  }
+  // Through a small stack buffer, so that the F16C paths do both directions.
+  constexpr size_t kChunk = 1024;
+  uint16_t h[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t k = std::min(kChunk, n - i);
+    FloatsToHalves(x + i, k, h);
+    HalvesToFloats(h, k, x + i);
+  }
 }
 
 }  // namespace gradsync

@@ -75,6 +75,8 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.test_accuracy, "%.6f");
   PutNumber(&s, r.delay_ms, "%.4f");
   PutNumber(&s, r.hidden_ms, "%.4f");
+  PutNumber(&s, r.loss_scale, "%.6g");
+  s += ',' + std::to_string(r.skipped_steps);
   s += '\n';
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
     return UnavailableError(path_ + ": write failed: " + std::strerror(errno));

@@ -44,6 +44,10 @@ struct MetricsRow {
   double test_accuracy = NAN;  // fraction in [0, 1]
   double delay_ms = 0.0;       // straggler delay injected in this step
   double hidden_ms = 0.0;      // communication that ran behind the backward pass (overlap)
+  // --precision=fp16: the loss scale the step's gradient was computed with, and the steps
+  // skipped so far because their gradients overflowed (cumulative). NaN / 0 otherwise.
+  double loss_scale = NAN;
+  int64_t skipped_steps = 0;
 };
 
 // The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
@@ -54,7 +58,8 @@ int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q);
 enum MetricsColumn {
   kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,
   kColBytesReceived,
-  kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kMetricsColumns
+  kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kColLossScale,
+  kColSkippedSteps, kMetricsColumns
 };
 
 // The fields of one CSV line (no quoting: the metrics files have none); "a,,b," has 4 fields.
@@ -64,7 +69,7 @@ class MetricsWriter {
  public:
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
-      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms";
+      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.
   static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);

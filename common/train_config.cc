@@ -13,6 +13,7 @@
 
 #include "common/flags.h"
 #include "common/optimizer.h"
+#include "common/precision.h"
 #include "common/transport.h"
 
 namespace gradsync {
@@ -155,6 +156,7 @@ Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
   };
   CodecSpec out;
   for (const auto& [n, kind] : {std::pair{"none", CodecSpec::Kind::kNone}, std::pair{"fp16", CodecSpec::Kind::kFp16},
+                                std::pair{"bf16", CodecSpec::Kind::kBf16},
                                 std::pair{"int8", CodecSpec::Kind::kInt8}, std::pair{"sign", CodecSpec::Kind::kSign}}) {
     if (name != n) continue;
     if (colon != std::string::npos) return InvalidArgumentError("--compress=" + name + " takes no parameter");
@@ -178,7 +180,7 @@ Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
     out.param = v;
     return out;
   }
-  return InvalidArgumentError("unknown compression '" + spec + "' (expected none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO)");
+  return InvalidArgumentError("unknown compression '" + spec + "' (expected none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO)");
 }
 
 Result<StragglerSpec> ParseStraggler(const std::string& spec) {
@@ -318,6 +320,25 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   }
   if ((sparse_model || dataset == "sparse-logistic") && (c.feature_bits() < 4 || c.feature_bits() > 30)) {
     k.Add("feature_bits", "{feature_bits} must be in [4, 30]");
+  }
+
+  if (auto precision = ParsePrecision(c.precision()); !precision.ok()) {
+    k.Add("precision", "{precision} must be fp32, bf16 or fp16, not '", c.precision() + "'");
+  } else if (*precision != Precision::kFp16 && c.has_initial_loss_scale()) {
+    k.Add("initial_loss_scale", "{initial_loss_scale} applies to {precision=fp16}");
+  } else if (*precision != Precision::kFp32) {
+    if (!(std::isfinite(c.initial_loss_scale()) && c.initial_loss_scale() >= 1)) {
+      k.Add("initial_loss_scale", "{initial_loss_scale} must be a finite number >= 1, not ", ShortestText(c.initial_loss_scale()));
+    }
+    if (sparse_model) k.Add("precision", "{precision=" + c.precision() + "} applies to the dense models, not {model=sparse_logreg}");
+    if (*precision == Precision::kFp16 && (c.error_feedback() || c.momentum_correction())) {
+      k.Add(c.error_feedback() ? "error_feedback" : "momentum_correction",
+            "{precision=fp16} skips the steps whose scaled gradient overflows, which a compression residual would take in: "
+            "drop {error_feedback} / {momentum_correction}, or use {precision=bf16}");
+    }
+    if (cuda && allreduce && c.zero() > 0) {
+      k.Add("zero", "{zero} with {device=cuda} is not supported with {precision=" + c.precision() + "} yet");
+    }
   }
 
   // The optimizer and its schedule.

@@ -30,9 +30,9 @@ bool JoinsJob(config::Mode mode);                 // every mode but local
 // fashion-mnist for the dense models.
 std::string EffectiveDataset(const config::TrainConfig& c);
 
-// ---- Codec specs: none | fp16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO. ----
+// ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO. ----
 struct CodecSpec {
-  enum class Kind { kNone, kFp16, kInt8, kSign, kQsgd, kTopK, kRandomK };
+  enum class Kind { kNone, kFp16, kBf16, kInt8, kSign, kQsgd, kTopK, kRandomK };
   Kind kind = Kind::kNone;
   double param = 0;  // qsgd levels, top-k / random-k ratio
   bool sparse() const { return kind == Kind::kTopK || kind == Kind::kRandomK; }

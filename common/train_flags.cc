@@ -32,6 +32,8 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"data-dir", false, false, "directory of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)"},
       {"standardize", false, false, "standardize Fashion-MNIST pixels: (x - 0.2860) / 0.3530 (true|false)"},
       {"feature-bits", false, false, "sparse_logreg: 2^bits hashed features"},
+      {"precision", false, false, "fp32|bf16|fp16: 16-bit operands with fp32 accumulation and fp32 master weights; gradients travel in 16 bits (unless --compress names another codec); fp16 scales the loss dynamically and skips steps whose gradients overflow"},
+      {"initial-loss-scale", false, false, "fp16: the dynamic loss scale to start from (halved after each overflowed step, doubled after 2000 good ones)"},
       // Optimization.
       {"lr", false, false, "learning rate"},
       {"lr-schedule", false, false, "constant|cosine (cosine decays to 0 over the run)"},
@@ -52,7 +54,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"warmup-epochs", false, false, "ramp the learning rate linearly from --lr to its scaled value over this many epochs"},
       {"staleness-aware-lr", false, true, "ssp|asp: the servers apply each gradient at the rate divided by its staleness (Zhang et al. 2016)"},
       // Compression.
-      {"compress", false, false, "gradient codec: none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"},
+      {"compress", false, false, "gradient codec: none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"},
       {"error-feedback", false, true, "keep the compression residual and add it to the next gradient"},
       {"compress-pull", false, true, "PS modes: servers reply to pulls with the --compress'ed parameter delta since the worker's last pull (the residual stays on the server)"},
       {"momentum-correction", false, true, "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD"},

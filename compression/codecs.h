@@ -1,4 +1,4 @@
-// Factories of the codecs, one per file (fp16.cc, int8.cc, qsgd.cc, sign.cc, topk.cc, randomk.cc).
+// Factories of the codecs, one per file (fp16.cc with bf16, int8.cc, qsgd.cc, sign.cc, topk.cc, randomk.cc).
 // Use CreateCompressor (compressor.h); these are for it and for tests.
 #pragma once
 
@@ -10,6 +10,8 @@ namespace gradsync {
 
 // IEEE half precision, 2 bytes per element; ring-summable (pre-divide by n before summing).
 std::unique_ptr<Compressor> MakeFp16();
+// bfloat16 (float's top 16 bits, rounded to nearest even), 2 bytes per element; ring-summable.
+std::unique_ptr<Compressor> MakeBf16();
 // Per bucket of 512: an fp32 scale (max |x| / 127) and one int8 per element, rounded to nearest
 // (ties away from zero).
 std::unique_ptr<Compressor> MakeInt8();

@@ -42,6 +42,7 @@ Result<std::unique_ptr<Compressor>> CreateCompressor(const std::string& spec, ui
   switch (codec.kind) {
     case CodecSpec::Kind::kNone: return std::unique_ptr<Compressor>();
     case CodecSpec::Kind::kFp16: return MakeFp16();
+    case CodecSpec::Kind::kBf16: return MakeBf16();
     case CodecSpec::Kind::kInt8: return MakeInt8();
     case CodecSpec::Kind::kSign: return MakeSign();
     case CodecSpec::Kind::kQsgd: return MakeQsgd(static_cast<int>(codec.param), seed);

@@ -17,10 +17,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -36,6 +38,9 @@ class Compressor {
   virtual Aggregation aggregation() const = 0;
   // True when the decoded vector is zero outside a subset of indices (top-k, random-k).
   virtual bool sparse() const { return false; }
+  // The 16-bit format of a codec whose payload is the elements as 16-bit floats (fp16, bf16):
+  // the ring sums those in place.
+  virtual std::optional<Float16> float16() const { return std::nullopt; }
 
   // Encodes x into *out (replaced). `step` seeds any randomness (QSGD's stochastic rounding,
   // random-k's index set, which every rank draws identically for the same step).
@@ -47,7 +52,7 @@ class Compressor {
 };
 
 // "none" is not a codec: CreateCompressor("none") returns a null pointer.
-// Specs: fp16 | int8 | qsgd:LEVELS | sign | topk:RATIO | randomk:RATIO (0 < RATIO <= 1).
+// Specs: fp16 | bf16 | int8 | qsgd:LEVELS | sign | topk:RATIO | randomk:RATIO (0 < RATIO <= 1).
 // `unbiased_randomk` scales random-k by n/k (use it when there is no error feedback).
 Result<std::unique_ptr<Compressor>> CreateCompressor(const std::string& spec, uint64_t seed,
                                                      bool unbiased_randomk = false);

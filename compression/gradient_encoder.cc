@@ -19,13 +19,22 @@ Result<std::unique_ptr<GradientEncoder>> GradientEncoder::Create(const std::stri
 Status GradientEncoder::Encode(ConstFloatSpan g, uint64_t step, std::vector<uint8_t>* out) {
   // A diverged gradient is the run's end, said plainly: the residual memories must never take
   // it in, and some codecs' payloads cannot carry it.
-  if (!AllFinite(g)) {
+  if (!allow_overflow_ && !AllFinite(g)) {
     return AbortedError("the gradient holds NaN or infinite values at step " + std::to_string(step) +
                         ": training diverged (lower --lr?)");
   }
   if (correction_) correction_->Encode(g, step, out);
   else if (feedback_) feedback_->Encode(g, step, out);
   else plain_->Encode(g, step, out);
+  return OkStatus();
+}
+
+Status GradientEncoder::AllowOverflow() {
+  if (!plain_) {
+    return FailedPreconditionError("a gradient codec with a residual (error feedback, momentum correction) cannot carry "
+                                   "the overflowed steps of fp16's loss scaling");
+  }
+  allow_overflow_ = true;
   return OkStatus();
 }
 

@@ -24,14 +24,19 @@ class GradientEncoder {
                                                          bool error_feedback, float correction_momentum);
 
   // Encodes the next gradient (n floats) of `step` into *out. kAborted, touching nothing, when
-  // the gradient holds NaN or infinite values (a diverged run).
+  // the gradient holds NaN or infinite values (a diverged run), unless allow_overflow() (fp16's
+  // loss scaling, where an overflowed step is expected and skipped after the average).
   Status Encode(ConstFloatSpan g, uint64_t step, std::vector<uint8_t>* out);
+  // Only without a residual (error feedback, momentum correction), which must never take in an
+  // inf: kFailedPrecondition otherwise.
+  Status AllowOverflow();
   // The n it was created for (every gradient it encodes has n floats).
   size_t size() const { return size_; }
 
  private:
   GradientEncoder() = default;
   size_t size_ = 0;
+  bool allow_overflow_ = false;
   std::unique_ptr<Compressor> plain_;
   std::unique_ptr<ErrorFeedback> feedback_;
   std::unique_ptr<MomentumCorrection> correction_;

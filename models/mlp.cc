@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/half.h"
 #include "common/rng.h"
 
 namespace gradsync {
@@ -51,13 +52,15 @@ void InitializeMlp(const std::vector<int64_t>& dims, const std::vector<TensorInf
   }
 }
 
-Mlp::Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int num_classes)
+Mlp::Mlp(std::string name, int64_t input_dim, std::vector<int64_t> hidden, int num_classes, Precision precision)
     : name_(std::move(name)) {
+  precision_ = precision;
   dims_.push_back(input_dim);
   dims_.insert(dims_.end(), hidden.begin(), hidden.end());
   dims_.push_back(num_classes);
   SetLayout(MlpTensors(dims_));
   acts_.resize(static_cast<size_t>(num_layers()));
+  if (precision_ != Precision::kFp32) weights16_.resize(static_cast<size_t>(num_layers()));
 }
 
 void Mlp::Initialize(uint64_t seed) { InitializeMlp(dims_, layout_, params_, seed); }
@@ -67,6 +70,12 @@ void Mlp::Forward(const Batch& batch, bool training) {
       << name_ << " expects dense inputs of dimension " << dims_[0] << ", got " << batch.dim;
   const int64_t b = batch.size;
   const float* in = batch.x;
+  const std::optional<Float16> f16 = PrecisionFormat(precision_);
+  if (f16) {
+    input16_.assign(batch.x, batch.x + b * dims_[0]);
+    RoundTo16(*f16, input16_.data(), input16_.size());
+    in = input16_.data();
+  }
   for (int l = 0; l < num_layers(); ++l) {
     const int64_t din = dims_[l], dout = dims_[l + 1];
     auto& out = acts_[l];
@@ -77,12 +86,19 @@ void Mlp::Forward(const Batch& batch, bool training) {
     }
     const float* w = tensor(2 * l).data();
     const float* bias = tensor(2 * l + 1).data();
+    if (f16) {
+      auto& w16 = weights16_[static_cast<size_t>(l)];
+      w16.assign(w, w + din * dout);
+      RoundTo16(*f16, w16.data(), w16.size());
+      w = w16.data();
+    }
     // out = bias (broadcast), then out += in * W in one sgemm with beta = 1.
     for (int64_t i = 0; i < b; ++i) std::copy(bias, bias + dout, out.data() + i * dout);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(b),
                 static_cast<int>(dout), static_cast<int>(din), 1.0f, in, static_cast<int>(din), w,
                 static_cast<int>(dout), 1.0f, out.data(), static_cast<int>(dout));
     if (l + 1 < num_layers()) Relu(out.data(), b * dout);
+    if (f16) RoundTo16(*f16, out.data(), out.size());
     in = out.data();
   }
 }
@@ -115,9 +131,12 @@ float Mlp::ForwardBackward(const Batch& batch) {
     d[y] -= inv_b;
   }
 
+  const std::optional<Float16> f16 = PrecisionFormat(precision_);
+  if (loss_scale_ != 1.0f) Scale(delta_, loss_scale_);
+  if (f16) RoundTo16(*f16, delta_.data(), delta_.size());
   for (int l = num_layers() - 1; l >= 0; --l) {
     const int64_t din = dims_[l], dout = dims_[l + 1];
-    const float* in = l == 0 ? batch.x : acts_[l - 1].data();
+    const float* in = l == 0 ? (f16 ? input16_.data() : batch.x) : acts_[l - 1].data();
     float* gw = grad(2 * l).data();
     float* gb = grad(2 * l + 1).data();
     // dW = in^T * delta ([din, b] x [b, dout]).
@@ -125,6 +144,10 @@ float Mlp::ForwardBackward(const Batch& batch) {
                 static_cast<int>(dout), static_cast<int>(b), 1.0f, in, static_cast<int>(din),
                 delta_.data(), static_cast<int>(dout), 0.0f, gw, static_cast<int>(dout));
     ColumnSums(delta_.data(), b, dout, gb);
+    if (f16) {
+      RoundTo16(*f16, gw, static_cast<size_t>(din * dout));
+      RoundTo16(*f16, gb, static_cast<size_t>(dout));
+    }
     GradReady(2 * l);
     GradReady(2 * l + 1);
     if (l == 0) break;  // no gradient w.r.t. the input
@@ -132,9 +155,10 @@ float Mlp::ForwardBackward(const Batch& batch) {
     delta_prev_.resize(static_cast<size_t>(b * din));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(b),
                 static_cast<int>(din), static_cast<int>(dout), 1.0f, delta_.data(),
-                static_cast<int>(dout), tensor(2 * l).data(), static_cast<int>(dout), 0.0f,
-                delta_prev_.data(), static_cast<int>(din));
+                static_cast<int>(dout), f16 ? weights16_[static_cast<size_t>(l)].data() : tensor(2 * l).data(),
+                static_cast<int>(dout), 0.0f, delta_prev_.data(), static_cast<int>(din));
     ReluBackward(acts_[l - 1].data(), b * din, delta_prev_.data());
+    if (f16) RoundTo16(*f16, delta_prev_.data(), static_cast<size_t>(b * din));
     delta_.swap(delta_prev_);
   }
   return static_cast<float>(loss / static_cast<double>(b));

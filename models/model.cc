@@ -26,6 +26,16 @@ Status Model::OptimizerStep(float) {
   return UnimplementedError(name() + " runs its optimizer on the host (Optimizer on params()/grads())");
 }
 
+Status Model::PackGrads16(float) {
+  return UnimplementedError(name() + " has no 16-bit device gradient (a device model with --precision=bf16|fp16 has)");
+}
+Status Model::UnpackGrads16(float) {
+  return UnimplementedError(name() + " has no 16-bit device gradient (a device model with --precision=bf16|fp16 has)");
+}
+Result<bool> Model::GradsFinite() {
+  return UnimplementedError(name() + " has no 16-bit device gradient (a device model with --precision=bf16|fp16 has)");
+}
+
 void Model::SetLayout(std::vector<TensorInfo> tensors) {
   int64_t offset = 0;
   for (auto& t : tensors) {
@@ -64,10 +74,13 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
   if (o.name == "softmax" || o.name == "mlp") {
     ASSIGN_OR_RETURN(std::vector<int64_t> dims, DenseModelDims(o));
     std::unique_ptr<Model> m = std::make_unique<Mlp>(
-        o.name, o.input_dim, std::vector<int64_t>(dims.begin() + 1, dims.end() - 1), o.num_classes);
+        o.name, o.input_dim, std::vector<int64_t>(dims.begin() + 1, dims.end() - 1), o.num_classes, o.precision);
     return m;
   }
   if (o.name == "sparse_logreg") {
+    if (o.precision != Precision::kFp32) {
+      return InvalidArgumentError(std::string("sparse_logreg computes in fp32 only, not ") + PrecisionName(o.precision));
+    }
     if (o.feature_bits < 4 || o.feature_bits > 30) {
       return InvalidArgumentError("feature bits must be in [4, 30], got " + std::to_string(o.feature_bits));
     }

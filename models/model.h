@@ -29,6 +29,7 @@
 
 #include "common/dataset.h"
 #include "common/optimizer.h"
+#include "common/precision.h"
 #include "common/segment.h"
 #include "common/status.h"
 #include "common/train_names.h"
@@ -63,6 +64,16 @@ class Model {
   ConstFloatSpan grads() const { return grads_; }
   FloatSpan tensor(size_t i) { return FloatSpan(params_).subspan(layout_[i].offset, layout_[i].size); }
   FloatSpan grad(size_t i) { return FloatSpan(grads_).subspan(layout_[i].offset, layout_[i].size); }
+
+  // The precision of the compute (ModelOptions::precision; common/precision.h): bf16 and fp16
+  // models round every GEMM operand, activation and gradient to 16 bits and accumulate in fp32;
+  // params() stay the fp32 master weights.
+  Precision precision() const { return precision_; }
+  // ForwardBackward's gradient is of loss_scale * the mean loss (the loss it returns is not
+  // scaled): fp16's dynamic loss scaling sets it before each step and divides it out of the
+  // update. 1 (the default) leaves every bit as it was.
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
+  float loss_scale() const { return loss_scale_; }
 
   // Deterministic initialization from `seed` (same seed, same bits, on every machine).
   virtual void Initialize(uint64_t seed) = 0;
@@ -114,6 +125,14 @@ class Model {
   // (ZeRO: this rank's shard).
   virtual Status SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges);
   virtual Status OptimizerStep(float lr);
+  // 16-bit precisions on the device: the gradient's 16-bit copy, which a device all-reduce sums
+  // (nullptr otherwise). PackGrads16 enqueues grads16 <- 16-bit(device grads * scale);
+  // UnpackGrads16 enqueues device grads <- float(grads16) * scale and notes whether every value
+  // was finite, which GradsFinite answers once the stream has been waited for.
+  virtual uint16_t* device_grads16() { return nullptr; }
+  virtual Status PackGrads16(float scale);
+  virtual Status UnpackGrads16(float scale);
+  virtual Result<bool> GradsFinite();
 
  protected:
   void GradReady(size_t tensor) const {
@@ -126,6 +145,8 @@ class Model {
   void SetLayout(std::vector<TensorInfo> tensors);
 
   std::vector<TensorInfo> layout_;
+  Precision precision_ = Precision::kFp32;
+  float loss_scale_ = 1.0f;
   std::vector<float> params_;
   std::vector<float> grads_;
   std::function<void(size_t)> grad_ready_;
@@ -138,6 +159,7 @@ struct ModelOptions {
   int num_classes = 10;           // dense models
   std::vector<int64_t> hidden = {256, 128};  // mlp only
   int feature_bits = 20;          // sparse_logreg: 2^feature_bits weights
+  Precision precision = Precision::kFp32;  // dense models; sparse_logreg is fp32 only
 };
 
 // The model names CreateModel accepts, for --help texts.

@@ -148,8 +148,13 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
       RETURN_IF_ERROR(model_->SetOptimizer(o.optimizer));
     }
   }
-  ASSIGN_OR_RETURN(averager_, BucketAverager::Create(collective_, options_.compression, o.seed, options_.error_feedback,
+  scaling_.emplace(o.precision, o.initial_loss_scale);
+  // The CPU gradient travels as the named codec, else in the precision's 16 bits (on the device
+  // NCCL moves the 16-bit gradient: FinishStep).
+  const std::string codec = options_.compression.empty() && !device ? PrecisionCodec(o.precision) : options_.compression;
+  ASSIGN_OR_RETURN(averager_, BucketAverager::Create(collective_, codec, o.seed, options_.error_feedback,
                                                      options_.correction_momentum));
+  averager_->set_allow_overflow(scaling_->active());
   if (averager_->compressed()) {
     for (const auto& t : model_->layout()) {
       if (t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
@@ -325,12 +330,14 @@ Status AllreduceSync::BeginStep(const StepPlan& plan) {
   step_ = plan.step;
   step_lr_ = plan.lr;
   if (reducer_) reducer_->Begin(model_->grads());
+  if (options_.apply_update) scaling_->Begin(*model_);
   return OkStatus();
 }
 
-Status AllreduceSync::ShardedUpdate(float rate) {
+Status AllreduceSync::ShardedUpdate(float rate, bool apply) {
+  if (!apply) return OkStatus();  // a skipped step: every rank skips it, so nothing changes anywhere
   const size_t b = shard_begin(), e = shard_end();
-  opt_->Step(model_->params().subspan(b, e - b), model_->grads().subspan(b, e - b), rate, 0);
+  opt_->Step(model_->params().subspan(b, e - b), model_->grads().subspan(b, e - b), rate, 0, scaling_->inverse());
   opt_->EndStep();
   return collective_->AllGatherChunks(model_->params(), shards_);
 }
@@ -356,6 +363,20 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
       }
       RETURN_IF_ERROR(model_->OptimizerStep(rate));
       RETURN_IF_ERROR(dc.AllGatherDevice(model_->device_params(), even, model_->device_stream()).WithContext(where));
+    } else if (const auto format = PrecisionFormat(options_.train.precision)) {
+      // 16 bits on the wire: each rank's gradient pre-divided by n in 16 bits, summed by NCCL
+      // in 16 bits, back to fp32 with the loss scale divided out. fp16 waits for the verdict
+      // (every rank holds the same sum, so every rank decides alike) before the optimizer.
+      const size_t count = static_cast<size_t>(model_->num_params());
+      RETURN_IF_ERROR(model_->PackGrads16(1.0f / static_cast<float>(collective_->size())).WithContext(where));
+      RETURN_IF_ERROR(dc.AllReduceDevice16(model_->device_grads16(), count, *format, model_->device_stream()).WithContext(where));
+      RETURN_IF_ERROR(model_->UnpackGrads16(scaling_->inverse()).WithContext(where));
+      bool finite = true;
+      if (scaling_->active()) {
+        RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s).WithContext(where));
+        ASSIGN_OR_RETURN(finite, model_->GradsFinite());
+      }
+      if (scaling_->Finish(finite)) RETURN_IF_ERROR(model_->OptimizerStep(rate));
     } else {
       RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
                                          ReduceOp::kAverage, model_->device_stream())
@@ -376,18 +397,21 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     RETURN_IF_ERROR(AverageGradients().WithContext("step " + std::to_string(step)));
     comm_ms = comm.Millis();
   }
+  // fp16: after the average (the same bits on every rank), the verdict on the step.
+  const bool apply =
+      device || !options_.apply_update || scaling_->Finish(!scaling_->active() || AllFinite(model_->grads()));
   if (!device && options_.zero > 0) {
     Stopwatch gather;
-    RETURN_IF_ERROR(ShardedUpdate(rate).WithContext("step " + std::to_string(step)));
+    RETURN_IF_ERROR(ShardedUpdate(rate, apply).WithContext("step " + std::to_string(step)));
     comm_ms += gather.Millis();
-  } else if (!device && options_.apply_update) {
+  } else if (!device && options_.apply_update && apply) {
     for (size_t t = 0; t < model_->layout().size(); ++t) {
       const TensorInfo& ti = model_->layout()[t];
       if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
     }
     for (const Segment& run : dense_runs_) {
       opt_->Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
-                 run.begin);
+                 run.begin, scaling_->inverse());
     }
     opt_->EndStep();
   }
@@ -405,6 +429,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
   stats.hidden_ms = hidden_ms;
   stats.bytes_sent = collective_->bytes_sent();
   stats.bytes_received = collective_->bytes_received();
+  scaling_->Report(&stats);
   return stats;
 }
 

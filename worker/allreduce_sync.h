@@ -24,6 +24,7 @@
 #include "models/model.h"
 #include "worker/bucket_average.h"
 #include "worker/gradient_sync.h"
+#include "worker/loss_scaling.h"
 #include "worker/local_trainer.h"
 #include "worker/overlap.h"
 
@@ -106,7 +107,7 @@ class AllreduceSync final : public GradientSync {
   Status LoadShardState(int64_t step, bool from_shard_files, const std::vector<float>& whole);
   std::string ShardPath(int rank, bool previous) const;
   // ZeRO: the step's update of this rank's shard, then the parameters all-gathered.
-  Status ShardedUpdate(float rate);
+  Status ShardedUpdate(float rate, bool apply);
   size_t shard_begin() const { return shards_[static_cast<size_t>(collective_->rank())]; }
   size_t shard_end() const { return shards_[static_cast<size_t>(collective_->rank()) + 1]; }
 
@@ -120,6 +121,7 @@ class AllreduceSync final : public GradientSync {
   std::vector<Segment> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
   std::unique_ptr<BucketAverager> averager_;  // the dense buckets, plain or compressed
+  std::optional<LossScaling> scaling_;         // --precision (fp16: dynamic loss scaling)
   int64_t step_ = 0;
   float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
   std::unique_ptr<OverlappedReducer> reducer_;

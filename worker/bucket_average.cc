@@ -21,23 +21,25 @@ Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) 
   // after the first step): a new encoder, whose residual starts at zero.
   if (!encoder || encoder->size() != g.size()) {
     ASSIGN_OR_RETURN(encoder, GradientEncoder::Create(codec_, seed_, g.size(), error_feedback_, correction_momentum_));
+    if (allow_overflow_) RETURN_IF_ERROR(encoder->AllowOverflow());
   }
   const bool ring_summable = decoder_->aggregation() == Aggregation::kRingSummable;
-  // fp16: each rank pre-divides by n, so that the ring's sum is the average and stays far
+  // fp16, bf16: each rank pre-divides by n, so that the ring's sum is the average and stays far
   // from half's range limit (error feedback then keeps its residual in that scale).
   if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
   RETURN_IF_ERROR(encoder->Encode(g, step, &encoded_));
   if (ring_summable) {
     // The payload is the values themselves, reduced in place inside the ring (the vector's
-    // storage is aligned for them): fp16's halves are summed, so 2 bytes per element travel
+    // storage is aligned for them): fp16's and bf16's 16-bit values are summed, so 2 bytes per element travel
     // instead of 4; random-k's k values (every rank kept the same indices this step) are
     // averaged, so k floats travel instead of n.
     if (decoder_->sparse()) {
       RETURN_IF_ERROR(collective_->AllReduce(
           FloatSpan(reinterpret_cast<float*>(encoded_.data()), encoded_.size() / sizeof(float)), ReduceOp::kAverage));
     } else {
-      RETURN_IF_ERROR(collective_->AllReduceHalf(
-          std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t))));
+      RETURN_IF_ERROR(collective_->AllReduce16(
+          std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t)),
+          *decoder_->float16()));
     }
     return decoder_->Decode(encoded_, g.size(), step, g);
   }

@@ -36,6 +36,9 @@ class BucketAverager {
 
   Status Average(FloatSpan g, size_t bucket_index, uint64_t step);
   bool compressed() const { return decoder_ != nullptr; }
+  // fp16's loss scaling: a bucket may hold an inf (the step is then skipped after the average,
+  // on every rank alike). Codecs with a residual refuse it (GradientEncoder::AllowOverflow).
+  void set_allow_overflow(bool allow) { allow_overflow_ = allow; }
 
  private:
   BucketAverager(Collective* collective, std::string codec, uint64_t seed, bool error_feedback,
@@ -48,6 +51,7 @@ class BucketAverager {
   uint64_t seed_;
   bool error_feedback_;
   float correction_momentum_;
+  bool allow_overflow_ = false;
   std::unique_ptr<Compressor> decoder_;
   std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per bucket index
   std::vector<uint8_t> encoded_;

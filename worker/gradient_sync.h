@@ -78,6 +78,8 @@ struct SyncStepStats {
   double clock_staleness = NAN;  // PS: of the last answered pull (max over the shards)
   uint64_t bytes_sent = 0;       // cumulative, this process
   uint64_t bytes_received = 0;
+  float loss_scale = NAN;        // fp16: the scale this step's gradient was computed with
+  int64_t skipped_steps = 0;     // fp16: steps skipped so far (their gradient overflowed)
 };
 
 struct SyncTraffic {

@@ -18,12 +18,20 @@ Result<int64_t> LocalSync::Start(const JobShape& shape) {
 Result<SyncStepStats> LocalSync::FinishStep() {
   Stopwatch update;
   const float rate = std::isnan(step_lr_) ? lr_.At(step_) : step_lr_;
-  if (model_->on_device()) {
+  if (model_->on_device() && scaling_.active()) {
+    // fp16 on the device: the gradient is unscaled there and its finiteness read back (the
+    // step's one extra wait) before the optimizer is enqueued.
+    RETURN_IF_ERROR(model_->PackGrads16(1.0f));
+    RETURN_IF_ERROR(model_->UnpackGrads16(scaling_.inverse()));
+    ASSIGN_OR_RETURN(const bool finite, model_->GradsFinite());
+    if (scaling_.Finish(finite)) RETURN_IF_ERROR(model_->OptimizerStep(rate));
+  } else if (model_->on_device()) {
     RETURN_IF_ERROR(model_->OptimizerStep(rate));  // enqueued; the next loss waits for it
-  } else {
-    ApplyGradients(*model_, *opt_, rate);
+  } else if (scaling_.Finish(!scaling_.active() || AllFinite(model_->grads()))) {
+    ApplyGradients(*model_, *opt_, rate, scaling_.inverse());
   }
   SyncStepStats stats;
+  scaling_.Report(&stats);
   stats.compute_ms = update.Millis();  // the local update is the step's computation
   return stats;
 }

@@ -10,13 +10,15 @@
 #include "models/model.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"
+#include "worker/loss_scaling.h"
 
 namespace gradsync {
 
 class LocalSync final : public GradientSync {
  public:
   // `model` must outlive the sync.
-  LocalSync(const LocalTrainOptions& options, Model* model) : options_(options), model_(model) {}
+  LocalSync(const LocalTrainOptions& options, Model* model)
+      : options_(options), model_(model), scaling_(options.precision, options.initial_loss_scale) {}
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -25,6 +27,7 @@ class LocalSync final : public GradientSync {
     RETURN_IF_ERROR(CheckStepRate(plan.lr));
     step_ = plan.step;
     step_lr_ = plan.lr;
+    scaling_.Begin(*model_);
     return OkStatus();
   }
   Status WaitParams(size_t) override { return OkStatus(); }
@@ -40,6 +43,7 @@ class LocalSync final : public GradientSync {
   Model* model_;
   LrSchedule lr_;
   std::optional<Optimizer> opt_;
+  LossScaling scaling_;
   int64_t step_ = 0;
   float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
 };

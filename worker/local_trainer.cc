@@ -6,7 +6,7 @@
 
 namespace gradsync {
 
-void ApplyGradients(Model& model, Optimizer& opt, float lr) {
+void ApplyGradients(Model& model, Optimizer& opt, float lr, float grad_scale) {
   const auto& layout = model.layout();
   for (size_t i = 0; i < layout.size(); ++i) {
     const TensorInfo& t = layout[i];
@@ -18,7 +18,7 @@ void ApplyGradients(Model& model, Optimizer& opt, float lr) {
   // Dense tensors are contiguous runs of the flat buffer: update each run in one call.
   for (const Segment& run : DenseRuns(layout, {0, model.num_params()})) {
     opt.Step(model.params().subspan(run.begin, run.size()), model.grads().subspan(run.begin, run.size()), lr,
-             run.begin);
+             run.begin, grad_scale);
   }
   opt.EndStep();
 }

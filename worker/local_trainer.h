@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "worker/straggler.h"
 #include "common/optimizer.h"
+#include "common/precision.h"
 #include "common/status.h"
 #include "models/model.h"
 
@@ -24,6 +25,8 @@ namespace gradsync {
 
 struct LocalTrainOptions {
   OptimizerOptions optimizer;
+  Precision precision = Precision::kFp32;  // the model's; fp16: dynamic loss scaling
+  float initial_loss_scale = 65536.0f;     // fp16: where the loss scale starts
   LrSchedule lr;               // total_steps is filled in by the trainer for cosine
   int64_t batch = 64;
   int epochs = 10;
@@ -57,7 +60,7 @@ struct EpochReport {
 
 // Applies the model's current gradient (dense and sparse tensors) with `opt` at rate `lr`: one
 // optimizer step.
-void ApplyGradients(Model& model, Optimizer& opt, float lr);
+void ApplyGradients(Model& model, Optimizer& opt, float lr, float grad_scale = 1.0f);
 
 class LocalTrainer {
  public:

@@ -36,7 +36,8 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
 }
 
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
-    : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())) {}
+    : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
+      scaling_(options.train.precision, options.train.initial_loss_scale) {}
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   const double timeout = options_.request_timeout_s;
@@ -160,6 +161,7 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   const double timeout = options_.request_timeout_s;
   clock_ = plan.step;
   step_lr_ = plan.lr;
+  scaling_.Begin(*model_);
   Stopwatch comm;
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));
@@ -196,10 +198,15 @@ Result<SyncStepStats> PsSync::FinishStep() {
       push_values_.push_back(g.values[i]);
     }
   }
+  if (scaling_.active()) {
+    Scale(model_->grads(), scaling_.inverse());
+    if (!scaling_.Finish(AllFinite(model_->grads()))) Fill(model_->grads(), 0.0f);
+  }
   Stopwatch push_clock;
   ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_, step_lr_));
   last_push_lr_ = step_lr_;
   SyncStepStats stats;
+  scaling_.Report(&stats);
   stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
   stats.wait_ms = wait_ms_;
   pull_ms_ = 0;

@@ -32,6 +32,7 @@
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/gradient_sync.h"
+#include "worker/loss_scaling.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
 
@@ -112,6 +113,10 @@ class PsSyncBase : public GradientSync {
   float last_push_lr_ = NAN;
   std::vector<uint64_t> push_keys_;
   std::vector<float> push_values_;
+  // --precision=fp16 (PsSync: a 16-bit codec always goes with a 16-bit precision, so the
+  // overlapped sync never scales): each worker judges its own gradient, unscales it and pushes
+  // it; an overflowed one is pushed as zeros (a bsp round needs every worker's push).
+  LossScaling scaling_;
 };
 
 class PsSync final : public PsSyncBase {

@@ -34,6 +34,7 @@ ModelOptions ModelOptionsFrom(const TrainConfig& c) {
   ModelOptions o;
   o.name = c.model();
   o.feature_bits = c.feature_bits();
+  o.precision = *ParsePrecision(c.precision());  // Validate() checked it
   if (o.name == "mlp") o.hidden = *ParseIntList(c.hidden(), 1, 1 << 20);  // Validate() parsed it
   return o;
 }
@@ -271,13 +272,13 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     std::snprintf(opt_text, sizeof(opt_text), "sgd momentum=%g%s", opt.momentum, opt.nesterov ? " (nesterov)" : "");
   }
   std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
-              "batch=%lld lr=%g (%s) optimizer=%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s\n",
+              "batch=%lld lr=%g (%s) optimizer=%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s precision=%s\n",
               job.rank, mode_name.c_str(), placed.model->name().c_str(),
               static_cast<long long>(placed.model->num_params()), data_options.name.c_str(),
               static_cast<long long>(data->train.n), static_cast<long long>(data->test.n),
               static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
               opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
-              placed.device_name.c_str());
+              placed.device_name.c_str(), PrecisionName(train.precision));
   std::fflush(stdout);
   double best = -1.0;
   int best_epoch = 0;

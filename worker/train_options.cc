@@ -7,6 +7,12 @@ namespace {
 
 std::string Codec(const config::TrainConfig& c) { return c.compress() == "none" ? "" : c.compress(); }
 
+// What gradients travel as: the named codec, else the precision's 16 bits ("" for fp32).
+std::string WireCodec(const config::TrainConfig& c) {
+  const std::string named = Codec(c);
+  return named.empty() ? PrecisionCodec(*ParsePrecision(c.precision())) : named;
+}
+
 // DGC moves the momentum to the sender (then the applied update is plain SGD).
 float CorrectionMomentum(const config::TrainConfig& c) { return c.momentum_correction() ? c.momentum() : 0.0f; }
 
@@ -24,6 +30,8 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
     t.optimizer.momentum = c.momentum_correction() ? 0.0f : c.momentum();
     t.optimizer.nesterov = c.nesterov();
   }
+  t.precision = *ParsePrecision(c.precision());  // Validate() checked it
+  t.initial_loss_scale = c.initial_loss_scale();
   t.lr.base = c.lr();
   t.lr.kind = *ParseLrScheduleKind(c.lr_schedule());
   t.batch = c.batch();
@@ -49,7 +57,7 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.num_workers = num_workers;
   po.request_timeout_s = c.request_timeout();
   po.recovery_timeout_s = c.recovery_timeout();
-  po.compression = Codec(c);
+  po.compression = WireCodec(c);
   po.error_feedback = c.error_feedback();
   po.correction_momentum = CorrectionMomentum(c);
   po.compress_pull = c.compress_pull();

@@ -42,9 +42,11 @@ void TrainingLoop::OnGradReady(size_t tensor) {
     st.any_ready = true;
     // The first tensor backward reports is the last layer's, whose gradient a non-finite loss
     // makes non-finite: a diverged step tells the sync nothing, so no part of it is sent. (A
-    // device model's host gradient is not filled during backward; its loss is checked.)
+    // device model's host gradient is not filled during backward; its loss is checked. An fp16
+    // gradient may overflow with a finite loss: the loss scaler skips that step, and the loss
+    // tells divergence.)
     const TensorInfo& t = model_->layout()[tensor];
-    if (!t.sparse && !model_->on_device() && !AllFinite(model_->grad(tensor))) {
+    if (!t.sparse && !model_->on_device() && model_->precision() != Precision::kFp16 && !AllFinite(model_->grad(tensor))) {
       st.diverged = true;
       return;
     }
@@ -192,6 +194,8 @@ Status TrainingLoop::RunStep(const StepInput& in) {
   row.wait_ms = stats.wait_ms;
   row.hidden_ms = stats.hidden_ms;
   row.delay_ms = delay_ms;
+  row.loss_scale = stats.loss_scale;
+  row.skipped_steps = stats.skipped_steps;
   return metrics_->Write(row);
 }
 

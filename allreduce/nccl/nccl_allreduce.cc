@@ -56,11 +56,12 @@ Status NcclCollective::AllReduce(float* device_data, size_t count, ReduceOp op, 
   return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce");
 }
 
-Status NcclCollective::AllReduceHalf(uint16_t* device_data, size_t count, cudaStream_t stream) {
+Status NcclCollective::AllReduce16(uint16_t* device_data, size_t count, Float16 format, cudaStream_t stream) {
   if (count == 0) return OkStatus();
   if (!comm_) return FailedPreconditionError("the NCCL communicator was aborted after an earlier failure");
-  ncclResult_t r = ncclAllReduce(device_data, device_data, count, ncclFloat16, ncclSum, comm_, stream);
-  return r == ncclSuccess ? OkStatus() : NcclError(r, "ncclAllReduce (half)");
+  const bool bf16 = format == Float16::kBfloat16;
+  ncclResult_t r = ncclAllReduce(device_data, device_data, count, bf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_, stream);
+  return r == ncclSuccess ? OkStatus() : NcclError(r, bf16 ? "ncclAllReduce (bf16)" : "ncclAllReduce (fp16)");
 }
 
 Status NcclCollective::CheckEqualChunks(const char* what, size_t count) const {

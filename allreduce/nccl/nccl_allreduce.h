@@ -28,8 +28,9 @@ class NcclCollective final : public DeviceCollective {
   int size() const override { return size_; }
   // Enqueues data <- op over all ranks on `stream` (count floats of device memory).
   Status AllReduce(float* device_data, size_t count, ReduceOp op, cudaStream_t stream);
-  // Enqueues data <- sum over all ranks of `count` IEEE halves (fp16 compression, pre-divided).
-  Status AllReduceHalf(uint16_t* device_data, size_t count, cudaStream_t stream);
+  // Enqueues data <- sum over all ranks of `count` 16-bit floats (ncclFloat16 or ncclBfloat16;
+  // the 16-bit precisions pre-divide by size()).
+  Status AllReduce16(uint16_t* device_data, size_t count, Float16 format, cudaStream_t stream);
   // Waits for `stream`, at most timeout_s; on timeout aborts the communicator.
   Status Synchronize(cudaStream_t stream, double timeout_s);
 
@@ -37,6 +38,10 @@ class NcclCollective final : public DeviceCollective {
   Status AllReduceDevice(float* device_data, size_t count, ReduceOp op, void* stream) override {
     elements_ += count;
     return AllReduce(device_data, count, op, static_cast<cudaStream_t>(stream));
+  }
+  Status AllReduceDevice16(uint16_t* device_data, size_t count, Float16 format, void* stream) override {
+    elements_ += count;
+    return AllReduce16(device_data, count, format, static_cast<cudaStream_t>(stream));
   }
   // In place, with the Collective chunk layout (count a multiple of size()): ncclReduceScatter
   // leaves chunk rank() reduced, ncclAllGather fills every chunk from its rank.

@@ -99,6 +99,10 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
     if hasattr(opt, "steps_per_epoch"):
         opt.steps_per_epoch = steps_per_epoch  # the epoch column of the metrics rows
     last = None
+    # The job's --precision: bf16 compute under autocast where torch has it, fp16's dynamic loss
+    # scaling (gradsync.torch.GradScaler; a no-op for fp32 and bf16).
+    distributed = hasattr(opt, "record_evaluation")
+    scaler = gs.GradScaler() if distributed else None
     for epoch in range(step // steps_per_epoch, args.epochs):
         if step >= max_steps:
             break
@@ -107,9 +111,16 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
         for s in range(step % steps_per_epoch, min(steps_per_epoch, max_steps - epoch * steps_per_epoch)):
             idx = mine[s * args.batch:(s + 1) * args.batch]
             opt.zero_grad()
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
-            loss.backward()
-            opt.step(loss=loss) if hasattr(opt, "record_evaluation") else opt.step()
+            if distributed:
+                with gs.autocast():
+                    loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+                scaler.scale(loss).backward()
+                scaler.step(opt, loss=loss)
+                scaler.update()
+            else:
+                loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+                loss.backward()
+                opt.step()
             losses.append(loss.item())
         step = epoch * steps_per_epoch + len(losses)
         rate = len(losses) * args.batch * size / (time.perf_counter() - epoch_start)

@@ -7,7 +7,17 @@
 //   dW = X^T delta          -> dW^T = delta^T X:   sgemm(N, T, m=out, n=in, k=b,   delta, out, X, in)
 //   dX = delta W^T          -> dX^T = W delta^T:   sgemm(T, N, m=in,  n=b,  k=out, W, out, delta, out)
 //   db = column sums        -> sgemv(N, m=out, n=b, delta, out, ones)
+//
+// bf16 | fp16 (precision()): each forward converts the fp32 master parameters into one 16-bit
+// copy; the input, the activations (bias and ReLU applied, logits included) and the output
+// gradients are 16-bit buffers; every product is cublasGemmEx with 16-bit A and B and fp32
+// accumulation (CUBLAS_COMPUTE_32F): the forward and dX products write 16 bits, dW and db write
+// the fp32 gradient buffer. Softmax and the loss compute in fp32 from the 16-bit logits, and
+// the output gradient is scaled by the loss scale before it is stored in 16 bits. The 16-bit
+// gradient for the wire is PackGrads16's.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -55,6 +65,103 @@ __global__ void ReluBackward(const float* a, int64_t n, float* delta) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (!(a[i] > 0.0f)) delta[i] = 0.0f;
+  }
+}
+
+// The 16-bit element types and their conversions.
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T FromFloat(float x);
+template <> __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename T> constexpr cudaDataType_t kDataType = CUDA_R_32F;
+template <> constexpr cudaDataType_t kDataType<__half> = CUDA_R_16F;
+template <> constexpr cudaDataType_t kDataType<__nv_bfloat16> = CUDA_R_16BF;
+
+// out[i] = T(in[i] * scale).
+template <typename T>
+__global__ void ConvertScaled(const float* in, int64_t n, float scale, T* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = FromFloat<T>(in[i] * scale);
+  }
+}
+
+// out[i] = float(in[i]) * scale; *nonfinite = 1 where a result is inf or NaN.
+template <typename T>
+__global__ void UnpackScaled(const T* in, int64_t n, float scale, float* out, int* nonfinite) {
+  bool bad = false;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = ToFloat(in[i]) * scale;
+    out[i] = v;
+    bad |= !isfinite(v);
+  }
+  if (bad) *nonfinite = 1;
+}
+
+// out = T(act(float(out) + bias)) over a row-major [rows, cols] 16-bit matrix.
+template <typename T>
+__global__ void BiasActivation16(T* out, const T* bias, int64_t rows, int64_t cols, bool relu) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = ToFloat(out[i]) + ToFloat(bias[i % cols]);
+    out[i] = FromFloat<T>(relu ? (v > 0.0f ? v : 0.0f) : v);
+  }
+}
+
+template <typename T>
+__global__ void ReluBackward16(const T* a, int64_t n, T* delta) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!(ToFloat(a[i]) > 0.0f)) delta[i] = FromFloat<T>(0.0f);
+  }
+}
+
+// Softmax cross-entropy, one thread per row: delta = (softmax(z) - onehot(y)) * inv_b * scale
+// and the row's (unscaled) loss, as the CPU model computes them; fp32 inside, logits and delta
+// of type T.
+template <typename T>
+__global__ void SoftmaxCrossEntropy16(const T* logits, const int32_t* labels, int64_t b, int64_t classes, float inv_b,
+                                      float loss_scale, T* delta, float* row_loss) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < b;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const T* z = logits + i * classes;
+    T* d = delta + i * classes;
+    float m = ToFloat(z[0]);
+    for (int64_t c = 1; c < classes; ++c) m = fmaxf(m, ToFloat(z[c]));
+    float sum = 0.0f;
+    for (int64_t c = 0; c < classes; ++c) sum += expf(ToFloat(z[c]) - m);
+    const int32_t y = labels[i];
+    row_loss[i] = logf(sum) + m - ToFloat(z[y]);
+    const float scale = inv_b * loss_scale / sum;
+    for (int64_t c = 0; c < classes; ++c) {
+      float v = expf(ToFloat(z[c]) - m) * scale;
+      if (c == y) v -= inv_b * loss_scale;
+      d[c] = FromFloat<T>(v);
+    }
+  }
+}
+
+// Evaluation over 16-bit logits: as EvaluateRows.
+template <typename T>
+__global__ void EvaluateRows16(const T* logits, const int32_t* labels, int64_t b, int64_t classes, double* row_loss,
+                               int* row_correct) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < b;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const T* z = logits + i * classes;
+    int64_t top = 0;
+    for (int64_t c = 1; c < classes; ++c) {
+      if (ToFloat(z[c]) > ToFloat(z[top])) top = c;
+    }
+    const float m = ToFloat(z[top]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < classes; ++c) sum += exp(static_cast<double>(ToFloat(z[c]) - m));
+    const int32_t y = labels[i];
+    row_loss[i] = log(sum) + m - ToFloat(z[y]);
+    row_correct[i] = top == y ? 1 : 0;
   }
 }
 
@@ -193,8 +300,9 @@ class PinnedBuffer {
 
 class CudaMlp final : public Model {
  public:
-  CudaMlp(std::string name, std::vector<int64_t> dims, const CudaModelOptions& cuda)
+  CudaMlp(std::string name, std::vector<int64_t> dims, const CudaModelOptions& cuda, Precision precision)
       : name_(std::move(name)), dims_(std::move(dims)), cuda_(cuda) {
+    precision_ = precision;
     SetLayout(MlpTensors(dims_));
     Use();
     GS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -214,6 +322,13 @@ class CudaMlp final : public Model {
     layer_done_.resize(static_cast<size_t>(num_layers()));
     for (auto& e : layer_done_) GS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     results_.Reserve(2);
+    if (precision_ != Precision::kFp32) {
+      params16_.Reserve(n);
+      grads16_.Reserve(n);
+      acts16_.resize(static_cast<size_t>(num_layers()));
+      nonfinite_d_.Reserve(1);
+      nonfinite_h_.Reserve(1);
+    }
   }
 
   ~CudaMlp() override {
@@ -246,12 +361,15 @@ class CudaMlp final : public Model {
   }
 
   float ForwardBackward(const Batch& batch) override {
+    if (precision_ == Precision::kBf16) return ForwardBackward16<__nv_bfloat16>(batch);
+    if (precision_ == Precision::kFp16) return ForwardBackward16<__half>(batch);
     const int64_t b = batch.size;
     GRADSYNC_CHECK(b > 0) << "empty batch";
     Use();
     Forward(batch);
     const int64_t classes = dims_.back();
-    const float inv_b = 1.0f / static_cast<float>(b);
+    // (The loss scale, 1 unless a caller sets it, multiplies the output gradient.)
+    const float inv_b = 1.0f / static_cast<float>(b) * loss_scale_;
     float* delta = delta_.get();
     SoftmaxCrossEntropy<<<Blocks(b), kThreads, 0, stream_>>>(acts_.back().get(), labels_d_.get(), b, classes, inv_b,
                                                                delta, row_loss_.get());
@@ -298,10 +416,20 @@ class CudaMlp final : public Model {
     EvalStats s;
     if (batch.size == 0) return s;
     Use();
-    Forward(batch);
     const int64_t b = batch.size;
-    EvaluateRows<<<Blocks(b), kThreads, 0, stream_>>>(acts_.back().get(), labels_d_.get(), b, dims_.back(),
-                                                        eval_loss_.get(), eval_correct_.get());
+    if (precision_ == Precision::kBf16) {
+      Forward16<__nv_bfloat16>(batch);
+      EvaluateRows16<<<Blocks(b), kThreads, 0, stream_>>>(Acts16<__nv_bfloat16>(num_layers() - 1), labels_d_.get(), b,
+                                                            dims_.back(), eval_loss_.get(), eval_correct_.get());
+    } else if (precision_ == Precision::kFp16) {
+      Forward16<__half>(batch);
+      EvaluateRows16<<<Blocks(b), kThreads, 0, stream_>>>(Acts16<__half>(num_layers() - 1), labels_d_.get(), b,
+                                                            dims_.back(), eval_loss_.get(), eval_correct_.get());
+    } else {
+      Forward(batch);
+      EvaluateRows<<<Blocks(b), kThreads, 0, stream_>>>(acts_.back().get(), labels_d_.get(), b, dims_.back(),
+                                                          eval_loss_.get(), eval_correct_.get());
+    }
     SumToDouble<double><<<1, kThreads, 0, stream_>>>(eval_loss_.get(), b, sums_d_.get());
     SumToDouble<int><<<1, kThreads, 0, stream_>>>(eval_correct_.get(), b, sums_d_.get() + 1);
     GS_CUDA_CHECK(cudaGetLastError());
@@ -338,6 +466,42 @@ class CudaMlp final : public Model {
                                                cudaMemcpyHostToDevice, stream_),
                                "parameter upload"));
     return CudaStatus(cudaStreamSynchronize(stream_), "parameter upload");
+  }
+
+  uint16_t* device_grads16() override { return precision_ == Precision::kFp32 ? nullptr : grads16_.get(); }
+
+  Status PackGrads16(float scale) override {
+    if (precision_ == Precision::kFp32) return FailedPreconditionError(name() + ": PackGrads16 on an fp32 model");
+    Use();
+    const int64_t n = num_params();
+    if (precision_ == Precision::kBf16) {
+      ConvertScaled<<<Blocks(n), kThreads, 0, stream_>>>(grads_d_.get(), n, scale, Grads16<__nv_bfloat16>());
+    } else {
+      ConvertScaled<<<Blocks(n), kThreads, 0, stream_>>>(grads_d_.get(), n, scale, Grads16<__half>());
+    }
+    return CudaStatus(cudaGetLastError(), "gradient to 16 bits");
+  }
+
+  Status UnpackGrads16(float scale) override {
+    if (precision_ == Precision::kFp32) return FailedPreconditionError(name() + ": UnpackGrads16 on an fp32 model");
+    Use();
+    const int64_t n = num_params();
+    RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_d_.get(), 0, sizeof(int), stream_), "gradient check"));
+    if (precision_ == Precision::kBf16) {
+      UnpackScaled<<<Blocks(n), kThreads, 0, stream_>>>(Grads16<__nv_bfloat16>(), n, scale, grads_d_.get(), nonfinite_d_.get());
+    } else {
+      UnpackScaled<<<Blocks(n), kThreads, 0, stream_>>>(Grads16<__half>(), n, scale, grads_d_.get(), nonfinite_d_.get());
+    }
+    return CudaStatus(cudaGetLastError(), "gradient from 16 bits");
+  }
+
+  Result<bool> GradsFinite() override {
+    if (precision_ == Precision::kFp32) return FailedPreconditionError(name() + ": GradsFinite on an fp32 model");
+    Use();
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(nonfinite_h_.get(), nonfinite_d_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_),
+                               "gradient check"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "gradient check"));
+    return nonfinite_h_.get()[0] == 0;
   }
 
   Status SetOptimizer(const OptimizerOptions& options) override {
@@ -406,12 +570,126 @@ class CudaMlp final : public Model {
     sums_d_.Reserve(2);
     ones_.Reserve(n);
     FillKernel<<<Blocks(b), kThreads, 0, stream_>>>(ones_.get(), b, 1.0f);
+    if (precision_ != Precision::kFp32) {
+      x16_.Reserve(n * static_cast<size_t>(dims_[0]));
+      for (int l = 0; l < num_layers(); ++l) acts16_[l].Reserve(n * static_cast<size_t>(dims_[l + 1]));
+      delta16_.Reserve(n * static_cast<size_t>(widest));
+      delta_prev16_.Reserve(n * static_cast<size_t>(widest));
+      ones16_.Reserve(n);
+      if (precision_ == Precision::kBf16) {
+        ConvertScaled<<<Blocks(b), kThreads, 0, stream_>>>(ones_.get(), b, 1.0f, reinterpret_cast<__nv_bfloat16*>(ones16_.get()));
+      } else {
+        ConvertScaled<<<Blocks(b), kThreads, 0, stream_>>>(ones_.get(), b, 1.0f, reinterpret_cast<__half*>(ones16_.get()));
+      }
+    }
     GS_CUDA_CHECK(cudaGetLastError());
     capacity_ = b;
   }
 
+  template <typename T>
+  T* Grads16() const { return reinterpret_cast<T*>(grads16_.get()); }
+  template <typename T>
+  T* Acts16(int l) const { return reinterpret_cast<T*>(acts16_[static_cast<size_t>(l)].get()); }
+  template <typename T>
+  T* As(const DeviceBuffer<uint16_t>& buffer) const { return reinterpret_cast<T*>(buffer.get()); }
+
+  // C = A B in cuBLAS's column-major terms, A and B 16-bit (T), C of type C_T, fp32 accumulation.
+  template <typename T, typename CT>
+  void Gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const T* a, int lda, const T* b,
+              int ldb, CT* c, int ldc) {
+    const float one = 1.0f, zero = 0.0f;
+    GS_CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, m, n, k, &one, a, kDataType<T>, lda, b, kDataType<T>, ldb, &zero, c,
+                                 kDataType<CT>, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // The 16-bit forward pass: the parameters' 16-bit copy, the input in 16 bits, each layer a
+  // GemmEx into its 16-bit activations, then bias and ReLU.
+  template <typename T>
+  void Forward16(const Batch& batch) {
+    Upload(batch);
+    const int64_t b = batch.size, n = num_params();
+    T* w16 = As<T>(params16_);
+    ConvertScaled<<<Blocks(n), kThreads, 0, stream_>>>(params_d_.get(), n, 1.0f, w16);
+    ConvertScaled<<<Blocks(b * dims_[0]), kThreads, 0, stream_>>>(x_d_.get(), b * dims_[0], 1.0f, As<T>(x16_));
+    GS_CUDA_CHECK(cudaGetLastError());
+    const T* in = As<T>(x16_);
+    for (int l = 0; l < num_layers(); ++l) {
+      const int din = static_cast<int>(dims_[l]), dout = static_cast<int>(dims_[l + 1]);
+      T* out = Acts16<T>(l);
+      Gemm16<T, T>(CUBLAS_OP_N, CUBLAS_OP_N, dout, static_cast<int>(b), din, w16 + layout_[2 * l].offset, dout, in, din, out,
+                   dout);
+      BiasActivation16<<<Blocks(b * dout), kThreads, 0, stream_>>>(out, w16 + layout_[2 * l + 1].offset, b, dout,
+                                                                     l + 1 < num_layers());
+      GS_CUDA_CHECK(cudaGetLastError());
+      in = out;
+    }
+  }
+
+  template <typename T>
+  float ForwardBackward16(const Batch& batch) {
+    const int64_t b = batch.size;
+    GRADSYNC_CHECK(b > 0) << "empty batch";
+    Use();
+    Forward16<T>(batch);
+    const int64_t classes = dims_.back();
+    const float inv_b = 1.0f / static_cast<float>(b);
+    T* delta = As<T>(delta16_);
+    SoftmaxCrossEntropy16<<<Blocks(b), kThreads, 0, stream_>>>(Acts16<T>(num_layers() - 1), labels_d_.get(), b, classes,
+                                                                 inv_b, loss_scale_, delta, row_loss_.get());
+    SumToDouble<float><<<1, kThreads, 0, stream_>>>(row_loss_.get(), b, loss_d_.get());
+    GS_CUDA_CHECK(cudaGetLastError());
+    const T* w16 = As<T>(params16_);
+    for (int l = num_layers() - 1; l >= 0; --l) {
+      const int din = static_cast<int>(dims_[l]), dout = static_cast<int>(dims_[l + 1]);
+      const T* in = l == 0 ? As<T>(x16_) : Acts16<T>(l - 1);
+      float* gw = grads_d_.get() + layout_[2 * l].offset;
+      float* gb = grads_d_.get() + layout_[2 * l + 1].offset;
+      Gemm16<T, float>(CUBLAS_OP_N, CUBLAS_OP_T, dout, din, static_cast<int>(b), delta, dout, in, din, gw, dout);
+      Gemm16<T, float>(CUBLAS_OP_N, CUBLAS_OP_N, dout, 1, static_cast<int>(b), delta, dout, As<T>(ones16_),
+                       static_cast<int>(b), gb, dout);
+      if (cuda_.stream_grads_to_host) {
+        const int64_t begin = layout_[2 * l].offset;
+        const int64_t count = layout_[2 * l].size + layout_[2 * l + 1].size;
+        GS_CUDA_CHECK(cudaEventRecord(layer_done_[l], stream_));
+        GS_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, layer_done_[l], 0));
+        GS_CUDA_CHECK(cudaMemcpyAsync(grads_.data() + begin, grads_d_.get() + begin, count * sizeof(float),
+                                      cudaMemcpyDeviceToHost, copy_stream_));
+      }
+      GradReady(2 * l);
+      GradReady(2 * l + 1);
+      if (l == 0) break;
+      T* delta_prev = delta == As<T>(delta16_) ? As<T>(delta_prev16_) : As<T>(delta16_);
+      Gemm16<T, T>(CUBLAS_OP_T, CUBLAS_OP_N, din, static_cast<int>(b), dout, w16 + layout_[2 * l].offset, dout, delta, dout,
+                   delta_prev, din);
+      ReluBackward16<<<Blocks(b * din), kThreads, 0, stream_>>>(Acts16<T>(l - 1), b * din, delta_prev);
+      GS_CUDA_CHECK(cudaGetLastError());
+      delta = delta_prev;
+    }
+    GS_CUDA_CHECK(cudaMemcpyAsync(results_.get(), loss_d_.get(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    GS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return static_cast<float>(results_.get()[0] / static_cast<double>(b));
+  }
+
   // Uploads the batch (through pinned staging) and runs the forward pass into acts_.
   void Forward(const Batch& batch) {
+    Upload(batch);
+    const int64_t b = batch.size;
+    const float* in = x_d_.get();
+    const float one = 1.0f, zero = 0.0f;
+    for (int l = 0; l < num_layers(); ++l) {
+      const int din = static_cast<int>(dims_[l]), dout = static_cast<int>(dims_[l + 1]);
+      float* out = acts_[l].get();
+      GS_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, dout, static_cast<int>(b), din, &one,
+                                  params_d_.get() + layout_[2 * l].offset, dout, in, din, &zero, out, dout));
+      BiasActivation<<<Blocks(b * dout), kThreads, 0, stream_>>>(out, params_d_.get() + layout_[2 * l + 1].offset, b,
+                                                                   dout, l + 1 < num_layers());
+      GS_CUDA_CHECK(cudaGetLastError());
+      in = out;
+    }
+  }
+
+  // The batch and labels to the device (through pinned staging).
+  void Upload(const Batch& batch) {
     GRADSYNC_CHECK(batch.x != nullptr && batch.dim == dims_[0])
         << name_ << " expects dense inputs of dimension " << dims_[0] << ", got " << batch.dim;
     const int64_t b = batch.size, classes = dims_.back();
@@ -427,18 +705,6 @@ class CudaMlp final : public Model {
                                   cudaMemcpyHostToDevice, stream_));
     GS_CUDA_CHECK(cudaMemcpyAsync(labels_d_.get(), labels_h_.get(), static_cast<size_t>(b) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, stream_));
-    const float* in = x_d_.get();
-    const float one = 1.0f, zero = 0.0f;
-    for (int l = 0; l < num_layers(); ++l) {
-      const int din = static_cast<int>(dims_[l]), dout = static_cast<int>(dims_[l + 1]);
-      float* out = acts_[l].get();
-      GS_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, dout, static_cast<int>(b), din, &one,
-                                  params_d_.get() + layout_[2 * l].offset, dout, in, din, &zero, out, dout));
-      BiasActivation<<<Blocks(b * dout), kThreads, 0, stream_>>>(out, params_d_.get() + layout_[2 * l + 1].offset, b,
-                                                                   dout, l + 1 < num_layers());
-      GS_CUDA_CHECK(cudaGetLastError());
-      in = out;
-    }
   }
 
   std::string name_;
@@ -454,6 +720,12 @@ class CudaMlp final : public Model {
   DeviceBuffer<double> loss_d_, sums_d_, eval_loss_;
   DeviceBuffer<int> eval_correct_;
   std::vector<DeviceBuffer<float>> acts_;
+  // 16-bit precisions: the parameters' 16-bit copy, the gradient's (the wire's), the input,
+  // activations and output gradients in 16 bits, a column of ones, the non-finite flag.
+  DeviceBuffer<uint16_t> params16_, grads16_, x16_, delta16_, delta_prev16_, ones16_;
+  std::vector<DeviceBuffer<uint16_t>> acts16_;
+  DeviceBuffer<int> nonfinite_d_;
+  PinnedBuffer<int> nonfinite_h_;
   PinnedBuffer<float> x_h_;
   PinnedBuffer<int32_t> labels_h_;
   PinnedBuffer<double> results_;
@@ -494,7 +766,7 @@ Result<std::unique_ptr<Model>> CreateCudaModel(const ModelOptions& options, cons
     return FailedPreconditionError("CUDA device " + std::to_string(cuda.device) + " does not exist (" +
                                    std::to_string(devices) + " visible)");
   }
-  std::unique_ptr<Model> m = std::make_unique<CudaMlp>(options.name, std::move(dims), cuda);
+  std::unique_ptr<Model> m = std::make_unique<CudaMlp>(options.name, std::move(dims), cuda, options.precision);
   return std::move(m);  // nvcc's front end does not treat a returned local as an rvalue here
 }
 

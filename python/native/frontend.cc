@@ -231,6 +231,8 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   ThrowIfError(ValidateOptimizerOptions(train.optimizer));
   std::string compress = compression.empty() ? c.compress() : compression;
   if (compress == "none") compress.clear();
+  // --precision=bf16|fp16: the gradient travels in those 16 bits unless a codec is named.
+  if (compress.empty()) compress = PrecisionCodec(train.precision);
   if (!compress.empty()) ThrowIfError(ParseCodecSpec(compress).status());
   const bool feedback = error_feedback < 0 ? c.error_feedback() : error_feedback > 0;
   if (c.momentum_correction()) {
@@ -244,6 +246,9 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     po.recovery_timeout_s = 0;  // a PyTorch step cannot be redone for the caller
     po.compression = compress;
     po.error_feedback = feedback;
+    // fp16's loss scale is the script's (gradsync.torch.GradScaler), which unscales the
+    // gradient, or zeroes an overflowed one, before the push.
+    po.train.precision = Precision::kFp32;
     overlapped_ = po.overlap && compress.empty();
     if (overlapped_) {
       sync_ = std::make_unique<PsOverlapSync>(po, model_.get(), client_.get(), link.scheduler.get());

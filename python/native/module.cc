@@ -37,6 +37,8 @@ py::dict StatsDict(const SyncStepStats& s) {
   d["clock_staleness"] = s.clock_staleness;
   d["bytes_sent"] = s.bytes_sent;
   d["bytes_received"] = s.bytes_received;
+  d["loss_scale"] = s.loss_scale;
+  d["skipped_steps"] = s.skipped_steps;
   return d;
 }
 
@@ -89,6 +91,8 @@ MetricsRow RowFrom(const py::dict& d) {
   r.test_accuracy = Get(d, "test_accuracy", NAN);
   r.delay_ms = Get(d, "delay_ms", 0);
   r.hidden_ms = Get(d, "hidden_ms", 0);
+  r.loss_scale = Get(d, "loss_scale", NAN);
+  r.skipped_steps = static_cast<int64_t>(Get(d, "skipped_steps", 0));
   return r;
 }
 

@@ -71,7 +71,7 @@ TEST_P(RingAllReduceTest, SumsExactlyAndAverages) {
     std::vector<uint16_t> h(count);
     for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(static_cast<float>((r + 1) * static_cast<int>(i % 7 + 1)));
     const uint64_t sent_before = ring.bytes_sent();
-    RETURN_IF_ERROR(ring.AllReduceHalf(h));
+    RETURN_IF_ERROR(ring.AllReduce16(h, Float16::kHalf));
     for (size_t i = 0; i < count; ++i) wrong += HalfToFloat(h[i]) != ranks_sum * static_cast<float>(i % 7 + 1);
     if (wrong) return InternalError(std::to_string(wrong) + " wrong half sums on rank " + std::to_string(r));
     // 2(n-1)/n of 2-byte elements, plus one small header per step.

@@ -155,6 +155,12 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"AdamBeta", "optimizer: \"adam\" adam_beta2: 1", "adam_beta2", "--adam-beta2 must be in [0, 1), not 1", "adam_beta2 must be in [0, 1)"},
         Contradiction{"AdamEps", "optimizer: \"adam\" adam_eps: 0", "adam_eps", "--adam-eps must be > 0", "adam_eps must be > 0"},
         Contradiction{"BetaWithSgd", "adam_beta1: 0.8", "adam_beta1", "--adam-beta1 applies to --optimizer=adam", "adam_beta1 applies to optimizer adam"},
+        // Precision.
+        Contradiction{"UnknownPrecision", "precision: \"fp8\"", "precision", "--precision must be fp32, bf16 or fp16, not 'fp8'", "precision must be fp32, bf16 or fp16"},
+        Contradiction{"PrecisionOnSparseModel", "precision: \"bf16\" model: \"sparse_logreg\"", "precision", "--precision=bf16 applies to the dense models, not --model=sparse_logreg", "precision bf16 applies to the dense models"},
+        Contradiction{"LossScaleWithoutFp16", "precision: \"bf16\" initial_loss_scale: 1024", "initial_loss_scale", "--initial-loss-scale applies to --precision=fp16", "initial_loss_scale applies to precision fp16"},
+        Contradiction{"LossScaleBelowOne", "precision: \"fp16\" initial_loss_scale: 0.5", "initial_loss_scale", "--initial-loss-scale must be a finite number >= 1, not 0.5", "initial_loss_scale must be a finite number >= 1"},
+        Contradiction{"Fp16WithErrorFeedback", "mode: ALLREDUCE precision: \"fp16\" compress: \"topk:0.01\" error_feedback: true", "error_feedback", "--precision=fp16 skips the steps whose scaled gradient overflows", "precision fp16 skips the steps"},
         Contradiction{"NegativeLr", "lr: -1", "lr", "--lr must be > 0", "lr must be > 0"},
         Contradiction{"UnknownSchedule", "lr_schedule: \"step\"", "lr_schedule", "constant or cosine", "constant or cosine"},
         Contradiction{"ZeroBatch", "batch: 0", "batch", "--batch must be in [1, 1000000]", "batch must be in"},

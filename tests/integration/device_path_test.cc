@@ -4,6 +4,8 @@
 // against the CPU backend in models_cuda_test, on a GPU.)
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/synthetic.h"
 #include "common/tensor.h"
 #include "tests/support/fake_device.h"
@@ -55,6 +57,41 @@ TEST(DevicePathTest, AllreduceOnDeviceBuffersEqualsTheHostRing) {
   // That the host ring equals local SGD with the global batch is allreduce_train_test's to show,
   // on a model whose training does not amplify rounding: this one's does (two exact summation
   // orders of the same batch of 32 end 2.6e-3 apart on one BLAS kernel and 2e-5 on another).
+}
+
+// --precision=bf16|fp16: the host ring sums the 16-bit codec's values; the device path packs
+// the gradient into 16 bits, sums it there (NCCL on a GPU) and unpacks it with the loss scale
+// divided out. Both are the same arithmetic, so the same bits; and the ring moves half the bytes
+// of fp32's.
+TEST(DevicePathTest, SixteenBitAllreduceOnTheDeviceEqualsTheHostAndHalvesTheBytes) {
+  Job s;
+  s.model.hidden = {256};  // ~4.4k parameters: the ring's per-step headers are noise beside them
+  AllreduceTrainOptions base;
+  base.bucket_bytes = 1 << 20;
+  base.overlap = false;
+  auto fp32 = RunAllreduceJobWith(4, s.model, s.train, s.data, base, false, AllReduceAlgo::kRing);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    s.model.precision = s.train.precision = p;
+    auto host = RunAllreduceJobWith(4, s.model, s.train, s.data, base, false, AllReduceAlgo::kRing);
+    ASSERT_TRUE(host.ok()) << host.status();
+    auto device = RunAllreduceJobWith(4, s.model, s.train, s.data, base, /*fake_device=*/true, AllReduceAlgo::kRing);
+    ASSERT_TRUE(device.ok()) << device.status();
+    EXPECT_EQ(device->params, host->params) << PrecisionName(p);
+    EXPECT_GT(MaxRelativeDiff(host->params, fp32->params, 1e-3), 0.0) << PrecisionName(p) << ": nothing was rounded";
+    // Near fp32's trajectory as a whole (fp16 skips its first steps while the scale finds its level).
+    std::vector<float> diff = host->params;
+    Axpy(-1.0f, fp32->params, diff);
+    const double relative = std::sqrt(SquaredNorm(diff) / SquaredNorm(fp32->params));
+    RecordProperty("relative_l2_vs_fp32_" + std::string(PrecisionName(p)), std::to_string(relative));
+    EXPECT_LT(relative, 0.1) << PrecisionName(p);
+    for (size_t r = 0; r < 4; ++r) {
+      const double ratio = static_cast<double>(host->bytes_sent[r]) / static_cast<double>(fp32->bytes_sent[r]);
+      RecordProperty("bytes_ratio_" + std::string(PrecisionName(p)), std::to_string(ratio));
+      EXPECT_LT(ratio, 0.56) << PrecisionName(p) << " rank " << r;
+      EXPECT_GT(ratio, 0.45) << PrecisionName(p) << " rank " << r;
+    }
+  }
 }
 
 TEST(DevicePathTest, PsWorkersOnTheDeviceEqualHostWorkers) {

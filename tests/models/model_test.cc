@@ -187,3 +187,110 @@ TEST(ModelTest, EvaluateCountsEveryExample) {
 
 }  // namespace
 }  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+Dataset PrecisionBlobs() {
+  BlobsOptions bo;
+  bo.n = 2000;
+  bo.dim = 20;
+  bo.classes = 4;
+  bo.center_scale = 0.7f;
+  return MakeGaussianBlobs(bo);
+}
+
+std::unique_ptr<Model> MakeMlp(Precision p) {
+  ModelOptions o;
+  o.name = "mlp";
+  o.input_dim = 20;
+  o.num_classes = 4;
+  o.hidden = {32, 16};
+  o.precision = p;
+  auto m = CreateModel(o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(m).value();
+}
+
+double RelativeL2(ConstFloatSpan a, ConstFloatSpan b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(ModelPrecisionTest, SixteenBitGradientsTrackFp32AndAre16BitValues) {
+  const Dataset data = PrecisionBlobs();
+  const Batch batch = SliceBatch(data, 0, 64);
+  auto ref = MakeMlp(Precision::kFp32);
+  ref->Initialize(3);
+  const float ref_loss = ref->ForwardBackward(batch);
+  for (auto [p, tolerance] : {std::pair{Precision::kBf16, 0.06}, std::pair{Precision::kFp16, 0.004}}) {
+    auto m = MakeMlp(p);
+    EXPECT_EQ(m->precision(), p);
+    m->Initialize(3);
+    const float loss = m->ForwardBackward(batch);
+    EXPECT_NEAR(loss, ref_loss, 0.02 * ref_loss) << PrecisionName(p);
+    EXPECT_LT(RelativeL2(m->grads(), ref->grads()), tolerance) << PrecisionName(p);
+    EXPECT_GT(RelativeL2(m->grads(), ref->grads()), 0.0) << PrecisionName(p) << ": no rounding happened";
+    // Each gradient is what a 16-bit store holds.
+    std::vector<float> g(m->grads().begin(), m->grads().end());
+    RoundTo16(*PrecisionFormat(p), g.data(), g.size());
+    EXPECT_EQ(0, std::memcmp(g.data(), m->grads().data(), g.size() * sizeof(float))) << PrecisionName(p);
+    // The master weights stay fp32: the model computed on rounded copies.
+    EXPECT_EQ(0, std::memcmp(m->params().data(), ref->params().data(), g.size() * sizeof(float)));
+  }
+}
+
+TEST(ModelPrecisionTest, TheLossScaleScalesTheGradientAndFp16Overflows) {
+  const Dataset data = PrecisionBlobs();
+  const Batch batch = SliceBatch(data, 0, 64);
+  auto m = MakeMlp(Precision::kFp16);
+  m->Initialize(3);
+  const float loss1 = m->ForwardBackward(batch);
+  std::vector<float> unscaled(m->grads().begin(), m->grads().end());
+  m->set_loss_scale(1024.0f);
+  const float loss2 = m->ForwardBackward(batch);
+  EXPECT_EQ(loss1, loss2);  // the loss reported is the mean loss's, unscaled
+  std::vector<float> scaled(m->grads().begin(), m->grads().end());
+  Scale(scaled, 1.0f / 1024);
+  EXPECT_LT(RelativeL2(scaled, unscaled), 2e-3);  // a power of two: only the 16-bit roundings differ
+  EXPECT_TRUE(AllFinite(m->grads()));
+  m->set_loss_scale(1e9f);
+  m->ForwardBackward(batch);
+  EXPECT_FALSE(AllFinite(m->grads()));  // beyond half's 65504
+  auto b = MakeMlp(Precision::kBf16);
+  b->Initialize(3);
+  b->set_loss_scale(1e9f);
+  b->ForwardBackward(batch);
+  EXPECT_TRUE(AllFinite(b->grads()));  // bf16 has float's range
+}
+
+TEST(ModelPrecisionTest, MlpLearnsBlobsIn16Bits) {
+  const Dataset data = PrecisionBlobs();
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    auto m = MakeMlp(p);
+    m->Initialize(0);
+    Optimizer opt({0.9f, false, 0.0f}, m->num_params());
+    for (int step = 0; step < 300; ++step) {
+      const int64_t begin = (step * 50) % data.n;
+      m->ForwardBackward(SliceBatch(data, begin, begin + 50));
+      opt.Step(m->params(), m->grads(), 0.05f);
+    }
+    EXPECT_GT(Evaluate(*m, data, 300).accuracy, 0.9) << PrecisionName(p);
+  }
+}
+
+TEST(ModelPrecisionTest, SparseLogRegIsFp32Only) {
+  ModelOptions o;
+  o.name = "sparse_logreg";
+  o.precision = Precision::kBf16;
+  auto m = CreateModel(o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("fp32 only"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradsync

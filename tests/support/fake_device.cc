@@ -12,6 +12,8 @@ FakeDeviceModel::FakeDeviceModel(const ModelOptions& options) {
   GRADSYNC_CHECK(m.ok()) << m.status();
   inner_ = std::move(m).value();
   SetLayout(inner_->layout());
+  precision_ = inner_->precision();
+  if (precision_ != Precision::kFp32) grads16_.assign(static_cast<size_t>(num_params()), 0);
   // The inner model reports readiness; pass it on.
   inner_->set_grad_ready([this](size_t t) { GradReady(t); });
 }
@@ -23,6 +25,7 @@ void FakeDeviceModel::Initialize(uint64_t seed) {
 
 float FakeDeviceModel::ForwardBackward(const Batch& batch) {
   std::fill(grads_.begin(), grads_.end(), std::numeric_limits<float>::quiet_NaN());
+  inner_->set_loss_scale(loss_scale());
   return inner_->ForwardBackward(batch);
 }
 
@@ -68,6 +71,29 @@ Status FakeDeviceModel::OptimizerStep(float lr) {
   }
   optimizer_->EndStep();
   return OkStatus();
+}
+
+Status FakeDeviceModel::PackGrads16(float scale) {
+  const auto format = PrecisionFormat(precision_);
+  if (!format) return FailedPreconditionError("PackGrads16 on an fp32 model");
+  std::vector<float> scaled(inner_->grads().begin(), inner_->grads().end());
+  Scale(scaled, scale);
+  FloatsTo16(*format, scaled.data(), scaled.size(), grads16_.data());
+  return OkStatus();
+}
+
+Status FakeDeviceModel::UnpackGrads16(float scale) {
+  const auto format = PrecisionFormat(precision_);
+  if (!format) return FailedPreconditionError("UnpackGrads16 on an fp32 model");
+  Float16sToFloats(*format, grads16_.data(), grads16_.size(), inner_->grads().data());
+  Scale(inner_->grads(), scale);
+  finite_ = AllFinite(inner_->grads());
+  return OkStatus();
+}
+
+Status HostDeviceCollective::AllReduceDevice16(uint16_t* data, size_t count, Float16 format, void*) {
+  elements_ += count;
+  return cpu_->AllReduce16(std::span<uint16_t>(data, count), format);
 }
 
 Status HostDeviceCollective::AllReduceDevice(float* data, size_t count, ReduceOp op, void*) {

@@ -36,6 +36,11 @@ class FakeDeviceModel final : public Model {
   Status SetOptimizer(const OptimizerOptions& options) override;
   Status SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges) override;
   Status OptimizerStep(float lr) override;
+  // 16-bit precisions: the inner gradient through a 16-bit buffer, as the CUDA model's.
+  uint16_t* device_grads16() override { return grads16_.empty() ? nullptr : grads16_.data(); }
+  Status PackGrads16(float scale) override;
+  Status UnpackGrads16(float scale) override;
+  Result<bool> GradsFinite() override { return finite_; }
 
   int uploads() const { return uploads_; }
 
@@ -43,6 +48,8 @@ class FakeDeviceModel final : public Model {
   std::unique_ptr<Model> inner_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Segment> ranges_;
+  std::vector<uint16_t> grads16_;
+  bool finite_ = true;
   int uploads_ = 0;
 };
 
@@ -52,6 +59,7 @@ class HostDeviceCollective final : public DeviceCollective {
   int rank() const override { return cpu_->rank(); }
   int size() const override { return cpu_->size(); }
   Status AllReduceDevice(float* data, size_t count, ReduceOp op, void* stream) override;
+  Status AllReduceDevice16(uint16_t* data, size_t count, Float16 format, void* stream) override;
   Status ReduceScatterDevice(float* data, size_t count, ReduceOp op, void* stream) override;
   Status AllGatherDevice(float* data, size_t count, void* stream) override;
   Status SynchronizeDevice(void*, double) override { return OkStatus(); }

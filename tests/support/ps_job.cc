@@ -125,8 +125,13 @@ Result<AllreduceJobResult> RunAllreduceJobWith(int n, const ModelOptions& mo, co
     });
   }
   for (auto& t : threads) t.join();
+  // Every failed rank's message: the first one's is often only that a peer went away.
+  std::string failures;
   for (int r = 0; r < n; ++r) {
-    if (!status[r].ok()) return status[r];
+    if (!status[r].ok()) failures += (failures.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": ") + status[r].ToString();
+  }
+  if (!failures.empty()) return Status(status[0].ok() ? StatusCode::kInternal : status[0].code(), failures);
+  for (int r = 0; r < n; ++r) {
     if (params[r] != params[0]) return InternalError("rank " + std::to_string(r) + " ended with other parameters");
   }
   result.params = params[0];

@@ -247,3 +247,62 @@ TEST(LocalTrainerTest, DivergenceIsAnErrorNotAHang) {
 
 }  // namespace
 }  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+// fp16 with a loss scale far too large: the first steps overflow and are skipped, each halving
+// the scale, until it fits; then training goes on. The metrics count the skips.
+TEST(LocalTrainerTest, Fp16SkipsOverflowedStepsAndCountsThem) {
+  Fixture s = MakeSetup();
+  ModelOptions mo;
+  mo.name = "mlp";
+  mo.input_dim = 16;
+  mo.num_classes = 3;
+  mo.hidden = {32};
+  mo.precision = Precision::kFp16;
+  auto model = std::move(CreateModel(mo)).value();
+  model->Initialize(0);
+  LocalTrainOptions o;
+  o.precision = Precision::kFp16;
+  o.initial_loss_scale = 1e12f;
+  o.batch = 32;
+  o.epochs = 3;
+  o.log_every = 1;
+  o.lr = {LrSchedule::Kind::kConstant, 0.1f};
+  o.optimizer.momentum = 0.9f;
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/m.csv";
+  auto writer = MetricsWriter::Open(path, "fp16", 0);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  LocalTrainer trainer(o, model.get(), &s.train, &s.test, &*writer);
+  auto reports = trainer.Run(nullptr);
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  EXPECT_GT(reports->back().test_accuracy, 0.9);
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  int64_t skipped = -1, steps = 0;
+  double first_scale = 0, last_scale = 0;
+  while (std::getline(f, line)) {
+    auto v = SplitCsv(line);
+    ASSERT_EQ(v.size(), static_cast<size_t>(kMetricsColumns));
+    if (!v[kColTestAccuracy].empty()) continue;
+    ++steps;
+    const double scale = std::stod(v[kColLossScale]);
+    if (steps == 1) first_scale = scale;
+    last_scale = scale;
+    const int64_t now = std::stoll(v[kColSkippedSteps]);
+    EXPECT_GE(now, std::max<int64_t>(skipped, 0));  // cumulative
+    skipped = now;
+  }
+  // 1e12 (2^39.9) needs some 24 halvings to reach the 2^16 or so that these gradients fit in.
+  EXPECT_GT(skipped, 12);
+  EXPECT_LT(skipped, 36);
+  EXPECT_FLOAT_EQ(first_scale, 1e12f);
+  EXPECT_LT(last_scale, 1e6);
+  EXPECT_GT(steps, skipped + 20);  // and then it trained
+}
+
+}  // namespace
+}  // namespace gradsync

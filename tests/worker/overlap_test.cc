@@ -24,7 +24,7 @@ class RecordingCollective final : public Collective {
     for (float& x : data) x += 1.0f;
     return fail_after >= 0 && static_cast<int>(calls.size()) > fail_after ? UnavailableError("peer gone") : OkStatus();
   }
-  Status AllReduceHalf(std::span<uint16_t>) override { return OkStatus(); }
+  Status AllReduce16(std::span<uint16_t>, Float16) override { return OkStatus(); }
   Status ReduceScatter(FloatSpan, ReduceOp, std::span<const size_t>) override { return UnimplementedError("not recorded"); }
   Status AllGatherChunks(FloatSpan, std::span<const size_t>) override { return UnimplementedError("not recorded"); }
   Status Broadcast(FloatSpan, int) override { return OkStatus(); }

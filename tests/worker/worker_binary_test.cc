@@ -98,7 +98,7 @@ TEST(WorkerBinaryTest, HelpListsTheFlags) {
   EXPECT_NE(r.out.find("--adam-beta2 arg (=0.999) "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--adam-eps arg (=1e-08) "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("0.0199999996"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("none|fp16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:"));
   EXPECT_NE(r.out.find("GRADSYNC_LR=0.05"), std::string::npos);
 }
@@ -125,7 +125,9 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   csv << f.rdbuf();
   const std::string first = csv.str();
   EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,"
-                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms\n", 0), 0u);
+                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps\n",
+                        0),
+            0u);
   // And its summary, which the reports read instead of the log.
   auto summary = ReadProcessSummary(dir.File("worker-0.json"));
   ASSERT_TRUE(summary.ok()) << summary.status();

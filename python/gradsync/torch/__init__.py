@@ -12,8 +12,9 @@ It also offers everything the gradsync package does (init, rank, size, mode, ...
 
 import gradsync
 from gradsync import *  # noqa: F401,F403 -- the job's calls, under this name too
+from gradsync.torch.amp import GradScaler, autocast, precision
 from gradsync.torch.hook import allreduce_hook, init_process_group
 from gradsync.torch.optimizer import DistributedOptimizer, broadcast_parameters
 
-__all__ = sorted(gradsync.__all__ + ["DistributedOptimizer", "allreduce_hook", "broadcast_parameters",
-                                     "init_process_group"])
+__all__ = sorted(gradsync.__all__ + ["DistributedOptimizer", "GradScaler", "allreduce_hook", "autocast",
+                                     "broadcast_parameters", "init_process_group", "precision"])

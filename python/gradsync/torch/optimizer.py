@@ -154,6 +154,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._gs_module_waits = weakref.WeakKeyDictionary()
             self._gs_hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._gs_pre_forward))
         self._gs_last_end = time.perf_counter()
+        self._gs_synced = None  # the stats of a synchronize() the coming step() finishes
+        self.loss_scale_info = None  # (scale, skipped steps) a GradScaler sets for the metrics rows
 
     # --- hooks ---
 
@@ -220,15 +222,42 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        return self._gs_finish(loss, closure is not None, apply=True)
+
+    def synchronize(self):
+        """Finishes the step's communication now, without stepping: all-reduce: the gradient
+        buffer holds the average (the same bits on every rank) when it returns; PS: the push is
+        sent. The next step() (or skip_step()) then only applies it. For loss scalers that must
+        see the averaged gradient (gradsync.torch.GradScaler; Horovod's pattern with
+        torch.cuda.amp.GradScaler: synchronize(), then scaler.step(opt))."""
         if self._gs_finished:
-            raise ValueError("step() after finish()")
+            raise ValueError("synchronize() after finish()")
+        if self._gs_synced is not None:
+            return
         if not self._gs_begun:
             self._gs_begin()
-        started = time.perf_counter()
+        self._gs_sync_started = time.perf_counter()
+        self._gs_synced = self._gs_sync.finish_step()
+
+    def skip_step(self, loss=None):
+        """Ends the step without the wrapped optimizer's update (a loss scaler's overflowed
+        step): the communication is finished as in step(), the parameters stay as they are."""
+        return self._gs_finish(loss, False, apply=False)
+
+    def _gs_finish(self, loss, from_closure, apply):
+        if self._gs_finished:
+            raise ValueError("step() after finish()")
+        if not self._gs_begun and self._gs_synced is None:
+            self._gs_begin()
+        if self._gs_synced is not None:
+            started = self._gs_sync_started
+            stats, self._gs_synced = self._gs_synced, None
+        else:
+            started = time.perf_counter()
+            stats = self._gs_sync.finish_step()
         compute_ms = (started - self._gs_last_end) * 1e3
-        stats = self._gs_sync.finish_step()
         result = None
-        if not self._gs_ps:
+        if not self._gs_ps and apply:
             t = time.perf_counter()
             result = super(self.__class__, self).step()
             compute_ms += (time.perf_counter() - t) * 1e3
@@ -237,11 +266,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_counts = [0] * len(self._gs_params)
         self._gs_waited = [False] * len(self._gs_params)
         self._gs_begun = False
+        if self.loss_scale_info is not None:
+            stats["loss_scale"], stats["skipped_steps"] = self.loss_scale_info
         self.last_stats = stats
         value = None if loss is None else float(loss)
         self._gs_recorder.step(self._gs_step, stats, compute_ms, value)
         self._gs_last_end = time.perf_counter()
-        return loss if closure is not None else result
+        return loss if from_closure else result
 
     # --- gradsync's own ---
 
