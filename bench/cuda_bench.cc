@@ -5,7 +5,9 @@
 // fixed random batches cycled (no data loading timed). CPU: the OpenBLAS model and Optimizer
 // with --threads; GPU: the CUDA model, its device optimizer, and the one wait per step for the
 // loss. `warmup` steps, then `repeats` timed runs of `iters` steps; the median ms/step and the
-// GPU's speed-up over the CPU measured in the same run.
+// GPU's speed-up over the CPU measured in the same run. --precisions: the same step per
+// precision (models/model.h); fp16's step includes dynamic loss scaling's check (the gradient
+// through 16 bits with the scale divided out, and the wait for its verdict).
 //
 // NCCL: one process drives every visible GPU (ncclCommInitAll), out-of-place ncclAllReduce of S
 // bytes of floats (sum); time per op is the median of `repeats` runs of `iters` ops after 5
@@ -42,12 +44,23 @@ double StepMs(Model& model, int64_t batch, int warmup, int iters, int repeats) {
   oo.momentum = 0.9f;
   Optimizer cpu_opt(oo, model.on_device() ? 0 : model.num_params());
   if (model.on_device()) GRADSYNC_CHECK(model.SetOptimizer(oo).ok());
+  const bool scaled = model.precision() == Precision::kFp16;
+  const float scale = scaled ? 1024.0f : 1.0f;
+  model.set_loss_scale(scale);
   auto step = [&](int i) {
     model.ForwardBackward(batches.Get(i));
     if (model.on_device()) {
+      if (scaled) {
+        GRADSYNC_CHECK(model.PackGrads16(1.0f).ok());
+        GRADSYNC_CHECK(model.UnpackGrads16(1.0f / scale).ok());
+        auto finite = model.GradsFinite();
+        GRADSYNC_CHECK(finite.ok()) << finite.status();
+        if (!*finite) return;
+      }
       GRADSYNC_CHECK(model.OptimizerStep(0.01f).ok());
     } else {
-      cpu_opt.Step(model.params(), model.grads(), 0.01f);
+      if (scaled && !AllFinite(model.grads())) return;
+      cpu_opt.Step(model.params(), model.grads(), 0.01f, 0, 1.0f / scale);
     }
   };
   for (int i = 0; i < warmup; ++i) step(i);
@@ -138,7 +151,8 @@ int Main(int argc, char** argv) {
       ("warmup", po::value<int>()->default_value(20), "untimed steps first")
       ("iters", po::value<int>()->default_value(50), "steps per timed run")
       ("repeats", po::value<int>()->default_value(5), "timed runs (the median is reported)")
-      ("nccl-mb", po::value<std::string>()->default_value("4,64,256"), "all-reduce sizes in MB (none: skip NCCL)");
+      ("nccl-mb", po::value<std::string>()->default_value("4,64,256"), "all-reduce sizes in MB (none: skip NCCL)")
+      ("precisions", po::value<std::string>()->default_value("fp32"), "comma-separated: fp32, bf16, fp16");
   auto vm = flags.ParseOrExit(argc, argv);
   const int threads = vm["threads"].as<int>(), warmup = vm["warmup"].as<int>();
   const int iters = vm["iters"].as<int>(), repeats = vm["repeats"].as<int>();
@@ -153,6 +167,15 @@ int Main(int argc, char** argv) {
     if (!m.ok()) flags.Fail("--nccl-mb: " + m.status().message());
     nccl_mb = *m;
   }
+  std::vector<Precision> precisions;
+  {
+    std::string list = vm["precisions"].as<std::string>() + ",";
+    for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+      auto p = ParsePrecision(list.substr(at, comma - at));
+      if (!p.ok()) flags.Fail("--precisions: " + p.status().message());
+      precisions.push_back(*p);
+    }
+  }
   const int gpus = CudaDeviceCount();
   if (gpus == 0) {
     std::fprintf(stderr, "gradsync-bench-cuda: error: no CUDA device is visible\n");
@@ -164,8 +187,10 @@ int Main(int argc, char** argv) {
   ModelOptions mo;
   mo.name = "mlp";
   mo.hidden = *hidden;
-  std::printf("%-6s %-16s %6s %12s %12s %9s\n", "step", "model", "batch", "cpu ms", "gpu ms", "speed-up");
+  std::printf("%-6s %-16s %-5s %6s %12s %12s %9s\n", "step", "model", "prec", "batch", "cpu ms", "gpu ms", "speed-up");
+  for (Precision precision : precisions)
   for (int64_t b : *batches) {
+    mo.precision = precision;
     auto cpu = std::move(CreateModel(mo)).value();
     auto gpu = CreateCudaModel(mo, {});
     if (!gpu.ok()) {
@@ -176,8 +201,8 @@ int Main(int argc, char** argv) {
     (*gpu)->Initialize(0);
     const double c = StepMs(*cpu, b, warmup, iters, repeats);
     const double g = StepMs(**gpu, b, warmup, iters, repeats);
-    std::printf("%-6s %-16s %6lld %12.3f %12.3f %8.1fx\n", "mlp", ("784-" + vm["hidden"].as<std::string>() + "-10").c_str(),
-                static_cast<long long>(b), c, g, c / g);
+    std::printf("%-6s %-16s %-5s %6lld %12.3f %12.3f %8.1fx\n", "mlp", ("784-" + vm["hidden"].as<std::string>() + "-10").c_str(),
+                PrecisionName(precision), static_cast<long long>(b), c, g, c / g);
     std::fflush(stdout);
   }
   if (!nccl_mb.empty()) {

@@ -124,10 +124,11 @@ if ! timeout "$(limit 300)" cmake --build "$build" -j "$jobs" > "$build.build.lo
 fi
 say "built"
 
-# GPU_ONLY=overlap: build, then stage 5's overlap bench alone (a short second call).
+# GPU_ONLY=overlap: build, then stage 5's overlap bench alone (a short second call);
+# GPU_ONLY=device: build, the CUDA tests and the tables (stages 3 and 4) only.
 only=${GPU_ONLY:-}
 # 3. Tests.
-if [[ -z "$only" ]]; then
+if [[ -z "$only" || "$only" == device ]]; then
 say "tests: CUDA model vs CPU, CUDA jobs, NCCL, the trainers' device path"
 (cd "$build" && timeout "$(limit 300)" ctest --output-on-failure --timeout 240 -j 4 -R 'CudaModel|CudaBinary|Nccl|DevicePath') ||
   { say "tests FAILED"; failed=$((failed + 1)); }
@@ -138,9 +139,9 @@ if nvidia-smi -L >/dev/null 2>&1; then
   say "MLP step (784-256-128-10) CPU ($jobs OpenBLAS threads) vs GPU, and NCCL all-reduce"
   timeout "$(limit 150)" "$build/bin/gradsync-bench-cuda" --threads="$jobs" --batches=64,1024 --nccl-mb=4,64,256 ||
     { say "bench FAILED"; failed=$((failed + 1)); }
-  say "the same step with the wide MLP (784-2048-2048-10)"
-  timeout "$(limit 90)" "$build/bin/gradsync-bench-cuda" --threads="$jobs" --hidden=2048,2048 --batches=64,1024 --nccl-mb=none ||
-    { say "bench FAILED"; failed=$((failed + 1)); }
+  say "the same step with the wide MLP (784-2048-2048-10), in fp32, bf16 and fp16"
+  timeout "$(limit 120)" "$build/bin/gradsync-bench-cuda" --threads="$jobs" --hidden=2048,2048 --batches=64,1024 --nccl-mb=none \
+    --precisions=fp32,bf16,fp16 || { say "bench FAILED"; failed=$((failed + 1)); }
 else
   say "no GPU visible: the table is skipped (the build and the skipping tests above are what a CPU allows)"
 fi
@@ -151,7 +152,9 @@ data=""
 for d in "$prefix/usr/share/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
   if [[ -f "$d/train-images-idx3-ubyte.gz" ]]; then data=$d; break; fi
 done
-if [[ -n "$data" ]]; then
+if [[ "$only" == device ]]; then
+  say "(CPU experiments skipped: GPU_ONLY=device)"
+elif [[ -n "$data" ]]; then
   export GRADSYNC_DATA_DIR="$data"
   say "overlap, both paths, on $(nproc) cores (bench/overlap_compare.sh)"
   BUILD_DIR="$build" timeout "$(limit 200)" bench/overlap_compare.sh "$build/bench-overlap" ||

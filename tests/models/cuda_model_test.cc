@@ -157,3 +157,70 @@ TEST(CudaModelTest, CpuModelsRunTheirOptimizerOnTheHost) {
 
 }  // namespace
 }  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+// --precision=bf16|fp16 on the GPU: GemmEx with 16-bit operands against the CPU model of the
+// same precision (rounded operands, fp32 accumulation): the same numerics up to where the
+// roundings fall, so close to each other and to fp32; the 16-bit gradient packs, unpacks with
+// the scale divided out, and an overflow is seen.
+TEST(CudaModelTest, SixteenBitPrecisionsTrackTheCpuAndCatchOverflow) {
+  SKIP_WITHOUT_GPU();
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    SCOPED_TRACE(PrecisionName(p));
+    ModelOptions o = Options("mlp");
+    auto fp32 = std::move(CreateModel(o)).value();
+    o.precision = p;
+    auto cpu = std::move(CreateModel(o)).value();
+    auto gpu = std::move(CreateCudaModel(o, {})).value();
+    ASSERT_EQ(gpu->precision(), p);
+    fp32->Initialize(7);
+    cpu->Initialize(7);
+    gpu->Initialize(7);
+    RandomBatch rb(256, 784, 10, 3);
+    const float loss32 = fp32->ForwardBackward(rb.batch);
+    const float loss_cpu = cpu->ForwardBackward(rb.batch);
+    const float loss_gpu = gpu->ForwardBackward(rb.batch);
+    EXPECT_NEAR(loss_gpu, loss_cpu, 0.02 * loss32);
+    EXPECT_NEAR(loss_gpu, loss32, 0.03 * loss32);
+    ASSERT_TRUE(gpu->GradsToHost().ok());
+    const double tolerance = p == Precision::kBf16 ? 0.08 : 0.01;
+    EXPECT_LT(ScaledDiff(fp32->grads(), gpu->grads()), tolerance);
+    EXPECT_LT(ScaledDiff(cpu->grads(), gpu->grads()), tolerance);
+    // Through 16 bits and back with a scale: a power of two, so only the rounding to 16 bits.
+    std::vector<float> before(gpu->grads().begin(), gpu->grads().end());
+    ASSERT_TRUE(gpu->PackGrads16(0.25f).ok());
+    ASSERT_TRUE(gpu->UnpackGrads16(4.0f).ok());
+    auto finite = gpu->GradsFinite();
+    ASSERT_TRUE(finite.ok()) << finite.status();
+    EXPECT_TRUE(*finite);
+    ASSERT_TRUE(gpu->GradsToHost().ok());
+    EXPECT_LT(ScaledDiff(before, gpu->grads()), p == Precision::kBf16 ? 8e-3 : 1e-3);
+    // A loss scale far too large: fp16 overflows, bf16 has float's range.
+    gpu->set_loss_scale(1e12f);
+    gpu->ForwardBackward(rb.batch);
+    ASSERT_TRUE(gpu->PackGrads16(1.0f).ok());
+    ASSERT_TRUE(gpu->UnpackGrads16(1e-12f).ok());
+    finite = gpu->GradsFinite();
+    ASSERT_TRUE(finite.ok()) << finite.status();
+    EXPECT_EQ(*finite, p == Precision::kBf16);
+    // An optimizer step on the 16-bit model moves the fp32 masters.
+    gpu->set_loss_scale(1.0f);
+    ASSERT_TRUE(gpu->SetOptimizer(OptimizerOptions{}).ok());
+    ASSERT_TRUE(gpu->ParamsToHost().ok());
+    std::vector<float> w0(gpu->params().begin(), gpu->params().end());
+    gpu->ForwardBackward(rb.batch);
+    ASSERT_TRUE(gpu->OptimizerStep(0.1f).ok());
+    ASSERT_TRUE(gpu->ParamsToHost().ok());
+    EXPECT_NE(w0, std::vector<float>(gpu->params().begin(), gpu->params().end()));
+    EXPECT_TRUE(AllFinite(gpu->params()));
+    // Evaluation runs in the same precision.
+    EvalStats e = gpu->EvaluateBatch(rb.batch);
+    EXPECT_EQ(e.count, 256);
+    EXPECT_TRUE(std::isfinite(e.loss_sum));
+  }
+}
+
+}  // namespace
+}  // namespace gradsync
