@@ -41,6 +41,7 @@ std::string Thousands(double v) {
 struct MergedMetrics {
   bool any = false;      // a row was read
   int64_t steps0 = 0;    // worker 0's last step
+  int64_t skipped0 = -1; // worker 0's last skipped_steps (fp16); -1: none written
   double bytes = 0;      // each worker's last bytes sent + received, summed
   double steps = 0;      // each worker's last step, summed
   double comm_ms = 0, hidden_ms = 0;  // over the training rows
@@ -74,6 +75,7 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
         if (step >= last_step) {
           last_step = step;
           last_bytes = std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived]);
+          if (w == 0 && v[kColTestAccuracy].empty() && !v[kColLossScale].empty()) m.skipped0 = std::stoll(v[kColSkippedSteps]);
         }
         if (v[kColTestAccuracy].empty()) {
           m.comm_ms += std::stod(v[kColComm]);
@@ -102,6 +104,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   s.set_mode(ModeName(plan.mode));
   if (plan.mode == config::SSP) s.set_staleness_bound(plan.staleness);
   s.set_compression(plan.compression);
+  s.set_precision(plan.precision);
   s.set_workers(plan.workers);
   s.set_servers(plan.servers);
   s.set_link(plan.link);
@@ -118,6 +121,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   const bool any = merged.any;
   const double bytes = merged.bytes, steps_all = merged.steps, comm_ms = merged.comm_ms, hidden_ms = merged.hidden_ms;
   s.set_steps(merged.steps0);
+  if (merged.skipped0 >= 0) s.set_skipped_steps(merged.skipped0);
   r.evals = std::move(merged.evals);
   if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
   if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
@@ -174,16 +178,18 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
 std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   const std::string pct = Fixed(100 * target, 0) + "%";
   std::ostringstream t;
-  t << "| run | mode | s | compression | workers | servers | link | straggler | final acc | wall s | time to " << pct
+  t << "| run | mode | s | compression | precision | workers | servers | link | straggler | final acc | wall s | time to " << pct
     << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | comm hidden | "
     << "clock staleness p50/p99/max (clocks) | version lag p50/p99/max (updates) |\n";
-  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : runs) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
     t << "| " << s.name() << " | " << s.mode() << " | "
       << (s.has_staleness_bound() ? std::to_string(s.staleness_bound()) : s.mode() == ModeName(config::ASP) ? "∞" : "—") << " | "
-      << s.compression() << " | " << s.workers() << " | " << s.servers() << " | "
+      << s.compression() << " | "
+      << (s.precision().empty() ? "fp32" : s.precision())
+      << (s.has_skipped_steps() ? " (" + std::to_string(s.skipped_steps()) + " skipped)" : "") << " | " << s.workers() << " | " << s.servers() << " | "
       << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
     if (!s.ok()) {
       t << "FAILED: " << s.error() << " | | | | | | | | | |\n";
@@ -225,6 +231,8 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
      << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
      << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
      << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
+     << "- precision: --precision; fp16 runs say how many steps worker 0 skipped because the loss-scaled "
+     << "gradient overflowed (dynamic loss scaling halves the scale at each).\n"
      << "- samples/s: steps x batch x workers / wall s.\n"
      << "- comm hidden: with --overlap, the share of communication time that ran behind computation "
      << "(all-reduce: the buckets' all-reduce during backward; PS: pulls and pushes in flight while layers "

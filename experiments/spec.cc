@@ -87,6 +87,7 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   p.batch = t.batch();
   p.max_steps = t.max_steps();
   p.compression = t.compress();
+  p.precision = t.precision();
   if (t.error_feedback()) p.compression += "+ef";
   if (t.momentum_correction()) p.compression += "+dgc";
   if (t.compress_pull()) p.compression += "+pull";

@@ -32,6 +32,7 @@ struct RunPlan {
   int64_t batch = 64;            // per worker
   int64_t max_steps = 0;
   std::string compression;       // "none" or the codec spec, with "+ef", "+pull", "+dgc"
+  std::string precision = "fp32";  // --precision
   std::string link;              // "" (loopback) or "100mbit" (+ " +Nms")
   std::string straggler;         // "" or "w1 x3" ...
   double timeout_s = 3600;

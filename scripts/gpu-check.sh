@@ -165,7 +165,7 @@ elif [[ -n "$data" ]]; then
     say "(skipped: GPU_ONLY=$only)"
   elif timeout "$(limit 150)" "$build/bin/gradsync-run" experiments/specs/largebatch.textproto --out "$build/results" > "$build/largebatch.log" 2>&1 ||
        grep -q "plots need gnuplot" "$build/largebatch.log"; then  # everything but the plots
-    grep -E '^\| (run|1w|8w|ps-8w)' "$build/results/largebatch/summary.md" | cut -d'|' -f2,3,6,10,11,12,13,14
+    grep -E '^\| (run|1w|8w|ps-8w)' "$build/results/largebatch/summary.md" | cut -d'|' -f2,3,6,7,11,12,13,14,15
     echo "test accuracy after each epoch (worker 0):"
     for f in "$build"/results/largebatch/*/metrics.csv; do
       awk -F, 'NR > 1 && $2 == 0 && $14 != "" { a = a sprintf(" %.2f%%", 100 * $14) } END { printf "  %-20s%s\n", run, a }' \
