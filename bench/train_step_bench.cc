@@ -5,6 +5,8 @@
 // Method: 16 fixed random batches cycled (no data loading in the timing), `warmup` steps, then
 // `repeats` timed runs of `iters` steps; samples/s per run = iters * batch / seconds; the table
 // shows the median (and min..max) over runs. Both sides use OpenBLAS with the same thread count.
+// --precision=bf16|fp16 runs our side in that precision (16-bit operands rounded in place, fp32
+// sgemm: what 16 bits cost on a CPU whose BLAS has no 16-bit GEMM); PyTorch's side stays fp32.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -39,10 +41,11 @@ Stats Summarize(std::vector<double> v) {
 }
 
 std::vector<double> RunGradsync(const std::string& model_name, const std::vector<int64_t>& hidden,
-                                int64_t batch, int warmup, int iters, int repeats) {
+                                int64_t batch, int warmup, int iters, int repeats, Precision precision) {
   ModelOptions mo;
   mo.name = model_name;
   mo.hidden = hidden;
+  mo.precision = precision;
   auto model = std::move(CreateModel(mo)).value();
   model->Initialize(0);
   Optimizer opt({}, model->num_params());
@@ -109,6 +112,7 @@ int Main(int argc, char** argv) {
       ("warmup", po::value<int>()->default_value(50), "untimed steps first")
       ("iters", po::value<int>()->default_value(200), "steps per timed run")
       ("repeats", po::value<int>()->default_value(7), "timed runs (the median is reported)")
+      ("precision", po::value<std::string>()->default_value("fp32"), "fp32|bf16|fp16: our side's precision (PyTorch's stays fp32)")
       ("torch", po::value<std::string>()->default_value("auto"), "auto|off: run the PyTorch baseline")
       ("python", po::value<std::string>()->default_value("/usr/bin/python3"), "python with torch")
       ("script", po::value<std::string>()->default_value(""), "path of torch_train_step.py (default: next to the sources)")
@@ -135,12 +139,14 @@ int Main(int argc, char** argv) {
       models.push_back(m);
     }
   }
+  auto precision = ParsePrecision(vm["precision"].as<std::string>());
+  if (!precision.ok()) flags.Fail("--precision: " + precision.status().message());
   SetBlasThreads(threads);
 
   // Both sides run every sgemm on `threads` OpenBLAS threads (the PyTorch script checks its own).
   GRADSYNC_CHECK(BlasThreads() == threads) << "OpenBLAS runs " << BlasThreads() << " threads, not " << threads;
-  std::printf("# gradsync-bench-train-step: threads=%d (OpenBLAS, both sides) warmup=%d iters=%d repeats=%d (samples/s, median [min..max])\n",
-              threads, warmup, iters, repeats);
+  std::printf("# gradsync-bench-train-step: threads=%d (OpenBLAS, both sides) warmup=%d iters=%d repeats=%d precision=%s (ours; PyTorch fp32) (samples/s, median [min..max])\n",
+              threads, warmup, iters, repeats, PrecisionName(*precision));
   std::printf("%-8s %6s %28s %28s %7s\n", "model", "batch", "gradsync", "pytorch", "ratio");
   std::ostringstream json;
   json << "{\"threads\": " << threads << ", \"rows\": [";
@@ -151,7 +157,7 @@ int Main(int argc, char** argv) {
     for (size_t bi = 0; bi < batches->size(); ++bi) {
       const auto& m = models[mi];
       const int64_t b = (*batches)[bi];
-      Stats g = Summarize(RunGradsync(m, *hidden, b, warmup, iters, repeats));
+      Stats g = Summarize(RunGradsync(m, *hidden, b, warmup, iters, repeats, *precision));
       std::vector<double> t_rates;
       if (torch_mode == "auto" && !torch_missing) {
         t_rates = RunTorch(vm["python"].as<std::string>(), script, m, hidden_text, b, threads,
