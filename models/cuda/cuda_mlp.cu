@@ -386,15 +386,7 @@ class CudaMlp final : public Model {
                                   in, din, &zero, gw, dout));
       GS_CUBLAS_CHECK(
           cublasSgemv(blas_, CUBLAS_OP_N, dout, static_cast<int>(b), &one, delta, dout, ones_.get(), 1, &zero, gb, 1));
-      if (cuda_.stream_grads_to_host) {
-        // fc{l}.weight and fc{l}.bias are adjacent in the flat buffer: one copy per layer.
-        const int64_t begin = layout_[2 * l].offset;
-        const int64_t count = layout_[2 * l].size + layout_[2 * l + 1].size;
-        GS_CUDA_CHECK(cudaEventRecord(layer_done_[l], stream_));
-        GS_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, layer_done_[l], 0));
-        GS_CUDA_CHECK(cudaMemcpyAsync(grads_.data() + begin, grads_d_.get() + begin, count * sizeof(float),
-                                      cudaMemcpyDeviceToHost, copy_stream_));
-      }
+      if (cuda_.stream_grads_to_host) StreamLayerGradsToHost(l);
       GradReady(2 * l);
       GradReady(2 * l + 1);
       if (l == 0) break;  // no gradient w.r.t. the input
@@ -586,6 +578,17 @@ class CudaMlp final : public Model {
     capacity_ = b;
   }
 
+  // Layer l's gradient to grads() on the copy stream, once the model's stream has computed it.
+  // fc{l}.weight and fc{l}.bias are adjacent in the flat buffer: one copy per layer.
+  void StreamLayerGradsToHost(int l) {
+    const int64_t begin = layout_[2 * l].offset;
+    const int64_t count = layout_[2 * l].size + layout_[2 * l + 1].size;
+    GS_CUDA_CHECK(cudaEventRecord(layer_done_[l], stream_));
+    GS_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, layer_done_[l], 0));
+    GS_CUDA_CHECK(cudaMemcpyAsync(grads_.data() + begin, grads_d_.get() + begin, count * sizeof(float),
+                                  cudaMemcpyDeviceToHost, copy_stream_));
+  }
+
   template <typename T>
   T* Grads16() const { return reinterpret_cast<T*>(grads16_.get()); }
   template <typename T>
@@ -647,14 +650,7 @@ class CudaMlp final : public Model {
       Gemm16<T, float>(CUBLAS_OP_N, CUBLAS_OP_T, dout, din, static_cast<int>(b), delta, dout, in, din, gw, dout);
       Gemm16<T, float>(CUBLAS_OP_N, CUBLAS_OP_N, dout, 1, static_cast<int>(b), delta, dout, As<T>(ones16_),
                        static_cast<int>(b), gb, dout);
-      if (cuda_.stream_grads_to_host) {
-        const int64_t begin = layout_[2 * l].offset;
-        const int64_t count = layout_[2 * l].size + layout_[2 * l + 1].size;
-        GS_CUDA_CHECK(cudaEventRecord(layer_done_[l], stream_));
-        GS_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, layer_done_[l], 0));
-        GS_CUDA_CHECK(cudaMemcpyAsync(grads_.data() + begin, grads_d_.get() + begin, count * sizeof(float),
-                                      cudaMemcpyDeviceToHost, copy_stream_));
-      }
+      if (cuda_.stream_grads_to_host) StreamLayerGradsToHost(l);
       GradReady(2 * l);
       GradReady(2 * l + 1);
       if (l == 0) break;

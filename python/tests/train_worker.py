@@ -28,6 +28,7 @@ def parse(argv=None):
     p.add_argument("--lr-step", type=int, default=0, help="StepLR(step_size=this, gamma=0.5) per step; 0: none")
     p.add_argument("--compression", default=None)
     p.add_argument("--error-feedback", action="store_true")
+    p.add_argument("--amp", action="store_true", help="gs.autocast() and gs.GradScaler() (the job's --precision)")
     p.add_argument("--straggler-rank", type=int, default=-1)
     p.add_argument("--straggler-ms", type=float, default=0.0)
     p.add_argument("--save", default="", help="rank 0 writes the final parameters here (.pt)")
@@ -95,6 +96,7 @@ def main():
                                   compression=args.compression, error_feedback=args.error_feedback or None,
                                   steps_per_epoch=args.steps, total_steps=args.steps)
     sched = torch.optim.lr_scheduler.StepLR(opt, args.lr_step, 0.5) if args.lr_step else None
+    scaler = gs.GradScaler() if args.amp else None
     global_batch = args.batch * size
     x, y = data(args, args.steps * global_batch)
     records = []
@@ -103,9 +105,16 @@ def main():
         if rank == args.straggler_rank and args.straggler_ms > 0:
             time.sleep(args.straggler_ms / 1e3 * (0.5 + torch.rand(1).item()))
         opt.zero_grad()
-        loss = F.cross_entropy(m(x[rows]), y[rows])
-        loss.backward()
-        opt.step(loss=loss)
+        if args.amp:
+            with gs.autocast():
+                loss = F.cross_entropy(m(x[rows]), y[rows])
+            scaler.scale(loss).backward()
+            scaler.step(opt, loss=loss)
+            scaler.update()
+        else:
+            loss = F.cross_entropy(m(x[rows]), y[rows])
+            loss.backward()
+            opt.step(loss=loss)
         if sched:
             sched.step()
         st = opt.last_stats
@@ -120,6 +129,7 @@ def main():
     if args.record:
         with open("%s-%d.json" % (args.record, rank), "w") as f:
             json.dump({"steps": records, "sync": opt.sync_kind, "traffic": opt.traffic(),
+                       "params": [float(v) for v in opt.flat_parameters[:64]],
                        "views": views, "num_params": int(opt.flat_parameters.numel())}, f)
     if args.save and rank == 0:
         torch.save(flat(m), args.save)
