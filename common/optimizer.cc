@@ -8,13 +8,43 @@
 namespace gradsync {
 
 const char* OptimizerKindName(OptimizerKind kind) {
-  return kind == OptimizerKind::kAdam ? "adam" : "sgd";
+  switch (kind) {
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kLars: return "lars";
+    case OptimizerKind::kLamb: return "lamb";
+    case OptimizerKind::kSgd: break;
+  }
+  return "sgd";
 }
 
 Result<OptimizerKind> ParseOptimizerKind(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adam") return OptimizerKind::kAdam;
-  return InvalidArgumentError("optimizer must be sgd or adam, not '" + name + "'");
+  if (name == "lars") return OptimizerKind::kLars;
+  if (name == "lamb") return OptimizerKind::kLamb;
+  return InvalidArgumentError("optimizer must be sgd, adam, lars or lamb, not '" + name + "'");
+}
+
+bool IsLayerWise(OptimizerKind kind) { return kind == OptimizerKind::kLars || kind == OptimizerKind::kLamb; }
+
+std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range) {
+  std::vector<const TensorInfo*> sorted;
+  for (const TensorInfo& t : layout) sorted.push_back(&t);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const TensorInfo* x, const TensorInfo* y) { return x->offset < y->offset; });
+  std::vector<OptimizerLayer> layers;
+  int64_t covered = range.begin;
+  for (const TensorInfo* tensor : sorted) {
+    const TensorInfo& t = *tensor;
+    const int64_t b = std::max({range.begin, t.offset, covered}), e = std::min(range.end, t.offset + t.size);
+    if (b >= e) continue;
+    // A gap the layout leaves (none of the built-in models has one) is a layer of its own.
+    if (b > covered) layers.push_back({covered - range.begin, b - range.begin, false});
+    const bool bias = t.name.size() >= 4 && t.name.compare(t.name.size() - 4, 4, "bias") == 0;
+    layers.push_back({b - range.begin, e - range.begin, !(bias || t.shape.size() == 1 || t.sparse)});
+    covered = std::max(covered, e);
+  }
+  if (covered < range.end) layers.push_back({covered - range.begin, range.end - range.begin, false});
+  return layers;
 }
 
 Status ValidateOptimizerOptions(const OptimizerOptions& o) {
@@ -24,20 +54,28 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!std::isfinite(o.weight_decay) || o.weight_decay < 0.0f) {
     return InvalidArgumentError("weight decay must be >= 0, got " + std::to_string(o.weight_decay));
   }
-  if (o.kind != OptimizerKind::kAdam) {
+  if (o.kind == OptimizerKind::kSgd) {
     if (o.nesterov && o.momentum == 0.0f) return InvalidArgumentError("nesterov needs momentum > 0");
     return OkStatus();
   }
-  if (o.momentum != 0.0f || o.nesterov) {
-    return InvalidArgumentError("momentum and nesterov are SGD's; adam has beta1 instead");
+  if (o.kind == OptimizerKind::kLars) {
+    if (o.nesterov) return InvalidArgumentError("nesterov is SGD's; lars has plain momentum");
+    if (!(std::isfinite(o.trust_coefficient) && o.trust_coefficient > 0.0)) {
+      return InvalidArgumentError("lars trust coefficient must be > 0, got " + std::to_string(o.trust_coefficient));
+    }
+    return OkStatus();
   }
-  for (const auto& [name, beta] : {std::pair{"beta1", o.beta1}, std::pair{"beta2", o.beta2}}) {
+  const std::string name = OptimizerKindName(o.kind);
+  if (o.momentum != 0.0f || o.nesterov) {
+    return InvalidArgumentError("momentum and nesterov are SGD's; " + name + " has beta1 instead");
+  }
+  for (const auto& [beta_name, beta] : {std::pair{"beta1", o.beta1}, std::pair{"beta2", o.beta2}}) {
     if (!(beta >= 0.0 && beta < 1.0)) {
-      return InvalidArgumentError(std::string("adam ") + name + " must be in [0, 1), got " + std::to_string(beta));
+      return InvalidArgumentError(name + " " + beta_name + " must be in [0, 1), got " + std::to_string(beta));
     }
   }
   if (!(std::isfinite(o.eps) && o.eps > 0.0)) {
-    return InvalidArgumentError("adam eps must be > 0, got " + std::to_string(o.eps));
+    return InvalidArgumentError(name + " eps must be > 0, got " + std::to_string(o.eps));
   }
   return OkStatus();
 }
@@ -46,11 +84,22 @@ Optimizer::Optimizer(const OptimizerOptions& options, int64_t size) : options_(o
   GRADSYNC_CHECK(ValidateOptimizerOptions(options).ok()) << ValidateOptimizerOptions(options);
   GRADSYNC_CHECK(size >= 0);
   size_ = static_cast<size_t>(size);
-  if (options_.kind == OptimizerKind::kAdam) {
+  if (options_.kind == OptimizerKind::kAdam || options_.kind == OptimizerKind::kLamb) {
     state_.assign(2 * size_, 0.0f);
-  } else if (options_.momentum > 0.0f) {
+  } else if (options_.kind == OptimizerKind::kLars || options_.momentum > 0.0f) {
     state_.assign(size_, 0.0f);
   }
+  if (size_ > 0) layers_.push_back({0, static_cast<int64_t>(size_), true});
+}
+
+void Optimizer::SetLayers(std::vector<OptimizerLayer> layers) {
+  int64_t at = 0;
+  for (const OptimizerLayer& l : layers) {
+    GRADSYNC_CHECK(l.begin == at && l.end > l.begin) << "layer [" << l.begin << ", " << l.end << ") after " << at;
+    at = l.end;
+  }
+  GRADSYNC_CHECK(at == static_cast<int64_t>(size_)) << "layers cover " << at << " of " << size_;
+  layers_ = std::move(layers);
 }
 
 void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset, float grad_scale) {
@@ -62,6 +111,27 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
     GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= size_)
         << "range " << offset << "+" << n << " outside optimizer state of " << size_;
     AdamStep(w, g, n, lr, static_cast<size_t>(offset), grad_scale);
+    return;
+  }
+  if (IsLayerWise(options_.kind)) {
+    GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= size_)
+        << "range " << offset << "+" << n << " outside optimizer state of " << size_;
+    if (n == 0) return;
+    const int64_t end = offset + static_cast<int64_t>(n);
+    // The layer holding `offset`, then each layer the call reaches: one piece each.
+    auto it = std::upper_bound(layers_.begin(), layers_.end(), offset,
+                               [](int64_t at, const OptimizerLayer& l) { return at < l.begin; });
+    --it;
+    for (int64_t at = offset; at < end; ++it) {
+      const int64_t e = std::min(end, it->end);
+      const size_t skip = static_cast<size_t>(at - offset), len = static_cast<size_t>(e - at);
+      if (options_.kind == OptimizerKind::kLars) {
+        LarsStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, it->adapt);
+      } else {
+        LambStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, it->adapt);
+      }
+      at = e;
+    }
     return;
   }
   const float wd = options_.weight_decay;
@@ -124,6 +194,62 @@ void Optimizer::AdamStep(float* w, const float* g, size_t n, float lr, size_t of
   }
 }
 
+// LARS on one layer (or the piece of it this call holds): norms in double, the rest in float.
+void Optimizer::LarsStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt) {
+  const float wd = adapt ? options_.weight_decay : 0.0f;
+  double trust = 1.0;
+  if (adapt) {
+    double ww = 0.0, gg = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const double wi = w[i], gi = static_cast<double>(grad_scale * g[i]);
+      ww += wi * wi;
+      gg += gi * gi;
+    }
+    const double wn = std::sqrt(ww), gn = std::sqrt(gg);
+    if (wn > 0.0 && gn > 0.0) trust = options_.trust_coefficient * wn / (gn + static_cast<double>(wd) * wn);
+  }
+  const float rate = static_cast<float>(static_cast<double>(lr) * trust);
+  const float mu = options_.momentum;
+  float* b = state_.data() + offset;
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = grad_scale * g[i] + wd * w[i];
+    b[i] = mu * b[i] + rate * gi;
+    w[i] -= b[i];
+  }
+}
+
+// LAMB on one layer (or the piece of it this call holds). Two passes: m, v and the norms of w
+// and r, then the update with r computed again (the same operations, so the same values).
+void Optimizer::LambStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt) {
+  const double t = static_cast<double>(steps_ + 1);
+  const float bias1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
+  const float bias2 = static_cast<float>(1.0 - std::pow(options_.beta2, t));
+  const float beta1 = static_cast<float>(options_.beta1), beta2 = static_cast<float>(options_.beta2);
+  const float one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
+  const float one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
+  const float eps = static_cast<float>(options_.eps);
+  const float wd = adapt ? options_.weight_decay : 0.0f;
+  float* m = state_.data() + offset;
+  float* v = state_.data() + size_ + offset;
+  auto r_of = [&](size_t i) { return (m[i] / bias1) / (std::sqrt(v[i] / bias2) + eps) + wd * w[i]; };
+  double ww = 0.0, rr = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = grad_scale * g[i];
+    m[i] = m[i] * beta1 + one_minus_beta1 * gi;
+    v[i] = v[i] * beta2 + one_minus_beta2 * gi * gi;
+    const double wi = w[i], ri = r_of(i);
+    ww += wi * wi;
+    rr += ri * ri;
+  }
+  double trust = 1.0;
+  if (adapt) {
+    const double wn = std::sqrt(ww), rn = std::sqrt(rr);
+    if (wn > 0.0 && rn > 0.0) trust = wn / rn;
+  }
+  const float rate = static_cast<float>(static_cast<double>(lr) * trust);
+  for (size_t i = 0; i < n; ++i) w[i] -= rate * r_of(i);
+}
+
 void Optimizer::SetState(std::span<const float> state) {
   GRADSYNC_CHECK(state.size() == state_.size()) << state.size() << " vs " << state_.size();
   std::copy(state.begin(), state.end(), state_.begin());
@@ -137,7 +263,7 @@ void Optimizer::set_steps(int64_t steps) {
 void Optimizer::StepSparse(FloatSpan params, std::span<const uint64_t> keys,
                            ConstFloatSpan values, float lr, int64_t offset) {
   GRADSYNC_CHECK(keys.size() == values.size()) << keys.size() << " vs " << values.size();
-  GRADSYNC_CHECK(options_.kind == OptimizerKind::kSgd) << "adam has no sparse step (sparse models are refused with adam)";
+  GRADSYNC_CHECK(options_.kind == OptimizerKind::kSgd) << OptimizerKindName(options_.kind) << " has no sparse step (sparse models are refused with it)";
   const float wd = options_.weight_decay;
   const float mu = options_.momentum;
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -1,5 +1,6 @@
-// Optimizers on flat float buffers: PyTorch's SGD rule (momentum, Nesterov, weight decay) and
-// torch.optim.Adam (PyTorch 1.13, foreach=False, amsgrad=False), operation by operation.
+// Optimizers on flat float buffers: PyTorch's SGD rule (momentum, Nesterov, weight decay),
+// torch.optim.Adam (PyTorch 1.13, foreach=False, amsgrad=False), operation by operation, and the
+// layer-wise adaptive rates LARS and LAMB.
 //
 // SGD:
 //   g' = g + weight_decay * w
@@ -20,6 +21,29 @@
 // adds (weight decay, m, v) into FMAs, and its rate is a double where ours is a float; with both
 // emulated, every step of a 20-step check on 1000 parameters was bit-identical.
 //
+// LARS (You et al. 2017, "Large Batch Training of Convolutional Networks"; the momentum form of
+// NVIDIA's and MLPerf's implementations), per layer (eta: trust_coefficient, mu: momentum):
+//   g' = g + weight_decay * w
+//   trust = eta * ||w|| / (||g|| + weight_decay * ||w||)     (1 when ||w|| or ||g|| is 0)
+//   b = mu * b + (lr * trust) * g'                             (b starts at 0)
+//   w -= b
+//
+// LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning", Algorithm 2), per layer,
+// t as Adam's (beta1, beta2, eps: Adam's options; weight decay is decoupled, as AdamW's):
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * w
+//   trust = ||w|| / ||r||                                      (1 when ||w|| or ||r|| is 0)
+//   w -= lr * trust * r
+//
+// Layers (SetLayers, built by OptimizerLayers from a model's layout): the trust ratio is a
+// layer's. A layer that does not adapt (a bias, any 1-D tensor) takes trust = 1 and no weight
+// decay: LARS is then SGD with momentum at lr, LAMB bias-corrected Adam. Norms are computed in
+// double over the part of a layer that one Step call covers: a Step call for LARS or LAMB is cut
+// at the layer boundaries, and each piece's norms are that piece's. So a caller must pass whole
+// layers (or the whole intersection of a layer with its range: a server shard's, a ZeRO shard's)
+// in one Step call, never a layer in two calls. Element-wise work is in float.
+//
 // One Optimizer owns the state (momentum buffer; Adam's m and v and its step count) for a flat
 // range of `size` parameters; the worker uses one per model, a server shard one per key range
 // it owns. The learning rate is passed per step so that a schedule (LrSchedule) can drive it.
@@ -33,43 +57,73 @@
 #include <string>
 #include <vector>
 
+#include "common/segment.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
 namespace gradsync {
 
-enum class OptimizerKind { kSgd, kAdam };
+enum class OptimizerKind { kSgd, kAdam, kLars, kLamb };
 
-// "sgd" | "adam": the names flags, job configs and checkpoints use.
+// "sgd" | "adam" | "lars" | "lamb": the names flags, job configs and checkpoints use.
 const char* OptimizerKindName(OptimizerKind kind);
 Result<OptimizerKind> ParseOptimizerKind(const std::string& name);
 
 struct OptimizerOptions {
-  float momentum = 0.0f;      // SGD: 0 = plain SGD
+  float momentum = 0.0f;      // SGD and LARS: 0 = no momentum
   bool nesterov = false;      // SGD: requires momentum > 0
-  float weight_decay = 0.0f;  // L2 coefficient added to the gradient (SGD and Adam)
+  // SGD, Adam, LARS: L2 coefficient added to the gradient; LAMB: decoupled (in r, above).
+  float weight_decay = 0.0f;
   OptimizerKind kind = OptimizerKind::kSgd;
-  // Adam, torch.optim.Adam's defaults. Doubles, as PyTorch's Python floats: the bias corrections
-  // use them as they are; the element-wise update uses them rounded to float, as PyTorch does.
+  // Adam and LAMB, torch.optim.Adam's defaults. Doubles, as PyTorch's Python floats: the bias
+  // corrections use them as they are; the element-wise update uses them rounded to float, as
+  // PyTorch does. (LAMB's paper uses eps 1e-6; the default here stays Adam's 1e-8.)
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // LARS: the trust coefficient eta.
+  double trust_coefficient = 0.001;
 };
 
-// Rejects negative or non-finite values, nesterov without momentum, and for Adam betas outside
-// [0, 1), eps <= 0, and momentum or nesterov (SGD's).
+// Rejects negative or non-finite values, nesterov without momentum, for Adam and LAMB betas
+// outside [0, 1), eps <= 0, and momentum or nesterov (SGD's); for LARS nesterov and a trust
+// coefficient <= 0.
 Status ValidateOptimizerOptions(const OptimizerOptions& options);
+
+// Whether the kind adapts its rate per layer (LARS, LAMB): it needs whole layers per Step call.
+bool IsLayerWise(OptimizerKind kind);
+
+// One layer inside an optimizer's range, in the optimizer's own coordinates (0 = its first
+// element). `adapt` false: no trust ratio (1) and no weight decay (LARS, LAMB).
+struct OptimizerLayer {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool adapt = true;
+  bool operator==(const OptimizerLayer&) const = default;
+};
+
+// The layers of `range` (a flat range of the model: a server shard's, a ZeRO shard's, or the
+// whole model) in that range's coordinates: each tensor of the layout intersected with it, in
+// order. A tensor whose name ends in "bias" or whose shape has one dimension does not adapt,
+// nor does a sparse one. The one place that decides which tensors LARS and LAMB exclude.
+std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range);
 
 class Optimizer {
  public:
   Optimizer(const OptimizerOptions& options, int64_t size);
 
+  // The layers of the range (LARS, LAMB; the others ignore them): sorted, each [begin, end)
+  // non-empty, together exactly [0, size). Without a call the whole range is one adapting layer.
+  void SetLayers(std::vector<OptimizerLayer> layers);
+  const std::vector<OptimizerLayer>& layers() const { return layers_; }
+
   // Updates params[offset, offset + grad.size()) from grad_scale * grad; `params` is that range.
-  // (A scale of 1 is exact, so a scaled step with 1 equals the plain one bit for bit.) Adam: part
-  // of step steps() + 1, which EndStep() ends.
+  // (A scale of 1 is exact, so a scaled step with 1 equals the plain one bit for bit.) Adam and
+  // LAMB: part of step steps() + 1, which EndStep() ends. LARS and LAMB: the call is cut at the
+  // layer boundaries and each piece's norms are its own (whole layers per call, above).
   void Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset = 0, float grad_scale = 1.0f);
 
-  // Sparse update (SGD only: Adam is refused for sparse models where a job is configured):
+  // Sparse update (SGD only: Adam, LARS and LAMB are refused for sparse models where a job is configured):
   // params[keys[i]] from values[i], where `params` is the range starting at `offset` of this
   // optimizer's state. Keys must be unique. Momentum state is kept per key and advanced only
   // when the key is touched ("lazy" momentum, as sparse PS do).
@@ -84,16 +138,21 @@ class Optimizer {
 
   const OptimizerOptions& options() const { return options_; }
   // The state, exposed for checkpoints and tests: SGD's momentum buffer (`size` floats; empty
-  // for plain SGD), Adam's m then v (2 * `size` floats).
+  // for plain SGD), Adam's and LAMB's m then v (2 * `size` floats), LARS's momentum buffer
+  // (`size` floats, with or without momentum).
   std::span<const float> state() const { return state_; }
   // Restores the state from a checkpoint (sizes must match).
   void SetState(std::span<const float> state);
 
  private:
   void AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale);
+  // One piece of one layer (offset: in the optimizer's coordinates).
+  void LarsStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt);
+  void LambStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt);
 
   OptimizerOptions options_;
   size_t size_ = 0;
+  std::vector<OptimizerLayer> layers_;  // LARS, LAMB: cover [0, size_)
   std::vector<float> state_;
   int64_t steps_ = 0;
 };

@@ -70,11 +70,12 @@ void SetJobOptimizer(const OptimizerOptions& o, wire::JobConfig* job) {
   job->set_momentum(o.momentum);
   job->set_nesterov(o.nesterov);
   job->set_weight_decay(o.weight_decay);
-  if (o.kind == OptimizerKind::kAdam) {
+  if (o.kind == OptimizerKind::kAdam || o.kind == OptimizerKind::kLamb) {
     job->set_adam_beta1(o.beta1);
     job->set_adam_beta2(o.beta2);
     job->set_adam_eps(o.eps);
   }
+  if (o.kind == OptimizerKind::kLars) job->set_trust_coefficient(o.trust_coefficient);
 }
 
 Result<OptimizerOptions> JobOptimizer(const wire::JobConfig& job) {
@@ -83,12 +84,18 @@ Result<OptimizerOptions> JobOptimizer(const wire::JobConfig& job) {
   o.momentum = job.momentum();
   o.nesterov = job.nesterov();
   o.weight_decay = job.weight_decay();
-  if (o.kind == OptimizerKind::kAdam) {
+  if (o.kind == OptimizerKind::kAdam || o.kind == OptimizerKind::kLamb) {
     o.beta1 = job.adam_beta1();
     o.beta2 = job.adam_beta2();
     o.eps = job.adam_eps();
+  }
+  if (o.kind == OptimizerKind::kLars) o.trust_coefficient = job.trust_coefficient();
+  if (o.kind != OptimizerKind::kSgd) {
     for (const auto& t : job.tensors()) {
-      if (t.sparse()) return InvalidArgumentError("adam applies to dense models; tensor '" + t.name() + "' is sparse");
+      if (t.sparse()) {
+        return InvalidArgumentError(std::string(OptimizerKindName(o.kind)) + " applies to dense models; tensor '" + t.name() +
+                                    "' is sparse");
+      }
     }
   }
   RETURN_IF_ERROR(ValidateOptimizerOptions(o));

@@ -293,7 +293,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
       }
     }
   }
-  if (c.momentum_correction() && !(c.momentum() > 0) && c.optimizer() != "adam") {
+  if (c.momentum_correction() && !(c.momentum() > 0) && c.optimizer() != "adam" && c.optimizer() != "lamb") {
     k.Add("momentum_correction", "{momentum_correction} needs {momentum} > 0");
   }
   if (c.momentum_correction() && c.nesterov()) k.Add("momentum_correction", "{momentum_correction} does not combine with {nesterov}");
@@ -344,13 +344,40 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   // The optimizer and its schedule.
   const auto optimizer = ParseOptimizerKind(c.optimizer());
   const bool adam = optimizer.ok() && *optimizer == OptimizerKind::kAdam;
-  if (!optimizer.ok()) k.Add("optimizer", "{optimizer} must be sgd or adam, not '", c.optimizer() + "'");
+  const bool lars = optimizer.ok() && *optimizer == OptimizerKind::kLars;
+  const bool lamb = optimizer.ok() && *optimizer == OptimizerKind::kLamb;
+  if (!optimizer.ok()) k.Add("optimizer", "{optimizer} must be sgd, adam, lars or lamb, not '", c.optimizer() + "'");
   if (!(std::isfinite(c.momentum()) && c.momentum() >= 0 && c.momentum() < 1)) {
     k.Add("momentum", "{momentum} must be in [0, 1), not ", ShortestText(c.momentum()));
   }
   if (!(std::isfinite(c.weight_decay()) && c.weight_decay() >= 0)) k.Add("weight_decay", "{weight_decay} must be >= 0");
-  if (c.nesterov() && c.momentum() == 0 && !adam) k.Add("nesterov", "{nesterov} needs {momentum} > 0");
-  if (adam) {
+  if (c.nesterov() && c.momentum() == 0 && !adam && !lars && !lamb) k.Add("nesterov", "{nesterov} needs {momentum} > 0");
+  if (lars || lamb) {
+    // Layer-wise rates (common/optimizer.h): dense models, the host's or the servers' optimizer.
+    const std::string name = lars ? "lars" : "lamb";
+    if (lamb && c.has_momentum() && c.momentum() != 0) {
+      k.Add("momentum", "{momentum} is SGD's and LARS's: {optimizer=lamb} has {adam_beta1}");
+    }
+    if (c.nesterov()) k.Add("nesterov", "{nesterov} is SGD's, not {optimizer=" + name + "}'s");
+    if (c.momentum_correction()) k.Add("momentum_correction", "{momentum_correction} applies to {optimizer=sgd}");
+    if (sparse_model) k.Add("optimizer", "{optimizer=" + name + "} applies to the dense models, not {model=sparse_logreg}");
+    if (cuda && !ps) {
+      k.Add("optimizer", "{optimizer=" + name + "} with {device=cuda} runs in the PS modes only (the device optimizer is SGD's)");
+    }
+  }
+  if (lars) {
+    if (!(std::isfinite(c.trust_coefficient()) && c.trust_coefficient() > 0)) {
+      k.Add("trust_coefficient", "{trust_coefficient} must be > 0, not ", ShortestText(c.trust_coefficient()));
+    }
+  } else if (Has(c, "trust_coefficient")) {
+    k.Add("trust_coefficient", "{trust_coefficient} applies to {optimizer=lars}");
+  }
+  if (lamb) {
+    for (const auto& [field, beta] : {std::pair{"adam_beta1", c.adam_beta1()}, std::pair{"adam_beta2", c.adam_beta2()}}) {
+      if (!(beta >= 0 && beta < 1)) k.Add(field, "{" + std::string(field) + "} must be in [0, 1), not ", ShortestText(beta));
+    }
+    if (!(std::isfinite(c.adam_eps()) && c.adam_eps() > 0)) k.Add("adam_eps", "{adam_eps} must be > 0");
+  } else if (adam) {
     // Adam has its own momentum (adam_beta1); SGD's default momentum is simply not used.
     if (c.has_momentum() && c.momentum() != 0) k.Add("momentum", "{momentum} is SGD's: {optimizer=adam} has {adam_beta1}");
     if (c.nesterov()) k.Add("nesterov", "{nesterov} is SGD's, not {optimizer=adam}'s");
@@ -365,7 +392,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     if (!(std::isfinite(c.adam_eps()) && c.adam_eps() > 0)) k.Add("adam_eps", "{adam_eps} must be > 0");
   } else {
     for (const char* f : {"adam_beta1", "adam_beta2", "adam_eps"}) {
-      if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {optimizer=adam}");
+      if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {optimizer=adam} and {optimizer=lamb}");
     }
   }
   if (!(c.lr() > 0) || !std::isfinite(c.lr())) k.Add("lr", "{lr} must be > 0");
@@ -446,14 +473,16 @@ std::string JobFingerprint(const TrainConfig& c) {
   f.clear_checkpoint_dir();
   f.clear_checkpoint_every();
   f.clear_push_part_mb();
-  // The optimizer's settings at their effective values: adam uses no momentum, sgd no betas.
-  if (c.optimizer() == "adam") {
+  // The optimizer's settings at their effective values: adam and lamb use no momentum, sgd and
+  // lars no betas, only lars a trust coefficient.
+  if (c.optimizer() == "adam" || c.optimizer() == "lamb") {
     f.set_momentum(0);
   } else {
     f.clear_adam_beta1();
     f.clear_adam_beta2();
     f.clear_adam_eps();
   }
+  if (c.optimizer() != "lars") f.clear_trust_coefficient();
   if (c.mode() != config::ALLREDUCE) {  // every rank of a ring alike; PS workers each their own
     f.clear_device();
     f.clear_overlap();

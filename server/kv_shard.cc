@@ -6,11 +6,14 @@
 
 namespace gradsync {
 namespace {
-bool IsAdam(const OptimizerOptions& o) { return o.kind == OptimizerKind::kAdam; }
+// Adam, LARS and LAMB step a length that does not follow the gradient's scale (Adam, LAMB: m /
+// sqrt(v); LARS: the trust ratio divides by ||g||), so a push's g / N would not shorten the step:
+// they take g as it is at rate lr / N, weight decay undivided.
+bool ScaleFree(const OptimizerOptions& o) { return o.kind != OptimizerKind::kSgd; }
 
-// SGD applies each push as g / N, its weight decay divided by N alike; Adam applies g as it is.
+// SGD applies each push as g / N, its weight decay divided by N alike; the others g as it is.
 OptimizerOptions PerPushOptions(OptimizerOptions o, int num_workers, bool aggregate) {
-  if (!aggregate && !IsAdam(o)) o.weight_decay /= static_cast<float>(num_workers);
+  if (!aggregate && !ScaleFree(o)) o.weight_decay /= static_cast<float>(num_workers);
   return o;
 }
 }  // namespace
@@ -23,8 +26,10 @@ KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerO
       optimizer_(PerPushOptions(optimizer, num_workers, aggregate), range.size()),
       lr_(lr),
       num_workers_(num_workers),
-      push_grad_scale_(IsAdam(optimizer) ? 1.0f : 1.0f / static_cast<float>(num_workers)),
-      push_lr_scale_(IsAdam(optimizer) ? 1.0f / static_cast<float>(num_workers) : 1.0f) {
+      push_grad_scale_(ScaleFree(optimizer) ? 1.0f : 1.0f / static_cast<float>(num_workers)),
+      push_lr_scale_(ScaleFree(optimizer) ? 1.0f / static_cast<float>(num_workers) : 1.0f),
+      layer_wise_(IsLayerWise(optimizer.kind)) {
+  optimizer_.SetLayers(OptimizerLayers(layout_, range_));
   for (const auto& r : DenseRuns(layout_, range_)) dense_runs_.push_back({r.begin - range_.begin, r.end - range_.begin});
   for (const auto& t : layout_) {
     if (!t.sparse) continue;
@@ -118,6 +123,26 @@ void KvShard::StepDense(int64_t local, std::span<const float> g, float lr, float
   };
   // Below a few hundred thousand elements waking threads costs more than it saves.
   constexpr size_t kMinPiece = size_t{1} << 18;
+  if (layer_wise_) {
+    // LARS, LAMB: a layer's norms are over all of it (its part in this shard), so the run is
+    // cut at layer boundaries only, one layer per Step call, the layers spread over the threads.
+    if (parallel_ == nullptr || g.size() < 2 * kMinPiece) {
+      piece(0, g.size());
+      return;
+    }
+    const int64_t end = local + static_cast<int64_t>(g.size());
+    layer_cuts_.clear();
+    for (const OptimizerLayer& l : optimizer_.layers()) {
+      const int64_t b = std::max(l.begin, local), e = std::min(l.end, end);
+      if (b < e) layer_cuts_.push_back({b - local, e - local});
+    }
+    parallel_->Run(layer_cuts_.size(), 1, [&](size_t first, size_t last) {
+      for (size_t i = first; i < last; ++i) {
+        piece(static_cast<size_t>(layer_cuts_[i].begin), static_cast<size_t>(layer_cuts_[i].end));
+      }
+    });
+    return;
+  }
   if (parallel_ == nullptr) {
     piece(0, g.size());
   } else {
@@ -137,7 +162,28 @@ void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t>
                     float lr_scale, bool counts, float pushed_lr) {
   Own();
   const float lr = Lr(pushed_lr) * lr_scale * push_lr_scale_;
-  for (const auto& s : segments) {
+  if (layer_wise_) {
+    // LARS, LAMB: a push's parts may cut a layer, so its dense values are gathered until its
+    // last part and applied then, each layer in one piece (dense models only: no keys).
+    GRADSYNC_CHECK(keys.empty()) << OptimizerKindName(optimizer_.options().kind) << " takes dense pushes only";
+    if (pending_.size() != params_->size()) pending_.assign(params_->size(), 0.0f);
+    for (const auto& s : segments) {
+      std::copy(values, values + s.size(), pending_.data() + (s.begin - range_.begin));
+      pending_runs_.push_back({s.begin - range_.begin, s.end - range_.begin});
+      values += s.size();
+    }
+    if (!counts) return;
+    std::sort(pending_runs_.begin(), pending_runs_.end(), [](const Segment& x, const Segment& y) { return x.begin < y.begin; });
+    size_t i = 0;
+    while (i < pending_runs_.size()) {
+      Segment run = pending_runs_[i++];
+      while (i < pending_runs_.size() && pending_runs_[i].begin == run.end) run.end = pending_runs_[i++].end;
+      StepDense(run.begin, std::span<const float>(pending_.data() + run.begin, static_cast<size_t>(run.size())), lr,
+                push_grad_scale_, nullptr);
+    }
+    pending_runs_.clear();
+  }
+  for (const auto& s : layer_wise_ ? std::span<const Segment>() : segments) {
     StepDense(s.begin - range_.begin, std::span<const float>(values, static_cast<size_t>(s.size())), lr,
               push_grad_scale_, nullptr);
     values += s.size();

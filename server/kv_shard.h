@@ -9,7 +9,14 @@
 //   SGD:  one step on g / N (weight decay divided by N too, so N pushes decay once);
 //   Adam: one Adam step (m, v and t advance) on g itself at rate lr / N. Adam divides the
 //         gradient by its own running scale, so g / N would not shorten the step; lr / N does.
-//         With N = 1 both are exactly the optimizer on one worker's gradient.
+//   LARS, LAMB: likewise one step on g itself at rate lr / N, weight decay undivided: LAMB's
+//         m / sqrt(v) and LARS's trust ratio (eta ||w|| / ||g||) do not follow g's scale either.
+//         Each push's trust ratios are its own gradient's (per layer, over the shard's part of
+//         the layer); a push in parts is gathered and applied at its last part.
+//         With N = 1 each is exactly the optimizer on one worker's gradient.
+// LARS and LAMB adapt per layer: the shard's layers are the layout's tensors cut to its range
+// (OptimizerLayers), and a dense update is split (over --apply-threads) at layer boundaries
+// only, so each trust ratio is over a layer's whole part in this shard.
 // The rate is the schedule's at the shard's step, or a push's own (`lr`: a worker whose own
 // optimizer or schedule sets the rate, a frontend's LR scheduler) instead. The version counts
 // gradients applied; the step that drives the learning-rate schedule counts rounds (bsp) or
@@ -55,7 +62,7 @@ class KvShard {
   void ApplyAccumulated(int count, float lr = NAN);
 
   // Large dense updates split over these threads (null: this thread alone). The same bits either
-  // way: the optimizer's update is element-wise.
+  // way: the optimizer's update is element-wise (LARS, LAMB: per layer, one layer per thread).
   void set_parallel(ParallelFor* pool) { parallel_ = pool; }
 
   int64_t version() const { return version_; }
@@ -70,6 +77,8 @@ class KvShard {
   // The optimizer's state (Optimizer::state(): momentum, or Adam's m then v) and steps taken.
   std::span<const float> optimizer_state() const { return optimizer_.state(); }
   int64_t optimizer_steps() const { return optimizer_.steps(); }
+  // LARS's and LAMB's layers: the layout's tensors cut to the range (OptimizerLayers).
+  const std::vector<OptimizerLayer>& optimizer_layers() const { return optimizer_.layers(); }
 
   // Puts back a checkpointed state: the range's parameters, the optimizer's state (its size
   // must be this optimizer's) and steps, the version, the schedule's step and the gradient
@@ -97,8 +106,12 @@ class KvShard {
   ParallelFor* parallel_ = nullptr;
   LrSchedule lr_;
   int num_workers_;
-  float push_grad_scale_;  // Apply(): SGD 1/N, Adam 1
-  float push_lr_scale_;    // Apply(): SGD 1, Adam 1/N
+  float push_grad_scale_;  // Apply(): SGD 1/N, the others 1
+  float push_lr_scale_;    // Apply(): SGD 1, Adam, LARS, LAMB 1/N
+  bool layer_wise_;        // LARS, LAMB
+  std::vector<Segment> layer_cuts_;    // StepDense: a run's layers, local to the run
+  std::vector<float> pending_;         // Apply (LARS, LAMB): a push's values until its last part
+  std::vector<Segment> pending_runs_;  // ... and the local runs they fill
   std::vector<float> scratch_;
   std::vector<uint64_t> local_keys_;  // Apply: a push's keys, local
   std::vector<float> accum_;

@@ -15,8 +15,18 @@ Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int
   uint64_t next = 0;
   for (const auto& t : job.tensors()) {
     if (t.offset() != next || t.size() == 0) return InvalidArgumentError("INIT: tensors are not contiguous");
-    layout.push_back({t.name(), {static_cast<int64_t>(t.size())}, static_cast<int64_t>(t.offset()),
-                      static_cast<int64_t>(t.size()), t.sparse()});
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (shape.empty()) shape = {static_cast<int64_t>(t.size())};
+    uint64_t elements = 1;
+    for (const int64_t d : shape) {
+      if (d < 1 || static_cast<uint64_t>(d) > (uint64_t{1} << 34) / elements) {
+        elements = 0;
+        break;
+      }
+      elements *= static_cast<uint64_t>(d);
+    }
+    if (elements != t.size()) return InvalidArgumentError("INIT: tensor '" + t.name() + "': its shape does not hold its size");
+    layout.push_back({t.name(), std::move(shape), static_cast<int64_t>(t.offset()), static_cast<int64_t>(t.size()), t.sparse()});
     next += t.size();
   }
   if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {

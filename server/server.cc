@@ -20,8 +20,10 @@ double NowMs() {
 
 std::string OptimizerText(const OptimizerOptions& o) {
   std::ostringstream s;
-  if (o.kind == OptimizerKind::kAdam) {
-    s << "adam (beta1 " << o.beta1 << ", beta2 " << o.beta2 << ", eps " << o.eps;
+  if (o.kind == OptimizerKind::kAdam || o.kind == OptimizerKind::kLamb) {
+    s << OptimizerKindName(o.kind) << " (beta1 " << o.beta1 << ", beta2 " << o.beta2 << ", eps " << o.eps;
+  } else if (o.kind == OptimizerKind::kLars) {
+    s << "lars (momentum " << o.momentum << ", trust coefficient " << o.trust_coefficient;
   } else {
     s << "sgd (momentum " << o.momentum << (o.nesterov ? ", nesterov" : "");
   }

@@ -170,6 +170,13 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
   lr_ = RunSchedule(o, shape.total_steps, shape.steps_per_epoch);
   const int64_t opt_size = device ? 0 : zero > 0 ? static_cast<int64_t>(shard_end() - shard_begin()) : model_->num_params();
   opt_.emplace(o.optimizer, opt_size);
+  // LARS's and LAMB's layers: the whole model's, or those of this rank's ZeRO shard (a layer cut
+  // by the shard's bounds is a layer of its own there: its norms are the shard's part's).
+  if (!device) {
+    opt_->SetLayers(OptimizerLayers(model_->layout(), zero > 0 ? Segment{static_cast<int64_t>(shard_begin()),
+                                                                         static_cast<int64_t>(shard_end())}
+                                                               : Segment{0, model_->num_params()}));
+  }
   if (options_.resume && zero > 0 && !device) {
     // A plain checkpoint's whole state (rank 0 broadcasts it) or each rank's shard file.
     std::vector<float> whole;

@@ -12,6 +12,7 @@ Result<int64_t> LocalSync::Start(const JobShape& shape) {
   const bool device = model_->on_device();
   if (device) RETURN_IF_ERROR(model_->SetOptimizer(options_.optimizer));
   opt_.emplace(options_.optimizer, device ? 0 : model_->num_params());
+  opt_->SetLayers(OptimizerLayers(model_->layout(), {0, device ? 0 : model_->num_params()}));
   return int64_t{0};
 }
 

@@ -6,6 +6,7 @@
 
 namespace gradsync {
 
+// Each dense run in one Step call: whole layers, as LARS and LAMB need (common/optimizer.h).
 void ApplyGradients(Model& model, Optimizer& opt, float lr, float grad_scale) {
   const auto& layout = model.layout();
   for (size_t i = 0; i < layout.size(); ++i) {

@@ -16,6 +16,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
     spec->set_offset(static_cast<uint64_t>(t.offset));
     spec->set_size(static_cast<uint64_t>(t.size));
     spec->set_sparse(t.sparse);
+    for (const int64_t d : t.shape) spec->add_shape(d);
   }
   job.set_num_params(static_cast<uint64_t>(model.num_params()));
   job.set_num_workers(o.num_workers);

@@ -266,8 +266,11 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
 
   const OptimizerOptions& opt = train.optimizer;
   char opt_text[128];
-  if (opt.kind == OptimizerKind::kAdam) {
-    std::snprintf(opt_text, sizeof(opt_text), "adam beta1=%g beta2=%g eps=%g", opt.beta1, opt.beta2, opt.eps);
+  if (opt.kind == OptimizerKind::kAdam || opt.kind == OptimizerKind::kLamb) {
+    std::snprintf(opt_text, sizeof(opt_text), "%s beta1=%g beta2=%g eps=%g", OptimizerKindName(opt.kind), opt.beta1, opt.beta2,
+                  opt.eps);
+  } else if (opt.kind == OptimizerKind::kLars) {
+    std::snprintf(opt_text, sizeof(opt_text), "lars momentum=%g trust_coefficient=%g", opt.momentum, opt.trust_coefficient);
   } else {
     std::snprintf(opt_text, sizeof(opt_text), "sgd momentum=%g%s", opt.momentum, opt.nesterov ? " (nesterov)" : "");
   }

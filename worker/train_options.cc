@@ -22,7 +22,7 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
   LocalTrainOptions t;
   t.optimizer.kind = *ParseOptimizerKind(c.optimizer());  // Validate() checked it
   t.optimizer.weight_decay = c.weight_decay();
-  if (t.optimizer.kind == OptimizerKind::kAdam) {
+  if (t.optimizer.kind == OptimizerKind::kAdam || t.optimizer.kind == OptimizerKind::kLamb) {
     t.optimizer.beta1 = c.adam_beta1();
     t.optimizer.beta2 = c.adam_beta2();
     t.optimizer.eps = c.adam_eps();
@@ -32,6 +32,7 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
   }
   t.precision = *ParsePrecision(c.precision());  // Validate() checked it
   t.initial_loss_scale = c.initial_loss_scale();
+  if (t.optimizer.kind == OptimizerKind::kLars) t.optimizer.trust_coefficient = c.trust_coefficient();
   t.lr.base = c.lr();
   t.lr.kind = *ParseLrScheduleKind(c.lr_schedule());
   t.batch = c.batch();

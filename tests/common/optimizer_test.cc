@@ -250,6 +250,307 @@ TEST(AdamTest, Validation) {
   EXPECT_STREQ(OptimizerKindName(OptimizerKind::kAdam), "adam");
 }
 
+// LARS and LAMB: a small model of three tensors (a 2x3 weight, its bias of 3, a 3x1 weight), a
+// double-precision reference of each paper's rule, per layer.
+std::vector<TensorInfo> ThreeLayers() {
+  return {{"fc1.weight", {2, 3}, 0, 6, false}, {"fc1.bias", {3}, 6, 3, false}, {"fc2.weight", {3, 1}, 9, 3, false}};
+}
+const std::vector<float> kLayerW = {0.5f, -1.0f, 0.25f, 2.0f, -0.5f, 1.5f, 0.1f, -0.2f, 0.3f, 1.0f, -2.0f, 0.75f};
+const std::vector<std::vector<double>> kLayerGrads = {
+    {0.2, -0.1, 0.4, 0.05, -0.3, 0.1, 0.5, -0.25, 0.125, -0.6, 0.2, 0.9},
+    {-0.1, 0.3, 0.2, -0.05, 0.1, 0.4, -0.5, 0.25, 0.0, 0.3, -0.1, -0.2},
+    {0.05, 0.05, -0.2, 0.3, 0.2, -0.1, 0.1, 0.1, 0.1, -0.4, 0.6, 0.1},
+    {0.3, -0.2, 0.1, 0.1, -0.1, 0.2, 0.2, -0.3, 0.4, 0.2, 0.3, -0.5}};
+
+OptimizerOptions Lars(float momentum, float weight_decay, double eta) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kLars;
+  o.momentum = momentum;
+  o.weight_decay = weight_decay;
+  o.trust_coefficient = eta;
+  return o;
+}
+
+OptimizerOptions Lamb(float weight_decay, double eps = 1e-6) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kLamb;
+  o.weight_decay = weight_decay;
+  o.eps = eps;
+  return o;
+}
+
+double Norm(const std::vector<double>& x, size_t b, size_t e) {
+  double s = 0;
+  for (size_t i = b; i < e; ++i) s += x[i] * x[i];
+  return std::sqrt(s);
+}
+
+// You et al. 2017 with momentum, in double: per layer g' = g + wd w, trust = eta ||w|| / (||g|| +
+// wd ||w||), b = mu b + lr trust g', w -= b; a layer that does not adapt: trust 1, no decay.
+std::vector<double> LarsReference(const OptimizerOptions& o, const std::vector<OptimizerLayer>& layers, std::vector<double> w,
+                                  const std::vector<std::vector<double>>& grads, double lr) {
+  std::vector<double> b(w.size(), 0.0);
+  for (const auto& g : grads) {
+    for (const OptimizerLayer& l : layers) {
+      const double wd = l.adapt ? o.weight_decay : 0.0;
+      const double wn = Norm(w, l.begin, l.end), gn = Norm(g, l.begin, l.end);
+      const double trust = l.adapt && wn > 0 && gn > 0 ? o.trust_coefficient * wn / (gn + wd * wn) : 1.0;
+      for (auto i = static_cast<size_t>(l.begin); i < static_cast<size_t>(l.end); ++i) {
+        b[i] = o.momentum * b[i] + lr * trust * (g[i] + wd * w[i]);
+        w[i] -= b[i];
+      }
+    }
+  }
+  return w;
+}
+
+// You et al. 2019, Algorithm 2, in double.
+std::vector<double> LambReference(const OptimizerOptions& o, const std::vector<OptimizerLayer>& layers, std::vector<double> w,
+                                  const std::vector<std::vector<double>>& grads, double lr) {
+  std::vector<double> m(w.size(), 0.0), v(w.size(), 0.0), r(w.size(), 0.0);
+  int t = 0;
+  for (const auto& g : grads) {
+    ++t;
+    for (const OptimizerLayer& l : layers) {
+      const double wd = l.adapt ? o.weight_decay : 0.0;
+      for (auto i = static_cast<size_t>(l.begin); i < static_cast<size_t>(l.end); ++i) {
+        m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
+        v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
+        const double mh = m[i] / (1 - std::pow(o.beta1, t)), vh = v[i] / (1 - std::pow(o.beta2, t));
+        r[i] = mh / (std::sqrt(vh) + o.eps) + wd * w[i];
+      }
+      const double wn = Norm(w, l.begin, l.end), rn = Norm(r, l.begin, l.end);
+      const double trust = l.adapt && wn > 0 && rn > 0 ? wn / rn : 1.0;
+      for (auto i = static_cast<size_t>(l.begin); i < static_cast<size_t>(l.end); ++i) w[i] -= lr * trust * r[i];
+    }
+  }
+  return w;
+}
+
+// The optimizer over the three layers, one Step call for the whole range per step.
+std::vector<float> RunLayered(const OptimizerOptions& o, float lr, Optimizer* out = nullptr) {
+  Optimizer opt(o, 12);
+  opt.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+  std::vector<float> w = kLayerW;
+  for (const auto& g : kLayerGrads) {
+    std::vector<float> gf(g.begin(), g.end());
+    opt.Step(w, gf, lr);
+    opt.EndStep();
+  }
+  if (out != nullptr) {
+    out->SetState(opt.state());
+    out->set_steps(opt.steps());
+  }
+  return w;
+}
+
+void ExpectNearReference(const std::vector<float>& w, const std::vector<double>& ref, double tol) {
+  ASSERT_EQ(w.size(), ref.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], ref[i], tol) << i;
+}
+
+TEST(OptimizerLayersTest, EachTensorCutToTheRangeBiasesAndVectorsExcluded) {
+  const auto layout = ThreeLayers();
+  EXPECT_EQ(OptimizerLayers(layout, {0, 12}),
+            (std::vector<OptimizerLayer>{{0, 6, true}, {6, 9, false}, {9, 12, true}}));
+  // A shard [4, 10): the end of fc1.weight, the bias, the start of fc2.weight, in its coordinates.
+  EXPECT_EQ(OptimizerLayers(layout, {4, 10}), (std::vector<OptimizerLayer>{{0, 2, true}, {2, 5, false}, {5, 6, true}}));
+  EXPECT_EQ(OptimizerLayers(layout, {7, 8}), (std::vector<OptimizerLayer>{{0, 1, false}}));
+  // A 1-D tensor not named a bias (a norm's scale), and a sparse one, do not adapt either.
+  std::vector<TensorInfo> other = {{"ln.scale", {4}, 0, 4, false}, {"emb", {2, 2}, 4, 4, true}, {"w", {2, 2}, 8, 4, false}};
+  EXPECT_EQ(OptimizerLayers(other, {0, 12}),
+            (std::vector<OptimizerLayer>{{0, 4, false}, {4, 8, false}, {8, 12, true}}));
+  EXPECT_TRUE(OptimizerLayers(layout, {5, 5}).empty());
+  // Listed out of offset order, with a gap: sorted, the gap a layer of its own, still a cover.
+  std::vector<TensorInfo> shuffled = {{"b.weight", {2, 2}, 8, 4, false}, {"a.weight", {2, 2}, 0, 4, false}};
+  EXPECT_EQ(OptimizerLayers(shuffled, {2, 12}),
+            (std::vector<OptimizerLayer>{{0, 2, true}, {2, 6, false}, {6, 10, true}}));
+}
+
+TEST(LarsTest, MatchesTheDoublePrecisionReference) {
+  const auto layers = OptimizerLayers(ThreeLayers(), {0, 12});
+  const std::vector<double> w0(kLayerW.begin(), kLayerW.end());
+  for (const OptimizerOptions& o : {Lars(0.9f, 0.0f, 0.02), Lars(0.9f, 0.01f, 0.02), Lars(0.0f, 0.05f, 0.1)}) {
+    SCOPED_TRACE(testing::Message() << "momentum " << o.momentum << " wd " << o.weight_decay);
+    ExpectNearReference(RunLayered(o, 2.0f), LarsReference(o, layers, w0, kLayerGrads, 2.0), 2e-6);
+  }
+}
+
+TEST(LarsTest, EachLayerMovesByItsOwnTrustRatioAndBiasesBySgd) {
+  // First step, no momentum history, no decay: an adapting layer moves by lr * eta * ||w|| in
+  // norm whatever its gradient's scale; the bias by lr * g.
+  Optimizer opt(Lars(0.9f, 0.0f, 0.01), 12);
+  opt.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+  std::vector<float> w = kLayerW, g(kLayerGrads[0].begin(), kLayerGrads[0].end());
+  for (int i = 9; i < 12; ++i) g[i] *= 1000.0f;  // fc2's gradient 1000 times larger: the same step
+  opt.Step(w, g, 1.0f);
+  auto moved = [&](size_t b, size_t e) {
+    double s = 0, n = 0;
+    for (size_t i = b; i < e; ++i) {
+      s += (double(kLayerW[i]) - w[i]) * (double(kLayerW[i]) - w[i]);
+      n += double(kLayerW[i]) * kLayerW[i];
+    }
+    return std::sqrt(s) / std::sqrt(n);  // relative to ||w||
+  };
+  EXPECT_NEAR(moved(0, 6), 0.01, 1e-6);
+  EXPECT_NEAR(moved(9, 12), 0.01, 1e-6);
+  for (int i = 6; i < 9; ++i) EXPECT_FLOAT_EQ(w[i], kLayerW[i] - g[i]) << i;
+}
+
+TEST(LarsTest, ZeroNormsTakeTrustOne) {
+  Optimizer opt(Lars(0.0f, 0.0f, 0.001), 12);
+  opt.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+  std::vector<float> w = kLayerW, g(kLayerGrads[0].begin(), kLayerGrads[0].end());
+  std::fill(w.begin(), w.begin() + 6, 0.0f);   // ||w|| = 0: plain SGD at lr
+  std::fill(g.begin() + 9, g.end(), 0.0f);     // ||g|| = 0: trust 1, nothing to apply
+  opt.Step(w, g, 0.5f);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(w[i], -0.5f * g[i]) << i;
+  for (int i = 9; i < 12; ++i) EXPECT_EQ(w[i], kLayerW[i]) << i;
+  for (float x : w) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(LambTest, MatchesTheDoublePrecisionReference) {
+  const auto layers = OptimizerLayers(ThreeLayers(), {0, 12});
+  const std::vector<double> w0(kLayerW.begin(), kLayerW.end());
+  for (const OptimizerOptions& o : {Lamb(0.0f), Lamb(0.01f), Lamb(0.1f, 1e-8)}) {
+    SCOPED_TRACE(testing::Message() << "wd " << o.weight_decay << " eps " << o.eps);
+    ExpectNearReference(RunLayered(o, 0.05f), LambReference(o, layers, w0, kLayerGrads, 0.05), 2e-6);
+  }
+}
+
+TEST(LambTest, TheFirstStepMovesEachLayerByTheRateTimesItsNorm) {
+  // t = 1, no decay: r = g / (|g| + eps), about sign(g), so an adapting layer moves by lr * ||w||
+  // (trust = ||w|| / ||r||); the bias, excluded, by lr * sign(g).
+  Optimizer opt(Lamb(0.0f, 1e-12), 12);
+  opt.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+  std::vector<float> w = kLayerW, g(kLayerGrads[0].begin(), kLayerGrads[0].end());
+  opt.Step(w, g, 0.1f);
+  double moved = 0, norm = 0;
+  for (int i = 0; i < 6; ++i) {
+    moved += (double(kLayerW[i]) - w[i]) * (double(kLayerW[i]) - w[i]);
+    norm += double(kLayerW[i]) * kLayerW[i];
+  }
+  EXPECT_NEAR(std::sqrt(moved), 0.1 * std::sqrt(norm), 1e-6);
+  for (int i = 6; i < 9; ++i) EXPECT_NEAR(w[i], kLayerW[i] - 0.1f * (g[i] > 0 ? 1 : -1), 1e-6) << i;
+  ASSERT_EQ(opt.state().size(), 24u);  // m then v
+  EXPECT_FLOAT_EQ(opt.state()[0], 0.1f * 0.2f);
+  EXPECT_FLOAT_EQ(opt.state()[12], 0.001f * 0.04f);
+}
+
+TEST(LambTest, ZeroNormsTakeTrustOne) {
+  Optimizer opt(Lamb(0.0f), 12);
+  opt.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+  std::vector<float> w = kLayerW, g(kLayerGrads[0].begin(), kLayerGrads[0].end());
+  std::fill(w.begin(), w.begin() + 6, 0.0f);  // ||w|| = 0: trust 1, the Adam-like step r
+  std::fill(g.begin() + 9, g.end(), 0.0f);    // ||r|| = 0 (no decay): nothing moves
+  opt.Step(w, g, 0.1f);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(w[i], -0.1 * g[i] / (std::abs(g[i]) + 1e-6), 1e-6) << i;
+  for (int i = 9; i < 12; ++i) EXPECT_EQ(w[i], kLayerW[i]) << i;
+}
+
+TEST(LayerWiseTest, AStepSplitAtALayerBoundaryIsOneStepAndInsideALayerIsNot) {
+  for (const OptimizerOptions& o : {Lars(0.9f, 0.01f, 0.02), Lamb(0.01f)}) {
+    SCOPED_TRACE(OptimizerKindName(o.kind));
+    Optimizer whole(o, 12), split(o, 12), cut(o, 12);
+    for (Optimizer* opt : {&whole, &split, &cut}) opt->SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+    std::vector<float> a = kLayerW, b = a, c = a;
+    for (const auto& gd : kLayerGrads) {
+      std::vector<float> g(gd.begin(), gd.end());
+      const std::span<const float> gs(g);
+      whole.Step(a, g, 0.5f);
+      whole.EndStep();
+      split.Step(std::span(b).subspan(9, 3), gs.subspan(9, 3), 0.5f, 9);  // in any order
+      split.Step(std::span(b).subspan(0, 9), gs.subspan(0, 9), 0.5f, 0);
+      split.EndStep();
+      cut.Step(std::span(c).subspan(0, 3), gs.subspan(0, 3), 0.5f, 0);  // fc1.weight in two calls
+      cut.Step(std::span(c).subspan(3, 9), gs.subspan(3, 9), 0.5f, 3);
+      cut.EndStep();
+    }
+    EXPECT_EQ(a, b);
+    EXPECT_TRUE(std::equal(whole.state().begin(), whole.state().end(), split.state().begin()));
+    EXPECT_NE(std::vector<float>(a.begin(), a.begin() + 6), std::vector<float>(c.begin(), c.begin() + 6));
+    EXPECT_TRUE(std::equal(a.begin() + 6, a.end(), c.begin() + 6));  // the other layers alike
+  }
+}
+
+TEST(LayerWiseTest, WithoutLayersTheRangeIsOneAdaptingLayer) {
+  OptimizerOptions o = Lars(0.0f, 0.0f, 0.1);
+  Optimizer opt(o, 4);
+  std::vector<float> w = {3, 0, 0, 4}, g = {0, 1, 0, 0};  // ||w|| = 5, ||g|| = 1
+  opt.Step(w, g, 1.0f);
+  EXPECT_FLOAT_EQ(w[1], -0.5f);
+  EXPECT_EQ(opt.layers(), (std::vector<OptimizerLayer>{{0, 4, true}}));
+}
+
+TEST(LayerWiseTest, StateAndStepCountRoundTrip) {
+  for (const OptimizerOptions& o : {Lars(0.9f, 0.01f, 0.02), Lamb(0.01f)}) {
+    SCOPED_TRACE(OptimizerKindName(o.kind));
+    Optimizer restored(o, 12);
+    restored.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+    Optimizer first(o, 12);
+    first.SetLayers(OptimizerLayers(ThreeLayers(), {0, 12}));
+    std::vector<float> w = RunLayered(o, 0.5f, &restored), w2 = w;
+    // `first` brought to the same point, then both go on with the same gradients.
+    std::vector<float> w1 = kLayerW;
+    for (const auto& gd : kLayerGrads) {
+      std::vector<float> g(gd.begin(), gd.end());
+      first.Step(w1, g, 0.5f);
+      first.EndStep();
+    }
+    EXPECT_EQ(w1, w);
+    EXPECT_EQ(restored.state().size(), o.kind == OptimizerKind::kLars ? 12u : 24u);
+    EXPECT_EQ(restored.steps(), 4);
+    for (const auto& gd : kLayerGrads) {
+      std::vector<float> g(gd.begin(), gd.end());
+      first.Step(w1, g, 0.5f);
+      first.EndStep();
+      restored.Step(w2, g, 0.5f);
+      restored.EndStep();
+    }
+    EXPECT_EQ(w1, w2);
+  }
+}
+
+TEST(LayerWiseTest, AScaledGradientIsTheGradientScaled) {
+  for (const OptimizerOptions& o : {Lars(0.9f, 0.01f, 0.02), Lamb(0.01f)}) {
+    Optimizer scaled(o, 3), plain(o, 3);
+    std::vector<float> a = {1, -2, 3}, b = a, g = {0.5f, 1.5f, -2.0f}, half = {0.25f, 0.75f, -1.0f};
+    for (int step = 0; step < 3; ++step) {
+      scaled.Step(a, g, 0.1f, 0, 0.5f);
+      scaled.EndStep();
+      plain.Step(b, half, 0.1f);
+      plain.EndStep();
+    }
+    EXPECT_EQ(a, b) << OptimizerKindName(o.kind);
+  }
+}
+
+TEST(LayerWiseTest, Validation) {
+  EXPECT_TRUE(ValidateOptimizerOptions(Lars(0.9f, 1e-4f, 0.001)).ok());
+  EXPECT_TRUE(ValidateOptimizerOptions(Lars(0.0f, 0.0f, 0.001)).ok());
+  EXPECT_TRUE(ValidateOptimizerOptions(Lamb(0.01f)).ok());
+  OptimizerOptions o = Lars(0.9f, 0.0f, 0.001);
+  o.nesterov = true;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), StatusCode::kInvalidArgument);
+  for (double eta : {0.0, -0.1, double(NAN), double(INFINITY)}) {
+    EXPECT_EQ(ValidateOptimizerOptions(Lars(0.9f, 0.0f, eta)).code(), StatusCode::kInvalidArgument) << eta;
+  }
+  o = Lamb(0.0f);
+  o.momentum = 0.9f;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), StatusCode::kInvalidArgument);
+  o = Lamb(0.0f);
+  o.beta2 = 1.0;
+  EXPECT_EQ(ValidateOptimizerOptions(o).code(), StatusCode::kInvalidArgument);
+  o = Lamb(0.0f, 0.0);
+  EXPECT_NE(ValidateOptimizerOptions(o).message().find("lamb eps must be > 0"), std::string::npos);
+  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    EXPECT_EQ(*ParseOptimizerKind(OptimizerKindName(k)), k);
+  }
+  EXPECT_FALSE(IsLayerWise(OptimizerKind::kAdam));
+  EXPECT_TRUE(IsLayerWise(OptimizerKind::kLamb));
+  EXPECT_NE(ParseOptimizerKind("LARS").status().message().find("sgd, adam, lars or lamb"), std::string::npos);
+}
+
 TEST(LrScheduleTest, ConstantAndCosine) {
   LrSchedule c{LrSchedule::Kind::kConstant, 0.1f, 100, 0.0f};
   EXPECT_FLOAT_EQ(c.At(0), 0.1f);

@@ -83,6 +83,56 @@ TEST(PsProtocolTest, InitCarriesTheJobAndPullTheCodec) {
   EXPECT_EQ(b->parts, 0);
 }
 
+TEST(PsProtocolTest, LarsAndLambRoundTripAndAreChecked) {
+  OptimizerOptions lars;
+  lars.kind = OptimizerKind::kLars;
+  lars.momentum = 0.9f;
+  lars.weight_decay = 1e-4f;
+  lars.trust_coefficient = 0.02;
+  wire::JobConfig job;
+  job.add_tensors()->set_name("w");
+  SetJobOptimizer(lars, &job);
+  EXPECT_EQ(job.optimizer(), "lars");
+  auto back = JobOptimizer(job);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kLars);
+  EXPECT_EQ(back->momentum, 0.9f);
+  EXPECT_EQ(back->trust_coefficient, 0.02);
+  EXPECT_EQ(back->weight_decay, 1e-4f);
+  wire::JobConfig bad = job;
+  bad.set_trust_coefficient(0);
+  EXPECT_EQ(JobOptimizer(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = job;
+  bad.set_nesterov(true);
+  EXPECT_EQ(JobOptimizer(bad).status().code(), StatusCode::kInvalidArgument);
+
+  OptimizerOptions lamb;
+  lamb.kind = OptimizerKind::kLamb;
+  lamb.beta1 = 0.8;
+  lamb.eps = 1e-6;
+  lamb.weight_decay = 0.01f;
+  wire::JobConfig lamb_job;
+  lamb_job.add_tensors()->set_name("w");
+  SetJobOptimizer(lamb, &lamb_job);
+  back = JobOptimizer(lamb_job);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kLamb);
+  EXPECT_EQ(back->beta1, 0.8);
+  EXPECT_EQ(back->beta2, 0.999);
+  EXPECT_EQ(back->eps, 1e-6);
+  bad = lamb_job;
+  bad.set_momentum(0.9f);
+  EXPECT_EQ(JobOptimizer(bad).status().code(), StatusCode::kInvalidArgument);
+  for (wire::JobConfig* j : {&job, &lamb_job}) {
+    auto* t = j->add_tensors();
+    t->set_name("emb");
+    t->set_sparse(true);
+    const Status sparse = JobOptimizer(*j).status();
+    EXPECT_EQ(sparse.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(sparse.message().find("applies to dense models; tensor 'emb' is sparse"), std::string::npos) << sparse;
+  }
+}
+
 TEST(PsProtocolTest, TheJobsOptimizerRoundTripsAndIsChecked) {
   OptimizerOptions adam;
   adam.kind = OptimizerKind::kAdam;

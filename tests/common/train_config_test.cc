@@ -74,7 +74,10 @@ TEST(TrainConfigTest, DefaultsAreValid) {
                          "lr_scaling: \"linear\" base_batch: 32 warmup_epochs: 1", "straggle: \"x:3\" straggle_seed: 4",
                          "optimizer: \"adam\"", "optimizer: \"adam\" momentum: 0 weight_decay: 0.01",
                          "mode: ASP optimizer: \"adam\" adam_beta1: 0.8 adam_beta2: 0.99 adam_eps: 1e-6",
-                         "mode: BSP device: \"cuda\" optimizer: \"adam\"", "optimizer: \"sgd\" momentum: 0.5"}) {
+                         "mode: BSP device: \"cuda\" optimizer: \"adam\"", "optimizer: \"sgd\" momentum: 0.5",
+                         "optimizer: \"lars\"", "mode: ALLREDUCE optimizer: \"lars\" momentum: 0 trust_coefficient: 0.02 weight_decay: 1e-4",
+                         "optimizer: \"lamb\"", "mode: SSP optimizer: \"lamb\" momentum: 0 adam_beta2: 0.99 adam_eps: 1e-6 weight_decay: 0.01",
+                         "mode: BSP device: \"cuda\" optimizer: \"lars\""}) {
     EXPECT_TRUE(Validate(Config(ok)).empty()) << ok << ": " << JoinErrors(Validate(Config(ok)));
   }
 }
@@ -146,10 +149,23 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"MomentumOutOfRange", "momentum: 1.5", "momentum", "--momentum must be in [0, 1), not 1.5", "momentum must be in [0, 1)"},
         Contradiction{"NegativeWeightDecay", "weight_decay: -1", "weight_decay", "--weight-decay must be >= 0", "weight_decay must be >= 0"},
         Contradiction{"NesterovWithoutMomentum", "nesterov: true momentum: 0", "nesterov", "--nesterov needs --momentum > 0", "nesterov needs momentum > 0"},
-        Contradiction{"UnknownOptimizer", "optimizer: \"adagrad\"", "optimizer", "--optimizer must be sgd or adam, not 'adagrad'", "optimizer must be sgd or adam"},
+        Contradiction{"UnknownOptimizer", "optimizer: \"adagrad\"", "optimizer", "--optimizer must be sgd, adam, lars or lamb, not 'adagrad'", "optimizer must be sgd, adam, lars or lamb"},
         Contradiction{"AdamWithMomentum", "optimizer: \"adam\" momentum: 0.9", "momentum", "--momentum is SGD's: --optimizer=adam has --adam-beta1", "momentum is SGD's: optimizer adam has adam_beta1"},
         Contradiction{"AdamWithNesterov", "optimizer: \"adam\" nesterov: true", "nesterov", "--nesterov is SGD's, not --optimizer=adam's", "nesterov is SGD's"},
         Contradiction{"AdamWithCorrection", "mode: BSP optimizer: \"adam\" compress: \"topk:0.01\" momentum_correction: true", "momentum_correction", "--momentum-correction applies to --optimizer=sgd", "momentum_correction applies to optimizer sgd"},
+        Contradiction{"LambWithMomentum", "optimizer: \"lamb\" momentum: 0.9", "momentum", "--momentum is SGD's and LARS's: --optimizer=lamb has --adam-beta1", "momentum is SGD's and LARS's: optimizer lamb has adam_beta1"},
+        Contradiction{"LarsWithNesterov", "optimizer: \"lars\" nesterov: true", "nesterov", "--nesterov is SGD's, not --optimizer=lars's", "nesterov is SGD's, not optimizer lars's"},
+        Contradiction{"LambWithNesterov", "optimizer: \"lamb\" momentum: 0 nesterov: true", "nesterov", "--nesterov is SGD's, not --optimizer=lamb's", "nesterov is SGD's"},
+        Contradiction{"LarsWithCorrection", "mode: BSP optimizer: \"lars\" compress: \"topk:0.01\" momentum_correction: true", "momentum_correction", "--momentum-correction applies to --optimizer=sgd", "momentum_correction applies to optimizer sgd"},
+        Contradiction{"LarsOnSparseModel", "optimizer: \"lars\" model: \"sparse_logreg\"", "optimizer", "--optimizer=lars applies to the dense models, not --model=sparse_logreg", "optimizer lars applies to the dense models"},
+        Contradiction{"LambOnSparseModel", "mode: BSP optimizer: \"lamb\" model: \"sparse_logreg\"", "optimizer", "--optimizer=lamb applies to the dense models, not --model=sparse_logreg", "optimizer lamb applies to the dense models"},
+        Contradiction{"LarsOnTheDeviceLocally", "optimizer: \"lars\" device: \"cuda\"", "optimizer", "--optimizer=lars with --device=cuda runs in the PS modes only", "optimizer lars with device cuda runs in the PS modes only"},
+        Contradiction{"TrustCoefficientWithSgd", "trust_coefficient: 0.01", "trust_coefficient", "--trust-coefficient applies to --optimizer=lars", "trust_coefficient applies to optimizer lars"},
+        Contradiction{"TrustCoefficientWithLamb", "optimizer: \"lamb\" trust_coefficient: 0.01", "trust_coefficient", "--trust-coefficient applies to --optimizer=lars", "trust_coefficient applies to optimizer lars"},
+        Contradiction{"ZeroTrustCoefficient", "optimizer: \"lars\" trust_coefficient: 0", "trust_coefficient", "--trust-coefficient must be > 0, not 0", "trust_coefficient must be > 0"},
+        Contradiction{"LambBeta", "optimizer: \"lamb\" adam_beta2: 1", "adam_beta2", "--adam-beta2 must be in [0, 1), not 1", "adam_beta2 must be in [0, 1)"},
+        Contradiction{"LambEps", "optimizer: \"lamb\" adam_eps: 0", "adam_eps", "--adam-eps must be > 0", "adam_eps must be > 0"},
+        Contradiction{"EpsWithLars", "optimizer: \"lars\" adam_eps: 1e-6", "adam_eps", "--adam-eps applies to --optimizer=adam and --optimizer=lamb", "adam_eps applies to optimizer adam and optimizer lamb"},
         Contradiction{"AdamOnSparseModel", "optimizer: \"adam\" model: \"sparse_logreg\"", "optimizer", "--optimizer=adam applies to the dense models, not --model=sparse_logreg", "optimizer adam applies to the dense models"},
         Contradiction{"AdamOnTheDeviceLocally", "optimizer: \"adam\" device: \"cuda\"", "optimizer", "--optimizer=adam with --device=cuda runs in the PS modes only", "optimizer adam with device cuda"},
         Contradiction{"AdamBeta", "optimizer: \"adam\" adam_beta2: 1", "adam_beta2", "--adam-beta2 must be in [0, 1), not 1", "adam_beta2 must be in [0, 1)"},
@@ -318,6 +334,18 @@ TEST(JobFingerprintTest, HoldsTheSettingsThatMustAgree) {
   EXPECT_EQ(JobFingerprint(Config("mode: BSP optimizer: \"adam\" momentum: 0 adam_beta1: 0.9")), adam);
   EXPECT_NE(JobFingerprint(Config("mode: BSP optimizer: \"adam\" adam_beta2: 0.99")), adam);
   EXPECT_EQ(JobFingerprint(Config("mode: BSP optimizer: \"sgd\"")), fp);
+  // lars: momentum and the trust coefficient count, the betas do not; lamb: the betas count,
+  // momentum and the trust coefficient do not.
+  const std::string lars = JobFingerprint(Config("mode: BSP optimizer: \"lars\""));
+  EXPECT_NE(lars, fp);
+  EXPECT_EQ(JobFingerprint(Config("mode: BSP optimizer: \"lars\" trust_coefficient: 0.001 momentum: 0.9")), lars);
+  EXPECT_NE(JobFingerprint(Config("mode: BSP optimizer: \"lars\" trust_coefficient: 0.02")), lars);
+  EXPECT_NE(JobFingerprint(Config("mode: BSP optimizer: \"lars\" momentum: 0.5")), lars);
+  const std::string lamb = JobFingerprint(Config("mode: BSP optimizer: \"lamb\""));
+  EXPECT_NE(lamb, adam);
+  EXPECT_EQ(JobFingerprint(Config("mode: BSP optimizer: \"lamb\" momentum: 0 adam_eps: 1e-8")), lamb);
+  EXPECT_NE(JobFingerprint(Config("mode: BSP optimizer: \"lamb\" adam_eps: 1e-6")), lamb);
+  EXPECT_EQ(JobFingerprint(Config("mode: BSP trust_coefficient: 0.5")), fp);  // sgd has none
   // Every rank of a ring alike: the device and the buckets count there.
   const std::string ar = JobFingerprint(Config("mode: ALLREDUCE"));
   EXPECT_NE(JobFingerprint(Config("mode: ALLREDUCE bucket_mb: 4")), ar);

@@ -123,6 +123,74 @@ TEST(AllreduceTrainTest, AdamResumesFromItsCheckpointBitForBit) {
       << refused.status();
 }
 
+LocalTrainOptions LayerWiseTrain(OptimizerKind kind, int64_t batch, int64_t steps) {
+  LocalTrainOptions t = SmallTrain(batch, steps, kind == OptimizerKind::kLars ? 0.9f : 0.0f);
+  t.optimizer.kind = kind;
+  t.optimizer.weight_decay = 1e-3f;
+  t.optimizer.trust_coefficient = 0.01;
+  t.lr = {LrSchedule::Kind::kConstant, kind == OptimizerKind::kLars ? 1.0f : 0.01f, 0, 0.0f};
+  return t;
+}
+
+// LARS and LAMB: every rank applies them to the averaged gradient (local with the global batch),
+// and bsp on one server (its shard holds every layer whole) is the same optimizer on the mean.
+TEST(AllreduceTrainTest, LarsAndLambEqualLocalAndBspWithTheGlobalBatch) {
+  Dataset data = SmallBlobs();
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    SCOPED_TRACE(OptimizerKindName(kind));
+    LocalTrainOptions t = LayerWiseTrain(kind, 8, 100);
+    auto ar = RunAllreduceJob(4, SmallMlp(), t, data, 100 * sizeof(float));
+    ASSERT_TRUE(ar.ok()) << ar.status();
+    LocalTrainOptions local = t;
+    local.batch = 32;
+    const std::vector<float> expect = RunLocal(SmallMlp(), local, 0, data);
+    const double diff = MaxRelativeDiff(*ar, expect, 1e-3);
+    RecordProperty(std::string("max_relative_diff_vs_local_") + OptimizerKindName(kind), std::to_string(diff));
+    EXPECT_LE(diff, 1e-4);
+    // Not a no-op: the parameters moved.
+    auto model = MakeTestModel(SmallMlp(), false);
+    model->Initialize(0);
+    EXPECT_GT(MaxRelativeDiff(expect, std::vector<float>(model->params().begin(), model->params().end()), 1e-3), 1e-2);
+
+    PsJobOptions ps;
+    ps.mode = ConsistencyMode::kBsp;
+    ps.num_servers = 1;
+    ps.num_workers = 4;
+    ps.model = SmallMlp();
+    ps.train = t;
+    PsJobResult bsp = RunPsJob(ps, data, data);
+    ASSERT_TRUE(bsp.status.ok()) << bsp.status;
+    const double vs_bsp = MaxRelativeDiff(*ar, bsp.params, 1e-3);
+    RecordProperty(std::string("max_relative_diff_vs_bsp_") + OptimizerKindName(kind), std::to_string(vs_bsp));
+    EXPECT_LE(vs_bsp, 1e-4);
+  }
+}
+
+// A LARS or LAMB run resumes from its checkpoint (LARS's momentum; LAMB's m, v and t) bit for
+// bit; a checkpoint of the other one is refused.
+TEST(AllreduceTrainTest, LarsAndLambResumeFromTheirCheckpointsBitForBit) {
+  Dataset data = SmallBlobs();
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    SCOPED_TRACE(OptimizerKindName(kind));
+    TempDir dir;
+    auto straight = RunCheckpointed(data, LayerWiseTrain(kind, 16, 40), dir.path(), false);
+    ASSERT_TRUE(straight.ok()) << straight.status();
+    ASSERT_TRUE(RunCheckpointed(data, LayerWiseTrain(kind, 16, 20), dir.path(), false).ok());  // checkpoint at 20
+    auto resumed = RunCheckpointed(data, LayerWiseTrain(kind, 16, 40), dir.path(), true);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(*resumed, *straight);
+
+    const OptimizerKind other = kind == OptimizerKind::kLars ? OptimizerKind::kLamb : OptimizerKind::kLars;
+    auto refused = RunCheckpointed(data, LayerWiseTrain(other, 16, 30), dir.path(), true);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(std::string("was written with --optimizer=") + OptimizerKindName(kind) +
+                                              "; this run uses --optimizer=" + OptimizerKindName(other)),
+              std::string::npos)
+        << refused.status();
+  }
+}
+
 TEST(AllreduceTrainTest, SparseModelAllGathersItsGradients) {
   SparseLogisticOptions so;
   so.n = 3000;
@@ -283,6 +351,44 @@ TEST(ZeroTest, EveryRankCheckpointsItsShardAndResumesFromIt) {
   auto missing = run(40, 1, true);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("rank 1: no shard of step 20"), std::string::npos) << missing.status();
+}
+
+// ZeRO with LARS and LAMB: each rank's layers are the model's cut to its shard (a layer the
+// shard bounds cut takes the norms of its part). One rank: the whole model, so plain all-reduce
+// to the bit; three ranks: each shard's state and a resume from the shard files bit for bit.
+TEST(ZeroTest, LarsAndLambUpdateTheirShardAndResumeFromIt) {
+  Dataset data = SmallBlobs();
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    SCOPED_TRACE(OptimizerKindName(kind));
+    AllreduceTrainOptions plain, zero;
+    plain.overlap = zero.overlap = false;
+    zero.zero = 1;
+    auto a = RunAllreduceJobWith(1, SmallMlp(), LayerWiseTrain(kind, 8, 40), data, plain, false, AllReduceAlgo::kRing);
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto z = RunAllreduceJobWith(1, SmallMlp(), LayerWiseTrain(kind, 8, 40), data, zero, false, AllReduceAlgo::kRing);
+    ASSERT_TRUE(z.ok()) << z.status();
+    EXPECT_EQ(z->params, a->params);
+
+    TempDir dir;
+    auto run = [&](int64_t steps, bool resume) {
+      AllreduceTrainOptions o;
+      o.zero = 2;
+      o.checkpoint_dir = dir.path();
+      o.checkpoint_every = 10;
+      o.resume = resume;
+      return RunAllreduceJobWith(3, SmallMlp(), LayerWiseTrain(kind, 8, steps), data, o, false, AllReduceAlgo::kRing);
+    };
+    auto straight = run(40, false);
+    ASSERT_TRUE(straight.ok()) << straight.status();
+    const size_t per = kind == OptimizerKind::kLars ? 1 : 2, params = straight->params.size();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(straight->optimizer_state_bytes[r], per * sizeof(float) * (ChunkBegin(params, 3, r + 1) - ChunkBegin(params, 3, r)));
+    }
+    ASSERT_TRUE(run(20, false).ok());
+    auto resumed = run(40, true);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_LE(MaxRelativeDiff(resumed->params, straight->params, 1e-3), 1e-6);
+  }
 }
 
 }  // namespace

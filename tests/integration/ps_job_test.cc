@@ -58,6 +58,43 @@ INSTANTIATE_TEST_SUITE_P(
              (p.param.optimizer == OptimizerKind::kAdam ? "Adam" : "");
     });
 
+// LARS and LAMB over the wire: one server holds every layer whole, so one worker equals local
+// training in every mode (ssp/asp: one step per push at lr / 1); in asp also with overlapped
+// pushes in parts of 100 floats, which cut layers (the shard applies a push at its last part).
+TEST(PsJobTest, LarsAndLambOnOneWorkerEqualLocalInEveryMode) {
+  Dataset data = SmallBlobs(1600);
+  struct Case {
+    ConsistencyMode mode;
+    int staleness;
+    bool overlap;
+  };
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    for (const Case& c : {Case{ConsistencyMode::kBsp, 0, false}, Case{ConsistencyMode::kSsp, 3, false},
+                          Case{ConsistencyMode::kAsp, 0, false}, Case{ConsistencyMode::kAsp, 0, true}}) {
+      SCOPED_TRACE(std::string(OptimizerKindName(kind)) + " " + ConsistencyModeName(c.mode) + (c.overlap ? " overlap" : ""));
+      PsJobOptions o;
+      o.mode = c.mode;
+      o.staleness = c.staleness;
+      o.num_servers = 1;
+      o.num_workers = 1;
+      o.model = SmallMlp();
+      o.train = SmallTrain(32, 100, kind == OptimizerKind::kLars ? 0.9f : 0.0f);
+      o.train.lr.total_steps = 100;
+      o.train.lr.base = kind == OptimizerKind::kLars ? 1.0f : 0.01f;
+      o.train.optimizer.kind = kind;
+      o.train.optimizer.weight_decay = 1e-3f;
+      o.train.optimizer.trust_coefficient = 0.01;
+      o.overlap = c.overlap;
+      o.push_part_floats = 100;
+      PsJobResult r = RunPsJob(o, data, data);
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      std::vector<float> expect = RunLocal(o.model, o.train, 0, data);
+      ASSERT_EQ(r.params.size(), expect.size());
+      EXPECT_LE(MaxRelativeDiff(r.params, expect), 1e-6);
+    }
+  }
+}
+
 // A bsp job of the small MLP on 2 servers.
 PsJobOptions BspJob(int workers, int64_t batch, int64_t steps) {
   PsJobOptions o;

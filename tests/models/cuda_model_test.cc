@@ -147,6 +147,27 @@ TEST(CudaModelTest, StreamedGradientsAndUploadedParametersAreTheDevicesOwn) {
   EXPECT_EQ(plain->OptimizerStep(0.1f).code(), StatusCode::kFailedPrecondition);  // no SetOptimizer
 }
 
+// The device optimizer is SGD's: LARS and LAMB (as Adam) are refused with one line that says
+// where they run (the host, the servers); Validate() refuses --device=cuda with them outside the
+// PS modes before a model is built.
+TEST(CudaModelTest, LarsAndLambAreRefusedWithOneClearLine) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = std::move(CreateCudaModel(Options("mlp"), {})).value();
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    OptimizerOptions o;
+    o.kind = kind;
+    if (kind == OptimizerKind::kLars) o.momentum = 0.9f;
+    for (const Status& s : {gpu->SetOptimizer(o), gpu->SetOptimizerRanges(o, {Segment{0, gpu->num_params()}})}) {
+      EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s;
+      EXPECT_NE(s.message().find(std::string(OptimizerKindName(kind)) + " runs on the servers in the PS modes only"),
+                std::string::npos)
+          << s;
+      EXPECT_EQ(s.message().find('\n'), std::string::npos) << s;
+    }
+  }
+  EXPECT_EQ(gpu->OptimizerStep(0.1f).code(), StatusCode::kFailedPrecondition);  // nothing was set
+}
+
 TEST(CudaModelTest, CpuModelsRunTheirOptimizerOnTheHost) {
   auto cpu = std::move(CreateModel(Options("mlp"))).value();
   EXPECT_FALSE(cpu->on_device());

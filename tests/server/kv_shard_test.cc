@@ -1,4 +1,6 @@
 #include "server/kv_shard.h"
+#include "server/replication.h"
+#include "common/ps_protocol.h"
 
 #include <gtest/gtest.h>
 
@@ -207,6 +209,188 @@ TEST(KvShardTest, AdamInAspTakesAPushsRateOverN) {
   asp.Apply(std::vector<Segment>{{8, 12}}, {}, g.data(), 1.0f, true, 0.01f);
   reference.Step(w, g, 0.01f / 2);
   EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin()));
+}
+
+// LARS and LAMB on a shard: a 2x3 weight, its bias, a 3x1 weight.
+std::vector<TensorInfo> Layers() {
+  return {{"fc1.weight", {2, 3}, 0, 6, false}, {"fc1.bias", {3}, 6, 3, false}, {"fc2.weight", {3, 1}, 9, 3, false}};
+}
+
+OptimizerOptions LayerWise(OptimizerKind kind) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.weight_decay = 0.01f;
+  if (kind == OptimizerKind::kLars) {
+    o.momentum = 0.9f;
+    o.trust_coefficient = 0.02;
+  }
+  return o;
+}
+
+std::vector<float> Grad(int k, int n) {
+  std::vector<float> g(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) g[static_cast<size_t>(i)] = std::sin(static_cast<float>(k * n + i) * 0.7f);
+  return g;
+}
+
+TEST(KvShardTest, LarsAndLambInBspAreTheWorkersOptimizerOnTheMean) {
+  // A shard holding whole layers, bsp: one step per round on the round's mean equals the
+  // optimizer a worker runs (its layers from the same layout) on the averaged gradient.
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    SCOPED_TRACE(OptimizerKindName(kind));
+    LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+    KvShard bsp({0, 12}, Layers(), LayerWise(kind), lr, 2, /*aggregate=*/true);
+    Optimizer worker(LayerWise(kind), 12);
+    worker.SetLayers(OptimizerLayers(Layers(), {0, 12}));
+    std::vector<float> w = Grad(100, 12);
+    bsp.SetValues(w);
+    const std::vector<Segment> all = {{0, 12}};
+    for (int round = 0; round < 4; ++round) {
+      const std::vector<float> g1 = Grad(2 * round, 12), g2 = Grad(2 * round + 1, 12);
+      bsp.Accumulate(all, {}, g1.data());
+      bsp.Accumulate(all, {}, g2.data());
+      bsp.ApplyAccumulated(2);
+      std::vector<float> mean(12);
+      for (int i = 0; i < 12; ++i) mean[i] = (g1[i] + g2[i]) * 0.5f;
+      worker.Step(w, mean, 0.5f);
+      worker.EndStep();
+    }
+    EXPECT_TRUE(std::equal(w.begin(), w.end(), bsp.params().begin()));
+    EXPECT_TRUE(std::equal(worker.state().begin(), worker.state().end(), bsp.optimizer_state().begin()));
+    EXPECT_EQ(bsp.optimizer_steps(), 4);
+  }
+}
+
+TEST(KvShardTest, LarsAndLambShardsTakeTheirPartOfALayerAsTheLayer) {
+  // A shard [4, 10) cuts fc1.weight and fc2.weight: its layers are their parts in it.
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+    KvShard bsp({4, 10}, Layers(), LayerWise(kind), lr, 1, /*aggregate=*/true);
+    Optimizer reference(LayerWise(kind), 6);
+    reference.SetLayers({{0, 2, true}, {2, 5, false}, {5, 6, true}});
+    std::vector<float> w = Grad(50, 6);
+    bsp.SetValues(w);
+    for (int round = 0; round < 3; ++round) {
+      const std::vector<float> g = Grad(round, 6);
+      bsp.Accumulate(std::vector<Segment>{{4, 10}}, {}, g.data());
+      bsp.ApplyAccumulated(1);
+      reference.Step(w, g, 0.5f, 0, 1.0f);
+      reference.EndStep();
+    }
+    EXPECT_TRUE(std::equal(w.begin(), w.end(), bsp.params().begin())) << OptimizerKindName(kind);
+  }
+}
+
+TEST(KvShardTest, LarsAndLambInAspAreOneStepPerPushAtTheRateOverN) {
+  // As Adam: g itself (the trust ratio would undo g / N), weight decay undivided, rate lr / N.
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+    KvShard asp({0, 12}, Layers(), LayerWise(kind), lr, 2, /*aggregate=*/false);
+    Optimizer reference(LayerWise(kind), 12);
+    reference.SetLayers(OptimizerLayers(Layers(), {0, 12}));
+    std::vector<float> w = Grad(100, 12);
+    asp.SetValues(w);
+    for (int push = 0; push < 3; ++push) {
+      const std::vector<float> g = Grad(push, 12);
+      asp.Apply(std::vector<Segment>{{0, 12}}, {}, g.data());
+      reference.Step(w, g, 0.5f / 2, 0, 1.0f);
+      reference.EndStep();
+    }
+    EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin())) << OptimizerKindName(kind);
+    EXPECT_EQ(asp.optimizer_steps(), 3);
+  }
+}
+
+TEST(KvShardTest, LarsAndLambPushInPartsThatCutALayerIsOneWholeLayerStep) {
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+    KvShard whole({0, 12}, Layers(), LayerWise(kind), lr, 1, false), parts({0, 12}, Layers(), LayerWise(kind), lr, 1, false);
+    const std::vector<float> w = Grad(100, 12);
+    whole.SetValues(w);
+    parts.SetValues(w);
+    for (int push = 0; push < 2; ++push) {
+      const std::vector<float> g = Grad(push, 12);
+      whole.Apply(std::vector<Segment>{{0, 12}}, {}, g.data());
+      // Parts [3, 8) and [0, 3) + [8, 12): fc1.weight in two parts, out of order.
+      parts.Apply(std::vector<Segment>{{3, 8}}, {}, g.data() + 3, 1.0f, /*counts=*/false);
+      std::vector<float> rest(g.begin(), g.begin() + 3);
+      rest.insert(rest.end(), g.begin() + 8, g.end());
+      parts.Apply(std::vector<Segment>{{0, 3}, {8, 12}}, {}, rest.data(), 1.0f, /*counts=*/true);
+      EXPECT_EQ(parts.version(), push + 1);
+    }
+    EXPECT_TRUE(std::equal(whole.params().begin(), whole.params().end(), parts.params().begin())) << OptimizerKindName(kind);
+    EXPECT_TRUE(std::equal(whole.optimizer_state().begin(), whole.optimizer_state().end(), parts.optimizer_state().begin()));
+  }
+}
+
+TEST(KvShardTest, LarsAndLambOverApplyThreadsSplitAtLayersOnly) {
+  // Layers far above the threads' piece size: the same bits with and without the threads, and
+  // the reference (one Step call per layer) agrees, so no layer was cut.
+  const int64_t a = 700000, b = 300000, c = 500000;
+  const std::vector<TensorInfo> layout = {
+      {"big.weight", {a}, 0, a, false}, {"x.weight", {b / 1000, 1000}, a, b, false}, {"y.weight", {c / 500, 500}, a + b, c, false}};
+  // (big.weight is 1-D: it does not adapt; the others do.)
+  const int64_t n = a + b + c;
+  ParallelFor pool(4);
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    LrSchedule lr{LrSchedule::Kind::kConstant, 0.5f, 0, 0};
+    KvShard threaded({0, n}, layout, LayerWise(kind), lr, 1, true), alone({0, n}, layout, LayerWise(kind), lr, 1, true);
+    threaded.set_parallel(&pool);
+    Optimizer reference(LayerWise(kind), n);
+    reference.SetLayers(OptimizerLayers(layout, {0, n}));
+    std::vector<float> w = Grad(7, static_cast<int>(n));
+    threaded.SetValues(w);
+    alone.SetValues(w);
+    const std::vector<float> g = Grad(3, static_cast<int>(n));
+    for (KvShard* s : {&threaded, &alone}) {
+      s->Accumulate(std::vector<Segment>{{0, n}}, {}, g.data());
+      s->ApplyAccumulated(1);
+    }
+    for (const Segment& l : {Segment{0, a}, Segment{a, a + b}, Segment{a + b, n}}) {
+      reference.Step(std::span<float>(w).subspan(l.begin, l.size()), std::span<const float>(g).subspan(l.begin, l.size()), 0.5f,
+                     l.begin, 1.0f);
+    }
+    EXPECT_TRUE(std::equal(threaded.params().begin(), threaded.params().end(), alone.params().begin())) << OptimizerKindName(kind);
+    EXPECT_TRUE(std::equal(w.begin(), w.end(), alone.params().begin())) << OptimizerKindName(kind);
+  }
+}
+
+TEST(KvShardTest, AJobsShapesDecideWhichLayersAdapt) {
+  // The worker sends each tensor's shape with the job; a shard built from it (server 1 of 2 here)
+  // excludes the bias from LARS's trust ratios. Without shapes (an older worker) every tensor is
+  // one-dimensional; a shape that does not hold the size is refused.
+  wire::JobConfig job;
+  int64_t offset = 0;
+  for (const TensorInfo& t : Layers()) {
+    auto* spec = job.add_tensors();
+    spec->set_name(t.name);
+    spec->set_offset(static_cast<uint64_t>(offset));
+    spec->set_size(static_cast<uint64_t>(t.size));
+    for (int64_t d : t.shape) spec->add_shape(d);
+    offset += t.size;
+  }
+  job.set_num_params(12);
+  job.set_num_workers(1);
+  job.set_lr(0.1f);
+  job.set_lr_schedule("constant");
+  SetJobOptimizer(LayerWise(OptimizerKind::kLars), &job);
+  auto whole = MakeShardForJob(job, 1, 0, true);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ((*whole)->optimizer_layers(), OptimizerLayers(Layers(), {0, 12}));
+  EXPECT_EQ((*whole)->optimizer_layers(), (std::vector<OptimizerLayer>{{0, 6, true}, {6, 9, false}, {9, 12, true}}));
+  wire::JobConfig no_shapes = job;
+  for (auto& t : *no_shapes.mutable_tensors()) t.clear_shape();
+  auto flat = MakeShardForJob(no_shapes, 1, 0, true);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  for (const OptimizerLayer& l : (*flat)->optimizer_layers()) EXPECT_FALSE(l.adapt);
+  wire::JobConfig wrong = job;
+  wrong.mutable_tensors(0)->set_shape(1, 4);
+  auto refused = MakeShardForJob(wrong, 1, 0, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tensor 'fc1.weight': its shape does not hold its size"), std::string::npos)
+      << refused.status();
+  wrong.mutable_tensors(0)->set_shape(1, int64_t{1} << 40);
+  EXPECT_FALSE(MakeShardForJob(wrong, 1, 0, true).ok());
 }
 
 TEST(KvShardTest, SparseKeysAndRead) {

@@ -160,6 +160,67 @@ TEST(ShardCheckpointerTest, AnAdamShardRestoredFromItsCheckpointGoesOnBitForBit)
   EXPECT_EQ(restored.version(), 6);
 }
 
+TEST(ShardCheckpointerTest, LarsAndLambShardsRestoredFromTheirCheckpointsGoOnBitForBit) {
+  const std::vector<TensorInfo> layout = {{"w", {2, 3}, 0, 6, false}, {"b", {2}, 6, 2, false}};
+  const LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
+    SCOPED_TRACE(OptimizerKindName(kind));
+    testing::TempDir dir;
+    wire::JobConfig job = AdamJob();
+    job.mutable_tensors(0)->set_size(6);
+    auto* bias = job.add_tensors();
+    bias->set_name("b");
+    bias->set_size(2);
+    OptimizerOptions o;
+    o.kind = kind;
+    o.weight_decay = 0.01f;
+    if (kind == OptimizerKind::kLars) {
+      o.momentum = 0.9f;
+      o.trust_coefficient = 0.05;
+    }
+    SetJobOptimizer(o, &job);
+    auto options = JobOptimizer(job);
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_EQ(options->kind, kind);
+    if (kind == OptimizerKind::kLars) {
+      EXPECT_EQ(options->trust_coefficient, 0.05);
+    }
+    KvShard shard({0, 8}, layout, *options, lr, 2, false);
+    shard.SetValues(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+    const std::vector<Segment> all = {{0, 8}};
+    auto gradient = [](int k) {
+      std::vector<float> g(8);
+      for (int i = 0; i < 8; ++i) g[i] = std::sin(static_cast<float>(k * 8 + i));
+      return g;
+    };
+    for (int k = 0; k < 3; ++k) shard.Apply(all, {}, gradient(k).data());
+    ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
+    ShardCheckpointer c(dir.path(), 1, 5.0);
+    ASSERT_TRUE(c.Write(0, Table(), job, shard, controller, 0).ok());
+    auto back = c.Read(0, Table());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->optimizer(), OptimizerKindName(kind));
+    EXPECT_EQ(back->optimizer_steps(), 3);
+    EXPECT_EQ(back->optimizer_state().size(), (kind == OptimizerKind::kLars ? 1u : 2u) * 8 * sizeof(float));
+    auto restored_options = JobOptimizer(back->job());
+    ASSERT_TRUE(restored_options.ok()) << restored_options.status();
+    KvShard restored({0, 8}, layout, *restored_options, lr, 2, false);
+    ASSERT_TRUE(RestoreShard(*back, &restored).ok());
+    for (int k = 3; k < 6; ++k) {
+      shard.Apply(all, {}, gradient(k).data());
+      restored.Apply(all, {}, gradient(k).data());
+    }
+    EXPECT_TRUE(std::equal(shard.params().begin(), shard.params().end(), restored.params().begin()));
+    EXPECT_TRUE(std::equal(shard.optimizer_state().begin(), shard.optimizer_state().end(), restored.optimizer_state().begin()));
+    // A shard of the job with the other layer-wise optimizer (or adam) refuses this state.
+    wire::ShardCheckpoint other = *back;
+    other.set_optimizer(kind == OptimizerKind::kLars ? "lamb" : "lars");
+    Status s = RestoreShard(other, &restored);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find(std::string("but its job's optimizer is ") + OptimizerKindName(kind)), std::string::npos) << s;
+  }
+}
+
 TEST(ShardCheckpointerTest, RestoreRefusesAnotherOptimizersStateOrRange) {
   testing::TempDir dir;
   const std::vector<TensorInfo> layout = {{"w", {8}, 0, 8, false}};

@@ -52,7 +52,7 @@ Status FakeDeviceModel::SetOptimizer(const OptimizerOptions& options) {
 Status FakeDeviceModel::SetOptimizerRanges(const OptimizerOptions& options, const std::vector<Segment>& ranges) {
   RETURN_IF_ERROR(ValidateOptimizerOptions(options));
   if (options.kind != OptimizerKind::kSgd) {  // as the CUDA models (models/cuda/)
-    return UnimplementedError(name() + ": the device optimizer is SGD's; adam runs on the host or the servers");
+    return UnimplementedError(name() + ": the device optimizer is SGD's; " + OptimizerKindName(options.kind) + " runs on the host or the servers");
   }
   int64_t state = 0;
   for (const Segment& r : ranges) state += r.size();

@@ -50,10 +50,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "--nesterov needs --momentum > 0"},
         BadFlagCase{"MomentumOutOfRange", {"--momentum=1.5"}, "momentum must be in [0, 1)"},
         BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant or cosine"},
-        BadFlagCase{"UnknownOptimizer", {"--optimizer=adagrad"}, "--optimizer must be sgd or adam, not 'adagrad'"},
+        BadFlagCase{"UnknownOptimizer", {"--optimizer=adagrad"}, "--optimizer must be sgd, adam, lars or lamb, not 'adagrad'"},
         BadFlagCase{"AdamWithMomentum", {"--optimizer=adam", "--momentum=0.9"}, "--momentum is SGD's: --optimizer=adam has --adam-beta1"},
         BadFlagCase{"AdamBeta", {"--optimizer=adam", "--adam-beta1=1"}, "--adam-beta1 must be in [0, 1), not 1"},
         BadFlagCase{"AdamSparse", {"--optimizer=adam", "--model=sparse_logreg"}, "--optimizer=adam applies to the dense models"},
+        BadFlagCase{"LambWithMomentum", {"--optimizer=lamb", "--momentum=0.9"}, "--momentum is SGD's and LARS's: --optimizer=lamb has --adam-beta1"},
+        BadFlagCase{"LarsWithNesterov", {"--optimizer=lars", "--nesterov"}, "--nesterov is SGD's, not --optimizer=lars's"},
+        BadFlagCase{"LarsSparse", {"--optimizer=lars", "--model=sparse_logreg"}, "--optimizer=lars applies to the dense models"},
+        BadFlagCase{"LarsOnTheDeviceLocally", {"--optimizer=lars", "--device=cuda"}, "--optimizer=lars with --device=cuda runs in the PS modes only"},
+        BadFlagCase{"TrustCoefficientWithSgd", {"--trust-coefficient=0.01"}, "--trust-coefficient applies to --optimizer=lars"},
         BadFlagCase{"EpsWithSgd", {"--adam-eps=1e-6"}, "--adam-eps applies to --optimizer=adam"},
         BadFlagCase{"HiddenForSoftmax", {"--model=softmax", "--hidden=10"}, "--hidden applies to --model=mlp only"},
         BadFlagCase{"SparseModelOnDenseData", {"--model=sparse_logreg", "--dataset=fashion-mnist"}, "cannot train on"},
@@ -97,6 +102,8 @@ TEST(WorkerBinaryTest, HelpListsTheFlags) {
   EXPECT_NE(r.out.find("--optimizer arg (=sgd) "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--adam-beta2 arg (=0.999) "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--adam-eps arg (=1e-08) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--trust-coefficient arg (=0.001) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sgd|adam|lars|lamb"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("0.0199999996"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("Usage:"), r.out.rfind("Usage:"));
