@@ -290,14 +290,24 @@ float LrSchedule::At(int64_t step) const {
   if (step >= total_steps) return base * final_fraction;
   const int64_t warm = std::min(warmup_steps, total_steps - 1);
   double t = static_cast<double>(step - warm) / static_cast<double>(total_steps - warm);
-  double f = final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+  const double decay = kind == Kind::kLinear ? 1.0 - t : 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+  double f = final_fraction + (1.0 - final_fraction) * decay;
   return static_cast<float>(base * f);
 }
 
 Result<LrSchedule::Kind> ParseLrScheduleKind(const std::string& text) {
   if (text == "constant") return LrSchedule::Kind::kConstant;
   if (text == "cosine") return LrSchedule::Kind::kCosine;
-  return InvalidArgumentError("learning-rate schedule must be constant or cosine, not '" + text + "'");
+  if (text == "linear") return LrSchedule::Kind::kLinear;
+  return InvalidArgumentError("learning-rate schedule must be constant, cosine or linear, not '" + text + "'");
+}
+
+const char* LrScheduleKindName(LrSchedule::Kind kind) {
+  switch (kind) {
+    case LrSchedule::Kind::kCosine: return "cosine";
+    case LrSchedule::Kind::kLinear: return "linear";
+    default: return "constant";
+  }
 }
 
 }  // namespace gradsync

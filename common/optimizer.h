@@ -157,13 +157,13 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
-// Learning rate as a function of the global step. Constant, or cosine decay from `base` to
-// `base * final_fraction` over `total_steps` (after that it stays at the final value).
 // The learning rate at each step: an optional linear warm-up from warmup_start to base over
-// the first warmup_steps (Goyal et al. 2017), then constant, or a cosine decay from base to
-// base * final_fraction over the remaining steps up to total_steps.
+// the first warmup_steps (Goyal et al. 2017), then constant, or a decay from base to
+// base * final_fraction over the remaining steps up to total_steps (after that it stays at the
+// final value): cosine, or linear (the polynomial decay of power 1 that LARS and LAMB were
+// published with).
 struct LrSchedule {
-  enum class Kind { kConstant, kCosine };
+  enum class Kind { kConstant, kCosine, kLinear };
   Kind kind = Kind::kConstant;
   float base = 0.1f;
   int64_t total_steps = 0;
@@ -174,7 +174,8 @@ struct LrSchedule {
   float At(int64_t step) const;
 };
 
-// Parses "constant" or "cosine".
+// Parses "constant", "cosine" or "linear"; and the name back.
 Result<LrSchedule::Kind> ParseLrScheduleKind(const std::string& text);
+const char* LrScheduleKindName(LrSchedule::Kind kind);
 
 }  // namespace gradsync

@@ -36,7 +36,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"initial-loss-scale", false, false, "fp16: the dynamic loss scale to start from (halved after each overflowed step, doubled after 2000 good ones)"},
       // Optimization.
       {"lr", false, false, "learning rate"},
-      {"lr-schedule", false, false, "constant|cosine (cosine decays to 0 over the run)"},
+      {"lr-schedule", false, false, "constant|cosine|linear (cosine and linear decay to 0 over the run, after any warm-up)"},
       {"optimizer", false, false, "sgd|adam|lars|lamb: the update rule (adam: torch.optim.Adam; lars, lamb: layer-wise trust ratios, biases and 1-D tensors excluded; adam, lars, lamb: dense models; in the PS modes the servers run it)"},
       {"momentum", false, false, "sgd, lars: momentum (0 = none)"},
       {"nesterov", false, true, "sgd: Nesterov momentum (needs --momentum > 0)"},

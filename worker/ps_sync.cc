@@ -21,7 +21,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_num_params(static_cast<uint64_t>(model.num_params()));
   job.set_num_workers(o.num_workers);
   job.set_lr(o.train.lr.base);
-  job.set_lr_schedule(o.train.lr.kind == LrSchedule::Kind::kCosine ? "cosine" : "constant");
+  job.set_lr_schedule(LrScheduleKindName(o.train.lr.kind));
   const LrSchedule lr = RunSchedule(o.train, total_steps, steps_per_epoch);
   job.set_total_steps(lr.total_steps);
   job.set_warmup_steps(lr.warmup_steps);

@@ -560,7 +560,16 @@ TEST(LrScheduleTest, ConstantAndCosine) {
   EXPECT_NEAR(cos.At(50), 0.05f, 1e-7);
   EXPECT_NEAR(cos.At(100), 0.0f, 1e-9);
   for (int s = 1; s <= 100; ++s) EXPECT_LE(cos.At(s), cos.At(s - 1));
-  EXPECT_FALSE(ParseLrScheduleKind("linear").ok());
+  EXPECT_FALSE(ParseLrScheduleKind("step").ok());
+  // Linear: after a warm-up of 10 steps, a straight line from the base to 0 at step 110.
+  LrSchedule lin{LrSchedule::Kind::kLinear, 0.8f, 110, 0.0f, 10, 0.0f};
+  EXPECT_FLOAT_EQ(lin.At(10), 0.8f);
+  EXPECT_NEAR(lin.At(35), 0.6f, 1e-6);
+  EXPECT_NEAR(lin.At(60), 0.4f, 1e-6);
+  EXPECT_NEAR(lin.At(110), 0.0f, 1e-9);
+  for (auto k : {LrSchedule::Kind::kConstant, LrSchedule::Kind::kCosine, LrSchedule::Kind::kLinear}) {
+    EXPECT_EQ(*ParseLrScheduleKind(LrScheduleKindName(k)), k);
+  }
 }
 
 TEST(LrScheduleTest, LinearWarmUpThenTheSchedule) {

@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"LossScaleBelowOne", "precision: \"fp16\" initial_loss_scale: 0.5", "initial_loss_scale", "--initial-loss-scale must be a finite number >= 1, not 0.5", "initial_loss_scale must be a finite number >= 1"},
         Contradiction{"Fp16WithErrorFeedback", "mode: ALLREDUCE precision: \"fp16\" compress: \"topk:0.01\" error_feedback: true", "error_feedback", "--precision=fp16 skips the steps whose scaled gradient overflows", "precision fp16 skips the steps"},
         Contradiction{"NegativeLr", "lr: -1", "lr", "--lr must be > 0", "lr must be > 0"},
-        Contradiction{"UnknownSchedule", "lr_schedule: \"step\"", "lr_schedule", "constant or cosine", "constant or cosine"},
+        Contradiction{"UnknownSchedule", "lr_schedule: \"step\"", "lr_schedule", "constant, cosine or linear", "constant, cosine or linear"},
         Contradiction{"ZeroBatch", "batch: 0", "batch", "--batch must be in [1, 1000000]", "batch must be in"},
         Contradiction{"ZeroAccumulate", "accumulate: 0", "accumulate", "--accumulate must be in [1, 4096]", "accumulate must be in"},
         Contradiction{"AccumulateSparse", "model: \"sparse_logreg\" accumulate: 2", "accumulate", "--accumulate applies to the dense models", "accumulate applies"},

@@ -49,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"UnknownMode", {"--mode=sync"}, "--mode must be"},
         BadFlagCase{"NesterovWithoutMomentum", {"--nesterov", "--momentum=0"}, "--nesterov needs --momentum > 0"},
         BadFlagCase{"MomentumOutOfRange", {"--momentum=1.5"}, "momentum must be in [0, 1)"},
-        BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant or cosine"},
+        BadFlagCase{"UnknownSchedule", {"--lr-schedule=step"}, "constant, cosine or linear"},
         BadFlagCase{"UnknownOptimizer", {"--optimizer=adagrad"}, "--optimizer must be sgd, adam, lars or lamb, not 'adagrad'"},
         BadFlagCase{"AdamWithMomentum", {"--optimizer=adam", "--momentum=0.9"}, "--momentum is SGD's: --optimizer=adam has --adam-beta1"},
         BadFlagCase{"AdamBeta", {"--optimizer=adam", "--adam-beta1=1"}, "--adam-beta1 must be in [0, 1), not 1"},
