@@ -216,6 +216,107 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   return t.str();
 }
 
+PlotStyle RunPlotStyle(const spec::RunSummary& s, size_t index, size_t count) {
+  PlotStyle st;
+  const std::string& mode = s.mode();
+  st.color = mode == ModeName(config::BSP)         ? "#1f77b4"
+             : mode == ModeName(config::SSP)       ? "#2ca02c"
+             : mode == ModeName(config::ASP)       ? "#d62728"
+             : mode == ModeName(config::ALLREDUCE) ? "#9467bd"
+                                                   : "#7f7f7f";
+  st.dashed = !s.compression().empty() && s.compression() != "none";
+  // Earlier curves wider, so that a later curve drawn over an identical one leaves it showing
+  // as a border; and a point type per run.
+  st.width = count > 1 ? 1.5 + 2.5 * static_cast<double>(count - 1 - index) / static_cast<double>(count - 1) : 2.0;
+  st.point = 1 + static_cast<int>(index % 13);
+  return st;
+}
+
+namespace {
+// A histogram as its cumulative distribution: "value fraction_at_or_below" per value taken.
+void WriteCdf(const std::string& path, const std::map<int64_t, int64_t>& h, const char* what) {
+  std::ofstream f(path);
+  int64_t total = 0;
+  for (const auto& [k, v] : h) total += v;
+  f << "# " << what << " cumulative_fraction\n";
+  if (h.empty() || total <= 0) return;
+  f << h.begin()->first - 1 << " 0\n";  // the step up to the first value
+  int64_t seen = 0;
+  for (const auto& [k, v] : h) {
+    seen += v;
+    f << k << " " << static_cast<double>(seen) / static_cast<double>(total) << "\n";
+  }
+}
+}  // namespace
+
+std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
+  std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot, bounds;
+  size_t evaluated = 0, stale_runs = 0;
+  for (const auto& r : runs) evaluated += r.evals.empty() ? 0 : 1;
+  for (const auto& r : runs) stale_runs += !r.version_lag.empty() && !r.clock_staleness.empty() ? 1 : 0;
+  if (evaluated == 0) return "";
+  auto style = [](const PlotStyle& st, bool points) {
+    std::ostringstream o;
+    o << " lc rgb '" << st.color << "' lw " << Fixed(st.width, 2) << " dt " << (st.dashed ? 2 : 1);
+    if (points) o << " pt " << st.point << " ps 1";
+    return o.str();
+  };
+  size_t curve = 0, stale = 0;
+  for (const auto& r : runs) {
+    if (r.evals.empty()) continue;
+    const PlotStyle st = RunPlotStyle(r.summary, curve, evaluated);
+    const std::string data = dir + "/plots/" + r.summary.name() + ".dat";
+    std::ofstream d(data);
+    d << "# wall_s epoch step test_accuracy_percent\n";
+    for (const auto& p : r.evals) d << p.wall_s << " " << p.epoch << " " << p.step << " " << 100 * p.accuracy << "\n";
+    const std::string sep = curve ? ", " : "";
+    time_plot << sep << "'" << data << "' using 1:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
+    epoch_plot << sep << "'" << data << "' using 2:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
+    ++curve;
+    if (r.version_lag.empty() || r.clock_staleness.empty()) continue;
+    // Staleness as a CDF per run (a step at each value it took): empty bins draw a flat step,
+    // not a line across them, and a run that is always 0 (bsp) is a step to 1 at 0.
+    const PlotStyle ss = RunPlotStyle(r.summary, stale, stale_runs);
+    const std::string cd = dir + "/plots/" + r.summary.name() + ".clock_staleness.dat";
+    const std::string ld = dir + "/plots/" + r.summary.name() + ".version_lag.dat";
+    WriteCdf(cd, r.clock_staleness, "clock_staleness");
+    WriteCdf(ld, r.version_lag, "version_lag");
+    const std::string ssep = stale ? ", " : "";
+    clock_plot << ssep << "'" << cd << "' using 1:2 with steps" << style(ss, false) << " title '" << r.summary.name() << "'";
+    lag_plot << ssep << "'" << ld << "' using 1:2 with steps" << style(ss, false) << " title '" << r.summary.name() << "'";
+    if (r.summary.has_staleness_bound()) {
+      // The ssp bound: clock staleness never passes it.
+      const int s = r.summary.staleness_bound();
+      bounds << "set arrow from " << s << ", graph 0 to " << s << ", graph 1 nohead dt 3 lw 1.5 lc rgb '" << ss.color
+             << "'\nset label 's = " << s << " (" << r.summary.name() << ")' at " << s << ", graph " << Fixed(0.95 - 0.06 * static_cast<double>(stale), 2)
+             << " offset 0.5,0 tc rgb '" << ss.color << "'\n";
+    }
+    ++stale;
+  }
+  std::ostringstream gp;
+  gp << "# Each mode one colour (bsp blue, ssp green, asp red, allreduce purple, local grey); dense\n"
+     << "# runs solid, compressed dashed; earlier curves wider, so coinciding curves stay visible.\n"
+     << "set terminal pngcairo size 960,600 noenhanced\nset grid\nset key bottom right\n"
+     << "set ylabel 'test accuracy (%)'\n"
+     << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << e.name << ": test accuracy vs wall time'\n"
+     << "set xlabel 'wall time (s)'\nplot " << time_plot.str() << "\n"
+     << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << e.name << ": test accuracy vs epochs'\n"
+     << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\n";
+  if (stale > 0) {
+    gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
+       << "set multiplot layout 2,1 title '" << e.name << ": staleness (PS runs), cumulative'\n"
+       << "set key bottom right\nset yrange [0:1.05]\nset xrange [-0.5:*]\n"
+       << "set title 'clock staleness of answered pulls (dotted: the ssp bound s)'\n"
+       << "set xlabel 'clock staleness (clocks)'\nset ylabel 'fraction of pulls at or below'\n"
+       << bounds.str() << "plot " << clock_plot.str() << "\n"
+       << "unset arrow\nunset label\n"
+       << "set title 'version lag of applied gradients'\n"
+       << "set xlabel 'version lag (shard updates)'\nset ylabel 'fraction of gradients at or below'\nplot " << lag_plot.str() << "\n"
+       << "unset multiplot\n";
+  }
+  return gp.str();
+}
+
 namespace {
 
 // summary.md: the table, what each column means, and the plots.
@@ -249,57 +350,10 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
 
 // The PNG plots (gnuplot) and their data under dir/plots/.
 Status WritePlots(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
-  std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot;
-  int curves = 0, stale_curves = 0;
-  // One histogram as "value fraction" lines; points only, so that empty bins draw nothing.
-  auto histogram_file = [&](const std::string& path, const std::map<int64_t, int64_t>& h, const char* what) {
-    std::ofstream f(path);
-    int64_t total = 0;
-    for (const auto& [k, v] : h) total += v;
-    f << "# " << what << "\n";
-    for (const auto& [k, v] : h) f << k << " " << static_cast<double>(v) / static_cast<double>(total) << "\n";
-  };
-  for (const auto& r : runs) {
-    if (r.evals.empty()) continue;
-    const std::string data = dir + "/plots/" + r.summary.name() + ".dat";
-    std::ofstream d(data);
-    d << "# wall_s epoch step test_accuracy_percent\n";
-    for (const auto& p : r.evals) d << p.wall_s << " " << p.epoch << " " << p.step << " " << 100 * p.accuracy << "\n";
-    time_plot << (curves ? ", " : "") << "'" << data << "' using 1:4 with linespoints title '" << r.summary.name() << "'";
-    epoch_plot << (curves ? ", " : "") << "'" << data << "' using 2:4 with linespoints title '" << r.summary.name() << "'";
-    ++curves;
-    if (!r.version_lag.empty() && !r.clock_staleness.empty()) {
-      const std::string cd = dir + "/plots/" + r.summary.name() + ".clock_staleness.dat";
-      const std::string ld = dir + "/plots/" + r.summary.name() + ".version_lag.dat";
-      histogram_file(cd, r.clock_staleness, "clock_staleness fraction_of_pulls");
-      histogram_file(ld, r.version_lag, "version_lag fraction_of_gradients");
-      const std::string sep = stale_curves ? ", " : "";
-      clock_plot << sep << "'" << cd << "' using 1:2 with points pt 7 ps 1.2 title '" << r.summary.name() << "'";
-      lag_plot << sep << "'" << ld << "' using 1:2 with points pt 7 ps 1.2 title '" << r.summary.name() << "'";
-      ++stale_curves;
-    }
-  }
-  if (curves == 0) return OkStatus();  // nothing evaluated: no plots
+  const std::string text = PlotScript(e, runs, dir);
+  if (text.empty()) return OkStatus();  // nothing evaluated: no plots
   const std::string script = dir + "/plots/plots.gp";
-  {
-    std::ofstream gp(script);
-    gp << "set terminal pngcairo size 960,600 noenhanced\nset grid\nset key bottom right\n"
-       << "set ylabel 'test accuracy (%)'\n"
-       << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << e.name << ": test accuracy vs wall time'\n"
-       << "set xlabel 'wall time (s)'\nplot " << time_plot.str() << "\n"
-       << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << e.name << ": test accuracy vs epochs'\n"
-       << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\n";
-    if (stale_curves) {
-      gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
-         << "set multiplot layout 2,1 title '" << e.name << ": staleness (PS runs)'\n"
-         << "set logscale y\nset key top right\nset xrange [-0.5:*]\n"
-         << "set title 'clock staleness of answered pulls (ssp bounds it by s)'\n"
-         << "set xlabel 'clock staleness (clocks)'\nset ylabel 'fraction of pulls'\nplot " << clock_plot.str() << "\n"
-         << "set title 'version lag of applied gradients'\n"
-         << "set xlabel 'version lag (shard updates)'\nset ylabel 'fraction of gradients'\nplot " << lag_plot.str() << "\n"
-         << "unset multiplot\n";
-    }
-  }
+  std::ofstream(script) << text;
   return RunCommand({"gnuplot", script}, 60).WithContext("plots need gnuplot (scripts/setup.sh installs gnuplot-nox)");
 }
 

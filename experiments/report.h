@@ -35,6 +35,20 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
 // The summary table (markdown) of these runs.
 std::string SummaryTable(const std::vector<RunReport>& runs, double target_accuracy);
 
+// How a run is drawn: its mode's colour, dashed when compressed, earlier runs wider (so that a
+// curve drawn over an identical one leaves it visible), a point type per run.
+struct PlotStyle {
+  std::string color;
+  bool dashed = false;
+  double width = 2.0;
+  int point = 1;
+};
+PlotStyle RunPlotStyle(const spec::RunSummary& run, size_t index, size_t count);
+
+// The gnuplot script of the plots (accuracy vs time and epochs; staleness as a CDF per run with
+// each ssp run's bound marked), writing the data under dir/plots/; "" when no run evaluated.
+std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);
+
 // Writes dir/summary.md, dir/summary.json and the PNG plots (dir/accuracy_vs_time.png,
 // dir/accuracy_vs_epoch.png, dir/staleness.png when a run has staleness) with gnuplot.
 Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);

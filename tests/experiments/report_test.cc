@@ -1,0 +1,98 @@
+// The plots' script: staleness as a CDF per run with the ssp bound marked, one colour per mode,
+// compressed runs dashed, earlier curves wider (coinciding curves stay visible).
+#include "experiments/report.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+
+namespace gradsync {
+namespace {
+
+RunReport MakeRun(const std::string& name, const std::string& mode, const std::string& compression,
+              std::map<int64_t, int64_t> staleness = {}, int bound = -1) {
+  RunReport r;
+  r.summary.set_name(name);
+  r.summary.set_mode(mode);
+  r.summary.set_compression(compression);
+  if (bound >= 0) r.summary.set_staleness_bound(bound);
+  r.evals = {{100, 1.0, 2.0, 0.8}, {200, 2.0, 4.0, 0.85}};
+  r.clock_staleness = staleness;
+  r.version_lag = staleness;
+  return r;
+}
+
+std::vector<std::pair<double, double>> ReadPairs(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::vector<std::pair<double, double>> out;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream s(line);
+    double a = 0, b = 0;
+    s >> a >> b;
+    out.push_back({a, b});
+  }
+  return out;
+}
+
+TEST(PlotTest, StalenessIsACdfPerRunWithTheSspBoundMarked) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/plots");
+  Experiment e;
+  e.name = "plots";
+  // A sparse histogram (nothing between 3 and 72): the CDF steps flat across the gap.
+  const std::vector<RunReport> runs = {MakeRun("bsp", "bsp", "none", {{0, 40}}),
+                                       MakeRun("ssp3", "ssp", "none", {{0, 10}, {2, 20}, {3, 10}}, 3),
+                                       MakeRun("asp-topk", "asp", "topk:0.01", {{0, 5}, {3, 5}, {72, 10}}),
+                                       MakeRun("allreduce", "allreduce", "none")};
+  const std::string gp = PlotScript(e, runs, dir.path());
+  const auto asp = ReadPairs(dir.path() + "/plots/asp-topk.clock_staleness.dat");
+  ASSERT_EQ(asp.size(), 4u);
+  EXPECT_EQ(asp.front(), (std::pair<double, double>{-1, 0}));
+  EXPECT_EQ(asp[1], (std::pair<double, double>{0, 0.25}));
+  EXPECT_EQ(asp[2], (std::pair<double, double>{3, 0.5}));
+  EXPECT_EQ(asp.back(), (std::pair<double, double>{72, 1.0}));
+  const auto bsp = ReadPairs(dir.path() + "/plots/bsp.clock_staleness.dat");
+  EXPECT_EQ(bsp.back(), (std::pair<double, double>{0, 1.0}));  // bsp: a step to 1 at 0, in view
+  EXPECT_NE(gp.find("with steps"), std::string::npos) << gp;
+  EXPECT_EQ(gp.find("with points"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set arrow from 3, graph 0 to 3, graph 1"), std::string::npos) << gp;  // ssp's bound
+  EXPECT_NE(gp.find("s = 3 (ssp3)"), std::string::npos) << gp;
+  EXPECT_EQ(gp.find("set arrow from 0,"), std::string::npos) << gp;  // no bound for bsp or asp
+}
+
+TEST(PlotTest, ModesHaveOneColourCompressedIsDashedAndEarlierCurvesAreWider) {
+  spec::RunSummary bsp, bsp_topk, allreduce;
+  bsp.set_mode("bsp");
+  bsp.set_compression("none");
+  bsp_topk.set_mode("bsp");
+  bsp_topk.set_compression("topk:0.01+ef");
+  allreduce.set_mode("allreduce");
+  allreduce.set_compression("none");
+  const PlotStyle a = RunPlotStyle(bsp, 0, 3), b = RunPlotStyle(bsp_topk, 1, 3), c = RunPlotStyle(allreduce, 2, 3);
+  EXPECT_EQ(a.color, b.color);
+  EXPECT_NE(a.color, c.color);
+  EXPECT_FALSE(a.dashed);
+  EXPECT_TRUE(b.dashed);
+  EXPECT_GT(a.width, b.width);
+  EXPECT_GT(b.width, c.width);  // all-reduce's curve, identical to bsp's, leaves bsp's showing
+  EXPECT_NE(a.point, c.point);
+}
+
+TEST(PlotTest, NothingEvaluatedMeansNoScript) {
+  testing::TempDir dir;
+  RunReport r;
+  r.summary.set_name("x");
+  EXPECT_EQ(PlotScript(Experiment{}, {r}, dir.path()), "");
+}
+
+}  // namespace
+}  // namespace gradsync
