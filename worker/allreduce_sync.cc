@@ -9,6 +9,7 @@
 
 #include "common/atomic_file.h"
 #include "common/clock.h"
+#include "common/trace.h"
 #include "gradsync.pb.h"
 #include "worker/epoch.h"
 
@@ -32,6 +33,7 @@ Status AllreduceSync::AverageGradients() {
     const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
     for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
       FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
+      TraceSpan span("all-reduce bucket", "comm", "floats", static_cast<double>(g.size()));
       RETURN_IF_ERROR(averager_->Average(g, bucket_index, static_cast<uint64_t>(step_)));
     }
   }
@@ -412,6 +414,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     RETURN_IF_ERROR(ShardedUpdate(rate, apply).WithContext("step " + std::to_string(step)));
     comm_ms += gather.Millis();
   } else if (!device && options_.apply_update && apply) {
+    TraceSpan span("optimizer", "compute");
     for (size_t t = 0; t < model_->layout().size(); ++t) {
       const TensorInfo& ti = model_->layout()[t];
       if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/process_summary.h"
+#include "common/trace.h"
 #include "gradsync/config.h"
 #include "models/model.h"
 #include "worker/allreduce_trainer.h"
@@ -295,7 +296,16 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     std::fflush(stdout);
   };
   ScaleLearningRate(c, JoinsJob(c.mode()) ? job.table.workers_size() : 1, job.rank, &train);
+  if (p.has_trace()) Trace::Start("worker", job.rank);
   const Trained trained = Train(c, train, *data, placed, metrics ? &*metrics : nullptr, &job, print_epoch);
+  if (p.has_trace()) {
+    size_t events = 0;
+    if (Status t = Trace::Stop(p.trace(), &events); !t.ok()) {
+      std::fprintf(stderr, "gradsync-worker %d: the trace was not written: %s\n", job.rank, t.message().c_str());
+    } else {
+      std::printf("gradsync-worker %d: trace: %zu events in %s\n", job.rank, events, p.trace().c_str());
+    }
+  }
   if (p.has_out()) WriteWorkerSummary(c, p, job, *placed.model, trained, best >= 0);
   if (!trained.reports.ok()) {
     std::cerr << "gradsync-worker: error: " << trained.reports.status().message() << std::endl;

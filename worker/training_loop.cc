@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/sampler.h"
 #include "common/tensor.h"
+#include "common/trace.h"
 #include "worker/epoch.h"
 
 namespace gradsync {
@@ -51,6 +52,7 @@ void TrainingLoop::OnGradReady(size_t tensor) {
       return;
     }
   }
+  TraceInstant("gradient ready", "compute", "tensor", static_cast<double>(tensor));
   if (Status s = sync_->GradReady(tensor); !s.ok()) st.failure = std::move(s);
 }
 
@@ -142,7 +144,10 @@ Status TrainingLoop::RunStep(const StepInput& in) {
   for (int attempt = 0;; ++attempt) {
     step_state_ = StepState();
     Stopwatch begin_clock;
-    Status failed = sync_->BeginStep(plan);
+    Status failed = [&] {
+      TraceSpan span("begin step", "comm", "step", static_cast<double>(step_));
+      return sync_->BeginStep(plan);
+    }();
     // A device model computes on its copy: upload what arrived (enqueued; the compute waits).
     if (failed.ok() && copy_to_device_) RETURN_IF_ERROR(model_->ParamsToDevice());
     begin_ms += begin_clock.Millis();
@@ -157,7 +162,10 @@ Status TrainingLoop::RunStep(const StepInput& in) {
     if (failed.ok()) {
       if (options_.before_compute) options_.before_compute(step_);
       Stopwatch compute_clock;
-      loss = ComputeGradients(*model_, *train_, in.indices, o.micro_batch, buffer_, accum_, in.batch);
+      {
+        TraceSpan span("forward + backward", "compute", "samples", static_cast<double>(in.indices.size()));
+        loss = ComputeGradients(*model_, *train_, in.indices, o.micro_batch, buffer_, accum_, in.batch);
+      }
       failed = step_state_.failure;
       if (failed.ok() && (step_state_.diverged || !std::isfinite(loss))) {
         sync_->AbandonStep();
@@ -170,7 +178,10 @@ Status TrainingLoop::RunStep(const StepInput& in) {
     if (failed.ok()) {
       delay_ms = straggler_.Sleep(compute_ms);
       Stopwatch finish_clock;
-      Result<SyncStepStats> finished = sync_->FinishStep();
+      Result<SyncStepStats> finished = [&] {
+        TraceSpan span("finish step", "comm", "step", static_cast<double>(step_));
+        return sync_->FinishStep();
+      }();
       finish_ms = finish_clock.Millis();
       if (finished.ok()) {
         stats = *finished;

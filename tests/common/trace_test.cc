@@ -1,0 +1,74 @@
+#include "common/trace.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/temp_dir.h"
+
+namespace gradsync {
+namespace {
+
+google::protobuf::Struct ReadJson(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  google::protobuf::Struct out;
+  auto st = google::protobuf::util::JsonStringToMessage(text.str(), &out);
+  EXPECT_TRUE(st.ok()) << st.ToString() << "\n" << text.str();
+  return out;
+}
+
+TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
+  testing::TempDir dir;
+  { TraceSpan s("ignored", "compute"); }  // off: nothing
+  Trace::Start("worker", 3, /*clock_offset_us=*/1e6);
+  {
+    TraceSpan outer("step", "compute", "step", 7);
+    { TraceSpan inner("bucket", "comm", "floats", 1024); }
+    TraceInstant("rejoin", "failure", "clock", 12);
+  }
+  std::thread other([] { TraceSpan s("push", "comm"); });
+  other.join();
+  size_t events = 0;
+  ASSERT_TRUE(Trace::Stop(dir.File("t.json"), &events).ok());
+  EXPECT_EQ(events, 4u);
+  { TraceSpan s("after", "compute"); }  // stopped: nothing more
+  const auto json = ReadJson(dir.File("t.json"));
+  const auto& list = json.fields().at("traceEvents").list_value().values();
+  ASSERT_EQ(list.size(), 5);  // the process name, then the events
+  const auto& meta = list[0].struct_value().fields();
+  EXPECT_EQ(meta.at("ph").string_value(), "M");
+  EXPECT_EQ(meta.at("args").struct_value().fields().at("name").string_value(), "worker 3");
+  std::map<std::string, const google::protobuf::Struct*> by_name;
+  for (int i = 1; i < list.size(); ++i) by_name[list[i].struct_value().fields().at("name").string_value()] = &list[i].struct_value();
+  ASSERT_EQ(by_name.size(), 4u);
+  auto field = [&](const char* name, const char* key) { return by_name[name]->fields().at(key); };
+  EXPECT_EQ(field("step", "ph").string_value(), "X");
+  EXPECT_EQ(field("rejoin", "ph").string_value(), "i");
+  EXPECT_EQ(field("step", "pid").number_value(), 3);
+  EXPECT_EQ(field("step", "args").struct_value().fields().at("step").number_value(), 7);
+  EXPECT_EQ(field("bucket", "args").struct_value().fields().at("floats").number_value(), 1024);
+  // The offset applies; the inner span lies inside the outer one; the other thread has its own track.
+  const double outer_ts = field("step", "ts").number_value(), outer_end = outer_ts + field("step", "dur").number_value();
+  EXPECT_GE(outer_ts, 1e6);
+  EXPECT_GE(field("bucket", "ts").number_value(), outer_ts);
+  EXPECT_LE(field("bucket", "ts").number_value() + field("bucket", "dur").number_value(), outer_end);
+  EXPECT_NE(field("push", "tid").number_value(), field("step", "tid").number_value());
+}
+
+TEST(TraceTest, AnUnwritableFileIsAnError) {
+  Trace::Start("worker", 0);
+  { TraceSpan s("x", "compute"); }
+  const Status st = Trace::Stop("/nonexistent-dir/t.json");
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/nonexistent-dir/t.json"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace gradsync
