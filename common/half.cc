@@ -100,14 +100,6 @@ void AddHalves(uint16_t* acc, const uint16_t* x, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = FloatToHalf(HalfToFloat(acc[i]) + HalfToFloat(x[i]));
 }
 
-uint16_t FloatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN stays a (quiet) NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // nearest, ties to even (a carry into the exponent is right)
-  return static_cast<uint16_t>(x >> 16);
-}
-
 float Bf16ToFloat(uint16_t b) {
   const uint32_t x = static_cast<uint32_t>(b) << 16;
   float f;
@@ -116,7 +108,8 @@ float Bf16ToFloat(uint16_t b) {
 }
 
 namespace {
-// FloatToBf16 without a branch (a select), so that the loops below vectorize.
+// Nearest, ties to even (a carry into the exponent is right); a NaN stays a (quiet) NaN. A select,
+// not a branch, so that the loops below vectorize.
 inline uint16_t Bf16Bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
@@ -140,6 +133,8 @@ __attribute__((target("avx512f,avx512bf16"))) void EncodeBf16Avx512(const float*
 bool CpuHasAvx512Bf16() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"); }
 const bool kHasAvx512Bf16 = CpuHasAvx512Bf16();
 }  // namespace
+
+uint16_t FloatToBf16(float f) { return Bf16Bits(f); }
 
 // Plain loops over restrict pointers: the compiler vectorizes them (the NaN test included).
 void FloatsToBf16s(const float* __restrict x, size_t n, uint16_t* __restrict out) {

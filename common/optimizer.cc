@@ -199,13 +199,7 @@ void Optimizer::LarsStep(float* w, const float* g, size_t n, float lr, size_t of
   const float wd = adapt ? options_.weight_decay : 0.0f;
   double trust = 1.0;
   if (adapt) {
-    double ww = 0.0, gg = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      const double wi = w[i], gi = static_cast<double>(grad_scale * g[i]);
-      ww += wi * wi;
-      gg += gi * gi;
-    }
-    const double wn = std::sqrt(ww), gn = std::sqrt(gg);
+    const double wn = std::sqrt(SquaredNorm({w, n})), gn = std::fabs(grad_scale) * std::sqrt(SquaredNorm({g, n}));
     if (wn > 0.0 && gn > 0.0) trust = options_.trust_coefficient * wn / (gn + static_cast<double>(wd) * wn);
   }
   const float rate = static_cast<float>(static_cast<double>(lr) * trust);
