@@ -7,6 +7,14 @@ namespace gradsync {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// Microseconds of the steady clock: the time base of traces and of the clock offsets processes
+// estimate against the scheduler. Tests give a process a clock of its own by setting
+// GRADSYNC_TEST_CLOCK_SKEW_US (microseconds added, read once), as another host's would be.
+double TestClockSkewUs();
+inline double SteadyMicros() {
+  return std::chrono::duration<double, std::micro>(SteadyClock::now().time_since_epoch()).count() + TestClockSkewUs();
+}
+
 class Stopwatch {
  public:
   Stopwatch() : start_(SteadyClock::now()) {}

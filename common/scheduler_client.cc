@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/cluster.h"
 #include "common/logging.h"
 
@@ -53,7 +55,10 @@ void SchedulerClient::Loop(std::stop_token stop) {
       std::lock_guard lock(mu_);
       out.swap(outbox_);
     }
-    for (auto& h : out) (void)sock->Send("", h);
+    for (auto& h : out) {
+      if (h.type() == wire::HEARTBEAT) h.set_sent_clock_us(SteadyMicros());  // a clock probe
+      (void)sock->Send("", h);
+    }
     if (!out.empty()) cv_.notify_all();
     if (Clock::now() >= next_beat) {
       wire::Header beat;
@@ -63,6 +68,7 @@ void SchedulerClient::Loop(std::stop_token stop) {
         beat.set_sender_role(options_.self.role());
         beat.set_sender_rank(rank_);
       }
+      beat.set_sent_clock_us(SteadyMicros());
       (void)sock->Send("", beat);
       next_beat = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(options_.heartbeat_interval_s));
     }
@@ -167,10 +173,50 @@ void SchedulerClient::Handle(const Message& m) {
       table_.set_max_message_bytes(std::max(table_.max_message_bytes(), h.max_message_bytes()));
       events_++;
       break;
+    case wire::HEARTBEAT:
+      if (h.sent_clock_us() > 0 && std::isfinite(h.sent_clock_us()) && h.scheduler_clock_us() > 0 &&
+          std::isfinite(h.scheduler_clock_us())) {
+        // The scheduler read its clock between this node's send and now: the round trip's
+        // midpoint, with the least error where the round trip was shortest.
+        const double now = SteadyMicros();
+        const double rtt = now - h.sent_clock_us();
+        if (rtt >= 0 && (clock_rtt_us_ < 0 || rtt < clock_rtt_us_)) {
+          clock_rtt_us_ = rtt;
+          clock_offset_us_ = h.scheduler_clock_us() - (h.sent_clock_us() + now) / 2;
+        }
+        clock_probes_++;
+      }
+      break;
     default:
-      break;  // heartbeat answers
+      break;
   }
   cv_.notify_all();
+}
+
+void SchedulerClient::EstimateClock(int probes, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + Seconds(timeout_s);
+  for (int i = 0; i < probes; ++i) {
+    int answered = 0;
+    {
+      std::lock_guard lock(mu_);
+      answered = clock_probes_;
+    }
+    wire::Header probe;
+    probe.set_type(wire::HEARTBEAT);
+    Enqueue(probe);
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return clock_probes_ > answered || !health_.ok(); }) || !health_.ok()) return;
+  }
+}
+
+double SchedulerClient::clock_offset_us() const {
+  std::lock_guard lock(mu_);
+  return clock_offset_us_;
+}
+
+double SchedulerClient::clock_rtt_us() const {
+  std::lock_guard lock(mu_);
+  return clock_rtt_us_;
 }
 
 Result<wire::ClusterTable> SchedulerClient::Register(double timeout_s) {
@@ -202,7 +248,10 @@ Result<wire::ClusterTable> SchedulerClient::Register(double timeout_s) {
                                  " did not complete within " + std::to_string(timeout_s) +
                                  " s (are all servers and workers started?)");
   }
-  return table_;
+  wire::ClusterTable table = table_;
+  lock.unlock();
+  EstimateClock(kClockProbes, 1.0);
+  return table;
 }
 
 int SchedulerClient::rank() const {

@@ -76,6 +76,14 @@ class SchedulerClient {
   // Worker: training is over (`status` says how it ended). Does not wait.
   void Finished(const Status& status);
 
+  // The scheduler's steady clock minus this process's, in microseconds (0 until known): estimated
+  // by Register from kClockProbes round trips, the shortest one's midpoint (error at most half
+  // its round trip, clock_rtt_us), and refined by every heartbeat whose round trip is shorter
+  // still. Traces add it, so that every process of a job writes the scheduler's time.
+  double clock_offset_us() const;
+  double clock_rtt_us() const;  // -1 until known
+  static constexpr int kClockProbes = 16;
+
   // Waits (at most timeout_s) until every queued message has been handed to ZeroMQ.
   void Flush(double timeout_s);
 
@@ -103,6 +111,9 @@ class SchedulerClient {
   void Loop(std::stop_token stop);
   void Handle(const Message& m);
   void Enqueue(wire::Header h);
+  // Sends `probes` heartbeats one after another, each once the last was answered (at most
+  // timeout_s in all).
+  void EstimateClock(int probes, double timeout_s);
 
   SchedulerClientOptions options_;
   TransportContext& ctx_;
@@ -124,6 +135,9 @@ class SchedulerClient {
   bool rejoined_ = false;
   int64_t limit_accepted_ = 0;  // MESSAGE_LIMIT answered: every live shard accepts this much
   Status limit_error_;
+  double clock_offset_us_ = 0;
+  double clock_rtt_us_ = -1;
+  int clock_probes_ = 0;  // stamped heartbeats answered
   std::atomic<uint64_t> events_{0};
   TrafficCounters traffic_;
   std::jthread thread_;

@@ -1,25 +1,33 @@
 #include "common/trace.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
-#include "common/atomic_file.h"
+#include "common/clock.h"
 
 namespace gradsync {
 namespace {
 
+// Events per thread buffer: a full one goes to the writer thread (about 1 MB each).
+constexpr size_t kBufferEvents = size_t{1} << 13;
+
 struct Event {
   const char* name;
   const char* category;
-  const char* arg_name;
-  const char* arg2_name;
   double ts_us;
   double dur_us;  // < 0: an instant event
-  double arg;
-  double arg2;
+  TraceArg args[kMaxTraceArgs];
+  int num_args;
 };
 
 struct ThreadBuffer {
@@ -27,32 +35,10 @@ struct ThreadBuffer {
   std::vector<Event> events;
 };
 
-struct Registry {
-  std::mutex mu;  // guards `buffers` (registration, once per thread) and the process fields
-  std::vector<std::unique_ptr<ThreadBuffer>> buffers;
-  std::string role;
-  int rank = 0;
-  double offset_us = 0;
-  std::chrono::steady_clock::time_point start;
+struct FullBuffer {
+  int tid = 0;
+  std::vector<Event> events;
 };
-
-Registry& registry() {
-  static Registry* r = new Registry();  // never destroyed: threads may outlive static destruction
-  return *r;
-}
-
-ThreadBuffer& Mine() {
-  thread_local ThreadBuffer* buffer = nullptr;
-  if (buffer == nullptr) {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.buffers.push_back(std::make_unique<ThreadBuffer>());
-    buffer = r.buffers.back().get();
-    buffer->tid = static_cast<int>(r.buffers.size());
-    buffer->events.reserve(1 << 14);
-  }
-  return *buffer;
-}
 
 // A JSON string literal of `s` (names here are identifiers, but a role could hold anything).
 std::string Quoted(const std::string& s) {
@@ -72,76 +58,223 @@ std::string Quoted(const std::string& s) {
   return out + "\"";
 }
 
+struct Registry {
+  std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<ThreadBuffer>> buffers;  // registered once per thread, never removed
+  std::deque<FullBuffer> full;                         // waiting for the writer
+  std::thread writer;
+  bool stopping = false;
+  std::FILE* file = nullptr;
+  std::string path;
+  int pid = 0;
+  std::atomic<double> offset_us{0};
+  double refined_offset_us = 0;
+  size_t written = 0;
+  int write_errno = 0;  // the first failed write's
+
+  // Appends `events` of thread `tid` to the file (called with `mu` released: the file belongs
+  // to the writer thread until Stop joined it).
+  void Write(int tid, const std::vector<Event>& events) {
+    std::string out;
+    out.reserve(events.size() * 160);
+    char buf[256];
+    const double offset = offset_us.load(std::memory_order_relaxed);
+    for (const Event& e : events) {
+      out += ",\n{\"name\": " + Quoted(e.name) + ", \"cat\": " + Quoted(e.category);
+      if (e.dur_us < 0) {
+        std::snprintf(buf, sizeof(buf), ", \"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": %d",
+                      e.ts_us + offset, pid, tid);
+      } else {
+        std::snprintf(buf, sizeof(buf), ", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d",
+                      e.ts_us + offset, e.dur_us, pid, tid);
+      }
+      out += buf;
+      for (int i = 0; i < e.num_args; ++i) {
+        out += i == 0 ? ", \"args\": {" : ", ";
+        out += Quoted(e.args[i].name);
+        std::snprintf(buf, sizeof(buf), ": %.17g", e.args[i].value);
+        out += buf;
+      }
+      if (e.num_args > 0) out += "}";
+      out += "}";
+    }
+    if (std::fwrite(out.data(), 1, out.size(), file) != out.size() && write_errno == 0) write_errno = errno ? errno : EIO;
+    written += events.size();
+  }
+
+  void WriterLoop() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stopping || !full.empty(); });
+      if (full.empty()) return;  // stopping, nothing left
+      FullBuffer b = std::move(full.front());
+      full.pop_front();
+      lock.unlock();
+      Write(b.tid, b.events);
+      lock.lock();
+    }
+  }
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: threads may outlive static destruction
+  return *r;
+}
+
+ThreadBuffer& Mine() {
+  thread_local ThreadBuffer* buffer = nullptr;
+  if (buffer == nullptr) {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.buffers.push_back(std::make_unique<ThreadBuffer>());
+    buffer = r.buffers.back().get();
+    buffer->tid = static_cast<int>(r.buffers.size());
+    buffer->events.reserve(kBufferEvents);
+  }
+  return *buffer;
+}
+
+void Append(Event e) {
+  ThreadBuffer& b = Mine();
+  b.events.push_back(e);
+  if (b.events.size() < kBufferEvents) return;
+  // Full: the writer thread takes it; this thread goes on with a fresh one.
+  std::vector<Event> fresh;
+  fresh.reserve(kBufferEvents);
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.full.push_back({b.tid, std::move(b.events)});
+  }
+  r.cv.notify_one();
+  b.events = std::move(fresh);
+}
+
+Event MakeEvent(const char* name, const char* category, double ts, double dur, std::initializer_list<TraceArg> args) {
+  Event e{name, category, ts, dur, {}, 0};
+  for (const TraceArg& a : args) {
+    if (e.num_args == kMaxTraceArgs) break;
+    e.args[e.num_args++] = a;
+  }
+  return e;
+}
+
 }  // namespace
 
 std::atomic<bool> Trace::on_{false};
 
-void Trace::Start(const std::string& role, int rank, double clock_offset_us) {
+Status Trace::Start(const std::string& path, const std::string& role, int rank, double clock_offset_us) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.file != nullptr) return FailedPreconditionError("a trace is being recorded already (into " + r.path + ")");
+  const std::string partial = path + ".partial";
+  std::FILE* f = std::fopen(partial.c_str(), "w");
+  if (f == nullptr) return UnavailableError("cannot create the trace file " + partial + ": " + std::strerror(errno));
+  r.file = f;
+  r.path = path;
+  r.pid = rank;
+  r.offset_us.store(clock_offset_us);
+  r.refined_offset_us = clock_offset_us;
+  r.written = 0;
+  r.write_errno = 0;
+  r.stopping = false;
+  r.full.clear();
+  for (auto& b : r.buffers) b->events.clear();
+  const std::string header = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " +
+                             std::to_string(rank) + ", \"tid\": 0, \"args\": {\"name\": " +
+                             Quoted(role + " " + std::to_string(rank)) + "}}";
+  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) r.write_errno = errno ? errno : EIO;
+  r.writer = std::thread([&r] { r.WriterLoop(); });
+  on_.store(true, std::memory_order_release);
+  return OkStatus();
+}
+
+
+std::string TraceJsonString(const std::string& s) { return Quoted(s); }
+
+double TestClockSkewUs() {
+  static const double skew = [] {
+    const char* v = std::getenv("GRADSYNC_TEST_CLOCK_SKEW_US");
+    return v == nullptr ? 0.0 : std::strtod(v, nullptr);
+  }();
+  return skew;
+}
+
+Status CheckTraceFile(const std::string& path) {
+  const std::string partial = path + ".partial";
+  std::FILE* f = std::fopen(partial.c_str(), "w");
+  if (f == nullptr) return UnavailableError("cannot create the trace file " + partial + ": " + std::strerror(errno));
+  std::fclose(f);
+  std::remove(partial.c_str());
+  return OkStatus();
+}
+
+void Trace::RefineClockOffset(double us) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.refined_offset_us = us;
+}
+
+double Trace::NowUs() { return SteadyMicros(); }
+
+void Trace::Complete(const char* name, const char* category, double begin_us, double dur_us,
+                     std::initializer_list<TraceArg> args) {
+  Append(MakeEvent(name, category, begin_us, dur_us, args));
+}
+
+void Trace::Complete(const char* name, const char* category, double begin_us, double dur_us, const TraceArg* args,
+                     int num_args) {
+  Event e{name, category, begin_us, dur_us, {}, std::min(num_args, kMaxTraceArgs)};
+  std::copy(args, args + e.num_args, e.args);
+  Append(e);
+}
+
+void Trace::Instant(const char* name, const char* category, std::initializer_list<TraceArg> args) {
+  Append(MakeEvent(name, category, NowUs(), -1, args));
+}
+
+Status Trace::Stop(size_t* events) {
+  on_.store(false, std::memory_order_release);
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    r.role = role;
-    r.rank = rank;
-    r.offset_us = clock_offset_us;
-    r.start = std::chrono::steady_clock::now();
-    for (auto& b : r.buffers) b->events.clear();
-  }
-  on_.store(true, std::memory_order_release);
-}
-
-double Trace::NowUs() {
-  const Registry& r = registry();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - r.start).count() + r.offset_us;
-}
-
-void Trace::Complete(const char* name, const char* category, double begin_us, double dur_us, const char* arg_name,
-                     double arg, const char* arg2_name, double arg2) {
-  Mine().events.push_back({name, category, arg_name, arg2_name, begin_us, dur_us, arg, arg2});
-}
-
-void Trace::Instant(const char* name, const char* category, const char* arg_name, double arg) {
-  Mine().events.push_back({name, category, arg_name, nullptr, NowUs(), -1, arg, 0});
-}
-
-Status Trace::Stop(const std::string& path, size_t* events) {
-  on_.store(false, std::memory_order_release);
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  const int pid = r.rank;
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": ", pid);
-  out += buf + Quoted(r.role + " " + std::to_string(r.rank)) + "}}";
-  size_t n = 0;
-  for (const auto& b : r.buffers) {
-    for (const Event& e : b->events) {
-      out += ",\n{\"name\": " + Quoted(e.name) + ", \"cat\": " + Quoted(e.category);
-      if (e.dur_us < 0) {
-        std::snprintf(buf, sizeof(buf), ", \"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": %d", e.ts_us, pid, b->tid);
-      } else {
-        std::snprintf(buf, sizeof(buf), ", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d", e.ts_us,
-                      e.dur_us, pid, b->tid);
-      }
-      out += buf;
-      if (e.arg_name != nullptr) {
-        out += ", \"args\": {" + Quoted(e.arg_name);
-        std::snprintf(buf, sizeof(buf), ": %.17g", e.arg);
-        out += buf;
-        if (e.arg2_name != nullptr) {
-          out += ", " + Quoted(e.arg2_name);
-          std::snprintf(buf, sizeof(buf), ": %.17g", e.arg2);
-          out += buf;
-        }
-        out += "}";
-      }
-      out += "}";
-      ++n;
+    if (r.file == nullptr) {
+      if (events != nullptr) *events = 0;
+      return OkStatus();
     }
+    r.stopping = true;
+  }
+  r.cv.notify_one();
+  r.writer.join();  // it drains every full buffer first
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& b : r.buffers) {
+    r.Write(b->tid, b->events);
     b->events.clear();
   }
-  out += "\n]}\n";
-  if (events != nullptr) *events = n;
-  return WriteFileAtomically(path, out);
+  const double correction = r.refined_offset_us - r.offset_us.load();
+  if (correction != 0) {
+    char meta[160];
+    std::snprintf(meta, sizeof(meta), ",\n{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": %.3f}}",
+                  r.pid, correction);
+    if (std::fputs(meta, r.file) < 0 && r.write_errno == 0) r.write_errno = errno ? errno : EIO;
+  }
+  static const char kFooter[] = "\n]}\n";
+  if (std::fwrite(kFooter, 1, sizeof(kFooter) - 1, r.file) != sizeof(kFooter) - 1 && r.write_errno == 0) {
+    r.write_errno = errno ? errno : EIO;
+  }
+  if (std::fclose(r.file) != 0 && r.write_errno == 0) r.write_errno = errno ? errno : EIO;
+  r.file = nullptr;
+  if (events != nullptr) *events = r.written;
+  const std::string partial = r.path + ".partial";
+  if (r.write_errno != 0) {
+    std::remove(partial.c_str());
+    return UnavailableError("the trace file " + r.path + " was not written: " + std::strerror(r.write_errno));
+  }
+  if (std::rename(partial.c_str(), r.path.c_str()) != 0) {
+    return UnavailableError("the trace file " + r.path + " was not written: " + std::strerror(errno));
+  }
+  return OkStatus();
 }
 
 }  // namespace gradsync

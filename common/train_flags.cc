@@ -91,7 +91,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"eval-every", false, false, "the evaluating worker also evaluates every N steps (0: each epoch only)"},
       {"out", true, false, "directory for worker-<rank>.csv"},
       {"run", true, false, "run name written in the metrics (default: the mode)"},
-      {"trace", true, false, "write a Chrome trace-event JSON file (Perfetto, chrome://tracing) of each step's spans to FILE"},
+      {"trace", true, false, "write a Chrome trace-event JSON timeline of this process (Perfetto, chrome://tracing) to FILE: forward, backward per layer, pushes, pulls and their parts (shard, bytes), encode and decode, all-reduce buckets, the optimizer, failures and recoveries"},
   };
   // clang-format on
   return table;

@@ -65,7 +65,23 @@ std::vector<std::string> ModeArgs(const LaunchOptions& o) {
   return args;
 }
 
+// --trace=FILE for process `role` `rank` when the job is traced.
+void AddTrace(const LaunchOptions& o, const std::string& role, int rank, std::vector<std::string>* argv) {
+  if (o.trace) argv->push_back("--trace=" + TraceFile(o, role, rank));
+}
+
 }  // namespace
+
+std::string TraceFile(const LaunchOptions& o, const std::string& role, int rank) {
+  return o.out_dir + "/traces/" + (role == "scheduler" ? role : role + "-" + std::to_string(rank)) + ".json";
+}
+
+Result<MergeStats> MergeJobTraces(const LaunchOptions& o) {
+  std::vector<std::string> files = {TraceFile(o, "scheduler", 0)};
+  for (int s = 0; s < o.num_servers; ++s) files.push_back(TraceFile(o, "server", s));
+  for (int w = 0; w < o.num_workers; ++w) files.push_back(TraceFile(o, "worker", w));
+  return MergeTraces(files, o.out_dir + "/trace.json");
+}
 
 ChildSpec SchedulerSpec(const LaunchOptions& o, const std::string& bind, const std::vector<std::string>& port_args) {
   // The scheduler of an all-reduce job only rendezvouses the workers: it needs the mode too.
@@ -74,6 +90,7 @@ ChildSpec SchedulerSpec(const LaunchOptions& o, const std::string& bind, const s
                                    "--num-workers=" + std::to_string(o.num_workers)};
   argv.insert(argv.end(), port_args.begin(), port_args.end());
   argv.insert(argv.end(), {HeartbeatFlag(o), "--mode=" + ModeName(o.mode), "--bind=" + bind});
+  AddTrace(o, "scheduler", 0, &argv);
   return {"scheduler", Secured(o, argv), o.out_dir + "/logs/scheduler.log"};
 }
 
@@ -84,6 +101,7 @@ ChildSpec ServerSpec(const LaunchOptions& o, int s, const std::string& endpoint,
                                    "--bind=" + address, "--host=" + address};
   const std::vector<std::string> mode = ModeArgs(o);
   argv.insert(argv.end(), mode.begin(), mode.end());
+  AddTrace(o, "server", s, &argv);
   return {"server " + std::to_string(s), Secured(o, argv), log_path};
 }
 
@@ -94,6 +112,7 @@ ChildSpec WorkerSpec(const LaunchOptions& o, int w, const std::string& endpoint,
   if (o.mode == config::ALLREDUCE) flags.push_back("--bind=" + address);
   const std::vector<std::string> mode = ModeArgs(o);
   flags.insert(flags.end(), mode.begin(), mode.end());
+  AddTrace(o, "worker", w, &flags);
   flags.insert(flags.end(), o.worker_args.begin(), o.worker_args.end());
   if (auto it = o.worker_extra_args.find(w); it != o.worker_extra_args.end()) {
     flags.insert(flags.end(), it->second.begin(), it->second.end());
@@ -120,6 +139,11 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   if (!o.dry_run) {  // a dry run leaves the disk as it is
     fs::create_directories(o.out_dir + "/logs", ec);
     if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
+    if (o.trace) {
+      fs::remove_all(o.out_dir + "/traces", ec);  // this job's traces only
+      fs::create_directories(o.out_dir + "/traces", ec);
+      if (ec) return InvalidArgumentError(o.out_dir + "/traces: cannot create: " + ec.message());
+    }
     fs::remove(port_file, ec);
   }
   const bool allreduce = o.mode == config::ALLREDUCE;
@@ -180,11 +204,21 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
   if (o.dry_run) return LaunchResult{};
   commands.close();
   Status s = group.WaitAll(o.timeout_s, interrupted, o.on_tick);
+  LaunchResult r;
+  if (o.trace) {
+    // Merged however the job ended: a failed job's timeline is where to look first.
+    auto merged = MergeJobTraces(o);
+    if (merged.ok()) {
+      r.trace = o.out_dir + "/trace.json";
+      r.trace_stats = *merged;
+    } else if (s.ok()) {
+      return merged.status().WithContext("merging the job's traces");
+    }
+  }
   if (!s.ok()) {
     return s.WithContext("job failed (" + (command ? "worker command '" + JoinArgs(o.worker_command) + "'; " : std::string()) +
                          "logs in " + o.out_dir + "/logs)");
   }
-  LaunchResult r;
   if (allreduce) return r;
   for (int k = 0; k < o.num_servers; ++k) {
     ASSIGN_OR_RETURN(summary::ProcessSummary shard, ReadProcessSummary(ProcessSummaryPath(o.out_dir, "server", k)));

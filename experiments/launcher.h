@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "common/train_config.h"
 #include "experiments/process.h"
+#include "experiments/trace_merge.h"
 
 namespace gradsync {
 
@@ -42,6 +43,9 @@ struct LaunchOptions {
   double timeout_s = 3600.0;
   bool worker0_to_stdout = true;  // otherwise logs/worker-0.log
   bool dry_run = false;       // print the commands only
+  // Every process writes a Chrome trace (--trace) to out_dir/traces/<role>[-<rank>].json, merged
+  // into out_dir/trace.json when the job ends, however it ended (experiments/trace_merge.h).
+  bool trace = false;
 };
 
 struct LaunchResult {
@@ -49,7 +53,14 @@ struct LaunchResult {
   std::map<int64_t, int64_t> clock_staleness;  // over all shards: answered pulls by clock staleness
   int64_t gradients = 0;
   int64_t rejected = 0;
+  std::string trace;     // out_dir/trace.json when the traces were merged, else ""
+  MergeStats trace_stats;
 };
+
+// Where process `role` (scheduler, server, worker) `rank` writes its trace in a job with `o.trace`.
+std::string TraceFile(const LaunchOptions& o, const std::string& role, int rank);
+// Merges the job's traces into out_dir/trace.json (what LaunchPsJob does when the job ends).
+Result<MergeStats> MergeJobTraces(const LaunchOptions& o);
 
 // The flag that `arg` (a worker argument) sets although the launcher sets it itself for every
 // worker (--mode, --scheduler, --rank, --out, --staleness, --host, --bind,

@@ -79,6 +79,7 @@ int Main(int argc, char** argv) {
       ("port", po::value<int>()->default_value(0), "--cluster: the scheduler's port when its host comes from the launcher (0: derived)")
       ("iface", po::value<std::string>(), "--cluster: advertise this network interface's address (default: the one toward the scheduler)")
       ("emit-files", po::bool_switch(), "--cluster: write to OUT/task-<t>, then print the files on stdout and remove them (gradsync-run --slurm collects them)")
+      ("trace", po::bool_switch(), "every process writes a Chrome trace to OUT/traces/; they are merged into OUT/trace.json (one track per process, on the scheduler's clock; open it in Perfetto or chrome://tracing)")
       ("dry-run", po::bool_switch(), "print the commands only")
       ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
   const int split = WorkersPart(flags.options(), argc, argv);
@@ -107,6 +108,7 @@ int Main(int argc, char** argv) {
   }
   o.timeout_s = vm["timeout"].as<double>();
   o.dry_run = vm["dry-run"].as<bool>();
+  o.trace = vm["trace"].as<bool>();
   o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()
                                   : std::filesystem::canonical("/proc/self/exe").parent_path().string();
   // After "--": gradsync-worker's flags, unless the first word is a command.
@@ -144,6 +146,7 @@ int Main(int argc, char** argv) {
   for (const char* f : {"scheduler", "port", "iface", "emit-files"}) {
     if (!cluster && FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies with --cluster or --slurm only");
   }
+  if (cluster && o.trace) flags.Fail("--trace applies to jobs on this machine, not --cluster or --slurm (yet)");
   if (cluster) {
     ClusterTaskOptions c;
     c.job = o;
@@ -164,6 +167,11 @@ int Main(int argc, char** argv) {
   if (!r.ok()) {
     std::cerr << "gradsync-launch: error: " << r.status().message() << std::endl;
     return 1;
+  }
+  if (!o.dry_run && !r->trace.empty()) {
+    std::printf("trace: %s (%d processes, %zu events; open it in Perfetto or chrome://tracing)\n", r->trace.c_str(),
+                r->trace_stats.processes, r->trace_stats.events);
+    for (const auto& m : r->trace_stats.missing) std::printf("trace: %s was not written\n", m.c_str());
   }
   if (!o.dry_run) {
     if (o.mode == config::ALLREDUCE) {

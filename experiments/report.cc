@@ -346,6 +346,12 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
   bool any_staleness = false;
   for (const auto& r : runs) any_staleness = any_staleness || !r.version_lag.empty() || !r.clock_staleness.empty();
   if (any_staleness) md << "![staleness](staleness.png)\n";
+  for (const auto& r : runs) {
+    if (!r.timeline.empty()) {
+      md << "\n### Timeline of " << r.summary.name() << "\n\n![timeline of " << r.summary.name() << "](" << r.timeline
+         << ")\n\nThe whole run: `" << r.summary.name() << "/trace.json` (Perfetto, chrome://tracing).\n";
+    }
+  }
 }
 
 // The PNG plots (gnuplot) and their data under dir/plots/.

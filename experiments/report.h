@@ -25,6 +25,7 @@ struct RunReport {
   std::vector<EvalPoint> evals;               // worker 0's evaluation rows
   std::map<int64_t, int64_t> version_lag;      // over all shards (PS modes): gradients by lag
   std::map<int64_t, int64_t> clock_staleness;  // over all shards (PS modes): pulls by staleness
+  std::string timeline;                        // the run's timeline picture (file name in the experiment's folder), or ""
 };
 
 // Reads run_dir's worker-*.csv, worker-0.json and server-*.json, writes run_dir/metrics.csv (every worker's

@@ -15,6 +15,7 @@
 #include "experiments/netns.h"
 #include "experiments/process.h"
 #include "experiments/report.h"
+#include "experiments/trace_merge.h"
 
 namespace gradsync {
 namespace {
@@ -229,6 +230,10 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     lo.timeout_s = plan.timeout_s;
     lo.worker0_to_stdout = false;
     lo.dry_run = o.dry_run;
+    lo.trace = plan.trace;
+    if (plan.trace && o.slurm && !o.dry_run) {
+      return InvalidArgumentError("run '" + plan.name + "': trace: true applies to local runs, not --slurm (yet)");
+    }
     const int hosts = 1 + plan.servers + plan.workers;
     std::unique_ptr<NetworkEmulation> net;
     Status status;
@@ -271,6 +276,17 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     net.reset();  // tears the namespaces down before anything else happens
     progress.Done(status);
     auto report = SummarizeRun(plan, run_dir, e.target_accuracy, status);
+    if (report.ok() && plan.trace) {
+      // The timeline picture beside the other plots (the merged trace is in the run's folder).
+      const std::string png = "timeline-" + plan.name + ".png";
+      auto trace = LoadTrace(run_dir + "/trace.json");
+      Status drawn = trace.ok() ? DrawTimeline(*trace, dir + "/" + png, 4) : trace.status();
+      if (drawn.ok()) {
+        report->timeline = png;
+      } else {
+        out << "\n" << label << ": no timeline: " << drawn.message() << "\n";
+      }
+    }
     if (report.ok()) {
       reports.push_back(std::move(report).value());
     } else {

@@ -100,6 +100,7 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     if (!(r.timeout_s() > 0)) return fail("timeout_s", "timeout_s must be > 0");
     p.timeout_s = r.timeout_s();
   }
+  p.trace = r.trace();
   // The workers' flags, through gradsync-worker's own table; gradsync-run gives the mode and the
   // staleness itself (to the servers too).
   p.worker_args.push_back(Flag("run", p.name));

@@ -36,6 +36,7 @@ struct RunPlan {
   std::string link;              // "" (loopback) or "100mbit" (+ " +Nms")
   std::string straggler;         // "" or "w1 x3" ...
   double timeout_s = 3600;
+  bool trace = false;            // every process traced; merged into <run>/trace.json
   std::vector<std::string> worker_args;             // every worker: --run and run.train()'s flags
   std::map<int, std::vector<std::string>> worker_extra;  // per worker rank (stragglers)
   std::vector<std::string> command;  // the workers' command, run.command() split on white space

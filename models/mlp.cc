@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/half.h"
 #include "common/rng.h"
+#include "common/trace.h"
 
 namespace gradsync {
 namespace {
@@ -106,6 +107,7 @@ void Mlp::Forward(const Batch& batch, bool training) {
 float Mlp::ForwardBackward(const Batch& batch) {
   const int64_t b = batch.size;
   GRADSYNC_CHECK(b > 0) << "empty batch";
+  const double forward_begin = Trace::on() ? Trace::NowUs() : -1;
   Forward(batch, /*training=*/true);
   const int64_t classes = dims_.back();
   const float inv_b = 1.0f / static_cast<float>(b);
@@ -131,10 +133,14 @@ float Mlp::ForwardBackward(const Batch& batch) {
     d[y] -= inv_b;
   }
 
+  if (forward_begin >= 0 && Trace::on()) {  // the forward pass and the loss
+    Trace::Complete("forward", "compute", forward_begin, Trace::NowUs() - forward_begin, {{"samples", static_cast<double>(b)}});
+  }
   const std::optional<Float16> f16 = PrecisionFormat(precision_);
   if (loss_scale_ != 1.0f) Scale(delta_, loss_scale_);
   if (f16) RoundTo16(*f16, delta_.data(), delta_.size());
   for (int l = num_layers() - 1; l >= 0; --l) {
+    TraceSpan backward_span("backward", "compute", {{"layer", static_cast<double>(l)}});
     const int64_t din = dims_[l], dout = dims_[l + 1];
     const float* in = l == 0 ? (f16 ? input16_.data() : batch.x) : acts_[l - 1].data();
     float* gw = grad(2 * l).data();

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/process_summary.h"
 #include "common/security.h"
+#include "common/trace.h"
 #include "common/train_config.h"
 #include "common/transport.h"
 #include "server/scheduler.h"
@@ -52,6 +53,17 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   }
 }
 
+// Writes the trace (when one was recorded) and says where, or why not.
+void ReportTrace(const std::string& path) {
+  if (path.empty() || !Trace::on()) return;
+  size_t events = 0;
+  if (Status t = Trace::Stop(&events); !t.ok()) {
+    std::cerr << "gradsync-server: the trace was not written: " << t.message() << std::endl;
+  } else {
+    GRADSYNC_LOG(INFO) << "trace: " << events << " events in " << path;
+  }
+}
+
 // --role=scheduler: the job's control plane, until every worker finished or died.
 int RunScheduler(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, config::Mode mode,
                  int staleness, int port, double hb_timeout) {
@@ -77,6 +89,11 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
     std::cerr << "gradsync-server: error: " << sched.status().message() << std::endl;
     return 1;
   }
+  TraceStopper trace_stopper;  // the trace is written however this returns
+  if (vm.count("trace")) {
+    // The scheduler's clock is the job's: its offset is 0.
+    if (Status t = Trace::Start(vm["trace"].as<std::string>(), "scheduler", 0); !t.ok()) flags.Fail("--trace: " + t.message());
+  }
   std::printf("scheduler listening on %s:%u\n", o.bind_host.c_str(), (*sched)->port());
   std::fflush(stdout);
   if (vm.count("port-file")) {
@@ -85,6 +102,7 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
     std::rename((path + ".tmp").c_str(), path.c_str());
   }
   Status s = (*sched)->Run();
+  ReportTrace(vm.count("trace") ? vm["trace"].as<std::string>() : "");
   if (!s.ok()) {
     std::cerr << "gradsync-server: error: " << s.message() << std::endl;
     return 1;
@@ -131,6 +149,13 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
   if (!(o.checkpoint_interval_s > 0)) flags.Fail("--checkpoint-interval must be > 0");
   o.apply_threads = vm["apply-threads"].as<int>();
   if (o.apply_threads < 1 || o.apply_threads > 64) flags.Fail("--apply-threads must be in [1, 64]");
+  if (vm.count("trace")) {
+    o.trace_path = vm["trace"].as<std::string>();
+    // Found out now, not at the end: a file that cannot be created (the trace starts once the
+    // shard has its rank and its clock offset).
+    if (Status t = CheckTraceFile(o.trace_path); !t.ok()) flags.Fail("--trace: " + t.message());
+  }
+  TraceStopper trace_stopper;  // the trace is written however this returns
   Stopwatch wall;
   auto server = Server::Create(ctx, o);
   if (!server.ok()) {
@@ -138,6 +163,7 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
     return 1;
   }
   Status s = (*server)->Run();
+  ReportTrace(o.trace_path);
   if ((*server)->rank() < 0) {  // never joined the job: nothing was served, nothing to report
     if (s.ok()) return 0;
     std::cerr << "gradsync-server: error: " << s.message() << std::endl;
@@ -199,6 +225,7 @@ int Main(int argc, char** argv) {
       ("checkpoint-dir", po::value<std::string>(), "server: checkpoint the shard to DIR/shard-<rank>.ckpt; a restarted server rejoining the job restores from it")
       ("checkpoint-every", po::value<int64_t>()->default_value(0), "server: checkpoint after this many updates (0: by time only)")
       ("checkpoint-interval", po::value<double>()->default_value(5.0), "server: checkpoint at most this many seconds after an update")
+      ("trace", po::value<std::string>(), "write a Chrome trace-event JSON timeline of this process (Perfetto, chrome://tracing) to FILE: a server's receive, validate, decode, apply, held pulls, bsp round waits and checkpoints; the scheduler's deaths, rejoins and barriers")
       ("apply-threads", po::value<int>()->default_value(2), "server: threads that apply a large dense update together (1: the server's loop alone; the result is the same bit for bit)");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();

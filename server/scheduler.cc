@@ -6,15 +6,28 @@
 #include <random>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/cluster.h"
 #include "common/logging.h"
 #include "common/scheduler_client.h"
+#include "common/trace.h"
 #include "common/train_config.h"
 
 namespace gradsync {
 namespace {
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The answer to a heartbeat: the node's stamp echoed, with this clock beside it.
+wire::Header HeartbeatAnswer(const wire::Header& beat) {
+  wire::Header ack;
+  ack.set_type(wire::HEARTBEAT);
+  if (beat.sent_clock_us() > 0) {
+    ack.set_sent_clock_us(beat.sent_clock_us());
+    ack.set_scheduler_clock_us(SteadyMicros());
+  }
+  return ack;
 }
 }  // namespace
 
@@ -238,6 +251,8 @@ void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken
 }
 
 void Scheduler::AnnounceJoined(const Node& node) {
+  TraceInstant(node.info.role() == wire::WORKER ? "worker rejoined" : "server rejoined", "failure",
+               {{"rank", static_cast<double>(node.info.rank())}});
   wire::Header joined;
   joined.set_type(wire::NODE_JOINED);
   *joined.mutable_node() = node.info;
@@ -352,6 +367,8 @@ void Scheduler::AssignRanksAndAnnounce() {
   }
   GRADSYNC_LOG(INFO) << "scheduler: job complete (" << options_.num_servers << " servers, "
                      << options_.num_workers << " workers, mode " << mode_ << "); ranks assigned";
+  TraceInstant("every node registered", "job", {{"servers", static_cast<double>(options_.num_servers)},
+                                                {"workers", static_cast<double>(options_.num_workers)}});
 }
 
 void Scheduler::CheckBarriers() {
@@ -377,6 +394,7 @@ void Scheduler::CheckBarriers() {
       barrier_data_.erase(d);
     }
     for (const auto& id : it->second) Reply(id, h);
+    TraceInstant("barrier released", "job", {{"members", static_cast<double>(members.size())}});
     barrier_group_.erase(it->first);
     it = barrier_arrivals_.erase(it);
   }
@@ -391,6 +409,8 @@ void Scheduler::CheckHeartbeats(double now) {
     changed = true;
     GRADSYNC_LOG(ERROR) << "scheduler: " << NodeName(n.info) << " sent nothing for "
                         << options_.heartbeat_timeout_s << " s: declared dead";
+    TraceInstant(n.info.role() == wire::WORKER ? "worker declared dead" : "server declared dead", "failure",
+                 {{"rank", static_cast<double>(n.info.rank())}});
     if (!announced_) continue;
     wire::Header h;
     h.set_type(wire::NODE_DEAD);
@@ -415,11 +435,7 @@ void Scheduler::Handle(Message& m, double now) {
     if (auto r = replaced_.find(m.peer); r != replaced_.end()) {
       return ReplyError(m.peer, AbortedError(r->second + " was declared dead and its rank has been taken by another process"));
     }
-    if (m.header.type() == wire::HEARTBEAT) {
-      wire::Header ack;
-      ack.set_type(wire::HEARTBEAT);
-      return Reply(m.peer, ack);  // a node whose REGISTER is still in flight
-    }
+    if (m.header.type() == wire::HEARTBEAT) return Reply(m.peer, HeartbeatAnswer(m.header));  // a node whose REGISTER is still in flight
     return ReplyError(m.peer, FailedPreconditionError("not registered"));
   }
   Node& n = nodes_[it->second];
@@ -432,12 +448,9 @@ void Scheduler::Handle(Message& m, double now) {
                                            " s of silence; restart it to rejoin the job"));
   }
   switch (m.header.type()) {
-    case wire::HEARTBEAT: {
-      wire::Header ack;
-      ack.set_type(wire::HEARTBEAT);
-      Reply(m.peer, ack);
+    case wire::HEARTBEAT:
+      Reply(m.peer, HeartbeatAnswer(m.header));
       break;
-    }
     case wire::BARRIER:
       if (m.header.barrier_data().size() > kMaxGatherBytes) {
         return ReplyError(m.peer, InvalidArgumentError("barrier '" + m.header.barrier() + "': " +
@@ -467,6 +480,7 @@ void Scheduler::Handle(Message& m, double now) {
       n.result = Status(static_cast<StatusCode>(m.header.error_code()), m.header.error_message());
       GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " finished"
                          << (n.result.ok() ? "" : ": " + n.result.ToString());
+      TraceInstant(n.result.ok() ? "worker finished" : "worker failed", "job", {{"rank", static_cast<double>(n.info.rank())}});
       if (!n.result.ok()) {
         // A worker that stopped on an error pushes no more: the others must not wait for it.
         wire::Header dead;

@@ -10,6 +10,7 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/trace.h"
 #include "common/security.h"
 
 namespace gradsync {
@@ -92,6 +93,7 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
     Replicate(wire::REPLICA_CONTROL, w);
     may_join_.erase(w);
     if (pull_encoder_) pull_encoder_->Forget(w);  // its first pull is raw
+    TraceInstant("worker rejoined", "failure", {{"worker", static_cast<double>(w)}, {"clock", static_cast<double>(start)}});
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " rejoins at clock " << start << " ("
                           << controller_->live_workers() << " live workers)";
   }
@@ -106,6 +108,8 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
       // restored (a checkpoint, a backup's copy), less any it sent again since.
       const int64_t lost = clock - at;
       stats_.lost_updates += lost;
+      TraceInstant("worker resynced", "failure", {{"worker", static_cast<double>(w)}, {"clock", static_cast<double>(clock)},
+                                                  {"lost pushes", static_cast<double>(lost)}});
       resynced_.insert(w);
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " goes on at clock " << clock << "; "
                             << (lost == 0 ? std::string("nothing of it was lost")
@@ -314,7 +318,10 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     values = lease.get();
   }
   // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
-  RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
+  {
+    TraceSpan span("validate", "server", {{"worker", static_cast<double>(w)}, {"values", static_cast<double>(n)}});
+    RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
+  }
   if (!r.codec.empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
     if (!codec_ || r.codec != codec_spec_) {
@@ -324,6 +331,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     if (!keys.empty()) return InvalidArgumentError("a compressed push carries no keys");
     n = static_cast<size_t>(TotalSize(r.segments));
     decoded_.resize(n);
+    TraceSpan span("decode", "server", {{"worker", static_cast<double>(w)}, {"bytes", static_cast<double>(m.values.size())}});
     RETURN_IF_ERROR(codec_->Decode(m.values.bytes(), n, static_cast<uint64_t>(r.clock), decoded_));
     values = decoded_.data();
   }
@@ -354,6 +362,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   }
   push->shm_seq = r.shm_seq;
   controller_->CountPush(w);
+  last_counted_ = w;
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
   const int64_t lag = shard_->version() - r.version;
@@ -373,8 +382,11 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   }
   if (controller_->aggregates()) {
     // Held until the round completes, without copying the values where the frames are aligned.
+    if (round_.empty()) round_open_us_ = Trace::on() ? Trace::NowUs() : -1;
     round_[w] = std::move(*push);
   } else {
+    TraceSpan span("apply", "server", {{"worker", static_cast<double>(w)}, {"clock", static_cast<double>(r.clock)},
+                                       {"version", static_cast<double>(shard_->version())}});
     for (size_t i = 0; i < push->chunks.size(); ++i) {
       const PushChunk& c = push->chunks[i];
       shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr);
@@ -390,6 +402,15 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
 
 void Server::ApplyRound() {
   const bool any = !round_.empty();
+  const double round = static_cast<double>(controller_->rounds_applied());
+  if (any && round_open_us_ >= 0 && Trace::on()) {
+    // From the round's first push to its last: what the others waited for.
+    Trace::Complete("round wait", "server", round_open_us_, Trace::NowUs() - round_open_us_,
+                    {{"round", round}, {"waited for worker", static_cast<double>(last_counted_)},
+                     {"pushes", static_cast<double>(round_.size())}});
+  }
+  round_open_us_ = -1;
+  TraceSpan span("apply round", "server", {{"round", round}, {"pushes", static_cast<double>(round_.size())}});
   float lr = NAN;  // the pushes' own rate, if they carry one (they agree in bsp; else the last rank's)
   for (const auto& [worker, held] : round_) {
     for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values());
@@ -417,6 +438,7 @@ void Server::MaybeCheckpoint(bool updated) {
 }
 
 void Server::WriteCheckpoint(double now_s) {
+  TraceSpan span("checkpoint", "server", {{"version", static_cast<double>(shard_->version())}});
   if (Status s = checkpointer_.Write(rank_, table_, job_, *shard_, *controller_, now_s); !s.ok()) {
     GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint " << checkpointer_.Path(rank_)
                         << " failed (training goes on): " << s;
@@ -438,6 +460,8 @@ Status Server::RestoreState(const wire::ShardCheckpoint& c) {
   }
   restored_pushed_.assign(c.pushed().begin(), c.pushed().end());
   stats_.restored = true;
+  TraceInstant("restored", "failure", {{"version", static_cast<double>(c.version())},
+                                       {"round", static_cast<double>(c.rounds_applied())}});
   return OkStatus();
 }
 
@@ -498,6 +522,8 @@ void Server::RecordPull(const PsRequest& r, int64_t clock_staleness) {
 
 void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const uint64_t> keys, double waited_ms) {
   const uint64_t n = keys.size() + TotalSize(r.segments);
+  TraceSpan span("answer pull", "server", {{"worker", static_cast<double>(r.worker)}, {"clock", static_cast<double>(r.clock)},
+                                           {"values", static_cast<double>(n)}});
   PsReply reply = ReplyTo(r, wire::PULL_REPLY, rank_);
   reply.version = shard_->version();
   reply.wait_ms = waited_ms;
@@ -645,6 +671,13 @@ void Server::AnswerParked() {
       continue;
     }
     if (controller_->CanAnswerPull(it->pull.worker, it->pull.clock)) {
+      if (Trace::on()) {
+        // Held by the consistency rule until the push just counted let it through.
+        const double held_us = (now - it->since) * 1e3;
+        Trace::Complete("pull held", "server", Trace::NowUs() - held_us, held_us,
+                        {{"worker", static_cast<double>(it->pull.worker)}, {"clock", static_cast<double>(it->pull.clock)},
+                         {"waited for worker", static_cast<double>(last_counted_)}});
+      }
       AnswerPull(it->pull, it->msg, it->msg.Keys(&key_buffer_), now - it->since);
       it = parked_.erase(it);
     } else {
@@ -660,6 +693,7 @@ void Server::OnMembership() {
     if (n.role() == wire::WORKER) {
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": " << NodeName(n) << " is dead; continuing with "
                             << controller_->live_workers() - 1 << " live workers";
+      TraceInstant("worker declared dead", "failure", {{"worker", static_cast<double>(n.rank())}});
       controller_->RemoveWorker(n.rank());
       may_join_.erase(n.rank());
       DetachLane(n.rank());
@@ -694,6 +728,10 @@ void Server::Handle(Message& m) {
     ReplyError(m, m.malformed);
     return;
   }
+  TraceSpan span("receive", "server", {{"type", static_cast<double>(m.header.type())},
+                                       {"worker", static_cast<double>(m.header.sender_rank())},
+                                       {"clock", static_cast<double>(m.header.clock())},
+                                       {"bytes", static_cast<double>(m.values.size())}});
   auto r = DecodeRequest(m.header);
   Status s = r.ok() ? CheckSender(*r, m.peer) : r.status();
   if (s.ok()) {
@@ -707,7 +745,10 @@ void Server::Handle(Message& m) {
       default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(r->type));
     }
   }
-  if (!s.ok()) ReplyError(m, s);
+  if (!s.ok()) {
+    TraceInstant("refused", "server", {{"code", static_cast<double>(s.code())}});
+    ReplyError(m, s);
+  }
 }
 
 Status Server::ApplyMessageLimit() {
@@ -920,6 +961,7 @@ void Server::MaybeAdopt(int dead) {
     return;
   }
   colocated_->Add(dead);
+  TraceInstant("took over a dead server's shard", "failure", {{"shard", static_cast<double>(dead)}});
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": server " << dead << " is dead; taking over its shard from the copy held here (version "
                         << o.restore_from->checkpoint.version() << ")";
   auto a = std::make_unique<Adoption>();
@@ -948,6 +990,7 @@ Status Server::RestoreFromCopy() {
 }
 
 Status Server::Rejoin() {
+  TraceInstant("declared dead; rejoining", "failure");
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": declared dead while it did not answer (" << scheduler_->health()
                         << "); registering again to serve its shard as it is";
   RETURN_IF_ERROR(Register().WithContext("rejoining"));
@@ -987,6 +1030,10 @@ Status Server::Rejoin() {
 Status Server::Run() {
   colocated_ = options_.colocated ? options_.colocated : std::make_shared<Colocated>();
   RETURN_IF_ERROR(Register());
+  if (!options_.trace_path.empty() && !Trace::on()) {
+    RETURN_IF_ERROR(Trace::Start(options_.trace_path, "server", rank_, scheduler_->clock_offset_us()));
+    if (scheduler_->rejoined()) TraceInstant("rejoined the job", "failure");
+  }
   colocated_->Add(rank_);
   controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
   if (table_.replicas() > 1) {
@@ -1067,6 +1114,7 @@ Status Server::Run() {
     stats_.traffic.bytes_sent += data_->bytes_sent();
     stats_.traffic.bytes_received += data_->bytes_received();
   }
+  if (Trace::on() && !options_.trace_path.empty()) Trace::RefineClockOffset(scheduler_->clock_offset_us());
   scheduler_.reset();  // stops the heartbeats: the scheduler sees this shard leave
   for (auto& a : adopted_) {
     if (stop_.load()) a->server->Stop();

@@ -77,6 +77,10 @@ struct ServerOptions {
   // process serves (shared by every Server of the process; never each other's backups).
   std::shared_ptr<ReplicaCopy> restore_from;
   std::shared_ptr<class Colocated> colocated;
+  // A Chrome trace-event JSON timeline of this process (common/trace.h), started once the shard
+  // has its rank and its clock offset against the scheduler (empty: none). The process writes it
+  // when done (Trace::Stop); shards it takes over record into the same one.
+  std::string trace_path;
 };
 
 // The ranks one process serves (its own, the shards it took over, a standby's): a backup in the
@@ -246,6 +250,10 @@ class Server {
   std::map<int, std::string> identity_of_worker_;
   std::set<int> may_join_;  // workers the scheduler announced as rejoined, not yet JOINed
   uint64_t seen_events_ = 0;
+  // Traces: when the open bsp round's first push was held (-1: none held), and the worker whose
+  // push was counted last (the one a completed round or a held pull waited for).
+  double round_open_us_ = -1;
+  int last_counted_ = -1;
   int64_t listening_ = -1;  // the limit last announced with LISTENING
   size_t seen_dead_ = 0;
   size_t seen_joined_ = 0;

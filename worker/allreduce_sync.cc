@@ -33,7 +33,7 @@ Status AllreduceSync::AverageGradients() {
     const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
     for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
       FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
-      TraceSpan span("all-reduce bucket", "comm", "floats", static_cast<double>(g.size()));
+      TraceSpan span("all-reduce bucket", "comm", {{"floats", static_cast<double>(g.size())}});
       RETURN_IF_ERROR(averager_->Average(g, bucket_index, static_cast<uint64_t>(step_)));
     }
   }

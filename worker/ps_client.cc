@@ -9,6 +9,7 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/trace.h"
 #include "common/security.h"
 
 namespace gradsync {
@@ -60,6 +61,7 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
   p.remaining = parts;
   p.is_pull = is_pull;
   p.target = target;
+  if (Trace::on()) p.sent_us = Trace::NowUs();
   return id;
 }
 
@@ -150,6 +152,7 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       key_pos += key_parts[s].size();
       continue;
     }
+    TraceSpan span("push", "comm", {{"shard", static_cast<double>(s)}, {"clock", static_cast<double>(clock)}});
     PsRequest r = Request(wire::PUSH, rank_, id, clock);
     r.version = versions_[s];
     r.lr = lr;
@@ -169,8 +172,13 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
         for (const auto& run : runs) scratch_.insert(scratch_.end(), grads.begin() + run.begin, grads.begin() + run.end);
         dense = scratch_;
       }
-      RETURN_IF_ERROR(encoders_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_));
+      {
+        TraceSpan encode("encode", "comm", {{"shard", static_cast<double>(s)}, {"values", static_cast<double>(dense.size())}});
+        RETURN_IF_ERROR(encoders_[s]->Encode(dense, static_cast<uint64_t>(clock), &encoded_));
+        encode.Arg("bytes", static_cast<double>(encoded_.size()));
+      }
       compressed = Frame::Copy(encoded_.data(), encoded_.size());
+      span.Arg("bytes", static_cast<double>(encoded_.size()));
       r.codec = codec_spec_;
       p.values_frame = &compressed;
     } else if (Lane* lane = ks.empty() ? LaneFor(s, runs, false) : nullptr) {
@@ -190,6 +198,8 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       }
       r.shm = true;
       r.shm_seq = ++lane->sent;
+      span.Arg("bytes", static_cast<double>(TotalSize(runs)) * sizeof(float));
+      span.End();
       Status st = sockets_[s].Send("", EncodeRequest(r));
       if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
       continue;
@@ -197,6 +207,8 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       // Over the data channel: the frame went first, the header follows.
       key_pos += ks.size();
       waiting_on_[id].push_back(s);
+      span.Arg("bytes", static_cast<double>(TotalSize(runs)) * sizeof(float));
+      span.End();
       Status st = sockets_[s].Send("", EncodeRequest(r));
       if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
       continue;
@@ -213,6 +225,8 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
     }
     key_pos += ks.size();
     waiting_on_[id].push_back(s);
+    if (p.values_frame == nullptr) span.Arg("bytes", static_cast<double>(p.values.size() * sizeof(float) + p.keys.size() * sizeof(uint64_t)));
+    span.End();
     Status st = sockets_[s].Send("", EncodeRequest(r), p);
     if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
   }
@@ -299,6 +313,8 @@ void PsClient::SendPart(size_t i) {
   open_.sent[i] = true;
   const Part& part = parts_[i];
   const int s = part.shard;
+  TraceSpan span("push", "comm", {{"shard", static_cast<double>(s)}, {"clock", static_cast<double>(open_.clock)},
+                                  {"bytes", static_cast<double>(part.end - part.begin) * sizeof(float)}});
   PsRequest r = Request(wire::PUSH, rank_, open_.id, open_.clock);
   r.version = open_.versions[static_cast<size_t>(s)];
   r.lr = open_.lr;
@@ -306,6 +322,7 @@ void PsClient::SendPart(size_t i) {
   if (parts > 1) {
     r.parts = parts;
     r.part = open_.next[static_cast<size_t>(s)]++;
+    span.Arg("part", r.part);
   }
   r.segments = {{part.begin, part.end}};
   uint64_t& seq = open_.shm_seq[static_cast<size_t>(s)];
@@ -336,6 +353,7 @@ void PsClient::SendPart(size_t i) {
     p.values = open_.grads.subspan(static_cast<size_t>(part.begin), static_cast<size_t>(part.end - part.begin));
     p.lent = lent_[static_cast<size_t>(s)];  // zero-copy: ZeroMQ reads the gradient buffer itself
   }
+  span.End();
   Status st = sockets_[s].Send("", EncodeRequest(r), p);
   if (!st.ok()) FailShard(s, st.WithContext("push to " + NodeName(table_.servers(s))));
 }
@@ -467,6 +485,7 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
       fail(DataLossError("unexpected compressed pull reply ('" + r.codec + "') from " + NodeName(table_.servers(shard))));
       return;
     }
+    TraceSpan decode("decode", "comm", {{"shard", static_cast<double>(shard)}, {"bytes", static_cast<double>(m.values.size())}});
     if (Status st = pull_decoder_->AddTo(m.values.bytes(), r.segments, r.clock, p.target); !st.ok()) {
       fail(st.WithContext("pull reply from " + NodeName(table_.servers(shard))));
       return;
@@ -526,6 +545,14 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
   versions_[shard] = r.version;
   wait_ms_[shard] = r.wait_ms;
   clock_staleness_[shard] = r.clock_staleness;
+  if (p.sent_us >= 0 && !more && Trace::on()) {
+    // From the request to this shard's (last) reply: the wait, the shard's work, the transfer.
+    const double values = static_cast<double>(TotalSize(r.segments) + m.header.num_keys());
+    Trace::Complete("pull", "comm", p.sent_us, Trace::NowUs() - p.sent_us,
+                    {{"shard", static_cast<double>(shard)}, {"clock", static_cast<double>(r.clock)},
+                     {"bytes", r.codec.empty() ? values * sizeof(float) : static_cast<double>(m.values.size())},
+                     {"held ms", r.wait_ms}});
+  }
 }
 
 Status PsClient::Receive(int timeout_ms, RequestId until) {

@@ -150,6 +150,7 @@ class PsClient {
     Status status;
     bool is_pull = false;
     FloatSpan target;
+    double sent_us = -1;  // traces: when it was sent (a pull's span ends with its reply)
   };
 
   PsClient(TransportContext& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,

@@ -247,6 +247,14 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     std::cerr << "gradsync-worker: error: " << s.message() << std::endl;
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
+  // The trace starts once the rank and the clock offset against the scheduler are known; it is
+  // written however this function returns.
+  TraceStopper trace_stopper;
+  if (p.has_trace()) {
+    const double offset = job.scheduler ? job.scheduler->clock_offset_us() : 0;
+    if (Status t = Trace::Start(p.trace(), "worker", job.rank, offset); !t.ok()) return Fail(&job, t);
+    if (job.scheduler && job.scheduler->rejoined()) TraceInstant("rejoined the job", "failure");
+  }
   if (c.mode() == config::SSP && !c.has_staleness()) {
     std::printf("gradsync-worker %d: staleness bound %d, the job's (no --staleness given)\n", job.rank,
                 job.table.staleness());
@@ -296,11 +304,11 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     std::fflush(stdout);
   };
   ScaleLearningRate(c, JoinsJob(c.mode()) ? job.table.workers_size() : 1, job.rank, &train);
-  if (p.has_trace()) Trace::Start("worker", job.rank);
   const Trained trained = Train(c, train, *data, placed, metrics ? &*metrics : nullptr, &job, print_epoch);
   if (p.has_trace()) {
+    if (job.scheduler) Trace::RefineClockOffset(job.scheduler->clock_offset_us());  // the run's best estimate
     size_t events = 0;
-    if (Status t = Trace::Stop(p.trace(), &events); !t.ok()) {
+    if (Status t = Trace::Stop(&events); !t.ok()) {
       std::fprintf(stderr, "gradsync-worker %d: the trace was not written: %s\n", job.rank, t.message().c_str());
     } else {
       std::printf("gradsync-worker %d: trace: %zu events in %s\n", job.rank, events, p.trace().c_str());

@@ -52,7 +52,7 @@ void TrainingLoop::OnGradReady(size_t tensor) {
       return;
     }
   }
-  TraceInstant("gradient ready", "compute", "tensor", static_cast<double>(tensor));
+  TraceInstant("gradient ready", "compute", {{"tensor", static_cast<double>(tensor)}});
   if (Status s = sync_->GradReady(tensor); !s.ok()) st.failure = std::move(s);
 }
 
@@ -145,7 +145,7 @@ Status TrainingLoop::RunStep(const StepInput& in) {
     step_state_ = StepState();
     Stopwatch begin_clock;
     Status failed = [&] {
-      TraceSpan span("begin step", "comm", "step", static_cast<double>(step_));
+      TraceSpan span("begin step", "comm", {{"step", static_cast<double>(step_)}});
       return sync_->BeginStep(plan);
     }();
     // A device model computes on its copy: upload what arrived (enqueued; the compute waits).
@@ -163,7 +163,7 @@ Status TrainingLoop::RunStep(const StepInput& in) {
       if (options_.before_compute) options_.before_compute(step_);
       Stopwatch compute_clock;
       {
-        TraceSpan span("forward + backward", "compute", "samples", static_cast<double>(in.indices.size()));
+        TraceSpan span("forward + backward", "compute", {{"samples", static_cast<double>(in.indices.size())}});
         loss = ComputeGradients(*model_, *train_, in.indices, o.micro_batch, buffer_, accum_, in.batch);
       }
       failed = step_state_.failure;
@@ -176,10 +176,13 @@ Status TrainingLoop::RunStep(const StepInput& in) {
       compute_ms = compute_clock.Millis();
     }
     if (failed.ok()) {
-      delay_ms = straggler_.Sleep(compute_ms);
+      if (straggler_.active()) {
+        TraceSpan span("straggler delay", "compute");
+        delay_ms = straggler_.Sleep(compute_ms);
+      }
       Stopwatch finish_clock;
       Result<SyncStepStats> finished = [&] {
-        TraceSpan span("finish step", "comm", "step", static_cast<double>(step_));
+        TraceSpan span("finish step", "comm", {{"step", static_cast<double>(step_)}});
         return sync_->FinishStep();
       }();
       finish_ms = finish_clock.Millis();
@@ -190,6 +193,8 @@ Status TrainingLoop::RunStep(const StepInput& in) {
       failed = finished.status();
     }
     if (attempt >= 3) return failed;
+    TraceInstant("step failed", "failure", {{"step", static_cast<double>(step_)}, {"code", static_cast<double>(failed.code())}});
+    TraceSpan recovering("recovery", "failure", {{"step", static_cast<double>(step_)}});
     RETURN_IF_ERROR(sync_->Recover(failed));
   }
   ++step_;

@@ -4,6 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -27,16 +28,19 @@ google::protobuf::Struct ReadJson(const std::string& path) {
 TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
   testing::TempDir dir;
   { TraceSpan s("ignored", "compute"); }  // off: nothing
-  Trace::Start("worker", 3, /*clock_offset_us=*/1e6);
+  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "worker", 3, /*clock_offset_us=*/1e6).ok());
   {
-    TraceSpan outer("step", "compute", "step", 7);
-    { TraceSpan inner("bucket", "comm", "floats", 1024); }
-    TraceInstant("rejoin", "failure", "clock", 12);
+    TraceSpan outer("step", "compute", {{"step", 7}});
+    {
+      TraceSpan inner("bucket", "comm", {{"floats", 1024}});
+      inner.Arg("bytes", 4096);
+    }
+    TraceInstant("rejoin", "failure", {{"clock", 12}});
   }
   std::thread other([] { TraceSpan s("push", "comm"); });
   other.join();
   size_t events = 0;
-  ASSERT_TRUE(Trace::Stop(dir.File("t.json"), &events).ok());
+  ASSERT_TRUE(Trace::Stop(&events).ok());
   EXPECT_EQ(events, 4u);
   { TraceSpan s("after", "compute"); }  // stopped: nothing more
   const auto json = ReadJson(dir.File("t.json"));
@@ -54,6 +58,7 @@ TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
   EXPECT_EQ(field("step", "pid").number_value(), 3);
   EXPECT_EQ(field("step", "args").struct_value().fields().at("step").number_value(), 7);
   EXPECT_EQ(field("bucket", "args").struct_value().fields().at("floats").number_value(), 1024);
+  EXPECT_EQ(field("bucket", "args").struct_value().fields().at("bytes").number_value(), 4096);
   // The offset applies; the inner span lies inside the outer one; the other thread has its own track.
   const double outer_ts = field("step", "ts").number_value(), outer_end = outer_ts + field("step", "dur").number_value();
   EXPECT_GE(outer_ts, 1e6);
@@ -63,11 +68,43 @@ TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
 }
 
 TEST(TraceTest, AnUnwritableFileIsAnError) {
-  Trace::Start("worker", 0);
-  { TraceSpan s("x", "compute"); }
-  const Status st = Trace::Stop("/nonexistent-dir/t.json");
+  const Status st = Trace::Start("/nonexistent-dir/t.json", "worker", 0);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("/nonexistent-dir/t.json"), std::string::npos) << st;
+  EXPECT_FALSE(Trace::on());
+  EXPECT_TRUE(Trace::Stop().ok());  // nothing was started
+}
+
+// Buffers that fill up go to the writer while recording goes on; every event reaches the file.
+TEST(TraceTest, FullBuffersAreWrittenWhileRecordingGoesOn) {
+  testing::TempDir dir;
+  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "server", 1, /*clock_offset_us=*/5e8).ok());
+  constexpr int kPerThread = 30000;  // several buffers each
+  auto record = [] {
+    for (int i = 0; i < kPerThread; ++i) TraceSpan s("apply", "compute", {{"i", static_cast<double>(i)}});
+  };
+  std::thread a(record), b(record);
+  a.join();
+  b.join();
+  EXPECT_TRUE(std::filesystem::exists(dir.File("t.json.partial")));
+  size_t events = 0;
+  ASSERT_TRUE(Trace::Stop(&events).ok());
+  EXPECT_EQ(events, 2u * kPerThread);
+  EXPECT_FALSE(std::filesystem::exists(dir.File("t.json.partial")));
+  const auto json = ReadJson(dir.File("t.json"));
+  const auto& list = json.fields().at("traceEvents").list_value().values();
+  ASSERT_EQ(list.size(), 2 * kPerThread + 1);
+  std::map<double, std::vector<double>> seen;  // tid -> the i args, in file order
+  for (int k = 1; k < list.size(); ++k) {
+    const auto& f = list[k].struct_value().fields();
+    EXPECT_GE(f.at("ts").number_value(), 5e8);
+    seen[f.at("tid").number_value()].push_back(f.at("args").struct_value().fields().at("i").number_value());
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& [tid, is] : seen) {
+    ASSERT_EQ(is.size(), static_cast<size_t>(kPerThread));
+    for (int i = 0; i < kPerThread; ++i) ASSERT_EQ(is[static_cast<size_t>(i)], i) << "thread " << tid;  // in order, none lost
+  }
 }
 
 }  // namespace

@@ -1,0 +1,318 @@
+#include "experiments/trace_merge.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "common/atomic_file.h"
+#include "common/trace.h"
+#include "experiments/process.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+const Value* Field(const Struct& s, const std::string& name) {
+  auto it = s.fields().find(name);
+  return it == s.fields().end() ? nullptr : &it->second;
+}
+
+std::string Text(const Struct& s, const std::string& name) {
+  const Value* v = Field(s, name);
+  return v != nullptr && v->kind_case() == Value::kStringValue ? v->string_value() : "";
+}
+
+double Number(const Struct& s, const std::string& name, double missing) {
+  const Value* v = Field(s, name);
+  return v != nullptr && v->kind_case() == Value::kNumberValue ? v->number_value() : missing;
+}
+
+}  // namespace
+
+double TraceEvent::Arg(const std::string& key, double missing) const {
+  auto it = args.find(key);
+  return it == args.end() ? missing : it->second;
+}
+
+int LoadedTrace::Process(const std::string& name) const {
+  auto it = std::find(processes.begin(), processes.end(), name);
+  return it == processes.end() ? -1 : static_cast<int>(it - processes.begin());
+}
+
+Result<LoadedTrace> LoadTrace(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  Struct root;
+  if (auto st = google::protobuf::util::JsonStringToMessage(text, &root); !st.ok()) {
+    return DataLossError(path + " is not a trace-event JSON file: " + std::string(st.message()));
+  }
+  const Value* list = Field(root, "traceEvents");
+  if (list == nullptr || list->kind_case() != Value::kListValue) {
+    return DataLossError(path + " is not a trace-event JSON file: it has no traceEvents list");
+  }
+  LoadedTrace out;
+  std::map<int, int> index_of_pid;
+  std::map<int, double> correction;  // pid -> microseconds to add (Trace::RefineClockOffset)
+  std::vector<int> pid_of_event;
+  auto process = [&](int pid) {
+    auto [it, added] = index_of_pid.emplace(pid, static_cast<int>(out.processes.size()));
+    if (added) out.processes.push_back("process " + std::to_string(pid));
+    return it->second;
+  };
+  for (const Value& v : list->list_value().values()) {
+    if (v.kind_case() != Value::kStructValue) return DataLossError(path + ": an event that is not an object");
+    const Struct& e = v.struct_value();
+    const std::string ph = Text(e, "ph");
+    const int pid = static_cast<int>(Number(e, "pid", 0));
+    if (ph == "M") {
+      const Value* args = Field(e, "args");
+      if (args == nullptr || args->kind_case() != Value::kStructValue) continue;
+      if (Text(e, "name") == "process_name") {
+        out.processes[static_cast<size_t>(process(pid))] = Text(args->struct_value(), "name");
+      } else if (Text(e, "name") == "clock_correction") {
+        const double us = Number(args->struct_value(), "us", 0);
+        if (!std::isfinite(us)) return DataLossError(path + ": a clock_correction that is not a number");
+        correction[pid] += us;
+      }
+      continue;
+    }
+    if (ph != "X" && ph != "i") continue;
+    TraceEvent t;
+    t.name = Text(e, "name");
+    t.category = Text(e, "cat");
+    t.process = process(pid);
+    t.thread = static_cast<int>(Number(e, "tid", 0));
+    t.instant = ph == "i";
+    t.ts_us = Number(e, "ts", std::numeric_limits<double>::quiet_NaN());
+    t.dur_us = t.instant ? 0 : Number(e, "dur", 0);
+    if (!std::isfinite(t.ts_us) || !std::isfinite(t.dur_us) || t.dur_us < 0) {
+      return DataLossError(path + ": event '" + t.name + "' has no valid ts/dur");
+    }
+    if (const Value* args = Field(e, "args"); args != nullptr && args->kind_case() == Value::kStructValue) {
+      for (const auto& [k, a] : args->struct_value().fields()) {
+        if (a.kind_case() == Value::kNumberValue) t.args[k] = a.number_value();
+      }
+    }
+    out.events.push_back(std::move(t));
+    pid_of_event.push_back(pid);
+  }
+  // The clock correction a process recorded at its end (anywhere in the file) applies to all of it.
+  for (size_t i = 0; i < out.events.size(); ++i) {
+    if (auto c = correction.find(pid_of_event[i]); c != correction.end()) out.events[i].ts_us += c->second;
+  }
+  return out;
+}
+
+Result<MergeStats> MergeTraces(const std::vector<std::string>& inputs, const std::string& out) {
+  MergeStats stats;
+  std::vector<LoadedTrace> traces;
+  for (const auto& path : inputs) {
+    if (!fs::exists(path)) {
+      stats.missing.push_back(path);
+      continue;
+    }
+    ASSIGN_OR_RETURN(LoadedTrace t, LoadTrace(path));
+    traces.push_back(std::move(t));
+  }
+  // Time from the job's first event: every file is on the scheduler's clock already.
+  double origin = std::numeric_limits<double>::infinity();
+  for (const auto& t : traces) {
+    for (const auto& e : t.events) origin = std::min(origin, e.ts_us);
+  }
+  if (!std::isfinite(origin)) origin = 0;
+  std::string text = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+  bool first = true;
+  auto add = [&](const std::string& event) {
+    text += first ? "\n" : ",\n";
+    text += event;
+    first = false;
+  };
+  char buf[256];
+  int pid = 0;
+  for (const auto& t : traces) {
+    // One track per process file (a file holds one process), in the order given.
+    const std::string name = t.processes.empty() ? "process " + std::to_string(pid) : t.processes.front();
+    std::snprintf(buf, sizeof(buf), "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": ", pid);
+    add(buf + TraceJsonString(name) + "}}");
+    std::snprintf(buf, sizeof(buf), "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}}",
+                  pid, pid);
+    add(buf);
+    for (const auto& e : t.events) {
+      std::string line = "{\"name\": " + TraceJsonString(e.name) + ", \"cat\": " + TraceJsonString(e.category);
+      if (e.instant) {
+        std::snprintf(buf, sizeof(buf), ", \"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": %d", e.ts_us - origin,
+                      pid, e.thread);
+      } else {
+        std::snprintf(buf, sizeof(buf), ", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d",
+                      e.ts_us - origin, e.dur_us, pid, e.thread);
+      }
+      line += buf;
+      bool first_arg = true;
+      for (const auto& [k, v] : e.args) {
+        line += first_arg ? ", \"args\": {" : ", ";
+        std::snprintf(buf, sizeof(buf), ": %.17g", v);
+        line += TraceJsonString(k) + buf;
+        first_arg = false;
+      }
+      if (!first_arg) line += "}";
+      add(line + "}");
+      ++stats.events;
+    }
+    ++pid;
+  }
+  text += "\n]}\n";
+  stats.processes = static_cast<int>(traces.size());
+  RETURN_IF_ERROR(WriteFileAtomically(out, text));
+  return stats;
+}
+
+namespace {
+
+// What a span is drawn as: its legend entry, colour and lane within its process's row (0: top,
+// compute and apply; 1: sending and serving; 2: waiting). Spans that only enclose others (begin
+// step, finish step, receive) are not drawn.
+struct Look {
+  const char* legend;
+  const char* colour;
+  int lane;
+  int order;  // drawing order: enclosing spans first, so that what they hold is drawn over them
+};
+
+const Look* LookOf(const std::string& name) {
+  static const std::map<std::string, Look> looks = {
+      {"forward + backward", {"forward + backward", "#a0cbe8", 0, 0}},
+      {"forward", {"forward", "#4e79a7", 0, 1}},
+      {"backward", {"backward (per layer)", "#76b7b2", 0, 2}},
+      {"straggler delay", {"straggler delay", "#444444", 0, 3}},
+      {"optimizer", {"optimizer", "#59a14f", 0, 4}},
+      {"apply", {"apply", "#b07aa1", 0, 5}},
+      {"apply round", {"apply", "#b07aa1", 0, 6}},
+      {"checkpoint", {"checkpoint", "#9c755f", 0, 7}},
+      {"push", {"push / all-reduce", "#f28e2b", 1, 8}},
+      {"all-reduce bucket", {"push / all-reduce", "#f28e2b", 1, 9}},
+      {"encode", {"encode / decode", "#edc948", 1, 10}},
+      {"decode", {"encode / decode", "#edc948", 1, 11}},
+      {"answer pull", {"answer pull", "#8cd17d", 1, 12}},
+      {"validate", {"validate", "#bab0ac", 1, 13}},
+      {"pull", {"pull (request to reply handled)", "#59a14f", 2, 14}},
+      {"pull held", {"held by the consistency rule", "#e15759", 2, 15}},
+      {"round wait", {"bsp round wait", "#e15759", 2, 16}},
+      {"recovery", {"recovery", "#ff9da7", 2, 17}},
+  };
+  auto it = looks.find(name);
+  return it == looks.end() ? nullptr : &it->second;
+}
+
+// The first worker's steps: [start, end) of `steps` consecutive ones from the middle of the run.
+std::pair<double, double> Window(const LoadedTrace& t, int steps) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const auto& e : t.events) {
+    lo = std::min(lo, e.ts_us);
+    hi = std::max(hi, e.end_us());
+  }
+  int worker = -1;
+  for (size_t p = 0; p < t.processes.size() && worker < 0; ++p) {
+    if (t.processes[p].starts_with("worker")) worker = static_cast<int>(p);
+  }
+  std::map<int, std::pair<double, double>> by_step;  // step -> (begin, end)
+  for (const auto& e : t.events) {
+    if (e.process != worker || (e.name != "begin step" && e.name != "finish step")) continue;
+    const int step = static_cast<int>(e.Arg("step"));
+    auto [it, added] = by_step.emplace(step, std::make_pair(e.ts_us, e.end_us()));
+    if (!added) {
+      it->second.first = std::min(it->second.first, e.ts_us);
+      it->second.second = std::max(it->second.second, e.end_us());
+    }
+  }
+  if (by_step.size() < 2) return {lo, hi};
+  std::vector<std::pair<double, double>> ordered;
+  for (const auto& [step, span] : by_step) ordered.push_back(span);
+  const size_t n = std::min<size_t>(static_cast<size_t>(std::max(1, steps)), ordered.size());
+  const size_t first = (ordered.size() - n) / 2;
+  return {ordered[first].first, ordered[first + n - 1].second};
+}
+
+}  // namespace
+
+std::string TimelineScript(const LoadedTrace& t, const std::string& png, const std::string& data_path, int steps) {
+  const auto [from, to] = Window(t, steps);
+  const int rows = static_cast<int>(t.processes.size());
+  // Bars by legend entry (one gnuplot data block each), in the order of first use.
+  std::vector<std::string> legends;
+  std::map<std::string, int> order;
+  std::map<std::string, std::pair<std::string, std::ostringstream>> blocks;
+  std::ostringstream failures;
+  bool any_failure = false;
+  for (const auto& e : t.events) {
+    if (e.end_us() < from || e.ts_us > to) continue;
+    const double row_base = rows - 1 - e.process;
+    if (e.instant) {
+      if (e.category != "failure") continue;
+      failures << (e.ts_us - from) / 1e3 << " " << row_base + 0.5 << "\n";
+      any_failure = true;
+      continue;
+    }
+    const Look* look = LookOf(e.name);
+    if (look == nullptr) continue;
+    if (!blocks.count(look->legend)) {
+      legends.push_back(look->legend);
+      order[look->legend] = look->order;
+      blocks[look->legend].first = look->colour;
+    }
+    const double x0 = (std::max(e.ts_us, from) - from) / 1e3, x1 = (std::min(e.end_us(), to) - from) / 1e3;
+    const double top = row_base + 0.9 - 0.27 * look->lane;
+    blocks[look->legend].second << x0 << " " << x1 << " " << top - 0.24 << " " << top << "\n";
+  }
+  std::sort(legends.begin(), legends.end(), [&](const std::string& a, const std::string& b) { return order[a] < order[b]; });
+  std::ostringstream data;
+  for (const auto& l : legends) data << "# " << l << "\n" << blocks[l].second.str() << "\n\n";
+  if (any_failure) data << "# failures\n" << failures.str() << "\n\n";
+  std::ofstream(data_path) << data.str();
+
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 1400," << 160 + 70 * rows << " font 'sans,10'\n"
+     << "set output '" << png << "'\n"
+     << "set title \"Timeline: " << steps << " steps of the first worker from the middle of the run (time on the scheduler's clock)\"\n"
+     << "set xlabel 'ms'\nset xrange [0:" << std::max(1e-3, (to - from) / 1e3) << "]\n"
+     << "set yrange [-0.1:" << rows << "]\nset grid xtics\nset key outside right top\n"
+     << "set style fill solid 1.0 noborder\nset ytics (";
+  for (int p = 0; p < rows; ++p) gp << (p ? ", " : "") << "'" << t.processes[static_cast<size_t>(p)] << "' " << rows - 1 - p + 0.5;
+  gp << ")\n";
+  if (rows > 1) {
+    for (int p = 1; p < rows; ++p) gp << "set arrow from graph 0, first " << p << " to graph 1, first " << p << " nohead lc rgb '#cccccc'\n";
+  }
+  gp << "plot ";
+  int index = 0;
+  for (const auto& l : legends) {
+    gp << (index ? ", \\\n     " : "") << "'" << data_path << "' index " << index
+       << " using (($1+$2)/2):(($3+$4)/2):(($2-$1)/2):(($4-$3)/2) with boxxyerror lc rgb '" << blocks[l].first
+       << "' title '" << l << "'";
+    ++index;
+  }
+  if (any_failure) {
+    gp << (index ? ", \\\n     " : "") << "'" << data_path << "' index " << index
+       << " using 1:2 with points pt 9 ps 2 lc rgb '#d00000' title 'failure, rejoin, recovery'";
+    ++index;
+  }
+  if (index == 0) gp << "NaN notitle";
+  gp << "\n";
+  return gp.str();
+}
+
+Status DrawTimeline(const LoadedTrace& trace, const std::string& png, int steps) {
+  const std::string base = png.substr(0, png.size() - (png.ends_with(".png") ? 4 : 0));
+  const std::string script = base + ".gp";
+  std::ofstream(script) << TimelineScript(trace, png, base + ".dat", steps);
+  return RunCommand({"gnuplot", script}, 60).WithContext("drawing the timeline with gnuplot (scripts/setup.sh installs gnuplot-nox)");
+}
+
+}  // namespace gradsync
