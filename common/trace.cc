@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -20,6 +23,8 @@ namespace {
 
 // Events per thread buffer: a full one goes to the writer thread (about 1 MB each).
 constexpr size_t kBufferEvents = size_t{1} << 13;
+// Full buffers held before the writer starts writing them out.
+constexpr size_t kHeldBuffers = 48;
 
 struct Event {
   const char* name;
@@ -72,29 +77,48 @@ struct Registry {
   double refined_offset_us = 0;
   size_t written = 0;
   int write_errno = 0;  // the first failed write's
+  std::unordered_map<const char*, std::string> literals;  // the writer's (see Write)
 
   // Appends `events` of thread `tid` to the file (called with `mu` released: the file belongs
   // to the writer thread until Stop joined it).
   void Write(int tid, const std::vector<Event>& events) {
     std::string out;
     out.reserve(events.size() * 160);
-    char buf[256];
     const double offset = offset_us.load(std::memory_order_relaxed);
+    char num[64];
+    auto number = [&](double v) {  // the shortest text that reads back as v
+      auto [end, ec] = std::to_chars(num, num + sizeof(num), v);
+      out.append(num, ec == std::errc() ? end : num);
+    };
+    auto integer = [&](int v) {
+      auto [end, ec] = std::to_chars(num, num + sizeof(num), v);
+      out.append(num, ec == std::errc() ? end : num);
+    };
     for (const Event& e : events) {
-      out += ",\n{\"name\": " + Quoted(e.name) + ", \"cat\": " + Quoted(e.category);
-      if (e.dur_us < 0) {
-        std::snprintf(buf, sizeof(buf), ", \"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": %d",
-                      e.ts_us + offset, pid, tid);
-      } else {
-        std::snprintf(buf, sizeof(buf), ", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d",
-                      e.ts_us + offset, e.dur_us, pid, tid);
+      out += ",\n{\"name\": ";
+      out += Literal(e.name);
+      out += ", \"cat\": ";
+      out += Literal(e.category);
+      out += e.dur_us < 0 ? ", \"ph\": \"i\", \"s\": \"t\", \"ts\": " : ", \"ph\": \"X\", \"ts\": ";
+      // Microseconds to the nanosecond, as the clock gives them.
+      number(std::round((e.ts_us + offset) * 1e3) / 1e3);
+      if (e.dur_us >= 0) {
+        out += ", \"dur\": ";
+        number(std::round(e.dur_us * 1e3) / 1e3);
       }
-      out += buf;
+      out += ", \"pid\": ";
+      integer(pid);
+      out += ", \"tid\": ";
+      integer(tid);
       for (int i = 0; i < e.num_args; ++i) {
         out += i == 0 ? ", \"args\": {" : ", ";
-        out += Quoted(e.args[i].name);
-        std::snprintf(buf, sizeof(buf), ": %.17g", e.args[i].value);
-        out += buf;
+        out += Literal(e.args[i].name);
+        out += ": ";
+        if (std::isfinite(e.args[i].value)) {
+          number(e.args[i].value);
+        } else {
+          out += "null";  // JSON has no NaN
+        }
       }
       if (e.num_args > 0) out += "}";
       out += "}";
@@ -103,10 +127,19 @@ struct Registry {
     written += events.size();
   }
 
+  // A name's JSON literal, made once per name (names are literals: the pointer identifies it).
+  const std::string& Literal(const char* name) {
+    auto [it, added] = literals.try_emplace(name);
+    if (added) it->second = Quoted(name);
+    return it->second;
+  }
+
   void WriterLoop() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      cv.wait(lock, [&] { return stopping || !full.empty(); });
+      // Full buffers wait in memory (up to kHeldBuffers, about 50 MB) so that a run of usual
+      // length writes nothing until it ends; past that, the writer writes while recording goes on.
+      cv.wait(lock, [&] { return stopping || full.size() > kHeldBuffers; });
       if (full.empty()) return;  // stopping, nothing left
       FullBuffer b = std::move(full.front());
       full.pop_front();

@@ -5,7 +5,11 @@
 // not the launcher's option, or the first after "--" that does not start with '-') runs as
 // every worker instead, with the job in its environment. Worker 0's output is shown; the rest
 // is logged under OUT/logs/. Ctrl-C stops every process of the job.
+#include <unistd.h>
+
 #include <csignal>
+#include <fstream>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -16,6 +20,7 @@
 #include "common/flags.h"
 #include "experiments/cluster_task.h"
 #include "experiments/launcher.h"
+#include "experiments/progress.h"
 #include "gradsync/config.h"
 
 namespace gradsync {
@@ -58,6 +63,34 @@ std::string Summary() {
          "PMI_SIZE (MPICH, Intel MPI) or SLURM_PROCID/SLURM_STEP_NUM_TASKS (srun), innermost launcher first.\n"
          "The scheduler is at --scheduler, else MASTER_ADDR:MASTER_PORT+1, else the Slurm allocation's\n"
          "first host (port --port, default 10000 + a number from the job and step ids).";
+}
+
+// The value of worker flag `name` (--name=V or --name V) in `args`, or `fallback`.
+template <typename T>
+T WorkerFlag(const std::vector<std::string>& args, const std::string& name, T fallback) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string v;
+    if (args[i].starts_with("--" + name + "=")) v = args[i].substr(name.size() + 3);
+    else if (args[i] == "--" + name && i + 1 < args.size()) v = args[i + 1];
+    else continue;
+    try {
+      return static_cast<T>(std::stoll(v));
+    } catch (const std::exception&) {
+      return fallback;
+    }
+  }
+  return fallback;
+}
+
+// The lines of worker 0's log from its last "final test_acc" on ("" when none).
+std::string FinalLines(const std::string& log) {
+  std::ifstream f(log);
+  std::string line, out;
+  while (std::getline(f, line)) {
+    if (line.starts_with("final test_acc")) out.clear();
+    if (!out.empty() || line.starts_with("final test_acc")) out += line + "\n";
+  }
+  return out;
 }
 
 int Main(int argc, char** argv) {
@@ -163,7 +196,23 @@ int Main(int argc, char** argv) {
     }
     return 0;
   }
+  // On a terminal: a live progress line from worker 0's metrics (its own output goes to its log,
+  // whose final line is shown at the end). Otherwise worker 0 prints its epochs here itself.
+  std::optional<ProgressLine> progress;
+  if (!o.dry_run && ::isatty(1)) {
+    o.worker0_to_stdout = false;
+    // A command's epochs are its own business: not known here.
+    const int epochs = o.worker_command.empty() ? WorkerFlag(o.worker_args, "epochs", config::TrainConfig().epochs()) : 0;
+    const int64_t max_steps = WorkerFlag<int64_t>(o.worker_args, "max-steps", 0);
+    progress.emplace(std::cout, ModeName(o.mode), epochs, max_steps, o.out_dir + "/worker-0.csv");
+    o.on_tick = [&progress] { progress->Tick(); };
+  }
   auto r = LaunchPsJob(o, &g_interrupted);
+  if (progress) {
+    progress->Tick();
+    progress->Done(r.status());
+    std::cout << FinalLines(o.out_dir + "/logs/worker-0.log") << std::flush;
+  }
   if (!r.ok()) {
     std::cerr << "gradsync-launch: error: " << r.status().message() << std::endl;
     return 1;

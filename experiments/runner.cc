@@ -14,6 +14,7 @@
 #include "experiments/launcher.h"
 #include "experiments/netns.h"
 #include "experiments/process.h"
+#include "experiments/progress.h"
 #include "experiments/report.h"
 #include "experiments/trace_merge.h"
 
@@ -21,98 +22,6 @@ namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Follows worker 0's metrics file as it grows: the latest epoch, step and test accuracy.
-class ProgressLine {
- public:
-  ProgressLine(std::ostream& out, std::string label, const RunPlan& plan, std::string csv)
-      : out_(out), label_(std::move(label)), plan_(plan), csv_(std::move(csv)), tty_(&out == &std::cout && ::isatty(1)) {}
-
-  void Tick() {
-    std::ifstream f(csv_);
-    if (!f) return Print(false);
-    f.seekg(offset_);
-    std::string line;
-    bool new_eval = false;
-    while (std::getline(f, line)) {
-      if (f.eof()) break;  // a row still being written
-      offset_ += static_cast<std::streamoff>(line.size() + 1);
-      const std::vector<std::string> v = SplitCsv(line);
-      if (v.size() != kMetricsColumns || v[kColRun] == "run") continue;
-      try {
-        epoch_ = std::stod(v[kColEpoch]);
-        step_ = std::stoll(v[kColStep]);
-        if (!v[kColTestAccuracy].empty()) {
-          accuracy_ = std::stod(v[kColTestAccuracy]);
-          new_eval = true;
-        }
-      } catch (const std::exception&) {
-      }
-    }
-    Print(new_eval);
-  }
-  // A word on the run's state shown after the numbers ("srun: job 12 queued and waiting for
-  // resources"); "" for none.
-  void SetNote(std::string note) {
-    note_changed_ = note_changed_ || note != note_;
-    note_ = std::move(note);
-  }
-  void Done(const Status& s) {
-    if (tty_) out_ << "\r\033[K";
-    out_ << label_ << "  " << (s.ok() ? "done" : "FAILED") << " in " << Elapsed() << " s";
-    if (!std::isnan(accuracy_)) out_ << ", test accuracy " << Percent(accuracy_);
-    if (!s.ok()) out_ << ": " << s.message();
-    out_ << std::endl;
-  }
-
- private:
-  long Elapsed() const { return std::lround(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()); }
-  static std::string Percent(double a) {
-    std::ostringstream s;
-    s.setf(std::ios::fixed);
-    s.precision(2);
-    s << 100 * a << "%";
-    return s.str();
-  }
-  void Print(bool new_eval) {
-    // With a terminal, a line redrawn in place; without, a line per evaluation, at most one
-    // every 10 s, and one for each new note.
-    if (!tty_) {
-      if (note_changed_ && !note_.empty()) {
-        note_changed_ = false;  // a new word from srun: at once
-      } else if (!new_eval || std::chrono::steady_clock::now() < next_line_) {
-        return;
-      }
-      next_line_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    }
-    double frac = epoch_ / std::max(1, plan_.epochs);
-    if (plan_.max_steps > 0) frac = std::max(frac, static_cast<double>(step_) / static_cast<double>(plan_.max_steps));
-    frac = std::min(1.0, frac);
-    std::ostringstream line;
-    line.setf(std::ios::fixed);
-    line.precision(2);
-    line << label_ << "  epoch " << epoch_ << "/" << plan_.epochs << "  step " << step_ << "  test acc "
-         << (std::isnan(accuracy_) ? std::string("—") : Percent(accuracy_)) << "  " << Elapsed() << " s elapsed";
-    if (frac > 0.02) line << ", ~" << std::lround(Elapsed() * (1 - frac) / frac) << " s left";
-    if (!note_.empty()) line << "  (" << note_ << ")";
-    if (tty_) out_ << "\r\033[K" << line.str() << std::flush;
-    else out_ << line.str() << std::endl;
-  }
-
-  std::ostream& out_;
-  std::string label_;
-  const RunPlan& plan_;
-  std::string csv_;
-  bool tty_;
-  std::streamoff offset_ = 0;
-  double epoch_ = 0;
-  int64_t step_ = 0;
-  double accuracy_ = NAN;
-  std::string note_;
-  bool note_changed_ = false;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point next_line_ = start_;
-};
 
 // One run as a Slurm job (RunnerOptions::slurm): srun's output goes to logs/srun.log, the
 // tasks' files come back through it, and what is left of it (the tasks' own messages) stays.
@@ -264,7 +173,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     }
     std::error_code ec;
     fs::remove_all(run_dir, ec);  // a run's directory holds that run only
-    ProgressLine progress(out, label, plan, run_dir + "/worker-0.csv");
+    ProgressLine progress(out, label, plan.epochs, plan.max_steps, run_dir + "/worker-0.csv");
     if (status.ok() && o.slurm) {
       status = RunOnSlurm(e.name, plan, o, run_dir, progress, interrupted);
       progress.Tick();

@@ -192,6 +192,7 @@ const Look* LookOf(const std::string& name) {
       {"forward + backward", {"forward + backward", "#a0cbe8", 0, 0}},
       {"forward", {"forward", "#4e79a7", 0, 1}},
       {"backward", {"backward (per layer)", "#76b7b2", 0, 2}},
+      {"wait for parameters", {"forward waiting for a pulled layer", "#d9d9d9", 0, 3}},
       {"straggler delay", {"straggler delay", "#444444", 0, 3}},
       {"optimizer", {"optimizer", "#59a14f", 0, 4}},
       {"apply", {"apply", "#b07aa1", 0, 5}},
@@ -205,7 +206,7 @@ const Look* LookOf(const std::string& name) {
       {"validate", {"validate", "#bab0ac", 1, 13}},
       {"pull", {"pull (request to reply handled)", "#59a14f", 2, 14}},
       {"pull held", {"held by the consistency rule", "#e15759", 2, 15}},
-      {"round wait", {"bsp round wait", "#e15759", 2, 16}},
+      {"round wait", {"bsp round wait", "#9d2b2b", 2, 16}},
       {"recovery", {"recovery", "#ff9da7", 2, 17}},
   };
   auto it = looks.find(name);

@@ -32,8 +32,9 @@
 #include "common/precision.h"
 #include "common/segment.h"
 #include "common/status.h"
-#include "common/train_names.h"
 #include "common/tensor.h"
+#include "common/trace.h"
+#include "common/train_names.h"
 
 namespace gradsync {
 
@@ -139,7 +140,9 @@ class Model {
     if (grad_ready_) grad_ready_(tensor);
   }
   void ParamWait(size_t tensor) const {
-    if (param_wait_) param_wait_(tensor);
+    if (!param_wait_) return;
+    TraceSpan span("wait for parameters", "comm", {{"tensor", static_cast<double>(tensor)}});
+    param_wait_(tensor);
   }
   // Lays out `tensors` contiguously in declaration order and allocates params and grads.
   void SetLayout(std::vector<TensorInfo> tensors);

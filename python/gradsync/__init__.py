@@ -20,6 +20,7 @@ from gradsync._job import (
     shutdown,
     size,
     staleness,
+    trace_span,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "shutdown",
     "size",
     "staleness",
+    "trace_span",
 ]

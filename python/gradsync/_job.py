@@ -90,3 +90,28 @@ def shutdown(error=None):
 
 def _at_exit():
     shutdown(_failure)
+
+
+class trace_span:
+    """A span of your own code in this process's timeline (gradsync-launch --trace, or a spec's
+    `trace: true`): data loading, evaluation, anything between the frontend's own spans.
+
+        with gs.trace_span("load batch"):
+            x, y = next(loader)
+
+    Records nothing when the job is not traced; costs a call to the clock when it is.
+    """
+
+    def __init__(self, name, category="user"):
+        self.name = name
+        self.category = category
+        self._begin = None
+
+    def __enter__(self):
+        self._begin = _native.trace_now_us() if _native.trace_on() else None
+        return self
+
+    def __exit__(self, *exc):
+        if self._begin is not None:
+            _native.trace_complete(self.name, self.category, self._begin)
+        return False

@@ -2,10 +2,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "common/cluster.h"
 #include "common/flags.h"
+#include "common/logging.h"
+#include "common/trace.h"
 #include "common/train_flags.h"
 #include "worker/allreduce_sync.h"
 #include "worker/ps_sync.h"
@@ -101,6 +105,11 @@ FrontendJob::FrontendJob(const std::vector<std::string>& argv) {
         "--device: the Python frontend runs where the model's tensors are (leave --device unset)"));
   }
   ThrowIfError(JoinJob(train_, process_, &link_));
+  if (process_.has_trace()) {
+    // GRADSYNC_TRACE (gradsync-launch --trace): this process's timeline, on the scheduler's clock.
+    const double offset = link_.scheduler ? link_.scheduler->clock_offset_us() : 0;
+    ThrowIfError(Trace::Start(process_.trace(), "worker", link_.rank, offset));
+  }
 }
 
 FrontendJob::~FrontendJob() { Finished(AbortedError("the Python process ended without gradsync.shutdown()")); }
@@ -148,9 +157,22 @@ void FrontendJob::AllReduceAverage(FloatSpan data) {
   ThrowIfError(link_.ring->AllReduce(data, ReduceOp::kAverage).WithContext("allreduce"));
 }
 
+const char* TraceName(const std::string& name) {
+  // Events keep their names as pointers until the trace is written: every name a Python span
+  // used lives as long as the process (there are few distinct ones).
+  static std::mutex mu;
+  static std::set<std::string>* names = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  return names->insert(name).first->c_str();
+}
+
 void FrontendJob::Finished(const Status& status) {
   if (finished_) return;
   finished_ = true;
+  if (Trace::on()) {
+    if (link_.scheduler) Trace::RefineClockOffset(link_.scheduler->clock_offset_us());
+    if (Status t = Trace::Stop(); !t.ok()) GRADSYNC_LOG(ERROR) << "the trace was not written: " << t;
+  }
   link_.Finished(status);
 }
 
@@ -285,7 +307,11 @@ void FrontendSync::BeginStep(int64_t step, bool evaluate, float lr) {
   plan.evaluate = evaluate;
   plan.lr = lr;
   in_step_ = true;
-  ThrowIfError(sync_->BeginStep(plan));
+  {
+    TraceSpan span("begin step", "comm", {{"step", static_cast<double>(step)}});
+    ThrowIfError(sync_->BeginStep(plan));
+  }
+  compute_begin_us_ = Trace::on() ? Trace::NowUs() : -1;
 }
 
 void FrontendSync::WaitParams(size_t tensor) {
@@ -293,12 +319,20 @@ void FrontendSync::WaitParams(size_t tensor) {
 }
 
 void FrontendSync::GradReady(size_t tensor) {
-  if (sync_) ThrowIfError(sync_->GradReady(tensor));
+  if (!sync_) return;
+  TraceInstant("gradient ready", "compute", {{"tensor", static_cast<double>(tensor)}});
+  ThrowIfError(sync_->GradReady(tensor));
 }
 
 SyncStepStats FrontendSync::FinishStep() {
   if (!sync_) return {};
   in_step_ = false;
+  if (compute_begin_us_ >= 0 && Trace::on()) {
+    // What Python did between the two: the user's forward and backward.
+    Trace::Complete("forward + backward", "compute", compute_begin_us_, Trace::NowUs() - compute_begin_us_);
+  }
+  compute_begin_us_ = -1;
+  TraceSpan span("finish step", "comm");
   auto stats = sync_->FinishStep();
   ThrowIfError(stats.status());
   return *stats;

@@ -45,6 +45,9 @@ class StatusError : public std::runtime_error {
 
 void ThrowIfError(const Status& s);
 
+// `name` with the lifetime of the process, for a trace event's name or category (common/trace.h).
+const char* TraceName(const std::string& name);
+
 // A model whose computation happens elsewhere: its layout and flat parameter and gradient
 // buffers. ForwardBackward and EvaluateBatch must not be called.
 class ExternalModel final : public Model {
@@ -157,6 +160,7 @@ class FrontendSync {
   std::unique_ptr<GradientSync> sync_;  // null in local mode
   bool overlapped_ = false;
   bool in_step_ = false;
+  double compute_begin_us_ = -1;  // traces: when BeginStep returned (the user's compute began)
   std::string kind_ = "local";
 };
 

@@ -10,6 +10,7 @@
 
 #include "common/metrics.h"
 #include "common/process_summary.h"
+#include "common/trace.h"
 #include "common/train_config.h"
 #include "compression/compressor.h"
 #include "python/native/frontend.h"
@@ -291,6 +292,17 @@ PYBIND11_MODULE(_native, m) {
             return out;
           },
           py::arg("payload"), py::arg("n"), py::arg("step") = 0);
+
+  // Spans of the user's own code in this process's trace (gradsync.trace_span): the clock, and a
+  // finished span. Nothing is recorded unless the job traces (gradsync-launch --trace).
+  m.def("trace_on", &Trace::on);
+  m.def("trace_now_us", &Trace::NowUs);
+  m.def(
+      "trace_complete",
+      [](const std::string& name, const std::string& category, double begin_us) {
+        if (Trace::on()) Trace::Complete(TraceName(name), TraceName(category), begin_us, Trace::NowUs() - begin_us);
+      },
+      py::arg("name"), py::arg("category"), py::arg("begin_us"));
 
   m.def(
       "encoded_bytes",

@@ -101,9 +101,10 @@ def main():
     x, y = data(args, args.steps * global_batch)
     records = []
     for s in range(opt.steps, args.steps):
-        rows = slice(s * global_batch + rank * args.batch, s * global_batch + (rank + 1) * args.batch)
-        if rank == args.straggler_rank and args.straggler_ms > 0:
-            time.sleep(args.straggler_ms / 1e3 * (0.5 + torch.rand(1).item()))
+        with gs.trace_span("load batch"):  # the user's own span in the job's trace (--trace)
+            rows = slice(s * global_batch + rank * args.batch, s * global_batch + (rank + 1) * args.batch)
+            if rank == args.straggler_rank and args.straggler_ms > 0:
+                time.sleep(args.straggler_ms / 1e3 * (0.5 + torch.rand(1).item()))
         opt.zero_grad()
         if args.amp:
             with gs.autocast():

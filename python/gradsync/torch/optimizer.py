@@ -36,6 +36,7 @@ import weakref
 import torch
 
 from gradsync import _job, _native
+from gradsync._job import trace_span
 from gradsync.torch.metrics import Recorder
 
 _PS_MODES = ("bsp", "ssp", "asp")
@@ -259,7 +260,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         result = None
         if not self._gs_ps and apply:
             t = time.perf_counter()
-            result = super(self.__class__, self).step()
+            with trace_span("optimizer", "compute"):
+                result = super(self.__class__, self).step()
             compute_ms += (time.perf_counter() - t) * 1e3
         compute_ms = max(0.0, compute_ms - stats["blocked_ms"])
         self._gs_step += 1
