@@ -59,7 +59,7 @@ print("|---|---|---|---|---|---|")
 for a in arms:
     name, spec = a.split("=", 1)
     rates = []
-    for f in sorted(glob.glob(f"{out}/{name}-*/worker-0.json")):
+    for f in sorted(glob.glob(f"{out}/{name}-[0-9]*/worker-0.json")):
         j = json.load(open(f))
         rates.append(int(j["steps"]) * 64 * workers / j["wall_s"])
     med = statistics.median(rates)

@@ -11,9 +11,12 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include <sys/mman.h>
 #include <vector>
 
 #include "common/clock.h"
@@ -21,10 +24,11 @@
 namespace gradsync {
 namespace {
 
-// Events per thread buffer: a full one goes to the writer thread (about 1 MB each).
-constexpr size_t kBufferEvents = size_t{1} << 13;
+// A thread buffer: 2 MiB, aligned to and advised as one huge page where the kernel has them
+// (transparent huge pages in madvise mode): one page fault per buffer instead of 512, which
+// otherwise cost more than the recording itself (measured: 390 ns per event with 4 KiB pages).
 // Full buffers held before the writer starts writing them out.
-constexpr size_t kHeldBuffers = 48;
+constexpr size_t kHeldBuffers = 24;
 
 struct Event {
   const char* name;
@@ -35,14 +39,42 @@ struct Event {
   int num_args;
 };
 
+constexpr size_t kBufferBytes = size_t{2} << 20;
+
+// A fixed array of events in one huge-page-sized allocation.
+class EventBlock {
+ public:
+  static constexpr size_t kCapacity = kBufferBytes / sizeof(Event);
+  EventBlock() : data_(static_cast<Event*>(std::aligned_alloc(kBufferBytes, kBufferBytes))) {
+    if (data_ == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    (void)::madvise(data_, kBufferBytes, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB ones
+#endif
+  }
+  ~EventBlock() { std::free(data_); }
+  EventBlock(const EventBlock&) = delete;
+  EventBlock& operator=(const EventBlock&) = delete;
+
+  bool full() const { return size_ == kCapacity; }
+  size_t size() const { return size_; }
+  void push_back(const Event& e) { data_[size_++] = e; }
+  void clear() { size_ = 0; }
+  const Event* begin() const { return data_; }
+  const Event* end() const { return data_ + size_; }
+
+ private:
+  Event* data_;
+  size_t size_ = 0;
+};
+
 struct ThreadBuffer {
   int tid = 0;
-  std::vector<Event> events;
+  std::unique_ptr<EventBlock> events = std::make_unique<EventBlock>();
 };
 
 struct FullBuffer {
   int tid = 0;
-  std::vector<Event> events;
+  std::unique_ptr<EventBlock> events;
 };
 
 // A JSON string literal of `s` (names here are identifiers, but a role could hold anything).
@@ -81,7 +113,7 @@ struct Registry {
 
   // Appends `events` of thread `tid` to the file (called with `mu` released: the file belongs
   // to the writer thread until Stop joined it).
-  void Write(int tid, const std::vector<Event>& events) {
+  void Write(int tid, const EventBlock& events) {
     std::string out;
     out.reserve(events.size() * 160);
     const double offset = offset_us.load(std::memory_order_relaxed);
@@ -137,14 +169,14 @@ struct Registry {
   void WriterLoop() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      // Full buffers wait in memory (up to kHeldBuffers, about 50 MB) so that a run of usual
+      // Full buffers wait in memory (up to kHeldBuffers, 48 MiB) so that a run of usual
       // length writes nothing until it ends; past that, the writer writes while recording goes on.
       cv.wait(lock, [&] { return stopping || full.size() > kHeldBuffers; });
       if (full.empty()) return;  // stopping, nothing left
       FullBuffer b = std::move(full.front());
       full.pop_front();
       lock.unlock();
-      Write(b.tid, b.events);
+      Write(b.tid, *b.events);
       lock.lock();
     }
   }
@@ -163,18 +195,16 @@ ThreadBuffer& Mine() {
     r.buffers.push_back(std::make_unique<ThreadBuffer>());
     buffer = r.buffers.back().get();
     buffer->tid = static_cast<int>(r.buffers.size());
-    buffer->events.reserve(kBufferEvents);
   }
   return *buffer;
 }
 
 void Append(Event e) {
   ThreadBuffer& b = Mine();
-  b.events.push_back(e);
-  if (b.events.size() < kBufferEvents) return;
+  b.events->push_back(e);
+  if (!b.events->full()) return;
   // Full: the writer thread takes it; this thread goes on with a fresh one.
-  std::vector<Event> fresh;
-  fresh.reserve(kBufferEvents);
+  auto fresh = std::make_unique<EventBlock>();
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mu);
@@ -213,7 +243,7 @@ Status Trace::Start(const std::string& path, const std::string& role, int rank, 
   r.write_errno = 0;
   r.stopping = false;
   r.full.clear();
-  for (auto& b : r.buffers) b->events.clear();
+  for (auto& b : r.buffers) b->events->clear();
   const std::string header = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " +
                              std::to_string(rank) + ", \"tid\": 0, \"args\": {\"name\": " +
                              Quoted(role + " " + std::to_string(rank)) + "}}";
@@ -282,8 +312,8 @@ Status Trace::Stop(size_t* events) {
   r.writer.join();  // it drains every full buffer first
   std::lock_guard<std::mutex> lock(r.mu);
   for (const auto& b : r.buffers) {
-    r.Write(b->tid, b->events);
-    b->events.clear();
+    r.Write(b->tid, *b->events);
+    b->events->clear();
   }
   const double correction = r.refined_offset_us - r.offset_us.load();
   if (correction != 0) {

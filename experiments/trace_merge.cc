@@ -1,17 +1,17 @@
 #include "experiments/trace_merge.h"
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 
-#include "common/atomic_file.h"
 #include "common/trace.h"
 #include "experiments/process.h"
 
@@ -19,22 +19,171 @@ namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
-using google::protobuf::Struct;
-using google::protobuf::Value;
 
-const Value* Field(const Struct& s, const std::string& name) {
-  auto it = s.fields().find(name);
-  return it == s.fields().end() ? nullptr : &it->second;
-}
+// A JSON value of a trace event line: a string, a number, null/true/false, or (one level down) an
+// object of such values.
+struct JsonValue {
+  enum Kind { kString, kNumber, kOther, kObject } kind = kOther;
+  std::string text;
+  double number = 0;
+  std::vector<std::pair<std::string, JsonValue>> object;
 
-std::string Text(const Struct& s, const std::string& name) {
-  const Value* v = Field(s, name);
-  return v != nullptr && v->kind_case() == Value::kStringValue ? v->string_value() : "";
-}
+  const JsonValue* Field(const std::string& key) const {
+    for (const auto& [k, v] : object)
+      if (k == key) return &v;
+    return nullptr;
+  }
+  std::string Text(const std::string& key) const {
+    const JsonValue* v = Field(key);
+    return v != nullptr && v->kind == kString ? v->text : "";
+  }
+  double Number(const std::string& key, double missing) const {
+    const JsonValue* v = Field(key);
+    return v != nullptr && v->kind == kNumber ? v->number : missing;
+  }
+};
 
-double Number(const Struct& s, const std::string& name, double missing) {
-  const Value* v = Field(s, name);
-  return v != nullptr && v->kind_case() == Value::kNumberValue ? v->number_value() : missing;
+// A parser of one line's object: what Trace writes (strings, numbers, an args object), strictly.
+class LineParser {
+ public:
+  explicit LineParser(std::string_view s) : s_(s) {}
+
+  // The whole of `s` as one object; false (with why()) otherwise.
+  bool Parse(JsonValue* out) {
+    if (!Value(out, 0)) return false;
+    Ws();
+    if (i_ != s_.size()) return Fail("text after the object");
+    if (out->kind != JsonValue::kObject) return Fail("not an object");
+    return true;
+  }
+  const std::string& why() const { return why_; }
+
+ private:
+  bool Fail(const std::string& why) {
+    if (why_.empty()) why_ = why + " at column " + std::to_string(i_ + 1);
+    return false;
+  }
+  void Ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
+  }
+  bool Eat(char c) {
+    Ws();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool String(std::string* out) {
+    if (!Eat('"')) return Fail("a string expected");
+    while (i_ < s_.size() && s_[i_] != '"') {
+      char c = s_[i_++];
+      if (c != '\\') {
+        *out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) break;
+      c = s_[i_++];
+      switch (c) {
+        case 'n': *out += '\n'; break;
+        case 't': *out += '\t'; break;
+        case 'r': *out += '\r'; break;
+        case 'b': *out += '\b'; break;
+        case 'f': *out += '\f'; break;
+        case 'u': {
+          if (i_ + 4 > s_.size()) return Fail("a cut \\u escape");
+          unsigned code = 0;
+          auto [end, ec] = std::from_chars(s_.data() + i_, s_.data() + i_ + 4, code, 16);
+          if (ec != std::errc() || end != s_.data() + i_ + 4) return Fail("a bad \\u escape");
+          i_ += 4;
+          *out += code < 0x80 ? static_cast<char>(code) : '?';
+          break;
+        }
+        default: *out += c;  // \" \\ \/
+      }
+    }
+    if (i_ >= s_.size()) return Fail("an unterminated string");
+    ++i_;
+    return true;
+  }
+  bool Value(JsonValue* v, int depth) {
+    Ws();
+    if (i_ >= s_.size()) return Fail("a value expected");
+    const char c = s_[i_];
+    if (c == '"') {
+      v->kind = JsonValue::kString;
+      return String(&v->text);
+    }
+    if (c == '{') {
+      if (depth > 1) return Fail("objects nested too deep");
+      ++i_;
+      v->kind = JsonValue::kObject;
+      if (Eat('}')) return true;
+      do {
+        std::string key;
+        if (!String(&key)) return false;
+        if (!Eat(':')) return Fail("':' expected");
+        JsonValue value;
+        if (!Value(&value, depth + 1)) return false;
+        v->object.emplace_back(std::move(key), std::move(value));
+      } while (Eat(','));
+      return Eat('}') || Fail("'}' expected");
+    }
+    for (const char* word : {"null", "true", "false"}) {
+      if (s_.substr(i_).starts_with(word)) {
+        i_ += std::strlen(word);
+        v->kind = JsonValue::kOther;
+        return true;
+      }
+    }
+    const char* begin = s_.data() + i_;
+    auto [end, ec] = std::from_chars(begin, s_.data() + s_.size(), v->number);
+    if (ec != std::errc()) return Fail("a value expected");
+    i_ += static_cast<size_t>(end - begin);
+    v->kind = JsonValue::kNumber;
+    return true;
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  std::string why_;
+};
+
+// Reads `path` line by line: the header line, one event object per line (a separating comma
+// before or after it), the closing line; `fn(event, line_number)` for each event.
+Status ForEachEventLine(const std::string& path, const std::function<Status(const JsonValue&, int)>& fn) {
+  std::ifstream f(path);
+  if (!f) return fs::exists(path) ? UnavailableError("cannot read " + path) : NotFoundError(path + " does not exist");
+  auto broken = [&](int line, const std::string& why) {
+    return DataLossError(path + ":" + std::to_string(line) + ": not a trace file as gradsync writes them (one event per line): " + why);
+  };
+  std::string line;
+  int number = 0;
+  bool header = false, closed = false;
+  while (std::getline(f, line)) {
+    ++number;
+    std::string_view v = line;
+    while (!v.empty() && (v.front() == ' ' || v.front() == ',')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == ',' || v.back() == '\r')) v.remove_suffix(1);
+    if (v.empty()) continue;
+    if (!header) {
+      if (!v.starts_with("{") || !v.ends_with("\"traceEvents\": [")) return broken(number, "no traceEvents list opens it");
+      header = true;
+      continue;
+    }
+    if (closed) return broken(number, "text after the list's end");
+    if (v == "]}") {
+      closed = true;
+      continue;
+    }
+    JsonValue event;
+    LineParser parser(v);
+    if (!parser.Parse(&event)) return broken(number, parser.why());
+    RETURN_IF_ERROR(fn(event, number));
+  }
+  if (!header) return broken(number, "it is empty");
+  if (!closed) return broken(number, "it is cut short (a process killed before it wrote its trace leaves FILE.partial)");
+  return OkStatus();
 }
 
 }  // namespace
@@ -50,15 +199,6 @@ int LoadedTrace::Process(const std::string& name) const {
 }
 
 Result<LoadedTrace> LoadTrace(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
-  Struct root;
-  if (auto st = google::protobuf::util::JsonStringToMessage(text, &root); !st.ok()) {
-    return DataLossError(path + " is not a trace-event JSON file: " + std::string(st.message()));
-  }
-  const Value* list = Field(root, "traceEvents");
-  if (list == nullptr || list->kind_case() != Value::kListValue) {
-    return DataLossError(path + " is not a trace-event JSON file: it has no traceEvents list");
-  }
   LoadedTrace out;
   std::map<int, int> index_of_pid;
   std::map<int, double> correction;  // pid -> microseconds to add (Trace::RefineClockOffset)
@@ -68,43 +208,42 @@ Result<LoadedTrace> LoadTrace(const std::string& path) {
     if (added) out.processes.push_back("process " + std::to_string(pid));
     return it->second;
   };
-  for (const Value& v : list->list_value().values()) {
-    if (v.kind_case() != Value::kStructValue) return DataLossError(path + ": an event that is not an object");
-    const Struct& e = v.struct_value();
-    const std::string ph = Text(e, "ph");
-    const int pid = static_cast<int>(Number(e, "pid", 0));
+  RETURN_IF_ERROR(ForEachEventLine(path, [&](const JsonValue& e, int line) -> Status {
+    const std::string ph = e.Text("ph");
+    const int pid = static_cast<int>(e.Number("pid", 0));
+    const JsonValue* args = e.Field("args");
     if (ph == "M") {
-      const Value* args = Field(e, "args");
-      if (args == nullptr || args->kind_case() != Value::kStructValue) continue;
-      if (Text(e, "name") == "process_name") {
-        out.processes[static_cast<size_t>(process(pid))] = Text(args->struct_value(), "name");
-      } else if (Text(e, "name") == "clock_correction") {
-        const double us = Number(args->struct_value(), "us", 0);
-        if (!std::isfinite(us)) return DataLossError(path + ": a clock_correction that is not a number");
+      if (args == nullptr || args->kind != JsonValue::kObject) return OkStatus();
+      if (e.Text("name") == "process_name") {
+        out.processes[static_cast<size_t>(process(pid))] = args->Text("name");
+      } else if (e.Text("name") == "clock_correction") {
+        const double us = args->Number("us", NAN);
+        if (!std::isfinite(us)) return DataLossError(path + ":" + std::to_string(line) + ": a clock_correction that is not a number");
         correction[pid] += us;
       }
-      continue;
+      return OkStatus();
     }
-    if (ph != "X" && ph != "i") continue;
+    if (ph != "X" && ph != "i") return OkStatus();
     TraceEvent t;
-    t.name = Text(e, "name");
-    t.category = Text(e, "cat");
+    t.name = e.Text("name");
+    t.category = e.Text("cat");
     t.process = process(pid);
-    t.thread = static_cast<int>(Number(e, "tid", 0));
+    t.thread = static_cast<int>(e.Number("tid", 0));
     t.instant = ph == "i";
-    t.ts_us = Number(e, "ts", std::numeric_limits<double>::quiet_NaN());
-    t.dur_us = t.instant ? 0 : Number(e, "dur", 0);
+    t.ts_us = e.Number("ts", NAN);
+    t.dur_us = t.instant ? 0 : e.Number("dur", 0);
     if (!std::isfinite(t.ts_us) || !std::isfinite(t.dur_us) || t.dur_us < 0) {
-      return DataLossError(path + ": event '" + t.name + "' has no valid ts/dur");
+      return DataLossError(path + ":" + std::to_string(line) + ": event '" + t.name + "' has no valid ts/dur");
     }
-    if (const Value* args = Field(e, "args"); args != nullptr && args->kind_case() == Value::kStructValue) {
-      for (const auto& [k, a] : args->struct_value().fields()) {
-        if (a.kind_case() == Value::kNumberValue) t.args[k] = a.number_value();
+    if (args != nullptr) {
+      for (const auto& [k, a] : args->object) {
+        if (a.kind == JsonValue::kNumber) t.args[k] = a.number;
       }
     }
     out.events.push_back(std::move(t));
     pid_of_event.push_back(pid);
-  }
+    return OkStatus();
+  }));
   // The clock correction a process recorded at its end (anywhere in the file) applies to all of it.
   for (size_t i = 0; i < out.events.size(); ++i) {
     if (auto c = correction.find(pid_of_event[i]); c != correction.end()) out.events[i].ts_us += c->second;
@@ -114,23 +253,22 @@ Result<LoadedTrace> LoadTrace(const std::string& path) {
 
 Result<MergeStats> MergeTraces(const std::vector<std::string>& inputs, const std::string& out) {
   MergeStats stats;
-  std::vector<LoadedTrace> traces;
-  for (const auto& path : inputs) {
-    if (!fs::exists(path)) {
-      stats.missing.push_back(path);
-      continue;
-    }
-    ASSIGN_OR_RETURN(LoadedTrace t, LoadTrace(path));
-    traces.push_back(std::move(t));
-  }
-  // Time from the job's first event: every file is on the scheduler's clock already.
+  std::vector<std::string> present;
+  for (const auto& path : inputs) (fs::exists(path) ? present : stats.missing).push_back(path);
+  // Time from the job's first event (every file is on the scheduler's clock already). One file
+  // in memory at a time: read twice, for the origin, then to write it.
   double origin = std::numeric_limits<double>::infinity();
-  for (const auto& t : traces) {
+  for (const auto& path : present) {
+    ASSIGN_OR_RETURN(LoadedTrace t, LoadTrace(path));
     for (const auto& e : t.events) origin = std::min(origin, e.ts_us);
   }
   if (!std::isfinite(origin)) origin = 0;
-  std::string text = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
+  const std::string partial = out + ".partial";
+  std::ofstream file(partial, std::ios::trunc);
+  if (!file) return UnavailableError("cannot create " + partial + ": " + std::strerror(errno));
+  file << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [";
   bool first = true;
+  std::string text;
   auto add = [&](const std::string& event) {
     text += first ? "\n" : ",\n";
     text += event;
@@ -138,7 +276,9 @@ Result<MergeStats> MergeTraces(const std::vector<std::string>& inputs, const std
   };
   char buf[256];
   int pid = 0;
-  for (const auto& t : traces) {
+  for (const auto& path : present) {
+    ASSIGN_OR_RETURN(LoadedTrace t, LoadTrace(path));
+    text.clear();
     // One track per process file (a file holds one process), in the order given.
     const std::string name = t.processes.empty() ? "process " + std::to_string(pid) : t.processes.front();
     std::snprintf(buf, sizeof(buf), "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"tid\": 0, \"args\": {\"name\": ", pid);
@@ -167,11 +307,17 @@ Result<MergeStats> MergeTraces(const std::vector<std::string>& inputs, const std
       add(line + "}");
       ++stats.events;
     }
+    file << text;
     ++pid;
+    ++stats.processes;
   }
-  text += "\n]}\n";
-  stats.processes = static_cast<int>(traces.size());
-  RETURN_IF_ERROR(WriteFileAtomically(out, text));
+  file << "\n]}\n";
+  file.close();
+  if (!file) {
+    std::remove(partial.c_str());
+    return UnavailableError("cannot write " + out);
+  }
+  if (std::rename(partial.c_str(), out.c_str()) != 0) return UnavailableError("cannot write " + out + ": " + std::strerror(errno));
   return stats;
 }
 

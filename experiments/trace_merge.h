@@ -40,9 +40,10 @@ struct LoadedTrace {
   int Process(const std::string& name) const;
 };
 
-// Reads a trace-event JSON file as Trace and MergeTraces write it (processes named by their
-// process_name metadata). kNotFound when it does not exist; kDataLoss, naming the file, when it
-// is not such a file.
+// Reads a trace-event JSON file as Trace and MergeTraces write it: one event object per line
+// (processes named by their process_name metadata, each process's clock_correction applied).
+// kNotFound when it does not exist; kDataLoss, naming the file and line, when it is not such a
+// file (a process killed before it wrote its trace leaves only FILE.partial, cut short).
 Result<LoadedTrace> LoadTrace(const std::string& path);
 
 struct MergeStats {
@@ -51,8 +52,9 @@ struct MergeStats {
   std::vector<std::string> missing;  // inputs that were not there (a process that never started tracing)
 };
 
-// Merges the per-process files `inputs` (in that order: the order of the tracks) into `out`,
-// written atomically. Missing inputs are skipped and listed; an unreadable one is an error.
+// Merges the per-process files `inputs` (in that order: the order of the tracks) into `out`
+// (written as OUT.partial, then renamed). Missing inputs are skipped and listed; an unreadable
+// one is an error. One input in memory at a time.
 Result<MergeStats> MergeTraces(const std::vector<std::string>& inputs, const std::string& out);
 
 // The gnuplot script of a picture of `trace`: one row per process, `steps` steps of the first

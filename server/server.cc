@@ -10,8 +10,8 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
-#include "common/trace.h"
 #include "common/security.h"
+#include "common/trace.h"
 
 namespace gradsync {
 namespace {
@@ -538,7 +538,9 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
     // --compress-pull: the delta against what the worker holds, once it holds the whole range.
     pull_current_.resize(n);
     shard_->Read(r.segments, {}, pull_current_.data());
+    TraceSpan encode("encode", "server", {{"worker", static_cast<double>(r.worker)}, {"values", static_cast<double>(n)}});
     auto encoded = pull_encoder_->Encode(r.worker, r.segments, pull_current_, r.clock, &pull_payload_);
+    encode.End();
     if (!encoded.ok()) GRADSYNC_LOG(ERROR) << "server " << rank_ << ": " << encoded.status();
     if (encoded.ok() && *encoded) {
       reply.codec = codec_spec_;

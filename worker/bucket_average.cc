@@ -1,5 +1,7 @@
 #include "worker/bucket_average.h"
 
+#include "common/trace.h"
+
 namespace gradsync {
 
 Result<std::unique_ptr<BucketAverager>> BucketAverager::Create(Collective* collective, const std::string& codec,
@@ -27,7 +29,11 @@ Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) 
   // fp16, bf16: each rank pre-divides by n, so that the ring's sum is the average and stays far
   // from half's range limit (error feedback then keeps its residual in that scale).
   if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
-  RETURN_IF_ERROR(encoder->Encode(g, step, &encoded_));
+  {
+    TraceSpan span("encode", "comm", {{"values", static_cast<double>(g.size())}});
+    RETURN_IF_ERROR(encoder->Encode(g, step, &encoded_));
+    span.Arg("bytes", static_cast<double>(encoded_.size()));
+  }
   if (ring_summable) {
     // The payload is the values themselves, reduced in place inside the ring (the vector's
     // storage is aligned for them): fp16's and bf16's 16-bit values are summed, so 2 bytes per element travel
@@ -41,11 +47,13 @@ Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) 
           std::span<uint16_t>(reinterpret_cast<uint16_t*>(encoded_.data()), encoded_.size() / sizeof(uint16_t)),
           *decoder_->float16()));
     }
+    TraceSpan span("decode", "comm", {{"bytes", static_cast<double>(encoded_.size())}});
     return decoder_->Decode(encoded_, g.size(), step, g);
   }
   // The others: every rank's payload is all-gathered, decoded and summed in rank order.
   RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
   decoded_.resize(g.size());
+  TraceSpan span("decode", "comm", {{"payloads", static_cast<double>(gathered_.size())}});
   for (size_t r = 0; r < gathered_.size(); ++r) {
     const auto& part = gathered_[r];
     RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),

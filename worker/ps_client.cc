@@ -9,8 +9,8 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
-#include "common/trace.h"
 #include "common/security.h"
+#include "common/trace.h"
 
 namespace gradsync {
 

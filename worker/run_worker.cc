@@ -308,10 +308,12 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   if (p.has_trace()) {
     if (job.scheduler) Trace::RefineClockOffset(job.scheduler->clock_offset_us());  // the run's best estimate
     size_t events = 0;
+    Stopwatch writing;
     if (Status t = Trace::Stop(&events); !t.ok()) {
       std::fprintf(stderr, "gradsync-worker %d: the trace was not written: %s\n", job.rank, t.message().c_str());
     } else {
-      std::printf("gradsync-worker %d: trace: %zu events in %s\n", job.rank, events, p.trace().c_str());
+      std::printf("gradsync-worker %d: trace: %zu events in %s (written in %.0f ms)\n", job.rank, events,
+                  p.trace().c_str(), writing.Millis());
     }
   }
   if (p.has_out()) WriteWorkerSummary(c, p, job, *placed.model, trained, best >= 0);

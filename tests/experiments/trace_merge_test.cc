@@ -58,12 +58,34 @@ TEST(TraceMergeTest, ABrokenFileIsAnErrorNamingIt) {
   auto stats = MergeTraces({dir.File("a.json")}, dir.File("trace.json"));
   ASSERT_FALSE(stats.ok());
   EXPECT_NE(stats.status().message().find(dir.File("a.json")), std::string::npos) << stats.status();
-  Write(dir.File("b.json"), R"({"traceEvents": [{"name": "x", "ph": "X", "ts": "soon", "pid": 0}]})");
+  Write(dir.File("b.json"), "{\"traceEvents\": [\n{\"name\": \"x\", \"ph\": \"X\", \"ts\": \"soon\", \"pid\": 0}\n]}\n");
   auto b = LoadTrace(dir.File("b.json"));
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("no valid ts"), std::string::npos) << b.status();
   Write(dir.File("c.json"), R"({"events": []})");
   EXPECT_FALSE(LoadTrace(dir.File("c.json")).ok());
+  // Cut short after an event (no closing line), and a line that is no object: named by line.
+  Write(dir.File("d.json"), "{\"traceEvents\": [\n{\"name\": \"push\", \"ph\": \"X\", \"ts\": 1, \"dur\": 2, \"pid\": 0}\n");
+  auto d = LoadTrace(dir.File("d.json"));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("cut short"), std::string::npos) << d.status();
+  Write(dir.File("e.json"), "{\"traceEvents\": [\n{\"name\": \"push\", \"ph\": \"X\", \"ts\": 1, \"dur\": 2, \"pid\": 0},\n{\"name\" 3}\n]}\n");
+  auto e = LoadTrace(dir.File("e.json"));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find(dir.File("e.json") + ":3:"), std::string::npos) << e.status();
+  EXPECT_EQ(LoadTrace(dir.File("missing.json")).status().code(), StatusCode::kNotFound);
+}
+
+TEST(TraceMergeTest, NamesWithEscapesReadBackAsWritten) {
+  testing::TempDir dir;
+  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "worker \"q\" \\", 2).ok());
+  Trace::Complete("a \"quoted\" \\ name\t", "user", 5, 1);
+  ASSERT_TRUE(Trace::Stop().ok());
+  auto t = LoadTrace(dir.File("t.json"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->processes, std::vector<std::string>{"worker \"q\" \\ 2"});
+  ASSERT_EQ(t->events.size(), 1u);
+  EXPECT_EQ(t->events[0].name, "a \"quoted\" \\ name\t");
 }
 
 TEST(TraceMergeTest, TheTimelineScriptHasARowPerProcessAndTheSpansOfTheWindow) {
