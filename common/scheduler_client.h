@@ -83,6 +83,9 @@ class SchedulerClient {
   double clock_offset_us() const;
   double clock_rtt_us() const;  // -1 until known
   static constexpr int kClockProbes = 16;
+  // Sends `probes` more clock probes, one after another (at most timeout_s in all): a process
+  // about to write its trace refines the offset with them.
+  void EstimateClock(int probes, double timeout_s);
 
   // Waits (at most timeout_s) until every queued message has been handed to ZeroMQ.
   void Flush(double timeout_s);
@@ -111,9 +114,6 @@ class SchedulerClient {
   void Loop(std::stop_token stop);
   void Handle(const Message& m);
   void Enqueue(wire::Header h);
-  // Sends `probes` heartbeats one after another, each once the last was answered (at most
-  // timeout_s in all).
-  void EstimateClock(int probes, double timeout_s);
 
   SchedulerClientOptions options_;
   TransportContext& ctx_;

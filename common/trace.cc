@@ -115,6 +115,7 @@ struct Registry {
   int pid = 0;
   std::atomic<double> offset_us{0};
   double refined_offset_us = 0;
+  double offset_error_us = -1;
   size_t written = 0;
   int write_errno = 0;  // the first failed write's
   std::unordered_map<const char*, std::string> literals;  // the writer's (see Write)
@@ -271,6 +272,7 @@ Status Trace::Start(const std::string& path, const std::string& role, int rank, 
   r.pid = rank;
   r.offset_us.store(clock_offset_us);
   r.refined_offset_us = clock_offset_us;
+  r.offset_error_us = -1;
   r.written = 0;
   r.write_errno = 0;
   r.stopping = false;
@@ -305,10 +307,11 @@ Status CheckTraceFile(const std::string& path) {
   return OkStatus();
 }
 
-void Trace::RefineClockOffset(double us) {
+void Trace::RefineClockOffset(double us, double error_us) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.refined_offset_us = us;
+  r.offset_error_us = error_us;
 }
 
 double Trace::NowUs() { return SteadyMicros(); }
@@ -348,10 +351,11 @@ Status Trace::Stop(size_t* events) {
     b->events->clear();
   }
   const double correction = r.refined_offset_us - r.offset_us.load();
-  if (correction != 0) {
-    char meta[160];
-    std::snprintf(meta, sizeof(meta), ",\n{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": %.3f}}",
-                  r.pid, correction);
+  if (correction != 0 || r.offset_error_us >= 0) {
+    char meta[200];
+    std::snprintf(meta, sizeof(meta),
+                  ",\n{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": %.3f, \"error_us\": %.3f}}",
+                  r.pid, correction, r.offset_error_us);
     if (std::fputs(meta, r.file) < 0 && r.write_errno == 0) r.write_errno = errno ? errno : EIO;
   }
   static const char kFooter[] = "\n]}\n";

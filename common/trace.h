@@ -43,9 +43,10 @@ class Trace {
   // when a trace is being recorded already.
   static Status Start(const std::string& path, const std::string& role, int rank, double clock_offset_us = 0);
   // A better estimate of the clock offset than Start's (a process keeps refining it for as long
-  // as it runs): written events keep Start's, and Stop records the difference in the file
-  // (metadata "clock_correction"), which MergeTraces adds.
-  static void RefineClockOffset(double us);
+  // as it runs), and its error bound (half the round trip it came from; < 0: unknown): written
+  // events keep Start's offset, and Stop records the difference and the bound in the file
+  // (metadata "clock_correction": us, error_us), which MergeTraces applies and keeps.
+  static void RefineClockOffset(double us, double error_us = -1);
   static bool on() { return on_.load(std::memory_order_relaxed); }
   // Microseconds of the steady clock (the offset is added when events are written).
   static double NowUs();

@@ -205,7 +205,10 @@ Result<LoadedTrace> LoadTrace(const std::string& path) {
   std::vector<int> pid_of_event;
   auto process = [&](int pid) {
     auto [it, added] = index_of_pid.emplace(pid, static_cast<int>(out.processes.size()));
-    if (added) out.processes.push_back("process " + std::to_string(pid));
+    if (added) {
+      out.processes.push_back("process " + std::to_string(pid));
+      out.clock_error_us.push_back(-1);
+    }
     return it->second;
   };
   RETURN_IF_ERROR(ForEachEventLine(path, [&](const JsonValue& e, int line) -> Status {
@@ -220,6 +223,7 @@ Result<LoadedTrace> LoadTrace(const std::string& path) {
         const double us = args->Number("us", NAN);
         if (!std::isfinite(us)) return DataLossError(path + ":" + std::to_string(line) + ": a clock_correction that is not a number");
         correction[pid] += us;
+        out.clock_error_us[static_cast<size_t>(process(pid))] = args->Number("error_us", -1);
       }
       return OkStatus();
     }
@@ -286,6 +290,12 @@ Result<MergeStats> MergeTraces(const std::vector<std::string>& inputs, const std
     std::snprintf(buf, sizeof(buf), "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}}",
                   pid, pid);
     add(buf);
+    if (!t.clock_error_us.empty() && t.clock_error_us.front() >= 0) {  // applied already: the bound stays
+      std::snprintf(buf, sizeof(buf),
+                    "{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": 0, \"error_us\": %.3f}}",
+                    pid, t.clock_error_us.front());
+      add(buf);
+    }
     for (const auto& e : t.events) {
       std::string line = "{\"name\": " + TraceJsonString(e.name) + ", \"cat\": " + TraceJsonString(e.category);
       if (e.instant) {

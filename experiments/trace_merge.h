@@ -34,6 +34,9 @@ struct TraceEvent {
 
 struct LoadedTrace {
   std::vector<std::string> processes;  // "scheduler 0", "server 1", "worker 3": by pid
+  // Per process: the bound on its clock offset's error (half the best round trip to the
+  // scheduler), in microseconds; -1 when the file does not say (the scheduler's own: 0).
+  std::vector<double> clock_error_us;
   std::vector<TraceEvent> events;      // in file order
 
   // The index of process `name`, or -1.

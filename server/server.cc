@@ -1116,7 +1116,11 @@ Status Server::Run() {
     stats_.traffic.bytes_sent += data_->bytes_sent();
     stats_.traffic.bytes_received += data_->bytes_received();
   }
-  if (Trace::on() && !options_.trace_path.empty()) Trace::RefineClockOffset(scheduler_->clock_offset_us());
+  if (Trace::on() && !options_.trace_path.empty()) {
+    // The best estimate of the whole run (more probes unless the scheduler is shutting down).
+    if (!scheduler_->shutdown_requested()) scheduler_->EstimateClock(SchedulerClient::kClockProbes, 0.5);
+    Trace::RefineClockOffset(scheduler_->clock_offset_us(), scheduler_->clock_rtt_us() / 2);
+  }
   scheduler_.reset();  // stops the heartbeats: the scheduler sees this shard leave
   for (auto& a : adopted_) {
     if (stop_.load()) a->server->Stop();

@@ -306,7 +306,10 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   ScaleLearningRate(c, JoinsJob(c.mode()) ? job.table.workers_size() : 1, job.rank, &train);
   const Trained trained = Train(c, train, *data, placed, metrics ? &*metrics : nullptr, &job, print_epoch);
   if (p.has_trace()) {
-    if (job.scheduler) Trace::RefineClockOffset(job.scheduler->clock_offset_us());  // the run's best estimate
+    if (job.scheduler) {  // the best estimate of the whole run
+      job.scheduler->EstimateClock(SchedulerClient::kClockProbes, 0.5);
+      Trace::RefineClockOffset(job.scheduler->clock_offset_us(), job.scheduler->clock_rtt_us() / 2);
+    }
     size_t events = 0;
     Stopwatch writing;
     if (Status t = Trace::Stop(&events); !t.ok()) {

@@ -170,7 +170,10 @@ void FrontendJob::Finished(const Status& status) {
   if (finished_) return;
   finished_ = true;
   if (Trace::on()) {
-    if (link_.scheduler) Trace::RefineClockOffset(link_.scheduler->clock_offset_us());
+    if (link_.scheduler) {  // the best estimate of the whole run
+      link_.scheduler->EstimateClock(SchedulerClient::kClockProbes, 0.5);
+      Trace::RefineClockOffset(link_.scheduler->clock_offset_us(), link_.scheduler->clock_rtt_us() / 2);
+    }
     if (Status t = Trace::Stop(); !t.ok()) GRADSYNC_LOG(ERROR) << "the trace was not written: " << t;
   }
   link_.Finished(status);
