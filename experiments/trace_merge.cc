@@ -22,26 +22,35 @@ namespace fs = std::filesystem;
 
 // A JSON value of a trace event line: a string, a number, null/true/false, or (one level down) an
 // object of such values.
+struct JsonMember;
 struct JsonValue {
   enum Kind { kString, kNumber, kOther, kObject } kind = kOther;
   std::string text;
   double number = 0;
-  std::vector<std::pair<std::string, JsonValue>> object;
+  std::vector<JsonMember> object;  // complete below, before any use
 
-  const JsonValue* Field(const std::string& key) const {
-    for (const auto& [k, v] : object)
-      if (k == key) return &v;
-    return nullptr;
-  }
-  std::string Text(const std::string& key) const {
-    const JsonValue* v = Field(key);
-    return v != nullptr && v->kind == kString ? v->text : "";
-  }
-  double Number(const std::string& key, double missing) const {
-    const JsonValue* v = Field(key);
-    return v != nullptr && v->kind == kNumber ? v->number : missing;
-  }
+  const JsonValue* Field(const std::string& key) const;
+  std::string Text(const std::string& key) const;
+  double Number(const std::string& key, double missing) const;
 };
+struct JsonMember {
+  std::string key;
+  JsonValue value;
+};
+
+const JsonValue* JsonValue::Field(const std::string& key) const {
+  for (const auto& m : object)
+    if (m.key == key) return &m.value;
+  return nullptr;
+}
+std::string JsonValue::Text(const std::string& key) const {
+  const JsonValue* v = Field(key);
+  return v != nullptr && v->kind == kString ? v->text : "";
+}
+double JsonValue::Number(const std::string& key, double missing) const {
+  const JsonValue* v = Field(key);
+  return v != nullptr && v->kind == kNumber ? v->number : missing;
+}
 
 // A parser of one line's object: what Trace writes (strings, numbers, an args object), strictly.
 class LineParser {
@@ -125,7 +134,7 @@ class LineParser {
         if (!Eat(':')) return Fail("':' expected");
         JsonValue value;
         if (!Value(&value, depth + 1)) return false;
-        v->object.emplace_back(std::move(key), std::move(value));
+        v->object.push_back({std::move(key), std::move(value)});
       } while (Eat(','));
       return Eat('}') || Fail("'}' expected");
     }
@@ -240,8 +249,8 @@ Result<LoadedTrace> LoadTrace(const std::string& path) {
       return DataLossError(path + ":" + std::to_string(line) + ": event '" + t.name + "' has no valid ts/dur");
     }
     if (args != nullptr) {
-      for (const auto& [k, a] : args->object) {
-        if (a.kind == JsonValue::kNumber) t.args[k] = a.number;
+      for (const auto& m : args->object) {
+        if (m.value.kind == JsonValue::kNumber) t.args[m.key] = m.value.number;
       }
     }
     out.events.push_back(std::move(t));
