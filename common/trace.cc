@@ -74,12 +74,8 @@ class EventBlock {
   size_t size_ = 0;
 };
 
+// A thread's events: its buffer while it records, a full one while it waits for the writer.
 struct ThreadBuffer {
-  int tid = 0;
-  std::unique_ptr<EventBlock> events;
-};
-
-struct FullBuffer {
   int tid = 0;
   std::unique_ptr<EventBlock> events;
 };
@@ -106,7 +102,7 @@ struct Registry {
   std::mutex mu;  // guards everything below
   std::condition_variable cv;
   std::vector<std::unique_ptr<ThreadBuffer>> buffers;  // registered once per thread, never removed
-  std::deque<FullBuffer> full;                         // waiting for the writer
+  std::deque<ThreadBuffer> full;                         // waiting for the writer
   std::vector<std::unique_ptr<EventBlock>> spares;     // fresh blocks, their pages touched
   std::thread writer;
   bool stopping = false;
@@ -195,7 +191,7 @@ struct Registry {
         if (stopping) return;
         continue;
       }
-      FullBuffer b = std::move(full.front());
+      ThreadBuffer b = std::move(full.front());
       full.pop_front();
       lock.unlock();
       Write(b.tid, *b.events);
