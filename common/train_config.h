@@ -39,7 +39,7 @@ struct CodecSpec {
 };
 Result<CodecSpec> ParseCodecSpec(const std::string& spec);
 
-// ---- Stragglers: none | ms:D | x:F | exp:MEAN_MS | uniform:LO:HI (worker/straggler.h). ----
+// ---- Stragglers: none | ms:D | x:F | exp:MEAN_MS | uniform:LO:HI (common/straggler.h). ----
 struct StragglerSpec {
   enum class Kind { kNone, kFixed, kMultiple, kExponential, kUniform };
   Kind kind = Kind::kNone;

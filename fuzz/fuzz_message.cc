@@ -39,7 +39,7 @@
 #include "common/tensor.h"
 #include "common/transport.h"
 #include "compression/compressor.h"
-#include "server/consistency.h"
+#include "common/consistency.h"
 #include "server/kv_shard.h"
 
 namespace {

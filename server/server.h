@@ -37,7 +37,7 @@
 #include "common/transport.h"
 #include "compression/compressor.h"
 #include "compression/pull_delta.h"
-#include "server/consistency.h"
+#include "common/consistency.h"
 #include "server/data_lanes.h"
 #include "server/kv_shard.h"
 #include "server/push_assembler.h"

@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 #include "gradsync.pb.h"
-#include "server/consistency.h"
+#include "common/consistency.h"
 #include "server/kv_shard.h"
 
 namespace gradsync {

@@ -15,7 +15,7 @@
 
 #include "common/dataset.h"
 #include "common/metrics.h"
-#include "worker/straggler.h"
+#include "common/straggler.h"
 #include "common/optimizer.h"
 #include "common/precision.h"
 #include "common/status.h"

@@ -33,7 +33,7 @@
 #include "worker/epoch.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"
-#include "worker/straggler.h"
+#include "common/straggler.h"
 
 namespace gradsync {
 

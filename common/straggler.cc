@@ -1,4 +1,4 @@
-#include "worker/straggler.h"
+#include "common/straggler.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "server/consistency.h"
+#include "common/consistency.h"
 
 #include <algorithm>
 #include <limits>
