@@ -39,20 +39,25 @@ function(gradsync_cc_binary)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} gradsync_warnings)
 endfunction()
 
-# gradsync_cc_test(NAME common_test SRCS ... DEPS ... LABELS unit [TIMEOUT s])
+# gradsync_cc_test(NAME common_test SRCS ... DEPS ... LABELS unit [TIMEOUT s] [SERIAL])
+# SERIAL: ctest runs its cases alone (timings compared).
 # One gtest binary per module; gtest_discover_tests registers each TEST as its own CTest case.
 # The target gradsync_unit_tests builds the binaries labelled unit (scripts/sanitize.sh).
 add_custom_target(gradsync_unit_tests)
 function(gradsync_cc_test)
-  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
+  endif()
+  set(serial FALSE)
+  if(ARG_SERIAL)
+    set(serial TRUE)
   endif()
   add_executable(${ARG_NAME} ${ARG_SRCS})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main gradsync_warnings)
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   gtest_discover_tests(${ARG_NAME}
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${serial}
     ENVIRONMENT "GRADSYNC_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
     DISCOVERY_TIMEOUT 60)
   if("unit" IN_LIST ARG_LABELS)

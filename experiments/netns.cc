@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 
 #include "experiments/process.h"
 
@@ -14,19 +15,28 @@
 namespace gradsync {
 namespace {
 
-// The tbf bucket: at least one full-size GSO packet, and about 4 ms of the rate.
 std::string Burst(const std::string& rate) {
-  double bits = std::stod(rate);
-  if (rate.find("gbit") != std::string::npos) bits *= 1e9;
-  else if (rate.find("mbit") != std::string::npos) bits *= 1e6;
-  else if (rate.find("kbit") != std::string::npos) bits *= 1e3;
-  const double bytes = std::max(70000.0, bits / 8 * 0.004);
-  return std::to_string(static_cast<long long>(bytes));
+  auto parsed = TcRateBitsPerSecond(rate);
+  return std::to_string(static_cast<long long>(TbfBurstBytes(parsed.ok() ? *parsed : 0)));
 }
 
 std::atomic<int> g_sequence{0};
 
 }  // namespace
+
+double TbfBurstBytes(double bits_per_s) { return std::max(70000.0, bits_per_s / 8 * 0.004); }
+
+Result<double> TcRateBitsPerSecond(const std::string& rate) {
+  static const std::regex kRate("([0-9]+(\\.[0-9]+)?)(bit|kbit|mbit|gbit)");
+  std::smatch m;
+  if (rate.size() > 64 || !std::regex_match(rate, m, kRate)) {
+    return InvalidArgumentError("'" + rate + "' is not a tc rate like 25gbit, 100mbit or 500kbit");
+  }
+  const double unit = m[3] == "gbit" ? 1e9 : m[3] == "mbit" ? 1e6 : m[3] == "kbit" ? 1e3 : 1;
+  const double bits = std::stod(m[1]) * unit;
+  if (!(bits > 0)) return InvalidArgumentError("'" + rate + "': a link needs a rate above 0");
+  return bits;
+}
 
 void NetworkEmulation::RemoveStale() {
   std::error_code ec;
@@ -70,9 +80,11 @@ Status NetworkEmulation::Build(int hosts, const LinkSpec& link) {
       RETURN_IF_ERROR(RunCommand({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay",
                                   std::to_string(link.delay_ms) + "ms"})
                           .WithContext("added latency needs the netem qdisc (sch_netem)"));
+      if (link.rate.empty()) return OkStatus();  // latency only
       return RunCommand({"tc", "-n", ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "tbf", "rate",
                          link.rate, "burst", burst, "latency", "200ms"});
     }
+    if (link.rate.empty()) return OkStatus();  // unshaped
     return RunCommand({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", link.rate, "burst", burst,
                        "latency", "200ms"});
   };

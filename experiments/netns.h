@@ -18,9 +18,17 @@
 namespace gradsync {
 
 struct LinkSpec {
-  std::string rate;       // tc rate: "100mbit"
+  std::string rate;       // tc rate: "100mbit"; "": namespaces and veth pairs, unshaped
   double delay_ms = 0;    // one-way latency added on every link (netem)
 };
+
+// A tc rate ("100mbit", "1gbit", "500kbit", "64bit") in bits per second (tc's units: powers of
+// 1000); anything else is kInvalidArgument.
+Result<double> TcRateBitsPerSecond(const std::string& rate);
+
+// The tbf bucket of a link of this rate (bytes): at least one full-size GSO packet, and about 4 ms
+// of the rate.
+double TbfBurstBytes(double bits_per_s);
 
 class NetworkEmulation {
  public:

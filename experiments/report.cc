@@ -46,7 +46,21 @@ struct MergedMetrics {
   double steps = 0;      // each worker's last step, summed
   double comm_ms = 0, hidden_ms = 0;  // over the training rows
   std::vector<EvalPoint> evals;       // worker 0's evaluation rows
+  std::vector<double> step_ms;        // per worker with two training rows: its time per step
 };
+
+// A worker's time per step from its training rows (step, wall_s): from the row at 10% of its
+// last step (its first row at or past it) to its last row; NaN with fewer than two such rows.
+double StepMs(const std::vector<std::pair<int64_t, double>>& rows) {
+  if (rows.size() < 2) return NAN;
+  const int64_t from = rows.back().first / 10;
+  for (const auto& [step, wall] : rows) {
+    if (step < from) continue;
+    if (step >= rows.back().first) return NAN;
+    return 1e3 * (rows.back().second - wall) / static_cast<double>(rows.back().first - step);
+  }
+  return NAN;
+}
 
 // Reads run_dir's worker-<w>.csv files and writes their rows, in worker order, to
 // run_dir/metrics.csv. A row cut short by a killed process is skipped; a row that does not
@@ -64,6 +78,7 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
     if (line != MetricsWriter::kHeader) return DataLossError(path + ": unexpected header '" + line + "'");
     int64_t last_step = 0;
     double last_bytes = 0;
+    std::vector<std::pair<int64_t, double>> rows;  // training rows: step, wall_s
     while (std::getline(f, line)) {
       if (line.empty()) continue;
       auto v = SplitCsv(line);
@@ -80,6 +95,8 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
         if (v[kColTestAccuracy].empty()) {
           m.comm_ms += std::stod(v[kColComm]);
           m.hidden_ms += std::stod(v[kColHidden]);
+          // A second row of the same step (a simulated evaluation without accuracy) keeps the first's time.
+          if (rows.empty() || rows.back().first != step) rows.emplace_back(step, std::stod(v[kColWall]));
         }
         if (w == 0 && !v[kColTestAccuracy].empty()) {
           m.evals.push_back({step, std::stod(v[kColEpoch]), std::stod(v[kColWall]), std::stod(v[kColTestAccuracy])});
@@ -89,6 +106,7 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
       }
     }
     if (w == 0) m.steps0 = last_step;
+    if (const double ms = StepMs(rows); !std::isnan(ms)) m.step_ms.push_back(ms);
     m.bytes += last_bytes;
     m.steps += static_cast<double>(last_step);
   }
@@ -125,6 +143,12 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   r.evals = std::move(merged.evals);
   if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
   if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
+  if (!merged.step_ms.empty()) {
+    auto& ms = merged.step_ms;
+    std::sort(ms.begin(), ms.end());
+    const size_t n = ms.size();
+    s.set_step_ms(n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2);
+  }
   if (hidden_ms > 0 && comm_ms > 0) s.set_overlap_fraction(hidden_ms / comm_ms);
   if (!r.evals.empty()) {
     const EvalPoint& last = r.evals.back();
@@ -140,6 +164,9 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
         break;
       }
     }
+  }
+  if (!s.has_samples_per_s() && s.has_step_ms() && s.step_ms() > 0) {
+    s.set_samples_per_s(static_cast<double>(plan.batch) * plan.workers * 1e3 / s.step_ms());
   }
   // The shards' histograms, and the model size from worker 0's summary. A process killed before
   // its end wrote none (the run failed then); a file that does not parse is an error.
@@ -179,9 +206,9 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   const std::string pct = Fixed(100 * target, 0) + "%";
   std::ostringstream t;
   t << "| run | mode | s | compression | precision | workers | servers | link | straggler | final acc | wall s | time to " << pct
-    << " (s) | steps to " << pct << " | samples/s | bytes/step | formula | comm hidden | "
+    << " (s) | steps to " << pct << " | samples/s | step ms | bytes/step | formula | comm hidden | "
     << "clock staleness p50/p99/max (clocks) | version lag p50/p99/max (updates) |\n";
-  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  t << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : runs) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
@@ -192,7 +219,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << (s.has_skipped_steps() ? " (" + std::to_string(s.skipped_steps()) + " skipped)" : "") << " | " << s.workers() << " | " << s.servers() << " | "
       << (s.link().empty() ? "loopback" : s.link()) << " | " << (s.straggler().empty() ? "—" : s.straggler()) << " | ";
     if (!s.ok()) {
-      t << "FAILED: " << s.error() << " | | | | | | | | | |\n";
+      t << "FAILED: " << s.error() << " | | | | | | | | | | |\n";
       continue;
     }
     t << opt(s.has_final_test_accuracy(), Fixed(100 * s.final_test_accuracy(), 2) + "%") << " | "
@@ -200,6 +227,7 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << (s.has_time_to_target_s() ? Fixed(s.time_to_target_s(), 1) : "not reached") << " | "
       << (s.has_steps_to_target() ? std::to_string(s.steps_to_target()) : "—") << " | "
       << opt(s.has_samples_per_s(), Thousands(s.samples_per_s())) << " | "
+      << opt(s.has_step_ms(), Fixed(s.step_ms(), s.step_ms() < 10 ? 2 : 1)) << " | "
       << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step())) << " | "
       << opt(s.has_formula_bytes_per_step(), Thousands(s.formula_bytes_per_step())) << " | "
       << opt(s.has_overlap_fraction(), Fixed(100 * s.overlap_fraction(), 0) + "%") << " | "
@@ -293,18 +321,20 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
     }
     ++stale;
   }
+  const bool simulated = std::any_of(runs.begin(), runs.end(), [](const RunReport& r) { return r.summary.simulated(); });
+  const std::string title = e.name + (simulated ? " (simulated)" : "");
   std::ostringstream gp;
   gp << "# Each mode one colour (bsp blue, ssp green, asp red, allreduce purple, local grey); dense\n"
      << "# runs solid, compressed dashed; earlier curves wider, so coinciding curves stay visible.\n"
      << "set terminal pngcairo size 960,600 noenhanced\nset grid\nset key bottom right\n"
      << "set ylabel 'test accuracy (%)'\n"
-     << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << e.name << ": test accuracy vs wall time'\n"
+     << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << title << ": test accuracy vs wall time'\n"
      << "set xlabel 'wall time (s)'\nplot " << time_plot.str() << "\n"
-     << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << e.name << ": test accuracy vs epochs'\n"
+     << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << title << ": test accuracy vs epochs'\n"
      << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\n";
   if (stale > 0) {
     gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
-       << "set multiplot layout 2,1 title '" << e.name << ": staleness (PS runs), cumulative'\n"
+       << "set multiplot layout 2,1 title '" << title << ": staleness (PS runs), cumulative'\n"
        << "set key bottom right\nset yrange [0:1.05]\nset xrange [-0.5:*]\n"
        << "set title 'clock staleness of answered pulls (dotted: the ssp bound s)'\n"
        << "set xlabel 'clock staleness (clocks)'\nset ylabel 'fraction of pulls at or below'\n"
@@ -322,11 +352,22 @@ namespace {
 // summary.md: the table, what each column means, and the plots.
 void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
   std::ofstream md(dir + "/summary.md");
-  md << "# " << e.name << "\n\n";
+  const bool simulated = std::any_of(runs.begin(), runs.end(), [](const RunReport& r) { return r.summary.simulated(); });
+  md << "# " << e.name << (simulated ? " (simulated)" : "") << "\n\n";
   if (!e.description.empty()) md << e.description << "\n\n";
-  md << "Spec: `" << e.path << "`. Every number below is computed from the files the runs' processes wrote "
-     << "(`<run>/metrics.csv`, `<run>/server-*.json`, `<run>/worker-0.json`); the command lines are in "
-     << "`<run>/commands.txt`.\n\n";
+  if (simulated) {
+    md << "**Simulated by gradsync-sim, not run.** Spec: `" << e.path << "`. The simulation wrote the files a real run "
+       << "writes (`<run>/metrics.csv`, `<run>/server-*.json`, `<run>/worker-0.json`) and every number below is "
+       << "computed from them as for a real run. Steps, time and bytes are simulated; accuracy is not: a run's "
+       << "accuracy at step k is the measured accuracy-vs-step curve it names (same mode and staleness, measured at "
+       << "small scale) at step k, placed at the simulated time of step k. A run that names none has no accuracy.\n\n";
+    for (const auto& r : runs) md << "- " << r.summary.name() << ": " << r.summary.simulation() << "\n";
+    md << "\n";
+  } else {
+    md << "Spec: `" << e.path << "`. Every number below is computed from the files the runs' processes wrote "
+       << "(`<run>/metrics.csv`, `<run>/server-*.json`, `<run>/worker-0.json`); the command lines are in "
+       << "`<run>/commands.txt`.\n\n";
+  }
   md << SummaryTable(runs, e.target_accuracy) << "\n";
   md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
      << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
@@ -334,7 +375,9 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
      << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
      << "- precision: --precision; fp16 runs say how many steps worker 0 skipped because the loss-scaled "
      << "gradient overflowed (dynamic loss scaling halves the scale at each).\n"
-     << "- samples/s: steps x batch x workers / wall s.\n"
+     << "- samples/s: steps x batch x workers / wall s (without evaluations: batch x workers / step ms).\n"
+     << "- step ms: per worker, wall time from its training row at 10% of its steps to its last, over the steps "
+     << "between; the median over the workers.\n"
      << "- comm hidden: with --overlap, the share of communication time that ran behind computation "
      << "(all-reduce: the buckets' all-reduce during backward; PS: pulls and pushes in flight while layers "
      << "computed, measured at layer boundaries, a lower bound).\n"

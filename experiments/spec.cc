@@ -46,6 +46,7 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   RunPlan p;
   p.run = defaults;
   if (own.straggler_size() > 0) p.run.clear_straggler();  // a run's stragglers replace the defaults'
+  if (own.sim().tensors_size() > 0) p.run.mutable_sim()->clear_tensors();  // and its tensors the defaults'
   p.run.MergeFrom(own);  // train merges field by field (proto2 presence)
   const spec::Run& r = p.run;
   const config::TrainConfig& t = r.train();
@@ -139,16 +140,19 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     slow.set_straggle(flag);
     slow.set_straggle_seed(s.seed());
     p.worker_extra[s.worker()] = ConfigToFlags(slow);
+    p.stragglers[s.worker()] = {flag, s.seed()};
     p.straggler += (p.straggler.empty() ? "" : " ") + ("w" + std::to_string(s.worker()) + " " + label);
   }
   // The link.
   if (r.has_link()) {
-    if (r.link().rate().size() > kMaxMatchedChars ||
-        !std::regex_match(r.link().rate(), std::regex("[0-9]+(\\.[0-9]+)?(bit|kbit|mbit|gbit)"))) {
+    // No rate: the namespaces and veth pairs, unshaped.
+    if (!r.link().rate().empty() && (r.link().rate().size() > kMaxMatchedChars ||
+                                     !std::regex_match(r.link().rate(), std::regex("[0-9]+(\\.[0-9]+)?(bit|kbit|mbit|gbit)")))) {
       return fail("link", "link rate '" + r.link().rate() + "' is not a tc rate like 1gbit, 100mbit or 500kbit");
     }
     if (!(r.link().delay_ms() >= 0 && r.link().delay_ms() <= 10000)) return fail("link", "link delay_ms must be in [0, 10000]");
-    p.link = r.link().rate() + (r.link().delay_ms() > 0 ? " +" + Num(r.link().delay_ms()) + "ms" : "");
+    p.link = (r.link().rate().empty() ? std::string("unshaped") : r.link().rate()) +
+             (r.link().delay_ms() > 0 ? " +" + Num(r.link().delay_ms()) + "ms" : "");
   }
   return p;
 }

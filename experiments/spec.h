@@ -39,6 +39,11 @@ struct RunPlan {
   bool trace = false;            // every process traced; merged into <run>/trace.json
   std::vector<std::string> worker_args;             // every worker: --run and run.train()'s flags
   std::map<int, std::vector<std::string>> worker_extra;  // per worker rank (stragglers)
+  struct Straggle {
+    std::string spec;  // --straggle (common/straggler.h's syntax)
+    uint64_t seed = 0; // --straggle-seed
+  };
+  std::map<int, Straggle> stragglers;  // per worker rank: what worker_extra gives it
   std::vector<std::string> command;  // the workers' command, run.command() split on white space
                                      // (empty: gradsync-worker); it gets the flags as variables
 };

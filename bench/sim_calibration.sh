@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# gradsync-sim against real runs, in one go on this machine: runs the calibration spec
+# (experiments/specs/sim_calibration.textproto: bsp, ssp s=3 with a straggler, asp and ring
+# all-reduce, dense and top-k 1% + error feedback, 2 / 4 / 8 workers, every process in its own
+# network namespace behind tc tbf at 100 Mbit/s and 1 Gbit/s, and unshaped veth links; some 9
+# minutes, needs root and iproute2), then simulates the same spec and prints the comparison:
+# per run the measured and predicted step time (the median over the workers of their wall time
+# per step, from the row at 10% of the steps) and bytes per worker and step, and the errors.
+# Exit status 1 when a run is outside 15% (step time) or 1% (bytes).
+# Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS]    (default OUT_DIR: results)
+# The simulation reads OUT_DIR/sim_calibration/compute/metrics.csv and codec/trace.json, as the
+# spec says, so OUT_DIR other than results needs the spec's compute_from changed too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${BUILD_DIR:-build}/bin
+out=results
+only=()
+for a in "$@"; do
+  case "$a" in
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --only=*) only=("$a") ;;
+    *) out=$a ;;
+  esac
+done
+spec=experiments/specs/sim_calibration.textproto
+mkdir -p "$out"
+echo "# gradsync-sim calibration: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
+run_only=()
+[ ${#only[@]} -gt 0 ] && run_only=("${only[0]},compute,codec")
+"$bin"/gradsync-run "$spec" --out="$out" "${run_only[@]}" > "$out/sim_calibration.log" 2>&1 || { tail -20 "$out/sim_calibration.log"; exit 1; }
+"$bin"/gradsync-sim "$spec" --out="$out-sim" --compare="$out/sim_calibration" "${only[@]}" | sed -n '/^| run | mode | link/,$p'

@@ -1,0 +1,1501 @@
+#include "experiments/sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <sstream>
+
+#include "common/consistency.h"
+#include "common/metrics.h"
+#include "common/partitioner.h"
+#include "common/process_summary.h"
+#include "common/ps_protocol.h"
+#include "common/rng.h"
+#include "common/straggler.h"
+#include "compression/compressor.h"
+#include "compression/gradient_encoder.h"
+#include "compression/pull_delta.h"
+#include "experiments/netns.h"
+#include "experiments/trace_merge.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+using Time = double;  // microseconds of simulated time
+
+constexpr double kPacketBytes = 1448;  // a TCP segment's payload at MTU 1500
+constexpr uint64_t kRingHeaderBytes = 32;  // the TCP ring's step header (allreduce/tcp_ring.h)
+constexpr int64_t kFashionInputs = 784, kFashionClasses = 10;
+
+// A metrics file opened and its header checked; `field` names the setting that gave it.
+Result<std::ifstream> OpenMetrics(const std::string& path, const std::string& field) {
+  std::ifstream f(path);
+  if (!f) return NotFoundError(path + ": cannot read (" + field + ")");
+  std::string line;
+  std::getline(f, line);
+  if (line != MetricsWriter::kHeader) return DataLossError(path + ": not a metrics file (its header is '" + line + "')");
+  return f;
+}
+
+// The median compute_ms of a metrics file's training rows (every worker's).
+Result<double> MedianComputeMs(const std::string& path) {
+  ASSIGN_OR_RETURN(std::ifstream f, OpenMetrics(path, "sim.compute_from"));
+  std::string line;
+  std::vector<double> ms;
+  while (std::getline(f, line)) {
+    auto v = SplitCsv(line);
+    if (v.size() != kMetricsColumns || !v[kColTestAccuracy].empty() || v[kColCompute].empty()) continue;
+    try {
+      ms.push_back(std::stod(v[kColCompute]));
+    } catch (const std::exception&) {
+      return DataLossError(path + ": a row does not parse: " + line);
+    }
+  }
+  if (ms.empty()) return DataLossError(path + ": no training rows (sim.compute_from)");
+  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Worker 0's evaluation rows of a metrics file: accuracy vs step.
+Result<std::vector<AccuracyPoint>> AccuracyCurve(const std::string& path) {
+  ASSIGN_OR_RETURN(std::ifstream f, OpenMetrics(path, "sim.accuracy_from"));
+  std::string line;
+  std::vector<AccuracyPoint> curve;
+  while (std::getline(f, line)) {
+    auto v = SplitCsv(line);
+    if (v.size() != kMetricsColumns || v[kColTestAccuracy].empty() || v[kColWorker] != "0") continue;
+    try {
+      curve.push_back({std::stoll(v[kColStep]), std::stod(v[kColTestAccuracy])});
+    } catch (const std::exception&) {
+      return DataLossError(path + ": a row does not parse: " + line);
+    }
+  }
+  if (curve.empty()) return DataLossError(path + ": no evaluation rows (sim.accuracy_from)");
+  std::stable_sort(curve.begin(), curve.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return curve;
+}
+
+// Accuracy at `step`: linear between measured points, the last one held past the end.
+double AccuracyAt(const std::vector<AccuracyPoint>& curve, int64_t step) {
+  if (step <= curve.front().step) return curve.front().accuracy;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (step <= curve[i].step) {
+      const auto& a = curve[i - 1];
+      const auto& b = curve[i];
+      const double f = static_cast<double>(step - a.step) / static_cast<double>(std::max<int64_t>(1, b.step - a.step));
+      return a.accuracy + f * (b.accuracy - a.accuracy);
+    }
+  }
+  return curve.back().accuracy;
+}
+
+// The model's tensors (floats, forward order) from train's model: the MLP's and softmax's
+// Fashion-MNIST layouts (weight, then bias, per layer).
+Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t) {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> widths{kFashionInputs};
+  if (t.model() == "mlp") {
+    std::stringstream in(t.hidden());
+    std::string w;
+    while (std::getline(in, w, ',')) {
+      try {
+        widths.push_back(std::stoll(w));
+      } catch (const std::exception&) {
+        return InvalidArgumentError("hidden '" + t.hidden() + "' is not a list of sizes");
+      }
+    }
+  } else if (t.model() != "softmax") {
+    return InvalidArgumentError("model '" + t.model() + "': give its tensors (sim { tensors: ... }), floats each in forward order");
+  }
+  if (t.has_dataset() && t.dataset() != "fashion-mnist") {
+    return InvalidArgumentError("dataset '" + t.dataset() + "': give the model's tensors (sim { tensors: ... })");
+  }
+  widths.push_back(kFashionClasses);
+  for (size_t i = 1; i < widths.size(); ++i) {
+    sizes.push_back(widths[i - 1] * widths[i]);
+    sizes.push_back(widths[i]);
+  }
+  return sizes;
+}
+
+// The median encode time per float of a traced run's `encode` spans, its workers' and its
+// shards' (spans that say how many values they encoded).
+Status CodecTimesFromTrace(const std::string& path, SimSettings* s) {
+  ASSIGN_OR_RETURN(LoadedTrace trace, LoadTrace(path));
+  std::vector<double> worker, server;
+  for (const TraceEvent& e : trace.events) {
+    if (e.name != "encode" || e.instant) continue;
+    const double values = e.Arg("values");
+    if (values <= 0) continue;
+    const std::string& who = trace.processes.at(static_cast<size_t>(e.process));
+    (who.rfind("worker", 0) == 0 ? worker : who.rfind("server", 0) == 0 ? server : worker).push_back(e.dur_us / values);
+  }
+  if (worker.empty()) return InvalidArgumentError(path + ": no worker encode spans with values (sim.codec_from needs a traced compressed run)");
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  s->encode_us_per_float = median(worker);
+  if (!server.empty()) s->pull_encode_us_per_float = median(server);
+  s->codec_source = path;
+  return OkStatus();
+}
+
+// ---- Codec costs, measured on this machine ----
+
+struct CodecCost {
+  size_t payload = 0;
+  double encode_us = 0, decode_us = 0;        // a push: the sender's encoder, the codec's decode
+  double pull_encode_us = 0, pull_decode_us = 0;  // a compressed pull: the shard's delta encoder, the worker's decoder
+};
+
+class Codecs {
+ public:
+  Codecs(std::string spec, bool error_feedback, float correction, double encode_us_per_float, double pull_encode_us_per_float)
+      : spec_(std::move(spec)),
+        error_feedback_(error_feedback),
+        correction_(correction),
+        encode_per_float_(encode_us_per_float),
+        pull_encode_per_float_(pull_encode_us_per_float) {}
+  bool on() const { return spec_ != "none" && !spec_.empty(); }
+  const std::string& spec() const { return spec_; }
+  // The payload of n floats and the median of 3 timed encodes and decodes of random values.
+  Result<CodecCost> Cost(size_t n) {
+    if (auto it = cache_.find(n); it != cache_.end()) return it->second;
+    // The sender's own encoder (error feedback or momentum correction as the run has them), and
+    // the codec's decode.
+    ASSIGN_OR_RETURN(auto encoder, GradientEncoder::Create(spec_, 1, n, error_feedback_, correction_));
+    ASSIGN_OR_RETURN(auto codec, CreateCompressor(spec_, 1));
+    std::vector<float> x(n), out(n);
+    Rng rng(n);
+    for (auto& v : x) v = rng.Uniform(-1, 1);
+    std::vector<uint8_t> payload;
+    std::vector<double> enc, dec;
+    for (int i = 0; i < 7; ++i) {
+      Evict();
+      auto t0 = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(encoder->Encode(x, static_cast<uint64_t>(i), &payload));
+      auto t1 = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(codec->Decode(payload, n, static_cast<uint64_t>(i), out));
+      auto t2 = std::chrono::steady_clock::now();
+      if (i < 2) continue;  // warming up: buffers allocated, residual filled, as in a running worker
+      enc.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      dec.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    }
+    // A compressed pull: the shard's PullDeltaEncoder against its mirror of the worker, and the
+    // worker's PullDeltaDecoder adding the delta to its parameters.
+    ASSIGN_OR_RETURN(auto mirror_codec, CreateCompressor(spec_, 1));
+    ASSIGN_OR_RETURN(auto worker_codec, CreateCompressor(spec_, 1));
+    const Segment range{0, static_cast<int64_t>(n)};
+    PullDeltaEncoder shard(std::move(mirror_codec), range);
+    PullDeltaDecoder worker(std::move(worker_codec));
+    shard.Record(0, std::span(&range, 1), out.data());
+    std::vector<double> penc, pdec;
+    for (int i = 0; i < 7; ++i) {
+      for (auto& v : x) v += 1e-3f;
+      Evict();
+      auto t0 = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(bool encoded, shard.Encode(0, std::span(&range, 1), x, i, &payload));
+      auto t1 = std::chrono::steady_clock::now();
+      if (!encoded) return InternalError("the pull delta encoder refused a complete mirror");
+      RETURN_IF_ERROR(worker.AddTo(payload, std::span(&range, 1), i, out));
+      auto t2 = std::chrono::steady_clock::now();
+      if (i < 2) continue;
+      penc.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      pdec.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    }
+    for (auto* v : {&enc, &dec, &penc, &pdec}) std::sort(v->begin(), v->end());
+    CodecCost c{payload.size(), enc[2], dec[2], penc[2], pdec[2]};
+    // A real run's spans, when given, instead of the encoders timed here.
+    if (encode_per_float_ >= 0) c.encode_us = encode_per_float_ * static_cast<double>(n);
+    if (pull_encode_per_float_ >= 0) c.pull_encode_us = pull_encode_per_float_ * static_cast<double>(n);
+    cache_[n] = c;
+    return c;
+  }
+  // What was measured, for the run's description.
+  std::string Describe() const {
+    std::ostringstream o;
+    for (const auto& [n, c] : cache_) {
+      o << (o.tellp() > 0 ? "; " : "") << spec_ << (error_feedback_ ? "+ef" : "") << " of " << n << " floats: " << c.payload << " B, encode "
+        << std::lround(c.encode_us) << " us, decode " << std::lround(c.decode_us) << " us, pull delta " << std::lround(c.pull_encode_us) << " / "
+        << std::lround(c.pull_decode_us) << " us";
+    }
+    return o.str();
+  }
+  bool summable() {
+    auto codec = CreateCompressor(spec_, 1);
+    return codec.ok() && (*codec)->aggregation() == Aggregation::kRingSummable;
+  }
+
+ private:
+  // Codecs run in processes that share a machine's caches with others: each op is timed from
+  // cold caches (a pass over 64 MiB first), not from the caches a loop of its own would warm.
+  void Evict() {
+    evict_.resize(16u << 20);
+    float sum = 0;
+    for (size_t i = 0; i < evict_.size(); i += 16) sum += (evict_[i] += 1.0f);
+    sink_ = sink_ + sum;
+  }
+  std::vector<float> evict_;
+  volatile float sink_ = 0;
+  std::string spec_;
+  bool error_feedback_;
+  float correction_;
+  double encode_per_float_, pull_encode_per_float_;
+  std::map<size_t, CodecCost> cache_;
+};
+
+// ---- The engine: events in time order (ties in the order scheduled) ----
+
+class Engine {
+ public:
+  void At(Time t, std::function<void()> f) { q_.push(Ev{t, seq_++, std::move(f)}); }
+  void Run() {
+    while (!q_.empty()) {
+      Ev e = std::move(const_cast<Ev&>(q_.top()));
+      q_.pop();
+      now_ = e.t;
+      ++events_;
+      e.f();
+    }
+  }
+  Time now() const { return now_; }
+  int64_t events() const { return events_; }
+
+ private:
+  struct Ev {
+    Time t;
+    uint64_t seq;
+    std::function<void()> f;
+    bool operator>(const Ev& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q_;
+  uint64_t seq_ = 0;
+  Time now_ = 0;
+  int64_t events_ = 0;
+};
+
+// ---- CPUs: a core per host, or cores shared by every host ----
+
+class Cpus {
+ public:
+  Cpus(int hosts, int shared_cores) : host_free_(static_cast<size_t>(hosts), 0), cores_(static_cast<size_t>(std::max(0, shared_cores)), 0) {}
+  // Runs `us` of work of host h from now on (after its earlier work); returns when it ends.
+  Time Run(int h, Time now, double us) {
+    Time start = std::max(now, host_free_[static_cast<size_t>(h)]);
+    start = TakeCore(start, us);
+    host_free_[static_cast<size_t>(h)] = start + us;
+    return start + us;
+  }
+  // Work of no process's own thread (the kernel moving a message) on the shared cores; without
+  // shared cores it costs nothing here. Returns when it ends.
+  Time Kernel(Time now, double us) {
+    if (cores_.empty() || us <= 0) return now;
+    return TakeCore(now, us) + us;
+  }
+  bool shared() const { return !cores_.empty(); }
+
+ private:
+  // A shared core for `us` from `start` on: one already free then (the latest to become free),
+  // else the first to become free. Returns when the work starts.
+  Time TakeCore(Time start, double us) {
+    if (cores_.empty()) return start;
+    auto best = cores_.end();
+    for (auto it = cores_.begin(); it != cores_.end(); ++it) {
+      if (*it <= start && (best == cores_.end() || *it > *best)) best = it;
+    }
+    if (best == cores_.end()) best = std::min_element(cores_.begin(), cores_.end());
+    start = std::max(start, *best);
+    *best = start + us;
+    return start;
+  }
+
+  std::vector<Time> host_free_;
+  std::vector<Time> cores_;
+};
+
+// ---- The network ----
+
+class Network {
+ public:
+  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s)
+      : engine_(engine),
+        cpus_(cpus),
+        latency_(s.latency_us),
+        quantum_(s.quantum_bytes),
+        kernel_us_per_byte_(s.net_ns_per_byte / 2 / 1e3),
+        tx_(static_cast<size_t>(hosts)) {
+    const double payload_bytes_per_us = s.link_bits_per_s / 8 / 1e6 * s.wire_efficiency;
+    peak_ = s.peak_bits_per_s / 8 / 1e6 * s.wire_efficiency;
+    for (int h = 0; h < hosts; ++h) {
+      Link l{payload_bytes_per_us};
+      l.burst = s.burst_bytes * s.wire_efficiency;
+      l.tokens = l.burst;
+      up_.push_back(l);
+      down_.push_back(l);
+    }
+    rack_size_ = s.rack_size;
+    if (rack_size_ > 0) {
+      const int racks = (hosts + rack_size_ - 1) / rack_size_;
+      const double uplink = payload_bytes_per_us * rack_size_ / s.oversubscription;
+      for (int r = 0; r < racks; ++r) {
+        rack_up_.push_back(Link{uplink});
+        rack_down_.push_back(Link{uplink});
+      }
+    }
+  }
+
+  // Sends `bytes` (payload) from host src to dst; `deliver` runs when the last byte has arrived.
+  void Send(int src, int dst, uint64_t bytes, std::function<void()> deliver) {
+    int id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      id = static_cast<int>(msgs_.size());
+      msgs_.emplace_back();
+    }
+    Msg& m = msgs_[static_cast<size_t>(id)];
+    m.src = src;
+    m.dst = dst;
+    m.left = std::max<double>(1, static_cast<double>(bytes));
+    m.arriving = m.left;
+    m.deliver = std::move(deliver);
+    Tx& tx = tx_[static_cast<size_t>(src)];
+    auto& queue = tx.queues[dst];
+    if (queue.empty()) tx.turn.push_back(dst);
+    queue.push_back(id);
+    if (!tx.busy) NextChunk(src);
+  }
+
+ private:
+  // A link serves chunks first come, first served at `rate`; with a token bucket (tc tbf's
+  // burst), bytes the bucket holds pass at the host's own speed (`peak`) instead.
+  struct Link {
+    double rate;  // payload bytes per microsecond
+    Time free_at = 0;
+    double burst = 0;   // the bucket's size (payload bytes); 0: none
+    double tokens = 0;
+    Time filled_at = 0; // tokens counted up to here
+    // When `bytes` that may start at `start` have passed (the link is free from free_at).
+    Time Pass(Time start, double bytes, double peak) {
+      start = std::max(start, free_at);
+      if (burst <= 0) return free_at = start + bytes / rate;
+      tokens = std::min(burst, tokens + (start - filled_at) * rate);
+      Time done;
+      if (tokens >= bytes) {
+        tokens -= bytes;
+        done = start + bytes / peak;
+      } else {
+        done = std::max(start + bytes / peak, start + (bytes - tokens) / rate);
+        tokens = 0;
+      }
+      filled_at = done;
+      return free_at = done;
+    }
+  };
+  struct Msg {
+    int src = 0, dst = 0;
+    double left = 0;      // not yet sent by the sender's NIC
+    double arriving = 0;  // not yet arrived
+    std::function<void()> deliver;
+  };
+  // A sender's messages: one connection per peer (a TCP stream: its messages in order), the
+  // connections taking turns on the NIC.
+  struct Tx {
+    std::map<int, std::deque<int>> queues;  // peer -> message ids
+    std::deque<int> turn;                   // peers with a message queued, in turn order
+    bool busy = false;
+  };
+
+  int Rack(int h) const { return rack_size_ > 0 ? h / rack_size_ : 0; }
+
+  // The sender's NIC takes turns between its connections, a chunk at a time.
+  void NextChunk(int src) {
+    Tx& tx = tx_[static_cast<size_t>(src)];
+    if (tx.turn.empty()) {
+      tx.busy = false;
+      return;
+    }
+    tx.busy = true;
+    const int dst = tx.turn.front();
+    tx.turn.pop_front();
+    auto queue = tx.queues.find(dst);
+    const int id = queue->second.front();
+    Msg& m = msgs_[static_cast<size_t>(id)];
+    const double chunk = std::min(quantum_, m.left);
+    m.left -= chunk;
+    if (m.left <= 0) queue->second.pop_front();
+    if (queue->second.empty()) tx.queues.erase(queue);
+    else tx.turn.push_back(dst);
+    Link& up = up_[static_cast<size_t>(src)];
+    const Time start = std::max(engine_.now(), up.free_at);
+    // The sender's kernel copies the chunk out (on a shared machine), as the link moves it.
+    const Time done = std::max(up.Pass(start, chunk, peak_), cpus_.Kernel(start, chunk * kernel_us_per_byte_));
+    up.free_at = done;
+    // The next hop sees the chunk's first packet a packet's time after it started (cut-through
+    // at packet granularity, as store-and-forward switches of 1.5 kB frames are).
+    const Time first = start + std::min(chunk, kPacketBytes) / up.rate;
+    engine_.At(first, [this, id, chunk, done] { Hop(id, chunk, 1, done); });
+    engine_.At(done, [this, src] { NextChunk(src); });
+  }
+
+  // A chunk's first packet reaches hop `hop` of its path now; its last leaves the previous hop at
+  // `last`. Hops: 1 the source rack's uplink (crossing racks), 2 the destination rack's downlink,
+  // 3 the receiver's link.
+  void Hop(int id, double chunk, int hop, Time last) {
+    Msg& m = msgs_[static_cast<size_t>(id)];
+    const bool cross = rack_size_ > 0 && Rack(m.src) != Rack(m.dst);
+    if (!cross && hop < 3) hop = 3;
+    Link& link = hop == 1 ? rack_up_[static_cast<size_t>(Rack(m.src))]
+                 : hop == 2 ? rack_down_[static_cast<size_t>(Rack(m.dst))]
+                            : down_[static_cast<size_t>(m.dst)];
+    const double packet = std::min(chunk, kPacketBytes);
+    const Time start = std::max(engine_.now(), link.free_at);
+    Time done = std::max(link.Pass(start, chunk, peak_), last + packet / link.rate);
+    if (hop == 3) done = std::max(done, cpus_.Kernel(start, chunk * kernel_us_per_byte_));  // and the receiver's copies it in
+    link.free_at = done;
+    if (hop < 3) {
+      engine_.At(start + packet / link.rate, [this, id, chunk, hop, done] { Hop(id, chunk, hop + 1, done); });
+      return;
+    }
+    engine_.At(done, [this, id, chunk] {
+      Msg& msg = msgs_[static_cast<size_t>(id)];
+      msg.arriving -= chunk;
+      if (msg.arriving > 0.5) return;
+      std::function<void()> deliver = std::move(msg.deliver);
+      free_.push_back(id);
+      engine_.At(engine_.now() + latency_, std::move(deliver));
+    });
+  }
+
+  Engine& engine_;
+  Cpus& cpus_;
+  double latency_;
+  double quantum_;
+  double kernel_us_per_byte_;  // at each end
+  double peak_;
+  int rack_size_ = 0;
+  std::vector<Link> up_, down_, rack_up_, rack_down_;
+  std::vector<Tx> tx_;
+  std::deque<Msg> msgs_;
+  std::vector<int> free_;
+};
+
+// ---- What every simulated worker records ----
+
+struct WorkerRecord {
+  uint64_t sent = 0, received = 0;
+  double compute_ms = 0, comm_ms = 0, wait_ms = 0, delay_ms = 0, hidden_ms = 0;
+  double version_lag = NAN, clock_staleness = NAN;
+  std::unique_ptr<MetricsWriter> metrics;
+};
+
+struct Job {
+  const RunPlan& plan;
+  const SimSettings& s;
+  Engine engine;
+  std::unique_ptr<Cpus> cpus;
+  std::unique_ptr<Network> net;
+  std::vector<WorkerRecord> rec;
+  std::vector<Straggler> stragglers;
+  int64_t worker_steps = 0;
+
+  Job(const RunPlan& p, const SimSettings& settings, int hosts) : plan(p), s(settings) {
+    cpus = std::make_unique<Cpus>(hosts, s.host_cores);
+    net = std::make_unique<Network>(engine, *cpus, hosts, s);
+    rec.resize(static_cast<size_t>(p.workers));
+    stragglers.resize(static_cast<size_t>(p.workers));
+    for (const auto& [w, st] : p.stragglers) {
+      auto spec = ParseStraggler(st.spec);
+      if (spec.ok()) stragglers[static_cast<size_t>(w)] = Straggler(*spec, st.seed);
+    }
+  }
+  double epoch_of(int64_t step) const { return static_cast<double>(step) / static_cast<double>(s.steps_per_epoch); }
+
+  // A training row of worker w after `step` steps (every log_every steps).
+  Status Row(int w, int64_t step) {
+    auto& r = rec[static_cast<size_t>(w)];
+    const int64_t every = plan.run.train().log_every();
+    if (every <= 0 || step % every != 0) return OkStatus();
+    MetricsRow row;
+    row.step = step;
+    row.epoch = epoch_of(step);
+    row.wall_s = engine.now() / 1e6;
+    row.loss = NAN;
+    row.bytes_sent = r.sent;
+    row.bytes_received = r.received;
+    row.compute_ms = r.compute_ms;
+    row.comm_ms = r.comm_ms;
+    row.wait_ms = r.wait_ms;
+    row.delay_ms = r.delay_ms;
+    row.hidden_ms = r.hidden_ms;
+    row.version_lag = r.version_lag;
+    row.clock_staleness = r.clock_staleness;
+    return r.metrics->Write(row);
+  }
+  // An evaluation row of worker 0 after `step` steps: the measured curve's accuracy there. Without
+  // a curve its accuracy is empty (the report reads it as a training row of the same step: its
+  // bytes, the evaluation's pull included, count, its time does not).
+  Status EvalRow(int64_t step) {
+    auto& r = rec[0];
+    MetricsRow row;
+    row.step = step;
+    row.epoch = epoch_of(step);
+    row.wall_s = engine.now() / 1e6;
+    row.bytes_sent = r.sent;
+    row.bytes_received = r.received;
+    row.test_accuracy = s.accuracy.empty() ? NAN : AccuracyAt(s.accuracy, step);
+    row.test_loss = NAN;
+    return r.metrics->Write(row);
+  }
+  bool EvalDue(int64_t step) const {
+    if (step <= 0 || step >= s.steps) return false;
+    if (step % s.steps_per_epoch == 0) return true;
+    const int64_t every = plan.run.train().eval_every();
+    return every > 0 && step % every == 0;
+  }
+};
+
+// ---- The parameter server ----
+
+// A part of a pull or push: tensor `tensor`'s elements on shard `shard` (sequential: one per
+// shard, tensor -1), pushed in `parts` messages.
+struct Piece {
+  int shard = 0;
+  Segment seg;
+  int group = 0;  // the forward group whose computation waits for it
+};
+
+class PsJob {
+ public:
+  PsJob(Job& job, Codecs& codecs) : j_(job), codecs_(codecs) {}
+
+  Status Build() {
+    const auto& t = j_.plan.run.train();
+    const int S = j_.plan.servers, N = j_.plan.workers;
+    int64_t total = 0;
+    for (int64_t n : j_.s.tensors) total += n;
+    part_ = std::make_unique<Partitioner>(total, S);
+    compress_ = codecs_.on();
+    compress_pull_ = compress_ && t.compress_pull();
+    overlap_ = t.overlap() && !compress_ && j_.plan.stragglers.empty() && (t.model() == "mlp" || t.model() == "softmax") &&
+               t.device() == "cpu";
+    // Forward groups: a tensor each with overlap, else the whole model.
+    int64_t offset = 0;
+    for (size_t ti = 0; ti < j_.s.tensors.size(); ++ti) {
+      const Segment tensor{offset, offset + j_.s.tensors[ti]};
+      offset += j_.s.tensors[ti];
+      group_floats_.push_back(0);
+      for (int k = 0; k < S; ++k) {
+        const Segment& r = part_->range(k);
+        const Segment cut{std::max(r.begin, tensor.begin), std::min(r.end, tensor.end)};
+        if (cut.begin >= cut.end) continue;
+        if (overlap_) {
+          // Pushed in parts of push_part_mb.
+          const int64_t part = std::max<int64_t>(1, static_cast<int64_t>(t.push_part_mb() * 1024 * 1024 / 4));
+          for (int64_t b = cut.begin; b < cut.end; b += part) pieces_.push_back({k, {b, std::min(cut.end, b + part)}, static_cast<int>(ti)});
+        }
+        group_floats_.back() += cut.end - cut.begin;
+      }
+    }
+    if (!overlap_) {
+      group_floats_.assign(1, total);
+      for (int k = 0; k < S; ++k) pieces_.push_back({k, part_->range(k), 0});
+    }
+    parts_per_shard_.assign(static_cast<size_t>(S), 0);
+    for (const auto& p : pieces_) parts_per_shard_[static_cast<size_t>(p.shard)]++;
+    const config::Mode m = j_.plan.mode;
+    const ConsistencyMode cm = m == config::BSP ? ConsistencyMode::kBsp : m == config::SSP ? ConsistencyMode::kSsp : ConsistencyMode::kAsp;
+    for (int k = 0; k < S; ++k) shards_.push_back(std::make_unique<Shard>(cm, j_.plan.staleness, N));
+    workers_.resize(static_cast<size_t>(N));
+    for (int w = 0; w < N; ++w) {
+      auto& wk = workers_[static_cast<size_t>(w)];
+      wk.pending.assign(group_floats_.size(), 0);
+      wk.version.assign(static_cast<size_t>(S), 0);
+      wk.pushed.assign(static_cast<size_t>(S), 0);
+    }
+    // Codec sizes and times, measured once per size.
+    if (compress_) {
+      for (int k = 0; k < S; ++k) RETURN_IF_ERROR(codecs_.Cost(static_cast<size_t>(part_->range(k).size())).status());
+    }
+    return OkStatus();
+  }
+
+  void Start() {
+    // Worker 0 initializes every shard; every worker pulls once it has.
+    auto remaining = std::make_shared<int>(j_.plan.servers);
+    for (int k = 0; k < j_.plan.servers; ++k) {
+      PsRequest init;
+      init.type = wire::INIT;
+      init.segments = {part_->range(k)};
+      const uint64_t bytes = HeaderBytes(init) + 4 * static_cast<uint64_t>(part_->range(k).size());
+      SendToShard(0, k, bytes, [this, k, remaining] {
+        ReplyToWorker(k, 0, ReplyBytes(wire::INIT_REPLY, 0, {}), [this, remaining] {
+          if (--*remaining == 0)
+            for (int w = 0; w < j_.plan.workers; ++w) SendPulls(w, 0, false);
+        });
+      });
+    }
+  }
+
+ private:
+  struct Shard {
+    ConsistencyController cc;
+    int64_t version = 0;
+    std::vector<int> parts_in;  // per worker: parts of its current push arrived
+    std::vector<int64_t> push_version;  // per worker: the version its current push was computed on
+    std::vector<int> round;     // aggregating: workers whose push waits for the round
+    struct Held {
+      int worker;
+      Time since;
+      std::function<void(double wait_ms)> answer;
+    };
+    // By clock: a pull the rule holds, every later clock's is held too (ConsistencyController:
+    // answerable clocks only grow), so a push answers a prefix.
+    std::multimap<int64_t, Held> held;
+    Histogram lag, staleness;
+    uint64_t sent = 0, received = 0;
+    int64_t pushes = 0, pulls = 0;
+    Shard(ConsistencyMode m, int s, int n) : cc(m, s, n), parts_in(static_cast<size_t>(n), 0), push_version(static_cast<size_t>(n), 0) {}
+  };
+  struct Worker {
+    int64_t clock = 0;
+    int group = 0;               // the forward group the step waits for
+    bool waiting = false;
+    std::vector<int> pending;    // per group: pull pieces not yet answered
+    std::vector<int64_t> version, pushed;
+    Time step_start = 0;
+    double step_wait_ms = 0;
+    bool done = false;
+  };
+
+  int ShardHost(int k) const { return k; }
+  int WorkerHost(int w) const { return j_.plan.servers + w; }
+
+  uint64_t HeaderBytes(const PsRequest& r) const { return EncodeRequest(r).ByteSizeLong(); }
+  uint64_t ReplyBytes(wire::Type type, int64_t clock, const std::vector<Segment>& segs, const std::string& codec = "") const {
+    PsReply r;
+    r.type = type;
+    r.clock = clock;
+    r.segments = segs;
+    r.codec = codec;
+    if (type == wire::PULL_REPLY) {
+      r.version = clock * j_.plan.workers;
+      r.wait_ms = 0.5;
+      r.clock_staleness = 1;
+    }
+    return EncodeReply(r).ByteSizeLong();
+  }
+
+  void SendToShard(int w, int k, uint64_t bytes, std::function<void()> at_shard) {
+    j_.rec[static_cast<size_t>(w)].sent += bytes;
+    shards_[static_cast<size_t>(k)]->received += bytes;
+    j_.net->Send(WorkerHost(w), ShardHost(k), bytes, std::move(at_shard));
+  }
+  void ReplyToWorker(int k, int w, uint64_t bytes, std::function<void()> at_worker) {
+    shards_[static_cast<size_t>(k)]->sent += bytes;
+    j_.rec[static_cast<size_t>(w)].received += bytes;
+    j_.net->Send(ShardHost(k), WorkerHost(w), bytes, std::move(at_worker));
+  }
+
+  // Pulls for clock c: a request per piece (one per shard without overlap); `eval`: worker 0's
+  // final raw pull of everything.
+  void SendPulls(int w, int64_t c, bool eval) {
+    auto& wk = workers_[static_cast<size_t>(w)];
+    std::fill(wk.pending.begin(), wk.pending.end(), 0);
+    for (const Piece& p : pieces_) wk.pending[static_cast<size_t>(p.group)]++;
+    wk.group = 0;
+    wk.waiting = true;
+    wk.step_start = j_.engine.now();
+    wk.step_wait_ms = 0;
+    for (const Piece& p : pieces_) {
+      PsRequest pull;
+      pull.type = wire::PULL;
+      pull.worker = w;
+      pull.clock = c;
+      pull.request_id = static_cast<uint64_t>(c) * pieces_.size() + 1;
+      pull.segments = {p.seg};
+      const bool delta = compress_pull_ && !eval && c > 0;
+      if (delta) pull.codec = codecs_.spec();
+      const Piece piece = p;
+      SendToShard(w, p.shard, HeaderBytes(pull), [this, w, c, piece, delta, eval] { ShardPull(piece, w, c, delta, eval); });
+    }
+  }
+
+  void ShardPull(const Piece& p, int w, int64_t c, bool delta, bool eval) {
+    Shard& sh = *shards_[static_cast<size_t>(p.shard)];
+    auto answer = [this, p, w, c, delta, eval](double wait_ms) {
+      Shard& s = *shards_[static_cast<size_t>(p.shard)];
+      s.staleness[s.cc.ClockStaleness(c)]++;
+      s.pulls++;
+      const int64_t version = s.version;
+      const int64_t staleness = s.cc.ClockStaleness(c);
+      uint64_t values = 4 * static_cast<uint64_t>(p.seg.size());
+      Time ready = j_.engine.now();
+      if (delta) {
+        const CodecCost cost = *codecs_.Cost(static_cast<size_t>(p.seg.size()));
+        values = cost.payload;
+        ready = j_.cpus->Run(ShardHost(p.shard), ready, cost.pull_encode_us);
+      }
+      const uint64_t bytes = ReplyBytes(wire::PULL_REPLY, c, {p.seg}, delta ? codecs_.spec() : "") + values;
+      j_.engine.At(ready, [this, p, w, c, bytes, version, staleness, wait_ms, delta, eval] {
+        ReplyToWorker(p.shard, w, bytes, [this, p, w, c, version, staleness, wait_ms, delta, eval] {
+          Time t = j_.engine.now();
+          if (delta) t = j_.cpus->Run(WorkerHost(w), t, codecs_.Cost(static_cast<size_t>(p.seg.size()))->pull_decode_us);
+          j_.engine.At(t, [this, p, w, c, version, staleness, wait_ms, eval] { PullAnswered(p, w, c, version, staleness, wait_ms, eval); });
+        });
+      });
+    };
+    if (sh.cc.CanAnswerPull(w, c)) {
+      answer(0);
+    } else {
+      sh.held.emplace(c, Shard::Held{w, j_.engine.now(), std::move(answer)});
+    }
+  }
+
+  void AnswerHeld(Shard& sh) {
+    while (!sh.held.empty() && sh.cc.CanAnswerPull(sh.held.begin()->second.worker, sh.held.begin()->first)) {
+      auto answer = std::move(sh.held.begin()->second.answer);
+      const double wait_ms = (j_.engine.now() - sh.held.begin()->second.since) / 1e3;
+      sh.held.erase(sh.held.begin());
+      answer(wait_ms);
+    }
+  }
+
+  void PullAnswered(const Piece& p, int w, int64_t c, int64_t version, int64_t staleness, double wait_ms, bool eval) {
+    auto& wk = workers_[static_cast<size_t>(w)];
+    auto& r = j_.rec[static_cast<size_t>(w)];
+    wk.version[static_cast<size_t>(p.shard)] = version;
+    r.clock_staleness = std::isnan(r.clock_staleness) ? static_cast<double>(staleness) : std::max(r.clock_staleness, static_cast<double>(staleness));
+    wk.step_wait_ms = std::max(wk.step_wait_ms, wait_ms);
+    wk.pending[static_cast<size_t>(p.group)]--;
+    if (eval) {
+      int left = 0;
+      for (int n : wk.pending) left += n;
+      if (left == 0) (void)j_.EvalRow(j_.s.steps);
+      return;
+    }
+    if (wk.waiting && wk.pending[static_cast<size_t>(wk.group)] == 0) Forward(w, c);
+  }
+
+  // The forward of group wk.group, its parameters here.
+  void Forward(int w, int64_t c) {
+    auto& wk = workers_[static_cast<size_t>(w)];
+    wk.waiting = false;
+    const double share = static_cast<double>(group_floats_[static_cast<size_t>(wk.group)]) / static_cast<double>(TotalFloats());
+    const Time end = j_.cpus->Run(WorkerHost(w), j_.engine.now(), 1e3 * j_.s.compute_ms * j_.s.forward_fraction * share);
+    j_.engine.At(end, [this, w, c] {
+      auto& k = workers_[static_cast<size_t>(w)];
+      if (k.group + 1 < static_cast<int>(group_floats_.size())) {
+        k.group++;
+        if (k.pending[static_cast<size_t>(k.group)] == 0) Forward(w, c);
+        else k.waiting = true;
+        return;
+      }
+      Backward(w, c, static_cast<int>(group_floats_.size()) - 1);
+    });
+  }
+
+  // The backward of group g (last first); with overlap its pieces are pushed when it ends.
+  void Backward(int w, int64_t c, int g) {
+    const double share = static_cast<double>(group_floats_[static_cast<size_t>(g)]) / static_cast<double>(TotalFloats());
+    const Time end = j_.cpus->Run(WorkerHost(w), j_.engine.now(), 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * share);
+    j_.engine.At(end, [this, w, c, g] {
+      if (overlap_) PushGroup(w, c, g);
+      if (g > 0) {
+        Backward(w, c, g - 1);
+        return;
+      }
+      // The straggler's delay, the same draw as the worker's, then encode and push.
+      auto& r = j_.rec[static_cast<size_t>(w)];
+      const double delay = j_.stragglers[static_cast<size_t>(w)].DelayMs(j_.s.compute_ms);
+      r.delay_ms = delay;
+      r.compute_ms = j_.s.compute_ms;
+      j_.engine.At(j_.engine.now() + delay * 1e3, [this, w, c] { FinishStep(w, c); });
+    });
+  }
+
+  void PushGroup(int w, int64_t c, int g) {
+    for (const Piece& p : pieces_)
+      if (p.group == g) PushPiece(w, c, p, 0);
+  }
+
+  // A piece of the push of clock c; `encoded_payload`: a compressed payload's bytes (0: raw).
+  void PushPiece(int w, int64_t c, const Piece& p, size_t encoded_payload) {
+    auto& wk = workers_[static_cast<size_t>(w)];
+    PsRequest push;
+    push.type = wire::PUSH;
+    push.worker = w;
+    push.clock = c;
+    push.version = wk.version[static_cast<size_t>(p.shard)];
+    push.request_id = static_cast<uint64_t>(c) * pieces_.size() + 2;
+    push.segments = {p.seg};
+    const int parts = parts_per_shard_[static_cast<size_t>(p.shard)];
+    if (parts > 1) {
+      push.parts = parts;
+      push.part = static_cast<int>(wk.pushed[static_cast<size_t>(p.shard)]++ % parts);
+    }
+    if (encoded_payload > 0) push.codec = codecs_.spec();
+    const uint64_t values = encoded_payload > 0 ? encoded_payload : 4 * static_cast<uint64_t>(p.seg.size());
+    const int64_t version = push.version;
+    SendToShard(w, p.shard, HeaderBytes(push) + values, [this, w, c, p, version, encoded_payload] { ShardPush(p, w, c, version, encoded_payload > 0); });
+  }
+
+  void FinishStep(int w, int64_t c) {
+    Time t = j_.engine.now();
+    if (!overlap_) {
+      // Encode each shard's part, then push them all.
+      std::vector<size_t> payloads(pieces_.size(), 0);
+      if (compress_) {
+        for (size_t i = 0; i < pieces_.size(); ++i) {
+          const CodecCost cost = *codecs_.Cost(static_cast<size_t>(pieces_[i].seg.size()));
+          t = j_.cpus->Run(WorkerHost(w), t, cost.encode_us);
+          payloads[i] = cost.payload;
+        }
+      }
+      j_.engine.At(t, [this, w, c, payloads] {
+        for (size_t i = 0; i < pieces_.size(); ++i) PushPiece(w, c, pieces_[i], payloads[i]);
+        EndStep(w, c);
+      });
+      return;
+    }
+    EndStep(w, c);
+  }
+
+  void EndStep(int w, int64_t c) {
+    auto& wk = workers_[static_cast<size_t>(w)];
+    auto& r = j_.rec[static_cast<size_t>(w)];
+    const double step_ms = (j_.engine.now() - wk.step_start) / 1e3;
+    r.wait_ms = wk.step_wait_ms;
+    r.comm_ms = std::max(0.0, step_ms - r.compute_ms - r.delay_ms - r.wait_ms);
+    j_.worker_steps++;
+    wk.clock = c + 1;
+    (void)j_.Row(w, wk.clock);
+    if (w == 0 && j_.EvalDue(wk.clock)) (void)j_.EvalRow(wk.clock);
+    if (wk.clock >= j_.s.steps) {
+      wk.done = true;
+      if (++finished_ == j_.plan.workers) SendPulls(0, j_.s.steps, true);  // worker 0's final evaluation
+      return;
+    }
+    SendPulls(w, wk.clock, false);
+  }
+
+  void ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool compressed) {
+    Shard& sh = *shards_[static_cast<size_t>(p.shard)];
+    const int parts = parts_per_shard_[static_cast<size_t>(p.shard)];
+    double us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(p.seg.size()) / 1e3;
+    if (compressed) us += codecs_.Cost(static_cast<size_t>(p.seg.size()))->decode_us;
+    const Time done = j_.cpus->Run(ShardHost(p.shard), j_.engine.now(), us);
+    j_.engine.At(done, [this, &sh, p, w, c, version, parts] {
+      if (++sh.parts_in[static_cast<size_t>(w)] < parts) return;
+      sh.parts_in[static_cast<size_t>(w)] = 0;
+      const Status st = sh.cc.OnPush(w, c);
+      if (!st.ok()) return;  // the simulation sends only pushes the rule takes
+      sh.pushes++;
+      ReplyToWorker(p.shard, w, ReplyBytes(wire::PUSH_REPLY, c, {}), [] {});
+      if (sh.cc.aggregates()) {
+        sh.round.push_back(w);
+        sh.push_version[static_cast<size_t>(w)] = version;
+        if (!sh.cc.RoundComplete()) return;
+        // The round's sum applied once.
+        const double apply_us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(part_->range(p.shard).size()) / 1e3;
+        const Time applied = j_.cpus->Run(ShardHost(p.shard), j_.engine.now(), apply_us);
+        j_.engine.At(applied, [this, &sh] {
+          for (int worker : sh.round) {
+            sh.lag[sh.version - sh.push_version[static_cast<size_t>(worker)]]++;
+            j_.rec[static_cast<size_t>(worker)].version_lag = static_cast<double>(sh.version - sh.push_version[static_cast<size_t>(worker)]);
+          }
+          sh.round.clear();
+          sh.version++;
+          sh.cc.OnRoundApplied();
+          AnswerHeld(sh);
+        });
+        return;
+      }
+      sh.lag[sh.version - version]++;
+      j_.rec[static_cast<size_t>(w)].version_lag = static_cast<double>(sh.version - version);
+      sh.version++;
+      AnswerHeld(sh);
+    });
+  }
+
+  int64_t TotalFloats() const { return part_->range(j_.plan.servers - 1).end; }
+
+ public:
+  Status WriteSummaries(const std::string& dir) {
+    for (size_t k = 0; k < shards_.size(); ++k) {
+      const Shard& sh = *shards_[k];
+      summary::ProcessSummary ps;
+      ps.set_role("server");
+      ps.set_rank(static_cast<int>(k));
+      ps.set_mode(ModeName(j_.plan.mode));
+      ps.set_ok(true);
+      ps.set_wall_s(j_.engine.now() / 1e6);
+      ps.set_pushes(sh.pushes);
+      ps.set_pulls(sh.pulls);
+      ps.set_bytes_sent(static_cast<int64_t>(sh.sent));
+      ps.set_bytes_received(static_cast<int64_t>(sh.received));
+      SetHistogram(sh.lag, ps.mutable_version_lag());
+      SetHistogram(sh.staleness, ps.mutable_clock_staleness());
+      RETURN_IF_ERROR(WriteProcessSummary(dir, ps));
+    }
+    return OkStatus();
+  }
+
+ private:
+  Job& j_;
+  Codecs& codecs_;
+  std::unique_ptr<Partitioner> part_;
+  bool compress_ = false, compress_pull_ = false, overlap_ = false;
+  std::vector<Piece> pieces_;
+  std::vector<int64_t> group_floats_;
+  std::vector<int> parts_per_shard_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<Worker> workers_;
+  int finished_ = 0;
+};
+
+// ---- All-reduce ----
+
+// One collective as a schedule of steps per rank: at step k rank r sends `bytes` to `to` (or
+// nothing, -1) and waits for a message from `from` (or nothing), then goes on to step k+1.
+struct Step {
+  int to = -1, from = -1;
+  uint64_t bytes = 0;
+  double reduce_floats = 0;  // summed into the buffer after the receive
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  virtual int steps(int rank) const = 0;
+  virtual Step At(int rank, int k) const = 0;
+};
+
+// Ring: reduce-scatter then all-gather in 2(n-1) steps of `chunk` (or an all-gather alone of
+// n-1 steps, `gather`); within `group` ranks spaced `stride` apart starting at `base`.
+class RingSchedule : public Schedule {
+ public:
+  RingSchedule(int n, uint64_t chunk_bytes, double chunk_floats, bool reduce_scatter, bool all_gather)
+      : n_(n), bytes_(chunk_bytes), floats_(chunk_floats), rs_(reduce_scatter), ag_(all_gather) {}
+  int steps(int) const override { return n_ <= 1 ? 0 : (rs_ ? n_ - 1 : 0) + (ag_ ? n_ - 1 : 0); }
+  Step At(int r, int k) const override {
+    const bool reducing = rs_ && k < n_ - 1;
+    return {(r + 1) % n_, (r + n_ - 1) % n_, bytes_, reducing ? floats_ : 0};
+  }
+
+ private:
+  int n_;
+  uint64_t bytes_;
+  double floats_;
+  bool rs_, ag_;
+};
+
+// Recursive halving then doubling (Rabenseifner), folded for n not a power of two: the first 2r
+// ranks pair up, the even one hands its buffer to the odd one and gets the result back.
+class RhdSchedule : public Schedule {
+ public:
+  RhdSchedule(int n, double floats, uint64_t header) : n_(n), floats_(floats), header_(header) {
+    p_ = 1;
+    while (p_ * 2 <= n_) p_ *= 2;
+    fold_ = n_ - p_;
+    log_ = 0;
+    while ((1 << log_) < p_) ++log_;
+  }
+  int steps(int) const override { return 2 * log_ + (fold_ > 0 ? 2 : 0); }
+  Step At(int r, int k) const override {
+    const bool folded = r < 2 * fold_;
+    const int pre = fold_ > 0 ? 1 : 0;
+    const uint64_t whole = header_ + static_cast<uint64_t>(4 * floats_);
+    if (pre && k == 0) {
+      if (!folded) return {};
+      return r % 2 == 0 ? Step{r + 1, -1, whole, 0} : Step{-1, r - 1, 0, floats_};
+    }
+    if (pre && k == steps(r) - 1) {
+      if (!folded) return {};
+      return r % 2 == 1 ? Step{r - 1, -1, whole, 0} : Step{-1, r + 1, 0, 0};
+    }
+    if (folded && r % 2 == 0) return {};  // sits out
+    const int v = folded ? r / 2 : r - fold_;
+    const int i = k - pre;
+    const bool halving = i < log_;
+    const int bit = halving ? i : 2 * log_ - 1 - i;
+    const int pv = v ^ (1 << bit);
+    const int peer = pv < fold_ ? 2 * pv + 1 : pv + fold_;
+    const double share = floats_ / static_cast<double>(2 << (halving ? i : bit));
+    return {peer, peer, header_ + static_cast<uint64_t>(4 * share), halving ? share : 0};
+  }
+
+ private:
+  int n_, p_, fold_, log_;
+  double floats_;
+  uint64_t header_;
+};
+
+// Hierarchical: groups of g consecutive ranks; a ring reduce-scatter in the group, a ring
+// all-reduce of each 1/g across the groups (ranks with the same place in their group), a ring
+// all-gather in the group.
+class HierSchedule : public Schedule {
+ public:
+  HierSchedule(int n, int g, double floats, uint64_t header) : n_(n), g_(std::max(1, std::min(g, n))), floats_(floats), header_(header) {
+    m_ = (n_ + g_ - 1) / g_;
+  }
+  int steps(int) const override { return 2 * (g_ - 1) + 2 * (m_ - 1); }
+  Step At(int r, int k) const override {
+    const int group = r / g_, local = r % g_;
+    const int size = std::min(g_, n_ - group * g_);  // the last group may be short
+    const double part = floats_ / g_;
+    if (k < g_ - 1 || k >= g_ - 1 + 2 * (m_ - 1)) {
+      if (size <= 1 || local >= size) return {};
+      const bool rs = k < g_ - 1;
+      if (!rs && k - (g_ - 1 + 2 * (m_ - 1)) >= size - 1) return {};
+      if (rs && k >= size - 1) return {};
+      const int next = group * g_ + (local + 1) % size, prev = group * g_ + (local + size - 1) % size;
+      return {next, prev, header_ + static_cast<uint64_t>(4 * part), rs ? part : 0};
+    }
+    // Across the groups: the ranks with this local place, one per group (the last group may lack it).
+    const int m = (n_ - local + g_ - 1) / g_;
+    const int i = k - (g_ - 1);
+    if (m <= 1 || i >= 2 * (m - 1)) return {};
+    const double chunk = part / m;
+    return {((group + 1) % m) * g_ + local, ((group + m - 1) % m) * g_ + local, header_ + static_cast<uint64_t>(4 * chunk),
+            i < m - 1 ? chunk : 0};
+  }
+
+ private:
+  int n_, g_, m_;
+  double floats_;
+  uint64_t header_;
+};
+
+class AllreduceJob {
+ public:
+  AllreduceJob(Job& job, Codecs& codecs) : j_(job), codecs_(codecs) {}
+
+  Status Build() {
+    const auto& t = j_.plan.run.train();
+    const int N = j_.plan.workers;
+    overlap_ = t.overlap();
+    // Buckets in readiness order (the last tensor first): the first of first_bucket_mb, then bucket_mb.
+    std::vector<int64_t> rev(j_.s.tensors.rbegin(), j_.s.tensors.rend());
+    const double first = t.first_bucket_mb() * 1024 * 1024 / 4, rest = t.bucket_mb() * 1024 * 1024 / 4;
+    int64_t filled = 0;
+    buckets_.push_back({0, 0});
+    for (size_t i = 0; i < rev.size(); ++i) {
+      const double cap = buckets_.size() == 1 ? first : rest;
+      if (filled > 0 && static_cast<double>(filled + rev[i]) > cap) {
+        buckets_.push_back({0, 0});
+        filled = 0;
+      }
+      buckets_.back().floats += rev[i];
+      buckets_.back().last_tensor = static_cast<int>(i);  // ready once backward has produced tensor i (reverse order)
+      filled += rev[i];
+    }
+    compress_ = codecs_.on();
+    summable_ = compress_ && codecs_.summable();
+    for (const auto& b : buckets_) {
+      if (compress_) RETURN_IF_ERROR(codecs_.Cost(static_cast<size_t>(b.floats)).status());
+      if (summable_) RETURN_IF_ERROR(codecs_.Cost(static_cast<size_t>(std::max<int64_t>(1, b.floats / N))).status());
+    }
+    ranks_.resize(static_cast<size_t>(N));
+    return OkStatus();
+  }
+
+  void Start() {
+    // Rank 0's parameters to everyone, along the ring (pipelined in chunks).
+    int64_t total = 0;
+    for (int64_t n : j_.s.tensors) total += n;
+    const int N = j_.plan.workers;
+    if (N <= 1) {
+      for (int r = 0; r < N; ++r) BeginStep(r);
+      return;
+    }
+    const uint64_t bytes = 4 * static_cast<uint64_t>(total) + kRingHeaderBytes;
+    for (int r = 0; r + 1 < N; ++r) {
+      j_.rec[static_cast<size_t>(r)].sent += bytes;
+      j_.rec[static_cast<size_t>(r + 1)].received += bytes;
+    }
+    auto remaining = std::make_shared<int>(N - 1);
+    for (int r = 0; r + 1 < N; ++r) {
+      j_.net->Send(r, r + 1, bytes, [this, remaining, N] {
+        if (--*remaining == 0)
+          for (int q = 0; q < N; ++q) BeginStep(q);
+      });
+    }
+  }
+
+ private:
+  struct Bucket {
+    int64_t floats = 0;
+    int last_tensor = 0;
+  };
+  struct Rank {
+    int64_t clock = 0;
+    Time step_start = 0;
+    size_t next_bucket = 0;   // the next bucket the communication thread reduces
+    size_t ready = 0;         // buckets backward has produced
+    bool busy = false;        // the communication thread is reducing
+    bool backward_done = false;
+    Time comm_busy_us = 0, hidden_us = 0;
+    // The current collective: its schedule, step, and the messages that arrived early.
+    std::shared_ptr<Schedule> op;
+    int64_t op_seq = -1;         // the collectives this rank has started (every rank runs the same sequence)
+    int k = 0;
+    std::map<int64_t, int> arrived;  // Key(op, step) -> messages
+  };
+
+  std::shared_ptr<Schedule> MakeSchedule(const Bucket& b) const {
+    const int N = j_.plan.workers;
+    const double floats = static_cast<double>(b.floats);
+    if (compress_ && !summable_) {
+      // Gather codecs: every rank's payload around the ring.
+      const CodecCost c = *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats));
+      return std::make_shared<RingSchedule>(N, kRingHeaderBytes + c.payload, 0, false, true);
+    }
+    if (summable_) {
+      const CodecCost c = *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(std::max<int64_t>(1, b.floats / N)));
+      return std::make_shared<RingSchedule>(N, kRingHeaderBytes + c.payload, floats / N, true, true);
+    }
+    if (j_.s.algorithm == "rhd") return std::make_shared<RhdSchedule>(N, floats, kRingHeaderBytes);
+    if (j_.s.algorithm == "hier") return std::make_shared<HierSchedule>(N, j_.s.hier_group, floats, kRingHeaderBytes);
+    return std::make_shared<RingSchedule>(N, kRingHeaderBytes + static_cast<uint64_t>(4 * floats / N), floats / N, true, true);
+  }
+
+  void BeginStep(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    rk.step_start = j_.engine.now();
+    rk.next_bucket = 0;
+    rk.ready = 0;
+    rk.backward_done = false;
+    rk.comm_busy_us = rk.hidden_us = 0;
+    const Time fwd = j_.cpus->Run(r, j_.engine.now(), 1e3 * j_.s.compute_ms * j_.s.forward_fraction);
+    j_.engine.At(fwd, [this, r] { BackwardTensor(r, 0); });
+  }
+
+  // Backward of tensor i in reverse order (i = 0 is the last tensor).
+  void BackwardTensor(int r, int i) {
+    int64_t total = 0;
+    for (int64_t n : j_.s.tensors) total += n;
+    const int64_t size = j_.s.tensors[j_.s.tensors.size() - 1 - static_cast<size_t>(i)];
+    const double us = 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * static_cast<double>(size) / static_cast<double>(total);
+    const Time end = j_.cpus->Run(r, j_.engine.now(), us);
+    j_.engine.At(end, [this, r, i] {
+      auto& rk = ranks_[static_cast<size_t>(r)];
+      while (rk.ready < buckets_.size() && buckets_[rk.ready].last_tensor <= i) rk.ready++;
+      const bool last = i + 1 >= static_cast<int>(j_.s.tensors.size());
+      if (overlap_ || last) Pump(r);
+      if (!last) {
+        BackwardTensor(r, i + 1);
+        return;
+      }
+      rk.backward_done = true;
+      const double delay = j_.stragglers[static_cast<size_t>(r)].DelayMs(j_.s.compute_ms);
+      j_.rec[static_cast<size_t>(r)].delay_ms = delay;
+      j_.rec[static_cast<size_t>(r)].compute_ms = j_.s.compute_ms;
+      backward_end_[r] = j_.engine.now() + delay * 1e3;
+      j_.engine.At(j_.engine.now() + delay * 1e3, [this, r] { MaybeEndStep(r); });
+    });
+  }
+
+  // The communication thread: the next ready bucket, one at a time.
+  void Pump(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    if (rk.busy || rk.next_bucket >= rk.ready) return;
+    if (!overlap_ && !rk.backward_done && rk.ready < buckets_.size()) return;
+    rk.busy = true;
+    const Bucket& b = buckets_[rk.next_bucket];
+    Time t = j_.engine.now();
+    if (compress_) t = j_.cpus->Run(r, t, codecs_.Cost(static_cast<size_t>(b.floats))->encode_us);
+    op_start_[r] = j_.engine.now();
+    // The collective starts once encoded: messages that arrive before wait in `arrived`.
+    j_.engine.At(t, [this, r] {
+      auto& q = ranks_[static_cast<size_t>(r)];
+      q.op = MakeSchedule(buckets_[q.next_bucket]);
+      q.op_seq++;
+      q.k = 0;
+      RunStep(r);
+    });
+  }
+
+  void RunStep(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    if (rk.k >= rk.op->steps(r)) {
+      BucketDone(r);
+      return;
+    }
+    const Step st = rk.op->At(r, rk.k);
+    if (st.to >= 0) {
+      j_.rec[static_cast<size_t>(r)].sent += st.bytes;
+      j_.rec[static_cast<size_t>(st.to)].received += st.bytes;
+      const int64_t key = Key(rk.op_seq, rk.k);
+      const int to = st.to;
+      j_.net->Send(r, st.to, st.bytes, [this, to, key] { Arrived(to, key); });
+    }
+    if (st.from < 0) {
+      rk.k++;
+      RunStep(r);
+      return;
+    }
+    TryAdvance(r);
+  }
+
+  static int64_t Key(int64_t op, int k) { return op * 1000000 + k; }
+
+  void Arrived(int r, int64_t key) {
+    ranks_[static_cast<size_t>(r)].arrived[key]++;
+    TryAdvance(r);
+  }
+
+  void TryAdvance(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    if (!rk.op || rk.k < 0 || rk.k >= rk.op->steps(r)) return;
+    auto it = rk.arrived.find(Key(rk.op_seq, rk.k));
+    if (it == rk.arrived.end()) return;
+    const Step st = rk.op->At(r, rk.k);
+    if (st.from < 0) return;
+    if (--it->second == 0) rk.arrived.erase(it);
+    const Time t = j_.cpus->Run(r, j_.engine.now(), j_.s.apply_ns_per_byte * 4 * st.reduce_floats / 1e3);
+    const int k = rk.k;
+    rk.k = -1;  // reducing
+    j_.engine.At(t, [this, r, k] {
+      auto& q = ranks_[static_cast<size_t>(r)];
+      q.k = k + 1;
+      RunStep(r);
+    });
+  }
+
+  void BucketDone(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    const Bucket& b = buckets_[rk.next_bucket];
+    Time t = j_.engine.now();
+    if (compress_ && !summable_) {
+      // Every other rank's payload decoded and added.
+      const double per = codecs_.Cost(static_cast<size_t>(b.floats))->decode_us + j_.s.apply_ns_per_byte * 4 * static_cast<double>(b.floats) / 1e3;
+      t = j_.cpus->Run(r, t, per * (j_.plan.workers - 1));
+    }
+    else if (summable_) t = j_.cpus->Run(r, t, codecs_.Cost(static_cast<size_t>(b.floats))->decode_us);
+    const Time started = op_start_[r];
+    j_.engine.At(t, [this, r, started] {
+      auto& q = ranks_[static_cast<size_t>(r)];
+      q.comm_busy_us += j_.engine.now() - started;
+      if (!q.backward_done) q.hidden_us += j_.engine.now() - started;
+      q.op.reset();
+      q.busy = false;
+      q.next_bucket++;
+      if (q.next_bucket >= buckets_.size()) {
+        MaybeEndStep(r);
+        return;
+      }
+      Pump(r);
+    });
+  }
+
+  void MaybeEndStep(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    if (!rk.backward_done || rk.next_bucket < buckets_.size() || j_.engine.now() < backward_end_[r]) return;
+    if (rk.busy) return;
+    // The optimizer, then the row.
+    int64_t total = 0;
+    for (int64_t n : j_.s.tensors) total += n;
+    const Time t = j_.cpus->Run(r, j_.engine.now(), j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3);
+    j_.engine.At(t, [this, r] {
+      auto& q = ranks_[static_cast<size_t>(r)];
+      auto& rec = j_.rec[static_cast<size_t>(r)];
+      rec.comm_ms = q.comm_busy_us / 1e3;
+      rec.hidden_ms = q.hidden_us / 1e3;
+      rec.wait_ms = 0;
+      j_.worker_steps++;
+      q.clock++;
+      (void)j_.Row(r, q.clock);
+      if (r == 0 && (j_.EvalDue(q.clock) || q.clock >= j_.s.steps)) (void)j_.EvalRow(q.clock);
+      if (q.clock < j_.s.steps) BeginStep(r);
+    });
+  }
+
+  Job& j_;
+  Codecs& codecs_;
+  bool overlap_ = true, compress_ = false, summable_ = false;
+  std::vector<Bucket> buckets_;
+  std::vector<Rank> ranks_;
+  std::map<int, Time> op_start_, backward_end_;
+};
+
+Result<double> RateBits(const std::string& rate, const std::string& what) {
+  auto bits = TcRateBitsPerSecond(rate);
+  if (!bits.ok()) return InvalidArgumentError(what + ": " + bits.status().message());
+  return *bits;
+}
+
+}  // namespace
+
+Result<SimSettings> ResolveSim(const RunPlan& plan) {
+  const spec::Sim& sim = plan.run.sim();
+  const config::TrainConfig& t = plan.run.train();
+  SimSettings s;
+  if (sim.has_compute_ms()) {
+    if (!(sim.compute_ms() >= 0)) return InvalidArgumentError("sim.compute_ms must be >= 0");
+    s.compute_ms = sim.compute_ms();
+    s.compute_source = "given";
+  } else if (sim.has_compute_from()) {
+    ASSIGN_OR_RETURN(s.compute_ms, MedianComputeMs(sim.compute_from()));
+    s.compute_source = sim.compute_from();
+  } else {
+    return InvalidArgumentError("run '" + plan.name + "': the simulation needs the compute time per step: sim { compute_ms: MS } or sim { compute_from: \"metrics.csv\" }");
+  }
+  if (sim.has_forward_fraction()) {
+    if (!(sim.forward_fraction() > 0 && sim.forward_fraction() < 1)) return InvalidArgumentError("sim.forward_fraction must be in (0, 1)");
+    s.forward_fraction = sim.forward_fraction();
+  }
+  // What a host moves over its own veth or loopback, unshaped.
+  ASSIGN_OR_RETURN(s.peak_bits_per_s, RateBits(sim.has_loopback_rate() ? sim.loopback_rate() : "20gbit", "sim.loopback_rate"));
+  if (sim.has_link_rate()) {
+    s.link = sim.link_rate();
+    ASSIGN_OR_RETURN(s.link_bits_per_s, RateBits(s.link, "sim.link_rate"));
+  } else if (plan.run.has_link() && !plan.run.link().rate().empty()) {
+    // An emulated link is tc tbf with netns.h's bucket: what the bucket holds passes at the
+    // host's own speed.
+    s.link = plan.run.link().rate();
+    ASSIGN_OR_RETURN(s.link_bits_per_s, RateBits(s.link, "link.rate"));
+    s.burst_bytes = TbfBurstBytes(s.link_bits_per_s);
+  } else {
+    s.link = plan.run.has_link() ? "unshaped" : "loopback";
+    s.link_bits_per_s = s.peak_bits_per_s;
+  }
+  if (!sim.has_link_rate() && plan.run.has_link()) s.latency_us += 1e3 * plan.run.link().delay_ms();
+  if (sim.has_latency_us()) {
+    if (!(sim.latency_us() >= 0)) return InvalidArgumentError("sim.latency_us must be >= 0");
+    s.latency_us = sim.latency_us() + (plan.run.has_link() && !sim.has_link_rate() ? 1e3 * plan.run.link().delay_ms() : 0);
+  }
+  if (sim.rack_size() < 0) return InvalidArgumentError("sim.rack_size must be >= 0");
+  s.rack_size = sim.rack_size();
+  if (sim.has_oversubscription()) {
+    if (!(sim.oversubscription() >= 1)) return InvalidArgumentError("sim.oversubscription must be >= 1");
+    s.oversubscription = sim.oversubscription();
+  }
+  if (sim.host_cores() < 0) return InvalidArgumentError("sim.host_cores must be >= 0");
+  s.host_cores = sim.host_cores();
+  if (!(sim.net_ns_per_byte() >= 0)) return InvalidArgumentError("sim.net_ns_per_byte must be >= 0");
+  s.net_ns_per_byte = sim.net_ns_per_byte();
+  if (sim.has_apply_ns_per_byte()) {
+    if (!(sim.apply_ns_per_byte() >= 0)) return InvalidArgumentError("sim.apply_ns_per_byte must be >= 0");
+    s.apply_ns_per_byte = sim.apply_ns_per_byte();
+  }
+  // A sender's connections take turns on its link, finely (TCP flows sharing a link).
+  if (sim.has_nic_quantum_kb()) {
+    if (!(sim.nic_quantum_kb() >= 1.5)) return InvalidArgumentError("sim.nic_quantum_kb must be >= 1.5");
+    s.quantum_bytes = sim.nic_quantum_kb() * 1024;
+  }
+  if (sim.has_wire_efficiency()) {
+    if (!(sim.wire_efficiency() > 0 && sim.wire_efficiency() <= 1)) return InvalidArgumentError("sim.wire_efficiency must be in (0, 1]");
+    s.wire_efficiency = sim.wire_efficiency();
+  }
+  if (sim.tensors_size() > 0) {
+    for (int64_t n : sim.tensors()) {
+      if (n <= 0) return InvalidArgumentError("sim.tensors: every tensor needs > 0 floats");
+      s.tensors.push_back(n);
+    }
+  } else {
+    ASSIGN_OR_RETURN(s.tensors, ModelTensors(t));
+  }
+  const int64_t examples = sim.has_train_examples() ? sim.train_examples() : 60000;
+  if (examples <= 0) return InvalidArgumentError("sim.train_examples must be > 0");
+  const int64_t batch = t.batch() * std::max<int64_t>(1, t.accumulate());
+  s.steps_per_epoch = std::max<int64_t>(1, (examples / plan.workers + batch - 1) / batch);
+  s.steps = sim.has_steps() ? sim.steps() : s.steps_per_epoch * t.epochs();
+  if (!sim.has_steps() && t.max_steps() > 0) s.steps = std::min(s.steps, t.max_steps());
+  if (s.steps <= 0) return InvalidArgumentError("sim.steps must be > 0");
+  s.hier_group = sim.has_hier_group() ? sim.hier_group() : s.rack_size > 0 ? s.rack_size : 8;
+  if (s.hier_group < 1) return InvalidArgumentError("sim.hier_group must be >= 1");
+  const std::string algo = t.allreduce_algo();
+  if (algo == "auto" || algo == "ring") s.algorithm = "ring";
+  else if (algo == "rhd" || algo == "hier") s.algorithm = algo;
+  else return InvalidArgumentError("allreduce_algo '" + algo + "': the simulation has ring, rhd and hier");
+  if (sim.has_codec_from()) RETURN_IF_ERROR(CodecTimesFromTrace(sim.codec_from(), &s));
+  if (sim.has_accuracy_from()) {
+    ASSIGN_OR_RETURN(s.accuracy, AccuracyCurve(sim.accuracy_from()));
+    s.accuracy_source = sim.accuracy_from();
+  }
+  if (t.precision() != "fp32") return InvalidArgumentError("precision '" + t.precision() + "': the simulation has fp32 only");
+  return s;
+}
+
+std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
+  std::ostringstream o;
+  o.precision(4);
+  o << "compute " << s.compute_ms << " ms/step (" << s.compute_source << "), links " << s.link << ", latency " << s.latency_us << " us";
+  if (s.rack_size > 0) o << ", racks of " << s.rack_size << " (uplink oversubscribed " << s.oversubscription << ":1)";
+  if (s.host_cores > 0) {
+    o << ", all processes on " << s.host_cores << " cores (" << s.net_ns_per_byte << " ns of CPU per byte moved)";
+  }
+  if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;
+  o << ", " << s.steps << " steps";
+  if (!s.codec_source.empty()) o << ", codec encode times from " << s.codec_source;
+  if (!s.accuracy_source.empty()) o << ", accuracy vs step from " << s.accuracy_source;
+  return o.str();
+}
+
+Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const std::string& run_dir) {
+  const auto started = std::chrono::steady_clock::now();
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) return UnavailableError(run_dir + ": cannot create: " + ec.message());
+  const bool ps = plan.mode != config::ALLREDUCE;
+  if (ps && plan.servers < 1) return InvalidArgumentError("run '" + plan.name + "': a PS run needs servers");
+  const int hosts = (ps ? plan.servers : 0) + plan.workers;
+  Job job(plan, s, hosts);
+  for (int w = 0; w < plan.workers; ++w) {
+    ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::Open(run_dir + "/worker-" + std::to_string(w) + ".csv", plan.name, w));
+    job.rec[static_cast<size_t>(w)].metrics = std::make_unique<MetricsWriter>(std::move(m));
+  }
+  const auto& t = plan.run.train();
+  Codecs codecs(t.compress(), t.error_feedback(), t.momentum_correction() ? t.momentum() : 0.0f, s.encode_us_per_float,
+                s.pull_encode_us_per_float);
+  std::unique_ptr<PsJob> ps_job;
+  std::unique_ptr<AllreduceJob> ar_job;
+  if (ps) {
+    ps_job = std::make_unique<PsJob>(job, codecs);
+    RETURN_IF_ERROR(ps_job->Build());
+    ps_job->Start();
+  } else {
+    ar_job = std::make_unique<AllreduceJob>(job, codecs);
+    RETURN_IF_ERROR(ar_job->Build());
+    ar_job->Start();
+  }
+  job.engine.Run();
+  for (auto& r : job.rec) RETURN_IF_ERROR(r.metrics->Flush());
+  if (ps_job) RETURN_IF_ERROR(ps_job->WriteSummaries(run_dir));
+  int64_t params = 0;
+  for (int64_t n : s.tensors) params += n;
+  for (int w = 0; w < plan.workers; ++w) {
+    summary::ProcessSummary ws;
+    ws.set_role("worker");
+    ws.set_rank(w);
+    ws.set_mode(ModeName(plan.mode));
+    ws.set_ok(true);
+    ws.set_wall_s(job.engine.now() / 1e6);
+    ws.set_params(params);
+    ws.set_steps(s.steps);
+    ws.set_bytes_sent(static_cast<int64_t>(job.rec[static_cast<size_t>(w)].sent));
+    ws.set_bytes_received(static_cast<int64_t>(job.rec[static_cast<size_t>(w)].received));
+    RETURN_IF_ERROR(WriteProcessSummary(run_dir, ws));
+  }
+  std::ofstream(run_dir + "/commands.txt") << "# simulated by gradsync-sim: " << DescribeSim(plan, s) << "\n";
+  SimStats st;
+  st.codecs = codecs.Describe();
+  st.events = job.engine.events();
+  st.worker_steps = job.worker_steps;
+  st.simulated_s = job.engine.now() / 1e6;
+  st.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return st;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,94 @@
+// gradsync-sim: a discrete-event simulation of a spec's runs at any worker and server count.
+//
+//   ASSIGN_OR_RETURN(SimSettings s, ResolveSim(plan));          // the run's `sim { }` and its defaults
+//   ASSIGN_OR_RETURN(SimStats st, SimulateRun(plan, s, dir));   // writes the files a real run writes
+//
+// What is simulated (experiments/README.md, "gradsync-sim", says it whole):
+// - hosts: one per process (scheduler left out), each with a full-duplex link of the run's rate to
+//   a switch (flat), or to its rack's switch whose uplink carries rack_size x rate / oversubscription;
+//   a message crosses the sender's link, the racks' uplinks when it leaves its rack, and the
+//   receiver's link, in chunks of 64 KiB (a link serves its chunks first come, first served; a
+//   sender's NIC takes turns between its messages), each link moving `wire_efficiency` of its rate
+//   as payload, plus `latency_us` per message;
+// - CPUs: a core per process, or `host_cores` shared by every process (a job on one machine);
+// - PS workers: pull (every shard, or per tensor with overlap), forward, backward (pushing each
+//   tensor as backward produces it with overlap), the straggler's delay (common/straggler.h, the
+//   same draws as the worker's), encode, push, the next pull; worker 0 sends INIT and pulls once
+//   more for its final evaluation;
+// - shards: the consistency rule is common/consistency.h's ConsistencyController, the code the
+//   servers run: it decides when a push is applied and a pull answered; apply costs
+//   apply_ns_per_byte; compressed pushes cost the codec's decode, compressed pulls its encode;
+// - all-reduce: rank 0's broadcast, then buckets (readiness order with overlap) reduced one after
+//   another by ring, recursive halving-doubling (rhd, folded when n is not a power of two) or
+//   hierarchical (reduce-scatter in a group, all-reduce across groups, all-gather in the group);
+//   gather codecs (top-k, ...) all-gather every rank's payload;
+// - message sizes: the PS headers are the real protocol's (common/ps_protocol.h's encoders), the
+//   payloads the real codecs' (compression/), the ring's step header its 32 bytes; codec times are
+//   measured here, on this machine, by encoding and decoding buffers of each size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "experiments/spec.h"
+
+namespace gradsync {
+
+struct AccuracyPoint {
+  int64_t step = 0;
+  double accuracy = 0;  // fraction
+};
+
+struct SimSettings {
+  double compute_ms = 0;
+  std::string compute_source;     // "given", or the metrics file it came from
+  double forward_fraction = 0.33;
+  std::string link;               // the rate's name ("100mbit"; "loopback" = loopback_rate)
+  double link_bits_per_s = 0;
+  double burst_bytes = 0;         // an emulated link's tbf bucket (0: none)
+  double peak_bits_per_s = 0;     // what a host moves with the bucket full (loopback_rate)
+  double latency_us = 30;
+  int rack_size = 0;
+  double oversubscription = 1;
+  int host_cores = 0;
+  double net_ns_per_byte = 0;     // CPU per byte moved, both ends together, on the shared cores
+  double apply_ns_per_byte = 0.25;
+  double wire_efficiency = 1448.0 / 1514.0;
+  double quantum_bytes = 16384;   // a sender's connections take turns on its link, this much each
+  int64_t steps = 0;              // per worker
+  int64_t steps_per_epoch = 0;
+  int hier_group = 8;
+  std::string algorithm = "ring"; // all-reduce: ring | rhd | hier
+  std::vector<int64_t> tensors;   // floats, forward order
+  // From codec_from: encode time per float of a push (worker) and of a compressed pull (shard),
+  // medians of a real run's spans; < 0: timed here.
+  double encode_us_per_float = -1, pull_encode_us_per_float = -1;
+  std::string codec_source;
+  std::vector<AccuracyPoint> accuracy;  // measured accuracy vs step (empty: none)
+  std::string accuracy_source;
+};
+
+// The run's settings for the simulation: its sim { } (merged with the defaults'), its train and
+// link. compute_from and accuracy_from files are read here (paths relative to the current
+// directory); an unreadable or empty one is an error naming it.
+Result<SimSettings> ResolveSim(const RunPlan& plan);
+
+// One line saying what the simulation assumed (for summary.md and the table).
+std::string DescribeSim(const RunPlan& plan, const SimSettings& s);
+
+struct SimStats {
+  int64_t events = 0;
+  int64_t worker_steps = 0;
+  double simulated_s = 0;   // the simulated job's length
+  double elapsed_s = 0;     // how long the simulation took
+  std::string codecs;       // the codec costs measured for it ("" without compression)
+};
+
+// Simulates the run and writes what its processes would: run_dir/worker-<r>.csv (the metrics
+// rows; evaluation rows carry the accuracy of `accuracy` at their step), worker-<r>.json and
+// server-<k>.json (histograms from the consistency rule), commands.txt (saying it was simulated).
+Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const std::string& run_dir);
+
+}  // namespace gradsync

@@ -1,0 +1,350 @@
+// gradsync-sim SPEC: the spec's runs simulated (experiments/sim.h), reported as gradsync-run
+// reports real runs, marked simulated; --compare sets them beside a real run of the same spec.
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/flags.h"
+#include "experiments/report.h"
+#include "experiments/sim.h"
+#include "experiments/spec.h"
+
+namespace po = boost::program_options;
+using namespace gradsync;
+
+namespace {
+
+Result<std::vector<int>> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v < 1 || v > 100000) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return InvalidArgumentError("--" + flag + ": '" + item + "' is not a count from 1 to 100000");
+    }
+  }
+  return out;
+}
+
+std::string Fmt(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+// Reads a real run's summary.json (gradsync-run's) for --compare.
+Result<spec::Summary> ReadSummary(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return NotFoundError(path + ": cannot read (--compare needs the folder gradsync-run wrote for this spec)");
+  std::stringstream text;
+  text << f.rdbuf();
+  spec::Summary s;
+  if (auto st = google::protobuf::util::JsonStringToMessage(text.str(), &s); !st.ok()) {
+    return DataLossError(path + ": not a summary.json: " + st.ToString());
+  }
+  return s;
+}
+
+// One simulated run of a sweep: its base run, size and throughput, and what one worker computes
+// alone (samples/s, from its compute time).
+struct SweepPoint {
+  std::string base;
+  int workers = 0, servers = 0;
+  double samples_per_s = 0, alone = 0;
+};
+
+// Markdown tables of a sweep: per base run and worker count the throughput and the scaling
+// efficiency (throughput / (workers x one worker's compute-only throughput)); with several server
+// counts, the fewest servers within 5% of the best; for runs named ...dense... with a ...topk...
+// twin, top-k's throughput over dense's. "" when nothing was swept.
+using ByServers = std::map<int, const SweepPoint*>;  // servers -> point
+
+// A table row's cells, one per worker count: `cell(workers, points by servers)`, empty where the
+// run has no point.
+template <typename Cell>
+std::string Cells(const std::map<int, ByServers>& by_workers, const std::set<int>& worker_counts, Cell cell) {
+  std::string row;
+  for (int n : worker_counts) {
+    auto it = by_workers.find(n);
+    row += (it == by_workers.end() ? std::string() : " " + cell(n, it->second)) + " |";
+  }
+  return row;
+}
+
+std::string SweepTables(const std::vector<SweepPoint>& points) {
+  std::map<std::string, std::map<int, ByServers>> by;  // base -> workers -> servers
+  std::set<int> worker_counts, server_counts;
+  for (const auto& p : points) {
+    by[p.base][p.workers][p.servers] = &p;
+    worker_counts.insert(p.workers);
+    if (p.servers > 0) server_counts.insert(p.servers);
+  }
+  // Servers were swept when some run at some worker count ran at several server counts.
+  bool servers_swept = false;
+  for (const auto& [base, ns] : by)
+    for (const auto& [n, ss] : ns) servers_swept = servers_swept || ss.size() > 1;
+  // The worker counts as columns, and the header's rule.
+  std::string columns;
+  for (int n : worker_counts) columns += " " + std::to_string(n) + " workers |";
+  columns += "\n|---|";
+  for (size_t i = 0; i < worker_counts.size(); ++i) columns += "---|";
+  columns += "\n";
+  std::ostringstream o;
+  if (worker_counts.size() > 1 || servers_swept) {
+    o << "## Scaling (simulated)\n\nsamples/s, and in brackets the scaling efficiency: samples/s / (workers x one worker's "
+         "compute-only samples/s). PS runs: at their best server count.\n\n| run |";
+    o << columns;
+    for (const auto& [base, ns] : by) {
+      o << "| " << base << " |" << Cells(ns, worker_counts, [](int n, const ByServers& at) {
+        const SweepPoint* best = nullptr;
+        for (const auto& [sv, p] : at)
+          if (!best || p->samples_per_s > best->samples_per_s) best = p;
+        return Fmt(best->samples_per_s, 0) + (best->alone > 0 ? " (" + Fmt(100 * best->samples_per_s / (n * best->alone), 0) + "%)" : "");
+      }) << "\n";
+    }
+  }
+  if (servers_swept) {
+    o << "\n## Servers a PS needs (simulated)\n\nThe fewest servers whose throughput is within 5% of the best over "
+         "the server counts simulated (the PS stops being the bottleneck there), and that throughput; +: the most "
+         "servers simulated, where more may still help.\n\n| run |";
+    o << columns;
+    for (const auto& [base, ns] : by) {
+      if (ns.begin()->second.begin()->first == 0) continue;  // all-reduce
+      o << "| " << base << " |" << Cells(ns, worker_counts, [](int, const ByServers& at) {
+        double best = 0;
+        for (const auto& [sv, p] : at) best = std::max(best, p->samples_per_s);
+        for (const auto& [sv, p] : at) {
+          // "+": the most servers simulated; more might still help.
+          if (p->samples_per_s >= 0.95 * best) return std::to_string(sv) + (sv == at.rbegin()->first ? "+" : "") + " (" + Fmt(p->samples_per_s, 0) + ")";
+        }
+        return std::string();
+      }) << "\n";
+    }
+  }
+  // Top-k against dense: at the best server count of each, or, when servers were swept, at each
+  // server count.
+  std::ostringstream pays;
+  const bool per_count = servers_swept;
+  for (const auto& [base, ns] : by) {
+    const size_t at = base.find("dense");
+    if (at == std::string::npos) continue;
+    const std::string twin = base.substr(0, at) + "topk" + base.substr(at + 5);
+    auto t = by.find(twin);
+    if (t == by.end()) continue;
+    const bool ps = ns.begin()->second.begin()->first > 0;
+    const std::vector<int> rows = per_count && ps ? std::vector<int>(server_counts.begin(), server_counts.end()) : std::vector<int>{-1};
+    for (int sv : rows) {
+      pays << "| " << twin << " / " << base << (sv > 0 ? ", " + std::to_string(sv) + " servers" : "") << " |";
+      for (int n : worker_counts) {
+        auto a = ns.find(n);
+        auto b = t->second.find(n);
+        double da = 0, db = 0;
+        if (a != ns.end() && b != t->second.end()) {
+          for (const auto& [k, p] : a->second) da = sv < 0 ? std::max(da, p->samples_per_s) : k == sv ? p->samples_per_s : da;
+          for (const auto& [k, p] : b->second) db = sv < 0 ? std::max(db, p->samples_per_s) : k == sv ? p->samples_per_s : db;
+        }
+        pays << (da > 0 && db > 0 ? " " + Fmt(db / da, 2) + "x |" : " |");
+      }
+      pays << "\n";
+    }
+  }
+  if (!pays.str().empty() && (worker_counts.size() > 1 || servers_swept)) {
+    o << "\n## Where top-k pays (simulated)\n\nTop-k's throughput over the dense run's (" << (per_count ? "PS: at each server count" : "PS: each at its best server count")
+      << "): above 1, top-k moves the steps faster (what it costs in accuracy per step is measured, not simulated).\n\n| runs |";
+    o << columns << pays.str();
+  }
+  return o.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FlagParser flags("gradsync-sim",
+                   "Simulates each run of the experiment SPEC at any scale (discrete events: links, racks, CPUs,\n"
+                   "the servers' own consistency rule, the all-reduce algorithms, codecs) and writes\n"
+                   "OUT/<experiment>/ as gradsync-run does, marked simulated (experiments/README.md).",
+                   "gradsync-sim SPEC [options]");
+  flags.options().add_options()
+      ("spec", po::value<std::string>(), "the experiment spec (protobuf text; a run's sim { } says how it is simulated)")
+      ("out", po::value<std::string>()->default_value("results-sim"), "results go to OUT/<experiment>/")
+      ("only", po::value<std::string>()->default_value(""), "comma-separated run names to simulate (default: all)")
+      ("workers", po::value<std::string>()->default_value(""), "simulate each run at each of these worker counts (8,64,1024), as <run>-n<W>")
+      ("servers", po::value<std::string>()->default_value(""), "PS runs: at each of these server counts, as <run>-s<S>")
+      ("workers-per-server", po::value<int>()->default_value(0), "PS runs: one server per this many workers (rounded up), instead of the spec's servers")
+      ("link-rate", po::value<std::string>()->default_value(""), "every host's link (tc rate: 25gbit), instead of the spec's")
+      ("compute-ms", po::value<double>(), "forward + backward per step, instead of the spec's")
+      ("steps", po::value<int64_t>(), "steps per worker, instead of the spec's")
+      ("compare", po::value<std::string>(), "a folder gradsync-run wrote for this spec (OUT/<experiment>): predicted vs measured step time and bytes per step")
+      ("step-tolerance", po::value<double>()->default_value(0.15, "0.15"), "--compare: the largest relative step time error accepted")
+      ("bytes-tolerance", po::value<double>()->default_value(0.01, "0.01"), "--compare: the largest relative bytes/step error accepted");
+  flags.positional().add("spec", 1);
+  auto vm = flags.ParseOrExit(argc, argv);
+  if (!vm.count("spec")) flags.Fail("give the experiment spec: gradsync-sim SPEC");
+  auto e = LoadExperiment(vm["spec"].as<std::string>());
+  if (!e.ok()) {
+    std::cerr << "gradsync-sim: error: " << e.status().message() << std::endl;
+    return 2;
+  }
+  const double step_tol = vm["step-tolerance"].as<double>(), bytes_tol = vm["bytes-tolerance"].as<double>();
+  if (!(step_tol > 0) || !(bytes_tol > 0)) flags.Fail("--step-tolerance and --bytes-tolerance must be > 0");
+  auto workers = ParseList("workers", vm["workers"].as<std::string>());
+  if (!workers.ok()) flags.Fail(workers.status().message());
+  auto servers = ParseList("servers", vm["servers"].as<std::string>());
+  if (!servers.ok()) flags.Fail(servers.status().message());
+  const int per_server = vm["workers-per-server"].as<int>();
+  if (per_server < 0) flags.Fail("--workers-per-server must be >= 1");
+  if (per_server > 0 && !servers->empty()) flags.Fail("--workers-per-server and --servers contradict each other: give one");
+  std::set<std::string> only;
+  {
+    std::stringstream in(vm["only"].as<std::string>());
+    for (std::string name; std::getline(in, name, ',');) {
+      if (name.empty()) continue;
+      bool found = false;
+      for (const auto& r : e->runs) found = found || r.name == name;
+      if (!found) flags.Fail("--only: the spec has no run named '" + name + "'");
+      only.insert(name);
+    }
+  }
+  const std::string link_rate = vm["link-rate"].as<std::string>();
+  // The runs to simulate: each selected run at each worker and server count asked for.
+  std::vector<RunPlan> plans;
+  struct Origin {
+    std::string base;
+    int workers = 0, servers = 0;
+  };
+  std::vector<Origin> origins;  // per plan
+  for (const RunPlan& base : e->runs) {
+    if (!only.empty() && !only.count(base.name)) continue;
+    const std::vector<int> ns = workers->empty() ? std::vector<int>{base.workers} : *workers;
+    const bool ps = base.mode != config::ALLREDUCE;
+    const std::vector<int> ss = servers->empty() || !ps ? std::vector<int>{base.servers} : *servers;
+    for (int n : ns) {
+      const std::vector<int> counts = per_server > 0 && ps ? std::vector<int>{(n + per_server - 1) / per_server} : ss;
+      for (int s : counts) {
+        RunPlan p = base;
+        p.workers = n;
+        p.run.set_workers(n);
+        p.servers = s;
+        p.run.set_servers(s);
+        if (!workers->empty()) p.name += "-n" + std::to_string(n);
+        if (!servers->empty() && ps) p.name += "-s" + std::to_string(s);
+        // Stragglers of workers this run lacks are dropped.
+        for (auto it = p.stragglers.begin(); it != p.stragglers.end();) it = it->first >= n ? p.stragglers.erase(it) : std::next(it);
+        if (!link_rate.empty()) p.run.mutable_sim()->set_link_rate(link_rate);
+        if (vm.count("compute-ms")) p.run.mutable_sim()->set_compute_ms(vm["compute-ms"].as<double>());
+        if (vm.count("steps")) p.run.mutable_sim()->set_steps(vm["steps"].as<int64_t>());
+        if (!p.run.sim().link_rate().empty()) p.link = p.run.sim().link_rate();
+        origins.push_back({base.name, n, ps ? s : 0});
+        plans.push_back(std::move(p));
+      }
+    }
+  }
+  const std::string dir = vm["out"].as<std::string>() + "/" + e->name;
+  std::vector<RunReport> reports;
+  bool failed = false;
+  double speed_steps = 0, speed_s = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const RunPlan& p = plans[i];
+    const std::string run_dir = dir + "/" + p.name;
+    std::filesystem::remove_all(run_dir);
+    auto settings = ResolveSim(p);
+    if (!settings.ok()) {
+      std::cerr << "gradsync-sim: error: run '" << p.name << "': " << settings.status().message() << std::endl;
+      return 2;
+    }
+    auto stats = SimulateRun(p, *settings, run_dir);
+    Status status = stats.ok() ? OkStatus() : stats.status();
+    if (stats.ok()) {
+      std::cout << "[" << i + 1 << "/" << plans.size() << "] " << p.name << "  " << Fmt(stats->simulated_s, 2) << " s simulated in "
+                << Fmt(stats->elapsed_s, 2) << " s: " << stats->worker_steps << " worker-steps, "
+                << Fmt(static_cast<double>(stats->worker_steps) / std::max(1e-9, stats->elapsed_s), 0) << " worker-steps/s, " << stats->events
+                << " events" << std::endl;
+      if (!stats->codecs.empty()) std::cout << "    measured here: " << stats->codecs << std::endl;
+      speed_steps += static_cast<double>(stats->worker_steps);
+      speed_s += stats->elapsed_s;
+    } else {
+      std::cout << "[" << i + 1 << "/" << plans.size() << "] " << p.name << "  FAILED: " << status.message() << std::endl;
+      failed = true;
+    }
+    auto report = SummarizeRun(p, run_dir, e->target_accuracy, status);
+    if (!report.ok()) {
+      std::cerr << "gradsync-sim: error: " << report.status().message() << std::endl;
+      return 1;
+    }
+    report->summary.set_simulated(true);
+    report->summary.set_simulation(DescribeSim(p, *settings) + (stats.ok() && !stats->codecs.empty() ? "; " + stats->codecs : ""));
+    reports.push_back(std::move(*report));
+  }
+  if (auto st = WriteReport(*e, reports, dir); !st.ok()) {
+    std::cerr << "gradsync-sim: error: " << st.message() << std::endl;
+    return 1;
+  }
+  std::cout << "\n" << SummaryTable(reports, e->target_accuracy);
+  // Sweeps: scaling per worker count, the servers a PS needs, where top-k pays.
+  std::vector<SweepPoint> points;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const auto& sm = reports[i].summary;
+    if (!sm.ok() || !sm.has_samples_per_s()) continue;
+    auto settings = ResolveSim(plans[i]);
+    const double alone = settings.ok() && settings->compute_ms > 0 ? static_cast<double>(plans[i].batch) * 1e3 / settings->compute_ms : 0;
+    points.push_back({origins[i].base, origins[i].workers, origins[i].servers, sm.samples_per_s(), alone});
+  }
+  const std::string sweeps = SweepTables(points);
+  if (!sweeps.empty()) {
+    std::ofstream(dir + "/summary.md", std::ios::app) << "\n" << sweeps;
+    std::cout << "\n" << sweeps;
+  }
+  std::cout << "\nsummary: " << dir << "/summary.md" << std::endl;
+  if (speed_s > 0) std::cout << "simulator: " << Fmt(speed_steps / speed_s, 0) << " worker-steps/s over these runs" << std::endl;
+  if (failed) return 1;
+  if (!vm.count("compare")) return 0;
+  // Predicted vs measured.
+  const std::string measured_dir = vm["compare"].as<std::string>();
+  auto measured = ReadSummary(measured_dir + "/summary.json");
+  if (!measured.ok()) {
+    std::cerr << "gradsync-sim: error: " << measured.status().message() << std::endl;
+    return 2;
+  }
+
+  std::ostringstream t;
+  t << "| run | mode | link | workers | step ms measured | predicted | error | bytes/step measured | predicted | error |\n"
+    << "|---|---|---|---|---|---|---|---|---|---|\n";
+  int compared = 0, outside = 0;
+  for (const auto& r : reports) {
+    const spec::RunSummary* m = nullptr;
+    for (const auto& run : measured->run())
+      if (run.name() == r.summary.name()) m = &run;
+    if (m == nullptr || !m->ok() || !m->has_step_ms() || !m->has_bytes_per_step()) {
+      t << "| " << r.summary.name() << " | | | | not measured | | | | | |\n";
+      continue;
+    }
+    const double se = r.summary.step_ms() / m->step_ms() - 1, be = r.summary.bytes_per_step() / m->bytes_per_step() - 1;
+    const bool ok = std::fabs(se) <= step_tol && std::fabs(be) <= bytes_tol;
+    ++compared;
+    outside += ok ? 0 : 1;
+    t << "| " << r.summary.name() << " | " << r.summary.mode() << (r.summary.has_staleness_bound() ? std::to_string(r.summary.staleness_bound()) : "")
+      << (r.summary.compression() == "none" ? "" : " " + r.summary.compression()) << " | " << (m->link().empty() ? "loopback" : m->link()) << " | "
+      << r.summary.workers() << " | " << Fmt(m->step_ms(), 2) << " | " << Fmt(r.summary.step_ms(), 2) << " | " << (se >= 0 ? "+" : "")
+      << Fmt(100 * se, 1) << "% | " << Fmt(m->bytes_per_step(), 0) << " | " << Fmt(r.summary.bytes_per_step(), 0) << " | " << (be >= 0 ? "+" : "")
+      << Fmt(100 * be, 2) << "%" << (ok ? "" : " **outside**") << " |\n";
+  }
+  std::ofstream(dir + "/comparison.md") << "# " << e->name << ": simulated vs measured\n\nMeasured: `" << measured_dir
+                                        << "/summary.json`; tolerances: step time " << Fmt(100 * step_tol, 0) << "%, bytes/step "
+                                        << Fmt(100 * bytes_tol, 0) << "%.\n\n" << t.str();
+  std::cout << "\n" << t.str() << "\n" << compared << " runs compared, " << outside << " outside the tolerances (step time "
+            << Fmt(100 * step_tol, 0) << "%, bytes/step " << Fmt(100 * bytes_tol, 0) << "%): " << dir << "/comparison.md" << std::endl;
+  return outside == 0 && compared > 0 ? 0 : 1;
+}

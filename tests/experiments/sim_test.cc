@@ -1,0 +1,255 @@
+// gradsync-sim's simulation (experiments/sim.h) against what its model says must happen: the
+// protocol's bytes, a bsp step on a known link, the ssp bound and its waits, the workers' own
+// straggler draws, the all-reduce algorithms, racks, codec payloads, the accuracy join, bad
+// settings, and the same output for the same spec.
+#include "experiments/sim.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/metrics.h"
+#include "common/straggler.h"
+#include "compression/compressor.h"
+#include "experiments/report.h"
+#include "tests/support/temp_dir.h"
+
+namespace gradsync {
+namespace {
+
+using ::gradsync::testing::TempDir;
+
+constexpr int64_t kMlpParams = 235146;  // 784-256-128-10
+
+struct Simulated {
+  RunReport report;
+  SimStats stats;
+  std::string dir;
+};
+
+Result<RunPlan> Plan(const std::string& run) {
+  ASSIGN_OR_RETURN(Experiment e, ParseExperiment("name: \"t\"\n" + run, "t.textproto"));
+  return e.runs.at(0);
+}
+
+Simulated Simulate(const TempDir& tmp, const std::string& run, const std::string& name = "r") {
+  auto plan = Plan(run);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  auto settings = ResolveSim(*plan);
+  EXPECT_TRUE(settings.ok()) << settings.status().message();
+  Simulated s;
+  s.dir = tmp.File(name);
+  auto stats = SimulateRun(*plan, *settings, s.dir);
+  EXPECT_TRUE(stats.ok()) << stats.status().message();
+  s.stats = *stats;
+  auto report = SummarizeRun(*plan, s.dir, 0.85, OkStatus());
+  EXPECT_TRUE(report.ok()) << report.status().message();
+  s.report = *report;
+  return s;
+}
+
+// Every worker's delay_ms column, by worker.
+std::map<int, std::vector<double>> Delays(const std::string& dir, int workers) {
+  std::map<int, std::vector<double>> out;
+  for (int w = 0; w < workers; ++w) {
+    std::ifstream f(dir + "/worker-" + std::to_string(w) + ".csv");
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      auto v = SplitCsv(line);
+      if (v[kColTestAccuracy].empty()) out[w].push_back(std::stod(v[kColDelay]));
+    }
+  }
+  return out;
+}
+
+TEST(SimTest, DenseBytesPerStepAreTheModelEachWayPlusTheProtocolsOwn) {
+  TempDir tmp;
+  // 4 workers, 2 servers, 20 steps: per worker and step a push and a pull of the model, and once
+  // per run worker 0's INIT and final evaluation pull (the model each), and the headers.
+  auto s = Simulate(tmp, R"(run { name: "bsp" workers: 4 servers: 2 train { mode: BSP batch: 32 max_steps: 20 log_every: 1 }
+                             sim { compute_ms: 1 } })");
+  const double formula = 2.0 * 4 * kMlpParams;
+  ASSERT_TRUE(s.report.summary.has_bytes_per_step());
+  const double once = 2.0 * 4 * kMlpParams / (4 * 20);
+  EXPECT_GT(s.report.summary.bytes_per_step(), formula + once);
+  EXPECT_LT(s.report.summary.bytes_per_step(), formula + once + 1000);  // headers: some hundred bytes a step
+  EXPECT_EQ(s.report.summary.steps(), 20);
+  EXPECT_EQ(s.report.summary.params(), kMlpParams);
+  // The ring: 2(n-1)/n of the model each way, and rank 0's broadcast down the ring once.
+  auto ar = Simulate(tmp, R"(run { name: "ar" workers: 4 train { mode: ALLREDUCE batch: 32 max_steps: 20 log_every: 1 }
+                              sim { compute_ms: 1 } })", "ar");
+  const double ring = 2 * 2 * 3.0 / 4 * 4 * kMlpParams;
+  const double broadcast = 2.0 * 3 * 4 * kMlpParams / (4 * 20);  // 3 hops, sent and received
+  EXPECT_NEAR(ar.report.summary.bytes_per_step(), ring + broadcast, 0.002 * ring);
+}
+
+TEST(SimTest, ABspStepOnAKnownLinkIsTheServersLinkTwice) {
+  TempDir tmp;
+  // One server: every push crosses its link in, every pull out, one after the other (bsp).
+  // 4 workers x 940,584 bytes at 1 Gbit/s x 1448/1514: 31.5 ms; no compute, no latency.
+  auto s = Simulate(tmp, R"(run { name: "bsp" workers: 4 servers: 1 train { mode: BSP batch: 32 max_steps: 30 log_every: 1 }
+                             sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 } })");
+  const double expect_ms = 2 * 4 * 4.0 * kMlpParams / (1e9 / 8 * 1448 / 1514) * 1e3;
+  ASSERT_TRUE(s.report.summary.has_step_ms());
+  EXPECT_NEAR(s.report.summary.step_ms(), expect_ms, 0.03 * expect_ms);
+  // asp: nobody waits for a round, so pushes and pulls of different workers share the two
+  // directions of the link: faster.
+  auto a = Simulate(tmp, R"(run { name: "asp" workers: 4 servers: 1 train { mode: ASP batch: 32 max_steps: 30 log_every: 1 }
+                             sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 } })", "asp");
+  EXPECT_LT(a.report.summary.step_ms(), 0.8 * s.report.summary.step_ms());
+}
+
+TEST(SimTest, SspKeepsItsBoundAndTheFastWorkersWaitForTheStraggler) {
+  TempDir tmp;
+  const std::string common = R"( workers: 4 servers: 2 straggler { worker: 1 fixed_ms: 40 }
+      sim { compute_ms: 1 link_rate: "10gbit" } train { batch: 32 max_steps: 60 log_every: 1 )";
+  auto ssp = Simulate(tmp, "run { name: \"ssp\"" + common + "mode: SSP staleness: 2 } }", "ssp");
+  ASSERT_TRUE(ssp.report.summary.has_clock_staleness_max());
+  EXPECT_LE(ssp.report.summary.clock_staleness_max(), 2);
+  EXPECT_EQ(ssp.report.summary.clock_staleness_max(), 2);  // the fast ones run ahead as far as allowed
+  // Every worker goes at the straggler's pace: about 41 ms a step.
+  EXPECT_NEAR(ssp.report.summary.step_ms(), 41, 3);
+  auto asp = Simulate(tmp, "run { name: \"asp\"" + common + "mode: ASP } }", "asp");
+  // asp: the three fast workers (the median) never wait.
+  EXPECT_LT(asp.report.summary.step_ms(), 10);
+  EXPECT_GT(asp.report.summary.clock_staleness_max(), 2);
+}
+
+TEST(SimTest, StragglerDelaysAreTheWorkersOwnDraws) {
+  TempDir tmp;
+  auto s = Simulate(tmp, R"(run { name: "ssp" workers: 2 servers: 1 straggler { worker: 1 exp_mean_ms: 20 seed: 7 }
+                             train { mode: SSP staleness: 3 batch: 32 max_steps: 25 log_every: 1 } sim { compute_ms: 2 } })");
+  Straggler worker(*ParseStraggler("exp:20"), 7);
+  const auto delays = Delays(s.dir, 2);
+  ASSERT_EQ(delays.at(1).size(), 25u);
+  for (double d : delays.at(1)) EXPECT_NEAR(d, worker.DelayMs(2), 1e-3);
+  for (double d : delays.at(0)) EXPECT_EQ(d, 0);
+}
+
+TEST(SimTest, AllreduceAlgorithmsMoveTheRingsBytesAndRhdWinsWhenLatencyDominates) {
+  TempDir tmp;
+  auto run = [&](const std::string& algo, int workers, double latency_us) {
+    return Simulate(tmp,
+                    "run { name: \"" + algo + std::to_string(workers) + "\" workers: " + std::to_string(workers) +
+                        " train { mode: ALLREDUCE allreduce_algo: \"" + algo +
+                        "\" batch: 32 max_steps: 10 log_every: 1 } sim { compute_ms: 1 link_rate: \"10gbit\" latency_us: " +
+                        std::to_string(latency_us) + " } }",
+                    algo + std::to_string(workers) + "-" + std::to_string(static_cast<int>(latency_us)));
+  };
+  auto ring = run("ring", 16, 500), rhd = run("rhd", 16, 500), hier = run("hier", 16, 500);
+  // The same bytes (2(n-1)/n of the model each way; hier: the same sum over its three phases).
+  EXPECT_NEAR(rhd.report.summary.bytes_per_step(), ring.report.summary.bytes_per_step(), 0.001 * ring.report.summary.bytes_per_step());
+  EXPECT_NEAR(hier.report.summary.bytes_per_step(), ring.report.summary.bytes_per_step(), 0.001 * ring.report.summary.bytes_per_step());
+  // 30 steps of 0.5 ms latency against 8 (rhd) and 2 x 7 + 2 x 1 (hier, groups of 8).
+  EXPECT_LT(rhd.report.summary.step_ms(), 0.5 * ring.report.summary.step_ms());
+  EXPECT_LT(hier.report.summary.step_ms(), 0.75 * ring.report.summary.step_ms());
+  // Not a power of two: the fold's two extra whole-model steps, and it finishes.
+  // Not a power of two: 4 ranks hand their buffer to a partner and get the result back, 8 run
+  // rhd: 8 x 2(7/8) + 8 whole buffers = 22 buffers, as the ring's 12 x 2(11/12).
+  auto rhd12 = run("rhd", 12, 30);
+  EXPECT_EQ(rhd12.report.summary.steps(), 10);
+  const double ring12 = run("ring", 12, 30).report.summary.bytes_per_step();
+  EXPECT_NEAR(rhd12.report.summary.bytes_per_step(), ring12, 0.001 * ring12);
+}
+
+TEST(SimTest, AnOversubscribedRackUplinkSlowsRhdAcrossRacks) {
+  TempDir tmp;
+  auto run = [&](double over) {
+    return Simulate(tmp,
+                    "run { name: \"ar\" workers: 16 train { mode: ALLREDUCE allreduce_algo: \"rhd\" batch: 32 max_steps: 10 log_every: 1 }"
+                    " sim { compute_ms: 0 link_rate: \"1gbit\" rack_size: 4 oversubscription: " + std::to_string(over) + " } }",
+                    "over" + std::to_string(static_cast<int>(over)));
+  };
+  // rhd's last two halvings cross racks: 4 ranks of a rack then share an uplink of 4 x 1 / 8 Gbit/s.
+  auto flat = run(1), over = run(8);
+  EXPECT_GT(over.report.summary.step_ms(), 1.5 * flat.report.summary.step_ms());
+  EXPECT_EQ(over.report.summary.bytes_per_step(), flat.report.summary.bytes_per_step());
+}
+
+TEST(SimTest, CompressedPushesAndPullsCarryTheCodecsPayload) {
+  TempDir tmp;
+  auto s = Simulate(tmp, R"(run { name: "topk" workers: 2 servers: 1 train { mode: ASP compress: "topk:0.01" error_feedback: true
+                             compress_pull: true batch: 32 max_steps: 40 log_every: 1 } sim { compute_ms: 1 } })");
+  auto codec = CreateCompressor("topk:0.01", 1);
+  ASSERT_TRUE(codec.ok());
+  const double payload = static_cast<double>((*codec)->PayloadBytes(kMlpParams));
+  // Per worker 40 compressed pushes and 39 compressed pulls (the pulls of steps 1-39); raw: each
+  // worker's first pull, worker 0's INIT and its final evaluation pull (4 models); plus headers.
+  const double expect = (2 * (40 + 39) * payload + 4.0 * 4 * kMlpParams) / 80;
+  EXPECT_GT(s.report.summary.bytes_per_step(), expect);
+  EXPECT_LT(s.report.summary.bytes_per_step(), expect + 1000);
+}
+
+TEST(SimTest, AccuracyIsTheMeasuredCurveAtTheSimulatedStep) {
+  TempDir tmp;
+  {
+    auto m = MetricsWriter::Open(tmp.File("measured.csv"), "m", 0);
+    ASSERT_TRUE(m.ok());
+    MetricsRow row;
+    row.step = 0;
+    row.test_accuracy = 0.10;
+    ASSERT_TRUE(m->Write(row).ok());
+    row.step = 100;
+    row.test_accuracy = 0.70;
+    ASSERT_TRUE(m->Write(row).ok());
+    ASSERT_TRUE(m->Flush().ok());
+  }
+  // 60 steps of 4 workers x 32 examples of 7,680: 60 steps an epoch, evaluations at 30 and 60.
+  auto s = Simulate(tmp, "run { name: \"bsp\" workers: 4 servers: 1 train { mode: BSP batch: 32 max_steps: 60 eval_every: 30 }"
+                         " sim { compute_ms: 1 train_examples: 7680 accuracy_from: \"" + tmp.File("measured.csv") + "\" } }");
+  ASSERT_EQ(s.report.evals.size(), 2u);
+  EXPECT_EQ(s.report.evals[0].step, 30);
+  EXPECT_NEAR(s.report.evals[0].accuracy, 0.28, 1e-9);
+  EXPECT_NEAR(s.report.summary.final_test_accuracy(), 0.46, 1e-9);
+  EXPECT_GT(s.report.evals[1].wall_s, s.report.evals[0].wall_s);
+}
+
+TEST(SimTest, TheSameSpecSimulatesToTheSameFiles) {
+  TempDir tmp;
+  const std::string run = R"(run { name: "ssp" workers: 3 servers: 2 straggler { worker: 2 uniform { low_ms: 1 high_ms: 9 } seed: 3 }
+                               train { mode: SSP staleness: 1 batch: 32 max_steps: 30 log_every: 1 } sim { compute_ms: 1 } })";
+  auto a = Simulate(tmp, run, "a");
+  auto b = Simulate(tmp, run, "b");
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  EXPECT_EQ(read(a.dir + "/metrics.csv"), read(b.dir + "/metrics.csv"));
+  EXPECT_GT(a.stats.events, 0);
+  EXPECT_EQ(a.stats.events, b.stats.events);
+  EXPECT_EQ(a.stats.worker_steps, 90);
+}
+
+TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
+  auto refused = [](const std::string& run) -> std::string {
+    auto plan = Plan(run);
+    if (!plan.ok()) return plan.status().message();
+    auto s = ResolveSim(*plan);
+    return s.ok() ? "" : s.status().message();
+  };
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: BSP } })").find("compute_ms"), std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: BSP } sim { compute_ms: 1 latency_us: -1 } })").find("latency_us"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: BSP } sim { compute_ms: 1 link_rate: "fast" } })").find("tc rate"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: BSP } sim { compute_from: "/nonexistent.csv" } })")
+                .find("/nonexistent.csv"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: BSP model: "sparse_logreg" } sim { compute_ms: 1 } })")
+                .find("tensors"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE allreduce_algo: "tree" } sim { compute_ms: 1 } })").find("ring, rhd and hier"),
+            std::string::npos);
+  // Given tensors, any model: the CNN of examples/pytorch (454,922 parameters).
+  EXPECT_EQ(refused(R"(run { name: "a" workers: 2 command: "python3 x.py" train { mode: ALLREDUCE }
+                         sim { compute_ms: 11 tensors: [800, 32, 51200, 64, 401408, 128, 1280, 10] } })"),
+            "");
+}
+
+}  // namespace
+}  // namespace gradsync
