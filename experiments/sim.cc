@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/consistency.h"
+#include "common/flags.h"
 #include "common/metrics.h"
 #include "common/partitioner.h"
 #include "common/process_summary.h"
@@ -103,15 +104,8 @@ Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t) {
   std::vector<int64_t> sizes;
   std::vector<int64_t> widths{kFashionInputs};
   if (t.model() == "mlp") {
-    std::stringstream in(t.hidden());
-    std::string w;
-    while (std::getline(in, w, ',')) {
-      try {
-        widths.push_back(std::stoll(w));
-      } catch (const std::exception&) {
-        return InvalidArgumentError("hidden '" + t.hidden() + "' is not a list of sizes");
-      }
-    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> hidden, ParseIntList(t.hidden(), 1, 1 << 20));
+    widths.insert(widths.end(), hidden.begin(), hidden.end());
   } else if (t.model() != "softmax") {
     return InvalidArgumentError("model '" + t.model() + "': give its tensors (sim { tensors: ... }), floats each in forward order");
   }
@@ -582,8 +576,7 @@ class PsJob {
   Status Build() {
     const auto& t = j_.plan.run.train();
     const int S = j_.plan.servers, N = j_.plan.workers;
-    int64_t total = 0;
-    for (int64_t n : j_.s.tensors) total += n;
+    const int64_t total = j_.s.params;
     part_ = std::make_unique<Partitioner>(total, S);
     compress_ = codecs_.on();
     compress_pull_ = compress_ && t.compress_pull();
@@ -928,7 +921,7 @@ class PsJob {
     });
   }
 
-  int64_t TotalFloats() const { return part_->range(j_.plan.servers - 1).end; }
+  int64_t TotalFloats() const { return j_.s.params; }
 
  public:
   Status WriteSummaries(const std::string& dir) {
@@ -1112,8 +1105,7 @@ class AllreduceJob {
 
   void Start() {
     // Rank 0's parameters to everyone, along the ring (pipelined in chunks).
-    int64_t total = 0;
-    for (int64_t n : j_.s.tensors) total += n;
+    const int64_t total = j_.s.params;
     const int N = j_.plan.workers;
     if (N <= 1) {
       for (int r = 0; r < N; ++r) BeginStep(r);
@@ -1183,8 +1175,7 @@ class AllreduceJob {
 
   // Backward of tensor i in reverse order (i = 0 is the last tensor).
   void BackwardTensor(int r, int i) {
-    int64_t total = 0;
-    for (int64_t n : j_.s.tensors) total += n;
+    const int64_t total = j_.s.params;
     const int64_t size = j_.s.tensors[j_.s.tensors.size() - 1 - static_cast<size_t>(i)];
     const double us = 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * static_cast<double>(size) / static_cast<double>(total);
     const Time end = j_.cpus->Run(r, j_.engine.now(), us);
@@ -1304,8 +1295,7 @@ class AllreduceJob {
     if (!rk.backward_done || rk.next_bucket < buckets_.size() || j_.engine.now() < backward_end_[r]) return;
     if (rk.busy) return;
     // The optimizer, then the row.
-    int64_t total = 0;
-    for (int64_t n : j_.s.tensors) total += n;
+    const int64_t total = j_.s.params;
     const Time t = j_.cpus->Run(r, j_.engine.now(), j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3);
     j_.engine.At(t, [this, r] {
       auto& q = ranks_[static_cast<size_t>(r)];
@@ -1406,6 +1396,7 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   } else {
     ASSIGN_OR_RETURN(s.tensors, ModelTensors(t));
   }
+  for (int64_t n : s.tensors) s.params += n;
   const int64_t examples = sim.has_train_examples() ? sim.train_examples() : 60000;
   if (examples <= 0) return InvalidArgumentError("sim.train_examples must be > 0");
   const int64_t batch = t.batch() * std::max<int64_t>(1, t.accumulate());
@@ -1473,8 +1464,6 @@ Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const st
   job.engine.Run();
   for (auto& r : job.rec) RETURN_IF_ERROR(r.metrics->Flush());
   if (ps_job) RETURN_IF_ERROR(ps_job->WriteSummaries(run_dir));
-  int64_t params = 0;
-  for (int64_t n : s.tensors) params += n;
   for (int w = 0; w < plan.workers; ++w) {
     summary::ProcessSummary ws;
     ws.set_role("worker");
@@ -1482,7 +1471,7 @@ Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const st
     ws.set_mode(ModeName(plan.mode));
     ws.set_ok(true);
     ws.set_wall_s(job.engine.now() / 1e6);
-    ws.set_params(params);
+    ws.set_params(s.params);
     ws.set_steps(s.steps);
     ws.set_bytes_sent(static_cast<int64_t>(job.rec[static_cast<size_t>(w)].sent));
     ws.set_bytes_received(static_cast<int64_t>(job.rec[static_cast<size_t>(w)].received));

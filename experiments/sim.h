@@ -62,6 +62,7 @@ struct SimSettings {
   int hier_group = 8;
   std::string algorithm = "ring"; // all-reduce: ring | rhd | hier
   std::vector<int64_t> tensors;   // floats, forward order
+  int64_t params = 0;             // their sum
   // From codec_from: encode time per float of a push (worker) and of a compressed pull (shard),
   // medians of a real run's spans; < 0: timed here.
   double encode_us_per_float = -1, pull_encode_us_per_float = -1;

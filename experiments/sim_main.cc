@@ -22,21 +22,12 @@ using namespace gradsync;
 
 namespace {
 
-Result<std::vector<int>> ParseList(const std::string& flag, const std::string& text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (item.empty()) continue;
-    try {
-      size_t used = 0;
-      const int v = std::stoi(item, &used);
-      if (used != item.size() || v < 1 || v > 100000) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      return InvalidArgumentError("--" + flag + ": '" + item + "' is not a count from 1 to 100000");
-    }
-  }
-  return out;
+// A --workers / --servers list ("" when not given).
+Result<std::vector<int>> ParseCounts(const std::string& flag, const std::string& text) {
+  if (text.empty()) return std::vector<int>{};
+  auto list = ParseIntList(text, 1, 100000);
+  if (!list.ok()) return InvalidArgumentError("--" + flag + ": " + list.status().message());
+  return std::vector<int>(list->begin(), list->end());
 }
 
 std::string Fmt(double v, int digits) {
@@ -200,9 +191,9 @@ int main(int argc, char** argv) {
   }
   const double step_tol = vm["step-tolerance"].as<double>(), bytes_tol = vm["bytes-tolerance"].as<double>();
   if (!(step_tol > 0) || !(bytes_tol > 0)) flags.Fail("--step-tolerance and --bytes-tolerance must be > 0");
-  auto workers = ParseList("workers", vm["workers"].as<std::string>());
+  auto workers = ParseCounts("workers", vm["workers"].as<std::string>());
   if (!workers.ok()) flags.Fail(workers.status().message());
-  auto servers = ParseList("servers", vm["servers"].as<std::string>());
+  auto servers = ParseCounts("servers", vm["servers"].as<std::string>());
   if (!servers.ok()) flags.Fail(servers.status().message());
   const int per_server = vm["workers-per-server"].as<int>();
   if (per_server < 0) flags.Fail("--workers-per-server must be >= 1");
@@ -254,6 +245,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = vm["out"].as<std::string>() + "/" + e->name;
   std::vector<RunReport> reports;
+  std::vector<SweepPoint> points;  // for the sweep tables
   bool failed = false;
   double speed_steps = 0, speed_s = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
@@ -265,6 +257,7 @@ int main(int argc, char** argv) {
       std::cerr << "gradsync-sim: error: run '" << p.name << "': " << settings.status().message() << std::endl;
       return 2;
     }
+    const double alone = settings->compute_ms > 0 ? static_cast<double>(p.batch) * 1e3 / settings->compute_ms : 0;
     auto stats = SimulateRun(p, *settings, run_dir);
     Status status = stats.ok() ? OkStatus() : stats.status();
     if (stats.ok()) {
@@ -286,6 +279,9 @@ int main(int argc, char** argv) {
     }
     report->summary.set_simulated(true);
     report->summary.set_simulation(DescribeSim(p, *settings) + (stats.ok() && !stats->codecs.empty() ? "; " + stats->codecs : ""));
+    if (report->summary.ok() && report->summary.has_samples_per_s()) {
+      points.push_back({origins[i].base, origins[i].workers, origins[i].servers, report->summary.samples_per_s(), alone});
+    }
     reports.push_back(std::move(*report));
   }
   if (auto st = WriteReport(*e, reports, dir); !st.ok()) {
@@ -294,14 +290,6 @@ int main(int argc, char** argv) {
   }
   std::cout << "\n" << SummaryTable(reports, e->target_accuracy);
   // Sweeps: scaling per worker count, the servers a PS needs, where top-k pays.
-  std::vector<SweepPoint> points;
-  for (size_t i = 0; i < reports.size(); ++i) {
-    const auto& sm = reports[i].summary;
-    if (!sm.ok() || !sm.has_samples_per_s()) continue;
-    auto settings = ResolveSim(plans[i]);
-    const double alone = settings.ok() && settings->compute_ms > 0 ? static_cast<double>(plans[i].batch) * 1e3 / settings->compute_ms : 0;
-    points.push_back({origins[i].base, origins[i].workers, origins[i].servers, sm.samples_per_s(), alone});
-  }
   const std::string sweeps = SweepTables(points);
   if (!sweeps.empty()) {
     std::ofstream(dir + "/summary.md", std::ios::app) << "\n" << sweeps;
