@@ -281,9 +281,11 @@ class Engine {
 
 class Cpus {
  public:
-  Cpus(int hosts, int shared_cores) : host_free_(static_cast<size_t>(hosts), 0), cores_(static_cast<size_t>(std::max(0, shared_cores)), 0) {}
+  Cpus(int hosts, int shared_cores)
+      : host_free_(static_cast<size_t>(hosts), 0), busy_us_(static_cast<size_t>(hosts), 0), cores_(static_cast<size_t>(std::max(0, shared_cores)), 0) {}
   // Runs `us` of work of host h from now on (after its earlier work); returns when it ends.
   Time Run(int h, Time now, double us) {
+    busy_us_[static_cast<size_t>(h)] += us;
     Time start = std::max(now, host_free_[static_cast<size_t>(h)]);
     start = TakeCore(start, us);
     host_free_[static_cast<size_t>(h)] = start + us;
@@ -293,9 +295,13 @@ class Cpus {
   // shared cores it costs nothing here. Returns when it ends.
   Time Kernel(Time now, double us) {
     if (cores_.empty() || us <= 0) return now;
+    kernel_us_ += us;
     return TakeCore(now, us) + us;
   }
   bool shared() const { return !cores_.empty(); }
+  // The CPU time modelled so far: host h's own threads, and the kernel's on the shared cores.
+  double busy_us(int h) const { return busy_us_[static_cast<size_t>(h)]; }
+  double kernel_us() const { return kernel_us_; }
 
  private:
   // A shared core for `us` from `start` on: one already free then (the latest to become free),
@@ -313,7 +319,9 @@ class Cpus {
   }
 
   std::vector<Time> host_free_;
+  std::vector<double> busy_us_;
   std::vector<Time> cores_;
+  double kernel_us_ = 0;
 };
 
 // ---- The network ----
@@ -1483,6 +1491,8 @@ Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const st
   st.events = job.engine.events();
   st.worker_steps = job.worker_steps;
   st.simulated_s = job.engine.now() / 1e6;
+  for (int h = 0; h < hosts; ++h) (h < hosts - plan.workers ? st.server_cpu_s : st.worker_cpu_s) += job.cpus->busy_us(h) / 1e6;
+  st.kernel_cpu_s = job.cpus->kernel_us() / 1e6;
   st.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return st;
 }

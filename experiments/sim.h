@@ -85,6 +85,9 @@ struct SimStats {
   double simulated_s = 0;   // the simulated job's length
   double elapsed_s = 0;     // how long the simulation took
   std::string codecs;       // the codec costs measured for it ("" without compression)
+  // The CPU time the run modelled: the workers' and the servers' own threads, and the kernel's
+  // copies (net_ns_per_byte, with host_cores only).
+  double worker_cpu_s = 0, server_cpu_s = 0, kernel_cpu_s = 0;
 };
 
 // Simulates the run and writes what its processes would: run_dir/worker-<r>.csv (the metrics

@@ -266,6 +266,13 @@ int main(int argc, char** argv) {
                 << Fmt(static_cast<double>(stats->worker_steps) / std::max(1e-9, stats->elapsed_s), 0) << " worker-steps/s, " << stats->events
                 << " events" << std::endl;
       if (!stats->codecs.empty()) std::cout << "    measured here: " << stats->codecs << std::endl;
+      if (stats->worker_steps > 0) {
+        // Per step of the whole job (every worker one step), as bench/cpu_per_step.py measures it.
+        const double per = 1e3 * p.workers / static_cast<double>(stats->worker_steps);
+        std::cout << "    CPU modelled per step: " << Fmt((stats->worker_cpu_s + stats->server_cpu_s + stats->kernel_cpu_s) * per, 2)
+                  << " core-ms (workers " << Fmt(stats->worker_cpu_s * per, 2) << ", servers " << Fmt(stats->server_cpu_s * per, 2)
+                  << ", kernel " << Fmt(stats->kernel_cpu_s * per, 2) << ")" << std::endl;
+      }
       speed_steps += static_cast<double>(stats->worker_steps);
       speed_s += stats->elapsed_s;
     } else {

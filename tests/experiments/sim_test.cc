@@ -1,7 +1,7 @@
 // gradsync-sim's simulation (experiments/sim.h) against what its model says must happen: the
-// protocol's bytes, a bsp step on a known link, the ssp bound and its waits, the workers' own
-// straggler draws, the all-reduce algorithms, racks, codec payloads, the accuracy join, bad
-// settings, and the same output for the same spec.
+// protocol's bytes, a bsp step on a known link, the CPU it models, the ssp bound and its waits,
+// the workers' own straggler draws, the all-reduce algorithms, racks, codec payloads, the
+// accuracy join, bad settings, and the same output for the same spec.
 #include "experiments/sim.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +100,25 @@ TEST(SimTest, ABspStepOnAKnownLinkIsTheServersLinkTwice) {
   auto a = Simulate(tmp, R"(run { name: "asp" workers: 4 servers: 1 train { mode: ASP batch: 32 max_steps: 30 log_every: 1 }
                              sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 } })", "asp");
   EXPECT_LT(a.report.summary.step_ms(), 0.8 * s.report.summary.step_ms());
+}
+
+TEST(SimTest, TheCpuItModelsIsTheComputeTheApplyAndTheKernelsCopies) {
+  TempDir tmp;
+  // Dense bsp on a shared machine: the workers' CPU is their compute alone, the servers' the sum
+  // of every push and each round's apply, the kernel's 1.5 ns per byte moved (both ends together).
+  auto s = Simulate(tmp, R"(run { name: "bsp" workers: 4 servers: 2 train { mode: BSP batch: 32 max_steps: 20 log_every: 1 }
+                             sim { compute_ms: 2 host_cores: 2 net_ns_per_byte: 1.5 apply_ns_per_byte: 0.25 } })");
+  EXPECT_NEAR(s.stats.worker_cpu_s, 4 * 20 * 2e-3, 1e-9);
+  const double applies = 0.25e-9 * 4 * kMlpParams * (4 * 20 + 20);
+  EXPECT_GE(s.stats.server_cpu_s, applies);
+  EXPECT_LT(s.stats.server_cpu_s, 1.02 * applies);  // and worker 0's INIT
+  const double moved = s.report.summary.bytes_per_step() * 4 * 20;  // every byte sent once, received once
+  EXPECT_NEAR(s.stats.kernel_cpu_s, 1.5e-9 * moved, 0.01 * 1.5e-9 * moved);
+  // Without shared cores the kernel's copies cost nothing.
+  auto own = Simulate(tmp, R"(run { name: "bsp" workers: 4 servers: 2 train { mode: BSP batch: 32 max_steps: 20 log_every: 1 }
+                               sim { compute_ms: 2 net_ns_per_byte: 1.5 } })", "own");
+  EXPECT_EQ(own.stats.kernel_cpu_s, 0);
+  EXPECT_NEAR(own.stats.worker_cpu_s, 4 * 20 * 2e-3, 1e-9);
 }
 
 TEST(SimTest, SspKeepsItsBoundAndTheFastWorkersWaitForTheStraggler) {
