@@ -279,61 +279,138 @@ class Engine {
 
 // ---- CPUs: a core per host, or cores shared by every host ----
 
+// Work runs on a host's own thread, one piece after another (a process's main thread), or beside
+// every thread (the kernel's copies). With a core per host, a piece runs as soon as the host's
+// earlier work has. With `shared_cores` shared by every host (a job on one machine), the runnable
+// pieces share them as the kernel's scheduler shares a machine: each progresses at
+// min(1, cores / runnable), so a short piece gets through while long ones run, slowed.
 class Cpus {
  public:
-  Cpus(int hosts, int shared_cores)
-      : host_free_(static_cast<size_t>(hosts), 0), busy_us_(static_cast<size_t>(hosts), 0), cores_(static_cast<size_t>(std::max(0, shared_cores)), 0) {}
-  // Runs `us` of work of host h from now on (after its earlier work); returns when it ends.
-  Time Run(int h, Time now, double us) {
+  Cpus(Engine& engine, int hosts, int shared_cores)
+      : engine_(engine),
+        cores_(std::max(0, shared_cores)),
+        host_free_(static_cast<size_t>(hosts), 0),
+        busy_us_(static_cast<size_t>(hosts), 0),
+        queued_(static_cast<size_t>(hosts)),
+        host_running_(static_cast<size_t>(hosts), false) {}
+
+  // Runs `us` of host h's work after its earlier work; then `done`.
+  void Run(int h, double us, std::function<void()> done) {
+    if (us <= 0) {  // nothing to run: not behind the host's earlier work either
+      engine_.At(engine_.now(), std::move(done));
+      return;
+    }
     busy_us_[static_cast<size_t>(h)] += us;
-    Time start = std::max(now, host_free_[static_cast<size_t>(h)]);
-    start = TakeCore(start, us);
-    host_free_[static_cast<size_t>(h)] = start + us;
-    return start + us;
+    if (cores_ == 0) {
+      const Time start = std::max(engine_.now(), host_free_[static_cast<size_t>(h)]);
+      host_free_[static_cast<size_t>(h)] = start + us;
+      engine_.At(start + us, std::move(done));
+      return;
+    }
+    Task t{us, h, std::move(done)};
+    if (host_running_[static_cast<size_t>(h)]) {
+      queued_[static_cast<size_t>(h)].push_back(std::move(t));
+      return;
+    }
+    host_running_[static_cast<size_t>(h)] = true;
+    Add(std::move(t));
   }
-  // Work of no process's own thread (the kernel moving a message) on the shared cores; without
-  // shared cores it costs nothing here. Returns when it ends.
-  Time Kernel(Time now, double us) {
-    if (cores_.empty() || us <= 0) return now;
+  // Work of no process's own thread (the kernel moving a message) on the shared cores, then
+  // `done`; without shared cores it costs nothing: `done` now.
+  void Kernel(double us, std::function<void()> done) {
+    if (cores_ == 0 || us <= 0) {
+      done();
+      return;
+    }
     kernel_us_ += us;
-    return TakeCore(now, us) + us;
+    Add(Task{us, -1, std::move(done)});
   }
-  bool shared() const { return !cores_.empty(); }
+  bool shared() const { return cores_ > 0; }
   // The CPU time modelled so far: host h's own threads, and the kernel's on the shared cores.
   double busy_us(int h) const { return busy_us_[static_cast<size_t>(h)]; }
   double kernel_us() const { return kernel_us_; }
 
  private:
-  // A shared core for `us` from `start` on: one already free then (the latest to become free),
-  // else the first to become free. Returns when the work starts.
-  Time TakeCore(Time start, double us) {
-    if (cores_.empty()) return start;
-    auto best = cores_.end();
-    for (auto it = cores_.begin(); it != cores_.end(); ++it) {
-      if (*it <= start && (best == cores_.end() || *it > *best)) best = it;
+  struct Task {
+    double left;  // microseconds of CPU still to run
+    int host;     // -1: the kernel's
+    std::function<void()> done;
+  };
+  double Rate() const {
+    return running_.size() <= static_cast<size_t>(cores_) ? 1.0 : static_cast<double>(cores_) / static_cast<double>(running_.size());
+  }
+  // Brings every running task's `left` up to now.
+  void Advance() {
+    const double ran = (engine_.now() - updated_) * Rate();
+    if (ran > 0)
+      for (Task& t : running_) t.left -= ran;
+    updated_ = engine_.now();
+  }
+  void Add(Task t) {
+    Advance();
+    running_.push_back(std::move(t));
+    Schedule();
+  }
+  // An event when the first running task ends; an earlier one is void once this is scheduled.
+  void Schedule() {
+    if (running_.empty()) return;
+    double first = running_.front().left;
+    for (const Task& t : running_) first = std::min(first, t.left);
+    const uint64_t gen = ++gen_;
+    engine_.At(engine_.now() + std::max(0.0, first) / Rate(), [this, gen] {
+      if (gen == gen_) Tick();
+    });
+  }
+  void Tick() {
+    Advance();
+    std::vector<std::function<void()>> ended;
+    for (size_t i = 0; i < running_.size();) {
+      if (running_[i].left > 1e-6) {
+        ++i;
+        continue;
+      }
+      ended.push_back(std::move(running_[i].done));
+      const int h = running_[i].host;
+      running_[i] = std::move(running_.back());
+      running_.pop_back();
+      if (h < 0) continue;
+      auto& q = queued_[static_cast<size_t>(h)];
+      if (q.empty()) {
+        host_running_[static_cast<size_t>(h)] = false;
+      } else {
+        running_.push_back(std::move(q.front()));
+        q.pop_front();
+      }
     }
-    if (best == cores_.end()) best = std::min_element(cores_.begin(), cores_.end());
-    start = std::max(start, *best);
-    *best = start + us;
-    return start;
+    Schedule();
+    for (auto& f : ended) f();
   }
 
-  std::vector<Time> host_free_;
+  Engine& engine_;
+  int cores_;
+  std::vector<Time> host_free_;  // a core per host: when its work so far ends
   std::vector<double> busy_us_;
-  std::vector<Time> cores_;
   double kernel_us_ = 0;
+  // Shared cores: the tasks running, each host's tasks behind its running one.
+  std::vector<Task> running_;
+  std::vector<std::deque<Task>> queued_;
+  std::vector<bool> host_running_;
+  Time updated_ = 0;
+  uint64_t gen_ = 0;
 };
 
 // ---- The network ----
 
 class Network {
  public:
-  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s)
+  // `msg_us`: CPU per message, both ends together (ZeroMQ's; the ring's plain TCP: 0).
+  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us)
       : engine_(engine),
         cpus_(cpus),
         latency_(s.latency_us),
         quantum_(s.quantum_bytes),
         kernel_us_per_byte_(s.net_ns_per_byte / 2 / 1e3),
+        msg_us_(msg_us / 2),
         tx_(static_cast<size_t>(hosts)) {
     const double payload_bytes_per_us = s.link_bits_per_s / 8 / 1e6 * s.wire_efficiency;
     peak_ = s.peak_bits_per_s / 8 / 1e6 * s.wire_efficiency;
@@ -371,11 +448,14 @@ class Network {
     m.left = std::max<double>(1, static_cast<double>(bytes));
     m.arriving = m.left;
     m.deliver = std::move(deliver);
-    Tx& tx = tx_[static_cast<size_t>(src)];
-    auto& queue = tx.queues[dst];
-    if (queue.empty()) tx.turn.push_back(dst);
-    queue.push_back(id);
-    if (!tx.busy) NextChunk(src);
+    // The sender's I/O thread takes the message (on a shared machine), then its NIC queues it.
+    cpus_.Kernel(msg_us_, [this, src, dst, id] {
+      Tx& tx = tx_[static_cast<size_t>(src)];
+      auto& queue = tx.queues[dst];
+      if (queue.empty()) tx.turn.push_back(dst);
+      queue.push_back(id);
+      if (!tx.busy) NextChunk(src);
+    });
   }
 
  private:
@@ -440,14 +520,23 @@ class Network {
     else tx.turn.push_back(dst);
     Link& up = up_[static_cast<size_t>(src)];
     const Time start = std::max(engine_.now(), up.free_at);
-    // The sender's kernel copies the chunk out (on a shared machine), as the link moves it.
-    const Time done = std::max(up.Pass(start, chunk, peak_), cpus_.Kernel(start, chunk * kernel_us_per_byte_));
-    up.free_at = done;
+    const Time done = up.Pass(start, chunk, peak_);
     // The next hop sees the chunk's first packet a packet's time after it started (cut-through
     // at packet granularity, as store-and-forward switches of 1.5 kB frames are).
     const Time first = start + std::min(chunk, kPacketBytes) / up.rate;
     engine_.At(first, [this, id, chunk, done] { Hop(id, chunk, 1, done); });
-    engine_.At(done, [this, src] { NextChunk(src); });
+    if (!cpus_.shared()) {
+      engine_.At(done, [this, src] { NextChunk(src); });
+      return;
+    }
+    // On a shared machine the sender's kernel copies the chunk out as the link moves it: the
+    // next chunk waits for both.
+    auto left = std::make_shared<int>(2);
+    auto next = [this, src, left] {
+      if (--*left == 0) NextChunk(src);
+    };
+    cpus_.Kernel(chunk * kernel_us_per_byte_, next);
+    engine_.At(done, next);
   }
 
   // A chunk's first packet reaches hop `hop` of its path now; its last leaves the previous hop at
@@ -462,21 +551,27 @@ class Network {
                             : down_[static_cast<size_t>(m.dst)];
     const double packet = std::min(chunk, kPacketBytes);
     const Time start = std::max(engine_.now(), link.free_at);
-    Time done = std::max(link.Pass(start, chunk, peak_), last + packet / link.rate);
-    if (hop == 3) done = std::max(done, cpus_.Kernel(start, chunk * kernel_us_per_byte_));  // and the receiver's copies it in
+    const Time done = std::max(link.Pass(start, chunk, peak_), last + packet / link.rate);
     link.free_at = done;
     if (hop < 3) {
       engine_.At(start + packet / link.rate, [this, id, chunk, hop, done] { Hop(id, chunk, hop + 1, done); });
       return;
     }
-    engine_.At(done, [this, id, chunk] {
+    auto in = [this, id, chunk] {
       Msg& msg = msgs_[static_cast<size_t>(id)];
       msg.arriving -= chunk;
       if (msg.arriving > 0.5) return;
       std::function<void()> deliver = std::move(msg.deliver);
       free_.push_back(id);
-      engine_.At(engine_.now() + latency_, std::move(deliver));
-    });
+      // The receiver's I/O thread takes it in (on a shared machine).
+      const Time sent = engine_.now();
+      cpus_.Kernel(msg_us_, [this, sent, deliver = std::move(deliver)]() mutable {
+        engine_.At(std::max(engine_.now(), sent + latency_), std::move(deliver));
+      });
+    };
+    // On a shared machine the receiver's kernel copies the chunk in once it has arrived.
+    if (cpus_.shared()) engine_.At(done, [this, chunk, in] { cpus_.Kernel(chunk * kernel_us_per_byte_, in); });
+    else engine_.At(done, in);
   }
 
   Engine& engine_;
@@ -484,6 +579,7 @@ class Network {
   double latency_;
   double quantum_;
   double kernel_us_per_byte_;  // at each end
+  double msg_us_;              // at each end
   double peak_;
   int rack_size_ = 0;
   std::vector<Link> up_, down_, rack_up_, rack_down_;
@@ -512,8 +608,8 @@ struct Job {
   int64_t worker_steps = 0;
 
   Job(const RunPlan& p, const SimSettings& settings, int hosts) : plan(p), s(settings) {
-    cpus = std::make_unique<Cpus>(hosts, s.host_cores);
-    net = std::make_unique<Network>(engine, *cpus, hosts, s);
+    cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores);
+    net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0);
     rec.resize(static_cast<size_t>(p.workers));
     stragglers.resize(static_cast<size_t>(p.workers));
     for (const auto& [w, st] : p.stragglers) {
@@ -741,18 +837,18 @@ class PsJob {
       const int64_t version = s.version;
       const int64_t staleness = s.cc.ClockStaleness(c);
       uint64_t values = 4 * static_cast<uint64_t>(p.seg.size());
-      Time ready = j_.engine.now();
+      double encode_us = 0;
       if (delta) {
         const CodecCost cost = *codecs_.Cost(static_cast<size_t>(p.seg.size()));
         values = cost.payload;
-        ready = j_.cpus->Run(ShardHost(p.shard), ready, cost.pull_encode_us);
+        encode_us = cost.pull_encode_us;
       }
       const uint64_t bytes = ReplyBytes(wire::PULL_REPLY, c, {p.seg}, delta ? codecs_.spec() : "") + values;
-      j_.engine.At(ready, [this, p, w, c, bytes, version, staleness, wait_ms, delta, eval] {
+      j_.cpus->Run(ShardHost(p.shard), encode_us, [this, p, w, c, bytes, version, staleness, wait_ms, delta, eval] {
         ReplyToWorker(p.shard, w, bytes, [this, p, w, c, version, staleness, wait_ms, delta, eval] {
-          Time t = j_.engine.now();
-          if (delta) t = j_.cpus->Run(WorkerHost(w), t, codecs_.Cost(static_cast<size_t>(p.seg.size()))->pull_decode_us);
-          j_.engine.At(t, [this, p, w, c, version, staleness, wait_ms, eval] { PullAnswered(p, w, c, version, staleness, wait_ms, eval); });
+          const double decode_us = delta ? codecs_.Cost(static_cast<size_t>(p.seg.size()))->pull_decode_us : 0;
+          j_.cpus->Run(WorkerHost(w), decode_us,
+                       [this, p, w, c, version, staleness, wait_ms, eval] { PullAnswered(p, w, c, version, staleness, wait_ms, eval); });
         });
       });
     };
@@ -793,8 +889,7 @@ class PsJob {
     auto& wk = workers_[static_cast<size_t>(w)];
     wk.waiting = false;
     const double share = static_cast<double>(group_floats_[static_cast<size_t>(wk.group)]) / static_cast<double>(TotalFloats());
-    const Time end = j_.cpus->Run(WorkerHost(w), j_.engine.now(), 1e3 * j_.s.compute_ms * j_.s.forward_fraction * share);
-    j_.engine.At(end, [this, w, c] {
+    j_.cpus->Run(WorkerHost(w), 1e3 * j_.s.compute_ms * j_.s.forward_fraction * share, [this, w, c] {
       auto& k = workers_[static_cast<size_t>(w)];
       if (k.group + 1 < static_cast<int>(group_floats_.size())) {
         k.group++;
@@ -809,8 +904,7 @@ class PsJob {
   // The backward of group g (last first); with overlap its pieces are pushed when it ends.
   void Backward(int w, int64_t c, int g) {
     const double share = static_cast<double>(group_floats_[static_cast<size_t>(g)]) / static_cast<double>(TotalFloats());
-    const Time end = j_.cpus->Run(WorkerHost(w), j_.engine.now(), 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * share);
-    j_.engine.At(end, [this, w, c, g] {
+    j_.cpus->Run(WorkerHost(w), 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * share, [this, w, c, g] {
       if (overlap_) PushGroup(w, c, g);
       if (g > 0) {
         Backward(w, c, g - 1);
@@ -852,24 +946,30 @@ class PsJob {
   }
 
   void FinishStep(int w, int64_t c) {
-    Time t = j_.engine.now();
     if (!overlap_) {
-      // Encode each shard's part, then push them all.
-      std::vector<size_t> payloads(pieces_.size(), 0);
-      if (compress_) {
-        for (size_t i = 0; i < pieces_.size(); ++i) {
-          const CodecCost cost = *codecs_.Cost(static_cast<size_t>(pieces_[i].seg.size()));
-          t = j_.cpus->Run(WorkerHost(w), t, cost.encode_us);
-          payloads[i] = cost.payload;
-        }
-      }
-      j_.engine.At(t, [this, w, c, payloads] {
-        for (size_t i = 0; i < pieces_.size(); ++i) PushPiece(w, c, pieces_[i], payloads[i]);
-        EndStep(w, c);
-      });
+      PushEncoded(w, c, 0);
       return;
     }
     EndStep(w, c);
+  }
+
+  // Without overlap: each shard's part in turn, encoded (compressed) and pushed, as PsClient
+  // does; then the step ends.
+  void PushEncoded(int w, int64_t c, size_t i) {
+    if (i == pieces_.size()) {
+      EndStep(w, c);
+      return;
+    }
+    if (!compress_) {
+      PushPiece(w, c, pieces_[i], 0);
+      PushEncoded(w, c, i + 1);
+      return;
+    }
+    const CodecCost cost = *codecs_.Cost(static_cast<size_t>(pieces_[i].seg.size()));
+    j_.cpus->Run(WorkerHost(w), cost.encode_us, [this, w, c, i, payload = cost.payload] {
+      PushPiece(w, c, pieces_[i], payload);
+      PushEncoded(w, c, i + 1);
+    });
   }
 
   void EndStep(int w, int64_t c) {
@@ -895,8 +995,7 @@ class PsJob {
     const int parts = parts_per_shard_[static_cast<size_t>(p.shard)];
     double us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(p.seg.size()) / 1e3;
     if (compressed) us += codecs_.Cost(static_cast<size_t>(p.seg.size()))->decode_us;
-    const Time done = j_.cpus->Run(ShardHost(p.shard), j_.engine.now(), us);
-    j_.engine.At(done, [this, &sh, p, w, c, version, parts] {
+    j_.cpus->Run(ShardHost(p.shard), us, [this, &sh, p, w, c, version, parts] {
       if (++sh.parts_in[static_cast<size_t>(w)] < parts) return;
       sh.parts_in[static_cast<size_t>(w)] = 0;
       const Status st = sh.cc.OnPush(w, c);
@@ -909,8 +1008,7 @@ class PsJob {
         if (!sh.cc.RoundComplete()) return;
         // The round's sum applied once.
         const double apply_us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(part_->range(p.shard).size()) / 1e3;
-        const Time applied = j_.cpus->Run(ShardHost(p.shard), j_.engine.now(), apply_us);
-        j_.engine.At(applied, [this, &sh] {
+        j_.cpus->Run(ShardHost(p.shard), apply_us, [this, &sh] {
           for (int worker : sh.round) {
             sh.lag[sh.version - sh.push_version[static_cast<size_t>(worker)]]++;
             j_.rec[static_cast<size_t>(worker)].version_lag = static_cast<double>(sh.version - sh.push_version[static_cast<size_t>(worker)]);
@@ -1177,8 +1275,7 @@ class AllreduceJob {
     rk.ready = 0;
     rk.backward_done = false;
     rk.comm_busy_us = rk.hidden_us = 0;
-    const Time fwd = j_.cpus->Run(r, j_.engine.now(), 1e3 * j_.s.compute_ms * j_.s.forward_fraction);
-    j_.engine.At(fwd, [this, r] { BackwardTensor(r, 0); });
+    j_.cpus->Run(r, 1e3 * j_.s.compute_ms * j_.s.forward_fraction, [this, r] { BackwardTensor(r, 0); });
   }
 
   // Backward of tensor i in reverse order (i = 0 is the last tensor).
@@ -1186,8 +1283,7 @@ class AllreduceJob {
     const int64_t total = j_.s.params;
     const int64_t size = j_.s.tensors[j_.s.tensors.size() - 1 - static_cast<size_t>(i)];
     const double us = 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * static_cast<double>(size) / static_cast<double>(total);
-    const Time end = j_.cpus->Run(r, j_.engine.now(), us);
-    j_.engine.At(end, [this, r, i] {
+    j_.cpus->Run(r, us, [this, r, i] {
       auto& rk = ranks_[static_cast<size_t>(r)];
       while (rk.ready < buckets_.size() && buckets_[rk.ready].last_tensor <= i) rk.ready++;
       const bool last = i + 1 >= static_cast<int>(j_.s.tensors.size());
@@ -1212,11 +1308,10 @@ class AllreduceJob {
     if (!overlap_ && !rk.backward_done && rk.ready < buckets_.size()) return;
     rk.busy = true;
     const Bucket& b = buckets_[rk.next_bucket];
-    Time t = j_.engine.now();
-    if (compress_) t = j_.cpus->Run(r, t, codecs_.Cost(static_cast<size_t>(b.floats))->encode_us);
+    const double encode_us = compress_ ? codecs_.Cost(static_cast<size_t>(b.floats))->encode_us : 0;
     op_start_[r] = j_.engine.now();
     // The collective starts once encoded: messages that arrive before wait in `arrived`.
-    j_.engine.At(t, [this, r] {
+    j_.cpus->Run(r, encode_us, [this, r] {
       auto& q = ranks_[static_cast<size_t>(r)];
       q.op = MakeSchedule(buckets_[q.next_bucket]);
       q.op_seq++;
@@ -1262,10 +1357,9 @@ class AllreduceJob {
     const Step st = rk.op->At(r, rk.k);
     if (st.from < 0) return;
     if (--it->second == 0) rk.arrived.erase(it);
-    const Time t = j_.cpus->Run(r, j_.engine.now(), j_.s.apply_ns_per_byte * 4 * st.reduce_floats / 1e3);
     const int k = rk.k;
     rk.k = -1;  // reducing
-    j_.engine.At(t, [this, r, k] {
+    j_.cpus->Run(r, j_.s.apply_ns_per_byte * 4 * st.reduce_floats / 1e3, [this, r, k] {
       auto& q = ranks_[static_cast<size_t>(r)];
       q.k = k + 1;
       RunStep(r);
@@ -1275,15 +1369,16 @@ class AllreduceJob {
   void BucketDone(int r) {
     auto& rk = ranks_[static_cast<size_t>(r)];
     const Bucket& b = buckets_[rk.next_bucket];
-    Time t = j_.engine.now();
+    double us = 0;
     if (compress_ && !summable_) {
       // Every other rank's payload decoded and added.
       const double per = codecs_.Cost(static_cast<size_t>(b.floats))->decode_us + j_.s.apply_ns_per_byte * 4 * static_cast<double>(b.floats) / 1e3;
-      t = j_.cpus->Run(r, t, per * (j_.plan.workers - 1));
+      us = per * (j_.plan.workers - 1);
+    } else if (summable_) {
+      us = codecs_.Cost(static_cast<size_t>(b.floats))->decode_us;
     }
-    else if (summable_) t = j_.cpus->Run(r, t, codecs_.Cost(static_cast<size_t>(b.floats))->decode_us);
     const Time started = op_start_[r];
-    j_.engine.At(t, [this, r, started] {
+    j_.cpus->Run(r, us, [this, r, started] {
       auto& q = ranks_[static_cast<size_t>(r)];
       q.comm_busy_us += j_.engine.now() - started;
       if (!q.backward_done) q.hidden_us += j_.engine.now() - started;
@@ -1304,8 +1399,7 @@ class AllreduceJob {
     if (rk.busy) return;
     // The optimizer, then the row.
     const int64_t total = j_.s.params;
-    const Time t = j_.cpus->Run(r, j_.engine.now(), j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3);
-    j_.engine.At(t, [this, r] {
+    j_.cpus->Run(r, j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3, [this, r] {
       auto& q = ranks_[static_cast<size_t>(r)];
       auto& rec = j_.rec[static_cast<size_t>(r)];
       rec.comm_ms = q.comm_busy_us / 1e3;
@@ -1383,6 +1477,8 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   s.host_cores = sim.host_cores();
   if (!(sim.net_ns_per_byte() >= 0)) return InvalidArgumentError("sim.net_ns_per_byte must be >= 0");
   s.net_ns_per_byte = sim.net_ns_per_byte();
+  if (!(sim.msg_us() >= 0)) return InvalidArgumentError("sim.msg_us must be >= 0");
+  s.msg_us = sim.msg_us();
   if (sim.has_apply_ns_per_byte()) {
     if (!(sim.apply_ns_per_byte() >= 0)) return InvalidArgumentError("sim.apply_ns_per_byte must be >= 0");
     s.apply_ns_per_byte = sim.apply_ns_per_byte();

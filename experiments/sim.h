@@ -54,6 +54,7 @@ struct SimSettings {
   double oversubscription = 1;
   int host_cores = 0;
   double net_ns_per_byte = 0;     // CPU per byte moved, both ends together, on the shared cores
+  double msg_us = 0;              // CPU per message, both ends together, on the shared cores
   double apply_ns_per_byte = 0.25;
   double wire_efficiency = 1448.0 / 1514.0;
   double quantum_bytes = 16384;   // a sender's connections take turns on its link, this much each

@@ -1,7 +1,7 @@
 // gradsync-sim's simulation (experiments/sim.h) against what its model says must happen: the
-// protocol's bytes, a bsp step on a known link, the CPU it models, the ssp bound and its waits,
-// the workers' own straggler draws, the all-reduce algorithms, racks, codec payloads, the
-// accuracy join, bad settings, and the same output for the same spec.
+// protocol's bytes, a bsp step on a known link, the CPU it models and a PS message's, the ssp
+// bound and its waits, the workers' own straggler draws, the all-reduce algorithms, racks, codec
+// payloads, the accuracy join, bad settings, and the same output for the same spec.
 #include "experiments/sim.h"
 
 #include <gtest/gtest.h>
@@ -119,6 +119,31 @@ TEST(SimTest, TheCpuItModelsIsTheComputeTheApplyAndTheKernelsCopies) {
                                sim { compute_ms: 2 net_ns_per_byte: 1.5 } })", "own");
   EXPECT_EQ(own.stats.kernel_cpu_s, 0);
   EXPECT_NEAR(own.stats.worker_cpu_s, 4 * 20 * 2e-3, 1e-9);
+}
+
+TEST(SimTest, APsMessageCostsItsCpuAndTheRingsDoNot) {
+  TempDir tmp;
+  // One worker, one server, no overlap (a push and a pull of the whole model a step), no compute,
+  // a fast link: a step's push, push reply, pull and pull reply each cost msg_us on the shared
+  // cores, and the pull and its reply wait for theirs.
+  const std::string ps = R"(run { name: "ps" workers: 1 servers: 1 train { mode: BSP overlap: false batch: 32 max_steps: 20 log_every: 1 }
+                             sim { compute_ms: 0 latency_us: 0 link_rate: "100gbit" apply_ns_per_byte: 0 host_cores: 2 MSG } })";
+  auto with = [&](const std::string& msg, const std::string& name) {
+    std::string run = ps;
+    run.replace(run.find("MSG"), 3, msg);
+    return Simulate(tmp, run, name);
+  };
+  auto none = with("", "none");
+  auto costly = with("msg_us: 100", "costly");
+  EXPECT_EQ(none.stats.kernel_cpu_s, 0);
+  EXPECT_GE(costly.stats.kernel_cpu_s, 4 * 20 * 100e-6);
+  EXPECT_LT(costly.stats.kernel_cpu_s, 4.3 * 20 * 100e-6);  // and worker 0's INIT and evaluation pull
+  // On the step's path: the push's two ends and the pull reply's two ends, 200 us.
+  EXPECT_NEAR(costly.report.summary.step_ms(), none.report.summary.step_ms() + 0.2, 0.02);
+  // The ring's messages are plain TCP, moved by its communication thread: no such cost.
+  auto ring = Simulate(tmp, R"(run { name: "ring" workers: 2 train { mode: ALLREDUCE batch: 32 max_steps: 20 log_every: 1 }
+                                sim { compute_ms: 1 host_cores: 2 msg_us: 100 } })", "ring");
+  EXPECT_EQ(ring.stats.kernel_cpu_s, 0);
 }
 
 TEST(SimTest, SspKeepsItsBoundAndTheFastWorkersWaitForTheStraggler) {
