@@ -2,7 +2,7 @@
 # gradsync-sim against real runs, in one go on this machine: runs the calibration spec
 # (experiments/specs/sim_calibration.textproto: bsp, ssp s=3 with a straggler, asp and ring
 # all-reduce, dense and top-k 1% + error feedback, 2 / 4 / 8 workers, every process in its own
-# network namespace behind tc tbf at 100 Mbit/s and 1 Gbit/s, and unshaped veth links; some 9
+# network namespace behind tc tbf at 100 Mbit/s and 1 Gbit/s, and unshaped veth links; some 20
 # minutes, needs root and iproute2), then simulates the same spec and prints the comparison:
 # per run the measured and predicted step time (the median over the workers of their wall time
 # per step, from the row at 10% of the steps) and bytes per worker and step, and the errors.
@@ -26,6 +26,6 @@ spec=experiments/specs/sim_calibration.textproto
 mkdir -p "$out"
 echo "# gradsync-sim calibration: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
 run_only=()
-[ ${#only[@]} -gt 0 ] && run_only=("${only[0]},compute,codec")
+[ ${#only[@]} -gt 0 ] && run_only=("${only[0]},compute,codec,ar-codec")
 "$bin"/gradsync-run "$spec" --out="$out" "${run_only[@]}" > "$out/sim_calibration.log" 2>&1 || { tail -20 "$out/sim_calibration.log"; exit 1; }
 "$bin"/gradsync-sim "$spec" --out="$out-sim" --compare="$out/sim_calibration" "${only[@]}" | sed -n '/^| run | mode | link/,$p'

@@ -286,9 +286,10 @@ class Engine {
 // min(1, cores / runnable), so a short piece gets through while long ones run, slowed.
 class Cpus {
  public:
-  Cpus(Engine& engine, int hosts, int shared_cores)
+  Cpus(Engine& engine, int hosts, int shared_cores, double usable_cores)
       : engine_(engine),
         cores_(std::max(0, shared_cores)),
+        usable_(usable_cores > 0 ? usable_cores : cores_),
         host_free_(static_cast<size_t>(hosts), 0),
         busy_us_(static_cast<size_t>(hosts), 0),
         queued_(static_cast<size_t>(hosts)),
@@ -337,7 +338,7 @@ class Cpus {
     std::function<void()> done;
   };
   double Rate() const {
-    return running_.size() <= static_cast<size_t>(cores_) ? 1.0 : static_cast<double>(cores_) / static_cast<double>(running_.size());
+    return running_.empty() ? 1.0 : std::min(1.0, usable_ / static_cast<double>(running_.size()));
   }
   // Brings every running task's `left` up to now.
   void Advance() {
@@ -388,6 +389,7 @@ class Cpus {
 
   Engine& engine_;
   int cores_;
+  double usable_;  // what the running work gets of cores_ when it wants them all
   std::vector<Time> host_free_;  // a core per host: when its work so far ends
   std::vector<double> busy_us_;
   double kernel_us_ = 0;
@@ -608,7 +610,7 @@ struct Job {
   int64_t worker_steps = 0;
 
   Job(const RunPlan& p, const SimSettings& settings, int hosts) : plan(p), s(settings) {
-    cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores);
+    cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores, s.usable_cores);
     net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0);
     rec.resize(static_cast<size_t>(p.workers));
     stragglers.resize(static_cast<size_t>(p.workers));
@@ -1475,6 +1477,11 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   }
   if (sim.host_cores() < 0) return InvalidArgumentError("sim.host_cores must be >= 0");
   s.host_cores = sim.host_cores();
+  if (sim.has_usable_cores()) {
+    if (!(sim.usable_cores() > 0 && sim.usable_cores() <= s.host_cores))
+      return InvalidArgumentError("sim.usable_cores must be > 0 and at most host_cores");
+    s.usable_cores = sim.usable_cores();
+  }
   if (!(sim.net_ns_per_byte() >= 0)) return InvalidArgumentError("sim.net_ns_per_byte must be >= 0");
   s.net_ns_per_byte = sim.net_ns_per_byte();
   if (!(sim.msg_us() >= 0)) return InvalidArgumentError("sim.msg_us must be >= 0");
@@ -1529,7 +1536,11 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
   o << "compute " << s.compute_ms << " ms/step (" << s.compute_source << "), links " << s.link << ", latency " << s.latency_us << " us";
   if (s.rack_size > 0) o << ", racks of " << s.rack_size << " (uplink oversubscribed " << s.oversubscription << ":1)";
   if (s.host_cores > 0) {
-    o << ", all processes on " << s.host_cores << " cores (" << s.net_ns_per_byte << " ns of CPU per byte moved)";
+    o << ", all processes on " << s.host_cores << " cores (";
+    if (s.usable_cores > 0) o << s.usable_cores << " of them usable, ";
+    o << s.net_ns_per_byte << " ns of CPU per byte moved";
+    if (s.msg_us > 0) o << ", " << s.msg_us << " us per PS message";
+    o << ")";
   }
   if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;
   o << ", " << s.steps << " steps";

@@ -53,6 +53,7 @@ struct SimSettings {
   int rack_size = 0;
   double oversubscription = 1;
   int host_cores = 0;
+  double usable_cores = 0;        // of host_cores, when every core is wanted (0: all)
   double net_ns_per_byte = 0;     // CPU per byte moved, both ends together, on the shared cores
   double msg_us = 0;              // CPU per message, both ends together, on the shared cores
   double apply_ns_per_byte = 0.25;

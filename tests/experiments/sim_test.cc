@@ -50,6 +50,12 @@ Simulated Simulate(const TempDir& tmp, const std::string& run, const std::string
   return s;
 }
 
+// Simulate() of `run` with its placeholder `key` replaced by `value`.
+Simulated SimulateWith(const TempDir& tmp, std::string run, const std::string& key, const std::string& value, const std::string& name) {
+  run.replace(run.find(key), key.size(), value);
+  return Simulate(tmp, run, name);
+}
+
 // Every worker's delay_ms column, by worker.
 std::map<int, std::vector<double>> Delays(const std::string& dir, int workers) {
   std::map<int, std::vector<double>> out;
@@ -128,13 +134,8 @@ TEST(SimTest, APsMessageCostsItsCpuAndTheRingsDoNot) {
   // cores, and the pull and its reply wait for theirs.
   const std::string ps = R"(run { name: "ps" workers: 1 servers: 1 train { mode: BSP overlap: false batch: 32 max_steps: 20 log_every: 1 }
                              sim { compute_ms: 0 latency_us: 0 link_rate: "100gbit" apply_ns_per_byte: 0 host_cores: 2 MSG } })";
-  auto with = [&](const std::string& msg, const std::string& name) {
-    std::string run = ps;
-    run.replace(run.find("MSG"), 3, msg);
-    return Simulate(tmp, run, name);
-  };
-  auto none = with("", "none");
-  auto costly = with("msg_us: 100", "costly");
+  auto none = SimulateWith(tmp, ps, "MSG", "", "none");
+  auto costly = SimulateWith(tmp, ps, "MSG", "msg_us: 100", "costly");
   EXPECT_EQ(none.stats.kernel_cpu_s, 0);
   EXPECT_GE(costly.stats.kernel_cpu_s, 4 * 20 * 100e-6);
   EXPECT_LT(costly.stats.kernel_cpu_s, 4.3 * 20 * 100e-6);  // and worker 0's INIT and evaluation pull
@@ -144,6 +145,19 @@ TEST(SimTest, APsMessageCostsItsCpuAndTheRingsDoNot) {
   auto ring = Simulate(tmp, R"(run { name: "ring" workers: 2 train { mode: ALLREDUCE batch: 32 max_steps: 20 log_every: 1 }
                                 sim { compute_ms: 1 host_cores: 2 msg_us: 100 } })", "ring");
   EXPECT_EQ(ring.stats.kernel_cpu_s, 0);
+}
+
+TEST(SimTest, WorkOnSharedCoresSharesThem) {
+  TempDir tmp;
+  // 4 ranks computing 2 ms a step on 2 shared cores, on a link that costs next to nothing: each
+  // step takes 4 ms (every rank at half speed), and 5 ms when the work gets 1.6 of the 2 cores.
+  const std::string ring = R"(run { name: "ring" workers: 4 train { mode: ALLREDUCE batch: 32 max_steps: 20 log_every: 1 }
+                               sim { compute_ms: 2 latency_us: 0 link_rate: "1000gbit" apply_ns_per_byte: 0 host_cores: 2 USABLE } })";
+  auto all = SimulateWith(tmp, ring, "USABLE", "", "all");
+  auto part = SimulateWith(tmp, ring, "USABLE", "usable_cores: 1.6", "part");
+  EXPECT_NEAR(all.report.summary.step_ms(), 4, 0.1);
+  EXPECT_NEAR(part.report.summary.step_ms(), 5, 0.12);
+  EXPECT_NEAR(all.stats.worker_cpu_s, part.stats.worker_cpu_s, 1e-9);  // the same work, slower
 }
 
 TEST(SimTest, SspKeepsItsBoundAndTheFastWorkersWaitForTheStraggler) {
@@ -288,6 +302,11 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
                 .find("tensors"),
             std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE allreduce_algo: "tree" } sim { compute_ms: 1 } })").find("ring, rhd and hier"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 host_cores: 2 usable_cores: 3 } })")
+                .find("usable_cores"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 msg_us: -1 } })").find("msg_us"),
             std::string::npos);
   // Given tensors, any model: the CNN of examples/pytorch (454,922 parameters).
   EXPECT_EQ(refused(R"(run { name: "a" workers: 2 command: "python3 x.py" train { mode: ALLREDUCE }

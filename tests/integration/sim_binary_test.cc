@@ -23,7 +23,7 @@ TEST(SimBinaryTest, PredictsTheMeasuredStepTimeAndBytesPerStepOfRealRunsOnSlowLi
   const std::string spec = dir.File("calibration.textproto");
   std::ofstream(spec) << "name: \"cal\"\n"
                          "defaults { servers: 1 train { model: \"mlp\" epochs: 1 max_steps: 30 batch: 32 log_every: 1 }\n"
-                         "  sim { compute_from: \"" << out << "/cal/compute/metrics.csv\" host_cores: 2 loopback_rate: \"10gbit\" net_ns_per_byte: 1 msg_us: 100 } }\n"
+                         "  sim { compute_from: \"" << out << "/cal/compute/metrics.csv\" host_cores: 2 loopback_rate: \"10gbit\" net_ns_per_byte: 1 msg_us: 100 usable_cores: 1.8 } }\n"
                          "run { name: \"compute\" workers: 1 train { mode: ALLREDUCE max_steps: 100 } }\n"
                          "run { name: \"bsp\" workers: 2 train { mode: BSP } link { rate: \"100mbit\" } }\n"
                          "run { name: \"ssp-straggler\" workers: 2 train { mode: SSP staleness: 2 compress: \"topk:0.01\" error_feedback: true }\n"
