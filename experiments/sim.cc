@@ -365,8 +365,11 @@ class Cpus {
   void Tick() {
     Advance();
     std::vector<std::function<void()>> ended;
+    const double rate = Rate();
     for (size_t i = 0; i < running_.size();) {
-      if (running_[i].left > 1e-6) {
+      // Done: nothing left, or too little to move the clock (late in a long run, a microsecond's
+      // fraction no longer does).
+      if (running_[i].left > 1e-6 && engine_.now() + running_[i].left / rate > engine_.now()) {
         ++i;
         continue;
       }
