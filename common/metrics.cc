@@ -1,5 +1,6 @@
 #include "common/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +37,15 @@ int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q) {
     if (static_cast<double>(seen) >= q * static_cast<double>(total)) return k;
   }
   return hist.rbegin()->first;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t n = v.size();
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2), v.end());
+  const double upper = v[n / 2];
+  if (n % 2) return upper;
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2)) + upper) / 2;
 }
 
 Result<MetricsWriter> MetricsWriter::Open(const std::string& path, std::string run, int worker) {

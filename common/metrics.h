@@ -54,6 +54,9 @@ struct MetricsRow {
 // count reaches q of the total; 0 for an empty histogram.
 int64_t HistogramQuantile(const std::map<int64_t, int64_t>& hist, double q);
 
+// The median of `v` (the mean of the middle two for an even count); 0 for none.
+double Median(std::vector<double> v);
+
 // Column indexes of MetricsWriter::kHeader, for readers of the file.
 enum MetricsColumn {
   kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,

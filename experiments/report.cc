@@ -143,12 +143,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   r.evals = std::move(merged.evals);
   if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
   if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
-  if (!merged.step_ms.empty()) {
-    auto& ms = merged.step_ms;
-    std::sort(ms.begin(), ms.end());
-    const size_t n = ms.size();
-    s.set_step_ms(n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2);
-  }
+  if (!merged.step_ms.empty()) s.set_step_ms(Median(std::move(merged.step_ms)));
   if (hidden_ms > 0 && comm_ms > 0) s.set_overlap_fraction(hidden_ms / comm_ms);
   if (!r.evals.empty()) {
     const EvalPoint& last = r.evals.back();

@@ -61,8 +61,7 @@ Result<double> MedianComputeMs(const std::string& path) {
     }
   }
   if (ms.empty()) return DataLossError(path + ": no training rows (sim.compute_from)");
-  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
+  return Median(std::move(ms));
 }
 
 // Worker 0's evaluation rows of a metrics file: accuracy vs step.
@@ -133,12 +132,8 @@ Status CodecTimesFromTrace(const std::string& path, SimSettings* s) {
     (who.rfind("worker", 0) == 0 ? worker : who.rfind("server", 0) == 0 ? server : worker).push_back(e.dur_us / values);
   }
   if (worker.empty()) return InvalidArgumentError(path + ": no worker encode spans with values (sim.codec_from needs a traced compressed run)");
-  auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  s->encode_us_per_float = median(worker);
-  if (!server.empty()) s->pull_encode_us_per_float = median(server);
+  s->encode_us_per_float = Median(std::move(worker));
+  if (!server.empty()) s->pull_encode_us_per_float = Median(std::move(server));
   s->codec_source = path;
   return OkStatus();
 }
@@ -161,7 +156,8 @@ class Codecs {
         pull_encode_per_float_(pull_encode_us_per_float) {}
   bool on() const { return spec_ != "none" && !spec_.empty(); }
   const std::string& spec() const { return spec_; }
-  // The payload of n floats and the median of 3 timed encodes and decodes of random values.
+  // The payload of n floats and the median of 5 timed encodes and decodes of random values
+  // (after 2 that warm up).
   Result<CodecCost> Cost(size_t n) {
     if (auto it = cache_.find(n); it != cache_.end()) return it->second;
     // The sender's own encoder (error feedback or momentum correction as the run has them), and
@@ -206,8 +202,7 @@ class Codecs {
       penc.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       pdec.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
     }
-    for (auto* v : {&enc, &dec, &penc, &pdec}) std::sort(v->begin(), v->end());
-    CodecCost c{payload.size(), enc[2], dec[2], penc[2], pdec[2]};
+    CodecCost c{payload.size(), Median(std::move(enc)), Median(std::move(dec)), Median(std::move(penc)), Median(std::move(pdec))};
     // A real run's spans, when given, instead of the encoders timed here.
     if (encode_per_float_ >= 0) c.encode_us = encode_per_float_ * static_cast<double>(n);
     if (pull_encode_per_float_ >= 0) c.pull_encode_us = pull_encode_per_float_ * static_cast<double>(n);

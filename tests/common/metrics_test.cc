@@ -76,5 +76,12 @@ TEST(MetricsTest, UnwritablePathIsAnError) {
   EXPECT_FALSE(w.ok());
 }
 
+TEST(MetricsTest, MedianOfOddAndEvenCountsAndOfNone) {
+  EXPECT_EQ(Median({5, 1, 3}), 3);
+  EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(Median({7}), 7);
+  EXPECT_EQ(Median({}), 0);
+}
+
 }  // namespace
 }  // namespace gradsync
