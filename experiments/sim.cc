@@ -449,16 +449,23 @@ class Network {
     m.arriving = m.left;
     m.deliver = std::move(deliver);
     // The sender's I/O thread takes the message (on a shared machine), then its NIC queues it.
-    cpus_.Kernel(msg_us_, [this, src, dst, id] {
-      Tx& tx = tx_[static_cast<size_t>(src)];
-      auto& queue = tx.queues[dst];
-      if (queue.empty()) tx.turn.push_back(dst);
-      queue.push_back(id);
-      if (!tx.busy) NextChunk(src);
-    });
+    if (msg_cpu()) cpus_.Kernel(msg_us_, [this, src, dst, id] { Queue(src, dst, id); });
+    else Queue(src, dst, id);
   }
 
  private:
+  // Whether a message costs CPU at its ends (PS messages on a shared machine): the common case,
+  // a core per process, takes no detour through the CPUs.
+  bool msg_cpu() const { return msg_us_ > 0 && cpus_.shared(); }
+
+  void Queue(int src, int dst, int id) {
+    Tx& tx = tx_[static_cast<size_t>(src)];
+    auto& queue = tx.queues[dst];
+    if (queue.empty()) tx.turn.push_back(dst);
+    queue.push_back(id);
+    if (!tx.busy) NextChunk(src);
+  }
+
   // A link serves chunks first come, first served at `rate`; with a token bucket (tc tbf's
   // burst), bytes the bucket holds pass at the host's own speed (`peak`) instead.
   struct Link {
@@ -563,10 +570,14 @@ class Network {
       if (msg.arriving > 0.5) return;
       std::function<void()> deliver = std::move(msg.deliver);
       free_.push_back(id);
-      // The receiver's I/O thread takes it in (on a shared machine).
-      const Time sent = engine_.now();
-      cpus_.Kernel(msg_us_, [this, sent, deliver = std::move(deliver)]() mutable {
-        engine_.At(std::max(engine_.now(), sent + latency_), std::move(deliver));
+      if (!msg_cpu()) {
+        engine_.At(engine_.now() + latency_, std::move(deliver));
+        return;
+      }
+      // The receiver's I/O thread takes it in.
+      const Time arrived = engine_.now();
+      cpus_.Kernel(msg_us_, [this, arrived, deliver = std::move(deliver)]() mutable {
+        engine_.At(std::max(engine_.now(), arrived + latency_), std::move(deliver));
       });
     };
     // On a shared machine the receiver's kernel copies the chunk in once it has arrived.
