@@ -13,9 +13,6 @@
 #include "experiments/process.h"
 
 namespace gradsync {
-namespace {
-
-namespace fs = std::filesystem;
 
 std::string Fixed(double v, int digits) {
   std::ostringstream s;
@@ -24,6 +21,10 @@ std::string Fixed(double v, int digits) {
   s << v;
   return s.str();
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 std::string Thousands(double v) {
   std::string digits = std::to_string(static_cast<long long>(std::llround(v)));

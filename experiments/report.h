@@ -50,6 +50,9 @@ PlotStyle RunPlotStyle(const spec::RunSummary& run, size_t index, size_t count);
 // each ssp run's bound marked), writing the data under dir/plots/; "" when no run evaluated.
 std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);
 
+// `v` with `digits` digits after the point ("12.50").
+std::string Fixed(double v, int digits);
+
 // Writes dir/summary.md, dir/summary.json and the PNG plots (dir/accuracy_vs_time.png,
 // dir/accuracy_vs_epoch.png, dir/staleness.png when a run has staleness) with gnuplot.
 Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);

@@ -30,12 +30,6 @@ Result<std::vector<int>> ParseCounts(const std::string& flag, const std::string&
   return std::vector<int>(list->begin(), list->end());
 }
 
-std::string Fmt(double v, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
-
 // Reads a real run's summary.json (gradsync-run's) for --compare.
 Result<spec::Summary> ReadSummary(const std::string& path) {
   std::ifstream f(path);
@@ -103,7 +97,7 @@ std::string SweepTables(const std::vector<SweepPoint>& points) {
         const SweepPoint* best = nullptr;
         for (const auto& [sv, p] : at)
           if (!best || p->samples_per_s > best->samples_per_s) best = p;
-        return Fmt(best->samples_per_s, 0) + (best->alone > 0 ? " (" + Fmt(100 * best->samples_per_s / (n * best->alone), 0) + "%)" : "");
+        return Fixed(best->samples_per_s, 0) + (best->alone > 0 ? " (" + Fixed(100 * best->samples_per_s / (n * best->alone), 0) + "%)" : "");
       }) << "\n";
     }
   }
@@ -119,7 +113,7 @@ std::string SweepTables(const std::vector<SweepPoint>& points) {
         for (const auto& [sv, p] : at) best = std::max(best, p->samples_per_s);
         for (const auto& [sv, p] : at) {
           // "+": the most servers simulated; more might still help.
-          if (p->samples_per_s >= 0.95 * best) return std::to_string(sv) + (sv == at.rbegin()->first ? "+" : "") + " (" + Fmt(p->samples_per_s, 0) + ")";
+          if (p->samples_per_s >= 0.95 * best) return std::to_string(sv) + (sv == at.rbegin()->first ? "+" : "") + " (" + Fixed(p->samples_per_s, 0) + ")";
         }
         return std::string();
       }) << "\n";
@@ -147,7 +141,7 @@ std::string SweepTables(const std::vector<SweepPoint>& points) {
           for (const auto& [k, p] : a->second) da = sv < 0 ? std::max(da, p->samples_per_s) : k == sv ? p->samples_per_s : da;
           for (const auto& [k, p] : b->second) db = sv < 0 ? std::max(db, p->samples_per_s) : k == sv ? p->samples_per_s : db;
         }
-        pays << (da > 0 && db > 0 ? " " + Fmt(db / da, 2) + "x |" : " |");
+        pays << (da > 0 && db > 0 ? " " + Fixed(db / da, 2) + "x |" : " |");
       }
       pays << "\n";
     }
@@ -261,17 +255,17 @@ int main(int argc, char** argv) {
     auto stats = SimulateRun(p, *settings, run_dir);
     Status status = stats.ok() ? OkStatus() : stats.status();
     if (stats.ok()) {
-      std::cout << "[" << i + 1 << "/" << plans.size() << "] " << p.name << "  " << Fmt(stats->simulated_s, 2) << " s simulated in "
-                << Fmt(stats->elapsed_s, 2) << " s: " << stats->worker_steps << " worker-steps, "
-                << Fmt(static_cast<double>(stats->worker_steps) / std::max(1e-9, stats->elapsed_s), 0) << " worker-steps/s, " << stats->events
+      std::cout << "[" << i + 1 << "/" << plans.size() << "] " << p.name << "  " << Fixed(stats->simulated_s, 2) << " s simulated in "
+                << Fixed(stats->elapsed_s, 2) << " s: " << stats->worker_steps << " worker-steps, "
+                << Fixed(static_cast<double>(stats->worker_steps) / std::max(1e-9, stats->elapsed_s), 0) << " worker-steps/s, " << stats->events
                 << " events" << std::endl;
       if (!stats->codecs.empty()) std::cout << "    measured here: " << stats->codecs << std::endl;
       if (stats->worker_steps > 0) {
         // Per step of the whole job (every worker one step), as bench/cpu_per_step.py measures it.
         const double per = 1e3 * p.workers / static_cast<double>(stats->worker_steps);
-        std::cout << "    CPU modelled per step: " << Fmt((stats->worker_cpu_s + stats->server_cpu_s + stats->kernel_cpu_s) * per, 2)
-                  << " core-ms (workers " << Fmt(stats->worker_cpu_s * per, 2) << ", servers " << Fmt(stats->server_cpu_s * per, 2)
-                  << ", kernel " << Fmt(stats->kernel_cpu_s * per, 2) << ")" << std::endl;
+        std::cout << "    CPU modelled per step: " << Fixed((stats->worker_cpu_s + stats->server_cpu_s + stats->kernel_cpu_s) * per, 2)
+                  << " core-ms (workers " << Fixed(stats->worker_cpu_s * per, 2) << ", servers " << Fixed(stats->server_cpu_s * per, 2)
+                  << ", kernel " << Fixed(stats->kernel_cpu_s * per, 2) << ")" << std::endl;
       }
       speed_steps += static_cast<double>(stats->worker_steps);
       speed_s += stats->elapsed_s;
@@ -303,7 +297,7 @@ int main(int argc, char** argv) {
     std::cout << "\n" << sweeps;
   }
   std::cout << "\nsummary: " << dir << "/summary.md" << std::endl;
-  if (speed_s > 0) std::cout << "simulator: " << Fmt(speed_steps / speed_s, 0) << " worker-steps/s over these runs" << std::endl;
+  if (speed_s > 0) std::cout << "simulator: " << Fixed(speed_steps / speed_s, 0) << " worker-steps/s over these runs" << std::endl;
   if (failed) return 1;
   if (!vm.count("compare")) return 0;
   // Predicted vs measured.
@@ -337,18 +331,18 @@ int main(int argc, char** argv) {
     bytes_outside += bytes_ok ? 0 : 1;
     t << "| " << r.summary.name() << " | " << r.summary.mode() << (r.summary.has_staleness_bound() ? std::to_string(r.summary.staleness_bound()) : "")
       << (r.summary.compression() == "none" ? "" : " " + r.summary.compression()) << " | " << (m->link().empty() ? "loopback" : m->link()) << " | "
-      << r.summary.workers() << " | " << Fmt(m->step_ms(), 2) << " | " << Fmt(r.summary.step_ms(), 2) << " | " << (se >= 0 ? "+" : "")
-      << Fmt(100 * se, 1) << "%" << (step_ok ? "" : " **outside**") << " | " << Fmt(m->bytes_per_step(), 0) << " | "
-      << Fmt(r.summary.bytes_per_step(), 0) << " | ";
-    if (moved) t << (be >= 0 ? "+" : "") << Fmt(100 * be, 2) << "%" << (bytes_ok ? "" : " **outside**");
+      << r.summary.workers() << " | " << Fixed(m->step_ms(), 2) << " | " << Fixed(r.summary.step_ms(), 2) << " | " << (se >= 0 ? "+" : "")
+      << Fixed(100 * se, 1) << "%" << (step_ok ? "" : " **outside**") << " | " << Fixed(m->bytes_per_step(), 0) << " | "
+      << Fixed(r.summary.bytes_per_step(), 0) << " | ";
+    if (moved) t << (be >= 0 ? "+" : "") << Fixed(100 * be, 2) << "%" << (bytes_ok ? "" : " **outside**");
     else t << "—";
     t << " |\n";
   }
   std::ofstream(dir + "/comparison.md") << "# " << e->name << ": simulated vs measured\n\nMeasured: `" << measured_dir
-                                        << "/summary.json`; tolerances: step time " << Fmt(100 * step_tol, 0) << "%, bytes/step "
-                                        << Fmt(100 * bytes_tol, 0) << "%.\n\n" << t.str();
+                                        << "/summary.json`; tolerances: step time " << Fixed(100 * step_tol, 0) << "%, bytes/step "
+                                        << Fixed(100 * bytes_tol, 0) << "%.\n\n" << t.str();
   std::cout << "\n" << t.str() << "\n" << compared << " runs compared, " << outside << " outside the tolerances: " << step_outside
-            << " by step time (" << Fmt(100 * step_tol, 0) << "%), " << bytes_outside << " by bytes/step (" << Fmt(100 * bytes_tol, 0)
+            << " by step time (" << Fixed(100 * step_tol, 0) << "%), " << bytes_outside << " by bytes/step (" << Fixed(100 * bytes_tol, 0)
             << "%): " << dir << "/comparison.md" << std::endl;
   return outside == 0 && compared > 0 ? 0 : 1;
 }
