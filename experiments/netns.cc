@@ -29,6 +29,8 @@ double TbfBurstBytes(double bits_per_s) { return std::max(70000.0, bits_per_s / 
 Result<double> TcRateBitsPerSecond(const std::string& rate) {
   static const std::regex kRate("([0-9]+(\\.[0-9]+)?)(bit|kbit|mbit|gbit)");
   std::smatch m;
+  // Bounded before the regex: libstdc++'s matcher recurses once per character and overflows the
+  // stack on a long enough string (found by fuzz/fuzz_spec).
   if (rate.size() > 64 || !std::regex_match(rate, m, kRate)) {
     return InvalidArgumentError("'" + rate + "' is not a tc rate like 25gbit, 100mbit or 500kbit");
   }
