@@ -7,18 +7,25 @@
 # per run the measured and predicted step time (the median over the workers of their wall time
 # per step, from the row at 10% of the steps) and bytes per worker and step, and the errors.
 # Exit status 1 when a run is outside 15% (step time) or 1% (bytes).
-# Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS]    (default OUT_DIR: results)
-# The simulation reads OUT_DIR/sim_calibration/compute/metrics.csv and codec/trace.json, as the
-# spec says, so OUT_DIR other than results needs the spec's compute_from changed too.
+# --repeat=N measures the spec N times (OUT_DIR, then OUT_DIR-repeat2 ... -repeatN, one after the
+# other, N times as long) and compares each run against the median of its N measurements, with
+# their range; the one-measurement runs on this 2-core machine move by up to 27% between benches.
+# Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS] [--repeat=N]    (default OUT_DIR: results)
+# The simulation reads OUT_DIR/sim_calibration/compute/metrics.csv and codec/trace.json (the first
+# measurement's), as the spec says, so OUT_DIR other than results needs the spec's compute_from
+# changed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BUILD_DIR:-build}/bin
 out=results
 only=()
+repeat=1
 for a in "$@"; do
   case "$a" in
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --only=*) only=("$a") ;;
+    --repeat=*) repeat=${a#--repeat=}
+      [[ $repeat =~ ^[1-9][0-9]?$ ]] || { echo "sim_calibration.sh: --repeat=$repeat is not a count from 1 to 99" >&2; exit 2; } ;;
     *) out=$a ;;
   esac
 done
@@ -27,5 +34,13 @@ mkdir -p "$out"
 echo "# gradsync-sim calibration: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
 run_only=()
 [ ${#only[@]} -gt 0 ] && run_only=("${only[0]},compute,codec,ar-codec")
-"$bin"/gradsync-run "$spec" --out="$out" "${run_only[@]}" > "$out/sim_calibration.log" 2>&1 || { tail -20 "$out/sim_calibration.log"; exit 1; }
-"$bin"/gradsync-sim "$spec" --out="$out-sim" --compare="$out/sim_calibration" "${only[@]}" | sed -n '/^| run | mode | link/,$p'
+compare=""
+for k in $(seq 1 "$repeat"); do
+  dir=$out
+  [ "$k" -gt 1 ] && dir=$out-repeat$k
+  mkdir -p "$dir"
+  [ "$repeat" -gt 1 ] && echo "measurement $k of $repeat: $dir ($(date -u +%T))"
+  "$bin"/gradsync-run "$spec" --out="$dir" "${run_only[@]}" > "$dir/sim_calibration.log" 2>&1 || { tail -20 "$dir/sim_calibration.log"; exit 1; }
+  compare+="${compare:+,}$dir/sim_calibration"
+done
+"$bin"/gradsync-sim "$spec" --out="$out-sim" --compare="$compare" "${only[@]}" | sed -n '/^| run | mode | link/,$p'

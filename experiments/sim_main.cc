@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/flags.h"
+#include "common/metrics.h"
 #include "experiments/report.h"
 #include "experiments/sim.h"
 #include "experiments/spec.h"
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
       ("link-rate", po::value<std::string>()->default_value(""), "every host's link (tc rate: 25gbit), instead of the spec's")
       ("compute-ms", po::value<double>(), "forward + backward per step, instead of the spec's")
       ("steps", po::value<int64_t>(), "steps per worker, instead of the spec's")
-      ("compare", po::value<std::string>(), "a folder gradsync-run wrote for this spec (OUT/<experiment>): predicted vs measured step time and bytes per step")
+      ("compare", po::value<std::string>(), "a folder gradsync-run wrote for this spec (OUT/<experiment>), or several, comma-separated (each run against their median): predicted vs measured step time and bytes per step")
       ("step-tolerance", po::value<double>()->default_value(0.15, "0.15"), "--compare: the largest relative step time error accepted")
       ("bytes-tolerance", po::value<double>()->default_value(0.01, "0.01"), "--compare: the largest relative bytes/step error accepted");
   flags.positional().add("spec", 1);
@@ -300,46 +301,75 @@ int main(int argc, char** argv) {
   if (speed_s > 0) std::cout << "simulator: " << Fixed(speed_steps / speed_s, 0) << " worker-steps/s over these runs" << std::endl;
   if (failed) return 1;
   if (!vm.count("compare")) return 0;
-  // Predicted vs measured.
-  const std::string measured_dir = vm["compare"].as<std::string>();
-  auto measured = ReadSummary(measured_dir + "/summary.json");
-  if (!measured.ok()) {
-    std::cerr << "gradsync-sim: error: " << measured.status().message() << std::endl;
+  // Predicted vs measured: with several measurements of the spec, against each run's median.
+  const std::string compare = vm["compare"].as<std::string>();
+  std::vector<std::string> measured_dirs;
+  for (auto& d : SplitCsv(compare))
+    if (!d.empty()) measured_dirs.push_back(std::move(d));
+  std::vector<spec::Summary> measured;
+  for (const auto& d : measured_dirs) {
+    auto m = ReadSummary(d + "/summary.json");
+    if (!m.ok()) {
+      std::cerr << "gradsync-sim: error: " << m.status().message() << std::endl;
+      return 2;
+    }
+    measured.push_back(std::move(m).value());
+  }
+  if (measured.empty()) {
+    std::cerr << "gradsync-sim: error: --compare names no folder" << std::endl;
     return 2;
   }
+  const bool repeated = measured.size() > 1;
 
   std::ostringstream t;
-  t << "| run | mode | link | workers | step ms measured | predicted | error | bytes/step measured | predicted | error |\n"
-    << "|---|---|---|---|---|---|---|---|---|---|\n";
+  t << "| run | mode | link | workers | step ms measured | " << (repeated ? "measured min–max | " : "")
+    << "predicted | error | bytes/step measured | predicted | error |\n|---|---|---|---|---|" << (repeated ? "---|" : "")
+    << "---|---|---|---|---|\n";
   int compared = 0, outside = 0, step_outside = 0, bytes_outside = 0;
   for (const auto& r : reports) {
-    const spec::RunSummary* m = nullptr;
-    for (const auto& run : measured->run())
-      if (run.name() == r.summary.name()) m = &run;
-    if (m == nullptr || !m->ok() || !m->has_step_ms() || !m->has_bytes_per_step()) {
-      t << "| " << r.summary.name() << " | | | | not measured | | | | | |\n";
+    std::vector<double> steps, bytes;
+    std::string link;
+    for (const auto& summary : measured) {
+      for (const auto& run : summary.run()) {
+        if (run.name() != r.summary.name() || !run.ok() || !run.has_step_ms() || !run.has_bytes_per_step()) continue;
+        steps.push_back(run.step_ms());
+        bytes.push_back(run.bytes_per_step());
+        link = run.link();
+      }
+    }
+    if (steps.empty()) {
+      t << "| " << r.summary.name() << " | | | | not measured | " << (repeated ? "| " : "") << "| | | | |\n";
       continue;
     }
-    const double se = r.summary.step_ms() / m->step_ms() - 1;
+    const double step_ms = Median(steps), bytes_per_step = Median(bytes);
+    const double se = r.summary.step_ms() / step_ms - 1;
     // A run that moved nothing (one worker alone) has no bytes to compare.
-    const bool moved = m->bytes_per_step() > 0;
-    const double be = moved ? r.summary.bytes_per_step() / m->bytes_per_step() - 1 : 0;
+    const bool moved = bytes_per_step > 0;
+    const double be = moved ? r.summary.bytes_per_step() / bytes_per_step - 1 : 0;
     const bool step_ok = std::fabs(se) <= step_tol, bytes_ok = std::fabs(be) <= bytes_tol;
     ++compared;
     outside += step_ok && bytes_ok ? 0 : 1;
     step_outside += step_ok ? 0 : 1;
     bytes_outside += bytes_ok ? 0 : 1;
     t << "| " << r.summary.name() << " | " << r.summary.mode() << (r.summary.has_staleness_bound() ? std::to_string(r.summary.staleness_bound()) : "")
-      << (r.summary.compression() == "none" ? "" : " " + r.summary.compression()) << " | " << (m->link().empty() ? "loopback" : m->link()) << " | "
-      << r.summary.workers() << " | " << Fixed(m->step_ms(), 2) << " | " << Fixed(r.summary.step_ms(), 2) << " | " << (se >= 0 ? "+" : "")
-      << Fixed(100 * se, 1) << "%" << (step_ok ? "" : " **outside**") << " | " << Fixed(m->bytes_per_step(), 0) << " | "
+      << (r.summary.compression() == "none" ? "" : " " + r.summary.compression()) << " | " << (link.empty() ? "loopback" : link) << " | "
+      << r.summary.workers() << " | " << Fixed(step_ms, 2) << " | ";
+    if (repeated) {
+      const auto [lo, hi] = std::minmax_element(steps.begin(), steps.end());
+      t << Fixed(*lo, 2) << "–" << Fixed(*hi, 2) << (steps.size() < measured.size() ? " (" + std::to_string(steps.size()) + " of " + std::to_string(measured.size()) + ")" : "") << " | ";
+    }
+    t << Fixed(r.summary.step_ms(), 2) << " | " << (se >= 0 ? "+" : "")
+      << Fixed(100 * se, 1) << "%" << (step_ok ? "" : " **outside**") << " | " << Fixed(bytes_per_step, 0) << " | "
       << Fixed(r.summary.bytes_per_step(), 0) << " | ";
     if (moved) t << (be >= 0 ? "+" : "") << Fixed(100 * be, 2) << "%" << (bytes_ok ? "" : " **outside**");
     else t << "—";
     t << " |\n";
   }
-  std::ofstream(dir + "/comparison.md") << "# " << e->name << ": simulated vs measured\n\nMeasured: `" << measured_dir
-                                        << "/summary.json`; tolerances: step time " << Fixed(100 * step_tol, 0) << "%, bytes/step "
+  std::string measured_text;
+  for (const auto& d : measured_dirs) measured_text += (measured_text.empty() ? "`" : ", `") + d + "/summary.json`";
+  if (repeated) measured_text += " (" + std::to_string(measured_dirs.size()) + " measurements; each run against their median)";
+  std::ofstream(dir + "/comparison.md") << "# " << e->name << ": simulated vs measured\n\nMeasured: " << measured_text
+                                        << "; tolerances: step time " << Fixed(100 * step_tol, 0) << "%, bytes/step "
                                         << Fixed(100 * bytes_tol, 0) << "%.\n\n" << t.str();
   std::cout << "\n" << t.str() << "\n" << compared << " runs compared, " << outside << " outside the tolerances: " << step_outside
             << " by step time (" << Fixed(100 * step_tol, 0) << "%), " << bytes_outside << " by bytes/step (" << Fixed(100 * bytes_tol, 0)
