@@ -11,6 +11,7 @@
 #include <memory>
 #include <queue>
 #include <sstream>
+#include <unordered_map>
 
 #include "common/consistency.h"
 #include "common/flags.h"
@@ -448,6 +449,10 @@ class Network {
     m.left = std::max<double>(1, static_cast<double>(bytes));
     m.arriving = m.left;
     m.deliver = std::move(deliver);
+    if (cpus_.shared()) {
+      m.ready = false;
+      connections_[Connection(src, dst)].push_back(id);
+    }
     // The sender's I/O thread takes the message (on a shared machine), then its NIC queues it.
     if (msg_cpu()) cpus_.Kernel(msg_us_, [this, src, dst, id] { Queue(src, dst, id); });
     else Queue(src, dst, id);
@@ -496,7 +501,10 @@ class Network {
     double left = 0;      // not yet sent by the sender's NIC
     double arriving = 0;  // not yet arrived
     std::function<void()> deliver;
+    bool ready = false;   // on a shared machine: arrived and taken in, its turn to be handed on not yet come
+    Time ready_at = 0;
   };
+  static int64_t Connection(int src, int dst) { return (static_cast<int64_t>(src) << 32) | static_cast<uint32_t>(dst); }
   // A sender's messages: one connection per peer (a TCP stream: its messages in order), the
   // connections taking turns on the NIC.
   struct Tx {
@@ -568,21 +576,41 @@ class Network {
       Msg& msg = msgs_[static_cast<size_t>(id)];
       msg.arriving -= chunk;
       if (msg.arriving > 0.5) return;
-      std::function<void()> deliver = std::move(msg.deliver);
-      free_.push_back(id);
-      if (!msg_cpu()) {
+      if (!cpus_.shared()) {
+        std::function<void()> deliver = std::move(msg.deliver);
+        free_.push_back(id);
         engine_.At(engine_.now() + latency_, std::move(deliver));
         return;
       }
       // The receiver's I/O thread takes it in.
       const Time arrived = engine_.now();
-      cpus_.Kernel(msg_us_, [this, arrived, deliver = std::move(deliver)]() mutable {
-        engine_.At(std::max(engine_.now(), arrived + latency_), std::move(deliver));
-      });
+      if (msg_cpu()) cpus_.Kernel(msg_us_, [this, id, arrived] { HandOn(id, arrived); });
+      else HandOn(id, arrived);
     };
     // On a shared machine the receiver's kernel copies the chunk in once it has arrived.
     if (cpus_.shared()) engine_.At(done, [this, chunk, in] { cpus_.Kernel(chunk * kernel_us_per_byte_, in); });
     else engine_.At(done, in);
+  }
+
+  // On a shared machine a message is handed on in its connection's order, as a TCP stream is: the
+  // kernel's copies and the I/O thread share the cores, so a short message taken in beside a long
+  // one could otherwise overtake it.
+  void HandOn(int id, Time arrived) {
+    Msg& m = msgs_[static_cast<size_t>(id)];
+    m.ready = true;
+    m.ready_at = std::max(engine_.now(), arrived + latency_);
+    const auto conn = connections_.find(Connection(m.src, m.dst));
+    std::deque<int>& order = conn->second;
+    Time at = engine_.now();
+    while (!order.empty() && msgs_[static_cast<size_t>(order.front())].ready) {
+      const int next = order.front();
+      order.pop_front();
+      Msg& n = msgs_[static_cast<size_t>(next)];
+      at = std::max(at, n.ready_at);
+      engine_.At(at, std::move(n.deliver));
+      free_.push_back(next);
+    }
+    if (order.empty()) connections_.erase(conn);
   }
 
   Engine& engine_;
@@ -597,6 +625,7 @@ class Network {
   std::vector<Tx> tx_;
   std::deque<Msg> msgs_;
   std::vector<int> free_;
+  std::unordered_map<int64_t, std::deque<int>> connections_;  // shared machine: (src, dst) -> messages not yet handed on, in send order
 };
 
 // ---- What every simulated worker records ----
@@ -695,39 +724,40 @@ class PsJob {
     part_ = std::make_unique<Partitioner>(total, S);
     compress_ = codecs_.on();
     compress_pull_ = compress_ && t.compress_pull();
-    overlap_ = t.overlap() && !compress_ && j_.plan.stragglers.empty() && (t.model() == "mlp" || t.model() == "softmax") &&
-               t.device() == "cpu";
-    // Forward groups: a tensor each with overlap, else the whole model.
+    // As PsTrainer decides per worker: a straggling worker runs without overlap, the others with
+    // it where the run allows it.
+    const bool overlap = t.overlap() && !compress_ && (t.model() == "mlp" || t.model() == "softmax") && t.device() == "cpu";
+    // Without overlap: the whole model is one forward group, a piece per shard.
+    plain_.group_floats.assign(1, total);
+    for (int k = 0; k < S; ++k) plain_.pieces.push_back({k, part_->range(k), 0});
+    // With overlap: a forward group per tensor, pushed in parts of push_part_mb as it ends.
+    overlapped_.overlap = true;
     int64_t offset = 0;
     for (size_t ti = 0; ti < j_.s.tensors.size(); ++ti) {
       const Segment tensor{offset, offset + j_.s.tensors[ti]};
       offset += j_.s.tensors[ti];
-      group_floats_.push_back(0);
+      overlapped_.group_floats.push_back(0);
       for (int k = 0; k < S; ++k) {
         const Segment& r = part_->range(k);
         const Segment cut{std::max(r.begin, tensor.begin), std::min(r.end, tensor.end)};
         if (cut.begin >= cut.end) continue;
-        if (overlap_) {
-          // Pushed in parts of push_part_mb.
-          const int64_t part = std::max<int64_t>(1, static_cast<int64_t>(t.push_part_mb() * 1024 * 1024 / 4));
-          for (int64_t b = cut.begin; b < cut.end; b += part) pieces_.push_back({k, {b, std::min(cut.end, b + part)}, static_cast<int>(ti)});
-        }
-        group_floats_.back() += cut.end - cut.begin;
+        const int64_t part = std::max<int64_t>(1, static_cast<int64_t>(t.push_part_mb() * 1024 * 1024 / 4));
+        for (int64_t b = cut.begin; b < cut.end; b += part) overlapped_.pieces.push_back({k, {b, std::min(cut.end, b + part)}, static_cast<int>(ti)});
+        overlapped_.group_floats.back() += cut.end - cut.begin;
       }
     }
-    if (!overlap_) {
-      group_floats_.assign(1, total);
-      for (int k = 0; k < S; ++k) pieces_.push_back({k, part_->range(k), 0});
+    for (Layout* l : {&plain_, &overlapped_}) {
+      l->parts_per_shard.assign(static_cast<size_t>(S), 0);
+      for (const auto& p : l->pieces) l->parts_per_shard[static_cast<size_t>(p.shard)]++;
     }
-    parts_per_shard_.assign(static_cast<size_t>(S), 0);
-    for (const auto& p : pieces_) parts_per_shard_[static_cast<size_t>(p.shard)]++;
     const config::Mode m = j_.plan.mode;
     const ConsistencyMode cm = m == config::BSP ? ConsistencyMode::kBsp : m == config::SSP ? ConsistencyMode::kSsp : ConsistencyMode::kAsp;
     for (int k = 0; k < S; ++k) shards_.push_back(std::make_unique<Shard>(cm, j_.plan.staleness, N));
     workers_.resize(static_cast<size_t>(N));
     for (int w = 0; w < N; ++w) {
       auto& wk = workers_[static_cast<size_t>(w)];
-      wk.pending.assign(group_floats_.size(), 0);
+      wk.layout = overlap && j_.plan.stragglers.count(w) == 0 ? &overlapped_ : &plain_;
+      wk.pending.assign(wk.layout->group_floats.size(), 0);
       wk.version.assign(static_cast<size_t>(S), 0);
       wk.pushed.assign(static_cast<size_t>(S), 0);
     }
@@ -775,7 +805,15 @@ class PsJob {
     int64_t pushes = 0, pulls = 0;
     Shard(ConsistencyMode m, int s, int n) : cc(m, s, n), parts_in(static_cast<size_t>(n), 0), push_version(static_cast<size_t>(n), 0) {}
   };
+  // How a worker cuts its model: forward groups and the pieces it pulls and pushes.
+  struct Layout {
+    bool overlap = false;
+    std::vector<Piece> pieces;
+    std::vector<int64_t> group_floats;  // per forward group
+    std::vector<int> parts_per_shard;   // the pieces of one push to a shard
+  };
   struct Worker {
+    const Layout* layout = nullptr;
     int64_t clock = 0;
     int group = 0;               // the forward group the step waits for
     bool waiting = false;
@@ -819,18 +857,19 @@ class PsJob {
   // final raw pull of everything.
   void SendPulls(int w, int64_t c, bool eval) {
     auto& wk = workers_[static_cast<size_t>(w)];
+    const Layout& l = *wk.layout;
     std::fill(wk.pending.begin(), wk.pending.end(), 0);
-    for (const Piece& p : pieces_) wk.pending[static_cast<size_t>(p.group)]++;
+    for (const Piece& p : l.pieces) wk.pending[static_cast<size_t>(p.group)]++;
     wk.group = 0;
     wk.waiting = true;
     wk.step_start = j_.engine.now();
     wk.step_wait_ms = 0;
-    for (const Piece& p : pieces_) {
+    for (const Piece& p : l.pieces) {
       PsRequest pull;
       pull.type = wire::PULL;
       pull.worker = w;
       pull.clock = c;
-      pull.request_id = static_cast<uint64_t>(c) * pieces_.size() + 1;
+      pull.request_id = static_cast<uint64_t>(c) * l.pieces.size() + 1;
       pull.segments = {p.seg};
       const bool delta = compress_pull_ && !eval && c > 0;
       if (delta) pull.codec = codecs_.spec();
@@ -899,24 +938,26 @@ class PsJob {
   void Forward(int w, int64_t c) {
     auto& wk = workers_[static_cast<size_t>(w)];
     wk.waiting = false;
-    const double share = static_cast<double>(group_floats_[static_cast<size_t>(wk.group)]) / static_cast<double>(TotalFloats());
-    j_.cpus->Run(WorkerHost(w), 1e3 * j_.s.compute_ms * j_.s.forward_fraction * share, [this, w, c] {
+    const std::vector<int64_t>& groups = wk.layout->group_floats;
+    const double share = static_cast<double>(groups[static_cast<size_t>(wk.group)]) / static_cast<double>(TotalFloats());
+    j_.cpus->Run(WorkerHost(w), 1e3 * j_.s.compute_ms * j_.s.forward_fraction * share, [this, w, c, &groups] {
       auto& k = workers_[static_cast<size_t>(w)];
-      if (k.group + 1 < static_cast<int>(group_floats_.size())) {
+      if (k.group + 1 < static_cast<int>(groups.size())) {
         k.group++;
         if (k.pending[static_cast<size_t>(k.group)] == 0) Forward(w, c);
         else k.waiting = true;
         return;
       }
-      Backward(w, c, static_cast<int>(group_floats_.size()) - 1);
+      Backward(w, c, static_cast<int>(groups.size()) - 1);
     });
   }
 
   // The backward of group g (last first); with overlap its pieces are pushed when it ends.
   void Backward(int w, int64_t c, int g) {
-    const double share = static_cast<double>(group_floats_[static_cast<size_t>(g)]) / static_cast<double>(TotalFloats());
-    j_.cpus->Run(WorkerHost(w), 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * share, [this, w, c, g] {
-      if (overlap_) PushGroup(w, c, g);
+    const Layout& l = *workers_[static_cast<size_t>(w)].layout;
+    const double share = static_cast<double>(l.group_floats[static_cast<size_t>(g)]) / static_cast<double>(TotalFloats());
+    j_.cpus->Run(WorkerHost(w), 1e3 * j_.s.compute_ms * (1 - j_.s.forward_fraction) * share, [this, w, c, g, &l] {
+      if (l.overlap) PushGroup(w, c, g);
       if (g > 0) {
         Backward(w, c, g - 1);
         return;
@@ -931,7 +972,7 @@ class PsJob {
   }
 
   void PushGroup(int w, int64_t c, int g) {
-    for (const Piece& p : pieces_)
+    for (const Piece& p : workers_[static_cast<size_t>(w)].layout->pieces)
       if (p.group == g) PushPiece(w, c, p, 0);
   }
 
@@ -943,9 +984,9 @@ class PsJob {
     push.worker = w;
     push.clock = c;
     push.version = wk.version[static_cast<size_t>(p.shard)];
-    push.request_id = static_cast<uint64_t>(c) * pieces_.size() + 2;
+    push.request_id = static_cast<uint64_t>(c) * wk.layout->pieces.size() + 2;
     push.segments = {p.seg};
-    const int parts = parts_per_shard_[static_cast<size_t>(p.shard)];
+    const int parts = wk.layout->parts_per_shard[static_cast<size_t>(p.shard)];
     if (parts > 1) {
       push.parts = parts;
       push.part = static_cast<int>(wk.pushed[static_cast<size_t>(p.shard)]++ % parts);
@@ -957,7 +998,7 @@ class PsJob {
   }
 
   void FinishStep(int w, int64_t c) {
-    if (!overlap_) {
+    if (!workers_[static_cast<size_t>(w)].layout->overlap) {
       PushEncoded(w, c, 0);
       return;
     }
@@ -967,18 +1008,19 @@ class PsJob {
   // Without overlap: each shard's part in turn, encoded (compressed) and pushed, as PsClient
   // does; then the step ends.
   void PushEncoded(int w, int64_t c, size_t i) {
-    if (i == pieces_.size()) {
+    const std::vector<Piece>& pieces = workers_[static_cast<size_t>(w)].layout->pieces;
+    if (i == pieces.size()) {
       EndStep(w, c);
       return;
     }
     if (!compress_) {
-      PushPiece(w, c, pieces_[i], 0);
+      PushPiece(w, c, pieces[i], 0);
       PushEncoded(w, c, i + 1);
       return;
     }
-    const CodecCost cost = *codecs_.Cost(static_cast<size_t>(pieces_[i].seg.size()));
-    j_.cpus->Run(WorkerHost(w), cost.encode_us, [this, w, c, i, payload = cost.payload] {
-      PushPiece(w, c, pieces_[i], payload);
+    const CodecCost cost = *codecs_.Cost(static_cast<size_t>(pieces[i].seg.size()));
+    j_.cpus->Run(WorkerHost(w), cost.encode_us, [this, w, c, i, &pieces, payload = cost.payload] {
+      PushPiece(w, c, pieces[i], payload);
       PushEncoded(w, c, i + 1);
     });
   }
@@ -1003,7 +1045,7 @@ class PsJob {
 
   void ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool compressed) {
     Shard& sh = *shards_[static_cast<size_t>(p.shard)];
-    const int parts = parts_per_shard_[static_cast<size_t>(p.shard)];
+    const int parts = workers_[static_cast<size_t>(w)].layout->parts_per_shard[static_cast<size_t>(p.shard)];
     double us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(p.seg.size()) / 1e3;
     if (compressed) us += codecs_.Cost(static_cast<size_t>(p.seg.size()))->decode_us;
     j_.cpus->Run(ShardHost(p.shard), us, [this, &sh, p, w, c, version, parts] {
@@ -1065,10 +1107,8 @@ class PsJob {
   Job& j_;
   Codecs& codecs_;
   std::unique_ptr<Partitioner> part_;
-  bool compress_ = false, compress_pull_ = false, overlap_ = false;
-  std::vector<Piece> pieces_;
-  std::vector<int64_t> group_floats_;
-  std::vector<int> parts_per_shard_;
+  bool compress_ = false, compress_pull_ = false;
+  Layout plain_, overlapped_;  // the workers point at these (stable: members, built once)
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<Worker> workers_;
   int finished_ = 0;
