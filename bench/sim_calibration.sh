@@ -2,14 +2,14 @@
 # gradsync-sim against real runs, in one go on this machine: runs the calibration spec
 # (experiments/specs/sim_calibration.textproto: bsp, ssp s=3 with a straggler, asp and ring
 # all-reduce, dense and top-k 1% + error feedback, 2 / 4 / 8 workers, every process in its own
-# network namespace behind tc tbf at 100 Mbit/s and 1 Gbit/s, and unshaped veth links; some 20
+# network namespace behind tc tbf at 100 Mbit/s and 1 Gbit/s, and unshaped veth links; some 10
 # minutes, needs root and iproute2), then simulates the same spec and prints the comparison:
 # per run the measured and predicted step time (the median over the workers of their wall time
 # per step, from the row at 10% of the steps) and bytes per worker and step, and the errors.
 # Exit status 1 when a run is outside 15% (step time) or 1% (bytes).
 # --repeat=N measures the spec N times (OUT_DIR, then OUT_DIR-repeat2 ... -repeatN, one after the
 # other, N times as long) and compares each run against the median of its N measurements, with
-# their range; the one-measurement runs on this 2-core machine move by up to 27% between benches.
+# their range: one measurement of a run on this 2-core machine moves by up to a third.
 # Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS] [--repeat=N]    (default OUT_DIR: results)
 # The simulation reads OUT_DIR/sim_calibration/compute/metrics.csv and codec/trace.json (the first
 # measurement's), as the spec says, so OUT_DIR other than results needs the spec's compute_from
