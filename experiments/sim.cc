@@ -599,8 +599,7 @@ class Network {
     Msg& m = msgs_[static_cast<size_t>(id)];
     m.ready = true;
     m.ready_at = std::max(engine_.now(), arrived + latency_);
-    const auto conn = connections_.find(Connection(m.src, m.dst));
-    std::deque<int>& order = conn->second;
+    std::deque<int>& order = connections_[Connection(m.src, m.dst)];
     Time at = engine_.now();
     while (!order.empty() && msgs_[static_cast<size_t>(order.front())].ready) {
       const int next = order.front();
@@ -610,7 +609,6 @@ class Network {
       engine_.At(at, std::move(n.deliver));
       free_.push_back(next);
     }
-    if (order.empty()) connections_.erase(conn);
   }
 
   Engine& engine_;
@@ -625,7 +623,9 @@ class Network {
   std::vector<Tx> tx_;
   std::deque<Msg> msgs_;
   std::vector<int> free_;
-  std::unordered_map<int64_t, std::deque<int>> connections_;  // shared machine: (src, dst) -> messages not yet handed on, in send order
+  // Shared machine: (src, dst) -> its messages not yet handed on, in send order (kept when empty:
+  // a job has few connections, and each message would otherwise build a deque anew).
+  std::unordered_map<int64_t, std::deque<int>> connections_;
 };
 
 // ---- What every simulated worker records ----
