@@ -8,6 +8,7 @@
 # runs old then new, or new then old on odd rounds, so that drift falls on both alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
 rev=${1:?usage: bench/ab_compare.sh REV [ROUNDS]}
 rounds=${2:-5}
 old_src=.ab/$(git rev-parse --short "$rev")
@@ -35,7 +36,7 @@ for ((r = 0; r < rounds; ++r)); do
   echo "# round $((r + 1))/$rounds" >&2
   if ((r % 2 == 0)); then run old "$old_src" "$r"; run new . "$r"; else run new . "$r"; run old "$old_src" "$r"; fi
 done
-echo "# gradsync A/B: old $(git rev-parse --short "$rev"), new $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+uncommitted'); $rounds rounds alternated; $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
+echo "# gradsync A/B: old $(git rev-parse --short "$rev"), new $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+uncommitted'); $rounds rounds alternated; $(machine)"
 python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])

@@ -10,6 +10,7 @@
 # Usage: bench/compute_interference.sh [K ...]    (default: 1 2 4 8; BUILD_DIR=build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
 case "${1:-}" in -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 worker=${BUILD_DIR:-build}/bin/gradsync-worker
 [ -x "$worker" ] || { echo "compute_interference.sh: $worker is not built (scripts/build.sh)" >&2; exit 2; }
@@ -33,13 +34,16 @@ run() {
   for p in "${pids[@]}"; do wait "$p" || { echo "compute_interference.sh: a worker failed:" >&2; tail -3 "$tmp"/*.log >&2; exit 1; }; done
   awk '{cpu += $1 + $2; wall += $3; n++} END {printf "%.4f %.4f", cpu / n, wall / n}' "$tmp"/*.time
 }
-echo "# compute interference: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
+echo "# compute interference: $(machine)"
 echo "| processes | CPU ms/step | vs alone | wall ms/step |"
 echo "|---|---|---|---|"
 alone=""
 for k in "${ks[@]}"; do
-  read -r cpu_s wall_s <<< "$(run "$k" "$short")"
-  read -r cpu_l wall_l <<< "$(run "$k" "$long")"
+  # (run's exit inside $(...) ends only the subshell: checked here.)
+  short_t=$(run "$k" "$short") || exit 1
+  long_t=$(run "$k" "$long") || exit 1
+  read -r cpu_s wall_s <<< "$short_t"
+  read -r cpu_l wall_l <<< "$long_t"
   cpu=$(awk -v a="$cpu_s" -v b="$cpu_l" -v n=$((long - short)) 'BEGIN {printf "%.3f", (b - a) / n * 1e3}')
   wall=$(awk -v a="$wall_s" -v b="$wall_l" -v n=$((long - short)) 'BEGIN {printf "%.3f", (b - a) / n * 1e3}')
   [ -n "$alone" ] || alone=$cpu

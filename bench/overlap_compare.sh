@@ -15,6 +15,7 @@
 # Usage: bench/overlap_compare.sh [OUT_DIR]    (default $BUILD_DIR/bench-overlap; BUILD_DIR=build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
 bin=${BUILD_DIR:-build}/bin
 out=${1:-${BUILD_DIR:-build}/bench-overlap}
 mkdir -p "$out"
@@ -24,7 +25,7 @@ if ! "$bin"/gradsync-run experiments/specs/overlap.textproto --out "$out" >"$out
   if ! grep -q "plots need gnuplot" "$out.log"; then tail -20 "$out.log"; exit 1; fi
   echo "# (no gnuplot here: no plots)"
 fi
-echo "# gradsync overlap: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
+echo "# gradsync overlap: $(machine)"
 for f in "$out"/overlap/*/metrics.csv; do
   # Columns by their names in the header (ARCHITECTURE.md defines them).
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }

@@ -16,6 +16,7 @@
 # changed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
 bin=${BUILD_DIR:-build}/bin
 out=results
 only=()
@@ -31,7 +32,7 @@ for a in "$@"; do
 done
 spec=experiments/specs/sim_calibration.textproto
 mkdir -p "$out"
-echo "# gradsync-sim calibration: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(date -u +%F)"
+echo "# gradsync-sim calibration: $(machine)"
 run_only=()
 [ ${#only[@]} -gt 0 ] && run_only=("${only[0]},compute,codec,ar-codec")
 compare=""
