@@ -105,8 +105,36 @@ Status NetworkEmulation::Build(int hosts, const LinkSpec& link) {
     RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "link", "set", "lo", "up"}));
     RETURN_IF_ERROR(shape(ns, inner));
     RETURN_IF_ERROR(shape(bridge_ns_, outer));
+    RETURN_IF_ERROR(SetCongestionControl(ns, link.congestion_control));
   }
   return OkStatus();
+}
+
+Status NetworkEmulation::SetCongestionControl(const std::string& ns, const std::string& name) {
+  static const std::string kKnob = "/proc/sys/net/ipv4/tcp_congestion_control";
+  if (!name.empty()) {
+    if (!IsCongestionControlName(name)) return InvalidArgumentError("'" + name + "' is not a TCP congestion control name");
+    Status set = RunCommand({"ip", "netns", "exec", ns, "sh", "-c", "echo " + name + " > " + kKnob});
+    if (!set.ok()) {
+      auto available = CommandOutput({"ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"});
+      std::string list = available.ok() ? *available : "unknown";
+      while (!list.empty() && (list.back() == '\n' || list.back() == ' ')) list.pop_back();
+      return FailedPreconditionError("TCP congestion control '" + name + "' is not available here (available: " + list +
+                                     "; another needs its kernel module, e.g. modprobe tcp_" + name + ")");
+    }
+  }
+  ASSIGN_OR_RETURN(std::string now, CommandOutput({"ip", "netns", "exec", ns, "cat", kKnob}));
+  while (!now.empty() && (now.back() == '\n' || now.back() == ' ')) now.pop_back();
+  if (!name.empty() && now != name) return FailedPreconditionError("TCP congestion control '" + name + "' was set but reads back '" + now + "'");
+  congestion_control_ = now;
+  return OkStatus();
+}
+
+bool IsCongestionControlName(const std::string& name) {
+  if (name.empty() || name.size() > 15) return false;  // TCP_CA_NAME_MAX is 16 with the NUL
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
 }
 
 void NetworkEmulation::TearDown() {

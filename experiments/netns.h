@@ -20,6 +20,9 @@ namespace gradsync {
 struct LinkSpec {
   std::string rate;       // tc rate: "100mbit"; "": namespaces and veth pairs, unshaped
   double delay_ms = 0;    // one-way latency added on every link (netem)
+  // TCP's congestion control in every host's namespace (net.ipv4.tcp_congestion_control: cubic,
+  // bbr, reno...); "": the one a new namespace starts with, the machine's.
+  std::string congestion_control;
 };
 
 // A tc rate ("100mbit", "1gbit", "500kbit", "64bit") in bits per second (tc's units: powers of
@@ -29,6 +32,10 @@ Result<double> TcRateBitsPerSecond(const std::string& rate);
 // The tbf bucket of a link of this rate (bytes): at least one full-size GSO packet, and about 4 ms
 // of the rate.
 double TbfBurstBytes(double bits_per_s);
+
+// Whether `name` can be a TCP congestion control's name (lower-case letters, digits, '_'; at
+// most 15 characters), the spec's check before anything is set up.
+bool IsCongestionControlName(const std::string& name);
 
 class NetworkEmulation {
  public:
@@ -41,6 +48,8 @@ class NetworkEmulation {
   std::vector<std::string> Prefix(int host) const;
   static std::string Address(int host);
   const std::string& ns(int host) const { return namespaces_[static_cast<size_t>(host)]; }
+  // The TCP congestion control the hosts' namespaces use (read back from them).
+  const std::string& congestion_control() const { return congestion_control_; }
 
   // Removes namespaces of earlier gradsync-run processes that no longer exist.
   static void RemoveStale();
@@ -48,11 +57,14 @@ class NetworkEmulation {
  private:
   NetworkEmulation() = default;
   Status Build(int hosts, const LinkSpec& link);
+  // Sets TCP's congestion control in namespace ns ("" leaves it) and reads it back.
+  Status SetCongestionControl(const std::string& ns, const std::string& name);
   void TearDown();
 
   std::string prefix_;
   std::string bridge_ns_;
   std::vector<std::string> namespaces_;
+  std::string congestion_control_;
 };
 
 }  // namespace gradsync

@@ -152,7 +152,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
       lo.host_prefix = [](int h) { return std::vector<std::string>{"ip", "netns", "exec", "<run-ns>-h" + std::to_string(h)}; };
       lo.host_address = [](int h) { return NetworkEmulation::Address(h); };
     } else {
-      auto n = NetworkEmulation::Create(hosts, {plan.run.link().rate(), plan.run.link().delay_ms()});
+      auto n = NetworkEmulation::Create(hosts, {plan.run.link().rate(), plan.run.link().delay_ms(), plan.run.link().congestion_control()});
       if (n.ok()) {
         net = std::move(n).value();
         lo.host_prefix = [&net](int h) { return net->Prefix(h); };
@@ -182,6 +182,8 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
       status = LaunchPsJob(lo, interrupted).status();
       progress.Tick();
     }
+    // What the links ran with, beside the commands (the report carries it into summary.json).
+    if (net) std::ofstream(run_dir + "/commands.txt", std::ios::app) << "# links: " << plan.link << ", TCP congestion control " << net->congestion_control() << "\n";
     net.reset();  // tears the namespaces down before anything else happens
     progress.Done(status);
     auto report = SummarizeRun(plan, run_dir, e.target_accuracy, status);

@@ -1592,6 +1592,8 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     o << ")";
   }
   if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;
+  if (plan.run.has_link() && !plan.run.link().congestion_control().empty())
+    o << ", TCP's congestion control (" << plan.run.link().congestion_control() << ") not modelled: flows share a link evenly";
   o << ", " << s.steps << " steps";
   if (!s.codec_source.empty()) o << ", codec encode times from " << s.codec_source;
   if (!s.accuracy_source.empty()) o << ", accuracy vs step from " << s.accuracy_source;

@@ -147,8 +147,12 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
       if (auto bits = TcRateBitsPerSecond(r.link().rate()); !bits.ok()) return fail("link", "link rate " + std::string(bits.status().message()));
     }
     if (!(r.link().delay_ms() >= 0 && r.link().delay_ms() <= 10000)) return fail("link", "link delay_ms must be in [0, 10000]");
+    if (!r.link().congestion_control().empty() && !IsCongestionControlName(r.link().congestion_control())) {
+      return fail("link", "link congestion_control '" + r.link().congestion_control() + "' is not a TCP congestion control name (cubic, bbr, reno)");
+    }
     p.link = (r.link().rate().empty() ? std::string("unshaped") : r.link().rate()) +
-             (r.link().delay_ms() > 0 ? " +" + Num(r.link().delay_ms()) + "ms" : "");
+             (r.link().delay_ms() > 0 ? " +" + Num(r.link().delay_ms()) + "ms" : "") +
+             (r.link().congestion_control().empty() ? "" : " " + r.link().congestion_control());
   }
   return p;
 }

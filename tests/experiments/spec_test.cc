@@ -16,11 +16,12 @@ defaults { workers: 4 servers: 2 train { model: "mlp" hidden: "32" dataset: "blo
 run { name: "ssp3" train { mode: SSP staleness: 3 compress: "topk:0.01" error_feedback: true compress_pull: true }
       straggler { worker: 3 multiple: 3 } straggler { worker: 1 uniform { low_ms: 1 high_ms: 5 } seed: 9 } }
 run { name: "ar" workers: 2 train { mode: ALLREDUCE log_every: 10 } link { rate: "100mbit" } }
+run { name: "cc" workers: 2 train { mode: ASP } link { rate: "1gbit" delay_ms: 2 congestion_control: "cubic" } }
 )", "demo.textproto");
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->name, "demo");
   EXPECT_DOUBLE_EQ(e->target_accuracy, 0.8);
-  ASSERT_EQ(e->runs.size(), 2u);
+  ASSERT_EQ(e->runs.size(), 3u);
   const RunPlan& s = e->runs[0];
   EXPECT_EQ(s.mode, config::SSP);
   EXPECT_EQ(s.staleness, 3);
@@ -41,6 +42,7 @@ run { name: "ar" workers: 2 train { mode: ALLREDUCE log_every: 10 } link { rate:
   EXPECT_EQ(a.link, "100mbit");
   EXPECT_EQ(a.worker_args.back(), "--log-every=10");
   EXPECT_TRUE(a.worker_extra.empty());
+  EXPECT_EQ(e->runs[2].link, "1gbit +2ms cubic");  // the congestion control is part of the link
 }
 
 // A run's training settings become worker flags through gradsync-worker's own table: only the
@@ -131,6 +133,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"StragglerWithoutDelay", "name: \"x\"\nrun { name: \"a\" train { mode: BSP } straggler { worker: 0 } }", "bad.textproto:2:37", "needs one of"},
         BadSpec{"StraggleForEveryWorker", "name: \"x\"\nrun { name: \"a\" train { mode: BSP straggle: \"x:3\" } }", "bad.textproto:2:35", "set per worker"},
         BadSpec{"BadRate", "name: \"x\"\nrun { name: \"a\" train { mode: BSP } link { rate: \"fast\" } }", "bad.textproto:2:37", "not a tc rate"},
+        BadSpec{"BadCongestionControl", "name: \"x\"\nrun { name: \"a\" train { mode: BSP } link { congestion_control: \"cubic; reboot\" } }", "bad.textproto:2:37",
+                "not a TCP congestion control name"},
         BadSpec{"WorkerArgsAreRetired", "name: \"x\"\nrun { name: \"a\" train { mode: BSP } worker_args: \"--rank=3\" }", "bad.textproto:2:48", "no field named \"worker_args\""},
         BadSpec{"ServersForAllreduce", "name: \"x\"\nrun { name: \"a\" train { mode: ALLREDUCE } servers: 2 }", "bad.textproto:2:43", "without servers"},
         BadSpec{"InheritedMistakeNamesTheDefaults", "name: \"x\"\ndefaults { train {\n  epochs: 0 } }\nrun { name: \"a\" train { mode: BSP } }", "bad.textproto:3:3", "epochs must be in"},

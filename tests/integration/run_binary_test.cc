@@ -304,5 +304,37 @@ TEST(RunBinaryTest, SlowLinksCapTheTrafficAndAreTornDown) {
   EXPECT_GT(bytes_per_s, 0.2 * 10e6 / 8);
 }
 
+// A link's TCP congestion control is set in every namespace, or left as the machine's, and
+// either way said beside the commands; one the kernel does not offer fails the run, by name.
+TEST(RunBinaryTest, TheLinksCongestionControlIsSetAndReported) {
+  if (::geteuid() != 0 || ::access("/usr/sbin/ip", X_OK) != 0 || ::access("/usr/sbin/tc", X_OK) != 0) {
+    GTEST_SKIP() << "link emulation needs root and iproute2";
+  }
+  std::string host = ReadFile("/proc/sys/net/ipv4/tcp_congestion_control");
+  while (!host.empty() && host.back() == '\n') host.pop_back();
+  TempDir dir;
+  const std::string out = dir.File("results");
+  const std::string train = " train { mode: ASP dataset: \"blobs\" hidden: \"16\" epochs: 1 max_steps: 5 batch: 16 } }\n";
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"),
+                                WriteSpec(dir, "name: \"cc\"\n"
+                                               "run { name: \"reno\" workers: 1 servers: 1 link { rate: \"1gbit\" congestion_control: \"reno\" }" + train +
+                                               "run { name: \"machine\" workers: 1 servers: 1 link { rate: \"1gbit\" }" + train +
+                                               "run { name: \"missing\" workers: 1 servers: 1 link { rate: \"1gbit\" congestion_control: \"nosuchcc\" }" + train),
+                                "--out=" + out},
+                               120);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the third run fails
+  EXPECT_NE(r.out.find("TCP congestion control 'nosuchcc' is not available here (available: "), std::string::npos) << r.out;
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/cc/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 3);
+  EXPECT_TRUE(summary.run(0).ok()) << summary.run(0).error();
+  EXPECT_EQ(summary.run(0).link(), "1gbit reno");
+  EXPECT_EQ(summary.run(0).commands(summary.run(0).commands_size() - 1), "# links: 1gbit reno, TCP congestion control reno");
+  EXPECT_TRUE(summary.run(1).ok()) << summary.run(1).error();
+  EXPECT_EQ(summary.run(1).link(), "1gbit");
+  EXPECT_EQ(summary.run(1).commands(summary.run(1).commands_size() - 1), "# links: 1gbit, TCP congestion control " + host);
+  EXPECT_FALSE(summary.run(2).ok());
+}
+
 }  // namespace
 }  // namespace gradsync::testing
