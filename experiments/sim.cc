@@ -404,7 +404,8 @@ class Cpus {
 
 class Network {
  public:
-  // `msg_us`: CPU per message, both ends together (ZeroMQ's; the ring's plain TCP: 0).
+  // `msg_us`: CPU per message, both ends together (ZeroMQ's; the ring's plain TCP: 0), half per wake-up
+  // of a host's I/O thread, which takes every message waiting for it.
   Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us)
       : engine_(engine),
         cpus_(cpus),
@@ -412,7 +413,9 @@ class Network {
         quantum_(s.quantum_bytes),
         kernel_us_per_byte_(s.net_ns_per_byte / 2 / 1e3),
         msg_us_(msg_us / 2),
-        tx_(static_cast<size_t>(hosts)) {
+        tx_(static_cast<size_t>(hosts)),
+        send_batch_(static_cast<size_t>(hosts)),
+        recv_batch_(static_cast<size_t>(hosts)) {
     const double payload_bytes_per_us = s.link_bits_per_s / 8 / 1e6 * s.wire_efficiency;
     peak_ = s.peak_bits_per_s / 8 / 1e6 * s.wire_efficiency;
     for (int h = 0; h < hosts; ++h) {
@@ -454,8 +457,20 @@ class Network {
       connections_[Connection(src, dst)].push_back(id);
     }
     // The sender's I/O thread takes the message (on a shared machine), then its NIC queues it.
-    if (msg_cpu()) cpus_.Kernel(msg_us_, [this, src, dst, id] { Queue(src, dst, id); });
-    else Queue(src, dst, id);
+    if (!msg_cpu()) {
+      Queue(src, dst, id);
+      return;
+    }
+    // Messages sent before the I/O thread has woken ride along with the first: one wake-up
+    // takes every message waiting for it.
+    Batch& b = send_batch_[static_cast<size_t>(src)];
+    b.ids.push_back(id);
+    if (b.ids.size() > 1) return;
+    cpus_.Kernel(msg_us_, [this, src] {
+      Batch taken;
+      std::swap(taken, send_batch_[static_cast<size_t>(src)]);
+      for (int i : taken.ids) Queue(src, msgs_[static_cast<size_t>(i)].dst, i);
+    });
   }
 
  private:
@@ -582,10 +597,22 @@ class Network {
         engine_.At(engine_.now() + latency_, std::move(deliver));
         return;
       }
-      // The receiver's I/O thread takes it in.
+      // The receiver's I/O thread takes it in, with every message that arrived before it woke.
       const Time arrived = engine_.now();
-      if (msg_cpu()) cpus_.Kernel(msg_us_, [this, id, arrived] { HandOn(id, arrived); });
-      else HandOn(id, arrived);
+      if (!msg_cpu()) {
+        HandOn(id, arrived);
+        return;
+      }
+      Batch& b = recv_batch_[static_cast<size_t>(msg.dst)];
+      b.ids.push_back(id);
+      b.arrived.push_back(arrived);
+      if (b.ids.size() > 1) return;
+      const int dst = msg.dst;
+      cpus_.Kernel(msg_us_, [this, dst] {
+        Batch taken;
+        std::swap(taken, recv_batch_[static_cast<size_t>(dst)]);
+        for (size_t i = 0; i < taken.ids.size(); ++i) HandOn(taken.ids[i], taken.arrived[i]);
+      });
     };
     // On a shared machine the receiver's kernel copies the chunk in once it has arrived.
     if (cpus_.shared()) engine_.At(done, [this, chunk, in] { cpus_.Kernel(chunk * kernel_us_per_byte_, in); });
@@ -623,6 +650,13 @@ class Network {
   std::vector<Tx> tx_;
   std::deque<Msg> msgs_;
   std::vector<int> free_;
+  // Shared machine, a PS message's CPU: per host, the messages waiting for its I/O thread to wake,
+  // sending and receiving (one wake-up, half of msg_us at that end, takes them all).
+  struct Batch {
+    std::vector<int> ids;
+    std::vector<Time> arrived;
+  };
+  std::vector<Batch> send_batch_, recv_batch_;
   // Shared machine: (src, dst) -> its messages not yet handed on, in send order (kept when empty:
   // a job has few connections, and each message would otherwise build a deque anew).
   std::unordered_map<int64_t, std::deque<int>> connections_;
@@ -1588,7 +1622,7 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     o << ", all processes on " << s.host_cores << " cores (";
     if (s.usable_cores > 0) o << s.usable_cores << " of them usable, ";
     o << s.net_ns_per_byte << " ns of CPU per byte moved";
-    if (s.msg_us > 0) o << ", " << s.msg_us << " us per PS message";
+    if (s.msg_us > 0) o << ", " << s.msg_us << " us per PS message, shared by those that wait for the same wake-up";
     o << ")";
   }
   if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;

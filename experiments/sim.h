@@ -55,7 +55,8 @@ struct SimSettings {
   int host_cores = 0;
   double usable_cores = 0;        // of host_cores, when every core is wanted (0: all)
   double net_ns_per_byte = 0;     // CPU per byte moved, both ends together, on the shared cores
-  double msg_us = 0;              // CPU per message, both ends together, on the shared cores
+  double msg_us = 0;              // CPU per PS message, both ends together, on the shared cores; the messages
+                                  // waiting for one wake-up of a host's I/O thread share its half
   double apply_ns_per_byte = 0.25;
   double wire_efficiency = 1448.0 / 1514.0;
   double quantum_bytes = 16384;   // a sender's connections take turns on its link, this much each
