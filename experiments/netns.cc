@@ -22,6 +22,14 @@ std::string Burst(const std::string& rate) {
 
 std::atomic<int> g_sequence{0};
 
+const char* const kCongestionControl = "/proc/sys/net/ipv4/tcp_congestion_control";
+
+// A one-line /proc file as a command printed it, without its newline.
+std::string Line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
 }  // namespace
 
 double TbfBurstBytes(double bits_per_s) { return std::max(70000.0, bits_per_s / 8 * 0.004); }
@@ -105,29 +113,25 @@ Status NetworkEmulation::Build(int hosts, const LinkSpec& link) {
     RETURN_IF_ERROR(RunCommand({"ip", "-n", ns, "link", "set", "lo", "up"}));
     RETURN_IF_ERROR(shape(ns, inner));
     RETURN_IF_ERROR(shape(bridge_ns_, outer));
-    RETURN_IF_ERROR(SetCongestionControl(ns, link.congestion_control));
+    if (!link.congestion_control.empty()) RETURN_IF_ERROR(SetCongestionControl(ns, link.congestion_control));
+  }
+  // What the hosts run, set or inherited: the same in every namespace, read in the first.
+  ASSIGN_OR_RETURN(std::string now, CommandOutput({"ip", "netns", "exec", namespaces_.front(), "cat", kCongestionControl}));
+  congestion_control_ = Line(std::move(now));
+  if (!link.congestion_control.empty() && congestion_control_ != link.congestion_control) {
+    return FailedPreconditionError("TCP congestion control '" + link.congestion_control + "' was set but reads back '" + congestion_control_ + "'");
   }
   return OkStatus();
 }
 
 Status NetworkEmulation::SetCongestionControl(const std::string& ns, const std::string& name) {
-  static const std::string kKnob = "/proc/sys/net/ipv4/tcp_congestion_control";
-  if (!name.empty()) {
-    if (!IsCongestionControlName(name)) return InvalidArgumentError("'" + name + "' is not a TCP congestion control name");
-    Status set = RunCommand({"ip", "netns", "exec", ns, "sh", "-c", "echo " + name + " > " + kKnob});
-    if (!set.ok()) {
-      auto available = CommandOutput({"ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"});
-      std::string list = available.ok() ? *available : "unknown";
-      while (!list.empty() && (list.back() == '\n' || list.back() == ' ')) list.pop_back();
-      return FailedPreconditionError("TCP congestion control '" + name + "' is not available here (available: " + list +
-                                     "; another needs its kernel module, e.g. modprobe tcp_" + name + ")");
-    }
-  }
-  ASSIGN_OR_RETURN(std::string now, CommandOutput({"ip", "netns", "exec", ns, "cat", kKnob}));
-  while (!now.empty() && (now.back() == '\n' || now.back() == ' ')) now.pop_back();
-  if (!name.empty() && now != name) return FailedPreconditionError("TCP congestion control '" + name + "' was set but reads back '" + now + "'");
-  congestion_control_ = now;
-  return OkStatus();
+  // Checked here too: the name goes into a shell command.
+  if (!IsCongestionControlName(name)) return InvalidArgumentError("'" + name + "' is not a TCP congestion control name");
+  if (RunCommand({"ip", "netns", "exec", ns, "sh", "-c", "echo " + name + " > " + kCongestionControl}).ok()) return OkStatus();
+  auto available = CommandOutput({"ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"});
+  return FailedPreconditionError("TCP congestion control '" + name + "' is not available here (available: " +
+                                 (available.ok() ? Line(*available) : std::string("unknown")) + "; another needs its kernel module, e.g. modprobe tcp_" +
+                                 name + ")");
 }
 
 bool IsCongestionControlName(const std::string& name) {

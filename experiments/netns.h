@@ -48,7 +48,7 @@ class NetworkEmulation {
   std::vector<std::string> Prefix(int host) const;
   static std::string Address(int host);
   const std::string& ns(int host) const { return namespaces_[static_cast<size_t>(host)]; }
-  // The TCP congestion control the hosts' namespaces use (read back from them).
+  // The TCP congestion control the hosts' namespaces use (read back from the first).
   const std::string& congestion_control() const { return congestion_control_; }
 
   // Removes namespaces of earlier gradsync-run processes that no longer exist.
@@ -57,7 +57,7 @@ class NetworkEmulation {
  private:
   NetworkEmulation() = default;
   Status Build(int hosts, const LinkSpec& link);
-  // Sets TCP's congestion control in namespace ns ("" leaves it) and reads it back.
+  // Sets TCP's congestion control in namespace ns.
   Status SetCongestionControl(const std::string& ns, const std::string& name);
   void TearDown();
 
