@@ -18,9 +18,7 @@ namespace gradsync::testing {
 namespace {
 
 TEST(SimBinaryTest, PredictsTheMeasuredStepTimeAndBytesPerStepOfRealRunsOnSlowLinks) {
-  if (::geteuid() != 0 || ::access("/usr/sbin/ip", X_OK) != 0 || ::access("/usr/sbin/tc", X_OK) != 0) {
-    GTEST_SKIP() << "link emulation needs root and iproute2";
-  }
+  if (!CanEmulateLinks()) GTEST_SKIP() << "link emulation needs root and iproute2";
   TempDir dir;
   const std::string out = dir.File("results");
   const std::string spec = dir.File("calibration.textproto");

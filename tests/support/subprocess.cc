@@ -23,6 +23,8 @@ std::string BinaryPath(const std::string& name) {
   return std::string(dir ? dir : "build/bin") + "/" + name;
 }
 
+bool CanEmulateLinks() { return ::geteuid() == 0 && ::access("/usr/sbin/ip", X_OK) == 0 && ::access("/usr/sbin/tc", X_OK) == 0; }
+
 std::string ReadPortFile(const std::string& path, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::string port;

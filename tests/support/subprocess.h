@@ -21,6 +21,10 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, double timeout_s 
 // build/bin/<name>, from GRADSYNC_BIN_DIR (set by CTest).
 std::string BinaryPath(const std::string& name);
 
+// Whether this process can emulate links (gradsync-run's `link { }`: network namespaces and tc):
+// root and iproute2. A test of them is skipped without.
+bool CanEmulateLinks();
+
 // The port a scheduler wrote to its --port-file, waiting for it at most timeout_s; "" if none.
 std::string ReadPortFile(const std::string& path, double timeout_s = 10);
 
