@@ -406,11 +406,13 @@ class Network {
  public:
   // `msg_us`: CPU per message, both ends together (ZeroMQ's; the ring's plain TCP: 0), half per wake-up
   // of a host's I/O thread, which takes every message waiting for it.
-  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us)
+  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us, uint64_t seed)
       : engine_(engine),
         cpus_(cpus),
         latency_(s.latency_us),
         quantum_(s.quantum_bytes),
+        spread_(s.flow_share_spread),
+        seed_(seed),
         kernel_us_per_byte_(s.net_ns_per_byte / 2 / 1e3),
         msg_us_(msg_us / 2),
         tx_(static_cast<size_t>(hosts)),
@@ -451,6 +453,7 @@ class Network {
     m.dst = dst;
     m.left = std::max<double>(1, static_cast<double>(bytes));
     m.arriving = m.left;
+    m.quantum = Quantum(src, dst);
     m.deliver = std::move(deliver);
     if (cpus_.shared()) {
       m.ready = false;
@@ -514,6 +517,7 @@ class Network {
   struct Msg {
     int src = 0, dst = 0;
     double left = 0;      // not yet sent by the sender's NIC
+    double quantum = 0;   // its connection's turn on the sender's NIC (bytes)
     double arriving = 0;  // not yet arrived
     std::function<void()> deliver;
     bool ready = false;   // on a shared machine: arrived and taken in, its turn to be handed on not yet come
@@ -530,6 +534,23 @@ class Network {
 
   int Rack(int h) const { return rack_size_ > 0 ? h / rack_size_ : 0; }
 
+  // A connection's turn on its sender's NIC: quantum_ x (1 ± spread_), the same for the
+  // connection's whole life, drawn from (seed, src, dst) (TCP flows that share a link do not
+  // share it evenly, and a flow that gets less keeps getting less). Where the connection's
+  // messages meet others at a receiver's link, their bytes arrive, and are served, in proportion.
+  double Quantum(int src, int dst) const {
+    if (spread_ <= 0) return quantum_;
+    const double u = static_cast<double>(Mix(seed_ ^ Mix(static_cast<uint64_t>(Connection(src, dst)))) >> 11) / 9007199254740992.0;  // [0, 1)
+    return quantum_ * (1 + spread_ * (2 * u - 1));
+  }
+  // splitmix64's finaliser: a well-spread 64-bit hash.
+  static uint64_t Mix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
   // The sender's NIC takes turns between its connections, a chunk at a time.
   void NextChunk(int src) {
     Tx& tx = tx_[static_cast<size_t>(src)];
@@ -543,7 +564,7 @@ class Network {
     auto queue = tx.queues.find(dst);
     const int id = queue->second.front();
     Msg& m = msgs_[static_cast<size_t>(id)];
-    const double chunk = std::min(quantum_, m.left);
+    const double chunk = std::min(m.quantum, m.left);
     m.left -= chunk;
     if (m.left <= 0) queue->second.pop_front();
     if (queue->second.empty()) tx.queues.erase(queue);
@@ -642,6 +663,8 @@ class Network {
   Cpus& cpus_;
   double latency_;
   double quantum_;
+  double spread_;
+  uint64_t seed_;
   double kernel_us_per_byte_;  // at each end
   double msg_us_;              // at each end
   double peak_;
@@ -683,7 +706,7 @@ struct Job {
 
   Job(const RunPlan& p, const SimSettings& settings, int hosts) : plan(p), s(settings) {
     cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores, s.usable_cores);
-    net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0);
+    net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0, p.run.train().seed());
     rec.resize(static_cast<size_t>(p.workers));
     stragglers.resize(static_cast<size_t>(p.workers));
     for (const auto& [w, st] : p.stragglers) {
@@ -1578,6 +1601,8 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
     if (!(sim.nic_quantum_kb() >= 1.5)) return InvalidArgumentError("sim.nic_quantum_kb must be >= 1.5");
     s.quantum_bytes = sim.nic_quantum_kb() * 1024;
   }
+  if (!(sim.flow_share_spread() >= 0 && sim.flow_share_spread() < 1)) return InvalidArgumentError("sim.flow_share_spread must be in [0, 1)");
+  s.flow_share_spread = sim.flow_share_spread();
   if (sim.has_wire_efficiency()) {
     if (!(sim.wire_efficiency() > 0 && sim.wire_efficiency() <= 1)) return InvalidArgumentError("sim.wire_efficiency must be in (0, 1]");
     s.wire_efficiency = sim.wire_efficiency();
@@ -1626,8 +1651,10 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     o << ")";
   }
   if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;
+  if (s.flow_share_spread > 0) o << ", a connection's share of its sender's link x (1 ± " << s.flow_share_spread << "), drawn per connection";
   if (plan.run.has_link() && !plan.run.link().congestion_control().empty())
-    o << ", TCP's congestion control (" << plan.run.link().congestion_control() << ") not modelled: flows share a link evenly";
+    o << ", TCP's congestion control (" << plan.run.link().congestion_control() << ") not modelled"
+      << (s.flow_share_spread > 0 ? "" : ": flows share a link evenly");
   o << ", " << s.steps << " steps";
   if (!s.codec_source.empty()) o << ", codec encode times from " << s.codec_source;
   if (!s.accuracy_source.empty()) o << ", accuracy vs step from " << s.accuracy_source;

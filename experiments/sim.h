@@ -7,8 +7,9 @@
 // - hosts: one per process (scheduler left out), each with a full-duplex link of the run's rate to
 //   a switch (flat), or to its rack's switch whose uplink carries rack_size x rate / oversubscription;
 //   a message crosses the sender's link, the racks' uplinks when it leaves its rack, and the
-//   receiver's link, in chunks of 64 KiB (a link serves its chunks first come, first served; a
-//   sender's NIC takes turns between its messages), each link moving `wire_efficiency` of its rate
+//   receiver's link, in chunks of nic_quantum_kb (16 KiB; a link serves its chunks first come, first served; a
+//   sender's NIC takes turns between its messages, each connection's turn its own size with
+//   flow_share_spread), each link moving `wire_efficiency` of its rate
 //   as payload, plus `latency_us` per message;
 // - CPUs: a core per process, or `host_cores` shared by every process (a job on one machine);
 // - PS workers: pull (every shard, or per tensor with overlap), forward, backward (pushing each
@@ -60,6 +61,7 @@ struct SimSettings {
   double apply_ns_per_byte = 0.25;
   double wire_efficiency = 1448.0 / 1514.0;
   double quantum_bytes = 16384;   // a sender's connections take turns on its link, this much each
+  double flow_share_spread = 0;   // ... each connection's turn x (1 ± this), drawn once per connection (TCP's uneven shares)
   int64_t steps = 0;              // per worker
   int64_t steps_per_epoch = 0;
   int hier_group = 8;

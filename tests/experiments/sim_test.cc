@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -236,6 +237,56 @@ TEST(SimTest, MessagesOnASharedMachineArriveInTheirConnectionsOrder) {
   for (const auto& [w, st] : sent) EXPECT_EQ(st.last_step, 150) << "worker " << w;
 }
 
+// Every worker's time per step, as the report counts it: from its row at a tenth of its steps to its last.
+std::vector<double> StepMsPerWorker(const std::string& dir, int workers) {
+  std::vector<double> out;
+  for (int w = 0; w < workers; ++w) {
+    std::ifstream f(dir + "/worker-" + std::to_string(w) + ".csv");
+    std::string line;
+    std::getline(f, line);
+    std::vector<std::pair<double, double>> rows;  // step, wall_s
+    while (std::getline(f, line)) {
+      const auto v = SplitCsv(line);
+      if (v[kColTestAccuracy].empty()) rows.emplace_back(std::stod(v[kColStep]), std::stod(v[kColWall]));
+    }
+    const auto& from = rows.at(rows.size() / 10);
+    out.push_back(1e3 * (rows.back().second - from.second) / (rows.back().first - from.first));
+  }
+  return out;
+}
+
+TEST(SimTest, UnevenFlowSharesSpreadAspWorkersAndHoldSspToTheSlowest) {
+  TempDir tmp;
+  // 8 workers, one server, no compute: the server's link is the bottleneck. Evenly shared, its
+  // pull answers leave together and every asp worker steps at the same pace; with each
+  // connection's share drawn once (x (1 ± 0.6)), the workers whose answers get more step faster.
+  const std::string asp = R"(run { name: "asp" workers: 8 servers: 1 train { mode: ASP batch: 32 max_steps: 100 log_every: 1 }
+                              sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 SPREAD } })";
+  auto even = SimulateWith(tmp, asp, "SPREAD", "", "even");
+  auto uneven = SimulateWith(tmp, asp, "SPREAD", "flow_share_spread: 0.6", "uneven");
+  auto spread = [](const std::vector<double>& ms) { return *std::max_element(ms.begin(), ms.end()) / *std::min_element(ms.begin(), ms.end()); };
+  const auto even_ms = StepMsPerWorker(even.dir, 8), uneven_ms = StepMsPerWorker(uneven.dir, 8);
+  EXPECT_LT(spread(even_ms), 1.03);  // worker 0 also initializes the server
+  EXPECT_GT(spread(uneven_ms), 1.1);
+  EXPECT_NEAR(uneven.report.summary.bytes_per_step(), even.report.summary.bytes_per_step(), 1);
+  // The job's steps a second (8 at the slowest worker's pace) never pass the link's: a push of
+  // the model in and a pull out per step, the two directions at once.
+  auto job_steps_per_s = [](const std::vector<double>& ms) { return 8 / (*std::max_element(ms.begin(), ms.end()) / 1e3); };
+  const double link_steps_per_s = 1e9 / 8 * 1448 / 1514 / (4.0 * kMlpParams);
+  EXPECT_LE(job_steps_per_s(uneven_ms), 1.01 * link_steps_per_s);
+  EXPECT_LE(job_steps_per_s(even_ms), 1.01 * link_steps_per_s);
+  // ssp (s=1) holds every worker to the slowest: with the same shares the fast ones wait for it,
+  // pushes and pulls no longer overlap, and every worker steps at a slower pace (evenly shared:
+  // 63 ms, the link's; unevenly: 111 ms).
+  const std::string ssp = R"(run { name: "ssp" workers: 8 servers: 1 train { mode: SSP staleness: 1 batch: 32 max_steps: 100 log_every: 1 }
+                              sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 SPREAD } })";
+  auto ssp_even = SimulateWith(tmp, ssp, "SPREAD", "", "ssp_even");
+  auto ssp_uneven = SimulateWith(tmp, ssp, "SPREAD", "flow_share_spread: 0.6", "ssp_uneven");
+  const auto ssp_uneven_ms = StepMsPerWorker(ssp_uneven.dir, 8);
+  EXPECT_LT(spread(ssp_uneven_ms), 1.05);
+  EXPECT_GT(ssp_uneven.report.summary.step_ms(), 1.3 * ssp_even.report.summary.step_ms());
+}
+
 TEST(SimTest, AllreduceAlgorithmsMoveTheRingsBytesAndRhdWinsWhenLatencyDominates) {
   TempDir tmp;
   auto run = [&](const std::string& algo, int workers, double latency_us) {
@@ -356,6 +407,8 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
                 .find("usable_cores"),
             std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 msg_us: -1 } })").find("msg_us"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: ASP } sim { compute_ms: 1 flow_share_spread: 1 } })").find("flow_share_spread"),
             std::string::npos);
   // Given tensors, any model: the CNN of examples/pytorch (454,922 parameters).
   EXPECT_EQ(refused(R"(run { name: "a" workers: 2 command: "python3 x.py" train { mode: ALLREDUCE }
