@@ -50,19 +50,6 @@ struct MergedMetrics {
   std::vector<double> step_ms;        // per worker with two training rows: its time per step
 };
 
-// A worker's time per step from its training rows (step, wall_s): from the row at 10% of its
-// last step (its first row at or past it) to its last row; NaN with fewer than two such rows.
-double StepMs(const std::vector<std::pair<int64_t, double>>& rows) {
-  if (rows.size() < 2) return NAN;
-  const int64_t from = rows.back().first / 10;
-  for (const auto& [step, wall] : rows) {
-    if (step < from) continue;
-    if (step >= rows.back().first) return NAN;
-    return 1e3 * (rows.back().second - wall) / static_cast<double>(rows.back().first - step);
-  }
-  return NAN;
-}
-
 // Reads run_dir's worker-<w>.csv files and writes their rows, in worker order, to
 // run_dir/metrics.csv. A row cut short by a killed process is skipped; a row that does not
 // parse is an error.
@@ -115,6 +102,17 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
 }
 
 }  // namespace
+
+double StepMs(const std::vector<std::pair<int64_t, double>>& rows) {
+  if (rows.size() < 2) return NAN;
+  const int64_t from = rows.back().first / 10;
+  for (const auto& [step, wall] : rows) {
+    if (step < from) continue;
+    if (step >= rows.back().first) return NAN;
+    return 1e3 * (rows.back().second - wall) / static_cast<double>(rows.back().first - step);
+  }
+  return NAN;
+}
 
 Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target, const Status& status) {
   RunReport r;

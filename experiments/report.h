@@ -3,8 +3,10 @@
 // worker-<r>.json and server-<k>.json summaries): nothing is typed in by hand.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -32,6 +34,11 @@ struct RunReport {
 // rows, in worker order) and returns the run's numbers. `status` is how the run ended.
 Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target_accuracy,
                                const Status& status);
+
+// A worker's time per step (ms) from its training rows (step, wall_s), as summary's step_ms counts
+// it per worker: from the row at 10% of its last step (its first row at or past it) to its last
+// row; NaN with fewer than two such rows.
+double StepMs(const std::vector<std::pair<int64_t, double>>& rows);
 
 // The summary table (markdown) of these runs.
 std::string SummaryTable(const std::vector<RunReport>& runs, double target_accuracy);
