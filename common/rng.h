@@ -45,5 +45,6 @@ class Rng {
 inline constexpr uint64_t kInitStream = 1;
 inline constexpr uint64_t kDataStream = 2;
 inline constexpr uint64_t kSyntheticStream = 3;
+inline constexpr uint64_t kShareStream = 4;  // gradsync-sim: the draws of connections' shares of a link
 
 }  // namespace gradsync

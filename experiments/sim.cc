@@ -25,6 +25,7 @@
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
 #include "experiments/netns.h"
+#include "experiments/report.h"
 #include "experiments/trace_merge.h"
 
 namespace gradsync {
@@ -692,6 +693,7 @@ struct WorkerRecord {
   double compute_ms = 0, comm_ms = 0, wait_ms = 0, delay_ms = 0, hidden_ms = 0;
   double version_lag = NAN, clock_staleness = NAN;
   std::unique_ptr<MetricsWriter> metrics;
+  std::vector<std::pair<int64_t, double>> rows;  // training rows written: step, wall_s
 };
 
 struct Job {
@@ -704,9 +706,10 @@ struct Job {
   std::vector<Straggler> stragglers;
   int64_t worker_steps = 0;
 
-  Job(const RunPlan& p, const SimSettings& settings, int hosts) : plan(p), s(settings) {
+  // `share_seed`: the draw of the connections' shares of a link (flow_share_spread).
+  Job(const RunPlan& p, const SimSettings& settings, int hosts, uint64_t share_seed) : plan(p), s(settings) {
     cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores, s.usable_cores);
-    net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0, p.run.train().seed());
+    net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0, share_seed);
     rec.resize(static_cast<size_t>(p.workers));
     stragglers.resize(static_cast<size_t>(p.workers));
     for (const auto& [w, st] : p.stragglers) {
@@ -735,6 +738,7 @@ struct Job {
     row.hidden_ms = r.hidden_ms;
     row.version_lag = r.version_lag;
     row.clock_staleness = r.clock_staleness;
+    r.rows.emplace_back(step, row.wall_s);
     return r.metrics->Write(row);
   }
   // An evaluation row of worker 0 after `step` steps: the measured curve's accuracy there. Without
@@ -1603,6 +1607,10 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   }
   if (!(sim.flow_share_spread() >= 0 && sim.flow_share_spread() < 1)) return InvalidArgumentError("sim.flow_share_spread must be in [0, 1)");
   s.flow_share_spread = sim.flow_share_spread();
+  if (sim.has_share_draws()) {
+    if (sim.share_draws() < 1 || sim.share_draws() > 99) return InvalidArgumentError("sim.share_draws must be 1 to 99");
+    s.share_draws = sim.share_draws();
+  }
   if (sim.has_wire_efficiency()) {
     if (!(sim.wire_efficiency() > 0 && sim.wire_efficiency() <= 1)) return InvalidArgumentError("sim.wire_efficiency must be in (0, 1]");
     s.wire_efficiency = sim.wire_efficiency();
@@ -1651,7 +1659,10 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     o << ")";
   }
   if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;
-  if (s.flow_share_spread > 0) o << ", a connection's share of its sender's link x (1 ± " << s.flow_share_spread << "), drawn per connection";
+  if (s.flow_share_spread > 0) {
+    o << ", a connection's share of its sender's link x (1 ± " << s.flow_share_spread << "), drawn per connection";
+    if (s.share_draws > 1) o << " (" << s.share_draws << " draws, the median by step time reported)";
+  }
   if (plan.run.has_link() && !plan.run.link().congestion_control().empty())
     o << ", TCP's congestion control (" << plan.run.link().congestion_control() << ") not modelled"
       << (s.flow_share_spread > 0 ? "" : ": flows share a link evenly");
@@ -1661,7 +1672,12 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
   return o.str();
 }
 
-Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const std::string& run_dir) {
+namespace {
+
+// One simulation of the run with this draw of the shares; `step_ms` gets its step time as the
+// report counts it (the median over the workers of report.h's StepMs), NaN without one.
+Result<SimStats> SimulateDraw(const RunPlan& plan, const SimSettings& s, const std::string& run_dir, uint64_t share_seed,
+                              const std::string& note, double* step_ms) {
   const auto started = std::chrono::steady_clock::now();
   std::error_code ec;
   fs::create_directories(run_dir, ec);
@@ -1669,7 +1685,7 @@ Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const st
   const bool ps = plan.mode != config::ALLREDUCE;
   if (ps && plan.servers < 1) return InvalidArgumentError("run '" + plan.name + "': a PS run needs servers");
   const int hosts = (ps ? plan.servers : 0) + plan.workers;
-  Job job(plan, s, hosts);
+  Job job(plan, s, hosts, share_seed);
   for (int w = 0; w < plan.workers; ++w) {
     ASSIGN_OR_RETURN(MetricsWriter m, MetricsWriter::Open(run_dir + "/worker-" + std::to_string(w) + ".csv", plan.name, w));
     job.rec[static_cast<size_t>(w)].metrics = std::make_unique<MetricsWriter>(std::move(m));
@@ -1704,15 +1720,58 @@ Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const st
     ws.set_bytes_received(static_cast<int64_t>(job.rec[static_cast<size_t>(w)].received));
     RETURN_IF_ERROR(WriteProcessSummary(run_dir, ws));
   }
-  std::ofstream(run_dir + "/commands.txt") << "# simulated by gradsync-sim: " << DescribeSim(plan, s) << "\n";
+  std::ofstream(run_dir + "/commands.txt") << "# simulated by gradsync-sim: " << DescribeSim(plan, s) << note << "\n";
   SimStats st;
   st.codecs = codecs.Describe();
   st.events = job.engine.events();
   st.worker_steps = job.worker_steps;
+  st.simulated_worker_steps = job.worker_steps;
   st.simulated_s = job.engine.now() / 1e6;
   for (int h = 0; h < hosts; ++h) (h < hosts - plan.workers ? st.server_cpu_s : st.worker_cpu_s) += job.cpus->busy_us(h) / 1e6;
   st.kernel_cpu_s = job.cpus->kernel_us() / 1e6;
   st.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::vector<double> per_worker;
+  for (const auto& r : job.rec) {
+    if (const double ms = StepMs(r.rows); !std::isnan(ms)) per_worker.push_back(ms);
+  }
+  *step_ms = per_worker.empty() ? NAN : Median(std::move(per_worker));
+  return st;
+}
+
+}  // namespace
+
+Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const std::string& run_dir) {
+  const uint64_t seed = plan.run.train().seed();
+  double step_ms = NAN;
+  const int draws = s.flow_share_spread > 0 ? s.share_draws : 1;
+  if (draws == 1) return SimulateDraw(plan, s, run_dir, seed, "", &step_ms);
+  // Draw d's shares: train.seed's for the first, as a single draw has them.
+  auto seed_of = [seed](int d) { return d == 0 ? seed : Rng::Derive(seed, kShareStream, static_cast<uint64_t>(d)); };
+  std::vector<double> ms(static_cast<size_t>(draws));
+  double elapsed = 0;
+  int64_t worker_steps = 0;
+  for (int d = 0; d < draws; ++d) {
+    ASSIGN_OR_RETURN(SimStats st, SimulateDraw(plan, s, run_dir, seed_of(d), "", &ms[static_cast<size_t>(d)]));
+    elapsed += st.elapsed_s;
+    worker_steps += st.simulated_worker_steps;
+  }
+  // The median draw (the lower of the middle two for an even count; a draw without a step time
+  // sorts last) is simulated again to write its files.
+  std::vector<int> order(static_cast<size_t>(draws));
+  for (int d = 0; d < draws; ++d) order[static_cast<size_t>(d)] = d;
+  auto key = [&ms](int d) { return std::isnan(ms[static_cast<size_t>(d)]) ? INFINITY : ms[static_cast<size_t>(d)]; };
+  std::stable_sort(order.begin(), order.end(), [&key](int a, int b) { return key(a) < key(b); });
+  const int median = order[static_cast<size_t>((draws - 1) / 2)];
+  std::ostringstream described;
+  described << "shares drawn " << draws << " times, step ms";
+  for (int d = 0; d < draws; ++d) described << (d ? ", " : " ") << (std::isnan(ms[static_cast<size_t>(d)]) ? std::string("-") : Fixed(ms[static_cast<size_t>(d)], 2));
+  described << "; draw " << median + 1 << " (the median) reported";
+  ASSIGN_OR_RETURN(SimStats st, SimulateDraw(plan, s, run_dir, seed_of(median), "; " + described.str(), &step_ms));
+  st.draws = described.str();
+  st.draw_step_ms = ms;
+  st.reported_draw = median;
+  st.elapsed_s += elapsed;
+  st.simulated_worker_steps += worker_steps;
   return st;
 }
 

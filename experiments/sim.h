@@ -9,7 +9,8 @@
 //   a message crosses the sender's link, the racks' uplinks when it leaves its rack, and the
 //   receiver's link, in chunks of nic_quantum_kb (16 KiB; a link serves its chunks first come, first served; a
 //   sender's NIC takes turns between its messages, each connection's turn its own size with
-//   flow_share_spread), each link moving `wire_efficiency` of its rate
+//   flow_share_spread, the run simulated share_draws times and the median draw reported), each
+//   link moving `wire_efficiency` of its rate
 //   as payload, plus `latency_us` per message;
 // - CPUs: a core per process, or `host_cores` shared by every process (a job on one machine);
 // - PS workers: pull (every shard, or per tensor with overlap), forward, backward (pushing each
@@ -62,6 +63,7 @@ struct SimSettings {
   double wire_efficiency = 1448.0 / 1514.0;
   double quantum_bytes = 16384;   // a sender's connections take turns on its link, this much each
   double flow_share_spread = 0;   // ... each connection's turn x (1 ± this), drawn once per connection (TCP's uneven shares)
+  int share_draws = 1;            // ... simulated this many times, the median draw by step time reported
   int64_t steps = 0;              // per worker
   int64_t steps_per_epoch = 0;
   int hier_group = 8;
@@ -90,6 +92,10 @@ struct SimStats {
   double simulated_s = 0;   // the simulated job's length
   double elapsed_s = 0;     // how long the simulation took
   std::string codecs;       // the codec costs measured for it ("" without compression)
+  std::string draws;        // with share_draws > 1: each draw's step time and the one reported
+  std::vector<double> draw_step_ms;  // ... each draw's step time (NaN: none), and which was reported
+  int reported_draw = 0;
+  int64_t simulated_worker_steps = 0;  // over every draw (for the simulator's speed)
   // The CPU time the run modelled: the workers' and the servers' own threads, and the kernel's
   // copies (net_ns_per_byte, with host_cores only).
   double worker_cpu_s = 0, server_cpu_s = 0, kernel_cpu_s = 0;
@@ -98,6 +104,8 @@ struct SimStats {
 // Simulates the run and writes what its processes would: run_dir/worker-<r>.csv (the metrics
 // rows; evaluation rows carry the accuracy of `accuracy` at their step), worker-<r>.json and
 // server-<k>.json (histograms from the consistency rule), commands.txt (saying it was simulated).
+// With share_draws > 1 (and flow_share_spread), it simulates each draw of the shares and writes the
+// median draw's files; the stats are that draw's, but for elapsed_s and simulated_worker_steps.
 Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const std::string& run_dir);
 
 }  // namespace gradsync

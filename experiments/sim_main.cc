@@ -258,8 +258,9 @@ int main(int argc, char** argv) {
     if (stats.ok()) {
       std::cout << "[" << i + 1 << "/" << plans.size() << "] " << p.name << "  " << Fixed(stats->simulated_s, 2) << " s simulated in "
                 << Fixed(stats->elapsed_s, 2) << " s: " << stats->worker_steps << " worker-steps, "
-                << Fixed(static_cast<double>(stats->worker_steps) / std::max(1e-9, stats->elapsed_s), 0) << " worker-steps/s, " << stats->events
+                << Fixed(static_cast<double>(stats->simulated_worker_steps) / std::max(1e-9, stats->elapsed_s), 0) << " worker-steps/s, " << stats->events
                 << " events" << std::endl;
+      if (!stats->draws.empty()) std::cout << "    " << stats->draws << std::endl;
       if (!stats->codecs.empty()) std::cout << "    measured here: " << stats->codecs << std::endl;
       if (stats->worker_steps > 0) {
         // Per step of the whole job (every worker one step), as bench/cpu_per_step.py measures it.
@@ -268,7 +269,7 @@ int main(int argc, char** argv) {
                   << " core-ms (workers " << Fixed(stats->worker_cpu_s * per, 2) << ", servers " << Fixed(stats->server_cpu_s * per, 2)
                   << ", kernel " << Fixed(stats->kernel_cpu_s * per, 2) << ")" << std::endl;
       }
-      speed_steps += static_cast<double>(stats->worker_steps);
+      speed_steps += static_cast<double>(stats->simulated_worker_steps);
       speed_s += stats->elapsed_s;
     } else {
       std::cout << "[" << i + 1 << "/" << plans.size() << "] " << p.name << "  FAILED: " << status.message() << std::endl;
@@ -280,7 +281,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     report->summary.set_simulated(true);
-    report->summary.set_simulation(DescribeSim(p, *settings) + (stats.ok() && !stats->codecs.empty() ? "; " + stats->codecs : ""));
+    report->summary.set_simulation(DescribeSim(p, *settings) + (stats.ok() && !stats->draws.empty() ? "; " + stats->draws : "") +
+                                   (stats.ok() && !stats->codecs.empty() ? "; " + stats->codecs : ""));
     if (report->summary.ok() && report->summary.has_samples_per_s()) {
       points.push_back({origins[i].base, origins[i].workers, origins[i].servers, report->summary.samples_per_s(), alone});
     }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "common/metrics.h"
@@ -278,15 +279,18 @@ double JobStepsPerS(const std::string& dir, int workers) {
   return steps / (to - from);
 }
 
+// 8 asp workers, one server, no compute, 1 Gbit/s: the server's link is the bottleneck. SETTINGS:
+// the sim { } settings under test.
+const char kAspOnOneServer[] = R"(run { name: "asp" workers: 8 servers: 1 train { mode: ASP batch: 32 max_steps: 100 log_every: 1 }
+                                 sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 SETTINGS } })";
+
 TEST(SimTest, UnevenFlowSharesSpreadAspWorkersAndHoldSspToTheSlowest) {
   TempDir tmp;
-  // 8 workers, one server, no compute: the server's link is the bottleneck. Evenly shared, its
-  // pull answers leave together and every asp worker steps at the same pace; with each
-  // connection's share drawn once (x (1 ± 0.6)), the workers whose answers get more step faster.
-  const std::string asp = R"(run { name: "asp" workers: 8 servers: 1 train { mode: ASP batch: 32 max_steps: 100 log_every: 1 }
-                              sim { compute_ms: 0 latency_us: 0 link_rate: "1gbit" apply_ns_per_byte: 0 SPREAD } })";
-  auto even = SimulateWith(tmp, asp, "SPREAD", "", "even");
-  auto uneven = SimulateWith(tmp, asp, "SPREAD", "flow_share_spread: 0.6", "uneven");
+  // Evenly shared, the server's pull answers leave together and every asp worker steps at the
+  // same pace; with each connection's share drawn once (x (1 ± 0.6)), the workers whose answers
+  // get more step faster.
+  auto even = SimulateWith(tmp, kAspOnOneServer, "SETTINGS", "", "even");
+  auto uneven = SimulateWith(tmp, kAspOnOneServer, "SETTINGS", "flow_share_spread: 0.6", "uneven");
   auto spread = [](const std::vector<double>& ms) { return *std::max_element(ms.begin(), ms.end()) / *std::min_element(ms.begin(), ms.end()); };
   const auto even_ms = StepMsPerWorker(even.dir, 8), uneven_ms = StepMsPerWorker(uneven.dir, 8);
   EXPECT_LT(spread(even_ms), 1.03);  // worker 0 also initializes the server
@@ -307,6 +311,29 @@ TEST(SimTest, UnevenFlowSharesSpreadAspWorkersAndHoldSspToTheSlowest) {
   const auto ssp_uneven_ms = StepMsPerWorker(ssp_uneven.dir, 8);
   EXPECT_LT(spread(ssp_uneven_ms), 1.05);
   EXPECT_GT(ssp_uneven.report.summary.step_ms(), 1.3 * ssp_even.report.summary.step_ms());
+}
+
+TEST(SimTest, ShareDrawsReportTheRunOfTheMedianDraw) {
+  TempDir tmp;
+  auto one = SimulateWith(tmp, kAspOnOneServer, "SETTINGS", "flow_share_spread: 0.6", "one");
+  auto five = SimulateWith(tmp, kAspOnOneServer, "SETTINGS", "flow_share_spread: 0.6 share_draws: 5", "five");
+  const auto& ms = five.stats.draw_step_ms;
+  ASSERT_EQ(ms.size(), 5u);
+  // The first draw is the one a single simulation makes; the others are draws of their own.
+  EXPECT_NEAR(ms[0], one.report.summary.step_ms(), 0.01 * ms[0]);
+  EXPECT_GE(std::set<double>(ms.begin(), ms.end()).size(), 3u);
+  // The files written are the median draw's: two draws at or below its step time, two at or above.
+  const double reported = ms.at(static_cast<size_t>(five.stats.reported_draw));
+  EXPECT_NEAR(five.report.summary.step_ms(), reported, 0.01 * reported);
+  EXPECT_GE(std::count_if(ms.begin(), ms.end(), [&](double v) { return v <= reported; }), 3);
+  EXPECT_GE(std::count_if(ms.begin(), ms.end(), [&](double v) { return v >= reported; }), 3);
+  EXPECT_NEAR(five.report.summary.bytes_per_step(), one.report.summary.bytes_per_step(), 1);
+  EXPECT_EQ(five.stats.simulated_worker_steps, 6 * five.stats.worker_steps);  // five draws and the median's again
+  EXPECT_NE(five.report.summary.commands(0).find("the median"), std::string::npos) << five.report.summary.commands(0);
+  // Shares that are even need no draws: one simulation.
+  auto even = SimulateWith(tmp, kAspOnOneServer, "SETTINGS", "share_draws: 5", "even");
+  EXPECT_TRUE(even.stats.draw_step_ms.empty());
+  EXPECT_EQ(even.stats.simulated_worker_steps, even.stats.worker_steps);
 }
 
 TEST(SimTest, AllreduceAlgorithmsMoveTheRingsBytesAndRhdWinsWhenLatencyDominates) {
@@ -432,6 +459,11 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: ASP } sim { compute_ms: 1 flow_share_spread: 1 } })").find("flow_share_spread"),
             std::string::npos);
+  for (const char* draws : {"0", "100"}) {
+    EXPECT_NE(refused(std::string(R"(run { name: "a" workers: 2 servers: 1 train { mode: ASP } sim { compute_ms: 1 share_draws: )") + draws + " } }")
+                  .find("share_draws"),
+              std::string::npos);
+  }
   // Given tensors, any model: the CNN of examples/pytorch (454,922 parameters).
   EXPECT_EQ(refused(R"(run { name: "a" workers: 2 command: "python3 x.py" train { mode: ALLREDUCE }
                          sim { compute_ms: 11 tensors: [800, 32, 51200, 64, 401408, 128, 1280, 10] } })"),
