@@ -402,6 +402,18 @@ Status WritePlots(const Experiment& e, const std::vector<RunReport>& runs, const
 
 }  // namespace
 
+Result<spec::Summary> ReadSummary(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return NotFoundError(path + ": cannot read");
+  std::stringstream text;
+  text << f.rdbuf();
+  spec::Summary s;
+  if (auto st = google::protobuf::util::JsonStringToMessage(text.str(), &s); !st.ok()) {
+    return DataLossError(path + ": not a summary.json: " + st.ToString());
+  }
+  return s;
+}
+
 Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir + "/plots", ec);

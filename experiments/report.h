@@ -60,6 +60,10 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
 // `v` with `digits` digits after the point ("12.50").
 std::string Fixed(double v, int digits);
 
+// Reads an experiment's summary.json (WriteReport's); an unreadable or unparsable file is an error
+// naming it.
+Result<spec::Summary> ReadSummary(const std::string& path);
+
 // Writes dir/summary.md, dir/summary.json and the PNG plots (dir/accuracy_vs_time.png,
 // dir/accuracy_vs_epoch.png, dir/staleness.png when a run has staleness) with gnuplot.
 Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);

@@ -26,7 +26,7 @@ int Main(int argc, char** argv) {
   flags.options().add_options()
       ("spec", po::value<std::string>(), "the experiment spec (also the first positional argument)")
       ("out", po::value<std::string>()->default_value("results"), "results directory")
-      ("only", po::value<std::string>()->default_value(""), "comma-separated run names to run (default: all)")
+      ("only", po::value<std::string>()->default_value(""), "comma-separated run names to run (default: all); the report keeps the other runs an earlier run left in --out")
       ("dry-run", po::bool_switch(), "print the commands of each run; start nothing")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent process is dead")
       ("auth-dir", po::value<std::string>(), "CURVE on every socket of every run, with the keys gradsync-keygen wrote here")

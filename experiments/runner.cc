@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -104,6 +105,51 @@ std::vector<std::string> SlurmRunCommand(const std::string& experiment, const Ru
   argv.insert(argv.end(), after.begin(), after.end());
   return argv;
 }
+
+namespace {
+
+// With --only: the report of the runs just made, and of the spec's other runs as an earlier
+// gradsync-run left them in `dir` (in the spec's order), so that running one run again does not
+// drop the rest from summary.json, summary.md and the plots. An earlier run (or a selected one
+// that an interruption kept from running) is read again from its folder, ended as the earlier
+// summary.json says; a run that summary.json lacks, or whose folder is gone, is left out.
+std::vector<RunReport> WithEarlierRuns(const Experiment& e, const std::set<std::string>& ran, const std::string& dir,
+                                       std::vector<RunReport> reports) {
+  auto earlier = ReadSummary(dir + "/summary.json");
+  if (!earlier.ok()) return reports;
+  std::vector<RunReport> all;
+  for (const RunPlan& plan : e.runs) {
+    if (ran.count(plan.name)) {
+      auto now = std::find_if(reports.begin(), reports.end(), [&plan](const RunReport& r) { return r.summary.name() == plan.name; });
+      if (now != reports.end()) {
+        all.push_back(std::move(*now));
+        continue;
+      }
+      // Selected but not run (interrupted before it): as it was.
+    }
+    const std::string run_dir = dir + "/" + plan.name;
+    const spec::RunSummary* was = nullptr;
+    for (const auto& r : earlier->run()) {
+      if (r.name() == plan.name) was = &r;
+    }
+    std::error_code ec;
+    if (was == nullptr || !fs::is_directory(run_dir, ec)) continue;
+    const Status ended = was->ok() ? OkStatus() : AbortedError(was->error());
+    auto report = SummarizeRun(plan, run_dir, e.target_accuracy, ended);
+    if (!report.ok()) {
+      RunReport kept;  // its folder no longer reads: the earlier summary's numbers, without curves
+      kept.summary = *was;
+      all.push_back(std::move(kept));
+      continue;
+    }
+    const std::string png = "timeline-" + plan.name + ".png";
+    if (plan.trace && fs::exists(dir + "/" + png, ec)) report->timeline = png;
+    all.push_back(std::move(report).value());
+  }
+  return all;
+}
+
+}  // namespace
 
 Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& out, const volatile bool* interrupted) {
   for (const auto& name : o.only) {
@@ -213,6 +259,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     if (interrupted && *interrupted) break;
   }
   if (o.dry_run) return OkStatus();
+  if (!o.only.empty()) reports = WithEarlierRuns(e, o.only, dir, std::move(reports));
   Status written = WriteReport(e, reports, dir);
   out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
   if (interrupted && *interrupted) return AbortedError("interrupted during run '" + last_run + "'");

@@ -1,6 +1,5 @@
 // gradsync-sim SPEC: the spec's runs simulated (experiments/sim.h), reported as gradsync-run
 // reports real runs, marked simulated; --compare sets them beside a real run of the same spec.
-#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,19 +28,6 @@ Result<std::vector<int>> ParseCounts(const std::string& flag, const std::string&
   auto list = ParseIntList(text, 1, 100000);
   if (!list.ok()) return InvalidArgumentError("--" + flag + ": " + list.status().message());
   return std::vector<int>(list->begin(), list->end());
-}
-
-// Reads a real run's summary.json (gradsync-run's) for --compare.
-Result<spec::Summary> ReadSummary(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return NotFoundError(path + ": cannot read (--compare needs the folder gradsync-run wrote for this spec)");
-  std::stringstream text;
-  text << f.rdbuf();
-  spec::Summary s;
-  if (auto st = google::protobuf::util::JsonStringToMessage(text.str(), &s); !st.ok()) {
-    return DataLossError(path + ": not a summary.json: " + st.ToString());
-  }
-  return s;
 }
 
 // One simulated run of a sweep: its base run, size and throughput, and what one worker computes
@@ -312,7 +298,8 @@ int main(int argc, char** argv) {
   for (const auto& d : measured_dirs) {
     auto m = ReadSummary(d + "/summary.json");
     if (!m.ok()) {
-      std::cerr << "gradsync-sim: error: " << m.status().message() << std::endl;
+      std::cerr << "gradsync-sim: error: " << m.status().message()
+                << (m.status().code() == StatusCode::kNotFound ? " (--compare needs the folder gradsync-run wrote for this spec)" : "") << std::endl;
       return 2;
     }
     measured.push_back(std::move(m).value());

@@ -215,6 +215,20 @@ TEST(RunBinaryTest, AFailingRunIsNamedTheOthersStillRunAndNothingIsLeftBehind) {
   EXPECT_TRUE(summary.run(1).ok());
   ProcessResult ps = RunProcess({"/usr/bin/pgrep", "-f", "--", "--out=" + out}, 10);
   EXPECT_EQ(ps.exit_code, 1) << ps.out;
+  // Running one run again keeps the other in the report, as it ended.
+  const std::string broken_error = summary.run(0).error();
+  ProcessResult again = RunProcess({BinaryPath("gradsync-run"), dir.File("spec.textproto"), "--out=" + out, "--only=fine"}, 120);
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  spec::Summary after;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/f/summary.json"), &after).ok());
+  ASSERT_EQ(after.run_size(), 2);
+  EXPECT_EQ(after.run(0).name(), "broken");
+  EXPECT_FALSE(after.run(0).ok());
+  EXPECT_EQ(after.run(0).error(), broken_error);
+  EXPECT_EQ(after.run(1).name(), "fine");
+  EXPECT_TRUE(after.run(1).ok());
+  EXPECT_EQ(after.run(1).steps(), 20);
+  EXPECT_NE(ReadFile(out + "/f/summary.md").find("FAILED"), std::string::npos);
 }
 
 TEST(RunBinaryTest, DryRunPrintsTheCommandsAndOnlySelects) {
