@@ -6,14 +6,14 @@
 namespace gradsync {
 namespace {
 __extension__ typedef unsigned __int128 U128;
+}  // namespace
 
-uint64_t SplitMix64(uint64_t x) {
+uint64_t Rng::SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-}  // namespace
 
 uint64_t Rng::Derive(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
   uint64_t h = SplitMix64(seed);

@@ -20,6 +20,8 @@ class Rng {
 
   // A seed for an independent stream, mixed from a base seed and stream ids (splitmix64).
   static uint64_t Derive(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0);
+  // splitmix64's finaliser: a well-spread 64-bit hash of x (Derive's step).
+  static uint64_t SplitMix64(uint64_t x);
 
   uint64_t NextU64() { return engine_(); }
   // Uniform in [0, 1), 24 random bits.

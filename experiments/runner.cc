@@ -108,6 +108,9 @@ std::vector<std::string> SlurmRunCommand(const std::string& experiment, const Ru
 
 namespace {
 
+// A traced run's timeline picture, in the experiment's folder beside the other plots.
+std::string TimelineFile(const RunPlan& plan) { return "timeline-" + plan.name + ".png"; }
+
 // With --only: the report of the runs just made, and of the spec's other runs as an earlier
 // gradsync-run left them in `dir` (in the spec's order), so that running one run again does not
 // drop the rest from summary.json, summary.md and the plots. An earlier run (or a selected one
@@ -142,7 +145,7 @@ std::vector<RunReport> WithEarlierRuns(const Experiment& e, const std::set<std::
       all.push_back(std::move(kept));
       continue;
     }
-    const std::string png = "timeline-" + plan.name + ".png";
+    const std::string png = TimelineFile(plan);
     if (plan.trace && fs::exists(dir + "/" + png, ec)) report->timeline = png;
     all.push_back(std::move(report).value());
   }
@@ -235,7 +238,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     auto report = SummarizeRun(plan, run_dir, e.target_accuracy, status);
     if (report.ok() && plan.trace) {
       // The timeline picture beside the other plots (the merged trace is in the run's folder).
-      const std::string png = "timeline-" + plan.name + ".png";
+      const std::string png = TimelineFile(plan);
       auto trace = LoadTrace(run_dir + "/trace.json");
       Status drawn = trace.ok() ? DrawTimeline(*trace, dir + "/" + png, 4) : trace.status();
       if (drawn.ok()) {

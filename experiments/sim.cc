@@ -541,15 +541,9 @@ class Network {
   // messages meet others at a receiver's link, their bytes arrive, and are served, in proportion.
   double Quantum(int src, int dst) const {
     if (spread_ <= 0) return quantum_;
-    const double u = static_cast<double>(Mix(seed_ ^ Mix(static_cast<uint64_t>(Connection(src, dst)))) >> 11) / 9007199254740992.0;  // [0, 1)
+    const uint64_t h = Rng::SplitMix64(seed_ ^ Rng::SplitMix64(static_cast<uint64_t>(Connection(src, dst))));
+    const double u = static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
     return quantum_ * (1 + spread_ * (2 * u - 1));
-  }
-  // splitmix64's finaliser: a well-spread 64-bit hash.
-  static uint64_t Mix(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
   }
 
   // The sender's NIC takes turns between its connections, a chunk at a time.
