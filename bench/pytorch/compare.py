@@ -3,13 +3,16 @@ run on this machine: the Fashion-MNIST CNN (454,922 parameters), batch 16 per wo
 random batches, one PyTorch thread per process.
 
     /usr/bin/python3 bench/pytorch/compare.py [--rounds=3] [--workers=4] [--steps=150]
+                                              [--baseline-bin-dir=DIR]
 
 Configurations (run in turn, ROUNDS times, interleaved): plain PyTorch (1 process); gradsync with
 1 worker in allreduce and in bsp (1 server); the ceiling: WORKERS plain PyTorch processes side by
 side with no communication at all (what this machine's cores give); DDP with gloo over WORKERS
 processes; gradsync allreduce and bsp (2 servers) over WORKERS processes. Samples/s of a multi-process run = total
 samples / the slowest rank's timed seconds. Prints the median [min..max] of each and the ratios
-the frontend is judged by; --json writes them."""
+the frontend is judged by; --json writes them. --baseline-bin-dir: another build's bin/ (with
+its python/ beside it, as gradsync-launch finds it) whose multi-worker allreduce and bsp runs
+are interleaved with this build's, for an A/B of a change in the same run."""
 
 import argparse
 import json
@@ -25,10 +28,12 @@ ROOT = os.path.join(HERE, "..", "..")
 
 
 def run(config, args, bin_dir):
+    if len(config) > 5:
+        bin_dir = config[5]
     out = tempfile.mkdtemp(prefix="gradsync-bench-")
     worker = [sys.executable, os.path.join(HERE, "frontend_worker.py"), "--batch=%d" % args.batch,
               "--steps=%d" % args.steps, "--warmup=%d" % args.warmup, "--out=" + out]
-    name, variant, mode, workers, servers = config
+    name, variant, mode, workers, servers = config[:5]
     try:
         if variant == "plain":
             # `workers` plain processes side by side, no communication: the machine's ceiling.
@@ -61,6 +66,7 @@ def main():
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--baseline-bin-dir", default="")
     p.add_argument("--json", default="")
     args = p.parse_args()
     n = args.workers
@@ -73,6 +79,9 @@ def main():
         ("gradsync allreduce, %d workers" % n, "gradsync", "allreduce", n, 0),
         ("gradsync bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2),
     ]
+    if args.baseline_bin_dir:
+        configs += [("baseline allreduce, %d workers" % n, "gradsync", "allreduce", n, 0, args.baseline_bin_dir),
+                    ("baseline bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2, args.baseline_bin_dir)]
     rates = {c[0]: [] for c in configs}
     for r in range(args.rounds):
         for c in configs:
@@ -94,6 +103,11 @@ def main():
         "1-worker allreduce overhead vs plain": 1 - med[configs[1][0]] / plain,
         "1-worker bsp overhead vs plain": 1 - med[configs[2][0]] / plain,
     }
+    if args.baseline_bin_dir:
+        ratios["baseline allreduce / DDP"] = med[configs[7][0]] / ddp
+        ratios["baseline bsp / DDP"] = med[configs[8][0]] / ddp
+        ratios["allreduce: this build / baseline"] = med[configs[5][0]] / med[configs[7][0]]
+        ratios["bsp: this build / baseline"] = med[configs[6][0]] / med[configs[8][0]]
     print()
     for k, v in ratios.items():
         print("%-40s %s" % (k, ("%+.1f%%" % (100 * v)) if "overhead" in k else ("%.2fx" % v)))

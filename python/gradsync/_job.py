@@ -59,6 +59,20 @@ def size():
     return job().size
 
 
+def local_rank():
+    """This worker's index among the job's workers on its host (by rank order; the host is the
+    address each worker advertised)."""
+    hosts = job().worker_hosts
+    me = job().rank
+    return sum(1 for r in range(me) if hosts[r] == hosts[me])
+
+
+def local_size():
+    """The number of the job's workers on this worker's host."""
+    hosts = job().worker_hosts
+    return hosts.count(hosts[job().rank])
+
+
 def mode():
     """'local', 'bsp', 'ssp', 'asp' or 'allreduce'."""
     return job().mode

@@ -1,5 +1,6 @@
 #include "python/native/frontend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -151,10 +152,69 @@ void FrontendJob::Broadcast(std::span<std::byte> data, int root) {
   }
 }
 
-void FrontendJob::AllReduceAverage(FloatSpan data) {
+void FrontendJob::AllReduce(FloatSpan data, ReduceOp op) {
   if (size() == 1) return;
   if (!link_.ring) throw StatusError(InvalidArgumentError("allreduce needs mode allreduce (this job's is " + ModeName(mode()) + ")"));
-  ThrowIfError(link_.ring->AllReduce(data, ReduceOp::kAverage).WithContext("allreduce"));
+  ThrowIfError(link_.ring->AllReduce(data, op).WithContext("allreduce"));
+}
+
+std::vector<std::string> FrontendJob::AllGather(const std::string& mine) {
+  if (size() == 1 || !link_.scheduler) return {mine};
+  if (link_.ring) {
+    std::vector<std::vector<std::byte>> all;
+    ThrowIfError(link_.ring
+                     ->AllGather(std::span(reinterpret_cast<const std::byte*>(mine.data()), mine.size()), &all)
+                     .WithContext("allgather"));
+    std::vector<std::string> out;
+    out.reserve(all.size());
+    for (const auto& a : all) out.emplace_back(reinterpret_cast<const char*>(a.data()), a.size());
+    return out;
+  }
+  // Through the scheduler: the sizes first, then rounds in which each worker sends its next piece;
+  // a release carries every worker's piece, so a piece is also bounded by the reply's limit.
+  const std::string name = "allgather-" + std::to_string(gathers_++) + "-";
+  const double timeout = process_.heartbeat_timeout() * 30 + 60;
+  const size_t n = static_cast<size_t>(size());
+  const uint64_t my_size = mine.size();
+  const auto sizes_text = Gather(name + "size", std::string(reinterpret_cast<const char*>(&my_size), sizeof my_size), timeout);
+  if (sizes_text.size() != n) {
+    throw StatusError(UnavailableError("allgather: " + std::to_string(sizes_text.size()) + " of " + std::to_string(n) +
+                                       " workers answered (one left the job?)"));
+  }
+  std::vector<uint64_t> sizes(n);
+  uint64_t largest = 0;
+  for (size_t r = 0; r < n; ++r) {
+    if (sizes_text[r].size() != sizeof(uint64_t)) {
+      throw StatusError(UnavailableError("allgather: worker " + std::to_string(r) + "'s size did not arrive"));
+    }
+    std::memcpy(&sizes[r], sizes_text[r].data(), sizeof(uint64_t));
+    largest = std::max(largest, sizes[r]);
+  }
+  const size_t piece = std::min(kMaxGatherBytes, static_cast<size_t>(kMaxSchedulerReplyBytes - (128 << 10)) / n);
+  std::vector<std::string> out(n);
+  for (size_t r = 0; r < n; ++r) out[r].reserve(sizes[r]);
+  for (uint64_t at = 0, round = 0; at < largest; at += piece, ++round) {
+    const std::string part = at < mine.size() ? mine.substr(at, piece) : std::string();
+    const auto all = Gather(name + std::to_string(round), part, timeout);
+    for (size_t r = 0; r < n; ++r) {
+      // A release lists a worker's piece only when it sent one (the last ranks' empty pieces
+      // leave the list short).
+      const uint64_t expect = at < sizes[r] ? std::min<uint64_t>(piece, sizes[r] - at) : 0;
+      const size_t got = r < all.size() ? all[r].size() : 0;
+      if (got != expect) {
+        throw StatusError(UnavailableError("allgather: worker " + std::to_string(r) + "'s data did not arrive"));
+      }
+      if (got) out[r] += all[r];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> FrontendJob::WorkerHosts() const {
+  if (!link_.scheduler) return {process_.host()};
+  std::vector<std::string> hosts;
+  for (const auto& w : link_.table.workers()) hosts.push_back(w.host());
+  return hosts;
 }
 
 const char* TraceName(const std::string& name) {

@@ -82,8 +82,15 @@ class FrontendJob {
   // kMaxGatherBytes, through the scheduler (PS modes). `data.size()` must be the same on every
   // worker and a multiple of 4.
   void Broadcast(std::span<std::byte> data, int root);
-  // Averages `data` over the job's ring in place (all-reduce mode; one worker: unchanged).
-  void AllReduceAverage(FloatSpan data);
+  // Averages (or sums) `data` over the job's ring in place (all-reduce mode; one worker:
+  // unchanged).
+  void AllReduce(FloatSpan data, ReduceOp op);
+  // Every worker's `mine`, by rank (sizes may differ): over the ring's all-gather (all-reduce
+  // mode) or, in rounds of at most kMaxGatherBytes a worker, through the scheduler (PS modes);
+  // local mode: {mine}. Every worker must call it, in the same order as its other collectives.
+  std::vector<std::string> AllGather(const std::string& mine);
+  // The host each worker advertised, by rank (local mode: this one's).
+  std::vector<std::string> WorkerHosts() const;
   // Tells the scheduler how this worker ended (once; later calls do nothing).
   void Finished(const Status& status);
 
@@ -92,6 +99,7 @@ class FrontendJob {
   config::WorkerProcess process_;
   JobLink link_;
   bool finished_ = false;
+  int64_t gathers_ = 0;  // AllGather's calls through the scheduler, for their barrier names
 };
 
 // Averages buckets of gradient over the job's ring, plain or compressed (BucketAverager): the

@@ -149,13 +149,30 @@ PYBIND11_MODULE(_native, m) {
           "Overwrites `data` (a writable contiguous buffer, size a multiple of 4) with root's, in place.")
       .def(
           "allreduce",
-          [](FrontendJob& j, py::array_t<float, py::array::c_style> data) {
+          [](FrontendJob& j, py::array_t<float, py::array::c_style> data, const std::string& op) {
+            if (op != "average" && op != "sum") throw StatusError(InvalidArgumentError("allreduce: op '" + op + "': average or sum"));
             py::buffer_info info = data.request(/*writable=*/true);
             FloatSpan span(static_cast<float*>(info.ptr), static_cast<size_t>(info.size));
             py::gil_scoped_release release;
-            j.AllReduceAverage(span);
+            j.AllReduce(span, op == "sum" ? ReduceOp::kSum : ReduceOp::kAverage);
           },
-          py::arg("data").noconvert(), "Averages a float32 array over the ring, in place (mode allreduce).")
+          py::arg("data").noconvert(), py::arg("op") = "average",
+          "Averages (op='average') or sums a float32 array over the ring, in place (mode allreduce).")
+      .def(
+          "allgather",
+          [](FrontendJob& j, const py::bytes& data) {
+            std::string in = data;
+            std::vector<std::string> out;
+            {
+              py::gil_scoped_release release;
+              out = j.AllGather(in);
+            }
+            py::list l;
+            for (const auto& s : out) l.append(py::bytes(s));
+            return l;
+          },
+          py::arg("data"), "Every worker's bytes, by rank (sizes may differ): the ring or the scheduler.")
+      .def_property_readonly("worker_hosts", &FrontendJob::WorkerHosts)
       .def(
           "finished",
           [](FrontendJob& j, const std::string& error) {

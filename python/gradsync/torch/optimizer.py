@@ -23,12 +23,15 @@ Per mode:
              the optimizer has when the step begins (so a torch LR scheduler drives it). Each
              parameter's gradient is pushed as soon as backward produced it; the next step's pulls
              go out in forward order when the step begins (at zero_grad() or the first forward,
-             whichever comes first; the previous push has then left the gradient buffer), and each
-             module's forward pre-hook waits only for that module's own parameters. step() sends
-             what is left and does not run the wrapped optimizer.
+             whichever comes first; the previous push has then left the gradient buffer). Every
+             parameter is guarded (_ParameterGuard): the first torch operation that reads it in a
+             step waits for its pull, whoever reads it (its module, a parent's forward, a fast path,
+             functional code, code outside forward). step() sends what is left and does not run
+             the wrapped optimizer.
   local      nothing is synchronized; step() is the wrapped optimizer's.
 """
 
+import contextlib
 import math
 import time
 import weakref
@@ -36,10 +39,76 @@ import weakref
 import torch
 
 from gradsync import _job, _native
-from gradsync._job import trace_span
+from gradsync._job import GradsyncError, trace_span
+from gradsync.torch import collectives
+from gradsync.torch.collectives import Adasum, Average, Sum
+from gradsync.torch.compression import codec_of
 from gradsync.torch.metrics import Recorder
 
 _PS_MODES = ("bsp", "ssp", "asp")
+
+
+# --- the parameter guard (PS modes) ---
+#
+# In the PS modes a step's pulls land in the parameter buffer while forward runs. A parameter may
+# be read by any code, not only its own module's forward (nn.MultiheadAttention reads
+# out_proj.weight without calling out_proj; TransformerEncoderLayer's eval fast path calls none
+# of its submodules; tied weights go through F.linear in a parent's forward), so waiting per
+# module cannot be made correct. Instead every synchronized parameter's class becomes a subclass
+# with a __torch_function__ (as nn.Parameter's own subclasses may have): every torch operation,
+# method or attribute that reads a parameter's values passes through it, and it waits for that
+# parameter's pull first (beginning the step if it has not begun). Metadata (shape, dtype, .grad,
+# ...) does not wait. The overlap is kept: a parameter is waited for when it is first read, not
+# before. Results are plain tensors (as nn.Parameter's), so the cost is one Python call per
+# operation that takes a parameter (bench/pytorch/compare.py measures the steps).
+
+_PENDING = {}  # id(parameter) -> (optimizer, index): guarded parameters not yet landed in this step
+
+_METADATA = set()
+for _name in ("grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "is_sparse",
+              "layout", "_version", "is_cuda", "names", "_backward_hooks"):
+    if hasattr(torch.Tensor, _name):
+        _METADATA.add(getattr(torch.Tensor, _name).__get__)
+_METADATA.add(torch.Tensor.grad.__set__)
+for _name in ("size", "dim", "numel", "data_ptr", "element_size", "is_contiguous", "nelement", "register_hook",
+              "__repr__"):
+    _METADATA.add(getattr(torch.Tensor, _name))
+del _name
+
+
+def _land(values):
+    for a in values:
+        if type(a) in (list, tuple):
+            _land(a)
+            continue
+        entry = _PENDING.get(id(a))
+        if entry is not None:
+            entry[0]._gs_land(entry[1])
+
+
+def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
+    if kwargs is None:
+        kwargs = {}
+    if _PENDING and func not in _METADATA:
+        _land(args)
+        if kwargs:
+            _land(kwargs.values())
+    with torch._C.DisableTorchFunction():
+        return func(*args, **kwargs)
+
+
+_guarded_classes = {}
+
+
+def _guarded_class(cls):
+    """A subclass of a parameter's class (nn.Parameter, or the user's own) with the guard."""
+    if cls not in _guarded_classes:
+        _guarded_classes[cls] = type(cls.__name__, (cls,), {
+            "__torch_function__": classmethod(_guarded_torch_function),
+            "_gs_unguarded": cls,
+            "__module__": cls.__module__,
+        })
+    return _guarded_classes[cls]
 
 
 def _ps_optimizer_spec(optimizer, mode):
@@ -82,11 +151,34 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # (DistributedOptimizer below), so `self` is an SGD, an Adam, ... and LR schedulers accept it.
 
     def __init__(self, params, named_parameters, compression, error_feedback, backward_passes_per_step,
-                 steps_per_epoch, total_steps, wrapped):
+                 steps_per_epoch, total_steps, wrapped, op, gradient_predivide_factor):
         super(self.__class__, self).__init__(params)
         job = _job.job()
         self._gs_job = job
         self._gs_mode = job.mode
+        op = collectives.resolve_op(None, op)
+        predivide = float(gradient_predivide_factor)
+        if not predivide > 0:
+            raise ValueError("gradient_predivide_factor must be > 0 (got %r)" % gradient_predivide_factor)
+        if predivide != 1.0 and op is not Average:
+            raise ValueError("gradient_predivide_factor needs op=Average (got op=%s)" % op)
+        if self._gs_mode in _PS_MODES:
+            if op is Adasum:
+                raise ValueError("op=Adasum: mode %s cannot honour it (the shards apply each worker's gradient as it "
+                                 "arrives, bsp their average); use mode allreduce" % self._gs_mode)
+            if predivide != 1.0:
+                raise ValueError("gradient_predivide_factor=%g: mode %s cannot honour it (the shards average in "
+                                 "float32 as they apply, with no sum to keep in range); use 1.0" % (predivide, self._gs_mode))
+        self._gs_op = op
+        self._gs_predivide = predivide
+        # op=Adasum: no averaging in the sync; step() combines the workers' updates (below).
+        self._gs_adasum = op is Adasum and self._gs_mode == "allreduce" and job.size > 1
+        # What a gradient is multiplied by before it leaves (the sync averages): op=Sum in the PS
+        # modes (the shards' average of N times the gradients is their sum), the predivide factor.
+        self._gs_prescale = 1.0 / predivide
+        if op is Sum and self._gs_mode in _PS_MODES:
+            self._gs_prescale = float(job.size)
+        compression = codec_of(compression)
         in_groups = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is None:
             named = [("param.%d" % i, p) for i, p in enumerate(in_groups)]
@@ -115,6 +207,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("backward_passes_per_step must be >= 1")
         spec = _ps_optimizer_spec(wrapped, self._gs_mode) if self._gs_mode in _PS_MODES else _native.OptimizerSpec()
         feedback = -1 if error_feedback is None else int(bool(error_feedback))
+        if self._gs_adasum and compression not in (None, "", "none"):
+            raise ValueError("op=Adasum with compression %r: Adasum combines the workers' exact updates" % compression)
         self._gs_sync = _native.Sync(job, [(n, list(p.shape)) for n, p in named], spec, compression or "", feedback)
         self._gs_names = [n for n, _ in named]
         self._gs_params = [p for _, p in named]
@@ -151,36 +245,41 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
             self._gs_hooks.append(accumulator.register_hook(self._gs_make_hook(i)))
             self._gs_accumulators.append(accumulator)
+        self._gs_guarded = {}
         if self._gs_ps:
-            self._gs_module_waits = weakref.WeakKeyDictionary()
-            self._gs_hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._gs_pre_forward))
+            # Every parameter guarded (above): its first read in a step waits for its pull.
+            for i, p in enumerate(self._gs_params):
+                p.__class__ = _guarded_class(type(p))
+                self._gs_guarded[id(p)] = (self, i)
+            _PENDING.update(self._gs_guarded)
         self._gs_last_end = time.perf_counter()
         self._gs_synced = None  # the stats of a synchronize() the coming step() finishes
+        self._gs_skip_sync = False  # inside skip_synchronize()
+        self._gs_joined = False
+        self._gs_used = [True] * len(self._gs_params)
+        self._gs_active = job.size
         self.loss_scale_info = None  # (scale, skipped steps) a GradScaler sets for the metrics rows
+        _LIVE.append(weakref.ref(self))
 
     # --- hooks ---
 
     def _gs_begin(self):
         lr = float(self.param_groups[0]["lr"]) if self._gs_ps else math.nan
-        self._gs_sync.begin_step(self._gs_step, False, lr)
+        if not self._gs_adasum:
+            self._gs_sync.begin_step(self._gs_step, False, lr)
         self._gs_begun = True
 
-    def _gs_pre_forward(self, module, inputs):
-        # Called before every module's forward in the process: which of this optimizer's
-        # parameters a module owns is looked up once per module.
-        waits = self._gs_module_waits.get(module)
-        if waits is None:
-            index = self._gs_index
-            waits = tuple(index[id(p)] for p in module._parameters.values() if p is not None and id(p) in index)
-            self._gs_module_waits[module] = waits
-        if not waits:
+    def _gs_land(self, i):
+        # The guard (above): parameter i is about to be read; its pull of this step must land.
+        if self._gs_finished:
+            _PENDING.pop(id(self._gs_params[i]), None)
             return
-        if not self._gs_begun and not self._gs_finished:
+        if not self._gs_begun:
             self._gs_begin()
-        for i in waits:
-            if not self._gs_waited[i]:
-                self._gs_sync.wait_params(i)
-                self._gs_waited[i] = True
+        if not self._gs_waited[i]:
+            self._gs_sync.wait_params(i)
+            self._gs_waited[i] = True
+        _PENDING.pop(id(self._gs_params[i]), None)
 
     def _gs_make_hook(self, i):
         def hook(*unused):
@@ -197,7 +296,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._gs_begin()
             self._gs_counts[i] += 1
             if self._gs_counts[i] == self._gs_passes:
-                self._gs_sync.grad_ready(i)
+                if self._gs_prescale != 1.0:
+                    with torch.no_grad():
+                        self._gs_grad_views[i].mul_(self._gs_prescale)
+                if not self._gs_adasum:
+                    self._gs_sync.grad_ready(i)
             elif self._gs_counts[i] > self._gs_passes:
                 raise ValueError("parameter '%s': gradient computed %d times before step() (backward_passes_per_step=%d)"
                                  % (self._gs_names[i], self._gs_counts[i], self._gs_passes))
@@ -219,7 +322,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None, loss=None):
         """Finishes the step: the gradient is averaged (all-reduce; then the wrapped optimizer
         steps) or pushed (PS; the shards update). `loss` (a float or a tensor) goes to the
-        metrics row. Returns the closure's loss, if any."""
+        metrics row. Returns the closure's loss, if any. Inside skip_synchronize() the step only
+        applies what synchronize() finished."""
+        if self._gs_skip_sync and self._gs_synced is None:
+            raise ValueError("step() inside skip_synchronize() needs synchronize() first (the gradient would "
+                             "be this worker's own)")
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -238,16 +345,86 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._gs_begun:
             self._gs_begin()
         self._gs_sync_started = time.perf_counter()
-        self._gs_synced = self._gs_sync.finish_step()
+        self._gs_synced = self._gs_communicate()
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Horovod's: `opt.synchronize()`, then `with opt.skip_synchronize(): opt.step()` applies
+        the synchronized gradient without communicating again (step() after synchronize() does
+        so anyway)."""
+        self._gs_skip_sync = True
+        try:
+            yield
+        finally:
+            self._gs_skip_sync = False
 
     def skip_step(self, loss=None):
         """Ends the step without the wrapped optimizer's update (a loss scaler's overflowed
         step): the communication is finished as in step(), the parameters stay as they are."""
         return self._gs_finish(loss, False, apply=False)
 
+    def _gs_communicate(self, state=1):
+        """The step's communication: the sync's finish_step (or, op=Adasum, nothing: step()
+        combines the updates), then in mode allreduce the step's header (_gs_header). Returns the
+        stats."""
+        if self._gs_adasum:
+            stats = dict(comm_ms=0.0, wait_ms=0.0, hidden_ms=0.0, blocked_ms=0.0, version_lag=math.nan,
+                         clock_staleness=math.nan, loss_scale=math.nan, skipped_steps=0)
+        else:
+            stats = self._gs_sync.finish_step()
+        stats["control_bytes_sent"] = 0
+        if self._gs_mode == "allreduce":
+            t = time.perf_counter()
+            before = self._gs_sync.traffic()[0]
+            self._gs_used = self._gs_header(state)
+            stats["comm_ms"] += (time.perf_counter() - t) * 1e3
+            stats["control_bytes_sent"] = self._gs_sync.traffic()[0] - before
+            if self._gs_predivide != 1.0:
+                self._gs_flat_grads.mul_(self._gs_predivide)
+            if self._gs_op is Sum:
+                self._gs_flat_grads.mul_(float(self._gs_job.size))
+            elif self._gs_active < self._gs_job.size and not self._gs_adasum:
+                # Workers that joined contributed zeros: the average is over those still training
+                # (as the shards' rounds are in the PS modes).
+                self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))
+        else:
+            self._gs_used = [c > 0 for c in self._gs_counts]
+        traffic = self._gs_sync.traffic()
+        stats["bytes_sent"], stats["bytes_received"] = traffic
+        return stats
+
+    def _gs_header(self, state):
+        """Mode allreduce: one small all-reduce after each step's gradient, the same on every
+        worker: each worker's state (1 training, 2 joined, 3 ended: finish() without join()),
+        its steps, and which tensors got a gradient on any worker. A worker that ended while
+        others train fails them all here, naming it; joined workers' zeros are averaged out."""
+        n = self._gs_job.size
+        me = self._gs_job.rank
+        p = len(self._gs_params)
+        header = torch.zeros(2 * n + p, dtype=torch.float32)
+        header[me] = state
+        header[n + me] = float(self._gs_step)
+        header[2 * n:] = torch.tensor([1.0 if c > 0 else 0.0 for c in self._gs_counts])
+        self._gs_job.allreduce(header.numpy(), "sum")
+        states = [int(round(float(v))) for v in header[:n]]
+        steps = [int(round(float(v))) for v in header[n:2 * n]]
+        self._gs_states, self._gs_steps_seen = states, steps
+        self._gs_active = states.count(1)
+        ended = [r for r in range(n) if states[r] == 3]
+        if ended and self._gs_active:
+            training = [r for r in range(n) if states[r] == 1]
+            raise GradsyncError(
+                "%s ended training (finish()) after %s while %s still training%s: every step of mode allreduce "
+                "needs every worker; call gradsync.torch.join() on a worker that runs out of data (or give every "
+                "worker the same number of steps)" % (
+                    _workers(ended), " and ".join("%d steps" % steps[r] for r in ended) if len(ended) > 1
+                    else "%d steps" % steps[ended[0]], _workers(training) + (" is" if len(training) == 1 else " are"),
+                    " (this worker, at step %d)" % self._gs_step if states[me] == 1 else ""))
+        return [bool(v > 0) for v in header[2 * n:]]
+
     def _gs_finish(self, loss, from_closure, apply):
         if self._gs_finished:
-            raise ValueError("step() after finish()")
+            raise ValueError("step() after finish()" if not self._gs_joined else "step() after join()")
         if not self._gs_begun and self._gs_synced is None:
             self._gs_begin()
         if self._gs_synced is not None:
@@ -255,19 +432,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             stats, self._gs_synced = self._gs_synced, None
         else:
             started = time.perf_counter()
-            stats = self._gs_sync.finish_step()
+            stats = self._gs_communicate()
         compute_ms = (started - self._gs_last_end) * 1e3
         result = None
         if not self._gs_ps and apply:
             t = time.perf_counter()
             with trace_span("optimizer", "compute"):
-                result = super(self.__class__, self).step()
+                result = self._gs_apply(stats)
             compute_ms += (time.perf_counter() - t) * 1e3
         compute_ms = max(0.0, compute_ms - stats["blocked_ms"])
-        self._gs_step += 1
-        self._gs_counts = [0] * len(self._gs_params)
-        self._gs_waited = [False] * len(self._gs_params)
-        self._gs_begun = False
+        self._gs_end_step()
         if self.loss_scale_info is not None:
             stats["loss_scale"], stats["skipped_steps"] = self.loss_scale_info
         self.last_stats = stats
@@ -275,6 +449,43 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_recorder.step(self._gs_step, stats, compute_ms, value)
         self._gs_last_end = time.perf_counter()
         return loss if from_closure else result
+
+    def _gs_end_step(self):
+        self._gs_step += 1
+        self._gs_counts = [0] * len(self._gs_params)
+        self._gs_waited = [False] * len(self._gs_params)
+        self._gs_begun = False
+        if self._gs_guarded:
+            _PENDING.update(self._gs_guarded)  # the next step's values are on their way
+
+    def _gs_apply(self, stats):
+        """The wrapped optimizer's step (all-reduce and local modes). A parameter that got no
+        gradient this step (on any worker) is left alone, as torch leaves one whose .grad is
+        None. op=Adasum: each worker steps on its own gradient, and the updates are combined
+        per tensor with Adasum (Horovod's _DistributedAdasumOptimizer)."""
+        skipped = [i for i, used in enumerate(self._gs_used) if not used]
+        for i in skipped:
+            self._gs_params[i].grad = None
+        try:
+            if self._gs_adasum:
+                before = self._gs_flat_params.clone()
+                result = super(self.__class__, self).step()
+                t = time.perf_counter()
+                delta = self._gs_flat_params - before
+                gathered = [torch.frombuffer(bytearray(b), dtype=torch.float32)
+                            for b in self._gs_job.allgather(delta.numpy().tobytes())]
+                with torch.no_grad():
+                    for i, (p, offset) in enumerate(zip(self._gs_params, self._gs_sync.offsets)):
+                        n = p.numel()
+                        combined = collectives.adasum([g[offset:offset + n] for g in gathered])
+                        self._gs_flat_params[offset:offset + n] = before[offset:offset + n] + combined
+                stats["comm_ms"] += (time.perf_counter() - t) * 1e3
+                stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
+                return result
+            return super(self.__class__, self).step()
+        finally:
+            for i in skipped:
+                self._gs_params[i].grad = self._gs_grad_views[i]
 
     # --- gradsync's own ---
 
@@ -328,9 +539,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._gs_begun:
             self._gs_begin()
         for i in range(len(self._gs_params)):
-            if not self._gs_waited[i]:
-                self._gs_sync.wait_params(i)
-                self._gs_waited[i] = True
+            self._gs_land(i)
 
     def record_evaluation(self, test_loss, test_accuracy):
         """Writes an evaluation row (test loss, test accuracy in [0, 1], and the mean training
@@ -345,19 +554,72 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """After the last step: every worker's updates are applied everywhere (PS: the last push
         answered, then the workers' barrier; all-reduce: the ring's barrier). With evaluate, the
         exact final parameters are in the model (PS: pulled from the shards). Writes
-        OUT/worker-<rank>.json. The optimizer cannot step afterwards."""
+        OUT/worker-<rank>.json. The optimizer cannot step afterwards. Every worker must have run
+        the same number of steps: a worker that runs out of data calls gradsync.torch.join()
+        instead; otherwise the workers still training fail, naming it."""
         if self._gs_finished:
             return
+        if self._gs_mode == "allreduce" and self._gs_job.size > 1:
+            self._gs_idle_step(3)  # fails, naming this worker, if others still train
+        self._gs_end(evaluate, join=False)
+
+    def _gs_join(self, evaluate=True):
+        """join(): this worker has no more data. All-reduce: it takes part in the others' steps
+        with a zero gradient until every worker has joined; PS: it leaves the shards' rounds (the
+        others' updates go on without it) and waits for the others at the end."""
+        if self._gs_finished:
+            return
+        self._gs_joined = True
+        if self._gs_mode == "allreduce" and self._gs_job.size > 1:
+            while True:
+                self._gs_idle_step(2)
+                if self._gs_active == 0:
+                    break
+        self._gs_end(evaluate, join=True)
+
+    def _gs_idle_step(self, state):
+        # A step without a gradient of this worker's (mode allreduce): zeros into the same
+        # collectives the training workers run, then the header with `state`.
+        if self._gs_synced is not None:
+            raise ValueError("finish() or join() between synchronize() and step()")
+        if not self._gs_begun:
+            self._gs_begin()
+        self._gs_flat_grads.zero_()
+        self._gs_counts = [0] * len(self._gs_params)
+        if not self._gs_adasum:
+            for i in reversed(range(len(self._gs_params))):
+                self._gs_sync.grad_ready(i)
+        self._gs_communicate(state)
+        if self._gs_adasum and self._gs_active:
+            self._gs_job.allgather(bytes(4 * self._gs_flat_params.numel()))  # a zero update
+        self._gs_begun = False
+
+    def _gs_end(self, evaluate, join):
         self._gs_finished = True
         for h in self._gs_hooks:
             h.remove()
         self._gs_hooks = []
-        self._gs_sync.end_training(bool(evaluate))
+        self._gs_unguard()
+        if join and self._gs_ps:
+            self._gs_sync.end_training(bool(evaluate), join=True)
+        else:
+            self._gs_sync.end_training(bool(evaluate))
         self._gs_recorder.finish(self.traffic())
 
+    def _gs_unguard(self):
+        # After the last step nothing lands any more: the parameters get their own class back.
+        for key in self._gs_guarded:
+            _PENDING.pop(key, None)
+        for p in self._gs_params:
+            unguarded = getattr(type(p), "_gs_unguarded", None)
+            if unguarded is not None:
+                p.__class__ = unguarded
+        self._gs_guarded = {}
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=None, error_feedback=None,
-                         backward_passes_per_step=1, steps_per_epoch=None, total_steps=None):
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, error_feedback=None, steps_per_epoch=None,
+                         total_steps=None, **unused):
     """Wraps a torch optimizer for the job's mode (gradsync.init() first). Returns an instance of
     a subclass of the optimizer's own class, built over the same parameter groups (its state
     starts empty: wrap before training).
@@ -366,14 +628,23 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, err
         name parameters (default: param.0, param.1, ...). Parameters are synchronized in this
         order; every worker must declare the same names and shapes (checked: ValueError naming
         the first that differs).
-    compression: a codec ("fp16", "int8", "qsgd:L", "sign", "topk:R", "randomk:R"); default the
-        job's --compress. error_feedback: default the job's --error-feedback.
+    compression: Compression.none / .fp16 (Horovod's), any of gradsync's (Compression.topk(0.01),
+        ...), or a codec string ("fp16", "int8", "qsgd:L", "sign", "topk:R", "randomk:R");
+        default the job's --compress. error_feedback: default the job's --error-feedback.
     backward_passes_per_step: backward passes that accumulate into one step's gradient.
+    op: Average (default), Sum (the gradients' sum), or Adasum (mode allreduce: each worker
+        steps on its own gradient and the updates are combined per tensor with Adasum, as
+        Horovod's). gradient_predivide_factor: op=Average, mode allreduce: the gradient is
+        divided by it before the sum and multiplied back after (the same average).
+    Horovod's num_groups, groups, sparse_as_dense and process_set are accepted and ignored.
     steps_per_epoch, total_steps: for the epoch column of the metrics rows and the shards' records.
     """
+    for name in unused:
+        if name not in ("num_groups", "groups", "sparse_as_dense", "process_set"):
+            raise TypeError("DistributedOptimizer() got an unexpected keyword argument '%s'" % name)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, error_feedback, backward_passes_per_step,
-               steps_per_epoch, total_steps, optimizer)
+               steps_per_epoch, total_steps, optimizer, op, gradient_predivide_factor)
 
 
 def broadcast_parameters(params, root_rank=0):
@@ -406,3 +677,49 @@ def broadcast_parameters(params, root_rank=0):
             n = part.numel()
             t.copy_(flat[at:at + n].clone().view(t.dtype).view_as(t))  # clone: aligned for the dtype
             at += n
+
+
+_LIVE = []  # weak references to this process's DistributedOptimizers, in creation order
+
+
+def _workers(ranks):
+    return ("worker " if len(ranks) == 1 else "workers ") + ", ".join(str(r) for r in ranks)
+
+
+def join(device=-1):
+    """Horovod's join(): this worker has no more data. Every DistributedOptimizer of the process
+    stops training: in mode allreduce it takes part in the other workers' steps with a zero
+    gradient (the average is over the workers still training) until every worker has joined; in
+    the PS modes it leaves the shards' rounds at once and waits at the end for the others. Then
+    each is finished as by finish(). Returns the rank of the worker that joined last (the one
+    that ran the most steps; ties: the highest rank). Every worker must end with join() or, if
+    all run the same number of steps, finish()."""
+    opts = [o for o in (ref() for ref in _LIVE) if o is not None and not o._gs_finished]
+    for o in opts:
+        o._gs_join()
+    steps = collectives.allgather_object(max([o._gs_step for o in opts] or [0]))
+    return max(range(len(steps)), key=lambda r: (steps[r], r))
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
+    """Horovod's broadcast_optimizer_state: every worker's optimizer takes root_rank's settings
+    (lr, momentum, ... of every parameter group) and state (momentum buffers, Adam's moments),
+    in place. Works on a plain torch optimizer (before DistributedOptimizer wraps it) and on a
+    DistributedOptimizer. An empty state stays empty (torch creates it at the first step, alike
+    on every worker), so no step is taken. In the PS modes a DistributedOptimizer's state lives
+    on the shards, one copy for every worker: only the settings are broadcast."""
+    job = _job.job()
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    groups = collectives.broadcast_object(groups, root_rank)
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError("broadcast_optimizer_state: worker %d's optimizer has %d parameter groups, this worker's %d"
+                         % (root_rank, len(groups), len(optimizer.param_groups)))
+    for g, options in zip(optimizer.param_groups, groups):
+        g.update(options)
+    if getattr(optimizer, "_gs_ps", False):
+        return
+    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)
+    if job.rank != root_rank:
+        optimizer.load_state_dict({"state": state,
+                                   "param_groups": [dict(o, params=optimizer.state_dict()["param_groups"][i]["params"])
+                                                    for i, o in enumerate(groups)]})

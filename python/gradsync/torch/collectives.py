@@ -1,0 +1,210 @@
+"""Collectives on tensors and objects in every mode, with Horovod's and BytePS's names:
+allreduce, allgather, broadcast (and their in-place forms), broadcast_object, allgather_object,
+push_pull, and the reduction ops Average, Sum and Adasum.
+
+Every worker must call them in the same order (as Horovod's named collectives, without names).
+They go over the job's ring in mode allreduce and through the scheduler in the PS modes (in
+pieces of at most 1 MiB a worker), so they are for metrics, objects and state, not for gradients:
+gradients go through DistributedOptimizer. A float32 average or sum in mode allreduce is the
+ring's all-reduce; everything else is an all-gather followed by the same reduction on every
+worker, in rank order, so that every worker gets the same bits.
+"""
+
+import io
+import pickle
+import struct
+
+import torch
+
+from gradsync import _job
+from gradsync.torch.compression import Compression, Compressor
+
+
+class ReduceOp:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+Average = ReduceOp("Average")
+Sum = ReduceOp("Sum")
+Adasum = ReduceOp("Adasum")
+
+
+def resolve_op(average=None, op=None):
+    """Horovod's rule: op wins; else average (default True) picks Average or Sum."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("allreduce: give op or average, not both")
+        if not isinstance(op, ReduceOp):
+            raise ValueError("op %r: gradsync.torch.Average, Sum or Adasum" % (op,))
+        return op
+    return Sum if average is False else Average
+
+
+# --- tensors as bytes (dtype, shape, values) ---
+
+def _to_bytes(tensor):
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    header = pickle.dumps((str(t.dtype), tuple(t.shape)))
+    values = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return struct.pack("<I", len(header)) + header + values
+
+
+def _from_bytes(data):
+    (n,) = struct.unpack_from("<I", data)
+    dtype_name, shape = pickle.loads(data[4:4 + n])
+    dtype = getattr(torch, dtype_name.replace("torch.", ""))
+    raw = bytearray(data[4 + n:])
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
+
+
+def _gathered(tensor):
+    """Every worker's tensor, by rank."""
+    return [_from_bytes(b) for b in _job.job().allgather(_to_bytes(tensor))]
+
+
+def _adasum_pair(a, b):
+    # Adasum (Maleki et al., 2021; Horovod's op=Adasum): each vector is scaled down by its
+    # projection onto the other, so orthogonal gradients add and parallel ones average.
+    dot = torch.dot(a, b)
+    an = torch.dot(a, a)
+    bn = torch.dot(b, b)
+    ac = 1.0 - dot / (2 * an) if an > 0 else torch.tensor(1.0, dtype=a.dtype)
+    bc = 1.0 - dot / (2 * bn) if bn > 0 else torch.tensor(1.0, dtype=a.dtype)
+    return ac * a + bc * b
+
+
+def adasum(tensors):
+    """Adasum of the tensors, combined pairwise in a binary tree over ranks (0+1, 2+3, then
+    (0+1)+(2+3), ...), in float64; the result has the first tensor's dtype and shape."""
+    level = [t.reshape(-1).to(torch.float64) for t in tensors]
+    while len(level) > 1:
+        nxt = [_adasum_pair(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0].to(tensors[0].dtype).reshape(tensors[0].shape)
+
+
+def _reduce(tensor, op):
+    job = _job.job()
+    n = job.size
+    if n == 1:
+        return tensor.detach().clone()
+    if op is not Adasum and job.mode == "allreduce" and tensor.dtype == torch.float32 and tensor.device.type == "cpu":
+        flat = tensor.detach().contiguous().reshape(-1).clone()
+        job.allreduce(flat.numpy(), "average" if op is Average else "sum")
+        return flat.reshape(tensor.shape)
+    parts = _gathered(tensor)
+    for r, p in enumerate(parts):
+        if p.shape != tensor.shape or p.dtype != tensor.dtype:
+            raise ValueError("allreduce: worker %d's tensor is %s %s, this worker's %s %s" %
+                             (r, p.dtype, list(p.shape), tensor.dtype, list(tensor.shape)))
+    if op is Adasum:
+        if not tensor.dtype.is_floating_point:
+            raise ValueError("allreduce: Adasum needs floating-point tensors (got %s)" % tensor.dtype)
+        return adasum(parts)
+    wide = torch.float64 if tensor.dtype.is_floating_point else torch.int64
+    if tensor.dtype == torch.bool:
+        wide = torch.int64
+    acc = parts[0].to(wide).clone()
+    for p in parts[1:]:
+        acc += p.to(wide)
+    if op is Average:
+        acc = acc / n if tensor.dtype.is_floating_point else torch.div(acc, n, rounding_mode="floor")
+    return acc.to(tensor.dtype)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0):
+    """A new tensor: `op` (Average, the default; Sum; Adasum) of every worker's `tensor`
+    (Horovod's allreduce; `name` is accepted and unused: calls match by order). compression:
+    the values go through the codec and back (what its wire would deliver), as Horovod's."""
+    op = resolve_op(average, op)
+    t = tensor.detach()
+    if prescale_factor != 1.0:
+        t = t * prescale_factor
+    ctx = None
+    if isinstance(compression, Compressor) and compression.codec == "fp16" and t.dtype.is_floating_point:
+        t, ctx = t.to(torch.float16), t.dtype
+    out = _reduce(t, op)
+    if ctx is not None:
+        out = out.to(ctx)
+    if postscale_factor != 1.0:
+        out = out * postscale_factor
+    return out.to(tensor.device)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """allreduce in place; returns `tensor`."""
+    with torch.no_grad():
+        tensor.copy_(allreduce(tensor, average, name, Compression.none, op, prescale_factor, postscale_factor))
+    return tensor
+
+
+def push_pull(tensor, average=True, name=None, version=0, priority=0, compression=Compression.none):
+    """BytePS's push_pull: the sum (average=True: the average) of every worker's tensor, a new
+    tensor (BytePS's push_pull is in place; push_pull_ is too)."""
+    return allreduce(tensor, average=average, compression=compression)
+
+
+def push_pull_(tensor, average=True, name=None, version=0, priority=0):
+    return allreduce_(tensor, average=average)
+
+
+def allgather(tensor, name=None):
+    """A new tensor: every worker's `tensor` concatenated along dimension 0 in rank order (the
+    first dimension may differ between workers, the others may not)."""
+    parts = _gathered(tensor)
+    for r, p in enumerate(parts):
+        if p.dtype != tensor.dtype or tuple(p.shape[1:]) != tuple(tensor.shape[1:]):
+            raise ValueError("allgather: worker %d's tensor is %s %s, this worker's %s %s (only dimension 0 may "
+                             "differ)" % (r, p.dtype, list(p.shape), tensor.dtype, list(tensor.shape)))
+    if tensor.dim() == 0:
+        return torch.stack(parts).to(tensor.device)
+    return torch.cat(parts).to(tensor.device)
+
+
+def allgather_object(obj, name=None):
+    """Every worker's picklable `obj`, as a list by rank."""
+    return [pickle.loads(b) for b in _job.job().allgather(pickle.dumps(obj))]
+
+
+def broadcast(tensor, root_rank, name=None):
+    """A new tensor with root_rank's values (every worker passes a tensor of the same shape and
+    dtype)."""
+    out = tensor.detach().clone()
+    broadcast_(out, root_rank)
+    return out
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """Overwrites `tensor` with root_rank's, in place; returns it."""
+    from gradsync.torch.optimizer import broadcast_parameters
+    broadcast_parameters([tensor], root_rank)
+    return tensor
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's picklable `obj`, on every worker."""
+    job = _job.job()
+    if not 0 <= root_rank < job.size:
+        raise ValueError("broadcast_object: root_rank %d is not a rank of %d workers" % (root_rank, job.size))
+    if job.size == 1:
+        return obj
+    mine = b""
+    if job.rank == root_rank:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        mine = buf.getvalue()
+    data = job.allgather(mine)[root_rank]
+    if job.rank == root_rank:
+        return obj
+    return torch.load(io.BytesIO(data))
