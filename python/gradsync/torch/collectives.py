@@ -8,6 +8,14 @@ pieces of at most 1 MiB a worker), so they are for metrics, objects and state, n
 gradients go through DistributedOptimizer. A float32 average or sum in mode allreduce is the
 ring's all-reduce; everything else is an all-gather followed by the same reduction on every
 worker, in rank order, so that every worker gets the same bits.
+
+Mode allreduce: every operation on the ring that a training script starts (a training step of a
+DistributedOptimizer, and the collectives here) is first announced, in one small all-reduce (the
+announcement) that tells every worker what each other one does next: keep training, join(), or
+end (finish()). A worker that has joined serves the others' operations with zeros (or nothing)
+until every worker has joined, so the others' averages are over the workers still training; a
+worker that ended while others train fails them all at their next operation, naming it. In the
+PS modes a joined worker has left the scheduler's membership: the collectives go on without it.
 """
 
 import io
@@ -17,7 +25,93 @@ import struct
 import torch
 
 from gradsync import _job
+from gradsync._job import GradsyncError
 from gradsync.torch.compression import Compression, Compressor
+
+
+# --- the announcement (mode allreduce) ---
+
+TRAINING, JOINED, ENDED = 1, 2, 3
+OP_NONE, OP_STEP, OP_AVERAGE, OP_SUM, OP_ALLGATHER, OP_BROADCAST, OP_END = range(7)
+_OP_NAMES = {OP_NONE: "nothing", OP_STEP: "a training step", OP_AVERAGE: "allreduce (average)",
+             OP_SUM: "allreduce (sum)", OP_ALLGATHER: "allgather", OP_BROADCAST: "broadcast", OP_END: "finish()"}
+_FIELDS = 7  # per worker: state, step (2 slots), op, size (2 slots), arg
+_SPLIT = float(1 << 20)  # large integers travel as two floats, each exact
+
+
+class Announced:
+    """What every worker announced: states, steps, and the operation the training ones start."""
+
+    def __init__(self, values, n):
+        rows = [values[r * _FIELDS:(r + 1) * _FIELDS] for r in range(n)]
+        self.states = [int(round(row[0])) for row in rows]
+        self.steps = [int(round(row[1] * _SPLIT + row[2])) for row in rows]
+        self.ops = [(int(round(row[3])), int(round(row[4] * _SPLIT + row[5])), int(round(row[6]))) for row in rows]
+        self.active = [r for r in range(n) if self.states[r] == TRAINING]
+        self.joined = [r for r in range(n) if self.states[r] == JOINED]
+        self.ended = [r for r in range(n) if self.states[r] == ENDED]
+        self.op, self.size, self.arg = self.ops[self.active[0]] if self.active else (OP_NONE, 0, 0)
+
+
+def _workers(ranks):
+    return ("worker " if len(ranks) == 1 else "workers ") + ", ".join(str(r) for r in ranks)
+
+
+def announce(op, size=0, arg=0, state=TRAINING, step=0):
+    """Mode allreduce with several workers: the announcement. Raises GradsyncError when a worker
+    ended (finish()) while others still train, or when the training workers start different
+    operations. Returns the Announced."""
+    job = _job.job()
+    n, me = job.size, job.rank
+    row = torch.zeros(_FIELDS * n, dtype=torch.float32)
+    row[me * _FIELDS:(me + 1) * _FIELDS] = torch.tensor(
+        [state, step // _SPLIT, step % _SPLIT, op, size // _SPLIT, size % _SPLIT, arg], dtype=torch.float32)
+    job.allreduce(row.numpy(), "sum")
+    a = Announced([float(v) for v in row], n)
+    if a.ended and a.active:
+        me_training = a.states[me] == TRAINING
+        raise GradsyncError(
+            "%s ended training (finish()) after %s while %s still training%s: in mode allreduce every step needs "
+            "every worker; call gradsync.torch.join() on a worker that runs out of data (or give every worker the "
+            "same number of steps)" % (
+                _workers(a.ended), ", ".join("%d steps" % a.steps[r] for r in a.ended),
+                _workers(a.active) + (" is" if len(a.active) == 1 else " are"),
+                " (this worker at step %d)" % step if me_training else ""))
+    differ = [r for r in a.active if a.ops[r] != a.ops[a.active[0]]]
+    if differ:
+        first, other = a.active[0], differ[0]
+        raise GradsyncError("the workers start different operations: worker %d %s (%d), worker %d %s (%d); every "
+                            "worker must call the same collectives in the same order" % (
+                                first, _OP_NAMES.get(a.ops[first][0], "?"), a.ops[first][1], other,
+                                _OP_NAMES.get(a.ops[other][0], "?"), a.ops[other][1]))
+    return a
+
+
+def _announcing():
+    job = _job.job()
+    return job.mode == "allreduce" and job.size > 1
+
+
+def serve_joined(run_step, steps=0):
+    """A worker that has joined (mode allreduce): takes part in every operation the others
+    announce, with zeros (`run_step(i, announced)` runs DistributedOptimizer i's step without a
+    gradient),
+    until none trains. `steps`: this worker's steps, announced. Returns the last Announced."""
+    job = _job.job()
+    while True:
+        a = announce(OP_NONE, state=JOINED, step=steps)
+        if not a.active:
+            return a
+        if a.op == OP_STEP:
+            run_step(a.arg, a)
+        elif a.op in (OP_AVERAGE, OP_SUM):
+            job.allreduce(torch.zeros(a.size, dtype=torch.float32).numpy(), "sum")
+        elif a.op == OP_ALLGATHER:
+            job.allgather(b"")
+        elif a.op == OP_BROADCAST:
+            if a.states[a.arg] != TRAINING:
+                raise GradsyncError("broadcast from worker %d, which has joined" % a.arg)
+            job.broadcast(torch.zeros(a.size, dtype=torch.uint8).numpy(), a.arg)
 
 
 class ReduceOp:
@@ -65,9 +159,17 @@ def _from_bytes(data):
     return flat.view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
 
 
+def allgather_bytes(data):
+    """Every worker's bytes by rank (announced in mode allreduce; a worker that has joined
+    gives b"")."""
+    if _announcing():
+        announce(OP_ALLGATHER)  # sizes may differ
+    return _job.job().allgather(data)
+
+
 def _gathered(tensor):
-    """Every worker's tensor, by rank."""
-    return [_from_bytes(b) for b in _job.job().allgather(_to_bytes(tensor))]
+    """Every training worker's tensor, by rank (None for a worker that has joined)."""
+    return [_from_bytes(b) if b else None for b in allgather_bytes(_to_bytes(tensor))]
 
 
 def _adasum_pair(a, b):
@@ -100,9 +202,12 @@ def _reduce(tensor, op):
         return tensor.detach().clone()
     if op is not Adasum and job.mode == "allreduce" and tensor.dtype == torch.float32 and tensor.device.type == "cpu":
         flat = tensor.detach().contiguous().reshape(-1).clone()
-        job.allreduce(flat.numpy(), "average" if op is Average else "sum")
+        a = announce(OP_AVERAGE if op is Average else OP_SUM, flat.numel())
+        job.allreduce(flat.numpy(), "sum")
+        if op is Average:
+            flat /= len(a.active)  # workers that joined gave zeros
         return flat.reshape(tensor.shape)
-    parts = _gathered(tensor)
+    parts = [p for p in _gathered(tensor) if p is not None]
     for r, p in enumerate(parts):
         if p.shape != tensor.shape or p.dtype != tensor.dtype:
             raise ValueError("allreduce: worker %d's tensor is %s %s, this worker's %s %s" %
@@ -112,13 +217,11 @@ def _reduce(tensor, op):
             raise ValueError("allreduce: Adasum needs floating-point tensors (got %s)" % tensor.dtype)
         return adasum(parts)
     wide = torch.float64 if tensor.dtype.is_floating_point else torch.int64
-    if tensor.dtype == torch.bool:
-        wide = torch.int64
     acc = parts[0].to(wide).clone()
     for p in parts[1:]:
         acc += p.to(wide)
     if op is Average:
-        acc = acc / n if tensor.dtype.is_floating_point else torch.div(acc, n, rounding_mode="floor")
+        acc = acc / len(parts) if tensor.dtype.is_floating_point else torch.div(acc, len(parts), rounding_mode="floor")
     return acc.to(tensor.dtype)
 
 
@@ -162,7 +265,7 @@ def push_pull_(tensor, average=True, name=None, version=0, priority=0):
 def allgather(tensor, name=None):
     """A new tensor: every worker's `tensor` concatenated along dimension 0 in rank order (the
     first dimension may differ between workers, the others may not)."""
-    parts = _gathered(tensor)
+    parts = [p for p in _gathered(tensor) if p is not None]
     for r, p in enumerate(parts):
         if p.dtype != tensor.dtype or tuple(p.shape[1:]) != tuple(tensor.shape[1:]):
             raise ValueError("allgather: worker %d's tensor is %s %s, this worker's %s %s (only dimension 0 may "
@@ -173,8 +276,9 @@ def allgather(tensor, name=None):
 
 
 def allgather_object(obj, name=None):
-    """Every worker's picklable `obj`, as a list by rank."""
-    return [pickle.loads(b) for b in _job.job().allgather(pickle.dumps(obj))]
+    """Every training worker's picklable `obj`, as a list by rank (None for a worker that has
+    joined)."""
+    return [pickle.loads(b) if b else None for b in allgather_bytes(pickle.dumps(obj))]
 
 
 def broadcast(tensor, root_rank, name=None):
@@ -204,7 +308,9 @@ def broadcast_object(obj, root_rank=0, name=None):
         buf = io.BytesIO()
         torch.save(obj, buf)
         mine = buf.getvalue()
-    data = job.allgather(mine)[root_rank]
+    data = allgather_bytes(mine)[root_rank]
     if job.rank == root_rank:
         return obj
+    if not data:
+        raise GradsyncError("broadcast_object: worker %d, the root, has joined or left" % root_rank)
     return torch.load(io.BytesIO(data))

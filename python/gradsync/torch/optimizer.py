@@ -255,15 +255,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_last_end = time.perf_counter()
         self._gs_synced = None  # the stats of a synchronize() the coming step() finishes
         self._gs_skip_sync = False  # inside skip_synchronize()
+        self._gs_failure = None  # a GradsyncError a gradient hook met, raised by step()
+        self._gs_control_bytes = 0  # this step's announcement and agreement bytes (mode allreduce)
         self._gs_joined = False
         self._gs_used = [True] * len(self._gs_params)
         self._gs_active = job.size
+        # Mode allreduce with several workers: steps are announced (collectives.py) and the
+        # tensors that got a gradient are agreed on after each.
+        self._gs_ring = self._gs_mode == "allreduce" and job.size > 1
         self.loss_scale_info = None  # (scale, skipped steps) a GradScaler sets for the metrics rows
+        self._gs_id = len(_LIVE)
         _LIVE.append(weakref.ref(self))
 
     # --- hooks ---
 
-    def _gs_begin(self):
+    def _gs_begin(self, announce=True):
+        if announce and self._gs_ring:
+            # Every worker learns who still trains before the step's first bucket (collectives.py).
+            before = self._gs_sync.traffic()[0]
+            self._gs_active = len(collectives.announce(collectives.OP_STEP, arg=self._gs_id, step=self._gs_step).active)
+            self._gs_control_bytes += self._gs_sync.traffic()[0] - before
         lr = float(self.param_groups[0]["lr"]) if self._gs_ps else math.nan
         if not self._gs_adasum:
             self._gs_sync.begin_step(self._gs_step, False, lr)
@@ -292,16 +303,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     else:
                         self._gs_grad_views[i].zero_()
                 p.grad = self._gs_grad_views[i]
-            if not self._gs_begun:
-                self._gs_begin()
+            if self._gs_failure is not None:
+                return  # the step failed: step() says why
             self._gs_counts[i] += 1
-            if self._gs_counts[i] == self._gs_passes:
-                if self._gs_prescale != 1.0:
-                    with torch.no_grad():
-                        self._gs_grad_views[i].mul_(self._gs_prescale)
-                if not self._gs_adasum:
-                    self._gs_sync.grad_ready(i)
-            elif self._gs_counts[i] > self._gs_passes:
+            try:
+                if not self._gs_begun:
+                    self._gs_begin()
+                if self._gs_counts[i] == self._gs_passes:
+                    if self._gs_prescale != 1.0:
+                        with torch.no_grad():
+                            self._gs_grad_views[i].mul_(self._gs_prescale)
+                    if not self._gs_adasum:
+                        self._gs_sync.grad_ready(i)
+            except GradsyncError as e:
+                # Raised out of autograd's hook, a failure would unwind backward inside torch's
+                # engine; it is kept and raised by step() (or synchronize()) instead.
+                self._gs_failure = e
+                return
+            if self._gs_counts[i] > self._gs_passes:
                 raise ValueError("parameter '%s': gradient computed %d times before step() (backward_passes_per_step=%d)"
                                  % (self._gs_names[i], self._gs_counts[i], self._gs_passes))
         return hook
@@ -340,6 +359,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         torch.cuda.amp.GradScaler: synchronize(), then scaler.step(opt))."""
         if self._gs_finished:
             raise ValueError("synchronize() after finish()")
+        if self._gs_failure is not None:
+            raise self._gs_failure
         if self._gs_synced is not None:
             return
         if not self._gs_begun:
@@ -363,22 +384,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         step): the communication is finished as in step(), the parameters stay as they are."""
         return self._gs_finish(loss, False, apply=False)
 
-    def _gs_communicate(self, state=1):
+    def _gs_communicate(self):
         """The step's communication: the sync's finish_step (or, op=Adasum, nothing: step()
-        combines the updates), then in mode allreduce the step's header (_gs_header). Returns the
-        stats."""
+        combines the updates), then in mode allreduce which tensors got a gradient on any
+        worker. Returns the stats."""
         if self._gs_adasum:
             stats = dict(comm_ms=0.0, wait_ms=0.0, hidden_ms=0.0, blocked_ms=0.0, version_lag=math.nan,
                          clock_staleness=math.nan, loss_scale=math.nan, skipped_steps=0)
         else:
             stats = self._gs_sync.finish_step()
-        stats["control_bytes_sent"] = 0
-        if self._gs_mode == "allreduce":
+        if self._gs_ring:
             t = time.perf_counter()
             before = self._gs_sync.traffic()[0]
-            self._gs_used = self._gs_header(state)
+            self._gs_used = self._gs_agree_used(self._gs_counts)
             stats["comm_ms"] += (time.perf_counter() - t) * 1e3
-            stats["control_bytes_sent"] = self._gs_sync.traffic()[0] - before
+            self._gs_control_bytes += self._gs_sync.traffic()[0] - before
+        else:
+            self._gs_used = [c > 0 for c in self._gs_counts]
+        # The step's announcement and agreement (mode allreduce), apart from the gradient's bytes.
+        stats["control_bytes_sent"], self._gs_control_bytes = self._gs_control_bytes, 0
+        if self._gs_mode == "allreduce":
             if self._gs_predivide != 1.0:
                 self._gs_flat_grads.mul_(self._gs_predivide)
             if self._gs_op is Sum:
@@ -387,44 +412,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 # Workers that joined contributed zeros: the average is over those still training
                 # (as the shards' rounds are in the PS modes).
                 self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))
-        else:
-            self._gs_used = [c > 0 for c in self._gs_counts]
-        traffic = self._gs_sync.traffic()
-        stats["bytes_sent"], stats["bytes_received"] = traffic
+        stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
         return stats
 
-    def _gs_header(self, state):
-        """Mode allreduce: one small all-reduce after each step's gradient, the same on every
-        worker: each worker's state (1 training, 2 joined, 3 ended: finish() without join()),
-        its steps, and which tensors got a gradient on any worker. A worker that ended while
-        others train fails them all here, naming it; joined workers' zeros are averaged out."""
-        n = self._gs_job.size
-        me = self._gs_job.rank
-        p = len(self._gs_params)
-        header = torch.zeros(2 * n + p, dtype=torch.float32)
-        header[me] = state
-        header[n + me] = float(self._gs_step)
-        header[2 * n:] = torch.tensor([1.0 if c > 0 else 0.0 for c in self._gs_counts])
-        self._gs_job.allreduce(header.numpy(), "sum")
-        states = [int(round(float(v))) for v in header[:n]]
-        steps = [int(round(float(v))) for v in header[n:2 * n]]
-        self._gs_states, self._gs_steps_seen = states, steps
-        self._gs_active = states.count(1)
-        ended = [r for r in range(n) if states[r] == 3]
-        if ended and self._gs_active:
-            training = [r for r in range(n) if states[r] == 1]
-            raise GradsyncError(
-                "%s ended training (finish()) after %s while %s still training%s: every step of mode allreduce "
-                "needs every worker; call gradsync.torch.join() on a worker that runs out of data (or give every "
-                "worker the same number of steps)" % (
-                    _workers(ended), " and ".join("%d steps" % steps[r] for r in ended) if len(ended) > 1
-                    else "%d steps" % steps[ended[0]], _workers(training) + (" is" if len(training) == 1 else " are"),
-                    " (this worker, at step %d)" % self._gs_step if states[me] == 1 else ""))
-        return [bool(v > 0) for v in header[2 * n:]]
+    def _gs_agree_used(self, counts):
+        # Which tensors got a gradient on any worker (one small all-reduce): the others are left
+        # alone by the optimizer, on every worker alike.
+        used = torch.tensor([1.0 if c > 0 else 0.0 for c in counts], dtype=torch.float32)
+        self._gs_job.allreduce(used.numpy(), "sum")
+        return [bool(v > 0) for v in used]
 
     def _gs_finish(self, loss, from_closure, apply):
         if self._gs_finished:
             raise ValueError("step() after finish()" if not self._gs_joined else "step() after join()")
+        if self._gs_failure is not None:
+            raise self._gs_failure
         if not self._gs_begun and self._gs_synced is None:
             self._gs_begin()
         if self._gs_synced is not None:
@@ -458,7 +460,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._gs_guarded:
             _PENDING.update(self._gs_guarded)  # the next step's values are on their way
 
-    def _gs_apply(self, stats):
+    def _gs_apply(self, stats, own_step=True):
         """The wrapped optimizer's step (all-reduce and local modes). A parameter that got no
         gradient this step (on any worker) is left alone, as torch leaves one whose .grad is
         None. op=Adasum: each worker steps on its own gradient, and the updates are combined
@@ -469,7 +471,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         try:
             if self._gs_adasum:
                 before = self._gs_flat_params.clone()
-                result = super(self.__class__, self).step()
+                result = super(self.__class__, self).step() if own_step else None  # joined: a zero update
                 t = time.perf_counter()
                 delta = self._gs_flat_params - before
                 gathered = [torch.frombuffer(bytearray(b), dtype=torch.float32)
@@ -559,40 +561,30 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         instead; otherwise the workers still training fail, naming it."""
         if self._gs_finished:
             return
-        if self._gs_mode == "allreduce" and self._gs_job.size > 1:
-            self._gs_idle_step(3)  # fails, naming this worker, if others still train
+        if self._gs_synced is not None:
+            raise ValueError("finish() between synchronize() and step()")
+        if self._gs_ring:
+            # Fails, naming this worker, if others still train (collectives.announce).
+            collectives.announce(collectives.OP_END, state=collectives.ENDED, step=self._gs_step)
         self._gs_end(evaluate, join=False)
 
-    def _gs_join(self, evaluate=True):
-        """join(): this worker has no more data. All-reduce: it takes part in the others' steps
-        with a zero gradient until every worker has joined; PS: it leaves the shards' rounds (the
-        others' updates go on without it) and waits for the others at the end."""
+    def _gs_zero_step(self, announced):
+        # Mode allreduce, a worker that has joined: the step the others announced, as their step
+        # number, with a zero gradient, through the same collectives; then the same update, so
+        # that its replica stays the others'.
         if self._gs_finished:
-            return
-        self._gs_joined = True
-        if self._gs_mode == "allreduce" and self._gs_job.size > 1:
-            while True:
-                self._gs_idle_step(2)
-                if self._gs_active == 0:
-                    break
-        self._gs_end(evaluate, join=True)
-
-    def _gs_idle_step(self, state):
-        # A step without a gradient of this worker's (mode allreduce): zeros into the same
-        # collectives the training workers run, then the header with `state`.
-        if self._gs_synced is not None:
-            raise ValueError("finish() or join() between synchronize() and step()")
-        if not self._gs_begun:
-            self._gs_begin()
+            raise GradsyncError("a training step of an optimizer that finish() ended on this worker")
+        self._gs_step = announced.steps[announced.active[0]]
+        self._gs_active = len(announced.active)
+        self._gs_begin(announce=False)
         self._gs_flat_grads.zero_()
         self._gs_counts = [0] * len(self._gs_params)
         if not self._gs_adasum:
             for i in reversed(range(len(self._gs_params))):
                 self._gs_sync.grad_ready(i)
-        self._gs_communicate(state)
-        if self._gs_adasum and self._gs_active:
-            self._gs_job.allgather(bytes(4 * self._gs_flat_params.numel()))  # a zero update
-        self._gs_begun = False
+        stats = self._gs_communicate()
+        self._gs_apply(stats, own_step=False)
+        self._gs_end_step()
 
     def _gs_end(self, evaluate, join):
         self._gs_finished = True
@@ -671,6 +663,8 @@ def broadcast_parameters(params, root_rank=0):
         pad = (-flat.numel()) % 4
         if pad:
             flat = torch.cat([flat, torch.zeros(pad, dtype=torch.uint8)])
+        if job.mode == "allreduce":
+            collectives.announce(collectives.OP_BROADCAST, flat.numel(), root_rank)
         job.broadcast(flat.numpy(), root_rank)
         at = 0
         for t, part in zip(tensors, parts):
@@ -682,23 +676,30 @@ def broadcast_parameters(params, root_rank=0):
 _LIVE = []  # weak references to this process's DistributedOptimizers, in creation order
 
 
-def _workers(ranks):
-    return ("worker " if len(ranks) == 1 else "workers ") + ", ".join(str(r) for r in ranks)
-
-
 def join(device=-1):
-    """Horovod's join(): this worker has no more data. Every DistributedOptimizer of the process
-    stops training: in mode allreduce it takes part in the other workers' steps with a zero
-    gradient (the average is over the workers still training) until every worker has joined; in
-    the PS modes it leaves the shards' rounds at once and waits at the end for the others. Then
-    each is finished as by finish(). Returns the rank of the worker that joined last (the one
-    that ran the most steps; ties: the highest rank). Every worker must end with join() or, if
-    all run the same number of steps, finish()."""
-    opts = [o for o in (ref() for ref in _LIVE) if o is not None and not o._gs_finished]
+    """Horovod's join(): this worker has no more data. Mode allreduce: it takes part in the other
+    workers' steps and collectives with zeros (their averages are over the workers still
+    training) until every worker has joined; PS modes: each DistributedOptimizer leaves the
+    shards' rounds at once (the others go on without it) and waits at the end for the others.
+    Then each is finished as by finish(). Returns the rank of the worker that joined last (the
+    one that ran the most steps; ties: the highest rank). Every worker must end with join() or,
+    when all run the same number of steps, finish()."""
+    job = _job.job()
+    live = [o for o in (ref() for ref in _LIVE) if o is not None]
+    opts = [o for o in live if not o._gs_finished]
     for o in opts:
-        o._gs_join()
-    steps = collectives.allgather_object(max([o._gs_step for o in opts] or [0]))
-    return max(range(len(steps)), key=lambda r: (steps[r], r))
+        o._gs_joined = True
+    steps = max([o._gs_step for o in opts] or [0])
+    if job.mode == "allreduce" and job.size > 1:
+        by_id = {o._gs_id: o for o in live}
+        last = collectives.serve_joined(lambda i, a: by_id[i]._gs_zero_step(a), steps=steps)
+        for o in opts:
+            o._gs_end(True, join=True)
+        return max(range(job.size), key=lambda r: (last.steps[r], r))
+    for o in opts:
+        o._gs_end(True, join=True)
+    gathered = collectives.allgather_object(steps)
+    return max(range(len(gathered)), key=lambda r: (gathered[r] or 0, r))
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
