@@ -9,6 +9,7 @@
 
 #include "common/cluster.h"
 #include "common/logging.h"
+#include "common/process_summary.h"
 #include "common/security.h"
 #include "common/trace.h"
 
@@ -463,7 +464,11 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
   const PsReply& r = *decoded;
   switch (r.type) {
     case wire::ERROR: fail(r.error); return;
-    case wire::PUSH_REPLY: version_lag_[shard] = static_cast<double>(r.version_lag); return;
+    case wire::PUSH_REPLY:
+      version_lag_[shard] = static_cast<double>(r.version_lag);
+      ++counts_.pushes;
+      ++counts_.version_lag[r.version_lag];
+      return;
     case wire::JOIN_REPLY: join_clock_[shard] = r.clock; versions_[shard] = r.version; return;
     case wire::DATA_ATTACH_REPLY: data_port_[static_cast<size_t>(shard)] = r.data_port; return;
     case wire::PULL_REPLY: break;
@@ -545,6 +550,10 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
   versions_[shard] = r.version;
   wait_ms_[shard] = r.wait_ms;
   clock_staleness_[shard] = r.clock_staleness;
+  if (!more) {
+    ++counts_.pulls;
+    ++counts_.clock_staleness[r.clock_staleness];
+  }
   if (p.sent_us >= 0 && !more && Trace::on()) {
     // From the request to this shard's (last) reply: the wait, the shard's work, the transfer.
     const double values = static_cast<double>(TotalSize(r.segments) + m.header.num_keys());
@@ -971,6 +980,13 @@ TrafficCounters PsClient::traffic() const {
     t.malformed_received += s.traffic().malformed_received;
   }
   return t;
+}
+
+void SetReplyCounts(const PsClient::ReplyCounts& counts, summary::ProcessSummary* s) {
+  s->set_pushes(counts.pushes);
+  s->set_pulls(counts.pulls);
+  SetHistogram(counts.version_lag, s->mutable_version_lag());
+  SetHistogram(counts.clock_staleness, s->mutable_clock_staleness());
 }
 
 }  // namespace gradsync

@@ -35,6 +35,7 @@
 #include "compression/compressor.h"
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
+#include "summary.pb.h"
 
 namespace gradsync {
 
@@ -141,6 +142,16 @@ class PsClient {
   double last_version_lag() const;
   int64_t last_clock_staleness() const;
   double last_wait_ms() const;
+  // Every reply so far, counted as the shards count them in their summaries: pushes
+  // acknowledged and pulls answered (one per shard each), the version lag of each acknowledged
+  // push and the clock staleness of each answered pull.
+  struct ReplyCounts {
+    int64_t pushes = 0;
+    int64_t pulls = 0;
+    std::map<int64_t, int64_t> version_lag;
+    std::map<int64_t, int64_t> clock_staleness;
+  };
+  const ReplyCounts& reply_counts() const { return counts_; }
   TrafficCounters traffic() const;
   const Partitioner& partitioner() const { return partitioner_; }
 
@@ -232,6 +243,7 @@ class PsClient {
   std::vector<double> version_lag_;
   std::vector<double> wait_ms_;
   std::vector<int64_t> clock_staleness_;
+  ReplyCounts counts_;
   std::vector<float> scratch_;
   std::string codec_spec_;
   std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per shard
@@ -265,5 +277,9 @@ class PsClient {
   size_t data_min_floats_ = size_t{1} << 20;  // 4 MiB: below it ZeroMQ is as fast (bench/README.md)
   uint64_t data_pushed_ = 0, data_pulled_ = 0;
 };
+
+// A worker's summary (OUT/worker-<rank>.json) of its replies: pushes, pulls and the two
+// histograms, in the shards' units.
+void SetReplyCounts(const PsClient::ReplyCounts& counts, summary::ProcessSummary* s);
 
 }  // namespace gradsync

@@ -141,6 +141,7 @@ void ScaleLearningRate(const TrainConfig& c, int workers, int rank, LocalTrainOp
 struct Trained {
   Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
   TrafficCounters traffic;
+  PsClient::ReplyCounts counts;  // PS modes
 };
 
 // Runs the trainer of the mode, and tells the scheduler how it ended.
@@ -189,6 +190,7 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
       PsTrainer trainer(po, model, &data.train, &data.test, metrics, client->get(), job->scheduler.get());
       out.reports = trainer.Run(on_epoch);
       out.traffic = (*client)->traffic();
+      out.counts = (*client)->reply_counts();
       if (out.reports.ok()) {
         std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", job->rank,
                     static_cast<long long>(out.traffic.bytes_sent), static_cast<long long>(out.traffic.bytes_received),
@@ -228,6 +230,7 @@ void WriteWorkerSummary(const TrainConfig& c, const config::WorkerProcess& p, co
   }
   s.set_bytes_sent(static_cast<int64_t>(trained.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(trained.traffic.bytes_received));
+  SetReplyCounts(trained.counts, &s);
   if (Status w = WriteProcessSummary(p.out(), s); !w.ok()) {
     std::cerr << "gradsync-worker: warning: summary not written: " << w.message() << std::endl;
   }

@@ -160,6 +160,8 @@ class FrontendSync {
   void AbandonStep();
   void EndTraining(bool evaluate);
   SyncTraffic traffic() const;
+  // PS modes: the replies to this worker's pushes and pulls, as its summary counts them.
+  PsClient::ReplyCounts reply_counts() const { return client_ ? client_->reply_counts() : PsClient::ReplyCounts{}; }
 
  private:
   FrontendJob* job_;

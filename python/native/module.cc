@@ -228,6 +228,15 @@ PYBIND11_MODULE(_native, m) {
       .def("traffic", [](const FrontendSync& s) {
         const SyncTraffic t = s.traffic();
         return py::make_tuple(t.bytes_sent, t.bytes_received);
+      })
+      .def("reply_counts", [](const FrontendSync& s) {
+        const PsClient::ReplyCounts c = s.reply_counts();
+        py::dict d;
+        d["pushes"] = c.pushes;
+        d["pulls"] = c.pulls;
+        d["version_lag"] = c.version_lag;
+        d["clock_staleness"] = c.clock_staleness;
+        return d;
       });
 
   py::class_<FrontendBucketReducer>(m, "BucketReducer")
@@ -276,6 +285,16 @@ PYBIND11_MODULE(_native, m) {
         if (const double acc = Get(d, "final_test_accuracy", NAN); !std::isnan(acc)) s.set_final_test_accuracy(acc);
         s.set_bytes_sent(static_cast<int64_t>(Get(d, "bytes_sent", 0)));
         s.set_bytes_received(static_cast<int64_t>(Get(d, "bytes_received", 0)));
+        if (d.contains("params_sha256")) s.set_params_sha256(d["params_sha256"].cast<std::string>());
+        if (d.contains("replies")) {
+          const py::dict r = d["replies"].cast<py::dict>();
+          PsClient::ReplyCounts c;
+          c.pushes = r["pushes"].cast<int64_t>();
+          c.pulls = r["pulls"].cast<int64_t>();
+          c.version_lag = r["version_lag"].cast<std::map<int64_t, int64_t>>();
+          c.clock_staleness = r["clock_staleness"].cast<std::map<int64_t, int64_t>>();
+          SetReplyCounts(c, &s);
+        }
         ThrowIfError(WriteProcessSummary(dir, s));
       },
       py::arg("dir"), py::arg("summary"));

@@ -43,6 +43,22 @@ def test_horovod_calls_in_every_mode(tmp_path, mode, workers, staleness):
     # all-reduce: replicas; PS: finish() pulls the shards' final parameters on every worker.
     for g in got[1:]:
         assert g["params"] == got[0]["params"]
+    summaries = [json.load(open(str(tmp_path / "out" / ("worker-%d.json" % r)))) for r in range(workers)]
+    assert len({w["params_sha256"] for w in summaries}) == 1  # the digest of the same parameters
+    if mode != "allreduce":
+        # The workers count their replies as the shards count what they answered: the same totals
+        # and histograms, from both ends.
+        shards = [json.load(open(str(tmp_path / "out" / ("server-%d.json" % k)))) for k in range(2)]
+        for field in ("pushes", "pulls"):
+            assert sum(int(w.get(field, 0)) for w in summaries) == sum(int(k.get(field, 0)) for k in shards) > 0
+        for field in ("version_lag", "clock_staleness"):
+            def histogram(summaries):
+                h = {}
+                for x in summaries:
+                    for b in x.get(field, []):
+                        h[int(b.get("value", 0))] = h.get(int(b.get("value", 0)), 0) + int(b["count"])
+                return h
+            assert histogram(summaries) == histogram(shards)
     if mode == "allreduce":
         assert got[0]["kind"] == "allreduce-overlap"
         # A parameter no worker gave a gradient is not updated (weight decay included), as in torch.

@@ -64,8 +64,9 @@ class Recorder:
             self._writer.flush()
         return mean_loss
 
-    def finish(self, traffic, error=None):
-        """OUT/worker-<rank>.json (nothing without an output directory)."""
+    def finish(self, traffic, error=None, replies=None, params_sha256=None):
+        """OUT/worker-<rank>.json (nothing without an output directory). replies: the sync's
+        reply_counts() (PS modes); params_sha256: of the final parameters."""
         if self._writer:
             self._writer.flush()
         if not self._out:
@@ -73,6 +74,10 @@ class Recorder:
         summary = dict(rank=self._rank, mode=self._job.mode, params=self._num_params,
                        steps=self.steps, wall_s=self.wall_s(), bytes_sent=traffic[0],
                        bytes_received=traffic[1], final_test_accuracy=self.final_test_accuracy)
+        if replies is not None:
+            summary["replies"] = replies
+        if params_sha256:
+            summary["params_sha256"] = params_sha256
         if self._job.mode == "ssp":
             summary["staleness_bound"] = self._job.staleness
         if error:

@@ -31,7 +31,9 @@ Per mode:
   local      nothing is synchronized; step() is the wrapped optimizer's.
 """
 
+import atexit
 import contextlib
+import hashlib
 import math
 import time
 import weakref
@@ -549,7 +551,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         final parameters) it also rewrites OUT/worker-<rank>.json with this accuracy."""
         mean_loss = self._gs_recorder.evaluation(self._gs_step, float(test_loss), float(test_accuracy), self.traffic())
         if self._gs_finished:
-            self._gs_recorder.finish(self.traffic())
+            self._gs_write_summary()
         return mean_loss
 
     def finish(self, evaluate=True):
@@ -596,7 +598,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._gs_sync.end_training(bool(evaluate), join=True)
         else:
             self._gs_sync.end_training(bool(evaluate))
-        self._gs_recorder.finish(self.traffic())
+        self._gs_write_summary()
+
+    def _gs_write_summary(self):
+        # OUT/worker-<rank>.json: the C++ worker's summary, with the replies' counts (PS) and a
+        # digest of the parameters the model holds.
+        replies = self._gs_sync.reply_counts() if self._gs_ps else None
+        digest = hashlib.sha256(self._gs_flat_params.numpy().tobytes()).hexdigest()
+        self._gs_recorder.finish(self.traffic(), replies=replies, params_sha256=digest)
 
     def _gs_unguard(self):
         # After the last step nothing lands any more: the parameters get their own class back.
@@ -724,3 +733,14 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
         optimizer.load_state_dict({"state": state,
                                    "param_groups": [dict(o, params=optimizer.state_dict()["param_groups"][i]["params"])
                                                     for i, o in enumerate(groups)]})
+
+
+@atexit.register
+def _summaries_at_exit():
+    # A script that never calls finish() (Horovod's examples do not) still leaves its summary.
+    for o in (ref() for ref in _LIVE):
+        if o is not None and not o._gs_finished:
+            try:
+                o._gs_write_summary()
+            except Exception:  # noqa: BLE001 -- at exit, nothing to report to
+                pass
