@@ -27,6 +27,31 @@ Result<OptimizerKind> ParseOptimizerKind(const std::string& name) {
 
 bool IsLayerWise(OptimizerKind kind) { return kind == OptimizerKind::kLars || kind == OptimizerKind::kLamb; }
 
+std::vector<std::string> OptimizerSlotNames(const OptimizerOptions& o) {
+  switch (o.kind) {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kLamb: return {"exp_avg", "exp_avg_sq"};
+    case OptimizerKind::kLars: return {"momentum_buffer"};
+    case OptimizerKind::kSgd: break;
+  }
+  if (o.momentum > 0.0f) return {"momentum_buffer"};
+  return {};
+}
+
+Status CheckOptimizerSlot(OptimizerKind kind, int slot, std::span<const float> values) {
+  const bool second_moment = (kind == OptimizerKind::kAdam || kind == OptimizerKind::kLamb) && slot == 1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i];
+    if (std::isfinite(v) && !(second_moment && v < 0.0f)) continue;
+    return InvalidArgumentError(std::string(OptimizerKindName(kind)) + " state vector " + std::to_string(slot) +
+                                ", element " + std::to_string(i) + ": " +
+                                (std::isnan(v)          ? "NaN"
+                                 : !std::isfinite(v)    ? "infinite"
+                                                        : "a negative second moment (" + std::to_string(v) + ")"));
+  }
+  return OkStatus();
+}
+
 std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range) {
   std::vector<const TensorInfo*> sorted;
   for (const TensorInfo& t : layout) sorted.push_back(&t);
@@ -84,11 +109,8 @@ Optimizer::Optimizer(const OptimizerOptions& options, int64_t size) : options_(o
   GRADSYNC_CHECK(ValidateOptimizerOptions(options).ok()) << ValidateOptimizerOptions(options);
   GRADSYNC_CHECK(size >= 0);
   size_ = static_cast<size_t>(size);
-  if (options_.kind == OptimizerKind::kAdam || options_.kind == OptimizerKind::kLamb) {
-    state_.assign(2 * size_, 0.0f);
-  } else if (options_.kind == OptimizerKind::kLars || options_.momentum > 0.0f) {
-    state_.assign(size_, 0.0f);
-  }
+  num_slots_ = static_cast<int>(OptimizerSlotNames(options_).size());
+  state_.assign(static_cast<size_t>(num_slots_) * size_, 0.0f);
   if (size_ > 0) layers_.push_back({0, static_cast<int64_t>(size_), true});
 }
 

@@ -93,6 +93,20 @@ Status ValidateOptimizerOptions(const OptimizerOptions& options);
 // Whether the kind adapts its rate per layer (LARS, LAMB): it needs whole layers per Step call.
 bool IsLayerWise(OptimizerKind kind);
 
+// The optimizer's state vectors ("slots"), each as long as the range, in state()'s order, named
+// as torch.optim names the state it keeps per parameter where they mean the same: SGD
+// {"momentum_buffer"} with momentum > 0 (torch's buffer exactly: b = momentum * b + g', w -= lr * b,
+// the first b = g'; none without momentum), Adam {"exp_avg", "exp_avg_sq"} (torch's m and v),
+// LARS {"momentum_buffer"} (its b: the rate is inside it, b = mu * b + lr * trust * g', w -= b),
+// LAMB {"exp_avg", "exp_avg_sq"}. Every kind also counts its steps (Optimizer::steps(): Adam's
+// and LAMB's t, torch's state["step"]).
+std::vector<std::string> OptimizerSlotNames(const OptimizerOptions& options);
+
+// kInvalidArgument naming the first element of state vector `slot` (OptimizerSlotNames' order)
+// that no optimizer of this kind could hold: one that is not finite, or a negative second moment
+// (Adam's and LAMB's v).
+Status CheckOptimizerSlot(OptimizerKind kind, int slot, std::span<const float> values);
+
 // One layer inside an optimizer's range, in the optimizer's own coordinates (0 = its first
 // element). `adapt` false: no trust ratio (1) and no weight decay (LARS, LAMB).
 struct OptimizerLayer {
@@ -143,6 +157,8 @@ class Optimizer {
   std::span<const float> state() const { return state_; }
   // Restores the state from a checkpoint (sizes must match).
   void SetState(std::span<const float> state);
+  // The state vectors: OptimizerSlotNames(options()).size(); state() holds num_slots() * size.
+  int num_slots() const { return num_slots_; }
 
  private:
   void AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale);
@@ -154,6 +170,7 @@ class Optimizer {
   size_t size_ = 0;
   std::vector<OptimizerLayer> layers_;  // LARS, LAMB: cover [0, size_)
   std::vector<float> state_;
+  int num_slots_ = 0;
   int64_t steps_ = 0;
 };
 

@@ -12,12 +12,52 @@ constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
 
 bool IsRequest(wire::Type t) {
   return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN || t == wire::SHM_ATTACH ||
-         t == wire::DATA_ATTACH;
+         t == wire::DATA_ATTACH || t == wire::STATE_PULL || t == wire::STATE_PUSH;
 }
 
 bool IsReply(wire::Type t) {
   return t == wire::INIT_REPLY || t == wire::PUSH_REPLY || t == wire::PULL_REPLY || t == wire::JOIN_REPLY ||
-         t == wire::SHM_ATTACH_REPLY || t == wire::DATA_ATTACH_REPLY || t == wire::ERROR;
+         t == wire::SHM_ATTACH_REPLY || t == wire::DATA_ATTACH_REPLY || t == wire::STATE_PULL_REPLY ||
+         t == wire::STATE_PUSH_REPLY || t == wire::ERROR;
+}
+
+bool CarriesState(wire::Type t) {
+  return t == wire::STATE_PULL || t == wire::STATE_PUSH || t == wire::STATE_PULL_REPLY || t == wire::STATE_PUSH_REPLY;
+}
+
+// The optimizer state fields of a header: only on the STATE_* types, and in range there.
+Status CheckStateFields(const wire::Header& h) {
+  if (!CarriesState(h.type())) {
+    if (!h.state_optimizer().empty() || h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0) {
+      return InvalidArgumentError("optimizer state fields belong on STATE_PULL, STATE_PUSH and their replies");
+    }
+    return OkStatus();
+  }
+  if (h.type() == wire::STATE_PULL) {
+    if (h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0) {
+      return InvalidArgumentError("a STATE_PULL names an optimizer at most (no steps, no state vectors)");
+    }
+  } else if (h.state_optimizer().empty()) {
+    return InvalidArgumentError("an optimizer state message names its optimizer");
+  }
+  if (!h.state_optimizer().empty()) RETURN_IF_ERROR(ParseOptimizerKind(h.state_optimizer()).status());
+  if (h.state_steps() < 0 || h.state_steps() > kMaxOptimizerSteps) {
+    return InvalidArgumentError("optimizer steps " + std::to_string(h.state_steps()) + " out of range");
+  }
+  if (h.state_slots() < 0 || h.state_slots() > kMaxOptimizerSlots || h.state_slot() < 0 ||
+      h.state_slot() >= std::max(1, h.state_slots())) {
+    return InvalidArgumentError("optimizer state vector " + std::to_string(h.state_slot()) + " of " +
+                                std::to_string(h.state_slots()) + " (at most " + std::to_string(kMaxOptimizerSlots) +
+                                ")");
+  }
+  return OkStatus();
+}
+
+void SetStateFields(const std::string& optimizer, int64_t steps, int slots, int slot, wire::Header* h) {
+  if (!optimizer.empty()) h->set_state_optimizer(optimizer);
+  if (steps != 0) h->set_state_steps(steps);
+  if (slots != 0) h->set_state_slots(slots);
+  if (slot != 0) h->set_state_slot(slot);
 }
 
 // What every data-plane header starts with.
@@ -128,6 +168,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
   if (r.data) h.set_data(true);
   if (r.data_seq != 0) h.set_data_seq(r.data_seq);
   if (!r.data_token.empty()) h.set_data_token(r.data_token);
+  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.state_slots, r.state_slot, &h);
   return h;
 }
 
@@ -184,6 +225,11 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
     return InvalidArgumentError("a data token is " + std::to_string(kDataTokenBytes) + " bytes, not " +
                                 std::to_string(r.data_token.size()));
   }
+  RETURN_IF_ERROR(CheckStateFields(h));
+  r.optimizer = h.state_optimizer();
+  r.steps = h.state_steps();
+  r.state_slots = h.state_slots();
+  r.state_slot = h.state_slot();
   return r;
 }
 
@@ -211,6 +257,12 @@ wire::Header EncodeReply(const PsReply& r) {
       break;
     case wire::DATA_ATTACH_REPLY:
       h.set_data_port(static_cast<uint32_t>(r.data_port));
+      break;
+    case wire::STATE_PULL_REPLY:
+    case wire::STATE_PUSH_REPLY:
+      h.set_version(r.version);
+      EncodeSegments(r.segments, &h);
+      SetStateFields(r.optimizer, r.steps, r.state_slots, r.state_slot, &h);
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -249,6 +301,11 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
       (r.type == wire::DATA_ATTACH_REPLY && (r.data_port <= 0 || r.data_port > 65535))) {
     return InvalidArgumentError("a data-channel reply without its frame number, or a bad data port");
   }
+  RETURN_IF_ERROR(CheckStateFields(h));
+  r.optimizer = h.state_optimizer();
+  r.steps = h.state_steps();
+  r.state_slots = h.state_slots();
+  r.state_slot = h.state_slot();
   if (r.type == wire::ERROR) {
     // A code this build does not know still fails the request, as kUnknown.
     const StatusCode code = KnownCode(h.error_code()) ? static_cast<StatusCode>(h.error_code()) : StatusCode::kUnknown;

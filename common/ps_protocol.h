@@ -6,10 +6,13 @@
 //   worker -> shard   PsRequest   INIT (job + the shard's initial values), PUSH (a gradient, maybe
 //                                 compressed, maybe one of `parts`), PULL (segments / keys wanted),
 //                                 JOIN (clock -1: where do I start? c >= 0: I go on at c),
-//                                 SHM_ATTACH (a shared-memory lane, same host only)
+//                                 SHM_ATTACH (a shared-memory lane, same host only), DATA_ATTACH,
+//                                 STATE_PULL / STATE_PUSH (the shard's optimizer state, one state
+//                                 vector per message)
 //   shard -> worker   PsReply     INIT_REPLY, PUSH_REPLY (version lag), PULL_REPLY (version,
 //                                 wait, clock staleness, the values' segments), JOIN_REPLY
-//                                 (clock), SHM_ATTACH_REPLY, ERROR (a Status)
+//                                 (clock), SHM_ATTACH_REPLY, DATA_ATTACH_REPLY, STATE_PULL_REPLY
+//                                 (one per state vector), STATE_PUSH_REPLY, ERROR (a Status)
 //
 // Decoding checks everything a header alone can say is wrong (type, segment bounds, part numbers, a
 // push's rate, error codes) and answers kInvalidArgument; what depends on a shard's state (its
@@ -34,9 +37,13 @@ namespace gradsync {
 inline constexpr int kMaxPushParts = 4096;
 // A data channel's token (PsRequest::data_token): random bytes, one per connection.
 inline constexpr size_t kDataTokenBytes = 16;
+// The most state vectors an optimizer keeps (Adam's and LAMB's m and v): STATE_* messages' state_slots.
+inline constexpr int kMaxOptimizerSlots = 2;
+// The most steps an optimizer state may say it has taken (a shard's counters stay below it).
+inline constexpr int64_t kMaxOptimizerSteps = int64_t{1} << 62;
 
 struct PsRequest {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN, SHM_ATTACH or DATA_ATTACH
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN, SHM_ATTACH, DATA_ATTACH, STATE_PULL or STATE_PUSH
   int worker = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;
@@ -53,14 +60,23 @@ struct PsRequest {
   bool data = false;              // PUSH, PULL: the values move over the data channel
   uint64_t data_seq = 0;          // PUSH with data: the values' frame number there (> 0)
   std::string data_token;         // DATA_ATTACH: what the worker presents on the connection
+  // STATE_PULL: the optimizer the worker expects ("": whatever the shard's is). STATE_PUSH: the
+  // optimizer the state is for, its steps taken, its state vectors (one message each, 0: one
+  // message without values) and the one this message carries (its values: the shard's range).
+  std::string optimizer;
+  int64_t steps = 0;
+  int state_slots = 0;
+  int state_slot = 0;
 };
 
 struct PsReply {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, SHM_ATTACH_REPLY, DATA_ATTACH_REPLY or ERROR
+  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, SHM_ATTACH_REPLY, DATA_ATTACH_REPLY,
+  // STATE_PULL_REPLY, STATE_PUSH_REPLY or ERROR
+  wire::Type type = wire::TYPE_UNSPECIFIED;
   int server = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;              // the request's; JOIN_REPLY: where the worker goes on
-  int64_t version = 0;            // PULL_REPLY: the shard's version of the values
+  int64_t version = 0;            // PULL_REPLY, STATE_*_REPLY: the shard's version of the values
   int64_t version_lag = 0;        // PUSH_REPLY: shard version at apply - the push's version
   int64_t clock_staleness = 0;    // PULL_REPLY: see ConsistencyController::ClockStaleness
   double wait_ms = 0;             // PULL_REPLY: how long the consistency rule held the pull
@@ -72,6 +88,12 @@ struct PsReply {
   bool data = false;              // PULL_REPLY: the values follow as frame data_seq on the data channel
   uint64_t data_seq = 0;
   int data_port = 0;              // DATA_ATTACH_REPLY: the shard's data channel port
+  // STATE_PULL_REPLY: the shard's optimizer, its steps taken, its state vectors and the one this
+  // reply carries (values at `segments`, the shard's range). STATE_PUSH_REPLY: the STATE_PUSH's.
+  std::string optimizer;
+  int64_t steps = 0;
+  int state_slots = 0;
+  int state_slot = 0;
   Status error;                   // ERROR
 };
 
@@ -80,7 +102,10 @@ PsReply ReplyTo(const PsRequest& request, wire::Type type, int server);
 
 wire::Header EncodeRequest(const PsRequest& r);
 // Fails (kInvalidArgument) on a type a worker does not send, a sender that is not a worker,
-// bad segments or part numbers, a rate on anything but a PUSH or one that is not finite and >= 0.
+// bad segments or part numbers, a rate on anything but a PUSH or one that is not finite and >= 0,
+// optimizer state fields on anything but STATE_PULL / STATE_PUSH or out of range there (an
+// unknown optimizer, steps < 0 or past kMaxOptimizerSteps, state_slot not below state_slots, more
+// than kMaxOptimizerSlots vectors; a STATE_PULL names an optimizer at most).
 Result<PsRequest> DecodeRequest(const wire::Header& h);
 
 wire::Header EncodeReply(const PsReply& r);

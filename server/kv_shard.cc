@@ -246,6 +246,25 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   ++step_;
 }
 
+Status KvShard::SetOptimizerState(std::span<const float> state, int64_t steps) {
+  const size_t n = params_->size();
+  const OptimizerKind kind = optimizer_.options().kind;
+  if (state.size() != optimizer_.state().size()) {
+    return InvalidArgumentError("an optimizer state of " + std::to_string(state.size()) + " values; this shard's " +
+                                OptimizerKindName(kind) + " keeps " + std::to_string(optimizer_slots()) + " vector(s) of " +
+                                std::to_string(n));
+  }
+  if (steps < 0 || steps > (int64_t{1} << 62)) {
+    return InvalidArgumentError("optimizer steps " + std::to_string(steps) + " out of range");
+  }
+  for (int k = 0; k < optimizer_slots(); ++k) {
+    RETURN_IF_ERROR(CheckOptimizerSlot(kind, k, state.subspan(static_cast<size_t>(k) * n, n)));
+  }
+  optimizer_.SetState(state);
+  optimizer_.set_steps(steps);
+  return OkStatus();
+}
+
 Status KvShard::Restore(std::span<const float> params, std::span<const float> optimizer_state,
                         int64_t optimizer_steps, int64_t version, int64_t step, int64_t gradients) {
   if (params.size() != params_->size()) {

@@ -80,6 +80,15 @@ class KvShard {
   // LARS's and LAMB's layers: the layout's tensors cut to the range (OptimizerLayers).
   const std::vector<OptimizerLayer>& optimizer_layers() const { return optimizer_.layers(); }
 
+  // The optimizer's state vectors (Optimizer::num_slots(), named by OptimizerSlotNames): vector k
+  // is optimizer_state()'s [k * range().size(), (k + 1) * range().size()).
+  int optimizer_slots() const { return optimizer_.num_slots(); }
+  // Sets the optimizer's state (laid out as optimizer_state()) and its steps taken: a worker's
+  // STATE_PUSH, or a backup's copy of one. kInvalidArgument, and nothing changes, when the size is
+  // not this optimizer's, a vector holds a value CheckOptimizerSlot refuses, or steps is negative
+  // or past 2^62. The parameters, version and schedule step stay as they are.
+  Status SetOptimizerState(std::span<const float> state, int64_t steps);
+
   // Puts back a checkpointed state: the range's parameters, the optimizer's state (its size
   // must be this optimizer's) and steps, the version, the schedule's step and the gradient
   // count. kDataLoss when a size cannot be this shard's or a count is negative or past 2^62.

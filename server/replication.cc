@@ -189,6 +189,31 @@ Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
     case wire::REPLICA_CONTROL:
       if (h.replica_worker() >= 0) c.held.erase(h.replica_worker());
       return OkStatus();
+    case wire::REPLICA_OPTIMIZER: {
+      // A worker's optimizer state: its vectors in order, set whole with the last (none: one
+      // entry that sets the steps).
+      const int slots = c.shard->optimizer_slots();
+      const int part = h.replica_part();
+      const size_t n = static_cast<size_t>(range.size());
+      if (h.state_slots() != slots || part != c.staged_next || part >= std::max(1, slots) ||
+          (slots > 0 ? !whole : m.header.has_values() || !segments.empty())) {
+        c.staged_state.clear();
+        c.staged_next = 0;
+        return InvalidArgumentError("REPLICATE: optimizer state vector " + std::to_string(part) + " of " +
+                                    std::to_string(h.state_slots()) + " (the shard keeps " + std::to_string(slots) +
+                                    ", vector " + std::to_string(c.staged_next) + " due)");
+      }
+      if (part == 0) c.staged_state.assign(c.shard->optimizer_state().size(), 0.0f);
+      if (slots > 0) m.CopyValues(c.staged_state.data() + static_cast<size_t>(part) * n);
+      if (part + 1 < slots) {
+        c.staged_next = part + 1;
+        return OkStatus();
+      }
+      c.staged_next = 0;
+      const Status st = c.shard->SetOptimizerState(c.staged_state, h.state_steps());
+      c.staged_state.clear();
+      return st;
+    }
     default: return InvalidArgumentError("REPLICATE: unknown entry " + std::to_string(h.replica_op()));
   }
 }

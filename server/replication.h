@@ -5,7 +5,7 @@
 // primary sends each backup a snapshot of the shard (META, PARAMS, STATE entries, then the pushes
 // a bsp round holds) and from then on every change as it makes it, in order: each accepted push
 // (its decoded values, exactly as the shard applies them), each applied round, each membership
-// change. Every entry carries the consistency state after it. A backup replays the entries on
+// change, each optimizer state a worker set (its vectors; the copy takes them at the last). Every entry carries the consistency state after it. A backup replays the entries on
 // its own KvShard, so its copy is bit for bit the primary's, and acknowledges each one. A push is
 // acknowledged to its worker only once every live backup holds it (Replicator::Hold): no
 // acknowledged update exists on the primary alone. When the primary dies the first live backup
@@ -63,6 +63,9 @@ class ReplicaStore {
     uint64_t index = 0;          // the last entry applied, counted from the snapshot's META
     int state_parts = 0;         // optimizer state vectors still to come
     bool params = false;         // the snapshot's parameters came
+    // A worker's optimizer state set (REPLICA_OPTIMIZER), its vectors until the last has come.
+    std::vector<float> staged_state;
+    int staged_next = 0;
   };
   Status ApplyTo(Copy& c, const Message& m);
 

@@ -44,16 +44,20 @@ std::vector<float> Server::params() const {
 }
 
 void Server::ReplyError(const Message& m, const Status& s) {
+  ReplyError(m.peer, m.header.request_id(), m.header.clock(), s);
+}
+
+void Server::ReplyError(const std::string& peer, uint64_t request_id, int64_t clock, const Status& s) {
   stats_.rejected++;
   GRADSYNC_LOG(DEBUG) << "server " << rank_ << ": rejected a message: " << s;
-  if (m.peer.empty()) return;
+  if (peer.empty()) return;
   PsReply r;
   r.type = wire::ERROR;
   r.server = rank_;
-  r.request_id = m.header.request_id();
-  r.clock = m.header.clock();
+  r.request_id = request_id;
+  r.clock = clock;
   r.error = Status(s.code(), "server " + std::to_string(rank_) + ": " + s.message());
-  (void)socket_.Send(m.peer, EncodeReply(r));
+  (void)socket_.Send(peer, EncodeReply(r));
 }
 
 Status Server::CheckSender(const PsRequest& r, const std::string& peer) {
@@ -680,12 +684,204 @@ void Server::AnswerParked() {
                         {{"worker", static_cast<double>(it->pull.worker)}, {"clock", static_cast<double>(it->pull.clock)},
                          {"waited for worker", static_cast<double>(last_counted_)}});
       }
-      AnswerPull(it->pull, it->msg, it->msg.Keys(&key_buffer_), now - it->since);
+      if (it->pull.type == wire::STATE_PULL) {
+        AnswerStatePull(it->pull, it->msg);
+      } else {
+        AnswerPull(it->pull, it->msg, it->msg.Keys(&key_buffer_), now - it->since);
+      }
       it = parked_.erase(it);
     } else {
       ++it;
     }
   }
+  // Optimizer states waiting for their quiescent point.
+  for (auto it = state_sets_.begin(); it != state_sets_.end();) {
+    const int w = it->first;
+    const bool live = controller_->IsLive(w);
+    const bool due = it->second.complete && controller_->CanAnswerPull(w, it->second.first.clock);
+    ++it;  // both below erase w's entry
+    if (!live) {
+      state_sets_.erase(w);
+    } else if (due) {
+      ApplyStateSet(w);
+    }
+  }
+}
+
+Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
+  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  const std::string kind = OptimizerKindName(shard_->optimizer_options().kind);
+  if (!r.optimizer.empty() && r.optimizer != kind) {
+    return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
+  }
+  if (m.header.num_keys() > 0 || !r.codec.empty() || r.shm || r.data) {
+    return InvalidArgumentError("an optimizer state message carries raw floats over ZeroMQ (no keys, codec, lane or channel)");
+  }
+  const bool values = r.type == wire::STATE_PUSH && r.state_slots > 0;
+  if (m.header.has_values() != values) {
+    return InvalidArgumentError(values ? "a STATE_PUSH carries its state vector" : "this optimizer state message carries no values");
+  }
+  const Segment range = shard_->range();
+  const bool ranged = r.type == wire::STATE_PULL || values;
+  if (ranged ? r.segments.size() != 1 || r.segments[0] != range : !r.segments.empty()) {
+    return InvalidArgumentError("an optimizer state message " +
+                                std::string(ranged ? "covers exactly this shard's range [" + std::to_string(range.begin) +
+                                                         ", " + std::to_string(range.end) + ")"
+                                                   : "without a state vector names no segments"));
+  }
+  // The worker's current clock: its pushes so far (older or newer: kAborted, as a pull's).
+  return controller_->ValidatePull(r.worker, r.clock);
+}
+
+Status Server::HandleStatePull(PsRequest r, Message& m) {
+  RETURN_IF_ERROR(CheckStateRequest(r, m));
+  if (controller_->CanAnswerPull(r.worker, r.clock)) {
+    AnswerStatePull(r, m);
+  } else {
+    parked_.push_back({std::move(m), std::move(r), NowMs()});
+  }
+  return OkStatus();
+}
+
+void Server::AnswerStatePull(const PsRequest& r, const Message& m) {
+  const int slots = shard_->optimizer_slots();
+  const auto state = shard_->optimizer_state();
+  const Segment range = shard_->range();
+  const size_t n = static_cast<size_t>(range.size());
+  PsReply reply = ReplyTo(r, wire::STATE_PULL_REPLY, rank_);
+  reply.version = shard_->version();
+  reply.optimizer = OptimizerKindName(shard_->optimizer_options().kind);
+  reply.steps = shard_->optimizer_steps();
+  reply.state_slots = slots;
+  // Every vector before anything else is handled: the answer is one state. (Copied into the
+  // messages: the next update may change the state while ZeroMQ still sends them.)
+  for (int k = 0; k < std::max(1, slots); ++k) {
+    reply.state_slot = k;
+    Payload p;
+    if (slots > 0) {
+      reply.segments = {range};
+      p.has_values = true;
+      p.values = state.subspan(static_cast<size_t>(k) * n, n);
+    }
+    if (Status s = socket_.Send(m.peer, EncodeReply(reply), p); !s.ok()) {
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": optimizer state to worker " << r.worker << ": " << s;
+      break;
+    }
+  }
+  stats_.state_pulls++;
+}
+
+Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
+  const int w = r.worker;
+  auto refuse = [&](Status s) {
+    state_sets_.erase(w);  // a bad vector drops the whole set: nothing of it is applied
+    return s;
+  };
+  if (Status s = CheckStateRequest(r, m); !s.ok()) return refuse(s);
+  const OptimizerKind kind = shard_->optimizer_options().kind;
+  const int slots = shard_->optimizer_slots();
+  if (r.state_slots != slots) {
+    std::string names;
+    for (const auto& name : OptimizerSlotNames(shard_->optimizer_options())) names += (names.empty() ? "" : ", ") + name;
+    return refuse(InvalidArgumentError("an optimizer state of " + std::to_string(r.state_slots) +
+                                       " vector(s); this shard's " + OptimizerKindName(kind) + " keeps " +
+                                       std::to_string(slots) + (names.empty() ? "" : " (" + names + ")")));
+  }
+  const size_t n = static_cast<size_t>(shard_->range().size());
+  StateSet* set = nullptr;
+  if (r.state_slot == 0) {
+    StateSet fresh;
+    fresh.peer = m.peer;
+    fresh.first = r;
+    fresh.state.assign(static_cast<size_t>(slots) * n, 0.0f);
+    set = &(state_sets_[w] = std::move(fresh));
+  } else {
+    auto it = state_sets_.find(w);
+    if (it == state_sets_.end() || it->second.complete || it->second.next != r.state_slot ||
+        it->second.first.request_id != r.request_id || it->second.first.clock != r.clock ||
+        it->second.first.steps != r.steps || it->second.first.optimizer != r.optimizer) {
+      return refuse(InvalidArgumentError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
+                                         std::to_string(slots) +
+                                         " is not the next of the set this worker sends (vectors 0, 1, ... of one "
+                                         "request, in order)"));
+    }
+    set = &it->second;
+  }
+  if (slots > 0) {
+    float* dst = set->state.data() + static_cast<size_t>(r.state_slot) * n;
+    m.CopyValues(dst);
+    if (Status s = CheckOptimizerSlot(kind, r.state_slot, {dst, n}); !s.ok()) return refuse(s);
+  }
+  set->next = r.state_slot + 1;
+  if (set->next < std::max(1, slots)) {
+    PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
+    reply.version = shard_->version();
+    reply.optimizer = r.optimizer;
+    reply.steps = r.steps;
+    reply.state_slots = slots;
+    reply.state_slot = r.state_slot;
+    return socket_.Send(m.peer, EncodeReply(reply));
+  }
+  set->complete = true;
+  // At its quiescent point: as a pull of this clock is answered (aggregating modes: between rounds
+  // clock - 1 and clock, which cannot be applied before this worker pushes clock).
+  if (controller_->CanAnswerPull(w, r.clock)) ApplyStateSet(w);
+  return OkStatus();
+}
+
+void Server::ApplyStateSet(int w) {
+  auto it = state_sets_.find(w);
+  if (it == state_sets_.end()) return;
+  const StateSet set = std::move(it->second);
+  state_sets_.erase(it);
+  const PsRequest& r = set.first;
+  if (Status s = shard_->SetOptimizerState(set.state, r.steps); !s.ok()) {
+    ReplyError(set.peer, r.request_id, r.clock, s);
+    return;
+  }
+  stats_.state_sets++;
+  GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << w << " set the " << r.optimizer << " state at clock "
+                     << r.clock << " (" << r.steps << " optimizer steps taken)";
+  PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
+  reply.version = shard_->version();
+  reply.optimizer = r.optimizer;
+  reply.steps = r.steps;
+  reply.state_slots = r.state_slots;
+  reply.state_slot = std::max(0, r.state_slots - 1);
+  if (replicator_ && replicator_->active()) {
+    // Answered once every backup holds it, as an accepted push is.
+    replicator_->Hold(ReplicateOptimizerState(w), set.peer, EncodeReply(reply));
+  } else if (Status s = socket_.Send(set.peer, EncodeReply(reply)); !s.ok()) {
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << ": optimizer state reply to worker " << w << ": " << s;
+  }
+  MaybeCheckpoint(true);  // a change of the shard's state, as an update: in the next checkpoint
+}
+
+uint64_t Server::ReplicateOptimizerState(int worker) {
+  const int slots = shard_->optimizer_slots();
+  const auto state = shard_->optimizer_state();
+  const Segment range = shard_->range();
+  const size_t n = static_cast<size_t>(range.size());
+  uint64_t seq = replicator_->last_seq();
+  for (int k = 0; k < std::max(1, slots); ++k) {
+    wire::Header h = Entry(wire::REPLICA_OPTIMIZER);
+    h.set_replica_worker(worker);
+    h.set_replica_part(k);
+    h.set_state_optimizer(OptimizerKindName(shard_->optimizer_options().kind));
+    h.set_state_steps(shard_->optimizer_steps());
+    h.set_state_slots(slots);
+    Payload p;
+    if (slots > 0) {
+      auto* seg = h.add_segments();
+      seg->set_offset(static_cast<uint64_t>(range.begin));
+      seg->set_length(static_cast<uint64_t>(range.size()));
+      p.has_values = true;
+      p.values = state.subspan(static_cast<size_t>(k) * n, n);
+    }
+    seq = replicator_->Send(h, p);
+    stats_.replicated++;
+  }
+  return seq;
 }
 
 void Server::OnMembership() {
@@ -698,6 +894,7 @@ void Server::OnMembership() {
       TraceInstant("worker declared dead", "failure", {{"worker", static_cast<double>(n.rank())}});
       controller_->RemoveWorker(n.rank());
       may_join_.erase(n.rank());
+      state_sets_.erase(n.rank());
       DetachLane(n.rank());
       assembler_.Forget(n.rank());
       Replicate(wire::REPLICA_CONTROL);
@@ -744,6 +941,8 @@ void Server::Handle(Message& m) {
       case wire::JOIN: s = HandleJoin(*r, m); break;
       case wire::SHM_ATTACH: s = HandleAttach(*r, m); break;
       case wire::DATA_ATTACH: s = HandleDataAttach(*r, m); break;
+      case wire::STATE_PULL: s = HandleStatePull(std::move(*r), m); break;
+      case wire::STATE_PUSH: s = HandleStatePush(*r, m); break;
       default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(r->type));
     }
   }
@@ -1004,6 +1203,7 @@ Status Server::Rejoin() {
     shard_.reset();
     round_.clear();
     parked_.clear();
+    state_sets_.clear();
     job_.Clear();
     codec_.reset();
     pull_encoder_.reset();
@@ -1021,6 +1221,7 @@ Status Server::Rejoin() {
   identity_of_worker_.clear();
   may_join_.clear();
   parked_.clear();
+  state_sets_.clear();
   assembler_ = PushAssembler();
   RETURN_IF_ERROR(ApplyMessageLimit());
   UpdateBackups();

@@ -128,6 +128,8 @@ struct ServerStats {
   int64_t shm_pulls = 0;         // pulls answered through a lane
   int64_t data_channels = 0;     // workers' data channels connected now
   int64_t data_pulls = 0;        // pulls answered over a data channel
+  int64_t state_pulls = 0;       // STATE_PULLs answered (the optimizer state read by a worker)
+  int64_t state_sets = 0;        // optimizer states set by a worker (STATE_PUSH)
   std::map<int64_t, int64_t> version_lag;      // shard version at apply - push's version -> gradients
   std::map<int64_t, int64_t> clock_staleness;  // ClockStaleness of an answered pull -> pulls
   TrafficCounters traffic;
@@ -203,6 +205,22 @@ class Server {
   // Counts an answered pull with the clock staleness its reply carried.
   void RecordPull(const PsRequest& r, int64_t clock_staleness);
   void ReplyError(const Message& m, const Status& s);
+  void ReplyError(const std::string& peer, uint64_t request_id, int64_t clock, const Status& s);
+  // The optimizer state (ARCHITECTURE.md, "Optimizer state"). Both requests carry the worker's
+  // current clock and are served where a pull of that clock would be answered (held until then):
+  // in an aggregating mode exactly between rounds clock - 1 and clock. What both must be: this
+  // shard initialized, its optimizer (when named), its range, the worker's current clock.
+  Status CheckStateRequest(const PsRequest& r, const Message& m);
+  Status HandleStatePull(PsRequest r, Message& m);
+  // The whole state, one STATE_PULL_REPLY per state vector, sent before anything else is handled.
+  void AnswerStatePull(const PsRequest& r, const Message& m);
+  // A STATE_PUSH: its vectors are gathered (each checked on arrival; a bad one drops the set) and
+  // the state is set at once when the last has come and the worker's clock allows it.
+  Status HandleStatePush(const PsRequest& r, const Message& m);
+  // Sets worker w's gathered state, sends it to the backups (the reply waits for them) and replies.
+  void ApplyStateSet(int w);
+  // The shard's optimizer state to the backups as REPLICA_OPTIMIZER entries; the last's sequence number.
+  uint64_t ReplicateOptimizerState(int worker);
   // The scheduler's news: dead workers leave the live set; a rejoined worker may JOIN.
   void OnMembership();
   // Checkpoints: written when due (after an update, or from the loop once the interval passed).
@@ -260,7 +278,17 @@ class Server {
   // Pushes and pulls.
   PushAssembler assembler_;
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
-  std::deque<Parked> parked_;
+  std::deque<Parked> parked_;  // pulls and STATE_PULLs the consistency rule holds
+  // Per worker: an optimizer state it is setting (STATE_PUSH), its vectors as they come; complete
+  // once the last has, then set as soon as the consistency rule lets a pull of its clock through.
+  struct StateSet {
+    std::string peer;
+    PsRequest first;  // its first message: every later one carries the same id, clock, optimizer, steps
+    std::vector<float> state;
+    int next = 0;  // the vector due next
+    bool complete = false;
+  };
+  std::map<int, StateSet> state_sets_;
   std::map<int, ShmLane> lanes_;  // worker -> its shared-memory lane
   std::unique_ptr<DataListener> data_;  // made at the first DATA_ATTACH
   std::string codec_spec_;  // the job's push codec ("" = raw floats)

@@ -431,8 +431,12 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
   Lane* lane = lanes_[static_cast<size_t>(shard)].get();
   // A piece of a pull answered through the lane, more to come: its values are copied out, the
   // request stays open.
-  const bool more = m.malformed.ok() && m.header.type() == wire::PULL_REPLY && m.header.shm() &&
-                    m.header.parts() > 1 && m.header.part() >= 0 && m.header.part() + 1 < m.header.parts();
+  const bool more = m.malformed.ok() &&
+                    ((m.header.type() == wire::PULL_REPLY && m.header.shm() && m.header.parts() > 1 &&
+                      m.header.part() >= 0 && m.header.part() + 1 < m.header.parts()) ||
+                     // A state vector of a STATE_PULL's answer, more to come.
+                     (m.header.type() == wire::STATE_PULL_REPLY && m.header.state_slot() >= 0 &&
+                      m.header.state_slot() + 1 < m.header.state_slots()));
   auto it = pending_.find(id);
   auto wit = waiting_on_.find(id);
   auto sit = wit == waiting_on_.end() ? std::vector<int>::iterator()
@@ -471,6 +475,9 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
       return;
     case wire::JOIN_REPLY: join_clock_[shard] = r.clock; versions_[shard] = r.version; return;
     case wire::DATA_ATTACH_REPLY: data_port_[static_cast<size_t>(shard)] = r.data_port; return;
+    case wire::STATE_PULL_REPLY:
+      if (Status st = TakeStateReply(shard, m, r, p); !st.ok()) fail(st);
+      return;
     case wire::PULL_REPLY: break;
     default: return;
   }
@@ -562,6 +569,149 @@ void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
                      {"bytes", r.codec.empty() ? values * sizeof(float) : static_cast<double>(m.values.size())},
                      {"held ms", r.wait_ms}});
   }
+}
+
+Status PsClient::TakeStateReply(int shard, const Message& m, const PsReply& r, Pending& p) {
+  const std::string who = NodeName(table_.servers(shard));
+  if (!p.state) return DataLossError("an optimizer state from " + who + " that was not asked for");
+  StateGather::Shard& got = p.state->shards[static_cast<size_t>(shard)];
+  const Segment& range = partitioner_.range(shard);
+  const size_t n = static_cast<size_t>(range.size());
+  const bool same = got.received == 0 || (r.optimizer == got.kind && r.steps == got.steps && r.state_slots == got.slots);
+  const bool fits = r.state_slots > 0 ? r.segments.size() == 1 && r.segments[0] == range && m.num_values() == n &&
+                                            m.header.num_keys() == 0
+                                      : !m.header.has_values() && m.header.num_keys() == 0;
+  if (r.state_slot != got.received || !same || !fits) {
+    return DataLossError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
+                         std::to_string(r.state_slots) + " from " + who + " is not the one due or not its range");
+  }
+  if (got.received == 0) {
+    got.kind = r.optimizer;
+    got.steps = r.steps;
+    got.slots = r.state_slots;
+    got.values.assign(static_cast<size_t>(r.state_slots) * n, 0.0f);
+  }
+  if (r.state_slots > 0) m.CopyValues(got.values.data() + static_cast<size_t>(r.state_slot) * n);
+  got.received++;
+  return OkStatus();
+}
+
+Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double timeout_s, const std::string& kind) {
+  const int servers = table_.servers_size();
+  auto gather = std::make_shared<StateGather>();
+  gather->shards.resize(static_cast<size_t>(servers));
+  const RequestId id = NewRequest(false, {}, servers);
+  pending_[id].state = gather;
+  for (int s = 0; s < servers; ++s) {
+    PsRequest r = Request(wire::STATE_PULL, rank_, id, clock);
+    r.segments = {partitioner_.range(s)};
+    r.optimizer = kind;
+    waiting_on_[id].push_back(s);
+    Status st = sockets_[s].Send("", EncodeRequest(r));
+    if (!st.ok()) FailShard(s, st.WithContext("optimizer state from " + NodeName(table_.servers(s))));
+  }
+  RETURN_IF_ERROR(Wait(id, timeout_s).WithContext("reading the optimizer state"));
+  // Every shard's answer is whole (its request closed with its last vector); they must agree.
+  const StateGather::Shard& first = gather->shards[0];
+  for (int s = 1; s < servers; ++s) {
+    const StateGather::Shard& other = gather->shards[static_cast<size_t>(s)];
+    if (other.kind != first.kind || other.slots != first.slots) {
+      return FailedPreconditionError("the shards' optimizers differ: " + NodeName(table_.servers(0)) + "'s is " +
+                                     first.kind + " with " + std::to_string(first.slots) + " state vector(s), " +
+                                     NodeName(table_.servers(s)) + "'s " + other.kind + " with " +
+                                     std::to_string(other.slots));
+    }
+    if (other.steps != first.steps) {
+      return FailedPreconditionError(
+          "the shards are at different optimizer steps (" + NodeName(table_.servers(0)) + ": " +
+          std::to_string(first.steps) + ", " + NodeName(table_.servers(s)) + ": " + std::to_string(other.steps) +
+          "): another worker's push was applied on some shards only; read the state where no push is in flight");
+    }
+  }
+  OptimizerStateParts out;
+  out.kind = first.kind;
+  out.steps = first.steps;
+  out.slots.resize(static_cast<size_t>(first.slots));
+  for (size_t k = 0; k < out.slots.size(); ++k) {
+    auto& tensors = out.slots[k];
+    tensors.reserve(layout_.size());
+    for (const TensorInfo& t : layout_) {
+      std::vector<float> v(static_cast<size_t>(t.size));
+      // The tensor's pieces, from every shard whose range it crosses.
+      for (int s = 0; s < servers; ++s) {
+        const Segment& range = partitioner_.range(s);
+        const int64_t b = std::max(t.offset, range.begin), e = std::min(t.offset + t.size, range.end);
+        if (b >= e) continue;
+        const float* src = gather->shards[static_cast<size_t>(s)].values.data() +
+                           k * static_cast<size_t>(range.size()) + static_cast<size_t>(b - range.begin);
+        std::copy(src, src + (e - b), v.begin() + (b - t.offset));
+      }
+      tensors.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s) {
+  if (state.steps < 0 || state.steps > kMaxOptimizerSteps) {
+    return InvalidArgumentError("optimizer steps " + std::to_string(state.steps) + " out of range");
+  }
+  const int slots = static_cast<int>(state.slots.size());
+  if (slots > kMaxOptimizerSlots) {
+    return InvalidArgumentError("an optimizer state of " + std::to_string(slots) + " vectors (at most " +
+                                std::to_string(kMaxOptimizerSlots) + ")");
+  }
+  ASSIGN_OR_RETURN(const OptimizerKind kind, ParseOptimizerKind(state.kind));
+  for (int k = 0; k < slots; ++k) {
+    const auto& tensors = state.slots[static_cast<size_t>(k)];
+    if (tensors.size() != layout_.size()) {
+      return InvalidArgumentError("optimizer state vector " + std::to_string(k) + " has " +
+                                  std::to_string(tensors.size()) + " tensors; the model has " +
+                                  std::to_string(layout_.size()));
+    }
+    for (size_t t = 0; t < layout_.size(); ++t) {
+      if (static_cast<int64_t>(tensors[t].size()) != layout_[t].size) {
+        return InvalidArgumentError("optimizer state vector " + std::to_string(k) + ", tensor '" + layout_[t].name +
+                                    "': " + std::to_string(tensors[t].size()) + " values, the tensor has " +
+                                    std::to_string(layout_[t].size));
+      }
+      // What a shard would refuse, refused here: no shard sets part of a state another refuses.
+      RETURN_IF_ERROR(CheckOptimizerSlot(kind, k, tensors[t]).WithContext("tensor '" + layout_[t].name + "'"));
+    }
+  }
+  const int servers = table_.servers_size();
+  const int messages = std::max(1, slots);
+  const RequestId id = NewRequest(false, {}, servers * messages);
+  std::vector<float> vector;
+  for (int s = 0; s < servers; ++s) {
+    const Segment& range = partitioner_.range(s);
+    for (int k = 0; k < messages; ++k) {
+      PsRequest r = Request(wire::STATE_PUSH, rank_, id, clock);
+      r.optimizer = state.kind;
+      r.steps = state.steps;
+      r.state_slots = slots;
+      r.state_slot = k;
+      Payload p;
+      if (slots > 0) {
+        // The shard's range of vector k, from the tensors it crosses (copied by Send).
+        vector.assign(static_cast<size_t>(range.size()), 0.0f);
+        for (size_t t = 0; t < layout_.size(); ++t) {
+          const TensorInfo& ti = layout_[t];
+          const int64_t b = std::max(ti.offset, range.begin), e = std::min(ti.offset + ti.size, range.end);
+          if (b >= e) continue;
+          const auto& src = state.slots[static_cast<size_t>(k)][t];
+          std::copy(src.begin() + (b - ti.offset), src.begin() + (e - ti.offset), vector.begin() + (b - range.begin));
+        }
+        r.segments = {range};
+        p.has_values = true;
+        p.values = vector;
+      }
+      waiting_on_[id].push_back(s);  // a shard answers each of its messages once
+      Status st = sockets_[s].Send("", EncodeRequest(r), p);
+      if (!st.ok()) FailShard(s, st.WithContext("optimizer state to " + NodeName(table_.servers(s))));
+    }
+  }
+  return Wait(id, timeout_s).WithContext("setting the optimizer state");
 }
 
 Status PsClient::Receive(int timeout_ms, RequestId until) {

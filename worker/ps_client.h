@@ -39,6 +39,16 @@
 
 namespace gradsync {
 
+// The shards' optimizer state, assembled per tensor of the layout (PsClient::PullOptimizerState,
+// PushOptimizerState).
+struct OptimizerStateParts {
+  std::string kind;   // the shards' optimizer: sgd | adam | lars | lamb
+  int64_t steps = 0;  // its steps taken (Adam's and LAMB's t; 0: none yet, every vector zeros)
+  // slots[k][t]: the optimizer's state vector k (OptimizerSlotNames' order: SGD's momentum buffer;
+  // Adam's exp_avg, exp_avg_sq) of tensor t of the layout, in layout order, flat (the tensor's size).
+  std::vector<std::vector<std::vector<float>>> slots;
+};
+
 class PsClient {
  public:
   using RequestId = uint64_t;
@@ -92,6 +102,25 @@ class PsClient {
   // Communication in progress: a pull not answered yet, or pushed gradient bytes ZeroMQ still
   // holds (not yet written to the socket). For the overlap measurement.
   bool InFlight() const;
+
+  // The optimizer state the shards hold (ARCHITECTURE.md, "Optimizer state"), read or set at this
+  // worker's clock `clock` (its pushes so far, one still in flight included): each shard serves
+  // the request where it would answer a pull of that clock (bsp: once round clock - 1 is applied,
+  // and before round clock can be, which needs this worker's next push). Each shard's vectors
+  // come in one go (one message each), so a shard's state is one state.
+  //
+  // PullOptimizerState: `kind` is the optimizer the caller expects ("": whatever the shards'); a
+  // shard with another refuses (kInvalidArgument). kFailedPrecondition when the shards disagree on
+  // their optimizer or its step count (ssp/asp: another worker's push applied on some shards but
+  // not yet on others; read where no push is in flight).
+  Result<OptimizerStateParts> PullOptimizerState(int64_t clock, double timeout_s, const std::string& kind = "");
+  // PushOptimizerState: sets every shard's part of `state`; each shard sets its whole part at once
+  // (at its quiescent point, above) and answers once its backups hold it. kInvalidArgument, with
+  // nothing sent, when `state` does not fit the layout (an unknown optimizer, steps < 0, more than
+  // kMaxOptimizerSlots vectors, a vector without one entry per tensor, an entry whose size is not
+  // its tensor's) or holds a value CheckOptimizerSlot refuses; a shard refuses a state that is not
+  // its optimizer's (kind, number of vectors), and sets nothing of it (every shard refuses alike).
+  Status PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s);
 
   // Elastic membership and recovery.
   // JOIN on `shards`: clock -1 asks each where to start (a worker that rejoined a running job);
@@ -156,13 +185,27 @@ class PsClient {
   const Partitioner& partitioner() const { return partitioner_; }
 
  private:
+  // A STATE_PULL's replies, per shard, as they come.
+  struct StateGather {
+    struct Shard {
+      std::string kind;
+      int64_t steps = 0;
+      int slots = 0;
+      int received = 0;  // vectors so far
+      std::vector<float> values;  // slots * the range's size
+    };
+    std::vector<Shard> shards;
+  };
   struct Pending {
     int remaining = 0;
     Status status;
     bool is_pull = false;
     FloatSpan target;
     double sent_us = -1;  // traces: when it was sent (a pull's span ends with its reply)
+    std::shared_ptr<StateGather> state;  // a STATE_PULL
   };
+  // A STATE_PULL_REPLY of `shard` into p.state; an error for one that is not the vector due.
+  Status TakeStateReply(int shard, const Message& m, const PsReply& r, Pending& p);
 
   PsClient(TransportContext& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
            SchedulerClient* scheduler);

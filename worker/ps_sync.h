@@ -92,6 +92,9 @@ class PsSyncBase : public GradientSync {
   Status Recover(const Status& failure) override;
   Status EndTraining(bool evaluate) override;
   SyncTraffic traffic() const override;
+  // This worker's clock: the step begun last, or after FinishStep the next one (its pushes so far,
+  // once the shards have the last): what its optimizer state requests carry.
+  int64_t clock() const { return clock_; }
 
  protected:
   // Staleness and bytes after the step's push.

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/metrics.h"
@@ -73,6 +74,75 @@ py::dict FieldsDict(const google::protobuf::Message& m) {
 double Get(const py::dict& d, const char* key, double fallback) {
   if (!d.contains(key) || d[key].is_none()) return fallback;
   return d[key].cast<double>();
+}
+
+// sync.optimizer_state()'s dict: {"kind": str, "scalars": {"step": int} (none before the first
+// step), "slots": {name: [one flat float32 array per tensor, in layout order]}}.
+py::dict StateDict(const NamedOptimizerState& state) {
+  py::dict scalars, slots;
+  if (state.step) scalars["step"] = *state.step;
+  for (const auto& [name, tensors] : state.slots) {
+    py::list arrays;
+    for (const auto& t : tensors) {
+      py::array_t<float> a(static_cast<py::ssize_t>(t.size()));
+      std::copy(t.begin(), t.end(), a.mutable_data());
+      arrays.append(std::move(a));
+    }
+    slots[py::str(name)] = std::move(arrays);
+  }
+  py::dict d;
+  d["kind"] = state.kind;
+  d["scalars"] = std::move(scalars);
+  d["slots"] = std::move(slots);
+  return d;
+}
+
+// The same dict back (ValueError for what is not of that form; sizes and names are the sync's
+// to check). Arrays of any float type and shape are read flat, as float32.
+NamedOptimizerState StateFrom(const py::dict& d) {
+  auto bad = [](const std::string& what) { return StatusError(InvalidArgumentError("optimizer state: " + what)); };
+  for (const auto& [key, value] : d) {
+    const std::string k = py::str(key);
+    if (k != "kind" && k != "scalars" && k != "slots") throw bad("unknown key '" + k + "' (kind, scalars, slots)");
+  }
+  if (!d.contains("kind") || !py::isinstance<py::str>(d["kind"])) throw bad("'kind' (a str) is missing");
+  NamedOptimizerState s;
+  s.kind = d["kind"].cast<std::string>();
+  if (d.contains("scalars") && !d["scalars"].is_none()) {
+    if (!py::isinstance<py::dict>(d["scalars"])) throw bad("'scalars' is not a dict");
+    for (const auto& [key, value] : d["scalars"].cast<py::dict>()) {
+      const std::string k = py::str(key);
+      if (k != "step") throw bad("unknown scalar '" + k + "' (the shards keep 'step')");
+      double v = 0;
+      try {
+        v = py::float_(py::reinterpret_borrow<py::object>(value));  // an int, a float, a 0-d tensor
+      } catch (const py::error_already_set&) {
+        throw bad("'step' is not a number");
+      }
+      if (!(v >= 0 && v <= 9.0e15) || v != std::floor(v)) throw bad("'step' must be a whole number >= 0");
+      s.step = static_cast<int64_t>(v);
+    }
+  }
+  if (d.contains("slots") && !d["slots"].is_none()) {
+    if (!py::isinstance<py::dict>(d["slots"])) throw bad("'slots' is not a dict");
+    for (const auto& [key, value] : d["slots"].cast<py::dict>()) {
+      const std::string name = py::str(key);
+      if (!py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value)) {
+        throw bad("slot '" + name + "' is not a list of arrays (one per tensor)");
+      }
+      auto& tensors = s.slots[name];
+      for (const auto& item : value.cast<py::sequence>()) {
+        py::array_t<float, py::array::c_style | py::array::forcecast> a;
+        try {
+          a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(item);
+        } catch (const py::error_already_set&) {
+        }
+        if (!a) throw bad("slot '" + name + "': an entry is not an array of numbers");
+        tensors.emplace_back(a.data(), a.data() + a.size());
+      }
+    }
+  }
+  return s;
 }
 
 MetricsRow RowFrom(const py::dict& d) {
@@ -237,7 +307,28 @@ PYBIND11_MODULE(_native, m) {
         d["version_lag"] = c.version_lag;
         d["clock_staleness"] = c.clock_staleness;
         return d;
-      });
+      })
+      .def(
+          "optimizer_state",
+          [](FrontendSync& s) {
+            NamedOptimizerState state;
+            {
+              py::gil_scoped_release release;
+              state = s.OptimizerState();
+            }
+            return StateDict(state);
+          },
+          "PS modes: the shards' optimizer state at this worker's step, {'kind': 'sgd'|'adam', 'scalars': "
+          "{'step': n}, 'slots': {name: [a flat float32 array per tensor, in layout order]}} (torch's names: "
+          "'momentum_buffer'; 'exp_avg', 'exp_avg_sq'); before the first step no scalars and no slots.")
+      .def(
+          "set_optimizer_state",
+          [](FrontendSync& s, const py::dict& d) {
+            NamedOptimizerState state = StateFrom(d);
+            py::gil_scoped_release release;
+            s.SetOptimizerState(std::move(state));
+          },
+          py::arg("state"), "PS modes: sets the shards' optimizer state (the dict optimizer_state() returns).");
 
   py::class_<FrontendBucketReducer>(m, "BucketReducer")
       .def(py::init<FrontendJob*, const std::string&, bool>(), py::arg("job"), py::arg("codec") = "",

@@ -199,6 +199,81 @@ TEST(PsProtocolTest, ARequestThatCannotBeRightIsRefused) {
   EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL); h.set_parts(2); }), StatusCode::kInvalidArgument);
 }
 
+TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
+  PsRequest push;
+  push.type = wire::STATE_PUSH;
+  push.worker = 1;
+  push.request_id = 5;
+  push.clock = 12;
+  push.segments = {{0, 1024}};
+  push.optimizer = "adam";
+  push.steps = 12;
+  push.state_slots = 2;
+  push.state_slot = 1;
+  auto back = DecodeRequest(EncodeRequest(push));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->type, wire::STATE_PUSH);
+  EXPECT_EQ(back->optimizer, "adam");
+  EXPECT_EQ(back->steps, 12);
+  EXPECT_EQ(back->state_slots, 2);
+  EXPECT_EQ(back->state_slot, 1);
+  EXPECT_EQ(back->segments, push.segments);
+
+  PsReply reply = ReplyTo(push, wire::STATE_PULL_REPLY, 1);
+  reply.version = 24;
+  reply.optimizer = "sgd";
+  reply.steps = 7;
+  reply.state_slots = 1;
+  reply.segments = {{1024, 2048}};
+  auto r = DecodeReply(EncodeReply(reply));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->type, wire::STATE_PULL_REPLY);
+  EXPECT_EQ(r->version, 24);
+  EXPECT_EQ(r->optimizer, "sgd");
+  EXPECT_EQ(r->steps, 7);
+  EXPECT_EQ(r->state_slots, 1);
+  EXPECT_EQ(r->state_slot, 0);
+  EXPECT_EQ(r->segments, reply.segments);
+
+  auto bad = [&](wire::Type type, auto mutate) {
+    PsRequest q = push;
+    q.type = type;
+    if (type == wire::STATE_PULL) q.steps = q.state_slots = q.state_slot = 0;
+    wire::Header h = EncodeRequest(q);
+    mutate(h);
+    return DecodeRequest(h).status();
+  };
+  auto none = [](wire::Header&) {};
+  EXPECT_TRUE(bad(wire::STATE_PUSH, none).ok());
+  EXPECT_TRUE(bad(wire::STATE_PULL, none).ok());
+  EXPECT_TRUE(bad(wire::STATE_PULL, [](wire::Header& h) { h.clear_state_optimizer(); }).ok());  // any optimizer
+  // A push names its optimizer, a known one; steps and vectors in range.
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.clear_state_optimizer(); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_optimizer("adagrad"); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.set_state_optimizer("adagrad"); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_steps(-1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_steps(kMaxOptimizerSteps + 1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slots(kMaxOptimizerSlots + 1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slots(-1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slot(2); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slot(-1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.clear_state_slots(); h.set_state_slot(1); }).ok());
+  EXPECT_TRUE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.clear_state_slots(); h.clear_state_slot(); }).ok());
+  // A pull names an optimizer at most; no other message carries state fields.
+  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.set_state_steps(1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.set_state_slots(1); }).ok());
+  EXPECT_TRUE(bad(wire::PUSH, none).ok());  // a PUSH encodes no state fields
+  EXPECT_FALSE(bad(wire::PUSH, [](wire::Header& h) { h.set_state_optimizer("adam"); }).ok());
+  EXPECT_FALSE(bad(wire::PULL, [](wire::Header& h) { h.set_state_steps(2); }).ok());
+  EXPECT_FALSE(bad(wire::JOIN, [](wire::Header& h) { h.set_state_slot(1); }).ok());
+  PsReply wrong = reply;
+  wrong.state_slot = 1;  // of 1
+  EXPECT_FALSE(DecodeReply(EncodeReply(wrong)).ok());
+  wrong = reply;
+  wrong.optimizer.clear();
+  EXPECT_FALSE(DecodeReply(EncodeReply(wrong)).ok());
+}
+
 TEST(PsProtocolTest, RepliesRoundTripAndAnErrorIsAlwaysAFailure) {
   PsRequest pull;
   pull.type = wire::PULL;

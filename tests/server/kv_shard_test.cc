@@ -393,6 +393,190 @@ TEST(KvShardTest, AJobsShapesDecideWhichLayersAdapt) {
   EXPECT_FALSE(MakeShardForJob(wrong, 1, 0, true).ok());
 }
 
+TEST(KvShardTest, OptimizerStateSetOnAnotherShardGoesOnBitForBit) {
+  // A shard given another's parameters, optimizer state and steps takes the same next steps.
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  OptimizerOptions sgd;
+  sgd.momentum = 0.9f;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.01f;
+  for (const OptimizerOptions& o : {sgd, Adam(0.01f)}) {
+    for (bool aggregate : {true, false}) {
+      KvShard a({8, 12}, Layout(), o, lr, 2, aggregate), b({8, 12}, Layout(), o, lr, 2, aggregate);
+      const std::vector<Segment> seg = {{8, 12}};
+      const std::vector<float> g1 = {2, 0, 4, 8}, g2 = {2, 4, 0, -8};
+      auto step = [&](KvShard& s) {
+        if (aggregate) {
+          s.Accumulate(seg, {}, g1.data());
+          s.Accumulate(seg, {}, g2.data());
+          s.ApplyAccumulated(2);
+        } else {
+          s.Apply(seg, {}, g1.data());
+          s.Apply(seg, {}, g2.data());
+        }
+      };
+      a.SetValues(std::vector<float>{1, -1, 2, 0.5f});
+      for (int i = 0; i < 3; ++i) step(a);
+      ASSERT_EQ(a.optimizer_slots(), static_cast<int>(OptimizerSlotNames(o).size()));
+      ASSERT_EQ(a.optimizer_state().size(), static_cast<size_t>(a.optimizer_slots()) * 4);
+      b.SetValues(std::vector<float>(a.params().begin(), a.params().end()));
+      const std::vector<float> state(a.optimizer_state().begin(), a.optimizer_state().end());
+      ASSERT_TRUE(b.SetOptimizerState(state, a.optimizer_steps()).ok());
+      EXPECT_EQ(b.optimizer_steps(), a.optimizer_steps());
+      EXPECT_EQ(b.version(), 0);  // the state alone: the version and schedule step stay
+      step(a);
+      step(b);
+      EXPECT_EQ(0, std::memcmp(a.params().data(), b.params().data(), 4 * sizeof(float))) << OptimizerKindName(o.kind);
+      EXPECT_EQ(0, std::memcmp(a.optimizer_state().data(), b.optimizer_state().data(), state.size() * sizeof(float)));
+    }
+  }
+}
+
+TEST(KvShardTest, AnOptimizerStateThatCannotBeTheShardsIsRefusedAndChangesNothing) {
+  LrSchedule lr{LrSchedule::Kind::kConstant, 0.1f, 0, 0};
+  KvShard s({8, 12}, Layout(), Adam(0), lr, 1, true);
+  const std::vector<float> good = {1, 2, 3, 4, 0.5f, 0.5f, 0.5f, 0.5f};
+  ASSERT_TRUE(s.SetOptimizerState(good, 7).ok());
+  auto refused = [&](std::vector<float> state, int64_t steps, const std::string& why) {
+    Status st = s.SetOptimizerState(state, steps);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(st.message().find(why), std::string::npos) << st;
+    EXPECT_TRUE(std::equal(good.begin(), good.end(), s.optimizer_state().begin())) << why;
+    EXPECT_EQ(s.optimizer_steps(), 7) << why;
+  };
+  refused({1, 2, 3, 4}, 7, "keeps 2 vector(s) of 4");
+  refused({1, 2, 3, 4, 0.5f, 0.5f, 0.5f, 0.5f, 0}, 7, "keeps 2");
+  refused({1, 2, NAN, 4, 0.5f, 0.5f, 0.5f, 0.5f}, 7, "vector 0, element 2: NaN");
+  refused({1, 2, 3, 4, 0.5f, INFINITY, 0.5f, 0.5f}, 7, "vector 1, element 1: infinite");
+  refused({1, 2, 3, 4, 0.5f, 0.5f, -0.5f, 0.5f}, 7, "element 2: a negative second moment");
+  refused(good, -1, "out of range");
+  // A negative first moment or momentum is a state like any other.
+  KvShard sgd({8, 12}, Layout(), [] {
+    OptimizerOptions o;
+    o.momentum = 0.5f;
+    return o;
+  }(), lr, 1, true);
+  EXPECT_TRUE(sgd.SetOptimizerState(std::vector<float>{-1, -2, 3, 4}, 2).ok());
+  EXPECT_TRUE(s.SetOptimizerState(std::vector<float>{-1, -2, 3, 4, 0, 0, 0, 0}, 1).ok());
+  // Plain SGD keeps no vectors: its state is the step count alone.
+  KvShard plain({8, 12}, Layout(), {}, lr, 1, true);
+  EXPECT_EQ(plain.optimizer_slots(), 0);
+  EXPECT_TRUE(plain.SetOptimizerState({}, 3).ok());
+  EXPECT_EQ(plain.optimizer_steps(), 3);
+}
+
+TEST(KvShardTest, OptimizerSlotsAreNamedAsTorchNamesThem) {
+  OptimizerOptions o;
+  EXPECT_TRUE(OptimizerSlotNames(o).empty());
+  o.momentum = 0.9f;
+  EXPECT_EQ(OptimizerSlotNames(o), std::vector<std::string>{"momentum_buffer"});
+  o = Adam(0);
+  EXPECT_EQ(OptimizerSlotNames(o), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  o.kind = OptimizerKind::kLamb;
+  EXPECT_EQ(OptimizerSlotNames(o), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  o = OptimizerOptions{};
+  o.kind = OptimizerKind::kLars;
+  EXPECT_EQ(OptimizerSlotNames(o), std::vector<std::string>{"momentum_buffer"});
+  EXPECT_EQ(Optimizer(o, 5).num_slots(), 1);
+  EXPECT_EQ(Optimizer(o, 5).state().size(), 5u);
+}
+
+// A backup's copy (ReplicaStore) replays a worker's optimizer state set: its vectors, the state
+// taken whole at the last; an entry out of order is refused and the copy dropped.
+TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
+  wire::JobConfig job;
+  for (const auto& t : Layout()) {
+    auto* spec = job.add_tensors();
+    spec->set_name(t.name);
+    spec->set_offset(static_cast<uint64_t>(t.offset));
+    spec->set_size(static_cast<uint64_t>(t.size));
+    spec->set_sparse(false);  // Adam: dense models only
+  }
+  job.set_num_params(12);
+  job.set_num_workers(2);
+  job.set_lr(0.1f);
+  job.set_lr_schedule("constant");
+  SetJobOptimizer(Adam(0), &job);
+  const Segment range = {0, 12};  // one shard
+  auto entry = [&](wire::ReplicaOp op, uint64_t index, const std::vector<float>* values) {
+    Message m;
+    m.header.set_type(wire::REPLICATE);
+    m.header.set_replica_shard(0);
+    m.header.set_replica_op(op);
+    m.header.set_replica_index(index);
+    m.header.set_request_id(index);
+    if (values) {
+      auto* seg = m.header.add_segments();
+      seg->set_offset(static_cast<uint64_t>(range.begin));
+      seg->set_length(static_cast<uint64_t>(range.size()));
+      m.header.set_has_values(true);
+      m.values = Frame::Copy(values->data(), values->size() * sizeof(float));
+    }
+    return m;
+  };
+  auto snapshot = [&](ReplicaStore& store) {
+    wire::ShardCheckpoint meta;
+    meta.set_rank(0);
+    *meta.mutable_job() = job;
+    meta.set_begin(0);
+    meta.set_end(12);
+    meta.set_optimizer("adam");
+    Message m = entry(wire::REPLICA_META, 0, nullptr);
+    m.header.set_replica_meta(meta.SerializeAsString());
+    ASSERT_TRUE(store.Apply(m).ok());
+    const std::vector<float> zeros(12, 0.0f);
+    ASSERT_TRUE(store.Apply(entry(wire::REPLICA_PARAMS, 1, &zeros)).ok());
+    for (int k = 0; k < 2; ++k) {
+      Message st = entry(wire::REPLICA_STATE, static_cast<uint64_t>(2 + k), &zeros);
+      st.header.set_replica_part(k);
+      ASSERT_TRUE(store.Apply(st).ok());
+    }
+    ASSERT_TRUE(store.Complete(0));
+  };
+  auto state_entry = [&](int k, uint64_t index, const std::vector<float>& values, int slots = 2) {
+    Message m = entry(wire::REPLICA_OPTIMIZER, index, &values);
+    m.header.set_replica_part(k);
+    m.header.set_state_optimizer("adam");
+    m.header.set_state_steps(9);
+    m.header.set_state_slots(slots);
+    return m;
+  };
+  const std::vector<float> m(12, 0.25f), v(12, 0.75f);
+
+  ReplicaStore store(1, /*aggregates=*/true);
+  snapshot(store);
+  ASSERT_TRUE(store.Apply(state_entry(0, 4, m)).ok());
+  ASSERT_TRUE(store.Apply(state_entry(1, 5, v)).ok());
+  auto copy = store.Take(0);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->checkpoint.optimizer_steps(), 9);
+  std::vector<float> state(24);
+  ASSERT_EQ(copy->checkpoint.optimizer_state().size(), state.size() * sizeof(float));
+  std::memcpy(state.data(), copy->checkpoint.optimizer_state().data(), state.size() * sizeof(float));
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(state[i], 0.25f);
+    EXPECT_EQ(state[12 + i], 0.75f);
+  }
+
+  // Vector 1 before vector 0, a count of vectors that is not the shard's, a bad value: refused,
+  // and the copy is no longer whole (the primary sends a new snapshot).
+  for (int bad = 0; bad < 3; ++bad) {
+    ReplicaStore s2(1, true);
+    snapshot(s2);
+    Status st;
+    if (bad == 0) st = s2.Apply(state_entry(1, 4, v));
+    if (bad == 1) st = s2.Apply(state_entry(0, 4, m, 1));
+    if (bad == 2) {
+      ASSERT_TRUE(s2.Apply(state_entry(0, 4, m)).ok());
+      std::vector<float> negative = v;
+      negative[3] = -1.0f;
+      st = s2.Apply(state_entry(1, 5, negative));
+    }
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_FALSE(s2.Complete(0)) << bad;
+  }
+}
+
 TEST(KvShardTest, SparseKeysAndRead) {
   LrSchedule lr{LrSchedule::Kind::kConstant, 1.0f, 0, 0};
   KvShard s({0, 12}, Layout(), {}, lr, 1, true);

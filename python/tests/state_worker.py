@@ -1,0 +1,73 @@
+"""A worker for the optimizer-state tests: train_worker's model, data and optimizer, trained with
+gradsync.torch from global step --first to --steps. After --checkpoint-at steps it reads the
+shards' optimizer state with the parameters of the next step (Horovod's rank-0 checkpoint: rank 0
+writes both to --checkpoint); --resume starts from such a file (the parameters before the
+optimizer is wrapped, the state set on the shards right after), and --stop ends the run at the
+checkpoint. Rank 0 writes the final parameters to --save."""
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import train_worker
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--nesterov", action="store_true")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--checkpoint-at", type=int, default=-1)
+    p.add_argument("--checkpoint", default="")
+    p.add_argument("--stop", action="store_true")
+    p.add_argument("--resume", default="")
+    p.add_argument("--save", default="")
+    return p.parse_args(argv)
+
+
+def main():
+    args = parse()
+    import gradsync.torch as gs
+    gs.init()
+    rank, size = gs.rank(), gs.size()
+    m = train_worker.model(args)
+    ckpt = torch.load(args.resume) if args.resume else None
+    if ckpt is not None:
+        torch.nn.utils.vector_to_parameters(ckpt["params"], m.parameters())
+    opt = gs.DistributedOptimizer(train_worker.optimizer(args, m.parameters()), named_parameters=m.named_parameters())
+    if ckpt is not None:
+        opt._gs_sync.set_optimizer_state(ckpt["state"])  # every rank, as load_state_dict on every rank
+    global_batch = args.batch * size
+    x, y = train_worker.data(args, args.steps * global_batch)
+    for s in range(args.first, args.steps):
+        rows = slice(s * global_batch + rank * args.batch, s * global_batch + (rank + 1) * args.batch)
+        opt.zero_grad()
+        F.cross_entropy(m(x[rows]), y[rows]).backward()
+        opt.step()
+        if s + 1 == args.checkpoint_at:
+            # The parameters of the next step (its pulls), and the state the shards reach once
+            # every worker's push of this step is applied: together, where a new job goes on.
+            opt.synchronize_parameters()
+            state = opt._gs_sync.optimizer_state()
+            if rank == 0:
+                torch.save({"params": train_worker.flat(m), "state": state}, args.checkpoint)
+            if args.stop:
+                break
+    opt.finish(evaluate=True)
+    if args.save and rank == 0:
+        torch.save(train_worker.flat(m), args.save)
+    gs.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
