@@ -32,6 +32,8 @@ def parse(argv=None):
     p.add_argument("--stop", action="store_true")
     p.add_argument("--resume", default="")
     p.add_argument("--save", default="")
+    p.add_argument("--torch-api", action="store_true",
+                   help="checkpoint with model.state_dict() / opt.state_dict() and load_state_dict(), Horovod's way")
     return p.parse_args(argv)
 
 
@@ -42,10 +44,16 @@ def main():
     rank, size = gs.rank(), gs.size()
     m = train_worker.model(args)
     ckpt = torch.load(args.resume) if args.resume else None
-    if ckpt is not None:
+    if ckpt is not None and args.torch_api:
+        m.load_state_dict(ckpt["model"])
+    elif ckpt is not None:
         torch.nn.utils.vector_to_parameters(ckpt["params"], m.parameters())
     opt = gs.DistributedOptimizer(train_worker.optimizer(args, m.parameters()), named_parameters=m.named_parameters())
-    if ckpt is not None:
+    if ckpt is not None and args.torch_api:
+        if rank == 0:
+            opt.load_state_dict(ckpt["optimizer"])  # rank 0 loads; the shards hold one state for all
+        gs.broadcast_optimizer_state(opt, root_rank=0)
+    elif ckpt is not None:
         opt._gs_sync.set_optimizer_state(ckpt["state"])  # every rank, as load_state_dict on every rank
     global_batch = args.batch * size
     x, y = train_worker.data(args, args.steps * global_batch)
@@ -54,7 +62,15 @@ def main():
         opt.zero_grad()
         F.cross_entropy(m(x[rows]), y[rows]).backward()
         opt.step()
-        if s + 1 == args.checkpoint_at:
+        if s + 1 == args.checkpoint_at and args.torch_api:
+            # Horovod's rank-0 checkpoint: the model's parameters (reading them waits for the
+            # next step's pulls) and the optimizer's state_dict (the shards', after this step).
+            model_state, opt_state = m.state_dict(), opt.state_dict()
+            if rank == 0:
+                torch.save({"model": model_state, "optimizer": opt_state}, args.checkpoint)
+            if args.stop:
+                break
+        elif s + 1 == args.checkpoint_at:
             # The parameters of the next step (its pulls), and the state the shards reach once
             # every worker's push of this step is applied: together, where a new job goes on.
             opt.synchronize_parameters()

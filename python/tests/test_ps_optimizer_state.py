@@ -156,3 +156,27 @@ report(errors, gs.rank())
 """
     for errors in gsjob.run_code(tmp_path, code, "allreduce", 2):
         assert all(e and "the optimizer state lives in this process in mode allreduce" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_state_dict_checkpoint_resumes_bit_for_bit(tmp_path, kind):
+    # The same with torch's calls: rank 0 saves model.state_dict() and opt.state_dict(); the new
+    # job's rank 0 loads them (load_state_dict sets the shards' state), then
+    # broadcast_optimizer_state, as a Horovod script does.
+    ckpt, whole, resumed = (str(tmp_path / n) for n in ("ckpt.pt", "whole.pt", "resumed.pt"))
+    common = ARGS[kind] + ["--steps=8", "--workers=2", "--torch-api"]
+    gsjob.run_job("state_worker.py", common + ["--checkpoint-at=4", "--checkpoint=" + ckpt, "--save=" + whole],
+                  "bsp", 2, servers=2, out=str(tmp_path / "out1"))
+    saved = torch.load(ckpt)["optimizer"]
+    state = saved["state"]
+    assert sorted(state) == list(range(len(shapes())))
+    names = {"sgd": ["momentum_buffer"], "adam": ["exp_avg", "exp_avg_sq", "step"]}[kind]
+    for entry, n in zip((state[i] for i in sorted(state)), shapes()):
+        assert sorted(entry) == sorted(names)
+        assert entry[names[0]].numel() == n
+    if kind == "adam":
+        assert float(state[0]["step"]) == 4
+    gsjob.run_job("state_worker.py", common + ["--first=4", "--resume=" + ckpt, "--save=" + resumed],
+                  "bsp", 2, servers=2, out=str(tmp_path / "out2"))
+    a, b = torch.load(whole), torch.load(resumed)
+    assert torch.equal(a, b), "the resumed job differs from the uninterrupted one (max %g)" % (a - b).abs().max()

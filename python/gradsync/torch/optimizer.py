@@ -208,6 +208,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
         spec = _ps_optimizer_spec(wrapped, self._gs_mode) if self._gs_mode in _PS_MODES else _native.OptimizerSpec()
+        self._gs_kind = spec.kind
         feedback = -1 if error_feedback is None else int(bool(error_feedback))
         if self._gs_adasum and compression not in (None, "", "none"):
             raise ValueError("op=Adasum with compression %r: Adasum combines the workers' exact updates" % compression)
@@ -490,6 +491,60 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             for i in skipped:
                 self._gs_params[i].grad = self._gs_grad_views[i]
+
+    def state_dict(self):
+        """torch's state_dict. PS modes: the state is the shards' (momentum buffers, Adam's
+        moments and step) at this worker's step, in torch's names and shapes: after step(), the
+        state once that step's round is applied, which with the model's parameters read then
+        (they wait for that step's pulls) is a checkpoint a new job resumes bit for bit (bsp)."""
+        sd = super(self.__class__, self).state_dict()
+        if not self._gs_ps:
+            return sd
+        got = self._gs_sync.optimizer_state()
+        index = self._gs_state_index()
+        state = {}
+        if got["slots"]:
+            for i, p in enumerate(self._gs_params):
+                entry = {name: torch.from_numpy(arrays[i].copy()).reshape(p.shape)
+                         for name, arrays in got["slots"].items()}
+                if self._gs_kind == "adam":
+                    entry["step"] = torch.tensor(float(got["scalars"]["step"]))
+                state[index[id(p)]] = entry
+        sd["state"] = state
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """torch's load_state_dict. PS modes: the parameter groups' settings here, the state on
+        the shards (one copy for every worker; it is set at this worker's step, so call it before
+        training, on one worker or on every worker with the same state)."""
+        if not self._gs_ps:
+            return super(self.__class__, self).load_state_dict(state_dict)
+        super(self.__class__, self).load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        index = self._gs_state_index()
+        saved = state_dict["state"]
+        slots, scalars = {}, {}
+        if saved:
+            missing = [self._gs_names[i] for i, p in enumerate(self._gs_params) if index[id(p)] not in saved]
+            if missing:
+                raise ValueError("load_state_dict: no state for parameter '%s' (the shards keep every parameter's)"
+                                 % missing[0])
+            first = saved[index[id(self._gs_params[0])]]
+            for name in first:
+                if name == "step":
+                    continue
+                slots[name] = [saved[index[id(p)]][name].detach().reshape(-1).to(torch.float32).numpy()
+                               for p in self._gs_params]
+            if "step" in first:
+                scalars["step"] = int(float(first["step"]))
+        self._gs_sync.set_optimizer_state(dict(kind=self._gs_kind, scalars=scalars, slots=slots))
+
+    def _gs_state_index(self):
+        # torch's state_dict numbers parameters in the order of their first appearance in the groups.
+        index = {}
+        for g in self.param_groups:
+            for p in g["params"]:
+                index.setdefault(id(p), len(index))
+        return index
 
     # --- gradsync's own ---
 
