@@ -710,13 +710,20 @@ void Server::AnswerParked() {
   // Optimizer states waiting for their quiescent point.
   for (auto it = state_sets_.begin(); it != state_sets_.end();) {
     const int w = it->first;
-    const bool live = controller_->IsLive(w);
+    const bool live = controller_->IsLive(w) || controller_->HasLeft(w);  // not a dead worker's
     const bool due = it->second.complete && controller_->CanAnswerPull(w, it->second.first.clock);
-    ++it;  // both below erase w's entry
+    const std::optional<int> blocker =
+        it->second.complete && !due ? controller_->Blocker(w, it->second.first.clock) : std::nullopt;
+    ++it;  // each below erases w's entry
     if (!live) {
       state_sets_.erase(w);
     } else if (due) {
       ApplyStateSet(w);
+    } else if (blocker) {
+      // A worker that ended training since makes its point never come.
+      const StateSet set = std::move(state_sets_[w]);
+      state_sets_.erase(w);
+      ReplyError(set.peer, set.first.request_id, set.first.clock, controller_->BlockedError(set.first.clock, *blocker));
     }
   }
 }
@@ -750,6 +757,8 @@ Status Server::HandleStatePull(PsRequest r, Message& m) {
   RETURN_IF_ERROR(CheckStateRequest(r, m));
   if (controller_->CanAnswerPull(r.worker, r.clock)) {
     AnswerStatePull(r, m);
+  } else if (auto blocker = controller_->Blocker(r.worker, r.clock)) {
+    return controller_->BlockedError(r.clock, *blocker);  // its point never comes
   } else {
     parked_.push_back({std::move(m), std::move(r), NowMs()});
   }
@@ -838,7 +847,11 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
   set->complete = true;
   // At its quiescent point: as a pull of this clock is answered (aggregating modes: between rounds
   // clock - 1 and clock, which cannot be applied before this worker pushes clock).
-  if (controller_->CanAnswerPull(w, r.clock)) ApplyStateSet(w);
+  if (controller_->CanAnswerPull(w, r.clock)) {
+    ApplyStateSet(w);
+  } else if (auto blocker = controller_->Blocker(w, r.clock)) {
+    return refuse(controller_->BlockedError(r.clock, *blocker));  // its point never comes
+  }
   return OkStatus();
 }
 

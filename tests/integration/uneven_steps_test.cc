@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -47,8 +48,11 @@ struct UnevenResult {
   Status scheduler;
 };
 
+// before_end: called on each worker after its steps, before it ends (its error fails it).
+using BeforeEnd = std::function<Status(int worker, PsClient* client, int64_t clock)>;
+
 UnevenResult RunUneven(ConsistencyMode mode, int staleness, const std::vector<WorkerPlan>& plans, bool evaluate,
-                       int num_servers = 2) {
+                       int num_servers = 2, const BeforeEnd& before_end = {}) {
   const int n = static_cast<int>(plans.size());
   UnevenResult result;
   result.workers.resize(plans.size());
@@ -119,6 +123,7 @@ UnevenResult RunUneven(ConsistencyMode mode, int staleness, const std::vector<Wo
           std::fill(model->grads().begin(), model->grads().end(), static_cast<float>(w + 1));
           RETURN_IF_ERROR(sync.FinishStep().status());
         }
+        if (before_end) RETURN_IF_ERROR(before_end(w, ps.get(), plan.steps));
         out.ended_at = Clock::now();
         return plan.leave ? sync.Leave(evaluate) : sync.EndTraining(evaluate);
       }();
@@ -205,6 +210,28 @@ TEST(UnevenStepsTest, SspZeroIsBspHere) {
                                                "staleness 0)"),
             std::string::npos)
       << r.workers[0].status;
+}
+
+TEST(UnevenStepsTest, OptimizerStateRequestsThatCanNeverBeServedFailToo) {
+  // Worker 0 ran 5 steps, worker 1 4 without joining: reading or setting the optimizer state at
+  // clock 5 waits for round 4, which never completes.
+  Status read, set;
+  auto before_end = [&](int w, PsClient* client, int64_t clock) -> Status {
+    if (w != 0) return OkStatus();
+    read = client->PullOptimizerState(clock, 20).status();
+    OptimizerStateParts none;
+    none.kind = "sgd";  // no momentum: no state vectors
+    set = client->PushOptimizerState(clock, none, 20);
+    return OkStatus();
+  };
+  UnevenResult r = RunUneven(ConsistencyMode::kBsp, 0, {{5, false}, {4, false}}, /*evaluate=*/false, 2, before_end);
+  for (const Status& s : {read, set}) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("worker 1 ended training after 4 steps, but this worker's step 5 needs its push of step 4"),
+              std::string::npos)
+        << s;
+  }
+  EXPECT_FALSE(r.workers[0].status.ok());  // and its end says its last push was never applied
 }
 
 TEST(UnevenStepsTest, BspWithJoinTheOthersGoOnAndEveryRoundIsAveragedOverItsPushes) {
