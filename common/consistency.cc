@@ -32,12 +32,29 @@ ConsistencyController::ConsistencyController(ConsistencyMode mode, int staleness
       staleness_(staleness),
       aggregate_(mode == ConsistencyMode::kBsp || (mode == ConsistencyMode::kSsp && staleness == 0)),
       pushed_(static_cast<size_t>(num_workers), 0),
-      live_(static_cast<size_t>(num_workers), true) {}
+      live_(static_cast<size_t>(num_workers), true),
+      left_(static_cast<size_t>(num_workers), false),
+      ended_(static_cast<size_t>(num_workers), -1) {}
 
-Status ConsistencyController::CheckWorker(int worker) const {
+std::string UnevenStepsAdvice() {
+  return "the workers ran different numbers of steps; call gradsync.torch.join() on a worker that runs out of data "
+         "(or give every worker the same number of steps)";
+}
+
+std::string ConsistencyRuleName(ConsistencyMode mode, int staleness) {
+  if (mode == ConsistencyMode::kSsp) return "ssp with staleness " + std::to_string(staleness);
+  return ConsistencyModeName(mode);
+}
+
+Status ConsistencyController::CheckWorker(int worker, bool pull) const {
   if (worker < 0 || worker >= num_workers()) {
     return InvalidArgumentError("unknown worker " + std::to_string(worker) + " (the job has " +
                                 std::to_string(num_workers()) + ")");
+  }
+  if (left_[worker]) {
+    if (pull) return OkStatus();
+    return FailedPreconditionError("worker " + std::to_string(worker) + " left training (join) after " +
+                                   std::to_string(pushed_[worker]) + " pushes; it pushes no more");
   }
   if (!live_[worker]) return FailedPreconditionError("worker " + std::to_string(worker) + " was declared dead");
   return OkStatus();
@@ -50,7 +67,7 @@ Status ConsistencyController::OnPush(int worker, int64_t clock) {
 }
 
 Status ConsistencyController::CheckPush(int worker, int64_t clock) const {
-  RETURN_IF_ERROR(CheckWorker(worker));
+  RETURN_IF_ERROR(CheckWorker(worker, /*pull=*/false));
   if (clock != pushed_[worker]) {
     return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: push " +
                         std::to_string(clock) + " from worker " + std::to_string(worker) +
@@ -64,7 +81,7 @@ Status ConsistencyController::CheckPush(int worker, int64_t clock) const {
 }
 
 Status ConsistencyController::ValidatePull(int worker, int64_t clock) const {
-  RETURN_IF_ERROR(CheckWorker(worker));
+  RETURN_IF_ERROR(CheckWorker(worker, /*pull=*/true));
   if (clock != pushed_[worker]) {
     return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: pull " +
                         std::to_string(clock) + " from worker " + std::to_string(worker) + " which has pushed " +
@@ -76,10 +93,12 @@ Status ConsistencyController::ValidatePull(int worker, int64_t clock) const {
 bool ConsistencyController::CanAnswerPull(int /*worker*/, int64_t clock) const {
   if (aggregate_) return rounds_applied_ >= clock;
   if (mode_ == ConsistencyMode::kAsp) return true;
+  if (live_workers() == 0) return true;  // only a worker that left pulls: nobody to wait for
   return min_live_clock() >= clock - staleness_;
 }
 
 int64_t ConsistencyController::ClockStaleness(int64_t clock) const {
+  if (!aggregate_ && live_workers() == 0) return 0;
   const int64_t complete = aggregate_ ? rounds_applied_ : min_live_clock();
   return std::max<int64_t>(0, clock - complete);
 }
@@ -92,15 +111,58 @@ bool ConsistencyController::RoundComplete() const {
     any = true;
     if (pushed_[w] <= rounds_applied_) return false;
   }
-  return any;
+  if (any) return true;
+  // Nobody live: the round a worker that left pushed into is complete (its push is the round's).
+  for (int w = 0; w < num_workers(); ++w)
+    if (left_[w] && pushed_[w] > rounds_applied_) return true;
+  return false;
 }
 
 void ConsistencyController::RemoveWorker(int worker) {
-  if (worker >= 0 && worker < num_workers()) live_[worker] = false;
+  if (worker < 0 || worker >= num_workers()) return;
+  live_[worker] = false;
+  left_[worker] = false;
+}
+
+void ConsistencyController::EndAt(int worker, int64_t clock) {
+  if (worker < 0 || worker >= num_workers() || clock < 0) return;
+  ended_[worker] = clock;
+}
+
+void ConsistencyController::Leave(int worker) {
+  if (worker < 0 || worker >= num_workers()) return;
+  live_[worker] = false;
+  left_[worker] = true;
+}
+
+std::optional<int> ConsistencyController::Blocker(int /*worker*/, int64_t clock) const {
+  if (mode_ == ConsistencyMode::kAsp) return std::nullopt;
+  if (aggregate_ && rounds_applied_ >= clock) return std::nullopt;
+  // The pushes the pull needs of every live worker: round clock-1's (aggregating), or clock - s.
+  const int64_t needed = aggregate_ ? clock : clock - staleness_;
+  std::optional<int> blocker;
+  for (int w = 0; w < num_workers(); ++w) {
+    if (!live_[w] || ended_[w] < 0 || ended_[w] >= needed) continue;
+    if (!blocker || ended_[w] < ended_[*blocker]) blocker = w;
+  }
+  return blocker;
+}
+
+Status ConsistencyController::BlockedError(int64_t clock, int blocker) const {
+  const int64_t ended = ended_at(blocker);
+  const int64_t needed = aggregate_ ? clock : clock - staleness_;
+  return FailedPreconditionError(
+      "worker " + std::to_string(blocker) + " ended training after " + std::to_string(ended) +
+      " steps, but this worker's step " + std::to_string(clock) + " needs its push of step " +
+      std::to_string(needed - 1) + " (" + ConsistencyRuleName(mode_, staleness_) + "): " + UnevenStepsAdvice());
 }
 
 void ConsistencyController::SetWorker(int worker, int64_t clock) {
   if (worker < 0 || worker >= num_workers()) return;
+  if (!live_[worker]) {
+    left_[worker] = false;
+    ended_[worker] = -1;
+  }
   live_[worker] = true;
   pushed_[worker] = clock;
 }

@@ -161,6 +161,15 @@ void SchedulerClient::Handle(const Message& m) {
       events_++;
       break;
     }
+    case wire::TRAINING_ENDED:
+      if (h.node().role() != wire::WORKER || h.node().rank() < 0 || h.clock() < 0) {
+        GRADSYNC_LOG(WARNING) << "scheduler: dropped a TRAINING_ENDED for " << NodeName(h.node()) << " at clock "
+                              << h.clock();
+        break;
+      }
+      ended_.push_back({h.node().rank(), h.clock(), h.joined()});
+      events_++;
+      break;
     case wire::SHUTDOWN:
       shutdown_ = true;
       events_++;
@@ -318,6 +327,14 @@ void SchedulerClient::Listening(int64_t bytes) {
   Enqueue(h);
 }
 
+void SchedulerClient::TrainingEnded(int64_t clock, bool joined) {
+  wire::Header h;
+  h.set_type(wire::TRAINING_ENDED);
+  h.set_clock(clock);
+  h.set_joined(joined);
+  Enqueue(h);
+}
+
 void SchedulerClient::Finished(const Status& status) {
   wire::Header h;
   h.set_type(wire::FINISHED);
@@ -357,6 +374,11 @@ bool SchedulerClient::IsDead(wire::Role role, int rank) const {
 std::vector<wire::NodeInfo> SchedulerClient::joined_nodes() const {
   std::lock_guard lock(mu_);
   return joined_;
+}
+
+std::vector<EndedWorker> SchedulerClient::ended_workers() const {
+  std::lock_guard lock(mu_);
+  return ended_;
 }
 
 wire::ClusterTable SchedulerClient::table() const {

@@ -1,5 +1,5 @@
 // SchedulerClient: a node's link to the scheduler (rendezvous, barriers, heartbeats, news of
-// dead nodes and shutdown). Used by servers and workers alike.
+// dead nodes, of workers that ended training, and shutdown). Used by servers and workers alike.
 //
 // A node the scheduler declared dead (it was silent too long) hears so on its next message and
 // reports itself unhealthy (kAborted); a restarted node may take a dead one's rank (rejoined()).
@@ -33,6 +33,13 @@ namespace gradsync {
 inline constexpr size_t kMaxGatherBytes = size_t{1} << 20;
 // ...and a BARRIER carrying it (its header fields besides) is a control message.
 static_assert(kMaxGatherBytes + (64 << 10) <= kMaxControlMessageBytes);
+
+// A worker that ended training, as the scheduler relayed it (TRAINING_ENDED).
+struct EndedWorker {
+  int rank = -1;
+  int64_t clock = 0;    // the steps it pushed
+  bool joined = false;  // it left the consistency rule (a frontend's join())
+};
 
 struct SchedulerClientOptions {
   std::string scheduler_endpoint;   // tcp://host:port
@@ -73,6 +80,10 @@ class SchedulerClient {
   // or announces this restarted shard). Does not wait.
   void Listening(int64_t bytes);
 
+  // Worker: its last push is answered after `clock` steps; `joined`: it leaves the consistency
+  // rule (the shards go on without it but still answer its pulls). Every node hears it (a node
+  // that rejoins later too). Before the "trained" barrier; does not wait.
+  void TrainingEnded(int64_t clock, bool joined);
   // Worker: training is over (`status` says how it ended). Does not wait.
   void Finished(const Status& status);
 
@@ -98,14 +109,16 @@ class SchedulerClient {
   std::vector<wire::NodeInfo> dead_nodes() const;
   // Restarted nodes that took a dead node's rank (NODE_JOINED), in order; the table follows them.
   std::vector<wire::NodeInfo> joined_nodes() const;
+  // Workers that ended training (TRAINING_ENDED), in the order the scheduler said so.
+  std::vector<EndedWorker> ended_workers() const;
   // Dead now (declared dead and not rejoined since).
   bool IsDead(wire::Role role, int rank) const;
   // The cluster table as of now (rejoined nodes' new addresses included).
   wire::ClusterTable table() const;
   // This node took a dead node's rank in a running job (its Register returned then).
   bool rejoined() const;
-  // Bumps each time something changes (a death, a rejoin, a shutdown, a lost scheduler, this node
-  // declared dead): cheap to poll.
+  // Bumps each time something changes (a death, a rejoin, a worker that ended training, a
+  // shutdown, a lost scheduler, this node declared dead): cheap to poll.
   uint64_t events() const;
 
   TrafficCounters traffic() const;
@@ -131,6 +144,7 @@ class SchedulerClient {
   Status health_;
   std::vector<wire::NodeInfo> dead_;
   std::vector<wire::NodeInfo> joined_;
+  std::vector<EndedWorker> ended_;
   std::set<std::pair<int, int>> dead_now_;  // (role, rank)
   bool rejoined_ = false;
   int64_t limit_accepted_ = 0;  // MESSAGE_LIMIT answered: every live shard accepts this much

@@ -201,6 +201,8 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
   slot->last_seen = now;
   slot->dead = false;
   slot->rejoins++;
+  slot->ended_clock = -1;  // a restarted worker trains again
+  slot->ended_joined = false;
   by_identity_[m.peer] = static_cast<size_t>(slot - nodes_.data());
   *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " rejoins the job as " << NodeName(slot->info);
@@ -222,7 +224,7 @@ void Scheduler::WelcomeBack(const std::string& peer, const wire::NodeInfo& info)
   *reply.mutable_node() = info;
   reply.set_rejoined(true);
   Reply(peer, reply);
-  // What it missed: the nodes that are dead now.
+  // What it missed: the nodes that are dead now, and the live workers that ended training.
   for (const auto& n : nodes_) {
     if (!n.dead) continue;
     wire::Header dead;
@@ -230,6 +232,34 @@ void Scheduler::WelcomeBack(const std::string& peer, const wire::NodeInfo& info)
     *dead.mutable_node() = n.info;
     Reply(peer, dead);
   }
+  for (const auto& n : nodes_) {
+    if (!n.dead && n.ended_clock >= 0) Reply(peer, TrainingEndedNews(n));
+  }
+}
+
+wire::Header Scheduler::TrainingEndedNews(const Node& n) const {
+  wire::Header h;
+  h.set_type(wire::TRAINING_ENDED);
+  *h.mutable_node() = n.info;
+  h.set_clock(n.ended_clock);
+  h.set_joined(n.ended_joined);
+  return h;
+}
+
+void Scheduler::HandleTrainingEnded(Node& n, const Message& m) {
+  if (n.info.role() != wire::WORKER) return ReplyError(n.identity, InvalidArgumentError("only workers send TRAINING_ENDED"));
+  if (!announced_) return ReplyError(n.identity, FailedPreconditionError("TRAINING_ENDED before the job is complete"));
+  if (m.header.clock() < 0) {
+    return ReplyError(n.identity, InvalidArgumentError("TRAINING_ENDED with clock " + std::to_string(m.header.clock()) +
+                                                       " (the steps a worker pushed are >= 0)"));
+  }
+  n.ended_clock = m.header.clock();
+  n.ended_joined = m.header.joined();
+  GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " ended training after " << n.ended_clock << " steps"
+                     << (n.ended_joined ? " and leaves the consistency rule (join)" : "");
+  TraceInstant(n.ended_joined ? "worker left (join)" : "worker ended training", "job",
+               {{"rank", static_cast<double>(n.info.rank())}, {"clock", static_cast<double>(n.ended_clock)}});
+  Broadcast(TrainingEndedNews(n));
 }
 
 void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken, double now) {
@@ -495,6 +525,9 @@ void Scheduler::Handle(Message& m, double now) {
       break;
     case wire::LISTENING:
       HandleListening(n, m);
+      break;
+    case wire::TRAINING_ENDED:
+      HandleTrainingEnded(n, m);
       break;
     default:
       ReplyError(m.peer, InvalidArgumentError("the scheduler does not handle message type " +

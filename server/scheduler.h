@@ -15,8 +15,10 @@
 // NODE_JOINED (a server once its data socket accepts the job's message limit). Before workers
 // connect to the shards they say how large their messages are (MESSAGE_LIMIT): the first sets the
 // job's limit, the servers raise their sockets' limit to it, and the workers are answered when
-// every live server has (LISTENING). The job ends when every worker has finished (or died): the scheduler tells every
-// node to shut down.
+// every live server has (LISTENING). A worker that ends training says so with its clock
+// (TRAINING_ENDED, and whether it leaves the consistency rule: a frontend's join()); every node
+// hears it, a node that rejoins later too. The job ends when every worker has finished (or died):
+// the scheduler tells every node to shut down.
 //
 // Single-threaded: Run() owns the socket. Stop() may be called from another thread.
 #pragma once
@@ -70,6 +72,10 @@ class Scheduler {
     int rejoins = 0;
     int64_t listening = 0;              // servers: the message size their data socket accepts
     bool announce_when_listening = false;  // a restarted server: NODE_JOINED once it accepts the job's
+    // A worker that ended training (TRAINING_ENDED): its clock (-1: it has not), and whether it
+    // left the consistency rule (join).
+    int64_t ended_clock = -1;
+    bool ended_joined = false;
   };
 
   Scheduler(SchedulerOptions options, Socket socket) : options_(std::move(options)), socket_(std::move(socket)) {}
@@ -85,6 +91,9 @@ class Scheduler {
   void HandleMessageLimit(Node& n, const Message& m);
   void HandleListening(Node& n, const Message& m);
   void CheckMessageLimit();
+  // A worker's TRAINING_ENDED: recorded and relayed to every node (and to nodes that rejoin).
+  void HandleTrainingEnded(Node& n, const Message& m);
+  wire::Header TrainingEndedNews(const Node& n) const;
   void AnnounceJoined(const Node& n);
   // A node back in the running job: the table, its place, and the nodes dead now.
   void WelcomeBack(const std::string& peer, const wire::NodeInfo& info);

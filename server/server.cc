@@ -81,7 +81,10 @@ Status Server::CheckSender(const PsRequest& r, const std::string& peer) {
     return InvalidArgumentError("unregistered sender: another connection already speaks for worker " +
                                 std::to_string(w));
   }
-  if (!controller_->IsLive(w)) return FailedPreconditionError("worker " + std::to_string(w) + " was declared dead");
+  // A worker that left the consistency rule (join) still pulls; the controller refuses its pushes.
+  if (!controller_->IsLive(w) && !controller_->HasLeft(w)) {
+    return FailedPreconditionError("worker " + std::to_string(w) + " was declared dead");
+  }
   return OkStatus();
 }
 
@@ -509,6 +512,9 @@ Status Server::HandlePull(PsRequest r, Message& m) {
   RETURN_IF_ERROR(controller_->ValidatePull(r.worker, r.clock));
   if (controller_->CanAnswerPull(r.worker, r.clock)) {
     AnswerPull(r, m, keys, 0.0);
+  } else if (auto blocker = controller_->Blocker(r.worker, r.clock)) {
+    // A worker that ended training will never push what this pull waits for.
+    return controller_->BlockedError(r.clock, *blocker);
   } else {
     parked_.push_back({std::move(m), std::move(r), NowMs()});
   }
@@ -672,8 +678,8 @@ void Server::AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply) 
 void Server::AnswerParked() {
   const double now = NowMs();
   for (auto it = parked_.begin(); it != parked_.end();) {
-    if (!controller_->IsLive(it->pull.worker)) {
-      it = parked_.erase(it);
+    if (!controller_->IsLive(it->pull.worker) && !controller_->HasLeft(it->pull.worker)) {
+      it = parked_.erase(it);  // a dead worker's
       continue;
     }
     if (controller_->CanAnswerPull(it->pull.worker, it->pull.clock)) {
@@ -690,6 +696,13 @@ void Server::AnswerParked() {
         AnswerPull(it->pull, it->msg, it->msg.Keys(&key_buffer_), now - it->since);
       }
       it = parked_.erase(it);
+    } else if (auto blocker = controller_->Blocker(it->pull.worker, it->pull.clock)) {
+      // It waited for a worker that has ended training since: it would wait forever.
+      const Status s = controller_->BlockedError(it->pull.clock, *blocker);
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull " << it->pull.clock << " of worker " << it->pull.worker
+                            << " can never be answered: " << s.message();
+      ReplyError(it->msg, s);
+      it = parked_.erase(it);
     } else {
       ++it;
     }
@@ -697,13 +710,20 @@ void Server::AnswerParked() {
   // Optimizer states waiting for their quiescent point.
   for (auto it = state_sets_.begin(); it != state_sets_.end();) {
     const int w = it->first;
-    const bool live = controller_->IsLive(w);
+    const bool live = controller_->IsLive(w) || controller_->HasLeft(w);  // not a dead worker's
     const bool due = it->second.complete && controller_->CanAnswerPull(w, it->second.first.clock);
-    ++it;  // both below erase w's entry
+    const std::optional<int> blocker =
+        it->second.complete && !due ? controller_->Blocker(w, it->second.first.clock) : std::nullopt;
+    ++it;  // each below erases w's entry
     if (!live) {
       state_sets_.erase(w);
     } else if (due) {
       ApplyStateSet(w);
+    } else if (blocker) {
+      // A worker that ended training since makes its point never come.
+      const StateSet set = std::move(state_sets_[w]);
+      state_sets_.erase(w);
+      ReplyError(set.peer, set.first.request_id, set.first.clock, controller_->BlockedError(set.first.clock, *blocker));
     }
   }
 }
@@ -737,6 +757,8 @@ Status Server::HandleStatePull(PsRequest r, Message& m) {
   RETURN_IF_ERROR(CheckStateRequest(r, m));
   if (controller_->CanAnswerPull(r.worker, r.clock)) {
     AnswerStatePull(r, m);
+  } else if (auto blocker = controller_->Blocker(r.worker, r.clock)) {
+    return controller_->BlockedError(r.clock, *blocker);  // its point never comes
   } else {
     parked_.push_back({std::move(m), std::move(r), NowMs()});
   }
@@ -825,7 +847,11 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
   set->complete = true;
   // At its quiescent point: as a pull of this clock is answered (aggregating modes: between rounds
   // clock - 1 and clock, which cannot be applied before this worker pushes clock).
-  if (controller_->CanAnswerPull(w, r.clock)) ApplyStateSet(w);
+  if (controller_->CanAnswerPull(w, r.clock)) {
+    ApplyStateSet(w);
+  } else if (auto blocker = controller_->Blocker(w, r.clock)) {
+    return refuse(controller_->BlockedError(r.clock, *blocker));  // its point never comes
+  }
   return OkStatus();
 }
 
@@ -916,7 +942,27 @@ void Server::OnMembership() {
     identity_of_worker_.erase(n.rank());
     may_join_.insert(n.rank());
   }
-  if (shard_ && controller_->RoundComplete()) ApplyRound();
+  auto ended = scheduler_->ended_workers();
+  for (; seen_ended_ < ended.size(); ++seen_ended_) {
+    const EndedWorker& e = ended[seen_ended_];
+    if (e.rank < 0 || e.rank >= controller_->num_workers()) continue;
+    controller_->EndAt(e.rank, e.clock);
+    // A worker that leaves is out of the rounds and the minimum clock, as a dead one is (its push
+    // of the open round stays in it), but may still pull. Not one that is dead by now.
+    const bool leaves = e.joined && !scheduler_->IsDead(wire::WORKER, e.rank) && !controller_->HasLeft(e.rank);
+    if (leaves) {
+      controller_->Leave(e.rank);
+      Replicate(wire::REPLICA_CONTROL);
+    }
+    TraceInstant(e.joined ? "worker left (join)" : "worker ended training", "job",
+                 {{"worker", static_cast<double>(e.rank)}, {"clock", static_cast<double>(e.clock)}});
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << e.rank << " ended training after " << e.clock
+                       << " steps"
+                       << (leaves ? "; it leaves the consistency rule (" + std::to_string(controller_->live_workers()) +
+                                        " live workers)"
+                                  : std::string());
+  }
+  while (shard_ && controller_->RoundComplete()) ApplyRound();
   if (shard_) AnswerParked();
 }
 
@@ -981,7 +1027,7 @@ Status Server::Register() {
   scheduler_.reset();  // a previous link (declared dead) stops its heartbeats first
   scheduler_ = std::make_unique<SchedulerClient>(ctx_, sc);
   seen_events_ = 0;
-  seen_dead_ = seen_joined_ = 0;
+  seen_dead_ = seen_joined_ = seen_ended_ = 0;
   // Nothing is served before the job is complete (workers connect after it), but what strangers
   // send meanwhile must not pile up unread in the data socket: it is read and dropped.
   auto registered = std::async(std::launch::async, [&] { return scheduler_->Register(options_.register_timeout_s); });

@@ -7,7 +7,10 @@
 // answered) and counted; it never stops the loop or changes parameters. Pulls that the
 // consistency rule cannot answer yet are parked and answered as soon as it can. Dead workers
 // (from the scheduler) leave the live set; a worker the scheduler announces as rejoined JOINs and
-// goes on at the clock the shard suggests. With a checkpoint directory the shard's state is
+// goes on at the clock the shard suggests. A worker that ended training (TRAINING_ENDED) stays
+// live, and a pull that needs a push it will never make is answered at once with an error naming
+// it (kFailedPrecondition); one that joined leaves the live set as a dead worker does, but its
+// pulls are still answered. With a checkpoint directory the shard's state is
 // written atomically every K updates or T seconds; a restarted shard that rejoins the job
 // restores it, and each worker JOINs with the clock it has reached: the pushes it had made past
 // the checkpoint are lost, counted in stats().lost_updates and logged. The loop ends on the
@@ -221,7 +224,9 @@ class Server {
   void ApplyStateSet(int w);
   // The shard's optimizer state to the backups as REPLICA_OPTIMIZER entries; the last's sequence number.
   uint64_t ReplicateOptimizerState(int worker);
-  // The scheduler's news: dead workers leave the live set; a rejoined worker may JOIN.
+  // The scheduler's news: dead workers leave the live set; a rejoined worker may JOIN; a worker
+  // that ended training is recorded (ConsistencyController::EndAt: pulls that need its pushes
+  // fail at once), and one that joined leaves the rule.
   void OnMembership();
   // Checkpoints: written when due (after an update, or from the loop once the interval passed).
   void MaybeCheckpoint(bool updated);
@@ -275,6 +280,7 @@ class Server {
   int64_t listening_ = -1;  // the limit last announced with LISTENING
   size_t seen_dead_ = 0;
   size_t seen_joined_ = 0;
+  size_t seen_ended_ = 0;
   // Pushes and pulls.
   PushAssembler assembler_;
   std::map<int, HeldPush> round_;  // worker -> its push of the open round

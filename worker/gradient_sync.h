@@ -19,6 +19,8 @@
 //     backward: sync.GradReady(t) once tensor t's gradient is final (may start sending it)
 //     sync.FinishStep()                       // the update is applied or pushed; the stats
 //   sync.EndTraining(evaluate)                // every worker's updates applied everywhere
+//                                             // (or sync.Leave(evaluate): this worker ran out
+//                                             // of data, the others may run more steps)
 //
 // A failed call fails the step: the caller stops calling the step's per-tensor calls (they
 // return the same failure at once), then either calls Recover(failure) and, when it returns
@@ -119,6 +121,12 @@ class GradientSync {
   // After the last step: every worker's updates are applied (PS: the last push answered, then
   // the workers' barrier); with evaluate, the exact final parameters are in the buffer.
   virtual Status EndTraining(bool evaluate) = 0;
+  // EndTraining for a worker that has run out of data while the others may train on (uneven
+  // inputs, Horovod's join()): PS modes: its last push answered, it leaves the consistency rule
+  // (the shards go on without it, as without a dead worker, and still answer its pulls), and it
+  // returns once every worker has ended or left. Default: EndTraining (all-reduce and local have
+  // nothing to leave; a frontend handles join there itself).
+  virtual Status Leave(bool evaluate) { return EndTraining(evaluate); }
 
   // True when a device model's parameters and gradients stay on the device (the sync reads
   // and updates them there); false: the sync reads the host gradient buffer and writes the

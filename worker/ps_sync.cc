@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/consistency.h"
 #include "worker/epoch.h"
 
 namespace gradsync {
@@ -123,7 +124,29 @@ Status PsSyncBase::Recover(const Status& failure) {
   return OkStatus();
 }
 
-Status PsSyncBase::EndTraining(bool evaluate) {
+namespace {
+
+// A worker's part of the "trained" gather: its clock and whether it left the rule.
+std::string EndText(int64_t clock, bool left) { return std::to_string(clock) + (left ? " left" : " ended"); }
+
+bool ParseEnd(const std::string& text, int64_t* clock, bool* left) {
+  const size_t space = text.find(' ');
+  if (space == std::string::npos || space == 0) return false;
+  const std::string word = text.substr(space + 1);
+  if (word != "left" && word != "ended") return false;
+  int64_t c = 0;
+  for (size_t i = 0; i < space; ++i) {
+    if (text[i] < '0' || text[i] > '9' || c > (int64_t{1} << 56)) return false;
+    c = c * 10 + (text[i] - '0');
+  }
+  *clock = c;
+  *left = word == "left";
+  return true;
+}
+
+}  // namespace
+
+Status PsSyncBase::Finish(bool evaluate, bool leave) {
   const double timeout = options_.request_timeout_s;
   if (pending_push_) {
     Status st = client_->Wait(pending_push_, timeout).WithContext("last push");
@@ -132,8 +155,34 @@ Status PsSyncBase::EndTraining(bool evaluate) {
     pending_push_ = 0;
     if (!st.ok()) RETURN_IF_ERROR(Recover(st));  // resent to a shard that came back without it
   }
-  // Every worker's last push is applied before anyone passes this barrier.
-  RETURN_IF_ERROR(scheduler_->Barrier("trained", "workers", options_.barrier_timeout_s));
+  // Every shard holds this worker's pushes: the others hear how many (a pull that needs one more
+  // fails at once instead of waiting forever), or that it leaves the rule.
+  scheduler_->TrainingEnded(clock_, leave);
+  // Every worker's last push is applied before anyone passes this barrier, unless a worker ended
+  // before the others without leaving: in the aggregating modes (bsp, ssp with s = 0) the rounds
+  // after its last one never complete, so the pushes of a worker that ran more steps were never
+  // applied. That worker fails, naming it (the others ran fewer steps: theirs are all in).
+  ASSIGN_OR_RETURN(const std::vector<std::string> ends,
+                   scheduler_->Gather("trained", "workers", EndText(clock_, leave), options_.barrier_timeout_s));
+  const wire::ClusterTable table = scheduler_->table();
+  const auto mode = ParseConsistencyMode(table.mode());
+  const bool aggregating = mode.ok() && (*mode == ConsistencyMode::kBsp ||
+                                         (*mode == ConsistencyMode::kSsp && table.staleness() == 0));
+  for (size_t r = 0; aggregating && r < ends.size(); ++r) {
+    int64_t clock = 0;
+    bool left = false;
+    if (static_cast<int>(r) == options_.rank || !ParseEnd(ends[r], &clock, &left) || left || clock >= clock_) continue;
+    const std::string w = "worker " + std::to_string(r);
+    const std::string pushes = clock + 1 == clock_ ? "its push of step " + std::to_string(clock) + " waits for " + w +
+                                                         "'s in the same round"
+                                                   : "its pushes of steps " + std::to_string(clock) + " to " +
+                                                         std::to_string(clock_ - 1) + " wait for " + w +
+                                                         "'s in the same rounds";
+    return FailedPreconditionError(w + " ended training after " + std::to_string(clock) + " steps, but this worker ran " +
+                                   std::to_string(clock_) + ": " + pushes + " (" +
+                                   ConsistencyRuleName(*mode, table.staleness()) + ") and can never be applied: " +
+                                   UnevenStepsAdvice());
+  }
   if (evaluate) {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), {}, /*full=*/true));
     RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("final pull"));

@@ -5,8 +5,12 @@
 // Start: worker 0 sends the initial parameters and the job's optimizer settings to the shards
 // (MakeJobConfig), then every worker waits at the "init" barrier; a worker that rejoined a
 // running job JOINs the shards instead and starts at their clock. EndTraining waits for the
-// last push, passes the "trained" barrier (every worker's last push is applied), and, to
-// evaluate, pulls every parameter. Recover: when a server died and came back from its
+// last push, tells the scheduler (TRAINING_ENDED: its clock; the shards then fail at once any
+// pull that needs a push of it it will never make), passes the "trained" barrier (a gather of
+// every worker's end: each worker's last push is applied, unless a worker ended earlier without
+// leaving, which in bsp fails the workers that ran more steps, naming it), and, to evaluate,
+// pulls every parameter. Leave is EndTraining for a worker that ran out of data (uneven inputs):
+// it also leaves the consistency rule, so the others go on without it. Recover: when a server died and came back from its
 // checkpoint (kUnavailable, recovery_timeout_s > 0), waits for it, reconnects, JOINs it at the
 // step and lets the step be redone (the pushes it lost are counted on its side).
 //
@@ -90,7 +94,8 @@ class PsSyncBase : public GradientSync {
   int size() const override { return options_.num_workers; }
   Result<int64_t> Start(const JobShape& shape) override;
   Status Recover(const Status& failure) override;
-  Status EndTraining(bool evaluate) override;
+  Status EndTraining(bool evaluate) override { return Finish(evaluate, /*leave=*/false); }
+  Status Leave(bool evaluate) override { return Finish(evaluate, /*leave=*/true); }
   SyncTraffic traffic() const override;
   // This worker's clock: the step begun last, or after FinishStep the next one (its pushes so far,
   // once the shards have the last): what its optimizer state requests carry.
@@ -99,6 +104,10 @@ class PsSyncBase : public GradientSync {
  protected:
   // Staleness and bytes after the step's push.
   void FillStats(SyncStepStats* stats) const;
+  // EndTraining and Leave: the last push answered, TRAINING_ENDED (clock_, leave), the "trained"
+  // gather of every worker's end, the check that none of this worker's pushes was left out of a
+  // round, and the final pull.
+  Status Finish(bool evaluate, bool leave);
 
   PsTrainOptions options_;
   Model* model_;

@@ -412,10 +412,10 @@ void FrontendSync::AbandonStep() {
   sync_->AbandonStep();
 }
 
-void FrontendSync::EndTraining(bool evaluate) {
+void FrontendSync::EndTraining(bool evaluate, bool join) {
   if (!sync_) return;
   AbandonStep();
-  ThrowIfError(sync_->EndTraining(evaluate));
+  ThrowIfError(join ? sync_->Leave(evaluate) : sync_->EndTraining(evaluate));
 }
 
 SyncTraffic FrontendSync::traffic() const { return sync_ ? sync_->traffic() : SyncTraffic{}; }

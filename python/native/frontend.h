@@ -172,7 +172,10 @@ class FrontendSync {
   void GradReady(size_t tensor);
   SyncStepStats FinishStep();
   void AbandonStep();
-  void EndTraining(bool evaluate);
+  // After the last step. join: this worker ran out of data while others may run more steps (PS
+  // modes: GradientSync::Leave, it leaves the consistency rule and waits until every worker has
+  // ended or left); all-reduce and local: the same as without (the Python side handles join).
+  void EndTraining(bool evaluate, bool join = false);
   SyncTraffic traffic() const;
   // PS modes: the replies to this worker's pushes and pulls, as its summary counts them.
   PsClient::ReplyCounts reply_counts() const { return client_ ? client_->reply_counts() : PsClient::ReplyCounts{}; }

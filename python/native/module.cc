@@ -294,7 +294,10 @@ PYBIND11_MODULE(_native, m) {
         return StatsDict(stats);
       })
       .def("abandon_step", &FrontendSync::AbandonStep, Release())
-      .def("end_training", &FrontendSync::EndTraining, py::arg("evaluate") = false, Release())
+      .def("end_training", &FrontendSync::EndTraining, py::arg("evaluate") = false, py::arg("join") = false,
+           Release(),
+           "After the last step. join=True: this worker ran out of data (PS modes: it leaves the consistency "
+           "rule, the others go on without it; returns once every worker has ended or joined).")
       .def("traffic", [](const FrontendSync& s) {
         const SyncTraffic t = s.traffic();
         return py::make_tuple(t.bytes_sent, t.bytes_received);
