@@ -140,6 +140,13 @@ void SchedulerClient::Handle(const Message& m) {
       }
       break;
     case wire::BARRIER_RELEASE:
+      if (h.error_code() != 0) {
+        // Given up: a member will never come (the scheduler says why).
+        const auto code = static_cast<StatusCode>(h.error_code());
+        barrier_failed_[h.barrier()] =
+            Status(code == StatusCode::kOk ? StatusCode::kUnknown : code, "scheduler: " + h.error_message());
+        break;
+      }
       released_.insert(h.barrier());
       if (h.gathered_size() > 0) gathered_[h.barrier()].assign(h.gathered().begin(), h.gathered().end());
       break;
@@ -286,9 +293,14 @@ Result<std::vector<std::string>> SchedulerClient::Gather(const std::string& name
   Enqueue(h);
   std::unique_lock lock(mu_);
   bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
-    return released_.count(name) > 0 || !health_.ok() || shutdown_;
+    return released_.count(name) > 0 || barrier_failed_.count(name) > 0 || !health_.ok() || shutdown_;
   });
   if (!health_.ok()) return health_;
+  if (auto failed = barrier_failed_.find(name); failed != barrier_failed_.end()) {
+    Status why = failed->second;
+    barrier_failed_.erase(failed);
+    return why;
+  }
   if (released_.count(name)) {
     std::vector<std::string> out;
     if (auto it = gathered_.find(name); it != gathered_.end()) {

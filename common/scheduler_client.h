@@ -139,6 +139,7 @@ class SchedulerClient {
   wire::ClusterTable table_;
   int rank_ = -1;
   std::set<std::string> released_;
+  std::map<std::string, Status> barrier_failed_;  // barrier name -> why the scheduler gave it up
   std::map<std::string, std::vector<std::string>> gathered_;  // barrier name -> released data
   bool shutdown_ = false;
   Status health_;

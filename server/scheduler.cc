@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/cluster.h"
+#include "common/consistency.h"
 #include "common/logging.h"
 #include "common/scheduler_client.h"
 #include "common/trace.h"
@@ -73,9 +74,18 @@ void Scheduler::Broadcast(const wire::Header& h) {
 }
 
 std::vector<Scheduler::Node*> Scheduler::Members(const std::string& group) {
+  // While some worker still trains, a worker that joined (left the consistency rule) takes no
+  // part in the workers' barriers and gathers: those the others train through go on without it.
+  // It may still arrive at one (its end of training), and is released with the members. Once
+  // no worker trains, every worker is a member again.
+  bool training = false;
+  for (const auto& n : nodes_) {
+    training = training || (n.info.role() == wire::WORKER && !n.dead && !n.finished && n.ended_clock < 0);
+  }
   std::vector<Node*> out;
   for (auto& n : nodes_) {
     if (n.dead || n.finished) continue;
+    if (training && group != "servers" && n.info.role() == wire::WORKER && n.ended_joined) continue;
     if (group == "workers" && n.info.role() != wire::WORKER) continue;
     if (group == "servers" && n.info.role() != wire::SERVER) continue;
     out.push_back(&n);
@@ -260,6 +270,7 @@ void Scheduler::HandleTrainingEnded(Node& n, const Message& m) {
   TraceInstant(n.ended_joined ? "worker left (join)" : "worker ended training", "job",
                {{"rank", static_cast<double>(n.info.rank())}, {"clock", static_cast<double>(n.ended_clock)}});
   Broadcast(TrainingEndedNews(n));
+  CheckBarriers();  // a joined worker is a member no more, or (the last to end) every worker again
 }
 
 void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken, double now) {
@@ -401,12 +412,42 @@ void Scheduler::AssignRanksAndAnnounce() {
                                                 {"workers", static_cast<double>(options_.num_workers)}});
 }
 
+const Scheduler::Node* Scheduler::EndedElsewhere(const std::vector<Node*>& members, const std::string& barrier) const {
+  for (const Node* n : members) {
+    if (n->info.role() != wire::WORKER || n->ended_clock < 0 || n->ended_joined) continue;
+    if (barrier_arrivals_.at(barrier).count(n->identity)) continue;
+    for (const auto& [name, arrived] : barrier_arrivals_) {
+      if (name != barrier && arrived.count(n->identity)) return n;  // a node waits at one barrier at a time
+    }
+  }
+  return nullptr;
+}
+
 void Scheduler::CheckBarriers() {
   for (auto it = barrier_arrivals_.begin(); it != barrier_arrivals_.end();) {
     const auto members = Members(barrier_group_[it->first]);
-    bool all = !members.empty();
+    // No member left (every worker joined): those that arrived are all there is.
+    bool all = !members.empty() || !it->second.empty();
     for (const Node* n : members) all = all && it->second.count(n->identity);
     if (!all) {
+      if (const Node* gone = EndedElsewhere(members, it->first); gone != nullptr) {
+        // A worker that ended training (without join) waits at another barrier, its end: it
+        // will never come to this one. Those waiting here fail now, told why.
+        const Status why = FailedPreconditionError(
+            "barrier '" + it->first + "' waits for " + NodeName(gone->info) + ", which ended training after " +
+            std::to_string(gone->ended_clock) + " steps and waits for the others at its end: " + UnevenStepsAdvice());
+        GRADSYNC_LOG(WARNING) << "scheduler: " << why.message();
+        wire::Header failed;
+        failed.set_type(wire::BARRIER_RELEASE);
+        failed.set_barrier(it->first);
+        failed.set_error_code(static_cast<int>(why.code()));
+        failed.set_error_message(why.message());
+        for (const auto& id : it->second) Reply(id, failed);
+        barrier_data_.erase(it->first);
+        barrier_group_.erase(it->first);
+        it = barrier_arrivals_.erase(it);
+        continue;
+      }
       ++it;
       continue;
     }

@@ -177,15 +177,15 @@ std::vector<std::string> FrontendJob::AllGather(const std::string& mine) {
   const size_t n = static_cast<size_t>(size());
   const uint64_t my_size = mine.size();
   const auto sizes_text = Gather(name + "size", std::string(reinterpret_cast<const char*>(&my_size), sizeof my_size), timeout);
-  if (sizes_text.size() != n) {
-    throw StatusError(UnavailableError("allgather: " + std::to_string(sizes_text.size()) + " of " + std::to_string(n) +
-                                       " workers answered (one left the job?)"));
-  }
-  std::vector<uint64_t> sizes(n);
+  // A worker that joined (PS modes) is no member of the gather any more: its entry is missing,
+  // and it gives nothing.
+  std::vector<uint64_t> sizes(n, 0);
   uint64_t largest = 0;
-  for (size_t r = 0; r < n; ++r) {
+  for (size_t r = 0; r < n && r < sizes_text.size(); ++r) {
+    if (sizes_text[r].empty()) continue;
     if (sizes_text[r].size() != sizeof(uint64_t)) {
-      throw StatusError(UnavailableError("allgather: worker " + std::to_string(r) + "'s size did not arrive"));
+      throw StatusError(DataLossError("allgather: worker " + std::to_string(r) + "'s size is " +
+                                      std::to_string(sizes_text[r].size()) + " bytes"));
     }
     std::memcpy(&sizes[r], sizes_text[r].data(), sizeof(uint64_t));
     largest = std::max(largest, sizes[r]);
@@ -208,6 +208,23 @@ std::vector<std::string> FrontendJob::AllGather(const std::string& mine) {
     }
   }
   return out;
+}
+
+void FrontendJob::AlignGathers() {
+  if (!link_.scheduler || link_.ring || size() == 1) return;
+  const auto all = Gather("gathers-" + std::to_string(aligns_++),
+                          std::string(reinterpret_cast<const char*>(&gathers_), sizeof gathers_),
+                          process_.heartbeat_timeout() * 30 + 60);
+  for (const auto& g : all) {
+    if (g.size() != sizeof(int64_t)) continue;
+    int64_t theirs = 0;
+    std::memcpy(&theirs, g.data(), sizeof theirs);
+    gathers_ = std::max(gathers_, theirs);
+  }
+}
+
+std::vector<EndedWorker> FrontendJob::EndedWorkers() const {
+  return link_.scheduler ? link_.scheduler->ended_workers() : std::vector<EndedWorker>{};
 }
 
 std::vector<std::string> FrontendJob::WorkerHosts() const {
@@ -416,6 +433,7 @@ void FrontendSync::EndTraining(bool evaluate, bool join) {
   if (!sync_) return;
   AbandonStep();
   ThrowIfError(join ? sync_->Leave(evaluate) : sync_->EndTraining(evaluate));
+  job_->AlignGathers();
 }
 
 SyncTraffic FrontendSync::traffic() const { return sync_ ? sync_->traffic() : SyncTraffic{}; }

@@ -94,8 +94,14 @@ class FrontendJob {
   std::vector<std::string> AllGather(const std::string& mine);
   // The host each worker advertised, by rank (local mode: this one's).
   std::vector<std::string> WorkerHosts() const;
+  // PS modes: the workers that ended training, as the scheduler told (TRAINING_ENDED).
+  std::vector<EndedWorker> EndedWorkers() const;
   // Tells the scheduler how this worker ended (once; later calls do nothing).
   void Finished(const Status& status);
+  // After the end of training (PS modes): AllGather's calls are counted again from the largest
+  // count of any worker, through one gather: a worker that joined early skipped the others'
+  // collectives, and the next ones must have the same names everywhere.
+  void AlignGathers();
 
  private:
   config::TrainConfig train_;
@@ -103,6 +109,7 @@ class FrontendJob {
   JobLink link_;
   bool finished_ = false;
   int64_t gathers_ = 0;  // AllGather's calls through the scheduler, for their barrier names
+  int64_t aligns_ = 0;   // AlignGathers' calls
 };
 
 // Averages buckets of gradient over the job's ring, plain or compressed (BucketAverager): the

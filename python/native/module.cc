@@ -243,6 +243,14 @@ PYBIND11_MODULE(_native, m) {
           },
           py::arg("data"), "Every worker's bytes, by rank (sizes may differ): the ring or the scheduler.")
       .def_property_readonly("worker_hosts", &FrontendJob::WorkerHosts)
+      .def_property_readonly(
+          "ended_workers",
+          [](const FrontendJob& j) {
+            py::list l;
+            for (const auto& e : j.EndedWorkers()) l.append(py::make_tuple(e.rank, e.clock, e.joined));
+            return l;
+          },
+          "PS modes: (rank, steps, joined) of every worker that ended training, as the scheduler told.")
       .def(
           "finished",
           [](FrontendJob& j, const std::string& error) {

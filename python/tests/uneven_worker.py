@@ -1,7 +1,7 @@
 """A worker for test_uneven.py: a tiny torch.nn.Linear trained with gradsync.torch's
-DistributedOptimizer for UNEVEN_STEPS steps (set per rank), then ended directly through the native
-sync: end_training(evaluate=True, join=UNEVEN_JOIN == "1"). It prints when it ended (and, if the
-end or a step failed, when and why), and writes its final parameters to OUT/params-<rank>.json."""
+DistributedOptimizer for UNEVEN_STEPS steps (set per rank), then ended with gs.join() when
+UNEVEN_JOIN is 1, else opt.finish(). It prints when it ended (and, if the end or a step failed,
+when and why), and writes its final parameters to OUT/params-<rank>.json."""
 
 import json
 import os
@@ -31,7 +31,10 @@ def main():
             F.mse_loss(model(x[s]), y[s]).backward()
             opt.step()
         print("worker %d: ran %d steps; ending (join=%s) at %.3f" % (rank, steps, join, time.time()), flush=True)
-        opt._gs_sync.end_training(True, join)
+        if join:
+            gs.join()
+        else:
+            opt.finish()
     except Exception as e:
         print("worker %d: FAILED at %.3f: %s: %s" % (rank, time.time(), type(e).__name__, e), flush=True)
         raise

@@ -762,8 +762,12 @@ def join(device=-1):
         return max(range(job.size), key=lambda r: (last.steps[r], r))
     for o in opts:
         o._gs_end(True, join=True)
-    gathered = collectives.allgather_object(steps)
-    return max(range(len(gathered)), key=lambda r: (gathered[r] or 0, r))
+    if job.mode == "local" or not opts:
+        return job.rank
+    # PS modes: past the end's barrier every worker's TRAINING_ENDED has come (the scheduler
+    # sends it before the release, on the same connection).
+    ended = {rank: clock for rank, clock, _ in job.ended_workers}
+    return max(ended, key=lambda r: (ended[r], r)) if ended else job.rank
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
