@@ -412,13 +412,17 @@ void Scheduler::AssignRanksAndAnnounce() {
                                                 {"workers", static_cast<double>(options_.num_workers)}});
 }
 
-const Scheduler::Node* Scheduler::EndedElsewhere(const std::vector<Node*>& members, const std::string& barrier) const {
+const Scheduler::Node* Scheduler::EndedAbsent(const std::vector<Node*>& members, const std::string& barrier) const {
+  const auto& arrived = barrier_arrivals_.at(barrier);
+  // Only a worker that still trains can be at a barrier of training; one that ended without
+  // joining is past all of them (at its end, or gone), so it never comes to this one.
+  bool trainer_waits = false;
   for (const Node* n : members) {
-    if (n->info.role() != wire::WORKER || n->ended_clock < 0 || n->ended_joined) continue;
-    if (barrier_arrivals_.at(barrier).count(n->identity)) continue;
-    for (const auto& [name, arrived] : barrier_arrivals_) {
-      if (name != barrier && arrived.count(n->identity)) return n;  // a node waits at one barrier at a time
-    }
+    trainer_waits = trainer_waits || (arrived.count(n->identity) && n->info.role() == wire::WORKER && n->ended_clock < 0);
+  }
+  if (!trainer_waits) return nullptr;
+  for (const Node* n : members) {
+    if (n->info.role() == wire::WORKER && n->ended_clock >= 0 && !n->ended_joined && !arrived.count(n->identity)) return n;
   }
   return nullptr;
 }
@@ -430,12 +434,12 @@ void Scheduler::CheckBarriers() {
     bool all = !members.empty() || !it->second.empty();
     for (const Node* n : members) all = all && it->second.count(n->identity);
     if (!all) {
-      if (const Node* gone = EndedElsewhere(members, it->first); gone != nullptr) {
-        // A worker that ended training (without join) waits at another barrier, its end: it
-        // will never come to this one. Those waiting here fail now, told why.
+      if (const Node* gone = EndedAbsent(members, it->first); gone != nullptr) {
+        // A worker that ended training (without join) will never come to a barrier that workers
+        // still training wait at. Those waiting here fail now, told why.
         const Status why = FailedPreconditionError(
             "barrier '" + it->first + "' waits for " + NodeName(gone->info) + ", which ended training after " +
-            std::to_string(gone->ended_clock) + " steps and waits for the others at its end: " + UnevenStepsAdvice());
+            std::to_string(gone->ended_clock) + " steps while this worker still trains: " + UnevenStepsAdvice());
         GRADSYNC_LOG(WARNING) << "scheduler: " << why.message();
         wire::Header failed;
         failed.set_type(wire::BARRIER_RELEASE);

@@ -85,9 +85,9 @@ class Scheduler {
   void HandleRejoin(Message& m, const std::string& who, double now);
   void AssignRanksAndAnnounce();
   void CheckBarriers();
-  // A member of `barrier` that has not arrived, ended training without joining, and waits at
-  // another barrier (its end): it never comes. Null when none.
-  const Node* EndedElsewhere(const std::vector<Node*>& members, const std::string& barrier) const;
+  // A member of `barrier` that has not arrived and ended training without joining, while a
+  // worker that still trains waits there: it never comes. Null when none.
+  const Node* EndedAbsent(const std::vector<Node*>& members, const std::string& barrier) const;
   void CheckHeartbeats(double now);
   // Message limits: a worker's MESSAGE_LIMIT (the first sets the job's, which every server hears),
   // a server's LISTENING; workers are answered once every live server accepts the job's limit.

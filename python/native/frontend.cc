@@ -158,9 +158,13 @@ void FrontendJob::AllReduce(FloatSpan data, ReduceOp op) {
   ThrowIfError(link_.ring->AllReduce(data, op).WithContext("allreduce"));
 }
 
-std::vector<std::string> FrontendJob::AllGather(const std::string& mine) {
+void FrontendJob::TrainingEnded(int64_t steps, bool joined) {
+  if (link_.scheduler && link_.ring) link_.scheduler->TrainingEnded(steps, joined);
+}
+
+std::vector<std::string> FrontendJob::AllGather(const std::string& mine, bool via_scheduler) {
   if (size() == 1 || !link_.scheduler) return {mine};
-  if (link_.ring) {
+  if (link_.ring && !via_scheduler) {
     std::vector<std::vector<std::byte>> all;
     ThrowIfError(link_.ring
                      ->AllGather(std::span(reinterpret_cast<const std::byte*>(mine.data()), mine.size()), &all)
@@ -211,7 +215,7 @@ std::vector<std::string> FrontendJob::AllGather(const std::string& mine) {
 }
 
 void FrontendJob::AlignGathers() {
-  if (!link_.scheduler || link_.ring || size() == 1) return;
+  if (!link_.scheduler || size() == 1) return;
   const auto all = Gather("gathers-" + std::to_string(aligns_++),
                           std::string(reinterpret_cast<const char*>(&gathers_), sizeof gathers_),
                           process_.heartbeat_timeout() * 30 + 60);

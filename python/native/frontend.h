@@ -89,9 +89,13 @@ class FrontendJob {
   // unchanged).
   void AllReduce(FloatSpan data, ReduceOp op);
   // Every worker's `mine`, by rank (sizes may differ): over the ring's all-gather (all-reduce
-  // mode) or, in rounds of at most kMaxGatherBytes a worker, through the scheduler (PS modes);
+  // mode, unless `via_scheduler`) or, in rounds of at most kMaxGatherBytes a worker, through the
+  // scheduler, where a worker that joined while others train is no member (its entry: empty);
   // local mode: {mine}. Every worker must call it, in the same order as its other collectives.
-  std::vector<std::string> AllGather(const std::string& mine);
+  std::vector<std::string> AllGather(const std::string& mine, bool via_scheduler = false);
+  // Mode allreduce: tells the scheduler this worker ended training after `steps` (the PS syncs
+  // do it themselves), and whether it joined (the scheduler's gathers then go on without it).
+  void TrainingEnded(int64_t steps, bool joined);
   // The host each worker advertised, by rank (local mode: this one's).
   std::vector<std::string> WorkerHosts() const;
   // PS modes: the workers that ended training, as the scheduler told (TRAINING_ENDED).

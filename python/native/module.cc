@@ -230,18 +230,20 @@ PYBIND11_MODULE(_native, m) {
           "Averages (op='average') or sums a float32 array over the ring, in place (mode allreduce).")
       .def(
           "allgather",
-          [](FrontendJob& j, const py::bytes& data) {
+          [](FrontendJob& j, const py::bytes& data, bool via_scheduler) {
             std::string in = data;
             std::vector<std::string> out;
             {
               py::gil_scoped_release release;
-              out = j.AllGather(in);
+              out = j.AllGather(in, via_scheduler);
             }
             py::list l;
             for (const auto& s : out) l.append(py::bytes(s));
             return l;
           },
-          py::arg("data"), "Every worker's bytes, by rank (sizes may differ): the ring or the scheduler.")
+          py::arg("data"), py::arg("via_scheduler") = false,
+          "Every worker's bytes, by rank (sizes may differ): the ring (mode allreduce) or the scheduler.")
+      .def("training_ended", &FrontendJob::TrainingEnded, py::arg("steps"), py::arg("joined"), Release())
       .def_property_readonly("worker_hosts", &FrontendJob::WorkerHosts)
       .def_property_readonly(
           "ended_workers",

@@ -3,19 +3,16 @@ allreduce, allgather, broadcast (and their in-place forms), broadcast_object, al
 push_pull, and the reduction ops Average, Sum and Adasum.
 
 Every worker must call them in the same order (as Horovod's named collectives, without names).
-They go over the job's ring in mode allreduce and through the scheduler in the PS modes (in
-pieces of at most 1 MiB a worker), so they are for metrics, objects and state, not for gradients:
-gradients go through DistributedOptimizer. A float32 average or sum in mode allreduce is the
-ring's all-reduce; everything else is an all-gather followed by the same reduction on every
-worker, in rank order, so that every worker gets the same bits.
+Each is an all-gather through the scheduler (in pieces of at most 1 MiB a worker) followed by the
+same reduction on every worker, in rank order, so that every worker gets the same bits: they are
+for metrics, objects and state, not for gradients (gradients go through DistributedOptimizer).
+broadcast_ (and broadcast_parameters) use the ring in mode allreduce, for models; call them
+before any worker joins.
 
-Mode allreduce: every operation on the ring that a training script starts (a training step of a
-DistributedOptimizer, and the collectives here) is first announced, in one small all-reduce (the
-announcement) that tells every worker what each other one does next: keep training, join(), or
-end (finish()). A worker that has joined serves the others' operations with zeros (or nothing)
-until every worker has joined, so the others' averages are over the workers still training; a
-worker that ended while others train fails them all at their next operation, naming it. In the
-PS modes a joined worker has left the scheduler's membership: the collectives go on without it.
+They go through the scheduler in every mode (mode allreduce included: the ring carries only the
+training steps), so a worker that called join() (which leaves the scheduler's membership while
+others train) is simply not waited for, and one that ended without join() is named by the
+scheduler instead of waited for.
 """
 
 import io
@@ -29,89 +26,51 @@ from gradsync._job import GradsyncError
 from gradsync.torch.compression import Compression, Compressor
 
 
-# --- the announcement (mode allreduce) ---
+# --- the step header (mode allreduce) ---
 
 TRAINING, JOINED, ENDED = 1, 2, 3
-OP_NONE, OP_STEP, OP_AVERAGE, OP_SUM, OP_ALLGATHER, OP_BROADCAST, OP_END = range(7)
-_OP_NAMES = {OP_NONE: "nothing", OP_STEP: "a training step", OP_AVERAGE: "allreduce (average)",
-             OP_SUM: "allreduce (sum)", OP_ALLGATHER: "allgather", OP_BROADCAST: "broadcast", OP_END: "finish()"}
-_FIELDS = 7  # per worker: state, step (2 slots), op, size (2 slots), arg
-_SPLIT = float(1 << 20)  # large integers travel as two floats, each exact
+_SPLIT = float(1 << 20)  # a step count travels as two floats, each exact
 
 
-class Announced:
-    """What every worker announced: states, steps, and the operation the training ones start."""
+class StepHeader:
+    """What every worker said after a step's gradient: its state (TRAINING, JOINED, ENDED), its
+    steps, and which tensors got a gradient on any worker."""
 
-    def __init__(self, values, n):
-        rows = [values[r * _FIELDS:(r + 1) * _FIELDS] for r in range(n)]
-        self.states = [int(round(row[0])) for row in rows]
-        self.steps = [int(round(row[1] * _SPLIT + row[2])) for row in rows]
-        self.ops = [(int(round(row[3])), int(round(row[4] * _SPLIT + row[5])), int(round(row[6]))) for row in rows]
+    def __init__(self, values, n, p):
+        self.states = [int(round(values[r])) for r in range(n)]
+        self.steps = [int(round(values[n + 2 * r] * _SPLIT + values[n + 2 * r + 1])) for r in range(n)]
+        self.used = [values[3 * n + i] > 0 for i in range(p)]
         self.active = [r for r in range(n) if self.states[r] == TRAINING]
-        self.joined = [r for r in range(n) if self.states[r] == JOINED]
         self.ended = [r for r in range(n) if self.states[r] == ENDED]
-        self.op, self.size, self.arg = self.ops[self.active[0]] if self.active else (OP_NONE, 0, 0)
 
 
 def _workers(ranks):
     return ("worker " if len(ranks) == 1 else "workers ") + ", ".join(str(r) for r in ranks)
 
 
-def announce(op, size=0, arg=0, state=TRAINING, step=0):
-    """Mode allreduce with several workers: the announcement. Raises GradsyncError when a worker
-    ended (finish()) while others still train, or when the training workers start different
-    operations. Returns the Announced."""
+def step_header(state, step, counts):
+    """Mode allreduce with several workers, after each step's gradient (a worker that joined or
+    ended takes part with a zero gradient): one small all-reduce of every worker's state, steps
+    and the tensors it gave a gradient. Raises GradsyncError when a worker ended (finish())
+    while others still train."""
     job = _job.job()
-    n, me = job.size, job.rank
-    row = torch.zeros(_FIELDS * n, dtype=torch.float32)
-    row[me * _FIELDS:(me + 1) * _FIELDS] = torch.tensor(
-        [state, step // _SPLIT, step % _SPLIT, op, size // _SPLIT, size % _SPLIT, arg], dtype=torch.float32)
+    n, me, p = job.size, job.rank, len(counts)
+    row = torch.zeros(3 * n + p, dtype=torch.float32)
+    row[me] = state
+    row[n + 2 * me] = step // _SPLIT
+    row[n + 2 * me + 1] = step % _SPLIT
+    row[3 * n:] = torch.tensor([1.0 if c > 0 else 0.0 for c in counts], dtype=torch.float32)
     job.allreduce(row.numpy(), "sum")
-    a = Announced([float(v) for v in row], n)
-    if a.ended and a.active:
-        me_training = a.states[me] == TRAINING
+    h = StepHeader([float(v) for v in row], n, p)
+    if h.ended and h.active:
         raise GradsyncError(
             "%s ended training (finish()) after %s while %s still training%s: in mode allreduce every step needs "
             "every worker; call gradsync.torch.join() on a worker that runs out of data (or give every worker the "
             "same number of steps)" % (
-                _workers(a.ended), ", ".join("%d steps" % a.steps[r] for r in a.ended),
-                _workers(a.active) + (" is" if len(a.active) == 1 else " are"),
-                " (this worker at step %d)" % step if me_training else ""))
-    differ = [r for r in a.active if a.ops[r] != a.ops[a.active[0]]]
-    if differ:
-        first, other = a.active[0], differ[0]
-        raise GradsyncError("the workers start different operations: worker %d %s (%d), worker %d %s (%d); every "
-                            "worker must call the same collectives in the same order" % (
-                                first, _OP_NAMES.get(a.ops[first][0], "?"), a.ops[first][1], other,
-                                _OP_NAMES.get(a.ops[other][0], "?"), a.ops[other][1]))
-    return a
-
-
-def _announcing():
-    job = _job.job()
-    return job.mode == "allreduce" and job.size > 1
-
-
-def serve_joined(run_step, steps=0):
-    """A worker that has joined (mode allreduce): takes part in every operation the others
-    announce, with zeros (`run_step(i, announced)` runs DistributedOptimizer i's step without a
-    gradient),
-    until none trains. `steps`: this worker's steps, announced. Returns the last Announced."""
-    job = _job.job()
-    while True:
-        a = announce(OP_NONE, state=JOINED, step=steps)
-        if not a.active:
-            return a
-        if a.op == OP_STEP:
-            run_step(a.arg, a)
-        elif a.op in (OP_AVERAGE, OP_SUM):
-            job.allreduce(torch.zeros(a.size, dtype=torch.float32).numpy(), "sum")
-        elif a.op == OP_ALLGATHER:
-            job.allgather(b"")
-        elif a.op == OP_BROADCAST:
-            if a.states[a.arg] != TRAINING:
-                raise GradsyncError("broadcast from worker %d, which has joined" % a.arg)
-            job.broadcast(torch.zeros(a.size, dtype=torch.uint8).numpy(), a.arg)
+                _workers(h.ended), ", ".join("%d steps" % h.steps[r] for r in h.ended),
+                _workers(h.active) + (" is" if len(h.active) == 1 else " are"),
+                " (this worker at step %d)" % step if state == TRAINING else ""))
+    return h
 
 
 class ReduceOp:
@@ -160,11 +119,8 @@ def _from_bytes(data):
 
 
 def allgather_bytes(data):
-    """Every worker's bytes by rank (announced in mode allreduce; a worker that has joined
-    gives b"")."""
-    if _announcing():
-        announce(OP_ALLGATHER)  # sizes may differ
-    return _job.job().allgather(data)
+    """Every worker's bytes by rank, through the scheduler (b"" for a worker that has joined)."""
+    return _job.job().allgather(data, True)
 
 
 def _gathered(tensor):
@@ -200,13 +156,6 @@ def _reduce(tensor, op):
     n = job.size
     if n == 1:
         return tensor.detach().clone()
-    if op is not Adasum and job.mode == "allreduce" and tensor.dtype == torch.float32 and tensor.device.type == "cpu":
-        flat = tensor.detach().contiguous().reshape(-1).clone()
-        a = announce(OP_AVERAGE if op is Average else OP_SUM, flat.numel())
-        job.allreduce(flat.numpy(), "sum")
-        if op is Average:
-            flat /= len(a.active)  # workers that joined gave zeros
-        return flat.reshape(tensor.shape)
     parts = [p for p in _gathered(tensor) if p is not None]
     for r, p in enumerate(parts):
         if p.shape != tensor.shape or p.dtype != tensor.dtype:

@@ -259,25 +259,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_synced = None  # the stats of a synchronize() the coming step() finishes
         self._gs_skip_sync = False  # inside skip_synchronize()
         self._gs_failure = None  # a GradsyncError a gradient hook met, raised by step()
-        self._gs_control_bytes = 0  # this step's announcement and agreement bytes (mode allreduce)
+        self._gs_control_bytes = 0  # this step's header bytes (mode allreduce)
+        self._gs_header = None
+        self._gs_joined_steps = 0
         self._gs_joined = False
         self._gs_used = [True] * len(self._gs_params)
         self._gs_active = job.size
-        # Mode allreduce with several workers: steps are announced (collectives.py) and the
-        # tensors that got a gradient are agreed on after each.
+        # Mode allreduce with several workers: each step ends with its header (collectives.py).
         self._gs_ring = self._gs_mode == "allreduce" and job.size > 1
         self.loss_scale_info = None  # (scale, skipped steps) a GradScaler sets for the metrics rows
-        self._gs_id = len(_LIVE)
         _LIVE.append(weakref.ref(self))
 
     # --- hooks ---
 
-    def _gs_begin(self, announce=True):
-        if announce and self._gs_ring:
-            # Every worker learns who still trains before the step's first bucket (collectives.py).
-            before = self._gs_sync.traffic()[0]
-            self._gs_active = len(collectives.announce(collectives.OP_STEP, arg=self._gs_id, step=self._gs_step).active)
-            self._gs_control_bytes += self._gs_sync.traffic()[0] - before
+    def _gs_begin(self):
         lr = float(self.param_groups[0]["lr"]) if self._gs_ps else math.nan
         if not self._gs_adasum:
             self._gs_sync.begin_step(self._gs_step, False, lr)
@@ -387,10 +382,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         step): the communication is finished as in step(), the parameters stay as they are."""
         return self._gs_finish(loss, False, apply=False)
 
-    def _gs_communicate(self):
+    def _gs_communicate(self, state=collectives.TRAINING):
         """The step's communication: the sync's finish_step (or, op=Adasum, nothing: step()
-        combines the updates), then in mode allreduce which tensors got a gradient on any
-        worker. Returns the stats."""
+        combines the updates), then in mode allreduce the step header (collectives.step_header:
+        who still trains, which tensors got a gradient on any worker). Returns the stats."""
         if self._gs_adasum:
             stats = dict(comm_ms=0.0, wait_ms=0.0, hidden_ms=0.0, blocked_ms=0.0, version_lag=math.nan,
                          clock_staleness=math.nan, loss_scale=math.nan, skipped_steps=0)
@@ -399,12 +394,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._gs_ring:
             t = time.perf_counter()
             before = self._gs_sync.traffic()[0]
-            self._gs_used = self._gs_agree_used(self._gs_counts)
+            header = collectives.step_header(state, self._gs_header_steps(state), self._gs_counts)
+            self._gs_header = header
+            self._gs_active = len(header.active)
+            self._gs_used = header.used
             stats["comm_ms"] += (time.perf_counter() - t) * 1e3
             self._gs_control_bytes += self._gs_sync.traffic()[0] - before
         else:
             self._gs_used = [c > 0 for c in self._gs_counts]
-        # The step's announcement and agreement (mode allreduce), apart from the gradient's bytes.
+        # The step's header (mode allreduce), apart from the gradient's bytes.
         stats["control_bytes_sent"], self._gs_control_bytes = self._gs_control_bytes, 0
         if self._gs_mode == "allreduce":
             if self._gs_predivide != 1.0:
@@ -418,12 +416,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
         return stats
 
-    def _gs_agree_used(self, counts):
-        # Which tensors got a gradient on any worker (one small all-reduce): the others are left
-        # alone by the optimizer, on every worker alike.
-        used = torch.tensor([1.0 if c > 0 else 0.0 for c in counts], dtype=torch.float32)
-        self._gs_job.allreduce(used.numpy(), "sum")
-        return [bool(v > 0) for v in used]
+    def _gs_header_steps(self, state):
+        # A worker that joined says the steps it trained (join() returns the one with the most).
+        return self._gs_step if state != collectives.JOINED else self._gs_joined_steps
 
     def _gs_finish(self, loss, from_closure, apply):
         if self._gs_finished:
@@ -621,27 +616,30 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._gs_synced is not None:
             raise ValueError("finish() between synchronize() and step()")
         if self._gs_ring:
-            # Fails, naming this worker, if others still train (collectives.announce).
-            collectives.announce(collectives.OP_END, state=collectives.ENDED, step=self._gs_step)
+            # One step with a zero gradient and the state "ended": the same as the others' last
+            # one when every worker ends here; the others' next one (they fail, naming this
+            # worker, and so does this worker) when they still train.
+            self._gs_job.training_ended(self._gs_step, False)
+            self._gs_zero_step(collectives.ENDED)
         self._gs_end(evaluate, join=False)
 
-    def _gs_zero_step(self, announced):
-        # Mode allreduce, a worker that has joined: the step the others announced, as their step
-        # number, with a zero gradient, through the same collectives; then the same update, so
-        # that its replica stays the others'.
+    def _gs_zero_step(self, state):
+        # Mode allreduce: a step with a zero gradient through the same collectives as a training
+        # step (a worker that joined, or the end of training), then the same update, so that this
+        # replica stays the others'. Returns the step header.
         if self._gs_finished:
             raise GradsyncError("a training step of an optimizer that finish() ended on this worker")
-        self._gs_step = announced.steps[announced.active[0]]
-        self._gs_active = len(announced.active)
-        self._gs_begin(announce=False)
+        self._gs_begin()
         self._gs_flat_grads.zero_()
         self._gs_counts = [0] * len(self._gs_params)
         if not self._gs_adasum:
             for i in reversed(range(len(self._gs_params))):
                 self._gs_sync.grad_ready(i)
-        stats = self._gs_communicate()
-        self._gs_apply(stats, own_step=False)
+        stats = self._gs_communicate(state)
+        if self._gs_header.active:
+            self._gs_apply(stats, own_step=False)
         self._gs_end_step()
+        return self._gs_header
 
     def _gs_end(self, evaluate, join):
         self._gs_finished = True
@@ -727,8 +725,6 @@ def broadcast_parameters(params, root_rank=0):
         pad = (-flat.numel()) % 4
         if pad:
             flat = torch.cat([flat, torch.zeros(pad, dtype=torch.uint8)])
-        if job.mode == "allreduce":
-            collectives.announce(collectives.OP_BROADCAST, flat.numel(), root_rank)
         job.broadcast(flat.numpy(), root_rank)
         at = 0
         for t, part in zip(tensors, parts):
@@ -742,24 +738,27 @@ _LIVE = []  # weak references to this process's DistributedOptimizers, in creati
 
 def join(device=-1):
     """Horovod's join(): this worker has no more data. Mode allreduce: it takes part in the other
-    workers' steps and collectives with zeros (their averages are over the workers still
-    training) until every worker has joined; PS modes: each DistributedOptimizer leaves the
-    shards' rounds at once (the others go on without it) and waits at the end for the others.
-    Then each is finished as by finish(). Returns the rank of the worker that joined last (the
-    one that ran the most steps; ties: the highest rank). Every worker must end with join() or,
-    when all run the same number of steps, finish()."""
+    workers' steps with a zero gradient (their average is over the workers still training) and
+    applies the same updates, until every worker has joined; PS modes: each DistributedOptimizer
+    leaves the shards' rounds at once (the others go on without it) and waits at the end for the
+    others. Either way the collectives of gradsync.torch go on without it while others train.
+    Then each optimizer is finished as by finish(). Returns the rank of the worker that joined
+    last (the one that ran the most steps; ties: the highest rank). Every worker must end with
+    join() or, when all run the same number of steps, finish()."""
     job = _job.job()
-    live = [o for o in (ref() for ref in _LIVE) if o is not None]
-    opts = [o for o in live if not o._gs_finished]
+    opts = [o for o in (ref() for ref in _LIVE) if o is not None and not o._gs_finished]
     for o in opts:
         o._gs_joined = True
-    steps = max([o._gs_step for o in opts] or [0])
-    if job.mode == "allreduce" and job.size > 1:
-        by_id = {o._gs_id: o for o in live}
-        last = collectives.serve_joined(lambda i, a: by_id[i]._gs_zero_step(a), steps=steps)
+        o._gs_joined_steps = o._gs_step
+    if job.mode == "allreduce" and job.size > 1 and opts:
+        job.training_ended(max(o._gs_step for o in opts), True)
+        header = None
+        while header is None or header.active:
+            for o in opts:  # the others step every optimizer, in the order they were built
+                header = o._gs_zero_step(collectives.JOINED)
         for o in opts:
             o._gs_end(True, join=True)
-        return max(range(job.size), key=lambda r: (last.steps[r], r))
+        return max(range(job.size), key=lambda r: (header.steps[r], r))
     for o in opts:
         o._gs_end(True, join=True)
     if job.mode == "local" or not opts:
