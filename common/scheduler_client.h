@@ -31,6 +31,9 @@ namespace gradsync {
 
 // The most data one node contributes to a gather (SchedulerClient::Gather).
 inline constexpr size_t kMaxGatherBytes = size_t{1} << 20;
+// The workers' barrier at the end of training (PS modes), which a worker that ended training
+// still comes to.
+inline constexpr char kTrainedBarrier[] = "trained";
 // ...and a BARRIER carrying it (its header fields besides) is a control message.
 static_assert(kMaxGatherBytes + (64 << 10) <= kMaxControlMessageBytes);
 

@@ -413,6 +413,7 @@ void Scheduler::AssignRanksAndAnnounce() {
 }
 
 const Scheduler::Node* Scheduler::EndedAbsent(const std::vector<Node*>& members, const std::string& barrier) const {
+  if (barrier == kTrainedBarrier) return nullptr;  // the one barrier a worker that ended still comes to
   const auto& arrived = barrier_arrivals_.at(barrier);
   // Only a worker that still trains can be at a barrier of training; one that ended without
   // joining is past all of them (at its end, or gone), so it never comes to this one.

@@ -163,7 +163,7 @@ Status PsSyncBase::Finish(bool evaluate, bool leave) {
   // after its last one never complete, so the pushes of a worker that ran more steps were never
   // applied. That worker fails, naming it (the others ran fewer steps: theirs are all in).
   ASSIGN_OR_RETURN(const std::vector<std::string> ends,
-                   scheduler_->Gather("trained", "workers", EndText(clock_, leave), options_.barrier_timeout_s));
+                   scheduler_->Gather(kTrainedBarrier, "workers", EndText(clock_, leave), options_.barrier_timeout_s));
   const wire::ClusterTable table = scheduler_->table();
   const auto mode = ParseConsistencyMode(table.mode());
   const bool aggregating = mode.ok() && (*mode == ConsistencyMode::kBsp ||
