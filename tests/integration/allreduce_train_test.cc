@@ -18,7 +18,9 @@ namespace {
 // gradients here, a rank-order sum on the PS), so the trajectories agree to rounding, not to the
 // bit: after 200 steps at the worker's default rate the MLP is within 6e-6 of local SGD and 5e-6
 // of bsp on this machine (at rate 0.05, ReLU kinks let the same last-bit differences grow to
-// about 2e-5), softmax regression within 1e-6.
+// about 2e-5), softmax regression within 1e-6. Which sgemm kernel OpenBLAS picks moves the MLP's
+// figure: on a KVM Xeon where it runs its Prescott (SSE3) kernel, 1.18e-5 from local SGD, the
+// same before and after the frontend's changes of 2026-11-28; the MLP's bound is 2e-5.
 class AllreduceEquivalenceTest : public ::testing::TestWithParam<std::pair<std::string, double>> {};
 
 TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatch) {
@@ -59,7 +61,7 @@ TEST_P(AllreduceEquivalenceTest, FourWorkersEqualLocalSgdAndBspWithTheGlobalBatc
 
 INSTANTIATE_TEST_SUITE_P(Models, AllreduceEquivalenceTest,
                          ::testing::Values(std::make_pair(std::string("softmax"), 1e-5),
-                                           std::make_pair(std::string("mlp"), 1e-5)),
+                                           std::make_pair(std::string("mlp"), 2e-5)),
                          [](const auto& p) { return p.param.first; });
 
 LocalTrainOptions AdamTrain(int64_t batch, int64_t steps) {
