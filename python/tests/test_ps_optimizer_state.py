@@ -10,7 +10,6 @@ import torch.nn.functional as F
 import gsjob
 import state_worker
 import train_worker
-from gradsync import _native
 
 ARGS = {
     "sgd": ["--optimizer=sgd", "--momentum=0.9", "--nesterov", "--weight-decay=0.001"],
@@ -82,7 +81,6 @@ def test_before_the_first_step_the_state_is_empty_and_bad_states_are_refused(tmp
     code = """
 import numpy as np, torch
 import gradsync.torch as gs
-from gradsync import _native
 gs.init()
 m = torch.nn.Linear(3, 2)
 opt = gs.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01), named_parameters=m.named_parameters())

@@ -18,7 +18,8 @@ from gradsync.torch.collectives import (Adasum, Average, Sum, allgather, allgath
                                         broadcast, broadcast_, broadcast_object, push_pull, push_pull_)
 from gradsync.torch.compression import Compression, Compressor
 from gradsync.torch.hook import allreduce_hook, init_process_group
-from gradsync.torch.optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters, join
+from gradsync.torch.functions import broadcast_optimizer_state, broadcast_parameters, join
+from gradsync.torch.optimizer import DistributedOptimizer
 
 
 def nccl_built():

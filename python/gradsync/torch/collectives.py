@@ -240,7 +240,7 @@ def broadcast(tensor, root_rank, name=None):
 
 def broadcast_(tensor, root_rank, name=None):
     """Overwrites `tensor` with root_rank's, in place; returns it."""
-    from gradsync.torch.optimizer import broadcast_parameters
+    from gradsync.torch.functions import broadcast_parameters
     broadcast_parameters([tensor], root_rank)
     return tensor
 

@@ -24,7 +24,7 @@ Per mode:
              parameter's gradient is pushed as soon as backward produced it; the next step's pulls
              go out in forward order when the step begins (at zero_grad() or the first forward,
              whichever comes first; the previous push has then left the gradient buffer). Every
-             parameter is guarded (_ParameterGuard): the first torch operation that reads it in a
+             parameter is guarded (guard.py): the first torch operation that reads it in a
              step waits for its pull, whoever reads it (its module, a parent's forward, a fast path,
              functional code, code outside forward). step() sends what is left and does not run
              the wrapped optimizer.
@@ -42,75 +42,12 @@ import torch
 
 from gradsync import _job, _native
 from gradsync._job import GradsyncError, trace_span
-from gradsync.torch import collectives
+from gradsync.torch import collectives, guard, ps_state
 from gradsync.torch.collectives import Adasum, Average, Sum
 from gradsync.torch.compression import codec_of
 from gradsync.torch.metrics import Recorder
 
 _PS_MODES = ("bsp", "ssp", "asp")
-
-
-# --- the parameter guard (PS modes) ---
-#
-# In the PS modes a step's pulls land in the parameter buffer while forward runs. A parameter may
-# be read by any code, not only its own module's forward (nn.MultiheadAttention reads
-# out_proj.weight without calling out_proj; TransformerEncoderLayer's eval fast path calls none
-# of its submodules; tied weights go through F.linear in a parent's forward), so waiting per
-# module cannot be made correct. Instead every synchronized parameter's class becomes a subclass
-# with a __torch_function__ (as nn.Parameter's own subclasses may have): every torch operation,
-# method or attribute that reads a parameter's values passes through it, and it waits for that
-# parameter's pull first (beginning the step if it has not begun). Metadata (shape, dtype, .grad,
-# ...) does not wait. The overlap is kept: a parameter is waited for when it is first read, not
-# before. Results are plain tensors (as nn.Parameter's), so the cost is one Python call per
-# operation that takes a parameter (bench/pytorch/compare.py measures the steps).
-
-_PENDING = {}  # id(parameter) -> (optimizer, index): guarded parameters not yet landed in this step
-
-_METADATA = set()
-for _name in ("grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "is_sparse",
-              "layout", "_version", "is_cuda", "names", "_backward_hooks"):
-    if hasattr(torch.Tensor, _name):
-        _METADATA.add(getattr(torch.Tensor, _name).__get__)
-_METADATA.add(torch.Tensor.grad.__set__)
-for _name in ("size", "dim", "numel", "data_ptr", "element_size", "is_contiguous", "nelement", "register_hook",
-              "__repr__"):
-    _METADATA.add(getattr(torch.Tensor, _name))
-del _name
-
-
-def _land(values):
-    for a in values:
-        if type(a) in (list, tuple):
-            _land(a)
-            continue
-        entry = _PENDING.get(id(a))
-        if entry is not None:
-            entry[0]._gs_land(entry[1])
-
-
-def _guarded_torch_function(cls, func, types, args=(), kwargs=None):
-    if kwargs is None:
-        kwargs = {}
-    if _PENDING and func not in _METADATA:
-        _land(args)
-        if kwargs:
-            _land(kwargs.values())
-    with torch._C.DisableTorchFunction():
-        return func(*args, **kwargs)
-
-
-_guarded_classes = {}
-
-
-def _guarded_class(cls):
-    """A subclass of a parameter's class (nn.Parameter, or the user's own) with the guard."""
-    if cls not in _guarded_classes:
-        _guarded_classes[cls] = type(cls.__name__, (cls,), {
-            "__torch_function__": classmethod(_guarded_torch_function),
-            "_gs_unguarded": cls,
-            "__module__": cls.__module__,
-        })
-    return _guarded_classes[cls]
 
 
 def _ps_optimizer_spec(optimizer, mode):
@@ -251,15 +188,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_guarded = {}
         if self._gs_ps:
             # Every parameter guarded (above): its first read in a step waits for its pull.
-            for i, p in enumerate(self._gs_params):
-                p.__class__ = _guarded_class(type(p))
-                self._gs_guarded[id(p)] = (self, i)
-            _PENDING.update(self._gs_guarded)
+            self._gs_guarded = guard.guard(self._gs_params, self)
         self._gs_last_end = time.perf_counter()
         self._gs_synced = None  # the stats of a synchronize() the coming step() finishes
         self._gs_skip_sync = False  # inside skip_synchronize()
         self._gs_failure = None  # a GradsyncError a gradient hook met, raised by step()
-        self._gs_control_bytes = 0  # this step's header bytes (mode allreduce)
         self._gs_header = None
         self._gs_joined_steps = 0
         self._gs_joined = False
@@ -281,14 +214,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _gs_land(self, i):
         # The guard (above): parameter i is about to be read; its pull of this step must land.
         if self._gs_finished:
-            _PENDING.pop(id(self._gs_params[i]), None)
+            guard.landed(self._gs_params[i])
             return
         if not self._gs_begun:
             self._gs_begin()
         if not self._gs_waited[i]:
             self._gs_sync.wait_params(i)
             self._gs_waited[i] = True
-        _PENDING.pop(id(self._gs_params[i]), None)
+        guard.landed(self._gs_params[i])
 
     def _gs_make_hook(self, i):
         def hook(*unused):
@@ -391,19 +324,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                          clock_staleness=math.nan, loss_scale=math.nan, skipped_steps=0)
         else:
             stats = self._gs_sync.finish_step()
+        stats["control_bytes_sent"] = 0
         if self._gs_ring:
+            # The step's header, its bytes apart from the gradient's.
             t = time.perf_counter()
-            before = self._gs_sync.traffic()[0]
+            before = self._gs_sync.traffic()[0] if self._gs_adasum else stats["bytes_sent"]
             header = collectives.step_header(state, self._gs_header_steps(state), self._gs_counts)
             self._gs_header = header
             self._gs_active = len(header.active)
             self._gs_used = header.used
             stats["comm_ms"] += (time.perf_counter() - t) * 1e3
-            self._gs_control_bytes += self._gs_sync.traffic()[0] - before
+            stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
+            stats["control_bytes_sent"] = stats["bytes_sent"] - before
         else:
             self._gs_used = [c > 0 for c in self._gs_counts]
-        # The step's header (mode allreduce), apart from the gradient's bytes.
-        stats["control_bytes_sent"], self._gs_control_bytes = self._gs_control_bytes, 0
         if self._gs_mode == "allreduce":
             if self._gs_predivide != 1.0:
                 self._gs_flat_grads.mul_(self._gs_predivide)
@@ -413,7 +347,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 # Workers that joined contributed zeros: the average is over those still training
                 # (as the shards' rounds are in the PS modes).
                 self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))
-        stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
         return stats
 
     def _gs_header_steps(self, state):
@@ -456,7 +389,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_waited = [False] * len(self._gs_params)
         self._gs_begun = False
         if self._gs_guarded:
-            _PENDING.update(self._gs_guarded)  # the next step's values are on their way
+            guard.pending(self._gs_guarded)  # the next step's values are on their way
 
     def _gs_apply(self, stats, own_step=True):
         """The wrapped optimizer's step (all-reduce and local modes). A parameter that got no
@@ -489,23 +422,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """torch's state_dict. PS modes: the state is the shards' (momentum buffers, Adam's
-        moments and step) at this worker's step, in torch's names and shapes: after step(), the
-        state once that step's round is applied, which with the model's parameters read then
-        (they wait for that step's pulls) is a checkpoint a new job resumes bit for bit (bsp)."""
+        moments and step) at this worker's step, in torch's names and shapes (ps_state.py): after
+        step(), the state once that step's round is applied, which with the model's parameters
+        read then (they wait for that step's pulls) is a checkpoint a new job resumes bit for bit
+        (bsp)."""
         sd = super(self.__class__, self).state_dict()
-        if not self._gs_ps:
-            return sd
-        got = self._gs_sync.optimizer_state()
-        index = self._gs_state_index()
-        state = {}
-        if got["slots"]:
-            for i, p in enumerate(self._gs_params):
-                entry = {name: torch.from_numpy(arrays[i].copy()).reshape(p.shape)
-                         for name, arrays in got["slots"].items()}
-                if self._gs_kind == "adam":
-                    entry["step"] = torch.tensor(float(got["scalars"]["step"]))
-                state[index[id(p)]] = entry
-        sd["state"] = state
+        if self._gs_ps:
+            sd["state"] = ps_state.to_torch(self._gs_sync.optimizer_state(), self._gs_params, self._gs_kind,
+                                            ps_state.param_index(self.param_groups))
         return sd
 
     def load_state_dict(self, state_dict):
@@ -515,31 +439,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._gs_ps:
             return super(self.__class__, self).load_state_dict(state_dict)
         super(self.__class__, self).load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
-        index = self._gs_state_index()
-        saved = state_dict["state"]
-        slots, scalars = {}, {}
-        if saved:
-            missing = [self._gs_names[i] for i, p in enumerate(self._gs_params) if index[id(p)] not in saved]
-            if missing:
-                raise ValueError("load_state_dict: no state for parameter '%s' (the shards keep every parameter's)"
-                                 % missing[0])
-            first = saved[index[id(self._gs_params[0])]]
-            for name in first:
-                if name == "step":
-                    continue
-                slots[name] = [saved[index[id(p)]][name].detach().reshape(-1).to(torch.float32).numpy()
-                               for p in self._gs_params]
-            if "step" in first:
-                scalars["step"] = int(float(first["step"]))
-        self._gs_sync.set_optimizer_state(dict(kind=self._gs_kind, scalars=scalars, slots=slots))
-
-    def _gs_state_index(self):
-        # torch's state_dict numbers parameters in the order of their first appearance in the groups.
-        index = {}
-        for g in self.param_groups:
-            for p in g["params"]:
-                index.setdefault(id(p), len(index))
-        return index
+        self._gs_sync.set_optimizer_state(ps_state.from_torch(
+            state_dict["state"], self._gs_params, self._gs_names, self._gs_kind,
+            ps_state.param_index(self.param_groups)))
 
     # --- gradsync's own ---
 
@@ -662,12 +564,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _gs_unguard(self):
         # After the last step nothing lands any more: the parameters get their own class back.
-        for key in self._gs_guarded:
-            _PENDING.pop(key, None)
-        for p in self._gs_params:
-            unguarded = getattr(type(p), "_gs_unguarded", None)
-            if unguarded is not None:
-                p.__class__ = unguarded
+        guard.unguard(self._gs_params, self._gs_guarded)
         self._gs_guarded = {}
 
 
@@ -701,96 +598,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
                steps_per_epoch, total_steps, optimizer, op, gradient_predivide_factor)
 
 
-def broadcast_parameters(params, root_rank=0):
-    """Overwrites every worker's tensors with root_rank's, in place (Horovod's
-    broadcast_parameters): `params` is a state_dict, model.named_parameters() or a list of
-    tensors. Every worker must pass the same tensors (names, shapes, dtypes) in the same order.
-    DistributedOptimizer already starts every worker from worker 0's parameters; this is for the
-    rest of the state (buffers) and for users of allreduce_hook."""
-    job = _job.job()
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    else:
-        items = list(params)
-    tensors = [t[1] if isinstance(t, tuple) else t for t in items]
-    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-    if job.size == 1 or not tensors:
-        return
-    for t in tensors:
-        if t.device.type != "cpu":
-            raise ValueError("broadcast_parameters: CPU tensors only (got one on %s)" % t.device)
-    with torch.no_grad():
-        parts = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]
-        flat = torch.cat(parts)
-        pad = (-flat.numel()) % 4
-        if pad:
-            flat = torch.cat([flat, torch.zeros(pad, dtype=torch.uint8)])
-        job.broadcast(flat.numpy(), root_rank)
-        at = 0
-        for t, part in zip(tensors, parts):
-            n = part.numel()
-            t.copy_(flat[at:at + n].clone().view(t.dtype).view_as(t))  # clone: aligned for the dtype
-            at += n
-
-
 _LIVE = []  # weak references to this process's DistributedOptimizers, in creation order
-
-
-def join(device=-1):
-    """Horovod's join(): this worker has no more data. Mode allreduce: it takes part in the other
-    workers' steps with a zero gradient (their average is over the workers still training) and
-    applies the same updates, until every worker has joined; PS modes: each DistributedOptimizer
-    leaves the shards' rounds at once (the others go on without it) and waits at the end for the
-    others. Either way the collectives of gradsync.torch go on without it while others train.
-    Then each optimizer is finished as by finish(). Returns the rank of the worker that joined
-    last (the one that ran the most steps; ties: the highest rank). Every worker must end with
-    join() or, when all run the same number of steps, finish()."""
-    job = _job.job()
-    opts = [o for o in (ref() for ref in _LIVE) if o is not None and not o._gs_finished]
-    for o in opts:
-        o._gs_joined = True
-        o._gs_joined_steps = o._gs_step
-    if job.mode == "allreduce" and job.size > 1 and opts:
-        job.training_ended(max(o._gs_step for o in opts), True)
-        header = None
-        while header is None or header.active:
-            for o in opts:  # the others step every optimizer, in the order they were built
-                header = o._gs_zero_step(collectives.JOINED)
-        for o in opts:
-            o._gs_end(True, join=True)
-        return max(range(job.size), key=lambda r: (header.steps[r], r))
-    for o in opts:
-        o._gs_end(True, join=True)
-    if job.mode == "local" or not opts:
-        return job.rank
-    # PS modes: past the end's barrier every worker's TRAINING_ENDED has come (the scheduler
-    # sends it before the release, on the same connection).
-    ended = {rank: clock for rank, clock, _ in job.ended_workers}
-    return max(ended, key=lambda r: (ended[r], r)) if ended else job.rank
-
-
-def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
-    """Horovod's broadcast_optimizer_state: every worker's optimizer takes root_rank's settings
-    (lr, momentum, ... of every parameter group) and state (momentum buffers, Adam's moments),
-    in place. Works on a plain torch optimizer (before DistributedOptimizer wraps it) and on a
-    DistributedOptimizer. An empty state stays empty (torch creates it at the first step, alike
-    on every worker), so no step is taken. In the PS modes a DistributedOptimizer's state lives
-    on the shards, one copy for every worker: only the settings are broadcast."""
-    job = _job.job()
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    groups = collectives.broadcast_object(groups, root_rank)
-    if len(groups) != len(optimizer.param_groups):
-        raise ValueError("broadcast_optimizer_state: worker %d's optimizer has %d parameter groups, this worker's %d"
-                         % (root_rank, len(groups), len(optimizer.param_groups)))
-    for g, options in zip(optimizer.param_groups, groups):
-        g.update(options)
-    if getattr(optimizer, "_gs_ps", False):
-        return
-    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)
-    if job.rank != root_rank:
-        optimizer.load_state_dict({"state": state,
-                                   "param_groups": [dict(o, params=optimizer.state_dict()["param_groups"][i]["params"])
-                                                    for i, o in enumerate(groups)]})
 
 
 @atexit.register
