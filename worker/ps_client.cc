@@ -67,6 +67,11 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
 }
 
 namespace {
+
+// The part of tensor `t` that shard range `r` holds ([b, e) in flat offsets; empty when b >= e).
+Segment Overlap(const TensorInfo& t, const Segment& r) {
+  return {std::max(t.offset, r.begin), std::min(t.offset + t.size, r.end)};
+}
 // How long a push waits for a shard to release its lane's push area (bsp: until the round of the
 // previous push is applied, which a normal step, pulling in between, never waits for).
 constexpr int kLaneWaitSeconds = 600;
@@ -276,7 +281,7 @@ void PsClient::PlanParts() {
     if (ti.sparse) continue;
     for (int s = 0; s < table_.servers_size(); ++s) {
       const Segment& r = partitioner_.range(s);
-      const int64_t b = std::max(ti.offset, r.begin), e = std::min(ti.offset + ti.size, r.end);
+      const auto [b, e] = Overlap(ti, r);
       // Equal pieces of at most part_floats_ elements.
       const int64_t len = e - b, step = static_cast<int64_t>(part_floats_);
       if (len <= 0) continue;
@@ -640,7 +645,7 @@ Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double t
       // The tensor's pieces, from every shard whose range it crosses.
       for (int s = 0; s < servers; ++s) {
         const Segment& range = partitioner_.range(s);
-        const int64_t b = std::max(t.offset, range.begin), e = std::min(t.offset + t.size, range.end);
+        const auto [b, e] = Overlap(t, range);
         if (b >= e) continue;
         const float* src = gather->shards[static_cast<size_t>(s)].values.data() +
                            k * static_cast<size_t>(range.size()) + static_cast<size_t>(b - range.begin);
@@ -697,7 +702,7 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
         vector.assign(static_cast<size_t>(range.size()), 0.0f);
         for (size_t t = 0; t < layout_.size(); ++t) {
           const TensorInfo& ti = layout_[t];
-          const int64_t b = std::max(ti.offset, range.begin), e = std::min(ti.offset + ti.size, range.end);
+          const auto [b, e] = Overlap(ti, range);
           if (b >= e) continue;
           const auto& src = state.slots[static_cast<size_t>(k)][t];
           std::copy(src.begin() + (b - ti.offset), src.begin() + (e - ti.offset), vector.begin() + (b - range.begin));
