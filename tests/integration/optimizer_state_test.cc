@@ -18,6 +18,7 @@
 #include "common/scheduler_client.h"
 #include "server/scheduler.h"
 #include "server/server.h"
+#include "tests/support/ps_job.h"
 #include "tests/support/wire_request.h"
 #include "worker/ps_client.h"
 
@@ -121,13 +122,7 @@ StateJobResult RunStateJob(const StateJob& o) {
   for (auto& s : servers) threads.emplace_back([&, srv = s.get()] { fail(srv->Run().WithContext("server")); });
   for (int w = 0; w < 2; ++w) {
     threads.emplace_back([&, w] {
-      SchedulerClientOptions sc;
-      sc.scheduler_endpoint = endpoint;
-      sc.self.set_role(wire::WORKER);
-      sc.self.set_host("127.0.0.1");
-      sc.self.set_requested_rank(w);
-      sc.mode = "bsp";
-      sc.heartbeat_interval_s = 0.2;
+      SchedulerClientOptions sc = testing::LoopbackClient(endpoint, wire::WORKER, w, "bsp");
       sc.scheduler_timeout_s = 5;
       SchedulerClient client(ctx, sc);
       Status st = [&]() -> Status {
@@ -339,16 +334,7 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   auto server = std::move(Server::Create(ctx, sv)).value();
   std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
   std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
-  auto client_options = [&](int rank) {
-    SchedulerClientOptions c;
-    c.scheduler_endpoint = endpoint;
-    c.self.set_role(wire::WORKER);
-    c.self.set_host("127.0.0.1");
-    c.self.set_requested_rank(rank);
-    c.mode = "bsp";
-    c.heartbeat_interval_s = 0.2;
-    return c;
-  };
+  auto client_options = [&](int rank) { return testing::LoopbackClient(endpoint, wire::WORKER, rank, "bsp"); };
   const auto n = static_cast<size_t>(kParams);  // one shard holds everything
   // Worker 0: a real client. Worker 1: raw messages.
   SchedulerClient sc0(ctx, client_options(0)), sc1(ctx, client_options(1));

@@ -86,14 +86,8 @@ UnevenResult RunUneven(ConsistencyMode mode, int staleness, const std::vector<Wo
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       WorkerOutcome& out = result.workers[static_cast<size_t>(w)];
-      SchedulerClientOptions sc;
-      sc.scheduler_endpoint = endpoint;
-      sc.self.set_role(wire::WORKER);
-      sc.self.set_host("127.0.0.1");
-      sc.self.set_requested_rank(w);
-      sc.mode = ConsistencyModeName(mode);
-      sc.staleness = mode == ConsistencyMode::kSsp ? staleness : 0;
-      sc.heartbeat_interval_s = 0.2;
+      SchedulerClientOptions sc = LoopbackClient(endpoint, wire::WORKER, w, ConsistencyModeName(mode),
+                                                 mode == ConsistencyMode::kSsp ? staleness : 0);
       SchedulerClient client(ctx, sc);
       auto table = client.Register(30);
       if (!table.ok()) {
@@ -344,14 +338,8 @@ TEST(UnevenStepsTest, TheSchedulerChecksRecordsAndRelaysTrainingEnded) {
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
   std::thread st([&] { (void)sched->Run(); });
   auto options = [&](wire::Role role, int rank) {
-    SchedulerClientOptions c;
-    c.scheduler_endpoint = endpoint;
-    c.self.set_role(role);
-    c.self.set_host("127.0.0.1");
+    SchedulerClientOptions c = LoopbackClient(endpoint, role, rank, "bsp");
     c.self.set_port(role == wire::SERVER ? 1 : 0);
-    c.self.set_requested_rank(rank);
-    c.mode = "bsp";
-    c.heartbeat_interval_s = 0.2;
     return c;
   };
   // A stranger is refused before it registers.

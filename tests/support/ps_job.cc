@@ -288,4 +288,17 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
   return result;
 }
 
+SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role role, int rank, const std::string& mode,
+                                      int staleness) {
+  SchedulerClientOptions c;
+  c.scheduler_endpoint = endpoint;
+  c.self.set_role(role);
+  c.self.set_host("127.0.0.1");
+  c.self.set_requested_rank(rank);
+  c.mode = mode;
+  c.staleness = staleness;
+  c.heartbeat_interval_s = 0.2;
+  return c;
+}
+
 }  // namespace gradsync::testing

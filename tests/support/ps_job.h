@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/dataset.h"
+#include "common/scheduler_client.h"
 #include "common/security.h"
 #include "worker/allreduce_sync.h"
 #include "common/status.h"
@@ -107,5 +108,10 @@ LocalTrainOptions SmallTrain(int64_t batch, int64_t steps, float momentum);
 
 // CreateModel, or a FakeDeviceModel (tests/support/fake_device.h) when fake_device.
 std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_device);
+
+// A scheduler client on 127.0.0.1 for the tests that play a node themselves: `role` asking for
+// `rank`, in `mode` ("bsp", "ssp" with `staleness`, ...), heartbeats every 0.2 s.
+SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role role, int rank, const std::string& mode,
+                                      int staleness = 0);
 
 }  // namespace gradsync::testing
