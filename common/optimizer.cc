@@ -52,24 +52,44 @@ Status CheckOptimizerSlot(OptimizerKind kind, int slot, std::span<const float> v
   return OkStatus();
 }
 
-std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range) {
-  std::vector<const TensorInfo*> sorted;
-  for (const TensorInfo& t : layout) sorted.push_back(&t);
-  std::stable_sort(sorted.begin(), sorted.end(), [](const TensorInfo* x, const TensorInfo* y) { return x->offset < y->offset; });
+namespace {
+// OptimizerLayers' walk: the layers and, per layer, its tensor's layout index (-1: a gap).
+std::vector<OptimizerLayer> WalkLayers(const std::vector<TensorInfo>& layout, Segment range, std::vector<int>* tensors) {
+  std::vector<int> sorted(layout.size());
+  for (size_t i = 0; i < layout.size(); ++i) sorted[i] = static_cast<int>(i);
+  std::stable_sort(sorted.begin(), sorted.end(), [&](int x, int y) { return layout[x].offset < layout[y].offset; });
   std::vector<OptimizerLayer> layers;
   int64_t covered = range.begin;
-  for (const TensorInfo* tensor : sorted) {
-    const TensorInfo& t = *tensor;
+  for (int index : sorted) {
+    const TensorInfo& t = layout[static_cast<size_t>(index)];
     const int64_t b = std::max({range.begin, t.offset, covered}), e = std::min(range.end, t.offset + t.size);
     if (b >= e) continue;
     // A gap the layout leaves (none of the built-in models has one) is a layer of its own.
-    if (b > covered) layers.push_back({covered - range.begin, b - range.begin, false});
+    if (b > covered) {
+      layers.push_back({covered - range.begin, b - range.begin, false});
+      if (tensors) tensors->push_back(-1);
+    }
     const bool bias = t.name.size() >= 4 && t.name.compare(t.name.size() - 4, 4, "bias") == 0;
     layers.push_back({b - range.begin, e - range.begin, !(bias || t.shape.size() == 1 || t.sparse)});
+    if (tensors) tensors->push_back(index);
     covered = std::max(covered, e);
   }
-  if (covered < range.end) layers.push_back({covered - range.begin, range.end - range.begin, false});
+  if (covered < range.end) {
+    layers.push_back({covered - range.begin, range.end - range.begin, false});
+    if (tensors) tensors->push_back(-1);
+  }
   return layers;
+}
+}  // namespace
+
+std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range) {
+  return WalkLayers(layout, range, nullptr);
+}
+
+std::vector<int> OptimizerLayerTensors(const std::vector<TensorInfo>& layout, Segment range) {
+  std::vector<int> tensors;
+  WalkLayers(layout, range, &tensors);
+  return tensors;
 }
 
 Status ValidateOptimizerOptions(const OptimizerOptions& o) {
@@ -122,6 +142,9 @@ void Optimizer::SetLayers(std::vector<OptimizerLayer> layers) {
   }
   GRADSYNC_CHECK(at == static_cast<int64_t>(size_)) << "layers cover " << at << " of " << size_;
   layers_ = std::move(layers);
+  skipped_.clear();
+  skip_now_.clear();
+  skipping_ = false;
 }
 
 void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t offset, float grad_scale) {
@@ -132,28 +155,26 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
   if (options_.kind == OptimizerKind::kAdam) {
     GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= size_)
         << "range " << offset << "+" << n << " outside optimizer state of " << size_;
-    AdamStep(w, g, n, lr, static_cast<size_t>(offset), grad_scale);
+    if (skipped_.empty()) {
+      AdamStep(w, g, n, lr, static_cast<size_t>(offset), grad_scale, steps_ + 1);
+      return;
+    }
+    // Some layer has skipped steps: each layer's piece at its own t.
+    ForEachLayerPiece(offset, n, [&](size_t l, size_t skip, size_t len, int64_t at) {
+      AdamStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, LayerT(l));
+    });
     return;
   }
   if (IsLayerWise(options_.kind)) {
     GRADSYNC_CHECK(offset >= 0 && static_cast<size_t>(offset) + n <= size_)
         << "range " << offset << "+" << n << " outside optimizer state of " << size_;
-    if (n == 0) return;
-    const int64_t end = offset + static_cast<int64_t>(n);
-    // The layer holding `offset`, then each layer the call reaches: one piece each.
-    auto it = std::upper_bound(layers_.begin(), layers_.end(), offset,
-                               [](int64_t at, const OptimizerLayer& l) { return at < l.begin; });
-    --it;
-    for (int64_t at = offset; at < end; ++it) {
-      const int64_t e = std::min(end, it->end);
-      const size_t skip = static_cast<size_t>(at - offset), len = static_cast<size_t>(e - at);
+    ForEachLayerPiece(offset, n, [&](size_t l, size_t skip, size_t len, int64_t at) {
       if (options_.kind == OptimizerKind::kLars) {
-        LarsStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, it->adapt);
+        LarsStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, layers_[l].adapt);
       } else {
-        LambStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, it->adapt);
+        LambStep(w + skip, g + skip, len, lr, static_cast<size_t>(at), grad_scale, layers_[l].adapt, LayerT(l));
       }
-      at = e;
-    }
+    });
     return;
   }
   const float wd = options_.weight_decay;
@@ -193,8 +214,9 @@ void Optimizer::Step(FloatSpan params, ConstFloatSpan grad, float lr, int64_t of
 //   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps)
 //   param.addcdiv_(exp_avg, denom, value=-step_size)
 // where a Python scalar meets a float tensor as a float, and 1 - beta is computed in double first.
-void Optimizer::AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale) {
-  const double t = static_cast<double>(steps_ + 1);
+void Optimizer::AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale,
+                         int64_t step) {
+  const double t = static_cast<double>(step);
   const double bias1 = 1.0 - std::pow(options_.beta1, t);
   const double bias2 = 1.0 - std::pow(options_.beta2, t);
   const float step_size = static_cast<float>(static_cast<double>(lr) / bias1);
@@ -236,8 +258,9 @@ void Optimizer::LarsStep(float* w, const float* g, size_t n, float lr, size_t of
 
 // LAMB on one layer (or the piece of it this call holds). Two passes: m, v and the norms of w
 // and r, then the update with r computed again (the same operations, so the same values).
-void Optimizer::LambStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt) {
-  const double t = static_cast<double>(steps_ + 1);
+void Optimizer::LambStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt,
+                         int64_t step) {
+  const double t = static_cast<double>(step);
   const float bias1 = static_cast<float>(1.0 - std::pow(options_.beta1, t));
   const float bias2 = static_cast<float>(1.0 - std::pow(options_.beta2, t));
   const float beta1 = static_cast<float>(options_.beta1), beta2 = static_cast<float>(options_.beta2);
@@ -274,6 +297,44 @@ void Optimizer::SetState(std::span<const float> state) {
 void Optimizer::set_steps(int64_t steps) {
   GRADSYNC_CHECK(steps >= 0) << steps;
   steps_ = steps;
+}
+
+void Optimizer::SkipLayer(size_t layer) {
+  GRADSYNC_CHECK(layer < layers_.size()) << "layer " << layer << " of " << layers_.size();
+  if (skip_now_.empty()) skip_now_.assign(layers_.size(), 0);
+  skip_now_[layer] = 1;
+  skipping_ = true;
+}
+
+void Optimizer::EndStep() {
+  ++steps_;
+  if (!skipping_) return;
+  if (skipped_.empty()) skipped_.assign(layers_.size(), 0);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    skipped_[l] += skip_now_[l];
+    skip_now_[l] = 0;
+  }
+  skipping_ = false;
+}
+
+void Optimizer::set_skipped(std::span<const int64_t> skipped) {
+  GRADSYNC_CHECK(CheckSkippedSteps(skipped, layers_.size(), steps_).ok()) << CheckSkippedSteps(skipped, layers_.size(), steps_);
+  skipped_.assign(skipped.begin(), skipped.end());
+}
+
+Status CheckSkippedSteps(std::span<const int64_t> skipped, size_t layers, int64_t steps) {
+  if (skipped.empty()) return OkStatus();
+  if (skipped.size() != layers) {
+    return InvalidArgumentError("skipped steps for " + std::to_string(skipped.size()) + " layers; the range has " +
+                                std::to_string(layers));
+  }
+  for (size_t l = 0; l < skipped.size(); ++l) {
+    if (skipped[l] < 0 || skipped[l] > steps) {
+      return InvalidArgumentError("layer " + std::to_string(l) + " skipped " + std::to_string(skipped[l]) +
+                                  " steps of " + std::to_string(steps));
+    }
+  }
+  return OkStatus();
 }
 
 void Optimizer::StepSparse(FloatSpan params, std::span<const uint64_t> keys,

@@ -52,6 +52,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -121,6 +122,9 @@ struct OptimizerLayer {
 // order. A tensor whose name ends in "bias" or whose shape has one dimension does not adapt,
 // nor does a sparse one. The one place that decides which tensors LARS and LAMB exclude.
 std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range);
+// Per layer of OptimizerLayers(layout, range), its tensor's index in the layout (-1: a gap the
+// layout leaves): how per-layer counts (Optimizer::skipped) map to tensors.
+std::vector<int> OptimizerLayerTensors(const std::vector<TensorInfo>& layout, Segment range);
 
 class Optimizer {
  public:
@@ -144,11 +148,22 @@ class Optimizer {
   void StepSparse(FloatSpan params, std::span<const uint64_t> keys, ConstFloatSpan values,
                   float lr, int64_t offset = 0);
 
-  // Ends one optimizer step (every Step call of one update): steps() += 1.
-  void EndStep() { ++steps_; }
+  // Layer `layer` takes no part in the step being made (its tensor got no gradient: it gets no
+  // Step call): EndStep leaves that layer's step count where it is, so that Adam's and LAMB's t
+  // is per layer, as torch's state["step"] is per parameter. Twice in one step counts once.
+  void SkipLayer(size_t layer);
+  // Ends one optimizer step (every Step call of one update): steps() += 1, and each layer not
+  // skipped in it takes the step too.
+  void EndStep();
   // The optimizer steps ended so far (Adam's t before its next step); for checkpoints.
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps);
+  // Per layer, the steps it skipped (layer l's own t before its next step is steps() - skipped[l]);
+  // empty while no layer ever skipped one. For checkpoints and the optimizer state's transfer.
+  std::span<const int64_t> skipped() const { return skipped_; }
+  // Sets them back: empty, or one count per layer, each in [0, steps()] (checked by the caller:
+  // CheckSkippedSteps).
+  void set_skipped(std::span<const int64_t> skipped);
 
   const OptimizerOptions& options() const { return options_; }
   // The state, exposed for checkpoints and tests: SGD's momentum buffer (`size` floats; empty
@@ -161,10 +176,28 @@ class Optimizer {
   int num_slots() const { return num_slots_; }
 
  private:
-  void AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale);
+  // t: the step being made, of the layer(s) the call covers.
+  void AdamStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, int64_t t);
   // One piece of one layer (offset: in the optimizer's coordinates).
   void LarsStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt);
-  void LambStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt);
+  void LambStep(float* w, const float* g, size_t n, float lr, size_t offset, float grad_scale, bool adapt, int64_t t);
+  // fn(layer, piece's position in the call, its length, its offset) for each layer [offset,
+  // offset + n) reaches, in order.
+  template <typename Fn>
+  void ForEachLayerPiece(int64_t offset, size_t n, Fn&& fn) const {
+    if (n == 0) return;
+    const int64_t end = offset + static_cast<int64_t>(n);
+    size_t l = static_cast<size_t>(std::upper_bound(layers_.begin(), layers_.end(), offset,
+                                                    [](int64_t at, const OptimizerLayer& x) { return at < x.begin; }) -
+                                   layers_.begin()) - 1;
+    for (int64_t at = offset; at < end; ++l) {
+      const int64_t e = std::min(end, layers_[l].end);
+      fn(l, static_cast<size_t>(at - offset), static_cast<size_t>(e - at), at);
+      at = e;
+    }
+  }
+  // The step layer l is making (its t): steps_ + 1 less what it skipped.
+  int64_t LayerT(size_t l) const { return steps_ + 1 - (skipped_.empty() ? 0 : skipped_[l]); }
 
   OptimizerOptions options_;
   size_t size_ = 0;
@@ -172,7 +205,14 @@ class Optimizer {
   std::vector<float> state_;
   int num_slots_ = 0;
   int64_t steps_ = 0;
+  std::vector<int64_t> skipped_;     // per layer; empty: none skipped
+  std::vector<uint8_t> skip_now_;    // per layer: skipped in the step being made
+  bool skipping_ = false;            // some layer is skipped in the step being made
 };
+
+// kInvalidArgument unless `skipped` is empty or holds one count per layer (`layers`), each in
+// [0, steps]: what an optimizer state or checkpoint may carry.
+Status CheckSkippedSteps(std::span<const int64_t> skipped, size_t layers, int64_t steps);
 
 // The learning rate at each step: an optional linear warm-up from warmup_start to base over
 // the first warmup_steps (Goyal et al. 2017), then constant, or a decay from base to

@@ -28,13 +28,14 @@ bool CarriesState(wire::Type t) {
 // The optimizer state fields of a header: only on the STATE_* types, and in range there.
 Status CheckStateFields(const wire::Header& h) {
   if (!CarriesState(h.type())) {
-    if (!h.state_optimizer().empty() || h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0) {
+    if (!h.state_optimizer().empty() || h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0 ||
+        h.state_skipped_size() != 0) {
       return InvalidArgumentError("optimizer state fields belong on STATE_PULL, STATE_PUSH and their replies");
     }
     return OkStatus();
   }
   if (h.type() == wire::STATE_PULL) {
-    if (h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0) {
+    if (h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0 || h.state_skipped_size() != 0) {
       return InvalidArgumentError("a STATE_PULL names an optimizer at most (no steps, no state vectors)");
     }
   } else if (h.state_optimizer().empty()) {
@@ -43,6 +44,12 @@ Status CheckStateFields(const wire::Header& h) {
   if (!h.state_optimizer().empty()) RETURN_IF_ERROR(ParseOptimizerKind(h.state_optimizer()).status());
   if (h.state_steps() < 0 || h.state_steps() > kMaxOptimizerSteps) {
     return InvalidArgumentError("optimizer steps " + std::to_string(h.state_steps()) + " out of range");
+  }
+  for (int64_t skipped : h.state_skipped()) {
+    if (skipped < 0 || skipped > h.state_steps()) {
+      return InvalidArgumentError("a layer skipped " + std::to_string(skipped) + " of " +
+                                  std::to_string(h.state_steps()) + " optimizer steps");
+    }
   }
   if (h.state_slots() < 0 || h.state_slots() > kMaxOptimizerSlots || h.state_slot() < 0 ||
       h.state_slot() >= std::max(1, h.state_slots())) {
@@ -53,9 +60,11 @@ Status CheckStateFields(const wire::Header& h) {
   return OkStatus();
 }
 
-void SetStateFields(const std::string& optimizer, int64_t steps, int slots, int slot, wire::Header* h) {
+void SetStateFields(const std::string& optimizer, int64_t steps, std::span<const int64_t> skipped, int slots, int slot,
+                    wire::Header* h) {
   if (!optimizer.empty()) h->set_state_optimizer(optimizer);
   if (steps != 0) h->set_state_steps(steps);
+  h->mutable_state_skipped()->Assign(skipped.begin(), skipped.end());
   if (slots != 0) h->set_state_slots(slots);
   if (slot != 0) h->set_state_slot(slot);
 }
@@ -161,6 +170,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
     h.set_part(r.part);
   }
   if (!std::isnan(r.lr)) h.set_lr(r.lr);
+  h.mutable_absent_tensors()->Assign(r.absent_tensors.begin(), r.absent_tensors.end());
   if (r.type == wire::INIT) *h.mutable_job() = r.job;
   if (r.shm) h.set_shm(true);
   if (r.shm_seq != 0) h.set_shm_seq(r.shm_seq);
@@ -168,7 +178,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
   if (r.data) h.set_data(true);
   if (r.data_seq != 0) h.set_data_seq(r.data_seq);
   if (!r.data_token.empty()) h.set_data_token(r.data_token);
-  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.state_slots, r.state_slot, &h);
+  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &h);
   return h;
 }
 
@@ -199,6 +209,11 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
     }
     r.lr = h.lr();
   }
+  if (h.absent_tensors_size() > 0) {
+    // Which tensors exist is the shard's to check (KvShard::ValidateAbsent).
+    if (r.type != wire::PUSH) return InvalidArgumentError("only a push names absent tensors");
+    r.absent_tensors.assign(h.absent_tensors().begin(), h.absent_tensors().end());
+  }
   if (r.type == wire::INIT) r.job = h.job();
   r.shm = h.shm();
   r.shm_seq = h.shm_seq();
@@ -228,6 +243,7 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
   RETURN_IF_ERROR(CheckStateFields(h));
   r.optimizer = h.state_optimizer();
   r.steps = h.state_steps();
+  r.skipped.assign(h.state_skipped().begin(), h.state_skipped().end());
   r.state_slots = h.state_slots();
   r.state_slot = h.state_slot();
   return r;
@@ -262,7 +278,7 @@ wire::Header EncodeReply(const PsReply& r) {
     case wire::STATE_PUSH_REPLY:
       h.set_version(r.version);
       EncodeSegments(r.segments, &h);
-      SetStateFields(r.optimizer, r.steps, r.state_slots, r.state_slot, &h);
+      SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &h);
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -304,6 +320,7 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   RETURN_IF_ERROR(CheckStateFields(h));
   r.optimizer = h.state_optimizer();
   r.steps = h.state_steps();
+  r.skipped.assign(h.state_skipped().begin(), h.state_skipped().end());
   r.state_slots = h.state_slots();
   r.state_slot = h.state_slot();
   if (r.type == wire::ERROR) {

@@ -53,6 +53,7 @@ struct PsRequest {
   int parts = 0;                  // PUSH in parts: 0 or 1 means the whole push in this message
   int part = 0;                   // 0-based, sent in order
   float lr = NAN;                 // PUSH: the worker's own rate for this gradient; NaN: the job's schedule
+  std::vector<uint32_t> absent_tensors;  // PUSH: tensors without a gradient (wire::Header::absent_tensors)
   wire::JobConfig job;            // INIT
   bool shm = false;               // PUSH, PULL: the values move through the shared-memory lane
   uint64_t shm_seq = 0;           // PUSH with shm: the push's number on its lane (> 0)
@@ -65,6 +66,7 @@ struct PsRequest {
   // message without values) and the one this message carries (its values: the shard's range).
   std::string optimizer;
   int64_t steps = 0;
+  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::Header::state_skipped)
   int state_slots = 0;
   int state_slot = 0;
 };
@@ -92,6 +94,7 @@ struct PsReply {
   // reply carries (values at `segments`, the shard's range). STATE_PUSH_REPLY: the STATE_PUSH's.
   std::string optimizer;
   int64_t steps = 0;
+  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::Header::state_skipped)
   int state_slots = 0;
   int state_slot = 0;
   Status error;                   // ERROR

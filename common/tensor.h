@@ -6,10 +6,13 @@
 // unless a function says so.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "common/segment.h"
 
 namespace gradsync {
 
@@ -26,6 +29,11 @@ struct TensorInfo {
   // their dense gradient range is never written (see Model::sparse_grad).
   bool sparse = false;
 };
+
+// The part of tensor `t` that flat range `r` (a shard's) holds: [b, e), empty when b >= e.
+inline Segment Overlap(const TensorInfo& t, const Segment& r) {
+  return {std::max(t.offset, r.begin), std::min(t.offset + t.size, r.end)};
+}
 
 // Total element count of a layout (the flat buffer size).
 int64_t LayoutSize(const std::vector<TensorInfo>& layout);

@@ -37,10 +37,79 @@ KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerO
     if (b < e) sparse_runs_.push_back({b - range_.begin, e - range_.begin});
   }
   std::sort(sparse_runs_.begin(), sparse_runs_.end(), [](const Segment& x, const Segment& y) { return x.begin < y.begin; });
+  const auto& layers = optimizer_.layers();
+  for (const TensorInfo& t : layout_) {
+    const auto [b, e] = Overlap(t, range_);
+    if (b >= e) {
+      tensor_local_.push_back({0, 0});
+      tensor_layer_.push_back(-1);
+      continue;
+    }
+    tensor_local_.push_back({b - range_.begin, e - range_.begin});
+    auto it = std::lower_bound(layers.begin(), layers.end(), b - range_.begin,
+                               [](const OptimizerLayer& l, int64_t at) { return l.begin < at; });
+    tensor_layer_.push_back(it != layers.end() && it->begin == b - range_.begin ? static_cast<int>(it - layers.begin()) : -1);
+  }
   if (aggregate) {
     accum_.assign(params_->size(), 0.0f);
     if (!sparse_runs_.empty()) touched_.assign(params_->size(), 0);
+    present_.assign(layers.size(), 0);
   }
+}
+
+Status KvShard::ValidateAbsent(std::span<const Segment> segments, std::span<const uint32_t> absent) const {
+  for (size_t i = 0; i < absent.size(); ++i) {
+    const uint32_t t = absent[i];
+    if (t >= layout_.size()) {
+      return InvalidArgumentError("absent tensor " + std::to_string(t) + " of a layout of " + std::to_string(layout_.size()));
+    }
+    if (i > 0 && t <= absent[i - 1]) return InvalidArgumentError("absent tensors are not increasing");
+    if (layout_[t].sparse) return InvalidArgumentError("absent tensor " + std::to_string(t) + " is sparse (its keys say what it has)");
+    const Segment& local = tensor_local_[t];
+    const bool reached = std::any_of(segments.begin(), segments.end(), [&](const Segment& s) {
+      return local.begin < local.end && s.begin - range_.begin < local.end && local.begin < s.end - range_.begin;
+    });
+    if (!reached) {
+      return InvalidArgumentError("absent tensor " + std::to_string(t) + " ('" + layout_[t].name +
+                                  "') is not in the push's segments");
+    }
+  }
+  return OkStatus();
+}
+
+template <typename Fn, typename Skip>
+void KvShard::ForPresent(const Segment& s, std::span<const uint32_t> absent, Fn&& fn, Skip&& skip) const {
+  const int64_t lb = s.begin - range_.begin, le = s.end - range_.begin;
+  if (absent.empty()) {
+    if (lb < le) fn(lb, le, int64_t{0});
+    return;
+  }
+  std::vector<std::pair<Segment, int>> cut;  // the absent tensors' local ranges inside s, and their layers
+  for (uint32_t t : absent) {
+    const Segment& local = tensor_local_[t];
+    const int64_t b = std::max(lb, local.begin), e = std::min(le, local.end);
+    if (b < e) cut.push_back({{b, e}, tensor_layer_[t]});
+  }
+  std::sort(cut.begin(), cut.end(), [](const auto& x, const auto& y) { return x.first.begin < y.first.begin; });
+  int64_t at = lb;
+  for (const auto& [range, layer] : cut) {
+    if (range.begin > at) fn(at, range.begin, at - lb);
+    if (layer >= 0) skip(static_cast<size_t>(layer));
+    at = std::max(at, range.end);
+  }
+  if (at < le) fn(at, le, at - lb);
+}
+
+void KvShard::MarkPresent(const Segment& s, std::span<const uint32_t> absent) {
+  const auto& layers = optimizer_.layers();
+  ForPresent(
+      s, absent,
+      [&](int64_t b, int64_t e, int64_t) {
+        auto it = std::upper_bound(layers.begin(), layers.end(), b,
+                                   [](int64_t at, const OptimizerLayer& l) { return at < l.begin; });
+        for (--it; it != layers.end() && it->begin < e; ++it) present_[static_cast<size_t>(it - layers.begin())] = 1;
+      },
+      [](size_t) {});
 }
 
 Status KvShard::Validate(std::span<const Segment> segments, std::span<const uint64_t> keys,
@@ -159,17 +228,23 @@ void KvShard::Own() {
 std::shared_ptr<const void> KvShard::Share() const { return params_; }
 
 void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-                    float lr_scale, bool counts, float pushed_lr) {
+                    float lr_scale, bool counts, float pushed_lr, std::span<const uint32_t> absent) {
   Own();
   const float lr = Lr(pushed_lr) * lr_scale * push_lr_scale_;
+  auto skip = [&](size_t layer) { optimizer_.SkipLayer(layer); };
   if (layer_wise_) {
     // LARS, LAMB: a push's parts may cut a layer, so its dense values are gathered until its
     // last part and applied then, each layer in one piece (dense models only: no keys).
     GRADSYNC_CHECK(keys.empty()) << OptimizerKindName(optimizer_.options().kind) << " takes dense pushes only";
     if (pending_.size() != params_->size()) pending_.assign(params_->size(), 0.0f);
     for (const auto& s : segments) {
-      std::copy(values, values + s.size(), pending_.data() + (s.begin - range_.begin));
-      pending_runs_.push_back({s.begin - range_.begin, s.end - range_.begin});
+      ForPresent(
+          s, absent,
+          [&](int64_t b, int64_t e, int64_t at) {
+            std::copy(values + at, values + at + (e - b), pending_.data() + b);
+            pending_runs_.push_back({b, e});
+          },
+          skip);
       values += s.size();
     }
     if (!counts) return;
@@ -184,8 +259,12 @@ void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t>
     pending_runs_.clear();
   }
   for (const auto& s : layer_wise_ ? std::span<const Segment>() : segments) {
-    StepDense(s.begin - range_.begin, std::span<const float>(values, static_cast<size_t>(s.size())), lr,
-              push_grad_scale_, nullptr);
+    ForPresent(
+        s, absent,
+        [&](int64_t b, int64_t e, int64_t at) {
+          StepDense(b, std::span<const float>(values + at, static_cast<size_t>(e - b)), lr, push_grad_scale_, nullptr);
+        },
+        skip);
     values += s.size();
   }
   if (!keys.empty()) {
@@ -204,10 +283,18 @@ void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t>
   step_ = gradients_ / num_workers_;
 }
 
-void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values) {
+void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
+                         std::span<const uint32_t> absent) {
   for (const auto& s : segments) {
-    float* a = accum_.data() + (s.begin - range_.begin);
-    for (int64_t i = 0; i < s.size(); ++i) a[i] += values[i];
+    ForPresent(
+        s, absent,
+        [&](int64_t b, int64_t e, int64_t at) {
+          float* a = accum_.data() + b;
+          const float* v = values + at;
+          for (int64_t i = 0; i < e - b; ++i) a[i] += v[i];
+        },
+        [](size_t) {});
+    MarkPresent(s, absent);
     values += s.size();
   }
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -225,10 +312,34 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   Own();
   const float lr = Lr(pushed_lr);
   const float inv = 1.0f / static_cast<float>(count);
+  const auto& layers = optimizer_.layers();
   for (const auto& r : dense_runs_) {
-    float* a = accum_.data() + r.begin;
-    StepDense(r.begin, std::span<const float>(a, static_cast<size_t>(r.size())), lr, inv, /*clear=*/a);
+    // The run's layers that the round carries a gradient for, in maximal stretches (all of the
+    // run when every push carried every tensor); the others skip the step.
+    auto it = std::upper_bound(layers.begin(), layers.end(), r.begin,
+                               [](int64_t at, const OptimizerLayer& l) { return at < l.begin; });
+    int64_t from = -1;  // start of the present stretch
+    for (--it; it != layers.end() && it->begin < r.end; ++it) {
+      const size_t l = static_cast<size_t>(it - layers.begin());
+      const int64_t b = std::max(r.begin, it->begin), e = std::min(r.end, it->end);
+      if (present_[l]) {
+        if (from < 0) from = b;
+      } else {
+        if (from >= 0) {
+          float* a = accum_.data() + from;
+          StepDense(from, std::span<const float>(a, static_cast<size_t>(b - from)), lr, inv, /*clear=*/a);
+          from = -1;
+        }
+        optimizer_.SkipLayer(l);
+        std::fill(accum_.data() + b, accum_.data() + e, 0.0f);
+      }
+    }
+    if (from >= 0) {
+      float* a = accum_.data() + from;
+      StepDense(from, std::span<const float>(a, static_cast<size_t>(r.end - from)), lr, inv, /*clear=*/a);
+    }
   }
+  std::fill(present_.begin(), present_.end(), 0);
   if (!touched_keys_.empty()) {
     std::sort(touched_keys_.begin(), touched_keys_.end());
     scratch_.resize(touched_keys_.size());
@@ -246,7 +357,7 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   ++step_;
 }
 
-Status KvShard::SetOptimizerState(std::span<const float> state, int64_t steps) {
+Status KvShard::SetOptimizerState(std::span<const float> state, int64_t steps, std::span<const int64_t> skipped) {
   const size_t n = params_->size();
   const OptimizerKind kind = optimizer_.options().kind;
   if (state.size() != optimizer_.state().size()) {
@@ -260,13 +371,16 @@ Status KvShard::SetOptimizerState(std::span<const float> state, int64_t steps) {
   for (int k = 0; k < optimizer_slots(); ++k) {
     RETURN_IF_ERROR(CheckOptimizerSlot(kind, k, state.subspan(static_cast<size_t>(k) * n, n)));
   }
+  RETURN_IF_ERROR(CheckSkippedSteps(skipped, optimizer_.layers().size(), steps));
   optimizer_.SetState(state);
   optimizer_.set_steps(steps);
+  optimizer_.set_skipped(skipped);
   return OkStatus();
 }
 
 Status KvShard::Restore(std::span<const float> params, std::span<const float> optimizer_state,
-                        int64_t optimizer_steps, int64_t version, int64_t step, int64_t gradients) {
+                        int64_t optimizer_steps, int64_t version, int64_t step, int64_t gradients,
+                        std::span<const int64_t> optimizer_skipped) {
   if (params.size() != params_->size()) {
     return DataLossError("checkpoint holds " + std::to_string(params.size()) + " parameters, the shard " +
                          std::to_string(params_->size()));
@@ -281,10 +395,14 @@ Status KvShard::Restore(std::span<const float> params, std::span<const float> op
   for (const int64_t c : {version, step, gradients, optimizer_steps}) {
     if (c < 0 || c > kMaxCount) return DataLossError("checkpoint has a counter out of range: " + std::to_string(c));
   }
+  if (Status st = CheckSkippedSteps(optimizer_skipped, optimizer_.layers().size(), optimizer_steps); !st.ok()) {
+    return DataLossError("checkpoint's optimizer: " + st.message());
+  }
   Own();
   std::copy(params.begin(), params.end(), params_->begin());
   optimizer_.SetState(optimizer_state);
   optimizer_.set_steps(optimizer_steps);
+  optimizer_.set_skipped(optimizer_skipped);
   version_ = version;
   step_ = step;
   gradients_ = gradients;

@@ -48,6 +48,10 @@ class KvShard {
   Status Validate(std::span<const Segment> segments, std::span<const uint64_t> keys,
                   const size_t* num_values) const;
 
+  // Checks a push's absent tensors (PsRequest::absent_tensors): layout indices, increasing, of
+  // dense tensors that its `segments` reach.
+  Status ValidateAbsent(std::span<const Segment> segments, std::span<const uint32_t> absent) const;
+
   // Sets the initial parameters (the whole range, from worker 0).
   void SetValues(std::span<const float> values);
   void Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const;
@@ -55,10 +59,19 @@ class KvShard {
   // schedule's) times lr_scale (the staleness-aware rate passes 1 / staleness). A gradient that
   // came in parts is applied part by part with counts = false but for the last: it counts once
   // (version, step, the optimizer's step).
+  // `absent` (ValidateAbsent): tensors the gradient does not have (the worker's step computed
+  // none for them); their values are ignored, and their parameters and optimizer state are left
+  // as they are, as torch leaves a parameter whose .grad is None (Adam's and LAMB's t included:
+  // Optimizer::SkipLayer).
   void Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-             float lr_scale = 1.0f, bool counts = true, float lr = NAN);
-  void Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values);
+             float lr_scale = 1.0f, bool counts = true, float lr = NAN, std::span<const uint32_t> absent = {});
+  void Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
+                  std::span<const uint32_t> absent = {});
   // Applies the mean of the `count` gradients accumulated (bsp) at `lr` (NaN: the schedule's).
+  // A dense tensor that no push of the round carried a gradient for (absent from each, or not
+  // in its segments) is left alone; the others are updated with the mean over `count` (an
+  // absent push counts as a zero gradient there, as an all-reduce's average of workers' unused
+  // parameters).
   void ApplyAccumulated(int count, float lr = NAN);
 
   // Large dense updates split over these threads (null: this thread alone). The same bits either
@@ -87,13 +100,16 @@ class KvShard {
   // STATE_PUSH, or a backup's copy of one. kInvalidArgument, and nothing changes, when the size is
   // not this optimizer's, a vector holds a value CheckOptimizerSlot refuses, or steps is negative
   // or past 2^62. The parameters, version and schedule step stay as they are.
-  Status SetOptimizerState(std::span<const float> state, int64_t steps);
+  // `skipped`: per optimizer layer, the steps it skipped (Optimizer::skipped; empty: none).
+  Status SetOptimizerState(std::span<const float> state, int64_t steps, std::span<const int64_t> skipped = {});
+  // Optimizer::skipped(): per layer (optimizer_layers()), the steps it took no part in.
+  std::span<const int64_t> optimizer_skipped() const { return optimizer_.skipped(); }
 
   // Puts back a checkpointed state: the range's parameters, the optimizer's state (its size
   // must be this optimizer's) and steps, the version, the schedule's step and the gradient
   // count. kDataLoss when a size cannot be this shard's or a count is negative or past 2^62.
   Status Restore(std::span<const float> params, std::span<const float> optimizer_state, int64_t optimizer_steps,
-                 int64_t version, int64_t step, int64_t gradients);
+                 int64_t version, int64_t step, int64_t gradients, std::span<const int64_t> optimizer_skipped = {});
 
  private:
   float Lr(float pushed) const { return std::isnan(pushed) ? lr_.At(step_) : pushed; }
@@ -102,6 +118,12 @@ class KvShard {
   // optimizer_.Step over a dense run (local offset), in pieces over parallel_ when it is large;
   // `clear` (the accumulated gradient g itself, or null) is zeroed piece by piece after use.
   void StepDense(int64_t local, std::span<const float> g, float lr, float grad_scale, float* clear);
+  // fn(local begin, local end, position in the segment's values) for each run of segment `s`
+  // outside the absent tensors; skip(layer) for each absent tensor's layer it reaches.
+  template <typename Fn, typename Skip>
+  void ForPresent(const Segment& s, std::span<const uint32_t> absent, Fn&& fn, Skip&& skip) const;
+  // Marks in present_ the layers segment `s` reaches but for the absent tensors'.
+  void MarkPresent(const Segment& s, std::span<const uint32_t> absent);
   // Whether sorted, unique keys of sparse elements of the range (the fast check; Validate names
   // the first bad key when it fails).
   bool KeysValid(std::span<const uint64_t> keys) const;
@@ -126,6 +148,9 @@ class KvShard {
   std::vector<float> accum_;
   std::vector<uint64_t> touched_keys_;  // local indices of sparse elements touched this round
   std::vector<uint8_t> touched_;
+  std::vector<Segment> tensor_local_;  // per layout tensor: its part of the range, local (empty: none)
+  std::vector<int> tensor_layer_;      // per layout tensor: its optimizer layer (-1: none in the range)
+  std::vector<uint8_t> present_;       // bsp: per optimizer layer, the round carries a gradient for it
   int64_t version_ = 0;
   int64_t step_ = 0;
   int64_t gradients_ = 0;

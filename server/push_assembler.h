@@ -25,6 +25,7 @@ namespace gradsync {
 struct PushChunk {
   std::vector<Segment> segments;
   std::vector<uint64_t> keys;
+  std::vector<uint32_t> absent;  // tensors without a gradient (PsRequest::absent_tensors)
   Frame frame;               // the received values, when they are read in place
   std::vector<float> owned;  // or decoded / realigned / small values
   const float* shared = nullptr;  // or in a worker's shared-memory lane (common/shm_lane.h)

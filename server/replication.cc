@@ -132,7 +132,8 @@ Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
       // The counters come with the parameters; the state vectors (if any) follow.
       const std::vector<float> state(c.shard->optimizer_state().begin(), c.shard->optimizer_state().end());
       RETURN_IF_ERROR(c.shard->Restore(Values(m), state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(),
-                                       c.meta.updates()));
+                                       c.meta.updates(),
+                                       {c.meta.optimizer_skipped().data(), static_cast<size_t>(c.meta.optimizer_skipped().size())}));
       c.params = true;
       return OkStatus();
     }
@@ -147,7 +148,8 @@ Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
       m.CopyValues(state.data() + static_cast<size_t>(part) * n);
       std::vector<float> params(c.shard->params().begin(), c.shard->params().end());
       RETURN_IF_ERROR(c.shard->Restore(params, state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(),
-                                       c.meta.updates()));
+                                       c.meta.updates(),
+                                       {c.meta.optimizer_skipped().data(), static_cast<size_t>(c.meta.optimizer_skipped().size())}));
       c.state_parts--;
       return OkStatus();
     }
@@ -160,18 +162,21 @@ Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
       if (w < 0 || w >= c.meta.job().num_workers()) return InvalidArgumentError("REPLICATE: push of worker " + std::to_string(w));
       size_t n = m.num_values();
       RETURN_IF_ERROR(c.shard->Validate(segments, keys, &n));
+      const std::vector<uint32_t> absent(h.absent_tensors().begin(), h.absent_tensors().end());
+      RETURN_IF_ERROR(c.shard->ValidateAbsent(segments, absent));
       const float lr = h.has_lr() ? h.lr() : NAN;
       if (aggregates_) {
         PushChunk chunk;
         chunk.segments = segments;
         chunk.keys.assign(keys.begin(), keys.end());
+        chunk.absent = absent;
         chunk.owned = Values(m);
         HeldPush& held = c.held[w];
         held.chunks.push_back(std::move(chunk));
         held.lr = lr;
       } else {
         const std::vector<float> values = Values(m);
-        c.shard->Apply(segments, keys, values.data(), h.replica_scale(), h.replica_counts(), lr);
+        c.shard->Apply(segments, keys, values.data(), h.replica_scale(), h.replica_counts(), lr, absent);
       }
       return OkStatus();
     }
@@ -179,7 +184,9 @@ Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
       if (!aggregates_) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
       float lr = NAN;
       for (const auto& [worker, held] : c.held) {
-        for (const PushChunk& chunk : held.chunks) c.shard->Accumulate(chunk.segments, chunk.keys, chunk.values());
+        for (const PushChunk& chunk : held.chunks) {
+          c.shard->Accumulate(chunk.segments, chunk.keys, chunk.values(), chunk.absent);
+        }
         if (!std::isnan(held.lr)) lr = held.lr;
       }
       if (!c.held.empty()) c.shard->ApplyAccumulated(static_cast<int>(c.held.size()), lr);
@@ -210,7 +217,8 @@ Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
         return OkStatus();
       }
       c.staged_next = 0;
-      const Status st = c.shard->SetOptimizerState(c.staged_state, h.state_steps());
+      const Status st = c.shard->SetOptimizerState(
+          c.staged_state, h.state_steps(), {h.state_skipped().data(), static_cast<size_t>(h.state_skipped().size())});
       c.staged_state.clear();
       return st;
     }
@@ -229,6 +237,8 @@ Result<ReplicaCopy> ReplicaStore::Take(int shard) {
   out.checkpoint.set_optimizer_state(state.data(), state.size() * sizeof(float));
   out.checkpoint.set_optimizer(OptimizerKindName(c.shard->optimizer_options().kind));
   out.checkpoint.set_optimizer_steps(c.shard->optimizer_steps());
+  out.checkpoint.mutable_optimizer_skipped()->Assign(c.shard->optimizer_skipped().begin(),
+                                                     c.shard->optimizer_skipped().end());
   out.checkpoint.set_version(c.shard->version());
   out.checkpoint.set_step(c.shard->step());
   out.checkpoint.set_updates(c.shard->gradients());

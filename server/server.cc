@@ -328,6 +328,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   {
     TraceSpan span("validate", "server", {{"worker", static_cast<double>(w)}, {"values", static_cast<double>(n)}});
     RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
+    RETURN_IF_ERROR(shard_->ValidateAbsent(r.segments, r.absent_tensors));
   }
   if (!r.codec.empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
@@ -359,6 +360,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   } else {
     chunk = TakeChunk(r.segments, keys, &m.values, values, n, &decoded_);
   }
+  chunk.absent = r.absent_tensors;
   if (r.parts > 1) {
     RETURN_IF_ERROR(assembler_.Check(w, r, keys.size()));
     push = assembler_.Add(w, r, std::move(chunk));
@@ -396,7 +398,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
                                        {"version", static_cast<double>(shard_->version())}});
     for (size_t i = 0; i < push->chunks.size(); ++i) {
       const PushChunk& c = push->chunks[i];
-      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr);
+      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr, c.absent);
     }
     ReleaseLane(w, push->shm_seq);
     MaybeCheckpoint(true);
@@ -420,7 +422,7 @@ void Server::ApplyRound() {
   TraceSpan span("apply round", "server", {{"round", round}, {"pushes", static_cast<double>(round_.size())}});
   float lr = NAN;  // the pushes' own rate, if they carry one (they agree in bsp; else the last rank's)
   for (const auto& [worker, held] : round_) {
-    for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values());
+    for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values(), c.absent);
     if (!std::isnan(held.lr)) lr = held.lr;
     ReleaseLane(worker, held.shm_seq);
   }
@@ -774,6 +776,7 @@ void Server::AnswerStatePull(const PsRequest& r, const Message& m) {
   reply.version = shard_->version();
   reply.optimizer = OptimizerKindName(shard_->optimizer_options().kind);
   reply.steps = shard_->optimizer_steps();
+  reply.skipped.assign(shard_->optimizer_skipped().begin(), shard_->optimizer_skipped().end());
   reply.state_slots = slots;
   // Every vector before anything else is handled: the answer is one state. (Copied into the
   // messages: the next update may change the state while ZeroMQ still sends them.)
@@ -821,7 +824,8 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
     auto it = state_sets_.find(w);
     if (it == state_sets_.end() || it->second.complete || it->second.next != r.state_slot ||
         it->second.first.request_id != r.request_id || it->second.first.clock != r.clock ||
-        it->second.first.steps != r.steps || it->second.first.optimizer != r.optimizer) {
+        it->second.first.steps != r.steps || it->second.first.skipped != r.skipped ||
+        it->second.first.optimizer != r.optimizer) {
       return refuse(InvalidArgumentError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
                                          std::to_string(slots) +
                                          " is not the next of the set this worker sends (vectors 0, 1, ... of one "
@@ -861,7 +865,7 @@ void Server::ApplyStateSet(int w) {
   const StateSet set = std::move(it->second);
   state_sets_.erase(it);
   const PsRequest& r = set.first;
-  if (Status s = shard_->SetOptimizerState(set.state, r.steps); !s.ok()) {
+  if (Status s = shard_->SetOptimizerState(set.state, r.steps, r.skipped); !s.ok()) {
     ReplyError(set.peer, r.request_id, r.clock, s);
     return;
   }
@@ -895,6 +899,7 @@ uint64_t Server::ReplicateOptimizerState(int worker) {
     h.set_replica_part(k);
     h.set_state_optimizer(OptimizerKindName(shard_->optimizer_options().kind));
     h.set_state_steps(shard_->optimizer_steps());
+    h.mutable_state_skipped()->Assign(shard_->optimizer_skipped().begin(), shard_->optimizer_skipped().end());
     h.set_state_slots(slots);
     Payload p;
     if (slots > 0) {
@@ -1064,6 +1069,7 @@ wire::Header Server::PushEntry(int worker, const PushChunk& c, bool last, float 
   h.set_replica_scale(scale);
   h.set_replica_counts(last);
   if (!std::isnan(lr)) h.set_lr(lr);
+  h.mutable_absent_tensors()->Assign(c.absent.begin(), c.absent.end());
   for (const Segment& seg : c.segments) {
     auto* out = h.add_segments();
     out->set_offset(static_cast<uint64_t>(seg.begin));

@@ -41,6 +41,7 @@ wire::ShardCheckpoint SnapshotShard(int rank, const wire::ClusterTable& table, c
   c.set_optimizer_state(state.data(), state.size() * sizeof(float));
   c.set_optimizer(OptimizerKindName(shard.optimizer_options().kind));
   c.set_optimizer_steps(shard.optimizer_steps());
+  c.mutable_optimizer_skipped()->Assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
   c.set_version(shard.version());
   c.set_step(shard.step());
   c.set_updates(shard.gradients());
@@ -127,7 +128,8 @@ Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
   std::vector<float> params(c.params().size() / sizeof(float)), state(c.optimizer_state().size() / sizeof(float));
   std::memcpy(params.data(), c.params().data(), params.size() * sizeof(float));
   std::memcpy(state.data(), c.optimizer_state().data(), state.size() * sizeof(float));
-  return shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates());
+  return shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates(),
+                        {c.optimizer_skipped().data(), static_cast<size_t>(c.optimizer_skipped().size())});
 }
 
 }  // namespace gradsync

@@ -16,7 +16,8 @@
 //                                            // are in the buffer when it returns (a caller
 //                                            // with its own rate schedule sets .lr too)
 //     forward:  sync.WaitParams(t) before tensor t's parameters are first read
-//     backward: sync.GradReady(t) once tensor t's gradient is final (may start sending it)
+//     backward: sync.GradReady(t) once tensor t's gradient is final (may start sending it),
+//               or sync.GradAbsent(t) for a tensor that got none (before FinishStep)
 //     sync.FinishStep()                       // the update is applied or pushed; the stats
 //   sync.EndTraining(evaluate)                // every worker's updates applied everywhere
 //                                             // (or sync.Leave(evaluate): this worker ran out
@@ -108,6 +109,16 @@ class GradientSync {
   virtual Status WaitParams(size_t tensor) = 0;
   // Tensor t's gradient is final in the gradient buffer.
   virtual Status GradReady(size_t tensor) = 0;
+  // Tensor t got no gradient this step (a frontend's parameter whose .grad stayed None), instead
+  // of GradReady: its parameters and optimizer state stay as they are, as torch leaves such a
+  // parameter (Adam's step count included). The PS syncs tell the shards with the push (bsp: a
+  // tensor absent from every worker's push of the round is left alone, one that another worker
+  // has a gradient for is updated with the average, this worker's counted as zero). The default
+  // refuses: all-reduce and local update every tensor here (a frontend with its own optimizer
+  // leaves such parameters alone itself).
+  virtual Status GradAbsent(size_t tensor) {
+    return UnimplementedError("tensor " + std::to_string(tensor) + ": this sync updates every tensor");
+  }
   // Finishes the step: the rest of the gradient is sent, the update applied (local,
   // all-reduce) or pushed (PS).
   virtual Result<SyncStepStats> FinishStep() = 0;

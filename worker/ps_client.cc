@@ -68,10 +68,6 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
 
 namespace {
 
-// The part of tensor `t` that shard range `r` holds ([b, e) in flat offsets; empty when b >= e).
-Segment Overlap(const TensorInfo& t, const Segment& r) {
-  return {std::max(t.offset, r.begin), std::min(t.offset + t.size, r.end)};
-}
 // How long a push waits for a shard to release its lane's push area (bsp: until the round of the
 // previous push is applied, which a normal step, pulling in between, never waits for).
 constexpr int kLaneWaitSeconds = 600;
@@ -146,7 +142,8 @@ Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double 
 }
 
 Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
-                                           std::span<const float> values, float lr, std::span<const int> only) {
+                                           std::span<const float> values, float lr, std::span<const uint32_t> absent,
+                                           std::span<const int> only) {
   auto key_parts = partitioner_.SplitSortedKeys(keys);
   auto wanted = [&](int s) { return only.empty() || std::find(only.begin(), only.end(), s) != only.end(); };
   int targets = 0;
@@ -162,6 +159,10 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
     PsRequest r = Request(wire::PUSH, rank_, id, clock);
     r.version = versions_[s];
     r.lr = lr;
+    for (uint32_t t : absent) {
+      const auto [b, e] = Overlap(layout_[t], partitioner_.range(s));
+      if (b < e && !layout_[t].sparse) r.absent_tensors.push_back(t);
+    }
     Payload p;
     p.has_values = true;
     const auto& runs = dense_runs_[s];
@@ -314,7 +315,7 @@ PsClient::RequestId PsClient::BeginPush(int64_t clock, ConstFloatSpan grads, flo
   return open_.id;
 }
 
-void PsClient::SendPart(size_t i) {
+void PsClient::SendPart(size_t i, bool absent) {
   if (open_.sent[i]) return;
   open_.sent[i] = true;
   const Part& part = parts_[i];
@@ -324,6 +325,7 @@ void PsClient::SendPart(size_t i) {
   PsRequest r = Request(wire::PUSH, rank_, open_.id, open_.clock);
   r.version = open_.versions[static_cast<size_t>(s)];
   r.lr = open_.lr;
+  if (absent) r.absent_tensors = {static_cast<uint32_t>(part.tensor)};
   const int parts = parts_per_shard_[static_cast<size_t>(s)];
   if (parts > 1) {
     r.parts = parts;
@@ -369,8 +371,10 @@ void PsClient::PushReady(size_t tensor) {
   for (size_t i : parts_of_tensor_[tensor]) SendPart(i);
 }
 
-PsClient::RequestId PsClient::FinishPush() {
-  for (size_t i = 0; i < parts_.size() && open_.id != 0; ++i) SendPart(i);
+PsClient::RequestId PsClient::FinishPush(std::span<const uint32_t> absent) {
+  for (size_t i = 0; i < parts_.size() && open_.id != 0; ++i) {
+    SendPart(i, std::binary_search(absent.begin(), absent.end(), static_cast<uint32_t>(parts_[i].tensor)));
+  }
   const RequestId id = open_.id;
   open_ = OpenPush();
   return id;
@@ -582,7 +586,8 @@ Status PsClient::TakeStateReply(int shard, const Message& m, const PsReply& r, P
   StateGather::Shard& got = p.state->shards[static_cast<size_t>(shard)];
   const Segment& range = partitioner_.range(shard);
   const size_t n = static_cast<size_t>(range.size());
-  const bool same = got.received == 0 || (r.optimizer == got.kind && r.steps == got.steps && r.state_slots == got.slots);
+  const bool same = got.received == 0 || (r.optimizer == got.kind && r.steps == got.steps && r.skipped == got.skipped &&
+                                           r.state_slots == got.slots);
   const bool fits = r.state_slots > 0 ? r.segments.size() == 1 && r.segments[0] == range && m.num_values() == n &&
                                             m.header.num_keys() == 0
                                       : !m.header.has_values() && m.header.num_keys() == 0;
@@ -593,6 +598,7 @@ Status PsClient::TakeStateReply(int shard, const Message& m, const PsReply& r, P
   if (got.received == 0) {
     got.kind = r.optimizer;
     got.steps = r.steps;
+    got.skipped = r.skipped;
     got.slots = r.state_slots;
     got.values.assign(static_cast<size_t>(r.state_slots) * n, 0.0f);
   }
@@ -636,6 +642,21 @@ Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double t
   OptimizerStateParts out;
   out.kind = first.kind;
   out.steps = first.steps;
+  // Each tensor's own steps: the shards' counts of steps its layers skipped (a tensor that
+  // crosses shards skipped the same steps on each; the first shard's piece says).
+  for (int s = servers - 1; s >= 0; --s) {
+    const auto& skipped = gather->shards[static_cast<size_t>(s)].skipped;
+    if (skipped.empty()) continue;
+    const std::vector<int> tensors = OptimizerLayerTensors(layout_, partitioner_.range(s));
+    if (tensors.size() != skipped.size()) {
+      return DataLossError(NodeName(table_.servers(s)) + " counts skipped steps for " + std::to_string(skipped.size()) +
+                           " layers; its range has " + std::to_string(tensors.size()));
+    }
+    if (out.tensor_steps.empty()) out.tensor_steps.assign(layout_.size(), out.steps);
+    for (size_t l = 0; l < tensors.size(); ++l) {
+      if (tensors[l] >= 0) out.tensor_steps[static_cast<size_t>(tensors[l])] = out.steps - skipped[l];
+    }
+  }
   out.slots.resize(static_cast<size_t>(first.slots));
   for (size_t k = 0; k < out.slots.size(); ++k) {
     auto& tensors = out.slots[k];
@@ -667,6 +688,18 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
                                 std::to_string(kMaxOptimizerSlots) + ")");
   }
   ASSIGN_OR_RETURN(const OptimizerKind kind, ParseOptimizerKind(state.kind));
+  if (!state.tensor_steps.empty() && state.tensor_steps.size() != layout_.size()) {
+    return InvalidArgumentError("steps for " + std::to_string(state.tensor_steps.size()) + " tensors; the model has " +
+                                std::to_string(layout_.size()));
+  }
+  for (size_t t = 0; t < state.tensor_steps.size(); ++t) {
+    if (state.tensor_steps[t] < 0 || state.tensor_steps[t] > state.steps) {
+      return InvalidArgumentError("tensor '" + layout_[t].name + "': " + std::to_string(state.tensor_steps[t]) +
+                                  " steps taken, not in [0, " + std::to_string(state.steps) + "]");
+    }
+  }
+  const bool all_steps = std::all_of(state.tensor_steps.begin(), state.tensor_steps.end(),
+                                     [&](int64_t n) { return n == state.steps; });
   for (int k = 0; k < slots; ++k) {
     const auto& tensors = state.slots[static_cast<size_t>(k)];
     if (tensors.size() != layout_.size()) {
@@ -690,10 +723,17 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
   std::vector<float> vector;
   for (int s = 0; s < servers; ++s) {
     const Segment& range = partitioner_.range(s);
+    std::vector<int64_t> skipped;  // per layer of the range: the steps its tensor did not take
+    if (!all_steps) {
+      for (int t : OptimizerLayerTensors(layout_, range)) {
+        skipped.push_back(t < 0 ? 0 : state.steps - state.tensor_steps[static_cast<size_t>(t)]);
+      }
+    }
     for (int k = 0; k < messages; ++k) {
       PsRequest r = Request(wire::STATE_PUSH, rank_, id, clock);
       r.optimizer = state.kind;
       r.steps = state.steps;
+      r.skipped = skipped;
       r.state_slots = slots;
       r.state_slot = k;
       Payload p;

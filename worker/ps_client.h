@@ -44,6 +44,9 @@ namespace gradsync {
 struct OptimizerStateParts {
   std::string kind;   // the shards' optimizer: sgd | adam | lars | lamb
   int64_t steps = 0;  // its steps taken (Adam's and LAMB's t; 0: none yet, every vector zeros)
+  // Per tensor of the layout, its own steps taken (at most `steps`: the steps it had no gradient
+  // in are not its; torch's per-parameter "step"); empty: every tensor's is `steps`.
+  std::vector<int64_t> tensor_steps;
   // slots[k][t]: the optimizer's state vector k (OptimizerSlotNames' order: SGD's momentum buffer;
   // Adam's exp_avg, exp_avg_sq) of tensor t of the layout, in layout order, flat (the tensor's size).
   std::vector<std::vector<std::vector<float>>> slots;
@@ -73,10 +76,13 @@ class PsClient {
 
   // Pushes the gradient of iteration `clock`: the dense tensors of `grads` (lent, see above) and
   // the sparse (key, value) pairs (flat keys, sorted, unique). Carries the versions of the last
-  // pull, and `lr` (the worker's own rate for this gradient) unless it is NaN. `only`: to these
-  // shards alone (a push resent to shards that lost it), else to every shard.
+  // pull, and `lr` (the worker's own rate for this gradient) unless it is NaN. `absent`: dense
+  // tensors (layout indices, increasing) that got no gradient: each shard is told which of them
+  // it holds, and leaves them alone (their values, zeros, still travel). `only`: to these shards
+  // alone (a push resent to shards that lost it), else to every shard.
   Result<RequestId> Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
-                         std::span<const float> values, float lr = NAN, std::span<const int> only = {});
+                         std::span<const float> values, float lr = NAN, std::span<const uint32_t> absent = {},
+                         std::span<const int> only = {});
   // Pulls into `params` (the whole flat buffer): the dense tensors, and the given sparse keys.
   // full = true pulls every element, sparse tensors included (for evaluation).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
@@ -86,13 +92,14 @@ class PsClient {
   // tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
   // BeginPush(clock, grads, lr) opens the push of `clock` (grads lent and lr as for Push);
   // PushReady(t) sends tensor t's parts the moment backward has produced its gradient; FinishPush
-  // sends what was never reported ready and returns the push's id (one reply per shard, as Push). A
+  // sends what was never reported ready, its parts of the `absent` tensors (as Push's) marked so,
+  // and returns the push's id (one reply per shard, as Push). A
   // shard receives its parts in the order sent, numbered (Header.parts/part), and counts the push
   // when the last one arrives: bsp, ssp and asp mean what they mean for Push.
   void set_part_floats(size_t part_floats);
   RequestId BeginPush(int64_t clock, ConstFloatSpan grads, float lr = NAN);
   void PushReady(size_t tensor);
-  RequestId FinishPush();
+  RequestId FinishPush(std::span<const uint32_t> absent = {});
   // Pulls every dense tensor into `params`, one request per tensor, sent in forward order (the
   // first tensor first, so that shards answer it first): Wait(ids[t]) returns once tensor t is
   // in params. Every returned id must be waited for. Sparse tensors get id 0 (not pulled).
@@ -190,6 +197,7 @@ class PsClient {
     struct Shard {
       std::string kind;
       int64_t steps = 0;
+      std::vector<int64_t> skipped;  // per layer of its range
       int slots = 0;
       int received = 0;  // vectors so far
       std::vector<float> values;  // slots * the range's size
@@ -227,7 +235,7 @@ class PsClient {
     int64_t begin = 0, end = 0;
   };
   void PlanParts();
-  void SendPart(size_t part);
+  void SendPart(size_t part, bool absent = false);
   void FailShard(int shard, const Status& s);
   // Lanes.
   struct Lane {

@@ -89,6 +89,27 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   return start_clock;
 }
 
+Status PsSyncBase::GradAbsent(size_t tensor) {
+  const auto& layout = model_->layout();
+  if (tensor >= layout.size()) {
+    return InvalidArgumentError("absent tensor " + std::to_string(tensor) + " of " + std::to_string(layout.size()));
+  }
+  if (layout[tensor].sparse) return InvalidArgumentError("tensor '" + layout[tensor].name + "' is sparse: its keys say what it has");
+  if (tensor < ready_.size() && ready_[tensor]) {
+    return FailedPreconditionError("tensor '" + layout[tensor].name + "': its gradient was already reported ready");
+  }
+  absent_.push_back(static_cast<uint32_t>(tensor));
+  return OkStatus();
+}
+
+std::span<const uint32_t> PsSyncBase::TakeAbsent() {
+  std::sort(absent_.begin(), absent_.end());
+  absent_.erase(std::unique(absent_.begin(), absent_.end()), absent_.end());
+  last_absent_.swap(absent_);
+  absent_.clear();
+  return last_absent_;
+}
+
 Status PsSyncBase::Recover(const Status& failure) {
   const std::vector<int> shards = client_->shards_to_reconnect();
   if (options_.recovery_timeout_s <= 0 || failure.code() != StatusCode::kUnavailable || shards.empty()) return failure;
@@ -111,7 +132,7 @@ Status PsSyncBase::Recover(const Status& failure) {
       if (client_->join_clock(s) == unacked_clock_) missing.push_back(s);
     if (!missing.empty()) {
       ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(unacked_clock_, model_->grads(), push_keys_, push_values_,
-                                                               last_push_lr_, missing));
+                                                               last_push_lr_, last_absent_, missing));
       RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(unacked_clock_)));
       std::printf("worker %d: step %lld: sent its last push again to %zu shard(s) that did not hold it\n", rank,
                   static_cast<long long>(clock_), missing.size());
@@ -211,6 +232,7 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   const double timeout = options_.request_timeout_s;
   clock_ = plan.step;
   step_lr_ = plan.lr;
+  absent_.clear();
   scaling_.Begin(*model_);
   Stopwatch comm;
   Status st = [&]() -> Status {
@@ -253,7 +275,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
     if (!scaling_.Finish(AllFinite(model_->grads()))) Fill(model_->grads(), 0.0f);
   }
   Stopwatch push_clock;
-  ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_, step_lr_));
+  ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_, step_lr_, TakeAbsent()));
   last_push_lr_ = step_lr_;
   SyncStepStats stats;
   scaling_.Report(&stats);
@@ -298,6 +320,8 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
   RETURN_IF_ERROR(CheckStepRate(plan.lr));
   clock_ = plan.step;
   step_lr_ = plan.lr;
+  absent_.clear();
+  ready_.assign(model_->layout().size(), false);
   failed_ = OkStatus();
   pushing_ = false;
   blocked_ms_ = param_blocked_ms_ = hidden_ms_ = 0;
@@ -331,6 +355,7 @@ Status PsOverlapSync::WaitParams(size_t tensor) {
 
 Status PsOverlapSync::GradReady(size_t tensor) {
   if (!failed_.ok()) return failed_;  // parameters missing: nothing of the step is pushed
+  if (tensor < ready_.size()) ready_[tensor] = true;
   Boundary(true);
   if (!pushing_) {
     client_->BeginPush(clock_, model_->grads(), step_lr_);
@@ -348,7 +373,7 @@ Result<SyncStepStats> PsOverlapSync::FinishStep() {
   if (!failed_.ok()) return failed_;
   Stopwatch w;
   if (!pushing_) client_->BeginPush(clock_, model_->grads(), step_lr_);
-  pending_push_ = client_->FinishPush();
+  pending_push_ = client_->FinishPush(TakeAbsent());
   last_push_lr_ = step_lr_;
   blocked_ms_ += w.Millis();
   const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());

@@ -97,6 +97,9 @@ class PsSyncBase : public GradientSync {
   Status EndTraining(bool evaluate) override { return Finish(evaluate, /*leave=*/false); }
   Status Leave(bool evaluate) override { return Finish(evaluate, /*leave=*/true); }
   SyncTraffic traffic() const override;
+  // Marks tensor t for this step's push (GradientSync::GradAbsent). kInvalidArgument for a sparse
+  // tensor or one out of range; kFailedPrecondition when its gradient was already reported ready.
+  Status GradAbsent(size_t tensor) override;
   // This worker's clock: the step begun last, or after FinishStep the next one (its pushes so far,
   // once the shards have the last): what its optimizer state requests carry.
   int64_t clock() const { return clock_; }
@@ -123,6 +126,13 @@ class PsSyncBase : public GradientSync {
   // later push is: -1 when none.
   int64_t unacked_clock_ = -1;
   float last_push_lr_ = NAN;
+  // This step's absent tensors (GradAbsent; sorted when pushed), and the last push's.
+  std::vector<uint32_t> absent_;
+  std::vector<uint32_t> last_absent_;
+  // Overlap: the tensors reported ready this step (GradAbsent refuses them).
+  std::vector<bool> ready_;
+  // Sorts absent_ for the push, and keeps it as the last push's.
+  std::span<const uint32_t> TakeAbsent();
   std::vector<uint64_t> push_keys_;
   std::vector<float> push_values_;
   // --precision=fp16 (PsSync: a 16-bit codec always goes with a 16-bit precision, so the

@@ -413,6 +413,11 @@ void FrontendSync::GradReady(size_t tensor) {
   ThrowIfError(sync_->GradReady(tensor));
 }
 
+void FrontendSync::GradAbsent(size_t tensor) {
+  if (!sync_) return;
+  ThrowIfError(sync_->GradAbsent(tensor));
+}
+
 SyncStepStats FrontendSync::FinishStep() {
   if (!sync_) return {};
   in_step_ = false;
@@ -457,6 +462,7 @@ NamedOptimizerState FrontendSync::OptimizerState() {
   out.kind = parts->kind;
   if (parts->steps == 0) return out;  // no step taken: torch's state is empty then
   out.step = parts->steps;
+  out.tensor_steps = std::move(parts->tensor_steps);
   const std::vector<std::string> names = OptimizerSlotNames(optimizer_);
   if (names.size() != parts->slots.size()) {
     throw StatusError(DataLossError("the shards keep " + std::to_string(parts->slots.size()) +
@@ -528,6 +534,7 @@ void FrontendSync::SetOptimizerState(NamedOptimizerState state) {
     }
     parts.steps = *state.step;
   }
+  parts.tensor_steps = std::move(state.tensor_steps);
   ThrowIfError(client_->PushOptimizerState(ps_->clock(), parts, request_timeout_s_));
 }
 

@@ -153,6 +153,7 @@ struct OptimizerSpec {
 struct NamedOptimizerState {
   std::string kind;  // sgd | adam
   std::optional<int64_t> step;
+  std::vector<int64_t> tensor_steps;  // OptimizerStateParts::tensor_steps
   std::map<std::string, std::vector<std::vector<float>>> slots;
 };
 
@@ -181,6 +182,9 @@ class FrontendSync {
   void BeginStep(int64_t step, bool evaluate, float lr);
   void WaitParams(size_t tensor);
   void GradReady(size_t tensor);
+  // PS modes: tensor t got no gradient this step (GradientSync::GradAbsent): the shards leave it
+  // alone. All-reduce and local modes refuse it (the Python side skips such tensors itself).
+  void GradAbsent(size_t tensor);
   SyncStepStats FinishStep();
   void AbandonStep();
   // After the last step. join: this worker ran out of data while others may run more steps (PS

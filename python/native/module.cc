@@ -77,7 +77,8 @@ double Get(const py::dict& d, const char* key, double fallback) {
 }
 
 // sync.optimizer_state()'s dict: {"kind": str, "scalars": {"step": int} (none before the first
-// step), "slots": {name: [one flat float32 array per tensor, in layout order]}}.
+// step), "tensor_steps": [int per tensor] (only when some tensor skipped steps: each one's own
+// steps taken), "slots": {name: [one flat float32 array per tensor, in layout order]}}.
 py::dict StateDict(const NamedOptimizerState& state) {
   py::dict scalars, slots;
   if (state.step) scalars["step"] = *state.step;
@@ -93,6 +94,7 @@ py::dict StateDict(const NamedOptimizerState& state) {
   py::dict d;
   d["kind"] = state.kind;
   d["scalars"] = std::move(scalars);
+  if (!state.tensor_steps.empty()) d["tensor_steps"] = state.tensor_steps;
   d["slots"] = std::move(slots);
   return d;
 }
@@ -103,7 +105,9 @@ NamedOptimizerState StateFrom(const py::dict& d) {
   auto bad = [](const std::string& what) { return StatusError(InvalidArgumentError("optimizer state: " + what)); };
   for (const auto& [key, value] : d) {
     const std::string k = py::str(key);
-    if (k != "kind" && k != "scalars" && k != "slots") throw bad("unknown key '" + k + "' (kind, scalars, slots)");
+    if (k != "kind" && k != "scalars" && k != "slots" && k != "tensor_steps") {
+      throw bad("unknown key '" + k + "' (kind, scalars, tensor_steps, slots)");
+    }
   }
   if (!d.contains("kind") || !py::isinstance<py::str>(d["kind"])) throw bad("'kind' (a str) is missing");
   NamedOptimizerState s;
@@ -121,6 +125,13 @@ NamedOptimizerState StateFrom(const py::dict& d) {
       }
       if (!(v >= 0 && v <= 9.0e15) || v != std::floor(v)) throw bad("'step' must be a whole number >= 0");
       s.step = static_cast<int64_t>(v);
+    }
+  }
+  if (d.contains("tensor_steps") && !d["tensor_steps"].is_none()) {
+    try {
+      s.tensor_steps = d["tensor_steps"].cast<std::vector<int64_t>>();
+    } catch (const py::cast_error&) {
+      throw bad("'tensor_steps' is not a list of whole numbers (one per tensor)");
     }
   }
   if (d.contains("slots") && !d["slots"].is_none()) {
@@ -295,6 +306,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("lr") = NAN, Release())
       .def("wait_params", &FrontendSync::WaitParams, Release())
       .def("grad_ready", &FrontendSync::GradReady, Release())
+      .def("grad_absent", &FrontendSync::GradAbsent, Release())
       .def("finish_step", [](FrontendSync& s) {
         SyncStepStats stats;
         {

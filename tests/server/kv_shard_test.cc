@@ -643,5 +643,120 @@ TEST(KvShardTest, ApplyOverThreadsIsBitForBitOneThread) {
   }
 }
 
+
+// Three dense tensors a [0, 4), b [4, 8), c [8, 12); the shard holds [2, 12).
+std::vector<TensorInfo> ThreeDense() {
+  return {{"a", {2, 2}, 0, 4, false}, {"b", {2, 2}, 4, 4, false}, {"c", {2, 2}, 8, 4, false}};
+}
+
+OptimizerOptions MomentumDecay() {
+  OptimizerOptions o;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.1f;
+  return o;
+}
+
+TEST(KvShardAbsentTest, ValidateAbsentNamesDenseTensorsThePushReaches) {
+  KvShard s({2, 12}, ThreeDense(), {}, {}, 1, false);
+  const std::vector<Segment> all = {{2, 12}}, first_two = {{2, 8}};
+  const std::vector<uint32_t> b = {1}, ac = {0, 2}, c = {2}, beyond = {3}, unsorted = {2, 1};
+  EXPECT_TRUE(s.ValidateAbsent(all, b).ok());
+  EXPECT_TRUE(s.ValidateAbsent(all, ac).ok());
+  EXPECT_FALSE(s.ValidateAbsent(first_two, c).ok());  // c is not in the push
+  EXPECT_FALSE(s.ValidateAbsent(all, beyond).ok());
+  EXPECT_FALSE(s.ValidateAbsent(all, unsorted).ok());
+  KvShard sparse({4, 12}, Layout(), {}, {}, 1, false);
+  const std::vector<uint32_t> emb = {0};
+  const std::vector<Segment> w = {{8, 12}};
+  EXPECT_FALSE(sparse.ValidateAbsent(w, emb).ok());  // sparse tensors say what they have by key
+}
+
+TEST(KvShardAbsentTest, ApplyLeavesAnAbsentTensorAndItsMomentumAlone) {
+  KvShard s({2, 12}, ThreeDense(), MomentumDecay(), {}, 1, false);
+  KvShard whole({2, 12}, ThreeDense(), MomentumDecay(), {}, 1, false);
+  std::vector<float> init(10);
+  for (int i = 0; i < 10; ++i) init[i] = 0.5f + 0.1f * static_cast<float>(i);
+  s.SetValues(init);
+  whole.SetValues(init);
+  const std::vector<Segment> all = {{2, 12}};
+  const std::vector<float> g(10, 1.0f);
+  const std::vector<uint32_t> b = {1};
+  s.Apply(all, {}, g.data(), 1.0f, true, NAN, b);
+  whole.Apply(all, {}, g.data());
+  // b ([4, 8): local 2..5) is untouched, parameters and momentum; a's and c's parts are as without.
+  for (int i = 0; i < 10; ++i) {
+    const bool in_b = i >= 2 && i < 6;
+    EXPECT_EQ(s.params()[i], in_b ? init[i] : whole.params()[i]) << i;
+    EXPECT_EQ(s.optimizer_state()[i], in_b ? 0.0f : whole.optimizer_state()[i]) << i;
+  }
+  EXPECT_EQ(s.version(), 1);  // the push counts
+}
+
+TEST(KvShardAbsentTest, ARoundSkipsOnlyWhatNoPushHasAGradientFor) {
+  // bsp, 2 workers: worker 0 has no gradient for b, worker 1 none for b or c. b skips the step;
+  // c gets the mean of worker 0's gradient and worker 1's zero; a the mean of both.
+  KvShard s({0, 12}, ThreeDense(), MomentumDecay(), {}, 2, true);
+  KvShard dense({0, 12}, ThreeDense(), MomentumDecay(), {}, 2, true);
+  std::vector<float> init(12, 1.0f);
+  s.SetValues(init);
+  dense.SetValues(init);
+  const std::vector<Segment> all = {{0, 12}};
+  std::vector<float> g0(12, 2.0f), g1(12, 4.0f), g1_dense = g1;
+  std::fill(g1_dense.begin() + 8, g1_dense.end(), 0.0f);  // c: worker 1's zero
+  const std::vector<uint32_t> b = {1}, bc = {1, 2};
+  s.Accumulate(all, {}, g0.data(), b);
+  s.Accumulate(all, {}, g1.data(), bc);
+  s.ApplyAccumulated(2);
+  dense.Accumulate(all, {}, g0.data());
+  dense.Accumulate(all, {}, g1_dense.data());
+  dense.ApplyAccumulated(2);
+  for (int i = 0; i < 12; ++i) {
+    const bool in_b = i >= 4 && i < 8;
+    EXPECT_EQ(s.params()[i], in_b ? 1.0f : dense.params()[i]) << i;
+    EXPECT_EQ(s.optimizer_state()[i], in_b ? 0.0f : dense.optimizer_state()[i]) << i;
+  }
+  // The next round, with every gradient: b's first step now (momentum from zero).
+  s.Accumulate(all, {}, g0.data());
+  s.ApplyAccumulated(1);
+  EXPECT_FLOAT_EQ(s.optimizer_state()[4], 2.0f + 0.1f * 1.0f);
+}
+
+TEST(KvShardAbsentTest, AdamCountsEachTensorsOwnSteps) {
+  // Adam: b is absent from the first of two pushes. Its update in the second is Adam's first
+  // step (t = 1), as a fresh shard's; a takes two steps. The skipped steps survive a restore.
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  KvShard s({0, 12}, ThreeDense(), adam, {}, 1, false);
+  KvShard fresh({0, 12}, ThreeDense(), adam, {}, 1, false);
+  const std::vector<float> init(12, 1.0f);
+  s.SetValues(init);
+  fresh.SetValues(init);
+  const std::vector<Segment> all = {{0, 12}}, just_b = {{4, 8}};
+  std::vector<float> g(12);
+  for (int i = 0; i < 12; ++i) g[i] = 0.1f * static_cast<float>(i + 1);
+  const std::vector<uint32_t> b = {1};
+  s.Apply(all, {}, g.data(), 1.0f, true, 0.01f, b);
+  EXPECT_EQ(s.optimizer_steps(), 1);
+  ASSERT_EQ(s.optimizer_skipped().size(), 3u);
+  EXPECT_EQ(s.optimizer_skipped()[1], 1);
+  EXPECT_EQ(s.optimizer_skipped()[0], 0);
+  s.Apply(all, {}, g.data(), 1.0f, true, 0.01f);
+  fresh.Apply(just_b, {}, g.data() + 4, 1.0f, true, 0.01f);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(s.params()[i], fresh.params()[i]) << i;
+  // A restored copy carries the counts, and so the same next step.
+  KvShard copy({0, 12}, ThreeDense(), adam, {}, 1, false);
+  const std::vector<float> params(s.params().begin(), s.params().end());
+  const std::vector<float> state(s.optimizer_state().begin(), s.optimizer_state().end());
+  const std::vector<int64_t> skipped(s.optimizer_skipped().begin(), s.optimizer_skipped().end());
+  ASSERT_TRUE(copy.Restore(params, state, s.optimizer_steps(), s.version(), s.step(), s.gradients(), skipped).ok());
+  s.Apply(all, {}, g.data(), 1.0f, true, 0.01f);
+  copy.Apply(all, {}, g.data(), 1.0f, true, 0.01f);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(s.params()[i], copy.params()[i]) << i;
+  // Counts no shard could hold are refused.
+  const std::vector<int64_t> too_many = {0, 9, 0}, wrong_size = {0, 1};
+  EXPECT_FALSE(copy.SetOptimizerState(state, 2, too_many).ok());
+  EXPECT_FALSE(copy.SetOptimizerState(state, 2, wrong_size).ok());
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -34,6 +34,7 @@ Per mode:
 import atexit
 import contextlib
 import hashlib
+import inspect
 import math
 import time
 import weakref
@@ -48,6 +49,8 @@ from gradsync.torch.compression import codec_of
 from gradsync.torch.metrics import Recorder
 
 _PS_MODES = ("bsp", "ssp", "asp")
+# What torch's own Optimizer.zero_grad() does by default (False before torch 2.0, True since).
+_SET_TO_NONE_DEFAULT = inspect.signature(torch.optim.Optimizer.zero_grad).parameters["set_to_none"].default
 
 
 def _ps_optimizer_spec(optimizer, mode):
@@ -172,6 +175,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._gs_grad_views.append(gv)
         self._gs_grad_ptrs = [g.data_ptr() for g in self._gs_grad_views]
         self._gs_counts = [0] * len(self._gs_params)
+        # Per parameter: torch's .grad would be None now (no gradient yet, or none since a
+        # zero_grad(set_to_none=True)); with no gradient this step, torch's optimizer skips it.
+        self._gs_none = [True] * len(self._gs_params)
         self._gs_waited = [False] * len(self._gs_params)
         self._gs_begun = False
         self._gs_finished = False
@@ -237,6 +243,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if self._gs_failure is not None:
                 return  # the step failed: step() says why
             self._gs_counts[i] += 1
+            self._gs_none[i] = False
             try:
                 if not self._gs_begun:
                     self._gs_begin()
@@ -258,12 +265,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     # --- the optimizer's interface ---
 
-    def zero_grad(self, set_to_none=False):
-        """Zeroes the gradients. They stay views of the flat gradient buffer (set_to_none is
-        accepted and ignored). PS modes: begins the step first (its pulls go out, and the
-        previous push has left the gradient buffer before it is overwritten)."""
+    def zero_grad(self, set_to_none=None):
+        """Zeroes the gradients. They stay views of the flat gradient buffer; set_to_none
+        (default: the installed torch's, False before torch 2.0) means what it means to torch's
+        optimizer: a parameter that then gets no gradient before step() is skipped (not
+        updated, its optimizer state untouched), where with zeroed gradients torch's optimizer
+        steps it (momentum and weight decay move it). PS modes: begins the step first (its pulls
+        go out, and the previous push has left the gradient buffer before it is overwritten)."""
         if self._gs_ps and not self._gs_begun and not self._gs_finished:
             self._gs_begin()
+        if set_to_none is None:
+            set_to_none = _SET_TO_NONE_DEFAULT
+        if set_to_none:
+            self._gs_none = [True] * len(self._gs_params)
         self._gs_flat_grads.zero_()
         for i, p in enumerate(self._gs_params):
             if p.grad is None or p.grad.data_ptr() != self._gs_grad_ptrs[i]:
@@ -323,13 +337,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             stats = dict(comm_ms=0.0, wait_ms=0.0, hidden_ms=0.0, blocked_ms=0.0, version_lag=math.nan,
                          clock_staleness=math.nan, loss_scale=math.nan, skipped_steps=0)
         else:
+            if self._gs_ps and state == collectives.TRAINING:
+                # A parameter whose .grad torch would have as None: the shards leave it and its
+                # optimizer state alone, as torch's optimizer would.
+                for i, present in enumerate(self._gs_present()):
+                    if not present:
+                        self._gs_sync.grad_absent(i)
             stats = self._gs_sync.finish_step()
         stats["control_bytes_sent"] = 0
         if self._gs_ring:
             # The step's header, its bytes apart from the gradient's.
             t = time.perf_counter()
             before = self._gs_sync.traffic()[0] if self._gs_adasum else stats["bytes_sent"]
-            header = collectives.step_header(state, self._gs_header_steps(state), self._gs_counts)
+            header = collectives.step_header(state, self._gs_header_steps(state),
+                                             self._gs_present() if state == collectives.TRAINING else self._gs_counts)
             self._gs_header = header
             self._gs_active = len(header.active)
             self._gs_used = header.used
@@ -337,7 +358,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
             stats["control_bytes_sent"] = stats["bytes_sent"] - before
         else:
-            self._gs_used = [c > 0 for c in self._gs_counts]
+            self._gs_used = self._gs_present()
         if self._gs_mode == "allreduce":
             if self._gs_predivide != 1.0:
                 self._gs_flat_grads.mul_(self._gs_predivide)
@@ -348,6 +369,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 # (as the shards' rounds are in the PS modes).
                 self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))
         return stats
+
+    def _gs_present(self):
+        """Per parameter, whether torch's optimizer would step it: it got a gradient this step,
+        or its .grad is a tensor (zeroed by zero_grad(set_to_none=False), or left as it was)."""
+        return [c > 0 or not (none or p.grad is None)
+                for c, none, p in zip(self._gs_counts, self._gs_none, self._gs_params)]
 
     def _gs_header_steps(self, state):
         # A worker that joined says the steps it trained (join() returns the one with the most).
@@ -440,7 +467,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return super(self.__class__, self).load_state_dict(state_dict)
         super(self.__class__, self).load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
         self._gs_sync.set_optimizer_state(ps_state.from_torch(
-            state_dict["state"], self._gs_params, self._gs_names, self._gs_kind,
+            state_dict["state"], self._gs_params, self._gs_kind,
             ps_state.param_index(self.param_groups)))
 
     # --- gradsync's own ---

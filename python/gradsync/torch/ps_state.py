@@ -1,7 +1,9 @@
 """The shards' optimizer state (PS modes) in torch's form and back: the native sync's
-{"kind", "scalars": {"step"}, "slots": {name: [a flat float32 array per tensor]}} against
-torch.optim's state_dict()["state"] ({index: {"momentum_buffer": tensor}}; Adam: "exp_avg",
-"exp_avg_sq", "step"), for DistributedOptimizer.state_dict() / load_state_dict()."""
+{"kind", "scalars": {"step"}, "tensor_steps": [each tensor's own steps, when some tensor skipped
+steps], "slots": {name: [a flat float32 array per tensor]}} against torch.optim's
+state_dict()["state"] ({index: {"momentum_buffer": tensor}}; Adam: "exp_avg", "exp_avg_sq",
+"step"), for DistributedOptimizer.state_dict() / load_state_dict(). As in torch, a parameter that
+never had a gradient has no entry, and each parameter's "step" is its own."""
 
 import torch
 
@@ -20,27 +22,37 @@ def to_torch(native, params, kind, index):
     state = {}
     if not native["slots"]:
         return state
+    steps = native.get("tensor_steps") or [native["scalars"]["step"]] * len(params)
     for i, p in enumerate(params):
+        if steps[i] == 0:
+            continue  # never had a gradient: torch keeps no state for it
         entry = {name: torch.from_numpy(arrays[i].copy()).reshape(p.shape) for name, arrays in native["slots"].items()}
         if kind == "adam":
-            entry["step"] = torch.tensor(float(native["scalars"]["step"]))
+            entry["step"] = torch.tensor(float(steps[i]))
         state[index[id(p)]] = entry
     return state
 
 
-def from_torch(saved, params, names, kind, index):
-    """torch's state_dict()["state"] as the native state; ValueError when a parameter has none."""
-    slots, scalars = {}, {}
-    if saved:
-        missing = [names[i] for i, p in enumerate(params) if index[id(p)] not in saved]
-        if missing:
-            raise ValueError("load_state_dict: no state for parameter '%s' (the shards keep every parameter's)"
-                             % missing[0])
-        first = saved[index[id(params[0])]]
+def from_torch(saved, params, kind, index):
+    """torch's state_dict()["state"] as the native state. A parameter without an entry (torch
+    keeps none for one that never had a gradient) gets zeros and 0 steps of its own."""
+    slots, scalars, tensor_steps = {}, {}, []
+    entries = [saved.get(index[id(p)]) for p in params] if saved else []
+    if any(e is not None for e in entries):
+        first = next(e for e in entries if e is not None)
         for name in first:
             if name != "step":
-                slots[name] = [saved[index[id(p)]][name].detach().reshape(-1).to(torch.float32).numpy()
-                               for p in params]
+                slots[name] = [e[name].detach().reshape(-1).to(torch.float32).numpy() if e is not None
+                               else torch.zeros(p.numel()).numpy() for e, p in zip(entries, params)]
         if "step" in first:
-            scalars["step"] = int(float(first["step"]))
-    return dict(kind=kind, scalars=scalars, slots=slots)
+            tensor_steps = [0 if e is None else int(float(e["step"])) for e in entries]
+        else:
+            tensor_steps = [0 if e is None else 1 for e in entries]  # SGD counts no steps: 1 means "has state"
+        scalars["step"] = max(tensor_steps)
+        if "step" not in first and all(e is not None for e in entries):
+            del scalars["step"]
+            tensor_steps = []
+    native = dict(kind=kind, scalars=scalars, slots=slots)
+    if tensor_steps and len(set(tensor_steps)) > 1:
+        native["tensor_steps"] = tensor_steps
+    return native
