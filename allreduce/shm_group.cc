@@ -1,8 +1,15 @@
 #include "allreduce/shm_group.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <climits>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <thread>
 
@@ -19,7 +26,14 @@ struct Header {
   uint64_t members;
   uint64_t block_bytes;
   uint64_t nonce;
+  // Barriers: every arrival bumps `arrivals` (a futex word: the region is shared, so a
+  // process-shared futex, not a private one); `sleepers` counts the members asleep on it.
+  std::atomic<uint32_t> arrivals;
+  std::atomic<uint32_t> sleepers;
 };
+static_assert(sizeof(Header) <= 64, "the header is the control area's first line");
+static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == sizeof(uint32_t),
+              "a futex word is a plain 32-bit integer");
 struct alignas(kLine) Counter {
   std::atomic<uint64_t> value;
 };
@@ -31,6 +45,18 @@ uint64_t RegionBytes(int members, size_t block_bytes) {
   return ControlBytes(members) + (static_cast<uint64_t>(members) + 2) * RoundUp(block_bytes);
 }
 Counter* Counters(void* base) { return reinterpret_cast<Counter*>(static_cast<char*>(base) + kLine); }
+
+// Sleeps while *word == expected, at most `timeout` (a wake, a change or the timeout ends it).
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -48,7 +74,9 @@ ShmGroup::ShmGroup(SharedRegion region, int members, int index, size_t block_byt
 Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(int members, size_t block_bytes, uint64_t nonce) {
   if (members < 1 || block_bytes < kLine) return InvalidArgumentError("a shared-memory group of " + std::to_string(members) + " members");
   ASSIGN_OR_RETURN(SharedRegion region, SharedRegion::Create(RegionBytes(members, block_bytes), "all-reduce group"));
-  new (region.base()) Header{kMagic, static_cast<uint64_t>(members), block_bytes, nonce};
+  auto* header = new (region.base()) Header{kMagic, static_cast<uint64_t>(members), block_bytes, nonce, {}, {}};
+  header->arrivals.store(0);
+  header->sleepers.store(0);
   for (int i = 0; i < members; ++i) new (&Counters(region.base())[i]) Counter{};
   std::atomic_thread_fence(std::memory_order_release);
   return std::unique_ptr<ShmGroup>(new ShmGroup(std::move(region), members, 0, block_bytes));
@@ -78,21 +106,37 @@ char* ShmGroup::result(int parity) const { return slot(members_ + parity); }
 Status ShmGroup::Barrier(Clock::time_point deadline) {
   ++epoch_;
   Counter* c = Counters(region_.base());
-  c[index_].value.store(epoch_, std::memory_order_release);
+  auto* h = static_cast<Header*>(region_.base());
+  // Arrive, then wake whoever sleeps. (seq_cst on both sides: an arriving member sees a sleeper,
+  // or the sleeper, after saying it sleeps, sees the arrival and does not sleep.)
+  c[index_].value.store(epoch_, std::memory_order_seq_cst);
+  h->arrivals.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&h->arrivals);
   for (int j = 0; j < members_; ++j) {
     for (uint64_t spins = 0; c[j].value.load(std::memory_order_acquire) < epoch_; ++spins) {
       if (spins < 256) {
         CpuRelax();
         continue;
       }
-      std::this_thread::yield();  // another member may need this core to arrive
-      // Past the pauses, each turn is a yield, which on a busy machine can give the core away for
-      // a whole time slice: the clock is read every 16 turns, so a dead member is named within 16
-      // slices of the deadline (every 1,024 turns was seconds late on a loaded machine).
-      if (spins % 16 == 0 && Clock::now() > deadline) {
+      if (spins < 256 + 16) {
+        std::this_thread::yield();  // another member may need this core to arrive
+        continue;
+      }
+      // Past a few yields, sleep until a member arrives: with more members than cores, spinning
+      // or yielding takes the cores the late members need to arrive (at most 20 ms a sleep, so
+      // that a dead member is named within 20 ms of the deadline).
+      const auto now = Clock::now();
+      if (now > deadline) {
         const std::string who = static_cast<size_t>(j) < member_names_.size() ? member_names_[j] : "member " + std::to_string(j);
         return DeadlineExceededError(who + " did not reach the shared-memory all-reduce in time (dead or stalled)");
       }
+      const uint32_t seen = h->arrivals.load(std::memory_order_seq_cst);
+      h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      if (c[j].value.load(std::memory_order_seq_cst) < epoch_) {
+        FutexWait(&h->arrivals, seen,
+                  std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(20), deadline - now));
+      }
+      h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
   return OkStatus();

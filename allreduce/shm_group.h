@@ -1,7 +1,8 @@
 // ShmGroup: the ranks of one host reduce through one shared-memory region instead of loopback TCP.
 //
 // Layout of the region (a SharedRegion, common/shared_region.h):
-//   [control: magic, members, block bytes, nonce; one 64-byte arrival counter per member]
+//   [control: magic, members, block bytes, nonce, the barriers' futex word and sleeper count;
+//    one 64-byte arrival counter per member]
 //   [slots: members x block bytes] [results: 2 x block bytes]
 // AllReduce runs block by block: every member copies its block into its slot, but for its own
 // share (ChunkBegin's i-th of `members`), which only it reads; a barrier; member i sums its share
@@ -12,8 +13,10 @@
 // Reduce (to member 0) and Broadcast (from member 0) are its halves, for the hierarchical
 // all-reduce across hosts.
 //
-// Barriers spin on the members' counters (a pause, then yielding the core), with a deadline:
-// a member that never arrives (dead, stalled) fails the others with kDeadlineExceeded naming it.
+// Barriers spin on the members' counters (a pause, a few yields of the core), then sleep on a
+// process-shared futex that every arrival wakes (with more members than cores, spinning would
+// take the cores the late members need), with a deadline: a member that never arrives (dead,
+// stalled) fails the others with kDeadlineExceeded naming it.
 // Not thread-safe: each member drives its own ShmGroup.
 #pragma once
 

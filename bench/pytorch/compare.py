@@ -1,6 +1,7 @@
 """The PyTorch frontend's throughput against PyTorch DDP (gloo) and plain PyTorch, measured in one
 run on this machine: the Fashion-MNIST CNN (454,922 parameters), batch 16 per worker, fixed
-random batches, one PyTorch thread per process.
+random batches, one thread per process (PyTorch's pool and the OpenBLAS it calls: frontend_worker.py
+sets OPENBLAS_NUM_THREADS=1 before torch loads and checks it).
 
     /usr/bin/python3 bench/pytorch/compare.py [--rounds=3] [--workers=4] [--steps=150]
                                               [--baseline-bin-dir=DIR]

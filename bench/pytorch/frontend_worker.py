@@ -11,11 +11,19 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+# One thread per process, BLAS included: torch.set_num_threads sizes PyTorch's own pool, not the
+# system OpenBLAS that Debian's torch calls, which otherwise runs every sgemm on a thread per core
+# (and, between calls, yields in a loop on the others' cores). Set before torch loads it.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from cnn import CNN  # noqa: E402
+from torch_train_step import blas_threads  # noqa: E402
 
 
 def main():
@@ -27,6 +35,8 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
+    if blas_threads() not in (None, 1):
+        raise SystemExit("frontend_worker.py: PyTorch's OpenBLAS runs %d threads, not 1" % blas_threads())
     torch.manual_seed(1)
     model = CNN()
     rank = 0
