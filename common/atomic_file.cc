@@ -1,6 +1,7 @@
 #include "common/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -88,7 +89,7 @@ Status WriteCheckedFile(const std::string& path, const std::string& magic, const
   PutLe(&out, body.size(), 8);
   PutLe(&out, Crc32c(body.data(), body.size()), 4);
   out += body;
-  return WriteFileAtomically(path, out);
+  return WriteFileAtomically(path, out, 0600);
 }
 
 Result<std::string> ReadCheckedFile(const std::string& path, const std::string& magic) {
@@ -112,12 +113,20 @@ Result<std::string> ReadCheckedFile(const std::string& path, const std::string& 
   return bytes.substr(kCheckedFileHeaderBytes);
 }
 
-Status CheckWritableDirectory(const std::string& dir, size_t probe_bytes) {
+Status CreatePrivateDirectory(const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir)) {
-    return UnavailableError("cannot create directory '" + dir + "'" + (ec ? ": " + ec.message() : ""));
+  if (std::filesystem::is_directory(dir, ec)) return OkStatus();
+  const std::filesystem::path path(dir);
+  if (path.has_parent_path() && !path.parent_path().empty()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return UnavailableError("cannot create directory '" + dir + "': " + std::strerror(errno));
   }
+  if (!std::filesystem::is_directory(dir, ec)) return UnavailableError("cannot create directory '" + dir + "'");
+  return OkStatus();
+}
+
+Status CheckWritableDirectory(const std::string& dir, size_t probe_bytes) {
+  RETURN_IF_ERROR(CreatePrivateDirectory(dir));
   const std::string probe = dir + "/.write-probe-" + std::to_string(::getpid());
   Status s = WriteFileAtomically(probe, std::string(probe_bytes, '\0'));
   ::unlink(probe.c_str());

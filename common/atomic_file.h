@@ -21,7 +21,8 @@ Status WriteFileAtomically(const std::string& path, const std::string& bytes, un
 Result<std::string> ReadWholeFile(const std::string& path);
 
 // A checksummed file: an 8-byte `magic` naming its kind, the body's length (8 bytes, little
-// endian), the CRC32C of the body (4 bytes, little endian), then the body. Written atomically.
+// endian), the CRC32C of the body (4 bytes, little endian), then the body. Written atomically,
+// mode 0600: checked files are checkpoints (parameters, optimizer state), no one else's to read.
 inline constexpr size_t kCheckedFileHeaderBytes = 20;
 Status WriteCheckedFile(const std::string& path, const std::string& magic, const std::string& body);
 // The body of a file WriteCheckedFile wrote. kNotFound when there is none; kDataLoss, with the
@@ -32,8 +33,12 @@ Result<std::string> ReadCheckedFile(const std::string& path, const std::string& 
 // CRC32C (Castagnoli) of `bytes`.
 uint32_t Crc32c(const void* data, size_t size);
 
-// Whether files can be written in `dir` (created if needed): a probe file of `probe_bytes` is
-// written, synced and removed. The error says why not (missing, read-only, full).
+// Creates `dir` (and its parents) when it does not exist, the directory itself mode 0700 (a
+// checkpoint directory: only its owner lists or enters it); an existing one is left as it is.
+Status CreatePrivateDirectory(const std::string& dir);
+
+// Whether files can be written in `dir` (created if needed, CreatePrivateDirectory): a probe file
+// of `probe_bytes` is written, synced and removed. The error says why not (missing, read-only, full).
 Status CheckWritableDirectory(const std::string& dir, size_t probe_bytes = 1 << 16);
 
 }  // namespace gradsync

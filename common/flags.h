@@ -73,7 +73,7 @@ Result<std::vector<int64_t>> ParseIntList(std::string_view text, int64_t min, in
 bool FlagGiven(const po::variables_map& vm, const char* name);
 
 // The environment variable FlagParser reads a flag from: "lr" or "--lr" -> "GRADSYNC_LR",
-// "bucket-mb" -> "GRADSYNC_BUCKET_MB".
+// "bucket-mib" -> "GRADSYNC_BUCKET_MIB".
 std::string FlagEnvName(std::string_view flag);
 
 // Environment variables, name and value, in order.

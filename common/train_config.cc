@@ -228,16 +228,16 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     if (mode != config::SSP) k.Add("staleness", "{staleness} applies to {mode=ssp} only ({mode=asp} is unbounded)");
     if (c.staleness() < 0 || c.staleness() > 1000000) k.Add("staleness", "{staleness} must be in [0, 1000000]");
   }
-  for (const char* f : {"recovery_timeout", "push_part_mb", "shm", "data_channel", "data_channel_min_kb"}) {
+  for (const char* f : {"recovery_timeout", "push_part_mib", "shm", "data_channel", "data_channel_min_mib"}) {
     if (!ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
   if (!joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
-  if (!(c.push_part_mb() >= 1e-6 && c.push_part_mb() <= 1024)) k.Add("push_part_mb", "{push_part_mb} must be in (0, 1024]");
-  if (!(c.data_channel_min_kb() >= 0 && c.data_channel_min_kb() <= 1048576)) {
-    k.Add("data_channel_min_kb", "{data_channel_min_kb} must be in [0, 1048576]");
+  if (!(c.push_part_mib() >= 1e-6 && c.push_part_mib() <= 1024)) k.Add("push_part_mib", "{push_part_mib} must be in (0, 1024]");
+  if (!(c.data_channel_min_mib() >= 0 && c.data_channel_min_mib() <= 1024)) {
+    k.Add("data_channel_min_mib", "{data_channel_min_mib} must be in [0, 1024]");
   }
   if (!allreduce) {
-    for (const char* f : {"bucket_mb", "collective_timeout", "first_bucket_mb", "checkpoint_dir", "checkpoint_every", "resume",
+    for (const char* f : {"bucket_mib", "collective_timeout", "first_bucket_mib", "checkpoint_dir", "checkpoint_every", "resume",
                           "ring_encrypt", "allreduce_algo", "zero", "allreduce_shm"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {mode=allreduce} only");
     }
@@ -258,14 +258,14 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   }
 
   // All-reduce buckets and checkpoints.
-  if (!(c.bucket_mb() > 0)) k.Add("bucket_mb", "{bucket_mb} must be > 0");
+  if (!(c.bucket_mib() > 0)) k.Add("bucket_mib", "{bucket_mib} must be > 0");
   if (c.zero() < 0 || c.zero() > 2) k.Add("zero", "{zero} must be 0, 1 or 2");
   if (c.zero() > 0 && sparse_model) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
   if (!IsOneOf(kAllReduceAlgoNames, c.allreduce_algo())) {
     k.Add("allreduce_algo", "{allreduce_algo}: ", "unknown all-reduce algorithm '" + c.allreduce_algo() + "' (expected " +
                                                       kAllReduceAlgoNames + ")");
   }
-  if (!(c.first_bucket_mb() > 0)) k.Add("first_bucket_mb", "{first_bucket_mb} must be > 0");
+  if (!(c.first_bucket_mib() > 0)) k.Add("first_bucket_mib", "{first_bucket_mib} must be > 0");
   if (c.checkpoint_every() < 1) k.Add("checkpoint_every", "{checkpoint_every} must be >= 1");
   if ((c.resume() || c.has_checkpoint_every()) && !c.has_checkpoint_dir()) {
     k.Add(c.resume() ? "resume" : "checkpoint_every", "{resume} and {checkpoint_every} need {checkpoint_dir}");
@@ -472,7 +472,7 @@ std::string JobFingerprint(const TrainConfig& c) {
   f.clear_collective_timeout();
   f.clear_checkpoint_dir();
   f.clear_checkpoint_every();
-  f.clear_push_part_mb();
+  f.clear_push_part_mib();
   // The optimizer's settings at their effective values: adam and lamb use no momentum, sgd and
   // lars no betas, only lars a trust coefficient.
   if (c.optimizer() == "adam" || c.optimizer() == "lamb") {
@@ -486,8 +486,8 @@ std::string JobFingerprint(const TrainConfig& c) {
   if (c.mode() != config::ALLREDUCE) {  // every rank of a ring alike; PS workers each their own
     f.clear_device();
     f.clear_overlap();
-    f.clear_bucket_mb();
-    f.clear_first_bucket_mb();
+    f.clear_bucket_mib();
+    f.clear_first_bucket_mib();
     f.clear_resume();
     f.clear_ring_encrypt();
     f.clear_allreduce_algo();
@@ -496,7 +496,7 @@ std::string JobFingerprint(const TrainConfig& c) {
   }
   f.clear_shm();  // each worker's own way to its shards
   f.clear_data_channel();
-  f.clear_data_channel_min_kb();
+  f.clear_data_channel_min_mib();
   std::string out;
   {
     pb::io::StringOutputStream stream(&out);

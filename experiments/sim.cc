@@ -785,7 +785,7 @@ class PsJob {
     // Without overlap: the whole model is one forward group, a piece per shard.
     plain_.group_floats.assign(1, total);
     for (int k = 0; k < S; ++k) plain_.pieces.push_back({k, part_->range(k), 0});
-    // With overlap: a forward group per tensor, pushed in parts of push_part_mb as it ends.
+    // With overlap: a forward group per tensor, pushed in parts of push_part_mib as it ends.
     overlapped_.overlap = true;
     int64_t offset = 0;
     for (size_t ti = 0; ti < j_.s.tensors.size(); ++ti) {
@@ -796,7 +796,7 @@ class PsJob {
         const Segment& r = part_->range(k);
         const Segment cut{std::max(r.begin, tensor.begin), std::min(r.end, tensor.end)};
         if (cut.begin >= cut.end) continue;
-        const int64_t part = std::max<int64_t>(1, static_cast<int64_t>(t.push_part_mb() * 1024 * 1024 / 4));
+        const int64_t part = std::max<int64_t>(1, static_cast<int64_t>(t.push_part_mib() * 1024 * 1024 / 4));
         for (int64_t b = cut.begin; b < cut.end; b += part) overlapped_.pieces.push_back({k, {b, std::min(cut.end, b + part)}, static_cast<int>(ti)});
         overlapped_.group_floats.back() += cut.end - cut.begin;
       }
@@ -1290,9 +1290,9 @@ class AllreduceJob {
     const auto& t = j_.plan.run.train();
     const int N = j_.plan.workers;
     overlap_ = t.overlap();
-    // Buckets in readiness order (the last tensor first): the first of first_bucket_mb, then bucket_mb.
+    // Buckets in readiness order (the last tensor first): the first of first_bucket_mib, then bucket_mib.
     std::vector<int64_t> rev(j_.s.tensors.rbegin(), j_.s.tensors.rend());
-    const double first = t.first_bucket_mb() * 1024 * 1024 / 4, rest = t.bucket_mb() * 1024 * 1024 / 4;
+    const double first = t.first_bucket_mib() * 1024 * 1024 / 4, rest = t.bucket_mib() * 1024 * 1024 / 4;
     int64_t filled = 0;
     buckets_.push_back({0, 0});
     for (size_t i = 0; i < rev.size(); ++i) {

@@ -301,12 +301,12 @@ def spec_corpus():
 defaults { workers: 3 servers: 2 timeout_s: 60
   train { model: "mlp" dataset: "blobs" epochs: 2 batch: 8 max_steps: 10 lr: 0.05
     lr_schedule: "cosine" momentum: 0.9 seed: 4 eval_every: 5 threads: 1 log_every: 5 } }
-run { name: "s" train { mode: SSP staleness: 2 hidden: "64,32" compress: "qsgd:4" compress_pull: true overlap: false push_part_mb: 0.5
+run { name: "s" train { mode: SSP staleness: 2 hidden: "64,32" compress: "qsgd:4" compress_pull: true overlap: false push_part_mib: 0.5
     staleness_aware_lr: true request_timeout: 30 recovery_timeout: 5 }
   straggler { worker: 1 fixed_ms: 3 } straggler { worker: 2 uniform { low_ms: 1 high_ms: 2 } }
   link { rate: "100mbit" delay_ms: 2 } }
-run { name: "r" train { mode: ALLREDUCE compress: "randomk:0.1" momentum_correction: true bucket_mb: 4
-    first_bucket_mb: 0.5 collective_timeout: 30 accumulate: 2 lr_scaling: "linear" base_batch: 16 warmup_epochs: 1 }
+run { name: "r" train { mode: ALLREDUCE compress: "randomk:0.1" momentum_correction: true bucket_mib: 4
+    first_bucket_mib: 0.5 collective_timeout: 30 accumulate: 2 lr_scaling: "linear" base_batch: 16 warmup_epochs: 1 }
   straggler { worker: 0 exp_mean_ms: 1 seed: 9 } straggler { worker: 2 multiple: 2 } }
 run { name: "p" train { mode: BSP model: "sparse_logreg" dataset: "sparse-logistic" feature_bits: 12 weight_decay: 0.001 nesterov: true } }
 run { name: "a" train { mode: ASP optimizer: "adam" momentum: 0 adam_beta1: 0.8 adam_beta2: 0.99 adam_eps: 1e-6 } }

@@ -41,6 +41,8 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   s.set_malformed(st.malformed);
   s.set_checkpoints(st.checkpoints);
   s.set_checkpoint_ms_max(st.checkpoint_ms_max);
+  s.set_checkpoint_age_s(server.checkpoint_age_s());
+  s.set_checkpoint_failures(st.checkpoint_failures);
   s.set_restored(st.restored);
   s.set_adopted(st.adopted);
   s.set_lost_updates(st.lost_updates);

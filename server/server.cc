@@ -446,13 +446,19 @@ void Server::MaybeCheckpoint(bool updated) {
   WriteCheckpoint(now);
 }
 
+double Server::checkpoint_age_s() const {
+  return stats_.last_checkpoint_s < 0 ? -1 : NowMs() / 1e3 - stats_.last_checkpoint_s;
+}
+
 void Server::WriteCheckpoint(double now_s) {
   TraceSpan span("checkpoint", "server", {{"version", static_cast<double>(shard_->version())}});
   if (Status s = checkpointer_.Write(rank_, table_, job_, *shard_, *controller_, now_s); !s.ok()) {
     GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint " << checkpointer_.Path(rank_)
-                        << " failed (training goes on): " << s;
+                        << " failed (training goes on): " << s << "; " << checkpointer_.LastGood(now_s);
   }
   stats_.checkpoints = checkpointer_.written();
+  stats_.checkpoint_failures = checkpointer_.failed_since();
+  stats_.last_checkpoint_s = checkpointer_.last_written_s();
   stats_.checkpoint_ms_max = checkpointer_.slowest_ms();
 }
 

@@ -122,6 +122,8 @@ struct ServerStats {
   int64_t malformed = 0;   // structurally broken (counted by the transport too)
   int64_t checkpoints = 0;       // written
   double checkpoint_ms_max = 0;  // the slowest write
+  int64_t checkpoint_failures = 0;  // writes failed since the last good one
+  double last_checkpoint_s = -1;    // when the last good one was written (NowMs() / 1e3; -1: none)
   bool restored = false;         // started from a checkpoint, a backup's copy, or its own state after a pause
   bool adopted = false;          // a backup that took over a dead server's shard
   int64_t replicated = 0;        // entries sent to backups
@@ -148,6 +150,8 @@ class Server {
 
   int rank() const { return rank_; }
   const ServerStats& stats() const { return stats_; }
+  // Seconds since the last good checkpoint was written; -1 when none was (or no --checkpoint-dir).
+  double checkpoint_age_s() const;
   // Shards of dead servers this one took over from its copies (each ran its own loop; they have
   // ended when Run returns).
   std::vector<const Server*> adopted() const;

@@ -81,12 +81,23 @@ Status ShardCheckpointer::Write(int rank, const wire::ClusterTable& table, const
   }
   if (!s.ok()) {
     first_dirty_s_ = now_s;  // try again after another interval
+    ++failed_since_;
     return s;
   }
   ++written_;
   slowest_ms_ = std::max(slowest_ms_, took.Millis());
   updates_since_ = 0;
+  failed_since_ = 0;
+  last_written_s_ = now_s;
   return OkStatus();
+}
+
+std::string ShardCheckpointer::LastGood(double now_s) const {
+  if (last_written_s_ < 0) return "no checkpoint of this shard has been written yet";
+  char text[160];
+  std::snprintf(text, sizeof text, "the last good checkpoint is %.0f s old (%lld write(s) failed since)",
+                now_s - last_written_s_, static_cast<long long>(failed_since_));
+  return text;
 }
 
 Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank, const wire::ClusterTable& table) const {

@@ -45,6 +45,12 @@ class ShardCheckpointer {
 
   int64_t written() const { return written_; }
   double slowest_ms() const { return slowest_ms_; }
+  // When the last write succeeded (Write's now_s; -1: none has), and the writes failed since.
+  double last_written_s() const { return last_written_s_; }
+  int64_t failed_since() const { return failed_since_; }
+  // "the last good checkpoint is N s old (K write(s) failed since)", or that none was written: what
+  // a failed write's warning adds (a disk that stays full pins the checkpoint at an old version).
+  std::string LastGood(double now_s) const;
 
  private:
   std::string dir_;
@@ -54,6 +60,8 @@ class ShardCheckpointer {
   double first_dirty_s_ = 0;  // when the first update since the last checkpoint happened
   int64_t written_ = 0;
   double slowest_ms_ = 0;
+  double last_written_s_ = -1;
+  int64_t failed_since_ = 0;
 };
 
 // The checkpoint of `shard` as it is now, with the job's identity from `table`.

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <optional>
 
+#include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/process_summary.h"
@@ -158,8 +159,8 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
     AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train);
     if (c.has_checkpoint_dir()) {
       ao.checkpoint_dir = c.checkpoint_dir();
-      std::error_code ec;
-      std::filesystem::create_directories(ao.checkpoint_dir, ec);
+      // A failure to create it shows where the first checkpoint is written (one line, the step goes on).
+      (void)CreatePrivateDirectory(ao.checkpoint_dir);
       ao.checkpoint_every = c.checkpoint_every();
       ao.resume = c.resume();
     }

@@ -5,6 +5,9 @@
 namespace gradsync {
 namespace {
 
+// Every size flag is in MiB (TrainConfig's *_mib fields).
+constexpr double kMiB = 1024.0 * 1024.0;
+
 std::string Codec(const config::TrainConfig& c) { return c.compress() == "none" ? "" : c.compress(); }
 
 // What gradients travel as: the named codec, else the precision's 16 bits ("" for fp32).
@@ -64,19 +67,19 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.compress_pull = c.compress_pull();
   po.staleness_aware_lr = c.staleness_aware_lr();
   po.overlap = c.overlap();
-  po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mb() * 1e6 / sizeof(float)));
+  po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mib() * kMiB / sizeof(float)));
   po.shm = c.shm();
   po.data_channel = c.data_channel();
-  po.data_min_floats = static_cast<size_t>(std::max(1.0, c.data_channel_min_kb() * 1024 / sizeof(float)));
+  po.data_min_floats = static_cast<size_t>(std::max(1.0, c.data_channel_min_mib() * kMiB / sizeof(float)));
   return po;
 }
 
 AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train) {
   AllreduceTrainOptions ao;
   ao.train = train;
-  ao.bucket_bytes = static_cast<size_t>(c.bucket_mb() * 1e6);
+  ao.bucket_bytes = static_cast<size_t>(c.bucket_mib() * kMiB);
   ao.overlap = c.overlap();
-  ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mb() * 1e6);
+  ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mib() * kMiB);
   ao.compression = Codec(c);
   ao.error_feedback = c.error_feedback();
   ao.correction_momentum = CorrectionMomentum(c);

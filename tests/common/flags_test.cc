@@ -56,7 +56,7 @@ TEST(FlagsTest, DefaultsCommandLineAndEnvironment) {
 
 TEST(FlagsTest, EnvNamesAndFlagsToEnv) {
   EXPECT_EQ(FlagEnvName("lr"), "GRADSYNC_LR");
-  EXPECT_EQ(FlagEnvName("--bucket-mb"), "GRADSYNC_BUCKET_MB");
+  EXPECT_EQ(FlagEnvName("--bucket-mib"), "GRADSYNC_BUCKET_MIB");
   EXPECT_EQ(FlagsToEnv({"--rank=3", "--hidden=256,128", "--nesterov", "--compress=qsgd:4", "--run=a=b"}),
             (EnvVars{{"GRADSYNC_RANK", "3"},
                      {"GRADSYNC_HIDDEN", "256,128"},

@@ -68,7 +68,7 @@ TEST(TrainConfigTest, AWorkerWithoutARankTakesItsLaunchersInnermostFirst) {
 TEST(TrainConfigTest, DefaultsAreValid) {
   EXPECT_TRUE(Validate(config::TrainConfig()).empty()) << JoinErrors(Validate(config::TrainConfig()));
   for (const char* ok : {"mode: BSP", "mode: SSP staleness: 3", "mode: ASP staleness_aware_lr: true",
-                         "mode: ALLREDUCE bucket_mb: 4 overlap: false checkpoint_dir: \"/tmp\" resume: true",
+                         "mode: ALLREDUCE bucket_mib: 4 overlap: false checkpoint_dir: \"/tmp\" resume: true",
                          "model: \"sparse_logreg\"", "model: \"softmax\" dataset: \"blobs\"",
                          "mode: BSP compress: \"topk:0.01\" momentum_correction: true compress_pull: true",
                          "lr_scaling: \"linear\" base_batch: 32 warmup_epochs: 1", "straggle: \"x:3\" straggle_seed: 4",
@@ -114,10 +114,10 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"StalenessOutsideSsp", "mode: BSP staleness: 2", "staleness", "--staleness applies to --mode=ssp only", "staleness applies to mode SSP only"},
         Contradiction{"NegativeStaleness", "mode: SSP staleness: -1", "staleness", "--staleness must be in [0, 1000000]", "staleness must be in"},
         Contradiction{"RecoveryOutsidePs", "mode: ALLREDUCE recovery_timeout: 5", "recovery_timeout", "--recovery-timeout applies to the PS modes", "recovery_timeout applies to the PS modes"},
-        Contradiction{"PushPartOutsidePs", "push_part_mb: 1", "push_part_mb", "--push-part-mb applies to the PS modes", "push_part_mb applies"},
+        Contradiction{"PushPartOutsidePs", "push_part_mib: 1", "push_part_mib", "--push-part-mib applies to the PS modes", "push_part_mib applies"},
         Contradiction{"OverlapLocal", "overlap: true", "overlap", "--overlap applies to the modes that join a job only", "overlap applies"},
-        Contradiction{"ZeroPushPart", "mode: BSP push_part_mb: 0", "push_part_mb", "--push-part-mb must be in (0, 1024]", "push_part_mb must be in"},
-        Contradiction{"BucketOutsideAllreduce", "mode: BSP bucket_mb: 4", "bucket_mb", "--bucket-mb applies to --mode=allreduce only", "bucket_mb applies to mode ALLREDUCE only"},
+        Contradiction{"ZeroPushPart", "mode: BSP push_part_mib: 0", "push_part_mib", "--push-part-mib must be in (0, 1024]", "push_part_mib must be in"},
+        Contradiction{"BucketOutsideAllreduce", "mode: BSP bucket_mib: 4", "bucket_mib", "--bucket-mib applies to --mode=allreduce only", "bucket_mib applies to mode ALLREDUCE only"},
         Contradiction{"RingEncryptOutsideAllreduce", "mode: BSP ring_encrypt: true", "ring_encrypt", "--ring-encrypt applies to --mode=allreduce only", "ring_encrypt applies to mode ALLREDUCE only"},
         // The device.
         Contradiction{"UnknownDevice", "device: \"tpu\"", "device", "--device must be cpu or cuda, not 'tpu'", "device must be cpu or cuda"},
@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"SparseOnCuda", "device: \"cuda\" model: \"sparse_logreg\"", "device", "--device=cuda applies to --model=softmax|mlp", "device cuda applies to model softmax|mlp"},
         Contradiction{"AccumulateOnCuda", "device: \"cuda\" accumulate: 2", "accumulate", "--accumulate is not supported with --device=cuda", "accumulate is not supported"},
         // All-reduce buckets and checkpoints.
-        Contradiction{"ZeroBucket", "mode: ALLREDUCE bucket_mb: 0", "bucket_mb", "--bucket-mb must be > 0", "bucket_mb must be > 0"},
+        Contradiction{"ZeroBucket", "mode: ALLREDUCE bucket_mib: 0", "bucket_mib", "--bucket-mib must be > 0", "bucket_mib must be > 0"},
         Contradiction{"ResumeWithoutDir", "mode: ALLREDUCE resume: true", "resume", "--resume and --checkpoint-every need --checkpoint-dir", "resume and checkpoint_every need checkpoint_dir"},
         Contradiction{"ZeroCollectiveTimeout", "mode: ALLREDUCE collective_timeout: 0", "collective_timeout", "--collective-timeout must be > 0", "collective_timeout must be > 0"},
         // Compression.
@@ -258,7 +258,7 @@ TEST(TrainFlagsTest, RoundTrip) {
       "--standardize=false", "--feature-bits=12", "--lr=0.05", "--lr-schedule=constant", "--momentum=0.8",
       "--nesterov", "--weight-decay=0.001", "--epochs=3", "--batch=16", "--max-steps=100", "--seed=7",
       "--accumulate=2", "--lr-scaling=linear", "--base-batch=32", "--warmup-epochs=0.5", "--staleness-aware-lr",
-      "--compress=topk:0.01", "--error-feedback", "--compress-pull", "--overlap=false", "--push-part-mb=0.25",
+      "--compress=topk:0.01", "--error-feedback", "--compress-pull", "--overlap=false", "--push-part-mib=0.25",
       "--device=cpu", "--request-timeout=30", "--recovery-timeout=0", "--straggle=uniform:1:5",
       "--straggle-seed=9", "--threads=2", "--log-every=10", "--eval-every=20"};
   config::TrainConfig a, b;
@@ -317,7 +317,7 @@ TEST(JobFingerprintTest, HoldsTheSettingsThatMustAgree) {
   EXPECT_EQ(JobFingerprint(Config("mode: BSP lr: 0.02 batch: 64 model: \"mlp\" dataset: \"fashion-mnist\"")), fp);
   // Per-process settings may differ.
   for (const char* same : {"mode: BSP threads: 4", "mode: BSP data_dir: \"/x\"", "mode: BSP straggle: \"x:3\" straggle_seed: 2",
-                           "mode: BSP eval_every: 10 log_every: 5", "mode: BSP overlap: false push_part_mb: 1",
+                           "mode: BSP eval_every: 10 log_every: 5", "mode: BSP overlap: false push_part_mib: 1",
                            "mode: BSP request_timeout: 5 recovery_timeout: 0", "mode: BSP device: \"cuda\" gpu: 1",
                            "mode: SSP staleness: 3"}) {
     EXPECT_EQ(JobFingerprint(Config(same)), fp) << same;
@@ -348,7 +348,7 @@ TEST(JobFingerprintTest, HoldsTheSettingsThatMustAgree) {
   EXPECT_EQ(JobFingerprint(Config("mode: BSP trust_coefficient: 0.5")), fp);  // sgd has none
   // Every rank of a ring alike: the device and the buckets count there.
   const std::string ar = JobFingerprint(Config("mode: ALLREDUCE"));
-  EXPECT_NE(JobFingerprint(Config("mode: ALLREDUCE bucket_mb: 4")), ar);
+  EXPECT_NE(JobFingerprint(Config("mode: ALLREDUCE bucket_mib: 4")), ar);
   EXPECT_NE(JobFingerprint(Config("mode: ALLREDUCE device: \"cuda\"")), ar);
   EXPECT_NE(JobFingerprint(Config("mode: ALLREDUCE resume: true checkpoint_dir: \"/c\"")), ar);
   EXPECT_EQ(JobFingerprint(Config("mode: ALLREDUCE checkpoint_dir: \"/c\" checkpoint_every: 5")), ar);

@@ -48,11 +48,11 @@ run { name: "cc" workers: 2 train { mode: ASP } link { rate: "1gbit" delay_ms: 2
 // A run's training settings become worker flags through gradsync-worker's own table: only the
 // fields set, in the table's order, numbers in their shortest exact form.
 TEST(SpecTest, TrainingSettingsBecomeWorkerFlags) {
-  auto e = ParseExperiment("name: \"x\"\nrun { name: \"a\" train { mode: BSP overlap: false momentum: 0.9 lr: 0.04 push_part_mb: 0.5 } }",
+  auto e = ParseExperiment("name: \"x\"\nrun { name: \"a\" train { mode: BSP overlap: false momentum: 0.9 lr: 0.04 push_part_mib: 0.5 } }",
                            "flags.textproto");
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->runs[0].worker_args,
-            (std::vector<std::string>{"--run=a", "--lr=0.04", "--momentum=0.9", "--overlap=false", "--push-part-mb=0.5"}));
+            (std::vector<std::string>{"--run=a", "--lr=0.04", "--momentum=0.9", "--overlap=false", "--push-part-mib=0.5"}));
   EXPECT_EQ(e->runs[0].epochs, 10);  // the worker's defaults, from train_config.proto
   EXPECT_EQ(e->runs[0].batch, 64);
 }

@@ -102,7 +102,7 @@ class FaultJob {
     if (mode_ == "ssp") argv.push_back("--staleness=2");
     if (data_channel_) {
       argv.push_back("--shm=false");
-      argv.push_back("--data-channel-min-kb=0");
+      argv.push_back("--data-channel-min-mib=0");
     }
     ASSERT_TRUE(group_.Spawn({"worker " + std::to_string(rank) + suffix, argv,
                               dir_.File("worker-" + std::to_string(rank) + suffix + ".log")})

@@ -10,6 +10,7 @@
 #include <memory>
 #include <cstring>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -336,11 +337,35 @@ TEST(ShardCheckpointerTest, AFailedWriteKeepsTheLastCheckpointAndLeavesNoTempora
   EXPECT_EQ(w.Bytes(), good);
   EXPECT_FALSE(std::filesystem::exists(w.checkpointer.Path(0) + ".tmp"));
   EXPECT_TRUE(w.checkpointer.Read(0, Table()).ok());
+  // The warning says how old the checkpoint a restart would go back to is.
+  EXPECT_EQ(w.checkpointer.failed_since(), 1);
+  EXPECT_EQ(w.checkpointer.last_written_s(), 0);
+  EXPECT_EQ(w.checkpointer.LastGood(42), "the last good checkpoint is 42 s old (1 write(s) failed since)");
+  EXPECT_EQ(ShardCheckpointer(dir.path(), 1, 5.0).LastGood(42), "no checkpoint of this shard has been written yet");
   // A directory that cannot take a file is found out before the job starts.
   EXPECT_TRUE(CheckWritableDirectory(dir.path()).ok());
   Status not_dir = CheckWritableDirectory("/dev/null/checkpoints");
   EXPECT_FALSE(not_dir.ok());
   EXPECT_NE(not_dir.message().find("/dev/null/checkpoints"), std::string::npos) << not_dir;
+}
+
+TEST(ShardCheckpointerTest, CheckpointsAreTheOwnersAloneInADirectoryOnlyTheOwnerEnters) {
+  // Parameters and optimizer state are no other user's to read: the file is 0600 from its
+  // creation on, and a checkpoint directory the job creates is 0700 (one it is given stays as it is).
+  testing::TempDir dir;
+  const std::string sub = dir.path() + "/a/checkpoints";
+  ASSERT_TRUE(CheckWritableDirectory(sub).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(sub.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  Written w(sub);
+  ASSERT_TRUE(w.Write().ok());
+  ASSERT_EQ(::stat(w.checkpointer.Path(0).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  ASSERT_TRUE(CheckWritableDirectory(dir.path()).ok());
+  ASSERT_EQ(::stat(dir.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
 }
 
 }  // namespace

@@ -77,8 +77,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{"BaseBatchWithoutScaling", {"--base-batch=32"}, "--base-batch applies to --lr-scaling=linear"},
         BadFlagCase{"NegativeWarmup", {"--warmup-epochs=-1"}, "--warmup-epochs must be in"},
         BadFlagCase{"OverlapLocal", {"--overlap=true"}, "--overlap applies to the modes that join a job only"},
-        BadFlagCase{"PushPartsInAllreduce", {"--mode=allreduce", "--scheduler=127.0.0.1:9", "--push-part-mb=1"}, "--push-part-mb applies to the PS modes"},
-        BadFlagCase{"ZeroPushPart", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--push-part-mb=0"}, "--push-part-mb must be in (0, 1024]"},
+        BadFlagCase{"PushPartsInAllreduce", {"--mode=allreduce", "--scheduler=127.0.0.1:9", "--push-part-mib=1"}, "--push-part-mib applies to the PS modes"},
+        BadFlagCase{"ZeroPushPart", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--push-part-mib=0"}, "--push-part-mib must be in (0, 1024]"},
         BadFlagCase{"CorrectionWithFeedback", {"--mode=bsp", "--scheduler=127.0.0.1:9", "--momentum-correction", "--compress=topk:0.01", "--error-feedback"}, "contradict each other"}),
     [](const ::testing::TestParamInfo<BadFlagCase>& p) { return p.param.name; });
 
