@@ -590,10 +590,28 @@ bool Scheduler::JobOver() const {
 
 Status Scheduler::Run() {
   const double start = NowSeconds();
+  double last_turn = start;
   while (!stop_.load()) {
     auto m = socket_.Recv(50);
-    const double now = NowSeconds();
+    double now = NowSeconds();
+    // A turn takes at most 50 ms and its handling; a much longer gap means this process was
+    // paused (SIGSTOP, starved of CPU): the nodes' silence over it is the scheduler's own, their
+    // heartbeats wait in its socket. It is not counted against them.
+    if (const double gap = now - last_turn; gap > kPausedS) {
+      GRADSYNC_LOG(WARNING) << "scheduler: this process was paused for " << gap
+                            << " s; the nodes' silence over it does not count toward their heartbeat timeout";
+      for (auto& n : nodes_) n.last_seen += gap;
+    }
     if (m.ok()) Handle(*m, now);
+    // Everything that waits is heard before anyone is judged (after a pause, many heartbeats).
+    for (int k = 0; k < kDrainPerTurn; ++k) {
+      auto more = socket_.Recv(0);
+      if (!more.ok()) break;
+      now = NowSeconds();
+      Handle(*more, now);
+    }
+    now = NowSeconds();
+    last_turn = now;
     CheckHeartbeats(now);
     if (JobOver()) break;
     if (!announced_ && now - start > options_.register_timeout_s) {

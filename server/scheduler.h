@@ -8,7 +8,9 @@
 // without --staleness) takes the job's bound, which it finds in the table. Once num_servers servers and num_workers
 // workers have registered, ranks are assigned deterministically (requested ranks first, then by
 // address) and every node gets the table. Every message from a node counts as a heartbeat; a node
-// silent for heartbeat_timeout_s is declared dead, by name, to every live node; a message from it
+// silent for heartbeat_timeout_s is declared dead, by name, to every live node (time the scheduler
+// itself was paused, kPausedS and more between two turns, does not count, and what waits in its
+// socket is heard before anyone is judged); a message from it
 // afterwards is answered with an error (it stops). Elastic membership: once the job has started, a
 // restarted node registering with the same role takes a dead node's rank (the one it asks for,
 // else the first), gets the updated table with `rejoined` set, and every other node hears
@@ -35,6 +37,11 @@
 #include "gradsync.pb.h"
 
 namespace gradsync {
+
+// A gap this long between two turns of the scheduler's loop (each waits at most 50 ms) is a pause
+// of the scheduler itself, not counted against the nodes; and the most messages one turn handles.
+inline constexpr double kPausedS = 1.0;
+inline constexpr int kDrainPerTurn = 4096;
 
 struct SchedulerOptions {
   std::string bind_host = "127.0.0.1";

@@ -453,6 +453,52 @@ namespace {
 
 // An all-reduce job: a dead rank fails the others within the collective timeout; restarted with
 // --resume, every rank goes on from rank 0's last checkpoint.
+// A scheduler stopped (SIGSTOP) for twice its heartbeat timeout, while the nodes' patience with it
+// is longer: their heartbeats wait in its socket, so the silence is the scheduler's own. It says
+// it was paused, declares no node dead, and the job finishes. (Before, it handled one waiting
+// message and declared every other node dead.)
+TEST(FaultTest, AStoppedSchedulerDoesNotCountItsOwnPauseAgainstTheNodes) {
+  TempDir dir;
+  ProcessGroup group;
+  const std::string port_file = dir.File("port");
+  ASSERT_TRUE(group.Spawn({"scheduler",
+                           {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
+                            "--num-workers=2", "--port-file=" + port_file, "--heartbeat-interval=0.2",
+                            "--heartbeat-timeout=1"},
+                           dir.File("scheduler.log")})
+                  .ok());
+  const std::string port = ReadPortFile(port_file);
+  ASSERT_FALSE(port.empty());
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w),
+                             {BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
+                              "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",
+                              "--batch=16", "--max-steps=600", "--straggle=ms:5", "--heartbeat-interval=0.2",
+                              "--heartbeat-timeout=6"},
+                             dir.File("worker-" + std::to_string(w) + ".log")})
+                    .ok());
+  }
+  // Once the job has its ranks the workers train for 3 s or more (600 steps of at least 5 ms).
+  for (int i = 0; i < 400 && ReadFile(dir.File("scheduler.log")).find("ranks assigned") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(group.Signal("scheduler", SIGSTOP).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  ASSERT_TRUE(group.Signal("scheduler", SIGCONT).ok());
+  for (int w = 0; w < 2; ++w) {
+    auto code = group.WaitFor("worker " + std::to_string(w), 60);
+    ASSERT_TRUE(code.ok()) << "worker " << w << " hangs";
+    EXPECT_EQ(*code, 0) << ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+  }
+  auto sched = group.WaitFor("scheduler", 15);
+  ASSERT_TRUE(sched.ok());
+  EXPECT_EQ(*sched, 0) << ReadFile(dir.File("scheduler.log"));
+  const std::string log = ReadFile(dir.File("scheduler.log"));
+  EXPECT_NE(log.find("this process was paused for"), std::string::npos) << log;
+  EXPECT_EQ(log.find("declared dead"), std::string::npos) << log;
+}
+
 TEST(FaultTest, AllreduceFailsCleanlyAndResumesFromItsCheckpoint) {
   TempDir dir;
   const std::string ckpt = dir.File("ckpt");
