@@ -114,6 +114,7 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
   if (h->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&h->arrivals);
   for (int j = 0; j < members_; ++j) {
     for (uint64_t spins = 0; c[j].value.load(std::memory_order_acquire) < epoch_; ++spins) {
+      if (cancelled_.load(std::memory_order_relaxed)) return AbortedError("the shared-memory all-reduce was cancelled");
       if (spins < 256) {
         CpuRelax();
         continue;
@@ -140,6 +141,14 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
     }
   }
   return OkStatus();
+}
+
+void ShmGroup::Cancel() {
+  cancelled_.store(true);
+  // Wakes this member if it sleeps (the others' sleep is theirs: their own Cancel wakes them).
+  auto* h = static_cast<Header*>(region_.base());
+  h->arrivals.fetch_add(1, std::memory_order_seq_cst);
+  FutexWakeAll(&h->arrivals);
 }
 
 Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& reduce, Adder add, double timeout_s,

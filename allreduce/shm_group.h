@@ -20,6 +20,7 @@
 // Not thread-safe: each member drives its own ShmGroup.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,10 @@ class ShmGroup {
 
   uint64_t bytes_copied() const { return bytes_copied_; }
 
+  // From any thread: this member's waits end at once with kAborted (a member was declared dead
+  // elsewhere, so it will never arrive), now and in every later call.
+  void Cancel();
+
  private:
   ShmGroup(SharedRegion region, int members, int index, size_t block_bytes);
   Status Barrier(Clock::time_point deadline);
@@ -73,6 +78,7 @@ class ShmGroup {
   int members_;
   int index_;
   size_t block_bytes_;
+  std::atomic<bool> cancelled_{false};
   uint64_t epoch_ = 0;  // barriers passed
   uint64_t blocks_ = 0;  // blocks done: the parity of the next result buffer
   uint64_t bytes_copied_ = 0;

@@ -132,7 +132,19 @@ void RingCollective::RetryAfter(std::chrono::microseconds delay, std::function<v
   });
 }
 
+void RingCollective::Cancel(const std::string& why) {
+  {
+    std::lock_guard lock(cancel_mu_);
+    if (cancelled_.load()) return;
+    cancel_why_ = why;
+  }
+  cancelled_.store(true);
+  if (shm_) shm_->Cancel();
+  asio::post(io_, [] {});  // wakes a RunOne that waits, which then sees cancelled_
+}
+
 size_t RingCollective::RunOne(std::chrono::steady_clock::time_point deadline) {
+  if (cancelled_.load(std::memory_order_acquire)) return 0;  // the caller fails; Fail says why
   // Poll first: a peer's answer usually comes within microseconds, and a thread that sleeps in
   // epoll pays a wake-up for every step. Yielding between polls leaves the core to a rank that
   // shares it.
@@ -158,6 +170,10 @@ void RingCollective::SetSocketOptions(tcp::socket& socket) const {
 }
 
 Status RingCollective::Fail(Status s) {
+  if (cancelled_.load()) {
+    std::lock_guard lock(cancel_mu_);
+    s = AbortedError(cancel_why_);
+  }
   if (broken_.ok()) broken_ = s;
   Abort();
   return s;

@@ -28,7 +28,9 @@
 
 #include <boost/asio.hpp>
 #include <functional>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -77,6 +79,10 @@ class RingCollective final : public Collective {
 
   // Closes both connections at once (tests use it to play a rank that dies).
   void Abort();
+  // From any thread (the scheduler's client, when it declares a rank dead): the collective in
+  // progress, and every later one, fails at once with kAborted and `why`, instead of waiting out
+  // the timeout for a rank that will never come. Call it only once Connect has returned.
+  void Cancel(const std::string& why);
 
  private:
   enum class OpKind : uint32_t {
@@ -198,6 +204,9 @@ class RingCollective final : public Collective {
   uint64_t seq_ = 0;
   Status broken_;
   bool aborted_ = false;
+  std::atomic<bool> cancelled_{false};  // Cancel: set from any thread
+  std::mutex cancel_mu_;
+  std::string cancel_why_;  // under cancel_mu_
   std::vector<std::weak_ptr<boost::asio::steady_timer>> retries_;
   std::vector<float> scratch_;
   std::vector<std::byte> whole_;  // a whole incoming buffer (recursive doubling, tree)

@@ -76,7 +76,13 @@ void SchedulerClient::Loop(std::stop_token stop) {
     if (m.ok()) {
       last_heard = Clock::now();
       heard = true;
-      if (m->malformed.ok()) Handle(*m);
+      if (m->malformed.ok()) {
+        Handle(*m);
+        if (m->header.type() == wire::NODE_DEAD) {
+          std::lock_guard lock(on_dead_mu_);
+          if (on_dead_) on_dead_(m->header.node());
+        }
+      }
     }
     if (Status hs = sock->HandshakeStatus(); !hs.ok()) {
       // Retrying cannot help: the keys are wrong. Said once, as what it is (not "silent").
@@ -116,6 +122,11 @@ void SchedulerClient::Loop(std::stop_token stop) {
       }
     }
   }
+}
+
+void SchedulerClient::set_on_dead(std::function<void(const wire::NodeInfo&)> fn) {
+  std::lock_guard lock(on_dead_mu_);
+  on_dead_ = std::move(fn);
 }
 
 void SchedulerClient::Handle(const Message& m) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -110,6 +111,10 @@ class SchedulerClient {
   Status health() const;
   // Nodes the scheduler has declared dead, in the order it did.
   std::vector<wire::NodeInfo> dead_nodes() const;
+  // Called on the client's thread for each node the scheduler declares dead from now on (null:
+  // none). It must not call back into this client; once set_on_dead returns, the previous
+  // callback is not running and will not run again (so its captures may go).
+  void set_on_dead(std::function<void(const wire::NodeInfo&)> fn);
   // Restarted nodes that took a dead node's rank (NODE_JOINED), in order; the table follows them.
   std::vector<wire::NodeInfo> joined_nodes() const;
   // Workers that ended training (TRAINING_ENDED), in the order the scheduler said so.
@@ -135,6 +140,8 @@ class SchedulerClient {
   TransportContext& ctx_;
 
   mutable std::mutex mu_;
+  std::mutex on_dead_mu_;  // held while on_dead_ runs, and to replace it
+  std::function<void(const wire::NodeInfo&)> on_dead_;
   std::condition_variable cv_;
   std::deque<wire::Header> outbox_;
   bool registered_ = false;

@@ -1,10 +1,17 @@
 #include "worker/job_link.h"
 
+#include "common/cluster.h"
+
 #include <cstdio>
 
 #include "common/check.h"
 
 namespace gradsync {
+
+JobLink::~JobLink() {
+  // The ring goes before the scheduler's client (members die in reverse): its callback first.
+  if (scheduler) scheduler->set_on_dead(nullptr);
+}
 
 void JobLink::Finished(const Status& s) {
   if (!scheduler) return;
@@ -60,6 +67,16 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
     if (Status s = job->ring->Connect(job->rank, peers, 120); !s.ok()) {
       job->Finished(s);
       return s;
+    }
+    if (job->ring->size() > 1) {
+      // A worker the scheduler declares dead never reaches another collective: the ring's waits
+      // end now, naming it, not after --collective-timeout.
+      RingCollective* ring = job->ring.get();
+      job->scheduler->set_on_dead([ring](const wire::NodeInfo& n) {
+        if (n.role() != wire::WORKER) return;
+        ring->Cancel(NodeName(n) + " was declared dead by the scheduler (it sent nothing for the heartbeat "
+                     "timeout); the all-reduce cannot go on without it");
+      });
     }
     if (job->rank == 0 && job->ring->size() > 1) {
       const RingCollective& ring = *job->ring;

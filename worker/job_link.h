@@ -33,6 +33,7 @@ struct JobLink {
   int rank = 0;
   std::unique_ptr<RingCollective> ring;
 
+  ~JobLink();
   int num_workers() const { return scheduler ? table.workers_size() : 1; }
   // Tells the scheduler how this worker ended and gives the message up to 2 s to leave.
   void Finished(const Status& s);

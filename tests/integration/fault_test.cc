@@ -499,6 +499,46 @@ TEST(FaultTest, AStoppedSchedulerDoesNotCountItsOwnPauseAgainstTheNodes) {
   EXPECT_EQ(log.find("declared dead"), std::string::npos) << log;
 }
 
+// All-reduce workers started by hand on one host (they reduce through shared memory, where a
+// killed rank closes no connection): the scheduler declares the killed one dead after its
+// heartbeat timeout, and the survivors fail then, naming it, not after --collective-timeout.
+TEST(FaultTest, AllreduceSurvivorsStopWhenTheSchedulerDeclaresARankDead) {
+  TempDir dir;
+  ProcessGroup group;
+  const std::string port_file = dir.File("port");
+  ASSERT_TRUE(group.Spawn({"scheduler",
+                           {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
+                            "--num-workers=3", "--port-file=" + port_file, "--heartbeat-interval=0.2",
+                            "--heartbeat-timeout=1"},
+                           dir.File("scheduler.log")})
+                  .ok());
+  const std::string port = ReadPortFile(port_file);
+  ASSERT_FALSE(port.empty());
+  for (int w = 0; w < 3; ++w) {
+    ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w),
+                             {BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
+                              "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",
+                              "--batch=16", "--max-steps=100000", "--straggle=ms:5", "--heartbeat-interval=0.2",
+                              "--heartbeat-timeout=1", "--collective-timeout=60"},
+                             dir.File("worker-" + std::to_string(w) + ".log")})
+                    .ok());
+  }
+  for (int i = 0; i < 400 && ReadFile(dir.File("scheduler.log")).find("ranks assigned") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(group.Signal("worker 2", SIGKILL).ok());
+  const auto killed = std::chrono::steady_clock::now();
+  for (int w = 0; w < 2; ++w) {
+    auto code = group.WaitFor("worker " + std::to_string(w), 1.0 + 2.0 + 2.0);
+    ASSERT_TRUE(code.ok()) << "worker " << w << " still waits: " << ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+    EXPECT_EQ(*code, 1);
+    const std::string log = ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+    EXPECT_NE(log.find("was declared dead by the scheduler"), std::string::npos) << log;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 1.0 + 2.0 + 2.0);
+}
+
 TEST(FaultTest, AllreduceFailsCleanlyAndResumesFromItsCheckpoint) {
   TempDir dir;
   const std::string ckpt = dir.File("ckpt");
