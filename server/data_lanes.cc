@@ -1,5 +1,8 @@
 #include "server/data_lanes.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,8 +19,13 @@ namespace gradsync {
 namespace {
 // How long a frame may stall (no byte moving either way) before its connection is given up.
 constexpr double kIdleSeconds = 60.0;
-// How long a new connection has to present its token.
+// How long the acknowledgement to a new connection may take to write.
 constexpr double kTokenSeconds = 5.0;
+// A connection that has not presented its token within this long is closed; at most this many
+// wait per host, and in all (DataListener::AcceptLoop).
+constexpr double kPendingSeconds = 1.0;
+constexpr long kPendingPerHost = 16;
+constexpr size_t kPendingTotal = 256;
 }  // namespace
 
 struct DataConn::Pool {
@@ -295,27 +303,132 @@ DataListener::~DataListener() {
   }
 }
 
+namespace {
+// A connection accepted but not yet past its token: its bytes so far, when it came, from where.
+struct Pending {
+  int fd = -1;
+  std::string token;
+  std::chrono::steady_clock::time_point since;
+  std::string peer;  // its address (the host part): the bound on pending connections is per host
+  uint64_t received = 0;  // bytes read from it (counted, strangers' too, once they are done with)
+};
+
+std::string PeerHost(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = "";
+  if (a.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof text);
+  } else if (a.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text, sizeof text);
+  }
+  return text;
+}
+
+// Reads what has come of p's token without waiting; true once all of it is there, false while
+// more may come; an error (the peer closed) is `*gone`.
+bool ReadToken(Pending& p, bool* gone) {
+  while (p.token.size() < kDataTokenBytes) {
+    char buf[kDataTokenBytes];
+    const ssize_t n = ::recv(p.fd, buf, kDataTokenBytes - p.token.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      p.token.append(buf, static_cast<size_t>(n));
+      p.received += static_cast<uint64_t>(n);
+      continue;
+    }
+    *gone = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 void DataListener::AcceptLoop() {
+  // Every connection that has not presented its token yet is read from at once, without
+  // blocking: a stranger that stays silent holds no one up. It is closed after kPendingSeconds,
+  // or when its host has kPendingPerHost others pending (the oldest goes), or kPendingTotal in all:
+  // a worker, which sends its token the moment it connects, gets through whatever strangers do.
+  std::vector<Pending> pending;
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);  // accept until none waits, never block
+  auto count = [&](const Pending& p) {
+    std::lock_guard lk(mu_);
+    retired_in_ += p.received;  // every byte that came in, a stranger's too
+  };
+  auto close_at = [&](size_t i) {
+    count(pending[i]);
+    ::close(pending[i].fd);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   while (true) {
     {
       std::lock_guard lk(mu_);
-      if (stop_) return;
+      if (stop_) break;
     }
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    DataStream stream(c);
-    std::string token(kDataTokenBytes, '\0');
-    if (!stream.Read(token.data(), token.size(), kTokenSeconds).ok()) continue;  // a stranger, or gone
-    Expected e;
-    {
-      std::lock_guard lk(mu_);
-      auto it = expected_.find(token);
-      if (it == expected_.end()) continue;  // no such token: closed without a word
-      e = it->second;
-      expected_.erase(it);
+    std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0) continue;
+    std::vector<Pending> ready;  // past their token, in the order they came
+    // The pending connections that may have more of their token.
+    for (size_t i = pending.size(); i-- > 0;) {
+      if (fds[i + 1].revents == 0) continue;
+      bool gone = false;
+      if (ReadToken(pending[i], &gone)) {
+        ready.push_back(pending[i]);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      } else if (gone) {
+        close_at(i);
+      }
     }
+    // New connections, each read at once (a worker's token is usually there already).
+    for (int k = 0; k < 64 && (fds[0].revents & POLLIN); ++k) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      const int c = ::accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) break;
+      Pending p{c, "", std::chrono::steady_clock::now(), PeerHost(addr)};
+      bool gone = false;
+      if (ReadToken(p, &gone)) {
+        ready.push_back(std::move(p));
+        continue;
+      }
+      if (gone) {
+        count(p);
+        ::close(c);
+        continue;
+      }
+      const auto same_host = [&] {
+        return std::count_if(pending.begin(), pending.end(), [&](const Pending& q) { return q.peer == p.peer; });
+      };
+      while (same_host() >= kPendingPerHost) {
+        close_at(static_cast<size_t>(std::find_if(pending.begin(), pending.end(),
+                                                  [&](const Pending& q) { return q.peer == p.peer; }) -
+                                     pending.begin()));
+      }
+      if (pending.size() >= kPendingTotal) close_at(0);
+      pending.push_back(std::move(p));
+    }
+    // Silent too long: closed without a word.
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = pending.size(); i-- > 0;) {
+      if (now - pending[i].since > std::chrono::duration<double>(kPendingSeconds)) close_at(i);
+    }
+    for (Pending& p : ready) {
+      count(p);
+      Take(p.fd, p.token);
+    }
+  }
+  for (const Pending& p : pending) ::close(p.fd);
+}
+
+void DataListener::Take(int fd, const std::string& token) {
+  DataStream stream(fd);  // takes the descriptor, closed with it
+  Expected e;
+  {
+    std::lock_guard lk(mu_);
+    auto it = expected_.find(token);
+    if (it == expected_.end()) return;  // no such token: closed without a word
+    e = it->second;
+    expected_.erase(it);
+  }
+  {
     auto conn = std::make_shared<DataConn>(e.worker, e.max_floats, std::move(stream));
     std::shared_ptr<DataConn> old;
     {

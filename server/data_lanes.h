@@ -92,6 +92,8 @@ class DataListener {
  private:
   DataListener(int fd, int port);
   void AcceptLoop();
+  // A connection that presented `token` (the descriptor, taken): the expected worker's new channel.
+  void Take(int fd, const std::string& token);
 
   int fd_ = -1;
   int port_ = 0;

@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "common/ps_protocol.h"
 
@@ -146,6 +149,44 @@ TEST(DataListenerTest, OnlyAnExpectedTokenGetsAConnectionAndOnlyOnce) {
   EXPECT_EQ((*listener)->Find(3), nullptr);
   EXPECT_EQ((*one).get()[3], 4.0f);
   EXPECT_GE((*listener)->bytes_received(), kDataTokenBytes + kDataFrameHeadBytes + 4 * sizeof(float));
+}
+
+// Open descriptors of this process.
+size_t OpenFds() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += !e.path().empty();
+  return n;
+}
+
+TEST(DataListenerTest, SilentStrangersHoldNoWorkerBackAndStayBounded) {
+  // 200 connections that never say a word are held open on the shard's data port; a worker that
+  // then connects and presents its token is attached at once (within 1 s), the strangers are
+  // closed (at most 16 per host wait, each at most 1 s), and the shard's descriptors stay bounded.
+  auto listener = DataListener::Create("127.0.0.1");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const size_t before = OpenFds();
+  std::vector<DataStream> strangers;
+  for (int i = 0; i < 200; ++i) {
+    auto s = DataStream::Connect("127.0.0.1", (*listener)->port(), 5);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    strangers.push_back(std::move(*s));
+  }
+  const std::string token(kDataTokenBytes, 'w');
+  (*listener)->Expect(token, 1, kRange);
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = DataStream::Connect("127.0.0.1", (*listener)->port(), 5);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(worker->Write(std::vector<iovec>{{const_cast<char*>(token.data()), token.size()}}, 5).ok());
+  char ack[kDataAckBytes];
+  ASSERT_TRUE(worker->Read(ack, sizeof(ack), 5).ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  EXPECT_NE((*listener)->Find(1), nullptr);
+  // This process holds both ends of every stranger's connection: 200 on its side, and on the
+  // shard's at most the 16 that may wait (plus the worker's connection and its threads' few).
+  EXPECT_LE(OpenFds(), before + 200 + 1 + 16 + 8);
+  // A second later every stranger's connection is closed on the shard's side.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_LE(OpenFds(), before + 200 + 1 + 8);
 }
 
 }  // namespace
