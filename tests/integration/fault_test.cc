@@ -451,8 +451,33 @@ TEST(FaultTest, AStoppedWorkerIsDeclaredDeadAndTheRunGoesOn) {
 namespace gradsync::testing {
 namespace {
 
-// An all-reduce job: a dead rank fails the others within the collective timeout; restarted with
-// --resume, every rank goes on from rank 0's last checkpoint.
+// An all-reduce job started by hand (no launcher), as separate processes logging to DIR/scheduler.log
+// and DIR/worker-<w>.log: the scheduler with heartbeat timeout `scheduler_timeout` (seconds) and
+// `workers` workers with `worker_timeout` and the flags `extra`. Returns once the job has its ranks.
+void StartAllreduceByHand(ProcessGroup& group, TempDir& dir, int workers, const std::string& scheduler_timeout,
+                          const std::string& worker_timeout, const std::vector<std::string>& extra) {
+  const std::string port_file = dir.File("port");
+  ASSERT_TRUE(group.Spawn({"scheduler",
+                           {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
+                            "--num-workers=" + std::to_string(workers), "--port-file=" + port_file,
+                            "--heartbeat-interval=0.2", "--heartbeat-timeout=" + scheduler_timeout},
+                           dir.File("scheduler.log")})
+                  .ok());
+  const std::string port = ReadPortFile(port_file);
+  ASSERT_FALSE(port.empty());
+  for (int w = 0; w < workers; ++w) {
+    std::vector<std::string> argv{BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
+                                  "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",
+                                  "--batch=16", "--straggle=ms:5", "--heartbeat-interval=0.2",
+                                  "--heartbeat-timeout=" + worker_timeout};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w), argv, dir.File("worker-" + std::to_string(w) + ".log")}).ok());
+  }
+  for (int i = 0; i < 400 && ReadFile(dir.File("scheduler.log")).find("ranks assigned") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+}
+
 // A scheduler stopped (SIGSTOP) for twice its heartbeat timeout, while the nodes' patience with it
 // is longer: their heartbeats wait in its socket, so the silence is the scheduler's own. It says
 // it was paused, declares no node dead, and the job finishes. (Before, it handled one waiting
@@ -460,28 +485,8 @@ namespace {
 TEST(FaultTest, AStoppedSchedulerDoesNotCountItsOwnPauseAgainstTheNodes) {
   TempDir dir;
   ProcessGroup group;
-  const std::string port_file = dir.File("port");
-  ASSERT_TRUE(group.Spawn({"scheduler",
-                           {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
-                            "--num-workers=2", "--port-file=" + port_file, "--heartbeat-interval=0.2",
-                            "--heartbeat-timeout=1"},
-                           dir.File("scheduler.log")})
-                  .ok());
-  const std::string port = ReadPortFile(port_file);
-  ASSERT_FALSE(port.empty());
-  for (int w = 0; w < 2; ++w) {
-    ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w),
-                             {BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
-                              "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",
-                              "--batch=16", "--max-steps=600", "--straggle=ms:5", "--heartbeat-interval=0.2",
-                              "--heartbeat-timeout=6"},
-                             dir.File("worker-" + std::to_string(w) + ".log")})
-                    .ok());
-  }
   // Once the job has its ranks the workers train for 3 s or more (600 steps of at least 5 ms).
-  for (int i = 0; i < 400 && ReadFile(dir.File("scheduler.log")).find("ranks assigned") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  ASSERT_NO_FATAL_FAILURE(StartAllreduceByHand(group, dir, 2, "1", "6", {"--max-steps=600"}));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_TRUE(group.Signal("scheduler", SIGSTOP).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
@@ -505,27 +510,8 @@ TEST(FaultTest, AStoppedSchedulerDoesNotCountItsOwnPauseAgainstTheNodes) {
 TEST(FaultTest, AllreduceSurvivorsStopWhenTheSchedulerDeclaresARankDead) {
   TempDir dir;
   ProcessGroup group;
-  const std::string port_file = dir.File("port");
-  ASSERT_TRUE(group.Spawn({"scheduler",
-                           {BinaryPath("gradsync-server"), "--role=scheduler", "--mode=allreduce", "--num-servers=0",
-                            "--num-workers=3", "--port-file=" + port_file, "--heartbeat-interval=0.2",
-                            "--heartbeat-timeout=1"},
-                           dir.File("scheduler.log")})
-                  .ok());
-  const std::string port = ReadPortFile(port_file);
-  ASSERT_FALSE(port.empty());
-  for (int w = 0; w < 3; ++w) {
-    ASSERT_TRUE(group.Spawn({"worker " + std::to_string(w),
-                             {BinaryPath("gradsync-worker"), "--mode=allreduce", "--scheduler=127.0.0.1:" + port,
-                              "--rank=" + std::to_string(w), "--dataset=blobs", "--hidden=32", "--epochs=100",
-                              "--batch=16", "--max-steps=100000", "--straggle=ms:5", "--heartbeat-interval=0.2",
-                              "--heartbeat-timeout=1", "--collective-timeout=60"},
-                             dir.File("worker-" + std::to_string(w) + ".log")})
-                    .ok());
-  }
-  for (int i = 0; i < 400 && ReadFile(dir.File("scheduler.log")).find("ranks assigned") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      StartAllreduceByHand(group, dir, 3, "1", "1", {"--max-steps=100000", "--collective-timeout=60"}));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   ASSERT_TRUE(group.Signal("worker 2", SIGKILL).ok());
   const auto killed = std::chrono::steady_clock::now();
@@ -539,6 +525,8 @@ TEST(FaultTest, AllreduceSurvivorsStopWhenTheSchedulerDeclaresARankDead) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 1.0 + 2.0 + 2.0);
 }
 
+// An all-reduce job: a dead rank fails the others within the collective timeout; restarted with
+// --resume, every rank goes on from rank 0's last checkpoint.
 TEST(FaultTest, AllreduceFailsCleanlyAndResumesFromItsCheckpoint) {
   TempDir dir;
   const std::string ckpt = dir.File("ckpt");
