@@ -347,7 +347,7 @@ void PsClient::SendPart(size_t i, bool absent) {
     }
   }
   Payload p;
-  if (seq == kTcp && PushFrame(s, r.segments, open_.grads, &r)) {
+  if (seq == kTcp && PushFrame(s, r.segments, open_.grads, &r, static_cast<int64_t>(TotalSize(dense_runs_[static_cast<size_t>(s)])))) {
     // Over the data channel, part by part: the frame went first, the header follows.
   } else if (seq != kTcp) {
     Lane& lane = *lanes_[static_cast<size_t>(s)];
@@ -393,7 +393,8 @@ std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan 
       if (Lane* lane = LaneFor(part.shard, r.segments, true)) {
         r.shm = true;
         lane->pulls.push_back({ids[t], r.segments[0]});
-      } else if (DataFor(part.shard, r.segments) && !pull_decoder_) {
+      } else if (DataFor(part.shard, r.segments, static_cast<int64_t>(TotalSize(dense_runs_[static_cast<size_t>(part.shard)]))) &&
+                 !pull_decoder_) {
         r.data = true;
       }
       waiting_on_[ids[t]].push_back(part.shard);  // a shard answers each of its parts once
@@ -1045,15 +1046,15 @@ Result<int> PsClient::AttachDataChannels(double timeout_s) {
 
 int PsClient::data_channels() const { return CountAttached(data_); }
 
-PsClient::DataLink* PsClient::DataFor(int s, std::span<const Segment> segments) {
+PsClient::DataLink* PsClient::DataFor(int s, std::span<const Segment> segments, int64_t whole) {
   DataLink* link = data_[static_cast<size_t>(s)].get();
   if (!link || !codec_spec_.empty() || segments.empty() || broken_[static_cast<size_t>(s)]) return nullptr;
-  if (TotalSize(segments) < data_min_floats_) return nullptr;
+  if (static_cast<size_t>(whole >= 0 ? whole : TotalSize(segments)) < data_min_floats_) return nullptr;
   return link;
 }
 
-bool PsClient::PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r) {
-  DataLink* link = DataFor(s, runs);
+bool PsClient::PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r, int64_t whole) {
+  DataLink* link = DataFor(s, runs, whole);
   if (!link) return false;
   for (size_t i = 1; i < runs.size(); ++i)
     if (runs[i].begin != runs[i - 1].end) return false;  // a push's segments must be contiguous

@@ -256,9 +256,12 @@ class PsClient {
   };
   Status AttachData(int s, double timeout_s);
   // Shard s's data channel, if a dense raw request for `segments` may use it.
-  DataLink* DataFor(int s, std::span<const Segment> segments);
+  // `whole`: the size of the request `segments` are part of (an overlapped push's or a step's
+  // per-tensor pulls to shard s: all their parts), which the threshold is compared with, so that
+  // the parts of a large request go the same way as it would whole; -1: the segments' own.
+  DataLink* DataFor(int s, std::span<const Segment> segments, int64_t whole = -1);
   // Writes a push's frame (the runs of grads); false (the channel dropped) if that failed.
-  bool PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r);
+  bool PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r, int64_t whole = -1);
   // Reads pull frame `seq` of shard s: into target at `segments` (in order), or, with no target,
   // past it. Frames older than seq (their header was lost) are skipped.
   Status ReadPullFrame(int s, uint64_t seq, std::span<const Segment> segments, float* target);
