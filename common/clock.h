@@ -15,6 +15,25 @@ inline double SteadyMicros() {
   return std::chrono::duration<double, std::micro>(SteadyClock::now().time_since_epoch()).count() + TestClockSkewUs();
 }
 
+// A loop's own pauses (SIGSTOP, a process starved of CPU or swapped out): Turn(), once per turn of
+// the loop, returns the seconds since the previous turn when that gap exceeds `threshold_s`, else
+// 0. A failure detector does not count such a pause against those it waits for: their messages
+// wait in its socket, the silence was its own.
+class PauseDetector {
+ public:
+  explicit PauseDetector(double threshold_s) : threshold_s_(threshold_s), last_(SteadyClock::now()) {}
+  double Turn() {
+    const auto now = SteadyClock::now();
+    const double gap = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return gap > threshold_s_ ? gap : 0.0;
+  }
+
+ private:
+  double threshold_s_;
+  SteadyClock::time_point last_;
+};
+
 class Stopwatch {
  public:
   Stopwatch() : start_(SteadyClock::now()) {}

@@ -86,10 +86,30 @@ std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layou
   return WalkLayers(layout, range, nullptr);
 }
 
-std::vector<int> OptimizerLayerTensors(const std::vector<TensorInfo>& layout, Segment range) {
+std::vector<int64_t> SkippedSteps(const std::vector<TensorInfo>& layout, Segment range, int64_t steps,
+                                  std::span<const int64_t> tensor_steps) {
+  std::vector<int64_t> skipped;
+  if (std::all_of(tensor_steps.begin(), tensor_steps.end(), [&](int64_t n) { return n == steps; })) return skipped;
   std::vector<int> tensors;
   WalkLayers(layout, range, &tensors);
-  return tensors;
+  for (int t : tensors) skipped.push_back(t < 0 ? 0 : steps - tensor_steps[static_cast<size_t>(t)]);
+  return skipped;
+}
+
+Status TensorSteps(const std::vector<TensorInfo>& layout, Segment range, int64_t steps,
+                   std::span<const int64_t> skipped, std::vector<int64_t>* tensor_steps) {
+  if (skipped.empty()) return OkStatus();
+  std::vector<int> tensors;
+  WalkLayers(layout, range, &tensors);
+  if (tensors.size() != skipped.size()) {
+    return DataLossError("skipped steps for " + std::to_string(skipped.size()) + " layers; the range has " +
+                         std::to_string(tensors.size()));
+  }
+  if (tensor_steps->empty()) tensor_steps->assign(layout.size(), steps);
+  for (size_t l = 0; l < tensors.size(); ++l) {
+    if (tensors[l] >= 0) (*tensor_steps)[static_cast<size_t>(tensors[l])] = steps - skipped[l];
+  }
+  return OkStatus();
 }
 
 Status ValidateOptimizerOptions(const OptimizerOptions& o) {

@@ -122,9 +122,17 @@ struct OptimizerLayer {
 // order. A tensor whose name ends in "bias" or whose shape has one dimension does not adapt,
 // nor does a sparse one. The one place that decides which tensors LARS and LAMB exclude.
 std::vector<OptimizerLayer> OptimizerLayers(const std::vector<TensorInfo>& layout, Segment range);
-// Per layer of OptimizerLayers(layout, range), its tensor's index in the layout (-1: a gap the
-// layout leaves): how per-layer counts (Optimizer::skipped) map to tensors.
-std::vector<int> OptimizerLayerTensors(const std::vector<TensorInfo>& layout, Segment range);
+// Per-tensor step counts (torch's per-parameter "step") against a range's per-layer skipped steps
+// (Optimizer::skipped, OptimizerLayers(layout, range)'s layers), both ways.
+// SkippedSteps: per layer of the range, `steps` less its tensor's count in `tensor_steps` (one per
+// tensor of the layout; empty: every tensor took all `steps`, and so the result is empty).
+std::vector<int64_t> SkippedSteps(const std::vector<TensorInfo>& layout, Segment range, int64_t steps,
+                                  std::span<const int64_t> tensor_steps);
+// TensorSteps: sets in *tensor_steps (one per tensor of the layout, filled with `steps` first when
+// empty) the counts of the range's tensors from its layers' `skipped` (empty: nothing to set).
+// kDataLoss when `skipped` has not one count per layer of the range.
+Status TensorSteps(const std::vector<TensorInfo>& layout, Segment range, int64_t steps,
+                   std::span<const int64_t> skipped, std::vector<int64_t>* tensor_steps);
 
 class Optimizer {
  public:

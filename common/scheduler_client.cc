@@ -48,7 +48,7 @@ void SchedulerClient::Loop(std::stop_token stop) {
   auto last_heard = Clock::now();
   bool heard = false;  // the scheduler has answered once: silence from then on is losing it
   auto next_beat = Clock::now();
-  auto last_turn = Clock::now();
+  PauseDetector pause(options_.scheduler_timeout_s / 2);
   while (!stop.stop_requested()) {
     std::deque<wire::Header> out;
     {
@@ -100,13 +100,11 @@ void SchedulerClient::Loop(std::stop_token stop) {
     // A long gap between two turns of this loop means this process was paused (SIGSTOP, a
     // swapped-out machine): the scheduler's silence is ours. It gets a fresh timeout to answer
     // the next heartbeat (it may say this node was declared dead meanwhile).
-    if (Clock::now() - last_turn > Seconds(options_.scheduler_timeout_s / 2)) {
-      GRADSYNC_LOG(WARNING) << "this process was paused for "
-                            << std::chrono::duration<double>(Clock::now() - last_turn).count() << " s";
+    if (const double paused = pause.Turn(); paused > 0) {
+      GRADSYNC_LOG(WARNING) << "this process was paused for " << paused << " s";
       last_heard = Clock::now();
       next_beat = Clock::now();
     }
-    last_turn = Clock::now();
     if (Clock::now() - last_heard > Seconds(options_.scheduler_timeout_s)) {
       std::lock_guard lock(mu_);
       if (health_.ok()) {

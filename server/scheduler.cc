@@ -590,17 +590,15 @@ bool Scheduler::JobOver() const {
 
 Status Scheduler::Run() {
   const double start = NowSeconds();
-  double last_turn = start;
+  // A turn takes at most 50 ms and its handling; a much longer gap is the scheduler's own pause.
+  PauseDetector pause(kPausedS);
   while (!stop_.load()) {
     auto m = socket_.Recv(50);
     double now = NowSeconds();
-    // A turn takes at most 50 ms and its handling; a much longer gap means this process was
-    // paused (SIGSTOP, starved of CPU): the nodes' silence over it is the scheduler's own, their
-    // heartbeats wait in its socket. It is not counted against them.
-    if (const double gap = now - last_turn; gap > kPausedS) {
-      GRADSYNC_LOG(WARNING) << "scheduler: this process was paused for " << gap
+    if (const double paused = pause.Turn(); paused > 0) {
+      GRADSYNC_LOG(WARNING) << "scheduler: this process was paused for " << paused
                             << " s; the nodes' silence over it does not count toward their heartbeat timeout";
-      for (auto& n : nodes_) n.last_seen += gap;
+      for (auto& n : nodes_) n.last_seen += paused;
     }
     if (m.ok()) Handle(*m, now);
     // Everything that waits is heard before anyone is judged (after a pause, many heartbeats).
@@ -611,7 +609,6 @@ Status Scheduler::Run() {
       Handle(*more, now);
     }
     now = NowSeconds();
-    last_turn = now;
     CheckHeartbeats(now);
     if (JobOver()) break;
     if (!announced_ && now - start > options_.register_timeout_s) {

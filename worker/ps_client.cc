@@ -32,7 +32,10 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
   join_clock_.assign(static_cast<size_t>(table.servers_size()), -1);
   // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
   if (scheduler_) seen_joined_ = scheduler_->joined_nodes().size();
-  for (int s = 0; s < table.servers_size(); ++s) dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
+  for (int s = 0; s < table.servers_size(); ++s) {
+    dense_runs_.push_back(DenseRuns(layout_, partitioner_.range(s)));
+    dense_floats_.push_back(static_cast<int64_t>(TotalSize(dense_runs_.back())));
+  }
   lanes_.resize(static_cast<size_t>(table.servers_size()));
   data_.resize(static_cast<size_t>(table.servers_size()));
   data_port_.assign(static_cast<size_t>(table.servers_size()), 0);
@@ -67,7 +70,6 @@ PsClient::RequestId PsClient::NewRequest(bool is_pull, FloatSpan target, int par
 }
 
 namespace {
-
 // How long a push waits for a shard to release its lane's push area (bsp: until the round of the
 // previous push is applied, which a normal step, pulling in between, never waits for).
 constexpr int kLaneWaitSeconds = 600;
@@ -112,9 +114,8 @@ Status PsClient::SetCompression(const std::string& spec, uint64_t seed, bool err
     pull_decoder_ = std::make_unique<PullDeltaDecoder>(std::move(codec));
   }
   for (int s = 0; s < table_.servers_size(); ++s) {
-    int64_t n = 0;
-    for (const auto& r : dense_runs_[s]) n += r.size();
-    auto e = GradientEncoder::Create(spec, seed, static_cast<size_t>(n), error_feedback, correction_momentum);
+    auto e = GradientEncoder::Create(spec, seed, static_cast<size_t>(dense_floats_[static_cast<size_t>(s)]),
+                                     error_feedback, correction_momentum);
     if (!e.ok()) {
       codec_spec_.clear();
       encoders_.clear();
@@ -347,7 +348,7 @@ void PsClient::SendPart(size_t i, bool absent) {
     }
   }
   Payload p;
-  if (seq == kTcp && PushFrame(s, r.segments, open_.grads, &r, static_cast<int64_t>(TotalSize(dense_runs_[static_cast<size_t>(s)])))) {
+  if (seq == kTcp && PushFrame(s, r.segments, open_.grads, &r, dense_floats_[static_cast<size_t>(s)])) {
     // Over the data channel, part by part: the frame went first, the header follows.
   } else if (seq != kTcp) {
     Lane& lane = *lanes_[static_cast<size_t>(s)];
@@ -393,8 +394,7 @@ std::vector<PsClient::RequestId> PsClient::PullTensors(int64_t clock, FloatSpan 
       if (Lane* lane = LaneFor(part.shard, r.segments, true)) {
         r.shm = true;
         lane->pulls.push_back({ids[t], r.segments[0]});
-      } else if (DataFor(part.shard, r.segments, static_cast<int64_t>(TotalSize(dense_runs_[static_cast<size_t>(part.shard)]))) &&
-                 !pull_decoder_) {
+      } else if (DataFor(part.shard, r.segments, dense_floats_[static_cast<size_t>(part.shard)]) && !pull_decoder_) {
         r.data = true;
       }
       waiting_on_[ids[t]].push_back(part.shard);  // a shard answers each of its parts once
@@ -643,20 +643,12 @@ Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double t
   OptimizerStateParts out;
   out.kind = first.kind;
   out.steps = first.steps;
-  // Each tensor's own steps: the shards' counts of steps its layers skipped (a tensor that
-  // crosses shards skipped the same steps on each; the first shard's piece says).
+  // Each tensor's own steps from the shards' per-layer counts (a tensor that crosses shards
+  // skipped the same steps on each; the first shard's piece says).
   for (int s = servers - 1; s >= 0; --s) {
-    const auto& skipped = gather->shards[static_cast<size_t>(s)].skipped;
-    if (skipped.empty()) continue;
-    const std::vector<int> tensors = OptimizerLayerTensors(layout_, partitioner_.range(s));
-    if (tensors.size() != skipped.size()) {
-      return DataLossError(NodeName(table_.servers(s)) + " counts skipped steps for " + std::to_string(skipped.size()) +
-                           " layers; its range has " + std::to_string(tensors.size()));
-    }
-    if (out.tensor_steps.empty()) out.tensor_steps.assign(layout_.size(), out.steps);
-    for (size_t l = 0; l < tensors.size(); ++l) {
-      if (tensors[l] >= 0) out.tensor_steps[static_cast<size_t>(tensors[l])] = out.steps - skipped[l];
-    }
+    RETURN_IF_ERROR(TensorSteps(layout_, partitioner_.range(s), out.steps,
+                                gather->shards[static_cast<size_t>(s)].skipped, &out.tensor_steps)
+                        .WithContext(NodeName(table_.servers(s))));
   }
   out.slots.resize(static_cast<size_t>(first.slots));
   for (size_t k = 0; k < out.slots.size(); ++k) {
@@ -699,8 +691,6 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
                                   " steps taken, not in [0, " + std::to_string(state.steps) + "]");
     }
   }
-  const bool all_steps = std::all_of(state.tensor_steps.begin(), state.tensor_steps.end(),
-                                     [&](int64_t n) { return n == state.steps; });
   for (int k = 0; k < slots; ++k) {
     const auto& tensors = state.slots[static_cast<size_t>(k)];
     if (tensors.size() != layout_.size()) {
@@ -724,12 +714,7 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
   std::vector<float> vector;
   for (int s = 0; s < servers; ++s) {
     const Segment& range = partitioner_.range(s);
-    std::vector<int64_t> skipped;  // per layer of the range: the steps its tensor did not take
-    if (!all_steps) {
-      for (int t : OptimizerLayerTensors(layout_, range)) {
-        skipped.push_back(t < 0 ? 0 : state.steps - state.tensor_steps[static_cast<size_t>(t)]);
-      }
-    }
+    const std::vector<int64_t> skipped = SkippedSteps(layout_, range, state.steps, state.tensor_steps);
     for (int k = 0; k < messages; ++k) {
       PsRequest r = Request(wire::STATE_PUSH, rank_, id, clock);
       r.optimizer = state.kind;

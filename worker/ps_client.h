@@ -285,6 +285,7 @@ class PsClient {
   std::vector<TensorInfo> layout_;
   Partitioner partitioner_;
   std::vector<std::vector<Segment>> dense_runs_;  // per shard
+  std::vector<int64_t> dense_floats_;              // per shard: its dense runs' size (a step's whole request)
   SchedulerClient* scheduler_;
   std::vector<Socket> sockets_;
   TrafficCounters retired_traffic_;  // of the connections Reconnect replaced

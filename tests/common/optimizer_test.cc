@@ -349,6 +349,23 @@ void ExpectNearReference(const std::vector<float>& w, const std::vector<double>&
   for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], ref[i], tol) << i;
 }
 
+TEST(OptimizerLayersTest, PerTensorStepsAndARangesSkippedStepsConvertBothWays) {
+  // Tensors a [0, 4), b [4, 8), c [8, 12); a range [2, 10) holds part of each.
+  const std::vector<TensorInfo> layout = {{"a", {4}, 0, 4, false}, {"b", {4}, 4, 4, false}, {"c", {4}, 8, 4, false}};
+  const std::vector<int64_t> steps = {5, 2, 5};
+  const std::vector<int64_t> skipped = SkippedSteps(layout, {2, 10}, 5, steps);
+  EXPECT_EQ(skipped, (std::vector<int64_t>{0, 3, 0}));
+  EXPECT_TRUE(SkippedSteps(layout, {2, 10}, 5, std::vector<int64_t>{5, 5, 5}).empty());
+  EXPECT_TRUE(SkippedSteps(layout, {2, 10}, 5, {}).empty());
+  std::vector<int64_t> back;
+  ASSERT_TRUE(TensorSteps(layout, {2, 10}, 5, skipped, &back).ok());
+  EXPECT_EQ(back, steps);
+  std::vector<int64_t> none;
+  ASSERT_TRUE(TensorSteps(layout, {2, 10}, 5, {}, &none).ok());
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(TensorSteps(layout, {2, 10}, 5, std::vector<int64_t>{1, 2}, &back).code(), StatusCode::kDataLoss);
+}
+
 TEST(OptimizerLayersTest, EachTensorCutToTheRangeBiasesAndVectorsExcluded) {
   const auto layout = ThreeLayers();
   EXPECT_EQ(OptimizerLayers(layout, {0, 12}),
