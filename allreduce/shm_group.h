@@ -48,8 +48,8 @@ class ShmGroup {
   const std::string& name() const { return region_.name(); }
   int members() const { return members_; }
   int index() const { return index_; }
-  // Removes the region's name once every member has mapped it.
-  void Unlink() { region_.Unlink(); }
+  // Member 0, once every member has mapped it: no one else can map it from now on.
+  void Unpublish() { region_.Unpublish(); }
   // Who each member is, for errors ("rank 5").
   void set_member_names(std::vector<std::string> names) { member_names_ = std::move(names); }
 

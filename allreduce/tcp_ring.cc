@@ -761,7 +761,7 @@ Status RingCollective::SetUpSharedMemory() {
   }
   std::vector<std::vector<std::byte>> verdicts;
   RETURN_IF_ERROR(AllGather(std::as_bytes(std::span<const char>(failure.data(), failure.size())), &verdicts));
-  if (shm_ && index == 0) shm_->Unlink();  // every member has mapped it (or given up)
+  if (shm_ && index == 0) shm_->Unpublish();  // every member has mapped it (or given up)
   shm_why_not_.clear();
   for (size_t r = 0; r < verdicts.size(); ++r) {
     if (!verdicts[r].empty()) {

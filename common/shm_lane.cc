@@ -52,7 +52,7 @@ Result<ShmLane> ShmLane::Attach(const std::string& name, int64_t floats) {
   return lane;
 }
 
-void ShmLane::Unlink() { region_.Unlink(); }
+void ShmLane::Unpublish() { region_.Unpublish(); }
 
 float* ShmLane::push_area() const {
   return reinterpret_cast<float*>(static_cast<char*>(region_.base()) + kControlBytes);

@@ -3,14 +3,15 @@
 // ZeroMQ still carries every header (and so every check, consistency rule and error reply); the
 // lane only holds the floats.
 //
-// Layout of the region (a POSIX shared-memory object, /dev/shm/gradsync-<32 hex digits>):
+// Layout of the region (a SharedRegion: an anonymous memory file, never in /dev/shm):
 //   [control: 4 KiB: magic, floats, consumed] [push area: floats] [pull area: floats]
 // Both areas are indexed like the shard's range: element i of the range is area[i].
 //
 // The worker creates the lane (a SharedRegion, common/shared_region.h: private to this user,
-// every page reserved) and names it in SHM_ATTACH; the shard opens it only if SharedRegion
-// accepts it and its control block describes the range. Both sides then remove the name: the
-// mapping lives on until both have let go, and nothing is left in /dev/shm when a process dies.
+// every page reserved, sealed against resizing) and names it in SHM_ATTACH; the shard maps it
+// only if SharedRegion accepts it and its control block describes the range. The worker then
+// unpublishes it: the memory lives until both have let go, and nothing is left behind whatever
+// dies, at any moment (the region never has a name in a file system).
 //
 // Flow control: a worker writes its push area only once the shard says it no longer reads it:
 // the shard stores the number of the last push it is done with in `consumed` (release), the
@@ -33,18 +34,20 @@ class ShmLane {
   ShmLane() = default;
 
   // The worker: a new lane for a range of `floats` elements (> 0). kUnavailable when shared
-  // memory cannot be had (or /dev/shm cannot hold the lane).
+  // memory cannot be had (or the host cannot hold the lane).
   static Result<ShmLane> Create(int64_t floats);
   // The shard: maps the lane `name` (IsValidName) of exactly `floats` elements; kInvalidArgument
-  // for a bad name, kNotFound for no such lane (another host), kPermissionDenied for one of
-  // another user or readable by others, kFailedPrecondition for a wrong size or control block.
+  // for a bad name, kNotFound for no such lane (another host, or its worker let go),
+  // kPermissionDenied for one of another user or readable by others, kFailedPrecondition for an
+  // unsealed region, a wrong size or control block.
   static Result<ShmLane> Attach(const std::string& name, int64_t floats);
   static bool IsValidName(const std::string& name);
   // The size of the region of a lane of `floats` elements.
   static uint64_t RegionBytes(int64_t floats);
 
-  // Removes the name (the mapping stays valid). Harmless when already removed.
-  void Unlink();
+  // The worker, once the shard answered SHM_ATTACH: no one else can map it from now on (the
+  // mappings stay valid). Harmless on the shard's side and when called twice.
+  void Unpublish();
 
   bool valid() const { return region_.valid(); }
   const std::string& name() const { return region_.name(); }

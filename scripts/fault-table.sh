@@ -20,6 +20,10 @@
 #   server-stop-r2    --replicas=2: the same; server 0 takes the shard over, server 1 comes back as
 #                     a standby
 #   unwritable-dir    a server started with a --checkpoint-dir that cannot take a file (no job)
+#   lane-kills        LANE_KILLS (50) times: a 1-server, 1-worker bsp job on one host, every
+#                     process killed with SIGKILL the moment the worker holds a shared-memory
+#                     lane; then the gradsync files in /dev/shm and the host's shared memory
+#                     (Shmem in /proc/meminfo) against before
 # Prints one Markdown row per run: fault, mode, detected after (s, the scheduler's first
 # "declared dead" line minus the moment of the fault), run completed (the scheduler's exit
 # status), final test accuracy (worker 0's summary), updates lost (summed over the shards'
@@ -126,6 +130,56 @@ unwritable() {
   echo "| unwritable-dir | bsp | $((SECONDS - start)) (at start) | no (exit $rc) | - | - | ${err//|/\\|} |"
 }
 
+# Kill every process of a small job the moment its worker holds a lane, LANE_KILLS times.
+lane_kills() {
+  local n=${LANE_KILLS:-50} d=$out/lane-kills hits=0 i
+  rm -rf "$d" && mkdir -p "$d"
+  local shm0 files0
+  shm0=$(awk '/^Shmem:/ {print $2}' /proc/meminfo)
+  files0=$(find /dev/shm -maxdepth 1 -name 'gradsync-*' | wc -l)
+  for ((i = 0; i < n; ++i)); do
+    rm -f "$d/port"
+    "$B/gradsync-server" --role=scheduler --num-servers=1 --num-workers=1 --port-file="$d/port" > "$d/scheduler.log" 2>&1 &
+    local sched=$! j
+    for j in $(seq 200); do [[ -s $d/port ]] && break; sleep 0.01; done
+    local port
+    port=$(cat "$d/port")
+    "$B/gradsync-server" --role=server --mode=bsp --rank=0 --scheduler=127.0.0.1:"$port" > "$d/server.log" 2>&1 &
+    local server=$!
+    "$B/gradsync-worker" --mode=bsp --rank=0 --scheduler=127.0.0.1:"$port" --max-steps=50 > "$d/worker.log" 2>&1 &
+    local worker=$!
+    # Poll the worker's descriptors (a lane is published by one from its creation until the shard
+    # has mapped it, a few ms) and kill all three the moment one is there; at most 20 s.
+    if /usr/bin/python3 - "$worker" "$server" "$sched" <<'PY'
+import os, signal, sys, time
+pids = [int(p) for p in sys.argv[1:]]
+end = time.time() + 20
+while time.time() < end:
+    try:
+        fds = os.listdir(f"/proc/{pids[0]}/fd")
+    except OSError:
+        sys.exit(1)
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pids[0]}/fd/{fd}").startswith("/memfd:gradsync-"):
+                for p in pids:
+                    os.kill(p, signal.SIGKILL)
+                sys.exit(0)
+        except OSError:
+            pass
+sys.exit(1)
+PY
+    then hits=$((hits + 1)); fi
+    kill -9 $worker $server $sched 2>/dev/null
+    wait $worker $server $sched 2>/dev/null
+  done
+  sleep 0.5
+  local shm1 files1
+  shm1=$(awk '/^Shmem:/ {print $2}' /proc/meminfo)
+  files1=$(find /dev/shm -maxdepth 1 -name 'gradsync-*' | wc -l)
+  echo "| lane-kills | bsp | - | $hits of $n killed holding a lane | - | - | gradsync files in /dev/shm: $files0 before, $files1 after; Shmem $shm0 KiB before, $shm1 KiB after |"
+}
+
 echo "| fault | mode | detected after (s) | run completed | final test acc (%) | updates lost | what the log said |"
 echo "|---|---|---|---|---|---|---|"
 faults=${FAULTS:-"bsp:none asp:none bsp:worker-kill ssp:worker-kill asp:worker-kill bsp:worker-rejoin bsp:worker-stop
@@ -135,3 +189,4 @@ for spec in $faults; do
   run "${spec%%:*}" "${spec##*:}" 2>/dev/null  # bash's "Killed" notices for the processes killed on purpose
 done
 unwritable
+lane_kills

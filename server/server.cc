@@ -221,7 +221,6 @@ Status Server::HandleAttach(const PsRequest& r, const Message& m) {
                                 ", " + std::to_string(shard_->range().end) + ")");
   }
   ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Attach(r.shm_name, shard_->range().size()));
-  lane.Unlink();  // mapped on both sides now: nothing stays behind in /dev/shm
   DetachLane(r.worker);
   lanes_[r.worker] = std::move(lane);
   stats_.shm_lanes = static_cast<int64_t>(lanes_.size());

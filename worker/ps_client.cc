@@ -914,7 +914,7 @@ Status PsClient::AttachLane(int s, double timeout_s) {
   Status st = sockets_[s].Send("", EncodeRequest(r));
   if (!st.ok()) FailShard(s, st);
   st = Wait(r.request_id, timeout_s);
-  lane.Unlink();  // mapped on both sides (or refused): nothing stays behind in /dev/shm
+  lane.Unpublish();  // mapped on both sides (or refused): no one else can map it
   if (!st.ok()) return st;
   auto l = std::make_unique<Lane>();
   l->lane = std::move(lane);

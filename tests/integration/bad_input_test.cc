@@ -191,11 +191,11 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   { wire::Header h = pull; h.set_shm(true); send(h, {}); }
   // 27. A lane name that is a path, 28. a lane that does not exist, 29. a lane of the wrong size.
   send(attach("/../../dev/shm/x"), {});
-  send(attach("/gradsync-00000000000000000000000000000000"), {});
+  send(attach("/gradsync-00000000000000000000000000000000.1.3"), {});
   auto wrong_size = ShmLane::Create(shard_size + 1);
   ASSERT_TRUE(wrong_size.ok()) << wrong_size.status();
   send(attach(wrong_size->name()), {});
-  wrong_size->Unlink();
+  wrong_size->Unpublish();
   // 30. The shm flag on a JOIN.
   { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.set_shm(true); send(h, {}); }
   // A real lane for worker 1 (answered with SHM_ATTACH_REPLY, not an attack).
