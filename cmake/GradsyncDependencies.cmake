@@ -11,7 +11,8 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 add_library(gradsync_openblas INTERFACE)
 target_link_libraries(gradsync_openblas INTERFACE PkgConfig::OPENBLAS)
 
-# libsodium (the ring's handshake MACs and AEAD frames); libzmq links it too, for CURVE.
+# libsodium (the ring's handshake MACs and AEAD frames, the servers' replication key compare);
+# libzmq links it too, for CURVE.
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 add_library(gradsync_sodium INTERFACE)
 target_link_libraries(gradsync_sodium INTERFACE PkgConfig::SODIUM)

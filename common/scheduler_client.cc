@@ -135,6 +135,7 @@ void SchedulerClient::Handle(const Message& m) {
       table_ = h.table();
       rank_ = h.node().rank();
       rejoined_ = h.rejoined();
+      replica_key_ = h.replica_key();
       registered_ = true;
       break;
     case wire::ERROR:
@@ -188,6 +189,11 @@ void SchedulerClient::Handle(const Message& m) {
       break;
     case wire::SHUTDOWN:
       shutdown_ = true;
+      if (h.error_code() != 0 && job_failure_.ok()) {
+        const auto code = static_cast<StatusCode>(h.error_code());
+        job_failure_ = Status(code == StatusCode::kOk ? StatusCode::kUnknown : code, "the scheduler stopped the job: " + h.error_message());
+        if (health_.ok()) health_ = job_failure_;
+      }
       events_++;
       break;
     case wire::MESSAGE_LIMIT:
@@ -375,6 +381,16 @@ void SchedulerClient::Flush(double timeout_s) {
 bool SchedulerClient::shutdown_requested() const {
   std::lock_guard lock(mu_);
   return shutdown_;
+}
+
+std::string SchedulerClient::replica_key() const {
+  std::lock_guard lock(mu_);
+  return replica_key_;
+}
+
+Status SchedulerClient::job_failure() const {
+  std::lock_guard lock(mu_);
+  return job_failure_;
 }
 
 Status SchedulerClient::health() const {

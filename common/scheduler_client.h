@@ -106,8 +106,12 @@ class SchedulerClient {
   void Flush(double timeout_s);
 
   bool shutdown_requested() const;
+  // Why the scheduler shut the job down, when it failed (SHUTDOWN with an error: a shard has no
+  // live copy and nothing can restore it); OK for an orderly end or no shutdown yet.
+  Status job_failure() const;
   // Non-OK once the scheduler has been silent for scheduler_timeout_s, or (kUnauthenticated)
-  // once the handshake with it failed: it refused this process's key, or the keys do not match.
+  // once the handshake with it failed: it refused this process's key, or the keys do not match;
+  // or once it shut a failed job down (job_failure).
   Status health() const;
   // Nodes the scheduler has declared dead, in the order it did.
   std::vector<wire::NodeInfo> dead_nodes() const;
@@ -125,6 +129,8 @@ class SchedulerClient {
   wire::ClusterTable table() const;
   // This node took a dead node's rank in a running job (its Register returned then).
   bool rejoined() const;
+  // A server: the job's replication key (REGISTER_REPLY), "" until registered and for workers.
+  std::string replica_key() const;
   // Bumps each time something changes (a death, a rejoin, a worker that ended training, a
   // shutdown, a lost scheduler, this node declared dead): cheap to poll.
   uint64_t events() const;
@@ -152,12 +158,14 @@ class SchedulerClient {
   std::map<std::string, Status> barrier_failed_;  // barrier name -> why the scheduler gave it up
   std::map<std::string, std::vector<std::string>> gathered_;  // barrier name -> released data
   bool shutdown_ = false;
+  Status job_failure_;
   Status health_;
   std::vector<wire::NodeInfo> dead_;
   std::vector<wire::NodeInfo> joined_;
   std::vector<EndedWorker> ended_;
   std::set<std::pair<int, int>> dead_now_;  // (role, rank)
   bool rejoined_ = false;
+  std::string replica_key_;
   int64_t limit_accepted_ = 0;  // MESSAGE_LIMIT answered: every live shard accepts this much
   Status limit_error_;
   double clock_offset_us_ = 0;

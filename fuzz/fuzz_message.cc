@@ -21,6 +21,13 @@
 // compressed push, ConsistencyController's clock rules, then the shard update or read, on a
 // fresh two-shard model (a dense tensor, a sparse one, a dense one) per input. Anything
 // server.cc relies on and nothing checks (segments that overlap) fails the run too.
+//
+// A REPLICATE goes to a backup's store (server/replication.h) that holds whole copies of both
+// shards, each bound to its primary's connection: arriving on the fuzzer's connection (a
+// stranger's), it must be refused and leave both copies whole and bit for bit as they were,
+// unless it is a snapshot with the job's key from the shard's own rank (a primary's new
+// connection: it may start the copy over); the same entry then as if from the primary may be
+// refused or applied, but must not crash.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -41,6 +48,7 @@
 #include "compression/compressor.h"
 #include "common/consistency.h"
 #include "server/kv_shard.h"
+#include "server/replication.h"
 
 namespace {
 
@@ -69,9 +77,42 @@ constexpr int64_t kNumParams = 3100;
 constexpr int kNumWorkers = 4;
 constexpr uint64_t kCodecSeed = 11;
 constexpr size_t kMaxDecoded = size_t{1} << 16;
+const std::string kReplicaKey = "fuzz-replica-key";  // the job's replication key
 
 std::vector<gradsync::TensorInfo> Layout() {
   return {{"dense0", {1000}, 0, 1000, false}, {"emb", {2048}, 1000, 2048, true}, {"dense1", {52}, 3048, 52, false}};
+}
+
+// The job of that model (momentum SGD: one optimizer state vector), and a snapshot's META of
+// shard `s`.
+wire::JobConfig Job() {
+  wire::JobConfig job;
+  for (const auto& t : Layout()) {
+    auto* j = job.add_tensors();
+    j->set_name(t.name);
+    j->set_offset(static_cast<uint64_t>(t.offset));
+    j->set_size(static_cast<uint64_t>(t.size));
+    j->set_sparse(t.sparse);
+  }
+  job.set_num_params(kNumParams);
+  job.set_num_workers(kNumWorkers);
+  job.set_lr(0.1f);
+  job.set_lr_schedule("constant");
+  gradsync::OptimizerOptions o;
+  o.momentum = 0.9f;
+  gradsync::SetJobOptimizer(o, &job);
+  return job;
+}
+
+wire::ShardCheckpoint Meta(int s) {
+  const gradsync::Partitioner part(kNumParams, 2);
+  wire::ShardCheckpoint c;
+  c.set_rank(s);
+  *c.mutable_job() = Job();
+  c.set_begin(static_cast<uint64_t>(part.range(s).begin));
+  c.set_end(static_cast<uint64_t>(part.range(s).end));
+  c.set_optimizer("sgd");
+  return c;
 }
 
 struct Endpoints {
@@ -139,7 +180,24 @@ uint64_t Count(FuzzedDataProvider& in, uint64_t small_max) {
 
 Frames StructuredFrames(FuzzedDataProvider& in) {
   wire::Header h;
-  h.set_type(static_cast<wire::Type>(in.ConsumeIntegralInRange<int>(0, 21)));
+  const int type = in.ConsumeIntegralInRange<int>(0, 22);
+  h.set_type(type == 22 ? wire::REPLICATE : static_cast<wire::Type>(type));
+  if (h.type() == wire::REPLICATE) {
+    const int s = in.ConsumeIntegralInRange<int>(-1, 2);
+    h.set_replica_shard(s);
+    h.set_replica_op(static_cast<wire::ReplicaOp>(in.ConsumeIntegralInRange<int>(0, 8)));
+    h.set_replica_index(in.ConsumeBool() ? in.ConsumeIntegral<uint64_t>() : in.ConsumeIntegralInRange<uint64_t>(0, 8));
+    h.set_replica_part(in.ConsumeIntegralInRange<int>(-1, 2));
+    h.set_replica_worker(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
+    h.set_replica_scale(in.ConsumeFloatingPoint<float>());
+    h.set_replica_counts(in.ConsumeBool());
+    switch (in.ConsumeIntegralInRange<int>(0, 2)) {  // the key: none, the job's, other bytes
+      case 1: h.set_replica_key(kReplicaKey); break;
+      case 2: h.set_replica_key(in.ConsumeRandomLengthString(32)); break;
+      default: break;
+    }
+    h.set_replica_meta(in.ConsumeBool() && s >= 0 && s < 2 ? Meta(s).SerializeAsString() : in.ConsumeRandomLengthString(256));
+  }
   h.set_sender_role(static_cast<wire::Role>(in.ConsumeIntegralInRange<int>(0, 3)));
   h.set_sender_rank(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
   h.set_request_id(in.ConsumeIntegral<uint64_t>());
@@ -343,6 +401,65 @@ void CheckData(Message& m) {
   }
 }
 
+void CheckReplicate(Message& m) {
+  const bool aggregates = m.header.request_id() & 1;
+  gradsync::ReplicaStore store(2, aggregates, kReplicaKey);
+  const gradsync::Partitioner part(kNumParams, 2);
+  std::vector<std::vector<float>> before(2);
+  for (int s = 0; s < 2; ++s) {
+    const gradsync::Segment range = part.range(s);
+    std::vector<float> values(static_cast<size_t>(range.size()));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(i) - 0.5f;
+    auto entry = [&](wire::ReplicaOp op, uint64_t index, bool with_values) {
+      Message e;
+      e.peer = "primary";
+      e.header.set_type(wire::REPLICATE);
+      e.header.set_sender_role(wire::SERVER);
+      e.header.set_sender_rank(s);
+      e.header.set_replica_shard(s);
+      e.header.set_replica_op(op);
+      e.header.set_replica_index(index);
+      e.header.set_request_id(index + 1);
+      if (with_values) {
+        auto* seg = e.header.add_segments();
+        seg->set_offset(static_cast<uint64_t>(range.begin));
+        seg->set_length(static_cast<uint64_t>(range.size()));
+        e.header.set_has_values(true);
+        e.values = gradsync::Frame::Copy(values.data(), values.size() * sizeof(float));
+      }
+      return e;
+    };
+    Message meta = entry(wire::REPLICA_META, 0, false);
+    meta.header.set_replica_key(kReplicaKey);
+    meta.header.set_replica_meta(Meta(s).SerializeAsString());
+    if (auto st = store.Apply(meta); !st.ok()) Fail("the primary's snapshot was refused: " + st.ToString());
+    if (auto st = store.Apply(entry(wire::REPLICA_PARAMS, 1, true)); !st.ok()) Fail("snapshot parameters: " + st.ToString());
+    Message state = entry(wire::REPLICA_STATE, 2, true);
+    if (auto st = store.Apply(state); !st.ok()) Fail("snapshot state: " + st.ToString());
+    if (!store.Complete(s)) Fail("the snapshot did not make a whole copy");
+    before[static_cast<size_t>(s)].assign(store.params(s).begin(), store.params(s).end());
+  }
+  const std::string stranger = m.peer;  // the router's identity of the fuzzer's socket, or ""
+  const auto& h = m.header;
+  // A snapshot with the job's key from the shard's own rank may start a copy over (a primary's
+  // new connection); nothing else from this connection may be taken.
+  const bool keyed_snapshot = h.replica_op() == wire::REPLICA_META && h.replica_key() == kReplicaKey &&
+                              h.sender_rank() == h.replica_shard();
+  const auto st = store.Apply(m);
+  Note("stranger's REPLICATE: " + st.ToString());
+  if (st.ok() && !keyed_snapshot) Fail("a stranger's REPLICATE was applied");
+  for (int s = 0; s < 2 && !st.ok(); ++s) {  // refused: nothing changed
+    const auto now = store.params(s);
+    if (!store.Complete(s) || !std::equal(now.begin(), now.end(), before[static_cast<size_t>(s)].begin(),
+                                          before[static_cast<size_t>(s)].end())) {
+      Fail("a stranger's REPLICATE changed the copy of shard " + std::to_string(s));
+    }
+  }
+  m.peer = "primary";
+  Note("as the primary's: " + store.Apply(m).ToString());
+  m.peer = stranger;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -381,6 +498,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case wire::INIT: CheckInit(*m); break;
     case wire::PUSH:
     case wire::PULL: CheckData(*m); break;
+    case wire::REPLICATE: CheckReplicate(*m); break;
     default: break;
   }
   return 0;

@@ -61,7 +61,7 @@ def segment(offset, length):
 
 
 # wire.Type / wire.Role values (common/proto/gradsync.proto)
-REGISTER, HEARTBEAT, INIT, PUSH, PULL, PULL_REPLY, ERROR = 1, 5, 10, 12, 14, 15, 20
+REGISTER, HEARTBEAT, INIT, PUSH, PULL, PULL_REPLY, ERROR, REPLICATE = 1, 5, 10, 12, 14, 15, 20, 30
 WORKER = 3
 
 
@@ -139,6 +139,16 @@ def message_corpus(rng):
     write("fuzz_message", "error_reply", raw_input([
         header(ERROR, extra=field_varint(20, 3) + field_bytes(21, b"bad"))], router=False))
     write("fuzz_message", "bad_frames", raw_input([header(PUSH, num_keys=1), b"", b"x"]))
+    # Replication entries to a backup (fuzz_message.cc, CheckReplicate): a snapshot's META with the
+    # job's key but a meta that is not a checkpoint, and a snapshot's parameters for shard 1.
+    server = field_varint(2, 2)  # sender_role SERVER (the last value of a field wins)
+    write("fuzz_message", "replicate_meta", raw_input([
+        header(REPLICATE, rank=1, request_id=1, extra=server + field_varint(60, 1) + field_varint(61, 1) +
+               field_bytes(66, b"\x08\x01") + field_bytes(71, b"fuzz-replica-key"))]))
+    write("fuzz_message", "replicate_params", raw_input([
+        header(REPLICATE, rank=1, request_id=2, segments=[(1548, 1552)], has_values=True,
+               extra=server + field_varint(60, 1) + field_varint(61, 2) + field_varint(70, 1)),
+        floats([0.25] * 1552)]))
     # Structured mode: the harness builds the header from FuzzedDataProvider reads, in the order
     # of StructuredFrames in fuzz_message.cc.
     for name, args in (
@@ -156,7 +166,7 @@ MESSAGE_CODECS = ["", "fp16", "int8", "qsgd:4", "qsgd:16", "sign", "topk:0.01", 
 def structured(type_, rank=0, request_id=0, segments=(), keys=(), values=None, codec=0, encoded=0, router=True):
     """fuzz_message structured mode: small clocks and versions (0), frames that fit."""
     f = Fdp()
-    f.integral(0, 21, type_)
+    f.integral(0, 22, type_)
     f.integral(0, 3, WORKER)
     f.integral(-1, 4, rank)
     f.integral(0, (1 << 64) - 1, request_id)

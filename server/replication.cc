@@ -1,5 +1,7 @@
 #include "server/replication.h"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -71,6 +73,12 @@ std::vector<int> ReplicaStore::shards() const {
   return out;
 }
 
+std::span<const float> ReplicaStore::params(int shard) const {
+  auto it = copies_.find(shard);
+  if (it == copies_.end() || !it->second.shard) return {};
+  return it->second.shard->params();
+}
+
 bool ReplicaStore::Complete(int shard) const {
   auto it = copies_.find(shard);
   return it != copies_.end() && it->second.shard && it->second.params && it->second.state_parts == 0;
@@ -81,9 +89,19 @@ Status ReplicaStore::Apply(const Message& m) {
   const int s = h.replica_shard();
   if (s < 0 || s >= num_servers_) return InvalidArgumentError("REPLICATE for shard " + std::to_string(s));
   if (h.replica_op() == wire::REPLICA_META) {
+    // Checked before anything changes: a stranger's snapshot leaves the copy as it was.
+    if (key_.empty() || h.replica_key().size() != key_.size() ||
+        sodium_memcmp(h.replica_key().data(), key_.data(), key_.size()) != 0) {
+      return PermissionDeniedError("REPLICATE: a snapshot of shard " + std::to_string(s) +
+                                   " without this job's replication key (not from one of its servers)");
+    }
+    if (h.sender_rank() != s) {
+      return PermissionDeniedError("REPLICATE: a snapshot of shard " + std::to_string(s) + " from server " +
+                                   std::to_string(h.sender_rank()) + ", not its primary");
+    }
     Copy c;
+    c.sender = m.peer;
     if (!c.meta.ParseFromString(h.replica_meta()) || c.meta.rank() != s) {
-      copies_.erase(s);
       return InvalidArgumentError("REPLICATE: a snapshot of shard " + std::to_string(s) + " that does not describe it");
     }
     ASSIGN_OR_RETURN(c.shard, MakeShardForJob(c.meta.job(), num_servers_, s, aggregates_));
@@ -98,6 +116,10 @@ Status ReplicaStore::Apply(const Message& m) {
   auto it = copies_.find(s);
   if (it == copies_.end()) return FailedPreconditionError("REPLICATE: no snapshot of shard " + std::to_string(s) + " yet");
   Copy& c = it->second;
+  if (m.peer != c.sender) {
+    return PermissionDeniedError("REPLICATE: an entry of shard " + std::to_string(s) +
+                                 "'s log not from the connection its snapshot came on");
+  }
   if (h.replica_index() != c.index + 1 || h.request_id() < c.seq) {
     const uint64_t expected = c.index + 1;
     copies_.erase(it);
@@ -298,7 +320,10 @@ void Replicator::Stamp(wire::Header* h, uint64_t seq) {
 
 void Replicator::SendOn(int backup, Link& link, const wire::Header& entry, const Payload& p) {
   wire::Header h = entry;
-  if (h.replica_op() == wire::REPLICA_META) link.index = 0;
+  if (h.replica_op() == wire::REPLICA_META) {
+    link.index = 0;
+    h.set_replica_key(key_);
+  }
   h.set_replica_index(link.index++);
   Status s = link.socket->Send("", h, p);
   if (!s.ok()) {

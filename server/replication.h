@@ -12,11 +12,19 @@
 // takes its rank (server.h, Adopt) from its copy; workers follow it as they follow a restarted
 // shard. A backup that falls out of step (a gap, an entry it cannot apply) answers ERROR and the
 // primary sends it a fresh snapshot; a dead backup is dropped, so a push never waits on it.
+//
+// Who may write a copy: a snapshot (META) is taken only with the job's replication key (which the
+// scheduler tells servers alone) and from the shard's own rank, and binds the copy to the
+// connection it came on; every other entry is applied only from that connection. Anything else
+// (a stranger's entries, another connection's, a replay from elsewhere) is refused and leaves
+// the copy as it was. The server also refuses a snapshot while the scheduler says the shard's
+// primary is dead (server.cc, HandleReplicate).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,9 +50,13 @@ struct ReplicaCopy {
 // Backup side: the copies this server keeps of other shards.
 class ReplicaStore {
  public:
-  ReplicaStore(int num_servers, bool aggregates) : num_servers_(num_servers), aggregates_(aggregates) {}
-  // Applies one REPLICATE entry. An error means the copy is out of step (the primary resends a
-  // snapshot); the copy is then incomplete until it does.
+  // `key`: the job's replication key (SchedulerClient::replica_key).
+  ReplicaStore(int num_servers, bool aggregates, std::string key)
+      : num_servers_(num_servers), aggregates_(aggregates), key_(std::move(key)) {}
+  // Applies one REPLICATE entry. kPermissionDenied: not from the shard's primary (a META without
+  // the key or not from the shard's rank; another entry not from the connection of the copy's
+  // META): the copy is untouched. Another error means the copy is out of step (the primary
+  // resends a snapshot); the copy is then incomplete until it does.
   Status Apply(const Message& m);
   // A whole copy of `shard` is here (a snapshot and every entry since).
   bool Complete(int shard) const;
@@ -53,10 +65,13 @@ class ReplicaStore {
   // Forgets the copy of `shard` (its primary moved here, or it is no longer backed up here).
   void Drop(int shard) { copies_.erase(shard); }
   std::vector<int> shards() const;
+  // The copy's parameters as they are (empty: no copy), for checks.
+  std::span<const float> params(int shard) const;
 
  private:
   struct Copy {
     wire::ShardCheckpoint meta;  // job, range, identity; params and state live in `shard`
+    std::string sender;          // the connection its META came on: the only one it takes entries from
     std::unique_ptr<KvShard> shard;
     std::map<int, HeldPush> held;
     uint64_t seq = 0;            // the primary's log position the copy holds
@@ -71,6 +86,7 @@ class ReplicaStore {
 
   int num_servers_;
   bool aggregates_;
+  std::string key_;
   std::map<int, Copy> copies_;
 };
 
@@ -78,7 +94,8 @@ class ReplicaStore {
 // worker replies that wait for them.
 class Replicator {
  public:
-  Replicator(TransportContext& ctx, int shard) : ctx_(ctx), shard_(shard) {}
+  // `key`: the job's replication key, sent with every snapshot.
+  Replicator(TransportContext& ctx, int shard, std::string key) : ctx_(ctx), shard_(shard), key_(std::move(key)) {}
 
   // The backups now (rank -> address). New ones (or new addresses) get a link that needs a
   // snapshot; links to ranks no longer listed are dropped, and replies no longer wait for them.
@@ -126,6 +143,7 @@ class Replicator {
 
   TransportContext& ctx_;
   int shard_;
+  std::string key_;
   uint64_t seq_ = 0;
   std::map<int, Link> links_;
   std::vector<Waiting> held_;  // in sequence order

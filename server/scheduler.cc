@@ -47,6 +47,10 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(TransportContext& ctx, cons
   char id[17];
   std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
   sched->job_id_ = id;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = rd();
+    sched->replica_key_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
   sched->mode_ = options.mode;
   sched->staleness_ = options.staleness;
   if (!options.mode.empty()) sched->mode_source_ = "the scheduler's --mode";
@@ -233,6 +237,7 @@ void Scheduler::WelcomeBack(const std::string& peer, const wire::NodeInfo& info)
   *reply.mutable_table() = table_;
   *reply.mutable_node() = info;
   reply.set_rejoined(true);
+  if (info.role() == wire::SERVER) reply.set_replica_key(replica_key_);
   Reply(peer, reply);
   // What it missed: the nodes that are dead now, and the live workers that ended training.
   for (const auto& n : nodes_) {
@@ -404,6 +409,7 @@ void Scheduler::AssignRanksAndAnnounce() {
     h.set_type(wire::REGISTER_REPLY);
     *h.mutable_table() = table_;
     *h.mutable_node() = n.info;
+    if (n.info.role() == wire::SERVER) h.set_replica_key(replica_key_);
     Reply(n.identity, h);
   }
   GRADSYNC_LOG(INFO) << "scheduler: job complete (" << options_.num_servers << " servers, "
@@ -496,7 +502,53 @@ void Scheduler::CheckHeartbeats(double now) {
   if (changed) {
     CheckBarriers();
     CheckMessageLimit();  // a dead server holds no worker back (they reconnect when it returns)
+    CheckShards();
   }
+}
+
+void Scheduler::CheckShards() {
+  if (!announced_ || !lost_.ok()) return;
+  const int servers = options_.num_servers;
+  std::vector<const Node*> rank(static_cast<size_t>(servers), nullptr);
+  bool standby_lives = false;
+  for (const auto& n : nodes_) {
+    if (n.info.role() != wire::SERVER) continue;
+    if (n.info.standby()) standby_lives = standby_lives || !n.dead;
+    else if (n.info.rank() >= 0 && n.info.rank() < servers) rank[static_cast<size_t>(n.info.rank())] = &n;
+  }
+  std::string lost, why;
+  for (int s = 0; s < servers; ++s) {
+    const Node* primary = rank[static_cast<size_t>(s)];
+    if (primary == nullptr || !primary->dead) {
+      awaiting_restart_.erase(s);
+      continue;
+    }
+    // Its copies: the backups (the next replicas - 1 ranks) and every standby.
+    bool copy = standby_lives;
+    std::string dead = NodeName(primary->info);
+    for (int k = 1; k < options_.replicas && k < servers; ++k) {
+      const Node* b = rank[static_cast<size_t>((s + k) % servers)];
+      copy = copy || (b != nullptr && !b->dead);
+      if (b != nullptr) dead += " and its backup " + NodeName(b->info);
+    }
+    if (copy) continue;
+    if (primary->info.checkpoints()) {
+      if (awaiting_restart_.insert(s).second) {
+        GRADSYNC_LOG(WARNING) << "scheduler: shard " << s << " has no live copy (" << dead
+                              << " dead); it comes back only when " << NodeName(primary->info)
+                              << " is restarted with its --checkpoint-dir (the workers wait --recovery-timeout for it)";
+      }
+      continue;
+    }
+    lost += (lost.empty() ? "" : ", ") + std::to_string(s);
+    why += (why.empty() ? "" : "; ") + dead + " dead";
+  }
+  if (lost.empty()) return;
+  const bool one = lost.find(',') == std::string::npos;
+  lost_ = DataLossError((one ? "shard " : "shards ") + lost + (one ? " is" : " are") + " lost: " + why +
+                        ", and no checkpoint (--checkpoint-dir) can restore " + (one ? "it" : "them"));
+  GRADSYNC_LOG(ERROR) << "scheduler: " << lost_.message() << "; stopping the job";
+  TraceInstant("shard lost", "failure");
 }
 
 void Scheduler::Handle(Message& m, double now) {
@@ -610,7 +662,7 @@ Status Scheduler::Run() {
     }
     now = NowSeconds();
     CheckHeartbeats(now);
-    if (JobOver()) break;
+    if (JobOver() || !lost_.ok()) break;
     if (!announced_ && now - start > options_.register_timeout_s) {
       wire::Header h;
       h.set_type(wire::SHUTDOWN);
@@ -622,6 +674,10 @@ Status Scheduler::Run() {
   }
   wire::Header h;
   h.set_type(wire::SHUTDOWN);
+  if (!lost_.ok()) {
+    h.set_error_code(static_cast<int>(lost_.code()));
+    h.set_error_message(lost_.message());
+  }
   Broadcast(h);
   // Give the SHUTDOWN frames a moment to leave before the socket closes (linger is 0).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -639,6 +695,7 @@ Status Scheduler::Run() {
       else failed += " " + NodeName(n.info) + ": " + n.result.message() + ";";
     }
   }
+  if (!lost_.ok()) return lost_;
   if (stop_.load() && !JobOver()) return AbortedError("scheduler stopped before the job ended");
   if (!failed.empty() || finished_ok == 0) return AbortedError("job failed:" + failed + died);
   if (!died.empty()) {

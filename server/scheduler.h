@@ -11,7 +11,10 @@
 // silent for heartbeat_timeout_s is declared dead, by name, to every live node (time the scheduler
 // itself was paused, kPausedS and more between two turns, does not count, and what waits in its
 // socket is heard before anyone is judged); a message from it
-// afterwards is answered with an error (it stops). Elastic membership: once the job has started, a
+// afterwards is answered with an error (it stops). A shard with no live copy (its server and every
+// backup dead) waits for its server's restart when that server kept checkpoints, and says so;
+// otherwise nothing can bring it back: the job fails at once, every node told why (SHUTDOWN with
+// kDataLoss, naming the shards). Elastic membership: once the job has started, a
 // restarted node registering with the same role takes a dead node's rank (the one it asks for,
 // else the first), gets the updated table with `rejoined` set, and every other node hears
 // NODE_JOINED (a server once its data socket accepts the job's message limit). Before workers
@@ -96,6 +99,10 @@ class Scheduler {
   // worker that still trains waits there: it never comes. Null when none.
   const Node* EndedAbsent(const std::vector<Node*>& members, const std::string& barrier) const;
   void CheckHeartbeats(double now);
+  // Shards none of whose copies lives (the primary, its backups, every standby dead). A shard
+  // whose server kept checkpoints waits for that server's restart, said once; any other is lost
+  // for good: the job fails at once (lost_), every node told, naming the shards.
+  void CheckShards();
   // Message limits: a worker's MESSAGE_LIMIT (the first sets the job's, which every server hears),
   // a server's LISTENING; workers are answered once every live server accepts the job's limit.
   void HandleMessageLimit(Node& n, const Message& m);
@@ -131,8 +138,11 @@ class Scheduler {
   std::map<std::string, std::map<std::string, std::string>> barrier_data_;  // name -> identity -> gather data
   std::map<std::string, std::string> barrier_group_;
   std::string job_id_;  // drawn at Create: this run of the job, in every checkpoint
+  std::string replica_key_;  // drawn at Create: told to servers only (wire::Header.replica_key)
   std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name
   std::set<std::string> limit_waiters_;  // identities of workers waiting for MESSAGE_LIMIT's answer
+  std::set<int> awaiting_restart_;  // shards with no live copy whose server's restart is awaited
+  Status lost_;                     // a shard lost for good: the job failed
 };
 
 }  // namespace gradsync

@@ -1030,6 +1030,7 @@ Status Server::Register() {
   sc.self.set_port(socket_.port());
   sc.self.set_requested_rank(rank_ >= 0 ? rank_ : options_.requested_rank);
   sc.self.set_adopted(options_.restore_from != nullptr);
+  sc.self.set_checkpoints(!options_.checkpoint_dir.empty());
   sc.mode = ConsistencyModeName(options_.mode);
   sc.staleness = options_.mode == ConsistencyMode::kSsp ? options_.staleness : 0;
   sc.heartbeat_interval_s = options_.heartbeat_interval_s;
@@ -1164,7 +1165,11 @@ void Server::HandleReplicate(const Message& m) {
   for (int k = 1; k < table_.replicas() && servers > 0; ++k) mine = mine || (s + k) % servers == rank_;
   Status st;
   if (!replicas_ || !mine || s == rank_ || colocated_->Has(s)) {
-    st = PermissionDeniedError("server " + std::to_string(rank_) + " does not back up shard " + std::to_string(s));
+    st = PermissionDeniedError("this server does not back up shard " + std::to_string(s));
+  } else if (m.header.replica_op() == wire::REPLICA_META && scheduler_->IsDead(wire::SERVER, s)) {
+    // A dead primary's late snapshot (or one from a process that says it is): not taken. A
+    // primary that comes back is heard of (NODE_JOINED) and sends its snapshot again.
+    st = UnavailableError("a snapshot of shard " + std::to_string(s) + ", whose primary the scheduler says is dead");
   } else {
     st = replicas_->Apply(m);
   }
@@ -1181,7 +1186,7 @@ void Server::HandleReplicate(const Message& m) {
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": copy of shard " << s << ": " << st;
     reply.set_type(wire::ERROR);
     reply.set_error_code(static_cast<int>(st.code()));
-    reply.set_error_message(st.message());
+    reply.set_error_message("server " + std::to_string(rank_) + ": " + st.message());
   }
   if (!m.peer.empty()) (void)socket_.Send(m.peer, reply);
 }
@@ -1265,7 +1270,7 @@ Status Server::Rejoin() {
     codec_.reset();
     pull_encoder_.reset();
     controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
-    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates());
+    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates(), scheduler_->replica_key());
     replicator_->SetBackups({});
     GRADSYNC_LOG(WARNING) << "server " << rank_ << " (standby): its shard was taken over by a backup meanwhile; it "
                           << "holds copies of the shards from now on and takes one over should its backups die";
@@ -1297,8 +1302,8 @@ Status Server::Run() {
   colocated_->Add(rank_);
   controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
   if (table_.replicas() > 1) {
-    replicator_ = std::make_unique<Replicator>(ctx_, rank_);
-    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates());
+    replicator_ = std::make_unique<Replicator>(ctx_, rank_, scheduler_->replica_key());
+    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates(), scheduler_->replica_key());
   }
   if (standby_) {
     GRADSYNC_LOG(WARNING) << "server " << rank_ << " (standby): its shard was taken over by a backup; it holds copies "
@@ -1354,7 +1359,10 @@ Status Server::Run() {
         if (result = ApplyMessageLimit(); !result.ok()) break;
       }
       OnMembership();
-      if (scheduler_->shutdown_requested()) break;
+      if (scheduler_->shutdown_requested()) {
+        result = scheduler_->job_failure();
+        break;
+      }
       if (!scheduler_->health().ok()) {
         // Paused past the heartbeat timeout (SIGSTOP, a stalled host): its shard is intact.
         if (scheduler_->health().code() == StatusCode::kAborted && shard_) {

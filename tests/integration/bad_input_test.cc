@@ -328,6 +328,17 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   }
   send(data_push(0, 4, 3), {});
 
+  // Replication (server/replication.h): this job has no backups. 46. A snapshot of the server's
+  // own shard, as its primary would send it (with a key), 47. an entry for a shard that does
+  // not exist. (A backup's refusals: FaultTest.AStrangersReplicationEntriesAreRefused...)
+  auto replicate = [&](int shard, wire::ReplicaOp op) {
+    wire::Header h = testing::ReplicateEntry(shard, op, 0);
+    h.set_replica_key("0123456789abcdef");
+    return h;
+  };
+  send(replicate(0, wire::REPLICA_META), {});
+  send(replicate(7, wire::REPLICA_PUSH), {});
+
   // Every reply, then a little longer, so that a reply to a message that must go unanswered is seen.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   bool all_in = false;
@@ -420,7 +431,7 @@ Outcome RunJob(bool attack) {
 TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   Outcome clean = RunJob(false);
   Outcome attacked = RunJob(true);
-  EXPECT_EQ(attacked.sent, 43);
+  EXPECT_EQ(attacked.sent, 45);
   EXPECT_EQ(attacked.silent, 3);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;

@@ -13,9 +13,11 @@
 #include <thread>
 
 #include "common/atomic_file.h"
+#include "common/transport.h"
 #include "experiments/process.h"
 #include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/wire_request.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync::testing {
@@ -81,12 +83,18 @@ class FaultJob {
     for (int w = 0; w < 3; ++w) StartWorker(w, "");
   }
 
+  // The servers started from now on keep no checkpoints.
+  void WithoutCheckpoints() { checkpoints_ = false; }
+
   void StartServer(int rank, const std::string& suffix) {
     std::vector<std::string> argv{BinaryPath("gradsync-server"), "--role=server", "--mode=" + mode_,
                                   "--scheduler=127.0.0.1:" + port_, "--rank=" + std::to_string(rank),
-                                  "--checkpoint-dir=" + dir_.File("ckpt"), "--checkpoint-interval=" + checkpoint_interval_,
                                   "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
                                   "--out=" + dir_.File("s")};
+    if (checkpoints_) {
+      argv.push_back("--checkpoint-dir=" + dir_.File("ckpt"));
+      argv.push_back("--checkpoint-interval=" + checkpoint_interval_);
+    }
     if (mode_ == "ssp") argv.push_back("--staleness=2");
     ASSERT_TRUE(group_.Spawn({"server " + std::to_string(rank) + suffix, argv,
                               dir_.File("server-" + std::to_string(rank) + suffix + ".log")})
@@ -189,11 +197,23 @@ class FaultJob {
   bool data_channel_;
   int replicas_;
   std::string checkpoint_interval_;
+  bool checkpoints_ = true;
   TempDir dir_;
   ProcessGroup group_;
   std::string port_;
   double killed_at_ = 0;
 };
+
+// The final test loss of the same job without any fault (every digit).
+void CleanRunFinalTestLoss(const std::string& mode, int replicas, std::string* loss) {
+  FaultJob clean(mode, replicas);
+  ASSERT_NO_FATAL_FAILURE(clean.Start());
+  auto done = clean.Wait("scheduler", 90);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(*done, 0) << clean.Logs();
+  (void)clean.FinalAccuracy();
+  *loss = clean.FinalTestLoss();
+}
 
 class KilledWorkerTest : public ::testing::TestWithParam<std::string> {};
 
@@ -299,19 +319,99 @@ TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
   EXPECT_GT(accuracy, 50.0) << job.Log("worker-0");
   if (GetParam() == "bsp") {
     // Rounds are summed in rank order: the same job without the fault ends on the same bits.
-    FaultJob clean("bsp", 2);
-    ASSERT_NO_FATAL_FAILURE(clean.Start());
-    auto done = clean.Wait("scheduler", 90);
-    ASSERT_TRUE(done.ok());
-    EXPECT_EQ(*done, 0) << clean.Logs();
-    (void)clean.FinalAccuracy();
-    EXPECT_EQ(job.FinalTestLoss(), clean.FinalTestLoss());
+    std::string clean;
+    ASSERT_NO_FATAL_FAILURE(CleanRunFinalTestLoss("bsp", 2, &clean));
+    EXPECT_EQ(job.FinalTestLoss(), clean);
     EXPECT_FALSE(job.FinalTestLoss().empty());
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedServerTest, ::testing::Values("bsp", "asp"),
                          [](const auto& p) { return p.param; });
+
+// A stranger writes to a backup's copy while the primary cannot correct it (stopped): a snapshot
+// of the shard without the job's replication key (its own parameters, all zero), another with a
+// wrong key, entries from a connection that sent no snapshot (next in order, replayed, out of
+// order), and entries for a shard the server does not back up. Every one is refused; the
+// primary then dies, the backup takes over from its untouched copy, and the bsp run ends on the
+// same bits as the run without any of it.
+TEST(FaultTest, AStrangersReplicationEntriesAreRefusedAndTheTakeoverIsExact) {
+  FaultJob job("bsp", /*replicas=*/2);
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(10));
+  const std::string serving = LineWith(job.Log("server-0"), "server 0: serving on port ");
+  ASSERT_FALSE(serving.empty()) << job.Log("server-0");
+  const int port = std::atoi(serving.c_str() + serving.find("serving on port ") + 16);
+  auto body = ReadCheckedFile(job.File("ckpt") + "/shard-1.ckpt", "GSSHARD1");
+  ASSERT_TRUE(body.ok()) << body.status();
+  wire::ShardCheckpoint c;
+  ASSERT_TRUE(c.ParseFromString(*body));
+  const size_t n = static_cast<size_t>(c.end() - c.begin());
+  const size_t state_parts = c.optimizer_state().size() / sizeof(float) / std::max<size_t>(n, 1);
+  const std::vector<float> zeros(n, 0.0f);
+  wire::ShardCheckpoint meta = c;
+  meta.clear_params();
+  meta.clear_optimizer_state();
+  job.Kill("server 1", SIGSTOP);
+
+  TransportContext ctx(1);
+  auto sock = Socket::ConnectDealer(ctx, "tcp://127.0.0.1:" + std::to_string(port), "server 0", 64 << 20);
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  int sent = 0;
+  auto send = [&](int shard, wire::ReplicaOp op, uint64_t index, const std::string& key, bool values, int part = 0) {
+    wire::Header h = ReplicateEntry(shard, op, index);
+    h.set_request_id(1000000 + index);
+    h.set_replica_part(part);
+    if (op == wire::REPLICA_META) {
+      h.set_replica_meta(meta.SerializeAsString());
+      h.set_replica_key(key);
+    }
+    Payload p;
+    if (values) {
+      auto* seg = h.add_segments();
+      seg->set_offset(c.begin());
+      seg->set_length(n);
+      p.values = zeros;
+      p.has_values = true;
+    }
+    ASSERT_TRUE(sock->Send("", h, p).ok());
+    ++sent;
+  };
+  for (const std::string key : {"", "not this job's key"}) {
+    send(1, wire::REPLICA_META, 0, key, false);
+    send(1, wire::REPLICA_PARAMS, 1, "", true);
+    for (size_t k = 0; k < state_parts; ++k) send(1, wire::REPLICA_STATE, 2 + k, "", true, static_cast<int>(k));
+  }
+  send(1, wire::REPLICA_PARAMS, 1, "", true);     // replayed
+  send(1, wire::REPLICA_PARAMS, 5000, "", true);  // out of order
+  send(0, wire::REPLICA_META, 0, "", false);      // a shard server 0 does not back up
+  int refused = 0;
+  for (int i = 0; i < sent; ++i) {
+    auto reply = sock->Recv(5000);
+    ASSERT_TRUE(reply.ok()) << "no answer to hostile entry " << i << ": " << reply.status();
+    EXPECT_EQ(reply->header.type(), wire::ERROR);
+    refused += reply->header.type() == wire::ERROR &&
+               reply->header.error_code() == static_cast<int>(StatusCode::kPermissionDenied);
+  }
+  EXPECT_EQ(refused, sent);
+  const std::string backup = job.Log("server-0");
+  EXPECT_NE(backup.find("without this job's replication key"), std::string::npos) << backup;
+  EXPECT_NE(backup.find("not from the connection its snapshot came on"), std::string::npos) << backup;
+
+  job.Kill("server 1");
+  auto sched = job.Wait("scheduler", 90);
+  ASSERT_TRUE(sched.ok()) << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  ASSERT_TRUE(job.Wait("server 0", 20).ok());
+  EXPECT_NE(job.Log("server-0").find("server 1: took over from its backup copy"), std::string::npos) << job.Log("server-0");
+  EXPECT_NE(job.ServerSummary(1).find("\"lost_updates\": \"0\""), std::string::npos) << job.ServerSummary(1);
+  (void)job.FinalAccuracy();
+
+  std::string clean;
+  ASSERT_NO_FATAL_FAILURE(CleanRunFinalTestLoss("bsp", 2, &clean));
+  EXPECT_FALSE(job.FinalTestLoss().empty());
+  EXPECT_EQ(job.FinalTestLoss(), clean);
+}
 
 // The server whose shard was taken over comes back (restarted with its rank) as a standby: it
 // catches up on every shard's snapshot, and when the process that holds both shards dies it
@@ -344,6 +444,56 @@ TEST(FaultTest, AServerWhoseShardWasTakenOverComesBackAsAStandbyAndTakesOverLate
   EXPECT_NE(standby.find("server 1: took over from its backup copy"), std::string::npos) << standby;
   EXPECT_EQ(standby.find("were lost"), std::string::npos) << standby;
   EXPECT_GT(job.FinalAccuracy(), 50.0);
+}
+
+// Primary and backup killed together: with no checkpoint nothing can bring the shards back, and
+// every process stops within the heartbeat timeout, naming them; with checkpoints the scheduler
+// says it waits for a restart, and the restarted servers recover the run.
+TEST(FaultTest, AShardWithNoLiveCopyFailsTheJobAtOnceUnlessACheckpointCanRestoreIt) {
+  {
+    FaultJob job("bsp", /*replicas=*/2);
+    job.WithoutCheckpoints();
+    ASSERT_NO_FATAL_FAILURE(job.Start());
+    ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+    job.Kill("server 0");
+    job.Kill("server 1");
+    const auto killed = std::chrono::steady_clock::now();
+    for (const std::string name : {"scheduler", "worker 0", "worker 1", "worker 2"}) {
+      const double left = kHeartbeatTimeout + 2.0 - std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+      auto code = job.Wait(name, std::max(left, 0.01));
+      ASSERT_TRUE(code.ok()) << name << " still runs " << kHeartbeatTimeout + 2.0 << " s after the kills\n" << job.Logs();
+      EXPECT_NE(*code, 0) << name;
+    }
+    const std::string sched = job.Log("scheduler");
+    const std::string lost = LineWith(sched, "shards 0, 1 are lost: server 0 (");
+    EXPECT_NE(lost.find("and its backup server 1 ("), std::string::npos) << sched;
+    EXPECT_NE(lost.find("and no checkpoint (--checkpoint-dir) can restore them"), std::string::npos) << sched;
+    for (int w = 0; w < 3; ++w) {
+      const std::string log = job.Log("worker-" + std::to_string(w));
+      EXPECT_NE(log.find("the scheduler stopped the job: shards 0, 1 are lost"), std::string::npos) << log;
+    }
+  }
+  {
+    FaultJob job("bsp", /*replicas=*/2);
+    ASSERT_NO_FATAL_FAILURE(job.Start());
+    ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+    job.Kill("server 0");
+    job.Kill("server 1");
+    ASSERT_TRUE(job.WaitForLog("scheduler", "has no live copy", 10)) << job.Log("scheduler");
+    const std::string waits = LineWith(job.Log("scheduler"), "shard 0 has no live copy");
+    EXPECT_NE(waits.find("it comes back only when server 0 ("), std::string::npos) << waits;
+    EXPECT_NE(waits.find("is restarted with its --checkpoint-dir"), std::string::npos) << waits;
+    job.StartServer(0, "b");
+    job.StartServer(1, "b");
+    auto sched = job.Wait("scheduler", 90);
+    ASSERT_TRUE(sched.ok()) << job.Logs();
+    EXPECT_EQ(*sched, 0) << job.Logs();
+    for (int s = 0; s < 2; ++s) {
+      const std::string log = job.Log("server-" + std::to_string(s) + "b");
+      EXPECT_NE(log.find("restored from"), std::string::npos) << log;
+    }
+    EXPECT_EQ(job.Log("scheduler").find("lost:"), std::string::npos) << job.Log("scheduler");
+  }
 }
 
 TEST(FaultTest, AServerPausedPastTheTimeoutComesBackWithItsShard) {

@@ -495,8 +495,9 @@ TEST(PsJobTest, ADeadServerIsReportedByNameWithinTheTimeout) {
   o.timeout_s = 30;
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_FALSE(r.status.ok());
-  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status;
-  EXPECT_NE(r.status.message().find("server 1"), std::string::npos) << r.status;
+  // No backup and no checkpoint: nothing can bring the shard back, and the scheduler says so.
+  EXPECT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status;
+  EXPECT_NE(r.status.message().find("shard 1 is lost: server 1"), std::string::npos) << r.status;
   EXPECT_NE(r.status.message().find("dead"), std::string::npos) << r.status;
   ASSERT_GE(r.kill_to_failure_s, 0);
   EXPECT_LT(r.kill_to_failure_s, 2 * o.heartbeat_timeout_s + 0.5);

@@ -2,9 +2,11 @@
 #include "server/replication.h"
 #include "common/ps_protocol.h"
 
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
@@ -498,9 +500,14 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   job.set_lr_schedule("constant");
   SetJobOptimizer(Adam(0), &job);
   const Segment range = {0, 12};  // one shard
+  const std::string key = "0123456789abcdef";  // the job's replication key
   auto entry = [&](wire::ReplicaOp op, uint64_t index, const std::vector<float>* values) {
     Message m;
+    m.peer = "primary";
     m.header.set_type(wire::REPLICATE);
+    m.header.set_sender_role(wire::SERVER);
+    m.header.set_sender_rank(0);
+    if (op == wire::REPLICA_META) m.header.set_replica_key(key);
     m.header.set_replica_shard(0);
     m.header.set_replica_op(op);
     m.header.set_replica_index(index);
@@ -543,7 +550,7 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   };
   const std::vector<float> m(12, 0.25f), v(12, 0.75f);
 
-  ReplicaStore store(1, /*aggregates=*/true);
+  ReplicaStore store(1, /*aggregates=*/true, key);
   snapshot(store);
   ASSERT_TRUE(store.Apply(state_entry(0, 4, m)).ok());
   ASSERT_TRUE(store.Apply(state_entry(1, 5, v)).ok());
@@ -561,7 +568,7 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   // Vector 1 before vector 0, a count of vectors that is not the shard's, a bad value: refused,
   // and the copy is no longer whole (the primary sends a new snapshot).
   for (int bad = 0; bad < 3; ++bad) {
-    ReplicaStore s2(1, true);
+    ReplicaStore s2(1, true, key);
     snapshot(s2);
     Status st;
     if (bad == 0) st = s2.Apply(state_entry(1, 4, v));
@@ -575,6 +582,68 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_FALSE(s2.Complete(0)) << bad;
   }
+
+  // Only the primary writes the copy: a snapshot needs the job's key and the shard's own rank,
+  // and every other entry must come on the connection the snapshot came on. A stranger's
+  // entries (no key, a wrong one, another rank's, another connection's: next in order,
+  // replayed, out of order) are refused and leave the copy whole and as it was; the primary
+  // goes on after them.
+  ReplicaStore s3(1, true, key);
+  snapshot(s3);
+  ASSERT_TRUE(s3.Apply(state_entry(0, 4, m)).ok());
+  ASSERT_TRUE(s3.Apply(state_entry(1, 5, v)).ok());
+  const std::vector<float> before(s3.params(0).begin(), s3.params(0).end());
+  const std::vector<float> ones(12, 1.0f);
+  auto stranger_meta = [&](const std::string& k, int sender_rank) {
+    Message meta = entry(wire::REPLICA_META, 0, nullptr);
+    meta.peer = "stranger";
+    wire::ShardCheckpoint c;
+    c.set_rank(0);
+    *c.mutable_job() = job;
+    c.set_begin(0);
+    c.set_end(12);
+    meta.header.set_replica_meta(c.SerializeAsString());
+    meta.header.set_replica_key(k);
+    meta.header.set_sender_rank(sender_rank);
+    return meta;
+  };
+  std::vector<std::function<Message()>> hostile;
+  for (const std::string& k : {std::string(), std::string("fedcba9876543210"), key.substr(0, 8)}) {
+    hostile.push_back([&, k] { return stranger_meta(k, 0); });
+  }
+  hostile.push_back([&] { return stranger_meta(key, 1); });  // the key, but not the shard's primary
+  for (uint64_t index : {6u, 1u, 5u, 100u}) {  // next in order, replayed, replayed, out of order
+    hostile.push_back([&, index] {
+      Message e = entry(wire::REPLICA_PARAMS, index, &ones);
+      e.peer = "stranger";
+      return e;
+    });
+    hostile.push_back([&, index] {
+      Message e = state_entry(0, index, ones);
+      e.peer = "";
+      return e;
+    });
+  }
+  for (const auto& make : hostile) {
+    Status st = s3.Apply(make());
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st;
+    ASSERT_TRUE(s3.Complete(0)) << st;
+    ASSERT_EQ(std::vector<float>(s3.params(0).begin(), s3.params(0).end()), before) << st;
+  }
+  {
+    // With the key, from the shard's rank, but no snapshot in it: refused, the copy kept.
+    Message bad = stranger_meta(key, 0);
+    bad.header.set_replica_meta("\x08");
+    EXPECT_FALSE(s3.Apply(std::move(bad)).ok());
+    ASSERT_TRUE(s3.Complete(0));
+    ASSERT_EQ(std::vector<float>(s3.params(0).begin(), s3.params(0).end()), before);
+  }
+  EXPECT_TRUE(s3.Apply(state_entry(0, 6, m)).ok()) << "the primary goes on where it was";
+  EXPECT_TRUE(s3.Apply(state_entry(1, 7, v)).ok());
+  // The primary's own out-of-order entry is a gap (it resends a snapshot), not an attack.
+  Status gap = s3.Apply(state_entry(0, 9, m));
+  EXPECT_EQ(gap.code(), StatusCode::kFailedPrecondition) << gap;
 }
 
 TEST(KvShardTest, SparseKeysAndRead) {

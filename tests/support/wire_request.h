@@ -1,5 +1,6 @@
 // A worker's request header as a raw peer builds it, for tests that speak to a shard directly
-// (hostile messages, CURVE probes): one segment [offset, offset + length).
+// (hostile messages, CURVE probes): one segment [offset, offset + length). And a replication
+// entry as shard `shard`'s primary would stamp it (no key, no payload).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,17 @@ inline wire::Header WorkerRequest(wire::Type type, int rank, int64_t clock, uint
   auto* seg = h.add_segments();
   seg->set_offset(offset);
   seg->set_length(length);
+  return h;
+}
+
+inline wire::Header ReplicateEntry(int shard, wire::ReplicaOp op, uint64_t index) {
+  wire::Header h;
+  h.set_type(wire::REPLICATE);
+  h.set_sender_role(wire::SERVER);
+  h.set_sender_rank(shard);
+  h.set_replica_shard(shard);
+  h.set_replica_op(op);
+  h.set_replica_index(index);
   return h;
 }
 
