@@ -19,6 +19,13 @@
 #   server-stop       SIGSTOP server 1 for 6 s (past the timeout), then SIGCONT
 #   server-stop-r2    --replicas=2: the same; server 0 takes the shard over, server 1 comes back as
 #                     a standby
+#   lost-r2           --replicas=2, no --checkpoint-dir: kill -9 both servers after 4 s (every
+#                     copy of both shards gone): the job must stop at once, naming the shards
+#   lost-ckpt-r2      --replicas=2: kill -9 both servers after 4 s, start both again 1.5 s later
+#                     (they restore their checkpoints)
+#   sched-stop-hogs   heartbeat timeout 5 s: three CPU hogs on the machine's cores from 4 s on,
+#                     and the scheduler stopped (SIGSTOP) for 4 s meanwhile: nobody may be
+#                     declared dead, the job finishes
 #   unwritable-dir    a server started with a --checkpoint-dir that cannot take a file (no job)
 #   lane-kills        LANE_KILLS (50) times: a 1-server, 1-worker bsp job on one host, every
 #                     process killed with SIGKILL the moment the worker holds a shared-memory
@@ -47,22 +54,25 @@ said() {
 run() {  # MODE FAULT
   local mode=$1 fault=$2 d=$out/$1-$2
   rm -rf "$d" && mkdir -p "$d"
-  local extra=() replicas=1 interval=0.5
+  local extra=() replicas=1 interval=0.5 hb=3
+  [[ $fault == sched-stop-hogs ]] && hb=5
   [[ $mode == ssp ]] && extra=(--staleness=2)
   [[ $fault == *-r2 ]] && replicas=2
+  local ckpt_flags=(--checkpoint-dir="$d/ckpt" --checkpoint-interval=$interval)
+  [[ $fault == lost-r2 ]] && ckpt_flags=()
   [[ $fault == kill-before-ckpt ]] && interval=1000
-  "$B/gradsync-server" --role=scheduler --num-servers=2 --num-workers=3 --port-file="$d/port" --heartbeat-timeout=3 \
+  "$B/gradsync-server" --role=scheduler --num-servers=2 --num-workers=3 --port-file="$d/port" --heartbeat-timeout=$hb \
     --replicas=$replicas --register-timeout=60 > "$d/scheduler.log" 2>&1 &
   local sched=$!
   for i in $(seq 200); do [[ -s $d/port ]] && break; sleep 0.05; done
   local port
   port=$(cat "$d/port")
   local server=("$B/gradsync-server" --role=server --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port"
-                --checkpoint-dir="$d/ckpt" --checkpoint-interval=$interval --heartbeat-timeout=3 --out="$d")
+                "${ckpt_flags[@]}" --heartbeat-timeout=$hb --out="$d")
   local -a spid wpid
   for r in 0 1; do "${server[@]}" --rank=$r > "$d/server-$r.log" 2>&1 & spid[$r]=$!; done
   local worker=("$B/gradsync-worker" --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port" --epochs=4 --batch=32
-                --heartbeat-timeout=3 --recovery-timeout=30 --out="$d")
+                --heartbeat-timeout=$hb --recovery-timeout=30 --out="$d")
   for r in 0 1 2; do "${worker[@]}" --rank=$r > "$d/worker-$r.log" 2>&1 & wpid[$r]=$!; done
   sleep 4
   local t0
@@ -88,8 +98,19 @@ run() {  # MODE FAULT
 f = open('$ckpt', 'r+b'); b = bytearray(f.read()); b[-2] ^= 0x40; f.seek(0); f.write(b)"
       "${server[@]}" --rank=1 > "$d/server-1-restarted.log" 2>&1 & ;;
     server-stop|server-stop-r2) kill -STOP "${spid[1]}"; sleep 6; kill -CONT "${spid[1]}" ;;
+    lost-r2) kill -9 "${spid[0]}" "${spid[1]}" ;;
+    sched-stop-hogs)
+      local -a hogs
+      for i in 1 2 3; do (timeout 60 sh -c 'while :; do :; done') & hogs+=($!); done
+      kill -STOP "$sched"; sleep 4; kill -CONT "$sched"
+      sleep 4; kill "${hogs[@]}" 2>/dev/null ;;
+    lost-ckpt-r2)
+      kill -9 "${spid[0]}" "${spid[1]}"; sleep 1.5
+      for r in 0 1; do "${server[@]}" --rank=$r > "$d/server-$r-restarted.log" 2>&1 & done ;;
   esac
   timeout 300 tail --pid="$sched" -f /dev/null
+  local ended
+  ended=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
   wait "$sched"
   local rc=$?
   sleep 1
@@ -118,6 +139,12 @@ print(round(int(h)*3600+int(m)*60+float(s)-(t.hour*3600+t.minute*60+t.second+t.m
     server-stop) note=$(said "$d/server-1.log" "back in the job") ;;
     server-stop-r2) note=$(said "$d/server-1.log" "standby") ;;
     worker-stop) note=$(said "$d/worker-2.log" "declared dead") ;;
+    lost-r2)
+      local alive=0 p
+      for p in "${wpid[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+      note="job stopped ${ended} s after the kills ($alive workers still running then): $(said "$d/worker-0.log" "the scheduler stopped the job")" ;;
+    sched-stop-hogs) note=$(said "$d/scheduler.log" "this process was paused for") ;;
+    lost-ckpt-r2) note="$(said "$d/scheduler.log" "has no live copy"); $(said "$d/server-1-restarted.log" "restored from")" ;;
   esac
   echo "| $fault | $mode | $det | $([[ $rc == 0 ]] && echo yes || echo no) | ${acc:--} | ${lost:-0} | ${note} |"
 }
@@ -184,7 +211,7 @@ echo "| fault | mode | detected after (s) | run completed | final test acc (%) |
 echo "|---|---|---|---|---|---|---|"
 faults=${FAULTS:-"bsp:none asp:none bsp:worker-kill ssp:worker-kill asp:worker-kill bsp:worker-rejoin bsp:worker-stop
   bsp:server-kill asp:server-kill bsp:primary-kill-r2 asp:primary-kill-r2 bsp:standby-r2 asp:ckpt-other-job
-  asp:ckpt-flipped bsp:kill-before-ckpt asp:server-stop asp:server-stop-r2"}
+  asp:ckpt-flipped bsp:kill-before-ckpt asp:server-stop asp:server-stop-r2 bsp:lost-r2 bsp:lost-ckpt-r2 bsp:sched-stop-hogs"}
 for spec in $faults; do
   run "${spec%%:*}" "${spec##*:}" 2>/dev/null  # bash's "Killed" notices for the processes killed on purpose
 done
