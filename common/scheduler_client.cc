@@ -47,6 +47,7 @@ void SchedulerClient::Loop(std::stop_token stop) {
   }
   auto last_heard = Clock::now();
   bool heard = false;  // the scheduler has answered once: silence from then on is losing it
+  bool said_waiting = false;  // the warning about a silent scheduler whose connection is up
   auto next_beat = Clock::now();
   PauseDetector pause(options_.scheduler_timeout_s / 2);
   while (!stop.stop_requested()) {
@@ -105,11 +106,23 @@ void SchedulerClient::Loop(std::stop_token stop) {
       last_heard = Clock::now();
       next_beat = Clock::now();
     }
-    if (Clock::now() - last_heard > Seconds(options_.scheduler_timeout_s)) {
+    // Silent past the timeout: a scheduler whose connection is still up is alive (paused or
+    // starved: it judges nobody while it does not run, so waiting costs nothing), and gets up to
+    // kSchedulerUpFactor timeouts; one whose connection closed (it died) is lost at once.
+    const auto silent = Clock::now() - last_heard;
+    const bool up = heard && sock->PeerConnected();
+    if (silent > Seconds(options_.scheduler_timeout_s) && up && !said_waiting) {
+      GRADSYNC_LOG(WARNING) << "the scheduler at " << options_.scheduler_endpoint << " has been silent for "
+                            << options_.scheduler_timeout_s << " s but its connection is up (paused or starved?): "
+                            << "waiting up to " << kSchedulerUpFactor * options_.scheduler_timeout_s << " s";
+      said_waiting = true;
+    }
+    if (silent <= Seconds(options_.scheduler_timeout_s)) said_waiting = false;
+    if (silent > Seconds(options_.scheduler_timeout_s * (up ? kSchedulerUpFactor : 1.0))) {
       std::lock_guard lock(mu_);
       if (health_.ok()) {
         std::ostringstream seconds;
-        seconds << options_.scheduler_timeout_s;
+        seconds << options_.scheduler_timeout_s * (up ? kSchedulerUpFactor : 1.0);
         health_ = heard ? UnavailableError("lost the scheduler at " + options_.scheduler_endpoint + ": silent for " +
                                            seconds.str() + " s")
                         : UnavailableError("could not reach the scheduler at " + options_.scheduler_endpoint +
@@ -119,7 +132,20 @@ void SchedulerClient::Loop(std::stop_token stop) {
         cv_.notify_all();
       }
     }
+    if (!told_unhealthy_) {
+      Status h = health();
+      if (!h.ok()) {
+        told_unhealthy_ = true;
+        std::lock_guard lock(on_dead_mu_);
+        if (on_unhealthy_) on_unhealthy_(h);
+      }
+    }
   }
+}
+
+void SchedulerClient::set_on_unhealthy(std::function<void(const Status&)> fn) {
+  std::lock_guard lock(on_dead_mu_);
+  on_unhealthy_ = std::move(fn);
 }
 
 void SchedulerClient::set_on_dead(std::function<void(const wire::NodeInfo&)> fn) {

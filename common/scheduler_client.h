@@ -7,7 +7,10 @@
 // One background thread owns the ZeroMQ socket to the scheduler: it sends a heartbeat every
 // `heartbeat_interval_s`, forwards requests made by the node's main thread, and records what the
 // scheduler says. The scheduler answers every heartbeat; when it has been silent for
-// `scheduler_timeout_s` the client reports it lost, so that a node never outlives its job.
+// `scheduler_timeout_s` and its connection is closed (it died: its kernel closed it) the client
+// reports it lost, so that a node never outlives its job. A scheduler that is silent with its
+// connection up (paused, starved of CPU: it judges nobody meanwhile, see Scheduler) gets up to
+// kSchedulerUpFactor timeouts, said once in the log.
 // Public methods are thread-safe and never wait past their timeout.
 //
 //   SchedulerClient sc(ctx, options);
@@ -54,6 +57,9 @@ struct SchedulerClientOptions {
   double heartbeat_interval_s = 1.0;
   double scheduler_timeout_s = 10.0;
 };
+
+// How many scheduler timeouts a node waits for a silent scheduler whose connection is up.
+inline constexpr double kSchedulerUpFactor = 3.0;
 
 class SchedulerClient {
  public:
@@ -119,6 +125,10 @@ class SchedulerClient {
   // none). It must not call back into this client; once set_on_dead returns, the previous
   // callback is not running and will not run again (so its captures may go).
   void set_on_dead(std::function<void(const wire::NodeInfo&)> fn);
+  // The same for this node's link to the job: called once, on the client's thread, when health()
+  // turns non-OK (the scheduler lost or gone, this node declared dead, the job failed), so that
+  // a node busy elsewhere (an all-reduce, which never asks the scheduler) stops too.
+  void set_on_unhealthy(std::function<void(const Status&)> fn);
   // Restarted nodes that took a dead node's rank (NODE_JOINED), in order; the table follows them.
   std::vector<wire::NodeInfo> joined_nodes() const;
   // Workers that ended training (TRAINING_ENDED), in the order the scheduler said so.
@@ -148,6 +158,8 @@ class SchedulerClient {
   mutable std::mutex mu_;
   std::mutex on_dead_mu_;  // held while on_dead_ runs, and to replace it
   std::function<void(const wire::NodeInfo&)> on_dead_;
+  std::function<void(const Status&)> on_unhealthy_;  // under on_dead_mu_ as well
+  bool told_unhealthy_ = false;                       // the client's thread only
   std::condition_variable cv_;
   std::deque<wire::Header> outbox_;
   bool registered_ = false;

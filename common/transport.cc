@@ -225,7 +225,8 @@ Status Socket::WatchHandshakes(TransportContext& ctx) {
   const std::string inproc = "inproc://gradsync-handshakes-" + std::to_string(next.fetch_add(1));
   curve_ = CurveEnabled(ctx);
   constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                          ZMQ_EVENT_DISCONNECTED;
   if (zmq_socket_monitor(socket_.handle(), inproc.c_str(), kEvents) != 0) {
     return UnavailableError(std::string("cannot monitor a socket: ") + zmq_strerror(zmq_errno()));
   }
@@ -238,6 +239,11 @@ Status Socket::WatchHandshakes(TransportContext& ctx) {
     return UnavailableError(std::string("cannot monitor a socket: ") + e.what());
   }
   return OkStatus();
+}
+
+bool Socket::PeerConnected() {
+  (void)HandshakeStatus();
+  return peer_connected_;
 }
 
 Status Socket::HandshakeStatus() {
@@ -257,6 +263,10 @@ Status Socket::HandshakeStatus() {
       switch (id) {
         case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
           broken_handshakes_ = 0;
+          peer_connected_ = true;
+          break;
+        case ZMQ_EVENT_DISCONNECTED:
+          peer_connected_ = false;
           break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
           // The peer's ZAP handler said no (CURVE: our client key is not in its authorized_keys).

@@ -183,6 +183,10 @@ class Socket {
   // Then kUnauthenticated, naming the peer and the likely cause. Call from the owning thread.
   Status WatchHandshakes(TransportContext& ctx);
   Status HandshakeStatus();
+  // With WatchHandshakes: whether the connection to the peer is up now (its handshake done and
+  // no disconnection since). A peer process that died has its connection closed by its kernel;
+  // one that is paused or starved keeps it.
+  bool PeerConnected();
 
   const TrafficCounters& traffic() const { return total_; }
   // Bytes per peer (ROUTER: identity; DEALER: the name given at Connect). At most kMaxTrackedPeers
@@ -210,6 +214,7 @@ Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int t
   int64_t max_message_bytes_ = kMaxControlMessageBytes;
   int rcvtimeo_ms_ = -1;                    // ZMQ_RCVTIMEO as last set (Recv)
   std::string connected_to_;                // connected sockets: the endpoint
+  bool peer_connected_ = false;
   std::unique_ptr<zmq::socket_t> monitor_;  // WatchHandshakes: the monitor's events (after socket_)
   bool curve_ = false;
   int broken_handshakes_ = 0;

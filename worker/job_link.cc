@@ -10,7 +10,10 @@ namespace gradsync {
 
 JobLink::~JobLink() {
   // The ring goes before the scheduler's client (members die in reverse): its callback first.
-  if (scheduler) scheduler->set_on_dead(nullptr);
+  if (scheduler) {
+    scheduler->set_on_dead(nullptr);
+    scheduler->set_on_unhealthy(nullptr);
+  }
 }
 
 void JobLink::Finished(const Status& s) {
@@ -77,6 +80,9 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
         ring->Cancel(NodeName(n) + " was declared dead by the scheduler (it sent nothing for the heartbeat "
                      "timeout); the all-reduce cannot go on without it");
       });
+      // Nor does a worker outlive its job: the scheduler lost, this worker declared dead, or the
+      // job failed.
+      job->scheduler->set_on_unhealthy([ring](const Status& s) { ring->Cancel(s.message()); });
     }
     if (job->rank == 0 && job->ring->size() > 1) {
       const RingCollective& ring = *job->ring;

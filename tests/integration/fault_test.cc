@@ -654,6 +654,49 @@ TEST(FaultTest, AStoppedSchedulerDoesNotCountItsOwnPauseAgainstTheNodes) {
   EXPECT_EQ(log.find("declared dead"), std::string::npos) << log;
 }
 
+// The nodes' patience with the scheduler equal to its heartbeat timeout (1 s): stopped for 2 s,
+// its connection stays up, so the nodes wait for it (up to kSchedulerUpFactor timeouts, said
+// once) and the job finishes; killed, its kernel closes the connection, and every node stops
+// within the timeout, saying it lost the scheduler.
+TEST(FaultTest, NodesWaitForAStoppedSchedulerButNotForADeadOne) {
+  {
+    TempDir dir;
+    ProcessGroup group;
+    ASSERT_NO_FATAL_FAILURE(StartAllreduceByHand(group, dir, 2, "1", "1", {"--max-steps=600"}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(group.Signal("scheduler", SIGSTOP).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    ASSERT_TRUE(group.Signal("scheduler", SIGCONT).ok());
+    for (int w = 0; w < 2; ++w) {
+      auto code = group.WaitFor("worker " + std::to_string(w), 60);
+      ASSERT_TRUE(code.ok()) << "worker " << w << " hangs";
+      const std::string log = ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+      EXPECT_EQ(*code, 0) << log;
+      EXPECT_NE(log.find("but its connection is up (paused or starved?): waiting up to 3 s"), std::string::npos) << log;
+    }
+    auto sched = group.WaitFor("scheduler", 15);
+    ASSERT_TRUE(sched.ok());
+    EXPECT_EQ(*sched, 0) << ReadFile(dir.File("scheduler.log"));
+  }
+  {
+    TempDir dir;
+    ProcessGroup group;
+    ASSERT_NO_FATAL_FAILURE(StartAllreduceByHand(group, dir, 2, "1", "1", {"--max-steps=100000"}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(group.Signal("scheduler", SIGKILL).ok());
+    const auto killed = std::chrono::steady_clock::now();
+    for (int w = 0; w < 2; ++w) {
+      auto code = group.WaitFor("worker " + std::to_string(w), 1.0 + 2.0);
+      const std::string log = ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
+      ASSERT_TRUE(code.ok()) << "worker " << w << " outlives its scheduler: " << log;
+      EXPECT_NE(*code, 0);
+      EXPECT_NE(log.find("lost the scheduler at tcp://127.0.0.1:"), std::string::npos) << log;
+      EXPECT_NE(log.find(": silent for 1 s"), std::string::npos) << log;
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 1.0 + 2.0);
+  }
+}
+
 // All-reduce workers started by hand on one host (they reduce through shared memory, where a
 // killed rank closes no connection): the scheduler declares the killed one dead after its
 // heartbeat timeout, and the survivors fail then, naming it, not after --collective-timeout.
