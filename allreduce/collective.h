@@ -85,9 +85,13 @@ class Collective {
   virtual Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) = 0;
   virtual Status Barrier() = 0;
 
-  // Bytes this rank has sent and received so far.
+  // Bytes this rank has sent and received so far, on the wire.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
+  // Bytes exchanged through shared memory with ranks of this host so far (not in the above;
+  // counted as the wire would count them: ShmGroup::bytes_sent).
+  virtual uint64_t shm_bytes_sent() const { return 0; }
+  virtual uint64_t shm_bytes_received() const { return 0; }
 };
 
 // A collective over device memory (NCCL): operations are enqueued on the caller's stream (a

@@ -187,7 +187,11 @@ Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& re
       std::memcpy(block, res, b);
       std::memcpy(block + e, res + e, k * elem - e);
     }
-    bytes_copied_ += 2 * k * elem;
+    // The rest of its slot went to the members who sum it; their values of its share came in;
+    // its sum goes to every other member (all-reduce) or member 0 (reduce), and theirs come in.
+    const uint64_t share = e - b, rest = k * elem - share, others = static_cast<uint64_t>(members_ - 1);
+    bytes_sent_ += rest + (everyone ? others * share : (index_ == 0 ? 0 : share));
+    bytes_received_ += others * share + (everyone || index_ == 0 ? rest : 0);
   }
   return OkStatus();
 }
@@ -211,7 +215,8 @@ Status ShmGroup::Broadcast(void* data, size_t bytes, double timeout_s) {
     if (index_ == 0) std::memcpy(res, d + off, len);
     RETURN_IF_ERROR(Barrier(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))));
     if (index_ != 0) std::memcpy(d + off, res, len);
-    bytes_copied_ += len;
+    if (index_ == 0) bytes_sent_ += static_cast<uint64_t>(members_ - 1) * len;
+    else bytes_received_ += len;
   }
   return OkStatus();
 }

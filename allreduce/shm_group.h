@@ -60,7 +60,12 @@ class ShmGroup {
   // data <- member 0's data.
   Status Broadcast(void* data, size_t bytes, double timeout_s);
 
-  uint64_t bytes_copied() const { return bytes_copied_; }
+  // Bytes exchanged with the other members through the region, counted as the wire would count
+  // them: sent = what this member wrote that another member reads (times the readers), received
+  // = what it read that another wrote. An all-reduce of B bytes among m members sends and
+  // receives 2 (m - 1) / m B each, as a ring over TCP would.
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
 
   // From any thread: this member's waits end at once with kAborted (a member was declared dead
   // elsewhere, so it will never arrive), now and in every later call.
@@ -81,7 +86,8 @@ class ShmGroup {
   std::atomic<bool> cancelled_{false};
   uint64_t epoch_ = 0;  // barriers passed
   uint64_t blocks_ = 0;  // blocks done: the parity of the next result buffer
-  uint64_t bytes_copied_ = 0;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
   std::vector<std::string> member_names_;
 };
 

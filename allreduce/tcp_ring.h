@@ -69,6 +69,8 @@ class RingCollective final : public Collective {
   // Wire bytes: with encryption, frame headers and tags included.
   uint64_t bytes_sent() const override;
   uint64_t bytes_received() const override;
+  uint64_t shm_bytes_sent() const override { return shm_ ? shm_->bytes_sent() : 0; }
+  uint64_t shm_bytes_received() const override { return shm_ ? shm_->bytes_received() : 0; }
   // Whether the ranks of each host reduce through shared memory (CollectiveOptions::shm), and
   // if not, why; the number of hosts (by the ranks' addresses).
   bool shared_memory() const { return shm_ready_; }

@@ -87,6 +87,7 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.hidden_ms, "%.4f");
   PutNumber(&s, r.loss_scale, "%.6g");
   s += ',' + std::to_string(r.skipped_steps);
+  s += ',' + std::to_string(r.shm_bytes_sent) + ',' + std::to_string(r.shm_bytes_received);
   s += '\n';
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
     return UnavailableError(path_ + ": write failed: " + std::strerror(errno));

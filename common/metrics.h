@@ -2,12 +2,14 @@
 // every column).
 //
 // Columns: run, worker, step, epoch, wall_s, loss, version_lag, clock_staleness, bytes_sent,
-// bytes_received, compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
+// bytes_received (on the wire), compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
 // delay, not counted in compute_ms or comm_ms), hidden_ms (the part of comm_ms that ran behind
 // computation, with --overlap: comm_ms - hidden_ms is what the step waited for; all-reduce: the
 // communication thread's busy time before backward ended; PS: computation between two layer
 // boundaries at both of which a pull was unanswered or pushed bytes were still queued, a lower
-// bound). A training row leaves test_* empty;
+// bound), loss_scale, skipped_steps, shm_bytes_sent, shm_bytes_received (values moved through
+// shared memory with processes of this host, counted as the wire would count them; not in
+// bytes_sent / bytes_received). A training row leaves test_* empty;
 // an evaluation row (written by the evaluating worker after an evaluation) fills them and
 // carries the mean training loss since the previous evaluation in `loss`. A NaN field is
 // written empty. Not thread-safe: one writer per file.
@@ -35,8 +37,10 @@ struct MetricsRow {
   // PS modes, of this worker's last answered pull: its clock minus the lowest clock whose
   // updates the answer is guaranteed to hold (max over the shards; ssp bounds it by s).
   double clock_staleness = NAN;
-  uint64_t bytes_sent = 0;  // cumulative
+  uint64_t bytes_sent = 0;  // cumulative, on the wire
   uint64_t bytes_received = 0;
+  uint64_t shm_bytes_sent = 0;  // cumulative, through shared memory
+  uint64_t shm_bytes_received = 0;
   double compute_ms = 0.0;  // forward + backward + local update of the step
   double comm_ms = 0.0;     // pushing, pulling or all-reducing
   double wait_ms = 0.0;     // blocked on consistency (barrier, staleness bound)
@@ -62,7 +66,7 @@ enum MetricsColumn {
   kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,
   kColBytesReceived,
   kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kColLossScale,
-  kColSkippedSteps, kMetricsColumns
+  kColSkippedSteps, kColShmBytesSent, kColShmBytesReceived, kMetricsColumns
 };
 
 // The fields of one CSV line (no quoting: the metrics files have none); "a,,b," has 4 fields.
@@ -72,7 +76,7 @@ class MetricsWriter {
  public:
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
-      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps";
+      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,shm_bytes_received";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.
   static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);

@@ -43,7 +43,8 @@ struct MergedMetrics {
   bool any = false;      // a row was read
   int64_t steps0 = 0;    // worker 0's last step
   int64_t skipped0 = -1; // worker 0's last skipped_steps (fp16); -1: none written
-  double bytes = 0;      // each worker's last bytes sent + received, summed
+  double bytes = 0;      // each worker's last bytes sent + received (wire and shared memory), summed
+  double shm_bytes = 0;  // of those, through shared memory
   double steps = 0;      // each worker's last step, summed
   double comm_ms = 0, hidden_ms = 0;  // over the training rows
   std::vector<EvalPoint> evals;       // worker 0's evaluation rows
@@ -65,7 +66,7 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
     std::getline(f, line);
     if (line != MetricsWriter::kHeader) return DataLossError(path + ": unexpected header '" + line + "'");
     int64_t last_step = 0;
-    double last_bytes = 0;
+    double last_bytes = 0, last_shm = 0;
     std::vector<std::pair<int64_t, double>> rows;  // training rows: step, wall_s
     while (std::getline(f, line)) {
       if (line.empty()) continue;
@@ -78,6 +79,7 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
         if (step >= last_step) {
           last_step = step;
           last_bytes = std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived]);
+          last_shm = std::stod(v[kColShmBytesSent]) + std::stod(v[kColShmBytesReceived]);
           if (w == 0 && v[kColTestAccuracy].empty() && !v[kColLossScale].empty()) m.skipped0 = std::stoll(v[kColSkippedSteps]);
         }
         if (v[kColTestAccuracy].empty()) {
@@ -95,7 +97,8 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
     }
     if (w == 0) m.steps0 = last_step;
     if (const double ms = StepMs(rows); !std::isnan(ms)) m.step_ms.push_back(ms);
-    m.bytes += last_bytes;
+    m.bytes += last_bytes + last_shm;
+    m.shm_bytes += last_shm;
     m.steps += static_cast<double>(last_step);
   }
   return m;
@@ -141,7 +144,10 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   if (merged.skipped0 >= 0) s.set_skipped_steps(merged.skipped0);
   r.evals = std::move(merged.evals);
   if (!any && status.ok()) return DataLossError(run_dir + ": the run wrote no metrics");
-  if (steps_all > 0) s.set_bytes_per_step(bytes / steps_all);
+  if (steps_all > 0) {
+    s.set_bytes_per_step(bytes / steps_all);
+    if (merged.shm_bytes > 0) s.set_shm_bytes_per_step(merged.shm_bytes / steps_all);
+  }
   if (!merged.step_ms.empty()) s.set_step_ms(Median(std::move(merged.step_ms)));
   if (hidden_ms > 0 && comm_ms > 0) s.set_overlap_fraction(hidden_ms / comm_ms);
   if (!r.evals.empty()) {
@@ -222,7 +228,9 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
       << (s.has_steps_to_target() ? std::to_string(s.steps_to_target()) : "—") << " | "
       << opt(s.has_samples_per_s(), Thousands(s.samples_per_s())) << " | "
       << opt(s.has_step_ms(), Fixed(s.step_ms(), s.step_ms() < 10 ? 2 : 1)) << " | "
-      << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step())) << " | "
+      << opt(s.has_bytes_per_step(), Thousands(s.bytes_per_step()) +
+                                         (s.has_shm_bytes_per_step() ? " (" + Thousands(s.shm_bytes_per_step()) + " shm)" : ""))
+      << " | "
       << opt(s.has_formula_bytes_per_step(), Thousands(s.formula_bytes_per_step())) << " | "
       << opt(s.has_overlap_fraction(), Fixed(100 * s.overlap_fraction(), 0) + "%") << " | "
       << (s.has_clock_staleness_p50() ? std::to_string(s.clock_staleness_p50()) + " / " +
@@ -364,8 +372,10 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
   }
   md << SummaryTable(runs, e.target_accuracy) << "\n";
   md << "- final acc: worker 0's last evaluation on the whole test set; wall s: its time at that evaluation.\n"
-     << "- bytes/step: bytes sent + received per worker and step, counted at the transport (headers, "
-     << "heartbeats and worker 0's evaluation pulls included); formula: what a dense run must move per worker "
+     << "- bytes/step: bytes sent + received per worker and step, on every path: over the wire (ZeroMQ, data "
+     << "channels, the ring's TCP; headers, heartbeats and worker 0's evaluation pulls included) and, in "
+     << "parentheses, the part moved through shared memory between processes of one host (PS lanes, the "
+     << "all-reduce's shared-memory group), counted as the wire would count it; formula: what a dense run must move per worker "
      << "and step (PS: a push and a pull of the model, 8P bytes; ring: 2(n-1)/n of it each way, 16P(n-1)/n).\n"
      << "- precision: --precision; fp16 runs say how many steps worker 0 skipped because the loss-scaled "
      << "gradient overflowed (dynamic loss scaling halves the scale at each).\n"

@@ -439,6 +439,8 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
   stats.hidden_ms = hidden_ms;
   stats.bytes_sent = collective_->bytes_sent();
   stats.bytes_received = collective_->bytes_received();
+  stats.shm_bytes_sent = collective_->shm_bytes_sent();
+  stats.shm_bytes_received = collective_->shm_bytes_received();
   scaling_->Report(&stats);
   return stats;
 }

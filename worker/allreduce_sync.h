@@ -95,7 +95,10 @@ class AllreduceSync final : public GradientSync {
   Status Recover(const Status& failure) override { return failure; }
   Status EndTraining(bool) override { return collective_->Barrier().WithContext("final barrier"); }
   bool on_device() const override { return model_->on_device(); }
-  SyncTraffic traffic() const override { return {collective_->bytes_sent(), collective_->bytes_received()}; }
+  SyncTraffic traffic() const override {
+    return {collective_->bytes_sent(), collective_->bytes_received(), collective_->shm_bytes_sent(),
+            collective_->shm_bytes_received()};
+  }
 
  private:
   Status AverageGradients();

@@ -80,6 +80,8 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
     row.test_accuracy = r.test_accuracy;
     row.bytes_sent = c.bytes_sent;
     row.bytes_received = c.bytes_received;
+    row.shm_bytes_sent = c.shm_bytes_sent;
+    row.shm_bytes_received = c.shm_bytes_received;
     RETURN_IF_ERROR(metrics->Write(row));
   }
   return r;
@@ -93,6 +95,8 @@ Status WriteEvaluationRow(const EpochClose& c, double loss, Model& model, Metric
   row.test_accuracy = e.accuracy;
   row.bytes_sent = c.bytes_sent;
   row.bytes_received = c.bytes_received;
+  row.shm_bytes_sent = c.shm_bytes_sent;
+  row.shm_bytes_received = c.shm_bytes_received;
   return metrics->Write(row);
 }
 

@@ -84,6 +84,8 @@ struct EpochClose {
   int64_t eval_batch = 1000;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t shm_bytes_sent = 0;
+  uint64_t shm_bytes_received = 0;
 };
 
 // Builds the epoch's report (test loss / accuracy NaN when not evaluating) and, when evaluating

@@ -79,15 +79,22 @@ struct SyncStepStats {
                           // (local: the optimizer step)
   double version_lag = NAN;      // PS: of the last push (max over the shards)
   double clock_staleness = NAN;  // PS: of the last answered pull (max over the shards)
-  uint64_t bytes_sent = 0;       // cumulative, this process
+  uint64_t bytes_sent = 0;       // cumulative, this process, on the wire
   uint64_t bytes_received = 0;
+  uint64_t shm_bytes_sent = 0;   // cumulative, through shared memory (SyncTraffic)
+  uint64_t shm_bytes_received = 0;
   float loss_scale = NAN;        // fp16: the scale this step's gradient was computed with
   int64_t skipped_steps = 0;     // fp16: steps skipped so far (their gradient overflowed)
 };
 
+// Cumulative bytes of this process: on the wire (ZeroMQ, data channels, the ring's TCP), and
+// the values moved through shared memory with processes of this host (PS lanes, the all-reduce's
+// shared-memory group), counted as the wire would count them.
 struct SyncTraffic {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t shm_bytes_sent = 0;
+  uint64_t shm_bytes_received = 0;
 };
 
 class GradientSync {

@@ -214,7 +214,8 @@ Status PsSyncBase::Finish(bool evaluate, bool leave) {
 SyncTraffic PsSyncBase::traffic() const {
   const auto t = client_->traffic();
   const auto st = scheduler_->traffic();
-  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received};
+  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received, client_->shm_bytes_pushed(),
+          client_->shm_bytes_pulled()};
 }
 
 void PsSyncBase::FillStats(SyncStepStats* stats) const {
@@ -223,6 +224,8 @@ void PsSyncBase::FillStats(SyncStepStats* stats) const {
   const SyncTraffic t = traffic();
   stats->bytes_sent = t.bytes_sent;
   stats->bytes_received = t.bytes_received;
+  stats->shm_bytes_sent = t.shm_bytes_sent;
+  stats->shm_bytes_received = t.shm_bytes_received;
 }
 
 // --- Sequential ---

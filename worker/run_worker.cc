@@ -142,6 +142,8 @@ void ScaleLearningRate(const TrainConfig& c, int workers, int rank, LocalTrainOp
 struct Trained {
   Result<std::vector<EpochReport>> reports = std::vector<EpochReport>{};
   TrafficCounters traffic;
+  uint64_t shm_bytes_sent = 0;  // through shared memory (not in traffic)
+  uint64_t shm_bytes_received = 0;
   PsClient::ReplyCounts counts;  // PS modes
 };
 
@@ -171,10 +173,17 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
     out.reports = trainer.Run(on_epoch);
     out.traffic.bytes_sent = job->ring->bytes_sent();
     out.traffic.bytes_received = job->ring->bytes_received();
+    out.shm_bytes_sent = job->ring->shm_bytes_sent();
+    out.shm_bytes_received = job->ring->shm_bytes_received();
     if (out.reports.ok()) {
       std::printf("worker %d: %llu bytes sent, %llu received over the ring\n", job->rank,
                   static_cast<unsigned long long>(out.traffic.bytes_sent),
                   static_cast<unsigned long long>(out.traffic.bytes_received));
+      if (out.shm_bytes_sent + out.shm_bytes_received > 0) {
+        std::printf("worker %d: and %llu bytes sent, %llu received through shared memory (as the wire would count them)\n",
+                    job->rank, static_cast<unsigned long long>(out.shm_bytes_sent),
+                    static_cast<unsigned long long>(out.shm_bytes_received));
+      }
 #if GRADSYNC_HAVE_NCCL
       if (placed.nccl) {
         std::printf("worker %d: NCCL all-reduced %llu gradient bytes (its own transport; the ring bytes above are the bootstrap's)\n",
@@ -191,6 +200,8 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
       PsTrainer trainer(po, model, &data.train, &data.test, metrics, client->get(), job->scheduler.get());
       out.reports = trainer.Run(on_epoch);
       out.traffic = (*client)->traffic();
+      out.shm_bytes_sent = (*client)->shm_bytes_pushed();
+      out.shm_bytes_received = (*client)->shm_bytes_pulled();
       out.counts = (*client)->reply_counts();
       if (out.reports.ok()) {
         std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", job->rank,
@@ -231,6 +242,8 @@ void WriteWorkerSummary(const TrainConfig& c, const config::WorkerProcess& p, co
   }
   s.set_bytes_sent(static_cast<int64_t>(trained.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(trained.traffic.bytes_received));
+  s.set_shm_bytes_sent(static_cast<int64_t>(trained.shm_bytes_sent));
+  s.set_shm_bytes_received(static_cast<int64_t>(trained.shm_bytes_received));
   SetReplyCounts(trained.counts, &s);
   if (Status w = WriteProcessSummary(p.out(), s); !w.ok()) {
     std::cerr << "gradsync-worker: warning: summary not written: " << w.message() << std::endl;

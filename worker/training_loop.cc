@@ -60,7 +60,8 @@ EpochClose TrainingLoop::At() const {
   const SyncTraffic t = sync_->traffic();
   return EpochClose{.step = step_, .steps_per_epoch = steps_per_epoch_, .run_clock = &run_clock_,
                     .evaluate = options_.evaluate, .test = test_, .eval_batch = options_.train.eval_batch,
-                    .bytes_sent = t.bytes_sent, .bytes_received = t.bytes_received};
+                    .bytes_sent = t.bytes_sent, .bytes_received = t.bytes_received,
+                    .shm_bytes_sent = t.shm_bytes_sent, .shm_bytes_received = t.shm_bytes_received};
 }
 
 Status TrainingLoop::CloseEpoch(int epoch) {
@@ -205,6 +206,8 @@ Status TrainingLoop::RunStep(const StepInput& in) {
   row.clock_staleness = stats.clock_staleness;
   row.bytes_sent = stats.bytes_sent;
   row.bytes_received = stats.bytes_received;
+  row.shm_bytes_sent = stats.shm_bytes_sent;
+  row.shm_bytes_received = stats.shm_bytes_received;
   row.compute_ms = std::max(0.0, compute_ms - stats.blocked_ms) + stats.compute_ms;
   row.comm_ms = stats.comm_ms;
   row.wait_ms = stats.wait_ms;

@@ -276,7 +276,8 @@ void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint6
 }
 
 SyncTraffic FrontendBucketReducer::traffic() const {
-  return {job_->link().ring->bytes_sent(), job_->link().ring->bytes_received()};
+  const auto& ring = *job_->link().ring;
+  return {ring.bytes_sent(), ring.bytes_received(), ring.shm_bytes_sent(), ring.shm_bytes_received()};
 }
 
 FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,

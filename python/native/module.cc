@@ -39,6 +39,8 @@ py::dict StatsDict(const SyncStepStats& s) {
   d["clock_staleness"] = s.clock_staleness;
   d["bytes_sent"] = s.bytes_sent;
   d["bytes_received"] = s.bytes_received;
+  d["shm_bytes_sent"] = s.shm_bytes_sent;
+  d["shm_bytes_received"] = s.shm_bytes_received;
   d["loss_scale"] = s.loss_scale;
   d["skipped_steps"] = s.skipped_steps;
   return d;
@@ -166,6 +168,8 @@ MetricsRow RowFrom(const py::dict& d) {
   r.clock_staleness = Get(d, "clock_staleness", NAN);
   r.bytes_sent = static_cast<uint64_t>(Get(d, "bytes_sent", 0));
   r.bytes_received = static_cast<uint64_t>(Get(d, "bytes_received", 0));
+  r.shm_bytes_sent = static_cast<uint64_t>(Get(d, "shm_bytes_sent", 0));
+  r.shm_bytes_received = static_cast<uint64_t>(Get(d, "shm_bytes_received", 0));
   r.compute_ms = Get(d, "compute_ms", 0);
   r.comm_ms = Get(d, "comm_ms", 0);
   r.wait_ms = Get(d, "wait_ms", 0);
@@ -323,7 +327,11 @@ PYBIND11_MODULE(_native, m) {
       .def("traffic", [](const FrontendSync& s) {
         const SyncTraffic t = s.traffic();
         return py::make_tuple(t.bytes_sent, t.bytes_received);
-      })
+      }, "(bytes sent, bytes received) on the wire")
+      .def("shm_traffic", [](const FrontendSync& s) {
+        const SyncTraffic t = s.traffic();
+        return py::make_tuple(t.shm_bytes_sent, t.shm_bytes_received);
+      }, "(bytes sent, bytes received) through shared memory with processes of this host, as the wire would count them")
       .def("reply_counts", [](const FrontendSync& s) {
         const PsClient::ReplyCounts c = s.reply_counts();
         py::dict d;
@@ -371,7 +379,11 @@ PYBIND11_MODULE(_native, m) {
       .def("traffic", [](const FrontendBucketReducer& r) {
         const SyncTraffic t = r.traffic();
         return py::make_tuple(t.bytes_sent, t.bytes_received);
-      });
+      }, "(bytes sent, bytes received) on the wire")
+      .def("shm_traffic", [](const FrontendBucketReducer& r) {
+        const SyncTraffic t = r.traffic();
+        return py::make_tuple(t.shm_bytes_sent, t.shm_bytes_received);
+      }, "(bytes sent, bytes received) through shared memory with processes of this host");
 
   py::class_<MetricsWriter>(m, "MetricsWriter")
       .def(py::init([](const std::string& path, const std::string& run, int worker) {

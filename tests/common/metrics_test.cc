@@ -23,6 +23,8 @@ TEST(MetricsTest, WritesHeaderAndRows) {
     train.wall_s = 1.5;
     train.loss = 0.75;
     train.bytes_sent = 1000;
+    train.shm_bytes_sent = 4096;
+    train.shm_bytes_received = 8192;
     train.compute_ms = 2.0;
     train.version_lag = 3;
     train.clock_staleness = 1;
@@ -41,9 +43,10 @@ TEST(MetricsTest, WritesHeaderAndRows) {
   std::getline(f, row2);
   EXPECT_EQ(header,
             "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,"
-            "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps");
-  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0");
-  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0");
+            "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,"
+            "shm_bytes_received");
+  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0,4096,8192");
+  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0,4096,8192");
 }
 
 TEST(ProcessSummaryTest, RoundTripsThroughJsonWithItsHistograms) {

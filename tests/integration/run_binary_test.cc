@@ -51,6 +51,42 @@ run { name: "asp-slow" train { mode: ASP } straggler { worker: 1 fixed_ms: 2 } }
 run { name: "ar-topk" train { mode: ALLREDUCE compress: "topk:0.1" error_feedback: true } }
 )";
 
+// Bytes are counted on every path: a dense run whose values go through shared memory (the PS's
+// lanes, the all-reduce's group) reports what its formula says, the shared-memory part shown;
+// over the wire alone, the same total.
+TEST(RunBinaryTest, DenseRunsMoveTheirFormulasBytesOnEveryPath) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  const char* spec = R"(
+name: "bytes"
+defaults { workers: 2 servers: 1 train { dataset: "blobs" hidden: "512,256" epochs: 1 batch: 16 max_steps: 60
+           lr: 0.05 log_every: 10 } }
+run { name: "bsp-shm" train { mode: BSP } }
+run { name: "bsp-wire" train { mode: BSP shm: false } }
+run { name: "ar-shm" train { mode: ALLREDUCE } }
+run { name: "ar-wire" train { mode: ALLREDUCE allreduce_shm: false } }
+)";
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, spec), "--out=" + out}, 240);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/bytes/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 4);
+  for (const auto& run : summary.run()) {
+    SCOPED_TRACE(run.name());
+    ASSERT_TRUE(run.ok()) << run.error();
+    ASSERT_TRUE(run.has_formula_bytes_per_step());
+    EXPECT_NEAR(run.bytes_per_step(), run.formula_bytes_per_step(), 0.01 * run.formula_bytes_per_step());
+    if (run.name().find("shm") != std::string::npos) {
+      ASSERT_TRUE(run.has_shm_bytes_per_step());
+      EXPECT_GT(run.shm_bytes_per_step(), 0.99 * run.formula_bytes_per_step());
+    } else {
+      EXPECT_FALSE(run.has_shm_bytes_per_step());
+    }
+  }
+  const std::string md = ReadFile(out + "/bytes/summary.md");
+  EXPECT_NE(md.find(" shm) |"), std::string::npos) << md;
+}
+
 TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
   TempDir dir;
   const std::string out = dir.File("results");
@@ -87,7 +123,9 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
       }
       const int64_t step = std::stoll(v[kColStep]);
       if (step >= last[v[kColWorker]].first) {
-        last[v[kColWorker]] = {step, std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived])};
+        // Every path: the wire and shared memory (the report's bytes/step counts both).
+        last[v[kColWorker]] = {step, std::stod(v[kColBytesSent]) + std::stod(v[kColBytesReceived]) +
+                                         std::stod(v[kColShmBytesSent]) + std::stod(v[kColShmBytesReceived])};
       }
       if (run.name() == "asp-slow" && v[kColWorker] == "1") {
         EXPECT_GE(std::stod(v[kColDelay]), 2.0);  // delay_ms recorded

@@ -132,7 +132,8 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   csv << f.rdbuf();
   const std::string first = csv.str();
   EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,"
-                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps\n",
+                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,"
+                        "shm_bytes_sent,shm_bytes_received\n",
                         0),
             0u);
   // And its summary, which the reports read instead of the log.

@@ -51,20 +51,21 @@ class Recorder:
         if self._writer:
             self._writer.write(row)
 
-    def evaluation(self, step, test_loss, test_accuracy, traffic):
+    def evaluation(self, step, test_loss, test_accuracy, traffic, shm=(0, 0)):
         """An evaluation row: `loss` is the mean training loss since the previous one."""
         mean_loss = self._loss_sum / self._loss_count if self._loss_count else math.nan
         self._loss_sum, self._loss_count = 0.0, 0
         self.final_test_accuracy = test_accuracy
         row = dict(step=step, epoch=self._epoch(step), wall_s=self.wall_s(), loss=mean_loss,
                    test_loss=test_loss, test_accuracy=test_accuracy,
-                   bytes_sent=traffic[0], bytes_received=traffic[1])
+                   bytes_sent=traffic[0], bytes_received=traffic[1], shm_bytes_sent=shm[0],
+                   shm_bytes_received=shm[1])
         if self._writer:
             self._writer.write(row)
             self._writer.flush()
         return mean_loss
 
-    def finish(self, traffic, error=None, replies=None, params_sha256=None):
+    def finish(self, traffic, error=None, replies=None, params_sha256=None, shm=(0, 0)):
         """OUT/worker-<rank>.json (nothing without an output directory). replies: the sync's
         reply_counts() (PS modes); params_sha256: of the final parameters."""
         if self._writer:
@@ -73,7 +74,8 @@ class Recorder:
             return
         summary = dict(rank=self._rank, mode=self._job.mode, params=self._num_params,
                        steps=self.steps, wall_s=self.wall_s(), bytes_sent=traffic[0],
-                       bytes_received=traffic[1], final_test_accuracy=self.final_test_accuracy)
+                       bytes_received=traffic[1], shm_bytes_sent=shm[0], shm_bytes_received=shm[1],
+                       final_test_accuracy=self.final_test_accuracy)
         if replies is not None:
             summary["replies"] = replies
         if params_sha256:

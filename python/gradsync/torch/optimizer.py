@@ -356,6 +356,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._gs_used = header.used
             stats["comm_ms"] += (time.perf_counter() - t) * 1e3
             stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
+            stats["shm_bytes_sent"], stats["shm_bytes_received"] = self._gs_sync.shm_traffic()
             stats["control_bytes_sent"] = stats["bytes_sent"] - before
         else:
             self._gs_used = self._gs_present()
@@ -441,6 +442,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         self._gs_flat_params[offset:offset + n] = before[offset:offset + n] + combined
                 stats["comm_ms"] += (time.perf_counter() - t) * 1e3
                 stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
+                stats["shm_bytes_sent"], stats["shm_bytes_received"] = self._gs_sync.shm_traffic()
                 return result
             return super(self.__class__, self).step()
         finally:
@@ -497,8 +499,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self.last_stats.get("version_lag", math.nan)
 
     def traffic(self):
-        """(bytes sent, bytes received) by this process for the job so far."""
+        """(bytes sent, bytes received) by this process on the wire for the job so far."""
         return tuple(self._gs_sync.traffic())
+
+    def shm_traffic(self):
+        """(bytes sent, bytes received) through shared memory with processes of this host (PS lanes,
+        the all-reduce's shared-memory group), counted as the wire would count them; not in traffic()."""
+        return tuple(self._gs_sync.shm_traffic())
 
     @property
     def sync_kind(self):
@@ -528,7 +535,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Writes an evaluation row (test loss, test accuracy in [0, 1], and the mean training
         loss since the previous one, which it returns). After finish() (the evaluation of the
         final parameters) it also rewrites OUT/worker-<rank>.json with this accuracy."""
-        mean_loss = self._gs_recorder.evaluation(self._gs_step, float(test_loss), float(test_accuracy), self.traffic())
+        mean_loss = self._gs_recorder.evaluation(self._gs_step, float(test_loss), float(test_accuracy), self.traffic(),
+                                                    self.shm_traffic())
         if self._gs_finished:
             self._gs_write_summary()
         return mean_loss
@@ -587,7 +595,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # digest of the parameters the model holds.
         replies = self._gs_sync.reply_counts() if self._gs_ps else None
         digest = hashlib.sha256(self._gs_flat_params.numpy().tobytes()).hexdigest()
-        self._gs_recorder.finish(self.traffic(), replies=replies, params_sha256=digest)
+        self._gs_recorder.finish(self.traffic(), replies=replies, params_sha256=digest, shm=self.shm_traffic())
 
     def _gs_unguard(self):
         # After the last step nothing lands any more: the parameters get their own class back.
