@@ -10,6 +10,7 @@
 
 #include "common/half.h"
 #include "common/transport.h"
+#include "common/clock.h"
 
 namespace gradsync {
 namespace asio = boost::asio;
@@ -377,7 +378,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
         if (mesh_[static_cast<size_t>(p)] && !mesh_[static_cast<size_t>(p)]->ready) missing += " " + std::to_string(p);
       }
       failure = DeadlineExceededError("ring set-up on rank " + std::to_string(rank) + " timed out after " +
-                                      std::to_string(timeout_s) + " s (right " + peers[right] + (right_.ready ? " ok" : " missing") +
+                                      SecondsText(timeout_s) + " s (right " + peers[right] + (right_.ready ? " ok" : " missing") +
                                       ", left " + peers[left] + (left_.ready ? " ok" : " missing") +
                                       (missing.empty() ? "" : ", mesh peers" + missing + " missing") + ")");
     }
@@ -620,7 +621,7 @@ Status RingCollective::PeerExchange(OpKind op, uint32_t step, int to, const void
   io_.restart();
   while (!(wdone && rdone) && failure.ok()) {
     if (RunOne(deadline) == 0 && !(wdone && rdone) && failure.ok()) {
-      failure = DeadlineExceededError(std::string("no progress for ") + std::to_string(options_.timeout_s) + " s during " +
+      failure = DeadlineExceededError(std::string("no progress for ") + SecondsText(options_.timeout_s) + " s during " +
                                       Where(op, step) + (rdone ? "" : " (waiting for rank " + std::to_string(from) + ")") +
                                       (wdone ? "" : " (sending to rank " + std::to_string(to) + ")"));
     }
@@ -949,7 +950,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
   while (failure.ok() && !(all_read && writer_done_through == steps - 1)) {
     const uint64_t before = bytes_received_ + bytes_sent_;
     if (RunOne(deadline) == 0 && failure.ok()) {
-      failure = DeadlineExceededError("no progress for " + std::to_string(options_.timeout_s) + " s during " +
+      failure = DeadlineExceededError("no progress for " + SecondsText(options_.timeout_s) + " s during " +
                                       Where(op, static_cast<uint32_t>(std::min(reading, steps - 1))) +
                                       (all_read ? " (sending to rank " + std::to_string(right) + ")"
                                                 : " (waiting for rank " + std::to_string(left) + ")"));

@@ -2,10 +2,20 @@
 #pragma once
 
 #include <chrono>
+#include <sstream>
+#include <string>
 
 namespace gradsync {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// A duration in seconds as people write it in messages: "30", "0.2", "5.37819" (six significant
+// digits, no trailing zeros); the caller adds the unit.
+inline std::string SecondsText(double s) {
+  std::ostringstream out;
+  out << s;
+  return out.str();
+}
 
 // Microseconds of the steady clock: the time base of traces and of the clock offsets processes
 // estimate against the scheduler. Tests give a process a clock of its own by setting

@@ -1,4 +1,5 @@
 #include "common/data_channel.h"
+#include "common/clock.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -82,7 +83,7 @@ void DataStream::SetTimeout(int option, double idle_s, double* current) {
 
 namespace {
 Status NoProgress(double idle_s) {
-  return DeadlineExceededError("data channel: nothing moved in " + std::to_string(idle_s) + " s");
+  return DeadlineExceededError("data channel: nothing moved in " + SecondsText(idle_s) + " s");
 }
 }  // namespace
 

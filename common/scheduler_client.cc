@@ -302,7 +302,7 @@ Result<wire::ClusterTable> SchedulerClient::Register(double timeout_s) {
   if (!health_.ok()) return health_;
   if (!done) {
     return DeadlineExceededError("registration with the scheduler at " + options_.scheduler_endpoint +
-                                 " did not complete within " + std::to_string(timeout_s) +
+                                 " did not complete within " + SecondsText(timeout_s) +
                                  " s (are all servers and workers started?)");
   }
   wire::ClusterTable table = table_;
@@ -352,7 +352,7 @@ Result<std::vector<std::string>> SchedulerClient::Gather(const std::string& name
   }
   if (shutdown_) return AbortedError("the job shut down during barrier '" + name + "'");
   (void)done;
-  return DeadlineExceededError("barrier '" + name + "' not released within " + std::to_string(timeout_s) + " s");
+  return DeadlineExceededError("barrier '" + name + "' not released within " + SecondsText(timeout_s) + " s");
 }
 
 Status SchedulerClient::AnnounceMessageLimit(int64_t bytes, double timeout_s) {
@@ -370,7 +370,7 @@ Status SchedulerClient::AnnounceMessageLimit(int64_t bytes, double timeout_s) {
   if (shutdown_) return AbortedError("the job shut down before the shards accepted this worker's messages");
   (void)done;
   return DeadlineExceededError("the shards did not accept messages of " + std::to_string(bytes) + " bytes within " +
-                               std::to_string(timeout_s) + " s");
+                               SecondsText(timeout_s) + " s");
 }
 
 void SchedulerClient::Listening(int64_t bytes) {

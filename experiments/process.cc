@@ -1,4 +1,5 @@
 #include "experiments/process.h"
+#include "common/clock.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -79,7 +80,7 @@ Result<std::string> CommandOutput(const std::vector<std::string>& argv, double t
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      return DeadlineExceededError("'" + JoinArgs(argv) + "' did not finish within " + std::to_string(timeout_s) + " s");
+      return DeadlineExceededError("'" + JoinArgs(argv) + "' did not finish within " + SecondsText(timeout_s) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -228,7 +229,7 @@ Status ProcessGroup::WaitAll(double timeout_s, const volatile bool* interrupted,
     }
     if (std::chrono::steady_clock::now() > deadline) {
       KillAll();
-      return DeadlineExceededError("the job did not finish within " + std::to_string(timeout_s) + " s");
+      return DeadlineExceededError("the job did not finish within " + SecondsText(timeout_s) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

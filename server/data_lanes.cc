@@ -13,6 +13,7 @@
 
 #include "common/logging.h"
 #include "common/ps_protocol.h"
+#include "common/clock.h"
 
 namespace gradsync {
 
@@ -235,7 +236,7 @@ Result<std::shared_ptr<const float>> DataConn::TakePush(uint64_t seq, size_t n, 
     }
     if (pool_->cv.wait_until(lk, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceededError("data frame " + std::to_string(seq) + " of worker " + std::to_string(worker_) +
-                                   " did not arrive within " + std::to_string(wait_s) + " s of its header");
+                                   " did not arrive within " + SecondsText(wait_s) + " s of its header");
     }
   }
 }

@@ -572,7 +572,7 @@ void Scheduler::Handle(Message& m, double now) {
     // Declared dead already (it was silent too long: stopped, or cut off). It may not come back
     // under this connection: told so, it stops; a restarted process can rejoin (HandleRejoin).
     return ReplyError(m.peer, AbortedError(NodeName(n.info) + " was declared dead after " +
-                                           std::to_string(options_.heartbeat_timeout_s) +
+                                           SecondsText(options_.heartbeat_timeout_s) +
                                            " s of silence; restart it to rejoin the job"));
   }
   switch (m.header.type()) {
@@ -667,7 +667,7 @@ Status Scheduler::Run() {
       wire::Header h;
       h.set_type(wire::SHUTDOWN);
       Broadcast(h);
-      return DeadlineExceededError("the job did not fill up within " + std::to_string(options_.register_timeout_s) +
+      return DeadlineExceededError("the job did not fill up within " + SecondsText(options_.register_timeout_s) +
                                    " s: " + std::to_string(nodes_.size()) + " of " +
                                    std::to_string(options_.num_servers + options_.num_workers) + " nodes registered");
     }

@@ -12,6 +12,7 @@
 #include "common/process_summary.h"
 #include "common/security.h"
 #include "common/trace.h"
+#include "common/clock.h"
 
 namespace gradsync {
 
@@ -801,7 +802,7 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
     if (left <= 0) {
       std::string who;
       for (int s : waiting_on_[id]) who += (who.empty() ? "" : ", ") + NodeName(table_.servers(s));
-      return DeadlineExceededError("no reply from " + who + " within " + std::to_string(timeout_s) + " s");
+      return DeadlineExceededError("no reply from " + who + " within " + SecondsText(timeout_s) + " s");
     }
     RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20)), id));
   }
@@ -852,7 +853,7 @@ Status PsClient::Reconnect(double timeout_s) {
     while (scheduler_->IsDead(wire::SERVER, s)) {
       if (Status h = scheduler_->health(); !h.ok()) return h;
       if (std::chrono::steady_clock::now() > deadline) {
-        return UnavailableError(NodeName(table_.servers(s)) + " did not come back within " + std::to_string(timeout_s) + " s");
+        return UnavailableError(NodeName(table_.servers(s)) + " did not come back within " + SecondsText(timeout_s) + " s");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -1132,7 +1133,7 @@ Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, do
     if (!st.ok() && st.code() != StatusCode::kUnavailable) return st.WithContext("JOIN");
     if (std::chrono::steady_clock::now() > deadline) {
       return DeadlineExceededError("JOIN: " + std::to_string(again.size()) + " shard(s) did not take this worker back within " +
-                                   std::to_string(timeout_s) + " s" + (st.ok() ? "" : ": " + st.message()));
+                                   SecondsText(timeout_s) + " s" + (st.ok() ? "" : ": " + st.message()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     todo = again;

@@ -1,4 +1,5 @@
 #include "allreduce/nccl/nccl_allreduce.h"
+#include "common/clock.h"
 
 #include <chrono>
 #include <cstring>
@@ -111,7 +112,7 @@ Status NcclCollective::Synchronize(cudaStream_t stream, double timeout_s) {
     if (std::chrono::steady_clock::now() > deadline) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      return DeadlineExceededError("NCCL all-reduce did not finish within " + std::to_string(timeout_s) + " s");
+      return DeadlineExceededError("NCCL all-reduce did not finish within " + SecondsText(timeout_s) + " s");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

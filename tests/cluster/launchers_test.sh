@@ -32,7 +32,8 @@ reference=$(final local)
 echo "== local (gradsync-launch --servers=2 --workers=2): test loss, accuracy $reference"
 
 if command -v mpirun >/dev/null; then
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -n 4 \
+  mkdir -p "$dir/ompi-tmp"  # Open MPI's session directories: this test's own, not the shared /tmp
+  TMPDIR="$dir/ompi-tmp" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -n 4 \
     "$bin/gradsync-launch" --cluster --servers=2 --mode=bsp --scheduler=127.0.0.1:$port --out="$dir/mpirun" -- "${flags[@]}" \
     > "$dir/mpirun.out" 2>&1 || { cat "$dir/mpirun.out" >&2; fail "the mpirun job failed"; }
   grep -q "task 3 of 4 (Open MPI's OMPI_COMM_WORLD_RANK=3 of" "$dir/mpirun.out" || fail "mpirun: Open MPI's rank was not taken"

@@ -38,7 +38,10 @@ job() {  # name "HOST OF TASK 0..3" gradsync-launch-options... -- worker flags
   echo "== mpirun -n 4 (tasks on hosts ${placement[*]}): $name"
   local try
   for try in 1 2; do
-    if timeout 180 ip netns exec "${hosts_prefix}h0" mpirun --allow-run-as-root -n 4 --host "$spec" --map-by slot \
+    # Open MPI's session directories in a folder of this test's own (TMPDIR), not the shared /tmp
+    # where another test's mpirun may hold the same names.
+    mkdir -p "$dir/ompi-tmp"
+    if TMPDIR="$dir/ompi-tmp" timeout 180 ip netns exec "${hosts_prefix}h0" mpirun --allow-run-as-root -n 4 --host "$spec" --map-by slot \
       --mca plm_rsh_agent "$dir/agent" --mca oob_tcp_if_include 10.214.0.0/24 --mca btl_tcp_if_include 10.214.0.0/24 \
       "$bin/gradsync-launch" --cluster --scheduler="${hosts[0]}:29411" --out="$dir/$name" "$@" > "$dir/$name.out" 2>&1; then
       break

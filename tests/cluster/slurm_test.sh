@@ -39,6 +39,8 @@ if command -v mpirun >/dev/null; then
   cat > "$dir/mpi.sbatch" <<JOB
 #!/bin/bash
 #SBATCH --ntasks=3
+# Open MPI's session directories: this job's own, not the shared /tmp.
+export TMPDIR=\$(mktemp -d "$dir/ompi-tmp.XXXXXX")
 mpirun --allow-run-as-root --oversubscribe -n 3 "$bin/gradsync-launch" --cluster --servers=1 --mode=ssp --staleness=2 \\
   --out="$dir/mpi" -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
 JOB
