@@ -8,9 +8,10 @@
 #include <sstream>
 #include <thread>
 
-#include "common/half.h"
-#include "common/transport.h"
 #include "common/clock.h"
+#include "common/half.h"
+#include "common/logging.h"
+#include "common/transport.h"
 
 namespace gradsync {
 namespace asio = boost::asio;
@@ -259,14 +260,19 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
     int peer;
     bool mesh;
     tcp::resolver::results_type endpoints;
-    std::array<uint32_t, 2> hello;
+    std::array<uint32_t, 4> hello;  // plaintext: magic, rank, the ring's token (8 bytes)
     std::function<void()> attempt;
   };
+  // A plaintext hello proves which ring it belongs to: the first 8 bytes of the ring's context
+  // (a hash of every member's address, which all members and nobody else's ring share).
+  std::array<uint32_t, 2> token{};
+  std::memcpy(token.data(), context.data(), sizeof(token));
   std::vector<std::unique_ptr<Outgoing>> outgoing;
   auto add_outgoing = [&](Link* link, int peer, bool mesh) -> Status {
     ASSIGN_OR_RETURN(auto endpoints, resolve(peer));
     auto o = std::make_unique<Outgoing>(Outgoing{link, peer, mesh, endpoints, {}, nullptr});
-    o->hello = {mesh ? ring_handshake::kPlainMeshHelloMagic : ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank)};
+    o->hello = {mesh ? ring_handshake::kPlainMeshHelloMagic : ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank),
+                token[0], token[1]};
     Outgoing* out = o.get();
     out->attempt = [&, out] {
       asio::async_connect(out->link->socket, out->endpoints, [&, out](const boost::system::error_code& e, const tcp::endpoint&) {
@@ -300,6 +306,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   struct Incoming {
     tcp::socket socket;
     std::array<uint32_t, 2> first{};
+    std::array<uint32_t, 2> token{};  // plaintext hellos: the ring's token
   };
   int accepts_left = 1 + mesh_down;
   // Every accepted connection still reading its hello: closed before Connect returns, so that no
@@ -317,8 +324,18 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
       --accepts_left;
       accept_next();
       SetSocketOptions(in->socket);
-      asio::async_read(in->socket, asio::buffer(in->first), [&, in](const boost::system::error_code& re, size_t) {
-        if (re == asio::error::operation_aborted) return;  // Connect is giving up on it
+      // A connection that is not of this ring (another job's rank on a reused port, a port
+      // scanner) is closed and another is awaited, instead of failing the ring.
+      auto drop = [&, in](const std::string& why) {
+        boost::system::error_code ignore;
+        const auto remote = in->socket.remote_endpoint(ignore);
+        GRADSYNC_LOG(WARNING) << "rank " << rank_ << ": dropped a ring connection from "
+                              << (ignore ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port()))
+                              << ": " << why;
+        in->socket.close(ignore);
+        if (accepts_left++ == 0) accept_next();
+      };
+      auto place = [&, in, drop](const boost::system::error_code& re) {
         const uint32_t magic = in->first[0], claimed = in->first[1];
         const bool mesh = magic == ring_handshake::kPlainMeshHelloMagic || magic == ring_handshake::kMeshHelloMagic;
         const bool authenticating = magic == ring_handshake::kHelloMagic || magic == ring_handshake::kMeshHelloMagic;
@@ -358,6 +375,23 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
         } else {
           link->ready = true;
         }
+      };
+      asio::async_read(in->socket, asio::buffer(in->first), [&, in, drop, place](const boost::system::error_code& re, size_t) {
+        if (re == asio::error::operation_aborted) return;  // Connect is giving up on it
+        const uint32_t magic = in->first[0];
+        const bool plain = magic == ring_handshake::kPlainHelloMagic || magic == ring_handshake::kPlainMeshHelloMagic;
+        // (An authenticating ring refuses what does not authenticate in its handshake, naming it.)
+        if (!security_.authenticate &&
+            (re || (!plain && magic != ring_handshake::kHelloMagic && magic != ring_handshake::kMeshHelloMagic))) {
+          return drop(re ? "no hello (" + re.message() + ")" : "not a ring hello");
+        }
+        if (!plain || security_.authenticate) return place(re);  // refused there, saying why
+        asio::async_read(in->socket, asio::buffer(in->token), [&, in, drop, place](const boost::system::error_code& te, size_t) {
+          if (te == asio::error::operation_aborted) return;
+          if (te) return drop("no ring token (" + te.message() + ")");
+          if (in->token != token) return drop("another ring's hello (not this job's members)");
+          place(te);
+        });
       });
     });
   };

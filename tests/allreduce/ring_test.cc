@@ -2,6 +2,8 @@
 // collectives, mismatched operations, and ranks that die or stall.
 #include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -348,6 +350,49 @@ TEST(ShmAllReduceTest, OffWhenAsked) {
 }
 
 // Reduce-scatter leaves rank r's chunk reduced; all-gather of the chunks completes it.
+// Before the ring forms, strangers connect to a rank's port: one says nothing and hangs up, one
+// sends bytes that are no hello, one a plaintext hello of "rank 0" (the left neighbour's rank for
+// rank 1) from another ring (another job's rank on a reused port). Each is dropped; the ring
+// forms with its members and sums exactly.
+TEST(RingTest, ConnectionsNotOfThisRingAreDroppedNotFatal) {
+  constexpr int n = 3;
+  std::vector<std::unique_ptr<RingCollective>> rings;
+  std::vector<std::string> peers;
+  for (int r = 0; r < n; ++r) {
+    rings.push_back(std::move(RingCollective::Listen("127.0.0.1", {})).value());
+    peers.push_back("127.0.0.1:" + std::to_string(rings.back()->port()));
+  }
+  {
+    boost::asio::io_context io;
+    const boost::asio::ip::tcp::endpoint target(boost::asio::ip::make_address("127.0.0.1"), rings[1]->port());
+    std::vector<std::unique_ptr<boost::asio::ip::tcp::socket>> strangers;
+    for (int k = 0; k < 3; ++k) {
+      auto sock = std::make_unique<boost::asio::ip::tcp::socket>(io);
+      sock->connect(target);
+      if (k == 1) boost::asio::write(*sock, boost::asio::buffer(std::string("GET / HTTP/1.0\r\n\r\n")));
+      if (k == 2) {
+        const uint32_t hello[4] = {0x47534849, 0, 0x12345678, 0x9abcdef0};  // plaintext hello, rank 0, a wrong token
+        boost::asio::write(*sock, boost::asio::buffer(hello, sizeof(hello)));
+      }
+      if (k == 0) sock->close();
+      strangers.push_back(std::move(sock));
+    }
+    std::vector<Status> st(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        Status s = rings[r]->Connect(r, peers, 10);
+        std::vector<float> x(1001, static_cast<float>(r + 1));
+        if (s.ok()) s = rings[r]->AllReduce(x, ReduceOp::kSum);
+        if (s.ok() && x[1000] != 6.0f) s = InternalError("rank " + std::to_string(r) + " summed to " + std::to_string(x[1000]));
+        st[r] = s;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+  }
+}
+
 TEST(RingTest, ReduceScatterThenAllGatherIsAnAllReduce) {
   for (int n : {1, 2, 3, 4, 5}) {
     for (size_t count : {size_t{0}, size_t{3}, size_t{1001}, size_t{100003}}) {
