@@ -59,7 +59,9 @@ function(gradsync_cc_test)
   gtest_discover_tests(${ARG_NAME}
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${serial}
     ENVIRONMENT "GRADSYNC_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
-    DISCOVERY_TIMEOUT 60)
+    DISCOVERY_TIMEOUT 60
+    # Test names without "# GetParam() = <88-byte object ...>": ctest pads every line to the longest.
+    NO_PRETTY_TYPES NO_PRETTY_VALUES)
   if("unit" IN_LIST ARG_LABELS)
     add_dependencies(gradsync_unit_tests ${ARG_NAME})
   endif()
