@@ -98,7 +98,7 @@ int Main(int argc, char** argv) {
                    "gradsync-launch [options] [-- WORKER-FLAGS... | [--] COMMAND [ARGS...]]");
   flags.options().add_options()
       ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp|allreduce")
-      ("staleness", po::value<int>()->default_value(0), "ssp bound")
+      ("staleness", po::value<int>(), "ssp: the staleness bound S (required with --mode=ssp; 0 is bsp's lockstep)")
       ("servers", po::value<int>()->default_value(1), "server shards")
       ("workers", po::value<int>()->default_value(1), "workers (--cluster: every task that is not a server)")
       ("out", po::value<std::string>()->default_value("results/launch"), "output directory")
@@ -121,9 +121,11 @@ int Main(int argc, char** argv) {
   auto mode = ParseMode(vm["mode"].as<std::string>());
   if (!mode.ok() || !(IsPsMode(*mode) || *mode == config::ALLREDUCE)) flags.Fail("--mode must be bsp, ssp, asp or allreduce");
   o.mode = *mode;
-  o.staleness = vm["staleness"].as<int>();
+  o.staleness = vm.count("staleness") ? vm["staleness"].as<int>() : 0;
   if (o.staleness < 0) flags.Fail("--staleness must be >= 0");
-  if (FlagGiven(vm, "staleness") && o.mode != config::SSP) flags.Fail("--staleness applies to --mode=ssp only");
+  if (vm.count("staleness") && o.mode != config::SSP) flags.Fail("--staleness applies to --mode=ssp only");
+  // As a spec does: an ssp job without its bound would silently run in lockstep (s = 0).
+  if (o.mode == config::SSP && !vm.count("staleness")) flags.Fail("--mode=ssp needs a staleness bound (--staleness=S)");
   o.num_servers = vm["servers"].as<int>();
   o.num_workers = vm["workers"].as<int>();
   if (o.mode == config::ALLREDUCE) {

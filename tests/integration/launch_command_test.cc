@@ -184,6 +184,10 @@ TEST(LaunchCommandTest, DryRunShowsEachCommandWithItsEnvironment) {
   ProcessResult bad = RunProcess({BinaryPath("gradsync-launch"), "--dry-run", "--epochs=3", "python3", "train.py"}, 30);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err, "gradsync-launch: error: unrecognised option '--epochs=3' (see --help)\n");
+  // An ssp job without its bound is refused, as a spec refuses it (it would run in lockstep).
+  ProcessResult ssp = RunProcess({BinaryPath("gradsync-launch"), "--dry-run", "--mode=ssp", "python3", "train.py"}, 30);
+  EXPECT_EQ(ssp.exit_code, 2);
+  EXPECT_EQ(ssp.err, "gradsync-launch: error: --mode=ssp needs a staleness bound (--staleness=S) (see --help)\n");
   ProcessResult help = RunProcess({BinaryPath("gradsync-launch"), "--help"}, 30);
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_EQ(help.out.rfind("Usage: gradsync-launch [options] [-- WORKER-FLAGS... | [--] COMMAND [ARGS...]]\n", 0), 0u) << help.out;
