@@ -1,5 +1,6 @@
 #include "common/flags.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -92,6 +93,39 @@ po::variables_map FlagParser::ParseOrExit(int argc, const char* const* argv,
   return std::move(vm).value();
 }
 
+namespace {
+
+// Edits (insert, delete, replace) between a and b.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string FlagParser::ClosestOption(std::string_view given) const {
+  while (given.starts_with("-")) given.remove_prefix(1);
+  given = given.substr(0, given.find('='));
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, given.size() / 4) + 1;  // at most 2 edits, more for long names
+  for (const auto& option : options_.options()) {
+    const std::string& name = option->long_name();
+    const size_t d = EditDistance(given, name);
+    if (d < best_distance) best = name, best_distance = d;
+  }
+  return best;
+}
+
 Result<po::variables_map> FlagParser::Parse(int argc, const char* const* argv, const char* const* envp) const {
   po::variables_map vm;
   try {
@@ -133,6 +167,9 @@ Result<po::variables_map> FlagParser::Parse(int argc, const char* const* argv, c
     }
     if (vm.count("help")) return vm;
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    const std::string closest = ClosestOption(e.get_option_name());
+    return InvalidArgumentError(std::string(e.what()) + (closest.empty() ? "" : " (did you mean --" + closest + "?)"));
   } catch (const po::error& e) {
     return InvalidArgumentError(e.what());
   }

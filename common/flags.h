@@ -49,6 +49,9 @@ class FlagParser {
   // The same without exiting (for a library that parses flags, such as the Python frontend): a
   // bad flag is kInvalidArgument with the message Fail would print; --help is returned in the map.
   Result<po::variables_map> Parse(int argc, const char* const* argv, const char* const* envp = nullptr) const;
+  // The declared option nearest to `given` ("--epoch=3" -> "epochs"): at most 2 edits away (a
+  // quarter of its length for long names), or "" when none is.
+  std::string ClosestOption(std::string_view given) const;
 
   // Prints "<program>: error: <message> (see --help)" and exits 2.
   [[noreturn]] void Fail(std::string_view message) const;

@@ -54,6 +54,20 @@ TEST(FlagsTest, DefaultsCommandLineAndEnvironment) {
   EXPECT_FALSE(FlagGiven(vm, "batch-size"));
 }
 
+TEST(FlagsTest, AnUnknownFlagNamesTheClosestOne) {
+  FlagParser p = MakeParser();
+  auto error = [&](std::vector<const char*> args) {
+    args.insert(args.begin(), "prog");
+    auto vm = p.Parse(static_cast<int>(args.size()), args.data());
+    return vm.ok() ? std::string("parsed") : vm.status().message();
+  };
+  EXPECT_EQ(error({"--batch-sise=3"}), "unrecognised option '--batch-sise=3' (did you mean --batch-size?)");
+  EXPECT_EQ(error({"--fat"}), "unrecognised option '--fat' (did you mean --fast?)");
+  EXPECT_EQ(error({"--learning-rate=3"}), "unrecognised option '--learning-rate=3'");  // nothing near
+  EXPECT_EQ(p.ClosestOption("--l"), "lr");
+  EXPECT_EQ(p.ClosestOption("momentum"), "");
+}
+
 TEST(FlagsTest, EnvNamesAndFlagsToEnv) {
   EXPECT_EQ(FlagEnvName("lr"), "GRADSYNC_LR");
   EXPECT_EQ(FlagEnvName("--bucket-mib"), "GRADSYNC_BUCKET_MIB");
