@@ -41,7 +41,11 @@ constexpr int64_t kFashionInputs = 784, kFashionClasses = 10;
 // A metrics file opened and its header checked; `field` names the setting that gave it.
 Result<std::ifstream> OpenMetrics(const std::string& path, const std::string& field) {
   std::ifstream f(path);
-  if (!f) return NotFoundError(path + ": cannot read (" + field + ")");
+  if (!f) {
+    return NotFoundError(path + ": cannot read (" + field +
+                         ": the metrics of a real run, which gradsync-run writes; run the spec that measures it "
+                         "first, e.g. gradsync-run experiments/specs/sim_measure.textproto)");
+  }
   std::string line;
   std::getline(f, line);
   if (line != MetricsWriter::kHeader) return DataLossError(path + ": not a metrics file (its header is '" + line + "')");
@@ -1547,7 +1551,9 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
     ASSIGN_OR_RETURN(s.compute_ms, MedianComputeMs(sim.compute_from()));
     s.compute_source = sim.compute_from();
   } else {
-    return InvalidArgumentError("run '" + plan.name + "': the simulation needs the compute time per step: sim { compute_ms: MS } or sim { compute_from: \"metrics.csv\" }");
+    return InvalidArgumentError(
+        "the simulation needs the compute time per step: --compute-ms=MS, or in the spec sim { compute_ms: MS } or "
+        "sim { compute_from: \"<a real run's metrics.csv>\" }");
   }
   if (sim.has_forward_fraction()) {
     if (!(sim.forward_fraction() > 0 && sim.forward_fraction() < 1)) return InvalidArgumentError("sim.forward_fraction must be in (0, 1)");
@@ -1677,7 +1683,7 @@ Result<SimStats> SimulateDraw(const RunPlan& plan, const SimSettings& s, const s
   fs::create_directories(run_dir, ec);
   if (ec) return UnavailableError(run_dir + ": cannot create: " + ec.message());
   const bool ps = plan.mode != config::ALLREDUCE;
-  if (ps && plan.servers < 1) return InvalidArgumentError("run '" + plan.name + "': a PS run needs servers");
+  if (ps && plan.servers < 1) return InvalidArgumentError("a PS run needs servers");
   const int hosts = (ps ? plan.servers : 0) + plan.workers;
   Job job(plan, s, hosts, share_seed);
   for (int w = 0; w < plan.workers; ++w) {
