@@ -44,7 +44,7 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"adam-beta1", false, false, "adam, lamb: decay of the gradient's running mean"},
       {"adam-beta2", false, false, "adam, lamb: decay of the squared gradient's running mean"},
       {"adam-eps", false, false, "adam, lamb: added to the denominator (lamb's paper uses 1e-6)"},
-      {"trust-coefficient", false, false, "lars: eta in the trust ratio eta ||w|| / (||g|| + wd ||w||)"},
+      {"trust-coefficient", false, false, "lars: eta in the trust ratio eta ||w|| / (||g|| + wd ||w||); with lars, pick --lr and this together (the MLP on Fashion-MNIST: --lr=0.1 --trust-coefficient=0.03 reaches 88% in 3 epochs, the defaults 73%)"},
       {"epochs", false, false, "epochs"},
       {"batch", false, false, "batch size per step"},
       {"max-steps", false, false, "stop after this many steps (0: no limit)"},

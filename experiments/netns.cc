@@ -129,9 +129,18 @@ Status NetworkEmulation::SetCongestionControl(const std::string& ns, const std::
   if (!IsCongestionControlName(name)) return InvalidArgumentError("'" + name + "' is not a TCP congestion control name");
   if (RunCommand({"ip", "netns", "exec", ns, "sh", "-c", "echo " + name + " > " + kCongestionControl}).ok()) return OkStatus();
   auto available = CommandOutput({"ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"});
-  return FailedPreconditionError("TCP congestion control '" + name + "' is not available here (available: " +
-                                 (available.ok() ? Line(*available) : std::string("unknown")) + "; another needs its kernel module, e.g. modprobe tcp_" +
-                                 name + ")");
+  const std::string avail = available.ok() ? Line(*available) : std::string("unknown");
+  // A network namespace may use only what the host allows (tcp_allowed_congestion_control), even
+  // among the modules loaded (tcp_available_congestion_control).
+  if ((" " + avail + " ").find(" " + name + " ") != std::string::npos) {
+    auto allowed = CommandOutput({"cat", "/proc/sys/net/ipv4/tcp_allowed_congestion_control"});
+    return FailedPreconditionError("TCP congestion control '" + name + "' is loaded but a network namespace may not use it: the "
+                                   "host allows only '" + (allowed.ok() ? Line(*allowed) : std::string("unknown")) +
+                                   "' (allow it: sysctl -w net.ipv4.tcp_allowed_congestion_control=\"" +
+                                   (allowed.ok() ? Line(*allowed) + " " : std::string()) + name + "\")");
+  }
+  return FailedPreconditionError("TCP congestion control '" + name + "' is not available here (available: " + avail +
+                                 "; another needs its kernel module, e.g. modprobe tcp_" + name + ")");
 }
 
 bool IsCongestionControlName(const std::string& name) {
