@@ -48,6 +48,7 @@ void ProgressLine::Tick() {
       step_ = std::stoll(v[kColStep]);
       if (!v[kColTestAccuracy].empty()) {
         accuracy_ = std::stod(v[kColTestAccuracy]);
+        eval_step_ = step_;
         new_eval = true;
       }
     } catch (const std::exception&) {
@@ -92,8 +93,10 @@ void ProgressLine::Print(bool new_eval) {
   line.precision(2);
   line << label_ << "  epoch " << epoch_;
   if (epochs_ > 0) line << "/" << epochs_;
-  line << "  step " << step_ << "  test acc " << (std::isnan(accuracy_) ? std::string("—") : Percent(accuracy_)) << "  "
-       << Elapsed() << " s elapsed";
+  line << "  step " << step_ << "  test acc " << (std::isnan(accuracy_) ? std::string("—") : Percent(accuracy_));
+  // Training done, its last evaluation not yet written: the workers are evaluating, not stuck.
+  if (frac >= 1.0 && eval_step_ < step_) line << " (evaluating)";
+  line << "  " << Elapsed() << " s elapsed";
   if (frac > 0.02) line << ", ~" << std::lround(Elapsed() * (1 - frac) / frac) << " s left";
   if (!note_.empty()) line << "  (" << note_ << ")";
   if (tty_) out_ << "\r\033[K" << line.str() << std::flush;

@@ -45,6 +45,7 @@ class ProgressLine {
   std::streamoff offset_ = 0;
   double epoch_ = 0;
   int64_t step_ = 0;
+  int64_t eval_step_ = -1;  // the step of the last evaluation row read
   double accuracy_;
   std::string note_;
   bool note_changed_ = false;

@@ -1,6 +1,7 @@
 // The plots' script: staleness as a CDF per run with the ssp bound marked, one colour per mode,
 // compressed runs dashed, earlier curves wider (coinciding curves stay visible).
 #include "experiments/report.h"
+#include "experiments/progress.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {
@@ -92,6 +94,35 @@ TEST(PlotTest, NothingEvaluatedMeansNoScript) {
   RunReport r;
   r.summary.set_name("x");
   EXPECT_EQ(PlotScript(Experiment{}, {r}, dir.path()), "");
+}
+
+// The progress line says the workers are evaluating once training is done and the last
+// evaluation has not come, instead of showing the last accuracy (or none) as if stuck.
+TEST(ProgressLineTest, SaysTheWorkersAreEvaluatingAfterTheLastStep) {
+  testing::TempDir dir;
+  const std::string csv = dir.File("worker-0.csv");
+  auto w = MetricsWriter::Open(csv, "r", 0);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::ostringstream out;
+  ProgressLine progress(out, "[1/1] r", /*epochs=*/0, /*max_steps=*/20, csv);
+  MetricsRow row;
+  row.step = 10;
+  ASSERT_TRUE(w->Write(row).ok());
+  progress.SetNote("a");  // a new note prints a line at once (no terminal here)
+  progress.Tick();
+  EXPECT_EQ(out.str().find("(evaluating)"), std::string::npos) << out.str();
+  row.step = 20;  // the last step
+  ASSERT_TRUE(w->Write(row).ok());
+  progress.SetNote("b");
+  progress.Tick();
+  EXPECT_NE(out.str().find("step 20  test acc \u2014 (evaluating)"), std::string::npos) << out.str();
+  row.test_accuracy = 0.5;  // the evaluation row
+  ASSERT_TRUE(w->Write(row).ok());
+  out.str("");
+  progress.SetNote("c");
+  progress.Tick();
+  EXPECT_NE(out.str().find("step 20  test acc 50.00%  "), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("(evaluating)"), std::string::npos) << out.str();
 }
 
 }  // namespace
