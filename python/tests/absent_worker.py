@@ -64,6 +64,7 @@ def main(argv=None):
     x = torch.randn(args.steps * rows, DIM, generator=g)
     y = torch.randint(0, CLASSES, (args.steps * rows,), generator=g)
     state = None
+    ps = bool(gs) and opt.sync_kind.startswith("ps")
     for s in range(args.steps):
         # The reference takes every worker's rows at once: its mean is the mean of their means.
         mine = slice(s * rows, (s + 1) * rows) if args.reference else \
@@ -72,11 +73,15 @@ def main(argv=None):
         F.cross_entropy(m(x[mine], s), y[mine]).backward()
         opt.step()
         if s + 1 == args.steps:
-            state = opt.state_dict()
+            state = opt.state_dict() if not ps else None
     params = {n: p.detach().clone() for n, p in m.named_parameters()}
     if gs:
         opt.finish(evaluate=True)
         params = {n: p.detach().clone() for n, p in m.named_parameters()}
+        if ps:
+            # The shards' state once every worker's pushes are applied: in asp another worker's
+            # last push may still be in flight after this worker's last step.
+            state = opt.state_dict()
     if args.save and rank == 0:
         names = [n for n, _ in m.named_parameters()]
         torch.save({"params": params, "state": {names[i]: v for i, v in state["state"].items()},
