@@ -147,6 +147,12 @@ std::array<uint8_t, 32> RingContext(const std::vector<std::string>& peers) {
   return Blake2b({}, Bytes(text));
 }
 
+std::array<uint8_t, 8> RingToken(const std::array<uint8_t, 32>& context) {
+  std::array<uint8_t, 8> token;
+  std::copy_n(context.begin(), token.size(), token.begin());
+  return token;
+}
+
 std::array<uint8_t, 32> Transcript(const std::array<uint8_t, 32>& context, const Hello& hello, const Reply& reply) {
   InitSodium();
   crypto_generichash_state st;

@@ -99,6 +99,19 @@ struct VerdictMsg {  // acceptor -> connector, 8 bytes
 };
 static_assert(sizeof(Hello) == 48 && sizeof(Reply) == 80 && sizeof(Finish) == 40 && sizeof(VerdictMsg) == 8);
 
+// A plaintext ring's hello (tcp_ring.cc): magic (kPlainHelloMagic or kPlainMeshHelloMagic), the
+// sender's rank, then the ring's token, the context's first 8 bytes, so that an acceptor can tell
+// a member of its ring from another ring's rank on a reused port. The first 8 bytes are where an
+// authenticating hello has its own magic and rank.
+struct PlainHello {
+  uint32_t magic;
+  uint32_t rank;
+  std::array<uint8_t, 8> token;
+};
+static_assert(sizeof(PlainHello) == 16);
+inline bool IsPlainHelloMagic(uint32_t magic) { return magic == kPlainHelloMagic || magic == kPlainMeshHelloMagic; }
+std::array<uint8_t, 8> RingToken(const std::array<uint8_t, 32>& context);
+
 Nonce RandomNonce();
 // BLAKE2b-256 of the ring size and every rank's address: the same on every rank of one ring,
 // different for another job's ring (ephemeral ports), so a handshake is bound to its job.

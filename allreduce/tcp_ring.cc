@@ -260,19 +260,16 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
     int peer;
     bool mesh;
     tcp::resolver::results_type endpoints;
-    std::array<uint32_t, 4> hello;  // plaintext: magic, rank, the ring's token (8 bytes)
+    ring_handshake::PlainHello hello;
     std::function<void()> attempt;
   };
-  // A plaintext hello proves which ring it belongs to: the first 8 bytes of the ring's context
-  // (a hash of every member's address, which all members and nobody else's ring share).
-  std::array<uint32_t, 2> token{};
-  std::memcpy(token.data(), context.data(), sizeof(token));
+  const auto token = ring_handshake::RingToken(context);
   std::vector<std::unique_ptr<Outgoing>> outgoing;
   auto add_outgoing = [&](Link* link, int peer, bool mesh) -> Status {
     ASSIGN_OR_RETURN(auto endpoints, resolve(peer));
     auto o = std::make_unique<Outgoing>(Outgoing{link, peer, mesh, endpoints, {}, nullptr});
     o->hello = {mesh ? ring_handshake::kPlainMeshHelloMagic : ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank),
-                token[0], token[1]};
+                token};
     Outgoing* out = o.get();
     out->attempt = [&, out] {
       asio::async_connect(out->link->socket, out->endpoints, [&, out](const boost::system::error_code& e, const tcp::endpoint&) {
@@ -288,7 +285,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
         }
         SetSocketOptions(out->link->socket);
         if (security_.authenticate) return HandshakeAsConnector(*out->link, out->peer, out->mesh, context, &failure);
-        asio::async_write(out->link->socket, asio::buffer(out->hello), [&, out](const boost::system::error_code& we, size_t) {
+        asio::async_write(out->link->socket, asio::buffer(&out->hello, sizeof(out->hello)), [&, out](const boost::system::error_code& we, size_t) {
           if (we) failure = UnavailableError("hello to rank " + std::to_string(out->peer) + " failed: " + we.message());
           else out->link->ready = true;
         });
@@ -306,7 +303,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
   struct Incoming {
     tcp::socket socket;
     std::array<uint32_t, 2> first{};
-    std::array<uint32_t, 2> token{};  // plaintext hellos: the ring's token
+    std::array<uint8_t, 8> token{};  // plaintext hellos: the rest of ring_handshake::PlainHello
   };
   int accepts_left = 1 + mesh_down;
   // Every accepted connection still reading its hello: closed before Connect returns, so that no
@@ -379,7 +376,7 @@ Status RingCollective::Connect(int rank, const std::vector<std::string>& peers, 
       asio::async_read(in->socket, asio::buffer(in->first), [&, in, drop, place](const boost::system::error_code& re, size_t) {
         if (re == asio::error::operation_aborted) return;  // Connect is giving up on it
         const uint32_t magic = in->first[0];
-        const bool plain = magic == ring_handshake::kPlainHelloMagic || magic == ring_handshake::kPlainMeshHelloMagic;
+        const bool plain = ring_handshake::IsPlainHelloMagic(magic);
         // (An authenticating ring refuses what does not authenticate in its handshake, naming it.)
         if (!security_.authenticate &&
             (re || (!plain && magic != ring_handshake::kHelloMagic && magic != ring_handshake::kMeshHelloMagic))) {

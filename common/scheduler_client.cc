@@ -110,7 +110,8 @@ void SchedulerClient::Loop(std::stop_token stop) {
     // starved: it judges nobody while it does not run, so waiting costs nothing), and gets up to
     // kSchedulerUpFactor timeouts; one whose connection closed (it died) is lost at once.
     const auto silent = Clock::now() - last_heard;
-    const bool up = heard && sock->PeerConnected();
+    // (The connection's state is asked only past the timeout: not on every 5 ms turn.)
+    const bool up = heard && silent > Seconds(options_.scheduler_timeout_s) && sock->PeerConnected();
     if (silent > Seconds(options_.scheduler_timeout_s) && up && !said_waiting) {
       GRADSYNC_LOG(WARNING) << "the scheduler at " << options_.scheduler_endpoint << " has been silent for "
                             << options_.scheduler_timeout_s << " s but its connection is up (paused or starved?): "

@@ -11,6 +11,12 @@
 
 namespace gradsync {
 
+std::vector<int> BackupRanks(int shard, int replicas, int servers) {
+  std::vector<int> out;
+  for (int k = 1; k < replicas && k < servers; ++k) out.push_back((shard + k) % servers);
+  return out;
+}
+
 Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,
                                                  bool aggregates) {
   std::vector<TensorInfo> layout;

@@ -36,6 +36,11 @@
 
 namespace gradsync {
 
+// The ranks whose servers back shard `shard` up (besides every standby), in the order they take
+// it over: shard+1 .. shard+replicas-1, mod the number of servers. The scheduler, the primary
+// and the backups all place copies by this.
+std::vector<int> BackupRanks(int shard, int replicas, int servers);
+
 // The shard of rank `rank` of `job` (range, layout, optimizer, learning-rate schedule), as INIT,
 // a restore and a backup build it.
 Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,

@@ -13,6 +13,7 @@
 #include "common/scheduler_client.h"
 #include "common/trace.h"
 #include "common/train_config.h"
+#include "server/replication.h"
 
 namespace gradsync {
 namespace {
@@ -526,8 +527,8 @@ void Scheduler::CheckShards() {
     // Its copies: the backups (the next replicas - 1 ranks) and every standby.
     bool copy = standby_lives;
     std::string dead = NodeName(primary->info);
-    for (int k = 1; k < options_.replicas && k < servers; ++k) {
-      const Node* b = rank[static_cast<size_t>((s + k) % servers)];
+    for (const int r : BackupRanks(s, options_.replicas, servers)) {
+      const Node* b = rank[static_cast<size_t>(r)];
       copy = copy || (b != nullptr && !b->dead);
       if (b != nullptr) dead += " and its backup " + NodeName(b->info);
     }

@@ -1142,8 +1142,7 @@ void Server::UpdateBackups() {
   const int servers = table_.servers_size();
   const wire::ClusterTable now = scheduler_->table();
   std::map<int, wire::NodeInfo> backups;
-  for (int k = 1; !standby_ && k < table_.replicas() && k < servers; ++k) {
-    const int r = (rank_ + k) % servers;
+  for (const int r : standby_ ? std::vector<int>{} : BackupRanks(rank_, table_.replicas(), servers)) {
     if (r == rank_ || colocated_->Has(r) || scheduler_->IsDead(wire::SERVER, r)) continue;
     backups[r] = now.servers(r);
   }
@@ -1162,7 +1161,7 @@ void Server::HandleReplicate(const Message& m) {
   // Only the copies this server is a backup for: a shard whose primary is this process (taken
   // over) or that is not backed up here is refused.
   bool mine = standby_;
-  for (int k = 1; k < table_.replicas() && servers > 0; ++k) mine = mine || (s + k) % servers == rank_;
+  for (const int r : BackupRanks(s, table_.replicas(), servers)) mine = mine || r == rank_;
   Status st;
   if (!replicas_ || !mine || s == rank_ || colocated_->Has(s)) {
     st = PermissionDeniedError("this server does not back up shard " + std::to_string(s));
@@ -1196,8 +1195,7 @@ void Server::MaybeAdopt(int dead) {
   const int servers = table_.servers_size();
   // The first live backup in the dead shard's order takes it (its ranks, then the standbys); the
   // others keep their copies.
-  std::vector<int> order;
-  for (int k = 1; k < table_.replicas() && k < servers; ++k) order.push_back((dead + k) % servers);
+  std::vector<int> order = BackupRanks(dead, table_.replicas(), servers);
   const wire::ClusterTable now = scheduler_->table();
   for (const auto& sb : now.standbys()) order.push_back(sb.rank());
   bool mine = false;

@@ -355,8 +355,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._gs_active = len(header.active)
             self._gs_used = header.used
             stats["comm_ms"] += (time.perf_counter() - t) * 1e3
-            stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
-            stats["shm_bytes_sent"], stats["shm_bytes_received"] = self._gs_sync.shm_traffic()
+            self._gs_count_traffic(stats)
             stats["control_bytes_sent"] = stats["bytes_sent"] - before
         else:
             self._gs_used = self._gs_present()
@@ -441,8 +440,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         combined = collectives.adasum([g[offset:offset + n] for g in gathered])
                         self._gs_flat_params[offset:offset + n] = before[offset:offset + n] + combined
                 stats["comm_ms"] += (time.perf_counter() - t) * 1e3
-                stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
-                stats["shm_bytes_sent"], stats["shm_bytes_received"] = self._gs_sync.shm_traffic()
+                self._gs_count_traffic(stats)
                 return result
             return super(self.__class__, self).step()
         finally:
@@ -497,6 +495,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def version_lag(self):
         """PS: the version lag of the last step's push (max over the shards); NaN otherwise."""
         return self.last_stats.get("version_lag", math.nan)
+
+    def _gs_count_traffic(self, stats):
+        """The step's stats take this process's bytes now, on the wire and through shared memory."""
+        stats["bytes_sent"], stats["bytes_received"] = self._gs_sync.traffic()
+        stats["shm_bytes_sent"], stats["shm_bytes_received"] = self._gs_sync.shm_traffic()
 
     def traffic(self):
         """(bytes sent, bytes received) by this process on the wire for the job so far."""
