@@ -274,6 +274,8 @@ TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
   auto sched = job.Wait("scheduler", 90);
   ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
   EXPECT_EQ(*sched, 0) << job.Logs();
+  // Its last lines (what was lost) are written as it exits, after the scheduler's.
+  ASSERT_TRUE(job.Wait("server 1b", 20).ok()) << job.Log("server-1b");
   const std::string restarted = job.Log("server-1b");
   EXPECT_NE(restarted.find("restored from"), std::string::npos) << restarted;
   // What was lost is counted and said: the pushes made past the checkpoint.
