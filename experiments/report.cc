@@ -26,6 +26,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A number as gnuplot reads it, without trailing zeros (0.5, 2, 55).
+std::string Trimmed(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 std::string Thousands(double v) {
   std::string digits = std::to_string(static_cast<long long>(std::llround(v)));
   std::string out;
@@ -257,7 +264,7 @@ PlotStyle RunPlotStyle(const spec::RunSummary& s, size_t index, size_t count) {
   st.dashed = !s.compression().empty() && s.compression() != "none";
   // Earlier curves wider, so that a later curve drawn over an identical one leaves it showing
   // as a border; and a point type per run.
-  st.width = count > 1 ? 1.5 + 2.5 * static_cast<double>(count - 1 - index) / static_cast<double>(count - 1) : 2.0;
+  st.width = count > 1 ? 1.5 + 1.5 * static_cast<double>(count - 1 - index) / static_cast<double>(count - 1) : 2.0;
   st.point = 1 + static_cast<int>(index % 13);
   return st;
 }
@@ -279,19 +286,51 @@ void WriteCdf(const std::string& path, const std::map<int64_t, int64_t>& h, cons
 }
 }  // namespace
 
+// Curves closer than this (percentage points of accuracy, at every evaluation) draw as one.
+constexpr double kSameCurvePoints = 0.25;
+
 std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
   std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot, bounds;
   size_t evaluated = 0, stale_runs = 0;
   for (const auto& r : runs) evaluated += r.evals.empty() ? 0 : 1;
   for (const auto& r : runs) stale_runs += !r.version_lag.empty() && !r.clock_staleness.empty() ? 1 : 0;
   if (evaluated == 0) return "";
+  // Dashes long enough to read as dashes at 960 px whatever the width (gnuplot's "dt 2" at a
+  // thin width reads as a solid line).
   auto style = [](const PlotStyle& st, bool points) {
     std::ostringstream o;
-    o << " lc rgb '" << st.color << "' lw " << Fixed(st.width, 2) << " dt " << (st.dashed ? 2 : 1);
+    o << " lc rgb '" << st.color << "' lw " << Fixed(st.width, 2) << " dt " << (st.dashed ? "(16,8)" : "1");
     if (points) o << " pt " << st.point << " ps 1";
     return o.str();
   };
+  // The accuracy axis: a margin below the lowest evaluation, so that no point sits on the frame.
+  double lo_acc = 100, hi_acc = 0, lo_s = 0, hi_s = 0;
+  for (const auto& r : runs) {
+    for (const auto& p : r.evals) {
+      lo_acc = std::min(lo_acc, 100 * p.accuracy);
+      hi_acc = std::max(hi_acc, 100 * p.accuracy);
+      lo_s = lo_s > 0 ? std::min(lo_s, p.wall_s) : p.wall_s;
+      hi_s = std::max(hi_s, p.wall_s);
+    }
+  }
+  const double y_lo = std::max(0.0, 5 * std::floor((lo_acc - 0.05 * std::max(5.0, hi_acc - lo_acc)) / 5));
+  const double y_hi = std::min(100.0, std::ceil(hi_acc + 0.03 * std::max(5.0, hi_acc - lo_acc)));
+  // Fast runs would be crammed into the left edge of a linear time axis when the slowest takes
+  // many times as long: then the axis is logarithmic, with 1-2-5 tics.
+  const bool log_time = lo_s > 0 && hi_s > 6 * lo_s;
+  std::string time_tics;
+  if (log_time) {
+    for (double decade = std::pow(10, std::floor(std::log10(lo_s))); decade <= hi_s; decade *= 10) {
+      for (double m : {1.0, 2.0, 5.0}) {
+        const double t = m * decade;
+        if (t < lo_s / 1.5 || t > hi_s * 1.5) continue;
+        time_tics += (time_tics.empty() ? "" : ", ") + Trimmed(t);
+      }
+    }
+  }
   size_t curve = 0, stale = 0;
+  std::vector<const RunReport*> drawn;  // the runs on the accuracy plots so far
+  size_t longest_title = 0;             // in characters: how many legend columns fit
   int64_t lag_p99 = 0;  // the largest p99 version lag over the runs: the lag panel's x range
   for (const auto& r : runs) {
     if (r.evals.empty()) continue;
@@ -302,7 +341,31 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
     for (const auto& p : r.evals) d << p.wall_s << " " << p.epoch << " " << p.step << " " << 100 * p.accuracy << "\n";
     const std::string sep = curve ? ", " : "";
     time_plot << sep << "'" << data << "' using 1:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
-    epoch_plot << sep << "'" << data << "' using 2:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
+      // A run whose accuracy is within a line's width of an earlier run's at every evaluation
+    // (all-reduce and bsp compute the same steps, up to the order of a sum) would hide that one's
+    // curve: it is drawn as a thin line with large open circles over it, and the legend says so.
+    const RunReport* same = nullptr;
+    for (const RunReport* earlier : drawn) {
+      if (earlier->evals.size() != r.evals.size()) continue;
+      bool equal = true;
+      for (size_t i = 0; i < r.evals.size() && equal; ++i) {
+        equal = std::abs(earlier->evals[i].epoch - r.evals[i].epoch) < 1e-9 &&
+                100 * std::abs(earlier->evals[i].accuracy - r.evals[i].accuracy) <= kSameCurvePoints;
+      }
+      if (equal) {
+        same = earlier;
+        break;
+      }
+    }
+    if (same != nullptr) {
+      epoch_plot << sep << "'" << data << "' using 2:4 with linespoints lc rgb '" << st.color << "' lw 1 dt " << (st.dashed ? "(16,8)" : "1")
+                 << " pt 6 ps 2 title '" << r.summary.name() << " (= " << same->summary.name() << ", within " << Trimmed(kSameCurvePoints) << ")'";
+      longest_title = std::max(longest_title, r.summary.name().size() + same->summary.name().size() + 18);
+    } else {
+      epoch_plot << sep << "'" << data << "' using 2:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
+    }
+    longest_title = std::max(longest_title, r.summary.name().size());
+    drawn.push_back(&r);
     ++curve;
     if (r.version_lag.empty() || r.clock_staleness.empty()) continue;
     // Staleness as a CDF per run (a step at each value it took): empty bins draw a flat step,
@@ -328,14 +391,28 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
   const bool simulated = std::any_of(runs.begin(), runs.end(), [](const RunReport& r) { return r.summary.simulated(); });
   const std::string title = e.name + (simulated ? " (simulated)" : "");
   std::ostringstream gp;
+  // The legend goes under the plot, in columns: inside, it would cover the end of the curves
+  // (and a run with a single evaluation is a single point, easily hidden).
+  // About 8 px a character at this font, and a column holds its sample line (8 characters).
+  const size_t key_cols = std::clamp<size_t>(860 / ((longest_title + 8) * 8), 1, 3);
+  const size_t key_rows = (curve + key_cols - 1) / key_cols;
   gp << "# Each mode one colour (bsp blue, ssp green, asp red, allreduce purple, local grey); dense\n"
-     << "# runs solid, compressed dashed; earlier curves wider, so coinciding curves stay visible.\n"
-     << "set terminal pngcairo size 960,600 noenhanced\nset grid\nset key bottom right\n"
-     << "set ylabel 'test accuracy (%)'\n"
-     << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << title << ": test accuracy vs wall time'\n"
-     << "set xlabel 'wall time (s)'\nplot " << time_plot.str() << "\n"
-     << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << title << ": test accuracy vs epochs'\n"
-     << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\n";
+     << "# runs solid, compressed dashed; earlier curves wider, and a curve equal to an earlier one\n"
+     << "# thin with open circles, so coinciding curves stay visible.\n"
+     << "set terminal pngcairo size 960," << 560 + 20 * key_rows << " noenhanced\nset grid\n"
+     << "set key below maxcols " << key_cols << " width 2\nset bmargin " << 4 + key_rows << "\n"
+     << "set ylabel 'test accuracy (%)'\nset yrange [" << Trimmed(y_lo) << ":" << Trimmed(y_hi) << "]\n"
+     << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << title << ": test accuracy vs wall time'\n";
+  if (log_time) {
+    gp << "set logscale x\nset xrange [" << Trimmed(lo_s / 1.25) << ":" << Trimmed(hi_s * 1.25) << "]\nset xtics (" << time_tics << ")\n"
+       << "set xlabel 'wall time (s, logarithmic)'\n";
+  } else {
+    gp << "set xlabel 'wall time (s)'\n";
+  }
+  gp << "plot " << time_plot.str() << "\n";
+  if (log_time) gp << "unset logscale x\nset xrange [*:*]\nset xtics autofreq\n";
+  gp << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << title << ": test accuracy vs epochs'\n"
+     << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\nset yrange [*:*]\nunset bmargin\n";
   if (stale > 0) {
     gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
        << "set multiplot layout 2,1 title '" << title << ": staleness (PS runs), cumulative'\n"
@@ -449,6 +526,19 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
   std::ofstream(dir + "/summary.json") << json;
   WriteSummaryMarkdown(e, runs, dir);
   return WritePlots(e, runs, dir);
+}
+
+std::string PicturesText(const std::vector<RunReport>& runs, const std::string& dir) {
+  std::error_code ec;
+  std::string plots;
+  for (const char* png : {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "staleness.png"}) {
+    if (std::filesystem::exists(dir + "/" + png, ec)) plots += (plots.empty() ? dir + "/" : ", ") + std::string(png);
+  }
+  std::string text = plots.empty() ? "" : "plots: " + plots + "\n";
+  for (const auto& r : runs) {
+    if (!r.timeline.empty()) text += "timeline of " + r.summary.name() + ": " + dir + "/" + r.timeline + "\n";
+  }
+  return text;
 }
 
 }  // namespace gradsync

@@ -68,4 +68,8 @@ Result<spec::Summary> ReadSummary(const std::string& path);
 // dir/accuracy_vs_epoch.png, dir/staleness.png when a run has staleness) with gnuplot.
 Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir);
 
+// Where WriteReport's pictures are, for the terminal: "plots: DIR/accuracy_vs_time.png, ..." and
+// one "timeline of RUN: DIR/timeline-RUN.png" line per traced run ("" when there are none).
+std::string PicturesText(const std::vector<RunReport>& runs, const std::string& dir);
+
 }  // namespace gradsync

@@ -265,6 +265,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
   if (!o.only.empty()) reports = WithEarlierRuns(e, o.only, dir, std::move(reports));
   Status written = WriteReport(e, reports, dir);
   out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
+  out << PicturesText(reports, dir);
   if (interrupted && *interrupted) return AbortedError("interrupted during run '" + last_run + "'");
   if (!failed.empty()) {
     std::string names;

@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     std::ofstream(dir + "/summary.md", std::ios::app) << "\n" << sweeps;
     std::cout << "\n" << sweeps;
   }
-  std::cout << "\nsummary: " << dir << "/summary.md" << std::endl;
+  std::cout << "\nsummary: " << dir << "/summary.md\n" << PicturesText(reports, dir) << std::flush;
   if (speed_s > 0) std::cout << "simulator: " << Fixed(speed_steps / speed_s, 0) << " worker-steps/s over these runs" << std::endl;
   if (failed) return 1;
   if (!vm.count("compare")) return 0;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 
@@ -356,7 +357,7 @@ const Look* LookOf(const std::string& name) {
   static const std::map<std::string, Look> looks = {
       {"forward + backward", {"forward + backward", "#a0cbe8", 0, 0}},
       {"forward", {"forward", "#4e79a7", 0, 1}},
-      {"backward", {"backward (per layer)", "#76b7b2", 0, 2}},
+      {"backward", {"backward (per layer)", "#499894", 0, 2}},
       {"wait for parameters", {"forward waiting for a pulled layer", "#d9d9d9", 0, 3}},
       {"straggler delay", {"straggler delay", "#444444", 0, 3}},
       {"optimizer", {"optimizer", "#59a14f", 0, 4}},
@@ -368,8 +369,8 @@ const Look* LookOf(const std::string& name) {
       {"encode", {"encode / decode", "#edc948", 1, 10}},
       {"decode", {"encode / decode", "#edc948", 1, 11}},
       {"answer pull", {"answer pull", "#8cd17d", 1, 12}},
-      {"validate", {"validate", "#bab0ac", 1, 13}},
-      {"pull", {"pull (request to reply handled)", "#59a14f", 2, 14}},
+      {"validate", {"validate", "#17becf", 1, 13}},
+      {"pull", {"pull (request to reply handled)", "#ffbe7d", 2, 14}},
       {"pull held", {"held by the consistency rule", "#e15759", 2, 15}},
       {"round wait", {"bsp round wait", "#9d2b2b", 2, 16}},
       {"recovery", {"recovery", "#ff9da7", 2, 17}},
@@ -411,6 +412,8 @@ std::pair<double, double> Window(const LoadedTrace& t, int steps) {
 
 std::string TimelineScript(const LoadedTrace& t, const std::string& png, const std::string& data_path, int steps) {
   const auto [from, to] = Window(t, steps);
+  double job_start = from;
+  for (const auto& e : t.events) job_start = std::min(job_start, e.ts_us);
   const int rows = static_cast<int>(t.processes.size());
   // Bars by legend entry (one gnuplot data block each), in the order of first use.
   std::vector<std::string> legends;
@@ -447,8 +450,9 @@ std::string TimelineScript(const LoadedTrace& t, const std::string& png, const s
   std::ostringstream gp;
   gp << "set terminal pngcairo size 1400," << 160 + 70 * rows << " font 'sans,10'\n"
      << "set output '" << png << "'\n"
-     << "set title \"Timeline: " << steps << " steps of the first worker from the middle of the run (time on the scheduler's clock)\"\n"
-     << "set xlabel 'ms'\nset xrange [0:" << std::max(1e-3, (to - from) / 1e3) << "]\n"
+     << "set title \"Timeline: " << steps << " steps of the first worker from the middle of the run\"\n"
+     << "set xlabel \"ms from " << std::fixed << std::setprecision(3) << (from - job_start) / 1e6 << std::defaultfloat << std::setprecision(6)
+     << " s into the job (every process on the scheduler's clock; the job's first event is 0 s)\"\nset xrange [0:" << std::max(1e-3, (to - from) / 1e3) << "]\n"
      << "set yrange [-0.1:" << rows << "]\nset grid xtics\nset key outside right top\n"
      << "set style fill solid 1.0 noborder\nset ytics (";
   for (int p = 0; p < rows; ++p) gp << (p ? ", " : "") << "'" << t.processes[static_cast<size_t>(p)] << "' " << rows - 1 - p + 0.5;

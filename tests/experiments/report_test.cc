@@ -103,6 +103,53 @@ TEST(PlotTest, ModesHaveOneColourCompressedIsDashedAndEarlierCurvesAreWider) {
   EXPECT_NE(a.point, c.point);
 }
 
+// all-reduce's accuracy is bsp's up to a sum's order: drawn as a thin line with open circles
+// over bsp's (which would otherwise hide under it), and the legend says so; a run that differs
+// by more than a line's width is drawn as usual.
+TEST(PlotTest, ACurveOnTopOfAnEarlierOneIsDrawnSoBothShowAndTheLegendSaysSo) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/plots");
+  RunReport bsp = MakeRun("bsp", "bsp", "none"), allreduce = MakeRun("allreduce", "allreduce", "none"),
+            asp = MakeRun("asp", "asp", "none");
+  allreduce.evals[1].accuracy += 0.0002;  // 2 images in 10,000
+  asp.evals[1].accuracy += 0.01;          // one point: visibly apart
+  const std::string gp = PlotScript(Experiment{}, {bsp, allreduce, asp}, dir.path());
+  EXPECT_NE(gp.find("lw 1 dt 1 pt 6 ps 2 title 'allreduce (= bsp, within 0.25)'"), std::string::npos) << gp;
+  EXPECT_EQ(gp.find("'asp (within"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title 'asp'"), std::string::npos) << gp;
+}
+
+// Runs 1.5 s to 30 s long: a linear axis would cram the fast ones into its left twentieth, so the
+// time axis is logarithmic; the accuracy axis leaves a margin under the lowest point; the legend
+// sits under the plot, where it covers no curve.
+TEST(PlotTest, TheTimeAxisIsLogarithmicWhenRunsDifferManyFoldAndTheLegendIsBelow) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/plots");
+  RunReport fast = MakeRun("bsp", "bsp", "none"), slow = MakeRun("bsp-topk", "bsp", "topk:0.01");
+  fast.evals = {{100, 1.0, 1.5, 0.607}, {200, 2.0, 3.0, 0.84}};
+  slow.evals = {{100, 1.0, 10.0, 0.70}, {200, 2.0, 30.0, 0.83}};
+  std::string gp = PlotScript(Experiment{}, {fast, slow}, dir.path());
+  EXPECT_NE(gp.find("set logscale x\nset xrange [1.2:37.5]\nset xtics (1, 2, 5, 10, 20)\n"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set yrange [55:85]"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set key below"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("dt (16,8)"), std::string::npos) << gp;  // top-k dashed, with dashes that show
+  slow.evals = {{100, 1.0, 2.0, 0.70}, {200, 2.0, 4.0, 0.83}};  // within 3x: linear
+  gp = PlotScript(Experiment{}, {fast, slow}, dir.path());
+  EXPECT_EQ(gp.find("set logscale x"), std::string::npos) << gp;
+}
+
+// gradsync-run and gradsync-sim say where the pictures are.
+TEST(PlotTest, PicturesTextNamesThePlotsAndEveryTimeline) {
+  testing::TempDir dir;
+  std::ofstream(dir.path() + "/accuracy_vs_time.png") << "x";
+  std::ofstream(dir.path() + "/staleness.png") << "x";
+  RunReport traced = MakeRun("bsp", "bsp", "none"), plain = MakeRun("asp", "asp", "none");
+  traced.timeline = "timeline-bsp.png";
+  EXPECT_EQ(PicturesText({traced, plain}, dir.path()),
+            "plots: " + dir.path() + "/accuracy_vs_time.png, staleness.png\ntimeline of bsp: " + dir.path() + "/timeline-bsp.png\n");
+  EXPECT_EQ(PicturesText({plain}, dir.path() + "/none"), "");
+}
+
 TEST(PlotTest, NothingEvaluatedMeansNoScript) {
   testing::TempDir dir;
   RunReport r;

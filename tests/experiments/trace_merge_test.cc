@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/trace.h"
 #include "tests/support/temp_dir.h"
@@ -113,11 +117,46 @@ TEST(TraceMergeTest, TheTimelineScriptHasARowPerProcessAndTheSpansOfTheWindow) {
   }
   // Steps 4 and 5 (the middle two of ten): 2 ms.
   EXPECT_NE(script.find("set xrange [0:1.9]"), std::string::npos) << script;
+  // Where 0 ms is: 4 ms after the job's first event, on the scheduler's clock.
+  EXPECT_NE(script.find("set xlabel \"ms from 0.004 s into the job (every process on the scheduler's clock"), std::string::npos) << script;
   std::ifstream data(dir.File("t.dat"));
   std::string text((std::istreambuf_iterator<char>(data)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("# forward"), std::string::npos);
   EXPECT_NE(text.find("# apply"), std::string::npos);
   EXPECT_EQ(text.find("begin step"), std::string::npos);  // enclosing spans are not drawn
+}
+
+// Every kind of span in the legend has a colour of its own (validate and "forward waiting" were
+// two near-identical greys, pull and optimizer the same green).
+TEST(TraceMergeTest, EveryLegendEntryOfTheTimelineHasItsOwnColour) {
+  LoadedTrace t;
+  t.processes = {"server 0", "worker 0"};
+  const std::vector<std::pair<const char*, int>> kinds = {
+      {"forward + backward", 1}, {"forward", 1}, {"backward", 1}, {"wait for parameters", 1}, {"straggler delay", 1},
+      {"optimizer", 1},         {"apply", 0},   {"checkpoint", 0}, {"push", 1},               {"encode", 1},
+      {"answer pull", 0},       {"validate", 0}, {"pull", 1},      {"pull held", 0},          {"round wait", 0},
+      {"recovery", 0}};
+  double ts = 0;
+  for (const auto& [name, process] : kinds) {
+    TraceEvent e;
+    e.name = name;
+    e.process = process;
+    e.ts_us = ts;
+    e.dur_us = 50;
+    ts += 100;
+    t.events.push_back(e);
+  }
+  testing::TempDir dir;
+  const std::string script = TimelineScript(t, dir.File("t.png"), dir.File("t.dat"), 2);
+  std::set<std::string> colours;
+  size_t entries = 0;
+  for (size_t at = script.find("lc rgb '"); at != std::string::npos; at = script.find("lc rgb '", at + 1)) {
+    if (script.compare(at, 15, "lc rgb '#cccccc") == 0) continue;  // the rows' separators
+    colours.insert(script.substr(at + 8, 7));
+    ++entries;
+  }
+  EXPECT_EQ(entries, 16u) << script;
+  EXPECT_EQ(colours.size(), entries) << script;
 }
 
 }  // namespace
