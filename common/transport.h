@@ -33,7 +33,7 @@ namespace gradsync {
 
 // Message size limits (ZMQ_MAXMSGSIZE, per frame): a peer that announces a larger frame is
 // disconnected by ZeroMQ before it allocates the frame, so what anyone who reaches a port can make
-// a process hold is bounded (README, "Security"). Control messages (registration, barriers,
+// a process hold is bounded (docs/security.md). Control messages (registration, barriers,
 // heartbeats, every header) fit in kMaxControlMessageBytes: the scheduler's sockets and a shard's
 // data socket before the job is known accept that much. A shard's data socket then takes the
 // job's largest message (ClusterTable.max_message_bytes, from the workers' model layout: see

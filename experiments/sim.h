@@ -3,7 +3,7 @@
 //   ASSIGN_OR_RETURN(SimSettings s, ResolveSim(plan));          // the run's `sim { }` and its defaults
 //   ASSIGN_OR_RETURN(SimStats st, SimulateRun(plan, s, dir));   // writes the files a real run writes
 //
-// What is simulated (experiments/README.md, "gradsync-sim", says it whole):
+// What is simulated (docs/simulator.md says it whole):
 // - hosts: one per process (scheduler left out), each with a full-duplex link of the run's rate to
 //   a switch (flat), or to its rack's switch whose uplink carries rack_size x rate / oversubscription;
 //   a message crosses the sender's link, the racks' uplinks when it leaves its rack, and the

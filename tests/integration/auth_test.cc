@@ -149,7 +149,7 @@ TEST(AuthTest, AFloodOfGarbageDoesNotChangeTraining) {
           h.set_sender_role(wire::WORKER);
           // Ranks the job does not have (-1, 2..5). Without --auth-dir a peer that claims a real
           // worker's rank before that worker's first request could speak for it: that is the
-          // threat model's "anyone can push" (README), not garbage.
+          // threat model's "anyone can push" (docs/security.md), not garbage.
           const int32_t fake = static_cast<int32_t>(rng.UniformInt(5));
           h.set_sender_rank(fake == 0 ? -1 : fake + 1);
           h.set_clock(static_cast<int64_t>(rng.UniformInt(1000)) - 10);
