@@ -98,6 +98,10 @@ else
   done
   node_list=n[1-$hosts]
 fi
+# Job ids from a random start: gradsync-launch --slurm derives its scheduler's port from the job
+# id, and two such Slurms on one machine (two checkouts testing at once) would otherwise both run
+# job 1 and bind the same port.
+first_job=$((1 + RANDOM % 30000))
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=gradsync
 SlurmctldHost=$ctld_host
@@ -108,6 +112,7 @@ CredType=cred/munge
 AuthInfo=socket=$dir/munge/sock
 SlurmctldPort=$base
 SlurmdPort=$((base + 1))
+FirstJobId=$first_job
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool-%n
 SlurmctldPidFile=$dir/slurmctld.pid

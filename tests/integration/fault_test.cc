@@ -140,7 +140,11 @@ class FaultJob {
   // Seconds from the last Kill to the scheduler's "declared dead" line.
   double DetectedAfter() {
     const std::string line = LineWith(Log("scheduler"), "declared dead");
-    return line.empty() ? -1 : LogSeconds(line) - killed_at_;
+    if (line.empty()) return -1;
+    // Both are seconds of the local day: a kill at 23:59:59.8 seen at 00:00:00.9 is 1.1 s.
+    double after = LogSeconds(line) - killed_at_;
+    if (after < -43200) after += 86400;
+    return after;
   }
 
   Result<int> Wait(const std::string& name, double timeout_s) { return group_.WaitFor(name, timeout_s); }
@@ -270,6 +274,13 @@ TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
   ASSERT_NO_FATAL_FAILURE(job.Start());
   ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(10));
   job.Kill("server 1");
+  // What the dead server left on disk, read before its successor starts: the reference for what
+  // must be restored and what was lost.
+  auto left = ReadCheckedFile(job.File("ckpt") + "/shard-1.ckpt", "GSSHARD1");
+  ASSERT_TRUE(left.ok()) << left.status();
+  wire::ShardCheckpoint on_disk;
+  ASSERT_TRUE(on_disk.ParseFromString(*left));
+  ASSERT_EQ(on_disk.pushed_size(), 3);
   job.StartServer(1, "b");  // at once: it waits until its predecessor is declared dead
   auto sched = job.Wait("scheduler", 90);
   ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
@@ -277,9 +288,25 @@ TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
   // Its last lines (what was lost) are written as it exits, after the scheduler's.
   ASSERT_TRUE(job.Wait("server 1b", 20).ok()) << job.Log("server-1b");
   const std::string restarted = job.Log("server-1b");
-  EXPECT_NE(restarted.find("restored from"), std::string::npos) << restarted;
-  // What was lost is counted and said: the pushes made past the checkpoint.
-  EXPECT_NE(restarted.find("updates lost"), std::string::npos) << restarted;
+  // Restored from the latest checkpoint (the one on disk at the kill, past INIT's version 0).
+  EXPECT_GT(on_disk.version(), 0) << "no checkpoint after INIT before the kill";
+  EXPECT_NE(restarted.find("restored from " + job.File("ckpt") + "/shard-1.ckpt (version " + std::to_string(on_disk.version()) + ","),
+            std::string::npos)
+      << "on disk: version " << on_disk.version() << "\n" << restarted;
+  // What was lost, against the workers' own clocks: each worker says at which step it went on
+  // with the restarted shard; it had pushed that many gradients to it, of which the checkpoint
+  // holds pushed[w].
+  int64_t lost = 0;
+  for (int w = 0; w < 3; ++w) {
+    const std::string line = LineWith(job.Log("worker-" + std::to_string(w)), ": going on with the restarted shard");
+    ASSERT_FALSE(line.empty()) << job.Log("worker-" + std::to_string(w));
+    const int64_t step = std::atoll(line.c_str() + line.find(": step ") + 7);
+    EXPECT_GE(step, on_disk.pushed(w)) << "worker " << w;
+    lost += step - on_disk.pushed(w);
+  }
+  EXPECT_NE(job.ServerSummary(1).find("\"lost_updates\": \"" + std::to_string(lost) + "\""), std::string::npos)
+      << "expected " << lost << " lost: " << job.ServerSummary(1);
+  EXPECT_NE(restarted.find("restored from a checkpoint, " + std::to_string(lost) + " updates lost"), std::string::npos) << restarted;
   EXPECT_GT(job.FinalAccuracy(), 50.0) << job.Log("worker-0");
   EXPECT_NE(job.Log("worker-1").find("going on with the restarted shard"), std::string::npos) << job.Log("worker-1");
   // Reconnecting to the restarted shard does not set a worker's byte counters back.
@@ -307,7 +334,9 @@ TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
   auto sched = job.Wait("scheduler", 90);
   ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
   EXPECT_EQ(*sched, 0) << job.Logs();
-  EXPECT_LT(job.DetectedAfter(), kHeartbeatTimeout + 1.0);
+  const double detected = job.DetectedAfter();  // -1: never declared dead
+  EXPECT_GT(detected, 0) << job.Log("scheduler");
+  EXPECT_LT(detected, kHeartbeatTimeout + 1.0);
   ASSERT_TRUE(job.Wait("server 0", 20).ok());
   const std::string backup = job.Log("server-0");
   EXPECT_NE(backup.find("server 1 is dead; taking over its shard from the copy held here"), std::string::npos) << backup;
@@ -659,7 +688,9 @@ TEST(FaultTest, AStoppedSchedulerDoesNotCountItsOwnPauseAgainstTheNodes) {
 // The nodes' patience with the scheduler equal to its heartbeat timeout (2 s): stopped for 4 s,
 // its connection stays up, so the nodes wait for it (up to kSchedulerUpFactor timeouts, 6 s, said
 // once) and the job finishes; killed, its kernel closes the connection, and every node stops
-// after one timeout (well before three), saying it lost the scheduler.
+// after one timeout, saying it lost the scheduler after 2 s of silence, never that it waits
+// longer for a connection that is up. Which way a node took is in its log; the wall-clock bound
+// (15 s) only says that it stops, and holds on a loaded machine.
 TEST(FaultTest, NodesWaitForAStoppedSchedulerButNotForADeadOne) {
   {
     TempDir dir;
@@ -687,7 +718,7 @@ TEST(FaultTest, NodesWaitForAStoppedSchedulerButNotForADeadOne) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ASSERT_TRUE(group.Signal("scheduler", SIGKILL).ok());
     const auto killed = std::chrono::steady_clock::now();
-    constexpr double kWithin = 2.0 + 2.5;  // one timeout and some; three would be 6 s
+    constexpr double kWithin = 15.0;
     for (int w = 0; w < 2; ++w) {
       const double left = kWithin - std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
       auto code = group.WaitFor("worker " + std::to_string(w), std::max(left, 0.01));
@@ -696,13 +727,15 @@ TEST(FaultTest, NodesWaitForAStoppedSchedulerButNotForADeadOne) {
       EXPECT_NE(*code, 0);
       EXPECT_NE(log.find("lost the scheduler at tcp://127.0.0.1:"), std::string::npos) << log;
       EXPECT_NE(log.find(": silent for 2 s"), std::string::npos) << log;
+      EXPECT_EQ(log.find("but its connection is up"), std::string::npos) << log;  // not the stopped scheduler's wait
     }
   }
 }
 
 // All-reduce workers started by hand on one host (they reduce through shared memory, where a
 // killed rank closes no connection): the scheduler declares the killed one dead after its
-// heartbeat timeout, and the survivors fail then, naming it, not after --collective-timeout.
+// heartbeat timeout, and the survivors fail then, naming it, not after --collective-timeout
+// (60 s). The bound, 20 s, holds on a loaded machine; the message says who stopped them.
 TEST(FaultTest, AllreduceSurvivorsStopWhenTheSchedulerDeclaresARankDead) {
   TempDir dir;
   ProcessGroup group;
@@ -712,13 +745,13 @@ TEST(FaultTest, AllreduceSurvivorsStopWhenTheSchedulerDeclaresARankDead) {
   ASSERT_TRUE(group.Signal("worker 2", SIGKILL).ok());
   const auto killed = std::chrono::steady_clock::now();
   for (int w = 0; w < 2; ++w) {
-    auto code = group.WaitFor("worker " + std::to_string(w), 1.0 + 2.0 + 2.0);
+    auto code = group.WaitFor("worker " + std::to_string(w), 20.0);
     ASSERT_TRUE(code.ok()) << "worker " << w << " still waits: " << ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
     EXPECT_EQ(*code, 1);
     const std::string log = ReadFile(dir.File("worker-" + std::to_string(w) + ".log"));
     EXPECT_NE(log.find("was declared dead by the scheduler"), std::string::npos) << log;
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 1.0 + 2.0 + 2.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 20.0);
 }
 
 // An all-reduce job: a dead rank fails the others within the collective timeout; restarted with
