@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/check.h"
 
@@ -58,6 +59,9 @@ double MaxRelativeDiff(ConstFloatSpan a, ConstFloatSpan b, double floor) {
   double worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     double x = a[i], y = b[i];
+    // A NaN or an infinity on either side is never "close": comparisons with NaN are false, so
+    // without this a non-finite result would pass every tolerance.
+    if (!std::isfinite(x) || !std::isfinite(y)) return std::numeric_limits<double>::infinity();
     double denom = std::max({std::fabs(x), std::fabs(y), floor});
     worst = std::max(worst, std::fabs(x - y) / denom);
   }

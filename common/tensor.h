@@ -47,7 +47,8 @@ void Axpy(float alpha, ConstFloatSpan x, FloatSpan y);  // y += alpha * x
 void Add(ConstFloatSpan x, FloatSpan y);                // y += x
 double Dot(ConstFloatSpan x, ConstFloatSpan y);          // in double
 double SquaredNorm(ConstFloatSpan x);                    // in double
-// max_i |a_i - b_i| / max(|a_i|, |b_i|, floor): relative difference with a floor for ~0 values.
+// max_i |a_i - b_i| / max(|a_i|, |b_i|, floor): relative difference with a floor for ~0 values;
+// infinity when either side holds a NaN or an infinity (non-finite values never compare equal).
 double MaxRelativeDiff(ConstFloatSpan a, ConstFloatSpan b, double floor = 1e-6);
 bool AllFinite(ConstFloatSpan x);
 

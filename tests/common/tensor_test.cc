@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace gradsync {
@@ -31,6 +32,18 @@ TEST(TensorTest, MaxRelativeDiff) {
   std::vector<float> a = {1.0f, 100.0f, 0.0f}, b = {1.0f, 101.0f, 1e-9f};
   EXPECT_NEAR(MaxRelativeDiff(a, b), 1.0 / 101.0, 1e-9);
   EXPECT_EQ(MaxRelativeDiff(a, a), 0.0);
+}
+
+// A NaN or an infinity anywhere, on either side, is never within any tolerance: {1, NaN, 3}
+// against {1, 2, 3} returned 0 before (every comparison with NaN is false).
+TEST(TensorTest, NonFiniteValuesNeverCompareClose) {
+  const std::vector<float> finite = {1.0f, 2.0f, 3.0f};
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    const std::vector<float> broken = {1.0f, bad, 3.0f};
+    EXPECT_EQ(MaxRelativeDiff(broken, finite), std::numeric_limits<double>::infinity()) << bad;
+    EXPECT_EQ(MaxRelativeDiff(finite, broken), std::numeric_limits<double>::infinity()) << bad;
+    EXPECT_FALSE(MaxRelativeDiff(broken, broken) <= 1e-6) << bad;
+  }
 }
 
 TEST(TensorTest, LayoutSize) {

@@ -245,9 +245,8 @@ TEST_P(ZeroTest, EqualsPlainAllReduceWithAnNthOfTheOptimizerStateAndTheSameBytes
   ASSERT_TRUE(a.ok()) << a.status();
   auto z = RunAllreduceJobWith(c.n, SmallMlp(), t, data, zero, false, AllReduceAlgo::kRing);
   ASSERT_TRUE(z.ok()) << z.status();
-  const double diff = MaxRelativeDiff(z->params, a->params, 1e-3);
-  RecordProperty("max_relative_diff_vs_plain", std::to_string(diff));
-  EXPECT_LE(diff, 1e-6);
+  RecordProperty("max_relative_diff_vs_plain", std::to_string(MaxRelativeDiff(z->params, a->params, 1e-3)));
+  EXPECT_EQ(z->params, a->params);  // to the bit
   // Optimizer state: each rank its shard's, together the whole.
   size_t total = 0;
   const size_t params = a->params.size(), per_param = a->optimizer_state_bytes[0] / params;
@@ -299,6 +298,8 @@ TEST(ZeroTest, OnTheDeviceAndWithACodecTrainsAsWithoutIt) {
   ASSERT_NE(a->params.size() % 5, 0u);
   auto z = RunAllreduceJobWith(5, SmallMlp(), t, data, zero, /*fake_device=*/true, AllReduceAlgo::kRing);
   ASSERT_TRUE(z.ok()) << z.status();
+  // Not to the bit: on the device the plain run sums NCCL's equal chunks and then the rest in
+  // another order than ZeRO's shards, so the two differ in the last bits (a few 1e-7).
   EXPECT_LE(MaxRelativeDiff(z->params, a->params, 1e-3), 1e-6);
 
   plain.compression = zero.compression = "fp16";
@@ -308,7 +309,7 @@ TEST(ZeroTest, OnTheDeviceAndWithACodecTrainsAsWithoutIt) {
   ASSERT_TRUE(a.ok()) << a.status();
   z = RunAllreduceJobWith(3, SmallMlp(), t, data, zero, false, AllReduceAlgo::kRing);
   ASSERT_TRUE(z.ok()) << z.status();
-  EXPECT_LE(MaxRelativeDiff(z->params, a->params, 1e-3), 1e-6);
+  EXPECT_EQ(z->params, a->params);
   EXPECT_LT(z->optimizer_state_bytes[0], a->optimizer_state_bytes[0] / 2);
 }
 
@@ -334,7 +335,7 @@ TEST(ZeroTest, EveryRankCheckpointsItsShardAndResumesFromIt) {
   ASSERT_TRUE(run(20, 1, false).ok());  // checkpoint at 20
   auto resumed = run(40, 2, true);      // stage 2 reads stage 1's shards (the same cut)
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_LE(MaxRelativeDiff(resumed->params, straight->params, 1e-3), 1e-6);
+  EXPECT_EQ(resumed->params, straight->params);
 
   auto refused = run(30, 0, true);
   ASSERT_FALSE(refused.ok());
@@ -345,7 +346,7 @@ TEST(ZeroTest, EveryRankCheckpointsItsShardAndResumesFromIt) {
   ASSERT_TRUE(run(20, 0, false).ok());
   auto into_zero = run(40, 1, true);
   ASSERT_TRUE(into_zero.ok()) << into_zero.status();
-  EXPECT_LE(MaxRelativeDiff(into_zero->params, plain_straight->params, 1e-3), 1e-6);
+  EXPECT_EQ(into_zero->params, plain_straight->params);
 
   ASSERT_TRUE(run(20, 1, false).ok());
   std::filesystem::remove(dir.path() + "/allreduce-shard-1.ckpt");
@@ -389,7 +390,7 @@ TEST(ZeroTest, LarsAndLambUpdateTheirShardAndResumeFromIt) {
     ASSERT_TRUE(run(20, false).ok());
     auto resumed = run(40, true);
     ASSERT_TRUE(resumed.ok()) << resumed.status();
-    EXPECT_LE(MaxRelativeDiff(resumed->params, straight->params, 1e-3), 1e-6);
+    EXPECT_EQ(resumed->params, straight->params);
   }
 }
 

@@ -73,7 +73,7 @@ double SummationNoise(const ModelOptions& model, LocalTrainOptions train, int64_
   return MaxRelativeDiff(RunLocal(model, train, 0, data), whole, 1e-3);
 }
 
-double EquivalenceTolerance(double noise, double base) { return std::max(base, 10.0 * noise); }
+double EquivalenceTolerance(double noise, double base) { return std::min(kMaxEquivalenceTolerance, std::max(base, 10.0 * noise)); }
 
 // Runs n allreduce workers; returns rank 0's parameters after training (all ranks must agree).
 Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const LocalTrainOptions& train,

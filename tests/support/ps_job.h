@@ -95,6 +95,8 @@ std::vector<float> RunLocal(const ModelOptions& model, const LocalTrainOptions& 
 // local SGD with the global batch" test allows: `base` (1e-5), or 10x the noise on a CPU whose
 // rounding alone is larger, so such a test asserts the semantics on every CPU, and a wrong
 // learning rate, lost gradient or stale version (differences of 1e-2 and more) still fails it.
+// Never more than kMaxEquivalenceTolerance, 10x under those: a CPU noisier than that fails.
+constexpr double kMaxEquivalenceTolerance = 1e-3;
 double SummationNoise(const ModelOptions& model, LocalTrainOptions train, int64_t micro, const Dataset& data);
 double EquivalenceTolerance(double noise, double base = 1e-5);
 
