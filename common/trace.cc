@@ -348,10 +348,13 @@ Status Trace::Stop(size_t* events) {
   }
   const double correction = r.refined_offset_us - r.offset_us.load();
   if (correction != 0 || r.offset_error_us >= 0) {
-    char meta[200];
+    // us: what the merge adds to the written stamps; offset_us: the whole offset from this
+    // process's clock to the scheduler's (Start's plus us); error_us: its bound.
+    char meta[240];
     std::snprintf(meta, sizeof(meta),
-                  ",\n{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": %.3f, \"error_us\": %.3f}}",
-                  r.pid, correction, r.offset_error_us);
+                  ",\n{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": %.3f, \"error_us\": %.3f, "
+                  "\"offset_us\": %.3f}}",
+                  r.pid, correction, r.offset_error_us, r.refined_offset_us);
     if (std::fputs(meta, r.file) < 0 && r.write_errno == 0) r.write_errno = errno ? errno : EIO;
   }
   static const char kFooter[] = "\n]}\n";

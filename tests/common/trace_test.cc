@@ -28,7 +28,11 @@ google::protobuf::Struct ReadJson(const std::string& path) {
 TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
   testing::TempDir dir;
   { TraceSpan s("ignored", "compute"); }  // off: nothing
-  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "worker", 3, /*clock_offset_us=*/1e6).ok());
+  // Events are stamped between these two readings of the steady clock, plus the offset (5000 s:
+  // far more than the test takes, so a stamp without it falls outside the window).
+  constexpr double kOffsetUs = 5e9;
+  const double before = Trace::NowUs();
+  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "worker", 3, kOffsetUs).ok());
   {
     TraceSpan outer("step", "compute", {{"step", 7}});
     {
@@ -39,6 +43,7 @@ TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
   }
   std::thread other([] { TraceSpan s("push", "comm"); });
   other.join();
+  const double after = Trace::NowUs();
   size_t events = 0;
   ASSERT_TRUE(Trace::Stop(&events).ok());
   EXPECT_EQ(events, 4u);
@@ -61,7 +66,8 @@ TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
   EXPECT_EQ(field("bucket", "args").struct_value().fields().at("bytes").number_value(), 4096);
   // The offset applies; the inner span lies inside the outer one; the other thread has its own track.
   const double outer_ts = field("step", "ts").number_value(), outer_end = outer_ts + field("step", "dur").number_value();
-  EXPECT_GE(outer_ts, 1e6);
+  EXPECT_GE(outer_ts, before + kOffsetUs);
+  EXPECT_LE(outer_end, after + kOffsetUs);
   EXPECT_GE(field("bucket", "ts").number_value(), outer_ts);
   EXPECT_LE(field("bucket", "ts").number_value() + field("bucket", "dur").number_value(), outer_end);
   EXPECT_NE(field("push", "tid").number_value(), field("step", "tid").number_value());
@@ -78,7 +84,9 @@ TEST(TraceTest, AnUnwritableFileIsAnError) {
 // Buffers that fill up go to the writer while recording goes on; every event reaches the file.
 TEST(TraceTest, FullBuffersAreWrittenWhileRecordingGoesOn) {
   testing::TempDir dir;
-  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "server", 1, /*clock_offset_us=*/5e8).ok());
+  constexpr double kOffsetUs = 5e9;  // as above: every stamp within [before, after] + the offset
+  const double before = Trace::NowUs();
+  ASSERT_TRUE(Trace::Start(dir.File("t.json"), "server", 1, kOffsetUs).ok());
   constexpr int kPerThread = 30000;  // several buffers each
   auto record = [] {
     for (int i = 0; i < kPerThread; ++i) TraceSpan s("apply", "compute", {{"i", static_cast<double>(i)}});
@@ -87,6 +95,7 @@ TEST(TraceTest, FullBuffersAreWrittenWhileRecordingGoesOn) {
   a.join();
   b.join();
   EXPECT_TRUE(std::filesystem::exists(dir.File("t.json.partial")));
+  const double after = Trace::NowUs();
   size_t events = 0;
   ASSERT_TRUE(Trace::Stop(&events).ok());
   EXPECT_EQ(events, 2u * kPerThread);
@@ -97,7 +106,8 @@ TEST(TraceTest, FullBuffersAreWrittenWhileRecordingGoesOn) {
   std::map<double, std::vector<double>> seen;  // tid -> the i args, in file order
   for (int k = 1; k < list.size(); ++k) {
     const auto& f = list[k].struct_value().fields();
-    EXPECT_GE(f.at("ts").number_value(), 5e8);
+    EXPECT_GE(f.at("ts").number_value(), before + kOffsetUs);
+    EXPECT_LE(f.at("ts").number_value() + f.at("dur").number_value(), after + kOffsetUs);
     seen[f.at("tid").number_value()].push_back(f.at("args").struct_value().fields().at("i").number_value());
   }
   ASSERT_EQ(seen.size(), 2u);

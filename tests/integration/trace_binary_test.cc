@@ -2,7 +2,9 @@
 // trace, each on a clock of its own (GRADSYNC_TEST_CLOCK_SKEW_US: seconds apart, as other hosts'
 // clocks would be); merged on the scheduler's clock, every push a worker sent ends before the
 // shard's apply of it ends, to within the alignment's own error bound (half the best round trip
-// of each process to the scheduler, recorded in its trace: tens of microseconds). And gradsync-run's `trace: true`: trace.json and the timeline picture.
+// of each process to the scheduler, recorded in its trace: tens of microseconds), and no apply
+// begins before its push began; each process's offset undoes the skew it was given, to within
+// that bound. And gradsync-run's `trace: true`: trace.json and the timeline picture.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -80,12 +82,13 @@ TEST(TraceBinaryTest, MergedTraceOfAnSspJobOnSkewedClocksPutsEveryPushBeforeItsA
                                                         "worker 2", "worker 3"}));
 
   // Each shard's applies, by (worker, clock): when they ended.
-  std::map<std::tuple<int, int, int>, double> apply_end;  // (shard, worker, clock)
+  std::map<std::tuple<int, int, int>, double> apply_end, apply_begin;  // (shard, worker, clock)
   for (const auto& e : trace->events) {
     const std::string& p = trace->processes[static_cast<size_t>(e.process)];
     if (e.name == "apply" && p.starts_with("server ")) {
       const int shard = std::stoi(p.substr(7));
       apply_end[{shard, static_cast<int>(e.Arg("worker")), static_cast<int>(e.Arg("clock"))}] = e.end_us();
+      apply_begin[{shard, static_cast<int>(e.Arg("worker")), static_cast<int>(e.Arg("clock"))}] = e.ts_us;
     }
   }
   ASSERT_EQ(apply_end.size(), 2u * 4 * 40);  // every push of every worker, on both shards
@@ -95,6 +98,19 @@ TEST(TraceBinaryTest, MergedTraceOfAnSspJobOnSkewedClocksPutsEveryPushBeforeItsA
   for (size_t p = 1; p < 7; ++p) {
     EXPECT_GE(trace->clock_error_us[p], 0) << trace->processes[p];
     EXPECT_LT(trace->clock_error_us[p], 5000) << trace->processes[p];
+  }
+  // Each process's offset to the scheduler's clock, against the skew this test gave it: the
+  // scheduler runs on the host's clock, so the offset must undo the skew, to within its bound.
+  for (const auto& [role, rank] : std::vector<std::pair<std::string, int>>{
+           {"server", 0}, {"server", 1}, {"worker", 0}, {"worker", 1}, {"worker", 2}, {"worker", 3}}) {
+    const std::string file = ReadFile(o.out_dir + "/traces/" + role + "-" + std::to_string(rank) + ".json");
+    const size_t at = file.find("\"name\": \"clock_correction\"");
+    ASSERT_NE(at, std::string::npos) << role << " " << rank << " recorded no clock correction";
+    const double error = std::strtod(file.c_str() + file.find("\"error_us\": ", at) + 12, nullptr);
+    const double offset = std::strtod(file.c_str() + file.find("\"offset_us\": ", at) + 13, nullptr);
+    const double skew = std::stod(Skew(role, rank));
+    EXPECT_NEAR(offset, -skew, error + 1.0) << role << " " << rank << ": offset " << offset << " us for a skew of " << skew
+                                            << " us (bound " << error << " us)";
   }
   auto error_of = [&](const std::string& name) { return std::max(0.0, trace->clock_error_us[static_cast<size_t>(trace->Process(name))]); };
   std::map<int, int> pushes;                 // worker -> push spans checked
@@ -114,6 +130,11 @@ TEST(TraceBinaryTest, MergedTraceOfAnSspJobOnSkewedClocksPutsEveryPushBeforeItsA
     EXPECT_LT(e.end_us(), it->second + error) << "worker " << w << "'s push of clock " << std::get<2>(key) << " to shard "
                                               << std::get<0>(key) << " ends " << e.end_us() - it->second
                                               << " us after the shard applied it (alignment error bound " << error << " us)";
+    // And the other way: the shard cannot begin applying a gradient before the worker began
+    // sending it.
+    EXPECT_GT(apply_begin[key] + error, e.ts_us) << "shard " << std::get<0>(key) << " began applying worker " << w
+                                                 << "'s push of clock " << std::get<2>(key) << " "
+                                                 << e.ts_us - apply_begin[key] << " us before the push began";
     if (e.end_us() >= it->second) ++within_error;
     EXPECT_GT(e.Arg("bytes"), 0);
     ++pushes[w];
