@@ -379,6 +379,13 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
       const int64_t complete = s == 0 ? p.rounds_applied : p.min_live_clock;
       EXPECT_EQ(p.clock_staleness, std::max<int64_t>(0, p.clock - complete)) << "worker " << p.worker;
       EXPECT_LE(p.clock_staleness, s) << "worker " << p.worker << " clock " << p.clock;
+      // The same bound against the shard's own count of applied gradients (KvShard's version,
+      // not the controller's bookkeeping that decided to answer): every one of the 3 workers'
+      // first c - s gradients was applied, so at least 3 (c - s) (a bsp round counts each
+      // contribution). A miscounted push that let the controller answer early fails here.
+      EXPECT_GE(p.version, 3 * std::max<int64_t>(0, p.clock - s))
+          << "worker " << p.worker << "'s pull at clock " << p.clock << " was answered with only " << p.version
+          << " gradients applied";
       held_back_possible += p.clock - p.min_live_clock > 0;
       ++checked;
     }
