@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Shows that tests fail when the property they name does not hold: for each mutation below, breaks
+# the code on purpose (one exact text replacement), rebuilds what the test needs in build/, runs
+# the test, and restores the file. Prints one row per mutation: the mutation, the test, and
+# "red" (the test failed, as it must) or "GREEN" (the test missed it). Exits non-zero if any test
+# stayed green, or a mutation's text was not found (the code moved: update the table). Run it
+# with nothing else building in build/; build/ is rebuilt at the end from the restored sources.
+# Usage: scripts/mutation-table.sh [NAME...] (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ -d build ]] || { echo "mutation-table: build/ is missing: run scripts/build.sh first" >&2; exit 2; }
+if ! git diff --quiet; then
+  echo "mutation-table: the working tree has changes; commit or stash them first (each mutation is undone with git checkout)" >&2
+  exit 2
+fi
+
+# name | file | text | replacement | make targets | ctest -R regex
+mutations=(
+  "nan-compares-close|common/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose"
+  "trace-offset-ignored|common/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothing"
+  "controller-overstates-clocks|common/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|ps_test|SspBoundTest.EveryAnsweredPullRespectsTheBound/s1_zmq"
+  "no-checkpoint-after-init|server/server.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$"
+  "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$"
+)
+
+want=("$@")
+failed=0
+printf '| mutation | file | test | result |\n|---|---|---|---|\n'
+for m in "${mutations[@]}"; do
+  IFS='|' read -r name file text replacement targets test <<<"${m//\\|/$'\x1f'}"
+  text=${text//$'\x1f'/|}
+  replacement=${replacement//$'\x1f'/|}
+  if [[ ${#want[@]} -gt 0 && ! " ${want[*]} " == *" $name "* ]]; then continue; fi
+  if ! grep -qF -- "$text" "$file"; then
+    printf '| %s | %s | %s | TEXT NOT FOUND |\n' "$name" "$file" "$test"
+    failed=1
+    continue
+  fi
+  python3 - "$file" "$text" "$replacement" <<'EOF'
+import sys
+path, old, new = sys.argv[1:4]
+s = open(path).read()
+open(path, "w").write(s.replace(old, new, 1))
+EOF
+  result=GREEN
+  # shellcheck disable=SC2086
+  if ! (cd build && make -j"$(nproc)" $targets > "/tmp/mutation-$name.build.log" 2>&1); then
+    result="does not build (/tmp/mutation-$name.build.log)"
+  elif ! (cd build && ctest -R "$test" --timeout 300 > "/tmp/mutation-$name.test.log" 2>&1); then
+    result=red
+  elif ! grep -q "tests passed" "/tmp/mutation-$name.test.log" || grep -q "No tests were found" "/tmp/mutation-$name.test.log"; then
+    result="no test ran (/tmp/mutation-$name.test.log)"
+  fi
+  git checkout -q -- "$file"
+  [[ $result == red ]] || failed=1
+  printf '| %s | %s | %s | %s |\n' "$name" "$file" "$test" "$result"
+done
+echo "mutation-table: rebuilding build/ from the restored sources"
+(cd build && make -j"$(nproc)" > /tmp/mutation-restore.build.log 2>&1) || { echo "mutation-table: the restored build failed (/tmp/mutation-restore.build.log)" >&2; exit 1; }
+exit "$failed"
