@@ -83,6 +83,13 @@ def run_job(script, args, mode, workers, servers=1, staleness=None, out=None, ti
         # are stopped after a few seconds).
         for p in procs[:1 + n_servers]:
             p.wait(timeout=max(0.1, end - time.time() if expect_ok else 5))
+        # A job whose workers succeeded while the scheduler or a shard failed is not a success.
+        others = [p.returncode for p in procs[:1 + n_servers]]
+        if expect_ok and any(others):
+            theirs = [os.path.join(out, "logs", "scheduler.log")] + [
+                os.path.join(out, "logs", "server-%d.log" % k) for k in range(n_servers)]
+            raise JobError("the workers succeeded but the scheduler and servers exited with %s; logs:\n%s" % (others, "\n".join(
+                "--- %s\n%s" % (os.path.basename(l), open(l).read()[-3000:]) for l in theirs)))
         return out, logs, codes
     except subprocess.TimeoutExpired:
         raise JobError("the job did not end within %d s; logs in %s" % (timeout_s, out))

@@ -8,6 +8,8 @@
 set -euo pipefail
 bin=$(cd "${1:?usage: launchers_test.sh BIN_DIR}" && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# A leg's prerequisite is missing: skipped here, a failure under CI=true (CI must run every leg).
+missing() { [[ ${CI:-} == true ]] && fail "$* (CI=true: a missing prerequisite fails)"; echo "== skipped: $*"; }
 dir=$(mktemp -d /tmp/gradsync-launchers-test.XXXXXX)
 pids=()
 cleanup() {
@@ -39,7 +41,7 @@ if command -v mpirun >/dev/null; then
   grep -q "task 3 of 4 (Open MPI's OMPI_COMM_WORLD_RANK=3 of" "$dir/mpirun.out" || fail "mpirun: Open MPI's rank was not taken"
   check mpirun
 else
-  echo "== mpirun: skipped (no mpirun: scripts/setup.sh installs openmpi-bin)"
+  missing "mpirun (no mpirun: scripts/setup.sh installs openmpi-bin)"
 fi
 
 # Debian's torch 1.13 on Python 3.11 mis-parses torchrun's default --redirects: give it explicitly.
@@ -53,7 +55,7 @@ if [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import torch.distributed.ru
   grep -q "task 3 of 4 (torchrun's RANK=3 of WORLD_SIZE=4)" "$dir/torchrun.out" || fail "torchrun: its rank was not taken"
   check torchrun
 else
-  echo "== torchrun: skipped (no torch for /usr/bin/python3: scripts/setup.sh installs python3-torch)"
+  missing "torchrun (no torch for /usr/bin/python3: scripts/setup.sh installs python3-torch)"
 fi
 
 for r in 0 1 2 3; do

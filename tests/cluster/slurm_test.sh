@@ -48,7 +48,7 @@ JOB
   final_accuracy_at_least "$dir/mpi.out" 75
   grep -q "task 2 of 3 (Open MPI's OMPI_COMM_WORLD_RANK=2 of" "$dir/mpi.out" || fail "mpi: Open MPI's rank was not taken"
 else
-  echo "== mpirun inside sbatch: skipped (no mpirun: scripts/setup.sh installs openmpi-bin)"
+  missing "mpirun inside sbatch (no mpirun: scripts/setup.sh installs openmpi-bin)"
 fi
 
 # A PyTorch script as the workers (gradsync.torch), srun straight from here: 1 server, 2 workers.
@@ -81,7 +81,7 @@ PY
     [[ -n $loss ]] && awk -v l="$loss" 'BEGIN { exit !(l < 0.3) }' || fail "torch worker $r: loss '$loss' not below 0.3"
   done
 else
-  echo "== PyTorch workers: skipped (no torch for /usr/bin/python3 or no gradsync Python package in the build)"
+  missing "PyTorch workers (no torch for /usr/bin/python3 or no gradsync Python package in the build)"
 fi
 
 cat > "$dir/spec.textproto" <<SPEC

@@ -1,8 +1,10 @@
 // Parameter-server jobs in one process (threads over 127.0.0.1): the modes' semantics.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <thread>
+#include <vector>
 
 #include "common/rng.h"
 #include "common/synthetic.h"
@@ -359,12 +361,42 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   o.data_channel = path == "data";
   o.data_min_floats = 1;
   // Seeded random delays, heavier on worker 2, so that the fast ones run into the bound.
-  o.delay_ms = [](int w, int64_t step) {
+  // The workers' own clock, independent of the shards: when each began computing step c (its
+  // pull of clock c had landed) and the earliest its delay let that compute end (its push of c
+  // leaves later still).
+  constexpr int kWorkers = 3, kSteps = 60;
+  std::vector<std::vector<double>> began(kWorkers, std::vector<double>(kSteps, -1)), done = began;
+  const auto t0 = std::chrono::steady_clock::now();
+  o.delay_ms = [&](int w, int64_t step) {
     Rng rng(Rng::Derive(11, static_cast<uint64_t>(w), static_cast<uint64_t>(step)));
-    return (w == 2 ? 4.0 : 0.5) * rng.UniformDouble();
+    const double d = (w == 2 ? 4.0 : 0.5) * rng.UniformDouble();
+    const double now = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (step < kSteps) {
+      began[static_cast<size_t>(w)][static_cast<size_t>(step)] = now;
+      done[static_cast<size_t>(w)][static_cast<size_t>(step)] = now + d;
+    }
+    return d;
   };
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
+  // Ho et al.'s bound seen from the workers alone: worker w begins step c only once every other
+  // worker has pushed c - s gradients, so after each of them ended computing step c - s - 1.
+  int violations = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    for (int c = s + 1; c < kSteps; ++c) {
+      for (int v = 0; v < kWorkers; ++v) {
+        if (v == w) continue;
+        const double mine = began[static_cast<size_t>(w)][static_cast<size_t>(c)];
+        const double theirs = done[static_cast<size_t>(v)][static_cast<size_t>(c - s - 1)];
+        ASSERT_GE(mine, 0) << "worker " << w << " step " << c << " not seen";
+        if (theirs >= mine && ++violations <= 5) {
+          ADD_FAILURE() << "worker " << w << " began step " << c << " at " << mine << " ms, while worker " << v
+                        << " was still computing step " << c - s - 1 << " (until " << theirs << " ms)";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(violations, 0);
   int64_t checked = 0, held_back_possible = 0;
   for (const auto& log : r.pulls) {
     for (const PullRecord& p : log) {

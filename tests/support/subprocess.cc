@@ -23,6 +23,11 @@ std::string BinaryPath(const std::string& name) {
   return std::string(dir ? dir : "build/bin") + "/" + name;
 }
 
+bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && std::string(ci) == "true";
+}
+
 bool CanEmulateLinks() { return ::geteuid() == 0 && ::access("/usr/sbin/ip", X_OK) == 0 && ::access("/usr/sbin/tc", X_OK) == 0; }
 
 std::string ReadPortFile(const std::string& path, double timeout_s) {

@@ -25,6 +25,17 @@ std::string BinaryPath(const std::string& name);
 // root and iproute2. A test of them is skipped without.
 bool CanEmulateLinks();
 
+// Whether this run is CI's (CI=true in the environment): there a test whose prerequisite is
+// missing (a Debian package, root) fails instead of skipping, as CI must run every test.
+bool InCi();
+
+// Skips the test saying why, or under CI=true fails it saying why. A statement, like GTEST_SKIP.
+#define GRADSYNC_SKIP_UNLESS_CI(why)                                                            \
+  if (::gradsync::testing::InCi()) {                                                             \
+    FAIL() << why << " (CI=true: a missing prerequisite fails)";                                 \
+  } else                                                                                         \
+    GTEST_SKIP() << why
+
 // The port a scheduler wrote to its --port-file, waiting for it at most timeout_s; "" if none.
 std::string ReadPortFile(const std::string& path, double timeout_s = 10);
 
