@@ -207,8 +207,8 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
     std::fflush(stdout);
   }
   opt_->set_steps(start_step);  // one optimizer step per training step (Adam's t)
-  if (options_.resume && rank == 0) {
-    std::printf("worker 0: resumed from %s at step %lld of %lld\n", ckpt_path_.c_str(), static_cast<long long>(start_step),
+  if (options_.resume) {  // every rank: each says where it goes on from (rank 0's file, broadcast)
+    std::printf("worker %d: resumed from %s at step %lld of %lld\n", rank, ckpt_path_.c_str(), static_cast<long long>(start_step),
                 static_cast<long long>(shape.total_steps));
     std::fflush(stdout);
   }

@@ -113,9 +113,11 @@ TEST(TransportMemoryTest, AFrameAboveTheLimitIsRefusedBeforeItIsHeld) {
   Dataset data;
   PsJobOptions o = Job(&data);
   int64_t grown = -1, sent = 0;
+  size_t probes = 0, connected = 0;
   o.side_task = [&](const std::vector<uint16_t>& ports) {
     const int64_t before = RssBytes();
     std::vector<int> fds;
+    probes = 3 * ports.size();
     // Three connections per shard, each announcing 1 GiB and sending up to 64 MiB of it, held
     // open: a shard that buffered them would hold 384 MiB more.
     for (uint16_t port : ports) {
@@ -124,6 +126,7 @@ TEST(TransportMemoryTest, AFrameAboveTheLimitIsRefusedBeforeItIsHeld) {
         if (fd < 0) continue;
         sent += AnnounceFrame(fd, uint64_t{1} << 30, int64_t{64} << 20);
         fds.push_back(fd);
+        ++connected;
       }
     }
     grown = RssBytes() - before;
@@ -133,6 +136,10 @@ TEST(TransportMemoryTest, AFrameAboveTheLimitIsRefusedBeforeItIsHeld) {
   ASSERT_TRUE(r.status.ok()) << r.status;  // the shards kept serving the job
   RecordProperty("rss_growth_bytes", std::to_string(grown));
   RecordProperty("bytes_sent_by_probes", std::to_string(sent));
+  // The probes reached the shards (a test whose connections all failed would prove nothing).
+  ASSERT_GT(probes, 0u);
+  EXPECT_EQ(connected, probes);
+  EXPECT_GT(sent, 0);
   ASSERT_GE(grown, -(int64_t{1} << 30));
   EXPECT_LT(grown, int64_t{48} << 20);
 }
