@@ -21,6 +21,7 @@ mutations=(
   "controller-overstates-clocks|common/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|ps_test|SspBoundTest.EveryAnsweredPullRespectsTheBound/s1_zmq"
   "no-checkpoint-after-init|server/server.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$"
   "ps-fp16-gradient-zeroed|python/gradsync/torch/amp.py|                grads.mul_(1.0 / self._scale)|                grads.mul_(0.0)|gradsync_python|python.test_precision"
+  "backup-acks-ignored|server/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|gradsync-server ps_binary_test|FaultTest.APushIsAcknowledgedOnlyOnceItsBackupHoldsIt"
   "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$"
 )
 

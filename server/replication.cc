@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "common/logging.h"
 #include "common/partitioner.h"
@@ -351,6 +352,14 @@ void Replicator::SendSnapshotEntry(int backup, wire::Header h, const Payload& p)
   Stamp(&h, seq_);
   auto it = links_.find(backup);
   if (it != links_.end()) SendOn(backup, it->second, h, p);
+}
+
+double TestReplicaAckDelayMs() {
+  static const double delay = [] {
+    const char* v = std::getenv("GRADSYNC_TEST_REPLICA_ACK_DELAY_MS");
+    return v == nullptr ? 0.0 : std::max(0.0, std::strtod(v, nullptr));
+  }();
+  return delay;
 }
 
 void Replicator::Hold(uint64_t seq, std::string peer, wire::Header reply) {

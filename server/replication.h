@@ -41,6 +41,11 @@ namespace gradsync {
 // and the backups all place copies by this.
 std::vector<int> BackupRanks(int shard, int replicas, int servers);
 
+// A test's delay of every acknowledgement a backup sends (GRADSYNC_TEST_REPLICA_ACK_DELAY_MS,
+// read once; 0 without): it shows that no push is acknowledged to its worker before its backups
+// hold it.
+double TestReplicaAckDelayMs();
+
 // The shard of rank `rank` of `job` (range, layout, optimizer, learning-rate schedule), as INIT,
 // a restore and a backup build it.
 Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,

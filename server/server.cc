@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include "common/cluster.h"
 #include "common/logging.h"
@@ -1180,6 +1181,9 @@ void Server::HandleReplicate(const Message& m) {
   if (st.ok()) {
     stats_.replica_entries++;
     reply.set_type(wire::REPLICATE_REPLY);
+    if (const double delay = TestReplicaAckDelayMs(); delay > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay));
+    }
   } else {
     stats_.rejected++;
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": copy of shard " << s << ": " << st;

@@ -360,6 +360,64 @@ TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedServerTest, ::testing::Values("bsp", "asp"),
                          [](const auto& p) { return p.param; });
 
+// With --replicas=2 a push is acknowledged to its worker only once its backup holds it: every
+// backup's acknowledgement delayed by 40 ms (a test hook in the servers), each step's pushes
+// wait for it, so 11 steps take at least 0.44 s (about 2 s: a step's round sends its backup
+// several entries); the same job without the delay takes a fraction of that. A primary that answered before its backups would be as fast delayed as not.
+TEST(FaultTest, APushIsAcknowledgedOnlyOnceItsBackupHoldsIt) {
+  auto run = [](const std::string& delay_ms) -> double {
+    TempDir dir;
+    ProcessGroup group;
+    const std::string port_file = dir.File("port");
+    EXPECT_TRUE(group.Spawn({"scheduler",
+                             {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=2", "--num-workers=1",
+                              "--port-file=" + port_file, "--replicas=2"},
+                             dir.File("scheduler.log")})
+                    .ok());
+    const std::string port = ReadPortFile(port_file);
+    EXPECT_FALSE(port.empty());
+    for (int s = 0; s < 2; ++s) {
+      ChildSpec c{"server " + std::to_string(s),
+                  {BinaryPath("gradsync-server"), "--role=server", "--mode=bsp", "--scheduler=127.0.0.1:" + port,
+                   "--rank=" + std::to_string(s)},
+                  dir.File("server-" + std::to_string(s) + ".log")};
+      c.env = {{"GRADSYNC_TEST_REPLICA_ACK_DELAY_MS", delay_ms}};
+      EXPECT_TRUE(group.Spawn(c).ok());
+    }
+    EXPECT_TRUE(group.Spawn({"worker 0",
+                             {BinaryPath("gradsync-worker"), "--mode=bsp", "--scheduler=127.0.0.1:" + port, "--rank=0",
+                              "--dataset=blobs", "--hidden=16", "--batch=16", "--epochs=1", "--max-steps=12",
+                              "--log-every=1", "--out=" + dir.File("w")},
+                             dir.File("worker-0.log")})
+                    .ok());
+    auto code = group.WaitFor("worker 0", 60);
+    EXPECT_TRUE(code.ok() && *code == 0) << ReadFile(dir.File("worker-0.log")) << ReadFile(dir.File("server-0.log"));
+    // The wall time of its 12 training steps, from its metrics (first to last training row).
+    std::istringstream in(ReadFile(dir.File("w/worker-0.csv")));
+    std::string line, header;
+    std::getline(in, header);
+    double first = -1, last = -1;
+    while (std::getline(in, line)) {
+      std::vector<std::string> cols;
+      std::stringstream row(line);
+      for (std::string c; std::getline(row, c, ',');) cols.push_back(c);
+      // run,worker,step,epoch,wall_s,...; test_loss (13) is set on evaluation rows only.
+      if (cols.size() < 14 || !cols[13].empty()) continue;
+      const double wall = std::strtod(cols[4].c_str(), nullptr);
+      if (first < 0) first = wall;
+      last = wall;
+    }
+    EXPECT_GE(first, 0) << ReadFile(dir.File("w/worker-0.csv"));
+    return last - first;
+  };
+  const double delayed = run("40"), plain = run("0");
+  RecordProperty("delayed_s", std::to_string(delayed));
+  RecordProperty("plain_s", std::to_string(plain));
+  // 11 steps between the first row and the last, each waiting >= 40 ms for the backups.
+  EXPECT_GE(delayed, 11 * 0.040) << "plain: " << plain << " s";
+  EXPECT_LT(plain, delayed / 2) << "delayed: " << delayed << " s";
+}
+
 // A stranger writes to a backup's copy while the primary cannot correct it (stopped): a snapshot
 // of the shard without the job's replication key (its own parameters, all zero), another with a
 // wrong key, entries from a connection that sent no snapshot (next in order, replayed, out of
