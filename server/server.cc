@@ -7,7 +7,6 @@
 #include <cstring>
 #include <future>
 #include <sstream>
-#include <thread>
 
 #include "common/cluster.h"
 #include "common/logging.h"
@@ -1181,8 +1180,9 @@ void Server::HandleReplicate(const Message& m) {
   if (st.ok()) {
     stats_.replica_entries++;
     reply.set_type(wire::REPLICATE_REPLY);
-    if (const double delay = TestReplicaAckDelayMs(); delay > 0) {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay));
+    if (const double delay = TestReplicaAckDelayMs(); delay > 0 && !m.peer.empty()) {
+      delayed_acks_.push_back({NowMs() + delay, m.peer, reply});
+      return;
     }
   } else {
     stats_.rejected++;
@@ -1192,6 +1192,13 @@ void Server::HandleReplicate(const Message& m) {
     reply.set_error_message("server " + std::to_string(rank_) + ": " + st.message());
   }
   if (!m.peer.empty()) (void)socket_.Send(m.peer, reply);
+}
+
+void Server::SendDueAcks() {
+  while (!delayed_acks_.empty() && delayed_acks_.front().due_ms <= NowMs()) {
+    (void)socket_.Send(delayed_acks_.front().peer, delayed_acks_.front().reply);
+    delayed_acks_.pop_front();
+  }
 }
 
 void Server::MaybeAdopt(int dead) {
@@ -1354,6 +1361,7 @@ Status Server::Run() {
       replicator_->Poll(socket_);
       SendSnapshots();
     }
+    SendDueAcks();
     MaybeCheckpoint(false);
     if (scheduler_->events() != seen_events_) {
       seen_events_ = scheduler_->events();
