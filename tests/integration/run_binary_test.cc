@@ -314,7 +314,9 @@ TEST(RunBinaryTest, CtrlCStopsEveryProcess) {
                            dir.File("run.log")})
                   .ok());
   // Wait until the run has produced metrics, then interrupt.
-  for (int i = 0; i < 200 && !fs::exists(out + "/long/a/worker-0.csv"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Up to 60 s for the job to start training: on a loaded machine (another test run beside this
+  // one) 10 s was not always enough.
+  for (int i = 0; i < 1200 && !fs::exists(out + "/long/a/worker-0.csv"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(fs::exists(out + "/long/a/worker-0.csv"));
   ASSERT_TRUE(group.Signal("run", SIGINT).ok());
   auto code = group.WaitFor("run", 30);
