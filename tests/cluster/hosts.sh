@@ -49,7 +49,7 @@ remove_hosts() {
 # percent (prints it; fails the test otherwise).
 final_accuracy_at_least() {
   local acc
-  acc=$(grep -o 'final test_acc *[0-9.]*%' "$1" | head -1 | grep -o '[0-9.]*%' | tr -d %)
+  acc=$(grep -ao 'final test_acc *[0-9.]*%' "$1" | head -1 | grep -o '[0-9.]*%' | tr -d %)
   [[ -n $acc ]] || fail "$1: no final accuracy"
   awk -v a="$acc" -v m="$2" 'BEGIN { exit !(a >= m) }' || fail "$1: final accuracy $acc% < $2%"
   echo "   final accuracy $acc%"

@@ -50,7 +50,7 @@ job() {  # name "HOST OF TASK 0..3" gradsync-launch-options... -- worker flags
     fi
     # Open MPI's own daemons failing to start (seen once in ~20 runs alone, more often beside
     # another test run) is not the job's failure: up to three tries. Anything else fails the test.
-    if [[ $try -lt 3 ]] && grep -q 'ORTE was unable to reliably start one or more daemons' "$dir/$name.out"; then
+    if [[ $try -lt 3 ]] && grep -aq 'ORTE was unable to reliably start one or more daemons' "$dir/$name.out"; then
       echo "   (mpirun could not start its daemons; trying again)"
       rm -rf "${dir:?}/$name"
       continue
@@ -58,11 +58,11 @@ job() {  # name "HOST OF TASK 0..3" gradsync-launch-options... -- worker flags
     cat "$dir/$name.out" >&2
     fail "$name: the job failed"
   done
-  grep -v '^\[' "$dir/$name.out" | grep -E 'gradsync-launch:|final test_acc|shard\(s\)|over the ring|all-reduce' || true
+  grep -av '^\[' "$dir/$name.out" | grep -E 'gradsync-launch:|final test_acc|shard\(s\)|over the ring|all-reduce' || true
   local i h
   for i in 0 1 2 3; do
     h=${placement[$i]}
-    grep -q "task $i of 4 (Open MPI's OMPI_COMM_WORLD_RANK=$i of .* at 10.214.0.$((h + 1))[ ;]" "$dir/$name.out" ||
+    grep -aq "task $i of 4 (Open MPI's OMPI_COMM_WORLD_RANK=$i of .* at 10.214.0.$((h + 1))[ ;]" "$dir/$name.out" ||
       fail "$name: task $i did not run on host h$h (10.214.0.$((h + 1)))"
   done
   final_accuracy_at_least "$dir/$name.out" 75
@@ -71,21 +71,21 @@ job() {  # name "HOST OF TASK 0..3" gradsync-launch-options... -- worker flags
 job bsp "0 1 2 3" --servers=2 --mode=bsp -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
 # Each worker's files landed on its own host's disk (one disk here): both workers wrote theirs.
 [[ -s $dir/bsp/worker-1.csv && -s $dir/bsp/server-1.json ]] || fail "bsp: a process wrote no files"
-grep -q 'values through shared memory' "$dir/bsp.out" && fail "bsp: shared memory between hosts"
+grep -aq 'values through shared memory' "$dir/bsp.out" && fail "bsp: shared memory between hosts"
 job allreduce "0 1 2 3" --mode=allreduce -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
-[[ $(grep -c 'received over the ring' "$dir/allreduce.out") == 4 ]] || fail "allreduce: not 4 ring members"
-grep -q 'all-reduce over TCP between 4 workers on 4 host(s)' "$dir/allreduce.out" || fail "allreduce: not 4 hosts over TCP"
+[[ $(grep -ac 'received over the ring' "$dir/allreduce.out") == 4 ]] || fail "allreduce: not 4 ring members"
+grep -aq 'all-reduce over TCP between 4 workers on 4 host(s)' "$dir/allreduce.out" || fail "allreduce: not 4 hosts over TCP"
 # Two hosts, two ranks on each: hierarchical, and the same job over TCP alone trains alike.
 job hier "0 0 1 1" --mode=allreduce -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32
-grep -q 'hierarchical all-reduce: 4 workers on 2 hosts' "$dir/hier.out" || fail "hier: not hierarchical"
+grep -aq 'hierarchical all-reduce: 4 workers on 2 hosts' "$dir/hier.out" || fail "hier: not hierarchical"
 job flat "0 0 1 1" --mode=allreduce -- --model=softmax --dataset=fashion-mnist --epochs=1 --batch=32 --allreduce-shm=false
-grep -q 'all-reduce over TCP between 4 workers on 2 host(s)' "$dir/flat.out" || fail "flat: shared memory though off"
+grep -aq 'all-reduce over TCP between 4 workers on 2 host(s)' "$dir/flat.out" || fail "flat: shared memory though off"
 # Only the leaders (tasks 0 and 2) send all-reduce data over TCP in the hierarchy; the others
 # send what the set-up and the final barrier need. Over TCP alone every rank sends a ring's share.
-acc() { grep -o 'final test_acc *[0-9.]*%' "$1" | head -1 | grep -o '[0-9.]*'; }
+acc() { grep -ao 'final test_acc *[0-9.]*%' "$1" | head -1 | grep -o '[0-9.]*'; }
 awk -v a="$(acc "$dir/hier.out")" -v b="$(acc "$dir/flat.out")" 'BEGIN { d = a - b; exit !(d < 0.3 && d > -0.3) }' ||
   fail "hier: accuracy $(acc "$dir/hier.out")% against $(acc "$dir/flat.out")% over TCP alone"
-sent() { grep -o "worker $2: [0-9]* bytes sent" "$1" | grep -o '[0-9]* bytes' | grep -o '[0-9]*'; }
+sent() { grep -ao "worker $2: [0-9]* bytes sent" "$1" | grep -o '[0-9]* bytes' | grep -o '[0-9]*'; }
 for w in 1 3; do
   [[ $(sent "$dir/hier.out" $w) -lt $(( $(sent "$dir/flat.out" $w) / 100 )) ]] ||
     fail "hier: worker $w sent $(sent "$dir/hier.out" $w) bytes over TCP (flat: $(sent "$dir/flat.out" $w))"
