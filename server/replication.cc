@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
 #include "server/shard_checkpointer.h"
@@ -354,12 +355,23 @@ void Replicator::SendSnapshotEntry(int backup, wire::Header h, const Payload& p)
   if (it != links_.end()) SendOn(backup, it->second, h, p);
 }
 
-double TestReplicaAckDelayMs() {
-  static const double delay = [] {
-    const char* v = std::getenv("GRADSYNC_TEST_REPLICA_ACK_DELAY_MS");
-    return v == nullptr ? 0.0 : std::max(0.0, std::strtod(v, nullptr));
-  }();
-  return delay;
+TestAckDelay::TestAckDelay() {
+  const char* v = std::getenv("GRADSYNC_TEST_REPLICA_ACK_DELAY_MS");
+  delay_ms_ = v == nullptr ? 0.0 : std::max(0.0, std::strtod(v, nullptr));
+}
+
+bool TestAckDelay::Defer(const std::string& peer, const wire::Header& reply) {
+  if (delay_ms_ <= 0 || peer.empty()) return false;
+  held_.push_back({SteadyMicros() / 1e3 + delay_ms_, peer, reply});
+  return true;
+}
+
+void TestAckDelay::SendDue(Socket& socket) {
+  const double now_ms = SteadyMicros() / 1e3;
+  while (!held_.empty() && held_.front().due_ms <= now_ms) {
+    (void)socket.Send(held_.front().peer, held_.front().reply);
+    held_.pop_front();
+  }
 }
 
 void Replicator::Hold(uint64_t seq, std::string peer, wire::Header reply) {

@@ -21,6 +21,7 @@
 // primary is dead (server.cc, HandleReplicate).
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,10 +42,27 @@ namespace gradsync {
 // and the backups all place copies by this.
 std::vector<int> BackupRanks(int shard, int replicas, int servers);
 
-// A test's delay of every acknowledgement a backup sends (GRADSYNC_TEST_REPLICA_ACK_DELAY_MS,
-// read once; 0 without): it shows that no push is acknowledged to its worker before its backups
+// A test hook on the backup's side: every acknowledgement it sends is held back
+// GRADSYNC_TEST_REPLICA_ACK_DELAY_MS (read once; without it nothing is held) while the backup
+// goes on serving, which shows that no push is acknowledged to its worker before its backups
 // hold it.
-double TestReplicaAckDelayMs();
+class TestAckDelay {
+ public:
+  TestAckDelay();
+  // Takes `reply` to send to `peer` when due: false (the caller sends it now) without a delay.
+  bool Defer(const std::string& peer, const wire::Header& reply);
+  // Sends the replies that are due, in order.
+  void SendDue(Socket& socket);
+
+ private:
+  struct Held {
+    double due_ms;
+    std::string peer;
+    wire::Header reply;
+  };
+  double delay_ms_;
+  std::deque<Held> held_;
+};
 
 // The shard of rank `rank` of `job` (range, layout, optimizer, learning-rate schedule), as INIT,
 // a restore and a backup build it.

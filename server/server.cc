@@ -1180,10 +1180,7 @@ void Server::HandleReplicate(const Message& m) {
   if (st.ok()) {
     stats_.replica_entries++;
     reply.set_type(wire::REPLICATE_REPLY);
-    if (const double delay = TestReplicaAckDelayMs(); delay > 0 && !m.peer.empty()) {
-      delayed_acks_.push_back({NowMs() + delay, m.peer, reply});
-      return;
-    }
+    if (ack_delay_.Defer(m.peer, reply)) return;
   } else {
     stats_.rejected++;
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": copy of shard " << s << ": " << st;
@@ -1192,13 +1189,6 @@ void Server::HandleReplicate(const Message& m) {
     reply.set_error_message("server " + std::to_string(rank_) + ": " + st.message());
   }
   if (!m.peer.empty()) (void)socket_.Send(m.peer, reply);
-}
-
-void Server::SendDueAcks() {
-  while (!delayed_acks_.empty() && delayed_acks_.front().due_ms <= NowMs()) {
-    (void)socket_.Send(delayed_acks_.front().peer, delayed_acks_.front().reply);
-    delayed_acks_.pop_front();
-  }
 }
 
 void Server::MaybeAdopt(int dead) {
@@ -1361,7 +1351,7 @@ Status Server::Run() {
       replicator_->Poll(socket_);
       SendSnapshots();
     }
-    SendDueAcks();
+    if (replicas_) ack_delay_.SendDue(socket_);
     MaybeCheckpoint(false);
     if (scheduler_->events() != seen_events_) {
       seen_events_ = scheduler_->events();

@@ -249,15 +249,7 @@ class Server {
   // The backups this shard has now (ranks after this one, live, not in this process).
   void UpdateBackups();
   void HandleReplicate(const Message& m);
-  // A test's delayed acknowledgements (TestReplicaAckDelayMs): sent when due, in order, while
-  // the loop goes on serving.
-  struct DelayedAck {
-    double due_ms;
-    std::string peer;
-    wire::Header reply;
-  };
-  std::deque<DelayedAck> delayed_acks_;
-  void SendDueAcks();
+  TestAckDelay ack_delay_;  // a test's delay of the acknowledgements sent as a backup
   // A dead server whose shard this one holds a whole copy of, and whose first live backup this
   // is: a new Server in this process takes its rank, from the copy.
   void MaybeAdopt(int dead_server);
