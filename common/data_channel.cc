@@ -92,6 +92,12 @@ bool DataStream::WaitReadable(int timeout_ms) const {
   return ::poll(&p, 1, timeout_ms) > 0;
 }
 
+bool DataStream::PeerClosed() const {
+  if (fd_ < 0) return true;
+  pollfd p{fd_, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 void DataStream::Shutdown() {
   if (fd_ >= 0) (void)::shutdown(fd_, SHUT_RDWR);
 }

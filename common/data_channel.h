@@ -65,6 +65,8 @@ class DataStream {
   Status WriteFrame(uint64_t seq, std::span<const std::span<const float>> values, double idle_s);
   // Waits up to timeout_ms for a byte (or the peer's close) to read. False on timeout.
   bool WaitReadable(int timeout_ms) const;
+  // The peer closed the connection (or it failed): nothing written now would be read.
+  bool PeerClosed() const;
   // Stops the connection in both directions: a read or write blocked in another thread returns.
   void Shutdown();
 

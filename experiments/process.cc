@@ -173,6 +173,12 @@ Status ProcessGroup::Signal(const std::string& name, int sig) {
   return NotFoundError("no child named " + name);
 }
 
+pid_t ProcessGroup::Pid(const std::string& name) const {
+  for (const auto& c : children_)
+    if (c.name == name && !c.done) return c.pid;
+  return -1;
+}
+
 Result<int> ProcessGroup::WaitFor(const std::string& name, double timeout_s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (auto& c : children_) {

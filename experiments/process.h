@@ -54,6 +54,8 @@ class ProcessGroup {
   void KillAll();
   // Sends `sig` to one child by name.
   Status Signal(const std::string& name, int sig);
+  // The process id of a child by name that has not been seen to exit; -1 otherwise.
+  pid_t Pid(const std::string& name) const;
   // Waits for one child: its exit code, or -N when signal N ended it; kDeadlineExceeded if it is
   // still running after timeout_s (it keeps running).
   Result<int> WaitFor(const std::string& name, double timeout_s);

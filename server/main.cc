@@ -46,6 +46,7 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   s.set_restored(st.restored);
   s.set_adopted(st.adopted);
   s.set_lost_updates(st.lost_updates);
+  s.set_version(server.version());
   s.set_bytes_sent(static_cast<int64_t>(st.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
   SetHistogram(st.version_lag, s.mutable_version_lag());

@@ -43,6 +43,8 @@ std::vector<float> Server::params() const {
   return std::vector<float>(shard_->params().begin(), shard_->params().end());
 }
 
+int64_t Server::version() const { return shard_ ? shard_->version() : 0; }
+
 void Server::ReplyError(const Message& m, const Status& s) {
   ReplyError(m.peer, m.header.request_id(), m.header.clock(), s);
 }
@@ -271,12 +273,20 @@ Status Server::HandleDataAttach(const PsRequest& r, const Message& m) {
 }
 
 Result<std::shared_ptr<const float>> Server::DataValues(const PsRequest& r, const Message& m, size_t n) {
+  // A channel that is gone (never attached, dropped, broken) is kUnavailable. A worker checks
+  // that its channel is up before it writes a push's frame; one that broke after that check
+  // fails the push.
   auto conn = data_ ? data_->Find(r.worker) : nullptr;
-  if (!conn) return FailedPreconditionError("a data-channel push, but worker " + std::to_string(r.worker) + " has no data channel");
+  if (!conn) return UnavailableError("a data-channel push, but worker " + std::to_string(r.worker) + " has no data channel");
   RETURN_IF_ERROR(CheckLanePush(r, m, &n, "a data-channel"));
   stats_.data_channels = static_cast<int64_t>(data_->size());
   // The worker wrote the frame before it sent this header: only its last bytes may be in flight.
-  return conn->TakePush(r.data_seq, n, options_.data_wait_s);
+  auto lease = conn->TakePush(r.data_seq, n, options_.data_wait_s);
+  if (lease.ok() && ++data_pushes_ == options_.drop_data_channel_after_pushes) data_->Drop(r.worker);  // tests
+  if (!lease.ok() && lease.status().code() == StatusCode::kFailedPrecondition) {
+    return UnavailableError(lease.status().message());  // the channel is down
+  }
+  return lease;
 }
 
 void Server::ReleaseLane(int w, uint64_t seq) {
@@ -512,9 +522,8 @@ Status Server::HandlePull(PsRequest r, Message& m) {
     if (r.shm && !lanes_.count(r.worker)) {
       return FailedPreconditionError("a shared-memory pull, but worker " + std::to_string(r.worker) + " attached no lane");
     }
-    if (r.data && !(data_ && data_->Find(r.worker))) {
-      return FailedPreconditionError("a data-channel pull, but worker " + std::to_string(r.worker) + " has no data channel");
-    }
+    // A data-channel pull whose channel is gone (the worker may not know yet) is answered over
+    // ZeroMQ, as one whose channel goes while it is parked (AnswerPullData).
   }
   RETURN_IF_ERROR(controller_->ValidatePull(r.worker, r.clock));
   if (controller_->CanAnswerPull(r.worker, r.clock)) {

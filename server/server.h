@@ -64,6 +64,9 @@ struct ServerOptions {
   // Tests: once this many pulls went over data channels, the channel of the worker of the last
   // one is dropped with that pull's frame queued, not sent (0: never).
   int64_t drop_data_channel_after_pulls = 0;
+  // Tests: once this many pushes came over data channels, the channel of the worker of the last
+  // one is dropped, as a frame that ends it would (0: never).
+  int64_t drop_data_channel_after_pushes = 0;
   // Threads that apply a large dense update together (the loop's own included; 1: it alone).
   int apply_threads = 2;
   // A data-channel push: how long its frame's last bytes may take after its header came (the
@@ -158,6 +161,8 @@ class Server {
   const std::vector<PullRecord>& pull_log() const { return pull_log_; }
   // The shard's parameters (empty before INIT).
   std::vector<float> params() const;
+  // The shard's version: the gradients applied to it since INIT (0 before INIT).
+  int64_t version() const;
 
  private:
   struct Parked {
@@ -200,6 +205,7 @@ class Server {
   Status HandleDataAttach(const PsRequest& r, const Message& m);
   // A data-channel push's values: its frame, leased until the push is done with.
   Result<std::shared_ptr<const float>> DataValues(const PsRequest& r, const Message& m, size_t n);
+  int64_t data_pushes_ = 0;  // pushes taken from data channels (tests)
   // Answers a pull over worker r.worker's data channel; false when it has none (answer over ZeroMQ).
   bool AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply);
   // A bsp round is complete: its held pushes are summed in worker-rank order (so that a bsp run

@@ -14,16 +14,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 namespace gradsync {
 namespace {
 
-int GradsyncFilesInDevShm() {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind("gradsync-", 0) == 0) ++n;
-  return n;
-}
+using testing::GradsyncFilesInDevShm;
 
 // The descriptor a lane created by this process is published by (its name's last number).
 int PublishedFd(const std::string& name) { return std::stoi(name.substr(name.rfind('.') + 1)); }

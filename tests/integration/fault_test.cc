@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -43,6 +44,36 @@ double NowSecondsOfDay() {
   localtime_r(&t, &tm);
   const double frac = std::chrono::duration<double>(now.time_since_epoch()).count() - static_cast<double>(t);
   return tm.tm_hour * 3600.0 + tm.tm_min * 60.0 + tm.tm_sec + frac;
+}
+
+// An integer field of a process summary (protobuf JSON: an int64 is written as a string, and a
+// field at 0 is left out).
+int64_t SummaryInt(const std::string& json, const std::string& field) {
+  const size_t at = json.find("\"" + field + "\": ");
+  if (at == std::string::npos) return 0;
+  size_t v = at + field.size() + 4;
+  if (v < json.size() && json[v] == '"') ++v;
+  return std::atoll(json.c_str() + v);
+}
+
+// The shared-memory regions (common/shared_region.h: anonymous memory files named
+// "gradsync-<token>") process `pid` maps or holds a descriptor of, by name.
+std::set<std::string> SharedRegionsOf(pid_t pid) {
+  std::set<std::string> names;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  auto take = [&](const std::string& text) {
+    for (size_t at = text.find("/memfd:gradsync-"); at != std::string::npos; at = text.find("/memfd:gradsync-", at + 1)) {
+      const size_t begin = at + 7;
+      names.insert(text.substr(begin, text.find_first_of(" \n", begin) - begin));
+    }
+  };
+  take(ReadFile(proc + "/maps"));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc + "/fd", ec)) {
+    std::error_code lec;
+    take(std::filesystem::read_symlink(e.path(), lec).string());
+  }
+  return names;
 }
 
 // The first line of `text` containing `what`, or "".
@@ -133,6 +164,8 @@ class FaultJob {
     return false;
   }
 
+  pid_t Pid(const std::string& name) const { return group_.Pid(name); }
+
   void Kill(const std::string& name, int sig = SIGKILL) {
     killed_at_ = NowSecondsOfDay();
     ASSERT_TRUE(group_.Signal(name, sig).ok());
@@ -151,6 +184,22 @@ class FaultJob {
   std::string File(const std::string& name) { return dir_.File(name); }
   // A server's summary (protobuf JSON), written when it exits.
   std::string ServerSummary(int rank) { return ReadFile(dir_.File("s/server-" + std::to_string(rank) + ".json")); }
+  // A shard's version at the end, from its summary: the gradients applied to it since INIT.
+  int64_t ShardVersion(int rank) { return SummaryInt(ServerSummary(rank), "version"); }
+  // The training steps the workers say they finished (their own summaries, each read once it
+  // has exited), summed: every step pushed one gradient to each shard.
+  int64_t WorkerSteps(int workers = 3) {
+    int64_t steps = 0;
+    for (int w = 0; w < workers; ++w) {
+      const std::string name = "worker " + std::to_string(w);
+      (void)Wait(name, 30);
+      const int64_t n = SummaryInt(
+          ReadFile(dir_.path() + "/w" + std::to_string(w) + "/worker-" + std::to_string(w) + ".json"), "steps");
+      EXPECT_GT(n, 0) << name << " says it finished no step";
+      steps += n;
+    }
+    return steps;
+  }
   // The last evaluation row's test loss in worker 0's metrics (as written: every digit).
   std::string FinalTestLoss() {
     std::istringstream in(ReadFile(dir_.path() + "/w0/worker-0.csv"));
@@ -249,6 +298,71 @@ TEST_P(KilledWorkerTest, TheOthersFinishTheRun) {
 INSTANTIATE_TEST_SUITE_P(Modes, KilledWorkerTest, ::testing::Values("bsp", "ssp", "asp", "bsp_data"),
                          [](const auto& p) { return p.param; });
 
+// Shared memory outlives no process that dies: a worker's lanes (one per shard, created by the
+// worker, mapped by the shard) are freed once the shards let go of a worker declared dead; a
+// killed server's lanes are let go by the workers when they reconnect to its successor, which
+// gets new ones. Nothing is ever in /dev/shm.
+TEST(FaultTest, SharedMemoryOfADeadProcessIsLetGoByEveryOther) {
+  const int in_dev_shm = GradsyncFilesInDevShm();
+  FaultJob job("bsp");
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  std::vector<std::set<std::string>> worker(3), server(2);
+  for (int w = 0; w < 3; ++w) worker[w] = SharedRegionsOf(job.Pid("worker " + std::to_string(w)));
+  for (int s = 0; s < 2; ++s) server[s] = SharedRegionsOf(job.Pid("server " + std::to_string(s)));
+  for (int w = 0; w < 3; ++w) ASSERT_EQ(worker[w].size(), 2u) << "worker " << w << ": a lane per shard";
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_EQ(server[s].size(), 3u) << "server " << s << ": a lane per worker";
+    for (int w = 0; w < 3; ++w) {
+      std::vector<std::string> shared;
+      std::set_intersection(worker[w].begin(), worker[w].end(), server[s].begin(), server[s].end(),
+                            std::back_inserter(shared));
+      EXPECT_EQ(shared.size(), 1u) << "server " << s << " and worker " << w;
+    }
+  }
+  EXPECT_EQ(GradsyncFilesInDevShm(), in_dev_shm);
+
+  // A worker dies: once it is declared dead, no shard holds any of its lanes.
+  job.Kill("worker 2");
+  ASSERT_TRUE(job.WaitForLog("scheduler", "declared dead", 10)) << job.Log("scheduler");
+  auto holders = [&](const std::set<std::string>& regions) {
+    std::vector<std::string> who;
+    for (const std::string name : {"server 0", "server 1", "worker 0", "worker 1"}) {
+      const pid_t pid = job.Pid(name);
+      if (pid <= 0) continue;
+      for (const std::string& r : SharedRegionsOf(pid))
+        if (regions.count(r)) who.push_back(name + " holds " + r);
+    }
+    return who;
+  };
+  for (int i = 0; i < 200 && !holders(worker[2]).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(holders(worker[2]), std::vector<std::string>{});
+
+  // A server dies and is restarted from its checkpoint: the workers let its lanes go and attach
+  // new ones to its successor.
+  job.Kill("server 1");
+  job.StartServer(1, "b");
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(job.WaitForLog("worker-" + std::to_string(w), "going on with the restarted shard", 60)) << job.Logs();
+  }
+  for (int i = 0; i < 100; ++i) {
+    const std::set<std::string> now = SharedRegionsOf(job.Pid("worker 0"));
+    if (now.size() == 2 && now != worker[0]) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (int w = 0; w < 2; ++w) {
+    const std::set<std::string> now = SharedRegionsOf(job.Pid("worker " + std::to_string(w)));
+    EXPECT_EQ(now.size(), 2u) << "worker " << w << ": a lane per shard, no more";
+    std::vector<std::string> shared;
+    std::set_intersection(now.begin(), now.end(), server[1].begin(), server[1].end(), std::back_inserter(shared));
+    EXPECT_EQ(shared, std::vector<std::string>{}) << "worker " << w << " still holds the dead server's lane";
+  }
+  EXPECT_EQ(GradsyncFilesInDevShm(), in_dev_shm);
+  auto sched = job.Wait("scheduler", 90);
+  ASSERT_TRUE(sched.ok()) << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+}
+
 TEST(FaultTest, ARestartedWorkerRejoinsTheRunningJob) {
   FaultJob job("bsp");
   ASSERT_NO_FATAL_FAILURE(job.Start());
@@ -307,6 +421,10 @@ TEST_P(KilledServerTest, ComesBackFromItsCheckpointAndTheRunCompletes) {
   EXPECT_NE(job.ServerSummary(1).find("\"lost_updates\": \"" + std::to_string(lost) + "\""), std::string::npos)
       << "expected " << lost << " lost: " << job.ServerSummary(1);
   EXPECT_NE(restarted.find("restored from a checkpoint, " + std::to_string(lost) + " updates lost"), std::string::npos) << restarted;
+  // Every gradient the workers pushed is in the shards, but the lost ones in the restored shard.
+  const int64_t steps = job.WorkerSteps();
+  EXPECT_EQ(job.ShardVersion(0), steps) << job.ServerSummary(0);
+  EXPECT_EQ(job.ShardVersion(1) + lost, steps) << job.ServerSummary(1);
   EXPECT_GT(job.FinalAccuracy(), 50.0) << job.Log("worker-0");
   EXPECT_NE(job.Log("worker-1").find("going on with the restarted shard"), std::string::npos) << job.Log("worker-1");
   // Reconnecting to the restarted shard does not set a worker's byte counters back.
@@ -346,6 +464,12 @@ TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
   EXPECT_NE(summary.find("\"adopted\": true"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"lost_updates\": \"0\""), std::string::npos) << summary;
   for (int w = 0; w < 3; ++w) EXPECT_TRUE(job.ByteCountersMonotonic(w)) << "worker " << w;
+  // Nothing lost or applied twice, by the workers' own account: each shard holds one gradient
+  // per step each worker finished (the taken-over one as well).
+  const int64_t steps = job.WorkerSteps();
+  EXPECT_EQ(steps, 3 * 500);
+  EXPECT_EQ(job.ShardVersion(0), steps) << job.ServerSummary(0);
+  EXPECT_EQ(job.ShardVersion(1), steps) << summary;
   const double accuracy = job.FinalAccuracy();
   EXPECT_GT(accuracy, 50.0) << job.Log("worker-0");
   if (GetParam() == "bsp") {
@@ -532,7 +656,17 @@ TEST(FaultTest, AServerWhoseShardWasTakenOverComesBackAsAStandbyAndTakesOverLate
   EXPECT_NE(standby.find("server 0: took over from its backup copy"), std::string::npos) << standby;
   EXPECT_NE(standby.find("server 1: took over from its backup copy"), std::string::npos) << standby;
   EXPECT_EQ(standby.find("were lost"), std::string::npos) << standby;
+  // Two takeovers later every gradient is in both shards once, and the run ends on the bits of
+  // the same job without a fault.
+  const int64_t steps = job.WorkerSteps();
+  EXPECT_EQ(steps, 3 * 500);
+  EXPECT_EQ(job.ShardVersion(0), steps) << job.ServerSummary(0);
+  EXPECT_EQ(job.ShardVersion(1), steps) << job.ServerSummary(1);
   EXPECT_GT(job.FinalAccuracy(), 50.0);
+  std::string clean;
+  ASSERT_NO_FATAL_FAILURE(CleanRunFinalTestLoss("bsp", 2, &clean));
+  EXPECT_FALSE(clean.empty());
+  EXPECT_EQ(job.FinalTestLoss(), clean);
 }
 
 // Primary and backup killed together: with no checkpoint nothing can bring the shards back, and

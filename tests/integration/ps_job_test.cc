@@ -1,6 +1,8 @@
 // Parameter-server jobs in one process (threads over 127.0.0.1): the modes' semantics.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -238,28 +240,52 @@ TEST(PsJobTest, BspThroughSharedMemoryIsBspOverTcpBitForBit) {
   }
 }
 
-// A data channel that breaks under a worker while its shard lives (here: dropped by the shard
-// with a pull's frame unsent): that pull goes again over ZeroMQ, and so does everything after;
-// the run is the ZeroMQ run bit for bit.
-TEST(PsJobTest, ADataChannelThatBreaksFallsBackToZeroMq) {
+// A 2x2 bsp job over ZeroMQ, and the same job over data channels broken by `breakage` (a test
+// option of the servers): the second must be the first bit for bit.
+void ExpectDataChannelFallback(const std::function<void(PsJobOptions&)>& breakage, PsJobResult* zmq,
+                               PsJobResult* broken) {
   Dataset data = SmallBlobs(960);
   PsJobOptions o = BspJob(2, 8, 40);
   o.train.lr.total_steps = 40;
   o.shm = false;
   o.data_channel = false;
-  PsJobResult zmq = RunPsJob(o, data, data);
-  ASSERT_TRUE(zmq.status.ok()) << zmq.status;
+  *zmq = RunPsJob(o, data, data);
+  ASSERT_TRUE(zmq->status.ok()) << zmq->status;
   o.data_channel = true;
   o.data_min_floats = 1;
-  o.drop_data_channel_after_pulls = 10;
-  PsJobResult broken = RunPsJob(o, data, data);
-  ASSERT_TRUE(broken.status.ok()) << broken.status;
-  EXPECT_EQ(broken.params, zmq.params);
-  for (const auto& st : broken.server_stats) {
-    EXPECT_GE(st.data_pulls, 10);
+  breakage(o);
+  *broken = RunPsJob(o, data, data);
+  ASSERT_TRUE(broken->status.ok()) << broken->status;
+  EXPECT_EQ(broken->params, zmq->params);
+  for (const auto& st : broken->server_stats) {
     EXPECT_LT(st.data_pulls, 2 * 40) << "the dropped worker went on over ZeroMQ";
     EXPECT_EQ(st.data_channels, 1);
     EXPECT_EQ(st.rejected, 0);
+  }
+}
+
+// A data channel that breaks under a worker while its shard lives (here: dropped by the shard
+// with a pull's frame unsent): that pull goes again over ZeroMQ, and so does everything after;
+// the run is the ZeroMQ run bit for bit.
+TEST(PsJobTest, ADataChannelThatBreaksFallsBackToZeroMq) {
+  PsJobResult zmq, broken;
+  ASSERT_NO_FATAL_FAILURE(ExpectDataChannelFallback(
+      [](PsJobOptions& o) { o.drop_data_channel_after_pulls = 10; }, &zmq, &broken));
+  for (const auto& st : broken.server_stats) EXPECT_GE(st.data_pulls, 10);
+}
+
+// A data channel that ends between a worker's pushes (here: dropped by the shard once it took a
+// push's frame, as a frame that breaks the channel would): the worker sees the shard's close
+// before it writes the next push's frame, drops the channel, and that push and everything after
+// go over ZeroMQ. The run is the ZeroMQ run bit for bit, and no request is refused.
+TEST(PsJobTest, ADataChannelThatEndsBetweenPushesFallsBackToZeroMq) {
+  PsJobResult zmq, broken;
+  ASSERT_NO_FATAL_FAILURE(ExpectDataChannelFallback(
+      // each server: the worker of its 10th data push
+      [](PsJobOptions& o) { o.drop_data_channel_after_pushes = 10; }, &zmq, &broken));
+  for (const auto& st : broken.server_stats) {
+    EXPECT_EQ(st.pushes, zmq.server_stats[0].pushes);
+    EXPECT_GE(st.data_pulls, 4);
   }
 }
 

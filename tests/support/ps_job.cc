@@ -174,6 +174,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
     opt.scheduler_timeout_s = o.heartbeat_timeout_s;
     opt.record_pulls = true;
     opt.drop_data_channel_after_pulls = o.drop_data_channel_after_pulls;
+    opt.drop_data_channel_after_pushes = o.drop_data_channel_after_pushes;
     auto s = Server::Create(ctx, opt);
     GRADSYNC_CHECK(s.ok()) << s.status();
     servers.push_back(std::move(s).value());

@@ -47,6 +47,7 @@ struct PsJobOptions {
   bool data_channel = true;     // PsTrainOptions::data_channel (shards without a lane)
   size_t data_min_floats = size_t{1} << 20;
   int64_t drop_data_channel_after_pulls = 0;  // ServerOptions' (every server)
+  int64_t drop_data_channel_after_pushes = 0;  // ServerOptions' (every server)
   // CURVE on every socket of the job (common/security.h); unset: plaintext.
   std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).

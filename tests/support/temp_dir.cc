@@ -26,4 +26,12 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+int GradsyncFilesInDevShm() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind("gradsync-", 0) == 0) ++n;
+  return n;
+}
+
 }  // namespace gradsync::testing

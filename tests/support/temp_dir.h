@@ -1,5 +1,5 @@
-// Test support: a fresh temporary directory removed (with its contents) on destruction, and
-// reading a file whole.
+// Test support: a fresh temporary directory removed (with its contents) on destruction, reading
+// a file whole, and counting gradsync's files in /dev/shm.
 #pragma once
 
 #include <string>
@@ -21,5 +21,8 @@ class TempDir {
 
 // The whole of a file, byte for byte; "" when it cannot be read.
 std::string ReadFile(const std::string& path);
+
+// Files named gradsync-* in /dev/shm (shared memory here never has a name there).
+int GradsyncFilesInDevShm();
 
 }  // namespace gradsync::testing
