@@ -1,7 +1,8 @@
 // The shard's side of the data channel over a socket pair: frames taken in order and held by
 // their lease past the connection, wrong or old frames refused, a frame that never comes timed
-// out, an oversized frame ending the connection, pull frames written in order after the
-// acknowledgement; the listener's token check.
+// out, an oversized frame ending the connection, a peer's reset ending it at once, pull frames
+// written in order after the acknowledgement; the listener's token check, and a worker's new
+// connection replacing its old one.
 #include "server/data_lanes.h"
 
 #include <gtest/gtest.h>
@@ -149,6 +150,74 @@ TEST(DataListenerTest, OnlyAnExpectedTokenGetsAConnectionAndOnlyOnce) {
   EXPECT_EQ((*listener)->Find(3), nullptr);
   EXPECT_EQ((*one).get()[3], 4.0f);
   EXPECT_GE((*listener)->bytes_received(), kDataTokenBytes + kDataFrameHeadBytes + 4 * sizeof(float));
+}
+
+// Worker `worker`'s connection to `listener` with a token of `fill`, acknowledged.
+DataStream Attach(DataListener& listener, int worker, char fill) {
+  const std::string token(kDataTokenBytes, fill);
+  listener.Expect(token, worker, kRange);
+  auto s = DataStream::Connect("127.0.0.1", listener.port(), 5);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return DataStream();
+  EXPECT_TRUE(s->Write(std::vector<iovec>{{const_cast<char*>(token.data()), token.size()}}, 5).ok());
+  char ack[kDataAckBytes];
+  EXPECT_TRUE(s->Read(ack, sizeof(ack), 10).ok());
+  return std::move(*s);
+}
+
+// A worker that attaches again (a new DATA_ATTACH, a new token) gets a new connection, which
+// replaces its old one: the shard closes the old one, and frames come from the new one only.
+TEST(DataListenerTest, ANewConnectionForAWorkerReplacesItsOldOne) {
+  auto listener = DataListener::Create("127.0.0.1");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto attach = [&](char fill) { return Attach(**listener, 3, fill); };
+  DataStream old = attach('a');
+  ASSERT_NE((*listener)->Find(3), nullptr);
+  const DataConn* first = (*listener)->Find(3).get();
+  DataStream fresh = attach('b');
+  for (int i = 0; i < 200 && (*listener)->Find(3).get() == first; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_NE((*listener)->Find(3), nullptr);
+  EXPECT_NE((*listener)->Find(3).get(), first) << "the new connection did not replace the old";
+  EXPECT_EQ((*listener)->size(), 1u);
+  char byte;
+  EXPECT_EQ(old.Read(&byte, 1, 10).code(), StatusCode::kUnavailable) << "the shard must close the old connection";
+  ASSERT_TRUE(Send(fresh, 1, Iota(4, 10)).ok());
+  auto got = (*listener)->Find(3)->TakePush(1, 4, 5);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got).get()[0], 10.0f);
+}
+
+// A connection reset by the worker (its process died, the network failed: TCP's RST) ends the
+// channel on the shard: a push that waits for a frame from it is refused as the channel being
+// down, not after the full wait. A shard that drops a channel is seen by the worker as closed
+// (PeerClosed, which it checks before each push frame) and its reads fail.
+TEST(DataConnTest, APeerResetEndsTheConnection) {
+  {
+    auto listener = DataListener::Create("127.0.0.1");
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    DataStream worker = Attach(**listener, 3, 'r');
+    std::shared_ptr<DataConn> conn;
+    for (int i = 0; i < 200 && !(conn = (*listener)->Find(3)); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_NE(conn, nullptr);
+    linger l{1, 0};  // close with RST
+    ASSERT_EQ(0, setsockopt(worker.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof(l)));
+    worker = DataStream();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto push = conn->TakePush(1, 4, 30);
+    EXPECT_EQ(push.status().code(), StatusCode::kFailedPrecondition) << push.status();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "waited for a dead connection";
+    EXPECT_FALSE(conn->health().ok());
+  }
+  {
+    Pair p = Connected();
+    EXPECT_FALSE(p.worker.PeerClosed());
+    p.shard.reset();  // the shard drops it
+    for (int i = 0; i < 200 && !p.worker.PeerClosed(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(p.worker.PeerClosed());
+    char byte;
+    EXPECT_EQ(p.worker.Read(&byte, 1, 5).code(), StatusCode::kUnavailable);
+  }
 }
 
 // Open descriptors of this process.
