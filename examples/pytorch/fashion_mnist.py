@@ -124,7 +124,8 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
             losses.append(loss.item())
         step = epoch * steps_per_epoch + len(losses)
         rate = len(losses) * args.batch * size / (time.perf_counter() - epoch_start)
-        if rank == 0 and (evaluate_every_epoch and epoch + 1 < args.epochs):
+        # The last epoch that runs (the last one, or the one max_steps ends in) is evaluated below.
+        if rank == 0 and evaluate_every_epoch and epoch + 1 < args.epochs and step < max_steps:
             test_loss, acc = evaluate(model, test_x, test_y)
             if hasattr(opt, "record_evaluation"):
                 opt.record_evaluation(test_loss, acc)
@@ -139,6 +140,9 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
         if hasattr(opt, "record_evaluation"):
             opt.record_evaluation(test_loss, acc)
         train_loss, rate = last or (float("nan"), 0.0)
-        print("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%  samples/s %8.0f  elapsed %.1fs"
-              % (args.epochs, args.epochs, train_loss, test_loss, 100 * acc, rate, time.perf_counter() - start))
+        # The epoch training ended in: the last, or the one max_steps stopped (said so).
+        reached = min(args.epochs, -(-step // steps_per_epoch))
+        stopped = " (stopped at max_steps %d)" % max_steps if step < args.epochs * steps_per_epoch else ""
+        print("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%  samples/s %8.0f  elapsed %.1fs%s"
+              % (reached, args.epochs, train_loss, test_loss, 100 * acc, rate, time.perf_counter() - start, stopped))
         print("final test_acc %.2f%%, %d steps, %.1fs" % (100 * acc, step, time.perf_counter() - start), flush=True)
