@@ -3,6 +3,7 @@
 // and directories others could read or replace are refused, and a worker needs neither server.key
 // nor authorized_keys.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "common/security.h"
+#include "experiments/process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -50,12 +52,16 @@ TEST(AuthBinaryTest, AWorkerWithTheWrongKeysIsToldSoAndTheSchedulerLogsTheKey) {
   TempDir dir;
   const std::string ours = Keygen(dir, "ours"), theirs = Keygen(dir, "theirs");
   const std::string port_file = dir.File("port");
-  ProcessResult sched;
-  std::thread t([&] {
-    sched = RunProcess({BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=1", "--num-workers=1",
-                        "--port-file=" + port_file, "--register-timeout=6", "--auth-dir=" + ours},
-                       30);
-  });
+  // The scheduler waits for registrations longer than both workers may take (on a loaded machine
+  // too: one that had given up would leave the second worker nobody to refuse it), and is
+  // stopped once they are done.
+  ProcessGroup group;
+  ASSERT_TRUE(group
+                  .Spawn({"scheduler",
+                          {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=1", "--num-workers=1",
+                           "--port-file=" + port_file, "--register-timeout=120", "--auth-dir=" + ours},
+                          dir.File("scheduler.log")})
+                  .ok());
   const std::string port = ReadPortFile(port_file);
   ASSERT_FALSE(port.empty());
   // A heartbeat timeout far beyond the run's limit: the worker cannot end by "lost the scheduler".
@@ -83,7 +89,10 @@ TEST(AuthBinaryTest, AWorkerWithTheWrongKeysIsToldSoAndTheSchedulerLogsTheKey) {
                              "server.pub names: another cluster's keys? wrong --auth-dir?)\n"),
             std::string::npos)
       << foreign.err;
-  t.join();  // the job never fills up: the scheduler gives up after its register timeout
+  ASSERT_TRUE(group.Signal("scheduler", SIGTERM).ok());
+  (void)group.WaitFor("scheduler", 20);
+  ProcessResult sched;
+  sched.err = ReadFile(dir.File("scheduler.log"));
   const std::string fingerprint = KeyFingerprint(PublicKey(theirs + "/client.key"));
   ASSERT_EQ(fingerprint.size(), 8u);
   EXPECT_NE(sched.err.find("authentication failed: refused a CURVE connection from 127.0.0.1 with client key " +
