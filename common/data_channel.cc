@@ -174,6 +174,9 @@ Result<DataFrameHead> DataStream::ReadHead(double idle_s) {
 }
 
 Status DataStream::WriteFrame(uint64_t seq, std::span<const std::span<const float>> values, double idle_s) {
+  // A frame written into a connection the peer closed would be taken by the kernel and read by
+  // nobody: the writer learns it now, not from the request the frame belongs to.
+  if (PeerClosed()) return UnavailableError("data channel: the peer closed the connection");
   uint64_t head[2] = {seq, 0};
   for (const auto& v : values) head[1] += v.size_bytes();
   std::vector<iovec> parts;

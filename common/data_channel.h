@@ -61,7 +61,8 @@ class DataStream {
   Status Discard(uint64_t n, double idle_s);
   Status Write(std::span<const iovec> parts, double idle_s);
   Result<DataFrameHead> ReadHead(double idle_s);
-  // One frame: the head, then `values` in order, gathered (no copy).
+  // One frame: the head, then `values` in order, gathered (no copy). kUnavailable without
+  // writing anything when the peer has closed the connection.
   Status WriteFrame(uint64_t seq, std::span<const std::span<const float>> values, double idle_s);
   // Waits up to timeout_ms for a byte (or the peer's close) to read. False on timeout.
   bool WaitReadable(int timeout_ms) const;

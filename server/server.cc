@@ -273,19 +273,15 @@ Status Server::HandleDataAttach(const PsRequest& r, const Message& m) {
 }
 
 Result<std::shared_ptr<const float>> Server::DataValues(const PsRequest& r, const Message& m, size_t n) {
-  // A channel that is gone (never attached, dropped, broken) is kUnavailable. A worker checks
-  // that its channel is up before it writes a push's frame; one that broke after that check
-  // fails the push.
+  // A worker does not write a frame into a channel the shard closed (DataStream::WriteFrame);
+  // one that broke after the frame was written fails the push.
   auto conn = data_ ? data_->Find(r.worker) : nullptr;
-  if (!conn) return UnavailableError("a data-channel push, but worker " + std::to_string(r.worker) + " has no data channel");
+  if (!conn) return FailedPreconditionError("a data-channel push, but worker " + std::to_string(r.worker) + " has no data channel");
   RETURN_IF_ERROR(CheckLanePush(r, m, &n, "a data-channel"));
   stats_.data_channels = static_cast<int64_t>(data_->size());
   // The worker wrote the frame before it sent this header: only its last bytes may be in flight.
   auto lease = conn->TakePush(r.data_seq, n, options_.data_wait_s);
   if (lease.ok() && ++data_pushes_ == options_.drop_data_channel_after_pushes) data_->Drop(r.worker);  // tests
-  if (!lease.ok() && lease.status().code() == StatusCode::kFailedPrecondition) {
-    return UnavailableError(lease.status().message());  // the channel is down
-  }
   return lease;
 }
 
