@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/atomic_file.h"
+#include "common/process_summary.h"
 #include "common/transport.h"
 #include "experiments/process.h"
 #include "gradsync.pb.h"
@@ -44,16 +45,6 @@ double NowSecondsOfDay() {
   localtime_r(&t, &tm);
   const double frac = std::chrono::duration<double>(now.time_since_epoch()).count() - static_cast<double>(t);
   return tm.tm_hour * 3600.0 + tm.tm_min * 60.0 + tm.tm_sec + frac;
-}
-
-// An integer field of a process summary (protobuf JSON: an int64 is written as a string, and a
-// field at 0 is left out).
-int64_t SummaryInt(const std::string& json, const std::string& field) {
-  const size_t at = json.find("\"" + field + "\": ");
-  if (at == std::string::npos) return 0;
-  size_t v = at + field.size() + 4;
-  if (v < json.size() && json[v] == '"') ++v;
-  return std::atoll(json.c_str() + v);
 }
 
 // The shared-memory regions (common/shared_region.h: anonymous memory files named
@@ -185,7 +176,11 @@ class FaultJob {
   // A server's summary (protobuf JSON), written when it exits.
   std::string ServerSummary(int rank) { return ReadFile(dir_.File("s/server-" + std::to_string(rank) + ".json")); }
   // A shard's version at the end, from its summary: the gradients applied to it since INIT.
-  int64_t ShardVersion(int rank) { return SummaryInt(ServerSummary(rank), "version"); }
+  int64_t ShardVersion(int rank) {
+    auto s = ReadProcessSummary(dir_.File("s/server-" + std::to_string(rank) + ".json"));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->version() : -1;
+  }
   // The training steps the workers say they finished (their own summaries, each read once it
   // has exited), summed: every step pushed one gradient to each shard.
   int64_t WorkerSteps(int workers = 3) {
@@ -193,8 +188,9 @@ class FaultJob {
     for (int w = 0; w < workers; ++w) {
       const std::string name = "worker " + std::to_string(w);
       (void)Wait(name, 30);
-      const int64_t n = SummaryInt(
-          ReadFile(dir_.path() + "/w" + std::to_string(w) + "/worker-" + std::to_string(w) + ".json"), "steps");
+      auto summary = ReadProcessSummary(dir_.path() + "/w" + std::to_string(w) + "/worker-" + std::to_string(w) + ".json");
+      EXPECT_TRUE(summary.ok()) << name << ": " << summary.status();
+      const int64_t n = summary.ok() ? summary->steps() : 0;
       EXPECT_GT(n, 0) << name << " says it finished no step";
       steps += n;
     }
