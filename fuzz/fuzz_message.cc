@@ -403,7 +403,7 @@ void CheckData(Message& m) {
 
 void CheckReplicate(Message& m) {
   const bool aggregates = m.header.request_id() & 1;
-  gradsync::ReplicaStore store(2, aggregates, kReplicaKey);
+  gradsync::ReplicaStore store(2, aggregates ? gradsync::ConsistencyMode::kBsp : gradsync::ConsistencyMode::kAsp, 0, kReplicaKey);
   const gradsync::Partitioner part(kNumParams, 2);
   std::vector<std::vector<float>> before(2);
   for (int s = 0; s < 2; ++s) {

@@ -28,8 +28,10 @@ struct PushChunk {
   std::vector<uint32_t> absent;  // tensors without a gradient (PsRequest::absent_tensors)
   Frame frame;               // the received values, when they are read in place
   std::vector<float> owned;  // or decoded / realigned / small values
-  const float* shared = nullptr;  // or in a worker's shared-memory lane (common/shm_lane.h)
-  std::shared_ptr<const float> lease;  // or a data-channel frame's buffer (shared is its values), held until dropped
+  // Or where another channel lent them (a worker's shared-memory lane, a data channel's frame
+  // buffer): `shared` points at them, `lease` holds them until the chunk goes.
+  const float* shared = nullptr;
+  std::shared_ptr<const float> lease;
   // Read where they are now: a chunk moves (into a round, a vector), and so does a frame.
   const float* values() const {
     if (shared != nullptr) return shared;
@@ -47,7 +49,6 @@ PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> key
 struct HeldPush {
   std::vector<PushChunk> chunks;
   float lr = NAN;  // the worker's own rate for it (PsRequest::lr); NaN: the job's schedule
-  uint64_t shm_seq = 0;  // through a shared-memory lane: its number there (release it when done)
 };
 
 class PushAssembler {

@@ -19,52 +19,17 @@ std::vector<int> BackupRanks(int shard, int replicas, int servers) {
   return out;
 }
 
-Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,
-                                                 bool aggregates) {
-  std::vector<TensorInfo> layout;
-  uint64_t next = 0;
-  for (const auto& t : job.tensors()) {
-    if (t.offset() != next || t.size() == 0) return InvalidArgumentError("INIT: tensors are not contiguous");
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    if (shape.empty()) shape = {static_cast<int64_t>(t.size())};
-    uint64_t elements = 1;
-    for (const int64_t d : shape) {
-      if (d < 1 || static_cast<uint64_t>(d) > (uint64_t{1} << 34) / elements) {
-        elements = 0;
-        break;
-      }
-      elements *= static_cast<uint64_t>(d);
-    }
-    if (elements != t.size()) return InvalidArgumentError("INIT: tensor '" + t.name() + "': its shape does not hold its size");
-    layout.push_back({t.name(), std::move(shape), static_cast<int64_t>(t.offset()), static_cast<int64_t>(t.size()), t.sparse()});
-    next += t.size();
-  }
-  if (next != job.num_params() || job.num_params() == 0 || job.num_params() > (uint64_t{1} << 34)) {
-    return InvalidArgumentError("INIT: tensors do not add up to num_params");
-  }
-  const Result<OptimizerOptions> optimizer = JobOptimizer(job);
-  if (!optimizer.ok()) return optimizer.status().WithContext("INIT");
-  LrSchedule lr;
-  ASSIGN_OR_RETURN(lr.kind, ParseLrScheduleKind(job.lr_schedule()));
-  lr.base = job.lr();
-  lr.total_steps = job.total_steps();
-  lr.warmup_steps = job.warmup_steps();
-  lr.warmup_start = job.warmup_start_lr();
-  if (lr.warmup_steps < 0 || !(lr.warmup_start >= 0)) return InvalidArgumentError("INIT: bad learning-rate warm-up");
-  if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
-  if (job.num_workers() < 1) return InvalidArgumentError("INIT: no workers");
-  const Segment range = Partitioner(static_cast<int64_t>(job.num_params()), num_servers).range(rank);
-  return std::make_unique<KvShard>(range, layout, *optimizer, lr, job.num_workers(), aggregates);
-}
-
 // --- Backup side ---
 
 namespace {
 
-void SetControl(const wire::Header& h, wire::ShardCheckpoint* meta) {
-  meta->mutable_pushed()->Assign(h.replica_pushed().begin(), h.replica_pushed().end());
-  meta->mutable_live()->Assign(h.replica_live().begin(), h.replica_live().end());
-  meta->set_rounds_applied(h.replica_rounds());
+// The consistency state an entry carries (the primary's after it), into the copy's rule. (The
+// primary's entries always carry it; one without any leaves the rule as it was.)
+Status SetControl(const wire::Header& h, ConsistencyController* rule) {
+  if (h.replica_pushed().empty() && h.replica_live().empty()) return OkStatus();
+  Status s = rule->Restore(std::vector<int64_t>(h.replica_pushed().begin(), h.replica_pushed().end()),
+                           std::vector<bool>(h.replica_live().begin(), h.replica_live().end()), h.replica_rounds());
+  return s.ok() ? s : InvalidArgumentError("REPLICATE: " + s.message());
 }
 
 std::vector<float> Values(const Message& m) {
@@ -83,13 +48,14 @@ std::vector<int> ReplicaStore::shards() const {
 
 std::span<const float> ReplicaStore::params(int shard) const {
   auto it = copies_.find(shard);
-  if (it == copies_.end() || !it->second.shard) return {};
-  return it->second.shard->params();
+  if (it == copies_.end() || !it->second.core || !it->second.core->built()) return {};
+  return it->second.core->shard().params();
 }
 
 bool ReplicaStore::Complete(int shard) const {
   auto it = copies_.find(shard);
-  return it != copies_.end() && it->second.shard && it->second.params && it->second.state_parts == 0;
+  return it != copies_.end() && it->second.core && it->second.core->built() && it->second.params &&
+         it->second.state_parts == 0;
 }
 
 Status ReplicaStore::Apply(const Message& m) {
@@ -112,12 +78,14 @@ Status ReplicaStore::Apply(const Message& m) {
     if (!c.meta.ParseFromString(h.replica_meta()) || c.meta.rank() != s) {
       return InvalidArgumentError("REPLICATE: a snapshot of shard " + std::to_string(s) + " that does not describe it");
     }
-    ASSIGN_OR_RETURN(c.shard, MakeShardForJob(c.meta.job(), num_servers_, s, aggregates_));
-    const size_t n = static_cast<size_t>(c.shard->range().size());
-    c.state_parts = n == 0 ? 0 : static_cast<int>(c.shard->optimizer_state().size() / n);
+    c.core = std::make_unique<ShardCore>(mode_, staleness_, c.meta.job().num_workers());
+    c.core->set_traced(false);  // the primary's timeline shows its rounds
+    RETURN_IF_ERROR(c.core->Build(c.meta.job(), num_servers_, s));
+    RETURN_IF_ERROR(SetControl(h, &c.core->rule()));
+    const size_t n = static_cast<size_t>(c.core->shard().range().size());
+    c.state_parts = n == 0 ? 0 : static_cast<int>(c.core->shard().optimizer_state().size() / n);
     c.seq = h.request_id();
     c.index = h.replica_index();
-    SetControl(h, &c.meta);
     copies_[s] = std::move(c);
     return OkStatus();
   }
@@ -135,124 +103,131 @@ Status ReplicaStore::Apply(const Message& m) {
                                    std::to_string(s) + "'s log, expected " + std::to_string(expected));
   }
   Status st = ApplyTo(c, m);
+  if (st.ok()) st = SetControl(h, &c.core->rule());
   if (!st.ok()) {
     copies_.erase(it);
     return st;
   }
   c.seq = h.request_id();
   c.index = h.replica_index();
-  SetControl(h, &c.meta);
   return OkStatus();
 }
 
-Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
-  const wire::Header& h = m.header;
+namespace {
+
+// An entry's segments, keys and values, read once.
+struct EntryValues {
   std::vector<Segment> segments;
-  for (const auto& seg : h.segments()) {
-    segments.push_back({static_cast<int64_t>(seg.offset()), static_cast<int64_t>(seg.offset() + seg.length())});
-  }
   std::vector<uint64_t> scratch;
-  const auto keys = m.Keys(&scratch);
-  const Segment range = c.shard->range();
-  const bool whole = segments.size() == 1 && segments[0] == range && keys.empty() &&
-                     m.num_values() == static_cast<size_t>(range.size());
-  switch (h.replica_op()) {
-    case wire::REPLICA_PARAMS: {
-      if (!whole) return InvalidArgumentError("REPLICATE: snapshot parameters are not the shard's range");
-      // The counters come with the parameters; the state vectors (if any) follow.
-      const std::vector<float> state(c.shard->optimizer_state().begin(), c.shard->optimizer_state().end());
-      RETURN_IF_ERROR(c.shard->Restore(Values(m), state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(),
-                                       c.meta.updates(),
-                                       {c.meta.optimizer_skipped().data(), static_cast<size_t>(c.meta.optimizer_skipped().size())}));
-      c.params = true;
-      return OkStatus();
-    }
-    case wire::REPLICA_STATE: {
-      const int part = h.replica_part();
-      const size_t n = static_cast<size_t>(range.size());
-      const size_t parts = c.shard->optimizer_state().size() / std::max<size_t>(1, n);
-      if (!whole || !c.params || part < 0 || static_cast<size_t>(part) >= parts || c.state_parts <= 0) {
-        return InvalidArgumentError("REPLICATE: snapshot optimizer state part " + std::to_string(part));
-      }
-      std::vector<float> state(c.shard->optimizer_state().begin(), c.shard->optimizer_state().end());
-      m.CopyValues(state.data() + static_cast<size_t>(part) * n);
-      std::vector<float> params(c.shard->params().begin(), c.shard->params().end());
-      RETURN_IF_ERROR(c.shard->Restore(params, state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(),
-                                       c.meta.updates(),
-                                       {c.meta.optimizer_skipped().data(), static_cast<size_t>(c.meta.optimizer_skipped().size())}));
-      c.state_parts--;
-      return OkStatus();
-    }
-    default: break;
+  std::span<const uint64_t> keys;
+  bool whole = false;  // the shard's whole range, dense
+};
+
+EntryValues ReadEntry(const Message& m, const Segment& range) {
+  EntryValues e;
+  for (const auto& seg : m.header.segments()) {
+    e.segments.push_back({static_cast<int64_t>(seg.offset()), static_cast<int64_t>(seg.offset() + seg.length())});
   }
+  e.keys = m.Keys(&e.scratch);
+  e.whole = e.segments.size() == 1 && e.segments[0] == range && e.keys.empty() &&
+            m.num_values() == static_cast<size_t>(range.size());
+  return e;
+}
+
+}  // namespace
+
+Status ReplicaStore::ApplySnapshotPart(Copy& c, const Message& m) {
+  const wire::Header& h = m.header;
+  KvShard& shard = c.core->shard();
+  const Segment range = shard.range();
+  const EntryValues e = ReadEntry(m, range);
+  const std::span<const int64_t> skipped(c.meta.optimizer_skipped().data(),
+                                         static_cast<size_t>(c.meta.optimizer_skipped().size()));
+  std::vector<float> params(shard.params().begin(), shard.params().end());
+  std::vector<float> state(shard.optimizer_state().begin(), shard.optimizer_state().end());
+  if (h.replica_op() == wire::REPLICA_PARAMS) {
+    if (!e.whole) return InvalidArgumentError("REPLICATE: snapshot parameters are not the shard's range");
+    // The counters come with the parameters; the state vectors (if any) follow.
+    params = Values(m);
+    c.params = true;
+  } else {
+    const int part = h.replica_part();
+    const size_t n = static_cast<size_t>(range.size());
+    const size_t parts = state.size() / std::max<size_t>(1, n);
+    if (!e.whole || !c.params || part < 0 || static_cast<size_t>(part) >= parts || c.state_parts <= 0) {
+      return InvalidArgumentError("REPLICATE: snapshot optimizer state part " + std::to_string(part));
+    }
+    m.CopyValues(state.data() + static_cast<size_t>(part) * n);
+    c.state_parts--;
+  }
+  return shard.Restore(params, state, c.meta.optimizer_steps(), c.meta.version(), c.meta.step(), c.meta.updates(),
+                       skipped);
+}
+
+Status ReplicaStore::ApplyPush(Copy& c, const Message& m) {
+  const wire::Header& h = m.header;
+  const int w = h.replica_worker();
+  if (w < 0 || w >= c.meta.job().num_workers()) return InvalidArgumentError("REPLICATE: push of worker " + std::to_string(w));
+  KvShard& shard = c.core->shard();
+  const EntryValues e = ReadEntry(m, shard.range());
+  size_t n = m.num_values();
+  RETURN_IF_ERROR(shard.Validate(e.segments, e.keys, &n));
+  PushChunk chunk;
+  chunk.absent.assign(h.absent_tensors().begin(), h.absent_tensors().end());
+  RETURN_IF_ERROR(shard.ValidateAbsent(e.segments, chunk.absent));
+  chunk.segments = e.segments;
+  chunk.keys.assign(e.keys.begin(), e.keys.end());
+  chunk.owned = Values(m);
+  if (chunk.owned.empty()) chunk.owned.resize(1);  // values() reads owned
+  c.core->TakeChunk(w, std::move(chunk), h.replica_scale(), h.replica_counts(), h.has_lr() ? h.lr() : NAN);
+  return OkStatus();
+}
+
+Status ReplicaStore::ApplyOptimizer(Copy& c, const Message& m) {
+  // A worker's optimizer state: its vectors in order, set whole with the last (none: one entry
+  // that sets the steps).
+  const wire::Header& h = m.header;
+  KvShard& shard = c.core->shard();
+  const EntryValues e = ReadEntry(m, shard.range());
+  const int slots = shard.optimizer_slots();
+  const int part = h.replica_part();
+  const size_t n = static_cast<size_t>(shard.range().size());
+  if (h.state_slots() != slots || part != c.staged_next || part >= std::max(1, slots) ||
+      (slots > 0 ? !e.whole : h.has_values() || !e.segments.empty())) {
+    c.staged_state.clear();
+    c.staged_next = 0;
+    return InvalidArgumentError("REPLICATE: optimizer state vector " + std::to_string(part) + " of " +
+                                std::to_string(h.state_slots()) + " (the shard keeps " + std::to_string(slots) +
+                                ", vector " + std::to_string(c.staged_next) + " due)");
+  }
+  if (part == 0) c.staged_state.assign(shard.optimizer_state().size(), 0.0f);
+  if (slots > 0) m.CopyValues(c.staged_state.data() + static_cast<size_t>(part) * n);
+  if (part + 1 < slots) {
+    c.staged_next = part + 1;
+    return OkStatus();
+  }
+  c.staged_next = 0;
+  const Status st = shard.SetOptimizerState(
+      c.staged_state, h.state_steps(), {h.state_skipped().data(), static_cast<size_t>(h.state_skipped().size())});
+  c.staged_state.clear();
+  return st;
+}
+
+Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
+  const wire::ReplicaOp op = m.header.replica_op();
+  if (op == wire::REPLICA_PARAMS || op == wire::REPLICA_STATE) return ApplySnapshotPart(c, m);
   if (!c.params || c.state_parts > 0) return FailedPreconditionError("REPLICATE: an entry before the snapshot is whole");
-  switch (h.replica_op()) {
-    case wire::REPLICA_PUSH: {
-      const int w = h.replica_worker();
-      if (w < 0 || w >= c.meta.job().num_workers()) return InvalidArgumentError("REPLICATE: push of worker " + std::to_string(w));
-      size_t n = m.num_values();
-      RETURN_IF_ERROR(c.shard->Validate(segments, keys, &n));
-      const std::vector<uint32_t> absent(h.absent_tensors().begin(), h.absent_tensors().end());
-      RETURN_IF_ERROR(c.shard->ValidateAbsent(segments, absent));
-      const float lr = h.has_lr() ? h.lr() : NAN;
-      if (aggregates_) {
-        PushChunk chunk;
-        chunk.segments = segments;
-        chunk.keys.assign(keys.begin(), keys.end());
-        chunk.absent = absent;
-        chunk.owned = Values(m);
-        HeldPush& held = c.held[w];
-        held.chunks.push_back(std::move(chunk));
-        held.lr = lr;
-      } else {
-        const std::vector<float> values = Values(m);
-        c.shard->Apply(segments, keys, values.data(), h.replica_scale(), h.replica_counts(), lr, absent);
-      }
+  switch (op) {
+    case wire::REPLICA_PUSH: return ApplyPush(c, m);
+    case wire::REPLICA_ROUND:
+      if (!c.core->aggregates()) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
+      c.core->ApplyRound();
       return OkStatus();
-    }
-    case wire::REPLICA_ROUND: {
-      if (!aggregates_) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
-      float lr = NAN;
-      for (const auto& [worker, held] : c.held) {
-        for (const PushChunk& chunk : held.chunks) {
-          c.shard->Accumulate(chunk.segments, chunk.keys, chunk.values(), chunk.absent);
-        }
-        if (!std::isnan(held.lr)) lr = held.lr;
-      }
-      if (!c.held.empty()) c.shard->ApplyAccumulated(static_cast<int>(c.held.size()), lr);
-      c.held.clear();
-      return OkStatus();
-    }
     case wire::REPLICA_CONTROL:
-      if (h.replica_worker() >= 0) c.held.erase(h.replica_worker());
+      if (m.header.replica_worker() >= 0) c.core->Drop(m.header.replica_worker());
       return OkStatus();
-    case wire::REPLICA_OPTIMIZER: {
-      // A worker's optimizer state: its vectors in order, set whole with the last (none: one
-      // entry that sets the steps).
-      const int slots = c.shard->optimizer_slots();
-      const int part = h.replica_part();
-      const size_t n = static_cast<size_t>(range.size());
-      if (h.state_slots() != slots || part != c.staged_next || part >= std::max(1, slots) ||
-          (slots > 0 ? !whole : m.header.has_values() || !segments.empty())) {
-        c.staged_state.clear();
-        c.staged_next = 0;
-        return InvalidArgumentError("REPLICATE: optimizer state vector " + std::to_string(part) + " of " +
-                                    std::to_string(h.state_slots()) + " (the shard keeps " + std::to_string(slots) +
-                                    ", vector " + std::to_string(c.staged_next) + " due)");
-      }
-      if (part == 0) c.staged_state.assign(c.shard->optimizer_state().size(), 0.0f);
-      if (slots > 0) m.CopyValues(c.staged_state.data() + static_cast<size_t>(part) * n);
-      if (part + 1 < slots) {
-        c.staged_next = part + 1;
-        return OkStatus();
-      }
-      c.staged_next = 0;
-      const Status st = c.shard->SetOptimizerState(
-          c.staged_state, h.state_steps(), {h.state_skipped().data(), static_cast<size_t>(h.state_skipped().size())});
-      c.staged_state.clear();
-      return st;
-    }
-    default: return InvalidArgumentError("REPLICATE: unknown entry " + std::to_string(h.replica_op()));
+    case wire::REPLICA_OPTIMIZER: return ApplyOptimizer(c, m);
+    default: return InvalidArgumentError("REPLICATE: unknown entry " + std::to_string(op));
   }
 }
 
@@ -260,19 +235,8 @@ Result<ReplicaCopy> ReplicaStore::Take(int shard) {
   if (!Complete(shard)) return FailedPreconditionError("no whole copy of shard " + std::to_string(shard) + " here");
   Copy& c = copies_[shard];
   ReplicaCopy out;
-  out.checkpoint = c.meta;
-  const auto params = c.shard->params();
-  out.checkpoint.set_params(params.data(), params.size() * sizeof(float));
-  const auto state = c.shard->optimizer_state();
-  out.checkpoint.set_optimizer_state(state.data(), state.size() * sizeof(float));
-  out.checkpoint.set_optimizer(OptimizerKindName(c.shard->optimizer_options().kind));
-  out.checkpoint.set_optimizer_steps(c.shard->optimizer_steps());
-  out.checkpoint.mutable_optimizer_skipped()->Assign(c.shard->optimizer_skipped().begin(),
-                                                     c.shard->optimizer_skipped().end());
-  out.checkpoint.set_version(c.shard->version());
-  out.checkpoint.set_step(c.shard->step());
-  out.checkpoint.set_updates(c.shard->gradients());
-  out.held = std::move(c.held);
+  out.checkpoint = c.core->Snapshot({c.meta.rank(), c.meta.job_id(), c.meta.job_fingerprint()});
+  out.held = c.core->TakeHeld();
   copies_.erase(shard);
   return out;
 }

@@ -6,7 +6,7 @@
 // a bsp round holds) and from then on every change as it makes it, in order: each accepted push
 // (its decoded values, exactly as the shard applies them), each applied round, each membership
 // change, each optimizer state a worker set (its vectors; the copy takes them at the last). Every entry carries the consistency state after it. A backup replays the entries on
-// its own KvShard, so its copy is bit for bit the primary's, and acknowledges each one. A push is
+// its own ShardCore (server/shard/shard_core.h: the primary's apply path), so its copy is bit for bit the primary's, and acknowledges each one. A push is
 // acknowledged to its worker only once every live backup holds it (Replicator::Hold): no
 // acknowledged update exists on the primary alone. When the primary dies the first live backup
 // takes its rank (server.h, Adopt) from its copy; workers follow it as they follow a restarted
@@ -32,8 +32,9 @@
 #include "common/status.h"
 #include "common/transport.h"
 #include "gradsync.pb.h"
-#include "server/kv_shard.h"
+#include "common/consistency.h"
 #include "server/push_assembler.h"
+#include "server/shard/shard_core.h"
 
 namespace gradsync {
 
@@ -64,11 +65,6 @@ class TestAckDelay {
   std::deque<Held> held_;
 };
 
-// The shard of rank `rank` of `job` (range, layout, optimizer, learning-rate schedule), as INIT,
-// a restore and a backup build it.
-Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,
-                                                 bool aggregates);
-
 // A copy taken over by a backup: the shard as a checkpoint, and the pushes of the open round.
 struct ReplicaCopy {
   wire::ShardCheckpoint checkpoint;
@@ -78,9 +74,10 @@ struct ReplicaCopy {
 // Backup side: the copies this server keeps of other shards.
 class ReplicaStore {
  public:
-  // `key`: the job's replication key (SchedulerClient::replica_key).
-  ReplicaStore(int num_servers, bool aggregates, std::string key)
-      : num_servers_(num_servers), aggregates_(aggregates), key_(std::move(key)) {}
+  // `mode`, `staleness`: the job's consistency rule; `key`: the job's replication key
+  // (SchedulerClient::replica_key).
+  ReplicaStore(int num_servers, ConsistencyMode mode, int staleness, std::string key)
+      : num_servers_(num_servers), mode_(mode), staleness_(staleness), key_(std::move(key)) {}
   // Applies one REPLICATE entry. kPermissionDenied: not from the shard's primary (a META without
   // the key or not from the shard's rank; another entry not from the connection of the copy's
   // META): the copy is untouched. Another error means the copy is out of step (the primary
@@ -98,10 +95,9 @@ class ReplicaStore {
 
  private:
   struct Copy {
-    wire::ShardCheckpoint meta;  // job, range, identity; params and state live in `shard`
+    wire::ShardCheckpoint meta;  // the snapshot's counters; the shard, the rule and the round live in `core`
     std::string sender;          // the connection its META came on: the only one it takes entries from
-    std::unique_ptr<KvShard> shard;
-    std::map<int, HeldPush> held;
+    std::unique_ptr<ShardCore> core;  // replays the primary's pushes and rounds as the primary's own core did
     uint64_t seq = 0;            // the primary's log position the copy holds
     uint64_t index = 0;          // the last entry applied, counted from the snapshot's META
     int state_parts = 0;         // optimizer state vectors still to come
@@ -111,9 +107,13 @@ class ReplicaStore {
     int staged_next = 0;
   };
   Status ApplyTo(Copy& c, const Message& m);
+  Status ApplySnapshotPart(Copy& c, const Message& m);  // REPLICA_PARAMS, REPLICA_STATE
+  Status ApplyPush(Copy& c, const Message& m);
+  Status ApplyOptimizer(Copy& c, const Message& m);  // REPLICA_OPTIMIZER
 
   int num_servers_;
-  bool aggregates_;
+  ConsistencyMode mode_;
+  int staleness_;
   std::string key_;
   std::map<int, Copy> copies_;
 };

@@ -39,11 +39,11 @@ Result<std::unique_ptr<Server>> Server::Create(TransportContext& ctx, const Serv
 }
 
 std::vector<float> Server::params() const {
-  if (!shard_) return {};
-  return std::vector<float>(shard_->params().begin(), shard_->params().end());
+  if (!built()) return {};
+  return std::vector<float>(core_->shard().params().begin(), core_->shard().params().end());
 }
 
-int64_t Server::version() const { return shard_ ? shard_->version() : 0; }
+int64_t Server::version() const { return built() ? core_->shard().version() : 0; }
 
 void Server::ReplyError(const Message& m, const Status& s) {
   ReplyError(m.peer, m.header.request_id(), m.header.clock(), s);
@@ -67,7 +67,7 @@ Status Server::CheckSender(const PsRequest& r, const std::string& peer) {
   if (w < 0 || w >= table_.workers_size()) {
     return InvalidArgumentError("unregistered sender: worker " + std::to_string(w) + " is not in the job");
   }
-  if (r.type == wire::JOIN && !controller_->IsLive(w)) {
+  if (r.type == wire::JOIN && !core_->rule().IsLive(w)) {
     // A restarted worker: only once the scheduler has announced it (then its new connection
     // takes the rank over); before that it may simply be early, so it retries.
     if (!may_join_.count(w)) {
@@ -84,30 +84,30 @@ Status Server::CheckSender(const PsRequest& r, const std::string& peer) {
                                 std::to_string(w));
   }
   // A worker that left the consistency rule (join) still pulls; the controller refuses its pushes.
-  if (!controller_->IsLive(w) && !controller_->HasLeft(w)) {
+  if (!core_->rule().IsLive(w) && !core_->rule().HasLeft(w)) {
     return FailedPreconditionError("worker " + std::to_string(w) + " was declared dead");
   }
   return OkStatus();
 }
 
 Status Server::HandleJoin(const PsRequest& r, const Message& m) {
-  if (!shard_) return UnavailableError("not initialized yet; retry");
+  if (!built()) return UnavailableError("not initialized yet; retry");
   const int w = r.worker;
   const int64_t clock = r.clock;
   if (clock < -1) return InvalidArgumentError("JOIN with clock " + std::to_string(clock));
-  if (!controller_->IsLive(w)) {
+  if (!core_->rule().IsLive(w)) {
     // A rejoining worker: live from now on, at the clock where it holds no one back.
-    const int64_t start = controller_->Suggest(w);
-    controller_->SetWorker(w, start);
+    const int64_t start = core_->rule().Suggest(w);
+    core_->rule().SetWorker(w, start);
     Replicate(wire::REPLICA_CONTROL, w);
     may_join_.erase(w);
     if (pull_encoder_) pull_encoder_->Forget(w);  // its first pull is raw
     TraceInstant("worker rejoined", "failure", {{"worker", static_cast<double>(w)}, {"clock", static_cast<double>(start)}});
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " rejoins at clock " << start << " ("
-                          << controller_->live_workers() << " live workers)";
+                          << core_->rule().live_workers() << " live workers)";
   }
   if (clock >= 0) {
-    const int64_t at = controller_->pushed(w);
+    const int64_t at = core_->rule().pushed(w);
     if (clock < at) {
       return AbortedError("JOIN at clock " + std::to_string(clock) + " but worker " + std::to_string(w) +
                           " has pushed " + std::to_string(at) + " gradients to this shard");
@@ -126,45 +126,54 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
                             << " (restored at clock " << restored_pushed_[w] << ")";
     }
     if (clock > at) {
-      round_.erase(w);  // a held push of a round this worker now skips
+      core_->Drop(w);  // a held push of a round this worker now skips
       assembler_.Forget(w);
-      controller_->SetWorker(w, clock);
+      core_->rule().SetWorker(w, clock);
       Replicate(wire::REPLICA_CONTROL, w);
     }
-    while (controller_->RoundComplete()) ApplyRound();
+    while (core_->rule().RoundComplete()) ApplyRound();
     AnswerParked();
   }
   PsReply reply = ReplyTo(r, wire::JOIN_REPLY, rank_);
-  reply.clock = controller_->pushed(w);
-  reply.version = shard_->version();  // a push the worker sends next is computed on what it pulls now
+  reply.clock = core_->rule().pushed(w);
+  reply.version = core_->shard().version();  // a push the worker sends next is computed on what it pulls now
   return socket_.Send(m.peer, EncodeReply(reply));
 }
 
-Status Server::BuildShard(const wire::JobConfig& job) {
+Status Server::BuildShard(const wire::JobConfig& job, const wire::ShardCheckpoint* from) {
   if (job.num_workers() != table_.workers_size()) {
     return InvalidArgumentError("INIT for " + std::to_string(job.num_workers()) + " workers; the job has " +
                                 std::to_string(table_.workers_size()));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<KvShard> shard,
-                   MakeShardForJob(job, table_.servers_size(), rank_, controller_->aggregates()));
   if (options_.apply_threads > 1 && !apply_pool_) apply_pool_ = std::make_unique<ParallelFor>(options_.apply_threads);
-  shard->set_parallel(apply_pool_.get());
-  const OptimizerOptions opt = shard->optimizer_options();
-  const Segment range = shard->range();
-  std::unique_ptr<Compressor> codec, pull_codec;
-  if (!job.compression().empty()) {
-    ASSIGN_OR_RETURN(codec, CreateCompressor(job.compression(), job.compression_seed()));
+  if (from) {
+    RETURN_IF_ERROR(core_->Restore(*from, table_.servers_size(), rank_, apply_pool_.get()));
+  } else {
+    RETURN_IF_ERROR(core_->Build(job, table_.servers_size(), rank_, apply_pool_.get()));
   }
-  if (job.compress_pull()) {
-    if (!codec) return InvalidArgumentError("INIT: compress_pull needs a compression codec");
-    ASSIGN_OR_RETURN(pull_codec, CreateCompressor(job.compression(), job.compression_seed()));
+  const OptimizerOptions opt = core_->shard().optimizer_options();
+  const Segment range = core_->shard().range();
+  std::unique_ptr<Compressor> codec, pull_codec;
+  Status s;
+  if (!job.compression().empty()) {
+    auto c = CreateCompressor(job.compression(), job.compression_seed());
+    if (c.ok()) codec = std::move(c).value();
+    s = c.status();
+  }
+  if (s.ok() && job.compress_pull()) {
+    auto c = codec ? CreateCompressor(job.compression(), job.compression_seed())
+                   : Result<std::unique_ptr<Compressor>>(InvalidArgumentError("INIT: compress_pull needs a compression codec"));
+    if (c.ok()) pull_codec = std::move(c).value();
+    s = c.status();
+  }
+  if (!s.ok()) {
+    core_->Reset();
+    return s;
   }
   codec_ = std::move(codec);
   codec_spec_ = codec_ ? job.compression() : "";
   pull_encoder_ = pull_codec ? std::make_unique<PullDeltaEncoder>(std::move(pull_codec), range) : nullptr;
   staleness_aware_lr_ = job.staleness_aware_lr();
-  shard_ = std::move(shard);
-  job_ = job;
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
                      << job.num_params() << " parameters; lr " << job.lr() << " (" << job.lr_schedule() << "), "
                      << OptimizerText(opt);
@@ -173,7 +182,7 @@ Status Server::BuildShard(const wire::JobConfig& job) {
 
 Status Server::HandleInit(const PsRequest& r, const Message& m) {
   if (r.worker != 0) return InvalidArgumentError("only worker 0 initializes the shards");
-  if (shard_) return FailedPreconditionError("already initialized");
+  if (built()) return FailedPreconditionError("already initialized");
   if (!r.codec.empty()) return InvalidArgumentError("INIT carries raw initial values, not a codec payload");
   if (!m.header.has_values()) return InvalidArgumentError("INIT carries the shard's initial values");
   const auto& job = r.job;
@@ -185,9 +194,9 @@ Status Server::HandleInit(const PsRequest& r, const Message& m) {
     }
   }
   RETURN_IF_ERROR(BuildShard(job));
-  std::vector<float> values(static_cast<size_t>(shard_->range().size()));
+  std::vector<float> values(static_cast<size_t>(core_->shard().range().size()));
   m.CopyValues(values.data());
-  shard_->SetValues(values);
+  core_->shard().SetValues(values);
   // The first checkpoint at once: a shard killed before its first interval can still come back.
   if (checkpointer_.enabled()) WriteCheckpoint(NowMs() / 1e3);
   SendSnapshots();
@@ -199,32 +208,38 @@ Status Server::HandlePush(const PsRequest& r, Message& m) {
     if (!r.data || !data_) return;
     if (auto conn = data_->Find(r.worker)) conn->DropPush(r.data_seq);
   };
+  // A shared-memory push's values stay in the worker's lane until this lease goes: once they are
+  // read, or at once when the push is refused or is the rest of a failed one (the worker waits
+  // for that before it writes the next push there, so no earlier push of it can still be held).
+  std::shared_ptr<const float> lane = LaneLease(r);
   if (assembler_.IsRestOfFailed(r.worker, r)) {  // the rest of a push whose error was the answer
-    ReleaseLane(r.worker, r.shm_seq);
     drop_frame();
     return OkStatus();
   }
-  Status s = HandlePushMessage(r, m);
+  Status s = HandlePushMessage(r, m, std::move(lane));
   if (!s.ok() && r.parts > 1) assembler_.Failed(r.worker, r);
-  // A refused push holds nothing in the lane (the worker waits for the release before it writes
-  // the next one, so no earlier push of it can still be held), nor in the data channel.
-  if (!s.ok()) {
-    ReleaseLane(r.worker, r.shm_seq);
-    drop_frame();
-  }
+  if (!s.ok()) drop_frame();  // nor does a refused push hold anything in the data channel
   return s;
 }
 
+std::shared_ptr<const float> Server::LaneLease(const PsRequest& r) {
+  auto it = r.shm && r.shm_seq != 0 ? lanes_.find(r.worker) : lanes_.end();
+  if (it == lanes_.end()) return nullptr;
+  std::shared_ptr<ShmLane> lane = it->second;  // mapped while a push in it is held, even once detached
+  const uint64_t seq = r.shm_seq;
+  return std::shared_ptr<const float>(lane->push_area(), [lane, seq](const float*) { lane->Consume(seq); });
+}
+
 Status Server::HandleAttach(const PsRequest& r, const Message& m) {
-  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   if (m.header.has_values() || m.header.num_keys() > 0) return InvalidArgumentError("SHM_ATTACH carries no values");
-  if (r.segments.size() != 1 || r.segments[0] != shard_->range()) {
-    return InvalidArgumentError("a lane covers exactly this shard's range [" + std::to_string(shard_->range().begin) +
-                                ", " + std::to_string(shard_->range().end) + ")");
+  if (r.segments.size() != 1 || r.segments[0] != core_->shard().range()) {
+    return InvalidArgumentError("a lane covers exactly this shard's range [" + std::to_string(core_->shard().range().begin) +
+                                ", " + std::to_string(core_->shard().range().end) + ")");
   }
-  ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Attach(r.shm_name, shard_->range().size()));
+  ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Attach(r.shm_name, core_->shard().range().size()));
   DetachLane(r.worker);
-  lanes_[r.worker] = std::move(lane);
+  lanes_[r.worker] = std::make_shared<ShmLane>(std::move(lane));
   stats_.shm_lanes = static_cast<int64_t>(lanes_.size());
   return socket_.Send(m.peer, EncodeReply(ReplyTo(r, wire::SHM_ATTACH_REPLY, rank_)));
 }
@@ -240,22 +255,22 @@ Status Server::CheckLanePush(const PsRequest& r, const Message& m, size_t* n, co
     }
   }
   // In the range, and so in the lane (or no larger than a frame may be).
-  return shard_->Validate(r.segments, {}, n);
+  return core_->shard().Validate(r.segments, {}, n);
 }
 
 Result<const float*> Server::LaneValues(const PsRequest& r, const Message& m, size_t n) {
   auto it = lanes_.find(r.worker);
   if (it == lanes_.end()) return FailedPreconditionError("a shared-memory push, but worker " + std::to_string(r.worker) + " attached no lane");
   RETURN_IF_ERROR(CheckLanePush(r, m, &n, "a shared-memory"));
-  return it->second.push_area() + (r.segments[0].begin - shard_->range().begin);
+  return it->second->push_area() + (r.segments[0].begin - core_->shard().range().begin);
 }
 
 Status Server::HandleDataAttach(const PsRequest& r, const Message& m) {
-  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   if (m.header.has_values() || m.header.num_keys() > 0) return InvalidArgumentError("DATA_ATTACH carries no values");
-  if (r.segments.size() != 1 || r.segments[0] != shard_->range()) {
+  if (r.segments.size() != 1 || r.segments[0] != core_->shard().range()) {
     return InvalidArgumentError("a data channel covers exactly this shard's range [" +
-                                std::to_string(shard_->range().begin) + ", " + std::to_string(shard_->range().end) + ")");
+                                std::to_string(core_->shard().range().begin) + ", " + std::to_string(core_->shard().range().end) + ")");
   }
   if (CurveEnabled(ctx_)) {
     return FailedPreconditionError("this job uses CURVE (--auth-dir): values stay on ZeroMQ, which encrypts them");
@@ -266,7 +281,7 @@ Status Server::HandleDataAttach(const PsRequest& r, const Message& m) {
     GRADSYNC_LOG(INFO) << "server " << rank_ << ": data channel on port " << data_->port();
   }
   DetachLane(r.worker);  // one way for a worker's values at a time
-  data_->Expect(r.data_token, r.worker, shard_->range().size());
+  data_->Expect(r.data_token, r.worker, core_->shard().range().size());
   PsReply reply = ReplyTo(r, wire::DATA_ATTACH_REPLY, rank_);
   reply.data_port = data_->port();
   return socket_.Send(m.peer, EncodeReply(reply));
@@ -285,33 +300,16 @@ Result<std::shared_ptr<const float>> Server::DataValues(const PsRequest& r, cons
   return lease;
 }
 
-void Server::ReleaseLane(int w, uint64_t seq) {
-  if (seq == 0) return;
-  auto it = lanes_.find(w);
-  if (it != lanes_.end()) it->second.Consume(seq);
-}
-
 void Server::DetachLane(int w) {
   if (data_) data_->Drop(w);
-  auto it = lanes_.find(w);
-  if (it == lanes_.end()) return;
-  auto own = [](HeldPush& push) {
-    for (PushChunk& c : push.chunks) {
-      if (c.shared == nullptr || c.lease) continue;  // a data-channel frame's buffer outlives its connection
-      c.owned.assign(c.shared, c.shared + TotalSize(c.segments));
-      if (c.owned.empty()) c.owned.resize(1);
-      c.shared = nullptr;
-    }
-    push.shm_seq = 0;
-  };
-  if (auto held = round_.find(w); held != round_.end()) own(held->second);
+  if (!lanes_.erase(w)) return;
+  // A push of it still held keeps the lane mapped through its lease until it is applied.
   assembler_.Forget(w);  // a half-sent push of a worker that left
-  lanes_.erase(it);
   stats_.shm_lanes = static_cast<int64_t>(lanes_.size());
 }
 
-Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
-  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+Status Server::HandlePushMessage(const PsRequest& r, Message& m, std::shared_ptr<const float> lane) {
+  if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   const bool elsewhere = r.shm || r.data;  // the values are not in this message
   if (m.header.has_values() == elsewhere) {
     return InvalidArgumentError(r.shm    ? "a shared-memory push carries no values frame"
@@ -325,6 +323,7 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   std::shared_ptr<const float> lease;
   if (r.shm) {
     ASSIGN_OR_RETURN(values, LaneValues(r, m, n));
+    lease = std::move(lane);
   } else if (r.data) {
     ASSIGN_OR_RETURN(lease, DataValues(r, m, n));
     values = lease.get();
@@ -332,8 +331,8 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
   {
     TraceSpan span("validate", "server", {{"worker", static_cast<double>(w)}, {"values", static_cast<double>(n)}});
-    RETURN_IF_ERROR(shard_->Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
-    RETURN_IF_ERROR(shard_->ValidateAbsent(r.segments, r.absent_tensors));
+    RETURN_IF_ERROR(core_->shard().Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
+    RETURN_IF_ERROR(core_->shard().ValidateAbsent(r.segments, r.absent_tensors));
   }
   if (!r.codec.empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
@@ -348,19 +347,19 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     RETURN_IF_ERROR(codec_->Decode(m.values.bytes(), n, static_cast<uint64_t>(r.clock), decoded_));
     values = decoded_.data();
   }
-  if (r.version < 0 || r.version > shard_->version()) {
+  if (r.version < 0 || r.version > core_->shard().version()) {
     return AbortedError("push computed on version " + std::to_string(r.version) + " but the shard is at " +
-                        std::to_string(shard_->version()));
+                        std::to_string(core_->shard().version()));
   }
   // A push (or each part of one) is checked against the consistency rule on arrival; it counts
   // with its last part.
-  RETURN_IF_ERROR(controller_->CheckPush(w, r.clock));
+  RETURN_IF_ERROR(core_->rule().CheckPush(w, r.clock));
   HeldPush whole;
   HeldPush* push = &whole;
   PushChunk chunk;
   if (elsewhere) {
-    chunk.segments = r.segments;  // read in the lane, where the worker leaves them until released,
-    chunk.shared = values;        // or in the frame's buffer, which the chunk holds
+    chunk.segments = r.segments;  // read in the lane, where the worker leaves them until the lease
+    chunk.shared = values;        // goes, or in the data channel's frame, which the lease holds
     chunk.lease = std::move(lease);
   } else {
     chunk = TakeChunk(r.segments, keys, &m.values, values, n, &decoded_);
@@ -374,17 +373,16 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
     whole.chunks.push_back(std::move(chunk));
     whole.lr = r.lr;
   }
-  push->shm_seq = r.shm_seq;
-  controller_->CountPush(w);
-  last_counted_ = w;
+  core_->rule().CountPush(w);
+  core_->Counted(w);
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
-  const int64_t lag = shard_->version() - r.version;
+  const int64_t lag = core_->shard().version() - r.version;
   stats_.version_lag[lag]++;
   stats_.pushes++;
   PsReply reply = ReplyTo(r, wire::PUSH_REPLY, rank_);
   reply.version_lag = lag;
-  const float scale = staleness_aware_lr_ && !controller_->aggregates()
+  const float scale = staleness_aware_lr_ && !core_->aggregates()
                           ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag))
                           : 1.0f;
   Status s;
@@ -394,60 +392,38 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m) {
   } else {
     s = socket_.Send(m.peer, EncodeReply(reply));
   }
-  if (controller_->aggregates()) {
-    // Held until the round completes, without copying the values where the frames are aligned.
-    if (round_.empty()) round_open_us_ = Trace::on() ? Trace::NowUs() : -1;
-    round_[w] = std::move(*push);
-  } else {
-    TraceSpan span("apply", "server", {{"worker", static_cast<double>(w)}, {"clock", static_cast<double>(r.clock)},
-                                       {"version", static_cast<double>(shard_->version())}});
-    for (size_t i = 0; i < push->chunks.size(); ++i) {
-      const PushChunk& c = push->chunks[i];
-      shard_->Apply(c.segments, c.keys, c.values(), scale, /*counts=*/i + 1 == push->chunks.size(), push->lr, c.absent);
+  {
+    std::optional<TraceSpan> span;
+    if (!core_->aggregates()) {
+      span.emplace("apply", "server", std::initializer_list<TraceArg>{
+          {"worker", static_cast<double>(w)}, {"clock", static_cast<double>(r.clock)},
+          {"version", static_cast<double>(core_->shard().version())}});
     }
-    ReleaseLane(w, push->shm_seq);
-    MaybeCheckpoint(true);
+    core_->Take(w, std::move(*push), scale);  // held for its round, or applied now
   }
+  if (!core_->aggregates()) MaybeCheckpoint(true);
   assembler_.Forget(w);
-  if (controller_->RoundComplete()) ApplyRound();
+  if (core_->rule().RoundComplete()) ApplyRound();
   AnswerParked();
   return s;
 }
 
 void Server::ApplyRound() {
-  const bool any = !round_.empty();
-  const double round = static_cast<double>(controller_->rounds_applied());
-  if (any && round_open_us_ >= 0 && Trace::on()) {
-    // From the round's first push to its last: what the others waited for.
-    Trace::Complete("round wait", "server", round_open_us_, Trace::NowUs() - round_open_us_,
-                    {{"round", round}, {"waited for worker", static_cast<double>(last_counted_)},
-                     {"pushes", static_cast<double>(round_.size())}});
-  }
-  round_open_us_ = -1;
-  TraceSpan span("apply round", "server", {{"round", round}, {"pushes", static_cast<double>(round_.size())}});
-  float lr = NAN;  // the pushes' own rate, if they carry one (they agree in bsp; else the last rank's)
-  for (const auto& [worker, held] : round_) {
-    for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values(), c.absent);
-    if (!std::isnan(held.lr)) lr = held.lr;
-    ReleaseLane(worker, held.shm_seq);
-  }
-  if (any) shard_->ApplyAccumulated(static_cast<int>(round_.size()), lr);
-  round_.clear();
-  controller_->OnRoundApplied();
+  const ShardCore::Round round = core_->ApplyRound();
   if (replicator_ && replicator_->active()) {
     wire::Header h = Entry(wire::REPLICA_ROUND);
-    if (!std::isnan(lr)) h.set_lr(lr);
+    if (!std::isnan(round.lr)) h.set_lr(round.lr);
     replicator_->Send(h);
     stats_.replicated++;
   }
-  if (any) MaybeCheckpoint(true);  // between rounds: nothing is held
+  if (round.pushes > 0) MaybeCheckpoint(true);  // between rounds: nothing is held
 }
 
 void Server::MaybeCheckpoint(bool updated) {
-  if (!checkpointer_.enabled() || !shard_) return;
+  if (!checkpointer_.enabled() || !built()) return;
   const double now = NowMs() / 1e3;
   if (!checkpointer_.Due(updated, now)) return;
-  if (controller_->aggregates() && !round_.empty()) return;  // bsp: only between rounds
+  if (core_->aggregates() && !core_->held().empty()) return;  // bsp: only between rounds
   WriteCheckpoint(now);
 }
 
@@ -456,8 +432,8 @@ double Server::checkpoint_age_s() const {
 }
 
 void Server::WriteCheckpoint(double now_s) {
-  TraceSpan span("checkpoint", "server", {{"version", static_cast<double>(shard_->version())}});
-  if (Status s = checkpointer_.Write(rank_, table_, job_, *shard_, *controller_, now_s); !s.ok()) {
+  TraceSpan span("checkpoint", "server", {{"version", static_cast<double>(core_->shard().version())}});
+  if (Status s = checkpointer_.Write(rank_, table_, core_->job(), core_->shard(), core_->rule(), now_s); !s.ok()) {
     GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint " << checkpointer_.Path(rank_)
                         << " failed (training goes on): " << s << "; " << checkpointer_.LastGood(now_s);
   }
@@ -468,16 +444,7 @@ void Server::WriteCheckpoint(double now_s) {
 }
 
 Status Server::RestoreState(const wire::ShardCheckpoint& c) {
-  RETURN_IF_ERROR(BuildShard(c.job()));
-  Status s = RestoreShard(c, shard_.get());
-  if (s.ok()) {
-    s = controller_->Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
-                             std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());
-  }
-  if (!s.ok()) {
-    shard_.reset();
-    return s;
-  }
+  RETURN_IF_ERROR(BuildShard(c.job(), &c));
   restored_pushed_.assign(c.pushed().begin(), c.pushed().end());
   stats_.restored = true;
   TraceInstant("restored", "failure", {{"version", static_cast<double>(c.version())},
@@ -497,7 +464,7 @@ Status Server::RestoreCheckpoint() {
 }
 
 Status Server::HandlePull(PsRequest r, Message& m) {
-  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   if (m.header.has_values()) return InvalidArgumentError("a pull carries no values");
   const auto keys = m.Keys(&key_buffer_);
   if (!r.codec.empty()) {
@@ -508,7 +475,7 @@ Status Server::HandlePull(PsRequest r, Message& m) {
     }
     if (!keys.empty()) return InvalidArgumentError("a compressed pull carries no keys");
   }
-  RETURN_IF_ERROR(shard_->Validate(r.segments, keys, nullptr));
+  RETURN_IF_ERROR(core_->shard().Validate(r.segments, keys, nullptr));
   if (r.shm || r.data) {
     const char* what = r.shm ? "a shared-memory" : "a data-channel";
     if (!keys.empty() || !r.codec.empty() || pull_encoder_) {
@@ -521,12 +488,12 @@ Status Server::HandlePull(PsRequest r, Message& m) {
     // A data-channel pull whose channel is gone (the worker may not know yet) is answered over
     // ZeroMQ, as one whose channel goes while it is parked (AnswerPullData).
   }
-  RETURN_IF_ERROR(controller_->ValidatePull(r.worker, r.clock));
-  if (controller_->CanAnswerPull(r.worker, r.clock)) {
+  RETURN_IF_ERROR(core_->rule().ValidatePull(r.worker, r.clock));
+  if (core_->rule().CanAnswerPull(r.worker, r.clock)) {
     AnswerPull(r, m, keys, 0.0);
-  } else if (auto blocker = controller_->Blocker(r.worker, r.clock)) {
+  } else if (auto blocker = core_->rule().Blocker(r.worker, r.clock)) {
     // A worker that ended training will never push what this pull waits for.
-    return controller_->BlockedError(r.clock, *blocker);
+    return core_->rule().BlockedError(r.clock, *blocker);
   } else {
     parked_.push_back({std::move(m), std::move(r), NowMs()});
   }
@@ -537,8 +504,8 @@ void Server::RecordPull(const PsRequest& r, int64_t clock_staleness) {
   stats_.pulls++;
   stats_.clock_staleness[clock_staleness]++;
   if (options_.record_pulls) {
-    pull_log_.push_back({r.worker, r.clock, controller_->min_live_clock(), controller_->rounds_applied(),
-                         shard_->version(), clock_staleness});
+    pull_log_.push_back({r.worker, r.clock, core_->rule().min_live_clock(), core_->rule().rounds_applied(),
+                         core_->shard().version(), clock_staleness});
   }
 }
 
@@ -547,9 +514,9 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   TraceSpan span("answer pull", "server", {{"worker", static_cast<double>(r.worker)}, {"clock", static_cast<double>(r.clock)},
                                            {"values", static_cast<double>(n)}});
   PsReply reply = ReplyTo(r, wire::PULL_REPLY, rank_);
-  reply.version = shard_->version();
+  reply.version = core_->shard().version();
   reply.wait_ms = waited_ms;
-  reply.clock_staleness = controller_->ClockStaleness(r.clock);
+  reply.clock_staleness = core_->rule().ClockStaleness(r.clock);
   reply.segments = r.segments;
   if (r.shm) return AnswerPullShm(r, m, std::move(reply));
   if (r.data && AnswerPullData(r, m, reply)) return;
@@ -559,7 +526,7 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   if (!r.codec.empty()) {
     // --compress-pull: the delta against what the worker holds, once it holds the whole range.
     pull_current_.resize(n);
-    shard_->Read(r.segments, {}, pull_current_.data());
+    core_->shard().Read(r.segments, {}, pull_current_.data());
     TraceSpan encode("encode", "server", {{"worker", static_cast<double>(r.worker)}, {"values", static_cast<double>(n)}});
     auto encoded = pull_encoder_->Encode(r.worker, r.segments, pull_current_, r.clock, &pull_payload_);
     encode.End();
@@ -579,9 +546,9 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
     // One run: sent straight from the parameters, no copy. The reply holds them, so the next
     // update writes a fresh copy instead (KvShard::Share): the reply stays one version.
     const Segment& seg = r.segments[0];
-    p.values = shard_->params().subspan(static_cast<size_t>(seg.begin - shard_->range().begin),
+    p.values = core_->shard().params().subspan(static_cast<size_t>(seg.begin - core_->shard().range().begin),
                                         static_cast<size_t>(seg.size()));
-    p.owner = shard_->Share();
+    p.owner = core_->shard().Share();
     if (pull_encoder_) pull_encoder_->Record(r.worker, r.segments, p.values.data());
     Status s = socket_.Send(m.peer, EncodeReply(reply), p);
     if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull reply to worker " << r.worker << ": " << s;
@@ -598,7 +565,7 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
     frame = Frame(n * sizeof(float));
     dst = static_cast<float*>(frame.data());
   }
-  shard_->Read(r.segments, keys, dst);
+  core_->shard().Read(r.segments, keys, dst);
   if (pull_encoder_ && keys.empty()) pull_encoder_->Record(r.worker, r.segments, dst);
   // Keys are echoed, so that a reply describes itself.
   if (buf) {
@@ -622,14 +589,14 @@ bool Server::AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply
   // the next update writes a fresh copy; several: one snapshot.
   std::vector<std::span<const float>> values;
   std::shared_ptr<const void> owner;
-  const int64_t base = shard_->range().begin;
+  const int64_t base = core_->shard().range().begin;
   if (r.segments.size() == 1) {
     const Segment& seg = r.segments[0];
-    values.push_back(shard_->params().subspan(static_cast<size_t>(seg.begin - base), static_cast<size_t>(seg.size())));
-    owner = shard_->Share();
+    values.push_back(core_->shard().params().subspan(static_cast<size_t>(seg.begin - base), static_cast<size_t>(seg.size())));
+    owner = core_->shard().Share();
   } else {
     auto snapshot = std::make_shared<std::vector<float>>(static_cast<size_t>(TotalSize(r.segments)));
-    shard_->Read(r.segments, {}, snapshot->data());
+    core_->shard().Read(r.segments, {}, snapshot->data());
     values.push_back(*snapshot);
     owner = std::move(snapshot);
   }
@@ -666,15 +633,15 @@ void Server::AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply) 
   for (const Segment& seg : r.segments) {
     for (int64_t b = seg.begin; b < seg.end; b += piece) pieces.push_back({b, std::min(seg.end, b + piece)});
   }
-  if (pieces.empty()) pieces.push_back({shard_->range().begin, shard_->range().begin});
-  float* area = it->second.pull_area();
-  const int64_t base = shard_->range().begin;
+  if (pieces.empty()) pieces.push_back({core_->shard().range().begin, core_->shard().range().begin});
+  float* area = it->second->pull_area();
+  const int64_t base = core_->shard().range().begin;
   reply.shm = true;
   reply.parts = pieces.size() > 1 ? static_cast<int>(pieces.size()) : 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Segment& one = pieces[i];
     float* dst = area + (one.begin - base);
-    shard_->Read({&one, 1}, {}, dst);
+    core_->shard().Read({&one, 1}, {}, dst);
     reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;
     reply.segments = {one};
     Status s = socket_.Send(m.peer, EncodeReply(reply));
@@ -690,17 +657,17 @@ void Server::AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply) 
 void Server::AnswerParked() {
   const double now = NowMs();
   for (auto it = parked_.begin(); it != parked_.end();) {
-    if (!controller_->IsLive(it->pull.worker) && !controller_->HasLeft(it->pull.worker)) {
+    if (!core_->rule().IsLive(it->pull.worker) && !core_->rule().HasLeft(it->pull.worker)) {
       it = parked_.erase(it);  // a dead worker's
       continue;
     }
-    if (controller_->CanAnswerPull(it->pull.worker, it->pull.clock)) {
+    if (core_->rule().CanAnswerPull(it->pull.worker, it->pull.clock)) {
       if (Trace::on()) {
         // Held by the consistency rule until the push just counted let it through.
         const double held_us = (now - it->since) * 1e3;
         Trace::Complete("pull held", "server", Trace::NowUs() - held_us, held_us,
                         {{"worker", static_cast<double>(it->pull.worker)}, {"clock", static_cast<double>(it->pull.clock)},
-                         {"waited for worker", static_cast<double>(last_counted_)}});
+                         {"waited for worker", static_cast<double>(core_->last_counted())}});
       }
       if (it->pull.type == wire::STATE_PULL) {
         AnswerStatePull(it->pull, it->msg);
@@ -708,9 +675,9 @@ void Server::AnswerParked() {
         AnswerPull(it->pull, it->msg, it->msg.Keys(&key_buffer_), now - it->since);
       }
       it = parked_.erase(it);
-    } else if (auto blocker = controller_->Blocker(it->pull.worker, it->pull.clock)) {
+    } else if (auto blocker = core_->rule().Blocker(it->pull.worker, it->pull.clock)) {
       // It waited for a worker that has ended training since: it would wait forever.
-      const Status s = controller_->BlockedError(it->pull.clock, *blocker);
+      const Status s = core_->rule().BlockedError(it->pull.clock, *blocker);
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull " << it->pull.clock << " of worker " << it->pull.worker
                             << " can never be answered: " << s.message();
       ReplyError(it->msg, s);
@@ -722,10 +689,10 @@ void Server::AnswerParked() {
   // Optimizer states waiting for their quiescent point.
   for (auto it = state_sets_.begin(); it != state_sets_.end();) {
     const int w = it->first;
-    const bool live = controller_->IsLive(w) || controller_->HasLeft(w);  // not a dead worker's
-    const bool due = it->second.complete && controller_->CanAnswerPull(w, it->second.first.clock);
+    const bool live = core_->rule().IsLive(w) || core_->rule().HasLeft(w);  // not a dead worker's
+    const bool due = it->second.complete && core_->rule().CanAnswerPull(w, it->second.first.clock);
     const std::optional<int> blocker =
-        it->second.complete && !due ? controller_->Blocker(w, it->second.first.clock) : std::nullopt;
+        it->second.complete && !due ? core_->rule().Blocker(w, it->second.first.clock) : std::nullopt;
     ++it;  // each below erases w's entry
     if (!live) {
       state_sets_.erase(w);
@@ -735,14 +702,14 @@ void Server::AnswerParked() {
       // A worker that ended training since makes its point never come.
       const StateSet set = std::move(state_sets_[w]);
       state_sets_.erase(w);
-      ReplyError(set.peer, set.first.request_id, set.first.clock, controller_->BlockedError(set.first.clock, *blocker));
+      ReplyError(set.peer, set.first.request_id, set.first.clock, core_->rule().BlockedError(set.first.clock, *blocker));
     }
   }
 }
 
 Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
-  if (!shard_) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  const std::string kind = OptimizerKindName(shard_->optimizer_options().kind);
+  if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  const std::string kind = OptimizerKindName(core_->shard().optimizer_options().kind);
   if (!r.optimizer.empty() && r.optimizer != kind) {
     return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
   }
@@ -753,7 +720,7 @@ Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
   if (m.header.has_values() != values) {
     return InvalidArgumentError(values ? "a STATE_PUSH carries its state vector" : "this optimizer state message carries no values");
   }
-  const Segment range = shard_->range();
+  const Segment range = core_->shard().range();
   const bool ranged = r.type == wire::STATE_PULL || values;
   if (ranged ? r.segments.size() != 1 || r.segments[0] != range : !r.segments.empty()) {
     return InvalidArgumentError("an optimizer state message " +
@@ -762,15 +729,15 @@ Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
                                                    : "without a state vector names no segments"));
   }
   // The worker's current clock: its pushes so far (older or newer: kAborted, as a pull's).
-  return controller_->ValidatePull(r.worker, r.clock);
+  return core_->rule().ValidatePull(r.worker, r.clock);
 }
 
 Status Server::HandleStatePull(PsRequest r, Message& m) {
   RETURN_IF_ERROR(CheckStateRequest(r, m));
-  if (controller_->CanAnswerPull(r.worker, r.clock)) {
+  if (core_->rule().CanAnswerPull(r.worker, r.clock)) {
     AnswerStatePull(r, m);
-  } else if (auto blocker = controller_->Blocker(r.worker, r.clock)) {
-    return controller_->BlockedError(r.clock, *blocker);  // its point never comes
+  } else if (auto blocker = core_->rule().Blocker(r.worker, r.clock)) {
+    return core_->rule().BlockedError(r.clock, *blocker);  // its point never comes
   } else {
     parked_.push_back({std::move(m), std::move(r), NowMs()});
   }
@@ -778,15 +745,15 @@ Status Server::HandleStatePull(PsRequest r, Message& m) {
 }
 
 void Server::AnswerStatePull(const PsRequest& r, const Message& m) {
-  const int slots = shard_->optimizer_slots();
-  const auto state = shard_->optimizer_state();
-  const Segment range = shard_->range();
+  const int slots = core_->shard().optimizer_slots();
+  const auto state = core_->shard().optimizer_state();
+  const Segment range = core_->shard().range();
   const size_t n = static_cast<size_t>(range.size());
   PsReply reply = ReplyTo(r, wire::STATE_PULL_REPLY, rank_);
-  reply.version = shard_->version();
-  reply.optimizer = OptimizerKindName(shard_->optimizer_options().kind);
-  reply.steps = shard_->optimizer_steps();
-  reply.skipped.assign(shard_->optimizer_skipped().begin(), shard_->optimizer_skipped().end());
+  reply.version = core_->shard().version();
+  reply.optimizer = OptimizerKindName(core_->shard().optimizer_options().kind);
+  reply.steps = core_->shard().optimizer_steps();
+  reply.skipped.assign(core_->shard().optimizer_skipped().begin(), core_->shard().optimizer_skipped().end());
   reply.state_slots = slots;
   // Every vector before anything else is handled: the answer is one state. (Copied into the
   // messages: the next update may change the state while ZeroMQ still sends them.)
@@ -813,16 +780,16 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
     return s;
   };
   if (Status s = CheckStateRequest(r, m); !s.ok()) return refuse(s);
-  const OptimizerKind kind = shard_->optimizer_options().kind;
-  const int slots = shard_->optimizer_slots();
+  const OptimizerKind kind = core_->shard().optimizer_options().kind;
+  const int slots = core_->shard().optimizer_slots();
   if (r.state_slots != slots) {
     std::string names;
-    for (const auto& name : OptimizerSlotNames(shard_->optimizer_options())) names += (names.empty() ? "" : ", ") + name;
+    for (const auto& name : OptimizerSlotNames(core_->shard().optimizer_options())) names += (names.empty() ? "" : ", ") + name;
     return refuse(InvalidArgumentError("an optimizer state of " + std::to_string(r.state_slots) +
                                        " vector(s); this shard's " + OptimizerKindName(kind) + " keeps " +
                                        std::to_string(slots) + (names.empty() ? "" : " (" + names + ")")));
   }
-  const size_t n = static_cast<size_t>(shard_->range().size());
+  const size_t n = static_cast<size_t>(core_->shard().range().size());
   StateSet* set = nullptr;
   if (r.state_slot == 0) {
     StateSet fresh;
@@ -851,7 +818,7 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
   set->next = r.state_slot + 1;
   if (set->next < std::max(1, slots)) {
     PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
-    reply.version = shard_->version();
+    reply.version = core_->shard().version();
     reply.optimizer = r.optimizer;
     reply.steps = r.steps;
     reply.state_slots = slots;
@@ -861,10 +828,10 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
   set->complete = true;
   // At its quiescent point: as a pull of this clock is answered (aggregating modes: between rounds
   // clock - 1 and clock, which cannot be applied before this worker pushes clock).
-  if (controller_->CanAnswerPull(w, r.clock)) {
+  if (core_->rule().CanAnswerPull(w, r.clock)) {
     ApplyStateSet(w);
-  } else if (auto blocker = controller_->Blocker(w, r.clock)) {
-    return refuse(controller_->BlockedError(r.clock, *blocker));  // its point never comes
+  } else if (auto blocker = core_->rule().Blocker(w, r.clock)) {
+    return refuse(core_->rule().BlockedError(r.clock, *blocker));  // its point never comes
   }
   return OkStatus();
 }
@@ -875,7 +842,7 @@ void Server::ApplyStateSet(int w) {
   const StateSet set = std::move(it->second);
   state_sets_.erase(it);
   const PsRequest& r = set.first;
-  if (Status s = shard_->SetOptimizerState(set.state, r.steps, r.skipped); !s.ok()) {
+  if (Status s = core_->shard().SetOptimizerState(set.state, r.steps, r.skipped); !s.ok()) {
     ReplyError(set.peer, r.request_id, r.clock, s);
     return;
   }
@@ -883,7 +850,7 @@ void Server::ApplyStateSet(int w) {
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << w << " set the " << r.optimizer << " state at clock "
                      << r.clock << " (" << r.steps << " optimizer steps taken)";
   PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
-  reply.version = shard_->version();
+  reply.version = core_->shard().version();
   reply.optimizer = r.optimizer;
   reply.steps = r.steps;
   reply.state_slots = r.state_slots;
@@ -898,18 +865,18 @@ void Server::ApplyStateSet(int w) {
 }
 
 uint64_t Server::ReplicateOptimizerState(int worker) {
-  const int slots = shard_->optimizer_slots();
-  const auto state = shard_->optimizer_state();
-  const Segment range = shard_->range();
+  const int slots = core_->shard().optimizer_slots();
+  const auto state = core_->shard().optimizer_state();
+  const Segment range = core_->shard().range();
   const size_t n = static_cast<size_t>(range.size());
   uint64_t seq = replicator_->last_seq();
   for (int k = 0; k < std::max(1, slots); ++k) {
     wire::Header h = Entry(wire::REPLICA_OPTIMIZER);
     h.set_replica_worker(worker);
     h.set_replica_part(k);
-    h.set_state_optimizer(OptimizerKindName(shard_->optimizer_options().kind));
-    h.set_state_steps(shard_->optimizer_steps());
-    h.mutable_state_skipped()->Assign(shard_->optimizer_skipped().begin(), shard_->optimizer_skipped().end());
+    h.set_state_optimizer(OptimizerKindName(core_->shard().optimizer_options().kind));
+    h.set_state_steps(core_->shard().optimizer_steps());
+    h.mutable_state_skipped()->Assign(core_->shard().optimizer_skipped().begin(), core_->shard().optimizer_skipped().end());
     h.set_state_slots(slots);
     Payload p;
     if (slots > 0) {
@@ -931,9 +898,9 @@ void Server::OnMembership() {
     const auto& n = dead[seen_dead_];
     if (n.role() == wire::WORKER) {
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": " << NodeName(n) << " is dead; continuing with "
-                            << controller_->live_workers() - 1 << " live workers";
+                            << core_->rule().live_workers() - 1 << " live workers";
       TraceInstant("worker declared dead", "failure", {{"worker", static_cast<double>(n.rank())}});
-      controller_->RemoveWorker(n.rank());
+      core_->rule().RemoveWorker(n.rank());
       may_join_.erase(n.rank());
       state_sets_.erase(n.rank());
       DetachLane(n.rank());
@@ -960,25 +927,25 @@ void Server::OnMembership() {
   auto ended = scheduler_->ended_workers();
   for (; seen_ended_ < ended.size(); ++seen_ended_) {
     const EndedWorker& e = ended[seen_ended_];
-    if (e.rank < 0 || e.rank >= controller_->num_workers()) continue;
-    controller_->EndAt(e.rank, e.clock);
+    if (e.rank < 0 || e.rank >= core_->rule().num_workers()) continue;
+    core_->rule().EndAt(e.rank, e.clock);
     // A worker that leaves is out of the rounds and the minimum clock, as a dead one is (its push
     // of the open round stays in it), but may still pull. Not one that is dead by now.
-    const bool leaves = e.joined && !scheduler_->IsDead(wire::WORKER, e.rank) && !controller_->HasLeft(e.rank);
+    const bool leaves = e.joined && !scheduler_->IsDead(wire::WORKER, e.rank) && !core_->rule().HasLeft(e.rank);
     if (leaves) {
-      controller_->Leave(e.rank);
+      core_->rule().Leave(e.rank);
       Replicate(wire::REPLICA_CONTROL);
     }
     TraceInstant(e.joined ? "worker left (join)" : "worker ended training", "job",
                  {{"worker", static_cast<double>(e.rank)}, {"clock", static_cast<double>(e.clock)}});
     GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << e.rank << " ended training after " << e.clock
                        << " steps"
-                       << (leaves ? "; it leaves the consistency rule (" + std::to_string(controller_->live_workers()) +
+                       << (leaves ? "; it leaves the consistency rule (" + std::to_string(core_->rule().live_workers()) +
                                         " live workers)"
                                   : std::string());
   }
-  while (shard_ && controller_->RoundComplete()) ApplyRound();
-  if (shard_) AnswerParked();
+  while (built() && core_->rule().RoundComplete()) ApplyRound();
+  if (built()) AnswerParked();
 }
 
 void Server::Handle(Message& m) {
@@ -1060,14 +1027,14 @@ wire::Header Server::Entry(wire::ReplicaOp op) const {
   wire::Header h;
   h.set_replica_op(op);
   h.set_replica_worker(-1);
-  h.mutable_replica_pushed()->Assign(controller_->pushed_all().begin(), controller_->pushed_all().end());
-  for (bool l : controller_->live_all()) h.add_replica_live(l);
-  h.set_replica_rounds(controller_->rounds_applied());
+  h.mutable_replica_pushed()->Assign(core_->rule().pushed_all().begin(), core_->rule().pushed_all().end());
+  for (bool l : core_->rule().live_all()) h.add_replica_live(l);
+  h.set_replica_rounds(core_->rule().rounds_applied());
   return h;
 }
 
 void Server::Replicate(wire::ReplicaOp op, int worker) {
-  if (!replicator_ || !replicator_->active() || !shard_) return;
+  if (!replicator_ || !replicator_->active() || !built()) return;
   wire::Header h = Entry(op);
   h.set_replica_worker(worker);
   replicator_->Send(h);
@@ -1104,15 +1071,15 @@ uint64_t Server::ReplicatePush(int worker, const HeldPush& push, float scale) {
 }
 
 void Server::SendSnapshots() {
-  if (!replicator_ || !shard_) return;
+  if (!replicator_ || !built()) return;
   for (int b : replicator_->NeedSnapshot()) {
-    wire::ShardCheckpoint meta = SnapshotShard(rank_, table_, job_, *shard_, *controller_);
+    wire::ShardCheckpoint meta = core_->Snapshot(IdentityOf(rank_, table_));
     meta.clear_params();
     meta.clear_optimizer_state();
     wire::Header h = Entry(wire::REPLICA_META);
     h.set_replica_meta(meta.SerializeAsString());
     replicator_->SendSnapshotEntry(b, h);
-    const Segment range = shard_->range();
+    const Segment range = core_->shard().range();
     auto whole = [&](wire::ReplicaOp op, std::span<const float> values, int part) {
       wire::Header e = Entry(op);
       e.set_replica_part(part);
@@ -1124,12 +1091,12 @@ void Server::SendSnapshots() {
       p.values = values;
       replicator_->SendSnapshotEntry(b, e, p);
     };
-    whole(wire::REPLICA_PARAMS, shard_->params(), 0);
-    const auto state = shard_->optimizer_state();
+    whole(wire::REPLICA_PARAMS, core_->shard().params(), 0);
+    const auto state = core_->shard().optimizer_state();
     const size_t n = static_cast<size_t>(range.size());
     for (size_t k = 0; n > 0 && (k + 1) * n <= state.size(); ++k) whole(wire::REPLICA_STATE, state.subspan(k * n, n), static_cast<int>(k));
     // The open round's pushes (bsp): acknowledged, so the copy must hold them too.
-    for (const auto& [worker, held] : round_) {
+    for (const auto& [worker, held] : core_->held()) {
       for (size_t i = 0; i < held.chunks.size(); ++i) {
         Payload p;
         const wire::Header e = PushEntry(worker, held.chunks[i], i + 1 == held.chunks.size(), held.lr, 1.0f, &p);
@@ -1137,7 +1104,7 @@ void Server::SendSnapshots() {
       }
     }
     replicator_->SnapshotSent(b);
-    GRADSYNC_LOG(INFO) << "server " << rank_ << ": sent a snapshot (version " << shard_->version() << ") to backup server "
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": sent a snapshot (version " << core_->shard().version() << ") to backup server "
                        << b;
   }
 }
@@ -1249,10 +1216,10 @@ Status Server::RestoreFromCopy() {
   ReplicaCopy& copy = *options_.restore_from;
   const wire::ShardCheckpoint& c = copy.checkpoint;
   RETURN_IF_ERROR(RestoreState(c).WithContext("the backup's copy"));
-  round_ = std::move(copy.held);
+  core_->SetHeld(std::move(copy.held));
   stats_.adopted = true;
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": took over from its backup copy (version " << c.version() << ", round "
-                        << c.rounds_applied() << ", " << round_.size() << " push(es) of the open round); workers go on from there";
+                        << c.rounds_applied() << ", " << core_->held().size() << " push(es) of the open round); workers go on from there";
   return OkStatus();
 }
 
@@ -1266,22 +1233,19 @@ Status Server::Rejoin() {
   if (standby_) {
     // A backup serves its shard now: what this server held is stale. It keeps no shard and
     // catches up as a backup, from the snapshots the primaries send it.
-    shard_.reset();
-    round_.clear();
+    core_->Reset();
     parked_.clear();
     state_sets_.clear();
-    job_.Clear();
     codec_.reset();
     pull_encoder_.reset();
-    controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
-    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates(), scheduler_->replica_key());
+    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), options_.mode, options_.staleness, scheduler_->replica_key());
     replicator_->SetBackups({});
     GRADSYNC_LOG(WARNING) << "server " << rank_ << " (standby): its shard was taken over by a backup meanwhile; it "
                           << "holds copies of the shards from now on and takes one over should its backups die";
     return OkStatus();
   }
   // Workers reconnect and JOIN at the clocks they reached, as after a restore from this state.
-  restored_pushed_ = controller_->pushed_all();
+  restored_pushed_ = core_->rule().pushed_all();
   resynced_.clear();
   stats_.restored = true;
   identity_of_worker_.clear();
@@ -1292,7 +1256,7 @@ Status Server::Rejoin() {
   RETURN_IF_ERROR(ApplyMessageLimit());
   UpdateBackups();
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": back in the job with its shard (version "
-                        << (shard_ ? shard_->version() : 0) << ")";
+                        << version() << ")";
   return OkStatus();
 }
 
@@ -1304,10 +1268,10 @@ Status Server::Run() {
     if (scheduler_->rejoined()) TraceInstant("rejoined the job", "failure");
   }
   colocated_->Add(rank_);
-  controller_ = std::make_unique<ConsistencyController>(options_.mode, options_.staleness, table_.workers_size());
+  core_ = std::make_unique<ShardCore>(options_.mode, options_.staleness, table_.workers_size());
   if (table_.replicas() > 1) {
     replicator_ = std::make_unique<Replicator>(ctx_, rank_, scheduler_->replica_key());
-    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), controller_->aggregates(), scheduler_->replica_key());
+    replicas_ = std::make_unique<ReplicaStore>(table_.servers_size(), options_.mode, options_.staleness, scheduler_->replica_key());
   }
   if (standby_) {
     GRADSYNC_LOG(WARNING) << "server " << rank_ << " (standby): its shard was taken over by a backup; it holds copies "
@@ -1370,7 +1334,7 @@ Status Server::Run() {
       }
       if (!scheduler_->health().ok()) {
         // Paused past the heartbeat timeout (SIGSTOP, a stalled host): its shard is intact.
-        if (scheduler_->health().code() == StatusCode::kAborted && shard_) {
+        if (scheduler_->health().code() == StatusCode::kAborted && built()) {
           if (Status s = Rejoin(); s.ok()) continue;
           else {
             result = s;

@@ -45,6 +45,7 @@
 #include "server/kv_shard.h"
 #include "server/push_assembler.h"
 #include "server/replication.h"
+#include "server/shard/shard_core.h"
 #include "server/shard_checkpointer.h"
 
 namespace gradsync {
@@ -182,19 +183,23 @@ class Server {
   Status CheckSender(const PsRequest& r, const std::string& peer);
   Status HandleInit(const PsRequest& r, const Message& m);
   // Builds the shard (and the job's codecs) for `job`; INIT and a restore share it.
-  Status BuildShard(const wire::JobConfig& job);
+  // (from: a checkpoint or a backup's copy to restore, else a fresh shard from INIT's values.)
+  Status BuildShard(const wire::JobConfig& job, const wire::ShardCheckpoint* from = nullptr);
+  bool built() const { return core_ && core_->built(); }
   // JOIN: a (re)joining worker asks where to start (clock -1) or says where it goes on.
   Status HandleJoin(const PsRequest& r, const Message& m);
   Status HandlePush(const PsRequest& r, Message& m);
-  Status HandlePushMessage(const PsRequest& r, Message& m);
+  // `lane`: a shared-memory push's lease on its lane (LaneLease), held with its values.
+  Status HandlePushMessage(const PsRequest& r, Message& m, std::shared_ptr<const float> lane);
   // Shared-memory lanes (common/shm_lane.h): a worker on this host attaches one; its pushes' values
   // are then read from it and its pulls answered into it, in pieces (AnswerPullShm).
   Status HandleAttach(const PsRequest& r, const Message& m);
   // The values of a shm push (contiguous segments in range) in the worker's lane.
   Result<const float*> LaneValues(const PsRequest& r, const Message& m, size_t n);
-  // Done reading a push from worker w's lane: the worker may write its push area again.
-  void ReleaseLane(int w, uint64_t seq);
-  // Worker w's lane goes (dead, or a new one replaces it): a push of it still held is copied out.
+  // A shared-memory push's hold on worker w's lane: when the last copy goes, the shard is done
+  // reading it and the worker may write its push area again (null: not a lane push, or no lane).
+  std::shared_ptr<const float> LaneLease(const PsRequest& r);
+  // Worker w's lane goes (dead, or a new one replaces it); a push of it still held keeps it mapped.
   void DetachLane(int w);
   void AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply);
   // What a push through a lane or the data channel must be: dense raw values over contiguous
@@ -208,8 +213,7 @@ class Server {
   int64_t data_pushes_ = 0;  // pushes taken from data channels (tests)
   // Answers a pull over worker r.worker's data channel; false when it has none (answer over ZeroMQ).
   bool AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply);
-  // A bsp round is complete: its held pushes are summed in worker-rank order (so that a bsp run
-  // is bit-for-bit reproducible whatever order they arrive in) and applied once.
+  // A bsp round is complete: the core applies it (ShardCore::ApplyRound), the backups hear of it.
   void ApplyRound();
   Status HandlePull(PsRequest r, Message& m);
   // Answers a validated pull (its keys given), raw or (--compress-pull) as a compressed delta.
@@ -276,25 +280,18 @@ class Server {
   std::atomic<bool> stop_{false};
   int rank_ = -1;
   wire::ClusterTable table_;
-  wire::JobConfig job_;  // from INIT (or the checkpoint)
-  std::unique_ptr<ConsistencyController> controller_;
-  std::unique_ptr<KvShard> shard_;
+  std::unique_ptr<ShardCore> core_;  // the shard, its consistency rule and its open round (made once registered)
   std::unique_ptr<ParallelFor> apply_pool_;  // options_.apply_threads > 1
   // Membership.
   std::map<int, std::string> identity_of_worker_;
   std::set<int> may_join_;  // workers the scheduler announced as rejoined, not yet JOINed
   uint64_t seen_events_ = 0;
-  // Traces: when the open bsp round's first push was held (-1: none held), and the worker whose
-  // push was counted last (the one a completed round or a held pull waited for).
-  double round_open_us_ = -1;
-  int last_counted_ = -1;
   int64_t listening_ = -1;  // the limit last announced with LISTENING
   size_t seen_dead_ = 0;
   size_t seen_joined_ = 0;
   size_t seen_ended_ = 0;
   // Pushes and pulls.
   PushAssembler assembler_;
-  std::map<int, HeldPush> round_;  // worker -> its push of the open round
   std::deque<Parked> parked_;  // pulls and STATE_PULLs the consistency rule holds
   // Per worker: an optimizer state it is setting (STATE_PUSH), its vectors as they come; complete
   // once the last has, then set as soon as the consistency rule lets a pull of its clock through.
@@ -306,7 +303,7 @@ class Server {
     bool complete = false;
   };
   std::map<int, StateSet> state_sets_;
-  std::map<int, ShmLane> lanes_;  // worker -> its shared-memory lane
+  std::map<int, std::shared_ptr<ShmLane>> lanes_;  // worker -> its shared-memory lane
   std::unique_ptr<DataListener> data_;  // made at the first DATA_ATTACH
   std::string codec_spec_;  // the job's push codec ("" = raw floats)
   std::unique_ptr<Compressor> codec_;

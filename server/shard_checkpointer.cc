@@ -26,32 +26,6 @@ constexpr char kMagic[] = "GSSHARD1";  // 8 bytes: the checked file's kind
 std::string ShortId(const std::string& id) { return id.empty() ? "(none)" : id; }
 }  // namespace
 
-wire::ShardCheckpoint SnapshotShard(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
-                                    const KvShard& shard, const ConsistencyController& controller) {
-  wire::ShardCheckpoint c;
-  c.set_job_id(table.job_id());
-  c.set_job_fingerprint(table.job_fingerprint());
-  c.set_rank(rank);
-  *c.mutable_job() = job;
-  c.set_begin(static_cast<uint64_t>(shard.range().begin));
-  c.set_end(static_cast<uint64_t>(shard.range().end));
-  const auto params = shard.params();
-  c.set_params(params.data(), params.size() * sizeof(float));
-  const auto state = shard.optimizer_state();
-  c.set_optimizer_state(state.data(), state.size() * sizeof(float));
-  c.set_optimizer(OptimizerKindName(shard.optimizer_options().kind));
-  c.set_optimizer_steps(shard.optimizer_steps());
-  c.mutable_optimizer_skipped()->Assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
-  c.set_version(shard.version());
-  c.set_step(shard.step());
-  c.set_updates(shard.gradients());
-  c.set_rounds_applied(controller.rounds_applied());
-  for (int64_t p : controller.pushed_all()) c.add_pushed(p);
-  for (bool l : controller.live_all()) c.add_live(l);
-  c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  return c;
-}
-
 Status CheckFinite(const wire::ShardCheckpoint& c) {
   for (const std::string* blob : {&c.params(), &c.optimizer_state()}) {
     const size_t n = blob->size() / sizeof(float);
@@ -70,7 +44,7 @@ Status CheckFinite(const wire::ShardCheckpoint& c) {
 Status ShardCheckpointer::Write(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
                                 const KvShard& shard, const ConsistencyController& controller, double now_s) {
   Stopwatch took;
-  const wire::ShardCheckpoint c = SnapshotShard(rank, table, job, shard, controller);
+  const wire::ShardCheckpoint c = SnapshotShard(IdentityOf(rank, table), job, shard, controller);
   Status s = CheckFinite(c);
   if (!s.ok()) {
     s = DataLossError("not written, the last good checkpoint stays: " + s.message());
@@ -124,23 +98,6 @@ Result<wire::ShardCheckpoint> ShardCheckpointer::Read(int rank, const wire::Clus
   }
   if (Status s = CheckFinite(c); !s.ok()) return DataLossError(path + ": " + s.message());
   return c;
-}
-
-Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
-  if (c.begin() != static_cast<uint64_t>(shard->range().begin) || c.end() != static_cast<uint64_t>(shard->range().end)) {
-    return DataLossError("the checkpoint does not hold this shard's range");
-  }
-  const std::string written = c.optimizer().empty() ? "sgd" : c.optimizer();
-  const std::string job = OptimizerKindName(shard->optimizer_options().kind);
-  if (written != job) {
-    return DataLossError("the checkpoint holds the state of a " + written + " optimizer, but its job's optimizer is " +
-                         job);
-  }
-  std::vector<float> params(c.params().size() / sizeof(float)), state(c.optimizer_state().size() / sizeof(float));
-  std::memcpy(params.data(), c.params().data(), params.size() * sizeof(float));
-  std::memcpy(state.data(), c.optimizer_state().data(), state.size() * sizeof(float));
-  return shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates(),
-                        {c.optimizer_skipped().data(), static_cast<size_t>(c.optimizer_skipped().size())});
 }
 
 }  // namespace gradsync

@@ -9,8 +9,8 @@
 // good checkpoint stays). A failed write is logged by the caller; training goes on and the next
 // try comes an interval later. Each checkpoint carries the job's identity (the scheduler's job
 // id and the workers' settings fingerprint); Read refuses another job's file, a damaged one and
-// one that holds non-finite values. RestoreShard puts a checkpoint back into a shard built from
-// its job.
+// one that holds non-finite values. What goes in a checkpoint, and how it is put back, is
+// ShardCore's (server/shard/shard_core.h: SnapshotShard, RestoreShard).
 #pragma once
 
 #include <string>
@@ -19,6 +19,7 @@
 #include "gradsync.pb.h"
 #include "common/consistency.h"
 #include "server/kv_shard.h"
+#include "server/shard/shard_core.h"
 
 namespace gradsync {
 
@@ -64,15 +65,7 @@ class ShardCheckpointer {
   int64_t failed_since_ = 0;
 };
 
-// The checkpoint of `shard` as it is now, with the job's identity from `table`.
-wire::ShardCheckpoint SnapshotShard(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
-                                    const KvShard& shard, const ConsistencyController& controller);
 // kDataLoss naming the first element of the parameters or optimizer state that is not finite.
 Status CheckFinite(const wire::ShardCheckpoint& c);
-
-// Puts checkpoint `c` into `shard`, built from c.job(): parameters, optimizer state and steps,
-// version, schedule step, gradient count. kDataLoss when the checkpoint holds another range, its
-// optimizer state was written by another optimizer than the job's, or a size does not fit.
-Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard);
 
 }  // namespace gradsync

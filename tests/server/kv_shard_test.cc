@@ -550,7 +550,7 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   };
   const std::vector<float> m(12, 0.25f), v(12, 0.75f);
 
-  ReplicaStore store(1, /*aggregates=*/true, key);
+  ReplicaStore store(1, ConsistencyMode::kBsp, 0, key);
   snapshot(store);
   ASSERT_TRUE(store.Apply(state_entry(0, 4, m)).ok());
   ASSERT_TRUE(store.Apply(state_entry(1, 5, v)).ok());
@@ -568,7 +568,7 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   // Vector 1 before vector 0, a count of vectors that is not the shard's, a bad value: refused,
   // and the copy is no longer whole (the primary sends a new snapshot).
   for (int bad = 0; bad < 3; ++bad) {
-    ReplicaStore s2(1, true, key);
+    ReplicaStore s2(1, ConsistencyMode::kBsp, 0, key);
     snapshot(s2);
     Status st;
     if (bad == 0) st = s2.Apply(state_entry(1, 4, v));
@@ -588,7 +588,7 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   // entries (no key, a wrong one, another rank's, another connection's: next in order,
   // replayed, out of order) are refused and leave the copy whole and as it was; the primary
   // goes on after them.
-  ReplicaStore s3(1, true, key);
+  ReplicaStore s3(1, ConsistencyMode::kBsp, 0, key);
   snapshot(s3);
   ASSERT_TRUE(s3.Apply(state_entry(0, 4, m)).ok());
   ASSERT_TRUE(s3.Apply(state_entry(1, 5, v)).ok());

@@ -1,0 +1,122 @@
+// ShardCore: one shard's state and rules, with no sockets.
+//
+// It owns the shard's parameters and optimizer (KvShard, built from the job), the consistency
+// rule (ConsistencyController) and the pushes a bsp round holds. Everything that changes the
+// shard's parameters goes through it: a push applied at once (ssp, asp), a push held for its
+// round, the round applied (the held pushes summed in worker-rank order, so that a bsp run is
+// bit-for-bit reproducible whatever order they came in, and applied once). The primary's loop
+// (server.cc) and a backup's copy (replication.cc) both replay pushes and rounds through these
+// calls: one apply path. Snapshot and Restore are the one place a shard becomes a checkpoint and
+// a checkpoint a shard: the checkpoint file, the snapshot a primary sends its backups, and the
+// copy a backup takes over from.
+//
+// A held push's values stay where they came (a frame, a shared-memory lane, a data channel's
+// buffer) until it is applied; whatever lends them (PushChunk::lease) is let go as soon as they
+// have been read. Not thread-safe: one thread, the shard's loop (or the backup's), drives it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "common/consistency.h"
+#include "common/parallel_for.h"
+#include "common/status.h"
+#include "gradsync.pb.h"
+#include "server/kv_shard.h"
+#include "server/push_assembler.h"
+
+namespace gradsync {
+
+// Who a checkpoint belongs to: the shard's rank and its job's identity (the scheduler's job id
+// and the workers' settings fingerprint).
+struct ShardIdentity {
+  int rank = -1;
+  std::string job_id;
+  std::string job_fingerprint;
+};
+ShardIdentity IdentityOf(int rank, const wire::ClusterTable& table);
+
+// The shard of rank `rank` of `job` (range, layout, optimizer, learning-rate schedule), as INIT,
+// a restore and a backup build it.
+Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int num_servers, int rank,
+                                                 bool aggregates);
+
+// The checkpoint of `shard` and `rule` as they are now: the one builder (ShardCore::Snapshot,
+// ShardCheckpointer::Write).
+wire::ShardCheckpoint SnapshotShard(const ShardIdentity& id, const wire::JobConfig& job, const KvShard& shard,
+                                    const ConsistencyController& rule);
+// Puts checkpoint `c` into `shard`, built from c.job(): parameters, optimizer state and steps,
+// version, schedule step, gradient count. kDataLoss when the checkpoint holds another range, its
+// optimizer state was written by another optimizer than the job's, or a size does not fit.
+Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard);
+
+class ShardCore {
+ public:
+  ShardCore(ConsistencyMode mode, int staleness, int num_workers) : rule_(mode, staleness, num_workers) {}
+
+  ConsistencyController& rule() { return rule_; }
+  const ConsistencyController& rule() const { return rule_; }
+  bool aggregates() const { return rule_.aggregates(); }
+  // Built (INIT, a restore, a backup's snapshot): shard() may be used.
+  bool built() const { return shard_ != nullptr; }
+  KvShard& shard() { return *shard_; }
+  const KvShard& shard() const { return *shard_; }
+  const wire::JobConfig& job() const { return job_; }
+
+  // Builds the shard of `job` for rank `rank` of `num_servers` (MakeShardForJob); nothing is
+  // held. `pool` (may be null) splits large dense updates.
+  Status Build(const wire::JobConfig& job, int num_servers, int rank, ParallelFor* pool = nullptr);
+  // Puts checkpoint `c` back into the shard of rank `rank`: the shard built from its job, its
+  // parameters, optimizer state and counters (kDataLoss when `c` holds another range), and the
+  // rule's clocks, live set and rounds. On failure nothing is built.
+  Status Restore(const wire::ShardCheckpoint& c, int num_servers, int rank, ParallelFor* pool = nullptr);
+  // The shard and the rule as a checkpoint (SnapshotShard).
+  wire::ShardCheckpoint Snapshot(const ShardIdentity& id) const;
+  // No shard, nothing held, the rule afresh (a standby that keeps copies only).
+  void Reset();
+
+  // A push the rule has counted. Aggregating modes: held for its round. Otherwise applied now at
+  // `scale` (the staleness-aware factor) and its values let go.
+  void Take(int worker, HeldPush push, float scale);
+  // One chunk of a push, as a backup's log carries them: held (aggregating; the push's chunks
+  // gather in order, `lr` the push's rate) or applied now (`counts`: its last chunk).
+  void TakeChunk(int worker, PushChunk chunk, float scale, bool counts, float lr);
+  // Worker w's held push goes (a round it skips).
+  void Drop(int worker) { round_.erase(worker); }
+  // The open round's pushes (worker -> push), and putting those of a backup's copy back.
+  const std::map<int, HeldPush>& held() const { return round_; }
+  void SetHeld(std::map<int, HeldPush> held) { round_ = std::move(held); }
+  std::map<int, HeldPush> TakeHeld() { return std::exchange(round_, {}); }
+
+  // The open round is applied: its held pushes summed in worker-rank order (each push's values
+  // let go once read), their mean applied once, the rule's round counted. What was applied:
+  struct Round {
+    int pushes = 0;
+    float lr = NAN;  // the pushes' own rate (they agree in bsp; else the highest rank's); NaN: the schedule's
+  };
+  Round ApplyRound();
+
+  // Whether this core's rounds go into the process's trace (a backup's copies do not).
+  void set_traced(bool on) { traced_ = on; }
+  // For traces: the worker whose push was counted last (the one a completed round or a held pull
+  // waited for), -1 before any.
+  void Counted(int worker) { last_counted_ = worker; }
+  int last_counted() const { return last_counted_; }
+
+ private:
+  void ApplyChunk(const PushChunk& c, float scale, bool counts, float lr);
+
+  ConsistencyController rule_;
+  wire::JobConfig job_;
+  std::unique_ptr<KvShard> shard_;
+  std::map<int, HeldPush> round_;  // worker -> its push of the open round
+  double round_open_us_ = -1;      // traces: when the open round's first push was held (-1: none)
+  int last_counted_ = -1;
+  bool traced_ = true;
+};
+
+}  // namespace gradsync
