@@ -17,6 +17,11 @@ inline std::string SecondsText(double s) {
   return out.str();
 }
 
+// Milliseconds of the steady clock, for waits and intervals within one process.
+inline double SteadyMs() {
+  return std::chrono::duration<double, std::milli>(SteadyClock::now().time_since_epoch()).count();
+}
+
 // Microseconds of the steady clock: the time base of traces and of the clock offsets processes
 // estimate against the scheduler. Tests give a process a clock of its own by setting
 // GRADSYNC_TEST_CLOCK_SKEW_US (microseconds added, read once), as another host's would be.

@@ -47,8 +47,8 @@
 #include "common/transport.h"
 #include "compression/compressor.h"
 #include "common/consistency.h"
-#include "server/kv_shard.h"
-#include "server/replication.h"
+#include "server/shard/kv_shard.h"
+#include "server/replication/replication.h"
 
 namespace {
 

@@ -114,8 +114,9 @@ int RunScheduler(const FlagParser& flags, const po::variables_map& vm, Transport
 }
 
 // --role=server: one shard, until the scheduler shuts the job down.
-int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, config::Mode mode,
-             int staleness, int port, double hb_interval, double hb_timeout) {
+// The shard's options from its flags (a bad or contradictory one: flags.Fail, exit code 2).
+ServerOptions ShardOptions(const FlagParser& flags, const po::variables_map& vm, config::Mode mode, int staleness,
+                           int port, double hb_interval, double hb_timeout) {
   for (const char* f : {"num-servers", "num-workers", "port-file", "replicas"})
     if (FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " does not apply to --role=server");
   if (mode == config::MODE_UNSPECIFIED) flags.Fail("--mode is required for a server (bsp|ssp|asp)");
@@ -158,6 +159,33 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
     // shard has its rank and its clock offset).
     if (Status t = CheckTraceFile(o.trace_path); !t.ok()) flags.Fail("--trace: " + t.message());
   }
+  return o;
+}
+
+// The shard's last words: what it applied and answered, and its checkpoints.
+void LogShardSummary(const Server& server, const ServerOptions& o) {
+  const auto& st = server.stats();
+  auto p50_99_max = [](const Histogram& h) {
+    return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
+           std::to_string(h.empty() ? 0 : h.rbegin()->first);
+  };
+  GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.pushes << " gradients applied (version lag p50/p99/max "
+                     << p50_99_max(st.version_lag) << " updates), " << st.pulls
+                     << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.clock_staleness) << " clocks), "
+                     << st.rejected << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
+                     << " bytes in, " << st.traffic.bytes_sent << " out";
+  if (!o.checkpoint_dir.empty()) {
+    GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.checkpoints << " checkpoints (slowest "
+                       << st.checkpoint_ms_max << " ms)"
+                       << (st.restored ? "; restored from a checkpoint, " + std::to_string(st.lost_updates) +
+                                             " updates lost"
+                                       : "");
+  }
+}
+
+int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportContext& ctx, config::Mode mode,
+             int staleness, int port, double hb_interval, double hb_timeout) {
+  const ServerOptions o = ShardOptions(flags, vm, mode, staleness, port, hb_interval, hb_timeout);
   TraceStopper trace_stopper;  // the trace is written however this returns
   Stopwatch wall;
   auto server = Server::Create(ctx, o);
@@ -174,23 +202,7 @@ int RunShard(const FlagParser& flags, const po::variables_map& vm, TransportCont
     // a worker.
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  const auto& st = (*server)->stats();
-  auto p50_99_max = [](const Histogram& h) {
-    return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
-           std::to_string(h.empty() ? 0 : h.rbegin()->first);
-  };
-  GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << st.pushes << " gradients applied (version lag p50/p99/max "
-                     << p50_99_max(st.version_lag) << " updates), " << st.pulls
-                     << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.clock_staleness) << " clocks), "
-                     << st.rejected << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
-                     << " bytes in, " << st.traffic.bytes_sent << " out";
-  if (!o.checkpoint_dir.empty()) {
-    GRADSYNC_LOG(INFO) << "server " << (*server)->rank() << ": " << st.checkpoints << " checkpoints (slowest "
-                       << st.checkpoint_ms_max << " ms)"
-                       << (st.restored ? "; restored from a checkpoint, " + std::to_string(st.lost_updates) +
-                                             " updates lost"
-                                       : "");
-  }
+  LogShardSummary(**server, o);
   if (vm.count("out")) {
     WriteServerSummary(vm["out"].as<std::string>(), **server, o, s, wall.Seconds());
     // Shards of dead servers this one took over (--replicas) report under their own rank.

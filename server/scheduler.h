@@ -92,6 +92,12 @@ class Scheduler {
   void Handle(Message& m, double now);
   void HandleRegister(Message& m, double now);
   // After the job started: a restarted node takes a dead node's rank (elastic membership).
+  // A restarted node's slot: a dead node of its role (the rank it asks for, else the first).
+  Node* DeadSlotFor(const wire::NodeInfo& info);
+  // The live (not finished) node of `role` and `rank`, if any.
+  Node* LiveNode(wire::Role role, int rank);
+  void HandleBarrier(const Message& m);
+  void HandleFinished(Node& n, const Message& m);
   void HandleRejoin(Message& m, const std::string& who, double now);
   void AssignRanksAndAnnounce();
   void CheckBarriers();

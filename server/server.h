@@ -22,31 +22,27 @@
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "common/partitioner.h"
+#include "common/consistency.h"
 #include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
-#include "common/shm_lane.h"
 #include "common/status.h"
 #include "common/transport.h"
-#include "compression/compressor.h"
-#include "compression/pull_delta.h"
-#include "common/consistency.h"
-#include "server/data_lanes.h"
-#include "server/kv_shard.h"
-#include "server/push_assembler.h"
-#include "server/replication.h"
+#include "server/membership.h"
+#include "server/replication/replication.h"
+#include "server/replication/shard_replication.h"
+#include "server/shard/push_assembler.h"
+#include "server/shard/shard_checkpointer.h"
 #include "server/shard/shard_core.h"
-#include "server/shard_checkpointer.h"
+#include "server/shard/state_sets.h"
+#include "server/shard_codecs.h"
+#include "server/values/shard_channels.h"
 
 namespace gradsync {
 
@@ -83,29 +79,11 @@ struct ServerOptions {
   // A backup taking over a dead shard (--replicas): the copy it starts from, and the ranks this
   // process serves (shared by every Server of the process; never each other's backups).
   std::shared_ptr<ReplicaCopy> restore_from;
-  std::shared_ptr<class Colocated> colocated;
+  std::shared_ptr<Colocated> colocated;
   // A Chrome trace-event JSON timeline of this process (common/trace.h), started once the shard
   // has its rank and its clock offset against the scheduler (empty: none). The process writes it
   // when done (Trace::Stop); shards it takes over record into the same one.
   std::string trace_path;
-};
-
-// The ranks one process serves (its own, the shards it took over, a standby's): a backup in the
-// same process would not survive what it is there for.
-class Colocated {
- public:
-  void Add(int rank) {
-    std::lock_guard lock(mu_);
-    ranks_.insert(rank);
-  }
-  bool Has(int rank) const {
-    std::lock_guard lock(mu_);
-    return ranks_.count(rank) > 0;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::set<int> ranks_;
 };
 
 // One answered pull, with the clocks the decision was made on.
@@ -166,12 +144,6 @@ class Server {
   int64_t version() const;
 
  private:
-  struct Parked {
-    Message msg;
-    PsRequest pull;
-    double since = 0;
-  };
-
   Server(TransportContext& ctx, ServerOptions options, Socket socket)
       : ctx_(ctx),
         options_(std::move(options)),
@@ -180,7 +152,6 @@ class Server {
 
   // Dispatch: every message is decoded (common/ps_protocol.h) and its sender checked first.
   void Handle(Message& m);
-  Status CheckSender(const PsRequest& r, const std::string& peer);
   Status HandleInit(const PsRequest& r, const Message& m);
   // Builds the shard (and the job's codecs) for `job`; INIT and a restore share it.
   // (from: a checkpoint or a backup's copy to restore, else a fresh shard from INIT's values.)
@@ -189,30 +160,14 @@ class Server {
   // JOIN: a (re)joining worker asks where to start (clock -1) or says where it goes on.
   Status HandleJoin(const PsRequest& r, const Message& m);
   Status HandlePush(const PsRequest& r, Message& m);
-  // `lane`: a shared-memory push's lease on its lane (LaneLease), held with its values.
-  Status HandlePushMessage(const PsRequest& r, Message& m, std::shared_ptr<const float> lane);
-  // Shared-memory lanes (common/shm_lane.h): a worker on this host attaches one; its pushes' values
-  // are then read from it and its pulls answered into it, in pieces (AnswerPullShm).
+  Status HandlePushMessage(const PsRequest& r, Message& m, ShardChannel& channel);
+  // A push message's values, from the channel it names (values/shard_channels.h), checked
+  // against the shard's range and decoded: one chunk of the push.
+  Result<PushChunk> ReadPush(const PsRequest& r, Message& m, ShardChannel& channel);
+  // SHM_ATTACH, DATA_ATTACH: the worker's values go through a lane or a data channel from now on.
   Status HandleAttach(const PsRequest& r, const Message& m);
-  // The values of a shm push (contiguous segments in range) in the worker's lane.
-  Result<const float*> LaneValues(const PsRequest& r, const Message& m, size_t n);
-  // A shared-memory push's hold on worker w's lane: when the last copy goes, the shard is done
-  // reading it and the worker may write its push area again (null: not a lane push, or no lane).
-  std::shared_ptr<const float> LaneLease(const PsRequest& r);
-  // Worker w's lane goes (dead, or a new one replaces it); a push of it still held keeps it mapped.
-  void DetachLane(int w);
-  void AnswerPullShm(const PsRequest& r, const Message& m, PsReply reply);
-  // What a push through a lane or the data channel must be: dense raw values over contiguous
-  // segments in the range (n: their count).
-  Status CheckLanePush(const PsRequest& r, const Message& m, size_t* n, const char* what);
-  // The data channel (common/data_channel.h): DATA_ATTACH hands this shard a token; the worker's
-  // connection presenting it then carries the values of its dense pushes and pulls.
-  Status HandleDataAttach(const PsRequest& r, const Message& m);
-  // A data-channel push's values: its frame, leased until the push is done with.
-  Result<std::shared_ptr<const float>> DataValues(const PsRequest& r, const Message& m, size_t n);
-  int64_t data_pushes_ = 0;  // pushes taken from data channels (tests)
-  // Answers a pull over worker r.worker's data channel; false when it has none (answer over ZeroMQ).
-  bool AnswerPullData(const PsRequest& r, const Message& m, PsReply& reply);
+  // A dead worker's rooms in the channels and its half-sent push go.
+  void DetachWorker(int w);
   // A bsp round is complete: the core applies it (ShardCore::ApplyRound), the backups hear of it.
   void ApplyRound();
   Status HandlePull(PsRequest r, Message& m);
@@ -234,10 +189,8 @@ class Server {
   // A STATE_PUSH: its vectors are gathered (each checked on arrival; a bad one drops the set) and
   // the state is set at once when the last has come and the worker's clock allows it.
   Status HandleStatePush(const PsRequest& r, const Message& m);
-  // Sets worker w's gathered state, sends it to the backups (the reply waits for them) and replies.
-  void ApplyStateSet(int w);
-  // The shard's optimizer state to the backups as REPLICA_OPTIMIZER entries; the last's sequence number.
-  uint64_t ReplicateOptimizerState(int worker);
+  // Sets a worker's gathered state, sends it to the backups (the reply waits for them) and replies.
+  void ApplyStateSet(StateSets::Set set);
   // The scheduler's news: dead workers leave the live set; a rejoined worker may JOIN; a worker
   // that ended training is recorded (ConsistencyController::EndAt: pulls that need its pushes
   // fail at once), and one that joined leaves the rule.
@@ -248,18 +201,6 @@ class Server {
   // A shard built from a checkpoint's job and put back in its state (a file's or a backup's copy).
   Status RestoreState(const wire::ShardCheckpoint& c);
   Status RestoreCheckpoint();
-  // Replication. An entry carrying the consistency state after it.
-  wire::Header Entry(wire::ReplicaOp op) const;
-  void Replicate(wire::ReplicaOp op, int worker = -1);
-  // A push's chunks to the backups; the sequence number of the last.
-  uint64_t ReplicatePush(int worker, const HeldPush& push, float scale);
-  // One chunk of a push as an entry (its values in *p, read in place).
-  wire::Header PushEntry(int worker, const PushChunk& c, bool last, float lr, float scale, Payload* p) const;
-  void SendSnapshots();
-  // The backups this shard has now (ranks after this one, live, not in this process).
-  void UpdateBackups();
-  void HandleReplicate(const Message& m);
-  TestAckDelay ack_delay_;  // a test's delay of the acknowledgements sent as a backup
   // A dead server whose shard this one holds a whole copy of, and whose first live backup this
   // is: a new Server in this process takes its rank, from the copy.
   void MaybeAdopt(int dead_server);
@@ -268,6 +209,15 @@ class Server {
   // back, serves its shard as it is; workers go on from there.
   Status Rejoin();
   Status Register();
+  // Run's parts: registered, restored if it rejoined, listening; one pass over what came in;
+  // the scheduler's news (a value: the loop ends with it); the summary's last counts.
+  Status Start();
+  void Receive();
+  std::optional<Status> OnSchedulerNews();
+  void Finish();
+  ShardIdentity Identity() const { return IdentityOf(rank_, table_); }
+  // A standby: a server that came back after a backup took its shard over (copies only).
+  bool standby() const { return rank_ >= table_.servers_size(); }
   // The job's message limit (the scheduler's table, once a worker has said): raised on the data
   // socket, then the scheduler hears that this shard accepts it (LISTENING), and only then lets
   // workers connect (or announces this restarted shard).
@@ -281,47 +231,17 @@ class Server {
   int rank_ = -1;
   wire::ClusterTable table_;
   std::unique_ptr<ShardCore> core_;  // the shard, its consistency rule and its open round (made once registered)
-  std::unique_ptr<ParallelFor> apply_pool_;  // options_.apply_threads > 1
-  // Membership.
-  std::map<int, std::string> identity_of_worker_;
-  std::set<int> may_join_;  // workers the scheduler announced as rejoined, not yet JOINed
-  uint64_t seen_events_ = 0;
+  Membership membership_;  // who speaks for each worker, what a restore held, the scheduler's news
   int64_t listening_ = -1;  // the limit last announced with LISTENING
-  size_t seen_dead_ = 0;
-  size_t seen_joined_ = 0;
-  size_t seen_ended_ = 0;
   // Pushes and pulls.
-  PushAssembler assembler_;
-  std::deque<Parked> parked_;  // pulls and STATE_PULLs the consistency rule holds
-  // Per worker: an optimizer state it is setting (STATE_PUSH), its vectors as they come; complete
-  // once the last has, then set as soon as the consistency rule lets a pull of its clock through.
-  struct StateSet {
-    std::string peer;
-    PsRequest first;  // its first message: every later one carries the same id, clock, optimizer, steps
-    std::vector<float> state;
-    int next = 0;  // the vector due next
-    bool complete = false;
-  };
-  std::map<int, StateSet> state_sets_;
-  std::map<int, std::shared_ptr<ShmLane>> lanes_;  // worker -> its shared-memory lane
-  std::unique_ptr<DataListener> data_;  // made at the first DATA_ATTACH
-  std::string codec_spec_;  // the job's push codec ("" = raw floats)
-  std::unique_ptr<Compressor> codec_;
-  bool staleness_aware_lr_ = false;
-  std::unique_ptr<PullDeltaEncoder> pull_encoder_;  // --compress-pull
-  LentBufferPool reply_pool_;
-  std::vector<float> decoded_, pull_current_;
-  std::vector<uint8_t> pull_payload_;
+  ShardCodecs codecs_;  // the job's push codec and --compress-pull's encoder
+  std::unique_ptr<ShardChannels> channels_;  // ZeroMQ, shared-memory lanes, data channels (made once registered)
   std::vector<uint64_t> key_buffer_;
   // Checkpoints and recovery.
   ShardCheckpointer checkpointer_;
-  std::vector<int64_t> restored_pushed_;  // per worker: its clock in the checkpoint
-  std::set<int> resynced_;                // restored: workers that JOINed since
-  // Replication.
-  std::unique_ptr<Replicator> replicator_;  // this shard's backups (--replicas > 1)
-  std::unique_ptr<ReplicaStore> replicas_;  // the copies held here of other shards
+  // Replication (--replicas > 1): this shard's backups, and the copies held here of others.
+  std::unique_ptr<ShardReplication> replication_;
   std::shared_ptr<Colocated> colocated_;
-  bool standby_ = false;  // came back after a backup took its shard over: copies only (NodeInfo.standby)
   struct Adoption {
     std::unique_ptr<Server> server;
     std::thread thread;

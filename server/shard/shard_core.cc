@@ -1,5 +1,6 @@
 #include "server/shard/shard_core.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -96,9 +97,10 @@ Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
                         {c.optimizer_skipped().data(), static_cast<size_t>(c.optimizer_skipped().size())});
 }
 
-Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank, ParallelFor* pool) {
+Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank) {
   ASSIGN_OR_RETURN(std::unique_ptr<KvShard> shard, MakeShardForJob(job, num_servers, rank, rule_.aggregates()));
-  shard->set_parallel(pool);
+  if (apply_threads_ > 1 && !pool_) pool_ = std::make_unique<ParallelFor>(apply_threads_);
+  shard->set_parallel(pool_.get());
   shard_ = std::move(shard);
   job_ = job;
   round_.clear();
@@ -106,8 +108,8 @@ Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank, P
   return OkStatus();
 }
 
-Status ShardCore::Restore(const wire::ShardCheckpoint& c, int num_servers, int rank, ParallelFor* pool) {
-  RETURN_IF_ERROR(Build(c.job(), num_servers, rank, pool));
+Status ShardCore::Restore(const wire::ShardCheckpoint& c, int num_servers, int rank) {
+  RETURN_IF_ERROR(Build(c.job(), num_servers, rank));
   Status s = RestoreShard(c, shard_.get());
   if (s.ok()) {
     s = rule_.Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
@@ -124,6 +126,9 @@ wire::ShardCheckpoint ShardCore::Snapshot(const ShardIdentity& id) const {
 void ShardCore::Reset() {
   shard_.reset();
   round_.clear();
+  assembler_ = PushAssembler();
+  parked_.clear();
+  state_sets_.Clear();
   round_open_us_ = -1;
   job_.Clear();
   rule_ = ConsistencyController(rule_.mode(), rule_.staleness(), rule_.num_workers());
@@ -133,7 +138,88 @@ void ShardCore::ApplyChunk(const PushChunk& c, float scale, bool counts, float l
   shard_->Apply(c.segments, c.keys, c.values(), scale, counts, lr, c.absent);
 }
 
+int64_t ShardCore::Rejoin(int worker) {
+  const int64_t start = rule_.Suggest(worker);
+  rule_.SetWorker(worker, start);
+  if (events_) events_->MembershipChanged(*this, worker);
+  return start;
+}
+
+void ShardCore::GoOnAt(int worker, int64_t clock) {
+  round_.erase(worker);  // a held push of a round this worker now skips
+  rule_.SetWorker(worker, clock);
+  if (events_) events_->MembershipChanged(*this, worker);
+}
+
+void ShardCore::Remove(int worker) {
+  rule_.RemoveWorker(worker);
+  if (events_) events_->MembershipChanged(*this, -1);
+}
+
+void ShardCore::Leave(int worker) {
+  rule_.Leave(worker);
+  if (events_) events_->MembershipChanged(*this, -1);
+}
+
+Status ShardCore::SetOptimizerState(int worker, std::span<const float> state, int64_t steps,
+                                    std::span<const int64_t> skipped) {
+  RETURN_IF_ERROR(shard_->SetOptimizerState(state, steps, skipped));
+  if (events_) events_->OptimizerSet(*this, worker);
+  return OkStatus();
+}
+
+Result<HeldPush*> ShardCore::Accept(const PsRequest& r, PushChunk chunk, size_t num_keys) {
+  if (r.version < 0 || r.version > shard_->version()) {
+    return AbortedError("push computed on version " + std::to_string(r.version) + " but the shard is at " +
+                        std::to_string(shard_->version()));
+  }
+  // A push (or each part of one) is checked against the consistency rule on arrival; it counts
+  // with its last part.
+  RETURN_IF_ERROR(rule_.CheckPush(r.worker, r.clock));
+  HeldPush* push = nullptr;
+  if (r.parts > 1) {
+    RETURN_IF_ERROR(assembler_.Check(r.worker, r, num_keys));
+    push = assembler_.Add(r.worker, r, std::move(chunk));
+    if (push == nullptr) return push;  // more parts to come
+  } else {
+    whole_ = HeldPush();
+    whole_.chunks.push_back(std::move(chunk));
+    whole_.lr = r.lr;
+    push = &whole_;
+  }
+  rule_.CountPush(r.worker);
+  last_counted_ = r.worker;
+  return push;
+}
+
+float ShardCore::Scale(int64_t lag) const {
+  return job_.staleness_aware_lr() && !rule_.aggregates() ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
+}
+
+std::vector<ShardCore::Due> ShardCore::TakeDue() {
+  std::vector<Due> out;
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    const int w = it->pull.worker;
+    const int64_t clock = it->pull.clock;
+    if (!rule_.IsLive(w) && !rule_.HasLeft(w)) {
+      it = parked_.erase(it);  // a dead worker's
+    } else if (rule_.CanAnswerPull(w, clock)) {
+      out.push_back({std::move(*it), OkStatus()});
+      it = parked_.erase(it);
+    } else if (auto blocker = rule_.Blocker(w, clock)) {
+      // It waited for a worker that has ended training since: it would wait forever.
+      out.push_back({std::move(*it), rule_.BlockedError(clock, *blocker)});
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 void ShardCore::Take(int worker, HeldPush push, float scale) {
+  assembler_.Forget(worker);  // `push` may have been gathered there: it is ours now
+  if (events_) events_->Pushed(*this, worker, push, scale);
   if (rule_.aggregates()) {
     // Held until the round completes, without copying the values where they came.
     if (round_.empty()) round_open_us_ = traced_ && Trace::on() ? Trace::NowUs() : -1;
@@ -174,6 +260,7 @@ ShardCore::Round ShardCore::ApplyRound() {
   if (out.pushes > 0) shard_->ApplyAccumulated(out.pushes, out.lr);
   round_.clear();
   rule_.OnRoundApplied();
+  if (events_) events_->RoundApplied(*this, out);
   return out;
 }
 

@@ -17,17 +17,22 @@
 
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <span>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "common/consistency.h"
 #include "common/parallel_for.h"
+#include "common/ps_protocol.h"
 #include "common/status.h"
+#include "common/transport.h"
 #include "gradsync.pb.h"
-#include "server/kv_shard.h"
-#include "server/push_assembler.h"
+#include "server/shard/kv_shard.h"
+#include "server/shard/push_assembler.h"
+#include "server/shard/state_sets.h"
 
 namespace gradsync {
 
@@ -54,9 +59,13 @@ wire::ShardCheckpoint SnapshotShard(const ShardIdentity& id, const wire::JobConf
 // optimizer state was written by another optimizer than the job's, or a size does not fit.
 Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard);
 
+class ShardEvents;
+
 class ShardCore {
  public:
-  ShardCore(ConsistencyMode mode, int staleness, int num_workers) : rule_(mode, staleness, num_workers) {}
+  // `apply_threads` > 1: large dense updates are split over that many threads (the caller's included).
+  ShardCore(ConsistencyMode mode, int staleness, int num_workers, int apply_threads = 1)
+      : rule_(mode, staleness, num_workers), apply_threads_(apply_threads) {}
 
   ConsistencyController& rule() { return rule_; }
   const ConsistencyController& rule() const { return rule_; }
@@ -67,24 +76,73 @@ class ShardCore {
   const KvShard& shard() const { return *shard_; }
   const wire::JobConfig& job() const { return job_; }
 
-  // Builds the shard of `job` for rank `rank` of `num_servers` (MakeShardForJob); nothing is
-  // held. `pool` (may be null) splits large dense updates.
-  Status Build(const wire::JobConfig& job, int num_servers, int rank, ParallelFor* pool = nullptr);
+  // Builds the shard of `job` for rank `rank` of `num_servers` (MakeShardForJob); nothing is held.
+  Status Build(const wire::JobConfig& job, int num_servers, int rank);
   // Puts checkpoint `c` back into the shard of rank `rank`: the shard built from its job, its
   // parameters, optimizer state and counters (kDataLoss when `c` holds another range), and the
   // rule's clocks, live set and rounds. On failure nothing is built.
-  Status Restore(const wire::ShardCheckpoint& c, int num_servers, int rank, ParallelFor* pool = nullptr);
+  Status Restore(const wire::ShardCheckpoint& c, int num_servers, int rank);
   // The shard and the rule as a checkpoint (SnapshotShard).
   wire::ShardCheckpoint Snapshot(const ShardIdentity& id) const;
   // No shard, nothing held, the rule afresh (a standby that keeps copies only).
   void Reset();
 
-  // A push the rule has counted. Aggregating modes: held for its round. Otherwise applied now at
+  // Who hears of every change as it is made (a primary's backups' log); null: nobody.
+  void set_events(ShardEvents* events) { events_ = events; }
+
+  // Membership, as the rule's (ConsistencyController) with the change announced. A worker that
+  // rejoins goes on where it holds no one back (Suggest; returned); one that skips ahead to
+  // `clock` (a restored shard's worker) loses a push of the open round it held; a dead worker
+  // leaves the live set; one that joined leaves the rule.
+  int64_t Rejoin(int worker);
+  void GoOnAt(int worker, int64_t clock);
+  void Remove(int worker);
+  void Leave(int worker);
+  // A worker set the optimizer state (KvShard::SetOptimizerState), announced once set.
+  Status SetOptimizerState(int worker, std::span<const float> state, int64_t steps, std::span<const int64_t> skipped);
+
+  // A push (or one part of an overlapped push) whose values the caller has read and checked
+  // (ranges, keys, decoding): checked against the shard's version (kAborted for a future one) and
+  // the rule, and gathered with its earlier parts (PushAssembler). Returns the whole push once
+  // its last part is in, counted by the rule (then Take it), or null while parts are to come.
+  Result<HeldPush*> Accept(const PsRequest& r, PushChunk chunk, size_t num_keys);
+  // A push (or part) was refused: the rest of an overlapped one is dropped (IsRestOfFailed).
+  void Refused(int worker, const PsRequest& part) {
+    if (part.parts > 1) assembler_.Failed(worker, part);
+  }
+  bool IsRestOfFailed(int worker, const PsRequest& part) const { return assembler_.IsRestOfFailed(worker, part); }
+  // A half-sent push of a worker that left, skips ahead or reconnects goes.
+  void ForgetParts(int worker) { assembler_.Forget(worker); }
+  void ForgetAllParts() { assembler_ = PushAssembler(); }
+  // The rate factor of a push with version lag `lag`: 1 / max(1, lag) with the job's
+  // staleness-aware rate (ssp, asp), else 1.
+  float Scale(int64_t lag) const;
+
+  // A push the rule has counted (Accept), announced first. Aggregating modes: held for its round. Otherwise applied now at
   // `scale` (the staleness-aware factor) and its values let go.
   void Take(int worker, HeldPush push, float scale);
   // One chunk of a push, as a backup's log carries them: held (aggregating; the push's chunks
   // gather in order, `lr` the push's rate) or applied now (`counts`: its last chunk).
   void TakeChunk(int worker, PushChunk chunk, float scale, bool counts, float lr);
+  // Pulls (and STATE_PULLs) the rule cannot answer yet wait here, with the message they came in.
+  struct Parked {
+    Message msg;
+    PsRequest pull;
+    double since_ms = 0;
+  };
+  void Park(PsRequest pull, Message msg, double now_ms) { parked_.push_back({std::move(msg), std::move(pull), now_ms}); }
+  // The parked requests that are due now, in the order they came: each answerable now, or
+  // refused (`refused`: a worker that ended training will never push what it waits for). A dead
+  // worker's go without an answer; the rest stay.
+  struct Due {
+    Parked parked;
+    Status refused;
+  };
+  std::vector<Due> TakeDue();
+  void ClearParked() { parked_.clear(); }
+  // The optimizer states workers are setting (STATE_PUSH), which wait for their point as pulls do.
+  StateSets& state_sets() { return state_sets_; }
+
   // Worker w's held push goes (a round it skips).
   void Drop(int worker) { round_.erase(worker); }
   // The open round's pushes (worker -> push), and putting those of a backup's copy back.
@@ -104,19 +162,38 @@ class ShardCore {
   void set_traced(bool on) { traced_ = on; }
   // For traces: the worker whose push was counted last (the one a completed round or a held pull
   // waited for), -1 before any.
-  void Counted(int worker) { last_counted_ = worker; }
   int last_counted() const { return last_counted_; }
 
  private:
   void ApplyChunk(const PushChunk& c, float scale, bool counts, float lr);
+  PushAssembler assembler_;
+  HeldPush whole_;  // Accept's push in one message, until it is taken
+  std::deque<Parked> parked_;
 
   ConsistencyController rule_;
+  int apply_threads_;
+  std::unique_ptr<ParallelFor> pool_;  // apply_threads_ > 1, made with the first shard
+  StateSets state_sets_;
   wire::JobConfig job_;
   std::unique_ptr<KvShard> shard_;
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
   double round_open_us_ = -1;      // traces: when the open round's first push was held (-1: none)
   int last_counted_ = -1;
   bool traced_ = true;
+  ShardEvents* events_ = nullptr;
+};
+
+// What a core's changes are, in the order it makes them, with the core as it is after each: a
+// primary's replication (server/replication/) listens and writes its backups' log.
+class ShardEvents {
+ public:
+  virtual ~ShardEvents() = default;
+  // A counted push, before it is held or applied (`scale`: its staleness-aware factor).
+  virtual void Pushed(const ShardCore& core, int worker, const HeldPush& push, float scale) = 0;
+  virtual void RoundApplied(const ShardCore& core, const ShardCore::Round& round) = 0;
+  // The rule's membership changed; worker >= 0: that worker's held push is dropped too.
+  virtual void MembershipChanged(const ShardCore& core, int worker) = 0;
+  virtual void OptimizerSet(const ShardCore& core, int worker) = 0;
 };
 
 }  // namespace gradsync

@@ -1,5 +1,5 @@
-#include "server/kv_shard.h"
-#include "server/replication.h"
+#include "server/shard/kv_shard.h"
+#include "server/replication/replication.h"
 #include "common/ps_protocol.h"
 
 

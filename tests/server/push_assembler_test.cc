@@ -1,4 +1,4 @@
-#include "server/push_assembler.h"
+#include "server/shard/push_assembler.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // it waits on; a backup that stays silent holds it until it is dropped (what the server does
 // when the scheduler declares that backup dead); a backup that refuses to keep copies is not
 // waited on; one out of step gets a new snapshot, and replies wait until it holds one.
-#include "server/replication.h"
+#include "server/replication/replication.h"
 
 #include <gtest/gtest.h>
 

@@ -89,9 +89,15 @@ class DataListener {
   uint64_t bytes_received() const;
   uint64_t bytes_sent() const;
 
+ public:
+  struct Pending;  // a connection accepted but not yet past its token (data_listener.cc)
+
  private:
   DataListener(int fd, int port);
   void AcceptLoop();
+  void AcceptNew(std::vector<Pending>& pending, std::vector<Pending>& ready);
+  void ClosePending(std::vector<Pending>& pending, size_t i);
+  void Count(const Pending& p);  // its bytes, into those of connections done with
   // A connection that presented `token` (the descriptor, taken): the expected worker's new channel.
   void Take(int fd, const std::string& token);
 

@@ -1,4 +1,4 @@
-#include "server/data_lanes.h"
+#include "server/values/data_listener.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -304,15 +304,17 @@ DataListener::~DataListener() {
   }
 }
 
-namespace {
 // A connection accepted but not yet past its token: its bytes so far, when it came, from where.
-struct Pending {
+struct DataListener::Pending {
   int fd = -1;
   std::string token;
   std::chrono::steady_clock::time_point since;
   std::string peer;  // its address (the host part): the bound on pending connections is per host
   uint64_t received = 0;  // bytes read from it (counted, strangers' too, once they are done with)
 };
+
+namespace {
+using Pending = DataListener::Pending;
 
 std::string PeerHost(const sockaddr_storage& a) {
   char text[INET6_ADDRSTRLEN] = "";
@@ -349,15 +351,6 @@ void DataListener::AcceptLoop() {
   // a worker, which sends its token the moment it connects, gets through whatever strangers do.
   std::vector<Pending> pending;
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);  // accept until none waits, never block
-  auto count = [&](const Pending& p) {
-    std::lock_guard lk(mu_);
-    retired_in_ += p.received;  // every byte that came in, a stranger's too
-  };
-  auto close_at = [&](size_t i) {
-    count(pending[i]);
-    ::close(pending[i].fd);
-    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-  };
   while (true) {
     {
       std::lock_guard lk(mu_);
@@ -375,48 +368,59 @@ void DataListener::AcceptLoop() {
         ready.push_back(pending[i]);
         pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       } else if (gone) {
-        close_at(i);
+        ClosePending(pending, i);
       }
     }
-    // New connections, each read at once (a worker's token is usually there already).
-    for (int k = 0; k < 64 && (fds[0].revents & POLLIN); ++k) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof addr;
-      const int c = ::accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (c < 0) break;
-      Pending p{c, "", std::chrono::steady_clock::now(), PeerHost(addr)};
-      bool gone = false;
-      if (ReadToken(p, &gone)) {
-        ready.push_back(std::move(p));
-        continue;
-      }
-      if (gone) {
-        count(p);
-        ::close(c);
-        continue;
-      }
-      const auto same_host = [&] {
-        return std::count_if(pending.begin(), pending.end(), [&](const Pending& q) { return q.peer == p.peer; });
-      };
-      while (same_host() >= kPendingPerHost) {
-        close_at(static_cast<size_t>(std::find_if(pending.begin(), pending.end(),
-                                                  [&](const Pending& q) { return q.peer == p.peer; }) -
-                                     pending.begin()));
-      }
-      if (pending.size() >= kPendingTotal) close_at(0);
-      pending.push_back(std::move(p));
-    }
+    if (fds[0].revents & POLLIN) AcceptNew(pending, ready);
     // Silent too long: closed without a word.
     const auto now = std::chrono::steady_clock::now();
     for (size_t i = pending.size(); i-- > 0;) {
-      if (now - pending[i].since > std::chrono::duration<double>(kPendingSeconds)) close_at(i);
+      if (now - pending[i].since > std::chrono::duration<double>(kPendingSeconds)) ClosePending(pending, i);
     }
     for (Pending& p : ready) {
-      count(p);
+      Count(p);
       Take(p.fd, p.token);
     }
   }
   for (const Pending& p : pending) ::close(p.fd);
+}
+
+void DataListener::Count(const Pending& p) {
+  std::lock_guard lk(mu_);
+  retired_in_ += p.received;  // every byte that came in, a stranger's too
+}
+
+void DataListener::ClosePending(std::vector<Pending>& pending, size_t i) {
+  Count(pending[i]);
+  ::close(pending[i].fd);
+  pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void DataListener::AcceptNew(std::vector<Pending>& pending, std::vector<Pending>& ready) {
+  // New connections, each read at once (a worker's token is usually there already).
+  for (int k = 0; k < 64; ++k) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    const int c = ::accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) break;
+    Pending p{c, "", std::chrono::steady_clock::now(), PeerHost(addr)};
+    bool gone = false;
+    if (ReadToken(p, &gone)) {
+      ready.push_back(std::move(p));
+      continue;
+    }
+    if (gone) {
+      Count(p);
+      ::close(c);
+      continue;
+    }
+    const auto same_host = [&](const Pending& q) { return q.peer == p.peer; };
+    while (std::count_if(pending.begin(), pending.end(), same_host) >= kPendingPerHost) {
+      ClosePending(pending, static_cast<size_t>(std::find_if(pending.begin(), pending.end(), same_host) - pending.begin()));
+    }
+    if (pending.size() >= kPendingTotal) ClosePending(pending, 0);
+    pending.push_back(std::move(p));
+  }
 }
 
 void DataListener::Take(int fd, const std::string& token) {

@@ -1,4 +1,4 @@
-#include "server/kv_shard.h"
+#include "server/shard/kv_shard.h"
 
 #include <algorithm>
 

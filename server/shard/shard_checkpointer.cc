@@ -1,4 +1,4 @@
-#include "server/shard_checkpointer.h"
+#include "server/shard/shard_checkpointer.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "server/replication.h"
+#include "server/replication/replication.h"
 
 #include <sodium.h>
 
@@ -9,7 +9,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
-#include "server/shard_checkpointer.h"
+#include "server/shard/shard_checkpointer.h"
 
 namespace gradsync {
 

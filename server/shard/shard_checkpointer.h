@@ -18,7 +18,7 @@
 #include "common/status.h"
 #include "gradsync.pb.h"
 #include "common/consistency.h"
-#include "server/kv_shard.h"
+#include "server/shard/kv_shard.h"
 #include "server/shard/shard_core.h"
 
 namespace gradsync {

@@ -33,7 +33,7 @@
 #include "common/transport.h"
 #include "gradsync.pb.h"
 #include "common/consistency.h"
-#include "server/push_assembler.h"
+#include "server/shard/push_assembler.h"
 #include "server/shard/shard_core.h"
 
 namespace gradsync {

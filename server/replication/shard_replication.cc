@@ -1,0 +1,256 @@
+#include "server/replication/shard_replication.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "common/logging.h"
+#include "common/optimizer.h"
+
+namespace gradsync {
+
+ShardReplication::ShardReplication(TransportContext& ctx, int rank, const wire::ClusterTable& table,
+                                   ConsistencyMode mode, int staleness, std::string key, bool standby,
+                                   std::shared_ptr<Colocated> colocated)
+    : rank_(rank),
+      servers_(table.servers_size()),
+      replicas_(table.replicas()),
+      standby_(standby),
+      colocated_(std::move(colocated)),
+      mode_(mode),
+      staleness_(staleness),
+      key_(std::move(key)) {
+  if (!on()) return;
+  replicator_ = std::make_unique<Replicator>(ctx, rank_, key_);
+  store_ = std::make_unique<ReplicaStore>(servers_, mode_, staleness_, key_);
+}
+
+// --- Primary side ---
+
+wire::Header ShardReplication::Entry(wire::ReplicaOp op, const ShardCore& core) const {
+  wire::Header h;
+  h.set_replica_op(op);
+  h.set_replica_worker(-1);
+  h.mutable_replica_pushed()->Assign(core.rule().pushed_all().begin(), core.rule().pushed_all().end());
+  for (bool l : core.rule().live_all()) h.add_replica_live(l);
+  h.set_replica_rounds(core.rule().rounds_applied());
+  return h;
+}
+
+wire::Header ShardReplication::PushEntry(const ShardCore& core, int worker, const PushChunk& c, bool last, float lr,
+                                         float scale, Payload* p) const {
+  wire::Header h = Entry(wire::REPLICA_PUSH, core);
+  h.set_replica_worker(worker);
+  h.set_replica_scale(scale);
+  h.set_replica_counts(last);
+  if (!std::isnan(lr)) h.set_lr(lr);
+  h.mutable_absent_tensors()->Assign(c.absent.begin(), c.absent.end());
+  for (const Segment& seg : c.segments) {
+    auto* out = h.add_segments();
+    out->set_offset(static_cast<uint64_t>(seg.begin));
+    out->set_length(static_cast<uint64_t>(seg.size()));
+  }
+  p->has_values = true;
+  p->keys = c.keys;
+  p->values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+  return h;
+}
+
+void ShardReplication::Pushed(const ShardCore& core, int worker, const HeldPush& push, float scale) {
+  if (!active()) return;
+  for (size_t i = 0; i < push.chunks.size(); ++i) {
+    Payload p;
+    const wire::Header h = PushEntry(core, worker, push.chunks[i], i + 1 == push.chunks.size(), push.lr, scale, &p);
+    replicator_->Send(h, p);
+    counts_.sent++;
+  }
+}
+
+void ShardReplication::RoundApplied(const ShardCore& core, const ShardCore::Round& round) {
+  if (!active()) return;
+  wire::Header h = Entry(wire::REPLICA_ROUND, core);
+  if (!std::isnan(round.lr)) h.set_lr(round.lr);
+  replicator_->Send(h);
+  counts_.sent++;
+}
+
+void ShardReplication::MembershipChanged(const ShardCore& core, int worker) {
+  if (!active() || !core.built()) return;
+  wire::Header h = Entry(wire::REPLICA_CONTROL, core);
+  h.set_replica_worker(worker);
+  replicator_->Send(h);
+  counts_.sent++;
+}
+
+void ShardReplication::OptimizerSet(const ShardCore& core, int worker) {
+  if (!active()) return;
+  const KvShard& shard = core.shard();
+  const int slots = shard.optimizer_slots();
+  const auto state = shard.optimizer_state();
+  const Segment range = shard.range();
+  const size_t n = static_cast<size_t>(range.size());
+  for (int k = 0; k < std::max(1, slots); ++k) {
+    wire::Header h = Entry(wire::REPLICA_OPTIMIZER, core);
+    h.set_replica_worker(worker);
+    h.set_replica_part(k);
+    h.set_state_optimizer(OptimizerKindName(shard.optimizer_options().kind));
+    h.set_state_steps(shard.optimizer_steps());
+    h.mutable_state_skipped()->Assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
+    h.set_state_slots(slots);
+    Payload p;
+    if (slots > 0) {
+      auto* seg = h.add_segments();
+      seg->set_offset(static_cast<uint64_t>(range.begin));
+      seg->set_length(static_cast<uint64_t>(range.size()));
+      p.has_values = true;
+      p.values = state.subspan(static_cast<size_t>(k) * n, n);
+    }
+    replicator_->Send(h, p);
+    counts_.sent++;
+  }
+}
+
+void ShardReplication::HoldReply(std::string peer, wire::Header reply) {
+  replicator_->Hold(replicator_->last_seq(), std::move(peer), std::move(reply));
+}
+
+void ShardReplication::SendSnapshots(const ShardCore& core, const ShardIdentity& id) {
+  if (!replicator_ || !core.built()) return;
+  for (int b : replicator_->NeedSnapshot()) {
+    wire::ShardCheckpoint meta = core.Snapshot(id);
+    meta.clear_params();
+    meta.clear_optimizer_state();
+    wire::Header h = Entry(wire::REPLICA_META, core);
+    h.set_replica_meta(meta.SerializeAsString());
+    replicator_->SendSnapshotEntry(b, h);
+    const KvShard& shard = core.shard();
+    const Segment range = shard.range();
+    auto whole = [&](wire::ReplicaOp op, std::span<const float> values, int part) {
+      wire::Header e = Entry(op, core);
+      e.set_replica_part(part);
+      auto* seg = e.add_segments();
+      seg->set_offset(static_cast<uint64_t>(range.begin));
+      seg->set_length(static_cast<uint64_t>(range.size()));
+      Payload p;
+      p.has_values = true;
+      p.values = values;
+      replicator_->SendSnapshotEntry(b, e, p);
+    };
+    whole(wire::REPLICA_PARAMS, shard.params(), 0);
+    const auto state = shard.optimizer_state();
+    const size_t n = static_cast<size_t>(range.size());
+    for (size_t k = 0; n > 0 && (k + 1) * n <= state.size(); ++k) whole(wire::REPLICA_STATE, state.subspan(k * n, n), static_cast<int>(k));
+    // The open round's pushes (bsp): acknowledged, so the copy must hold them too.
+    for (const auto& [worker, held] : core.held()) {
+      for (size_t i = 0; i < held.chunks.size(); ++i) {
+        Payload p;
+        const wire::Header e = PushEntry(core, worker, held.chunks[i], i + 1 == held.chunks.size(), held.lr, 1.0f, &p);
+        replicator_->SendSnapshotEntry(b, e, p);
+      }
+    }
+    replicator_->SnapshotSent(b);
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": sent a snapshot (version " << shard.version() << ") to backup server "
+                       << b;
+  }
+}
+
+void ShardReplication::UpdateBackups(const SchedulerClient& scheduler, const ShardCore& core, const ShardIdentity& id) {
+  if (!replicator_) return;
+  const wire::ClusterTable now = scheduler.table();
+  std::map<int, wire::NodeInfo> backups;
+  for (const int r : standby_ ? std::vector<int>{} : BackupRanks(rank_, replicas_, servers_)) {
+    if (r == rank_ || colocated_->Has(r) || scheduler.IsDead(wire::SERVER, r)) continue;
+    backups[r] = now.servers(r);
+  }
+  // Standbys back up every shard (they came back to restore the copies a death cost).
+  for (const auto& sb : now.standbys()) {
+    if (standby_ || sb.rank() == rank_ || colocated_->Has(sb.rank()) || scheduler.IsDead(wire::SERVER, sb.rank())) continue;
+    backups[sb.rank()] = sb;
+  }
+  replicator_->SetBackups(backups);
+  SendSnapshots(core, id);
+}
+
+std::vector<Socket*> ShardReplication::sockets() {
+  return replicator_ ? replicator_->sockets() : std::vector<Socket*>{};
+}
+
+void ShardReplication::Poll(Socket& socket, const ShardCore& core, const ShardIdentity& id) {
+  if (replicator_) {
+    replicator_->Poll(socket);
+    SendSnapshots(core, id);
+  }
+  if (store_) ack_delay_.SendDue(socket);
+}
+
+// --- Backup side ---
+
+Status ShardReplication::HandleEntry(const Message& m, const SchedulerClient& scheduler, Socket& socket) {
+  const int s = m.header.replica_shard();
+  // Only the copies this server is a backup for: a shard whose primary is this process (taken
+  // over) or that is not backed up here is refused.
+  bool mine = standby_;
+  for (const int r : BackupRanks(s, replicas_, servers_)) mine = mine || r == rank_;
+  Status st;
+  if (!store_ || !mine || s == rank_ || colocated_->Has(s)) {
+    st = PermissionDeniedError("this server does not back up shard " + std::to_string(s));
+  } else if (m.header.replica_op() == wire::REPLICA_META && scheduler.IsDead(wire::SERVER, s)) {
+    // A dead primary's late snapshot (or one from a process that says it is): not taken. A
+    // primary that comes back is heard of (NODE_JOINED) and sends its snapshot again.
+    st = UnavailableError("a snapshot of shard " + std::to_string(s) + ", whose primary the scheduler says is dead");
+  } else {
+    st = store_->Apply(m);
+  }
+  wire::Header reply;
+  reply.set_sender_role(wire::SERVER);
+  reply.set_sender_rank(rank_);
+  reply.set_request_id(m.header.request_id());
+  reply.set_replica_shard(s);
+  if (st.ok()) {
+    counts_.received++;
+    reply.set_type(wire::REPLICATE_REPLY);
+    if (ack_delay_.Defer(m.peer, reply)) return st;
+  } else {
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << ": copy of shard " << s << ": " << st;
+    reply.set_type(wire::ERROR);
+    reply.set_error_code(static_cast<int>(st.code()));
+    reply.set_error_message("server " + std::to_string(rank_) + ": " + st.message());
+  }
+  if (!m.peer.empty()) (void)socket.Send(m.peer, reply);
+  return st;
+}
+
+std::vector<int> ShardReplication::DeadShards(const SchedulerClient& scheduler) const {
+  std::vector<int> out;
+  for (int r = 0; store_ && r < servers_; ++r) {
+    if (scheduler.IsDead(wire::SERVER, r)) out.push_back(r);
+  }
+  return out;
+}
+
+std::optional<ReplicaCopy> ShardReplication::TakeOver(int dead, const SchedulerClient& scheduler) {
+  if (!store_ || !store_->Complete(dead) || colocated_->Has(dead)) return std::nullopt;
+  // The first live backup in the dead shard's order takes it (its ranks, then the standbys); the
+  // others keep their copies.
+  std::vector<int> order = BackupRanks(dead, replicas_, servers_);
+  const wire::ClusterTable now = scheduler.table();
+  for (const auto& sb : now.standbys()) order.push_back(sb.rank());
+  for (int r : order) {
+    if (r == rank_) break;
+    if (!scheduler.IsDead(wire::SERVER, r)) return std::nullopt;
+  }
+  if (std::find(order.begin(), order.end(), rank_) == order.end()) return std::nullopt;
+  auto copy = store_->Take(dead);
+  if (!copy.ok()) return std::nullopt;
+  return std::move(copy).value();
+}
+
+void ShardReplication::BecomeStandby(int rank) {
+  rank_ = rank;
+  standby_ = true;
+  if (!on()) return;
+  store_ = std::make_unique<ReplicaStore>(servers_, mode_, staleness_, key_);
+  replicator_->SetBackups({});
+}
+
+}  // namespace gradsync

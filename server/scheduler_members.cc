@@ -1,0 +1,244 @@
+// Scheduler: membership after the job is complete: nodes declared dead by their silence, a
+// restarted node taking a dead one's rank (a server back as a standby when its backup took its
+// shard over), workers that ended training, and the news of all of these to every node.
+#include <algorithm>
+
+#include "common/clock.h"
+#include "common/cluster.h"
+#include "common/logging.h"
+#include "common/trace.h"
+#include "common/train_config.h"
+#include "server/replication/replication.h"
+#include "server/scheduler.h"
+
+namespace gradsync {
+
+void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
+  const auto& h = m.header;
+  const auto& info = h.node();
+  // The same checks as a first registration: mode and (workers) the job's settings.
+  if (h.mode() != mode_ || (mode_ == ModeName(config::SSP) && h.staleness() >= 0 && h.staleness() != staleness_)) {
+    return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mode_ + ", this " +
+                                                   RoleName(info.role()) + " asked for " + h.mode()));
+  }
+  if (info.role() == wire::WORKER && h.job_fingerprint() != fingerprint_) {
+    const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint(), fingerprint_);
+    return ReplyError(m.peer, InvalidArgumentError("settings differ from the running job's: [" + d.mine + "] vs [" +
+                                                   d.theirs + "]"));
+  }
+  // A restarted node takes the rank of a dead one of its role: the one it asks for, else the first.
+  Node* slot = DeadSlotFor(info);
+  if (!slot && info.requested_rank() >= 0) {
+    if (Node* alive = LiveNode(info.role(), info.requested_rank())) {
+      if (alive->info.adopted()) {
+        // A backup took the shard over while this server was gone: it serves it now. The
+        // server comes back as a standby backup (it catches up from the primaries' snapshots).
+        if (options_.replicas > 1) return AddStandby(m, who, *alive, now);
+        return ReplyError(m.peer, FailedPreconditionError(
+                                      NodeName(alive->info) + "'s shard was taken over by its backup at " +
+                                      alive->info.host() + ":" + std::to_string(alive->info.port()) + "; nothing to rejoin"));
+      }
+      // Its predecessor has not been declared dead yet (a quick restart): it asks again.
+      return ReplyError(m.peer, UnavailableError(NodeName(alive->info) + " is still alive; retry once it is declared dead"));
+    }
+  }
+  if (slot && info.role() == wire::SERVER && options_.replicas > 1 && !info.adopted() &&
+      now - slot->dead_at < options_.heartbeat_timeout_s) {
+    // Its backup holds every acknowledged push and is about to take the rank over; a restarted
+    // server would restore an older checkpoint. It asks again, and is a standby once the backup
+    // has taken over (or takes the rank itself if no backup did).
+    return ReplyError(m.peer, UnavailableError(NodeName(slot->info) + "'s backup may take its shard over; retry"));
+  }
+  if (!slot) {
+    return ReplyError(m.peer, FailedPreconditionError(
+                                  "the job is already complete and no " + RoleName(info.role()) +
+                                  (info.requested_rank() >= 0 ? " of rank " + std::to_string(info.requested_rank()) : "") +
+                                  " is dead: nothing to rejoin"));
+  }
+  by_identity_.erase(slot->identity);
+  // Its predecessor, should it speak again (a paused process), is told it was replaced.
+  replaced_[slot->identity] = NodeName(slot->info);
+  const int rank = slot->info.rank();
+  slot->info = info;
+  slot->info.set_rank(rank);
+  slot->identity = m.peer;
+  slot->last_seen = now;
+  slot->dead = false;
+  slot->rejoins++;
+  slot->ended_clock = -1;  // a restarted worker trains again
+  slot->ended_joined = false;
+  by_identity_[m.peer] = static_cast<size_t>(slot - nodes_.data());
+  *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
+  GRADSYNC_LOG(WARNING) << "scheduler: " << who << " rejoins the job as " << NodeName(slot->info);
+  WelcomeBack(m.peer, slot->info);
+  if (info.role() == wire::SERVER) {
+    // Workers reconnect as soon as they hear of it: not before its data socket accepts the job's
+    // messages (it applies the table's limit, then says LISTENING).
+    slot->listening = 0;
+    slot->announce_when_listening = true;
+    return;
+  }
+  AnnounceJoined(*slot);
+}
+
+Scheduler::Node* Scheduler::DeadSlotFor(const wire::NodeInfo& info) {
+  for (auto& n : nodes_) {
+    if (n.info.role() != info.role() || !n.dead || n.finished) continue;
+    if (info.requested_rank() >= 0 && n.info.rank() != info.requested_rank()) continue;
+    return &n;
+  }
+  return nullptr;
+}
+
+Scheduler::Node* Scheduler::LiveNode(wire::Role role, int rank) {
+  for (auto& n : nodes_) {
+    if (n.info.role() == role && n.info.rank() == rank && !n.dead && !n.finished) return &n;
+  }
+  return nullptr;
+}
+
+void Scheduler::WelcomeBack(const std::string& peer, const wire::NodeInfo& info) {
+  wire::Header reply;
+  reply.set_type(wire::REGISTER_REPLY);
+  *reply.mutable_table() = table_;
+  *reply.mutable_node() = info;
+  reply.set_rejoined(true);
+  if (info.role() == wire::SERVER) reply.set_replica_key(replica_key_);
+  Reply(peer, reply);
+  // What it missed: the nodes that are dead now, and the live workers that ended training.
+  for (const auto& n : nodes_) {
+    if (!n.dead) continue;
+    wire::Header dead;
+    dead.set_type(wire::NODE_DEAD);
+    *dead.mutable_node() = n.info;
+    Reply(peer, dead);
+  }
+  for (const auto& n : nodes_) {
+    if (!n.dead && n.ended_clock >= 0) Reply(peer, TrainingEndedNews(n));
+  }
+}
+
+wire::Header Scheduler::TrainingEndedNews(const Node& n) const {
+  wire::Header h;
+  h.set_type(wire::TRAINING_ENDED);
+  *h.mutable_node() = n.info;
+  h.set_clock(n.ended_clock);
+  h.set_joined(n.ended_joined);
+  return h;
+}
+
+void Scheduler::HandleTrainingEnded(Node& n, const Message& m) {
+  if (n.info.role() != wire::WORKER) return ReplyError(n.identity, InvalidArgumentError("only workers send TRAINING_ENDED"));
+  if (!announced_) return ReplyError(n.identity, FailedPreconditionError("TRAINING_ENDED before the job is complete"));
+  if (m.header.clock() < 0) {
+    return ReplyError(n.identity, InvalidArgumentError("TRAINING_ENDED with clock " + std::to_string(m.header.clock()) +
+                                                       " (the steps a worker pushed are >= 0)"));
+  }
+  n.ended_clock = m.header.clock();
+  n.ended_joined = m.header.joined();
+  GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " ended training after " << n.ended_clock << " steps"
+                     << (n.ended_joined ? " and leaves the consistency rule (join)" : "");
+  TraceInstant(n.ended_joined ? "worker left (join)" : "worker ended training", "job",
+               {{"rank", static_cast<double>(n.info.rank())}, {"clock", static_cast<double>(n.ended_clock)}});
+  Broadcast(TrainingEndedNews(n));
+  CheckBarriers();  // a joined worker is a member no more, or (the last to end) every worker again
+}
+
+void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken, double now) {
+  Node n;
+  n.info = m.header.node();
+  n.info.set_standby(true);
+  n.info.set_adopted(false);
+  n.info.set_rank(options_.num_servers + table_.standbys_size());
+  n.identity = m.peer;
+  n.last_seen = now;
+  by_identity_[m.peer] = nodes_.size();
+  *table_.add_standbys() = n.info;
+  GRADSYNC_LOG(WARNING) << "scheduler: " << who << " asked for " << NodeName(taken.info)
+                        << "'s rank, whose shard its backup serves now: it stays as a standby, " << NodeName(n.info);
+  WelcomeBack(m.peer, n.info);
+  n.listening = 0;
+  n.announce_when_listening = true;  // the primaries connect to it once it listens
+  nodes_.push_back(std::move(n));
+}
+
+void Scheduler::AnnounceJoined(const Node& node) {
+  TraceInstant(node.info.role() == wire::WORKER ? "worker rejoined" : "server rejoined", "failure",
+               {{"rank", static_cast<double>(node.info.rank())}});
+  wire::Header joined;
+  joined.set_type(wire::NODE_JOINED);
+  *joined.mutable_node() = node.info;
+  for (auto& n : nodes_)
+    if (!n.dead && &n != &node) Reply(n.identity, joined);
+}
+
+void Scheduler::CheckHeartbeats(double now) {
+  bool changed = false;
+  for (auto& n : nodes_) {
+    if (n.dead || n.finished || now - n.last_seen <= options_.heartbeat_timeout_s) continue;
+    n.dead = true;
+    n.dead_at = now;
+    changed = true;
+    GRADSYNC_LOG(ERROR) << "scheduler: " << NodeName(n.info) << " sent nothing for "
+                        << options_.heartbeat_timeout_s << " s: declared dead";
+    TraceInstant(n.info.role() == wire::WORKER ? "worker declared dead" : "server declared dead", "failure",
+                 {{"rank", static_cast<double>(n.info.rank())}});
+    if (!announced_) continue;
+    wire::Header h;
+    h.set_type(wire::NODE_DEAD);
+    *h.mutable_node() = n.info;
+    Broadcast(h);
+  }
+  if (changed) {
+    CheckBarriers();
+    CheckMessageLimit();  // a dead server holds no worker back (they reconnect when it returns)
+    CheckShards();
+  }
+}
+
+void Scheduler::CheckShards() {
+  if (!announced_ || !lost_.ok()) return;
+  const int servers = options_.num_servers;
+  std::vector<const Node*> rank(static_cast<size_t>(servers), nullptr);
+  bool standby_lives = false;
+  for (const auto& n : nodes_) {
+    if (n.info.role() != wire::SERVER) continue;
+    if (n.info.standby()) standby_lives = standby_lives || !n.dead;
+    else if (n.info.rank() >= 0 && n.info.rank() < servers) rank[static_cast<size_t>(n.info.rank())] = &n;
+  }
+  std::string lost, why;
+  for (int s = 0; s < servers; ++s) {
+    const Node* primary = rank[static_cast<size_t>(s)];
+    if (primary == nullptr || !primary->dead) {
+      awaiting_restart_.erase(s);
+      continue;
+    }
+    // Its copies: the backups (the next replicas - 1 ranks) and every standby.
+    bool copy = standby_lives;
+    std::string dead = NodeName(primary->info);
+    for (const int r : BackupRanks(s, options_.replicas, servers)) {
+      const Node* b = rank[static_cast<size_t>(r)];
+      copy = copy || (b != nullptr && !b->dead);
+      if (b != nullptr) dead += " and its backup " + NodeName(b->info);
+    }
+    if (copy) continue;
+    if (primary->info.checkpoints()) {
+      if (awaiting_restart_.insert(s).second) {
+        GRADSYNC_LOG(WARNING) << "scheduler: shard " << s << " has no live copy (" << dead
+                              << " dead); it comes back only when " << NodeName(primary->info)
+                              << " is restarted with its --checkpoint-dir (the workers wait --recovery-timeout for it)";
+      }
+      continue;
+    }
+    lost += (lost.empty() ? "" : ", ") + std::to_string(s);
+    why += (why.empty() ? "" : "; ") + dead + " dead";
+  }
+  if (lost.empty()) return;
+  const bool one = lost.find(',') == std::string::npos;
+  lost_ = DataLossError((one ? "shard " : "shards ") + lost + (one ? " is" : " are") + " lost: " + why +
+                        ", and no checkpoint (--checkpoint-dir) can restore " + (one ? "it" : "them"));
+  GRADSYNC_LOG(ERROR) << "scheduler: " << lost_.message() << "; stopping the job";
+  TraceInstant("shard lost", "failure");
+}
+
+}  // namespace gradsync

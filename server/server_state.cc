@@ -1,0 +1,129 @@
+// Server: the optimizer state workers read (STATE_PULL) and set (STATE_PUSH), served where a pull
+// of the worker's clock would be answered (ARCHITECTURE.md, "Optimizer state").
+#include <algorithm>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "server/server.h"
+
+namespace gradsync {
+
+Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
+  if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  const std::string kind = OptimizerKindName(core_->shard().optimizer_options().kind);
+  if (!r.optimizer.empty() && r.optimizer != kind) {
+    return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
+  }
+  if (m.header.num_keys() > 0 || !r.codec.empty() || r.shm || r.data) {
+    return InvalidArgumentError("an optimizer state message carries raw floats over ZeroMQ (no keys, codec, lane or channel)");
+  }
+  const bool values = r.type == wire::STATE_PUSH && r.state_slots > 0;
+  if (m.header.has_values() != values) {
+    return InvalidArgumentError(values ? "a STATE_PUSH carries its state vector" : "this optimizer state message carries no values");
+  }
+  const Segment range = core_->shard().range();
+  const bool ranged = r.type == wire::STATE_PULL || values;
+  if (ranged ? r.segments.size() != 1 || r.segments[0] != range : !r.segments.empty()) {
+    return InvalidArgumentError("an optimizer state message " +
+                                std::string(ranged ? "covers exactly this shard's range [" + std::to_string(range.begin) +
+                                                         ", " + std::to_string(range.end) + ")"
+                                                   : "without a state vector names no segments"));
+  }
+  // The worker's current clock: its pushes so far (older or newer: kAborted, as a pull's).
+  return core_->rule().ValidatePull(r.worker, r.clock);
+}
+
+Status Server::HandleStatePull(PsRequest r, Message& m) {
+  RETURN_IF_ERROR(CheckStateRequest(r, m));
+  if (core_->rule().CanAnswerPull(r.worker, r.clock)) {
+    AnswerStatePull(r, m);
+  } else if (auto blocker = core_->rule().Blocker(r.worker, r.clock)) {
+    return core_->rule().BlockedError(r.clock, *blocker);  // its point never comes
+  } else {
+    core_->Park(std::move(r), std::move(m), SteadyMs());
+  }
+  return OkStatus();
+}
+
+void Server::AnswerStatePull(const PsRequest& r, const Message& m) {
+  const int slots = core_->shard().optimizer_slots();
+  const auto state = core_->shard().optimizer_state();
+  const Segment range = core_->shard().range();
+  const size_t n = static_cast<size_t>(range.size());
+  PsReply reply = ReplyTo(r, wire::STATE_PULL_REPLY, rank_);
+  reply.version = core_->shard().version();
+  reply.optimizer = OptimizerKindName(core_->shard().optimizer_options().kind);
+  reply.steps = core_->shard().optimizer_steps();
+  reply.skipped.assign(core_->shard().optimizer_skipped().begin(), core_->shard().optimizer_skipped().end());
+  reply.state_slots = slots;
+  // Every vector before anything else is handled: the answer is one state. (Copied into the
+  // messages: the next update may change the state while ZeroMQ still sends them.)
+  for (int k = 0; k < std::max(1, slots); ++k) {
+    reply.state_slot = k;
+    Payload p;
+    if (slots > 0) {
+      reply.segments = {range};
+      p.has_values = true;
+      p.values = state.subspan(static_cast<size_t>(k) * n, n);
+    }
+    if (Status s = socket_.Send(m.peer, EncodeReply(reply), p); !s.ok()) {
+      GRADSYNC_LOG(WARNING) << "server " << rank_ << ": optimizer state to worker " << r.worker << ": " << s;
+      break;
+    }
+  }
+  stats_.state_pulls++;
+}
+
+Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
+  const int w = r.worker;
+  if (Status s = CheckStateRequest(r, m); !s.ok()) {
+    core_->state_sets().Drop(w);  // a bad message drops the whole set: nothing of it is applied
+    return s;
+  }
+  ASSIGN_OR_RETURN(const StateSets::Set* set, core_->state_sets().Add(r, m, core_->shard()));
+  if (!set->complete) {
+    PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
+    reply.version = core_->shard().version();
+    reply.optimizer = r.optimizer;
+    reply.steps = r.steps;
+    reply.state_slots = r.state_slots;
+    reply.state_slot = r.state_slot;
+    return socket_.Send(m.peer, EncodeReply(reply));
+  }
+  // At its quiescent point: as a pull of this clock is answered (aggregating modes: between rounds
+  // clock - 1 and clock, which cannot be applied before this worker pushes clock).
+  if (core_->rule().CanAnswerPull(w, r.clock)) {
+    ApplyStateSet(*core_->state_sets().Take(w));
+  } else if (auto blocker = core_->rule().Blocker(w, r.clock)) {
+    core_->state_sets().Drop(w);
+    return core_->rule().BlockedError(r.clock, *blocker);  // its point never comes
+  }
+  return OkStatus();
+}
+
+void Server::ApplyStateSet(StateSets::Set set) {
+  const PsRequest& r = set.first;
+  const int w = r.worker;
+  if (Status s = core_->SetOptimizerState(w, set.state, r.steps, r.skipped); !s.ok()) {
+    ReplyError(set.peer, r.request_id, r.clock, s);
+    return;
+  }
+  stats_.state_sets++;
+  GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << w << " set the " << r.optimizer << " state at clock "
+                     << r.clock << " (" << r.steps << " optimizer steps taken)";
+  PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
+  reply.version = core_->shard().version();
+  reply.optimizer = r.optimizer;
+  reply.steps = r.steps;
+  reply.state_slots = r.state_slots;
+  reply.state_slot = std::max(0, r.state_slots - 1);
+  if (replication_->active()) {
+    // Answered once every backup holds it (its entries went as the core set it), as a push is.
+    replication_->HoldReply(set.peer, EncodeReply(reply));
+  } else if (Status s = socket_.Send(set.peer, EncodeReply(reply)); !s.ok()) {
+    GRADSYNC_LOG(WARNING) << "server " << rank_ << ": optimizer state reply to worker " << w << ": " << s;
+  }
+  MaybeCheckpoint(true);  // a change of the shard's state, as an update: in the next checkpoint
+}
+
+}  // namespace gradsync

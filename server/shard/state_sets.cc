@@ -1,0 +1,88 @@
+#include "server/shard/state_sets.h"
+
+#include <algorithm>
+
+#include "common/optimizer.h"
+
+namespace gradsync {
+
+Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& m, const KvShard& shard) {
+  const int w = r.worker;
+  auto refuse = [&](Status s) {
+    sets_.erase(w);  // a bad vector drops the whole set: nothing of it is applied
+    return s;
+  };
+  const OptimizerKind kind = shard.optimizer_options().kind;
+  const int slots = shard.optimizer_slots();
+  if (r.state_slots != slots) {
+    std::string names;
+    for (const auto& name : OptimizerSlotNames(shard.optimizer_options())) names += (names.empty() ? "" : ", ") + name;
+    return refuse(InvalidArgumentError("an optimizer state of " + std::to_string(r.state_slots) +
+                                       " vector(s); this shard's " + OptimizerKindName(kind) + " keeps " +
+                                       std::to_string(slots) + (names.empty() ? "" : " (" + names + ")")));
+  }
+  const size_t n = static_cast<size_t>(shard.range().size());
+  Set* set = nullptr;
+  if (r.state_slot == 0) {
+    Set fresh;
+    fresh.peer = m.peer;
+    fresh.first = r;
+    fresh.state.assign(static_cast<size_t>(slots) * n, 0.0f);
+    set = &(sets_[w] = std::move(fresh));
+  } else {
+    auto it = sets_.find(w);
+    if (it == sets_.end() || it->second.complete || it->second.next != r.state_slot ||
+        it->second.first.request_id != r.request_id || it->second.first.clock != r.clock ||
+        it->second.first.steps != r.steps || it->second.first.skipped != r.skipped ||
+        it->second.first.optimizer != r.optimizer) {
+      return refuse(InvalidArgumentError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
+                                         std::to_string(slots) +
+                                         " is not the next of the set this worker sends (vectors 0, 1, ... of one "
+                                         "request, in order)"));
+    }
+    set = &it->second;
+  }
+  if (slots > 0) {
+    float* dst = set->state.data() + static_cast<size_t>(r.state_slot) * n;
+    m.CopyValues(dst);
+    if (Status s = CheckOptimizerSlot(kind, r.state_slot, {dst, n}); !s.ok()) return refuse(s);
+  }
+  set->next = r.state_slot + 1;
+  set->complete = set->next >= std::max(1, slots);
+  return set;
+}
+
+std::optional<StateSets::Set> StateSets::Take(int worker) {
+  auto it = sets_.find(worker);
+  if (it == sets_.end()) return std::nullopt;
+  Set set = std::move(it->second);
+  sets_.erase(it);
+  return set;
+}
+
+std::vector<StateSets::Due> StateSets::TakeDue(const ConsistencyController& rule) {
+  std::vector<Due> out;
+  for (auto it = sets_.begin(); it != sets_.end();) {
+    const int w = it->first;
+    const Set& set = it->second;
+    const bool live = rule.IsLive(w) || rule.HasLeft(w);  // not a dead worker's
+    const bool due = set.complete && rule.CanAnswerPull(w, set.first.clock);
+    const std::optional<int> blocker = set.complete && !due ? rule.Blocker(w, set.first.clock) : std::nullopt;
+    if (!live) {
+      it = sets_.erase(it);
+    } else if (due) {
+      out.push_back({std::move(it->second), OkStatus()});
+      it = sets_.erase(it);
+    } else if (blocker) {
+      // A worker that ended training since makes its point never come.
+      Status refused = rule.BlockedError(set.first.clock, *blocker);
+      out.push_back({std::move(it->second), std::move(refused)});
+      it = sets_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,56 @@
+#include "server/shard_codecs.h"
+
+#include "common/trace.h"
+
+namespace gradsync {
+
+Result<ShardCodecs> ShardCodecs::ForJob(const wire::JobConfig& job, Segment range) {
+  ShardCodecs c;
+  if (!job.compression().empty()) {
+    ASSIGN_OR_RETURN(c.codec_, CreateCompressor(job.compression(), job.compression_seed()));
+    c.spec_ = job.compression();
+  }
+  if (job.compress_pull()) {
+    if (!c.codec_) return InvalidArgumentError("INIT: compress_pull needs a compression codec");
+    ASSIGN_OR_RETURN(std::unique_ptr<Compressor> pull_codec, CreateCompressor(job.compression(), job.compression_seed()));
+    c.pull_encoder_ = std::make_unique<PullDeltaEncoder>(std::move(pull_codec), range);
+  }
+  return c;
+}
+
+Result<const float*> ShardCodecs::Decode(const PsRequest& r, const Message& m, size_t n) {
+  if (!codec_ || r.codec != spec_) {
+    return InvalidArgumentError("push compressed with '" + r.codec + "' but this job uses '" +
+                                (spec_.empty() ? std::string("none") : spec_) + "'");
+  }
+  decoded_.resize(n);
+  TraceSpan span("decode", "server", {{"worker", static_cast<double>(r.worker)}, {"bytes", static_cast<double>(m.values.size())}});
+  RETURN_IF_ERROR(codec_->Decode(m.values.bytes(), n, static_cast<uint64_t>(r.clock), decoded_));
+  return decoded_.data();
+}
+
+Status ShardCodecs::CheckPull(const PsRequest& r, bool has_keys) const {
+  if (r.codec.empty()) return OkStatus();
+  if (!pull_encoder_ || r.codec != spec_) {
+    return InvalidArgumentError("pull asks for '" + r.codec + "' deltas but this job " +
+                                (pull_encoder_ ? "compresses pulls with '" + spec_ + "'"
+                                               : std::string("does not compress pulls (--compress-pull)")));
+  }
+  if (has_keys) return InvalidArgumentError("a compressed pull carries no keys");
+  return OkStatus();
+}
+
+Result<bool> ShardCodecs::EncodePull(const PsRequest& r, const KvShard& shard, Frame* frame) {
+  // --compress-pull: the delta against what the worker holds, once it holds the whole range.
+  const size_t n = static_cast<size_t>(TotalSize(r.segments));
+  pull_current_.resize(n);
+  shard.Read(r.segments, {}, pull_current_.data());
+  TraceSpan encode("encode", "server", {{"worker", static_cast<double>(r.worker)}, {"values", static_cast<double>(n)}});
+  auto encoded = pull_encoder_->Encode(r.worker, r.segments, pull_current_, r.clock, &pull_payload_);
+  encode.End();
+  if (!encoded.ok() || !*encoded) return encoded;
+  *frame = Frame::Copy(pull_payload_.data(), pull_payload_.size());
+  return true;
+}
+
+}  // namespace gradsync

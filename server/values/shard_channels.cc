@@ -1,0 +1,47 @@
+#include "server/values/shard_channels.h"
+
+namespace gradsync {
+
+namespace {
+ChannelContext Context(Socket* socket, int rank, ShardCodecs* codecs, ChannelCounts* counts) {
+  ChannelContext c;
+  c.socket = socket;
+  c.rank = rank;
+  c.codecs = codecs;
+  c.counts = counts;
+  return c;
+}
+}  // namespace
+
+ShardChannels::ShardChannels(Socket* socket, int rank, ShardCodecs* codecs, DataChannelOptions data)
+    : rank_(rank),
+      zmq_(Context(socket, rank, codecs, &counts_)),
+      lanes_(Context(socket, rank, codecs, &counts_)),
+      data_(Context(socket, rank, codecs, &counts_), std::move(data)) {}
+
+ShardChannel& ShardChannels::For(const PsRequest& r) {
+  if (r.shm) return lanes_;
+  if (r.data) return data_;
+  return zmq_;
+}
+
+Result<PsReply> ShardChannels::Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve) {
+  if (r.type == wire::SHM_ATTACH) {
+    RETURN_IF_ERROR(lanes_.Attach(r, m, shard));
+    data_.Detach(r.worker);
+    return ReplyTo(r, wire::SHM_ATTACH_REPLY, rank_);
+  }
+  if (r.type != wire::DATA_ATTACH) return InvalidArgumentError("not a request to attach a channel");
+  ASSIGN_OR_RETURN(const int port, data_.Attach(r, m, shard, curve));
+  lanes_.Detach(r.worker);
+  PsReply reply = ReplyTo(r, wire::DATA_ATTACH_REPLY, rank_);
+  reply.data_port = port;
+  return reply;
+}
+
+void ShardChannels::Detach(int worker) {
+  lanes_.Detach(worker);
+  data_.Detach(worker);
+}
+
+}  // namespace gradsync

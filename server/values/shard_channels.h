@@ -1,0 +1,41 @@
+// ShardChannels: the router over the shard's value channels (shard_channel.h). A request names
+// its channel (PsRequest::shm, PsRequest::data; neither: ZeroMQ); For() hands it to that one.
+// A worker has one way for its values at a time: attaching it to a lane or a data channel lets
+// its room in the other go. Adding a channel touches this folder only.
+#pragma once
+
+#include "server/values/data_channel.h"
+#include "server/values/lane_channel.h"
+#include "server/values/shard_channel.h"
+#include "server/values/zmq_channel.h"
+
+namespace gradsync {
+
+class ShardChannels {
+ public:
+  // `socket`, `codecs`: the shard's, which outlive this; `rank` for replies and logs.
+  ShardChannels(Socket* socket, int rank, ShardCodecs* codecs, DataChannelOptions data);
+  ShardChannels(const ShardChannels&) = delete;
+  ShardChannels& operator=(const ShardChannels&) = delete;
+
+  ShardChannel& For(const PsRequest& r);
+  // SHM_ATTACH or DATA_ATTACH: worker r.worker's room in that channel, for the whole of `shard`'s
+  // range (`curve`: the job encrypts its traffic); the reply to send. Its room in the other goes.
+  Result<PsReply> Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve);
+  // Worker w's rooms go (dead).
+  void Detach(int worker);
+
+  const ChannelCounts& counts() const { return counts_; }
+  // The bytes moved outside ZeroMQ (which counts its own).
+  uint64_t bytes_sent() const { return data_.bytes_sent(); }
+  uint64_t bytes_received() const { return data_.bytes_received(); }
+
+ private:
+  int rank_;
+  ChannelCounts counts_;
+  ZmqChannel zmq_;
+  LaneChannel lanes_;
+  DataChannel data_;
+};
+
+}  // namespace gradsync
