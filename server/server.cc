@@ -279,14 +279,7 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   reply.wait_ms = waited_ms;
   reply.clock_staleness = core_->rule().ClockStaleness(r.clock);
   reply.segments = r.segments;
-  auto answered = channels_->For(r).AnswerPull(r, m, reply, keys, core_->shard());
-  if (answered.ok() && !*answered) {
-    // Its channel went while the pull was parked: over ZeroMQ, which every worker has.
-    PsRequest plain = r;
-    plain.shm = plain.data = false;
-    answered = channels_->For(plain).AnswerPull(plain, m, reply, keys, core_->shard());
-  }
-  if (!answered.ok()) return ReplyError(m, answered.status());
+  if (Status s = channels_->AnswerPull(r, m, reply, keys, core_->shard()); !s.ok()) return ReplyError(m, s);
   RecordPull(r, reply.clock_staleness);
 }
 

@@ -25,6 +25,14 @@ ShardChannel& ShardChannels::For(const PsRequest& r) {
   return zmq_;
 }
 
+Status ShardChannels::AnswerPull(const PsRequest& r, const Message& m, PsReply& reply, std::span<const uint64_t> keys,
+                                 const KvShard& shard) {
+  ShardChannel& named = For(r);
+  ASSIGN_OR_RETURN(const bool answered, named.AnswerPull(r, m, reply, keys, shard));
+  if (answered || &named == &zmq_) return OkStatus();
+  return zmq_.AnswerPull(r, m, reply, keys, shard).status();
+}
+
 Result<PsReply> ShardChannels::Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve) {
   if (r.type == wire::SHM_ATTACH) {
     RETURN_IF_ERROR(lanes_.Attach(r, m, shard));

@@ -19,6 +19,11 @@ class ShardChannels {
   ShardChannels& operator=(const ShardChannels&) = delete;
 
   ShardChannel& For(const PsRequest& r);
+  // Answers a validated pull (`reply` filled in but for its values) through the channel it names,
+  // or over ZeroMQ, which every worker has, when that channel went while the pull was parked. An
+  // error: the caller answers with it.
+  Status AnswerPull(const PsRequest& r, const Message& m, PsReply& reply, std::span<const uint64_t> keys,
+                    const KvShard& shard);
   // SHM_ATTACH or DATA_ATTACH: worker r.worker's room in that channel, for the whole of `shard`'s
   // range (`curve`: the job encrypts its traffic); the reply to send. Its room in the other goes.
   Result<PsReply> Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve);
