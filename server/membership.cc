@@ -65,25 +65,26 @@ int64_t Membership::restored_clock(int worker) const {
   return worker >= 0 && static_cast<size_t>(worker) < restored_pushed_.size() ? restored_pushed_[worker] : 0;
 }
 
+namespace {
+// The entries of `all` (a list the scheduler only appends to) past the first *seen; *seen moves on.
+template <typename T>
+std::vector<T> Unseen(std::vector<T> all, size_t* seen) {
+  all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(std::min(*seen, all.size())));
+  *seen += all.size();
+  return all;
+}
+}  // namespace
+
 std::vector<wire::NodeInfo> Membership::NewDead(const SchedulerClient& scheduler) {
-  auto all = scheduler.dead_nodes();
-  std::vector<wire::NodeInfo> out(all.begin() + static_cast<std::ptrdiff_t>(std::min(seen_dead_, all.size())), all.end());
-  seen_dead_ = std::max(seen_dead_, all.size());
-  return out;
+  return Unseen(scheduler.dead_nodes(), &seen_dead_);
 }
 
 std::vector<wire::NodeInfo> Membership::NewJoined(const SchedulerClient& scheduler) {
-  auto all = scheduler.joined_nodes();
-  std::vector<wire::NodeInfo> out(all.begin() + static_cast<std::ptrdiff_t>(std::min(seen_joined_, all.size())), all.end());
-  seen_joined_ = std::max(seen_joined_, all.size());
-  return out;
+  return Unseen(scheduler.joined_nodes(), &seen_joined_);
 }
 
 std::vector<EndedWorker> Membership::NewEnded(const SchedulerClient& scheduler) {
-  auto all = scheduler.ended_workers();
-  std::vector<EndedWorker> out(all.begin() + static_cast<std::ptrdiff_t>(std::min(seen_ended_, all.size())), all.end());
-  seen_ended_ = std::max(seen_ended_, all.size());
-  return out;
+  return Unseen(scheduler.ended_workers(), &seen_ended_);
 }
 
 bool Membership::News(const SchedulerClient& scheduler) {

@@ -115,11 +115,10 @@ Status ReplicaStore::Apply(const Message& m) {
 
 namespace {
 
-// An entry's segments, keys and values, read once.
+// An entry's segments and keys, read once.
 struct EntryValues {
   std::vector<Segment> segments;
-  std::vector<uint64_t> scratch;
-  std::span<const uint64_t> keys;
+  std::vector<uint64_t> keys;
   bool whole = false;  // the shard's whole range, dense
 };
 
@@ -128,7 +127,9 @@ EntryValues ReadEntry(const Message& m, const Segment& range) {
   for (const auto& seg : m.header.segments()) {
     e.segments.push_back({static_cast<int64_t>(seg.offset()), static_cast<int64_t>(seg.offset() + seg.length())});
   }
-  e.keys = m.Keys(&e.scratch);
+  std::vector<uint64_t> scratch;
+  const auto keys = m.Keys(&scratch);
+  e.keys.assign(keys.begin(), keys.end());
   e.whole = e.segments.size() == 1 && e.segments[0] == range && e.keys.empty() &&
             m.num_values() == static_cast<size_t>(range.size());
   return e;
@@ -143,7 +144,7 @@ Status ReplicaStore::ApplySnapshotPart(Copy& c, const Message& m) {
   const EntryValues e = ReadEntry(m, range);
   const std::span<const int64_t> skipped(c.meta.optimizer_skipped().data(),
                                          static_cast<size_t>(c.meta.optimizer_skipped().size()));
-  std::vector<float> params(shard.params().begin(), shard.params().end());
+  std::vector<float> params;
   std::vector<float> state(shard.optimizer_state().begin(), shard.optimizer_state().end());
   if (h.replica_op() == wire::REPLICA_PARAMS) {
     if (!e.whole) return InvalidArgumentError("REPLICATE: snapshot parameters are not the shard's range");
@@ -151,6 +152,7 @@ Status ReplicaStore::ApplySnapshotPart(Copy& c, const Message& m) {
     params = Values(m);
     c.params = true;
   } else {
+    params.assign(shard.params().begin(), shard.params().end());
     const int part = h.replica_part();
     const size_t n = static_cast<size_t>(range.size());
     const size_t parts = state.size() / std::max<size_t>(1, n);
@@ -169,14 +171,14 @@ Status ReplicaStore::ApplyPush(Copy& c, const Message& m) {
   const int w = h.replica_worker();
   if (w < 0 || w >= c.meta.job().num_workers()) return InvalidArgumentError("REPLICATE: push of worker " + std::to_string(w));
   KvShard& shard = c.core->shard();
-  const EntryValues e = ReadEntry(m, shard.range());
+  EntryValues e = ReadEntry(m, shard.range());
   size_t n = m.num_values();
   RETURN_IF_ERROR(shard.Validate(e.segments, e.keys, &n));
   PushChunk chunk;
   chunk.absent.assign(h.absent_tensors().begin(), h.absent_tensors().end());
   RETURN_IF_ERROR(shard.ValidateAbsent(e.segments, chunk.absent));
-  chunk.segments = e.segments;
-  chunk.keys.assign(e.keys.begin(), e.keys.end());
+  chunk.segments = std::move(e.segments);
+  chunk.keys = std::move(e.keys);
   chunk.owned = Values(m);
   if (chunk.owned.empty()) chunk.owned.resize(1);  // values() reads owned
   c.core->TakeChunk(w, std::move(chunk), h.replica_scale(), h.replica_counts(), h.has_lr() ? h.lr() : NAN);

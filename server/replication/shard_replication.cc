@@ -235,11 +235,11 @@ std::optional<ReplicaCopy> ShardReplication::TakeOver(int dead, const SchedulerC
   std::vector<int> order = BackupRanks(dead, replicas_, servers_);
   const wire::ClusterTable now = scheduler.table();
   for (const auto& sb : now.standbys()) order.push_back(sb.rank());
-  for (int r : order) {
-    if (r == rank_) break;
-    if (!scheduler.IsDead(wire::SERVER, r)) return std::nullopt;
+  const auto mine = std::find(order.begin(), order.end(), rank_);
+  if (mine == order.end()) return std::nullopt;
+  for (auto r = order.begin(); r != mine; ++r) {
+    if (!scheduler.IsDead(wire::SERVER, *r)) return std::nullopt;  // a live backup before this one takes it
   }
-  if (std::find(order.begin(), order.end(), rank_) == order.end()) return std::nullopt;
   auto copy = store_->Take(dead);
   if (!copy.ok()) return std::nullopt;
   return std::move(copy).value();

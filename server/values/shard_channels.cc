@@ -2,22 +2,11 @@
 
 namespace gradsync {
 
-namespace {
-ChannelContext Context(Socket* socket, int rank, ShardCodecs* codecs, ChannelCounts* counts) {
-  ChannelContext c;
-  c.socket = socket;
-  c.rank = rank;
-  c.codecs = codecs;
-  c.counts = counts;
-  return c;
-}
-}  // namespace
-
 ShardChannels::ShardChannels(Socket* socket, int rank, ShardCodecs* codecs, DataChannelOptions data)
     : rank_(rank),
-      zmq_(Context(socket, rank, codecs, &counts_)),
-      lanes_(Context(socket, rank, codecs, &counts_)),
-      data_(Context(socket, rank, codecs, &counts_), std::move(data)) {}
+      zmq_({socket, rank, codecs, &counts_}),
+      lanes_({socket, rank, codecs, &counts_}),
+      data_({socket, rank, codecs, &counts_}, std::move(data)) {}
 
 ShardChannel& ShardChannels::For(const PsRequest& r) {
   if (r.shm) return lanes_;

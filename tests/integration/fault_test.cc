@@ -174,10 +174,11 @@ class FaultJob {
   Result<int> Wait(const std::string& name, double timeout_s) { return group_.WaitFor(name, timeout_s); }
   std::string File(const std::string& name) { return dir_.File(name); }
   // A server's summary (protobuf JSON), written when it exits.
-  std::string ServerSummary(int rank) { return ReadFile(dir_.File("s/server-" + std::to_string(rank) + ".json")); }
+  std::string ServerSummaryPath(int rank) { return dir_.File("s/server-" + std::to_string(rank) + ".json"); }
+  std::string ServerSummary(int rank) { return ReadFile(ServerSummaryPath(rank)); }
   // A shard's version at the end, from its summary: the gradients applied to it since INIT.
   int64_t ShardVersion(int rank) {
-    auto s = ReadProcessSummary(dir_.File("s/server-" + std::to_string(rank) + ".json"));
+    auto s = ReadProcessSummary(ServerSummaryPath(rank));
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? s->version() : -1;
   }
