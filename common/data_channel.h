@@ -11,7 +11,7 @@
 // header, so the header finds its values there; a shard queues a pull's frame as it sends the
 // header, and the worker reads the frame when the header arrives.
 //
-// Setting up (worker): DATA_ATTACH over ZeroMQ with a fresh random token; the reply names the
+// Setting up (worker): CHANNEL_ATTACH (CHANNEL_DATA) over ZeroMQ with a fresh random token; the reply names the
 // port; the worker connects, sends the token and reads an 8-byte acknowledgement. The shard takes
 // a connection only for a token it was given (once) over the ZeroMQ connection of that worker.
 // The channel is neither authenticated nor encrypted beyond that, so jobs with --auth-dir (CURVE)

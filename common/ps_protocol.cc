@@ -11,13 +11,13 @@ namespace {
 constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
 
 bool IsRequest(wire::Type t) {
-  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN || t == wire::SHM_ATTACH ||
-         t == wire::DATA_ATTACH || t == wire::STATE_PULL || t == wire::STATE_PUSH;
+  return t == wire::INIT || t == wire::PUSH || t == wire::PULL || t == wire::JOIN ||
+         t == wire::CHANNEL_ATTACH || t == wire::STATE_PULL || t == wire::STATE_PUSH;
 }
 
 bool IsReply(wire::Type t) {
   return t == wire::INIT_REPLY || t == wire::PUSH_REPLY || t == wire::PULL_REPLY || t == wire::JOIN_REPLY ||
-         t == wire::SHM_ATTACH_REPLY || t == wire::DATA_ATTACH_REPLY || t == wire::STATE_PULL_REPLY ||
+         t == wire::CHANNEL_ATTACH_REPLY || t == wire::STATE_PULL_REPLY ||
          t == wire::STATE_PUSH_REPLY || t == wire::ERROR;
 }
 
@@ -84,6 +84,76 @@ bool KnownCode(int code) {
   return (code >= 1 && code <= 6) || (code >= 9 && code <= 15);
 }
 
+
+void EncodeValueRef(const ValueRef& at, wire::Header* h) {
+  if (!at.outside() && at.seq == 0 && at.attach.empty() && at.port == 0) return;
+  wire::ValueRef* v = h->mutable_values_at();
+  v->set_channel(at.channel);
+  if (at.seq != 0) v->set_seq(at.seq);
+  if (!at.attach.empty()) v->set_attach(at.attach);
+  if (at.port != 0) v->set_port(static_cast<uint32_t>(at.port));
+}
+
+// The reference as sent, its channel known; what it may hold on which message is the callers'.
+Result<ValueRef> ReadValueRef(const wire::Header& h) {
+  ValueRef at;
+  if (!h.has_values_at()) return at;
+  const wire::ValueRef& v = h.values_at();
+  if (!wire::Channel_IsValid(v.channel())) {
+    return InvalidArgumentError("unknown value channel " + std::to_string(v.channel()));
+  }
+  at.channel = v.channel();
+  at.seq = v.seq();
+  at.attach = v.attach();
+  at.port = static_cast<int>(v.port());
+  return at;
+}
+
+// A request's reference: a channel on a PUSH or PULL (a push's with its number), or the channel to
+// attach and its name or token; nothing else.
+Result<ValueRef> DecodeRequestRef(const wire::Header& h, wire::Type type) {
+  ASSIGN_OR_RETURN(ValueRef at, ReadValueRef(h));
+  const bool moves = type == wire::PUSH || type == wire::PULL;
+  if (at.outside() && !moves && type != wire::CHANNEL_ATTACH) {
+    return InvalidArgumentError("only a push or a pull moves its values through a value channel");
+  }
+  if (at.port != 0) return InvalidArgumentError("a request names no port");
+  if (type == wire::PUSH && at.outside() && at.seq == 0) {
+    return InvalidArgumentError("a push through a value channel has no number there (values_at.seq)");
+  }
+  if (at.seq != 0 && !(type == wire::PUSH && at.outside())) {
+    return InvalidArgumentError("only a push through a value channel is numbered there");
+  }
+  if ((type == wire::CHANNEL_ATTACH) != !at.attach.empty() || (type == wire::CHANNEL_ATTACH && !at.outside())) {
+    return InvalidArgumentError("CHANNEL_ATTACH names a channel and its lane or token; nothing else does");
+  }
+  if (type == wire::CHANNEL_ATTACH && at.channel == wire::CHANNEL_DATA && at.attach.size() != kDataTokenBytes) {
+    return InvalidArgumentError("a data token is " + std::to_string(kDataTokenBytes) + " bytes, not " +
+                                std::to_string(at.attach.size()));
+  }
+  return at;
+}
+
+// A reply's reference: a pull's channel (a data channel's with its frame number), or the channel
+// attached (a data channel's with its port).
+Result<ValueRef> DecodeReplyRef(const wire::Header& h, wire::Type type) {
+  ASSIGN_OR_RETURN(ValueRef at, ReadValueRef(h));
+  if (!at.attach.empty()) return InvalidArgumentError("a reply attaches nothing");
+  if (at.outside() && type != wire::PULL_REPLY && type != wire::CHANNEL_ATTACH_REPLY) {
+    return InvalidArgumentError("only a pull's answer names a value channel");
+  }
+  if (type == wire::CHANNEL_ATTACH_REPLY) {
+    const bool data = at.channel == wire::CHANNEL_DATA;
+    if (!at.outside() || at.seq != 0 || (data && (at.port <= 0 || at.port > 65535)) || (!data && at.port != 0)) {
+      return InvalidArgumentError("a CHANNEL_ATTACH_REPLY without its channel, or a bad data port");
+    }
+    return at;
+  }
+  if (at.port != 0 || (at.channel == wire::CHANNEL_DATA) != (at.seq != 0)) {
+    return InvalidArgumentError("a data-channel reply without its frame number, or a number without one");
+  }
+  return at;
+}
 }  // namespace
 
 void EncodeSegments(std::span<const Segment> segments, wire::Header* h) {
@@ -172,12 +242,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
   if (!std::isnan(r.lr)) h.set_lr(r.lr);
   h.mutable_absent_tensors()->Assign(r.absent_tensors.begin(), r.absent_tensors.end());
   if (r.type == wire::INIT) *h.mutable_job() = r.job;
-  if (r.shm) h.set_shm(true);
-  if (r.shm_seq != 0) h.set_shm_seq(r.shm_seq);
-  if (!r.shm_name.empty()) h.set_shm_name(r.shm_name);
-  if (r.data) h.set_data(true);
-  if (r.data_seq != 0) h.set_data_seq(r.data_seq);
-  if (!r.data_token.empty()) h.set_data_token(r.data_token);
+  EncodeValueRef(r.at, &h);
   if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &h);
   return h;
 }
@@ -215,31 +280,9 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
     r.absent_tensors.assign(h.absent_tensors().begin(), h.absent_tensors().end());
   }
   if (r.type == wire::INIT) r.job = h.job();
-  r.shm = h.shm();
-  r.shm_seq = h.shm_seq();
-  r.shm_name = h.shm_name();
-  if (r.shm && r.type != wire::PUSH && r.type != wire::PULL) {
-    return InvalidArgumentError("only a push or a pull moves its values through shared memory");
-  }
-  if (r.type == wire::PUSH && r.shm && r.shm_seq == 0) return InvalidArgumentError("a shared-memory push has no shm_seq");
-  if ((r.type == wire::SHM_ATTACH) != !r.shm_name.empty()) {
-    return InvalidArgumentError("shm_name belongs on SHM_ATTACH, and SHM_ATTACH needs one");
-  }
-  r.data = h.data();
-  r.data_seq = h.data_seq();
-  r.data_token = h.data_token();
-  if (r.data && r.type != wire::PUSH && r.type != wire::PULL) {
-    return InvalidArgumentError("only a push or a pull moves its values over the data channel");
-  }
-  if (r.data && r.shm) return InvalidArgumentError("values move through shared memory or the data channel, not both");
-  if (r.type == wire::PUSH && r.data && r.data_seq == 0) return InvalidArgumentError("a data-channel push has no data_seq");
-  if ((r.type == wire::DATA_ATTACH) != !r.data_token.empty()) {
-    return InvalidArgumentError("data_token belongs on DATA_ATTACH, and DATA_ATTACH needs one");
-  }
-  if (!r.data_token.empty() && r.data_token.size() != kDataTokenBytes) {
-    return InvalidArgumentError("a data token is " + std::to_string(kDataTokenBytes) + " bytes, not " +
-                                std::to_string(r.data_token.size()));
-  }
+  ASSIGN_OR_RETURN(r.at, DecodeRequestRef(h, r.type));
+  r.has_values = h.has_values();
+  r.num_keys = h.num_keys();
   RETURN_IF_ERROR(CheckStateFields(h));
   r.optimizer = h.state_optimizer();
   r.steps = h.state_steps();
@@ -261,18 +304,14 @@ wire::Header EncodeReply(const PsReply& r) {
       h.set_clock_staleness(r.clock_staleness);
       EncodeSegments(r.segments, &h);
       if (!r.codec.empty()) h.set_codec(r.codec);
-      if (r.shm) h.set_shm(true);
-      if (r.data) {
-        h.set_data(true);
-        h.set_data_seq(r.data_seq);
-      }
+      EncodeValueRef(r.at, &h);
       if (r.parts > 1) {
         h.set_parts(r.parts);
         h.set_part(r.part);
       }
       break;
-    case wire::DATA_ATTACH_REPLY:
-      h.set_data_port(static_cast<uint32_t>(r.data_port));
+    case wire::CHANNEL_ATTACH_REPLY:
+      EncodeValueRef(r.at, &h);
       break;
     case wire::STATE_PULL_REPLY:
     case wire::STATE_PUSH_REPLY:
@@ -303,19 +342,15 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   r.wait_ms = h.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
-  r.shm = h.shm();
   r.parts = h.parts();
   r.part = h.part();
+  ASSIGN_OR_RETURN(r.at, DecodeReplyRef(h, r.type));
+  r.has_values = h.has_values();
+  r.num_keys = h.num_keys();
   if (r.parts < 0 || r.part < 0 || (r.parts <= 1 && r.part != 0) || (r.parts > 1 && r.part >= r.parts) ||
-      ((r.shm || r.parts > 1) && r.type != wire::PULL_REPLY)) {
-    return InvalidArgumentError("reply part " + std::to_string(r.part) + " of " + std::to_string(r.parts));
-  }
-  r.data = h.data();
-  r.data_seq = h.data_seq();
-  r.data_port = static_cast<int>(h.data_port());
-  if ((r.data && (r.type != wire::PULL_REPLY || r.data_seq == 0 || r.shm || r.parts > 1)) ||
-      (r.type == wire::DATA_ATTACH_REPLY && (r.data_port <= 0 || r.data_port > 65535))) {
-    return InvalidArgumentError("a data-channel reply without its frame number, or a bad data port");
+      (r.parts > 1 && (r.type != wire::PULL_REPLY || r.at.channel != wire::CHANNEL_LANE))) {
+    return InvalidArgumentError("reply part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
+                                " (only a pull answered through a lane comes in parts)");
   }
   RETURN_IF_ERROR(CheckStateFields(h));
   r.optimizer = h.state_optimizer();
@@ -330,6 +365,8 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   }
   return r;
 }
+
+MessageTag TagOf(const wire::Header& h) { return {h.type(), h.sender_rank(), h.request_id(), h.clock()}; }
 
 int64_t MaxShardMessageBytes(std::span<const TensorInfo> layout, int num_servers) {
   int64_t total = 0;

@@ -6,12 +6,13 @@
 //   worker -> shard   PsRequest   INIT (job + the shard's initial values), PUSH (a gradient, maybe
 //                                 compressed, maybe one of `parts`), PULL (segments / keys wanted),
 //                                 JOIN (clock -1: where do I start? c >= 0: I go on at c),
-//                                 SHM_ATTACH (a shared-memory lane, same host only), DATA_ATTACH,
+//                                 CHANNEL_ATTACH (a shared-memory lane, same host only, or a
+//                                 data channel: a value channel beside ZeroMQ),
 //                                 STATE_PULL / STATE_PUSH (the shard's optimizer state, one state
 //                                 vector per message)
 //   shard -> worker   PsReply     INIT_REPLY, PUSH_REPLY (version lag), PULL_REPLY (version,
 //                                 wait, clock staleness, the values' segments), JOIN_REPLY
-//                                 (clock), SHM_ATTACH_REPLY, DATA_ATTACH_REPLY, STATE_PULL_REPLY
+//                                 (clock), CHANNEL_ATTACH_REPLY, STATE_PULL_REPLY
 //                                 (one per state vector), STATE_PUSH_REPLY, ERROR (a Status)
 //
 // Decoding checks everything a header alone can say is wrong (type, segment bounds, part numbers, a
@@ -35,15 +36,26 @@ namespace gradsync {
 
 // A push comes in at most this many parts (PsRequest::parts).
 inline constexpr int kMaxPushParts = 4096;
-// A data channel's token (PsRequest::data_token): random bytes, one per connection.
+// A data channel's token (ValueRef::attach of a CHANNEL_ATTACH): random bytes, one per connection.
 inline constexpr size_t kDataTokenBytes = 16;
 // The most state vectors an optimizer keeps (Adam's and LAMB's m and v): STATE_* messages' state_slots.
 inline constexpr int kMaxOptimizerSlots = 2;
 // The most steps an optimizer state may say it has taken (a shard's counters stay below it).
 inline constexpr int64_t kMaxOptimizerSteps = int64_t{1} << 62;
 
+// Where a message's values are (wire::ValueRef): the message's own frames (CHANNEL_ZMQ), or a
+// value channel beside ZeroMQ. One reference per message, whatever the channel.
+struct ValueRef {
+  wire::Channel channel = wire::CHANNEL_ZMQ;
+  uint64_t seq = 0;    // PUSH: the push's number on its lane or its frame's on the data channel;
+                       // PULL_REPLY over a data channel: its frame's
+  std::string attach;  // CHANNEL_ATTACH: the lane's name or the data channel's token
+  int port = 0;        // CHANNEL_ATTACH_REPLY for a data channel: where to connect
+  bool outside() const { return channel != wire::CHANNEL_ZMQ; }
+};
+
 struct PsRequest {
-  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN, SHM_ATTACH, DATA_ATTACH, STATE_PULL or STATE_PUSH
+  wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN, CHANNEL_ATTACH, STATE_PULL or STATE_PUSH
   int worker = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;
@@ -55,12 +67,9 @@ struct PsRequest {
   float lr = NAN;                 // PUSH: the worker's own rate for this gradient; NaN: the job's schedule
   std::vector<uint32_t> absent_tensors;  // PUSH: tensors without a gradient (wire::Header::absent_tensors)
   wire::JobConfig job;            // INIT
-  bool shm = false;               // PUSH, PULL: the values move through the shared-memory lane
-  uint64_t shm_seq = 0;           // PUSH with shm: the push's number on its lane (> 0)
-  std::string shm_name;           // SHM_ATTACH: the lane (ShmLane::IsValidName)
-  bool data = false;              // PUSH, PULL: the values move over the data channel
-  uint64_t data_seq = 0;          // PUSH with data: the values' frame number there (> 0)
-  std::string data_token;         // DATA_ATTACH: what the worker presents on the connection
+  ValueRef at;                    // PUSH, PULL: the channel of the values; CHANNEL_ATTACH: the one to attach
+  bool has_values = false;        // the frames the header announces (the transport checked they came)
+  uint64_t num_keys = 0;
   // STATE_PULL: the optimizer the worker expects ("": whatever the shard's is). STATE_PUSH: the
   // optimizer the state is for, its steps taken, its state vectors (one message each, 0: one
   // message without values) and the one this message carries (its values: the shard's range).
@@ -72,8 +81,8 @@ struct PsRequest {
 };
 
 struct PsReply {
-  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, SHM_ATTACH_REPLY, DATA_ATTACH_REPLY,
-  // STATE_PULL_REPLY, STATE_PUSH_REPLY or ERROR
+  // INIT_REPLY, PUSH_REPLY, PULL_REPLY, JOIN_REPLY, CHANNEL_ATTACH_REPLY, STATE_PULL_REPLY,
+  // STATE_PUSH_REPLY or ERROR
   wire::Type type = wire::TYPE_UNSPECIFIED;
   int server = 0;
   uint64_t request_id = 0;
@@ -84,12 +93,11 @@ struct PsReply {
   double wait_ms = 0;             // PULL_REPLY: how long the consistency rule held the pull
   std::vector<Segment> segments;  // PULL_REPLY: where the values go
   std::string codec;              // PULL_REPLY: the values are a compressed delta to add
-  bool shm = false;               // PULL_REPLY: the values are in the lane's pull area
-  int parts = 0;                  // PULL_REPLY with shm: the answer comes in `parts` messages
+  ValueRef at;                    // PULL_REPLY: where the values are; CHANNEL_ATTACH_REPLY: the channel
+  bool has_values = false;        // the frames the header announces (the transport checked they came)
+  uint64_t num_keys = 0;
+  int parts = 0;                  // PULL_REPLY over a lane: the answer comes in `parts` messages
   int part = 0;                   //   (0 or 1: this one alone), this is `part` (0-based, in order)
-  bool data = false;              // PULL_REPLY: the values follow as frame data_seq on the data channel
-  uint64_t data_seq = 0;
-  int data_port = 0;              // DATA_ATTACH_REPLY: the shard's data channel port
   // STATE_PULL_REPLY: the shard's optimizer, its steps taken, its state vectors and the one this
   // reply carries (values at `segments`, the shard's range). STATE_PUSH_REPLY: the STATE_PUSH's.
   std::string optimizer;
@@ -113,6 +121,15 @@ Result<PsRequest> DecodeRequest(const wire::Header& h);
 
 wire::Header EncodeReply(const PsReply& r);
 Result<PsReply> DecodeReply(const wire::Header& h);
+// What any message's header says of itself, read without decoding the rest: to answer or fail
+// the request of a message that does not decode, to route a message to its plane, for traces.
+struct MessageTag {
+  wire::Type type = wire::TYPE_UNSPECIFIED;
+  int sender_rank = 0;
+  uint64_t request_id = 0;
+  int64_t clock = 0;
+};
+MessageTag TagOf(const wire::Header& h);
 
 // The shards' optimizer in a JobConfig (INIT, shard checkpoints): worker 0 writes it, a shard
 // reads it back. JobOptimizer fails (kInvalidArgument) on an unknown optimizer, settings

@@ -8,7 +8,7 @@
 // Both areas are indexed like the shard's range: element i of the range is area[i].
 //
 // The worker creates the lane (a SharedRegion, common/shared_region.h: private to this user,
-// every page reserved, sealed against resizing) and names it in SHM_ATTACH; the shard maps it
+// every page reserved, sealed against resizing) and names it in CHANNEL_ATTACH; the shard maps it
 // only if SharedRegion accepts it and its control block describes the range. The worker then
 // unpublishes it: the memory lives until both have let go, and nothing is left behind whatever
 // dies, at any moment (the region never has a name in a file system).
@@ -45,7 +45,7 @@ class ShmLane {
   // The size of the region of a lane of `floats` elements.
   static uint64_t RegionBytes(int64_t floats);
 
-  // The worker, once the shard answered SHM_ATTACH: no one else can map it from now on (the
+  // The worker, once the shard answered CHANNEL_ATTACH: no one else can map it from now on (the
   // mappings stay valid). Harmless on the shard's side and when called twice.
   void Unpublish();
 

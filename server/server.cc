@@ -39,7 +39,8 @@ std::vector<float> Server::params() const {
 int64_t Server::version() const { return built() ? core_->shard().version() : 0; }
 
 void Server::ReplyError(const Message& m, const Status& s) {
-  ReplyError(m.peer, m.header.request_id(), m.header.clock(), s);
+  const MessageTag tag = TagOf(m.header);
+  ReplyError(m.peer, tag.request_id, tag.clock, s);
 }
 
 void Server::ReplyError(const std::string& peer, uint64_t request_id, int64_t clock, const Status& s) {
@@ -127,11 +128,11 @@ Status Server::HandleInit(const PsRequest& r, const Message& m) {
   if (r.worker != 0) return InvalidArgumentError("only worker 0 initializes the shards");
   if (built()) return FailedPreconditionError("already initialized");
   if (!r.codec.empty()) return InvalidArgumentError("INIT carries raw initial values, not a codec payload");
-  if (!m.header.has_values()) return InvalidArgumentError("INIT carries the shard's initial values");
+  if (!r.has_values) return InvalidArgumentError("INIT carries the shard's initial values");
   const auto& job = r.job;
   if (job.num_params() > 0 && job.num_params() <= (uint64_t{1} << 34)) {
     const Segment range = Partitioner(static_cast<int64_t>(job.num_params()), table_.servers_size()).range(rank_);
-    if (r.segments.size() != 1 || r.segments[0] != range || m.header.num_keys()) {
+    if (r.segments.size() != 1 || r.segments[0] != range || r.num_keys > 0) {
       return InvalidArgumentError("INIT must carry exactly this shard's range [" + std::to_string(range.begin) +
                                   ", " + std::to_string(range.end) + ")");
     }
@@ -164,7 +165,7 @@ Status Server::HandlePush(const PsRequest& r, Message& m) {
 
 Status Server::HandleAttach(const PsRequest& r, const Message& m) {
   if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  ASSIGN_OR_RETURN(PsReply reply, channels_->Attach(r, m, core_->shard(), CurveEnabled(ctx_)));
+  ASSIGN_OR_RETURN(PsReply reply, channels_->Attach(r, core_->shard(), CurveEnabled(ctx_)));
   core_->ForgetParts(r.worker);  // a half-sent push of it is not finished by the new channel
   return socket_.Send(m.peer, EncodeReply(reply));
 }
@@ -244,7 +245,7 @@ void Server::ApplyRound() {
 
 Status Server::HandlePull(PsRequest r, Message& m) {
   if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  if (m.header.has_values()) return InvalidArgumentError("a pull carries no values");
+  if (r.has_values) return InvalidArgumentError("a pull carries no values");
   const auto keys = m.Keys(&key_buffer_);
   RETURN_IF_ERROR(codecs_.CheckPull(r, !keys.empty()));
   RETURN_IF_ERROR(core_->shard().Validate(r.segments, keys, nullptr));
@@ -317,7 +318,8 @@ void Server::AnswerParked() {
 }
 
 void Server::Handle(Message& m) {
-  if (m.malformed.ok() && m.header.type() == wire::REPLICATE) {
+  const MessageTag tag = TagOf(m.header);
+  if (m.malformed.ok() && tag.type == wire::REPLICATE) {
     if (!replication_->HandleEntry(m, *scheduler_, socket_).ok()) stats_.rejected++;
     return;
   }
@@ -326,9 +328,9 @@ void Server::Handle(Message& m) {
     ReplyError(m, m.malformed);
     return;
   }
-  TraceSpan span("receive", "server", {{"type", static_cast<double>(m.header.type())},
-                                       {"worker", static_cast<double>(m.header.sender_rank())},
-                                       {"clock", static_cast<double>(m.header.clock())},
+  TraceSpan span("receive", "server", {{"type", static_cast<double>(tag.type)},
+                                       {"worker", static_cast<double>(tag.sender_rank)},
+                                       {"clock", static_cast<double>(tag.clock)},
                                        {"bytes", static_cast<double>(m.values.size())}});
   auto r = DecodeRequest(m.header);
   Status s = r.ok() ? membership_.CheckSender(*r, m.peer, table_.workers_size(), core_->rule()) : r.status();
@@ -338,8 +340,7 @@ void Server::Handle(Message& m) {
       case wire::PUSH: s = HandlePush(*r, m); break;
       case wire::PULL: s = HandlePull(std::move(*r), m); break;
       case wire::JOIN: s = HandleJoin(*r, m); break;
-      case wire::SHM_ATTACH: s = HandleAttach(*r, m); break;
-      case wire::DATA_ATTACH: s = HandleAttach(*r, m); break;
+      case wire::CHANNEL_ATTACH: s = HandleAttach(*r, m); break;
       case wire::STATE_PULL: s = HandleStatePull(std::move(*r), m); break;
       case wire::STATE_PUSH: s = HandleStatePush(*r, m); break;
       default: s = InvalidArgumentError("a server does not handle message type " + std::to_string(r->type));

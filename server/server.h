@@ -164,7 +164,7 @@ class Server {
   // A push message's values, from the channel it names (values/shard_channels.h), checked
   // against the shard's range and decoded: one chunk of the push.
   Result<PushChunk> ReadPush(const PsRequest& r, Message& m, ShardChannel& channel);
-  // SHM_ATTACH, DATA_ATTACH: the worker's values go through a lane or a data channel from now on.
+  // CHANNEL_ATTACH: the worker's values go through a lane or a data channel from now on.
   Status HandleAttach(const PsRequest& r, const Message& m);
   // A dead worker's rooms in the channels and its half-sent push go.
   void DetachWorker(int w);
@@ -182,7 +182,7 @@ class Server {
   // current clock and are served where a pull of that clock would be answered (held until then):
   // in an aggregating mode exactly between rounds clock - 1 and clock. What both must be: this
   // shard initialized, its optimizer (when named), its range, the worker's current clock.
-  Status CheckStateRequest(const PsRequest& r, const Message& m);
+  Status CheckStateRequest(const PsRequest& r);
   Status HandleStatePull(PsRequest r, Message& m);
   // The whole state, one STATE_PULL_REPLY per state vector, sent before anything else is handled.
   void AnswerStatePull(const PsRequest& r, const Message& m);

@@ -8,17 +8,17 @@
 
 namespace gradsync {
 
-Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
+Status Server::CheckStateRequest(const PsRequest& r) {
   if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   const std::string kind = OptimizerKindName(core_->shard().optimizer_options().kind);
   if (!r.optimizer.empty() && r.optimizer != kind) {
     return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
   }
-  if (m.header.num_keys() > 0 || !r.codec.empty() || r.shm || r.data) {
+  if (r.num_keys > 0 || !r.codec.empty() || r.at.outside()) {
     return InvalidArgumentError("an optimizer state message carries raw floats over ZeroMQ (no keys, codec, lane or channel)");
   }
   const bool values = r.type == wire::STATE_PUSH && r.state_slots > 0;
-  if (m.header.has_values() != values) {
+  if (r.has_values != values) {
     return InvalidArgumentError(values ? "a STATE_PUSH carries its state vector" : "this optimizer state message carries no values");
   }
   const Segment range = core_->shard().range();
@@ -34,7 +34,7 @@ Status Server::CheckStateRequest(const PsRequest& r, const Message& m) {
 }
 
 Status Server::HandleStatePull(PsRequest r, Message& m) {
-  RETURN_IF_ERROR(CheckStateRequest(r, m));
+  RETURN_IF_ERROR(CheckStateRequest(r));
   if (core_->rule().CanAnswerPull(r.worker, r.clock)) {
     AnswerStatePull(r, m);
   } else if (auto blocker = core_->rule().Blocker(r.worker, r.clock)) {
@@ -76,7 +76,7 @@ void Server::AnswerStatePull(const PsRequest& r, const Message& m) {
 
 Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
   const int w = r.worker;
-  if (Status s = CheckStateRequest(r, m); !s.ok()) {
+  if (Status s = CheckStateRequest(r); !s.ok()) {
     core_->state_sets().Drop(w);  // a bad message drops the whole set: nothing of it is applied
     return s;
   }

@@ -24,11 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "common/data_channel.h"
 #include "common/partitioner.h"
 #include "common/ps_protocol.h"
 #include "common/scheduler_client.h"
-#include "common/shm_lane.h"
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/transport.h"
@@ -36,6 +34,7 @@
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
 #include "summary.pb.h"
+#include "worker/values/worker_channels.h"
 
 namespace gradsync {
 
@@ -136,7 +135,7 @@ class PsClient {
   // join_clock(s); for a live worker and clock -1, the pushes the shard holds of it). Retries a
   // shard that is not ready yet (kUnavailable) until timeout_s.
   Result<int64_t> Join(const std::vector<int>& shards, int64_t clock, double timeout_s);
-  int64_t join_clock(int s) const { return join_clock_[static_cast<size_t>(s)]; }
+  int64_t join_clock(int s) const { return shards_[static_cast<size_t>(s)].join_clock; }
   // Shards whose server died or restarted since their connection was made: their requests
   // fail with kUnavailable, and they need Reconnect once the scheduler has them back.
   std::vector<int> shards_to_reconnect() const;
@@ -144,37 +143,36 @@ class PsClient {
   // (NODE_JOINED), connects to their new addresses, and forgets every outstanding request.
   Status Reconnect(double timeout_s);
 
-  // Shared memory (co-located shards: common/shm_lane.h). For every shard on this host (its address
-  // is a loopback one or this worker's own), makes a lane and attaches it; from then on raw dense
-  // pushes and pulls to that shard move their values through the lane and only headers go over
-  // ZeroMQ. A shard that refuses (another host after all, another user, no room in /dev/shm) goes
-  // on over TCP; so does everything with keys or a codec. Returns the number of lanes attached.
-  // Reconnect attaches again to the shards it reconnects.
+  // Value channels beside ZeroMQ (worker/values/, ARCHITECTURE.md, "Value channels"): dense raw
+  // pushes and pulls to a shard with a channel move their values there; only headers go over
+  // ZeroMQ. Keys and codecs always go over ZeroMQ; a channel that breaks is dropped (a pull read
+  // from it is asked again over ZeroMQ) and the next requests go over ZeroMQ. Reconnect attaches
+  // again to the shards it reconnects.
+  //
+  // AttachSharedMemory: a shared-memory lane (common/shm_lane.h) to every shard on this host (its
+  // address a loopback one or this worker's own). A shard that refuses (another host after all,
+  // another user, no room) goes on without. Returns the number of lanes attached.
   Result<int> AttachSharedMemory(double timeout_s);
-  int shm_lanes() const;
+  int shm_lanes() const { return channels_.count(wire::CHANNEL_LANE); }
   // Value bytes that went through lanes (pushed, pulled); not on any wire.
-  uint64_t shm_bytes_pushed() const { return shm_pushed_; }
-  uint64_t shm_bytes_pulled() const { return shm_pulled_; }
+  uint64_t shm_bytes_pushed() const { return channels_.bytes(wire::CHANNEL_LANE).pushed; }
+  uint64_t shm_bytes_pulled() const { return channels_.bytes(wire::CHANNEL_LANE).pulled; }
 
-  // Data channels (common/data_channel.h), for shards without a shared-memory lane: asks each
-  // for one; from then on dense raw pushes and pulls of at least data_min_floats() values move
-  // their values over a TCP connection of their own, received straight into the destination, and
-  // only headers go over ZeroMQ. Not with CURVE (--auth-dir: values stay encrypted on ZeroMQ),
-  // nor with a codec. A shard that refuses goes on over ZeroMQ alone; a channel that breaks is
-  // dropped (its outstanding pulls fail) and the next requests go over ZeroMQ. Returns the number
-  // of channels. Reconnect attaches again to the shards it reconnects.
+  // AttachDataChannels: a data channel (common/data_channel.h) to every shard without a lane, for
+  // requests of at least data_min_floats() values, received straight into the destination. Not
+  // with CURVE (--auth-dir: values stay encrypted on ZeroMQ), nor with a codec. Returns the number
+  // of channels.
   Result<int> AttachDataChannels(double timeout_s);
-  int data_channels() const;
-  void set_data_min_floats(size_t n) { data_min_floats_ = std::max<size_t>(1, n); }
-  size_t data_min_floats() const { return data_min_floats_; }
+  int data_channels() const { return channels_.count(wire::CHANNEL_DATA); }
+  void set_data_min_floats(size_t n) { channels_.set_data_min_floats(n); }
+  size_t data_min_floats() const { return channels_.data_min_floats(); }
   // Value bytes that went over data channels (pushed, pulled); counted in traffic() too.
-  uint64_t data_bytes_pushed() const { return data_pushed_; }
-  uint64_t data_bytes_pulled() const { return data_pulled_; }
+  uint64_t data_bytes_pushed() const { return channels_.bytes(wire::CHANNEL_DATA).pushed; }
+  uint64_t data_bytes_pulled() const { return channels_.bytes(wire::CHANNEL_DATA).pulled; }
 
-  // Per shard: the version of the last pull reply. Over the shards (max): the version lag the
-  // last push was applied with (-1 until known), the clock staleness of the last answered pull
-  // (-1 until known), how long the last pull was held by the consistency rule.
-  const std::vector<int64_t>& versions() const { return versions_; }
+  // Over the shards (max): the version lag the last push was applied with (-1 until known), the
+  // clock staleness of the last answered pull (-1 until known), how long the last pull was held by
+  // the consistency rule.
   double last_version_lag() const;
   int64_t last_clock_staleness() const;
   double last_wait_ms() const;
@@ -209,107 +207,50 @@ class PsClient {
     Status status;
     bool is_pull = false;
     FloatSpan target;
+    std::vector<int> waiting;  // shards not answered yet (one entry per message due)
     double sent_us = -1;  // traces: when it was sent (a pull's span ends with its reply)
     std::shared_ptr<StateGather> state;  // a STATE_PULL
+    std::shared_ptr<PsReply> answer;     // a CHANNEL_ATTACH: its reply
   };
-  // A STATE_PULL_REPLY of `shard` into p.state; an error for one that is not the vector due.
-  Status TakeStateReply(int shard, const Message& m, const PsReply& r, Pending& p);
-
-  PsClient(TransportContext& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
-           SchedulerClient* scheduler);
-  // Fails the requests of shards whose server the scheduler declared dead or saw restart.
-  void CheckMembership();
-  // Until ZeroMQ has released every lent gradient frame, except a dead shard's.
-  void WaitForLentFrames();
-  // Handles the replies that arrive within timeout_ms; returns early once request `until` (if
-  // not 0) is answered or failed.
-  Status Receive(int timeout_ms, RequestId until = 0);
-  void HandleReply(int shard, const Message& m);
-  // HandleReply's work on the request; sets *frame_read once it has read the reply's data frame.
-  void ApplyReply(int shard, const Message& m, bool* frame_read);
-  RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
-  // The dense parts (see set_part_floats), in offset order, and which belong to each tensor.
+  // One shard: what this client keeps of it and what its replies said.
+  struct Shard {
+    std::shared_ptr<InflightCounter> lent;  // gradient frames ZeroMQ still holds
+    bool broken = false;                    // dead or restarted: needs Reconnect
+    int64_t join_clock = -1;                // the last JOIN_REPLY's clock
+    std::vector<Segment> dense_runs;        // the layout's dense runs in its range
+    int64_t dense_floats = 0;               // their size (a step's whole request)
+    std::unique_ptr<GradientEncoder> encoder;  // --compress
+    int64_t version = 0;                    // of the last pull reply
+    double version_lag = -1;
+    double wait_ms = 0;
+    int64_t clock_staleness = -1;
+  };
+  // The job's codec (--compress): its spec, the encoded buffer and, with --compress-pull, the
+  // decoder of the shards' deltas. Empty spec: raw values.
+  struct Codec {
+    std::string spec;
+    std::vector<uint8_t> encoded;
+    std::unique_ptr<PullDeltaDecoder> pull_decoder;
+  };
+  // Buffers reused across requests.
+  struct Scratch {
+    std::vector<float> values;
+    std::vector<uint64_t> keys;
+    std::vector<float> key_values;
+  };
+  // The dense parts of an overlapped push or a step's per-tensor pulls (set_part_floats), in
+  // offset order, and which belong to each tensor.
   struct Part {
     size_t tensor = 0;
     int shard = 0;
     int64_t begin = 0, end = 0;
   };
-  void PlanParts();
-  void SendPart(size_t part, bool absent = false);
-  void FailShard(int shard, const Status& s);
-  // Lanes.
-  struct Lane {
-    ShmLane lane;
-    uint64_t sent = 0;  // pushes written to the push area
-    std::vector<std::pair<RequestId, Segment>> pulls;  // shm pulls not fully answered yet
+  struct PartPlan {
+    size_t part_floats = size_t{1} << 20;
+    std::vector<Part> parts;  // empty until planned
+    std::vector<std::vector<size_t>> of_tensor;
+    std::vector<int> per_shard;
   };
-  bool IsLocal(const wire::NodeInfo& server) const;
-  Status AttachLane(int s, double timeout_s);
-  // The lane of shard s, if a dense raw request for `segments` may use it now.
-  Lane* LaneFor(int s, std::span<const Segment> segments, bool is_pull);
-  // Until shard s no longer reads the push area (its release), replies handled meanwhile.
-  Status WaitLaneFree(int s);
-  // Data channels.
-  struct DataLink {
-    DataStream stream;
-    uint64_t sent = 0;  // push frames written
-  };
-  Status AttachData(int s, double timeout_s);
-  // Shard s's data channel, if a dense raw request for `segments` may use it.
-  // `whole`: the size of the request `segments` are part of (an overlapped push's or a step's
-  // per-tensor pulls to shard s: all their parts), which the threshold is compared with, so that
-  // the parts of a large request go the same way as it would whole; -1: the segments' own.
-  DataLink* DataFor(int s, std::span<const Segment> segments, int64_t whole = -1);
-  // Writes a push's frame (the runs of grads); false (the channel dropped) if that failed.
-  bool PushFrame(int s, std::span<const Segment> runs, ConstFloatSpan grads, PsRequest* r, int64_t whole = -1);
-  // Reads pull frame `seq` of shard s: into target at `segments` (in order), or, with no target,
-  // past it. Frames older than seq (their header was lost) are skipped.
-  Status ReadPullFrame(int s, uint64_t seq, std::span<const Segment> segments, float* target);
-  // Drops shard s's data channel with a warning saying why; RetireData without one. Its bytes
-  // still count.
-  void DropData(int s, const Status& why);
-  void RetireData(int s);
-  // Attaches (AttachLane, AttachData) to each of `shards`; one that refuses is used without (a
-  // warning ending in `refused` and the reason). `strict`: a deadline or refused authentication
-  // ends it (the whole job would fail the same way).
-  Status AttachEach(std::span<const int> shards, const std::function<double()>& timeout_s,
-                    Status (PsClient::*attach)(int, double), const char* refused, bool strict);
-
-  TransportContext& ctx_;
-  wire::ClusterTable table_;
-  int rank_;
-  uint64_t seen_events_ = 0;
-  size_t seen_joined_ = 0;
-  std::vector<bool> broken_;               // per shard: needs Reconnect
-  std::vector<int64_t> join_clock_;        // per shard: the last JOIN_REPLY's clock
-  std::vector<TensorInfo> layout_;
-  Partitioner partitioner_;
-  std::vector<std::vector<Segment>> dense_runs_;  // per shard
-  std::vector<int64_t> dense_floats_;              // per shard: its dense runs' size (a step's whole request)
-  SchedulerClient* scheduler_;
-  std::vector<Socket> sockets_;
-  TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
-  int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
-  std::vector<std::shared_ptr<InflightCounter>> lent_;  // per shard: gradient frames ZeroMQ still holds
-  RequestId next_id_ = 1;
-  std::map<RequestId, Pending> pending_;
-  std::map<RequestId, std::vector<int>> waiting_on_;  // request -> shards not answered yet
-  std::vector<int64_t> versions_;
-  std::vector<double> version_lag_;
-  std::vector<double> wait_ms_;
-  std::vector<int64_t> clock_staleness_;
-  ReplyCounts counts_;
-  std::vector<float> scratch_;
-  std::string codec_spec_;
-  std::vector<std::unique_ptr<GradientEncoder>> encoders_;  // per shard
-  std::vector<uint8_t> encoded_;
-  std::unique_ptr<PullDeltaDecoder> pull_decoder_;  // --compress-pull
-  std::vector<uint64_t> key_scratch_;
-  std::vector<float> value_scratch_;
-  size_t part_floats_ = size_t{1} << 20;
-  std::vector<Part> parts_;                         // empty until planned
-  std::vector<std::vector<size_t>> parts_of_tensor_;
-  std::vector<int> parts_per_shard_;
   // The open overlapped push.
   struct OpenPush {
     RequestId id = 0;
@@ -319,18 +260,82 @@ class PsClient {
     std::vector<int64_t> versions;  // of the last pull, the same on every part
     std::vector<bool> sent;         // per part
     std::vector<int> next;          // per shard: the next part number
-    std::vector<uint64_t> shm_seq;  // per shard: the push's number on its lane; 0 undecided, kTcp: over TCP
+    std::vector<int> way;           // per shard: kUndecided, kZmq or kChannel (decided by its first part)
   };
-  static constexpr uint64_t kTcp = ~uint64_t{0};
+  static constexpr int kUndecided = 0, kZmq = 1, kChannel = 2;
+  // The scheduler's news seen so far (CheckMembership).
+  struct NewsSeen {
+    uint64_t events = 0;
+    size_t joined = 0;
+  };
+
+  PsClient(TransportContext& ctx, const wire::ClusterTable& table, int rank, std::vector<TensorInfo> layout,
+           SchedulerClient* scheduler);
+  RequestId NewRequest(bool is_pull, FloatSpan target, int parts);
+  // A request of this worker's: its type, id and clock.
+  PsRequest Request(wire::Type type, RequestId id, int64_t clock) const;
+  // Sends request r (its id's, waited for: the shard is added to its waiting list) to shard s; a
+  // failed send fails the shard's part of it with `what` as context.
+  void Send(int s, const PsRequest& r, const Payload& p, const char* what);
+  // Request r to shard s alone, and its reply (CHANNEL_ATTACH; WorkerChannels::Ask).
+  Result<PsReply> Ask(int s, PsRequest r, double timeout_s);
+  // Push's part for shard s: the channel, or the ZeroMQ payload (lent, copied or encoded).
+  // An error: the codec failed (nothing sent to s).
+  Status PushTo(int s, RequestId id, PsRequest& r, ConstFloatSpan grads, std::span<const uint64_t> keys,
+                std::span<const float> values);
+  Status EncodePush(int s, std::span<const Segment> runs, ConstFloatSpan grads, int64_t clock, Frame* frame);
+  // The pull of `segments` to shard s through its channel, if one takes it: names it in r.at.
+  void PullThrough(int s, RequestId id, PsRequest& r, int64_t whole);
+  // Whether shard s may take a value channel now (raw values, not dead).
+  bool RawTo(int s) const;
+  // What a channel runs while it waits for shard s (WorkerChannel::Progress).
+  Status Progress(int s);
+  // Fails the requests of shards whose server the scheduler declared dead or saw restart.
+  void CheckMembership();
+  // Until ZeroMQ has released every lent gradient frame, except a dead shard's.
+  void WaitForLentFrames();
+  // Handles the replies that arrive within timeout_ms; returns early once request `until` (if
+  // not 0) is answered or failed.
+  Status Receive(int timeout_ms, RequestId until = 0);
+  void HandleReply(int shard, const Message& m);
+  // HandleReply's work on the request; sets *frame_read once it has read the reply's frame from
+  // its channel.
+  void ApplyReply(int shard, const Message& m, bool* frame_read);
+  // The request a reply of `shard` answers, its message counted (more: a piece, the rest to
+  // come); null for a late reply to a failed request, or a duplicate.
+  Pending* Answered(int shard, RequestId id, bool more);
+  // A PULL_REPLY's values into p.target: true once taken, false when its channel broke and the
+  // pull was asked again over ZeroMQ; an error for values that do not fit.
+  Result<bool> TakePull(int shard, const Message& m, const PsReply& r, Pending& p, bool* frame_read);
+  Status TakeZmqPull(int shard, const Message& m, const PsReply& r, Pending& p);
+  // A pull's reply handled: its counts and trace.
+  void NotePull(int shard, const Message& m, const PsReply& r, const Pending& p, bool more);
+  // A STATE_PULL_REPLY of `shard` into p.state; an error for one that is not the vector due.
+  Status TakeStateReply(int shard, const Message& m, const PsReply& r, Pending& p);
+  void PlanParts();
+  void SendPart(size_t part, bool absent = false);
+  void FailShard(int shard, const Status& s);
+  std::string Name(int s) const;
+
+  TransportContext& ctx_;
+  wire::ClusterTable table_;
+  int rank_;
+  std::vector<TensorInfo> layout_;
+  Partitioner partitioner_;
+  SchedulerClient* scheduler_;
+  NewsSeen seen_;
+  std::vector<Shard> shards_;
+  std::vector<Socket> sockets_;  // per shard, its connection
+  TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
+  int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
+  RequestId next_id_ = 1;
+  std::map<RequestId, Pending> pending_;
+  ReplyCounts counts_;
+  Codec codec_;
+  Scratch scratch_;
+  PartPlan plan_;
   OpenPush open_;
-  bool shm_wanted_ = false;                 // AttachSharedMemory was called
-  std::vector<std::unique_ptr<Lane>> lanes_;  // per shard; null: values over TCP
-  uint64_t shm_pushed_ = 0, shm_pulled_ = 0;
-  bool data_wanted_ = false;                      // AttachDataChannels was called
-  std::vector<std::unique_ptr<DataLink>> data_;   // per shard; null: no data channel
-  std::vector<int> data_port_;                    // per shard: the last DATA_ATTACH_REPLY's port
-  size_t data_min_floats_ = size_t{1} << 20;  // 4 MiB: below it ZeroMQ is as fast (bench/README.md)
-  uint64_t data_pushed_ = 0, data_pulled_ = 0;
+  WorkerChannels channels_;
 };
 
 // A worker's summary (OUT/worker-<rank>.json) of its replies: pushes, pulls and the two

@@ -7,8 +7,8 @@
 
 namespace gradsync {
 
-Result<int> DataChannel::Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve) {
-  if (m.header.has_values() || m.header.num_keys() > 0) return InvalidArgumentError("DATA_ATTACH carries no values");
+Result<int> DataChannel::Attach(const PsRequest& r, const KvShard& shard, bool curve) {
+  if (r.has_values || r.num_keys > 0) return InvalidArgumentError("CHANNEL_ATTACH carries no values");
   if (r.segments.size() != 1 || r.segments[0] != shard.range()) {
     return InvalidArgumentError("a data channel covers exactly this shard's range [" +
                                 std::to_string(shard.range().begin) + ", " + std::to_string(shard.range().end) + ")");
@@ -22,22 +22,22 @@ Result<int> DataChannel::Attach(const PsRequest& r, const Message& m, const KvSh
     GRADSYNC_LOG(INFO) << "server " << ctx_.rank << ": data channel on port " << listener_->port();
   }
   listener_->Drop(r.worker);  // a connection it had goes
-  listener_->Expect(r.data_token, r.worker, shard.range().size());
+  listener_->Expect(r.at.attach, r.worker, shard.range().size());
   return listener_->port();
 }
 
-Result<PushValues> DataChannel::Push(const PsRequest& r, Message& m, const KvShard& shard) {
-  if (m.header.has_values()) return InvalidArgumentError("a data-channel push carries no values frame");
+Result<PushValues> DataChannel::Push(const PsRequest& r, Message&, const KvShard& shard) {
+  if (r.has_values) return InvalidArgumentError("a data-channel push carries no values frame");
   // A worker does not write a frame into a channel the shard closed (DataStream::WriteFrame);
   // one that broke after the frame was written fails the push.
   auto conn = listener_ ? listener_->Find(r.worker) : nullptr;
   if (!conn) return FailedPreconditionError("a data-channel push, but worker " + std::to_string(r.worker) + " has no data channel");
   PushValues v;
   v.n = static_cast<size_t>(TotalSize(r.segments));
-  RETURN_IF_ERROR(CheckDensePush(r, m, shard, &v.n, "a data-channel"));
+  RETURN_IF_ERROR(CheckDensePush(r, shard, &v.n, "a data-channel"));
   ctx_.counts->data_channels = static_cast<int64_t>(listener_->size());
   // The worker wrote the frame before it sent this header: only its last bytes may be in flight.
-  ASSIGN_OR_RETURN(v.lease, conn->TakePush(r.data_seq, v.n, options_.wait_s));
+  ASSIGN_OR_RETURN(v.lease, conn->TakePush(r.at.seq, v.n, options_.wait_s));
   v.values = v.lease.get();
   if (++pushes_ == options_.drop_after_pushes) listener_->Drop(r.worker);  // tests
   return v;
@@ -45,7 +45,7 @@ Result<PushValues> DataChannel::Push(const PsRequest& r, Message& m, const KvSha
 
 void DataChannel::Refuse(const PsRequest& r) {
   if (!listener_) return;
-  if (auto conn = listener_->Find(r.worker)) conn->DropPush(r.data_seq);
+  if (auto conn = listener_->Find(r.worker)) conn->DropPush(r.at.seq);
 }
 
 Status DataChannel::CheckPull(const PsRequest& r, bool has_keys) const {
@@ -77,8 +77,8 @@ Result<bool> DataChannel::AnswerPull(const PsRequest& r, const Message& m, PsRep
   const bool drop = ctx_.counts->data_pulls + 1 == options_.drop_after_pulls;
   auto seq = drop ? Result<uint64_t>(uint64_t{1}) : conn->SendPull(std::move(values), std::move(owner));
   if (!seq.ok()) return false;
-  reply.data = true;
-  reply.data_seq = *seq;
+  reply.at.channel = wire::CHANNEL_DATA;
+  reply.at.seq = *seq;
   Status s = ctx_.socket->Send(m.peer, EncodeReply(reply));
   if (!s.ok()) GRADSYNC_LOG(WARNING) << "server " << ctx_.rank << ": pull reply to worker " << r.worker << ": " << s;
   ctx_.counts->data_pulls++;

@@ -1,5 +1,5 @@
 // DataChannel: the values of a worker's dense pushes and pulls on a TCP connection of their own
-// (values/data_listener.h; common/data_channel.h has the worker's side). DATA_ATTACH hands the
+// (values/data_listener.h; common/data_channel.h has the worker's side). CHANNEL_ATTACH hands the
 // shard a token; the worker's connection presenting it carries the frames. A push's frame is
 // taken when its header comes over ZeroMQ (the worker writes the frame first) and leased to the
 // push until applied; a pull's frame is queued with the reply. Not in a job with CURVE: values
@@ -27,9 +27,9 @@ struct DataChannelOptions {
 class DataChannel : public ShardChannel {
  public:
   DataChannel(ChannelContext ctx, DataChannelOptions options) : ctx_(ctx), options_(std::move(options)) {}
-  // DATA_ATTACH: worker r.worker's connection will present r.data_token, for the whole of
+  // CHANNEL_ATTACH: worker r.worker's connection will present r.at.attach (its token), for the whole of
   // `shard`'s range (`curve`: the job encrypts its traffic, refused). The port to connect to.
-  Result<int> Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve);
+  Result<int> Attach(const PsRequest& r, const KvShard& shard, bool curve);
   Result<PushValues> Push(const PsRequest& r, Message& m, const KvShard& shard) override;
   void Refuse(const PsRequest& r) override;
   Status CheckPull(const PsRequest& r, bool has_keys) const override;
@@ -43,7 +43,7 @@ class DataChannel : public ShardChannel {
  private:
   ChannelContext ctx_;
   DataChannelOptions options_;
-  std::unique_ptr<DataListener> listener_;  // made at the first DATA_ATTACH
+  std::unique_ptr<DataListener> listener_;  // made at the first CHANNEL_ATTACH for a data channel
   int64_t pushes_ = 0;                      // taken from data channels (tests)
 };
 

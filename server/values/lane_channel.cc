@@ -8,29 +8,29 @@
 
 namespace gradsync {
 
-Status LaneChannel::Attach(const PsRequest& r, const Message& m, const KvShard& shard) {
-  if (m.header.has_values() || m.header.num_keys() > 0) return InvalidArgumentError("SHM_ATTACH carries no values");
+Status LaneChannel::Attach(const PsRequest& r, const KvShard& shard) {
+  if (r.has_values || r.num_keys > 0) return InvalidArgumentError("CHANNEL_ATTACH carries no values");
   if (r.segments.size() != 1 || r.segments[0] != shard.range()) {
     return InvalidArgumentError("a lane covers exactly this shard's range [" + std::to_string(shard.range().begin) +
                                 ", " + std::to_string(shard.range().end) + ")");
   }
-  ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Attach(r.shm_name, shard.range().size()));
+  ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Attach(r.at.attach, shard.range().size()));
   lanes_[r.worker] = std::make_shared<ShmLane>(std::move(lane));
   ctx_.counts->shm_lanes = static_cast<int64_t>(lanes_.size());
   return OkStatus();
 }
 
-Result<PushValues> LaneChannel::Push(const PsRequest& r, Message& m, const KvShard& shard) {
-  if (m.header.has_values()) return InvalidArgumentError("a shared-memory push carries no values frame");
+Result<PushValues> LaneChannel::Push(const PsRequest& r, Message&, const KvShard& shard) {
+  if (r.has_values) return InvalidArgumentError("a shared-memory push carries no values frame");
   auto it = lanes_.find(r.worker);
   if (it == lanes_.end()) return FailedPreconditionError("a shared-memory push, but worker " + std::to_string(r.worker) + " attached no lane");
   PushValues v;
   v.n = static_cast<size_t>(TotalSize(r.segments));
-  RETURN_IF_ERROR(CheckDensePush(r, m, shard, &v.n, "a shared-memory"));
+  RETURN_IF_ERROR(CheckDensePush(r, shard, &v.n, "a shared-memory"));
   // Held until the last copy of the lease goes: then the shard is done reading it and the worker
   // may write its push area again. The lease keeps the lane mapped, even once detached.
   std::shared_ptr<ShmLane> lane = it->second;
-  const uint64_t seq = r.shm_seq;
+  const uint64_t seq = r.at.seq;
   v.values = lane->push_area() + (r.segments[0].begin - shard.range().begin);
   v.lease = std::shared_ptr<const float>(v.values, [lane, seq](const float*) { lane->Consume(seq); });
   return v;
@@ -38,7 +38,7 @@ Result<PushValues> LaneChannel::Push(const PsRequest& r, Message& m, const KvSha
 
 void LaneChannel::Refuse(const PsRequest& r) {
   auto it = lanes_.find(r.worker);
-  if (it != lanes_.end() && r.shm_seq != 0) it->second->Consume(r.shm_seq);
+  if (it != lanes_.end() && r.at.seq != 0) it->second->Consume(r.at.seq);
 }
 
 Status LaneChannel::CheckPull(const PsRequest& r, bool has_keys) const {
@@ -67,7 +67,7 @@ Result<bool> LaneChannel::AnswerPull(const PsRequest& r, const Message& m, PsRep
   const int64_t base = shard.range().begin;
   if (pieces.empty()) pieces.push_back({base, base});
   float* area = it->second->pull_area();
-  reply.shm = true;
+  reply.at.channel = wire::CHANNEL_LANE;
   reply.parts = pieces.size() > 1 ? static_cast<int>(pieces.size()) : 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Segment& one = pieces[i];

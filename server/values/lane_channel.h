@@ -1,5 +1,5 @@
 // LaneChannel: the values of a worker on this host in a shared-memory lane (common/shm_lane.h)
-// that the worker made and the shard attached (SHM_ATTACH). A push is read in place: its values
+// that the worker made and the shard attached (CHANNEL_ATTACH). A push is read in place: its values
 // stay in the lane, leased until applied or refused (the worker writes its next push there only
 // once the shard has let the last one go); a pull is written into the lane in pieces, each
 // announced as soon as it is written, so that the worker copies one piece out while the next is
@@ -17,8 +17,8 @@ namespace gradsync {
 class LaneChannel : public ShardChannel {
  public:
   explicit LaneChannel(ChannelContext ctx) : ctx_(ctx) {}
-  // SHM_ATTACH: worker r.worker's lane (r.shm_name) over the whole of `shard`'s range.
-  Status Attach(const PsRequest& r, const Message& m, const KvShard& shard);
+  // CHANNEL_ATTACH: worker r.worker's lane (named by r.at.attach) over the whole of `shard`'s range.
+  Status Attach(const PsRequest& r, const KvShard& shard);
   Result<PushValues> Push(const PsRequest& r, Message& m, const KvShard& shard) override;
   void Refuse(const PsRequest& r) override;
   Status CheckPull(const PsRequest& r, bool has_keys) const override;

@@ -2,8 +2,8 @@
 
 namespace gradsync {
 
-Status CheckDensePush(const PsRequest& r, const Message& m, const KvShard& shard, size_t* n, const char* what) {
-  if (m.header.num_keys() > 0 || !r.codec.empty()) {
+Status CheckDensePush(const PsRequest& r, const KvShard& shard, size_t* n, const char* what) {
+  if (r.num_keys > 0 || !r.codec.empty()) {
     return InvalidArgumentError(std::string(what) + " push carries dense raw values only (no keys, no codec)");
   }
   if (r.segments.empty()) return InvalidArgumentError(std::string(what) + " push names no segments");

@@ -73,7 +73,7 @@ class ShardChannel {
 
 // What a push through a lane or a data channel must be: dense raw values over contiguous
 // segments in the shard's range (*n: their count); `what` names the channel in the error.
-Status CheckDensePush(const PsRequest& r, const Message& m, const KvShard& shard, size_t* n, const char* what);
+Status CheckDensePush(const PsRequest& r, const KvShard& shard, size_t* n, const char* what);
 // What a pull through a lane or a data channel must ask for: dense raw values (no keys, no
 // codec, and not in a job with --compress-pull).
 Status CheckDensePull(const PsRequest& r, bool has_keys, bool compresses_pulls, const char* what);

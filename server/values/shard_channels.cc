@@ -9,9 +9,11 @@ ShardChannels::ShardChannels(Socket* socket, int rank, ShardCodecs* codecs, Data
       data_({socket, rank, codecs, &counts_}, std::move(data)) {}
 
 ShardChannel& ShardChannels::For(const PsRequest& r) {
-  if (r.shm) return lanes_;
-  if (r.data) return data_;
-  return zmq_;
+  switch (r.at.channel) {
+    case wire::CHANNEL_LANE: return lanes_;
+    case wire::CHANNEL_DATA: return data_;
+    default: return zmq_;
+  }
 }
 
 Status ShardChannels::AnswerPull(const PsRequest& r, const Message& m, PsReply& reply, std::span<const uint64_t> keys,
@@ -22,18 +24,22 @@ Status ShardChannels::AnswerPull(const PsRequest& r, const Message& m, PsReply& 
   return zmq_.AnswerPull(r, m, reply, keys, shard).status();
 }
 
-Result<PsReply> ShardChannels::Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve) {
-  if (r.type == wire::SHM_ATTACH) {
-    RETURN_IF_ERROR(lanes_.Attach(r, m, shard));
-    data_.Detach(r.worker);
-    return ReplyTo(r, wire::SHM_ATTACH_REPLY, rank_);
+Result<PsReply> ShardChannels::Attach(const PsRequest& r, const KvShard& shard, bool curve) {
+  if (r.type != wire::CHANNEL_ATTACH) return InvalidArgumentError("not a request to attach a channel");
+  PsReply reply = ReplyTo(r, wire::CHANNEL_ATTACH_REPLY, rank_);
+  reply.at.channel = r.at.channel;
+  switch (r.at.channel) {
+    case wire::CHANNEL_LANE:
+      RETURN_IF_ERROR(lanes_.Attach(r, shard));
+      data_.Detach(r.worker);
+      return reply;
+    case wire::CHANNEL_DATA: {
+      ASSIGN_OR_RETURN(reply.at.port, data_.Attach(r, shard, curve));
+      lanes_.Detach(r.worker);
+      return reply;
+    }
+    default: return InvalidArgumentError("ZeroMQ is every worker's channel: nothing to attach");
   }
-  if (r.type != wire::DATA_ATTACH) return InvalidArgumentError("not a request to attach a channel");
-  ASSIGN_OR_RETURN(const int port, data_.Attach(r, m, shard, curve));
-  lanes_.Detach(r.worker);
-  PsReply reply = ReplyTo(r, wire::DATA_ATTACH_REPLY, rank_);
-  reply.data_port = port;
-  return reply;
 }
 
 void ShardChannels::Detach(int worker) {

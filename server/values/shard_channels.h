@@ -1,5 +1,5 @@
 // ShardChannels: the router over the shard's value channels (shard_channel.h). A request names
-// its channel (PsRequest::shm, PsRequest::data; neither: ZeroMQ); For() hands it to that one.
+// its channel (PsRequest::at, a wire::Channel); For() hands it to that one.
 // A worker has one way for its values at a time: attaching it to a lane or a data channel lets
 // its room in the other go. Adding a channel touches this folder only.
 #pragma once
@@ -24,9 +24,9 @@ class ShardChannels {
   // error: the caller answers with it.
   Status AnswerPull(const PsRequest& r, const Message& m, PsReply& reply, std::span<const uint64_t> keys,
                     const KvShard& shard);
-  // SHM_ATTACH or DATA_ATTACH: worker r.worker's room in that channel, for the whole of `shard`'s
+  // CHANNEL_ATTACH: worker r.worker's room in the channel r.at names, for the whole of `shard`'s
   // range (`curve`: the job encrypts its traffic); the reply to send. Its room in the other goes.
-  Result<PsReply> Attach(const PsRequest& r, const Message& m, const KvShard& shard, bool curve);
+  Result<PsReply> Attach(const PsRequest& r, const KvShard& shard, bool curve);
   // Worker w's rooms go (dead).
   void Detach(int worker);
 

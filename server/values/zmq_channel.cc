@@ -5,8 +5,8 @@
 
 namespace gradsync {
 
-Result<PushValues> ZmqChannel::Push(const PsRequest&, Message& m, const KvShard&) {
-  if (!m.header.has_values()) return InvalidArgumentError("a push carries values");
+Result<PushValues> ZmqChannel::Push(const PsRequest& r, Message& m, const KvShard&) {
+  if (!r.has_values) return InvalidArgumentError("a push carries values");
   return PushValues{static_cast<const float*>(m.values.data()), m.num_values(), nullptr};
 }
 

@@ -199,6 +199,78 @@ TEST(PsProtocolTest, ARequestThatCannotBeRightIsRefused) {
   EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL); h.set_parts(2); }), StatusCode::kInvalidArgument);
 }
 
+// A message's values are in its own frames or named by one reference to a value channel; what a
+// reference may hold depends on the message, and anything else is refused.
+TEST(PsProtocolTest, AValueReferenceRoundTripsAndOnlyWhereItBelongs) {
+  PsRequest push;
+  push.type = wire::PUSH;
+  push.segments = {{0, 4}};
+  EXPECT_FALSE(EncodeRequest(push).has_values_at()) << "ZeroMQ's own frames need no reference";
+  push.at.channel = wire::CHANNEL_LANE;
+  push.at.seq = 3;
+  auto lane = DecodeRequest(EncodeRequest(push));
+  ASSERT_TRUE(lane.ok()) << lane.status();
+  EXPECT_EQ(lane->at.channel, wire::CHANNEL_LANE);
+  EXPECT_EQ(lane->at.seq, 3u);
+  PsRequest attach;
+  attach.type = wire::CHANNEL_ATTACH;
+  attach.segments = {{0, 4}};
+  attach.at.channel = wire::CHANNEL_DATA;
+  attach.at.attach = std::string(kDataTokenBytes, 't');
+  auto token = DecodeRequest(EncodeRequest(attach));
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(token->at.attach, attach.at.attach);
+
+  auto request = [](wire::Type type, auto mutate) {
+    PsRequest r;
+    r.type = type;
+    r.segments = {{0, 4}};
+    wire::Header h = EncodeRequest(r);
+    mutate(*h.mutable_values_at());
+    return DecodeRequest(h).status().code();
+  };
+  const auto bad = StatusCode::kInvalidArgument;
+  EXPECT_EQ(request(wire::PUSH, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_DATA); v.set_seq(1); }), StatusCode::kOk);
+  EXPECT_EQ(request(wire::PULL, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
+  EXPECT_EQ(request(wire::PUSH, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_LANE); }), bad);  // no number
+  EXPECT_EQ(request(wire::PULL, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_DATA); v.set_seq(1); }), bad);
+  EXPECT_EQ(request(wire::PUSH, [](wire::ValueRef& v) { v.set_seq(1); }), bad);  // a number over ZeroMQ
+  EXPECT_EQ(request(wire::JOIN, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_LANE); }), bad);
+  EXPECT_EQ(request(wire::PUSH, [](wire::ValueRef& v) { v.set_channel(static_cast<wire::Channel>(7)); v.set_seq(1); }), bad);
+  EXPECT_EQ(request(wire::PUSH, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_DATA); v.set_seq(1); v.set_port(9); }), bad);
+  EXPECT_EQ(request(wire::PULL, [](wire::ValueRef& v) { v.set_attach("x"); }), bad);
+  EXPECT_EQ(request(wire::CHANNEL_ATTACH, [](wire::ValueRef& v) { v.set_attach("x"); }), bad);  // which channel?
+  EXPECT_EQ(request(wire::CHANNEL_ATTACH, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_LANE); }), bad);  // no name
+  EXPECT_EQ(request(wire::CHANNEL_ATTACH, [](wire::ValueRef& v) { v.set_channel(wire::CHANNEL_DATA); v.set_attach("short"); }), bad);
+
+  PsReply answer = ReplyTo(push, wire::PULL_REPLY, 0);
+  answer.segments = {{0, 4}};
+  answer.at.channel = wire::CHANNEL_DATA;
+  answer.at.seq = 8;
+  auto frame = DecodeReply(EncodeReply(answer));
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(frame->at.channel, wire::CHANNEL_DATA);
+  EXPECT_EQ(frame->at.seq, 8u);
+  PsReply port = ReplyTo(attach, wire::CHANNEL_ATTACH_REPLY, 0);
+  port.at.channel = wire::CHANNEL_DATA;
+  port.at.port = 5555;
+  auto ported = DecodeReply(EncodeReply(port));
+  ASSERT_TRUE(ported.ok()) << ported.status();
+  EXPECT_EQ(ported->at.port, 5555);
+  auto reply = [&](wire::Type type, auto mutate) {
+    PsReply r = ReplyTo(push, type, 0);
+    wire::Header h = EncodeReply(r);
+    mutate(h);
+    return DecodeReply(h).status().code();
+  };
+  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); }), bad);
+  EXPECT_EQ(reply(wire::PUSH_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), bad);
+  EXPECT_EQ(reply(wire::CHANNEL_ATTACH_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); }), bad);
+  EXPECT_EQ(reply(wire::CHANNEL_ATTACH_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
+  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.set_parts(2); }), bad) << "only a lane's answer comes in parts";
+  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.set_parts(2); h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
+}
+
 TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
   PsRequest push;
   push.type = wire::STATE_PUSH;

@@ -177,18 +177,19 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // lane meanwhile.
   auto shm_push = [&](uint64_t offset, uint64_t length) {
     wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
-    h.set_shm(true);
-    h.set_shm_seq(1);
+    h.mutable_values_at()->set_channel(wire::CHANNEL_LANE);
+    h.mutable_values_at()->set_seq(1);
     return h;
   };
   auto attach = [&](const std::string& name) {
-    wire::Header h = testing::WorkerRequest(wire::SHM_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
-    h.set_shm_name(name);
+    wire::Header h = testing::WorkerRequest(wire::CHANNEL_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
+    h.mutable_values_at()->set_channel(wire::CHANNEL_LANE);
+    h.mutable_values_at()->set_attach(name);
     return h;
   };
   // 25. A shm push, and 26. a shm pull, before worker 1 attached a lane.
   send(shm_push(0, 4), {});
-  { wire::Header h = pull; h.set_shm(true); send(h, {}); }
+  { wire::Header h = pull; h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); send(h, {}); }
   // 27. A lane name that is a path, 28. a lane that does not exist, 29. a lane of the wrong size.
   send(attach("/../../dev/shm/x"), {});
   send(attach("/gradsync-00000000000000000000000000000000.1.3"), {});
@@ -196,9 +197,9 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   ASSERT_TRUE(wrong_size.ok()) << wrong_size.status();
   send(attach(wrong_size->name()), {});
   wrong_size->Unpublish();
-  // 30. The shm flag on a JOIN.
-  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.set_shm(true); send(h, {}); }
-  // A real lane for worker 1 (answered with SHM_ATTACH_REPLY, not an attack).
+  // 30. A lane named on a JOIN.
+  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); send(h, {}); }
+  // A real lane for worker 1 (answered with CHANNEL_ATTACH_REPLY, not an attack).
   auto lane = ShmLane::Create(shard_size);
   ASSERT_TRUE(lane.ok()) << lane.status();
   send(attach(lane->name()), {});
@@ -206,7 +207,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // 31. A shm push that also carries a values frame, 32. one without its number, 33. one whose
   //     segments are not contiguous, 34. one outside the range, 35. one with keys.
   { std::vector<zmq::message_t> f; f.push_back(vals(4)); wire::Header h = shm_push(0, 4); h.set_has_values(true); send(h, std::move(f)); }
-  { wire::Header h = shm_push(0, 4); h.clear_shm_seq(); send(h, {}); }
+  { wire::Header h = shm_push(0, 4); h.mutable_values_at()->clear_seq(); send(h, {}); }
   {
     wire::Header h = shm_push(0, 4);
     auto* seg = h.add_segments();
@@ -224,7 +225,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
     send(h, std::move(f));
   }
 
-  // Replies: two pull answers, one SHM_ATTACH_REPLY, one DATA_ATTACH_REPLY and one ERROR per
+  // Replies: two pull answers, two CHANNEL_ATTACH_REPLYs (a lane, a data channel) and one ERROR per
   // answered attack.
   const int answers = 4;
   int replies = 0;
@@ -245,33 +246,36 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
       out->errors_answered++;
       out->error_messages.push_back(h.error_message());
     }
-    if (h.type() == wire::DATA_ATTACH_REPLY) data_port = static_cast<int>(h.data_port());
+    if (h.type() == wire::CHANNEL_ATTACH_REPLY && h.values_at().channel() == wire::CHANNEL_DATA) {
+      data_port = static_cast<int>(h.values_at().port());
+    }
     return true;
   };
 
   // The data channel (common/data_channel.h).
   auto data_push = [&](uint64_t offset, uint64_t length, uint64_t seq) {
     wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
-    h.set_data(true);
-    h.set_data_seq(seq);
+    h.mutable_values_at()->set_channel(wire::CHANNEL_DATA);
+    h.mutable_values_at()->set_seq(seq);
     return h;
   };
   auto data_attach = [&](const std::string& token) {
-    wire::Header h = testing::WorkerRequest(wire::DATA_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
-    h.set_data_token(token);
+    wire::Header h = testing::WorkerRequest(wire::CHANNEL_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
+    h.mutable_values_at()->set_channel(wire::CHANNEL_DATA);
+    h.mutable_values_at()->set_attach(token);
     return h;
   };
   // 36. A data push before worker 1 has a data channel. (A data pull then is answered over
   //     ZeroMQ, as one whose channel went: not an attack.)
   send(data_push(0, 4, 1), {});
-  { wire::Header h = pull; h.set_data(true); send(h, {}); }
+  { wire::Header h = pull; h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); send(h, {}); }
   out->sent--;
-  // 37. A token of the wrong size, 38. the data flag on a JOIN, 39. a push through shared memory
-  //     and the data channel at once.
+  // 37. A token of the wrong size, 38. a data channel named on a JOIN, 39. a push through a
+  //     channel this build does not know.
   send(data_attach("short"), {});
-  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.set_data(true); send(h, {}); }
-  { wire::Header h = data_push(0, 4, 1); h.set_shm(true); h.set_shm_seq(1); send(h, {}); }
-  // A real channel for worker 1 (answered with DATA_ATTACH_REPLY, not an attack).
+  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); send(h, {}); }
+  { wire::Header h = data_push(0, 4, 1); h.mutable_values_at()->set_channel(static_cast<wire::Channel>(7)); send(h, {}); }
+  // A real channel for worker 1 (answered with CHANNEL_ATTACH_REPLY, not an attack).
   const std::string token(kDataTokenBytes, 'k');
   send(data_attach(token), {});
   out->sent--;
@@ -279,7 +283,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
        data_port == 0 && std::chrono::steady_clock::now() < until;) {
     take_reply(50);
   }
-  ASSERT_GT(data_port, 0) << "no DATA_ATTACH_REPLY";
+  ASSERT_GT(data_port, 0) << "no CHANNEL_ATTACH_REPLY for the data channel";
   // A connection presenting another token is closed without a word (and takes no slot).
   {
     auto stranger = DataStream::Connect("127.0.0.1", data_port, 5);

@@ -1,0 +1,143 @@
+// PsClient: the shards' optimizer state, read and set (ps_client.h; ARCHITECTURE.md, "Optimizer
+// state").
+#include <algorithm>
+
+#include "common/cluster.h"
+#include "worker/ps_client.h"
+
+namespace gradsync {
+
+Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double timeout_s, const std::string& kind) {
+  const int servers = table_.servers_size();
+  auto gather = std::make_shared<StateGather>();
+  gather->shards.resize(static_cast<size_t>(servers));
+  const RequestId id = NewRequest(false, {}, servers);
+  pending_[id].state = gather;
+  for (int s = 0; s < servers; ++s) {
+    PsRequest r = Request(wire::STATE_PULL, id, clock);
+    r.segments = {partitioner_.range(s)};
+    r.optimizer = kind;
+    Send(s, r, Payload(), "optimizer state from");
+  }
+  RETURN_IF_ERROR(Wait(id, timeout_s).WithContext("reading the optimizer state"));
+  // Every shard's answer is whole (its request closed with its last vector); they must agree.
+  const StateGather::Shard& first = gather->shards[0];
+  for (int s = 1; s < servers; ++s) {
+    const StateGather::Shard& other = gather->shards[static_cast<size_t>(s)];
+    if (other.kind != first.kind || other.slots != first.slots) {
+      return FailedPreconditionError("the shards' optimizers differ: " + Name(0) + "'s is " +
+                                     first.kind + " with " + std::to_string(first.slots) + " state vector(s), " +
+                                     Name(s) + "'s " + other.kind + " with " +
+                                     std::to_string(other.slots));
+    }
+    if (other.steps != first.steps) {
+      return FailedPreconditionError(
+          "the shards are at different optimizer steps (" + Name(0) + ": " +
+          std::to_string(first.steps) + ", " + Name(s) + ": " + std::to_string(other.steps) +
+          "): another worker's push was applied on some shards only; read the state where no push is in flight");
+    }
+  }
+  OptimizerStateParts out;
+  out.kind = first.kind;
+  out.steps = first.steps;
+  // Each tensor's own steps from the shards' per-layer counts (a tensor that crosses shards
+  // skipped the same steps on each; the first shard's piece says).
+  for (int s = servers - 1; s >= 0; --s) {
+    RETURN_IF_ERROR(TensorSteps(layout_, partitioner_.range(s), out.steps,
+                                gather->shards[static_cast<size_t>(s)].skipped, &out.tensor_steps)
+                        .WithContext(Name(s)));
+  }
+  out.slots.resize(static_cast<size_t>(first.slots));
+  for (size_t k = 0; k < out.slots.size(); ++k) {
+    auto& tensors = out.slots[k];
+    tensors.reserve(layout_.size());
+    for (const TensorInfo& t : layout_) {
+      std::vector<float> v(static_cast<size_t>(t.size));
+      // The tensor's pieces, from every shard whose range it crosses.
+      for (int s = 0; s < servers; ++s) {
+        const Segment& range = partitioner_.range(s);
+        const auto [b, e] = Overlap(t, range);
+        if (b >= e) continue;
+        const float* src = gather->shards[static_cast<size_t>(s)].values.data() +
+                           k * static_cast<size_t>(range.size()) + static_cast<size_t>(b - range.begin);
+        std::copy(src, src + (e - b), v.begin() + (b - t.offset));
+      }
+      tensors.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s) {
+  if (state.steps < 0 || state.steps > kMaxOptimizerSteps) {
+    return InvalidArgumentError("optimizer steps " + std::to_string(state.steps) + " out of range");
+  }
+  const int slots = static_cast<int>(state.slots.size());
+  if (slots > kMaxOptimizerSlots) {
+    return InvalidArgumentError("an optimizer state of " + std::to_string(slots) + " vectors (at most " +
+                                std::to_string(kMaxOptimizerSlots) + ")");
+  }
+  ASSIGN_OR_RETURN(const OptimizerKind kind, ParseOptimizerKind(state.kind));
+  if (!state.tensor_steps.empty() && state.tensor_steps.size() != layout_.size()) {
+    return InvalidArgumentError("steps for " + std::to_string(state.tensor_steps.size()) + " tensors; the model has " +
+                                std::to_string(layout_.size()));
+  }
+  for (size_t t = 0; t < state.tensor_steps.size(); ++t) {
+    if (state.tensor_steps[t] < 0 || state.tensor_steps[t] > state.steps) {
+      return InvalidArgumentError("tensor '" + layout_[t].name + "': " + std::to_string(state.tensor_steps[t]) +
+                                  " steps taken, not in [0, " + std::to_string(state.steps) + "]");
+    }
+  }
+  for (int k = 0; k < slots; ++k) {
+    const auto& tensors = state.slots[static_cast<size_t>(k)];
+    if (tensors.size() != layout_.size()) {
+      return InvalidArgumentError("optimizer state vector " + std::to_string(k) + " has " +
+                                  std::to_string(tensors.size()) + " tensors; the model has " +
+                                  std::to_string(layout_.size()));
+    }
+    for (size_t t = 0; t < layout_.size(); ++t) {
+      if (static_cast<int64_t>(tensors[t].size()) != layout_[t].size) {
+        return InvalidArgumentError("optimizer state vector " + std::to_string(k) + ", tensor '" + layout_[t].name +
+                                    "': " + std::to_string(tensors[t].size()) + " values, the tensor has " +
+                                    std::to_string(layout_[t].size));
+      }
+      // What a shard would refuse, refused here: no shard sets part of a state another refuses.
+      RETURN_IF_ERROR(CheckOptimizerSlot(kind, k, tensors[t]).WithContext("tensor '" + layout_[t].name + "'"));
+    }
+  }
+  const int servers = table_.servers_size();
+  const int messages = std::max(1, slots);
+  const RequestId id = NewRequest(false, {}, servers * messages);
+  std::vector<float> vector;
+  for (int s = 0; s < servers; ++s) {
+    const Segment& range = partitioner_.range(s);
+    const std::vector<int64_t> skipped = SkippedSteps(layout_, range, state.steps, state.tensor_steps);
+    for (int k = 0; k < messages; ++k) {
+      PsRequest r = Request(wire::STATE_PUSH, id, clock);
+      r.optimizer = state.kind;
+      r.steps = state.steps;
+      r.skipped = skipped;
+      r.state_slots = slots;
+      r.state_slot = k;
+      Payload p;
+      if (slots > 0) {
+        // The shard's range of vector k, from the tensors it crosses (copied by Send).
+        vector.assign(static_cast<size_t>(range.size()), 0.0f);
+        for (size_t t = 0; t < layout_.size(); ++t) {
+          const TensorInfo& ti = layout_[t];
+          const auto [b, e] = Overlap(ti, range);
+          if (b >= e) continue;
+          const auto& src = state.slots[static_cast<size_t>(k)][t];
+          std::copy(src.begin() + (b - ti.offset), src.begin() + (e - ti.offset), vector.begin() + (b - range.begin));
+        }
+        r.segments = {range};
+        p.has_values = true;
+        p.values = vector;
+      }
+      Send(s, r, p, "optimizer state to");  // a shard answers each of its messages once
+    }
+  }
+  return Wait(id, timeout_s).WithContext("setting the optimizer state");
+}
+
+}  // namespace gradsync

@@ -1,0 +1,81 @@
+// The worker's side of the value channels to one shard: how a push's values reach the shard and
+// how a pull's come back, when not in the ZeroMQ messages themselves (the shard's side:
+// server/values/shard_channel.h).
+//
+//   WorkerLane         a shared-memory lane (common/shm_lane.h), shards on this host: pushes
+//                      written into the lane's push area, pulls read from its pull area;
+//   WorkerDataChannel  a TCP connection of its own (common/data_channel.h): push frames written
+//                      before their headers, pull frames read straight into the destination.
+//
+// ZeroMQ itself is every shard's channel: a request no channel takes (keys, a codec, too small,
+// or no channel attached) carries its values in its own frames. PsClient asks WorkerChannels
+// (the router) for a shard's channel, and names it in the request (PsRequest::at); nothing else
+// in the client knows which it was.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "common/ps_protocol.h"
+#include "common/segment.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace gradsync {
+
+// Value bytes a channel moved (pushed, pulled), and the bytes it put on a wire of its own (a lane
+// has none; ZeroMQ counts its own).
+struct ChannelBytes {
+  uint64_t pushed = 0;
+  uint64_t pulled = 0;
+  uint64_t wire_sent = 0;
+  uint64_t wire_received = 0;
+};
+
+class WorkerChannel {
+ public:
+  using RequestId = uint64_t;
+  // What a channel runs while it waits for its shard: handles the replies that arrive (and the
+  // scheduler's news); an error ends the wait.
+  using Progress = std::function<Status()>;
+
+  virtual ~WorkerChannel() = default;
+  virtual wire::Channel kind() const = 0;
+
+  // Whether a dense raw push (pull) of `segments`, part of a request of `whole` floats to this
+  // shard (the threshold is compared with it, so that a request's parts go the way it would go
+  // whole), may take this channel now.
+  virtual bool TakesPush(std::span<const Segment> segments, int64_t whole) const = 0;
+  virtual bool TakesPull(std::span<const Segment> segments, int64_t whole) const = 0;
+
+  // Opens a push through this channel: waits (running `progress`) until the shard has let go of
+  // the previous one where the channel holds one push at a time. An error: the shard did not.
+  virtual Status OpenPush(const Progress& progress) = 0;
+  // Sends the values of `segments` (contiguous) of the open push from `grads` and names them in
+  // *at. An error: the channel broke and sent nothing usable (the caller drops it; the values go
+  // over ZeroMQ).
+  virtual Status SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) = 0;
+
+  // A pull of `segments` for request `id` through this channel: named in *at.
+  virtual void SendPull(RequestId id, std::span<const Segment> segments, ValueRef* at) = 0;
+  // Reads the values of a pull reply `r` through this channel (its segments, checked to be in the
+  // shard's range) into `target` (the flat buffer; null: past them, the reply is not used). An
+  // error: the channel broke (the caller drops it and asks again over ZeroMQ).
+  virtual Status ReadPull(const PsReply& r, float* target) = 0;
+  // Request `id` is answered by this shard, or void: the channel forgets it.
+  virtual void Forget(RequestId id) = 0;
+  // Every request is void (the shards were reconnected).
+  virtual void ForgetAll() = 0;
+
+  virtual ChannelBytes bytes() const = 0;
+};
+
+// Sends a request to the channel's shard and waits (at most timeout_s) for its reply: how a
+// channel is attached (the client's request ids, sockets and waiting).
+using AskShard = std::function<Result<PsReply>(PsRequest r, double timeout_s)>;
+
+// Whether `segments` are one run without gaps (a push through a channel must be).
+bool Contiguous(std::span<const Segment> segments);
+
+}  // namespace gradsync

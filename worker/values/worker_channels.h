@@ -1,0 +1,82 @@
+// WorkerChannels: the router over a worker's value channels (worker_channel.h), one per shard at
+// most: a shared-memory lane to a shard on this host, else a data channel (not with CURVE: values
+// stay encrypted on ZeroMQ), else none (ZeroMQ carries the values). It attaches them, picks the
+// channel a request may take, drops a broken one and counts what every channel moved, the
+// dropped ones' included. Adding a channel touches this folder only.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/partitioner.h"
+#include "worker/values/worker_channel.h"
+
+namespace gradsync {
+
+class WorkerChannels {
+ public:
+  // Sends a request to shard s and waits for its reply (the client's requests and sockets).
+  using Ask = std::function<Result<PsReply>(int shard, PsRequest r, double timeout_s)>;
+
+  // `table` and `partitioner` are the client's, which outlive this (Reconnect updates the table's
+  // addresses); `rank` for logs and to find this worker's host.
+  WorkerChannels(int rank, const wire::ClusterTable& table, const Partitioner& partitioner, Ask ask);
+
+  // A lane to every shard on this host without one (its address a loopback one or this worker's
+  // own host). A shard that refuses goes on without (a warning says why); a deadline or a refused
+  // authentication ends it. Returns the lanes attached.
+  Result<int> AttachLanes(double timeout_s);
+  // A data channel to every shard without a channel (none with `curve`), as AttachLanes.
+  Result<int> AttachData(double timeout_s, bool curve);
+  // `shards` were reconnected: their old channels go (Retire), and what was attached before is attached
+  // again (refusals are warnings), each within timeout_s() then.
+  void Reattach(std::span<const int> shards, const std::function<double()>& timeout_s, bool curve);
+
+  // Shard s's channel, if a dense raw push (pull) of `segments` may take it now (`whole`: see
+  // WorkerChannel::TakesPush); null: ZeroMQ.
+  WorkerChannel* ForPush(int s, std::span<const Segment> segments, int64_t whole);
+  WorkerChannel* ForPull(int s, std::span<const Segment> segments, int64_t whole);
+  // Shard s's channel of `kind`, if it has that one now.
+  WorkerChannel* Of(int s, wire::Channel kind) const;
+  // Shard s's channel broke: it goes, with a warning saying why (its bytes still count).
+  void Drop(int s, const Status& why);
+  // Shard s's channel goes (its server was replaced); its bytes still count.
+  void Retire(int s);
+  // Shard s answered request `id` in full: its channel forgets it.
+  void Forget(int s, WorkerChannel::RequestId id);
+  // Every request is void (the caller reconnected).
+  void ForgetAll();
+
+  int count(wire::Channel kind) const;
+  // What the channels of `kind` moved, the dropped ones' included.
+  ChannelBytes bytes(wire::Channel kind) const;
+  // Bytes on the channels' own wires, every kind (ZeroMQ's are the sockets').
+  ChannelBytes wire_bytes() const;
+  void set_data_min_floats(size_t n) { data_min_floats_ = std::max<size_t>(1, n); }
+  size_t data_min_floats() const { return data_min_floats_; }
+
+ private:
+  using AttachFn = std::function<Result<std::unique_ptr<WorkerChannel>>(int shard, double timeout_s)>;
+  bool IsLocal(int s) const;
+  Result<std::unique_ptr<WorkerChannel>> Lane(int s, double timeout_s);
+  Result<std::unique_ptr<WorkerChannel>> Data(int s, double timeout_s);
+  // Attaches `attach` to each of `shards`; one that refuses is used without (a warning ending in
+  // `refused` and the reason). `strict`: a deadline or refused authentication ends it.
+  Status AttachEach(std::span<const int> shards, const std::function<double()>& timeout_s,
+                    Result<std::unique_ptr<WorkerChannel>> (WorkerChannels::*attach)(int, double),
+                    const char* refused, bool strict);
+
+  int rank_;
+  const wire::ClusterTable& table_;
+  const Partitioner& partitioner_;
+  Ask ask_;
+  std::vector<std::unique_ptr<WorkerChannel>> channels_;  // per shard; null: ZeroMQ only
+  bool lanes_wanted_ = false, data_wanted_ = false;       // AttachLanes, AttachData were called
+  size_t data_min_floats_ = size_t{1} << 20;  // 4 MiB: below it ZeroMQ is as fast (bench/README.md)
+  std::array<ChannelBytes, wire::Channel_ARRAYSIZE> retired_{};     // per wire::Channel: of the channels that went
+};
+
+}  // namespace gradsync
