@@ -25,11 +25,11 @@ SchedulerClient::~SchedulerClient() {
   cv_.notify_all();
 }
 
-void SchedulerClient::Enqueue(wire::Header h) {
+void SchedulerClient::Enqueue(ControlMessage c) {
   std::lock_guard lock(mu_);
-  h.set_sender_role(options_.self.role());
-  h.set_sender_rank(rank_);
-  outbox_.push_back(std::move(h));
+  c.sender_role = options_.self.role();
+  c.sender_rank = rank_;
+  outbox_.push_back(std::move(c));
 }
 
 void SchedulerClient::Loop(std::stop_token stop) {
@@ -51,37 +51,37 @@ void SchedulerClient::Loop(std::stop_token stop) {
   auto next_beat = Clock::now();
   PauseDetector pause(options_.scheduler_timeout_s / 2);
   while (!stop.stop_requested()) {
-    std::deque<wire::Header> out;
+    std::deque<ControlMessage> out;
     {
       std::lock_guard lock(mu_);
       out.swap(outbox_);
     }
-    for (auto& h : out) {
-      if (h.type() == wire::HEARTBEAT) h.set_sent_clock_us(SteadyMicros());  // a clock probe
-      (void)sock->Send("", h);
+    for (auto& c : out) {
+      if (c.type == wire::HEARTBEAT) c.sent_clock_us = SteadyMicros();  // a clock probe
+      (void)sock->Send("", EncodeControl(c));
     }
     if (!out.empty()) cv_.notify_all();
     if (Clock::now() >= next_beat) {
-      wire::Header beat;
-      beat.set_type(wire::HEARTBEAT);
+      ControlMessage beat = Control(wire::HEARTBEAT);
       {
         std::lock_guard lock(mu_);
-        beat.set_sender_role(options_.self.role());
-        beat.set_sender_rank(rank_);
+        beat.sender_role = options_.self.role();
+        beat.sender_rank = rank_;
       }
-      beat.set_sent_clock_us(SteadyMicros());
-      (void)sock->Send("", beat);
+      beat.sent_clock_us = SteadyMicros();
+      (void)sock->Send("", EncodeControl(beat));
       next_beat = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(options_.heartbeat_interval_s));
     }
     auto m = sock->Recv(5);
     if (m.ok()) {
       last_heard = Clock::now();
       heard = true;
-      if (m->malformed.ok()) {
-        Handle(*m);
-        if (m->header.type() == wire::NODE_DEAD) {
+      auto c = m->malformed.ok() ? DecodeControl(m->header) : Result<ControlMessage>(m->malformed);
+      if (c.ok()) {
+        Handle(*c);
+        if (c->type == wire::NODE_DEAD) {
           std::lock_guard lock(on_dead_mu_);
-          if (on_dead_) on_dead_(m->header.node());
+          if (on_dead_) on_dead_(c->node);
         }
       }
     }
@@ -154,46 +154,43 @@ void SchedulerClient::set_on_dead(std::function<void(const wire::NodeInfo&)> fn)
   on_dead_ = std::move(fn);
 }
 
-void SchedulerClient::Handle(const Message& m) {
+void SchedulerClient::Handle(const ControlMessage& h) {
   std::lock_guard lock(mu_);
-  const auto& h = m.header;
-  switch (h.type()) {
+  switch (h.type) {
     case wire::REGISTER_REPLY:
-      table_ = h.table();
-      rank_ = h.node().rank();
-      rejoined_ = h.rejoined();
-      replica_key_ = h.replica_key();
+      table_ = h.table;
+      rank_ = h.node.rank();
+      rejoined_ = h.rejoined;
+      replica_key_ = h.replica_key;
       registered_ = true;
       break;
     case wire::ERROR:
       if (!registered_) {
-        register_error_ = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
-      } else if (static_cast<StatusCode>(h.error_code()) == StatusCode::kAborted) {
+        register_error_ = h.status;
+      } else if (h.status.code() == StatusCode::kAborted) {
         // Declared dead: this node is out of the job and must stop.
-        if (health_.ok()) health_ = AbortedError("the scheduler says: " + h.error_message());
+        if (health_.ok()) health_ = AbortedError("the scheduler says: " + h.status.message());
         events_++;
       } else {
-        GRADSYNC_LOG(WARNING) << "scheduler: " << h.error_message();
+        GRADSYNC_LOG(WARNING) << "scheduler: " << h.status.message();
       }
       break;
     case wire::BARRIER_RELEASE:
-      if (h.error_code() != 0) {
+      if (!h.status.ok()) {
         // Given up: a member will never come (the scheduler says why).
-        const auto code = static_cast<StatusCode>(h.error_code());
-        barrier_failed_[h.barrier()] =
-            Status(code == StatusCode::kOk ? StatusCode::kUnknown : code, "scheduler: " + h.error_message());
+        barrier_failed_[h.barrier] = Status(h.status.code(), "scheduler: " + h.status.message());
         break;
       }
-      released_.insert(h.barrier());
-      if (h.gathered_size() > 0) gathered_[h.barrier()].assign(h.gathered().begin(), h.gathered().end());
+      released_.insert(h.barrier);
+      if (!h.gathered.empty()) gathered_[h.barrier] = h.gathered;
       break;
     case wire::NODE_DEAD:
-      dead_.push_back(h.node());
-      dead_now_.insert({h.node().role(), h.node().rank()});
+      dead_.push_back(h.node);
+      dead_now_.insert({h.node.role(), h.node.rank()});
       events_++;
       break;
     case wire::NODE_JOINED: {
-      const auto& n = h.node();
+      const auto& n = h.node;
       auto* slots = n.role() == wire::SERVER ? table_.mutable_servers() : table_.mutable_workers();
       if (n.standby()) {
         *table_.add_standbys() = n;  // a standby holds no rank of the table's servers
@@ -206,41 +203,40 @@ void SchedulerClient::Handle(const Message& m) {
       break;
     }
     case wire::TRAINING_ENDED:
-      if (h.node().role() != wire::WORKER || h.node().rank() < 0 || h.clock() < 0) {
-        GRADSYNC_LOG(WARNING) << "scheduler: dropped a TRAINING_ENDED for " << NodeName(h.node()) << " at clock "
-                              << h.clock();
+      if (h.node.role() != wire::WORKER || h.node.rank() < 0 || h.clock < 0) {
+        GRADSYNC_LOG(WARNING) << "scheduler: dropped a TRAINING_ENDED for " << NodeName(h.node) << " at clock "
+                              << h.clock;
         break;
       }
-      ended_.push_back({h.node().rank(), h.clock(), h.joined()});
+      ended_.push_back({h.node.rank(), h.clock, h.joined});
       events_++;
       break;
     case wire::SHUTDOWN:
       shutdown_ = true;
-      if (h.error_code() != 0 && job_failure_.ok()) {
-        const auto code = static_cast<StatusCode>(h.error_code());
-        job_failure_ = Status(code == StatusCode::kOk ? StatusCode::kUnknown : code, "the scheduler stopped the job: " + h.error_message());
+      if (!h.status.ok() && job_failure_.ok()) {
+        job_failure_ = Status(h.status.code(), "the scheduler stopped the job: " + h.status.message());
         if (health_.ok()) health_ = job_failure_;
       }
       events_++;
       break;
     case wire::MESSAGE_LIMIT:
-      if (h.error_code() != 0) limit_error_ = Status(static_cast<StatusCode>(h.error_code()), h.error_message());
-      else limit_accepted_ = std::max<int64_t>(limit_accepted_, static_cast<int64_t>(h.max_message_bytes()));
+      if (!h.status.ok()) limit_error_ = h.status;
+      else limit_accepted_ = std::max<int64_t>(limit_accepted_, static_cast<int64_t>(h.max_message_bytes));
       break;
     case wire::SHARD_LIMIT:
-      table_.set_max_message_bytes(std::max(table_.max_message_bytes(), h.max_message_bytes()));
+      table_.set_max_message_bytes(std::max(table_.max_message_bytes(), h.max_message_bytes));
       events_++;
       break;
     case wire::HEARTBEAT:
-      if (h.sent_clock_us() > 0 && std::isfinite(h.sent_clock_us()) && h.scheduler_clock_us() > 0 &&
-          std::isfinite(h.scheduler_clock_us())) {
+      if (h.sent_clock_us > 0 && std::isfinite(h.sent_clock_us) && h.scheduler_clock_us > 0 &&
+          std::isfinite(h.scheduler_clock_us)) {
         // The scheduler read its clock between this node's send and now: the round trip's
         // midpoint, with the least error where the round trip was shortest.
         const double now = SteadyMicros();
-        const double rtt = now - h.sent_clock_us();
+        const double rtt = now - h.sent_clock_us;
         if (rtt >= 0 && (clock_rtt_us_ < 0 || rtt < clock_rtt_us_)) {
           clock_rtt_us_ = rtt;
-          clock_offset_us_ = h.scheduler_clock_us() - (h.sent_clock_us() + now) / 2;
+          clock_offset_us_ = h.scheduler_clock_us - (h.sent_clock_us + now) / 2;
         }
         clock_probes_++;
       }
@@ -259,9 +255,7 @@ void SchedulerClient::EstimateClock(int probes, double timeout_s) {
       std::lock_guard lock(mu_);
       answered = clock_probes_;
     }
-    wire::Header probe;
-    probe.set_type(wire::HEARTBEAT);
-    Enqueue(probe);
+    Enqueue(Control(wire::HEARTBEAT));
     std::unique_lock lock(mu_);
     if (!cv_.wait_until(lock, deadline, [&] { return clock_probes_ > answered || !health_.ok(); }) || !health_.ok()) return;
   }
@@ -278,12 +272,11 @@ double SchedulerClient::clock_rtt_us() const {
 }
 
 Result<wire::ClusterTable> SchedulerClient::Register(double timeout_s) {
-  wire::Header h;
-  h.set_type(wire::REGISTER);
-  *h.mutable_node() = options_.self;
-  h.set_mode(options_.mode);
-  h.set_staleness(options_.staleness);
-  h.set_job_fingerprint(options_.job_fingerprint);
+  ControlMessage h = Control(wire::REGISTER);
+  h.node = options_.self;
+  h.mode = options_.mode;
+  h.staleness = options_.staleness;
+  h.job_fingerprint = options_.job_fingerprint;
   Enqueue(h);
   std::unique_lock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + Seconds(timeout_s);
@@ -327,12 +320,11 @@ Result<std::vector<std::string>> SchedulerClient::Gather(const std::string& name
     return InvalidArgumentError("barrier '" + name + "': " + std::to_string(data.size()) +
                                 " bytes to gather, at most " + std::to_string(kMaxGatherBytes));
   }
-  wire::Header h;
-  h.set_type(wire::BARRIER);
-  h.set_barrier(name);
-  h.set_group(group);
-  h.set_barrier_data(std::move(data));
-  Enqueue(h);
+  ControlMessage h = Control(wire::BARRIER);
+  h.barrier = name;
+  h.group = group;
+  h.barrier_data = std::move(data);
+  Enqueue(std::move(h));
   std::unique_lock lock(mu_);
   bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
     return released_.count(name) > 0 || barrier_failed_.count(name) > 0 || !health_.ok() || shutdown_;
@@ -357,10 +349,9 @@ Result<std::vector<std::string>> SchedulerClient::Gather(const std::string& name
 }
 
 Status SchedulerClient::AnnounceMessageLimit(int64_t bytes, double timeout_s) {
-  wire::Header h;
-  h.set_type(wire::MESSAGE_LIMIT);
-  h.set_max_message_bytes(static_cast<uint64_t>(bytes));
-  Enqueue(h);
+  ControlMessage h = Control(wire::MESSAGE_LIMIT);
+  h.max_message_bytes = static_cast<uint64_t>(bytes);
+  Enqueue(std::move(h));
   std::unique_lock lock(mu_);
   const bool done = cv_.wait_for(lock, Seconds(timeout_s), [&] {
     return limit_accepted_ >= bytes || !limit_error_.ok() || !health_.ok() || shutdown_;
@@ -375,26 +366,22 @@ Status SchedulerClient::AnnounceMessageLimit(int64_t bytes, double timeout_s) {
 }
 
 void SchedulerClient::Listening(int64_t bytes) {
-  wire::Header h;
-  h.set_type(wire::LISTENING);
-  h.set_max_message_bytes(static_cast<uint64_t>(bytes));
-  Enqueue(h);
+  ControlMessage h = Control(wire::LISTENING);
+  h.max_message_bytes = static_cast<uint64_t>(bytes);
+  Enqueue(std::move(h));
 }
 
 void SchedulerClient::TrainingEnded(int64_t clock, bool joined) {
-  wire::Header h;
-  h.set_type(wire::TRAINING_ENDED);
-  h.set_clock(clock);
-  h.set_joined(joined);
-  Enqueue(h);
+  ControlMessage h = Control(wire::TRAINING_ENDED);
+  h.clock = clock;
+  h.joined = joined;
+  Enqueue(std::move(h));
 }
 
 void SchedulerClient::Finished(const Status& status) {
-  wire::Header h;
-  h.set_type(wire::FINISHED);
-  h.set_error_code(static_cast<int>(status.code()));
-  h.set_error_message(status.message());
-  Enqueue(h);
+  ControlMessage h = Control(wire::FINISHED);
+  h.status = status;
+  Enqueue(std::move(h));
 }
 
 void SchedulerClient::Flush(double timeout_s) {

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/control_protocol.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "gradsync.pb.h"
@@ -149,8 +150,8 @@ class SchedulerClient {
 
  private:
   void Loop(std::stop_token stop);
-  void Handle(const Message& m);
-  void Enqueue(wire::Header h);
+  void Handle(const ControlMessage& c);
+  void Enqueue(ControlMessage c);
 
   SchedulerClientOptions options_;
   TransportContext& ctx_;
@@ -161,7 +162,7 @@ class SchedulerClient {
   std::function<void(const Status&)> on_unhealthy_;  // under on_dead_mu_ as well
   bool told_unhealthy_ = false;                       // the client's thread only
   std::condition_variable cv_;
-  std::deque<wire::Header> outbox_;
+  std::deque<ControlMessage> outbox_;
   bool registered_ = false;
   Status register_error_;
   wire::ClusterTable table_;

@@ -64,4 +64,10 @@ Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::
 
 std::string ErrnoMessage(const std::string& what) { return what + ": " + std::strerror(errno); }
 
+Status StatusFromWire(int code, const std::string& message) {
+  if (code == 0) return Status();
+  const bool known = code > 0 && code <= static_cast<int>(StatusCode::kUnauthenticated) && code != 8;
+  return Status(known ? static_cast<StatusCode>(code) : StatusCode::kUnknown, message);
+}
+
 }  // namespace gradsync

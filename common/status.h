@@ -54,6 +54,11 @@ enum class StatusCode : int {
 
 std::string_view StatusCodeName(StatusCode code);
 
+class Status;
+// A status read off the wire (a code and a message): 0 is OK, a code this build knows is that
+// code, any other reads as kUnknown (an error from a newer peer is still an error).
+Status StatusFromWire(int code, const std::string& message);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK

@@ -40,6 +40,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/control_protocol.h"
 #include "common/optimizer.h"
 #include "common/partitioner.h"
 #include "common/ps_protocol.h"
@@ -48,6 +49,7 @@
 #include "compression/compressor.h"
 #include "common/consistency.h"
 #include "server/shard/kv_shard.h"
+#include "common/replica_protocol.h"
 #include "server/replication/replication.h"
 
 namespace {
@@ -213,6 +215,13 @@ Frames StructuredFrames(FuzzedDataProvider& in) {
   h.set_num_keys(num_keys);
   h.set_has_values(in.ConsumeBool());
   h.set_codec(kCodecNames[in.ConsumeIntegralInRange<size_t>(0, std::size(kCodecNames) - 1)]);
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {  // a value channel (ValueRef), sometimes one that cannot be
+    auto* v = h.mutable_values_at();
+    v->set_channel(static_cast<wire::Channel>(in.ConsumeIntegralInRange<int>(0, 3)));
+    v->set_seq(SmallOrAny(in, 4));
+    if (in.ConsumeBool()) v->set_attach(in.ConsumeRandomLengthString(24));
+    if (in.ConsumeBool()) v->set_port(in.ConsumeIntegral<uint32_t>());
+  }
   if (h.type() == wire::INIT || in.ConsumeIntegralInRange<int>(0, 7) == 0) {
     auto* job = h.mutable_job();
     const int tensors = in.ConsumeIntegralInRange<int>(0, 3);
@@ -445,6 +454,15 @@ void CheckReplicate(Message& m) {
   // new connection); nothing else from this connection may be taken.
   const bool keyed_snapshot = h.replica_op() == wire::REPLICA_META && h.replica_key() == kReplicaKey &&
                               h.sender_rank() == h.replica_shard();
+  // The plane's decoder (common/replica_protocol.h): what it takes, its encoder
+  // gives back as it was.
+  if (auto e = gradsync::DecodeReplicaEntry(h); e.ok()) {
+    const std::string once = gradsync::EncodeReplicaEntry(*e).SerializeAsString();
+    auto back = gradsync::DecodeReplicaEntry(gradsync::EncodeReplicaEntry(*e));
+    if (!back.ok() || gradsync::EncodeReplicaEntry(*back).SerializeAsString() != once) {
+      Fail("a REPLICATE entry does not survive its own encoder: " + back.status().ToString());
+    }
+  }
   const auto st = store.Apply(m);
   Note("stranger's REPLICATE: " + st.ToString());
   if (st.ok() && !keyed_snapshot) Fail("a stranger's REPLICATE was applied");
@@ -458,6 +476,18 @@ void CheckReplicate(Message& m) {
   m.peer = "primary";
   Note("as the primary's: " + store.Apply(m).ToString());
   m.peer = stranger;
+}
+
+// The control plane's decoder (common/control_protocol.h): what it takes, its encoder gives back
+// as it was.
+void CheckControl(const Message& m) {
+  auto c = gradsync::DecodeControl(m.header);
+  if (!c.ok()) return;
+  const std::string once = gradsync::EncodeControl(*c).SerializeAsString();
+  auto back = gradsync::DecodeControl(gradsync::EncodeControl(*c));
+  if (!back.ok() || gradsync::EncodeControl(*back).SerializeAsString() != once) {
+    Fail("a control message does not survive its own encoder: " + back.status().ToString());
+  }
 }
 
 }  // namespace
@@ -499,7 +529,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case wire::PUSH:
     case wire::PULL: CheckData(*m); break;
     case wire::REPLICATE: CheckReplicate(*m); break;
-    default: break;
+    case wire::REPLICATE_REPLY:
+    case wire::ERROR:
+      CheckControl(*m);
+      if (auto a = gradsync::DecodeReplicaAck(m->header); a.ok()) {
+        auto back = gradsync::DecodeReplicaAck(gradsync::EncodeReplicaAck(*a));
+        if (!back.ok() || back->seq != a->seq || back->error.code() != a->error.code()) Fail("a backup's answer changed in its own encoder");
+      }
+      break;
+    default:
+      if (gradsync::IsControlType(m->header.type())) CheckControl(*m);
+      break;
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/cluster.h"
 #include "common/consistency.h"
+#include "common/ps_protocol.h"
 #include "common/logging.h"
 #include "common/scheduler_client.h"
 #include "common/trace.h"
@@ -22,12 +23,11 @@ double NowSeconds() {
 }
 
 // The answer to a heartbeat: the node's stamp echoed, with this clock beside it.
-wire::Header HeartbeatAnswer(const wire::Header& beat) {
-  wire::Header ack;
-  ack.set_type(wire::HEARTBEAT);
-  if (beat.sent_clock_us() > 0) {
-    ack.set_sent_clock_us(beat.sent_clock_us());
-    ack.set_scheduler_clock_us(SteadyMicros());
+ControlMessage HeartbeatAnswer(const ControlMessage& beat) {
+  ControlMessage ack = Control(wire::HEARTBEAT);
+  if (beat.sent_clock_us > 0) {
+    ack.sent_clock_us = beat.sent_clock_us;
+    ack.scheduler_clock_us = SteadyMicros();
   }
   return ack;
 }
@@ -58,24 +58,21 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(TransportContext& ctx, cons
   return sched;
 }
 
-void Scheduler::Reply(const std::string& peer, const wire::Header& h) {
-  wire::Header out = h;
-  out.set_sender_role(wire::SCHEDULER);
-  Status s = socket_.Send(peer, out);
+void Scheduler::Reply(const std::string& peer, ControlMessage c) {
+  c.sender_role = wire::SCHEDULER;
+  Status s = socket_.Send(peer, EncodeControl(c));
   if (!s.ok()) GRADSYNC_LOG(DEBUG) << "scheduler: reply failed: " << s;
 }
 
 void Scheduler::ReplyError(const std::string& peer, const Status& s) {
-  wire::Header h;
-  h.set_type(wire::ERROR);
-  h.set_error_code(static_cast<int>(s.code()));
-  h.set_error_message(s.message());
-  Reply(peer, h);
+  ControlMessage c = Control(wire::ERROR);
+  c.status = s;
+  Reply(peer, std::move(c));
 }
 
-void Scheduler::Broadcast(const wire::Header& h) {
+void Scheduler::Broadcast(const ControlMessage& c) {
   for (auto& n : nodes_)
-    if (!n.dead) Reply(n.identity, h);
+    if (!n.dead) Reply(n.identity, c);
 }
 
 std::vector<Scheduler::Node*> Scheduler::Members(const std::string& group) {
@@ -98,37 +95,36 @@ std::vector<Scheduler::Node*> Scheduler::Members(const std::string& group) {
   return out;
 }
 
-void Scheduler::HandleRegister(Message& m, double now) {
-  const auto& h = m.header;
-  const auto& info = h.node();
+void Scheduler::HandleRegister(const std::string& peer, const ControlMessage& h, double now) {
+  const auto& info = h.node;
   if (info.role() != wire::SERVER && info.role() != wire::WORKER) {
-    return ReplyError(m.peer, InvalidArgumentError("only servers and workers register"));
+    return ReplyError(peer, InvalidArgumentError("only servers and workers register"));
   }
-  if (by_identity_.count(m.peer)) return;  // a duplicate (resend): the reply comes with the table
+  if (by_identity_.count(peer)) return;  // a duplicate (resend): the reply comes with the table
   const std::string who = RoleName(info.role()) + " at " + info.host() + (info.port() ? ":" + std::to_string(info.port()) : "");
-  if (announced_) return HandleRejoin(m, who, now);
+  if (announced_) return HandleRejoin(peer, h, who, now);
   // A staleness of -1 (a worker started without --staleness) takes the job's bound.
   const std::string& ssp = ModeName(config::SSP);
   if (mode_.empty()) {
-    mode_ = h.mode();
-    staleness_ = h.staleness();
+    mode_ = h.mode;
+    staleness_ = h.staleness;
     mode_source_ = who;
-  } else if (h.mode() != mode_ || (mode_ == ssp && staleness_ >= 0 && h.staleness() >= 0 && h.staleness() != staleness_)) {
+  } else if (h.mode != mode_ || (mode_ == ssp && staleness_ >= 0 && h.staleness >= 0 && h.staleness != staleness_)) {
     std::string mine = mode_ == ssp ? "ssp with staleness " + std::to_string(staleness_) : mode_;
-    std::string theirs = h.mode() == ssp ? "ssp with staleness " + std::to_string(h.staleness()) : h.mode();
+    std::string theirs = h.mode == ssp ? "ssp with staleness " + std::to_string(h.staleness) : h.mode;
     GRADSYNC_LOG(ERROR) << "refused " << who << ": it runs " << theirs << " but the job runs " << mine;
-    return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mine + " (set by " +
+    return ReplyError(peer, InvalidArgumentError("mode mismatch: this job runs " + mine + " (set by " +
                                                    mode_source_ + "), this " + RoleName(info.role()) +
                                                    " asked for " + theirs));
   }
-  if (mode_ == ssp && staleness_ < 0) staleness_ = h.staleness();
+  if (mode_ == ssp && staleness_ < 0) staleness_ = h.staleness;
   if (info.role() == wire::WORKER) {
     if (fingerprint_source_.empty()) {
-      fingerprint_ = h.job_fingerprint();
+      fingerprint_ = h.job_fingerprint;
       fingerprint_source_ = who;
-    } else if (h.job_fingerprint() != fingerprint_) {
-      const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint(), fingerprint_);
-      return ReplyError(m.peer, InvalidArgumentError("settings differ between workers: " + who + " has [" + d.mine +
+    } else if (h.job_fingerprint != fingerprint_) {
+      const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint, fingerprint_);
+      return ReplyError(peer, InvalidArgumentError("settings differ between workers: " + who + " has [" + d.mine +
                                                      "] but " + fingerprint_source_ + " has [" + d.theirs + "]"));
     }
   }
@@ -136,19 +132,19 @@ void Scheduler::HandleRegister(Message& m, double now) {
   for (const auto& n : nodes_) have += n.info.role() == info.role();
   const int want = info.role() == wire::SERVER ? options_.num_servers : options_.num_workers;
   if (have >= want) {
-    return ReplyError(m.peer, FailedPreconditionError("the job already has " + std::to_string(want) + " " +
+    return ReplyError(peer, FailedPreconditionError("the job already has " + std::to_string(want) + " " +
                                                       RoleName(info.role()) + "s"));
   }
   if (info.requested_rank() >= want) {
-    return ReplyError(m.peer, InvalidArgumentError("rank " + std::to_string(info.requested_rank()) + " >= the " +
+    return ReplyError(peer, InvalidArgumentError("rank " + std::to_string(info.requested_rank()) + " >= the " +
                                                    std::to_string(want) + " " + RoleName(info.role()) + "s of the job"));
   }
   Node n;
   n.info = info;
   n.info.set_rank(-1);
-  n.identity = m.peer;
+  n.identity = peer;
   n.last_seen = now;
-  by_identity_[m.peer] = nodes_.size();
+  by_identity_[peer] = nodes_.size();
   nodes_.push_back(std::move(n));
   GRADSYNC_LOG(INFO) << "scheduler: registered " << who;
   int servers = 0, workers = 0;
@@ -156,14 +152,12 @@ void Scheduler::HandleRegister(Message& m, double now) {
   if (servers == options_.num_servers && workers == options_.num_workers) AssignRanksAndAnnounce();
 }
 
-void Scheduler::HandleMessageLimit(Node& n, const Message& m) {
-  const uint64_t want = m.header.max_message_bytes();
+void Scheduler::HandleMessageLimit(Node& n, const ControlMessage& c) {
+  const uint64_t want = c.max_message_bytes;
   auto answer = [&](const Status& s) {
-    wire::Header r;
-    r.set_type(wire::MESSAGE_LIMIT);
-    r.set_error_code(static_cast<int>(s.code()));
-    r.set_error_message(s.message());
-    Reply(n.identity, r);
+    ControlMessage r = Control(wire::MESSAGE_LIMIT);
+    r.status = s;
+    Reply(n.identity, std::move(r));
   };
   if (n.info.role() != wire::WORKER) return ReplyError(n.identity, InvalidArgumentError("only workers send MESSAGE_LIMIT"));
   if (!announced_) return answer(FailedPreconditionError("MESSAGE_LIMIT before the job is complete"));
@@ -175,9 +169,8 @@ void Scheduler::HandleMessageLimit(Node& n, const Message& m) {
     table_.set_max_message_bytes(want);
     GRADSYNC_LOG(INFO) << "scheduler: the shards accept messages of up to " << want << " bytes (" << NodeName(n.info)
                        << "'s model)";
-    wire::Header limit;
-    limit.set_type(wire::SHARD_LIMIT);
-    limit.set_max_message_bytes(want);
+    ControlMessage limit = Control(wire::SHARD_LIMIT);
+    limit.max_message_bytes = want;
     for (const auto& s : nodes_)
       if (!s.dead && s.info.role() == wire::SERVER) Reply(s.identity, limit);
   } else if (want > table_.max_message_bytes()) {
@@ -190,9 +183,9 @@ void Scheduler::HandleMessageLimit(Node& n, const Message& m) {
   CheckMessageLimit();
 }
 
-void Scheduler::HandleListening(Node& n, const Message& m) {
+void Scheduler::HandleListening(Node& n, const ControlMessage& c) {
   if (n.info.role() != wire::SERVER) return ReplyError(n.identity, InvalidArgumentError("only servers send LISTENING"));
-  n.listening = std::max(n.listening, static_cast<int64_t>(m.header.max_message_bytes()));
+  n.listening = std::max(n.listening, static_cast<int64_t>(c.max_message_bytes));
   if (n.announce_when_listening && n.listening >= static_cast<int64_t>(table_.max_message_bytes())) {
     n.announce_when_listening = false;
     AnnounceJoined(n);
@@ -205,9 +198,8 @@ void Scheduler::CheckMessageLimit() {
   if (limit_waiters_.empty() || limit == 0) return;
   for (const auto& n : nodes_)
     if (n.info.role() == wire::SERVER && !n.dead && n.listening < limit) return;
-  wire::Header ok;
-  ok.set_type(wire::MESSAGE_LIMIT);
-  ok.set_max_message_bytes(static_cast<uint64_t>(limit));
+  ControlMessage ok = Control(wire::MESSAGE_LIMIT);
+  ok.max_message_bytes = static_cast<uint64_t>(limit);
   for (const auto& id : limit_waiters_) Reply(id, ok);
   limit_waiters_.clear();
 }
@@ -255,12 +247,11 @@ void Scheduler::AssignRanksAndAnnounce() {
   }
   announced_ = true;
   for (const auto& n : nodes_) {
-    wire::Header h;
-    h.set_type(wire::REGISTER_REPLY);
-    *h.mutable_table() = table_;
-    *h.mutable_node() = n.info;
-    if (n.info.role() == wire::SERVER) h.set_replica_key(replica_key_);
-    Reply(n.identity, h);
+    ControlMessage h = Control(wire::REGISTER_REPLY);
+    h.table = table_;
+    h.node = n.info;
+    if (n.info.role() == wire::SERVER) h.replica_key = replica_key_;
+    Reply(n.identity, std::move(h));
   }
   GRADSYNC_LOG(INFO) << "scheduler: job complete (" << options_.num_servers << " servers, "
                      << options_.num_workers << " workers, mode " << mode_ << "); ranks assigned";
@@ -298,11 +289,9 @@ void Scheduler::CheckBarriers() {
             "barrier '" + it->first + "' waits for " + NodeName(gone->info) + ", which ended training after " +
             std::to_string(gone->ended_clock) + " steps while this worker still trains: " + UnevenStepsAdvice());
         GRADSYNC_LOG(WARNING) << "scheduler: " << why.message();
-        wire::Header failed;
-        failed.set_type(wire::BARRIER_RELEASE);
-        failed.set_barrier(it->first);
-        failed.set_error_code(static_cast<int>(why.code()));
-        failed.set_error_message(why.message());
+        ControlMessage failed = Control(wire::BARRIER_RELEASE);
+        failed.barrier = it->first;
+        failed.status = why;
         for (const auto& id : it->second) Reply(id, failed);
         barrier_data_.erase(it->first);
         barrier_group_.erase(it->first);
@@ -312,16 +301,15 @@ void Scheduler::CheckBarriers() {
       ++it;
       continue;
     }
-    wire::Header h;
-    h.set_type(wire::BARRIER_RELEASE);
-    h.set_barrier(it->first);
+    ControlMessage h = Control(wire::BARRIER_RELEASE);
+    h.barrier = it->first;
     // A gather: entry r is the data of the member of rank r (empty: none, or no such member).
     if (auto d = barrier_data_.find(it->first); d != barrier_data_.end()) {
       for (const Node* n : members) {
         auto mine = d->second.find(n->identity);
         if (mine == d->second.end() || n->info.rank() < 0) continue;
-        while (h.gathered_size() <= n->info.rank()) h.add_gathered();
-        *h.mutable_gathered(n->info.rank()) = mine->second;
+        if (h.gathered.size() <= static_cast<size_t>(n->info.rank())) h.gathered.resize(static_cast<size_t>(n->info.rank()) + 1);
+        h.gathered[static_cast<size_t>(n->info.rank())] = mine->second;
       }
       barrier_data_.erase(d);
     }
@@ -339,12 +327,14 @@ void Scheduler::Handle(Message& m, double now) {
     if (it != by_identity_.end()) nodes_[it->second].last_seen = now;
     return;
   }
-  if (m.header.type() == wire::REGISTER) return HandleRegister(m, now);
+  auto decoded = DecodeControl(m.header);
+  const ControlMessage c = decoded.ok() ? std::move(decoded).value() : ControlMessage{};
+  if (c.type == wire::REGISTER) return HandleRegister(m.peer, c, now);
   if (it == by_identity_.end()) {
     if (auto r = replaced_.find(m.peer); r != replaced_.end()) {
       return ReplyError(m.peer, AbortedError(r->second + " was declared dead and its rank has been taken by another process"));
     }
-    if (m.header.type() == wire::HEARTBEAT) return Reply(m.peer, HeartbeatAnswer(m.header));  // a node whose REGISTER is still in flight
+    if (c.type == wire::HEARTBEAT) return Reply(m.peer, HeartbeatAnswer(c));  // a node whose REGISTER is still in flight
     return ReplyError(m.peer, FailedPreconditionError("not registered"));
   }
   Node& n = nodes_[it->second];
@@ -356,65 +346,64 @@ void Scheduler::Handle(Message& m, double now) {
                                            SecondsText(options_.heartbeat_timeout_s) +
                                            " s of silence; restart it to rejoin the job"));
   }
-  switch (m.header.type()) {
+  switch (c.type) {
     case wire::HEARTBEAT:
-      Reply(m.peer, HeartbeatAnswer(m.header));
+      Reply(m.peer, HeartbeatAnswer(c));
       break;
     case wire::BARRIER:
-      HandleBarrier(m);
+      HandleBarrier(m.peer, c);
       break;
     case wire::FINISHED:
-      HandleFinished(n, m);
+      HandleFinished(n, c);
       break;
     case wire::MESSAGE_LIMIT:
-      HandleMessageLimit(n, m);
+      HandleMessageLimit(n, c);
       break;
     case wire::LISTENING:
-      HandleListening(n, m);
+      HandleListening(n, c);
       break;
     case wire::TRAINING_ENDED:
-      HandleTrainingEnded(n, m);
+      HandleTrainingEnded(n, c);
       break;
     default:
       ReplyError(m.peer, InvalidArgumentError("the scheduler does not handle message type " +
-                                              std::to_string(m.header.type())));
+                                              std::to_string(TagOf(m.header).type)));
   }
 }
 
-void Scheduler::HandleBarrier(const Message& m) {
-  if (m.header.barrier_data().size() > kMaxGatherBytes) {
-    return ReplyError(m.peer, InvalidArgumentError("barrier '" + m.header.barrier() + "': " +
-                                                   std::to_string(m.header.barrier_data().size()) +
+void Scheduler::HandleBarrier(const std::string& peer, const ControlMessage& c) {
+  if (c.barrier_data.size() > kMaxGatherBytes) {
+    return ReplyError(peer, InvalidArgumentError("barrier '" + c.barrier + "': " +
+                                                   std::to_string(c.barrier_data.size()) +
                                                    " bytes of gather data, at most " + std::to_string(kMaxGatherBytes)));
   }
-  if (!m.header.barrier_data().empty()) {
+  if (!c.barrier_data.empty()) {
     // The release carries every member's data: it must fit what nodes accept from here.
-    auto& data = barrier_data_[m.header.barrier()];
-    size_t total = m.header.barrier_data().size();
-    for (const auto& [id, d] : data) total += id == m.peer ? 0 : d.size();
+    auto& data = barrier_data_[c.barrier];
+    size_t total = c.barrier_data.size();
+    for (const auto& [id, d] : data) total += id == peer ? 0 : d.size();
     if (total + (64 << 10) > static_cast<size_t>(kMaxSchedulerReplyBytes)) {
-      if (data.empty()) barrier_data_.erase(m.header.barrier());
-      return ReplyError(m.peer, InvalidArgumentError("barrier '" + m.header.barrier() + "': " + std::to_string(total) +
+      if (data.empty()) barrier_data_.erase(c.barrier);
+      return ReplyError(peer, InvalidArgumentError("barrier '" + c.barrier + "': " + std::to_string(total) +
                                                      " bytes of gather data in all, at most " +
                                                      std::to_string(kMaxSchedulerReplyBytes - (64 << 10))));
     }
-    data[m.peer] = m.header.barrier_data();
+    data[peer] = c.barrier_data;
   }
-  barrier_arrivals_[m.header.barrier()].insert(m.peer);
-  barrier_group_[m.header.barrier()] = m.header.group();
+  barrier_arrivals_[c.barrier].insert(peer);
+  barrier_group_[c.barrier] = c.group;
   CheckBarriers();
 }
 
-void Scheduler::HandleFinished(Node& n, const Message& m) {
+void Scheduler::HandleFinished(Node& n, const ControlMessage& c) {
   n.finished = true;
-  n.result = Status(static_cast<StatusCode>(m.header.error_code()), m.header.error_message());
+  n.result = c.status;
   GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " finished" << (n.result.ok() ? "" : ": " + n.result.ToString());
   TraceInstant(n.result.ok() ? "worker finished" : "worker failed", "job", {{"rank", static_cast<double>(n.info.rank())}});
   if (!n.result.ok()) {
     // A worker that stopped on an error pushes no more: the others must not wait for it.
-    wire::Header dead;
-    dead.set_type(wire::NODE_DEAD);
-    *dead.mutable_node() = n.info;
+    ControlMessage dead = Control(wire::NODE_DEAD);
+    dead.node = n.info;
     Broadcast(dead);
   }
   CheckBarriers();
@@ -451,21 +440,15 @@ Status Scheduler::Run() {
     CheckHeartbeats(now);
     if (JobOver() || !lost_.ok()) break;
     if (!announced_ && now - start > options_.register_timeout_s) {
-      wire::Header h;
-      h.set_type(wire::SHUTDOWN);
-      Broadcast(h);
+      Broadcast(Control(wire::SHUTDOWN));
       return DeadlineExceededError("the job did not fill up within " + SecondsText(options_.register_timeout_s) +
                                    " s: " + std::to_string(nodes_.size()) + " of " +
                                    std::to_string(options_.num_servers + options_.num_workers) + " nodes registered");
     }
   }
-  wire::Header h;
-  h.set_type(wire::SHUTDOWN);
-  if (!lost_.ok()) {
-    h.set_error_code(static_cast<int>(lost_.code()));
-    h.set_error_message(lost_.message());
-  }
-  Broadcast(h);
+  ControlMessage shutdown = Control(wire::SHUTDOWN);
+  shutdown.status = lost_;
+  Broadcast(shutdown);
   // Give the SHUTDOWN frames a moment to leave before the socket closes (linger is 0).
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // The job succeeded when some worker finished training and none failed: the workers that

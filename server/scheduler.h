@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common/control_protocol.h"
 #include "common/status.h"
 #include "common/transport.h"
 #include "gradsync.pb.h"
@@ -90,15 +91,15 @@ class Scheduler {
 
   Scheduler(SchedulerOptions options, Socket socket) : options_(std::move(options)), socket_(std::move(socket)) {}
   void Handle(Message& m, double now);
-  void HandleRegister(Message& m, double now);
+  void HandleRegister(const std::string& peer, const ControlMessage& c, double now);
   // After the job started: a restarted node takes a dead node's rank (elastic membership).
   // A restarted node's slot: a dead node of its role (the rank it asks for, else the first).
   Node* DeadSlotFor(const wire::NodeInfo& info);
   // The live (not finished) node of `role` and `rank`, if any.
   Node* LiveNode(wire::Role role, int rank);
-  void HandleBarrier(const Message& m);
-  void HandleFinished(Node& n, const Message& m);
-  void HandleRejoin(Message& m, const std::string& who, double now);
+  void HandleBarrier(const std::string& peer, const ControlMessage& c);
+  void HandleFinished(Node& n, const ControlMessage& c);
+  void HandleRejoin(const std::string& peer, const ControlMessage& c, const std::string& who, double now);
   void AssignRanksAndAnnounce();
   void CheckBarriers();
   // A member of `barrier` that has not arrived and ended training without joining, while a
@@ -111,20 +112,21 @@ class Scheduler {
   void CheckShards();
   // Message limits: a worker's MESSAGE_LIMIT (the first sets the job's, which every server hears),
   // a server's LISTENING; workers are answered once every live server accepts the job's limit.
-  void HandleMessageLimit(Node& n, const Message& m);
-  void HandleListening(Node& n, const Message& m);
+  void HandleMessageLimit(Node& n, const ControlMessage& c);
+  void HandleListening(Node& n, const ControlMessage& c);
   void CheckMessageLimit();
   // A worker's TRAINING_ENDED: recorded and relayed to every node (and to nodes that rejoin).
-  void HandleTrainingEnded(Node& n, const Message& m);
-  wire::Header TrainingEndedNews(const Node& n) const;
+  void HandleTrainingEnded(Node& n, const ControlMessage& c);
+  ControlMessage TrainingEndedNews(const Node& n) const;
   void AnnounceJoined(const Node& n);
   // A node back in the running job: the table, its place, and the nodes dead now.
   void WelcomeBack(const std::string& peer, const wire::NodeInfo& info);
   // A server whose shard a backup took over comes back: a standby (NodeInfo.standby).
-  void AddStandby(Message& m, const std::string& who, const Node& taken, double now);
-  void Reply(const std::string& peer, const wire::Header& h);
+  void AddStandby(const std::string& peer, const ControlMessage& c, const std::string& who, const Node& taken,
+                  double now);
+  void Reply(const std::string& peer, ControlMessage c);
   void ReplyError(const std::string& peer, const Status& s);
-  void Broadcast(const wire::Header& h);
+  void Broadcast(const ControlMessage& c);
   bool JobOver() const;
   std::vector<Node*> Members(const std::string& group);
 

@@ -13,17 +13,16 @@
 
 namespace gradsync {
 
-void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
-  const auto& h = m.header;
-  const auto& info = h.node();
+void Scheduler::HandleRejoin(const std::string& peer, const ControlMessage& h, const std::string& who, double now) {
+  const auto& info = h.node;
   // The same checks as a first registration: mode and (workers) the job's settings.
-  if (h.mode() != mode_ || (mode_ == ModeName(config::SSP) && h.staleness() >= 0 && h.staleness() != staleness_)) {
-    return ReplyError(m.peer, InvalidArgumentError("mode mismatch: this job runs " + mode_ + ", this " +
-                                                   RoleName(info.role()) + " asked for " + h.mode()));
+  if (h.mode != mode_ || (mode_ == ModeName(config::SSP) && h.staleness >= 0 && h.staleness != staleness_)) {
+    return ReplyError(peer, InvalidArgumentError("mode mismatch: this job runs " + mode_ + ", this " +
+                                                   RoleName(info.role()) + " asked for " + h.mode));
   }
-  if (info.role() == wire::WORKER && h.job_fingerprint() != fingerprint_) {
-    const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint(), fingerprint_);
-    return ReplyError(m.peer, InvalidArgumentError("settings differ from the running job's: [" + d.mine + "] vs [" +
+  if (info.role() == wire::WORKER && h.job_fingerprint != fingerprint_) {
+    const FingerprintDifference d = DescribeFingerprintDifference(h.job_fingerprint, fingerprint_);
+    return ReplyError(peer, InvalidArgumentError("settings differ from the running job's: [" + d.mine + "] vs [" +
                                                    d.theirs + "]"));
   }
   // A restarted node takes the rank of a dead one of its role: the one it asks for, else the first.
@@ -33,13 +32,13 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
       if (alive->info.adopted()) {
         // A backup took the shard over while this server was gone: it serves it now. The
         // server comes back as a standby backup (it catches up from the primaries' snapshots).
-        if (options_.replicas > 1) return AddStandby(m, who, *alive, now);
-        return ReplyError(m.peer, FailedPreconditionError(
+        if (options_.replicas > 1) return AddStandby(peer, h, who, *alive, now);
+        return ReplyError(peer, FailedPreconditionError(
                                       NodeName(alive->info) + "'s shard was taken over by its backup at " +
                                       alive->info.host() + ":" + std::to_string(alive->info.port()) + "; nothing to rejoin"));
       }
       // Its predecessor has not been declared dead yet (a quick restart): it asks again.
-      return ReplyError(m.peer, UnavailableError(NodeName(alive->info) + " is still alive; retry once it is declared dead"));
+      return ReplyError(peer, UnavailableError(NodeName(alive->info) + " is still alive; retry once it is declared dead"));
     }
   }
   if (slot && info.role() == wire::SERVER && options_.replicas > 1 && !info.adopted() &&
@@ -47,10 +46,10 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
     // Its backup holds every acknowledged push and is about to take the rank over; a restarted
     // server would restore an older checkpoint. It asks again, and is a standby once the backup
     // has taken over (or takes the rank itself if no backup did).
-    return ReplyError(m.peer, UnavailableError(NodeName(slot->info) + "'s backup may take its shard over; retry"));
+    return ReplyError(peer, UnavailableError(NodeName(slot->info) + "'s backup may take its shard over; retry"));
   }
   if (!slot) {
-    return ReplyError(m.peer, FailedPreconditionError(
+    return ReplyError(peer, FailedPreconditionError(
                                   "the job is already complete and no " + RoleName(info.role()) +
                                   (info.requested_rank() >= 0 ? " of rank " + std::to_string(info.requested_rank()) : "") +
                                   " is dead: nothing to rejoin"));
@@ -61,16 +60,16 @@ void Scheduler::HandleRejoin(Message& m, const std::string& who, double now) {
   const int rank = slot->info.rank();
   slot->info = info;
   slot->info.set_rank(rank);
-  slot->identity = m.peer;
+  slot->identity = peer;
   slot->last_seen = now;
   slot->dead = false;
   slot->rejoins++;
   slot->ended_clock = -1;  // a restarted worker trains again
   slot->ended_joined = false;
-  by_identity_[m.peer] = static_cast<size_t>(slot - nodes_.data());
+  by_identity_[peer] = static_cast<size_t>(slot - nodes_.data());
   *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " rejoins the job as " << NodeName(slot->info);
-  WelcomeBack(m.peer, slot->info);
+  WelcomeBack(peer, slot->info);
   if (info.role() == wire::SERVER) {
     // Workers reconnect as soon as they hear of it: not before its data socket accepts the job's
     // messages (it applies the table's limit, then says LISTENING).
@@ -98,44 +97,41 @@ Scheduler::Node* Scheduler::LiveNode(wire::Role role, int rank) {
 }
 
 void Scheduler::WelcomeBack(const std::string& peer, const wire::NodeInfo& info) {
-  wire::Header reply;
-  reply.set_type(wire::REGISTER_REPLY);
-  *reply.mutable_table() = table_;
-  *reply.mutable_node() = info;
-  reply.set_rejoined(true);
-  if (info.role() == wire::SERVER) reply.set_replica_key(replica_key_);
-  Reply(peer, reply);
+  ControlMessage reply = Control(wire::REGISTER_REPLY);
+  reply.table = table_;
+  reply.node = info;
+  reply.rejoined = true;
+  if (info.role() == wire::SERVER) reply.replica_key = replica_key_;
+  Reply(peer, std::move(reply));
   // What it missed: the nodes that are dead now, and the live workers that ended training.
   for (const auto& n : nodes_) {
     if (!n.dead) continue;
-    wire::Header dead;
-    dead.set_type(wire::NODE_DEAD);
-    *dead.mutable_node() = n.info;
-    Reply(peer, dead);
+    ControlMessage dead = Control(wire::NODE_DEAD);
+    dead.node = n.info;
+    Reply(peer, std::move(dead));
   }
   for (const auto& n : nodes_) {
     if (!n.dead && n.ended_clock >= 0) Reply(peer, TrainingEndedNews(n));
   }
 }
 
-wire::Header Scheduler::TrainingEndedNews(const Node& n) const {
-  wire::Header h;
-  h.set_type(wire::TRAINING_ENDED);
-  *h.mutable_node() = n.info;
-  h.set_clock(n.ended_clock);
-  h.set_joined(n.ended_joined);
+ControlMessage Scheduler::TrainingEndedNews(const Node& n) const {
+  ControlMessage h = Control(wire::TRAINING_ENDED);
+  h.node = n.info;
+  h.clock = n.ended_clock;
+  h.joined = n.ended_joined;
   return h;
 }
 
-void Scheduler::HandleTrainingEnded(Node& n, const Message& m) {
+void Scheduler::HandleTrainingEnded(Node& n, const ControlMessage& c) {
   if (n.info.role() != wire::WORKER) return ReplyError(n.identity, InvalidArgumentError("only workers send TRAINING_ENDED"));
   if (!announced_) return ReplyError(n.identity, FailedPreconditionError("TRAINING_ENDED before the job is complete"));
-  if (m.header.clock() < 0) {
-    return ReplyError(n.identity, InvalidArgumentError("TRAINING_ENDED with clock " + std::to_string(m.header.clock()) +
+  if (c.clock < 0) {
+    return ReplyError(n.identity, InvalidArgumentError("TRAINING_ENDED with clock " + std::to_string(c.clock) +
                                                        " (the steps a worker pushed are >= 0)"));
   }
-  n.ended_clock = m.header.clock();
-  n.ended_joined = m.header.joined();
+  n.ended_clock = c.clock;
+  n.ended_joined = c.joined;
   GRADSYNC_LOG(INFO) << "scheduler: " << NodeName(n.info) << " ended training after " << n.ended_clock << " steps"
                      << (n.ended_joined ? " and leaves the consistency rule (join)" : "");
   TraceInstant(n.ended_joined ? "worker left (join)" : "worker ended training", "job",
@@ -144,19 +140,20 @@ void Scheduler::HandleTrainingEnded(Node& n, const Message& m) {
   CheckBarriers();  // a joined worker is a member no more, or (the last to end) every worker again
 }
 
-void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken, double now) {
+void Scheduler::AddStandby(const std::string& peer, const ControlMessage& c, const std::string& who, const Node& taken,
+                           double now) {
   Node n;
-  n.info = m.header.node();
+  n.info = c.node;
   n.info.set_standby(true);
   n.info.set_adopted(false);
   n.info.set_rank(options_.num_servers + table_.standbys_size());
-  n.identity = m.peer;
+  n.identity = peer;
   n.last_seen = now;
-  by_identity_[m.peer] = nodes_.size();
+  by_identity_[peer] = nodes_.size();
   *table_.add_standbys() = n.info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " asked for " << NodeName(taken.info)
                         << "'s rank, whose shard its backup serves now: it stays as a standby, " << NodeName(n.info);
-  WelcomeBack(m.peer, n.info);
+  WelcomeBack(peer, n.info);
   n.listening = 0;
   n.announce_when_listening = true;  // the primaries connect to it once it listens
   nodes_.push_back(std::move(n));
@@ -165,9 +162,8 @@ void Scheduler::AddStandby(Message& m, const std::string& who, const Node& taken
 void Scheduler::AnnounceJoined(const Node& node) {
   TraceInstant(node.info.role() == wire::WORKER ? "worker rejoined" : "server rejoined", "failure",
                {{"rank", static_cast<double>(node.info.rank())}});
-  wire::Header joined;
-  joined.set_type(wire::NODE_JOINED);
-  *joined.mutable_node() = node.info;
+  ControlMessage joined = Control(wire::NODE_JOINED);
+  joined.node = node.info;
   for (auto& n : nodes_)
     if (!n.dead && &n != &node) Reply(n.identity, joined);
 }
@@ -184,9 +180,8 @@ void Scheduler::CheckHeartbeats(double now) {
     TraceInstant(n.info.role() == wire::WORKER ? "worker declared dead" : "server declared dead", "failure",
                  {{"rank", static_cast<double>(n.info.rank())}});
     if (!announced_) continue;
-    wire::Header h;
-    h.set_type(wire::NODE_DEAD);
-    *h.mutable_node() = n.info;
+    ControlMessage h = Control(wire::NODE_DEAD);
+    h.node = n.info;
     Broadcast(h);
   }
   if (changed) {

@@ -298,9 +298,9 @@ class PsClient {
   // not 0) is answered or failed.
   Status Receive(int timeout_ms, RequestId until = 0);
   void HandleReply(int shard, const Message& m);
-  // HandleReply's work on the request; sets *frame_read once it has read the reply's frame from
-  // its channel.
-  void ApplyReply(int shard, const Message& m, bool* frame_read);
+  // HandleReply's work on the request (`decoded`: m's header, decoded once); sets *frame_read
+  // once it has read the reply's frame from its channel.
+  void ApplyReply(int shard, const Message& m, const Result<PsReply>& decoded, bool* frame_read);
   // The request a reply of `shard` answers, its message counted (more: a piece, the rest to
   // come); null for a late reply to a failed request, or a duplicate.
   Pending* Answered(int shard, RequestId id, bool more);

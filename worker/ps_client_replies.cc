@@ -85,13 +85,12 @@ void PsClient::WaitForLentFrames() {
 }
 
 void PsClient::HandleReply(int shard, const Message& m) {
+  const Result<PsReply> r = m.malformed.ok() ? DecodeReply(m.header) : Result<PsReply>(m.malformed);
   bool frame_read = false;
-  ApplyReply(shard, m, &frame_read);
+  ApplyReply(shard, m, r, &frame_read);
   // A pull answered through a channel: its frame is read (into the target, or past it when the
   // reply was not used) before anything else comes off that channel.
-  if (frame_read || !m.malformed.ok()) return;
-  auto r = DecodeReply(m.header);
-  if (!r.ok() || r->type != wire::PULL_REPLY || !r->at.outside()) return;
+  if (frame_read || !r.ok() || r->type != wire::PULL_REPLY || !r->at.outside()) return;
   if (WorkerChannel* channel = channels_.Of(shard, r->at.channel)) {
     if (Status st = channel->ReadPull(*r, nullptr); !st.ok()) channels_.Drop(shard, st);
   }
@@ -114,8 +113,7 @@ PsClient::Pending* PsClient::Answered(int shard, RequestId id, bool more) {
   return open ? p : nullptr;  // null: a late reply to a failed request, or a duplicate
 }
 
-void PsClient::ApplyReply(int shard, const Message& m, bool* frame_read) {
-  auto decoded = m.malformed.ok() ? DecodeReply(m.header) : Result<PsReply>(m.malformed);
+void PsClient::ApplyReply(int shard, const Message& m, const Result<PsReply>& decoded, bool* frame_read) {
   // A piece of a pull answered through a lane, or a state vector of a STATE_PULL's answer, more
   // to come: its values are taken, the request stays open.
   const bool more = decoded.ok() && ((decoded->parts > 1 && decoded->part + 1 < decoded->parts) ||

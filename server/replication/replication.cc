@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/partitioner.h"
+#include "common/replica_protocol.h"
 #include "server/shard/shard_checkpointer.h"
 
 namespace gradsync {
@@ -25,10 +26,9 @@ namespace {
 
 // The consistency state an entry carries (the primary's after it), into the copy's rule. (The
 // primary's entries always carry it; one without any leaves the rule as it was.)
-Status SetControl(const wire::Header& h, ConsistencyController* rule) {
-  if (h.replica_pushed().empty() && h.replica_live().empty()) return OkStatus();
-  Status s = rule->Restore(std::vector<int64_t>(h.replica_pushed().begin(), h.replica_pushed().end()),
-                           std::vector<bool>(h.replica_live().begin(), h.replica_live().end()), h.replica_rounds());
+Status SetControl(const ReplicaEntry& e, ConsistencyController* rule) {
+  if (!e.control) return OkStatus();
+  Status s = rule->Restore(e.control->pushed, e.control->live, e.control->rounds);
   return s.ok() ? s : InvalidArgumentError("REPLICATE: " + s.message());
 }
 
@@ -59,23 +59,26 @@ bool ReplicaStore::Complete(int shard) const {
 }
 
 Status ReplicaStore::Apply(const Message& m) {
-  const wire::Header& h = m.header;
-  const int s = h.replica_shard();
+  ASSIGN_OR_RETURN(const ReplicaEntry e, DecodeReplicaEntry(m.header));
+  return Apply(e, m);
+}
+
+Status ReplicaStore::Apply(const ReplicaEntry& h, const Message& m) {
+  const int s = h.shard;
   if (s < 0 || s >= num_servers_) return InvalidArgumentError("REPLICATE for shard " + std::to_string(s));
-  if (h.replica_op() == wire::REPLICA_META) {
+  if (h.op == wire::REPLICA_META) {
     // Checked before anything changes: a stranger's snapshot leaves the copy as it was.
-    if (key_.empty() || h.replica_key().size() != key_.size() ||
-        sodium_memcmp(h.replica_key().data(), key_.data(), key_.size()) != 0) {
+    if (key_.empty() || h.key.size() != key_.size() || sodium_memcmp(h.key.data(), key_.data(), key_.size()) != 0) {
       return PermissionDeniedError("REPLICATE: a snapshot of shard " + std::to_string(s) +
                                    " without this job's replication key (not from one of its servers)");
     }
-    if (h.sender_rank() != s) {
+    if (h.sender != s) {
       return PermissionDeniedError("REPLICATE: a snapshot of shard " + std::to_string(s) + " from server " +
-                                   std::to_string(h.sender_rank()) + ", not its primary");
+                                   std::to_string(h.sender) + ", not its primary");
     }
     Copy c;
     c.sender = m.peer;
-    if (!c.meta.ParseFromString(h.replica_meta()) || c.meta.rank() != s) {
+    if (!c.meta.ParseFromString(h.meta) || c.meta.rank() != s) {
       return InvalidArgumentError("REPLICATE: a snapshot of shard " + std::to_string(s) + " that does not describe it");
     }
     c.core = std::make_unique<ShardCore>(mode_, staleness_, c.meta.job().num_workers());
@@ -84,8 +87,8 @@ Status ReplicaStore::Apply(const Message& m) {
     RETURN_IF_ERROR(SetControl(h, &c.core->rule()));
     const size_t n = static_cast<size_t>(c.core->shard().range().size());
     c.state_parts = n == 0 ? 0 : static_cast<int>(c.core->shard().optimizer_state().size() / n);
-    c.seq = h.request_id();
-    c.index = h.replica_index();
+    c.seq = h.seq;
+    c.index = h.index;
     copies_[s] = std::move(c);
     return OkStatus();
   }
@@ -96,20 +99,20 @@ Status ReplicaStore::Apply(const Message& m) {
     return PermissionDeniedError("REPLICATE: an entry of shard " + std::to_string(s) +
                                  "'s log not from the connection its snapshot came on");
   }
-  if (h.replica_index() != c.index + 1 || h.request_id() < c.seq) {
+  if (h.index != c.index + 1 || h.seq < c.seq) {
     const uint64_t expected = c.index + 1;
     copies_.erase(it);
-    return FailedPreconditionError("REPLICATE: entry " + std::to_string(h.replica_index()) + " of shard " +
+    return FailedPreconditionError("REPLICATE: entry " + std::to_string(h.index) + " of shard " +
                                    std::to_string(s) + "'s log, expected " + std::to_string(expected));
   }
-  Status st = ApplyTo(c, m);
+  Status st = ApplyTo(c, h, m);
   if (st.ok()) st = SetControl(h, &c.core->rule());
   if (!st.ok()) {
     copies_.erase(it);
     return st;
   }
-  c.seq = h.request_id();
-  c.index = h.replica_index();
+  c.seq = h.seq;
+  c.index = h.index;
   return OkStatus();
 }
 
@@ -122,11 +125,9 @@ struct EntryValues {
   bool whole = false;  // the shard's whole range, dense
 };
 
-EntryValues ReadEntry(const Message& m, const Segment& range) {
+EntryValues ReadEntry(const ReplicaEntry& entry, const Message& m, const Segment& range) {
   EntryValues e;
-  for (const auto& seg : m.header.segments()) {
-    e.segments.push_back({static_cast<int64_t>(seg.offset()), static_cast<int64_t>(seg.offset() + seg.length())});
-  }
+  e.segments = entry.segments;
   std::vector<uint64_t> scratch;
   const auto keys = m.Keys(&scratch);
   e.keys.assign(keys.begin(), keys.end());
@@ -137,23 +138,22 @@ EntryValues ReadEntry(const Message& m, const Segment& range) {
 
 }  // namespace
 
-Status ReplicaStore::ApplySnapshotPart(Copy& c, const Message& m) {
-  const wire::Header& h = m.header;
+Status ReplicaStore::ApplySnapshotPart(Copy& c, const ReplicaEntry& h, const Message& m) {
   KvShard& shard = c.core->shard();
   const Segment range = shard.range();
-  const EntryValues e = ReadEntry(m, range);
+  const EntryValues e = ReadEntry(h, m, range);
   const std::span<const int64_t> skipped(c.meta.optimizer_skipped().data(),
                                          static_cast<size_t>(c.meta.optimizer_skipped().size()));
   std::vector<float> params;
   std::vector<float> state(shard.optimizer_state().begin(), shard.optimizer_state().end());
-  if (h.replica_op() == wire::REPLICA_PARAMS) {
+  if (h.op == wire::REPLICA_PARAMS) {
     if (!e.whole) return InvalidArgumentError("REPLICATE: snapshot parameters are not the shard's range");
     // The counters come with the parameters; the state vectors (if any) follow.
     params = Values(m);
     c.params = true;
   } else {
     params.assign(shard.params().begin(), shard.params().end());
-    const int part = h.replica_part();
+    const int part = h.part;
     const size_t n = static_cast<size_t>(range.size());
     const size_t parts = state.size() / std::max<size_t>(1, n);
     if (!e.whole || !c.params || part < 0 || static_cast<size_t>(part) >= parts || c.state_parts <= 0) {
@@ -166,40 +166,38 @@ Status ReplicaStore::ApplySnapshotPart(Copy& c, const Message& m) {
                        skipped);
 }
 
-Status ReplicaStore::ApplyPush(Copy& c, const Message& m) {
-  const wire::Header& h = m.header;
-  const int w = h.replica_worker();
+Status ReplicaStore::ApplyPush(Copy& c, const ReplicaEntry& h, const Message& m) {
+  const int w = h.worker;
   if (w < 0 || w >= c.meta.job().num_workers()) return InvalidArgumentError("REPLICATE: push of worker " + std::to_string(w));
   KvShard& shard = c.core->shard();
-  EntryValues e = ReadEntry(m, shard.range());
+  EntryValues e = ReadEntry(h, m, shard.range());
   size_t n = m.num_values();
   RETURN_IF_ERROR(shard.Validate(e.segments, e.keys, &n));
   PushChunk chunk;
-  chunk.absent.assign(h.absent_tensors().begin(), h.absent_tensors().end());
+  chunk.absent = h.absent;
   RETURN_IF_ERROR(shard.ValidateAbsent(e.segments, chunk.absent));
   chunk.segments = std::move(e.segments);
   chunk.keys = std::move(e.keys);
   chunk.owned = Values(m);
   if (chunk.owned.empty()) chunk.owned.resize(1);  // values() reads owned
-  c.core->TakeChunk(w, std::move(chunk), h.replica_scale(), h.replica_counts(), h.has_lr() ? h.lr() : NAN);
+  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);
   return OkStatus();
 }
 
-Status ReplicaStore::ApplyOptimizer(Copy& c, const Message& m) {
+Status ReplicaStore::ApplyOptimizer(Copy& c, const ReplicaEntry& h, const Message& m) {
   // A worker's optimizer state: its vectors in order, set whole with the last (none: one entry
   // that sets the steps).
-  const wire::Header& h = m.header;
   KvShard& shard = c.core->shard();
-  const EntryValues e = ReadEntry(m, shard.range());
+  const EntryValues e = ReadEntry(h, m, shard.range());
   const int slots = shard.optimizer_slots();
-  const int part = h.replica_part();
+  const int part = h.part;
   const size_t n = static_cast<size_t>(shard.range().size());
-  if (h.state_slots() != slots || part != c.staged_next || part >= std::max(1, slots) ||
-      (slots > 0 ? !e.whole : h.has_values() || !e.segments.empty())) {
+  if (h.state_slots != slots || part != c.staged_next || part >= std::max(1, slots) ||
+      (slots > 0 ? !e.whole : h.has_values || !e.segments.empty())) {
     c.staged_state.clear();
     c.staged_next = 0;
     return InvalidArgumentError("REPLICATE: optimizer state vector " + std::to_string(part) + " of " +
-                                std::to_string(h.state_slots()) + " (the shard keeps " + std::to_string(slots) +
+                                std::to_string(h.state_slots) + " (the shard keeps " + std::to_string(slots) +
                                 ", vector " + std::to_string(c.staged_next) + " due)");
   }
   if (part == 0) c.staged_state.assign(shard.optimizer_state().size(), 0.0f);
@@ -210,25 +208,25 @@ Status ReplicaStore::ApplyOptimizer(Copy& c, const Message& m) {
   }
   c.staged_next = 0;
   const Status st = shard.SetOptimizerState(
-      c.staged_state, h.state_steps(), {h.state_skipped().data(), static_cast<size_t>(h.state_skipped().size())});
+      c.staged_state, h.steps, h.skipped);
   c.staged_state.clear();
   return st;
 }
 
-Status ReplicaStore::ApplyTo(Copy& c, const Message& m) {
-  const wire::ReplicaOp op = m.header.replica_op();
-  if (op == wire::REPLICA_PARAMS || op == wire::REPLICA_STATE) return ApplySnapshotPart(c, m);
+Status ReplicaStore::ApplyTo(Copy& c, const ReplicaEntry& h, const Message& m) {
+  const wire::ReplicaOp op = h.op;
+  if (op == wire::REPLICA_PARAMS || op == wire::REPLICA_STATE) return ApplySnapshotPart(c, h, m);
   if (!c.params || c.state_parts > 0) return FailedPreconditionError("REPLICATE: an entry before the snapshot is whole");
   switch (op) {
-    case wire::REPLICA_PUSH: return ApplyPush(c, m);
+    case wire::REPLICA_PUSH: return ApplyPush(c, h, m);
     case wire::REPLICA_ROUND:
       if (!c.core->aggregates()) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
       c.core->ApplyRound();
       return OkStatus();
     case wire::REPLICA_CONTROL:
-      if (m.header.replica_worker() >= 0) c.core->Drop(m.header.replica_worker());
+      if (h.worker >= 0) c.core->Drop(h.worker);
       return OkStatus();
-    case wire::REPLICA_OPTIMIZER: return ApplyOptimizer(c, m);
+    case wire::REPLICA_OPTIMIZER: return ApplyOptimizer(c, h, m);
     default: return InvalidArgumentError("REPLICATE: unknown entry " + std::to_string(op));
   }
 }
@@ -284,38 +282,35 @@ void Replicator::SnapshotSent(int backup) {
   if (auto it = links_.find(backup); it != links_.end()) it->second.needs_snapshot = false;
 }
 
-void Replicator::Stamp(wire::Header* h, uint64_t seq) {
-  h->set_type(wire::REPLICATE);
-  h->set_sender_role(wire::SERVER);
-  h->set_sender_rank(shard_);
-  h->set_replica_shard(shard_);
-  h->set_request_id(seq);
+void Replicator::Stamp(ReplicaEntry* e, uint64_t seq) const {
+  e->sender = shard_;
+  e->shard = shard_;
+  e->seq = seq;
 }
 
-void Replicator::SendOn(int backup, Link& link, const wire::Header& entry, const Payload& p) {
-  wire::Header h = entry;
-  if (h.replica_op() == wire::REPLICA_META) {
+void Replicator::SendOn(int backup, Link& link, ReplicaEntry e, const Payload& p) {
+  if (e.op == wire::REPLICA_META) {
     link.index = 0;
-    h.set_replica_key(key_);
+    e.key = key_;
   }
-  h.set_replica_index(link.index++);
-  Status s = link.socket->Send("", h, p);
+  e.index = link.index++;
+  Status s = link.socket->Send("", EncodeReplicaEntry(e), p);
   if (!s.ok()) {
     // Its copy is out of step now: a fresh snapshot once it reads again.
-    GRADSYNC_LOG(WARNING) << "server " << shard_ << ": entry " << h.request_id() << " to backup server " << backup
+    GRADSYNC_LOG(WARNING) << "server " << shard_ << ": entry " << e.seq << " to backup server " << backup
                           << " not sent (" << s << "); it gets a new snapshot";
     link.needs_snapshot = true;
   }
 }
 
-uint64_t Replicator::Send(wire::Header h, const Payload& p) {
+uint64_t Replicator::Send(ReplicaEntry h, const Payload& p) {
   Stamp(&h, ++seq_);
   for (auto& [rank, link] : links_)
     if (!link.needs_snapshot && !link.refused) SendOn(rank, link, h, p);
   return seq_;
 }
 
-void Replicator::SendSnapshotEntry(int backup, wire::Header h, const Payload& p) {
+void Replicator::SendSnapshotEntry(int backup, ReplicaEntry h, const Payload& p) {
   Stamp(&h, seq_);
   auto it = links_.find(backup);
   if (it != links_.end()) SendOn(backup, it->second, h, p);
@@ -356,19 +351,21 @@ void Replicator::Poll(Socket& socket) {
       auto m = link.socket->Recv(0);
       if (!m.ok()) break;
       if (!m->malformed.ok()) continue;
-      if (m->header.type() == wire::REPLICATE_REPLY) {
-        link.acked = std::max(link.acked, m->header.request_id());
-      } else if (m->header.type() == wire::ERROR && !link.refused) {
-        if (static_cast<StatusCode>(m->header.error_code()) == StatusCode::kPermissionDenied) {
+      auto ack = DecodeReplicaAck(m->header);
+      if (!ack.ok()) continue;
+      if (ack->error.ok()) {
+        link.acked = std::max(link.acked, ack->seq);
+      } else if (!link.refused) {
+        if (ack->error.code() == StatusCode::kPermissionDenied) {
           // It does not keep copies of this shard (it serves it, or is no backup of it): no
           // reply waits for it until its address changes.
           GRADSYNC_LOG(WARNING) << "server " << shard_ << ": server " << rank << " refuses to back it up ("
-                                << m->header.error_message() << ")";
+                                << ack->error.message() << ")";
           link.refused = true;
           continue;
         }
         GRADSYNC_LOG(WARNING) << "server " << shard_ << ": backup server " << rank << " is out of step ("
-                              << m->header.error_message() << "); sending it a new snapshot";
+                              << ack->error.message() << "); sending it a new snapshot";
         link.needs_snapshot = true;
         link.acked = 0;
       }

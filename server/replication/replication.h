@@ -33,6 +33,7 @@
 #include "common/transport.h"
 #include "gradsync.pb.h"
 #include "common/consistency.h"
+#include "common/replica_protocol.h"
 #include "server/shard/push_assembler.h"
 #include "server/shard/shard_core.h"
 
@@ -83,6 +84,8 @@ class ReplicaStore {
   // META): the copy is untouched. Another error means the copy is out of step (the primary
   // resends a snapshot); the copy is then incomplete until it does.
   Status Apply(const Message& m);
+  // The same, for an entry already decoded from m.
+  Status Apply(const ReplicaEntry& e, const Message& m);
   // A whole copy of `shard` is here (a snapshot and every entry since).
   bool Complete(int shard) const;
   // The copy, for a takeover; it leaves the store.
@@ -106,10 +109,10 @@ class ReplicaStore {
     std::vector<float> staged_state;
     int staged_next = 0;
   };
-  Status ApplyTo(Copy& c, const Message& m);
-  Status ApplySnapshotPart(Copy& c, const Message& m);  // REPLICA_PARAMS, REPLICA_STATE
-  Status ApplyPush(Copy& c, const Message& m);
-  Status ApplyOptimizer(Copy& c, const Message& m);  // REPLICA_OPTIMIZER
+  Status ApplyTo(Copy& c, const ReplicaEntry& e, const Message& m);
+  Status ApplySnapshotPart(Copy& c, const ReplicaEntry& e, const Message& m);  // REPLICA_PARAMS, REPLICA_STATE
+  Status ApplyPush(Copy& c, const ReplicaEntry& e, const Message& m);
+  Status ApplyOptimizer(Copy& c, const ReplicaEntry& e, const Message& m);  // REPLICA_OPTIMIZER
 
   int num_servers_;
   ConsistencyMode mode_;
@@ -138,9 +141,9 @@ class Replicator {
   void SnapshotSent(int backup);
   // Sends an entry to every backup in step; returns its sequence number (the log's position
   // after it). A link whose send fails needs a snapshot.
-  uint64_t Send(wire::Header h, const Payload& p = {});
+  uint64_t Send(ReplicaEntry e, const Payload& p = {});
   // One entry of a snapshot to one backup (META first): it holds the log up to last_seq().
-  void SendSnapshotEntry(int backup, wire::Header h, const Payload& p = {});
+  void SendSnapshotEntry(int backup, ReplicaEntry e, const Payload& p = {});
   // A reply to `peer` that may leave once every backup holds entry `seq`.
   void Hold(uint64_t seq, std::string peer, wire::Header reply);
   // Reads the backups' acknowledgements (without waiting) and sends the replies they release
@@ -165,8 +168,8 @@ class Replicator {
     std::string peer;
     wire::Header reply;
   };
-  void Stamp(wire::Header* h, uint64_t seq);
-  void SendOn(int backup, Link& link, const wire::Header& h, const Payload& p);
+  void Stamp(ReplicaEntry* e, uint64_t seq) const;
+  void SendOn(int backup, Link& link, ReplicaEntry e, const Payload& p);
   void Release(Socket& socket);
 
   TransportContext& ctx_;

@@ -27,29 +27,24 @@ ShardReplication::ShardReplication(TransportContext& ctx, int rank, const wire::
 
 // --- Primary side ---
 
-wire::Header ShardReplication::Entry(wire::ReplicaOp op, const ShardCore& core) const {
-  wire::Header h;
-  h.set_replica_op(op);
-  h.set_replica_worker(-1);
-  h.mutable_replica_pushed()->Assign(core.rule().pushed_all().begin(), core.rule().pushed_all().end());
-  for (bool l : core.rule().live_all()) h.add_replica_live(l);
-  h.set_replica_rounds(core.rule().rounds_applied());
-  return h;
+ReplicaEntry ShardReplication::Entry(wire::ReplicaOp op, const ShardCore& core) const {
+  ReplicaEntry e;
+  e.op = op;
+  const auto& pushed = core.rule().pushed_all();
+  const auto& live = core.rule().live_all();
+  e.control = ReplicaControl{{pushed.begin(), pushed.end()}, {live.begin(), live.end()}, core.rule().rounds_applied()};
+  return e;
 }
 
-wire::Header ShardReplication::PushEntry(const ShardCore& core, int worker, const PushChunk& c, bool last, float lr,
+ReplicaEntry ShardReplication::PushEntry(const ShardCore& core, int worker, const PushChunk& c, bool last, float lr,
                                          float scale, Payload* p) const {
-  wire::Header h = Entry(wire::REPLICA_PUSH, core);
-  h.set_replica_worker(worker);
-  h.set_replica_scale(scale);
-  h.set_replica_counts(last);
-  if (!std::isnan(lr)) h.set_lr(lr);
-  h.mutable_absent_tensors()->Assign(c.absent.begin(), c.absent.end());
-  for (const Segment& seg : c.segments) {
-    auto* out = h.add_segments();
-    out->set_offset(static_cast<uint64_t>(seg.begin));
-    out->set_length(static_cast<uint64_t>(seg.size()));
-  }
+  ReplicaEntry h = Entry(wire::REPLICA_PUSH, core);
+  h.worker = worker;
+  h.scale = scale;
+  h.counts = last;
+  h.lr = lr;
+  h.absent = c.absent;
+  h.segments = c.segments;
   p->has_values = true;
   p->keys = c.keys;
   p->values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
@@ -60,25 +55,25 @@ void ShardReplication::Pushed(const ShardCore& core, int worker, const HeldPush&
   if (!active()) return;
   for (size_t i = 0; i < push.chunks.size(); ++i) {
     Payload p;
-    const wire::Header h = PushEntry(core, worker, push.chunks[i], i + 1 == push.chunks.size(), push.lr, scale, &p);
-    replicator_->Send(h, p);
+    ReplicaEntry h = PushEntry(core, worker, push.chunks[i], i + 1 == push.chunks.size(), push.lr, scale, &p);
+    replicator_->Send(std::move(h), p);
     counts_.sent++;
   }
 }
 
 void ShardReplication::RoundApplied(const ShardCore& core, const ShardCore::Round& round) {
   if (!active()) return;
-  wire::Header h = Entry(wire::REPLICA_ROUND, core);
-  if (!std::isnan(round.lr)) h.set_lr(round.lr);
-  replicator_->Send(h);
+  ReplicaEntry h = Entry(wire::REPLICA_ROUND, core);
+  h.lr = round.lr;
+  replicator_->Send(std::move(h));
   counts_.sent++;
 }
 
 void ShardReplication::MembershipChanged(const ShardCore& core, int worker) {
   if (!active() || !core.built()) return;
-  wire::Header h = Entry(wire::REPLICA_CONTROL, core);
-  h.set_replica_worker(worker);
-  replicator_->Send(h);
+  ReplicaEntry h = Entry(wire::REPLICA_CONTROL, core);
+  h.worker = worker;
+  replicator_->Send(std::move(h));
   counts_.sent++;
 }
 
@@ -90,22 +85,20 @@ void ShardReplication::OptimizerSet(const ShardCore& core, int worker) {
   const Segment range = shard.range();
   const size_t n = static_cast<size_t>(range.size());
   for (int k = 0; k < std::max(1, slots); ++k) {
-    wire::Header h = Entry(wire::REPLICA_OPTIMIZER, core);
-    h.set_replica_worker(worker);
-    h.set_replica_part(k);
-    h.set_state_optimizer(OptimizerKindName(shard.optimizer_options().kind));
-    h.set_state_steps(shard.optimizer_steps());
-    h.mutable_state_skipped()->Assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
-    h.set_state_slots(slots);
+    ReplicaEntry h = Entry(wire::REPLICA_OPTIMIZER, core);
+    h.worker = worker;
+    h.part = k;
+    h.optimizer = OptimizerKindName(shard.optimizer_options().kind);
+    h.steps = shard.optimizer_steps();
+    h.skipped.assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
+    h.state_slots = slots;
     Payload p;
     if (slots > 0) {
-      auto* seg = h.add_segments();
-      seg->set_offset(static_cast<uint64_t>(range.begin));
-      seg->set_length(static_cast<uint64_t>(range.size()));
+      h.segments = {range};
       p.has_values = true;
       p.values = state.subspan(static_cast<size_t>(k) * n, n);
     }
-    replicator_->Send(h, p);
+    replicator_->Send(std::move(h), p);
     counts_.sent++;
   }
 }
@@ -120,21 +113,19 @@ void ShardReplication::SendSnapshots(const ShardCore& core, const ShardIdentity&
     wire::ShardCheckpoint meta = core.Snapshot(id);
     meta.clear_params();
     meta.clear_optimizer_state();
-    wire::Header h = Entry(wire::REPLICA_META, core);
-    h.set_replica_meta(meta.SerializeAsString());
-    replicator_->SendSnapshotEntry(b, h);
+    ReplicaEntry h = Entry(wire::REPLICA_META, core);
+    h.meta = meta.SerializeAsString();
+    replicator_->SendSnapshotEntry(b, std::move(h));
     const KvShard& shard = core.shard();
     const Segment range = shard.range();
     auto whole = [&](wire::ReplicaOp op, std::span<const float> values, int part) {
-      wire::Header e = Entry(op, core);
-      e.set_replica_part(part);
-      auto* seg = e.add_segments();
-      seg->set_offset(static_cast<uint64_t>(range.begin));
-      seg->set_length(static_cast<uint64_t>(range.size()));
+      ReplicaEntry e = Entry(op, core);
+      e.part = part;
+      e.segments = {range};
       Payload p;
       p.has_values = true;
       p.values = values;
-      replicator_->SendSnapshotEntry(b, e, p);
+      replicator_->SendSnapshotEntry(b, std::move(e), p);
     };
     whole(wire::REPLICA_PARAMS, shard.params(), 0);
     const auto state = shard.optimizer_state();
@@ -144,8 +135,8 @@ void ShardReplication::SendSnapshots(const ShardCore& core, const ShardIdentity&
     for (const auto& [worker, held] : core.held()) {
       for (size_t i = 0; i < held.chunks.size(); ++i) {
         Payload p;
-        const wire::Header e = PushEntry(core, worker, held.chunks[i], i + 1 == held.chunks.size(), held.lr, 1.0f, &p);
-        replicator_->SendSnapshotEntry(b, e, p);
+        ReplicaEntry e = PushEntry(core, worker, held.chunks[i], i + 1 == held.chunks.size(), held.lr, 1.0f, &p);
+        replicator_->SendSnapshotEntry(b, std::move(e), p);
       }
     }
     replicator_->SnapshotSent(b);
@@ -186,37 +177,36 @@ void ShardReplication::Poll(Socket& socket, const ShardCore& core, const ShardId
 // --- Backup side ---
 
 Status ShardReplication::HandleEntry(const Message& m, const SchedulerClient& scheduler, Socket& socket) {
-  const int s = m.header.replica_shard();
+  auto entry = DecodeReplicaEntry(m.header);
+  const int s = entry.ok() ? entry->shard : -1;
   // Only the copies this server is a backup for: a shard whose primary is this process (taken
   // over) or that is not backed up here is refused.
   bool mine = standby_;
   for (const int r : BackupRanks(s, replicas_, servers_)) mine = mine || r == rank_;
   Status st;
-  if (!store_ || !mine || s == rank_ || colocated_->Has(s)) {
+  if (!entry.ok()) {
+    st = entry.status();
+  } else if (!store_ || !mine || s == rank_ || colocated_->Has(s)) {
     st = PermissionDeniedError("this server does not back up shard " + std::to_string(s));
-  } else if (m.header.replica_op() == wire::REPLICA_META && scheduler.IsDead(wire::SERVER, s)) {
+  } else if (entry->op == wire::REPLICA_META && scheduler.IsDead(wire::SERVER, s)) {
     // A dead primary's late snapshot (or one from a process that says it is): not taken. A
     // primary that comes back is heard of (NODE_JOINED) and sends its snapshot again.
     st = UnavailableError("a snapshot of shard " + std::to_string(s) + ", whose primary the scheduler says is dead");
   } else {
-    st = store_->Apply(m);
+    st = store_->Apply(*entry, m);
   }
-  wire::Header reply;
-  reply.set_sender_role(wire::SERVER);
-  reply.set_sender_rank(rank_);
-  reply.set_request_id(m.header.request_id());
-  reply.set_replica_shard(s);
+  ReplicaAck ack;
+  ack.sender = rank_;
+  ack.shard = s;
+  ack.seq = TagOf(m.header).request_id;
   if (st.ok()) {
     counts_.received++;
-    reply.set_type(wire::REPLICATE_REPLY);
-    if (ack_delay_.Defer(m.peer, reply)) return st;
+    if (ack_delay_.Defer(m.peer, EncodeReplicaAck(ack))) return st;
   } else {
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": copy of shard " << s << ": " << st;
-    reply.set_type(wire::ERROR);
-    reply.set_error_code(static_cast<int>(st.code()));
-    reply.set_error_message("server " + std::to_string(rank_) + ": " + st.message());
+    ack.error = Status(st.code(), "server " + std::to_string(rank_) + ": " + st.message());
   }
-  if (!m.peer.empty()) (void)socket.Send(m.peer, reply);
+  if (!m.peer.empty()) (void)socket.Send(m.peer, EncodeReplicaAck(ack));
   return st;
 }
 

@@ -96,9 +96,9 @@ class ShardReplication : public ShardEvents {
 
  private:
   // An entry carrying the consistency state after it.
-  wire::Header Entry(wire::ReplicaOp op, const ShardCore& core) const;
+  ReplicaEntry Entry(wire::ReplicaOp op, const ShardCore& core) const;
   // One chunk of a push as an entry (its values in *p, read in place).
-  wire::Header PushEntry(const ShardCore& core, int worker, const PushChunk& c, bool last, float lr, float scale,
+  ReplicaEntry PushEntry(const ShardCore& core, int worker, const PushChunk& c, bool last, float lr, float scale,
                          Payload* p) const;
 
   int rank_;

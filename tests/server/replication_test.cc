@@ -14,13 +14,20 @@
 
 #include "common/status.h"
 #include "common/transport.h"
-#include "tests/support/wire_request.h"
 
 namespace gradsync {
 namespace {
 
 constexpr int kShard = 0;
 const std::string kKey = "0123456789abcdef";
+
+// An entry of shard kShard's log as the primary makes it (the Replicator stamps the rest).
+ReplicaEntry Entry(wire::ReplicaOp op) {
+  ReplicaEntry e;
+  e.op = op;
+  if (op == wire::REPLICA_META) e.meta = "meta";
+  return e;
+}
 
 class ReplicatorTest : public ::testing::Test {
  protected:
@@ -51,7 +58,7 @@ class ReplicatorTest : public ::testing::Test {
 
   // Gives every backup its snapshot (a META, which it reads) as the server does for NeedSnapshot.
   void Snapshot(Replicator& r, int backup) {
-    r.SendSnapshotEntry(backup, testing::ReplicateEntry(kShard, wire::REPLICA_META, 0));
+    r.SendSnapshotEntry(backup, Entry(wire::REPLICA_META));
     r.SnapshotSent(backup);
     auto meta = backups_[backup]->Recv(5000);
     ASSERT_TRUE(meta.ok()) << meta.status();
@@ -127,7 +134,7 @@ TEST_F(ReplicatorTest, AReplyWaitsForEveryLiveBackupAndASilentOneHoldsItUntilDro
   EXPECT_TRUE(r.NeedSnapshot().empty());
   ASSERT_TRUE(r.active());
 
-  const uint64_t seq = r.Send(testing::ReplicateEntry(kShard, wire::REPLICA_PUSH, 0));
+  const uint64_t seq = r.Send(Entry(wire::REPLICA_PUSH));
   r.Hold(seq, worker_peer_, PushReply(42));
   EXPECT_EQ(Read(1), seq);
   EXPECT_EQ(Read(2), seq);
@@ -150,7 +157,7 @@ TEST_F(ReplicatorTest, RepliesLeaveInOrderAsTheirEntriesAreAcknowledged) {
   ASSERT_NO_FATAL_FAILURE(Snapshot(r, 1));
   std::vector<uint64_t> seqs;
   for (uint64_t id = 1; id <= 3; ++id) {
-    seqs.push_back(r.Send(testing::ReplicateEntry(kShard, wire::REPLICA_PUSH, 0)));
+    seqs.push_back(r.Send(Entry(wire::REPLICA_PUSH)));
     r.Hold(seqs.back(), worker_peer_, PushReply(100 + id));
   }
   for (uint64_t s : seqs) EXPECT_EQ(Read(1), s);
@@ -160,7 +167,7 @@ TEST_F(ReplicatorTest, RepliesLeaveInOrderAsTheirEntriesAreAcknowledged) {
   Ack(1, seqs[2]);
   EXPECT_EQ(Replies(r, 300), (std::vector<uint64_t>{102, 103}));
   // A late acknowledgement of an old entry changes nothing.
-  const uint64_t next = r.Send(testing::ReplicateEntry(kShard, wire::REPLICA_PUSH, 0));
+  const uint64_t next = r.Send(Entry(wire::REPLICA_PUSH));
   r.Hold(next, worker_peer_, PushReply(104));
   EXPECT_EQ(Read(1), next);
   Ack(1, seqs[1]);
@@ -175,7 +182,7 @@ TEST_F(ReplicatorTest, ABackupThatRefusesTheShardIsNotWaitedOn) {
   for (int b : {1, 2}) ASSERT_NO_FATAL_FAILURE(Snapshot(r, b));
   Refuse(2, StatusCode::kPermissionDenied, "server 2 keeps no copy of shard 0");
   EXPECT_TRUE(Replies(r, 200).empty());  // the server reads it on a turn of its loop
-  const uint64_t seq = r.Send(testing::ReplicateEntry(kShard, wire::REPLICA_PUSH, 0));
+  const uint64_t seq = r.Send(Entry(wire::REPLICA_PUSH));
   r.Hold(seq, worker_peer_, PushReply(7));
   EXPECT_EQ(Read(1), seq);
   Ack(1, seq);
@@ -190,12 +197,12 @@ TEST_F(ReplicatorTest, ABackupOutOfStepGetsANewSnapshotAndRepliesWaitForIt) {
   Replicator r(ctx_, kShard, kKey);
   r.SetBackups({{1, infos_[1]}});
   ASSERT_NO_FATAL_FAILURE(Snapshot(r, 1));
-  const uint64_t first = r.Send(testing::ReplicateEntry(kShard, wire::REPLICA_PUSH, 0));
+  const uint64_t first = r.Send(Entry(wire::REPLICA_PUSH));
   EXPECT_EQ(Read(1), first);
   Refuse(1, StatusCode::kDataLoss, "entry 1 after 3: a gap");
   EXPECT_TRUE(Replies(r, 200).empty());  // the server reads it on a turn of its loop
   // The next push is not sent to it (its copy is out of step) and its reply waits.
-  const uint64_t seq = r.Send(testing::ReplicateEntry(kShard, wire::REPLICA_PUSH, 0));
+  const uint64_t seq = r.Send(Entry(wire::REPLICA_PUSH));
   r.Hold(seq, worker_peer_, PushReply(9));
   EXPECT_TRUE(Replies(r, 300).empty()) << "a reply left while the only backup held no whole copy";
   EXPECT_EQ(r.NeedSnapshot(), std::vector<int>{1});
