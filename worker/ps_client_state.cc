@@ -68,7 +68,10 @@ Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double t
   return out;
 }
 
-Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s) {
+namespace {
+// What PushOptimizerState refuses before sending anything: a state that does not fit `layout`,
+// or holds a value a shard would refuse.
+Status CheckStateFits(const OptimizerStateParts& state, const std::vector<TensorInfo>& layout) {
   if (state.steps < 0 || state.steps > kMaxOptimizerSteps) {
     return InvalidArgumentError("optimizer steps " + std::to_string(state.steps) + " out of range");
   }
@@ -78,33 +81,40 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
                                 std::to_string(kMaxOptimizerSlots) + ")");
   }
   ASSIGN_OR_RETURN(const OptimizerKind kind, ParseOptimizerKind(state.kind));
-  if (!state.tensor_steps.empty() && state.tensor_steps.size() != layout_.size()) {
+  if (!state.tensor_steps.empty() && state.tensor_steps.size() != layout.size()) {
     return InvalidArgumentError("steps for " + std::to_string(state.tensor_steps.size()) + " tensors; the model has " +
-                                std::to_string(layout_.size()));
+                                std::to_string(layout.size()));
   }
   for (size_t t = 0; t < state.tensor_steps.size(); ++t) {
     if (state.tensor_steps[t] < 0 || state.tensor_steps[t] > state.steps) {
-      return InvalidArgumentError("tensor '" + layout_[t].name + "': " + std::to_string(state.tensor_steps[t]) +
+      return InvalidArgumentError("tensor '" + layout[t].name + "': " + std::to_string(state.tensor_steps[t]) +
                                   " steps taken, not in [0, " + std::to_string(state.steps) + "]");
     }
   }
   for (int k = 0; k < slots; ++k) {
     const auto& tensors = state.slots[static_cast<size_t>(k)];
-    if (tensors.size() != layout_.size()) {
+    if (tensors.size() != layout.size()) {
       return InvalidArgumentError("optimizer state vector " + std::to_string(k) + " has " +
                                   std::to_string(tensors.size()) + " tensors; the model has " +
-                                  std::to_string(layout_.size()));
+                                  std::to_string(layout.size()));
     }
-    for (size_t t = 0; t < layout_.size(); ++t) {
-      if (static_cast<int64_t>(tensors[t].size()) != layout_[t].size) {
-        return InvalidArgumentError("optimizer state vector " + std::to_string(k) + ", tensor '" + layout_[t].name +
+    for (size_t t = 0; t < layout.size(); ++t) {
+      if (static_cast<int64_t>(tensors[t].size()) != layout[t].size) {
+        return InvalidArgumentError("optimizer state vector " + std::to_string(k) + ", tensor '" + layout[t].name +
                                     "': " + std::to_string(tensors[t].size()) + " values, the tensor has " +
-                                    std::to_string(layout_[t].size));
+                                    std::to_string(layout[t].size));
       }
       // What a shard would refuse, refused here: no shard sets part of a state another refuses.
-      RETURN_IF_ERROR(CheckOptimizerSlot(kind, k, tensors[t]).WithContext("tensor '" + layout_[t].name + "'"));
+      RETURN_IF_ERROR(CheckOptimizerSlot(kind, k, tensors[t]).WithContext("tensor '" + layout[t].name + "'"));
     }
   }
+  return OkStatus();
+}
+}  // namespace
+
+Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s) {
+  RETURN_IF_ERROR(CheckStateFits(state, layout_));
+  const int slots = static_cast<int>(state.slots.size());
   const int servers = table_.servers_size();
   const int messages = std::max(1, slots);
   const RequestId id = NewRequest(false, {}, servers * messages);
