@@ -165,7 +165,7 @@ DataStream Attach(DataListener& listener, int worker, char fill) {
   return std::move(*s);
 }
 
-// A worker that attaches again (a new DATA_ATTACH, a new token) gets a new connection, which
+// A worker that attaches again (a new CHANNEL_ATTACH, a new token) gets a new connection, which
 // replaces its old one: the shard closes the old one, and frames come from the new one only.
 TEST(DataListenerTest, ANewConnectionForAWorkerReplacesItsOldOne) {
   auto listener = DataListener::Create("127.0.0.1");
