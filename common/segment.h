@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace gradsync {
 
@@ -13,5 +14,13 @@ struct Segment {
   int64_t size() const { return end - begin; }
   bool operator==(const Segment&) const = default;
 };
+
+// Whether `segments` are one run without gaps, each starting where the one before ends (a push
+// through a lane or a data channel must be).
+inline bool Contiguous(std::span<const Segment> segments) {
+  for (size_t i = 1; i < segments.size(); ++i)
+    if (segments[i].begin != segments[i - 1].end) return false;
+  return true;
+}
 
 }  // namespace gradsync

@@ -127,6 +127,15 @@ struct TrafficCounters {
   uint64_t messages_sent = 0;
   uint64_t messages_received = 0;
   uint64_t malformed_received = 0;
+
+  TrafficCounters& operator+=(const TrafficCounters& o) {
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    messages_sent += o.messages_sent;
+    messages_received += o.messages_received;
+    malformed_received += o.malformed_received;
+    return *this;
+  }
 };
 
 class Socket {

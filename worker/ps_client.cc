@@ -298,14 +298,7 @@ TrafficCounters PsClient::traffic() const {
   const ChannelBytes wire = channels_.wire_bytes();
   t.bytes_sent += wire.wire_sent;
   t.bytes_received += wire.wire_received;
-  for (const Socket& s : sockets_) {
-    const TrafficCounters& c = s.traffic();
-    t.bytes_sent += c.bytes_sent;
-    t.bytes_received += c.bytes_received;
-    t.messages_sent += c.messages_sent;
-    t.messages_received += c.messages_received;
-    t.malformed_received += c.malformed_received;
-  }
+  for (const Socket& s : sockets_) t += s.traffic();
   return t;
 }
 

@@ -55,12 +55,7 @@ Status PsClient::Reconnect(double timeout_s) {
                                                   max_message_bytes_));
     // The old connection and whatever it still held are dropped; its bytes still count.
     Shard& shard = shards_[static_cast<size_t>(s)];
-    const TrafficCounters& old = sockets_[static_cast<size_t>(s)].traffic();
-    retired_traffic_.bytes_sent += old.bytes_sent;
-    retired_traffic_.bytes_received += old.bytes_received;
-    retired_traffic_.messages_sent += old.messages_sent;
-    retired_traffic_.messages_received += old.messages_received;
-    retired_traffic_.malformed_received += old.malformed_received;
+    retired_traffic_ += sockets_[static_cast<size_t>(s)].traffic();
     sockets_[static_cast<size_t>(s)] = std::move(sock);
     *table_.mutable_servers(s) = info;
     shard.broken = false;

@@ -56,9 +56,15 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
     if (scheduler_) {
       if (Status h = scheduler_->health(); !h.ok()) return h;
       CheckMembership();
-      const std::vector<int> waiting = it->second.waiting;
-      for (int s : waiting) {
-        if (shards_[static_cast<size_t>(s)].broken) FailShard(s, UnavailableError(Name(s) + " is dead or restarted"));
+      // FailShard edits the waiting list: find a broken shard, fail it, look again.
+      for (bool failed = true; failed;) {
+        failed = false;
+        for (int s : it->second.waiting) {
+          if (!shards_[static_cast<size_t>(s)].broken) continue;
+          FailShard(s, UnavailableError(Name(s) + " is dead or restarted"));
+          failed = true;
+          break;
+        }
       }
       if (it->second.remaining <= 0 || !it->second.status.ok()) continue;
     }

@@ -7,11 +7,7 @@ Status CheckDensePush(const PsRequest& r, const KvShard& shard, size_t* n, const
     return InvalidArgumentError(std::string(what) + " push carries dense raw values only (no keys, no codec)");
   }
   if (r.segments.empty()) return InvalidArgumentError(std::string(what) + " push names no segments");
-  for (size_t i = 1; i < r.segments.size(); ++i) {
-    if (r.segments[i].begin != r.segments[i - 1].end) {
-      return InvalidArgumentError(std::string(what) + " push's segments are not contiguous");
-    }
-  }
+  if (!Contiguous(r.segments)) return InvalidArgumentError(std::string(what) + " push's segments are not contiguous");
   // In the range, and so in the lane (or no larger than a frame may be).
   return shard.Validate(r.segments, {}, n);
 }

@@ -75,7 +75,4 @@ class WorkerChannel {
 // channel is attached (the client's request ids, sockets and waiting).
 using AskShard = std::function<Result<PsReply>(PsRequest r, double timeout_s)>;
 
-// Whether `segments` are one run without gaps (a push through a channel must be).
-bool Contiguous(std::span<const Segment> segments);
-
 }  // namespace gradsync

@@ -11,12 +11,6 @@ namespace {
 constexpr int kLaneWaitSeconds = 600;
 }  // namespace
 
-bool Contiguous(std::span<const Segment> segments) {
-  for (size_t i = 1; i < segments.size(); ++i)
-    if (segments[i].begin != segments[i - 1].end) return false;
-  return true;
-}
-
 Result<std::unique_ptr<WorkerLane>> WorkerLane::Attach(const Segment& range, const AskShard& ask, double timeout_s) {
   if (range.size() <= 0) return FailedPreconditionError("an empty range");
   ASSIGN_OR_RETURN(ShmLane lane, ShmLane::Create(range.size()));
