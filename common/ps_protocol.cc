@@ -26,57 +26,67 @@ bool CarriesState(wire::Type t) {
 }
 
 // The optimizer state fields of a header: only on the STATE_* types, and in range there.
-Status CheckStateFields(const wire::Header& h) {
-  if (!CarriesState(h.type())) {
-    if (!h.state_optimizer().empty() || h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0 ||
-        h.state_skipped_size() != 0) {
+Status CheckStateFields(wire::Type type, const wire::PsFields& p) {
+  const wire::StateVector& h = p.state();
+  if (!CarriesState(type)) {
+    if (p.has_state()) {
       return InvalidArgumentError("optimizer state fields belong on STATE_PULL, STATE_PUSH and their replies");
     }
     return OkStatus();
   }
-  if (h.type() == wire::STATE_PULL) {
-    if (h.state_steps() != 0 || h.state_slots() != 0 || h.state_slot() != 0 || h.state_skipped_size() != 0) {
+  if (type == wire::STATE_PULL) {
+    if (h.steps() != 0 || h.slots() != 0 || h.slot() != 0 || h.skipped_size() != 0) {
       return InvalidArgumentError("a STATE_PULL names an optimizer at most (no steps, no state vectors)");
     }
-  } else if (h.state_optimizer().empty()) {
+  } else if (h.optimizer().empty()) {
     return InvalidArgumentError("an optimizer state message names its optimizer");
   }
-  if (!h.state_optimizer().empty()) RETURN_IF_ERROR(ParseOptimizerKind(h.state_optimizer()).status());
-  if (h.state_steps() < 0 || h.state_steps() > kMaxOptimizerSteps) {
-    return InvalidArgumentError("optimizer steps " + std::to_string(h.state_steps()) + " out of range");
+  if (!h.optimizer().empty()) RETURN_IF_ERROR(ParseOptimizerKind(h.optimizer()).status());
+  if (h.steps() < 0 || h.steps() > kMaxOptimizerSteps) {
+    return InvalidArgumentError("optimizer steps " + std::to_string(h.steps()) + " out of range");
   }
-  for (int64_t skipped : h.state_skipped()) {
-    if (skipped < 0 || skipped > h.state_steps()) {
+  for (int64_t skipped : h.skipped()) {
+    if (skipped < 0 || skipped > h.steps()) {
       return InvalidArgumentError("a layer skipped " + std::to_string(skipped) + " of " +
-                                  std::to_string(h.state_steps()) + " optimizer steps");
+                                  std::to_string(h.steps()) + " optimizer steps");
     }
   }
-  if (h.state_slots() < 0 || h.state_slots() > kMaxOptimizerSlots || h.state_slot() < 0 ||
-      h.state_slot() >= std::max(1, h.state_slots())) {
-    return InvalidArgumentError("optimizer state vector " + std::to_string(h.state_slot()) + " of " +
-                                std::to_string(h.state_slots()) + " (at most " + std::to_string(kMaxOptimizerSlots) +
+  if (h.slots() < 0 || h.slots() > kMaxOptimizerSlots || h.slot() < 0 ||
+      h.slot() >= std::max(1, h.slots())) {
+    return InvalidArgumentError("optimizer state vector " + std::to_string(h.slot()) + " of " +
+                                std::to_string(h.slots()) + " (at most " + std::to_string(kMaxOptimizerSlots) +
                                 ")");
   }
   return OkStatus();
 }
 
 void SetStateFields(const std::string& optimizer, int64_t steps, std::span<const int64_t> skipped, int slots, int slot,
-                    wire::Header* h) {
-  if (!optimizer.empty()) h->set_state_optimizer(optimizer);
-  if (steps != 0) h->set_state_steps(steps);
-  h->mutable_state_skipped()->Assign(skipped.begin(), skipped.end());
-  if (slots != 0) h->set_state_slots(slots);
-  if (slot != 0) h->set_state_slot(slot);
+                    wire::PsFields* p) {
+  wire::StateVector* v = p->mutable_state();
+  if (!optimizer.empty()) v->set_optimizer(optimizer);
+  if (steps != 0) v->set_steps(steps);
+  v->mutable_skipped()->Assign(skipped.begin(), skipped.end());
+  if (slots != 0) v->set_slots(slots);
+  if (slot != 0) v->set_slot(slot);
 }
 
-// What every data-plane header starts with.
+void ReadStateFields(const wire::StateVector& v, std::string* optimizer, int64_t* steps, std::vector<int64_t>* skipped,
+                     int* slots, int* slot) {
+  *optimizer = v.optimizer();
+  *steps = v.steps();
+  skipped->assign(v.skipped().begin(), v.skipped().end());
+  *slots = v.slots();
+  *slot = v.slot();
+}
+
+// What every PS-plane header starts with: the envelope and the clock.
 wire::Header Header(wire::Type type, wire::Role role, int rank, uint64_t request_id, int64_t clock) {
   wire::Header h;
   h.set_type(type);
   h.set_sender_role(role);
   h.set_sender_rank(rank);
   h.set_request_id(request_id);
-  h.set_clock(clock);
+  h.mutable_ps()->set_clock(clock);
   return h;
 }
 
@@ -85,9 +95,9 @@ bool KnownCode(int code) {
 }
 
 
-void EncodeValueRef(const ValueRef& at, wire::Header* h) {
+void EncodeValueRef(const ValueRef& at, wire::PsFields* p) {
   if (!at.outside() && at.seq == 0 && at.attach.empty() && at.port == 0) return;
-  wire::ValueRef* v = h->mutable_values_at();
+  wire::ValueRef* v = p->mutable_values_at();
   v->set_channel(at.channel);
   if (at.seq != 0) v->set_seq(at.seq);
   if (!at.attach.empty()) v->set_attach(at.attach);
@@ -95,10 +105,10 @@ void EncodeValueRef(const ValueRef& at, wire::Header* h) {
 }
 
 // The reference as sent, its channel known; what it may hold on which message is the callers'.
-Result<ValueRef> ReadValueRef(const wire::Header& h) {
+Result<ValueRef> ReadValueRef(const wire::PsFields& p) {
   ValueRef at;
-  if (!h.has_values_at()) return at;
-  const wire::ValueRef& v = h.values_at();
+  if (!p.has_values_at()) return at;
+  const wire::ValueRef& v = p.values_at();
   if (!wire::Channel_IsValid(v.channel())) {
     return InvalidArgumentError("unknown value channel " + std::to_string(v.channel()));
   }
@@ -111,8 +121,8 @@ Result<ValueRef> ReadValueRef(const wire::Header& h) {
 
 // A request's reference: a channel on a PUSH or PULL (a push's with its number), or the channel to
 // attach and its name or token; nothing else.
-Result<ValueRef> DecodeRequestRef(const wire::Header& h, wire::Type type) {
-  ASSIGN_OR_RETURN(ValueRef at, ReadValueRef(h));
+Result<ValueRef> DecodeRequestRef(const wire::PsFields& p, wire::Type type) {
+  ASSIGN_OR_RETURN(ValueRef at, ReadValueRef(p));
   const bool moves = type == wire::PUSH || type == wire::PULL;
   if (at.outside() && !moves && type != wire::CHANNEL_ATTACH) {
     return InvalidArgumentError("only a push or a pull moves its values through a value channel");
@@ -136,8 +146,8 @@ Result<ValueRef> DecodeRequestRef(const wire::Header& h, wire::Type type) {
 
 // A reply's reference: a pull's channel (a data channel's with its frame number), or the channel
 // attached (a data channel's with its port).
-Result<ValueRef> DecodeReplyRef(const wire::Header& h, wire::Type type) {
-  ASSIGN_OR_RETURN(ValueRef at, ReadValueRef(h));
+Result<ValueRef> DecodeReplyRef(const wire::PsFields& p, wire::Type type) {
+  ASSIGN_OR_RETURN(ValueRef at, ReadValueRef(p));
   if (!at.attach.empty()) return InvalidArgumentError("a reply attaches nothing");
   if (at.outside() && type != wire::PULL_REPLY && type != wire::CHANNEL_ATTACH_REPLY) {
     return InvalidArgumentError("only a pull's answer names a value channel");
@@ -232,18 +242,19 @@ PsReply ReplyTo(const PsRequest& request, wire::Type type, int server) {
 
 wire::Header EncodeRequest(const PsRequest& r) {
   wire::Header h = Header(r.type, wire::WORKER, r.worker, r.request_id, r.clock);
-  if (r.version != 0) h.set_version(r.version);
+  wire::PsFields& p = *h.mutable_ps();
+  if (r.version != 0) p.set_version(r.version);
   EncodeSegments(r.segments, &h);
   if (!r.codec.empty()) h.set_codec(r.codec);
   if (r.parts > 1) {
-    h.set_parts(r.parts);
-    h.set_part(r.part);
+    p.set_parts(r.parts);
+    p.set_part(r.part);
   }
-  if (!std::isnan(r.lr)) h.set_lr(r.lr);
-  h.mutable_absent_tensors()->Assign(r.absent_tensors.begin(), r.absent_tensors.end());
-  if (r.type == wire::INIT) *h.mutable_job() = r.job;
-  EncodeValueRef(r.at, &h);
-  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &h);
+  if (!std::isnan(r.lr)) p.set_lr(r.lr);
+  p.mutable_absent_tensors()->Assign(r.absent_tensors.begin(), r.absent_tensors.end());
+  if (r.type == wire::INIT) *p.mutable_job() = r.job;
+  EncodeValueRef(r.at, &p);
+  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &p);
   return h;
 }
 
@@ -252,72 +263,71 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
     return InvalidArgumentError("a server does not handle message type " + std::to_string(h.type()));
   }
   if (h.sender_role() != wire::WORKER) return InvalidArgumentError("sender is not a worker");
+  RETURN_IF_ERROR(CheckPlane(h, wire::Header::kPs));
+  const wire::PsFields& p = h.ps();
   PsRequest r;
   r.type = h.type();
   r.worker = h.sender_rank();
   r.request_id = h.request_id();
-  r.clock = h.clock();
-  r.version = h.version();
+  r.clock = p.clock();
+  r.version = p.version();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
-  r.parts = h.parts();
-  r.part = h.part();
+  r.parts = p.parts();
+  r.part = p.part();
   if (r.parts < 0 || r.parts > kMaxPushParts || r.part < 0 || (r.parts <= 1 && r.part != 0) ||
       (r.parts > 1 && r.part >= r.parts) || (r.parts > 1 && r.type != wire::PUSH)) {
     return InvalidArgumentError("push part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
                                 " (at most " + std::to_string(kMaxPushParts) + " parts)");
   }
-  if (h.has_lr()) {
+  if (p.has_lr()) {
     if (r.type != wire::PUSH) return InvalidArgumentError("only a push carries a learning rate");
-    if (!std::isfinite(h.lr()) || h.lr() < 0) {
-      return InvalidArgumentError("push learning rate " + std::to_string(h.lr()) + " is not a finite number >= 0");
+    if (!std::isfinite(p.lr()) || p.lr() < 0) {
+      return InvalidArgumentError("push learning rate " + std::to_string(p.lr()) + " is not a finite number >= 0");
     }
-    r.lr = h.lr();
+    r.lr = p.lr();
   }
-  if (h.absent_tensors_size() > 0) {
+  if (p.absent_tensors_size() > 0) {
     // Which tensors exist is the shard's to check (KvShard::ValidateAbsent).
     if (r.type != wire::PUSH) return InvalidArgumentError("only a push names absent tensors");
-    r.absent_tensors.assign(h.absent_tensors().begin(), h.absent_tensors().end());
+    r.absent_tensors.assign(p.absent_tensors().begin(), p.absent_tensors().end());
   }
-  if (r.type == wire::INIT) r.job = h.job();
-  ASSIGN_OR_RETURN(r.at, DecodeRequestRef(h, r.type));
+  if (r.type == wire::INIT) r.job = p.job();
+  ASSIGN_OR_RETURN(r.at, DecodeRequestRef(p, r.type));
   r.has_values = h.has_values();
   r.num_keys = h.num_keys();
-  RETURN_IF_ERROR(CheckStateFields(h));
-  r.optimizer = h.state_optimizer();
-  r.steps = h.state_steps();
-  r.skipped.assign(h.state_skipped().begin(), h.state_skipped().end());
-  r.state_slots = h.state_slots();
-  r.state_slot = h.state_slot();
+  RETURN_IF_ERROR(CheckStateFields(r.type, p));
+  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot);
   return r;
 }
 
 wire::Header EncodeReply(const PsReply& r) {
   wire::Header h = Header(r.type, wire::SERVER, r.server, r.request_id, r.clock);
+  wire::PsFields& p = *h.mutable_ps();
   switch (r.type) {
     case wire::PUSH_REPLY:
-      h.set_observed_staleness(static_cast<double>(r.version_lag));
+      p.set_observed_staleness(static_cast<double>(r.version_lag));
       break;
     case wire::PULL_REPLY:
-      h.set_version(r.version);
-      h.set_wait_ms(r.wait_ms);
-      h.set_clock_staleness(r.clock_staleness);
+      p.set_version(r.version);
+      p.set_wait_ms(r.wait_ms);
+      p.set_clock_staleness(r.clock_staleness);
       EncodeSegments(r.segments, &h);
       if (!r.codec.empty()) h.set_codec(r.codec);
-      EncodeValueRef(r.at, &h);
+      EncodeValueRef(r.at, &p);
       if (r.parts > 1) {
-        h.set_parts(r.parts);
-        h.set_part(r.part);
+        p.set_parts(r.parts);
+        p.set_part(r.part);
       }
       break;
     case wire::CHANNEL_ATTACH_REPLY:
-      EncodeValueRef(r.at, &h);
+      EncodeValueRef(r.at, &p);
       break;
     case wire::STATE_PULL_REPLY:
     case wire::STATE_PUSH_REPLY:
-      h.set_version(r.version);
+      p.set_version(r.version);
       EncodeSegments(r.segments, &h);
-      SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &h);
+      SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &p);
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -331,20 +341,22 @@ wire::Header EncodeReply(const PsReply& r) {
 
 Result<PsReply> DecodeReply(const wire::Header& h) {
   if (!IsReply(h.type())) return InvalidArgumentError("not a shard's reply: message type " + std::to_string(h.type()));
+  RETURN_IF_ERROR(CheckPlane(h, wire::Header::kPs));
+  const wire::PsFields& p = h.ps();
   PsReply r;
   r.type = h.type();
   r.server = h.sender_rank();
   r.request_id = h.request_id();
-  r.clock = h.clock();
-  r.version = h.version();
-  r.version_lag = static_cast<int64_t>(h.observed_staleness());
-  r.clock_staleness = h.clock_staleness();
-  r.wait_ms = h.wait_ms();
+  r.clock = p.clock();
+  r.version = p.version();
+  r.version_lag = static_cast<int64_t>(p.observed_staleness());
+  r.clock_staleness = p.clock_staleness();
+  r.wait_ms = p.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
-  r.parts = h.parts();
-  r.part = h.part();
-  ASSIGN_OR_RETURN(r.at, DecodeReplyRef(h, r.type));
+  r.parts = p.parts();
+  r.part = p.part();
+  ASSIGN_OR_RETURN(r.at, DecodeReplyRef(p, r.type));
   r.has_values = h.has_values();
   r.num_keys = h.num_keys();
   if (r.parts < 0 || r.part < 0 || (r.parts <= 1 && r.part != 0) || (r.parts > 1 && r.part >= r.parts) ||
@@ -352,12 +364,8 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
     return InvalidArgumentError("reply part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
                                 " (only a pull answered through a lane comes in parts)");
   }
-  RETURN_IF_ERROR(CheckStateFields(h));
-  r.optimizer = h.state_optimizer();
-  r.steps = h.state_steps();
-  r.skipped.assign(h.state_skipped().begin(), h.state_skipped().end());
-  r.state_slots = h.state_slots();
-  r.state_slot = h.state_slot();
+  RETURN_IF_ERROR(CheckStateFields(r.type, p));
+  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot);
   if (r.type == wire::ERROR) {
     // A code this build does not know still fails the request, as kUnknown.
     const StatusCode code = KnownCode(h.error_code()) ? static_cast<StatusCode>(h.error_code()) : StatusCode::kUnknown;
@@ -366,7 +374,7 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   return r;
 }
 
-MessageTag TagOf(const wire::Header& h) { return {h.type(), h.sender_rank(), h.request_id(), h.clock()}; }
+MessageTag TagOf(const wire::Header& h) { return {h.type(), h.sender_rank(), h.request_id(), h.ps().clock()}; }
 
 int64_t MaxShardMessageBytes(std::span<const TensorInfo> layout, int num_servers) {
   int64_t total = 0;

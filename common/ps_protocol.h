@@ -75,7 +75,7 @@ struct PsRequest {
   // message without values) and the one this message carries (its values: the shard's range).
   std::string optimizer;
   int64_t steps = 0;
-  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::Header::state_skipped)
+  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::StateVector::skipped)
   int state_slots = 0;
   int state_slot = 0;
 };
@@ -102,7 +102,7 @@ struct PsReply {
   // reply carries (values at `segments`, the shard's range). STATE_PUSH_REPLY: the STATE_PUSH's.
   std::string optimizer;
   int64_t steps = 0;
-  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::Header::state_skipped)
+  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::StateVector::skipped)
   int state_slots = 0;
   int state_slot = 0;
   Status error;                   // ERROR

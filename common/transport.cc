@@ -126,6 +126,20 @@ Result<uint64_t> ExpectedValueCount(const wire::Header& h) {
   return total;
 }
 
+Status CheckPlane(const wire::Header& h, wire::Header::PlaneCase plane) {
+  if (h.plane_case() == plane || h.plane_case() == wire::Header::PLANE_NOT_SET) return OkStatus();
+  auto name = [](wire::Header::PlaneCase c) {
+    switch (c) {
+      case wire::Header::kPs: return "PS";
+      case wire::Header::kControl: return "control";
+      case wire::Header::kReplica: return "replication";
+      default: return "no";
+    }
+  };
+  return InvalidArgumentError(std::string("a ") + name(plane) + " message (type " + std::to_string(h.type()) +
+                              ") carries the " + name(h.plane_case()) + " plane's fields");
+}
+
 void TuneAllocatorForLargeMessages() {
   // glibc caps M_MMAP_THRESHOLD at 32 MiB, so mmap is switched off outright; freed memory stays
   // in the heap (trim threshold) for the next message of the same size.

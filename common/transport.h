@@ -259,6 +259,10 @@ class LentBufferPool {
 // Fails on overflow.
 Result<uint64_t> ExpectedValueCount(const wire::Header& h);
 
+// A plane's decoders take a header only if it carries that plane's fields or none (an ERROR, or
+// a message whose plane fields are all defaults): never another plane's.
+Status CheckPlane(const wire::Header& h, wire::Header::PlaneCase plane);
+
 // Keeps large buffers (ZeroMQ messages of megabytes) in the heap instead of fresh mmap()s, whose
 // page faults and unmaps otherwise cost more than the copies. Binaries call it once at start.
 void TuneAllocatorForLargeMessages();

@@ -184,27 +184,39 @@ Frames StructuredFrames(FuzzedDataProvider& in) {
   wire::Header h;
   const int type = in.ConsumeIntegralInRange<int>(0, 22);
   h.set_type(type == 22 ? wire::REPLICATE : static_cast<wire::Type>(type));
-  if (h.type() == wire::REPLICATE) {
+  // The plane's fields: mostly the type's own plane, sometimes another (every decoder refuses
+  // those), sometimes none.
+  const int plane = in.ConsumeIntegralInRange<int>(0, 7);
+  const bool replica = plane == 1 || (plane > 3 && h.type() == wire::REPLICATE);
+  if (replica) {
+    wire::ReplicaFields* r = h.mutable_replica();
     const int s = in.ConsumeIntegralInRange<int>(-1, 2);
-    h.set_replica_shard(s);
-    h.set_replica_op(static_cast<wire::ReplicaOp>(in.ConsumeIntegralInRange<int>(0, 8)));
-    h.set_replica_index(in.ConsumeBool() ? in.ConsumeIntegral<uint64_t>() : in.ConsumeIntegralInRange<uint64_t>(0, 8));
-    h.set_replica_part(in.ConsumeIntegralInRange<int>(-1, 2));
-    h.set_replica_worker(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
-    h.set_replica_scale(in.ConsumeFloatingPoint<float>());
-    h.set_replica_counts(in.ConsumeBool());
+    r->set_shard(s);
+    r->set_op(static_cast<wire::ReplicaOp>(in.ConsumeIntegralInRange<int>(0, 8)));
+    r->set_index(in.ConsumeBool() ? in.ConsumeIntegral<uint64_t>() : in.ConsumeIntegralInRange<uint64_t>(0, 8));
+    r->set_part(in.ConsumeIntegralInRange<int>(-1, 2));
+    r->set_worker(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
+    r->set_scale(in.ConsumeFloatingPoint<float>());
+    r->set_counts(in.ConsumeBool());
     switch (in.ConsumeIntegralInRange<int>(0, 2)) {  // the key: none, the job's, other bytes
-      case 1: h.set_replica_key(kReplicaKey); break;
-      case 2: h.set_replica_key(in.ConsumeRandomLengthString(32)); break;
+      case 1: r->set_key(kReplicaKey); break;
+      case 2: r->set_key(in.ConsumeRandomLengthString(32)); break;
       default: break;
     }
-    h.set_replica_meta(in.ConsumeBool() && s >= 0 && s < 2 ? Meta(s).SerializeAsString() : in.ConsumeRandomLengthString(256));
+    r->set_meta(in.ConsumeBool() && s >= 0 && s < 2 ? Meta(s).SerializeAsString() : in.ConsumeRandomLengthString(256));
+  } else if (plane == 2) {
+    wire::ControlFields* c = h.mutable_control();
+    c->set_clock(in.ConsumeIntegralInRange<int64_t>(-1, 3));
+    c->set_barrier(in.ConsumeRandomLengthString(12));
+    c->set_max_message_bytes(SmallOrAny(in, 1 << 20));
   }
   h.set_sender_role(static_cast<wire::Role>(in.ConsumeIntegralInRange<int>(0, 3)));
   h.set_sender_rank(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
   h.set_request_id(in.ConsumeIntegral<uint64_t>());
-  h.set_clock(in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(-1, 3));
-  h.set_version(in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(-1, 3));
+  wire::PsFields scratch;  // the PS fields, consumed alike whether they are sent or not
+  wire::PsFields* ps = (plane == 0 || (plane > 3 && !replica)) ? h.mutable_ps() : &scratch;
+  ps->set_clock(in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(-1, 3));
+  ps->set_version(in.ConsumeBool() ? in.ConsumeIntegral<int64_t>() : in.ConsumeIntegralInRange<int64_t>(-1, 3));
   const int segments = in.ConsumeIntegralInRange<int>(0, 4);
   for (int i = 0; i < segments; ++i) {
     auto* s = h.add_segments();
@@ -216,14 +228,14 @@ Frames StructuredFrames(FuzzedDataProvider& in) {
   h.set_has_values(in.ConsumeBool());
   h.set_codec(kCodecNames[in.ConsumeIntegralInRange<size_t>(0, std::size(kCodecNames) - 1)]);
   if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {  // a value channel (ValueRef), sometimes one that cannot be
-    auto* v = h.mutable_values_at();
+    auto* v = ps->mutable_values_at();
     v->set_channel(static_cast<wire::Channel>(in.ConsumeIntegralInRange<int>(0, 3)));
     v->set_seq(SmallOrAny(in, 4));
     if (in.ConsumeBool()) v->set_attach(in.ConsumeRandomLengthString(24));
     if (in.ConsumeBool()) v->set_port(in.ConsumeIntegral<uint32_t>());
   }
   if (h.type() == wire::INIT || in.ConsumeIntegralInRange<int>(0, 7) == 0) {
-    auto* job = h.mutable_job();
+    auto* job = ps->mutable_job();
     const int tensors = in.ConsumeIntegralInRange<int>(0, 3);
     uint64_t next = 0;
     for (int i = 0; i < tensors; ++i) {
@@ -276,7 +288,7 @@ Frames StructuredFrames(FuzzedDataProvider& in) {
         std::vector<float> x(n);
         for (auto& v : x) v = in.ConsumeFloatingPointInRange<float>(-4.0f, 4.0f);
         std::vector<uint8_t> payload;
-        (*codec)->Encode(x, static_cast<uint64_t>(h.clock()), &payload);
+        (*codec)->Encode(x, static_cast<uint64_t>(ps->clock()), &payload);
         values.assign(payload.begin(), payload.end());
       }
     } else if (fit && want.ok() && h.codec().empty() && *want <= kMaxDecoded) {
@@ -313,7 +325,7 @@ void CheckTransportContract(const Message& m) {
 
 // The server's checks for an INIT that need no Server object (server.cc HandleInit).
 void CheckInit(const Message& m) {
-  const auto& job = m.header.job();
+  const auto& job = m.header.ps().job();
   uint64_t next = 0;
   for (const auto& t : job.tensors()) {
     if (t.offset() != next || t.size() == 0) return;
@@ -379,14 +391,14 @@ void CheckData(Message& m) {
       for (const auto& s : segs) n += static_cast<size_t>(s.size());
       decoded.resize(n);
       if (auto d = (*codec)->Decode(std::span(static_cast<const uint8_t*>(m.values.data()), m.values.size()), n,
-                                    static_cast<uint64_t>(h.clock()), decoded);
+                                    static_cast<uint64_t>(h.ps().clock()), decoded);
           !d.ok()) {
         return Note("Decode: " + d.ToString());
       }
       values = decoded.data();
     }
-    if (h.version() < 0 || h.version() > shard.version()) return;
-    if (auto c = controller.OnPush(h.sender_rank(), h.clock()); !c.ok()) return Note("OnPush: " + c.ToString());
+    if (h.ps().version() < 0 || h.ps().version() > shard.version()) return;
+    if (auto c = controller.OnPush(h.sender_rank(), h.ps().clock()); !c.ok()) return Note("OnPush: " + c.ToString());
     std::vector<float> aligned;
     if (reinterpret_cast<uintptr_t>(values) % alignof(float) != 0) {
       aligned.resize(n);
@@ -401,7 +413,7 @@ void CheckData(Message& m) {
     }
     Note("push applied");
   } else {
-    if (auto c = controller.ValidatePull(h.sender_rank(), h.clock()); !c.ok()) return Note("ValidatePull: " + c.ToString());
+    if (auto c = controller.ValidatePull(h.sender_rank(), h.ps().clock()); !c.ok()) return Note("ValidatePull: " + c.ToString());
     uint64_t total = keys.size();
     for (const auto& s : segs) total += static_cast<uint64_t>(s.size());
     std::vector<float> out(total);
@@ -425,9 +437,9 @@ void CheckReplicate(Message& m) {
       e.header.set_type(wire::REPLICATE);
       e.header.set_sender_role(wire::SERVER);
       e.header.set_sender_rank(s);
-      e.header.set_replica_shard(s);
-      e.header.set_replica_op(op);
-      e.header.set_replica_index(index);
+      e.header.mutable_replica()->set_shard(s);
+      e.header.mutable_replica()->set_op(op);
+      e.header.mutable_replica()->set_index(index);
       e.header.set_request_id(index + 1);
       if (with_values) {
         auto* seg = e.header.add_segments();
@@ -439,8 +451,8 @@ void CheckReplicate(Message& m) {
       return e;
     };
     Message meta = entry(wire::REPLICA_META, 0, false);
-    meta.header.set_replica_key(kReplicaKey);
-    meta.header.set_replica_meta(Meta(s).SerializeAsString());
+    meta.header.mutable_replica()->set_key(kReplicaKey);
+    meta.header.mutable_replica()->set_meta(Meta(s).SerializeAsString());
     if (auto st = store.Apply(meta); !st.ok()) Fail("the primary's snapshot was refused: " + st.ToString());
     if (auto st = store.Apply(entry(wire::REPLICA_PARAMS, 1, true)); !st.ok()) Fail("snapshot parameters: " + st.ToString());
     Message state = entry(wire::REPLICA_STATE, 2, true);
@@ -452,8 +464,8 @@ void CheckReplicate(Message& m) {
   const auto& h = m.header;
   // A snapshot with the job's key from the shard's own rank may start a copy over (a primary's
   // new connection); nothing else from this connection may be taken.
-  const bool keyed_snapshot = h.replica_op() == wire::REPLICA_META && h.replica_key() == kReplicaKey &&
-                              h.sender_rank() == h.replica_shard();
+  const bool keyed_snapshot = h.replica().op() == wire::REPLICA_META && h.replica().key() == kReplicaKey &&
+                              h.sender_rank() == h.replica().shard();
   // The plane's decoder (common/replica_protocol.h): what it takes, its encoder
   // gives back as it was.
   if (auto e = gradsync::DecodeReplicaEntry(h); e.ok()) {

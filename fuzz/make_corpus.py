@@ -7,7 +7,8 @@ fuzz_message: raw-mode inputs (byte 0 bit 1 clear: explicit frames) holding real
 protobufs, encoded by hand below, with keys / values frames that fit them; a few structured-mode
 inputs. fuzz_codecs: a valid payload per codec (decode mode) and a round trip per codec, laid
 out the way FuzzedDataProvider reads them (integers from the end, bytes from the front).
-fuzz_spec: the specs in experiments/specs/ plus a few small ones.
+fuzz_spec: the specs in experiments/specs/ plus a few small ones. fuzz_<plane>_plane: a few headers
+of each plane.
 """
 import os
 import random
@@ -65,15 +66,26 @@ REGISTER, HEARTBEAT, INIT, PUSH, PULL, PULL_REPLY, ERROR, REPLICATE = 1, 5, 10, 
 WORKER = 3
 
 
+PS_TYPES = (INIT, PUSH, PULL, PULL_REPLY)
+PS_PLANE, CONTROL_PLANE, REPLICA_PLANE = 120, 121, 122  # Header.plane
+
+
 def header(type_, rank=0, request_id=0, clock=0, version=0, segments=(), num_keys=0, has_values=False,
-           codec="", extra=b""):
+           codec="", ps=b"", control=b"", replica=b"", extra=b""):
+    """A wire.Header: the envelope, the frames' fields, and the type's plane (its PsFields get
+    clock, version and `ps`; ControlFields `control`; ReplicaFields `replica`)."""
     h = field_varint(1, type_) + field_varint(2, WORKER) + field_varint(3, rank) + field_varint(4, request_id)
-    h += field_varint(5, clock) + field_varint(6, version)
     for off, length in segments:
         h += field_bytes(7, segment(off, length))
     h += field_varint(8, num_keys) + field_varint(9, 1 if has_values else 0)
     if codec:
         h += field_bytes(24, codec.encode())
+    if type_ in PS_TYPES or ps:
+        h += field_bytes(PS_PLANE, field_varint(1, clock) + field_varint(2, version) + ps)
+    if control:
+        h += field_bytes(CONTROL_PLANE, control)
+    if replica:
+        h += field_bytes(REPLICA_PLANE, replica)
     return h + extra
 
 
@@ -120,21 +132,21 @@ def message_corpus(rng):
         header(PUSH, rank=0, segments=[(100, 100)], has_values=True, codec="topk:0.01"),
         struct.pack("<I", 1) + struct.pack("<I", 42) + struct.pack("<f", 0.5)]))
     write("fuzz_message", "push_own_lr", raw_input([
-        header(PUSH, rank=1, segments=[(0, 100)], has_values=True, extra=field_float(29, 0.01)), floats(g[:100])]))
+        header(PUSH, rank=1, segments=[(0, 100)], has_values=True, ps=field_float(9, 0.01)), floats(g[:100])]))
     job = field_bytes(1, field_bytes(1, b"w") + field_varint(3, 3100))  # tensors
     job += field_varint(2, 3100) + field_varint(3, 4) + field_float(4, 0.1) + field_bytes(5, b"cosine")
     job += field_float(7, 0.9) + field_bytes(10, b"topk:0.01") + field_varint(11, 11) + field_varint(12, 1)
     write("fuzz_message", "init", raw_input([
-        header(INIT, rank=0, segments=[(0, 16)], has_values=True, extra=field_bytes(17, job)),
+        header(INIT, rank=0, segments=[(0, 16)], has_values=True, ps=field_bytes(3, job)),
         floats(g[:16])]))
     adam = field_bytes(1, field_bytes(1, b"w") + field_varint(3, 3100)) + field_varint(2, 3100) + field_varint(3, 4)
     adam += field_float(4, 0.001) + field_bytes(5, b"constant") + field_bytes(16, b"adam")
     adam += field_double(17, 0.9) + field_double(18, 0.999) + field_double(19, 1e-8)
     write("fuzz_message", "init_adam", raw_input([
-        header(INIT, rank=0, segments=[(0, 16)], has_values=True, extra=field_bytes(17, adam)), floats(g[:16])]))
+        header(INIT, rank=0, segments=[(0, 16)], has_values=True, ps=field_bytes(3, adam)), floats(g[:16])]))
     node = field_varint(1, WORKER) + field_varint(2, (1 << 64) - 1) + field_bytes(4, b"127.0.0.1")
     write("fuzz_message", "register", raw_input([
-        header(REGISTER, extra=field_bytes(10, node) + field_bytes(14, b"ssp") + field_varint(15, 3))]))
+        header(REGISTER, control=field_bytes(1, node) + field_bytes(5, b"ssp") + field_varint(6, 3))]))
     write("fuzz_message", "heartbeat", raw_input([header(HEARTBEAT)]))
     write("fuzz_message", "error_reply", raw_input([
         header(ERROR, extra=field_varint(20, 3) + field_bytes(21, b"bad"))], router=False))
@@ -143,11 +155,12 @@ def message_corpus(rng):
     # job's key but a meta that is not a checkpoint, and a snapshot's parameters for shard 1.
     server = field_varint(2, 2)  # sender_role SERVER (the last value of a field wins)
     write("fuzz_message", "replicate_meta", raw_input([
-        header(REPLICATE, rank=1, request_id=1, extra=server + field_varint(60, 1) + field_varint(61, 1) +
-               field_bytes(66, b"\x08\x01") + field_bytes(71, b"fuzz-replica-key"))]))
+        header(REPLICATE, rank=1, request_id=1, extra=server,
+               replica=field_varint(1, 1) + field_varint(2, 1) + field_bytes(7, b"\x08\x01") +
+               field_bytes(11, b"fuzz-replica-key"))]))
     write("fuzz_message", "replicate_params", raw_input([
         header(REPLICATE, rank=1, request_id=2, segments=[(1548, 1552)], has_values=True,
-               extra=server + field_varint(60, 1) + field_varint(61, 2) + field_varint(70, 1)),
+               extra=server, replica=field_varint(1, 1) + field_varint(2, 2) + field_varint(12, 1)),
         floats([0.25] * 1552)]))
     # Structured mode: the harness builds the header from FuzzedDataProvider reads, in the order
     # of StructuredFrames in fuzz_message.cc.
@@ -167,6 +180,7 @@ def structured(type_, rank=0, request_id=0, segments=(), keys=(), values=None, c
     """fuzz_message structured mode: small clocks and versions (0), frames that fit."""
     f = Fdp()
     f.integral(0, 22, type_)
+    f.integral(0, 7, 0 if type_ in PS_TYPES else 3)  # the plane: the type's own (PS), or none
     f.integral(0, 3, WORKER)
     f.integral(-1, 4, rank)
     f.integral(0, (1 << 64) - 1, request_id)
@@ -183,6 +197,7 @@ def structured(type_, rank=0, request_id=0, segments=(), keys=(), values=None, c
     has_values = values is not None or encoded > 0
     f.boolean(has_values)
     f.integral(0, len(MESSAGE_CODECS) - 1, codec)
+    f.integral(0, 3, 1)      # no value channel
     if type_ != INIT:
         f.integral(0, 7, 1)  # no job
     f.integral(0, 7, 1)      # fit
@@ -269,6 +284,38 @@ def payload(codec, n, rng):
     return floats([rng.uniform(-1, 1) for _ in range(k)])
 
 
+def plane_corpus():
+    """fuzz_<plane>_plane: byte 0 (bit 0: request or reply, entry or answer), then a header."""
+    write("fuzz_ps_plane", "push", b"\x00" + header(PUSH, rank=1, request_id=4, clock=3, version=2,
+                                                      segments=[(0, 100)], has_values=True,
+                                                      ps=field_float(9, 0.01) + field_varint(7, 2) + field_varint(8, 1)))
+    write("fuzz_ps_plane", "pull_lane", b"\x00" + header(PULL, rank=0, segments=[(10, 20)],
+                                                           ps=field_bytes(11, field_varint(1, 1))))
+    state = field_bytes(1, b"adam") + field_varint(2, 7) + field_varint(3, 2) + field_varint(4, 1)
+    write("fuzz_ps_plane", "state_push", b"\x00" + header(25, segments=[(0, 8)], has_values=True,
+                                                            ps=field_bytes(12, state)))
+    reply = field_varint(1, 15) + field_varint(2, 2) + field_varint(4, 9) + field_bytes(7, segment(0, 16))
+    reply += field_bytes(PS_PLANE, field_varint(1, 3) + field_varint(2, 40) + field_double(5, 1.5) + field_varint(6, 1))
+    write("fuzz_ps_plane", "pull_reply", b"\x01" + reply)
+    write("fuzz_ps_plane", "error_reply", b"\x01" + field_varint(1, ERROR) + field_varint(20, 5) + field_bytes(21, b"no"))
+    node = field_varint(1, WORKER) + field_varint(3, 1) + field_bytes(4, b"127.0.0.1")
+    write("fuzz_control_plane", "register", b"\x00" + header(REGISTER, control=field_bytes(1, node) + field_bytes(5, b"ssp") +
+                                                             field_varint(6, 3) + field_bytes(7, b"fp")))
+    write("fuzz_control_plane", "training_ended", b"\x00" + header(43, control=field_varint(15, 12) + field_varint(16, 1)))
+    write("fuzz_control_plane", "barrier", b"\x00" + header(3, control=field_bytes(3, b"init") + field_bytes(4, b"workers") +
+                                                            field_bytes(10, b"mine")))
+    server = field_varint(2, 2)
+    write("fuzz_replica_plane", "meta", b"\x00" + header(REPLICATE, rank=1, request_id=1, extra=server,
+                                                          replica=field_varint(1, 1) + field_varint(2, 1) +
+                                                          field_bytes(7, b"\x08\x01") + field_bytes(11, b"key")))
+    push = field_varint(1, 1) + field_varint(2, 4) + field_varint(3, 2) + field_float(4, 0.5) + field_varint(5, 1)
+    push += field_bytes(8, varint(3) + varint(2)) + field_bytes(9, b"\x01\x01") + field_varint(10, 1)
+    write("fuzz_replica_plane", "push", b"\x00" + header(REPLICATE, rank=1, request_id=2, segments=[(1548, 4)],
+                                                          has_values=True, extra=server, replica=push))
+    write("fuzz_replica_plane", "ack", b"\x01" + field_varint(1, 31) + field_varint(2, 2) + field_varint(4, 2) +
+          field_bytes(REPLICA_PLANE, field_varint(1, 1)))
+
+
 def codecs_corpus(rng):
     for which, codec in enumerate(CODECS):
         for n in (0, 7, 600):
@@ -335,6 +382,7 @@ def main():
                 os.remove(os.path.join(d, f))
     os.makedirs(os.path.join(CORPUS, "fuzz_spec"), exist_ok=True)
     message_corpus(rng)
+    plane_corpus()
     codecs_corpus(rng)
     spec_corpus()
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(CORPUS) for f in fs)

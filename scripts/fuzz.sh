@@ -4,7 +4,8 @@
 # its name, the executions run, and 0 or the path of the input that crashed it; exits non-zero
 # if any target crashed (a crash, a sanitizer report, a timeout of 10 s, or more than 2 GB).
 #   scripts/fuzz.sh [SECONDS]
-# Environment: JOBS (all cores), FUZZ_TARGETS (default: fuzz_message fuzz_spec fuzz_codecs).
+# Environment: JOBS (all cores), FUZZ_TARGETS (default: fuzz_message fuzz_spec fuzz_codecs and the
+# three planes' fuzz_ps_plane fuzz_control_plane fuzz_replica_plane).
 # A crashing input is reproduced with: build-fuzz/bin/<target> PATH (FUZZ_VERBOSE=1 says more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [[ "$seconds" -lt 1 ]]; then
 fi
 scripts/setup.sh
 build_dir=build-fuzz
-read -ra targets <<< "${FUZZ_TARGETS:-fuzz_message fuzz_spec fuzz_codecs}"
+read -ra targets <<< "${FUZZ_TARGETS:-fuzz_message fuzz_spec fuzz_codecs fuzz_ps_plane fuzz_control_plane fuzz_replica_plane}"
 # -O1 -gline-tables-only: the usual fuzzing build; no -DNDEBUG, so assert() stays on.
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -146,7 +146,7 @@ class Scheduler {
   std::map<std::string, std::map<std::string, std::string>> barrier_data_;  // name -> identity -> gather data
   std::map<std::string, std::string> barrier_group_;
   std::string job_id_;  // drawn at Create: this run of the job, in every checkpoint
-  std::string replica_key_;  // drawn at Create: told to servers only (wire::Header.replica_key)
+  std::string replica_key_;  // drawn at Create: told to servers only (wire::ControlFields.replica_key)
   std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name
   std::set<std::string> limit_waiters_;  // identities of workers waiting for MESSAGE_LIMIT's answer
   std::set<int> awaiting_restart_;  // shards with no live copy whose server's restart is awaited

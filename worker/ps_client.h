@@ -93,7 +93,7 @@ class PsClient {
   // PushReady(t) sends tensor t's parts the moment backward has produced its gradient; FinishPush
   // sends what was never reported ready, its parts of the `absent` tensors (as Push's) marked so,
   // and returns the push's id (one reply per shard, as Push). A
-  // shard receives its parts in the order sent, numbered (Header.parts/part), and counts the push
+  // shard receives its parts in the order sent, numbered (PsFields.parts/part), and counts the push
   // when the last one arrives: bsp, ssp and asp mean what they mean for Push.
   void set_part_floats(size_t part_floats);
   RequestId BeginPush(int64_t clock, ConstFloatSpan grads, float lr = NAN);

@@ -4,8 +4,52 @@
 
 #include <cmath>
 
+#include "common/control_protocol.h"
+#include "common/replica_protocol.h"
+
 namespace gradsync {
 namespace {
+
+// Each plane's messages carry that plane's fields only: every encoder fills its own, and every
+// decoder refuses a header with another plane's (a header with none is all defaults).
+TEST(PsProtocolTest, AHeaderCarriesOnlyItsOwnPlanesFields) {
+  PsRequest push;
+  push.type = wire::PUSH;
+  push.clock = 4;
+  push.segments = {{0, 8}};
+  const wire::Header ps = EncodeRequest(push);
+  EXPECT_EQ(ps.plane_case(), wire::Header::kPs);
+  ControlMessage heartbeat = Control(wire::HEARTBEAT);
+  heartbeat.sent_clock_us = 5;
+  const wire::Header control = EncodeControl(heartbeat);
+  EXPECT_EQ(control.plane_case(), wire::Header::kControl);
+  ReplicaEntry round;
+  round.op = wire::REPLICA_ROUND;
+  const wire::Header replica = EncodeReplicaEntry(round);
+  EXPECT_EQ(replica.plane_case(), wire::Header::kReplica);
+
+  wire::Header mixed = ps;
+  mixed.mutable_control()->set_clock(4);  // replaces the PS fields: a oneof holds one plane
+  auto refused = DecodeRequest(mixed);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("carries the control plane's fields"), std::string::npos) << refused.status();
+  wire::Header beat = control;
+  *beat.mutable_ps() = ps.ps();
+  EXPECT_EQ(DecodeControl(beat).status().code(), StatusCode::kInvalidArgument);
+  wire::Header entry = replica;
+  *entry.mutable_ps() = ps.ps();
+  EXPECT_EQ(DecodeReplicaEntry(entry).status().code(), StatusCode::kInvalidArgument);
+  wire::Header reply = EncodeReply(ReplyTo(*DecodeRequest(ps), wire::PUSH_REPLY, 1));
+  reply.mutable_replica()->set_shard(1);
+  EXPECT_EQ(DecodeReply(reply).status().code(), StatusCode::kInvalidArgument);
+
+  wire::Header bare = ps;
+  bare.clear_plane();
+  auto defaults = DecodeRequest(bare);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->clock, 0);
+  EXPECT_EQ(defaults->segments, push.segments);
+}
 
 TEST(PsProtocolTest, APushInPartsRoundTrips) {
   PsRequest r;
@@ -37,7 +81,7 @@ TEST(PsProtocolTest, APushCarriesTheWorkersOwnRateOrNone) {
   auto none = DecodeRequest(EncodeRequest(r));
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(std::isnan(none->lr));
-  EXPECT_FALSE(EncodeRequest(r).has_lr());
+  EXPECT_FALSE(EncodeRequest(r).ps().has_lr());
   for (float lr : {0.0125f, 0.0f, 3e-7f}) {
     r.lr = lr;
     auto back = DecodeRequest(EncodeRequest(r));
@@ -52,7 +96,7 @@ TEST(PsProtocolTest, ARateThatCannotBeOneIsRefused) {
     PsRequest r;
     r.type = wire::PUSH;
     h = EncodeRequest(r);
-    h.set_lr(lr);
+    h.mutable_ps()->set_lr(lr);
     auto back = DecodeRequest(h);
     EXPECT_EQ(back.status().code(), StatusCode::kInvalidArgument) << lr;
     EXPECT_NE(back.status().message().find("is not a finite number >= 0"), std::string::npos) << back.status();
@@ -60,7 +104,7 @@ TEST(PsProtocolTest, ARateThatCannotBeOneIsRefused) {
   PsRequest pull;
   pull.type = wire::PULL;
   wire::Header h = EncodeRequest(pull);
-  h.set_lr(0.1f);
+  h.mutable_ps()->set_lr(0.1f);
   EXPECT_EQ(DecodeRequest(h).status().code(), StatusCode::kInvalidArgument);  // only a push has a rate
 }
 
@@ -192,11 +236,11 @@ TEST(PsProtocolTest, ARequestThatCannotBeRightIsRefused) {
   EXPECT_EQ(bad([](wire::Header& h) { h.set_sender_role(wire::SERVER); }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::REGISTER); }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL_REPLY); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_parts(kMaxPushParts + 1); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_parts(-1); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_parts(4); h.set_part(4); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_part(1); }), StatusCode::kInvalidArgument);  // a part of no parts
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL); h.set_parts(2); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_ps()->set_parts(kMaxPushParts + 1); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_ps()->set_parts(-1); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_ps()->set_parts(4); h.mutable_ps()->set_part(4); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_ps()->set_part(1); }), StatusCode::kInvalidArgument);  // a part of no parts
+  EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PULL); h.mutable_ps()->set_parts(2); }), StatusCode::kInvalidArgument);
 }
 
 // A message's values are in its own frames or named by one reference to a value channel; what a
@@ -205,7 +249,7 @@ TEST(PsProtocolTest, AValueReferenceRoundTripsAndOnlyWhereItBelongs) {
   PsRequest push;
   push.type = wire::PUSH;
   push.segments = {{0, 4}};
-  EXPECT_FALSE(EncodeRequest(push).has_values_at()) << "ZeroMQ's own frames need no reference";
+  EXPECT_FALSE(EncodeRequest(push).ps().has_values_at()) << "ZeroMQ's own frames need no reference";
   push.at.channel = wire::CHANNEL_LANE;
   push.at.seq = 3;
   auto lane = DecodeRequest(EncodeRequest(push));
@@ -226,7 +270,7 @@ TEST(PsProtocolTest, AValueReferenceRoundTripsAndOnlyWhereItBelongs) {
     r.type = type;
     r.segments = {{0, 4}};
     wire::Header h = EncodeRequest(r);
-    mutate(*h.mutable_values_at());
+    mutate(*h.mutable_ps()->mutable_values_at());
     return DecodeRequest(h).status().code();
   };
   const auto bad = StatusCode::kInvalidArgument;
@@ -263,12 +307,12 @@ TEST(PsProtocolTest, AValueReferenceRoundTripsAndOnlyWhereItBelongs) {
     mutate(h);
     return DecodeReply(h).status().code();
   };
-  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); }), bad);
-  EXPECT_EQ(reply(wire::PUSH_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), bad);
-  EXPECT_EQ(reply(wire::CHANNEL_ATTACH_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); }), bad);
-  EXPECT_EQ(reply(wire::CHANNEL_ATTACH_REPLY, [](wire::Header& h) { h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
-  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.set_parts(2); }), bad) << "only a lane's answer comes in parts";
-  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.set_parts(2); h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
+  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA); }), bad);
+  EXPECT_EQ(reply(wire::PUSH_REPLY, [](wire::Header& h) { h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), bad);
+  EXPECT_EQ(reply(wire::CHANNEL_ATTACH_REPLY, [](wire::Header& h) { h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA); }), bad);
+  EXPECT_EQ(reply(wire::CHANNEL_ATTACH_REPLY, [](wire::Header& h) { h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
+  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.mutable_ps()->set_parts(2); }), bad) << "only a lane's answer comes in parts";
+  EXPECT_EQ(reply(wire::PULL_REPLY, [](wire::Header& h) { h.mutable_ps()->set_parts(2); h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE); }), StatusCode::kOk);
 }
 
 TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
@@ -318,26 +362,26 @@ TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
   auto none = [](wire::Header&) {};
   EXPECT_TRUE(bad(wire::STATE_PUSH, none).ok());
   EXPECT_TRUE(bad(wire::STATE_PULL, none).ok());
-  EXPECT_TRUE(bad(wire::STATE_PULL, [](wire::Header& h) { h.clear_state_optimizer(); }).ok());  // any optimizer
+  EXPECT_TRUE(bad(wire::STATE_PULL, [](wire::Header& h) { h.mutable_ps()->mutable_state()->clear_optimizer(); }).ok());  // any optimizer
   // A push names its optimizer, a known one; steps and vectors in range.
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.clear_state_optimizer(); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_optimizer("adagrad"); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.set_state_optimizer("adagrad"); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_steps(-1); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_steps(kMaxOptimizerSteps + 1); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slots(kMaxOptimizerSlots + 1); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slots(-1); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slot(2); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.set_state_slot(-1); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.clear_state_slots(); h.set_state_slot(1); }).ok());
-  EXPECT_TRUE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.clear_state_slots(); h.clear_state_slot(); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->clear_optimizer(); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_optimizer("adagrad"); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_optimizer("adagrad"); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_steps(-1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_steps(kMaxOptimizerSteps + 1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slots(kMaxOptimizerSlots + 1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slots(-1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slot(2); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slot(-1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->clear_slots(); h.mutable_ps()->mutable_state()->set_slot(1); }).ok());
+  EXPECT_TRUE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->clear_slots(); h.mutable_ps()->mutable_state()->clear_slot(); }).ok());
   // A pull names an optimizer at most; no other message carries state fields.
-  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.set_state_steps(1); }).ok());
-  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.set_state_slots(1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_steps(1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PULL, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slots(1); }).ok());
   EXPECT_TRUE(bad(wire::PUSH, none).ok());  // a PUSH encodes no state fields
-  EXPECT_FALSE(bad(wire::PUSH, [](wire::Header& h) { h.set_state_optimizer("adam"); }).ok());
-  EXPECT_FALSE(bad(wire::PULL, [](wire::Header& h) { h.set_state_steps(2); }).ok());
-  EXPECT_FALSE(bad(wire::JOIN, [](wire::Header& h) { h.set_state_slot(1); }).ok());
+  EXPECT_FALSE(bad(wire::PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_optimizer("adam"); }).ok());
+  EXPECT_FALSE(bad(wire::PULL, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_steps(2); }).ok());
+  EXPECT_FALSE(bad(wire::JOIN, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slot(1); }).ok());
   PsReply wrong = reply;
   wrong.state_slot = 1;  // of 1
   EXPECT_FALSE(DecodeReply(EncodeReply(wrong)).ok());

@@ -75,14 +75,14 @@ TEST(ReplicaProtocolTest, WhatAHeaderAloneSaysIsWrongIsRefused) {
   EXPECT_EQ(bad([](wire::Header&) {}), StatusCode::kOk);
   EXPECT_EQ(bad([](wire::Header& h) { h.set_type(wire::PUSH); }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](wire::Header& h) { h.set_sender_role(wire::WORKER); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_replica_op(wire::REPLICA_OP_UNSPECIFIED); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_replica_op(static_cast<wire::ReplicaOp>(99)); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_replica_op(wire::REPLICA_META); }), StatusCode::kInvalidArgument);  // no description
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_replica_meta("x"); }), StatusCode::kInvalidArgument);  // on a push
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_replica_scale(NAN); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_lr(-1); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_replica_part(-1); }), StatusCode::kInvalidArgument);
-  EXPECT_EQ(bad([](wire::Header& h) { h.set_state_slots(3); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_op(wire::REPLICA_OP_UNSPECIFIED); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_op(static_cast<wire::ReplicaOp>(99)); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_op(wire::REPLICA_META); }), StatusCode::kInvalidArgument);  // no description
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_meta("x"); }), StatusCode::kInvalidArgument);  // on a push
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_scale(NAN); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_lr(-1); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->set_part(-1); }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](wire::Header& h) { h.mutable_replica()->mutable_state()->set_slots(3); }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](wire::Header& h) { h.mutable_segments(0)->set_length(~uint64_t{0}); }), StatusCode::kInvalidArgument);
 }
 

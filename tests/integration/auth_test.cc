@@ -152,7 +152,7 @@ TEST(AuthTest, AFloodOfGarbageDoesNotChangeTraining) {
           // threat model's "anyone can push" (docs/security.md), not garbage.
           const int32_t fake = static_cast<int32_t>(rng.UniformInt(5));
           h.set_sender_rank(fake == 0 ? -1 : fake + 1);
-          h.set_clock(static_cast<int64_t>(rng.UniformInt(1000)) - 10);
+          h.mutable_ps()->set_clock(static_cast<int64_t>(rng.UniformInt(1000)) - 10);
           h.set_has_values(rng.UniformInt(2) == 1);
           h.set_num_keys(rng.UniformInt(3));
           auto* seg = h.add_segments();

@@ -35,7 +35,7 @@ zmq::message_t Bytes(const std::string& s) { return zmq::message_t(s.data(), s.s
 
 wire::Header Push(int rank, int64_t clock, int64_t version, uint64_t offset, uint64_t length) {
   wire::Header h = testing::WorkerRequest(wire::PUSH, rank, clock, offset, length);
-  h.set_version(version);
+  h.mutable_ps()->set_version(version);
   h.set_has_values(true);
   return h;
 }
@@ -139,22 +139,22 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // 18. A push whose learning rate is negative, and 19. a pull that carries one.
   {
     wire::Header h = Push(1, 0, 0, 0, 4);
-    h.set_lr(-0.5f);
+    h.mutable_ps()->set_lr(-0.5f);
     std::vector<zmq::message_t> f;
     f.push_back(vals(4));
     send(h, std::move(f));
   }
   {
     wire::Header h = pull;
-    h.set_lr(0.1f);
+    h.mutable_ps()->set_lr(0.1f);
     send(h, {});
   }
 
-  // Overlapped pushes (Header.parts): one answer per push, the error at its first bad part.
+  // Overlapped pushes (PsFields.parts): one answer per push, the error at its first bad part.
   auto send_part = [&](int64_t clock, int index, int parts, uint64_t offset, bool answered) {
     wire::Header h = Push(1, clock, 0, offset, 4);
-    h.set_parts(parts);
-    h.set_part(index);
+    h.mutable_ps()->set_parts(parts);
+    h.mutable_ps()->set_part(index);
     std::vector<zmq::message_t> f;
     f.push_back(vals(4));
     send(h, std::move(f));
@@ -177,19 +177,19 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // lane meanwhile.
   auto shm_push = [&](uint64_t offset, uint64_t length) {
     wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
-    h.mutable_values_at()->set_channel(wire::CHANNEL_LANE);
-    h.mutable_values_at()->set_seq(1);
+    h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE);
+    h.mutable_ps()->mutable_values_at()->set_seq(1);
     return h;
   };
   auto attach = [&](const std::string& name) {
     wire::Header h = testing::WorkerRequest(wire::CHANNEL_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
-    h.mutable_values_at()->set_channel(wire::CHANNEL_LANE);
-    h.mutable_values_at()->set_attach(name);
+    h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE);
+    h.mutable_ps()->mutable_values_at()->set_attach(name);
     return h;
   };
   // 25. A shm push, and 26. a shm pull, before worker 1 attached a lane.
   send(shm_push(0, 4), {});
-  { wire::Header h = pull; h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); send(h, {}); }
+  { wire::Header h = pull; h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE); send(h, {}); }
   // 27. A lane name that is a path, 28. a lane that does not exist, 29. a lane of the wrong size.
   send(attach("/../../dev/shm/x"), {});
   send(attach("/gradsync-00000000000000000000000000000000.1.3"), {});
@@ -198,7 +198,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   send(attach(wrong_size->name()), {});
   wrong_size->Unpublish();
   // 30. A lane named on a JOIN.
-  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.mutable_values_at()->set_channel(wire::CHANNEL_LANE); send(h, {}); }
+  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_LANE); send(h, {}); }
   // A real lane for worker 1 (answered with CHANNEL_ATTACH_REPLY, not an attack).
   auto lane = ShmLane::Create(shard_size);
   ASSERT_TRUE(lane.ok()) << lane.status();
@@ -207,7 +207,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // 31. A shm push that also carries a values frame, 32. one without its number, 33. one whose
   //     segments are not contiguous, 34. one outside the range, 35. one with keys.
   { std::vector<zmq::message_t> f; f.push_back(vals(4)); wire::Header h = shm_push(0, 4); h.set_has_values(true); send(h, std::move(f)); }
-  { wire::Header h = shm_push(0, 4); h.mutable_values_at()->clear_seq(); send(h, {}); }
+  { wire::Header h = shm_push(0, 4); h.mutable_ps()->mutable_values_at()->clear_seq(); send(h, {}); }
   {
     wire::Header h = shm_push(0, 4);
     auto* seg = h.add_segments();
@@ -246,8 +246,8 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
       out->errors_answered++;
       out->error_messages.push_back(h.error_message());
     }
-    if (h.type() == wire::CHANNEL_ATTACH_REPLY && h.values_at().channel() == wire::CHANNEL_DATA) {
-      data_port = static_cast<int>(h.values_at().port());
+    if (h.type() == wire::CHANNEL_ATTACH_REPLY && h.ps().values_at().channel() == wire::CHANNEL_DATA) {
+      data_port = static_cast<int>(h.ps().values_at().port());
     }
     return true;
   };
@@ -255,26 +255,26 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // The data channel (common/data_channel.h).
   auto data_push = [&](uint64_t offset, uint64_t length, uint64_t seq) {
     wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
-    h.mutable_values_at()->set_channel(wire::CHANNEL_DATA);
-    h.mutable_values_at()->set_seq(seq);
+    h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA);
+    h.mutable_ps()->mutable_values_at()->set_seq(seq);
     return h;
   };
   auto data_attach = [&](const std::string& token) {
     wire::Header h = testing::WorkerRequest(wire::CHANNEL_ATTACH, 1, 0, 0, static_cast<uint64_t>(shard_size));
-    h.mutable_values_at()->set_channel(wire::CHANNEL_DATA);
-    h.mutable_values_at()->set_attach(token);
+    h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA);
+    h.mutable_ps()->mutable_values_at()->set_attach(token);
     return h;
   };
   // 36. A data push before worker 1 has a data channel. (A data pull then is answered over
   //     ZeroMQ, as one whose channel went: not an attack.)
   send(data_push(0, 4, 1), {});
-  { wire::Header h = pull; h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); send(h, {}); }
+  { wire::Header h = pull; h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA); send(h, {}); }
   out->sent--;
   // 37. A token of the wrong size, 38. a data channel named on a JOIN, 39. a push through a
   //     channel this build does not know.
   send(data_attach("short"), {});
-  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.mutable_values_at()->set_channel(wire::CHANNEL_DATA); send(h, {}); }
-  { wire::Header h = data_push(0, 4, 1); h.mutable_values_at()->set_channel(static_cast<wire::Channel>(7)); send(h, {}); }
+  { wire::Header h = testing::WorkerRequest(wire::JOIN, 1, 0, 0, 0); h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA); send(h, {}); }
+  { wire::Header h = data_push(0, 4, 1); h.mutable_ps()->mutable_values_at()->set_channel(static_cast<wire::Channel>(7)); send(h, {}); }
   // A real channel for worker 1 (answered with CHANNEL_ATTACH_REPLY, not an attack).
   const std::string token(kDataTokenBytes, 'k');
   send(data_attach(token), {});
@@ -340,7 +340,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   // not exist. (A backup's refusals: FaultTest.AStrangersReplicationEntriesAreRefused...)
   auto replicate = [&](int shard, wire::ReplicaOp op) {
     wire::Header h = testing::ReplicateEntry(shard, op, 0);
-    h.set_replica_key("0123456789abcdef");
+    h.mutable_replica()->set_key("0123456789abcdef");
     return h;
   };
   send(replicate(0, wire::REPLICA_META), {});

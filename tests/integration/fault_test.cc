@@ -574,10 +574,10 @@ TEST(FaultTest, AStrangersReplicationEntriesAreRefusedAndTheTakeoverIsExact) {
   auto send = [&](int shard, wire::ReplicaOp op, uint64_t index, const std::string& key, bool values, int part = 0) {
     wire::Header h = ReplicateEntry(shard, op, index);
     h.set_request_id(1000000 + index);
-    h.set_replica_part(part);
+    h.mutable_replica()->set_part(part);
     if (op == wire::REPLICA_META) {
-      h.set_replica_meta(meta.SerializeAsString());
-      h.set_replica_key(key);
+      h.mutable_replica()->set_meta(meta.SerializeAsString());
+      h.mutable_replica()->set_key(key);
     }
     Payload p;
     if (values) {

@@ -384,15 +384,15 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   };
   auto state_pull = [&](int64_t clock, const std::string& kind) {
     wire::Header h = testing::WorkerRequest(wire::STATE_PULL, 1, clock, 0, n);
-    if (!kind.empty()) h.set_state_optimizer(kind);
+    if (!kind.empty()) h.mutable_ps()->mutable_state()->set_optimizer(kind);
     return h;
   };
   auto state_push = [&](int slot, int64_t steps) {
     wire::Header h = testing::WorkerRequest(wire::STATE_PUSH, 1, 0, 0, n);
-    h.set_state_optimizer("adam");
-    h.set_state_steps(steps);
-    h.set_state_slots(2);
-    h.set_state_slot(slot);
+    h.mutable_ps()->mutable_state()->set_optimizer("adam");
+    h.mutable_ps()->mutable_state()->set_steps(steps);
+    h.mutable_ps()->mutable_state()->set_slots(2);
+    h.mutable_ps()->mutable_state()->set_slot(slot);
     return h;
   };
   // Each bad message is answered with exactly one ERROR whose message says `why`.
@@ -411,10 +411,10 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
     auto r = receive();
     ASSERT_TRUE(r.has_value());
     ASSERT_EQ(r->header.type(), wire::STATE_PULL_REPLY) << r->header.error_message();
-    EXPECT_EQ(r->header.state_slot(), k);
-    EXPECT_EQ(r->header.state_slots(), 2);
-    EXPECT_EQ(r->header.state_optimizer(), "adam");
-    EXPECT_EQ(r->header.state_steps(), 0);
+    EXPECT_EQ(r->header.ps().state().slot(), k);
+    EXPECT_EQ(r->header.ps().state().slots(), 2);
+    EXPECT_EQ(r->header.ps().state().optimizer(), "adam");
+    EXPECT_EQ(r->header.ps().state().steps(), 0);
     EXPECT_EQ(r->values, std::vector<float>(n, 0.0f));
   }
 
@@ -434,25 +434,25 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   expect_error("clock");
   {
     wire::Header h = state_pull(0, "adam");
-    h.set_state_steps(3);
+    h.mutable_ps()->mutable_state()->set_steps(3);
     send(h, nullptr);
     expect_error("names an optimizer at most");
   }
   {
     wire::Header h = testing::WorkerRequest(wire::PULL, 1, 0, 0, n);
-    h.set_state_slots(1);
+    h.mutable_ps()->mutable_state()->set_slots(1);
     send(h, nullptr);
     expect_error("belong on STATE_PULL");
   }
   {
     wire::Header h = state_push(0, 3);
-    h.set_state_optimizer("rmsprop");
+    h.mutable_ps()->mutable_state()->set_optimizer("rmsprop");
     send(h, &m);
     expect_error("optimizer must be");
   }
   {
     wire::Header h = state_push(0, 3);
-    h.set_state_slots(1);
+    h.mutable_ps()->mutable_state()->set_slots(1);
     send(h, &m);
     expect_error("keeps 2 (exp_avg, exp_avg_sq)");
   }
@@ -518,7 +518,7 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
     auto r = receive();
     ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->header.type(), wire::STATE_PUSH_REPLY) << r->header.error_message();
-    EXPECT_EQ(r->header.state_slot(), k);
+    EXPECT_EQ(r->header.ps().state().slot(), k);
   }
   auto set = ps->PullOptimizerState(0, 30, "");
   ASSERT_TRUE(set.ok()) << set.status();

@@ -346,7 +346,7 @@ TEST(UnevenStepsTest, TheSchedulerChecksRecordsAndRelaysTrainingEnded) {
   RawNode stranger(ctx, endpoint);
   wire::Header ended;
   ended.set_type(wire::TRAINING_ENDED);
-  ended.set_clock(3);
+  ended.mutable_control()->set_clock(3);
   stranger.Send(ended);
   auto refused = stranger.Await(wire::ERROR, 5);
   ASSERT_TRUE(refused.has_value());
@@ -357,10 +357,10 @@ TEST(UnevenStepsTest, TheSchedulerChecksRecordsAndRelaysTrainingEnded) {
   RawNode worker1(ctx, endpoint);
   wire::Header reg;
   reg.set_type(wire::REGISTER);
-  reg.mutable_node()->set_role(wire::WORKER);
-  reg.mutable_node()->set_host("127.0.0.1");
-  reg.mutable_node()->set_requested_rank(1);
-  reg.set_mode("bsp");
+  reg.mutable_control()->mutable_node()->set_role(wire::WORKER);
+  reg.mutable_control()->mutable_node()->set_host("127.0.0.1");
+  reg.mutable_control()->mutable_node()->set_requested_rank(1);
+  reg.mutable_control()->set_mode("bsp");
   worker1.Send(reg);
   std::thread reg_server([&] { ASSERT_TRUE(server->Register(20).ok()); });
   std::thread reg_worker([&] { ASSERT_TRUE(worker0->Register(20).ok()); });
@@ -369,21 +369,21 @@ TEST(UnevenStepsTest, TheSchedulerChecksRecordsAndRelaysTrainingEnded) {
   reg_worker.join();
 
   // A negative clock is refused; so is a server's TRAINING_ENDED. Neither is relayed.
-  ended.set_clock(-1);
+  ended.mutable_control()->set_clock(-1);
   worker1.Send(ended);
   refused = worker1.Await(wire::ERROR, 5);
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->error_code(), static_cast<int>(StatusCode::kInvalidArgument)) << refused->error_message();
   server->TrainingEnded(2, false);
   // Worker 1 leaves after 7 steps: every node hears it (the sender too).
-  ended.set_clock(7);
-  ended.set_joined(true);
+  ended.mutable_control()->set_clock(7);
+  ended.mutable_control()->set_joined(true);
   worker1.Send(ended);
   auto relayed = worker1.Await(wire::TRAINING_ENDED, 5);
   ASSERT_TRUE(relayed.has_value());
-  EXPECT_EQ(relayed->node().rank(), 1);
-  EXPECT_EQ(relayed->clock(), 7);
-  EXPECT_TRUE(relayed->joined());
+  EXPECT_EQ(relayed->control().node().rank(), 1);
+  EXPECT_EQ(relayed->control().clock(), 7);
+  EXPECT_TRUE(relayed->control().joined());
   EXPECT_TRUE(Heard(*worker0, 1, 7, true, 5));
   EXPECT_TRUE(Heard(*server, 1, 7, true, 5));
   EXPECT_EQ(worker0->ended_workers().size(), 1u);  // the server's was refused

@@ -507,10 +507,10 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
     m.header.set_type(wire::REPLICATE);
     m.header.set_sender_role(wire::SERVER);
     m.header.set_sender_rank(0);
-    if (op == wire::REPLICA_META) m.header.set_replica_key(key);
-    m.header.set_replica_shard(0);
-    m.header.set_replica_op(op);
-    m.header.set_replica_index(index);
+    if (op == wire::REPLICA_META) m.header.mutable_replica()->set_key(key);
+    m.header.mutable_replica()->set_shard(0);
+    m.header.mutable_replica()->set_op(op);
+    m.header.mutable_replica()->set_index(index);
     m.header.set_request_id(index);
     if (values) {
       auto* seg = m.header.add_segments();
@@ -529,23 +529,23 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
     meta.set_end(12);
     meta.set_optimizer("adam");
     Message m = entry(wire::REPLICA_META, 0, nullptr);
-    m.header.set_replica_meta(meta.SerializeAsString());
+    m.header.mutable_replica()->set_meta(meta.SerializeAsString());
     ASSERT_TRUE(store.Apply(m).ok());
     const std::vector<float> zeros(12, 0.0f);
     ASSERT_TRUE(store.Apply(entry(wire::REPLICA_PARAMS, 1, &zeros)).ok());
     for (int k = 0; k < 2; ++k) {
       Message st = entry(wire::REPLICA_STATE, static_cast<uint64_t>(2 + k), &zeros);
-      st.header.set_replica_part(k);
+      st.header.mutable_replica()->set_part(k);
       ASSERT_TRUE(store.Apply(st).ok());
     }
     ASSERT_TRUE(store.Complete(0));
   };
   auto state_entry = [&](int k, uint64_t index, const std::vector<float>& values, int slots = 2) {
     Message m = entry(wire::REPLICA_OPTIMIZER, index, &values);
-    m.header.set_replica_part(k);
-    m.header.set_state_optimizer("adam");
-    m.header.set_state_steps(9);
-    m.header.set_state_slots(slots);
+    m.header.mutable_replica()->set_part(k);
+    m.header.mutable_replica()->mutable_state()->set_optimizer("adam");
+    m.header.mutable_replica()->mutable_state()->set_steps(9);
+    m.header.mutable_replica()->mutable_state()->set_slots(slots);
     return m;
   };
   const std::vector<float> m(12, 0.25f), v(12, 0.75f);
@@ -602,8 +602,8 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
     *c.mutable_job() = job;
     c.set_begin(0);
     c.set_end(12);
-    meta.header.set_replica_meta(c.SerializeAsString());
-    meta.header.set_replica_key(k);
+    meta.header.mutable_replica()->set_meta(c.SerializeAsString());
+    meta.header.mutable_replica()->set_key(k);
     meta.header.set_sender_rank(sender_rank);
     return meta;
   };
@@ -634,7 +634,7 @@ TEST(ReplicaStoreTest, ACopyTakesAnOptimizerStateSetWhole) {
   {
     // With the key, from the shard's rank, but no snapshot in it: refused, the copy kept.
     Message bad = stranger_meta(key, 0);
-    bad.header.set_replica_meta("\x08");
+    bad.header.mutable_replica()->set_meta("\x08");
     EXPECT_FALSE(s3.Apply(std::move(bad)).ok());
     ASSERT_TRUE(s3.Complete(0));
     ASSERT_EQ(std::vector<float>(s3.params(0).begin(), s3.params(0).end()), before);

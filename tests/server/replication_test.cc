@@ -62,9 +62,9 @@ class ReplicatorTest : public ::testing::Test {
     r.SnapshotSent(backup);
     auto meta = backups_[backup]->Recv(5000);
     ASSERT_TRUE(meta.ok()) << meta.status();
-    EXPECT_EQ(meta->header.replica_op(), wire::REPLICA_META);
-    EXPECT_EQ(meta->header.replica_key(), kKey);
-    EXPECT_EQ(meta->header.replica_index(), 0u);
+    EXPECT_EQ(meta->header.replica().op(), wire::REPLICA_META);
+    EXPECT_EQ(meta->header.replica().key(), kKey);
+    EXPECT_EQ(meta->header.replica().index(), 0u);
     primary_peer_[backup] = meta->peer;
   }
 
@@ -74,7 +74,7 @@ class ReplicatorTest : public ::testing::Test {
     EXPECT_TRUE(m.ok()) << m.status();
     if (!m.ok()) return 0;
     EXPECT_EQ(m->header.type(), wire::REPLICATE);
-    EXPECT_EQ(m->header.replica_shard(), kShard);
+    EXPECT_EQ(m->header.replica().shard(), kShard);
     primary_peer_[b] = m->peer;
     return m->header.request_id();
   }

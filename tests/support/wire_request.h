@@ -14,7 +14,7 @@ inline wire::Header WorkerRequest(wire::Type type, int rank, int64_t clock, uint
   h.set_type(type);
   h.set_sender_role(wire::WORKER);
   h.set_sender_rank(rank);
-  h.set_clock(clock);
+  h.mutable_ps()->set_clock(clock);
   auto* seg = h.add_segments();
   seg->set_offset(offset);
   seg->set_length(length);
@@ -26,9 +26,9 @@ inline wire::Header ReplicateEntry(int shard, wire::ReplicaOp op, uint64_t index
   h.set_type(wire::REPLICATE);
   h.set_sender_role(wire::SERVER);
   h.set_sender_rank(shard);
-  h.set_replica_shard(shard);
-  h.set_replica_op(op);
-  h.set_replica_index(index);
+  h.mutable_replica()->set_shard(shard);
+  h.mutable_replica()->set_op(op);
+  h.mutable_replica()->set_index(index);
   return h;
 }
 
