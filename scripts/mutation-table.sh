@@ -26,6 +26,7 @@ mutations=(
   "backup-skips-asp-pushes|server/replication/replication.cc|  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|  if (h.seq % 50 != 0) c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|gradsync-server ps_binary_test|ReplicatedServerTest.ABackupTakesOverAndNothingIsLost/asp\$"
   "frame-written-into-closed-channel|common/data_channel.cc|  if (PeerClosed()) return UnavailableError(|  if (false && PeerClosed()) return UnavailableError(|ps_test|PsJobTest.ADataChannelThatEndsBetweenPushesFallsBackToZeroMq"
   "dead-workers-lane-kept|server/server_lifecycle.cc|      DetachWorker(n.rank());|      (void)0;|gradsync-server ps_binary_test|FaultTest.SharedMemoryOfADeadProcessIsLetGoByEveryOther"
+  "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$"
   "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += *lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$"
 )
 

@@ -1,5 +1,7 @@
 // gradsync-server: the scheduler of a job (--role=scheduler) or one parameter-server shard
 // (--role=server).
+#include <sodium.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +23,16 @@
 
 namespace gradsync {
 namespace {
+
+// SHA-256 of parameters as float32 in order (lowercase hex), as a Python worker's summary has it.
+std::string ParamsSha256(const std::vector<float>& params) {
+  if (sodium_init() < 0) return "";
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(params.data()), params.size() * sizeof(float));
+  char hex[2 * crypto_hash_sha256_BYTES + 1];
+  sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
+  return hex;
+}
 
 // DIR/server-<rank>.json (common/proto/summary.proto).
 void WriteServerSummary(const std::string& dir, const Server& server, const ServerOptions& o, const Status& status,
@@ -47,6 +59,7 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   s.set_adopted(st.adopted);
   s.set_lost_updates(st.lost_updates);
   s.set_version(server.version());
+  s.set_params_sha256(ParamsSha256(server.params()));
   s.set_bytes_sent(static_cast<int64_t>(st.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
   SetHistogram(st.version_lag, s.mutable_version_lag());

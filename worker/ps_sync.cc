@@ -84,6 +84,10 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
       std::fflush(stdout);
     }
   }
+  if (!scheduler_->rejoined()) {
+    std::printf("worker %d: in the job, %lld steps to train\n", options_.rank, static_cast<long long>(shape.total_steps));
+    std::fflush(stdout);
+  }
   if (options_.after_init) options_.after_init();
   clock_ = start_clock;
   return start_clock;

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -82,18 +83,25 @@ constexpr double kHeartbeatTimeout = 1.0;
 class FaultJob {
  public:
   // `replicas`: the scheduler's --replicas; `checkpoint_interval`: the servers' (seconds).
-  // `mode` may end in "_data": the workers' values then go over data channels (no shared memory,
-  // every request large enough).
+  // `mode` may end in a value channel: "_data" (every value over data channels: no shared
+  // memory, every request large enough), "_lane" (shared-memory lanes, no data channel) or
+  // "_zmq" (ZeroMQ frames alone); without one, the workers' defaults.
   explicit FaultJob(const std::string& mode, int replicas = 1, const std::string& checkpoint_interval = "0.2")
       : mode_(mode.substr(0, mode.find('_'))),
-        data_channel_(mode.find("_data") != std::string::npos),
+        channel_(mode.find('_') == std::string::npos ? "" : mode.substr(mode.find('_') + 1)),
         replicas_(replicas),
         checkpoint_interval_(checkpoint_interval) {}
+
+  // Before Start: the job's workers (3 unless said), and flags of one of them (each replaces its
+  // default here, if any).
+  void WithWorkers(int n) { num_workers_ = n; }
+  void WithWorkerFlags(int rank, std::vector<std::string> flags) { worker_flags_[rank] = std::move(flags); }
 
   void Start() {
     const std::string port_file = dir_.File("port");
     ASSERT_TRUE(group_.Spawn({"scheduler",
-                              {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=2", "--num-workers=3",
+                              {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=2",
+                               "--num-workers=" + std::to_string(num_workers_),
                                "--port-file=" + port_file, "--heartbeat-interval=0.2",
                                "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
                                "--replicas=" + std::to_string(replicas_)},
@@ -102,7 +110,7 @@ class FaultJob {
     port_ = ReadPortFile(port_file);
     ASSERT_FALSE(port_.empty());
     for (int s = 0; s < 2; ++s) StartServer(s, "");
-    for (int w = 0; w < 3; ++w) StartWorker(w, "");
+    for (int w = 0; w < num_workers_; ++w) StartWorker(w, "");
   }
 
   // The servers started from now on keep no checkpoints.
@@ -130,9 +138,21 @@ class FaultJob {
                                   "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
                                   "--recovery-timeout=20", "--out=" + dir_.path() + "/w" + std::to_string(rank) + suffix};
     if (mode_ == "ssp") argv.push_back("--staleness=2");
-    if (data_channel_) {
+    if (channel_ == "data") {
       argv.push_back("--shm=false");
       argv.push_back("--data-channel-min-mib=0");
+    } else if (channel_ == "lane") {
+      argv.push_back("--data-channel=false");
+    } else if (channel_ == "zmq") {
+      argv.push_back("--shm=false");
+      argv.push_back("--data-channel=false");
+    }
+    if (auto extra = worker_flags_.find(rank); extra != worker_flags_.end()) {
+      for (const std::string& flag : extra->second) {  // replaces the same flag's default above
+        const std::string name = flag.substr(0, flag.find('=') + 1);
+        std::erase_if(argv, [&](const std::string& a) { return a.rfind(name, 0) == 0; });
+        argv.push_back(flag);
+      }
     }
     ASSERT_TRUE(group_.Spawn({"worker " + std::to_string(rank) + suffix, argv,
                               dir_.File("worker-" + std::to_string(rank) + suffix + ".log")})
@@ -181,6 +201,12 @@ class FaultJob {
     auto s = ReadProcessSummary(ServerSummaryPath(rank));
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? s->version() : -1;
+  }
+  // A shard's final parameters, by their digest in its summary.
+  std::string ShardDigest(int rank) {
+    auto s = ReadProcessSummary(ServerSummaryPath(rank));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->params_sha256() : "";
   }
   // The training steps the workers say they finished (their own summaries, each read once it
   // has exited), summed: every step pushed one gradient to each shard.
@@ -244,8 +270,10 @@ class FaultJob {
 
  private:
   std::string mode_;
-  bool data_channel_;
+  std::string channel_;  // data | lane | zmq | "" (the workers' defaults)
   int replicas_;
+  int num_workers_ = 3;
+  std::map<int, std::vector<std::string>> worker_flags_;
   std::string checkpoint_interval_;
   bool checkpoints_ = true;
   TempDir dir_;
@@ -482,6 +510,57 @@ TEST_P(ReplicatedServerTest, ABackupTakesOverAndNothingIsLost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicatedServerTest, ::testing::Values("bsp", "asp"),
+                         [](const auto& p) { return p.param; });
+
+// The three value channels (ZeroMQ frames, shared-memory lanes, data channels) end a run on the
+// same bits in every mode, through a worker killed and a shard's server killed mid-run (its shard
+// goes on at its backup, --replicas=2, from the copy there). Worker 1 is killed once it is in the
+// job (registered, past the init barrier, its channels attached) and before its first push: it
+// sleeps 60 s before its first step. In every mode the run is then deterministic (bsp's rounds
+// hold worker 0's push alone; ssp and asp apply one worker's pushes in its order), so each
+// channel must give the digest of every other: a value read or written wrong, lost or applied
+// twice by a channel, its detach when worker 1 dies, or its attach again at the backup, shows.
+class ChannelFaultTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChannelFaultTest, EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover) {
+  const std::string mode = GetParam();
+  std::map<std::string, std::vector<std::string>> digests;  // channel -> per shard
+  for (const std::string channel : {"zmq", "lane", "data"}) {
+    SCOPED_TRACE(mode + " over " + channel);
+    FaultJob job(mode + "_" + channel, /*replicas=*/2);
+    job.WithWorkers(2);
+    job.WithWorkerFlags(1, {"--straggle=ms:60000"});
+    ASSERT_NO_FATAL_FAILURE(job.Start());
+    ASSERT_TRUE(job.WaitForLog("worker-1", "worker 1: in the job", 30)) << job.Logs();
+    job.Kill("worker 1");
+    ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(10));
+    job.Kill("server 1");
+    auto sched = job.Wait("scheduler", 90);
+    ASSERT_TRUE(sched.ok()) << sched.status() << job.Logs();
+    EXPECT_EQ(*sched, 0) << job.Logs();
+    EXPECT_NE(job.Log("scheduler").find("went missing: worker 1"), std::string::npos) << job.Log("scheduler");
+    ASSERT_TRUE(job.Wait("server 0", 20).ok());
+    const std::string backup = job.Log("server-0");
+    EXPECT_NE(backup.find("server 1: took over from its backup copy"), std::string::npos) << backup;
+    EXPECT_EQ(backup.find("were lost"), std::string::npos) << backup;
+    const std::string log = job.Log("worker-0");
+    EXPECT_EQ(log.find("values through shared memory") != std::string::npos, channel == "lane") << log;
+    EXPECT_EQ(log.find("with a data channel") != std::string::npos, channel == "data") << log;
+    // Worker 0's every step is in both shards once, and nothing of worker 1's.
+    EXPECT_EQ(job.WorkerSteps(1), 500);
+    EXPECT_EQ(job.ShardVersion(0), 500) << job.ServerSummary(0);
+    EXPECT_EQ(job.ShardVersion(1), 500) << job.ServerSummary(1);
+    EXPECT_NE(job.ServerSummary(1).find("\"adopted\": true"), std::string::npos) << job.ServerSummary(1);
+    digests[channel] = {job.ShardDigest(0), job.ShardDigest(1)};
+    EXPECT_EQ(digests[channel][0].size(), 64u);
+    EXPECT_EQ(digests[channel][1].size(), 64u);
+  }
+  EXPECT_EQ(digests["lane"], digests["zmq"]);
+  EXPECT_EQ(digests["data"], digests["zmq"]);
+  EXPECT_NE(digests["zmq"][0], digests["zmq"][1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ChannelFaultTest, ::testing::Values("bsp", "ssp", "asp"),
                          [](const auto& p) { return p.param; });
 
 // With --replicas=2 a push is acknowledged to its worker only once its backup holds it: every
