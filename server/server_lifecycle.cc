@@ -27,7 +27,7 @@ double Server::checkpoint_age_s() const {
 
 void Server::WriteCheckpoint(double now_s) {
   TraceSpan span("checkpoint", "server", {{"version", static_cast<double>(core_->shard().version())}});
-  if (Status s = checkpointer_.Write(rank_, table_, core_->job(), core_->shard(), core_->rule(), now_s); !s.ok()) {
+  if (Status s = checkpointer_.Write(rank_, [this] { return core_->Snapshot(Identity()); }, now_s); !s.ok()) {
     GRADSYNC_LOG(ERROR) << "server " << rank_ << ": checkpoint " << checkpointer_.Path(rank_)
                         << " failed (training goes on): " << s << "; " << checkpointer_.LastGood(now_s);
   }

@@ -41,10 +41,9 @@ Status CheckFinite(const wire::ShardCheckpoint& c) {
   return OkStatus();
 }
 
-Status ShardCheckpointer::Write(int rank, const wire::ClusterTable& table, const wire::JobConfig& job,
-                                const KvShard& shard, const ConsistencyController& controller, double now_s) {
+Status ShardCheckpointer::Write(int rank, const std::function<wire::ShardCheckpoint()>& snapshot, double now_s) {
   Stopwatch took;
-  const wire::ShardCheckpoint c = SnapshotShard(IdentityOf(rank, table), job, shard, controller);
+  const wire::ShardCheckpoint c = snapshot();
   Status s = CheckFinite(c);
   if (!s.ok()) {
     s = DataLossError("not written, the last good checkpoint stays: " + s.message());

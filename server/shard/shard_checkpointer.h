@@ -13,6 +13,7 @@
 // ShardCore's (server/shard/shard_core.h: SnapshotShard, RestoreShard).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -34,11 +35,9 @@ class ShardCheckpointer {
   // An update was applied (`updated`), or time passed; `now_s` is a monotonic clock. True when
   // a checkpoint is due now.
   bool Due(bool updated, double now_s);
-  // Writes the shard's whole state; on success the count starts again, on failure the next try
-  // is an interval later. `now_s` as for Due.
-  // `table` gives the job's identity.
-  Status Write(int rank, const wire::ClusterTable& table, const wire::JobConfig& job, const KvShard& shard,
-               const ConsistencyController& controller, double now_s);
+  // Writes the shard's whole state, as `snapshot` builds it (ShardCore::Snapshot); on success the
+  // count starts again, on failure the next try is an interval later. `now_s` as for Due.
+  Status Write(int rank, const std::function<wire::ShardCheckpoint()>& snapshot, double now_s);
   // Reads shard `rank`'s file: kNotFound when there is none; kDataLoss, with the file and the
   // reason, when it is damaged, not this shard's, another job's (`table`'s identity), or holds
   // values that are not finite.

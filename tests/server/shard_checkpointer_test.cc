@@ -31,6 +31,12 @@ wire::ClusterTable Table(const std::string& job_id = "0123456789abcdef") {
   return t;
 }
 
+// What the server hands ShardCheckpointer::Write: shard 0's snapshot of this job (Table()).
+std::function<wire::ShardCheckpoint()> Snapshot(const wire::JobConfig& job, const KvShard& shard,
+                                                const ConsistencyController& controller) {
+  return [&job, &shard, &controller] { return SnapshotShard(IdentityOf(0, Table()), job, shard, controller); };
+}
+
 // A small SGD shard after one update, checkpointed into dir/shard-0.ckpt.
 struct Written {
   std::vector<TensorInfo> layout = {{"w", {8}, 0, 8, false}};
@@ -47,7 +53,7 @@ struct Written {
     job.set_num_workers(2);
     job.set_lr(0.1f);
   }
-  Status Write() { return checkpointer.Write(0, Table(), job, shard, controller, 0); }
+  Status Write() { return checkpointer.Write(0, Snapshot(job, shard, controller), 0); }
   std::string Bytes() { return testing::ReadFile(checkpointer.Path(0)); }
   void Put(const std::string& bytes) { std::ofstream(checkpointer.Path(0), std::ios::binary | std::ios::trunc) << bytes; }
 };
@@ -83,7 +89,7 @@ TEST(ShardCheckpointerTest, WritesTheWholeStateAndReadsItBack) {
   job.set_lr(0.1f);
   ShardCheckpointer c(dir.path(), 1, 5.0);
   ASSERT_TRUE(c.Due(true, 0));
-  ASSERT_TRUE(c.Write(0, Table(), job, shard, controller, 0).ok());
+  ASSERT_TRUE(c.Write(0, Snapshot(job, shard, controller), 0).ok());
   EXPECT_EQ(c.written(), 1);
   EXPECT_FALSE(c.Due(false, 1));  // written: nothing new since
   auto back = c.Read(0, Table());
@@ -149,7 +155,7 @@ RoundTrip CheckRoundTrip(const wire::JobConfig& job, const std::vector<TensorInf
   for (int k = 0; k < 3; ++k) shard.Apply(all, {}, gradient(k).data());
   ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
   ShardCheckpointer c(dir.path(), 1, 5.0);
-  EXPECT_TRUE(c.Write(0, Table(), job, shard, controller, 0).ok());
+  EXPECT_TRUE(c.Write(0, Snapshot(job, shard, controller), 0).ok());
   auto back = c.Read(0, Table());
   EXPECT_TRUE(back.ok()) << back.status();
   if (!back.ok()) return out;
@@ -221,7 +227,7 @@ TEST(ShardCheckpointerTest, RestoreRefusesAnotherOptimizersStateOrRange) {
   KvShard sgd({0, 8}, layout, {0.9f, false, 0.0f}, lr, 2, false);
   ConsistencyController controller(ConsistencyMode::kAsp, 0, 2);
   ShardCheckpointer c(dir.path(), 1, 5.0);
-  ASSERT_TRUE(c.Write(0, Table(), AdamJob(), sgd, controller, 0).ok());  // a job that says adam, an sgd state
+  ASSERT_TRUE(c.Write(0, Snapshot(AdamJob(), sgd, controller), 0).ok());  // a job that says adam, an sgd state
   auto back = c.Read(0, Table());
   ASSERT_TRUE(back.ok()) << back.status();
   KvShard adam({0, 8}, layout, *JobOptimizer(back->job()), lr, 2, false);
