@@ -1,6 +1,7 @@
 #include "common/ps_protocol.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/partitioner.h"
 #include "common/transport.h"
@@ -349,7 +350,13 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   r.request_id = h.request_id();
   r.clock = p.clock();
   r.version = p.version();
-  r.version_lag = static_cast<int64_t>(p.observed_staleness());
+  // A version lag is a whole number of versions, sent as a double: one no int64 can hold (or NaN)
+  // is refused before it is converted.
+  const double lag = p.observed_staleness();
+  if (!(std::fabs(lag) <= static_cast<double>(kMaxOptimizerSteps))) {
+    return InvalidArgumentError("a reply's version lag " + std::to_string(lag) + " is out of range");
+  }
+  r.version_lag = static_cast<int64_t>(lag);
   r.clock_staleness = p.clock_staleness();
   r.wait_ms = p.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));

@@ -51,6 +51,25 @@ TEST(PsProtocolTest, AHeaderCarriesOnlyItsOwnPlanesFields) {
   EXPECT_EQ(defaults->segments, push.segments);
 }
 
+// A push reply's version lag travels as a double; one that no int64 holds is refused, not
+// converted (found by fuzz_ps_plane: the conversion was undefined).
+TEST(PsProtocolTest, AVersionLagNoIntegerHoldsIsRefused) {
+  PsRequest push;
+  push.type = wire::PUSH;
+  PsReply r = ReplyTo(push, wire::PUSH_REPLY, 0);
+  r.version_lag = 3;
+  auto ok = DecodeReply(EncodeReply(r));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->version_lag, 3);
+  for (double lag : {1.65257e+40, -1e30, std::nan("")}) {
+    wire::Header h = EncodeReply(r);
+    h.mutable_ps()->set_observed_staleness(lag);
+    auto back = DecodeReply(h);
+    EXPECT_EQ(back.status().code(), StatusCode::kInvalidArgument) << lag;
+    EXPECT_NE(back.status().message().find("version lag"), std::string::npos) << back.status();
+  }
+}
+
 TEST(PsProtocolTest, APushInPartsRoundTrips) {
   PsRequest r;
   r.type = wire::PUSH;
