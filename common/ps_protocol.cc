@@ -307,7 +307,7 @@ wire::Header EncodeReply(const PsReply& r) {
   wire::PsFields& p = *h.mutable_ps();
   switch (r.type) {
     case wire::PUSH_REPLY:
-      p.set_observed_staleness(static_cast<double>(r.version_lag));
+      p.set_version_lag(r.version_lag);
       break;
     case wire::PULL_REPLY:
       p.set_version(r.version);
@@ -350,13 +350,7 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   r.request_id = h.request_id();
   r.clock = p.clock();
   r.version = p.version();
-  // A version lag is a whole number of versions, sent as a double: one no int64 can hold (or NaN)
-  // is refused before it is converted.
-  const double lag = p.observed_staleness();
-  if (!(std::fabs(lag) <= static_cast<double>(kMaxOptimizerSteps))) {
-    return InvalidArgumentError("a reply's version lag " + std::to_string(lag) + " is out of range");
-  }
-  r.version_lag = static_cast<int64_t>(lag);
+  r.version_lag = p.version_lag();
   r.clock_staleness = p.clock_staleness();
   r.wait_ms = p.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
