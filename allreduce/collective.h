@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "allreduce/algorithms.h"
+#include "allreduce/plan/schedule.h"  // ChunkBegin
 #include "common/half.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -115,13 +116,5 @@ class DeviceCollective {
   // Float elements handed to all-reduces so far (the transport's bytes are NCCL's own).
   virtual uint64_t elements_reduced() const = 0;
 };
-
-// Where each rank's chunk of a count-element buffer begins, for n chunks that differ in size by
-// at most one element: chunk i is [ChunkBegin(i), ChunkBegin(i + 1)).
-inline size_t ChunkBegin(size_t count, int n, int i) {
-  const size_t base = count / static_cast<size_t>(n), extra = count % static_cast<size_t>(n);
-  const size_t ui = static_cast<size_t>(i);
-  return ui * base + std::min(ui, extra);
-}
 
 }  // namespace gradsync

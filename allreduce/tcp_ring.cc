@@ -702,14 +702,10 @@ Status RingCollective::AllReduce16(std::span<uint16_t> data, Float16 format) {
 }
 
 Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
-  AllReduceAlgo algo = options_.algorithm;
-  if (algo == AllReduceAlgo::kAuto) {
-    // Shared memory when every rank is on this host; across hosts with several ranks on one, the
-    // hierarchy; else the TCP algorithms.
-    algo = !shm_ready_               ? ChooseAllReduceAlgo(count * elem, size_, oversubscribed_)
-           : host_groups_.size() == 1 ? AllReduceAlgo::kShm
-                                      : AllReduceAlgo::kHier;
-  }
+  // Shared memory when every rank is on this host; across hosts with several ranks on one, the
+  // hierarchy; else the TCP algorithms (the simulator makes the same choice).
+  const AllReduceAlgo algo = ResolveAllReduceAlgo(
+      {options_.algorithm, static_cast<int>(host_groups_.size()), shm_ready_, oversubscribed_}, count * elem, size_);
   algo_now_ = last_algorithm_ = algo;
   if ((algo == AllReduceAlgo::kShm || algo == AllReduceAlgo::kHier) && !shm_ready_) {
     return Fail(FailedPreconditionError(std::string("--allreduce-algo=") + AllReduceAlgoName(algo) +
@@ -724,10 +720,8 @@ Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, cons
       if (Status s = shm_->AllReduce(data, count, elem, reduce, options_.timeout_s, add); !s.ok()) return Fail(s);
       return OkStatus();
     case AllReduceAlgo::kHier: return Hierarchical(data, count, elem, reduce, add);
-    case AllReduceAlgo::kRhd: return HalvingDoubling(data, count, elem, reduce);
-    case AllReduceAlgo::kRd: return RecursiveDoubling(data, count, elem, reduce);
-    case AllReduceAlgo::kTree: return Tree(data, count, elem, reduce);
-    default: return RingSteps(OpKind::kAllReduce, data, count, elem, reduce, 0, 2 * (size_ - 1));
+    case AllReduceAlgo::kRing: return RingSteps(OpKind::kAllReduce, data, elem, reduce, RingAllReducePlan(rank_, size_, count));
+    default: return RunPlan(AllReducePlan(algo, rank_, size_, count), data, elem, reduce);
   }
 }
 
@@ -743,16 +737,19 @@ Status RingCollective::CheckBounds(std::span<const size_t> bounds, size_t count)
 }
 
 // Across hosts: the host's ranks reduce into their leader through shared memory, the leaders
-// all-reduce around their own ring over TCP, and each leader broadcasts the result back.
+// all-reduce around their own ring over TCP, and each leader broadcasts the result back
+// (HierarchicalPlan).
 Status RingCollective::Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
-  if (shm_) {
+  const Plan plan = HierarchicalPlan(rank_, host_groups_, count);
+  std::span<const PlanStep> ring(plan);
+  if (!ring.empty() && ring.front().shm == PlanStep::Shm::kReduce) {
     if (Status s = shm_->Reduce(data, count, elem, reduce, options_.timeout_s, add); !s.ok()) return Fail(s);
+    ring = ring.subspan(1);
   }
-  if (leaders_.size() > 1 && leaders_[static_cast<size_t>(my_group_)] == rank_) {
-    RETURN_IF_ERROR(RingSteps(OpKind::kAllReduce, data, count, elem, reduce, 0, 2 * (static_cast<int>(leaders_.size()) - 1), {},
-                              leaders_));
-  }
-  if (shm_) {
+  const bool broadcast = !ring.empty() && ring.back().shm == PlanStep::Shm::kBroadcast;
+  if (broadcast) ring = ring.first(ring.size() - 1);
+  RETURN_IF_ERROR(RingSteps(OpKind::kAllReduce, data, elem, reduce, ring));
+  if (broadcast) {
     if (Status s = shm_->Broadcast(data, count * elem, options_.timeout_s); !s.ok()) return Fail(s);
   }
   return OkStatus();
@@ -819,8 +816,8 @@ Status RingCollective::ReduceScatter(FloatSpan data, ReduceOp op, std::span<cons
   RETURN_IF_ERROR(CheckBounds(bounds, data.size()));
   RETURN_IF_ERROR(Begin(OpKind::kReduceScatter));
   if (size_ == 1 || data.empty()) return OkStatus();
-  RETURN_IF_ERROR(
-      RingSteps(OpKind::kReduceScatter, data.data(), data.size(), sizeof(float), AddFloats, 0, size_ - 1, bounds));
+  RETURN_IF_ERROR(RingSteps(OpKind::kReduceScatter, data.data(), sizeof(float), AddFloats,
+                            RingPlan(rank_, size_, data.size(), 0, size_ - 1, bounds)));
   if (op == ReduceOp::kAverage) {
     const size_t b = bounds.empty() ? ChunkBegin(data.size(), size_, rank_) : bounds[rank_];
     const size_t e = bounds.empty() ? ChunkBegin(data.size(), size_, rank_ + 1) : bounds[rank_ + 1];
@@ -833,8 +830,8 @@ Status RingCollective::AllGatherChunks(FloatSpan data, std::span<const size_t> b
   RETURN_IF_ERROR(CheckBounds(bounds, data.size()));
   RETURN_IF_ERROR(Begin(OpKind::kAllGatherChunks));
   if (size_ == 1 || data.empty()) return OkStatus();
-  return RingSteps(OpKind::kAllGatherChunks, data.data(), data.size(), sizeof(float), nullptr, size_ - 1, 2 * (size_ - 1),
-                   bounds);
+  return RingSteps(OpKind::kAllGatherChunks, data.data(), sizeof(float), nullptr,
+                   RingPlan(rank_, size_, data.size(), size_ - 1, 2 * (size_ - 1), bounds));
 }
 
 // The ring steps run as one stream in each direction. Step t receives chunk recv(t) and sends
@@ -844,21 +841,14 @@ Status RingCollective::AllGatherChunks(FloatSpan data, std::span<const size_t> b
 // step (the reader waits before a new step until the writer has sent everything of the steps
 // before), which keeps a chunk from being overwritten while it is still queued for sending. A
 // reader that has to wait is resumed by the write that lets it go on: no polling.
-Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first,
-                                 int last, std::span<const size_t> bounds, std::span<const int> group) {
-  // The ring runs over `group` (ranks in ring order; empty: every rank), at position r of it.
-  const int n = group.empty() ? size_ : static_cast<int>(group.size());
-  const int r = group.empty() ? rank_ : static_cast<int>(std::find(group.begin(), group.end(), rank_) - group.begin());
-  auto member = [&](int i) { return group.empty() ? i : group[static_cast<size_t>(i)]; };
+Status RingCollective::RingSteps(OpKind op, void* data, size_t elem, const Reducer& reduce,
+                                 std::span<const PlanStep> plan) {
   char* d = static_cast<char*>(data);
-  const int steps = last;
-  // Chunk numbering: rank r receives chunk r - t - 2 at reduce-scatter step t (so that it ends
-  // with chunk r reduced) and chunk r - (t - (n - 1)) - 1 at all-gather step t.
-  auto recv_chunk = [&](int t) { return t < n - 1 ? (r - t - 2 + 2 * n) % n : (r - (t - (n - 1)) - 1 + 2 * n) % n; };
-  auto send_chunk = [&](int t) { return t == 0 ? (r - 1 + n) % n : recv_chunk(t - 1); };
-  auto chunk_begin = [&](int c) { return bounds.empty() ? ChunkBegin(count, n, c) : bounds[static_cast<size_t>(c)]; };
-  auto begin_of = [&](int c) { return chunk_begin(c) * elem; };  // in bytes
-  auto bytes_of = [&](int c) { return (chunk_begin(c + 1) - chunk_begin(c)) * elem; };
+  const int steps = static_cast<int>(plan.size());
+  if (steps == 0) return OkStatus();
+  auto begin_of = [&](const ElementRange& c) { return c.begin * elem; };  // in bytes
+  auto bytes_of = [&](const ElementRange& c) { return c.size() * elem; };
+  auto tag = [&](int t) { return plan[static_cast<size_t>(t)].tag; };
   // Segments hold whole elements.
   const size_t seg = std::max(elem, options_.segment_bytes / elem * elem);
   scratch_.resize(std::max<size_t>(1, seg / sizeof(float) + 1));
@@ -871,16 +861,16 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
   std::deque<StepHeader> headers;
   std::deque<Piece> queue;
   bool writing = false;
-  int writer_done_through = first - 1;  // every piece of steps <= this has been written
+  int writer_done_through = -1;  // every piece of steps <= this has been written
   std::vector<size_t> pieces_left(static_cast<size_t>(steps), 0);
   std::vector<bool> step_queued(static_cast<size_t>(steps), false);  // all pieces of the step queued
   Status failure;
-  const int left = member((r - 1 + n) % n), right = member((r + 1) % n);
+  const int left = plan.front().from, right = plan.front().to;
   RingStream& to_right = SendStream(right);
   RingStream& from_left = RecvStream(left);
   const uint32_t algo = op == OpKind::kAllReduce ? static_cast<uint32_t>(algo_now_) : 0;
   auto peer_error = [&](int peer, const boost::system::error_code& e, int t) {
-    if (failure.ok()) failure = PeerError(peer, e, Where(op, static_cast<uint32_t>(t)));
+    if (failure.ok()) failure = PeerError(peer, e, Where(op, tag(t)));
   };
   std::function<void()> resume_reader;  // a read_step waiting for the writer
   int reader_waits_for = -1;
@@ -915,24 +905,26 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
     pump();
   };
   auto start_step_send = [&](int t) {
-    headers.push_back({kStepMagic, static_cast<uint32_t>(op), seq_, static_cast<uint32_t>(t), algo, bytes_of(send_chunk(t))});
+    const ElementRange& c = plan[static_cast<size_t>(t)].send;
+    headers.push_back({kStepMagic, static_cast<uint32_t>(op), seq_, tag(t), algo, bytes_of(c)});
     enqueue(&headers.back(), sizeof(StepHeader), t);
   };
-  // The first step sends this rank's starting chunk, whole.
+  // The first step sends this rank's starting chunk, whole; every later step sends what the step
+  // before received (RingPlan), queued as it arrives.
   {
-    const int c = first == 0 ? send_chunk(0) : r;
-    start_step_send(first);
-    if (bytes_of(c) > 0) enqueue(d + begin_of(c), bytes_of(c), first);
-    step_queued[first] = true;
+    const ElementRange& c = plan.front().send;
+    start_step_send(0);
+    if (bytes_of(c) > 0) enqueue(d + begin_of(c), bytes_of(c), 0);
+    step_queued[0] = true;
   }
 
   StepHeader in{};
-  int reading = first;
+  int reading = 0;
   bool all_read = false;
   std::function<void()> read_step;
   std::function<void(size_t)> read_segment = [&](size_t off) {
     const int t = reading;
-    const int c = recv_chunk(t);
+    const ElementRange& c = plan[static_cast<size_t>(t)].recv;
     const size_t total = bytes_of(c);
     if (off == total) {
       if (t + 1 < steps) step_queued[t + 1] = true;
@@ -944,7 +936,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
     }
     const size_t len = std::min(seg, total - off);
     char* dst = d + begin_of(c) + off;
-    const bool reducing = t < n - 1;
+    const bool reducing = plan[static_cast<size_t>(t)].reduce;
     void* target = reducing ? static_cast<void*>(scratch_.data()) : static_cast<void*>(dst);
     from_left.AsyncRead(asio::buffer(target, len), [&, t, off, len, dst, reducing](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
@@ -966,7 +958,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
     from_left.AsyncRead(asio::buffer(&in, sizeof(in)), [&, t](const boost::system::error_code& e, size_t got) {
       if (e) return peer_error(left, e, t);
       bytes_received_ += got;
-      if (Status s = CheckHeader(in, op, static_cast<uint32_t>(t), algo, bytes_of(recv_chunk(t)), left); !s.ok()) {
+      if (Status s = CheckHeader(in, op, tag(t), algo, bytes_of(plan[static_cast<size_t>(t)].recv), left); !s.ok()) {
         failure = s;
         return;
       }
@@ -982,7 +974,7 @@ Status RingCollective::RingSteps(OpKind op, void* data, size_t count, size_t ele
     const uint64_t before = bytes_received_ + bytes_sent_;
     if (RunOne(deadline) == 0 && failure.ok()) {
       failure = DeadlineExceededError("no progress for " + SecondsText(options_.timeout_s) + " s during " +
-                                      Where(op, static_cast<uint32_t>(std::min(reading, steps - 1))) +
+                                      Where(op, tag(std::min(reading, steps - 1))) +
                                       (all_read ? " (sending to rank " + std::to_string(right) + ")"
                                                 : " (waiting for rank " + std::to_string(left) + ")"));
     }
@@ -996,17 +988,11 @@ Status RingCollective::Broadcast(FloatSpan data, int root) {
   RETURN_IF_ERROR(Begin(OpKind::kBroadcast));
   if (root < 0 || root >= size_) return Fail(InvalidArgumentError("broadcast root " + std::to_string(root) + " out of range"));
   if (size_ == 1) return OkStatus();
-  const int pos = (rank_ - root + size_) % size_;  // distance from the root along the ring
-  const size_t bytes = data.size_bytes();
   // Forwarded segment by segment: a rank passes on each segment as soon as it has it.
-  const size_t seg = options_.segment_bytes;
-  const size_t segments = std::max<size_t>(1, (bytes + seg - 1) / seg);
   char* p = data.empty() ? reinterpret_cast<char*>(empty_) : reinterpret_cast<char*>(data.data());
-  for (size_t k = 0; k < segments; ++k) {
-    const size_t off = k * seg, len = std::min(seg, bytes - std::min(bytes, off));
-    const bool recv = pos > 0, send = pos < size_ - 1;
-    if (recv) RETURN_IF_ERROR(Exchange(OpKind::kBroadcast, static_cast<uint32_t>(k), nullptr, 0, p + off, len, nullptr));
-    if (send) RETURN_IF_ERROR(Exchange(OpKind::kBroadcast, static_cast<uint32_t>(k), p + off, len, nullptr, 0, nullptr));
+  for (const PlanStep& s : BroadcastPlan(rank_, size_, root, data.size_bytes(), options_.segment_bytes)) {
+    RETURN_IF_ERROR(PeerExchange(OpKind::kBroadcast, s.tag, s.to, p + s.send.begin, s.send.size(), s.from, p + s.recv.begin,
+                                 s.recv.size(), nullptr));
   }
   return OkStatus();
 }
@@ -1017,24 +1003,30 @@ Status RingCollective::AllGather(std::span<const std::byte> mine, std::vector<st
   out->assign(static_cast<size_t>(n), {});
   (*out)[r].assign(mine.begin(), mine.end());
   if (n == 1) return OkStatus();
-  // First every rank's size, around the ring; then the blocks themselves.
+  // First every rank's size, around the ring; then the blocks themselves (AllGatherPlan).
   std::vector<uint64_t> sizes(static_cast<size_t>(n), 0);
   sizes[r] = mine.size();
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_idx = (r - s + n) % n, recv_idx = (r - s - 1 + n) % n;
-    RETURN_IF_ERROR(Exchange(OpKind::kAllGather, static_cast<uint32_t>(s), &sizes[send_idx], sizeof(uint64_t),
-                             &sizes[recv_idx], sizeof(uint64_t), nullptr));
-  }
-  for (int i = 0; i < n; ++i) {
-    if (sizes[i] > (uint64_t{1} << 36)) return Fail(DataLossError("allgather: rank " + std::to_string(i) + " announces " + std::to_string(sizes[i]) + " bytes"));
-    if (i != r) (*out)[i].resize(sizes[i]);
-  }
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_idx = (r - s + n) % n, recv_idx = (r - s - 1 + n) % n;
+  const Plan plan = AllGatherPlan(r, n);
+  for (const PlanStep& s : plan) {
+    const size_t send_idx = s.send.begin, recv_idx = s.recv.begin;
+    if (s.tag < static_cast<uint32_t>(n - 1)) {
+      RETURN_IF_ERROR(PeerExchange(OpKind::kAllGather, s.tag, s.to, &sizes[send_idx], sizeof(uint64_t), s.from,
+                                   &sizes[recv_idx], sizeof(uint64_t), nullptr));
+      continue;
+    }
+    if (s.tag == static_cast<uint32_t>(n - 1)) RETURN_IF_ERROR(SizeBlocks(sizes, out));
     auto& sb = (*out)[send_idx];
     auto& rb = (*out)[recv_idx];
-    RETURN_IF_ERROR(Exchange(OpKind::kAllGather, static_cast<uint32_t>(n - 1 + s), sb.empty() ? empty_ : sb.data(),
-                             sb.size(), rb.empty() ? empty_ : rb.data(), rb.size(), nullptr));
+    RETURN_IF_ERROR(PeerExchange(OpKind::kAllGather, s.tag, s.to, sb.empty() ? empty_ : sb.data(), sb.size(), s.from,
+                                 rb.empty() ? empty_ : rb.data(), rb.size(), nullptr));
+  }
+  return OkStatus();
+}
+
+Status RingCollective::SizeBlocks(std::span<const uint64_t> sizes, std::vector<std::vector<std::byte>>* out) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > (uint64_t{1} << 36)) return Fail(DataLossError("allgather: rank " + std::to_string(i) + " announces " + std::to_string(sizes[i]) + " bytes"));
+    if (static_cast<int>(i) != rank_) (*out)[i].resize(sizes[i]);
   }
   return OkStatus();
 }

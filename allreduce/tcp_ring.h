@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "allreduce/algorithms.h"
+#include "allreduce/plan/schedule.h"
 #include "allreduce/collective.h"
 #include "allreduce/ring_security.h"
 #include "allreduce/shm_group.h"
@@ -153,25 +154,18 @@ class RingCollective final : public Collective {
   // The all-reduce algorithms over `count` elements of `elem` bytes.
   // `add` (optional): out = a + b in one pass, for shared memory's first addition.
   Status AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add = nullptr);
-  // Ring steps [first, last) of the 2(n-1): [0, n-1) is the reduce-scatter (rank r ends with
-  // chunk r reduced), [n-1, 2(n-1)) the all-gather (rank r starts from its chunk r).
-  // `bounds` (n + 1 element offsets) cuts the chunks; empty: ChunkBegin.
-  // `group`: the ranks of the ring, in ring order (empty: every rank).
-  Status RingSteps(OpKind op, void* data, size_t count, size_t elem, const Reducer& reduce, int first, int last,
-                   std::span<const size_t> bounds = {}, std::span<const int> group = {});
+  // Ring steps (RingPlan, or the leaders' part of HierarchicalPlan: every step sends to one
+  // neighbour what the step before received from the other), run as one pipeline each way.
+  Status RingSteps(OpKind op, void* data, size_t elem, const Reducer& reduce, std::span<const PlanStep> plan);
   Status Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add);
   Status SetUpSharedMemory();
   // Checks caller-given chunk bounds (kInvalidArgument, before anything moves).
   Status CheckBounds(std::span<const size_t> bounds, size_t count) const;
-  Status HalvingDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
-  Status RecursiveDoubling(void* data, size_t count, size_t elem, const Reducer& reduce);
-  Status Tree(void* data, size_t count, size_t elem, const Reducer& reduce);
-  // Recursive doubling and halving-doubling on a rank count that is not a power of two: the
-  // first 2r ranks pair up, the even one handing its data to the odd one (FoldedRank).
-  Status Fold(void* data, size_t bytes, size_t elem, const Reducer& reduce);
-  // The fold's second half (n not a power of two): the odd rank of each pair hands the result
-  // back to the even one.
-  Status Unfold(void* data, size_t bytes);
+  // The steps of rhd, rd or the tree (allreduce/plan/schedule.h), one at a time: a step that
+  // sums in the range it also sends receives it whole first.
+  Status RunPlan(const Plan& plan, void* data, size_t elem, const Reducer& reduce);
+  // AllGather: checks the announced sizes and sizes the blocks.
+  Status SizeBlocks(std::span<const uint64_t> sizes, std::vector<std::vector<std::byte>>* out);
   // Receives `bytes` from `from` and reduces them into `data` segment by segment (through the
   // segment scratch), while optionally sending `send_bytes` from `send` to `to`.
   Status ReceiveReducing(uint32_t step, int from, void* data, size_t bytes, size_t elem, const Reducer& reduce,

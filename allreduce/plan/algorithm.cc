@@ -1,8 +1,6 @@
-#include "allreduce/algorithms.h"
+#include "allreduce/plan/algorithm.h"
 
 #include <algorithm>
-
-#include "common/train_names.h"
 
 namespace gradsync {
 
@@ -19,12 +17,12 @@ const char* AllReduceAlgoName(AllReduceAlgo algo) {
   return "unknown";
 }
 
-Result<AllReduceAlgo> ParseAllReduceAlgo(const std::string& name) {
+std::optional<AllReduceAlgo> AllReduceAlgoNamed(const std::string& name) {
   for (auto a : {AllReduceAlgo::kAuto, AllReduceAlgo::kRing, AllReduceAlgo::kRhd, AllReduceAlgo::kRd, AllReduceAlgo::kTree,
                  AllReduceAlgo::kShm, AllReduceAlgo::kHier}) {
     if (name == AllReduceAlgoName(a)) return a;
   }
-  return InvalidArgumentError("unknown all-reduce algorithm '" + name + "' (expected " + kAllReduceAlgoNames + ")");
+  return std::nullopt;
 }
 
 AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n, bool oversubscribed) {
@@ -44,6 +42,12 @@ AllReduceAlgo ChooseAllReduceAlgo(size_t bytes, int n, bool oversubscribed) {
   if (pow2) return AllReduceAlgo::kRhd;
   if (oversubscribed && bytes <= 1 * kMiB) return AllReduceAlgo::kTree;
   return AllReduceAlgo::kRing;
+}
+
+AllReduceAlgo ResolveAllReduceAlgo(const AllReduceSetting& setting, size_t bytes, int n) {
+  if (setting.requested != AllReduceAlgo::kAuto) return setting.requested;
+  if (!setting.shared_memory) return ChooseAllReduceAlgo(bytes, n, setting.oversubscribed);
+  return setting.hosts == 1 ? AllReduceAlgo::kShm : AllReduceAlgo::kHier;
 }
 
 int FloorPow2(int n) {

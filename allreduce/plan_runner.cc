@@ -1,0 +1,38 @@
+// The collective's steps that are not the ring's pipeline: recursive halving-doubling, recursive
+// doubling and the binomial tree (and their fold), one PlanStep at a time over the ring and mesh
+// connections. Their steps come from allreduce/plan/.
+#include "allreduce/tcp_ring.h"
+
+namespace gradsync {
+
+Status RingCollective::ReceiveReducing(uint32_t step, int from, void* data, size_t bytes, size_t elem,
+                                       const Reducer& reduce, int to, const void* send, size_t send_bytes) {
+  scratch_.resize(std::max<size_t>(1, options_.segment_bytes / sizeof(float) + 1));
+  char* d = static_cast<char*>(data);
+  return PeerExchange(OpKind::kAllReduce, step, to, send, send_bytes, from, scratch_.data(), bytes,
+                      [&](size_t off, size_t len) { reduce(d + off, scratch_.data(), len / elem); },
+                      /*recv_reuse=*/true);
+}
+
+Status RingCollective::RunPlan(const Plan& plan, void* data, size_t elem, const Reducer& reduce) {
+  char* d = static_cast<char*>(data);
+  for (const PlanStep& s : plan) {
+    char* send = d + s.send.begin * elem;
+    char* recv = d + s.recv.begin * elem;
+    const size_t send_bytes = s.send.size() * elem, recv_bytes = s.recv.size() * elem;
+    const bool overlap = s.to >= 0 && s.from >= 0 && s.send.begin < s.recv.end && s.recv.begin < s.send.end;
+    if (s.reduce && overlap) {
+      // A swap of the same range (recursive doubling): the whole incoming buffer first, then the sum.
+      whole_.resize(recv_bytes);
+      RETURN_IF_ERROR(PeerExchange(OpKind::kAllReduce, s.tag, s.to, send, send_bytes, s.from, whole_.data(), recv_bytes, nullptr));
+      reduce(recv, whole_.data(), s.recv.size());
+    } else if (s.reduce) {
+      RETURN_IF_ERROR(ReceiveReducing(s.tag, s.from, recv, recv_bytes, elem, reduce, s.to, send, send_bytes));
+    } else {
+      RETURN_IF_ERROR(PeerExchange(OpKind::kAllReduce, s.tag, s.to, send, send_bytes, s.from, recv, recv_bytes, nullptr));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace gradsync
