@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "allreduce/plan/schedule.h"
 #include "common/consistency.h"
 #include "common/flags.h"
 #include "common/metrics.h"
@@ -35,7 +36,6 @@ namespace fs = std::filesystem;
 using Time = double;  // microseconds of simulated time
 
 constexpr double kPacketBytes = 1448;  // a TCP segment's payload at MTU 1500
-constexpr uint64_t kRingHeaderBytes = 32;  // the TCP ring's step header (allreduce/tcp_ring.h)
 constexpr int64_t kFashionInputs = 784, kFashionClasses = 10;
 
 // A metrics file opened and its header checked; `field` names the setting that gave it.
@@ -228,6 +228,12 @@ class Codecs {
   bool summable() {
     auto codec = CreateCompressor(spec_, 1);
     return codec.ok() && (*codec)->aggregation() == Aggregation::kRingSummable;
+  }
+  // A summable payload's elements as the collective sums them: random-k's floats, else 16-bit
+  // halves (BucketAverager).
+  size_t summed_element_bytes() {
+    auto codec = CreateCompressor(spec_, 1);
+    return codec.ok() && (*codec)->sparse() ? sizeof(float) : sizeof(uint16_t);
   }
 
  private:
@@ -688,6 +694,7 @@ class Network {
 
 struct WorkerRecord {
   uint64_t sent = 0, received = 0;
+  uint64_t shm_sent = 0, shm_received = 0;  // through shared memory, counted as the wire would
   double compute_ms = 0, comm_ms = 0, wait_ms = 0, delay_ms = 0, hidden_ms = 0;
   double version_lag = NAN, clock_staleness = NAN;
   std::unique_ptr<MetricsWriter> metrics;
@@ -729,6 +736,8 @@ struct Job {
     row.loss = NAN;
     row.bytes_sent = r.sent;
     row.bytes_received = r.received;
+    row.shm_bytes_sent = r.shm_sent;
+    row.shm_bytes_received = r.shm_received;
     row.compute_ms = r.compute_ms;
     row.comm_ms = r.comm_ms;
     row.wait_ms = r.wait_ms;
@@ -750,6 +759,8 @@ struct Job {
     row.wall_s = engine.now() / 1e6;
     row.bytes_sent = r.sent;
     row.bytes_received = r.received;
+    row.shm_bytes_sent = r.shm_sent;
+    row.shm_bytes_received = r.shm_received;
     row.test_accuracy = s.accuracy.empty() ? NAN : AccuracyAt(s.accuracy, step);
     row.test_loss = NAN;
     return r.metrics->Write(row);
@@ -1175,117 +1186,11 @@ class PsJob {
 
 // ---- All-reduce ----
 
-// One collective as a schedule of steps per rank: at step k rank r sends `bytes` to `to` (or
-// nothing, -1) and waits for a message from `from` (or nothing), then goes on to step k+1.
-struct Step {
-  int to = -1, from = -1;
-  uint64_t bytes = 0;
-  double reduce_floats = 0;  // summed into the buffer after the receive
-};
-
-class Schedule {
- public:
-  virtual ~Schedule() = default;
-  virtual int steps(int rank) const = 0;
-  virtual Step At(int rank, int k) const = 0;
-};
-
-// Ring: reduce-scatter then all-gather in 2(n-1) steps of `chunk` (or an all-gather alone of
-// n-1 steps, `gather`); within `group` ranks spaced `stride` apart starting at `base`.
-class RingSchedule : public Schedule {
- public:
-  RingSchedule(int n, uint64_t chunk_bytes, double chunk_floats, bool reduce_scatter, bool all_gather)
-      : n_(n), bytes_(chunk_bytes), floats_(chunk_floats), rs_(reduce_scatter), ag_(all_gather) {}
-  int steps(int) const override { return n_ <= 1 ? 0 : (rs_ ? n_ - 1 : 0) + (ag_ ? n_ - 1 : 0); }
-  Step At(int r, int k) const override {
-    const bool reducing = rs_ && k < n_ - 1;
-    return {(r + 1) % n_, (r + n_ - 1) % n_, bytes_, reducing ? floats_ : 0};
-  }
-
- private:
-  int n_;
-  uint64_t bytes_;
-  double floats_;
-  bool rs_, ag_;
-};
-
-// Recursive halving then doubling (Rabenseifner), folded for n not a power of two: the first 2r
-// ranks pair up, the even one hands its buffer to the odd one and gets the result back.
-class RhdSchedule : public Schedule {
- public:
-  RhdSchedule(int n, double floats, uint64_t header) : n_(n), floats_(floats), header_(header) {
-    p_ = 1;
-    while (p_ * 2 <= n_) p_ *= 2;
-    fold_ = n_ - p_;
-    log_ = 0;
-    while ((1 << log_) < p_) ++log_;
-  }
-  int steps(int) const override { return 2 * log_ + (fold_ > 0 ? 2 : 0); }
-  Step At(int r, int k) const override {
-    const bool folded = r < 2 * fold_;
-    const int pre = fold_ > 0 ? 1 : 0;
-    const uint64_t whole = header_ + static_cast<uint64_t>(4 * floats_);
-    if (pre && k == 0) {
-      if (!folded) return {};
-      return r % 2 == 0 ? Step{r + 1, -1, whole, 0} : Step{-1, r - 1, 0, floats_};
-    }
-    if (pre && k == steps(r) - 1) {
-      if (!folded) return {};
-      return r % 2 == 1 ? Step{r - 1, -1, whole, 0} : Step{-1, r + 1, 0, 0};
-    }
-    if (folded && r % 2 == 0) return {};  // sits out
-    const int v = folded ? r / 2 : r - fold_;
-    const int i = k - pre;
-    const bool halving = i < log_;
-    const int bit = halving ? i : 2 * log_ - 1 - i;
-    const int pv = v ^ (1 << bit);
-    const int peer = pv < fold_ ? 2 * pv + 1 : pv + fold_;
-    const double share = floats_ / static_cast<double>(2 << (halving ? i : bit));
-    return {peer, peer, header_ + static_cast<uint64_t>(4 * share), halving ? share : 0};
-  }
-
- private:
-  int n_, p_, fold_, log_;
-  double floats_;
-  uint64_t header_;
-};
-
-// Hierarchical: groups of g consecutive ranks; a ring reduce-scatter in the group, a ring
-// all-reduce of each 1/g across the groups (ranks with the same place in their group), a ring
-// all-gather in the group.
-class HierSchedule : public Schedule {
- public:
-  HierSchedule(int n, int g, double floats, uint64_t header) : n_(n), g_(std::max(1, std::min(g, n))), floats_(floats), header_(header) {
-    m_ = (n_ + g_ - 1) / g_;
-  }
-  int steps(int) const override { return 2 * (g_ - 1) + 2 * (m_ - 1); }
-  Step At(int r, int k) const override {
-    const int group = r / g_, local = r % g_;
-    const int size = std::min(g_, n_ - group * g_);  // the last group may be short
-    const double part = floats_ / g_;
-    if (k < g_ - 1 || k >= g_ - 1 + 2 * (m_ - 1)) {
-      if (size <= 1 || local >= size) return {};
-      const bool rs = k < g_ - 1;
-      if (!rs && k - (g_ - 1 + 2 * (m_ - 1)) >= size - 1) return {};
-      if (rs && k >= size - 1) return {};
-      const int next = group * g_ + (local + 1) % size, prev = group * g_ + (local + size - 1) % size;
-      return {next, prev, header_ + static_cast<uint64_t>(4 * part), rs ? part : 0};
-    }
-    // Across the groups: the ranks with this local place, one per group (the last group may lack it).
-    const int m = (n_ - local + g_ - 1) / g_;
-    const int i = k - (g_ - 1);
-    if (m <= 1 || i >= 2 * (m - 1)) return {};
-    const double chunk = part / m;
-    return {((group + 1) % m) * g_ + local, ((group + m - 1) % m) * g_ + local, header_ + static_cast<uint64_t>(4 * chunk),
-            i < m - 1 ? chunk : 0};
-  }
-
- private:
-  int n_, g_, m_;
-  double floats_;
-  uint64_t header_;
-};
-
+// Each collective replays the real one's steps (allreduce/plan/schedule.h), with the algorithm
+// the real collective would pick (SimulatedAllReduceAlgo): at each step a rank sends its range to
+// `to` (the step's header included) and waits for the message of the same step from `from`,
+// then sums it in; the shared-memory phases of shm and hier cost CPU on the host's ranks and wait
+// for each other, not for the network.
 class AllreduceJob {
  public:
   AllreduceJob(Job& job, Codecs& codecs) : j_(job), codecs_(codecs) {}
@@ -1313,31 +1218,21 @@ class AllreduceJob {
     summable_ = compress_ && codecs_.summable();
     for (const auto& b : buckets_) {
       if (compress_) RETURN_IF_ERROR(codecs_.Cost(static_cast<size_t>(b.floats)).status());
-      if (summable_) RETURN_IF_ERROR(codecs_.Cost(static_cast<size_t>(std::max<int64_t>(1, b.floats / N))).status());
     }
+    layout_ = SimulatedAllReduceLayout(j_.plan, j_.s);
     ranks_.resize(static_cast<size_t>(N));
     return OkStatus();
   }
 
   void Start() {
-    // Rank 0's parameters to everyone, along the ring (pipelined in chunks).
-    const int64_t total = j_.s.params;
+    // Rank 0's parameters to everyone, along the ring, segment by segment (Collective::Broadcast).
     const int N = j_.plan.workers;
-    if (N <= 1) {
-      for (int r = 0; r < N; ++r) BeginStep(r);
-      return;
-    }
-    const uint64_t bytes = 4 * static_cast<uint64_t>(total) + kRingHeaderBytes;
-    for (int r = 0; r + 1 < N; ++r) {
-      j_.rec[static_cast<size_t>(r)].sent += bytes;
-      j_.rec[static_cast<size_t>(r + 1)].received += bytes;
-    }
-    auto remaining = std::make_shared<int>(N - 1);
-    for (int r = 0; r + 1 < N; ++r) {
-      j_.net->Send(r, r + 1, bytes, [this, remaining, N] {
-        if (--*remaining == 0)
-          for (int q = 0; q < N; ++q) BeginStep(q);
-      });
+    const size_t bytes = 4 * static_cast<size_t>(j_.s.params);
+    for (int r = 0; r < N; ++r) {
+      Op op;
+      op.plan = BroadcastPlan(r, N, 0, bytes);
+      op.elem = 1;
+      RunOp(r, std::move(op), [this, r] { BeginStep(r); });
     }
   }
 
@@ -1345,6 +1240,13 @@ class AllreduceJob {
   struct Bucket {
     int64_t floats = 0;
     int last_tensor = 0;
+  };
+  // One collective on one rank: its steps, their element size, and for an all-gather of
+  // per-rank payloads their sizes (the wire bytes of AllGatherPlan's steps).
+  struct Op {
+    Plan plan;
+    size_t elem = 4;
+    std::vector<size_t> gather_sizes;  // empty: not an all-gather
   };
   struct Rank {
     int64_t clock = 0;
@@ -1354,28 +1256,176 @@ class AllreduceJob {
     bool busy = false;        // the communication thread is reducing
     bool backward_done = false;
     Time comm_busy_us = 0, hidden_us = 0;
-    // The current collective: its schedule, step, and the messages that arrived early.
-    std::shared_ptr<Schedule> op;
+    // The current collective: its steps, the step it is at (-1 while reducing), what runs when
+    // it is done, and the messages that arrived early.
+    Op op;
+    std::function<void()> done;
     int64_t op_seq = -1;         // the collectives this rank has started (every rank runs the same sequence)
     int k = 0;
-    std::map<int64_t, int> arrived;  // Key(op, step) -> messages
+    bool in_op = false;
+    std::map<int64_t, int> arrived;  // Key(op, tag) -> messages
   };
+  // A shared-memory phase's messages between the host's ranks (no network), by tag.
+  static constexpr uint32_t kShmReduceTag = 0xfff1, kShmBroadcastTag = 0xfff2;
 
-  std::shared_ptr<Schedule> MakeSchedule(const Bucket& b) const {
+  // What the real collective runs for a bucket: the all-reduce of its floats, the all-reduce of
+  // a summable codec's payload (fp16 and bf16 halves, random-k's floats), or the all-gather of
+  // every rank's payload.
+  Op BucketOp(int r, const Bucket& b) const {
     const int N = j_.plan.workers;
-    const double floats = static_cast<double>(b.floats);
-    if (compress_ && !summable_) {
-      // Gather codecs: every rank's payload around the ring.
-      const CodecCost c = *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats));
-      return std::make_shared<RingSchedule>(N, kRingHeaderBytes + c.payload, 0, false, true);
+    Op op;
+    if (!compress_ || summable_) {
+      const CodecCost c = compress_ ? *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats)) : CodecCost{};
+      op.elem = summable_ ? const_cast<Codecs&>(codecs_).summed_element_bytes() : 4;
+      const size_t count = summable_ ? c.payload / op.elem : static_cast<size_t>(b.floats);
+      const AllReduceAlgo algo = ResolveAllReduceAlgo(layout_.setting, count * op.elem, N);
+      op.plan = AllReducePlan(algo, r, N, count, layout_.hosts);
+      return op;
     }
-    if (summable_) {
-      const CodecCost c = *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(std::max<int64_t>(1, b.floats / N)));
-      return std::make_shared<RingSchedule>(N, kRingHeaderBytes + c.payload, floats / N, true, true);
+    const CodecCost c = *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats));
+    op.plan = AllGatherPlan(r, N);
+    op.elem = 1;
+    op.gather_sizes.assign(static_cast<size_t>(N), c.payload);
+    return op;
+  }
+
+  void RunOp(int r, Op op, std::function<void()> done) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    rk.op = std::move(op);
+    rk.done = std::move(done);
+    rk.op_seq++;
+    rk.k = 0;
+    rk.in_op = true;
+    RunStep(r);
+  }
+
+  const std::vector<int>& HostOf(int r) const {
+    for (const auto& h : layout_.hosts)
+      if (std::find(h.begin(), h.end(), r) != h.end()) return h;
+    return layout_.hosts.front();
+  }
+
+  void Post(int from, int to, uint32_t tag, uint64_t bytes) {
+    const int64_t key = Key(ranks_[static_cast<size_t>(from)].op_seq, tag);
+    if (bytes == 0) {  // through shared memory
+      j_.engine.At(j_.engine.now(), [this, to, key] { Arrived(to, key); });
+      return;
     }
-    if (j_.s.algorithm == "rhd") return std::make_shared<RhdSchedule>(N, floats, kRingHeaderBytes);
-    if (j_.s.algorithm == "hier") return std::make_shared<HierSchedule>(N, j_.s.hier_group, floats, kRingHeaderBytes);
-    return std::make_shared<RingSchedule>(N, kRingHeaderBytes + static_cast<uint64_t>(4 * floats / N), floats / N, true, true);
+    j_.rec[static_cast<size_t>(from)].sent += bytes;
+    j_.rec[static_cast<size_t>(to)].received += bytes;
+    j_.net->Send(from, to, bytes, [this, to, key] { Arrived(to, key); });
+  }
+
+  void RunStep(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    if (rk.k >= static_cast<int>(rk.op.plan.size())) {
+      rk.in_op = false;
+      auto done = std::move(rk.done);
+      rk.done = nullptr;
+      done();
+      return;
+    }
+    const PlanStep& st = rk.op.plan[static_cast<size_t>(rk.k)];
+    if (st.shm != PlanStep::Shm::kNone) return ShmStep(r, st);
+    if (st.to >= 0) {
+      const uint64_t bytes = rk.op.gather_sizes.empty() ? StepWireBytes(st, rk.op.elem)
+                                                         : AllGatherWireBytes(st, j_.plan.workers, rk.op.gather_sizes);
+      Post(r, st.to, st.tag, bytes);
+    }
+    if (st.from < 0) {
+      rk.k++;
+      RunStep(r);
+      return;
+    }
+    TryAdvance(r);
+  }
+
+  // A shared-memory phase among the host's ranks: they meet at the leader (a reduce or an
+  // all-reduce needs every member's buffer, a broadcast the leader's result), each spends its
+  // copies and sums on its own CPU (apply_ns_per_byte a pass: copy in and sum a share, then copy
+  // out), and the region's bytes are counted as the real ShmGroup counts them.
+  void ShmStep(int r, const PlanStep& st) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    const auto& host = HostOf(r);
+    const int index = static_cast<int>(std::find(host.begin(), host.end(), r) - host.begin());
+    const int m = static_cast<int>(host.size()), leader = host.front();
+    const ShmBytes moved = SharedMemoryBytes(st.shm, index, m, st.recv.size(), rk.op.elem);
+    j_.rec[static_cast<size_t>(r)].shm_sent += moved.sent;
+    j_.rec[static_cast<size_t>(r)].shm_received += moved.received;
+    const double pass_us = j_.s.apply_ns_per_byte * static_cast<double>(st.recv.size() * rk.op.elem) / 1e3;
+    const int k = rk.k;
+    rk.k = -1;
+    auto hand_back = [this, r, host] {
+      for (int x : host)
+        if (x != r) Post(r, x, kShmBroadcastTag, 0);
+    };
+    if (st.shm == PlanStep::Shm::kBroadcast) {
+      if (r == leader) {
+        hand_back();
+        return Resume(r, k, 0, kShmBroadcastTag, 0, nullptr);
+      }
+      return Resume(r, k, 1, kShmBroadcastTag, pass_us, nullptr);
+    }
+    const bool all_reduce = st.shm == PlanStep::Shm::kAllReduce;
+    j_.cpus->Run(r, 2 * pass_us, [this, r, k, m, leader, all_reduce, pass_us, hand_back] {
+      if (r == leader) return Resume(r, k, m - 1, kShmReduceTag, all_reduce ? pass_us : 0,
+                                         all_reduce ? std::function<void()>(hand_back) : nullptr);
+      Post(r, leader, kShmReduceTag, 0);
+      if (all_reduce) return Resume(r, k, 1, kShmBroadcastTag, pass_us, nullptr);
+      Resume(r, k, 0, kShmReduceTag, 0, nullptr);  // a member of the hierarchy waits at the broadcast
+    });
+  }
+
+  // Step k of rank r goes on once `need` messages of `tag` have come: `ready` runs, then `us` of CPU.
+  void Resume(int r, int k, int need, uint32_t tag, double us, std::function<void()> ready) {
+    waits_[r] = {k, need, tag, us, std::move(ready)};
+    ranks_[static_cast<size_t>(r)].k = -2;  // waiting in a shared-memory phase
+    TryShm(r);
+  }
+
+  void TryShm(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    auto w = waits_.find(r);
+    if (rk.k != -2 || w == waits_.end()) return;
+    if (w->second.need > 0) {
+      auto it = rk.arrived.find(Key(rk.op_seq, w->second.tag));
+      if (it == rk.arrived.end() || it->second < w->second.need) return;
+      rk.arrived.erase(it);
+    }
+    ShmWait wait = std::move(w->second);
+    waits_.erase(w);
+    rk.k = -1;
+    if (wait.ready) wait.ready();
+    j_.cpus->Run(r, wait.us, [this, r, k = wait.k] {
+      ranks_[static_cast<size_t>(r)].k = k + 1;
+      RunStep(r);
+    });
+  }
+
+  static int64_t Key(int64_t op, uint32_t tag) { return op * 1000000 + static_cast<int64_t>(tag); }
+
+  void Arrived(int r, int64_t key) {
+    ranks_[static_cast<size_t>(r)].arrived[key]++;
+    TryAdvance(r);
+    TryShm(r);
+  }
+
+  void TryAdvance(int r) {
+    auto& rk = ranks_[static_cast<size_t>(r)];
+    if (!rk.in_op || rk.k < 0 || rk.k >= static_cast<int>(rk.op.plan.size())) return;
+    const PlanStep& st = rk.op.plan[static_cast<size_t>(rk.k)];
+    if (st.from < 0 || st.shm != PlanStep::Shm::kNone) return;
+    auto it = rk.arrived.find(Key(rk.op_seq, st.tag));
+    if (it == rk.arrived.end()) return;
+    if (--it->second == 0) rk.arrived.erase(it);
+    const int k = rk.k;
+    rk.k = -1;  // reducing
+    const double reduce_bytes = st.reduce ? static_cast<double>(st.recv.size() * rk.op.elem) : 0;
+    j_.cpus->Run(r, j_.s.apply_ns_per_byte * reduce_bytes / 1e3, [this, r, k] {
+      auto& q = ranks_[static_cast<size_t>(r)];
+      q.k = k + 1;
+      RunStep(r);
+    });
   }
 
   void BeginStep(int r) {
@@ -1423,56 +1473,7 @@ class AllreduceJob {
     // The collective starts once encoded: messages that arrive before wait in `arrived`.
     j_.cpus->Run(r, encode_us, [this, r] {
       auto& q = ranks_[static_cast<size_t>(r)];
-      q.op = MakeSchedule(buckets_[q.next_bucket]);
-      q.op_seq++;
-      q.k = 0;
-      RunStep(r);
-    });
-  }
-
-  void RunStep(int r) {
-    auto& rk = ranks_[static_cast<size_t>(r)];
-    if (rk.k >= rk.op->steps(r)) {
-      BucketDone(r);
-      return;
-    }
-    const Step st = rk.op->At(r, rk.k);
-    if (st.to >= 0) {
-      j_.rec[static_cast<size_t>(r)].sent += st.bytes;
-      j_.rec[static_cast<size_t>(st.to)].received += st.bytes;
-      const int64_t key = Key(rk.op_seq, rk.k);
-      const int to = st.to;
-      j_.net->Send(r, st.to, st.bytes, [this, to, key] { Arrived(to, key); });
-    }
-    if (st.from < 0) {
-      rk.k++;
-      RunStep(r);
-      return;
-    }
-    TryAdvance(r);
-  }
-
-  static int64_t Key(int64_t op, int k) { return op * 1000000 + k; }
-
-  void Arrived(int r, int64_t key) {
-    ranks_[static_cast<size_t>(r)].arrived[key]++;
-    TryAdvance(r);
-  }
-
-  void TryAdvance(int r) {
-    auto& rk = ranks_[static_cast<size_t>(r)];
-    if (!rk.op || rk.k < 0 || rk.k >= rk.op->steps(r)) return;
-    auto it = rk.arrived.find(Key(rk.op_seq, rk.k));
-    if (it == rk.arrived.end()) return;
-    const Step st = rk.op->At(r, rk.k);
-    if (st.from < 0) return;
-    if (--it->second == 0) rk.arrived.erase(it);
-    const int k = rk.k;
-    rk.k = -1;  // reducing
-    j_.cpus->Run(r, j_.s.apply_ns_per_byte * 4 * st.reduce_floats / 1e3, [this, r, k] {
-      auto& q = ranks_[static_cast<size_t>(r)];
-      q.k = k + 1;
-      RunStep(r);
+      RunOp(r, BucketOp(r, buckets_[q.next_bucket]), [this, r] { BucketDone(r); });
     });
   }
 
@@ -1492,7 +1493,7 @@ class AllreduceJob {
       auto& q = ranks_[static_cast<size_t>(r)];
       q.comm_busy_us += j_.engine.now() - started;
       if (!q.backward_done) q.hidden_us += j_.engine.now() - started;
-      q.op.reset();
+      q.op = {};
       q.busy = false;
       q.next_bucket++;
       if (q.next_bucket >= buckets_.size()) {
@@ -1529,6 +1530,14 @@ class AllreduceJob {
   std::vector<Bucket> buckets_;
   std::vector<Rank> ranks_;
   std::map<int, Time> op_start_, backward_end_;
+  SimAllReduceLayout layout_;
+  struct ShmWait {
+    int k = 0, need = 0;
+    uint32_t tag = 0;
+    double us = 0;
+    std::function<void()> ready;
+  };
+  std::map<int, ShmWait> waits_;  // ranks in a shared-memory phase, waiting for the others
 };
 
 Result<double> RateBits(const std::string& rate, const std::string& what) {
@@ -1633,10 +1642,22 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   if (s.steps <= 0) return InvalidArgumentError("sim.steps must be > 0");
   s.hier_group = sim.has_hier_group() ? sim.hier_group() : s.rack_size > 0 ? s.rack_size : 8;
   if (s.hier_group < 1) return InvalidArgumentError("sim.hier_group must be >= 1");
-  const std::string algo = t.allreduce_algo();
-  if (algo == "auto" || algo == "ring") s.algorithm = "ring";
-  else if (algo == "rhd" || algo == "hier") s.algorithm = algo;
-  else return InvalidArgumentError("allreduce_algo '" + algo + "': the simulation has ring, rhd and hier");
+  const auto algo = AllReduceAlgoNamed(t.allreduce_algo());
+  if (!algo) return InvalidArgumentError("allreduce_algo '" + t.allreduce_algo() + "' is not an all-reduce algorithm");
+  s.algorithm = *algo;
+  s.allreduce_shm = t.allreduce_shm() && !t.ring_encrypt();
+  if (plan.mode == config::ALLREDUCE && plan.workers > 1) {
+    // What the real collective refuses, so does the simulation (RingCollective::AllReduceWith).
+    const auto layout = SimulatedAllReduceLayout(plan, s);
+    if ((s.algorithm == AllReduceAlgo::kShm || s.algorithm == AllReduceAlgo::kHier) && !layout.setting.shared_memory) {
+      return InvalidArgumentError(std::string("allreduce_algo '") + AllReduceAlgoName(s.algorithm) +
+                                  "' needs shared memory between a host's ranks: allreduce_shm on, no ring_encrypt" +
+                                  (s.algorithm == AllReduceAlgo::kShm ? ", and every rank on one host (a run without link)" : ""));
+    }
+    if (s.algorithm == AllReduceAlgo::kShm && layout.hosts.size() != 1) {
+      return InvalidArgumentError("allreduce_algo 'shm' needs every rank on one host (a run without link)");
+    }
+  }
   if (sim.has_codec_from()) RETURN_IF_ERROR(CodecTimesFromTrace(sim.codec_from(), &s));
   if (sim.has_accuracy_from()) {
     ASSIGN_OR_RETURN(s.accuracy, AccuracyCurve(sim.accuracy_from()));
@@ -1644,6 +1665,27 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   }
   if (t.precision() != "fp32") return InvalidArgumentError("precision '" + t.precision() + "': the simulation has fp32 only");
   return s;
+}
+
+SimAllReduceLayout SimulatedAllReduceLayout(const RunPlan& plan, const SimSettings& s) {
+  SimAllReduceLayout l;
+  const int n = std::max(1, plan.workers);
+  const bool loopback = !plan.run.has_link() && plan.run.sim().link_rate().empty();
+  const int per_host = loopback ? n : s.algorithm == AllReduceAlgo::kHier ? std::max(1, s.hier_group) : 1;
+  for (int r = 0; r < n; ++r) {
+    if (r % per_host == 0) l.hosts.emplace_back();
+    l.hosts.back().push_back(r);
+  }
+  l.setting.requested = s.algorithm;
+  l.setting.hosts = static_cast<int>(l.hosts.size());
+  l.setting.shared_memory = s.allreduce_shm && per_host > 1;
+  // Rank 0's host (the first is the largest); a core per process unless host_cores are shared.
+  l.setting.oversubscribed = s.host_cores > 0 && Oversubscribed(l.hosts.front().size(), static_cast<unsigned>(s.host_cores));
+  return l;
+}
+
+AllReduceAlgo SimulatedAllReduceAlgo(const RunPlan& plan, const SimSettings& s, size_t bytes) {
+  return ResolveAllReduceAlgo(SimulatedAllReduceLayout(plan, s).setting, bytes, std::max(1, plan.workers));
 }
 
 std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
@@ -1658,7 +1700,12 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     if (s.msg_us > 0) o << ", " << s.msg_us << " us per PS message, shared by those that wait for the same wake-up";
     o << ")";
   }
-  if (plan.mode == config::ALLREDUCE) o << ", " << s.algorithm;
+  if (plan.mode == config::ALLREDUCE) {
+    const auto layout = SimulatedAllReduceLayout(plan, s);
+    o << ", all-reduce " << AllReduceAlgoName(s.algorithm) << " on " << layout.hosts.size() << " host"
+      << (layout.hosts.size() == 1 ? "" : "s") << (layout.setting.shared_memory ? " (shared memory)" : "")
+      << (layout.setting.oversubscribed ? " (oversubscribed)" : "");
+  }
   if (s.flow_share_spread > 0) {
     o << ", a connection's share of its sender's link x (1 ± " << s.flow_share_spread << "), drawn per connection";
     if (s.share_draws > 1) o << " (" << s.share_draws << " draws, the median by step time reported)";

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/plan/algorithm.h"
 #include "common/status.h"
 #include "experiments/spec.h"
 
@@ -66,8 +67,9 @@ struct SimSettings {
   int share_draws = 1;            // ... simulated this many times, the median draw by step time reported
   int64_t steps = 0;              // per worker
   int64_t steps_per_epoch = 0;
-  int hier_group = 8;
-  std::string algorithm = "ring"; // all-reduce: ring | rhd | hier
+  int hier_group = 8;              // hier: the ranks of each simulated host
+  AllReduceAlgo algorithm = AllReduceAlgo::kAuto;  // --allreduce-algo (auto: chosen per bucket as the real one)
+  bool allreduce_shm = true;      // --allreduce-shm, and no --ring-encrypt
   std::vector<int64_t> tensors;   // floats, forward order
   int64_t params = 0;             // their sum
   // From codec_from: encode time per float of a push (worker) and of a compressed pull (shard),
@@ -106,6 +108,19 @@ struct SimStats {
 // server-<k>.json (histograms from the consistency rule), commands.txt (saying it was simulated).
 // With share_draws > 1 (and flow_share_spread), it simulates each draw of the shares and writes the
 // median draw's files; the stats are that draw's, but for elapsed_s and simulated_worker_steps.
+// The hosts a simulated all-reduce job puts its ranks on, as the real job's addresses would group
+// them: with no link at all (loopback) every rank on one host; with hier, hosts of hier_group
+// ranks (the layout hier needs); else a host per rank (network namespaces, or a cluster). And
+// what the real collective's auto sees there: the hosts, shared memory (allreduce_shm, on a
+// host of several ranks), oversubscription (a host's ranks against host_cores, when shared).
+struct SimAllReduceLayout {
+  AllReduceSetting setting;
+  std::vector<std::vector<int>> hosts;  // each host's ranks, in rank order
+};
+SimAllReduceLayout SimulatedAllReduceLayout(const RunPlan& plan, const SimSettings& s);
+// The algorithm the simulated run (and the real one) runs for an all-reduce of `bytes`.
+AllReduceAlgo SimulatedAllReduceAlgo(const RunPlan& plan, const SimSettings& s, size_t bytes);
+
 Result<SimStats> SimulateRun(const RunPlan& plan, const SimSettings& s, const std::string& run_dir);
 
 }  // namespace gradsync

@@ -41,19 +41,42 @@ Plan HierarchicalPlan(int rank, const std::vector<std::vector<int>>& hosts, size
   return plan;
 }
 
+Plan SharedMemoryPlan(size_t count) {
+  PlanStep phase;
+  phase.send = phase.recv = {0, count};
+  phase.reduce = true;
+  phase.shm = PlanStep::Shm::kAllReduce;
+  return {phase};
+}
+
+ShmBytes SharedMemoryBytes(PlanStep::Shm phase, int index, int members, size_t count, size_t elem) {
+  ShmBytes b;
+  if (members <= 1 || phase == PlanStep::Shm::kNone) return b;
+  const uint64_t all = count * elem, others = static_cast<uint64_t>(members - 1);
+  if (phase == PlanStep::Shm::kBroadcast) {
+    if (index == 0) b.sent = others * all;
+    else b.received = all;
+    return b;
+  }
+  // Each member sums its share of the buffer over every slot: the rest of its slot goes to the
+  // others, their values of its share come in; then its sum goes to every other member
+  // (all-reduce) or to the leader (reduce), and theirs come in.
+  const uint64_t share = (ChunkBegin(count, members, index + 1) - ChunkBegin(count, members, index)) * elem;
+  const uint64_t rest = all - share;
+  const bool everyone = phase == PlanStep::Shm::kAllReduce;
+  b.sent = rest + (everyone ? others * share : (index == 0 ? 0 : share));
+  b.received = others * share + (everyone || index == 0 ? rest : 0);
+  return b;
+}
+
 Plan AllReducePlan(AllReduceAlgo algo, int rank, int n, size_t count, const std::vector<std::vector<int>>& hosts) {
   if (n <= 1) return {};
   switch (algo) {
     case AllReduceAlgo::kRhd: return HalvingDoublingPlan(rank, n, count);
     case AllReduceAlgo::kRd: return RecursiveDoublingPlan(rank, n, count);
     case AllReduceAlgo::kTree: return TreePlan(rank, n, count);
-    case AllReduceAlgo::kShm:
-    case AllReduceAlgo::kHier: {
-      if (!hosts.empty()) return HierarchicalPlan(rank, hosts, count);
-      std::vector<int> one(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) one[static_cast<size_t>(i)] = i;
-      return HierarchicalPlan(rank, {one}, count);
-    }
+    case AllReduceAlgo::kShm: return SharedMemoryPlan(count);
+    case AllReduceAlgo::kHier: return HierarchicalPlan(rank, hosts, count);
     default: return RingAllReducePlan(rank, n, count);
   }
 }

@@ -46,9 +46,9 @@ struct PlanStep {
   int from = -1;         // the rank it receives `recv` from
   ElementRange recv;
   bool reduce = false;   // what arrives is summed into place (else stored there)
-  // A shared-memory phase of the hierarchy (no peers): the host's ranks reduce into their
-  // leader (kReduce) or the leader's result goes back to them (kBroadcast).
-  enum class Shm : uint8_t { kNone, kReduce, kBroadcast } shm = Shm::kNone;
+  // A shared-memory phase (no peers) among the ranks of one host: all of them all-reduce (shm),
+  // they reduce into their leader, or the leader's result goes back to them (hier).
+  enum class Shm : uint8_t { kNone, kAllReduce, kReduce, kBroadcast } shm = Shm::kNone;
   bool operator==(const PlanStep&) const = default;
 };
 using Plan = std::vector<PlanStep>;
@@ -105,6 +105,15 @@ Plan TreePlan(int rank, int n, size_t count);
 // shared-memory reduce, the leaders' ring all-reduce (ranks, not positions), a shared-memory
 // broadcast; a host of one rank has no shared-memory steps, and a single leader no ring.
 Plan HierarchicalPlan(int rank, const std::vector<std::vector<int>>& hosts, size_t count);
+// Every rank on one host all-reducing through shared memory: one shared-memory phase.
+Plan SharedMemoryPlan(size_t count);
+// What a shared-memory phase moves through the region for member `index` of `members`, counted
+// as the wire would (ShmGroup: what it wrote that others read, times its readers; what it read
+// that others wrote), in bytes of `elem`-byte elements.
+struct ShmBytes {
+  uint64_t sent = 0, received = 0;
+};
+ShmBytes SharedMemoryBytes(PlanStep::Shm phase, int index, int members, size_t count, size_t elem);
 // The all-reduce by a resolved algorithm (not auto); shm has no network steps.
 Plan AllReducePlan(AllReduceAlgo algo, int rank, int n, size_t count, const std::vector<std::vector<int>>& hosts = {});
 

@@ -61,9 +61,12 @@ bool RunInMemory(const std::vector<Plan>& plans, const std::vector<std::vector<i
           if (m == r) continue;
           auto& md = (*data)[static_cast<size_t>(m)];
           for (size_t i = 0; i < d.size(); ++i) {
-            if (s.shm == PlanStep::Shm::kReduce) d[i] += md[i];
-            else md[i] = d[i];
+            if (s.shm == PlanStep::Shm::kBroadcast) md[i] = d[i];
+            else d[i] += md[i];
           }
+        }
+        if (s.shm == PlanStep::Shm::kAllReduce) {
+          for (int m : h) (*data)[static_cast<size_t>(m)] = d;
         }
         for (int m : h) ++at[m];
         moved = true;

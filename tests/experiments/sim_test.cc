@@ -347,10 +347,19 @@ TEST(SimTest, AllreduceAlgorithmsMoveTheRingsBytesAndRhdWinsWhenLatencyDominates
                     algo + std::to_string(workers) + "-" + std::to_string(static_cast<int>(latency_us)));
   };
   auto ring = run("ring", 16, 500), rhd = run("rhd", 16, 500), hier = run("hier", 16, 500);
-  // The same bytes (2(n-1)/n of the model each way; hier: the same sum over its three phases).
+  // The same bytes (2(n-1)/n of the model each way).
   EXPECT_NEAR(rhd.report.summary.bytes_per_step(), ring.report.summary.bytes_per_step(), 0.001 * ring.report.summary.bytes_per_step());
-  EXPECT_NEAR(hier.report.summary.bytes_per_step(), ring.report.summary.bytes_per_step(), 0.001 * ring.report.summary.bytes_per_step());
-  // 30 steps of 0.5 ms latency against 8 (rhd) and 2 x 7 + 2 x 1 (hier, groups of 8).
+  // hier, as the real collective runs it on 2 hosts of 8 ranks: each host's ranks reduce into
+  // their leader through shared memory and the leader hands the result back (counted as the
+  // wire would, as ShmGroup counts it: 2 x (7 + 7/8) + 14 models a host, 29.75 / 8 a rank), and
+  // only the 2 leaders' ring crosses the network (2 models a leader, 0.25 a rank, and rank 0's
+  // broadcast, 2 x 15/16 of a model over 10 steps).
+  const double model = 4.0 * kMlpParams;
+  ASSERT_TRUE(hier.report.summary.has_shm_bytes_per_step());
+  EXPECT_NEAR(hier.report.summary.shm_bytes_per_step(), 29.75 / 8 * model, 0.001 * model);
+  EXPECT_NEAR(hier.report.summary.bytes_per_step() - hier.report.summary.shm_bytes_per_step(), (0.25 + 30.0 / 160) * model,
+              0.001 * model);
+  // 30 steps of 0.5 ms latency against 8 (rhd) and 2 (hier: the leaders' ring of 2).
   EXPECT_LT(rhd.report.summary.step_ms(), 0.5 * ring.report.summary.step_ms());
   EXPECT_LT(hier.report.summary.step_ms(), 0.75 * ring.report.summary.step_ms());
   // Not a power of two: the fold's two extra whole-model steps, and it finishes.
@@ -450,7 +459,9 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: BSP model: "sparse_logreg" } sim { compute_ms: 1 } })")
                 .find("tensors"),
             std::string::npos);
-  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE allreduce_algo: "tree" } sim { compute_ms: 1 } })").find("ring, rhd and hier"),
+  // What the real collective refuses: shared memory between ranks that are each on a host of their own.
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE allreduce_algo: "shm" } link { rate: "1gbit" } sim { compute_ms: 1 } })")
+                .find("needs shared memory"),
             std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 host_cores: 2 usable_cores: 3 } })")
                 .find("usable_cores"),
