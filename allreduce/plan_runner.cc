@@ -9,7 +9,7 @@ Status RingCollective::ReceiveReducing(uint32_t step, int from, void* data, size
                                        const Reducer& reduce, int to, const void* send, size_t send_bytes) {
   scratch_.resize(std::max<size_t>(1, options_.segment_bytes / sizeof(float) + 1));
   char* d = static_cast<char*>(data);
-  return PeerExchange(OpKind::kAllReduce, step, to, send, send_bytes, from, scratch_.data(), bytes,
+  return mesh_.Exchange(CollectiveOp::kAllReduce, step, to, send, send_bytes, from, scratch_.data(), bytes,
                       [&](size_t off, size_t len) { reduce(d + off, scratch_.data(), len / elem); },
                       /*recv_reuse=*/true);
 }
@@ -24,12 +24,12 @@ Status RingCollective::RunPlan(const Plan& plan, void* data, size_t elem, const 
     if (s.reduce && overlap) {
       // A swap of the same range (recursive doubling): the whole incoming buffer first, then the sum.
       whole_.resize(recv_bytes);
-      RETURN_IF_ERROR(PeerExchange(OpKind::kAllReduce, s.tag, s.to, send, send_bytes, s.from, whole_.data(), recv_bytes, nullptr));
+      RETURN_IF_ERROR(mesh_.Exchange(CollectiveOp::kAllReduce, s.tag, s.to, send, send_bytes, s.from, whole_.data(), recv_bytes, nullptr));
       reduce(recv, whole_.data(), s.recv.size());
     } else if (s.reduce) {
       RETURN_IF_ERROR(ReceiveReducing(s.tag, s.from, recv, recv_bytes, elem, reduce, s.to, send, send_bytes));
     } else {
-      RETURN_IF_ERROR(PeerExchange(OpKind::kAllReduce, s.tag, s.to, send, send_bytes, s.from, recv, recv_bytes, nullptr));
+      RETURN_IF_ERROR(mesh_.Exchange(CollectiveOp::kAllReduce, s.tag, s.to, send, send_bytes, s.from, recv, recv_bytes, nullptr));
     }
   }
   return OkStatus();
