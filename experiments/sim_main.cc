@@ -1,4 +1,4 @@
-// gradsync-sim SPEC: the spec's runs simulated (experiments/sim.h), reported as gradsync-run
+// gradsync-sim SPEC: the spec's runs simulated (experiments/sim/sim.h), reported as gradsync-run
 // reports real runs, marked simulated; --compare sets them beside a real run of the same spec.
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include "common/flags.h"
 #include "common/metrics.h"
 #include "experiments/report.h"
-#include "experiments/sim.h"
+#include "experiments/sim/sim.h"
 #include "experiments/spec.h"
 
 namespace po = boost::program_options;

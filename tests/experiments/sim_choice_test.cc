@@ -6,7 +6,7 @@
 
 #include "allreduce/tcp_ring.h"
 #include "common/check.h"
-#include "experiments/sim.h"
+#include "experiments/sim/sim.h"
 
 namespace gradsync {
 namespace {

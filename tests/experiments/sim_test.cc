@@ -1,8 +1,8 @@
-// gradsync-sim's simulation (experiments/sim.h) against what its model says must happen: the
+// gradsync-sim's simulation (experiments/sim/sim.h) against what its model says must happen: the
 // protocol's bytes, a bsp step on a known link, the CPU it models and a PS message's, the ssp
 // bound and its waits, the workers' own straggler draws, the all-reduce algorithms, racks, codec
 // payloads, the accuracy join, bad settings, and the same output for the same spec.
-#include "experiments/sim.h"
+#include "experiments/sim/sim.h"
 
 #include <gtest/gtest.h>
 

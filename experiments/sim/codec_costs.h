@@ -1,0 +1,49 @@
+// Codec costs, measured on this machine: a payload's size and the encode and decode times of a
+// push and of a compressed pull, per message size.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gradsync::sim {
+
+struct CodecCost {
+  size_t payload = 0;
+  double encode_us = 0, decode_us = 0;            // a push: the sender's encoder, the codec's decode
+  double pull_encode_us = 0, pull_decode_us = 0;  // a compressed pull: the shard's delta encoder, the worker's decoder
+};
+
+class Codecs {
+ public:
+  Codecs(std::string spec, bool error_feedback, float correction, double encode_us_per_float,
+         double pull_encode_us_per_float);
+  bool on() const { return spec_ != "none" && !spec_.empty(); }
+  const std::string& spec() const { return spec_; }
+  // The payload of n floats and the median of 5 timed encodes and decodes of random values
+  // (after 2 that warm up).
+  Result<CodecCost> Cost(size_t n);
+  // What was measured, for the run's description.
+  std::string Describe() const;
+  bool summable();
+  // A summable payload's elements as the collective sums them: random-k's floats, else 16-bit
+  // halves (BucketAverager).
+  size_t summed_element_bytes();
+
+ private:
+  // Codecs run in processes that share a machine's caches with others: each op is timed from
+  // cold caches (a pass over 64 MiB first), not from the caches a loop of its own would warm.
+  void Evict();
+  std::vector<float> evict_;
+  volatile float sink_ = 0;
+  std::string spec_;
+  bool error_feedback_;
+  float correction_;
+  double encode_per_float_, pull_encode_per_float_;
+  std::map<size_t, CodecCost> cache_;
+};
+
+}  // namespace gradsync::sim

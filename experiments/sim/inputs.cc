@@ -1,0 +1,124 @@
+#include "experiments/sim/inputs.h"
+
+#include <algorithm>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/flags.h"
+#include "common/metrics.h"
+#include "experiments/trace_merge.h"
+
+namespace gradsync::sim {
+namespace {
+
+constexpr int64_t kFashionInputs = 784, kFashionClasses = 10;
+
+// A metrics file opened and its header checked; `field` names the setting that gave it.
+Result<std::ifstream> OpenMetrics(const std::string& path, const std::string& field) {
+  std::ifstream f(path);
+  if (!f) {
+    return NotFoundError(path + ": cannot read (" + field +
+                         ": the metrics of a real run, which gradsync-run writes; run the spec that measures it "
+                         "first, e.g. gradsync-run experiments/specs/sim_measure.textproto)");
+  }
+  std::string line;
+  std::getline(f, line);
+  if (line != MetricsWriter::kHeader)
+    return DataLossError(path + ": not a metrics file (its header is '" + line + "')");
+  return f;
+}
+
+}  // namespace
+
+Result<double> MedianComputeMs(const std::string& path) {
+  ASSIGN_OR_RETURN(std::ifstream f, OpenMetrics(path, "sim.compute_from"));
+  std::string line;
+  std::vector<double> ms;
+  while (std::getline(f, line)) {
+    auto v = SplitCsv(line);
+    if (v.size() != kMetricsColumns || !v[kColTestAccuracy].empty() || v[kColCompute].empty()) continue;
+    try {
+      ms.push_back(std::stod(v[kColCompute]));
+    } catch (const std::exception&) {
+      return DataLossError(path + ": a row does not parse: " + line);
+    }
+  }
+  if (ms.empty()) return DataLossError(path + ": no training rows (sim.compute_from)");
+  return Median(std::move(ms));
+}
+
+Result<std::vector<AccuracyPoint>> AccuracyCurve(const std::string& path) {
+  ASSIGN_OR_RETURN(std::ifstream f, OpenMetrics(path, "sim.accuracy_from"));
+  std::string line;
+  std::vector<AccuracyPoint> curve;
+  while (std::getline(f, line)) {
+    auto v = SplitCsv(line);
+    if (v.size() != kMetricsColumns || v[kColTestAccuracy].empty() || v[kColWorker] != "0") continue;
+    try {
+      curve.push_back({std::stoll(v[kColStep]), std::stod(v[kColTestAccuracy])});
+    } catch (const std::exception&) {
+      return DataLossError(path + ": a row does not parse: " + line);
+    }
+  }
+  if (curve.empty()) return DataLossError(path + ": no evaluation rows (sim.accuracy_from)");
+  std::stable_sort(curve.begin(), curve.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return curve;
+}
+
+double AccuracyAt(const std::vector<AccuracyPoint>& curve, int64_t step) {
+  if (step <= curve.front().step) return curve.front().accuracy;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (step <= curve[i].step) {
+      const auto& a = curve[i - 1];
+      const auto& b = curve[i];
+      const double f = static_cast<double>(step - a.step) / static_cast<double>(std::max<int64_t>(1, b.step - a.step));
+      return a.accuracy + f * (b.accuracy - a.accuracy);
+    }
+  }
+  return curve.back().accuracy;
+}
+
+Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t) {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> widths{kFashionInputs};
+  if (t.model() == "mlp") {
+    ASSIGN_OR_RETURN(std::vector<int64_t> hidden, ParseIntList(t.hidden(), 1, 1 << 20));
+    widths.insert(widths.end(), hidden.begin(), hidden.end());
+  } else if (t.model() != "softmax") {
+    return InvalidArgumentError("model '" + t.model() +
+                                "': give its tensors (sim { tensors: ... }), floats each in forward order");
+  }
+  if (t.has_dataset() && t.dataset() != "fashion-mnist") {
+    return InvalidArgumentError("dataset '" + t.dataset() + "': give the model's tensors (sim { tensors: ... })");
+  }
+  widths.push_back(kFashionClasses);
+  for (size_t i = 1; i < widths.size(); ++i) {
+    sizes.push_back(widths[i - 1] * widths[i]);
+    sizes.push_back(widths[i]);
+  }
+  return sizes;
+}
+
+Status CodecTimesFromTrace(const std::string& path, SimSettings* s) {
+  ASSIGN_OR_RETURN(LoadedTrace trace, LoadTrace(path));
+  std::vector<double> worker, server;
+  for (const TraceEvent& e : trace.events) {
+    if (e.name != "encode" || e.instant) continue;
+    const double values = e.Arg("values");
+    if (values <= 0) continue;
+    const std::string& who = trace.processes.at(static_cast<size_t>(e.process));
+    (who.rfind("worker", 0) == 0 ? worker : who.rfind("server", 0) == 0 ? server : worker).push_back(e.dur_us / values);
+  }
+  if (worker.empty())
+    return InvalidArgumentError(path +
+                                ": no worker encode spans with values (sim.codec_from needs a traced compressed run)");
+  s->encode_us_per_float = Median(std::move(worker));
+  if (!server.empty()) s->pull_encode_us_per_float = Median(std::move(server));
+  s->codec_source = path;
+  return OkStatus();
+}
+
+}  // namespace gradsync::sim

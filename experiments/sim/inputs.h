@@ -1,0 +1,33 @@
+// The simulation's inputs from real runs and from the spec's train: the compute time and the
+// accuracy curve of a real run's metrics, the codec encode times of a traced run, and the model's
+// tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "experiments/sim/sim.h"
+#include "train_config.pb.h"
+
+namespace gradsync::sim {
+
+// The median compute_ms of a metrics file's training rows (every worker's).
+Result<double> MedianComputeMs(const std::string& path);
+
+// Worker 0's evaluation rows of a metrics file: accuracy vs step.
+Result<std::vector<AccuracyPoint>> AccuracyCurve(const std::string& path);
+
+// Accuracy at `step`: linear between measured points, the last one held past the end.
+double AccuracyAt(const std::vector<AccuracyPoint>& curve, int64_t step);
+
+// The model's tensors (floats, forward order) from train's model: the MLP's and softmax's
+// Fashion-MNIST layouts (weight, then bias, per layer).
+Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t);
+
+// The median encode time per float of a traced run's `encode` spans, its workers' and its
+// shards' (spans that say how many values they encoded).
+Status CodecTimesFromTrace(const std::string& path, SimSettings* s);
+
+}  // namespace gradsync::sim

@@ -1,0 +1,65 @@
+#include "experiments/sim/job.h"
+
+#include "common/train_config.h"
+#include "experiments/sim/inputs.h"
+
+namespace gradsync::sim {
+
+Job::Job(const RunPlan& p, const SimSettings& settings, int hosts, uint64_t share_seed) : plan(p), s(settings) {
+  cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores, s.usable_cores);
+  net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0, share_seed);
+  rec.resize(static_cast<size_t>(p.workers));
+  stragglers.resize(static_cast<size_t>(p.workers));
+  for (const auto& [w, st] : p.stragglers) {
+    auto spec = ParseStraggler(st.spec);
+    if (spec.ok()) stragglers[static_cast<size_t>(w)] = Straggler(*spec, st.seed);
+  }
+}
+
+Status Job::Row(int w, int64_t step) {
+  auto& r = rec[static_cast<size_t>(w)];
+  const int64_t every = plan.run.train().log_every();
+  if (every <= 0 || step % every != 0) return OkStatus();
+  MetricsRow row;
+  row.step = step;
+  row.epoch = epoch_of(step);
+  row.wall_s = engine.now() / 1e6;
+  row.loss = NAN;
+  row.bytes_sent = r.sent;
+  row.bytes_received = r.received;
+  row.shm_bytes_sent = r.shm_sent;
+  row.shm_bytes_received = r.shm_received;
+  row.compute_ms = r.compute_ms;
+  row.comm_ms = r.comm_ms;
+  row.wait_ms = r.wait_ms;
+  row.delay_ms = r.delay_ms;
+  row.hidden_ms = r.hidden_ms;
+  row.version_lag = r.version_lag;
+  row.clock_staleness = r.clock_staleness;
+  r.rows.emplace_back(step, row.wall_s);
+  return r.metrics->Write(row);
+}
+
+Status Job::EvalRow(int64_t step) {
+  auto& r = rec[0];
+  MetricsRow row;
+  row.step = step;
+  row.epoch = epoch_of(step);
+  row.wall_s = engine.now() / 1e6;
+  row.bytes_sent = r.sent;
+  row.bytes_received = r.received;
+  row.shm_bytes_sent = r.shm_sent;
+  row.shm_bytes_received = r.shm_received;
+  row.test_accuracy = s.accuracy.empty() ? NAN : AccuracyAt(s.accuracy, step);
+  row.test_loss = NAN;
+  return r.metrics->Write(row);
+}
+
+bool Job::EvalDue(int64_t step) const {
+  if (step <= 0 || step >= s.steps) return false;
+  if (step % s.steps_per_epoch == 0) return true;
+  const int64_t every = plan.run.train().eval_every();
+  return every > 0 && step % every == 0;
+}
+
+}  // namespace gradsync::sim
