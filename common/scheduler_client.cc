@@ -45,46 +45,13 @@ void SchedulerClient::Loop(std::stop_token stop) {
     cv_.notify_all();
     return;
   }
-  auto last_heard = Clock::now();
-  bool heard = false;  // the scheduler has answered once: silence from then on is losing it
-  bool said_waiting = false;  // the warning about a silent scheduler whose connection is up
-  auto next_beat = Clock::now();
+  LinkState link;
+  link.last_heard = Clock::now();
+  link.next_beat = Clock::now();
   PauseDetector pause(options_.scheduler_timeout_s / 2);
   while (!stop.stop_requested()) {
-    std::deque<ControlMessage> out;
-    {
-      std::lock_guard lock(mu_);
-      out.swap(outbox_);
-    }
-    for (auto& c : out) {
-      if (c.type == wire::HEARTBEAT) c.sent_clock_us = SteadyMicros();  // a clock probe
-      (void)sock->Send("", EncodeControl(c));
-    }
-    if (!out.empty()) cv_.notify_all();
-    if (Clock::now() >= next_beat) {
-      ControlMessage beat = Control(wire::HEARTBEAT);
-      {
-        std::lock_guard lock(mu_);
-        beat.sender_role = options_.self.role();
-        beat.sender_rank = rank_;
-      }
-      beat.sent_clock_us = SteadyMicros();
-      (void)sock->Send("", EncodeControl(beat));
-      next_beat = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(options_.heartbeat_interval_s));
-    }
-    auto m = sock->Recv(5);
-    if (m.ok()) {
-      last_heard = Clock::now();
-      heard = true;
-      auto c = m->malformed.ok() ? DecodeControl(m->header) : Result<ControlMessage>(m->malformed);
-      if (c.ok()) {
-        Handle(*c);
-        if (c->type == wire::NODE_DEAD) {
-          std::lock_guard lock(on_dead_mu_);
-          if (on_dead_) on_dead_(c->node);
-        }
-      }
-    }
+    SendQueued(*sock, link);
+    ReceiveOne(*sock, link);
     if (Status hs = sock->HandshakeStatus(); !hs.ok()) {
       // Retrying cannot help: the keys are wrong. Said once, as what it is (not "silent").
       std::lock_guard lock(mu_);
@@ -103,36 +70,10 @@ void SchedulerClient::Loop(std::stop_token stop) {
     // the next heartbeat (it may say this node was declared dead meanwhile).
     if (const double paused = pause.Turn(); paused > 0) {
       GRADSYNC_LOG(WARNING) << "this process was paused for " << paused << " s";
-      last_heard = Clock::now();
-      next_beat = Clock::now();
+      link.last_heard = Clock::now();
+      link.next_beat = Clock::now();
     }
-    // Silent past the timeout: a scheduler whose connection is still up is alive (paused or
-    // starved: it judges nobody while it does not run, so waiting costs nothing), and gets up to
-    // kSchedulerUpFactor timeouts; one whose connection closed (it died) is lost at once.
-    const auto silent = Clock::now() - last_heard;
-    // (The connection's state is asked only past the timeout: not on every 5 ms turn.)
-    const bool up = heard && silent > Seconds(options_.scheduler_timeout_s) && sock->PeerConnected();
-    if (silent > Seconds(options_.scheduler_timeout_s) && up && !said_waiting) {
-      GRADSYNC_LOG(WARNING) << "the scheduler at " << options_.scheduler_endpoint << " has been silent for "
-                            << options_.scheduler_timeout_s << " s but its connection is up (paused or starved?): "
-                            << "waiting up to " << kSchedulerUpFactor * options_.scheduler_timeout_s << " s";
-      said_waiting = true;
-    }
-    if (silent <= Seconds(options_.scheduler_timeout_s)) said_waiting = false;
-    if (silent > Seconds(options_.scheduler_timeout_s * (up ? kSchedulerUpFactor : 1.0))) {
-      std::lock_guard lock(mu_);
-      if (health_.ok()) {
-        std::ostringstream seconds;
-        seconds << options_.scheduler_timeout_s * (up ? kSchedulerUpFactor : 1.0);
-        health_ = heard ? UnavailableError("lost the scheduler at " + options_.scheduler_endpoint + ": silent for " +
-                                           seconds.str() + " s")
-                        : UnavailableError("could not reach the scheduler at " + options_.scheduler_endpoint +
-                                           ": no answer in " + seconds.str() +
-                                           " s (is it running there? --scheduler=HOST:PORT)");
-        events_++;
-        cv_.notify_all();
-      }
-    }
+    CheckSilence(*sock, link);
     if (!told_unhealthy_) {
       Status h = health();
       if (!h.ok()) {
@@ -140,6 +81,75 @@ void SchedulerClient::Loop(std::stop_token stop) {
         std::lock_guard lock(on_dead_mu_);
         if (on_unhealthy_) on_unhealthy_(h);
       }
+    }
+  }
+}
+
+void SchedulerClient::SendQueued(Socket& sock, LinkState& link) {
+  std::deque<ControlMessage> out;
+  {
+    std::lock_guard lock(mu_);
+    out.swap(outbox_);
+  }
+  for (auto& c : out) {
+    if (c.type == wire::HEARTBEAT) c.sent_clock_us = SteadyMicros();  // a clock probe
+    (void)sock.Send("", EncodeControl(c));
+  }
+  if (!out.empty()) cv_.notify_all();
+  if (Clock::now() >= link.next_beat) {
+    ControlMessage beat = Control(wire::HEARTBEAT);
+    {
+      std::lock_guard lock(mu_);
+      beat.sender_role = options_.self.role();
+      beat.sender_rank = rank_;
+    }
+    beat.sent_clock_us = SteadyMicros();
+    (void)sock.Send("", EncodeControl(beat));
+    link.next_beat = Clock::now() + std::chrono::duration_cast<Clock::duration>(Seconds(options_.heartbeat_interval_s));
+  }
+}
+
+void SchedulerClient::ReceiveOne(Socket& sock, LinkState& link) {
+  auto m = sock.Recv(5);
+  if (!m.ok()) return;
+  link.last_heard = Clock::now();
+  link.heard = true;
+  auto c = m->malformed.ok() ? DecodeControl(m->header) : Result<ControlMessage>(m->malformed);
+  if (c.ok()) {
+    Handle(*c);
+    if (c->type == wire::NODE_DEAD) {
+      std::lock_guard lock(on_dead_mu_);
+      if (on_dead_) on_dead_(c->node);
+    }
+  }
+}
+
+void SchedulerClient::CheckSilence(Socket& sock, LinkState& link) {
+  // Silent past the timeout: a scheduler whose connection is still up is alive (paused or
+  // starved: it judges nobody while it does not run, so waiting costs nothing), and gets up to
+  // kSchedulerUpFactor timeouts; one whose connection closed (it died) is lost at once.
+  const auto silent = Clock::now() - link.last_heard;
+  // (The connection's state is asked only past the timeout: not on every 5 ms turn.)
+  const bool up = link.heard && silent > Seconds(options_.scheduler_timeout_s) && sock.PeerConnected();
+  if (silent > Seconds(options_.scheduler_timeout_s) && up && !link.said_waiting) {
+    GRADSYNC_LOG(WARNING) << "the scheduler at " << options_.scheduler_endpoint << " has been silent for "
+                          << options_.scheduler_timeout_s << " s but its connection is up (paused or starved?): "
+                          << "waiting up to " << kSchedulerUpFactor * options_.scheduler_timeout_s << " s";
+    link.said_waiting = true;
+  }
+  if (silent <= Seconds(options_.scheduler_timeout_s)) link.said_waiting = false;
+  if (silent > Seconds(options_.scheduler_timeout_s * (up ? kSchedulerUpFactor : 1.0))) {
+    std::lock_guard lock(mu_);
+    if (health_.ok()) {
+      std::ostringstream seconds;
+      seconds << options_.scheduler_timeout_s * (up ? kSchedulerUpFactor : 1.0);
+      health_ = link.heard ? UnavailableError("lost the scheduler at " + options_.scheduler_endpoint + ": silent for " +
+                                              seconds.str() + " s")
+                           : UnavailableError("could not reach the scheduler at " + options_.scheduler_endpoint +
+                                              ": no answer in " + seconds.str() +
+                                              " s (is it running there? --scheduler=HOST:PORT)");
+      events_++;
+      cv_.notify_all();
     }
   }
 }
@@ -165,15 +175,7 @@ void SchedulerClient::Handle(const ControlMessage& h) {
       registered_ = true;
       break;
     case wire::ERROR:
-      if (!registered_) {
-        register_error_ = h.status;
-      } else if (h.status.code() == StatusCode::kAborted) {
-        // Declared dead: this node is out of the job and must stop.
-        if (health_.ok()) health_ = AbortedError("the scheduler says: " + h.status.message());
-        events_++;
-      } else {
-        GRADSYNC_LOG(WARNING) << "scheduler: " << h.status.message();
-      }
+      HandleError(h);
       break;
     case wire::BARRIER_RELEASE:
       if (!h.status.ok()) {
@@ -189,19 +191,9 @@ void SchedulerClient::Handle(const ControlMessage& h) {
       dead_now_.insert({h.node.role(), h.node.rank()});
       events_++;
       break;
-    case wire::NODE_JOINED: {
-      const auto& n = h.node;
-      auto* slots = n.role() == wire::SERVER ? table_.mutable_servers() : table_.mutable_workers();
-      if (n.standby()) {
-        *table_.add_standbys() = n;  // a standby holds no rank of the table's servers
-      } else if (n.rank() >= 0 && n.rank() < slots->size()) {
-        *slots->Mutable(n.rank()) = n;
-      }
-      joined_.push_back(n);
-      dead_now_.erase({n.role(), n.rank()});
-      events_++;
+    case wire::NODE_JOINED:
+      HandleJoined(h.node);
       break;
-    }
     case wire::TRAINING_ENDED:
       if (h.node.role() != wire::WORKER || h.node.rank() < 0 || h.clock < 0) {
         GRADSYNC_LOG(WARNING) << "scheduler: dropped a TRAINING_ENDED for " << NodeName(h.node) << " at clock "
@@ -228,23 +220,51 @@ void SchedulerClient::Handle(const ControlMessage& h) {
       events_++;
       break;
     case wire::HEARTBEAT:
-      if (h.sent_clock_us > 0 && std::isfinite(h.sent_clock_us) && h.scheduler_clock_us > 0 &&
-          std::isfinite(h.scheduler_clock_us)) {
-        // The scheduler read its clock between this node's send and now: the round trip's
-        // midpoint, with the least error where the round trip was shortest.
-        const double now = SteadyMicros();
-        const double rtt = now - h.sent_clock_us;
-        if (rtt >= 0 && (clock_rtt_us_ < 0 || rtt < clock_rtt_us_)) {
-          clock_rtt_us_ = rtt;
-          clock_offset_us_ = h.scheduler_clock_us - (h.sent_clock_us + now) / 2;
-        }
-        clock_probes_++;
-      }
+      HandleClockProbe(h);
       break;
     default:
       break;
   }
   cv_.notify_all();
+}
+
+void SchedulerClient::HandleError(const ControlMessage& h) {
+  if (!registered_) {
+    register_error_ = h.status;
+  } else if (h.status.code() == StatusCode::kAborted) {
+    // Declared dead: this node is out of the job and must stop.
+    if (health_.ok()) health_ = AbortedError("the scheduler says: " + h.status.message());
+    events_++;
+  } else {
+    GRADSYNC_LOG(WARNING) << "scheduler: " << h.status.message();
+  }
+}
+
+void SchedulerClient::HandleJoined(const wire::NodeInfo& n) {
+  auto* slots = n.role() == wire::SERVER ? table_.mutable_servers() : table_.mutable_workers();
+  if (n.standby()) {
+    *table_.add_standbys() = n;  // a standby holds no rank of the table's servers
+  } else if (n.rank() >= 0 && n.rank() < slots->size()) {
+    *slots->Mutable(n.rank()) = n;
+  }
+  joined_.push_back(n);
+  dead_now_.erase({n.role(), n.rank()});
+  events_++;
+}
+
+void SchedulerClient::HandleClockProbe(const ControlMessage& h) {
+  if (h.sent_clock_us > 0 && std::isfinite(h.sent_clock_us) && h.scheduler_clock_us > 0 &&
+      std::isfinite(h.scheduler_clock_us)) {
+    // The scheduler read its clock between this node's send and now: the round trip's
+    // midpoint, with the least error where the round trip was shortest.
+    const double now = SteadyMicros();
+    const double rtt = now - h.sent_clock_us;
+    if (rtt >= 0 && (clock_rtt_us_ < 0 || rtt < clock_rtt_us_)) {
+      clock_rtt_us_ = rtt;
+      clock_offset_us_ = h.scheduler_clock_us - (h.sent_clock_us + now) / 2;
+    }
+    clock_probes_++;
+  }
 }
 
 void SchedulerClient::EstimateClock(int probes, double timeout_s) {

@@ -18,6 +18,7 @@
 //   RETURN_IF_ERROR(sc.Barrier("init", "workers", 60));
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <deque>
@@ -149,8 +150,25 @@ class SchedulerClient {
   TrafficCounters traffic() const;
 
  private:
+  // The client thread's state between two turns of Loop.
+  struct LinkState {
+    std::chrono::steady_clock::time_point last_heard;
+    bool heard = false;         // the scheduler has answered once: silence from then on is losing it
+    bool said_waiting = false;  // the warning about a silent scheduler whose connection is up
+    std::chrono::steady_clock::time_point next_beat;
+  };
+
   void Loop(std::stop_token stop);
+  // Loop's steps: sends what the node queued and the heartbeat when it is due, takes one message
+  // from the scheduler (or none in 5 ms), and judges the scheduler's silence.
+  void SendQueued(Socket& sock, LinkState& link);
+  void ReceiveOne(Socket& sock, LinkState& link);
+  void CheckSilence(Socket& sock, LinkState& link);
   void Handle(const ControlMessage& c);
+  // Handle's cases that take more than a few lines, under mu_.
+  void HandleError(const ControlMessage& h);
+  void HandleJoined(const wire::NodeInfo& n);
+  void HandleClockProbe(const ControlMessage& h);
   void Enqueue(ControlMessage c);
 
   SchedulerClientOptions options_;

@@ -215,52 +215,64 @@ Result<StragglerSpec> ParseStraggler(const std::string& spec) {
   return out;
 }
 
-std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
-  std::vector<ConfigError> errors;
-  Checker k(naming, &errors);
-  const Mode mode = c.mode();
-  const bool ps = IsPsMode(mode), allreduce = mode == config::ALLREDUCE, joins = JoinsJob(mode);
-  const bool sparse_model = c.model() == "sparse_logreg";
+namespace {
 
-  // The mode and the settings that belong to some modes only.
+// What several of Validate's checks depend on: the kind of mode, the model and the device.
+struct Traits {
+  explicit Traits(const TrainConfig& c)
+      : mode(c.mode()),
+        ps(IsPsMode(mode)),
+        allreduce(mode == config::ALLREDUCE),
+        joins(JoinsJob(mode)),
+        sparse_model(c.model() == "sparse_logreg"),
+        cuda(c.device() == "cuda") {}
+  Mode mode;
+  bool ps, allreduce, joins, sparse_model, cuda;
+};
+
+// The mode and the settings that belong to some modes only.
+void CheckMode(const TrainConfig& c, const Traits& t, Checker& k) {
+  const Mode mode = t.mode;
   if (mode == config::MODE_UNSPECIFIED) k.Add("mode", std::string("{mode} must be ") + kModeNames);
   if (c.has_staleness()) {
     if (mode != config::SSP) k.Add("staleness", "{staleness} applies to {mode=ssp} only ({mode=asp} is unbounded)");
     if (c.staleness() < 0 || c.staleness() > 1000000) k.Add("staleness", "{staleness} must be in [0, 1000000]");
   }
   for (const char* f : {"recovery_timeout", "push_part_mib", "shm", "data_channel", "data_channel_min_mib"}) {
-    if (!ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
+    if (!t.ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
-  if (!joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
+  if (!t.joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
   if (!(c.push_part_mib() >= 1e-6 && c.push_part_mib() <= 1024)) k.Add("push_part_mib", "{push_part_mib} must be in (0, 1024]");
   if (!(c.data_channel_min_mib() >= 0 && c.data_channel_min_mib() <= 1024)) {
     k.Add("data_channel_min_mib", "{data_channel_min_mib} must be in [0, 1024]");
   }
-  if (!allreduce) {
+  if (!t.allreduce) {
     for (const char* f : {"bucket_mib", "collective_timeout", "first_bucket_mib", "checkpoint_dir", "checkpoint_every", "resume",
                           "ring_encrypt", "allreduce_algo", "zero", "allreduce_shm"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {mode=allreduce} only");
     }
   }
+}
 
-  // The device.
-  const bool cuda = c.device() == "cuda";
-  if (c.device() != "cpu" && !cuda) k.Add("device", "{device} must be cpu or cuda, not '", c.device() + "'");
-  if (c.has_gpu() && !cuda) k.Add("gpu", "{gpu} applies to {device=cuda}");
+void CheckDevice(const TrainConfig& c, const Traits& t, Checker& k) {
+  if (c.device() != "cpu" && !t.cuda) k.Add("device", "{device} must be cpu or cuda, not '", c.device() + "'");
+  if (c.has_gpu() && !t.cuda) k.Add("gpu", "{gpu} applies to {device=cuda}");
   if (c.gpu() < -1) k.Add("gpu", "{gpu} must be >= 0");
-  if (cuda) {
-    if (sparse_model) k.Add("device", "{device=cuda} applies to {model=softmax|mlp}");
+  if (t.cuda) {
+    if (t.sparse_model) k.Add("device", "{device=cuda} applies to {model=softmax|mlp}");
     if (c.accumulate() > 1) k.Add("accumulate", "{accumulate} is not supported with {device=cuda}");
-    if (allreduce && c.compress() != "none") {
+    if (t.allreduce && c.compress() != "none") {
       k.Add("compress", "{compress} is not supported with {device=cuda} {mode=allreduce} (NCCL averages fp32 gradients)");
     }
     if (c.has_checkpoint_dir()) k.Add("checkpoint_dir", "{checkpoint_dir} is not supported with {device=cuda} yet");
   }
+}
 
-  // All-reduce buckets and checkpoints.
+// All-reduce buckets and checkpoints.
+void CheckAllReduce(const TrainConfig& c, const Traits& t, Checker& k) {
   if (!(c.bucket_mib() > 0)) k.Add("bucket_mib", "{bucket_mib} must be > 0");
   if (c.zero() < 0 || c.zero() > 2) k.Add("zero", "{zero} must be 0, 1 or 2");
-  if (c.zero() > 0 && sparse_model) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
+  if (c.zero() > 0 && t.sparse_model) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
   if (!IsOneOf(kAllReduceAlgoNames, c.allreduce_algo())) {
     k.Add("allreduce_algo", "{allreduce_algo}: ", "unknown all-reduce algorithm '" + c.allreduce_algo() + "' (expected " +
                                                       kAllReduceAlgoNames + ")");
@@ -271,20 +283,21 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     k.Add(c.resume() ? "resume" : "checkpoint_every", "{resume} and {checkpoint_every} need {checkpoint_dir}");
   }
   if (!(c.collective_timeout() > 0)) k.Add("collective_timeout", "{collective_timeout} must be > 0");
+}
 
-  // Compression.
+void CheckCompression(const TrainConfig& c, const Traits& t, Checker& k) {
   auto codec = ParseCodecSpec(c.compress());
   if (!codec.ok()) {
     k.Add("compress", "{compress}: ", codec.status().message());
   } else {
     const bool has_codec = codec->kind != CodecSpec::Kind::kNone;
     if (c.error_feedback() && !has_codec) k.Add("error_feedback", "{error_feedback} needs a {compress} codec");
-    if (has_codec && !joins) k.Add("compress", "{compress} applies to the modes that join a job (bsp|ssp|asp|allreduce)");
+    if (has_codec && !t.joins) k.Add("compress", "{compress} applies to the modes that join a job (bsp|ssp|asp|allreduce)");
     // Checked here, not first after the worker has joined and loaded its data.
-    if (has_codec && sparse_model) k.Add("compress", "{compress} applies to the dense models, not {model=sparse_logreg}");
+    if (has_codec && t.sparse_model) k.Add("compress", "{compress} applies to the dense models, not {model=sparse_logreg}");
     if (c.compress_pull()) {
       if (!has_codec) k.Add("compress_pull", "{compress_pull} needs a {compress} codec");
-      if (allreduce) k.Add("compress_pull", "{compress_pull} applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
+      if (t.allreduce) k.Add("compress_pull", "{compress_pull} applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
     }
     if (c.momentum_correction()) {
       if (!codec->sparse()) k.Add("momentum_correction", "{momentum_correction} needs {compress=topk:R} or randomk:R");
@@ -297,8 +310,11 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     k.Add("momentum_correction", "{momentum_correction} needs {momentum} > 0");
   }
   if (c.momentum_correction() && c.nesterov()) k.Add("momentum_correction", "{momentum_correction} does not combine with {nesterov}");
+}
 
-  // The model and the data.
+// The model and the data.
+void CheckModelAndData(const TrainConfig& c, const Traits& t, Checker& k) {
+  const bool sparse_model = t.sparse_model;
   const bool known_model = c.model() == "softmax" || c.model() == "mlp" || sparse_model;
   if (!known_model) k.Add("model", "{model}: ", "unknown model '" + c.model() + "' (expected " + kModelNames + ")");
   if (c.model() == "mlp") {
@@ -321,7 +337,9 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   if ((sparse_model || dataset == "sparse-logistic") && (c.feature_bits() < 4 || c.feature_bits() > 30)) {
     k.Add("feature_bits", "{feature_bits} must be in [4, 30]");
   }
+}
 
+void CheckPrecision(const TrainConfig& c, const Traits& t, Checker& k) {
   if (auto precision = ParsePrecision(c.precision()); !precision.ok()) {
     k.Add("precision", "{precision} must be fp32, bf16 or fp16, not '", c.precision() + "'");
   } else if (*precision != Precision::kFp16 && c.has_initial_loss_scale()) {
@@ -330,18 +348,27 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     if (!(std::isfinite(c.initial_loss_scale()) && c.initial_loss_scale() >= 1)) {
       k.Add("initial_loss_scale", "{initial_loss_scale} must be a finite number >= 1, not ", ShortestText(c.initial_loss_scale()));
     }
-    if (sparse_model) k.Add("precision", "{precision=" + c.precision() + "} applies to the dense models, not {model=sparse_logreg}");
+    if (t.sparse_model) k.Add("precision", "{precision=" + c.precision() + "} applies to the dense models, not {model=sparse_logreg}");
     if (*precision == Precision::kFp16 && (c.error_feedback() || c.momentum_correction())) {
       k.Add(c.error_feedback() ? "error_feedback" : "momentum_correction",
             "{precision=fp16} skips the steps whose scaled gradient overflows, which a compression residual would take in: "
             "drop {error_feedback} / {momentum_correction}, or use {precision=bf16}");
     }
-    if (cuda && allreduce && c.zero() > 0) {
+    if (t.cuda && t.allreduce && c.zero() > 0) {
       k.Add("zero", "{zero} with {device=cuda} is not supported with {precision=" + c.precision() + "} yet");
     }
   }
+}
 
-  // The optimizer and its schedule.
+void CheckAdamBetas(const TrainConfig& c, Checker& k) {
+  for (const auto& [field, beta] : {std::pair{"adam_beta1", c.adam_beta1()}, std::pair{"adam_beta2", c.adam_beta2()}}) {
+    if (!(beta >= 0 && beta < 1)) k.Add(field, "{" + std::string(field) + "} must be in [0, 1), not ", ShortestText(beta));
+  }
+  if (!(std::isfinite(c.adam_eps()) && c.adam_eps() > 0)) k.Add("adam_eps", "{adam_eps} must be > 0");
+}
+
+// The optimizer and the settings that belong to some optimizers only.
+void CheckOptimizer(const TrainConfig& c, const Traits& t, Checker& k) {
   const auto optimizer = ParseOptimizerKind(c.optimizer());
   const bool adam = optimizer.ok() && *optimizer == OptimizerKind::kAdam;
   const bool lars = optimizer.ok() && *optimizer == OptimizerKind::kLars;
@@ -360,8 +387,8 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     }
     if (c.nesterov()) k.Add("nesterov", "{nesterov} is SGD's, not {optimizer=" + name + "}'s");
     if (c.momentum_correction()) k.Add("momentum_correction", "{momentum_correction} applies to {optimizer=sgd}");
-    if (sparse_model) k.Add("optimizer", "{optimizer=" + name + "} applies to the dense models, not {model=sparse_logreg}");
-    if (cuda && !ps) {
+    if (t.sparse_model) k.Add("optimizer", "{optimizer=" + name + "} applies to the dense models, not {model=sparse_logreg}");
+    if (t.cuda && !t.ps) {
       k.Add("optimizer", "{optimizer=" + name + "} with {device=cuda} runs in the PS modes only (the device optimizer is SGD's)");
     }
   }
@@ -373,39 +400,37 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
     k.Add("trust_coefficient", "{trust_coefficient} applies to {optimizer=lars}");
   }
   if (lamb) {
-    for (const auto& [field, beta] : {std::pair{"adam_beta1", c.adam_beta1()}, std::pair{"adam_beta2", c.adam_beta2()}}) {
-      if (!(beta >= 0 && beta < 1)) k.Add(field, "{" + std::string(field) + "} must be in [0, 1), not ", ShortestText(beta));
-    }
-    if (!(std::isfinite(c.adam_eps()) && c.adam_eps() > 0)) k.Add("adam_eps", "{adam_eps} must be > 0");
+    CheckAdamBetas(c, k);
   } else if (adam) {
     // Adam has its own momentum (adam_beta1); SGD's default momentum is simply not used.
     if (c.has_momentum() && c.momentum() != 0) k.Add("momentum", "{momentum} is SGD's: {optimizer=adam} has {adam_beta1}");
     if (c.nesterov()) k.Add("nesterov", "{nesterov} is SGD's, not {optimizer=adam}'s");
     if (c.momentum_correction()) k.Add("momentum_correction", "{momentum_correction} applies to {optimizer=sgd}");
-    if (sparse_model) k.Add("optimizer", "{optimizer=adam} applies to the dense models, not {model=sparse_logreg}");
-    if (cuda && !ps) {
+    if (t.sparse_model) k.Add("optimizer", "{optimizer=adam} applies to the dense models, not {model=sparse_logreg}");
+    if (t.cuda && !t.ps) {
       k.Add("optimizer", "{optimizer=adam} with {device=cuda} runs in the PS modes only (the device optimizer is SGD's)");
     }
-    for (const auto& [field, beta] : {std::pair{"adam_beta1", c.adam_beta1()}, std::pair{"adam_beta2", c.adam_beta2()}}) {
-      if (!(beta >= 0 && beta < 1)) k.Add(field, "{" + std::string(field) + "} must be in [0, 1), not ", ShortestText(beta));
-    }
-    if (!(std::isfinite(c.adam_eps()) && c.adam_eps() > 0)) k.Add("adam_eps", "{adam_eps} must be > 0");
+    CheckAdamBetas(c, k);
   } else {
     for (const char* f : {"adam_beta1", "adam_beta2", "adam_eps"}) {
       if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {optimizer=adam} and {optimizer=lamb}");
     }
   }
+}
+
+// The learning rate's schedule, the batch, the length of the run and the timeouts.
+void CheckSchedule(const TrainConfig& c, const Traits& t, Checker& k) {
   if (!(c.lr() > 0) || !std::isfinite(c.lr())) k.Add("lr", "{lr} must be > 0");
   if (auto s = ParseLrScheduleKind(c.lr_schedule()); !s.ok()) k.Add("lr_schedule", "{lr_schedule}: ", s.status().message());
   if (c.batch() < 1 || c.batch() > 1000000) k.Add("batch", "{batch} must be in [1, 1000000]");
   if (c.accumulate() < 1 || c.accumulate() > 4096) k.Add("accumulate", "{accumulate} must be in [1, 4096]");
-  if (c.accumulate() > 1 && sparse_model) k.Add("accumulate", "{accumulate} applies to the dense models");
+  if (c.accumulate() > 1 && t.sparse_model) k.Add("accumulate", "{accumulate} applies to the dense models");
   if (c.lr_scaling() != "none" && c.lr_scaling() != "linear") {
     k.Add("lr_scaling", "{lr_scaling} must be none or linear, not '", c.lr_scaling() + "'");
   }
   if (c.base_batch() < 1) k.Add("base_batch", "{base_batch} must be > 0");
   if (c.has_base_batch() && c.lr_scaling() == "none") k.Add("base_batch", "{base_batch} applies to {lr_scaling=linear}");
-  if (c.staleness_aware_lr() && mode != config::SSP && mode != config::ASP) {
+  if (c.staleness_aware_lr() && t.mode != config::SSP && t.mode != config::ASP) {
     k.Add("staleness_aware_lr", "{staleness_aware_lr} applies to {mode=ssp|asp} (bsp gradients are never stale)");
   }
   if (!(c.warmup_epochs() >= 0 && c.warmup_epochs() <= 1000)) k.Add("warmup_epochs", "{warmup_epochs} must be in [0, 1000]");
@@ -417,6 +442,22 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   if (c.threads() < 1 || c.threads() > 256) k.Add("threads", "{threads} must be in [1, 256]");
   if (!(c.request_timeout() > 0)) k.Add("request_timeout", "{request_timeout} must be > 0");
   if (!(c.recovery_timeout() >= 0)) k.Add("recovery_timeout", "{recovery_timeout} must be >= 0");
+}
+
+}  // namespace
+
+std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
+  std::vector<ConfigError> errors;
+  Checker k(naming, &errors);
+  const Traits t(c);
+  CheckMode(c, t, k);
+  CheckDevice(c, t, k);
+  CheckAllReduce(c, t, k);
+  CheckCompression(c, t, k);
+  CheckModelAndData(c, t, k);
+  CheckPrecision(c, t, k);
+  CheckOptimizer(c, t, k);
+  CheckSchedule(c, t, k);
   return errors;
 }
 

@@ -11,9 +11,13 @@ namespace gradsync {
 
 namespace pb = google::protobuf;
 
-const std::vector<WorkerFlag>& WorkerFlags() {
+namespace {
+
+// WorkerFlags' table, in groups (in the order --help lists them).
+
+std::vector<WorkerFlag> JobFlags() {
   // clang-format off
-  static const std::vector<WorkerFlag> table = {
+  return {
       // The job.
       {"mode", false, false, "local|bsp|ssp|asp|allreduce (all but local join a job through --scheduler)"},
       {"staleness", false, false, "ssp staleness bound s >= 0 (default: the job's, as the scheduler has it from the servers)"},
@@ -25,6 +29,13 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"auth-dir", true, false, "authenticate and encrypt every ZeroMQ socket with CURVE, and authenticate the all-reduce ring, using the keys gradsync-keygen wrote in DIR"},
       {"heartbeat-interval", true, false, "seconds between heartbeats"},
       {"heartbeat-timeout", true, false, "seconds without the scheduler before giving up"},
+  };
+  // clang-format on
+}
+
+std::vector<WorkerFlag> ModelFlags() {
+  // clang-format off
+  return {
       // The model and the data.
       {"model", false, false, "softmax|mlp|sparse_logreg"},
       {"hidden", false, false, "mlp hidden layer sizes, comma-separated"},
@@ -34,6 +45,13 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"feature-bits", false, false, "sparse_logreg: 2^bits hashed features"},
       {"precision", false, false, "fp32|bf16|fp16: 16-bit operands with fp32 accumulation and fp32 master weights; gradients travel in 16 bits (unless --compress names another codec); fp16 scales the loss dynamically and skips steps whose gradients overflow"},
       {"initial-loss-scale", false, false, "fp16: the dynamic loss scale to start from (halved after each overflowed step, doubled after 2000 good ones)"},
+  };
+  // clang-format on
+}
+
+std::vector<WorkerFlag> OptimizationFlags() {
+  // clang-format off
+  return {
       // Optimization.
       {"lr", false, false, "learning rate"},
       {"lr-schedule", false, false, "constant|cosine|linear (cosine and linear decay to 0 over the run, after any warm-up)"},
@@ -54,6 +72,13 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"base-batch", false, false, "the global batch --lr was tuned for (--lr-scaling=linear)"},
       {"warmup-epochs", false, false, "ramp the learning rate linearly from --lr to its scaled value over this many epochs"},
       {"staleness-aware-lr", false, true, "ssp|asp: the servers apply each gradient at the rate divided by its staleness (Zhang et al. 2016)"},
+  };
+  // clang-format on
+}
+
+std::vector<WorkerFlag> CommunicationFlags() {
+  // clang-format off
+  return {
       // Compression.
       {"compress", false, false, "gradient codec: none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"},
       {"error-feedback", false, true, "keep the compression residual and add it to the next gradient"},
@@ -71,6 +96,13 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"allreduce-shm", false, false, "allreduce on the CPU: workers on one host (by address) all-reduce through shared memory, and across hosts hierarchically (shared memory within each, a ring of one leader per host over TCP) when --allreduce-algo=auto (true|false; off with --ring-encrypt)"},
       {"zero", false, false, "allreduce: ZeRO stage 0|1|2. 1: each worker keeps the optimizer state of 1/n of the parameters, the gradient is reduce-scattered after backward and the parameters all-gathered after the update (the bytes of an all-reduce); 2: the gradient is reduce-scattered bucket by bucket during backward (--overlap)"},
       {"ring-encrypt", false, true, "allreduce: also encrypt the ring's data (ChaCha20-Poly1305; needs --auth-dir, which authenticates the ring)"},
+  };
+  // clang-format on
+}
+
+std::vector<WorkerFlag> DeviceAndProcessFlags() {
+  // clang-format off
+  return {
       // The device.
       {"device", false, false, "cpu|cuda: where the model computes (cuda: softmax|mlp; PS modes copy through pinned host buffers, allreduce runs NCCL on the device)"},
       {"gpu", false, false, "--device=cuda: CUDA device index (default: the local rank, else the rank, modulo the visible devices; PS workers may share one)"},
@@ -94,6 +126,19 @@ const std::vector<WorkerFlag>& WorkerFlags() {
       {"trace", true, false, "write a Chrome trace-event JSON timeline of this process (Perfetto, chrome://tracing) to FILE: forward, backward per layer, pushes, pulls and their parts (shard, bytes), encode and decode, all-reduce buckets, the optimizer, failures and recoveries"},
   };
   // clang-format on
+}
+
+}  // namespace
+
+const std::vector<WorkerFlag>& WorkerFlags() {
+  static const std::vector<WorkerFlag> table = [] {
+    std::vector<WorkerFlag> all;
+    for (auto group : {JobFlags, ModelFlags, OptimizationFlags, CommunicationFlags, DeviceAndProcessFlags}) {
+      const std::vector<WorkerFlag> flags = group();
+      all.insert(all.end(), flags.begin(), flags.end());
+    }
+    return all;
+  }();
   return table;
 }
 

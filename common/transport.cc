@@ -413,8 +413,7 @@ void Socket::CountReceived(const std::string& peer, uint64_t bytes, bool malform
   }
 }
 
-Result<Message> Socket::Recv(int timeout_ms) {
-  std::vector<zmq::message_t> parts;
+Status Socket::ReceiveParts(int timeout_ms, std::vector<zmq::message_t>* parts) {
   try {
     // A message that is there is taken at once, and an empty queue is waited on in ZeroMQ's own
     // blocking receive (one system call to sleep in). A zmq_poll in front of every receive cost
@@ -431,23 +430,74 @@ Result<Message> Socket::Recv(int timeout_ms) {
       got = socket_.recv(part).has_value();
     }
     if (!got) return DeadlineExceededError("no message within " + std::to_string(timeout_ms) + " ms");
-    parts.reserve(4);
-    parts.push_back(std::move(part));
-    while (parts.back().more()) {
-      if (parts.size() > 16) {  // drain and drop anything absurdly long
+    parts->reserve(4);
+    parts->push_back(std::move(part));
+    while (parts->back().more()) {
+      if (parts->size() > 16) {  // drain and drop anything absurdly long
         do {
           if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
         } while (part.more());
         break;
       }
       if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
-      parts.push_back(std::move(part));
+      parts->push_back(std::move(part));
     }
   } catch (const zmq::error_t& e) {
     // A signal interrupted the wait: nothing arrived (the caller loops as on a timeout).
-    if (e.num() == EINTR && parts.empty()) return DeadlineExceededError("interrupted");
+    if (e.num() == EINTR && parts->empty()) return DeadlineExceededError("interrupted");
     return UnavailableError(std::string("receive failed: ") + e.what());
   }
+  return OkStatus();
+}
+
+Status Socket::TakeFrames(std::vector<zmq::message_t>& parts, size_t next, Message& m) {
+  if (parts.size() > 16 + next) return InvalidArgumentError("too many frames");
+  if (next >= parts.size()) return InvalidArgumentError("no header frame");
+  std::call_once(quiet_protobuf, [] { google::protobuf::SetLogHandler(QuietProtobufLog); });
+  if (!m.header.ParseFromArray(parts[next].data(), static_cast<int>(parts[next].size()))) {
+    m.header.Clear();
+    return InvalidArgumentError("header frame is not a valid protobuf Header");
+  }
+  ++next;
+  if (m.header.type() == wire::TYPE_UNSPECIFIED || !wire::Type_IsValid(m.header.type())) {
+    return InvalidArgumentError("unknown message type " + std::to_string(m.header.type()));
+  }
+  const size_t payload_frames = (m.header.num_keys() > 0 ? 1 : 0) + (m.header.has_values() ? 1 : 0);
+  if (parts.size() - next != payload_frames) {
+    return InvalidArgumentError("header announces " + std::to_string(payload_frames) + " payload frame(s) but " +
+                                std::to_string(parts.size() - next) + " came");
+  }
+  if (m.header.num_keys() > 0) {
+    m.keys.msg_ = std::move(parts[next++]);
+    // Divided, not multiplied: a huge num_keys must not wrap around to the frame's size.
+    if (m.keys.size() % sizeof(uint64_t) != 0 || m.keys.size() / sizeof(uint64_t) != m.header.num_keys()) {
+      return InvalidArgumentError("keys frame has " + std::to_string(m.keys.size()) + " bytes, header says " +
+                                  std::to_string(m.header.num_keys()) + " keys");
+    }
+  }
+  // Segments and counts are bounded for every message, with values or not (a pull's segments
+  // size its reply).
+  auto want = ExpectedValueCount(m.header);
+  if (!want.ok()) return InvalidArgumentError(want.status().message());
+  if (m.header.has_values()) {
+    m.values.msg_ = std::move(parts[next++]);
+    // A compressed payload is checked by its codec's decoder; it is never larger than raw floats
+    // plus a small header.
+    if (!m.header.codec().empty()) {
+      if (m.values.size() > *want * sizeof(float) + 64) {
+        return InvalidArgumentError("compressed payload larger than its raw values");
+      }
+    } else if (m.values.size() != *want * sizeof(float)) {
+      return InvalidArgumentError("values frame has " + std::to_string(m.values.size()) + " bytes, header says " +
+                                  std::to_string(*want) + " floats");
+    }
+  }
+  return OkStatus();
+}
+
+Result<Message> Socket::Recv(int timeout_ms) {
+  std::vector<zmq::message_t> parts;
+  if (Status s = ReceiveParts(timeout_ms, &parts); !s.ok()) return s;
   Message m;
   size_t next = 0;
   uint64_t bytes = 0;
@@ -458,49 +508,10 @@ Result<Message> Socket::Recv(int timeout_ms) {
     next = 1;
   }
   const std::string who = type_ == zmq::socket_type::router ? m.peer : peer_name_;
-  auto fail = [&](std::string why) -> Result<Message> {
-    m.malformed = InvalidArgumentError(std::move(why));
+  if (Status malformed = TakeFrames(parts, next, m); !malformed.ok()) {
+    m.malformed = std::move(malformed);
     CountReceived(who, bytes, true);
-    return std::move(m);
-  };
-  if (parts.size() > 16 + next) return fail("too many frames");
-  if (next >= parts.size()) return fail("no header frame");
-  std::call_once(quiet_protobuf, [] { google::protobuf::SetLogHandler(QuietProtobufLog); });
-  if (!m.header.ParseFromArray(parts[next].data(), static_cast<int>(parts[next].size()))) {
-    m.header.Clear();
-    return fail("header frame is not a valid protobuf Header");
-  }
-  ++next;
-  if (m.header.type() == wire::TYPE_UNSPECIFIED || !wire::Type_IsValid(m.header.type())) {
-    return fail("unknown message type " + std::to_string(m.header.type()));
-  }
-  const size_t payload_frames = (m.header.num_keys() > 0 ? 1 : 0) + (m.header.has_values() ? 1 : 0);
-  if (parts.size() - next != payload_frames) {
-    return fail("header announces " + std::to_string(payload_frames) + " payload frame(s) but " +
-                std::to_string(parts.size() - next) + " came");
-  }
-  if (m.header.num_keys() > 0) {
-    m.keys.msg_ = std::move(parts[next++]);
-    // Divided, not multiplied: a huge num_keys must not wrap around to the frame's size.
-    if (m.keys.size() % sizeof(uint64_t) != 0 || m.keys.size() / sizeof(uint64_t) != m.header.num_keys()) {
-      return fail("keys frame has " + std::to_string(m.keys.size()) + " bytes, header says " +
-                  std::to_string(m.header.num_keys()) + " keys");
-    }
-  }
-  // Segments and counts are bounded for every message, with values or not (a pull's segments
-  // size its reply).
-  auto want = ExpectedValueCount(m.header);
-  if (!want.ok()) return fail(want.status().message());
-  if (m.header.has_values()) {
-    m.values.msg_ = std::move(parts[next++]);
-    // A compressed payload is checked by its codec's decoder; it is never larger than raw floats
-    // plus a small header.
-    if (!m.header.codec().empty()) {
-      if (m.values.size() > *want * sizeof(float) + 64) return fail("compressed payload larger than its raw values");
-    } else if (m.values.size() != *want * sizeof(float)) {
-      return fail("values frame has " + std::to_string(m.values.size()) + " bytes, header says " +
-                  std::to_string(*want) + " floats");
-    }
+    return m;
   }
   CountReceived(who, bytes, false);
   return m;

@@ -212,6 +212,10 @@ class Socket {
 Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int timeout_ms);
   Socket(zmq::socket_t s, zmq::socket_type type, uint16_t port, std::string peer_name)
       : socket_(std::move(s)), type_(type), port_(port), peer_name_(std::move(peer_name)) {}
+  // Recv's steps: the frames of one message (an error: none came), then its header and payload
+  // checked and taken into `m` from frame `next` on (an error: why the message is malformed).
+  Status ReceiveParts(int timeout_ms, std::vector<zmq::message_t>* parts);
+  static Status TakeFrames(std::vector<zmq::message_t>& parts, size_t next, Message& m);
   void CountReceived(const std::string& peer, uint64_t bytes, bool malformed);
   TrafficCounters& PeerCounters(const std::string& peer);
 
