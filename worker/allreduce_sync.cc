@@ -68,9 +68,7 @@ Status AllreduceSync::AverageGradients() {
   return OkStatus();
 }
 
-Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
-  const auto& o = options_.train;
-  const int rank = collective_->rank(), n = collective_->size();
+Status AllreduceSync::CheckOptions() const {
   const bool device = model_->on_device();
   if (!options_.apply_update && (device || HasSparse(model_->layout()) || options_.resume || options_.checkpoint_every > 0)) {
     return InvalidArgumentError("averaging without an update (the caller's optimizer) takes dense CPU models without checkpoints");
@@ -84,65 +82,76 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
   if (zero > 0) {
     if (HasSparse(model_->layout())) return InvalidArgumentError("--zero applies to dense models");
     if (!options_.apply_update) return InvalidArgumentError("--zero shards the optimizer: it needs gradsync's own update");
-    // The shards of the flat parameter vector. On the device NCCL cuts n equal chunks of the
-    // largest multiple of n; the few elements past it (fewer than n) are all-reduced and every
-    // rank updates them.
-    const size_t params = static_cast<size_t>(model_->num_params());
-    shards_.clear();
-    if (device) {
-      device_shard_count_ = params / static_cast<size_t>(n) * static_cast<size_t>(n);
-      for (int i = 0; i <= n; ++i) shards_.push_back(device_shard_count_ / static_cast<size_t>(n) * static_cast<size_t>(i));
-    } else {
-      for (int i = 0; i <= n; ++i) shards_.push_back(ChunkBegin(params, n, i));
+  }
+  return OkStatus();
+}
+
+void AllreduceSync::CutShards() {
+  // The shards of the flat parameter vector. On the device NCCL cuts n equal chunks of the
+  // largest multiple of n; the few elements past it (fewer than n) are all-reduced and every
+  // rank updates them.
+  const int n = collective_->size();
+  const size_t params = static_cast<size_t>(model_->num_params());
+  shards_.clear();
+  if (model_->on_device()) {
+    device_shard_count_ = params / static_cast<size_t>(n) * static_cast<size_t>(n);
+    for (int i = 0; i <= n; ++i) shards_.push_back(device_shard_count_ / static_cast<size_t>(n) * static_cast<size_t>(i));
+  } else {
+    for (int i = 0; i <= n; ++i) shards_.push_back(ChunkBegin(params, n, i));
+  }
+}
+
+Status AllreduceSync::ReadCheckpoint(wire::TrainerCheckpoint* resumed) {
+  const auto& o = options_.train;
+  const int n = collective_->size();
+  ASSIGN_OR_RETURN(std::string bytes, ReadCheckedFile(ckpt_path_, kTrainerCheckpointMagic));
+  if (!resumed->ParseFromString(bytes)) return DataLossError(ckpt_path_ + " is not an all-reduce checkpoint");
+  if (resumed->workers() != n) {
+    return InvalidArgumentError(ckpt_path_ + " was written by " + std::to_string(resumed->workers()) +
+                                " workers; this job has " + std::to_string(n));
+  }
+  const std::string written = resumed->optimizer().empty() ? "sgd" : resumed->optimizer();
+  if (written != OptimizerKindName(o.optimizer.kind)) {
+    return InvalidArgumentError(ckpt_path_ + " was written with --optimizer=" + written + "; this run uses --optimizer=" +
+                                OptimizerKindName(o.optimizer.kind));
+  }
+  if (resumed->params().size() != model_->params().size_bytes()) {
+    return DataLossError(ckpt_path_ + " holds another model (" + std::to_string(resumed->params().size() / 4) +
+                         " parameters, this one has " + std::to_string(model_->num_params()) + ")");
+  }
+  std::memcpy(model_->params().data(), resumed->params().data(), resumed->params().size());
+  return OkStatus();
+}
+
+Status AllreduceSync::ShareCheckpointStep(wire::TrainerCheckpoint* resumed, int64_t* start_step, int* resumed_zero) {
+  const int rank = collective_->rank();
+  if (model_->on_device()) return InvalidArgumentError("--resume is not supported with --device=cuda");
+  std::vector<float> head(4, 0.0f);  // found, step / 2^20, step % 2^20 (exact in floats), the writer's ZeRO stage
+  Status load;
+  if (rank == 0) {
+    load = ReadCheckpoint(resumed);
+    if (load.ok() && resumed->zero() > 0 && options_.zero == 0) {
+      load = InvalidArgumentError(ckpt_path_ + " was written with --zero=" + std::to_string(resumed->zero()) +
+                                  " (each rank's optimizer state in its own file): resume with --zero=1 or 2");
+    }
+    if (load.ok()) {
+      head = {1.0f, static_cast<float>(resumed->step() >> 20), static_cast<float>(resumed->step() & 0xFFFFF),
+              static_cast<float>(resumed->zero())};
     }
   }
-  // --resume: rank 0 reads the checkpoint; every rank learns the step, then the parameters
-  // (the initial broadcast) and the momentum come from it.
-  int64_t start_step = 0;
-  int resumed_zero = 0;
-  wire::TrainerCheckpoint resumed;
-  if (options_.resume) {
-    if (device) return InvalidArgumentError("--resume is not supported with --device=cuda");
-    std::vector<float> head(4, 0.0f);  // found, step / 2^20, step % 2^20 (exact in floats), the writer's ZeRO stage
-    Status load;
-    if (rank == 0) {
-      load = [&]() -> Status {
-        ASSIGN_OR_RETURN(std::string bytes, ReadCheckedFile(ckpt_path_, kTrainerCheckpointMagic));
-        if (!resumed.ParseFromString(bytes)) return DataLossError(ckpt_path_ + " is not an all-reduce checkpoint");
-        if (resumed.workers() != n) {
-          return InvalidArgumentError(ckpt_path_ + " was written by " + std::to_string(resumed.workers()) +
-                                      " workers; this job has " + std::to_string(n));
-        }
-        const std::string written = resumed.optimizer().empty() ? "sgd" : resumed.optimizer();
-        if (written != OptimizerKindName(o.optimizer.kind)) {
-          return InvalidArgumentError(ckpt_path_ + " was written with --optimizer=" + written + "; this run uses --optimizer=" +
-                                      OptimizerKindName(o.optimizer.kind));
-        }
-        if (resumed.params().size() != model_->params().size_bytes()) {
-          return DataLossError(ckpt_path_ + " holds another model (" + std::to_string(resumed.params().size() / 4) +
-                               " parameters, this one has " + std::to_string(model_->num_params()) + ")");
-        }
-        std::memcpy(model_->params().data(), resumed.params().data(), resumed.params().size());
-        return OkStatus();
-      }();
-      if (load.ok() && resumed.zero() > 0 && zero == 0) {
-        load = InvalidArgumentError(ckpt_path_ + " was written with --zero=" + std::to_string(resumed.zero()) +
-                                    " (each rank's optimizer state in its own file): resume with --zero=1 or 2");
-      }
-      if (load.ok()) {
-        head = {1.0f, static_cast<float>(resumed.step() >> 20), static_cast<float>(resumed.step() & 0xFFFFF),
-                static_cast<float>(resumed.zero())};
-      }
-    }
-    RETURN_IF_ERROR(collective_->Broadcast(head, 0).WithContext("sharing the checkpoint's step"));
-    if (head[0] != 1.0f) return rank == 0 ? load.WithContext("--resume") : FailedPreconditionError("--resume: rank 0 has no checkpoint");
-    start_step = (static_cast<int64_t>(head[1]) << 20) + static_cast<int64_t>(head[2]);
-    resumed_zero = static_cast<int>(head[3]);
-  }
+  RETURN_IF_ERROR(collective_->Broadcast(head, 0).WithContext("sharing the checkpoint's step"));
+  if (head[0] != 1.0f) return rank == 0 ? load.WithContext("--resume") : FailedPreconditionError("--resume: rank 0 has no checkpoint");
+  *start_step = (static_cast<int64_t>(head[1]) << 20) + static_cast<int64_t>(head[2]);
+  *resumed_zero = static_cast<int>(head[3]);
+  return OkStatus();
+}
+
+Status AllreduceSync::BroadcastParams() {
+  const auto& o = options_.train;
   RETURN_IF_ERROR(collective_->Broadcast(model_->params(), 0).WithContext("broadcasting the initial parameters"));
-  if (device) {
+  if (model_->on_device()) {
     RETURN_IF_ERROR(model_->ParamsToDevice());
-    if (zero > 0) {
+    if (options_.zero > 0) {
       const int64_t tail = static_cast<int64_t>(device_shard_count_);
       RETURN_IF_ERROR(model_->SetOptimizerRanges(
           o.optimizer, {Segment{static_cast<int64_t>(shard_begin()), static_cast<int64_t>(shard_end())}, Segment{tail, model_->num_params()}}));
@@ -150,6 +159,12 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
       RETURN_IF_ERROR(model_->SetOptimizer(o.optimizer));
     }
   }
+  return OkStatus();
+}
+
+Status AllreduceSync::CreateAveragers() {
+  const auto& o = options_.train;
+  const bool device = model_->on_device();
   scaling_.emplace(o.precision, o.initial_loss_scale);
   // The CPU gradient travels as the named codec, else in the precision's 16 bits (on the device
   // NCCL moves the 16-bit gradient: FinishStep).
@@ -164,11 +179,19 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
   }
   const bool any_sparse = HasSparse(model_->layout());
   // Stage 1 reduce-scatters after backward (no overlap); stage 2 bucket by bucket during it.
-  if (options_.overlap && !averager_->compressed() && !any_sparse && n > 1 && !device && zero != 1) {
+  if (options_.overlap && !averager_->compressed() && !any_sparse && collective_->size() > 1 && !device &&
+      options_.zero != 1) {
     reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
                                                    options_.first_bucket_bytes);
-    if (zero == 2) reducer_->ReduceScatterToShards(shards_);
+    if (options_.zero == 2) reducer_->ReduceScatterToShards(shards_);
   }
+  return OkStatus();
+}
+
+void AllreduceSync::CreateOptimizer(const JobShape& shape) {
+  const auto& o = options_.train;
+  const bool device = model_->on_device();
+  const int zero = options_.zero;
   lr_ = RunSchedule(o, shape.total_steps, shape.steps_per_epoch);
   const int64_t opt_size = device ? 0 : zero > 0 ? static_cast<int64_t>(shard_end() - shard_begin()) : model_->num_params();
   opt_.emplace(o.optimizer, opt_size);
@@ -179,7 +202,13 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
                                                                          static_cast<int64_t>(shard_end())}
                                                                : Segment{0, model_->num_params()}));
   }
-  if (options_.resume && zero > 0 && !device) {
+}
+
+Status AllreduceSync::ResumeOptimizerState(const wire::TrainerCheckpoint& resumed, int64_t start_step,
+                                           int resumed_zero) {
+  const auto& o = options_.train;
+  const int rank = collective_->rank();
+  if (options_.resume && options_.zero > 0 && !model_->on_device()) {
     // A plain checkpoint's whole state (rank 0 broadcasts it) or each rank's shard file.
     std::vector<float> whole;
     if (resumed_zero == 0) {
@@ -199,6 +228,26 @@ Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
     RETURN_IF_ERROR(collective_->Broadcast(state, 0).WithContext("broadcasting the checkpoint's optimizer state"));
     opt_->SetState(state);
   }
+  return OkStatus();
+}
+
+Result<int64_t> AllreduceSync::Start(const JobShape& shape) {
+  const auto& o = options_.train;
+  const int rank = collective_->rank(), n = collective_->size();
+  const bool device = model_->on_device();
+  const int zero = options_.zero;
+  RETURN_IF_ERROR(CheckOptions());
+  if (zero > 0) CutShards();
+  // --resume: rank 0 reads the checkpoint; every rank learns the step, then the parameters
+  // (the initial broadcast) and the momentum come from it.
+  int64_t start_step = 0;
+  int resumed_zero = 0;
+  wire::TrainerCheckpoint resumed;
+  if (options_.resume) RETURN_IF_ERROR(ShareCheckpointStep(&resumed, &start_step, &resumed_zero));
+  RETURN_IF_ERROR(BroadcastParams());
+  RETURN_IF_ERROR(CreateAveragers());
+  CreateOptimizer(shape);
+  RETURN_IF_ERROR(ResumeOptimizerState(resumed, start_step, resumed_zero));
   if (zero > 0 && rank == 0 && !device) {  // (on the device the state is the model's)
     const size_t whole = Optimizer(o.optimizer, 1).state().size_bytes() * static_cast<size_t>(model_->num_params());
     std::printf("worker 0: ZeRO stage %d: each of the %d workers updates 1/%d of the %lld parameters and keeps their "
@@ -351,6 +400,72 @@ Status AllreduceSync::ShardedUpdate(float rate, bool apply) {
   return collective_->AllGatherChunks(model_->params(), shards_);
 }
 
+Status AllreduceSync::DeviceReduceAndStep(int64_t step, float rate) {
+  // NCCL on the device gradient, then the optimizer, both on the model's stream; the one
+  // wait (with a deadline) is here, so that a dead peer fails the step instead of hanging.
+  DeviceCollective& dc = *options_.device_collective;
+  const std::string where = "step " + std::to_string(step);
+  if (options_.zero > 0) {
+    // NCCL reduce-scatter of the equal chunks, the optimizer on this rank's chunk (and the
+    // few elements past them, all-reduced), then the parameters all-gathered.
+    const size_t even = device_shard_count_, rest = static_cast<size_t>(model_->num_params()) - even;
+    RETURN_IF_ERROR(dc.ReduceScatterDevice(model_->device_grads(), even, ReduceOp::kAverage, model_->device_stream()).WithContext(where));
+    if (rest > 0) {
+      RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads() + even, rest, ReduceOp::kAverage, model_->device_stream()).WithContext(where));
+    }
+    RETURN_IF_ERROR(model_->OptimizerStep(rate));
+    RETURN_IF_ERROR(dc.AllGatherDevice(model_->device_params(), even, model_->device_stream()).WithContext(where));
+  } else if (const auto format = PrecisionFormat(options_.train.precision)) {
+    // 16 bits on the wire: each rank's gradient pre-divided by n in 16 bits, summed by NCCL
+    // in 16 bits, back to fp32 with the loss scale divided out. fp16 waits for the verdict
+    // (every rank holds the same sum, so every rank decides alike) before the optimizer.
+    const size_t count = static_cast<size_t>(model_->num_params());
+    RETURN_IF_ERROR(model_->PackGrads16(1.0f / static_cast<float>(collective_->size())).WithContext(where));
+    RETURN_IF_ERROR(dc.AllReduceDevice16(model_->device_grads16(), count, *format, model_->device_stream()).WithContext(where));
+    RETURN_IF_ERROR(model_->UnpackGrads16(scaling_->inverse()).WithContext(where));
+    bool finite = true;
+    if (scaling_->active()) {
+      RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s).WithContext(where));
+      ASSIGN_OR_RETURN(finite, model_->GradsFinite());
+    }
+    if (scaling_->Finish(finite)) RETURN_IF_ERROR(model_->OptimizerStep(rate));
+  } else {
+    RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
+                                       ReduceOp::kAverage, model_->device_stream())
+                        .WithContext(where));
+    RETURN_IF_ERROR(model_->OptimizerStep(rate));
+  }
+  RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s)
+                      .WithContext("step " + std::to_string(step)));
+  return OkStatus();
+}
+
+void AllreduceSync::ApplyUpdate(float rate) {
+  TraceSpan span("optimizer", "compute");
+  for (size_t t = 0; t < model_->layout().size(); ++t) {
+    const TensorInfo& ti = model_->layout()[t];
+    if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
+  }
+  for (const Segment& run : dense_runs_) {
+    opt_->Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
+               run.begin, scaling_->inverse());
+  }
+  opt_->EndStep();
+}
+
+Status AllreduceSync::MaybeCheckpoint(int64_t step) {
+  // Plain: rank 0 checkpoints; ZeRO: every rank (its shard) and rank 0 (the parameters).
+  if (options_.apply_update && (collective_->rank() == 0 || options_.zero > 0) && !options_.checkpoint_dir.empty() &&
+      options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0) {
+    bool collective_failed = false;
+    if (Status cs = WriteCheckpoint(step + 1, &collective_failed); !cs.ok()) {
+      if (collective_failed) return cs;  // the ranks could not agree: the step fails
+      std::fprintf(stderr, "worker %d: checkpoint failed (training goes on): %s\n", collective_->rank(), cs.message().c_str());
+    }
+  }
+  return OkStatus();
+}
+
 Result<SyncStepStats> AllreduceSync::FinishStep() {
   const int64_t step = step_;
   const float rate = std::isnan(step_lr_) ? lr_.At(step) : step_lr_;
@@ -358,42 +473,7 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
   Stopwatch comm;
   double comm_ms = 0, hidden_ms = 0;
   if (device) {
-    // NCCL on the device gradient, then the optimizer, both on the model's stream; the one
-    // wait (with a deadline) is here, so that a dead peer fails the step instead of hanging.
-    DeviceCollective& dc = *options_.device_collective;
-    const std::string where = "step " + std::to_string(step);
-    if (options_.zero > 0) {
-      // NCCL reduce-scatter of the equal chunks, the optimizer on this rank's chunk (and the
-      // few elements past them, all-reduced), then the parameters all-gathered.
-      const size_t even = device_shard_count_, rest = static_cast<size_t>(model_->num_params()) - even;
-      RETURN_IF_ERROR(dc.ReduceScatterDevice(model_->device_grads(), even, ReduceOp::kAverage, model_->device_stream()).WithContext(where));
-      if (rest > 0) {
-        RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads() + even, rest, ReduceOp::kAverage, model_->device_stream()).WithContext(where));
-      }
-      RETURN_IF_ERROR(model_->OptimizerStep(rate));
-      RETURN_IF_ERROR(dc.AllGatherDevice(model_->device_params(), even, model_->device_stream()).WithContext(where));
-    } else if (const auto format = PrecisionFormat(options_.train.precision)) {
-      // 16 bits on the wire: each rank's gradient pre-divided by n in 16 bits, summed by NCCL
-      // in 16 bits, back to fp32 with the loss scale divided out. fp16 waits for the verdict
-      // (every rank holds the same sum, so every rank decides alike) before the optimizer.
-      const size_t count = static_cast<size_t>(model_->num_params());
-      RETURN_IF_ERROR(model_->PackGrads16(1.0f / static_cast<float>(collective_->size())).WithContext(where));
-      RETURN_IF_ERROR(dc.AllReduceDevice16(model_->device_grads16(), count, *format, model_->device_stream()).WithContext(where));
-      RETURN_IF_ERROR(model_->UnpackGrads16(scaling_->inverse()).WithContext(where));
-      bool finite = true;
-      if (scaling_->active()) {
-        RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s).WithContext(where));
-        ASSIGN_OR_RETURN(finite, model_->GradsFinite());
-      }
-      if (scaling_->Finish(finite)) RETURN_IF_ERROR(model_->OptimizerStep(rate));
-    } else {
-      RETURN_IF_ERROR(dc.AllReduceDevice(model_->device_grads(), static_cast<size_t>(model_->num_params()),
-                                         ReduceOp::kAverage, model_->device_stream())
-                          .WithContext(where));
-      RETURN_IF_ERROR(model_->OptimizerStep(rate));
-    }
-    RETURN_IF_ERROR(dc.SynchronizeDevice(model_->device_stream(), options_.collective_timeout_s)
-                        .WithContext("step " + std::to_string(step)));
+    RETURN_IF_ERROR(DeviceReduceAndStep(step, rate));
     comm_ms = comm.Millis();
   } else if (reducer_) {
     RETURN_IF_ERROR(reducer_->Finish().WithContext("step " + std::to_string(step)));
@@ -414,26 +494,9 @@ Result<SyncStepStats> AllreduceSync::FinishStep() {
     RETURN_IF_ERROR(ShardedUpdate(rate, apply).WithContext("step " + std::to_string(step)));
     comm_ms += gather.Millis();
   } else if (!device && options_.apply_update && apply) {
-    TraceSpan span("optimizer", "compute");
-    for (size_t t = 0; t < model_->layout().size(); ++t) {
-      const TensorInfo& ti = model_->layout()[t];
-      if (ti.sparse) opt_->StepSparse(model_->tensor(t), merged_[t].keys, merged_[t].values, rate, ti.offset);
-    }
-    for (const Segment& run : dense_runs_) {
-      opt_->Step(model_->params().subspan(run.begin, run.size()), model_->grads().subspan(run.begin, run.size()), rate,
-                 run.begin, scaling_->inverse());
-    }
-    opt_->EndStep();
+    ApplyUpdate(rate);
   }
-  // Plain: rank 0 checkpoints; ZeRO: every rank (its shard) and rank 0 (the parameters).
-  if (options_.apply_update && (collective_->rank() == 0 || options_.zero > 0) && !options_.checkpoint_dir.empty() &&
-      options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0) {
-    bool collective_failed = false;
-    if (Status cs = WriteCheckpoint(step + 1, &collective_failed); !cs.ok()) {
-      if (collective_failed) return cs;  // the ranks could not agree: the step fails
-      std::fprintf(stderr, "worker %d: checkpoint failed (training goes on): %s\n", collective_->rank(), cs.message().c_str());
-    }
-  }
+  RETURN_IF_ERROR(MaybeCheckpoint(step));
   SyncStepStats stats;
   stats.comm_ms = comm_ms;
   stats.hidden_ms = hidden_ms;

@@ -21,6 +21,7 @@
 #include "common/optimizer.h"
 #include "common/partitioner.h"
 #include "compression/gradient_encoder.h"
+#include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/bucket_average.h"
 #include "worker/gradient_sync.h"
@@ -101,6 +102,22 @@ class AllreduceSync final : public GradientSync {
   }
 
  private:
+  // Start's steps, in order: the options checked, ZeRO's shards cut, --resume's step shared (rank 0
+  // reads the checkpoint: ReadCheckpoint), rank 0's parameters broadcast, the averagers and the
+  // optimizer made, and the checkpoint's optimizer state loaded.
+  Status CheckOptions() const;
+  void CutShards();
+  Status ReadCheckpoint(wire::TrainerCheckpoint* resumed);
+  Status ShareCheckpointStep(wire::TrainerCheckpoint* resumed, int64_t* start_step, int* resumed_zero);
+  Status BroadcastParams();
+  Status CreateAveragers();
+  void CreateOptimizer(const JobShape& shape);
+  Status ResumeOptimizerState(const wire::TrainerCheckpoint& resumed, int64_t start_step, int resumed_zero);
+  // FinishStep's: a device model's average and update (NCCL), a CPU model's update (not ZeRO's),
+  // and the checkpoint when one is due (an error: the ranks could not agree on it).
+  Status DeviceReduceAndStep(int64_t step, float rate);
+  void ApplyUpdate(float rate);
+  Status MaybeCheckpoint(int64_t step);
   Status AverageGradients();
   // *collective_failed: the failure is the collective's (the step fails), not a file's.
   Status WriteCheckpoint(int64_t step, bool* collective_failed);

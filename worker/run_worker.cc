@@ -250,6 +250,47 @@ void WriteWorkerSummary(const TrainConfig& c, const config::WorkerProcess& p, co
   }
 }
 
+// The worker's settings, in one line: what it trains, on what, and how.
+void PrintSetup(const TrainConfig& c, const LocalTrainOptions& train, int rank, const DataOptions& data_options,
+                const TrainTest& data, const PlacedModel& placed) {
+  const std::string& mode_name = ModeName(c.mode());
+  const OptimizerOptions& opt = train.optimizer;
+  char opt_text[128];
+  if (opt.kind == OptimizerKind::kAdam || opt.kind == OptimizerKind::kLamb) {
+    std::snprintf(opt_text, sizeof(opt_text), "%s beta1=%g beta2=%g eps=%g", OptimizerKindName(opt.kind), opt.beta1, opt.beta2,
+                  opt.eps);
+  } else if (opt.kind == OptimizerKind::kLars) {
+    std::snprintf(opt_text, sizeof(opt_text), "lars momentum=%g trust_coefficient=%g", opt.momentum, opt.trust_coefficient);
+  } else {
+    std::snprintf(opt_text, sizeof(opt_text), "sgd momentum=%g%s", opt.momentum, opt.nesterov ? " (nesterov)" : "");
+  }
+  std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
+              "batch=%lld lr=%g (%s) optimizer=%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s precision=%s\n",
+              rank, mode_name.c_str(), placed.model->name().c_str(),
+              static_cast<long long>(placed.model->num_params()), data_options.name.c_str(),
+              static_cast<long long>(data.train.n), static_cast<long long>(data.test.n),
+              static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
+              opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
+              placed.device_name.c_str(), PrecisionName(train.precision));
+  std::fflush(stdout);
+}
+
+// Writes the trace (--trace), with the clock offset against the scheduler refined over the run.
+void StopTrace(const config::WorkerProcess& p, JobLink& job) {
+  if (job.scheduler) {  // the best estimate of the whole run
+    job.scheduler->EstimateClock(SchedulerClient::kClockProbes, 0.5);
+    Trace::RefineClockOffset(job.scheduler->clock_offset_us(), job.scheduler->clock_rtt_us() / 2);
+  }
+  size_t events = 0;
+  Stopwatch writing;
+  if (Status t = Trace::Stop(&events); !t.ok()) {
+    std::fprintf(stderr, "gradsync-worker %d: the trace was not written: %s\n", job.rank, t.message().c_str());
+  } else {
+    std::printf("gradsync-worker %d: trace: %zu events in %s (written in %.0f ms)\n", job.rank, events,
+                p.trace().c_str(), writing.Millis());
+  }
+}
+
 }  // namespace
 
 int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagParser& flags) {
@@ -290,25 +331,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
     metrics.emplace(std::move(w).value());
   }
 
-  const OptimizerOptions& opt = train.optimizer;
-  char opt_text[128];
-  if (opt.kind == OptimizerKind::kAdam || opt.kind == OptimizerKind::kLamb) {
-    std::snprintf(opt_text, sizeof(opt_text), "%s beta1=%g beta2=%g eps=%g", OptimizerKindName(opt.kind), opt.beta1, opt.beta2,
-                  opt.eps);
-  } else if (opt.kind == OptimizerKind::kLars) {
-    std::snprintf(opt_text, sizeof(opt_text), "lars momentum=%g trust_coefficient=%g", opt.momentum, opt.trust_coefficient);
-  } else {
-    std::snprintf(opt_text, sizeof(opt_text), "sgd momentum=%g%s", opt.momentum, opt.nesterov ? " (nesterov)" : "");
-  }
-  std::printf("gradsync-worker %d: mode=%s model=%s params=%lld dataset=%s train=%lld test=%lld "
-              "batch=%lld lr=%g (%s) optimizer=%s weight_decay=%g epochs=%d seed=%llu threads=%d device=%s precision=%s\n",
-              job.rank, mode_name.c_str(), placed.model->name().c_str(),
-              static_cast<long long>(placed.model->num_params()), data_options.name.c_str(),
-              static_cast<long long>(data->train.n), static_cast<long long>(data->test.n),
-              static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
-              opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
-              placed.device_name.c_str(), PrecisionName(train.precision));
-  std::fflush(stdout);
+  PrintSetup(c, train, job.rank, data_options, *data, placed);
   double best = -1.0;
   int best_epoch = 0;
   auto print_epoch = [&](const EpochReport& r) {
@@ -322,20 +345,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   };
   ScaleLearningRate(c, JoinsJob(c.mode()) ? job.table.workers_size() : 1, job.rank, &train);
   const Trained trained = Train(c, train, *data, placed, metrics ? &*metrics : nullptr, &job, print_epoch);
-  if (p.has_trace()) {
-    if (job.scheduler) {  // the best estimate of the whole run
-      job.scheduler->EstimateClock(SchedulerClient::kClockProbes, 0.5);
-      Trace::RefineClockOffset(job.scheduler->clock_offset_us(), job.scheduler->clock_rtt_us() / 2);
-    }
-    size_t events = 0;
-    Stopwatch writing;
-    if (Status t = Trace::Stop(&events); !t.ok()) {
-      std::fprintf(stderr, "gradsync-worker %d: the trace was not written: %s\n", job.rank, t.message().c_str());
-    } else {
-      std::printf("gradsync-worker %d: trace: %zu events in %s (written in %.0f ms)\n", job.rank, events,
-                  p.trace().c_str(), writing.Millis());
-    }
-  }
+  if (p.has_trace()) StopTrace(p, job);
   if (p.has_out()) WriteWorkerSummary(c, p, job, *placed.model, trained, best >= 0);
   if (!trained.reports.ok()) {
     std::cerr << "gradsync-worker: error: " << trained.reports.status().message() << std::endl;

@@ -153,11 +153,7 @@ Status TrainingLoop::RunStep(const StepInput& in) {
     if (failed.ok() && copy_to_device_) RETURN_IF_ERROR(model_->ParamsToDevice());
     begin_ms += begin_clock.Millis();
     if (failed.ok() && !evaluated) {
-      if (in.epoch_end) RETURN_IF_ERROR(CloseEpoch(in.epoch));
-      if (in.mid_eval) {
-        RETURN_IF_ERROR(WriteEvaluationRow(
-            At(), totals_.loss_sum / static_cast<double>(std::max<int64_t>(1, totals_.steps)), *model_, metrics_));
-      }
+      RETURN_IF_ERROR(EvaluateDue(in));
       evaluated = true;
     }
     if (failed.ok()) {
@@ -201,6 +197,19 @@ Status TrainingLoop::RunStep(const StepInput& in) {
   ++step_;
   totals_.AddStep(loss, static_cast<int64_t>(in.indices.size()), (compute_ms + begin_ms + finish_ms) / 1e3);
   if (!metrics_ || o.log_every <= 0 || step_ % o.log_every != 0) return OkStatus();
+  return WriteStepRow(loss, stats, compute_ms, delay_ms);
+}
+
+Status TrainingLoop::EvaluateDue(const StepInput& in) {
+  if (in.epoch_end) RETURN_IF_ERROR(CloseEpoch(in.epoch));
+  if (in.mid_eval) {
+    RETURN_IF_ERROR(WriteEvaluationRow(
+        At(), totals_.loss_sum / static_cast<double>(std::max<int64_t>(1, totals_.steps)), *model_, metrics_));
+  }
+  return OkStatus();
+}
+
+Status TrainingLoop::WriteStepRow(float loss, const SyncStepStats& stats, double compute_ms, double delay_ms) {
   MetricsRow row = StepRow(step_, steps_per_epoch_, run_clock_.Seconds(), loss);
   row.version_lag = stats.version_lag;
   row.clock_staleness = stats.clock_staleness;

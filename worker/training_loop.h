@@ -77,6 +77,10 @@ class TrainingLoop {
   void OnGradReady(size_t tensor);
   // Runs step step_ to its end (redone after a recovery), then counts it and writes its row.
   Status RunStep(const StepInput& in);
+  // RunStep's: the evaluations due before the step (once, not again when it is redone), and
+  // the step's metrics row (steps_ counted already).
+  Status EvaluateDue(const StepInput& in);
+  Status WriteStepRow(float loss, const SyncStepStats& stats, double compute_ms, double delay_ms);
   // Where the run is, for an epoch report or an evaluation row.
   EpochClose At() const;
   Status CloseEpoch(int epoch);
