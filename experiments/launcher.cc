@@ -133,66 +133,105 @@ ChildSpec WorkerSpec(const LaunchOptions& o, int w, const std::string& endpoint,
   return c;
 }
 
-Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
-  std::error_code ec;
-  const std::string port_file = o.out_dir + "/logs/scheduler.port";
-  if (!o.dry_run) {  // a dry run leaves the disk as it is
-    fs::create_directories(o.out_dir + "/logs", ec);
-    if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
-    if (o.trace) {
-      fs::remove_all(o.out_dir + "/traces", ec);  // this job's traces only
-      fs::create_directories(o.out_dir + "/traces", ec);
-      if (ec) return InvalidArgumentError(o.out_dir + "/traces: cannot create: " + ec.message());
-    }
-    fs::remove(port_file, ec);
-  }
-  const bool allreduce = o.mode == config::ALLREDUCE;
-  auto address = [&](int host) { return o.host_address ? o.host_address(host) : std::string("127.0.0.1"); };
-  auto placed = [&](int host, ChildSpec c) {
-    if (!o.host_prefix) return c;
-    std::vector<std::string> full = o.host_prefix(host);
-    full.insert(full.end(), c.argv.begin(), c.argv.end());
-    c.argv = full;
-    return c;
-  };
+namespace {
 
-  ChildSpec sched = placed(0, SchedulerSpec(o, address(0), {"--port-file=" + port_file}));
+// The job's folders: OUT/logs, OUT/traces (emptied) with --trace, and no port file left over.
+Status PrepareOutDir(const LaunchOptions& o, const std::string& port_file) {
+  std::error_code ec;
+  fs::create_directories(o.out_dir + "/logs", ec);
+  if (ec) return InvalidArgumentError(o.out_dir + ": cannot create: " + ec.message());
+  if (o.trace) {
+    fs::remove_all(o.out_dir + "/traces", ec);  // this job's traces only
+    fs::create_directories(o.out_dir + "/traces", ec);
+    if (ec) return InvalidArgumentError(o.out_dir + "/traces: cannot create: " + ec.message());
+  }
+  fs::remove(port_file, ec);
+  return OkStatus();
+}
+
+// Host `host`'s address: the emulated network's, else loopback.
+std::string HostAddress(const LaunchOptions& o, int host) {
+  return o.host_address ? o.host_address(host) : std::string("127.0.0.1");
+}
+
+// The process as it runs on host `host` (behind the host's prefix: its network namespace).
+ChildSpec Placed(const LaunchOptions& o, int host, ChildSpec c) {
+  if (!o.host_prefix) return c;
+  std::vector<std::string> full = o.host_prefix(host);
+  full.insert(full.end(), c.argv.begin(), c.argv.end());
+  c.argv = full;
+  return c;
+}
+
+// The scheduler binds an ephemeral port and writes it down: the port, once it has.
+Result<std::string> WaitForPort(const LaunchOptions& o, const std::string& port_file, ProcessGroup& group) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string port;
+  while (port.empty()) {
+    std::ifstream f(port_file);
+    if (f) std::getline(f, port);
+    if (!port.empty()) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      group.KillAll();
+      return UnavailableError("the scheduler did not start (see " + o.out_dir + "/logs/scheduler.log)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return port;
+}
+
+// The servers' and the workers' processes, each on its host.
+std::vector<ChildSpec> JobSpecs(const LaunchOptions& o, const std::string& endpoint) {
+  std::vector<ChildSpec> specs;
+  for (int s = 0; s < o.num_servers; ++s) {
+    specs.push_back(Placed(o, 1 + s, ServerSpec(o, s, endpoint, HostAddress(o, 1 + s),
+                                                o.out_dir + "/logs/server-" + std::to_string(s) + ".log")));
+  }
+  for (int w = 0; w < o.num_workers; ++w) {
+    const int host = 1 + o.num_servers + w;
+    const std::string log = (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log";
+    specs.push_back(Placed(o, host, WorkerSpec(o, w, endpoint, HostAddress(o, host), log)));
+  }
+  return specs;
+}
+
+// A PS job's numbers, from its shards' summaries.
+Status AddShardSummaries(const LaunchOptions& o, LaunchResult& r) {
+  for (int k = 0; k < o.num_servers; ++k) {
+    ASSIGN_OR_RETURN(summary::ProcessSummary shard, ReadProcessSummary(ProcessSummaryPath(o.out_dir, "server", k)));
+    AddHistogram(shard.version_lag(), &r.version_lag);
+    AddHistogram(shard.clock_staleness(), &r.clock_staleness);
+    r.gradients += shard.pushes();  // summed over shards; divided below
+    r.rejected += shard.rejected();
+  }
+  // Every gradient is applied on every shard: count it once.
+  r.gradients /= std::max(1, o.num_servers);
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* interrupted) {
+  const std::string port_file = o.out_dir + "/logs/scheduler.port";
+  if (!o.dry_run) RETURN_IF_ERROR(PrepareOutDir(o, port_file));  // a dry run leaves the disk as it is
+  const bool allreduce = o.mode == config::ALLREDUCE;
+
+  ChildSpec sched = Placed(o, 0, SchedulerSpec(o, HostAddress(o, 0), {"--port-file=" + port_file}));
   std::ofstream commands;
   if (!o.dry_run) commands.open(o.out_dir + "/commands.txt");
   if (o.dry_run) {
     std::cout << JoinArgs(sched.argv) << "\n";
   }
   ProcessGroup group;
-  std::string endpoint = address(0) + ":PORT";
+  std::string endpoint = HostAddress(o, 0) + ":PORT";
   if (!o.dry_run) {
     RETURN_IF_ERROR(group.Spawn(sched));
     commands << JoinArgs(sched.argv) << "\n";
-    // The scheduler binds an ephemeral port and writes it down.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    std::string port;
-    while (port.empty()) {
-      std::ifstream f(port_file);
-      if (f) std::getline(f, port);
-      if (!port.empty()) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        group.KillAll();
-        return UnavailableError("the scheduler did not start (see " + o.out_dir + "/logs/scheduler.log)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    endpoint = address(0) + ":" + port;
+    ASSIGN_OR_RETURN(const std::string port, WaitForPort(o, port_file, group));
+    endpoint = HostAddress(o, 0) + ":" + port;
   }
-  std::vector<ChildSpec> specs;
-  for (int s = 0; s < o.num_servers; ++s) {
-    specs.push_back(placed(1 + s, ServerSpec(o, s, endpoint, address(1 + s),
-                                             o.out_dir + "/logs/server-" + std::to_string(s) + ".log")));
-  }
+  const std::vector<ChildSpec> specs = JobSpecs(o, endpoint);
   const bool command = !o.worker_command.empty();
-  for (int w = 0; w < o.num_workers; ++w) {
-    const int host = 1 + o.num_servers + w;
-    const std::string log = (w == 0 && o.worker0_to_stdout) ? "" : o.out_dir + "/logs/worker-" + std::to_string(w) + ".log";
-    specs.push_back(placed(host, WorkerSpec(o, w, endpoint, address(host), log)));
-  }
   for (const auto& c : specs) {
     if (o.dry_run) {
       std::cout << CommandLine(c) << "\n";
@@ -220,15 +259,7 @@ Result<LaunchResult> LaunchPsJob(const LaunchOptions& o, const volatile bool* in
                          "logs in " + o.out_dir + "/logs)");
   }
   if (allreduce) return r;
-  for (int k = 0; k < o.num_servers; ++k) {
-    ASSIGN_OR_RETURN(summary::ProcessSummary shard, ReadProcessSummary(ProcessSummaryPath(o.out_dir, "server", k)));
-    AddHistogram(shard.version_lag(), &r.version_lag);
-    AddHistogram(shard.clock_staleness(), &r.clock_staleness);
-    r.gradients += shard.pushes();  // summed over shards; divided below
-    r.rejected += shard.rejected();
-  }
-  // Every gradient is applied on every shard: count it once.
-  r.gradients /= std::max(1, o.num_servers);
+  RETURN_IF_ERROR(AddShardSummaries(o, r));
   return r;
 }
 

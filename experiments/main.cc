@@ -93,9 +93,7 @@ std::string FinalLines(const std::string& log) {
   return out;
 }
 
-int Main(int argc, char** argv) {
-  FlagParser flags("gradsync-launch", Summary(),
-                   "gradsync-launch [options] [-- WORKER-FLAGS... | [--] COMMAND [ARGS...]]");
+void DeclareFlags(FlagParser& flags) {
   flags.options().add_options()
       ("mode", po::value<std::string>()->default_value("bsp"), "bsp|ssp|asp|allreduce")
       ("staleness", po::value<int>(), "ssp: the staleness bound S (required with --mode=ssp; 0 is bsp's lockstep)")
@@ -115,8 +113,10 @@ int Main(int argc, char** argv) {
       ("trace", po::bool_switch(), "every process writes a Chrome trace to OUT/traces/; they are merged into OUT/trace.json (one track per process, on the scheduler's clock; open it in Perfetto or chrome://tracing)")
       ("dry-run", po::bool_switch(), "print the commands only")
       ("bin-dir", po::value<std::string>(), "where the gradsync binaries are (default: next to this one)");
-  const int split = WorkersPart(flags.options(), argc, argv);
-  auto vm = flags.ParseOrExit(split, argv);
+}
+
+// The job's options from the launcher's own flags (FlagParser::Fail exits on a bad one).
+LaunchOptions JobOptions(const FlagParser& flags, const po::variables_map& vm) {
   LaunchOptions o;
   auto mode = ParseMode(vm["mode"].as<std::string>());
   if (!mode.ok() || !(IsPsMode(*mode) || *mode == config::ALLREDUCE)) flags.Fail("--mode must be bsp, ssp, asp or allreduce");
@@ -146,7 +146,12 @@ int Main(int argc, char** argv) {
   o.trace = vm["trace"].as<bool>();
   o.bin_dir = vm.count("bin-dir") ? vm["bin-dir"].as<std::string>()
                                   : std::filesystem::canonical("/proc/self/exe").parent_path().string();
-  // After "--": gradsync-worker's flags, unless the first word is a command.
+  return o;
+}
+
+// The words after the launcher's options: after "--", gradsync-worker's flags, unless the first
+// word is a command; without "--", the command.
+void TakeWorkerWords(const FlagParser& flags, int split, int argc, char** argv, LaunchOptions* o) {
   const bool dashes = split < argc && std::string_view(argv[split]) == "--";
   const int first = dashes ? split + 1 : split;
   if (dashes && (first == argc || argv[first][0] == '-')) {
@@ -155,11 +160,15 @@ int Main(int argc, char** argv) {
       if (const char* owned = LauncherOwnedFlag(a)) {
         flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
       }
-      o.worker_args.push_back(a);
+      o->worker_args.push_back(a);
     }
   } else {
-    o.worker_command.assign(argv + first, argv + argc);
+    o->worker_command.assign(argv + first, argv + argc);
   }
+}
+
+// --worker-extra=R:FLAG, into o->worker_extra_args.
+void TakeWorkerExtra(const FlagParser& flags, const po::variables_map& vm, LaunchOptions* o) {
   if (vm.count("worker-extra")) {
     for (const std::string& e : vm["worker-extra"].as<std::vector<std::string>>()) {
       const size_t colon = e.find(':');
@@ -172,9 +181,56 @@ int Main(int argc, char** argv) {
       if (const char* owned = LauncherOwnedFlag(e.substr(colon + 1))) {
         flags.Fail(std::string(owned) + " is set by the launcher; do not pass it to the workers");
       }
-      o.worker_extra_args[w].push_back(e.substr(colon + 1));
+      o->worker_extra_args[w].push_back(e.substr(colon + 1));
     }
   }
+}
+
+// --cluster: this process is one task of the job, which its rank picks. The exit code.
+int RunAsClusterTask(const FlagParser& flags, const po::variables_map& vm, const LaunchOptions& o) {
+  ClusterTaskOptions c;
+  c.job = o;
+  if (!FlagGiven(vm, "workers")) c.job.num_workers = -1;  // every task that is not a server
+  c.slurm_only = vm["slurm"].as<bool>();
+  if (vm.count("scheduler")) c.scheduler = vm["scheduler"].as<std::string>();
+  c.port = vm["port"].as<int>();
+  if (c.port < 0 || c.port > 65535) flags.Fail("--port must be in [0, 65535]");
+  if (vm.count("iface")) c.iface = vm["iface"].as<std::string>();
+  c.emit_files = vm["emit-files"].as<bool>();
+  if (Status s = RunClusterTask(c, ProcessEnv(), &g_interrupted); !s.ok()) {
+    std::cerr << "gradsync-launch: error: " << s.message() << std::endl;
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+// The job's line: its shape, and (PS modes) the staleness and lags its servers saw.
+void PrintJobSummary(const LaunchOptions& o, const LaunchResult& r) {
+  if (o.mode == config::ALLREDUCE) {
+    std::printf("job: allreduce, %d workers; results in %s\n", o.num_workers, o.out_dir.c_str());
+    return;
+  }
+  auto p50_99_max = [](const std::map<int64_t, int64_t>& h) {
+    return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
+           std::to_string(h.empty() ? 0 : h.rbegin()->first);
+  };
+  std::printf("job: %s%s, %d server%s, %d worker%s: %lld gradients applied; clock staleness p50/p99/max %s clocks, "
+              "version lag p50/p99/max %s updates; %lld requests rejected; results in %s\n",
+              ModeName(o.mode).c_str(), o.mode == config::SSP ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,
+              o.num_servers == 1 ? "" : "s", o.num_workers, o.num_workers == 1 ? "" : "s",
+              static_cast<long long>(r.gradients), p50_99_max(r.clock_staleness).c_str(),
+              p50_99_max(r.version_lag).c_str(), static_cast<long long>(r.rejected), o.out_dir.c_str());
+}
+
+int Main(int argc, char** argv) {
+  FlagParser flags("gradsync-launch", Summary(),
+                   "gradsync-launch [options] [-- WORKER-FLAGS... | [--] COMMAND [ARGS...]]");
+  DeclareFlags(flags);
+  const int split = WorkersPart(flags.options(), argc, argv);
+  auto vm = flags.ParseOrExit(split, argv);
+  LaunchOptions o = JobOptions(flags, vm);
+  TakeWorkerWords(flags, split, argc, argv, &o);
+  TakeWorkerExtra(flags, vm, &o);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const bool cluster = vm["cluster"].as<bool>() || vm["slurm"].as<bool>();
@@ -182,22 +238,7 @@ int Main(int argc, char** argv) {
     if (!cluster && FlagGiven(vm, f)) flags.Fail(std::string("--") + f + " applies with --cluster or --slurm only");
   }
   if (cluster && o.trace) flags.Fail("--trace applies to jobs on this machine, not --cluster or --slurm (yet)");
-  if (cluster) {
-    ClusterTaskOptions c;
-    c.job = o;
-    if (!FlagGiven(vm, "workers")) c.job.num_workers = -1;  // every task that is not a server
-    c.slurm_only = vm["slurm"].as<bool>();
-    if (vm.count("scheduler")) c.scheduler = vm["scheduler"].as<std::string>();
-    c.port = vm["port"].as<int>();
-    if (c.port < 0 || c.port > 65535) flags.Fail("--port must be in [0, 65535]");
-    if (vm.count("iface")) c.iface = vm["iface"].as<std::string>();
-    c.emit_files = vm["emit-files"].as<bool>();
-    if (Status s = RunClusterTask(c, ProcessEnv(), &g_interrupted); !s.ok()) {
-      std::cerr << "gradsync-launch: error: " << s.message() << std::endl;
-      return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
-    }
-    return 0;
-  }
+  if (cluster) return RunAsClusterTask(flags, vm, o);
   // On a terminal: a live progress line from worker 0's metrics (its own output goes to its log,
   // whose final line is shown at the end). Otherwise worker 0 prints its epochs here itself.
   std::optional<ProgressLine> progress;
@@ -224,22 +265,7 @@ int Main(int argc, char** argv) {
                 r->trace_stats.processes, r->trace_stats.events);
     for (const auto& m : r->trace_stats.missing) std::printf("trace: %s was not written\n", m.c_str());
   }
-  if (!o.dry_run) {
-    if (o.mode == config::ALLREDUCE) {
-      std::printf("job: allreduce, %d workers; results in %s\n", o.num_workers, o.out_dir.c_str());
-      return 0;
-    }
-    auto p50_99_max = [](const std::map<int64_t, int64_t>& h) {
-      return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
-             std::to_string(h.empty() ? 0 : h.rbegin()->first);
-    };
-    std::printf("job: %s%s, %d server%s, %d worker%s: %lld gradients applied; clock staleness p50/p99/max %s clocks, "
-                "version lag p50/p99/max %s updates; %lld requests rejected; results in %s\n",
-                ModeName(o.mode).c_str(), o.mode == config::SSP ? (" s=" + std::to_string(o.staleness)).c_str() : "", o.num_servers,
-                o.num_servers == 1 ? "" : "s", o.num_workers, o.num_workers == 1 ? "" : "s",
-                static_cast<long long>(r->gradients), p50_99_max(r->clock_staleness).c_str(),
-                p50_99_max(r->version_lag).c_str(), static_cast<long long>(r->rejected), o.out_dir.c_str());
-  }
+  if (!o.dry_run) PrintJobSummary(o, *r);
   return 0;
 }
 

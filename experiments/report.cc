@@ -124,9 +124,10 @@ double StepMs(const std::vector<std::pair<int64_t, double>>& rows) {
   return NAN;
 }
 
-Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target, const Status& status) {
-  RunReport r;
-  spec::RunSummary& s = r.summary;
+namespace {
+
+// What the plan says of the run, how it ended, and the commands it ran (run_dir/commands.txt).
+void DescribeRun(const RunPlan& plan, const std::string& run_dir, const Status& status, spec::RunSummary& s) {
   s.set_name(plan.name);
   s.set_mode(ModeName(plan.mode));
   if (plan.mode == config::SSP) s.set_staleness_bound(plan.staleness);
@@ -138,11 +139,58 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   s.set_straggler(plan.straggler);
   s.set_ok(status.ok());
   if (!status.ok()) s.set_error(status.message());
-  {
-    std::ifstream cmds(run_dir + "/commands.txt");
-    std::string line;
-    while (std::getline(cmds, line)) s.add_commands(line);
+  std::ifstream cmds(run_dir + "/commands.txt");
+  std::string line;
+  while (std::getline(cmds, line)) s.add_commands(line);
+}
+
+// The shards' histograms, and the model size from worker 0's summary. A process killed before
+// its end wrote none (the run failed then); a file that does not parse is an error.
+Status ReadProcessSummaries(const RunPlan& plan, const std::string& run_dir, RunReport& r) {
+  for (int k = 0; k < plan.servers; ++k) {
+    auto ps = ReadProcessSummary(ProcessSummaryPath(run_dir, "server", k));
+    if (!ps.ok()) {
+      if (ps.status().code() == StatusCode::kNotFound) continue;
+      return ps.status();
+    }
+    AddHistogram(ps->version_lag(), &r.version_lag);
+    AddHistogram(ps->clock_staleness(), &r.clock_staleness);
   }
+  if (auto w0 = ReadProcessSummary(ProcessSummaryPath(run_dir, "worker", 0)); w0.ok()) {
+    if (w0->params() > 0) r.summary.set_params(w0->params());
+  } else if (w0.status().code() != StatusCode::kNotFound) {
+    return w0.status();
+  }
+  return OkStatus();
+}
+
+// What follows from the numbers read: the bytes a step would move by the formula (uncompressed
+// runs), and the histograms' quantiles.
+void SetDerivedNumbers(const RunPlan& plan, RunReport& r) {
+  spec::RunSummary& s = r.summary;
+  if (s.has_params() && plan.compression == "none") {
+    const double p4 = 4.0 * static_cast<double>(s.params());
+    const double n = plan.workers;
+    s.set_formula_bytes_per_step(plan.mode == config::ALLREDUCE ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
+  }
+  if (!r.version_lag.empty()) {
+    s.set_version_lag_p50(HistogramQuantile(r.version_lag, 0.5));
+    s.set_version_lag_p99(HistogramQuantile(r.version_lag, 0.99));
+    s.set_version_lag_max(r.version_lag.rbegin()->first);
+  }
+  if (!r.clock_staleness.empty()) {
+    s.set_clock_staleness_p50(HistogramQuantile(r.clock_staleness, 0.5));
+    s.set_clock_staleness_p99(HistogramQuantile(r.clock_staleness, 0.99));
+    s.set_clock_staleness_max(r.clock_staleness.rbegin()->first);
+  }
+}
+
+}  // namespace
+
+Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target, const Status& status) {
+  RunReport r;
+  spec::RunSummary& s = r.summary;
+  DescribeRun(plan, run_dir, status, s);
   // Worker files, merged into metrics.csv.
   ASSIGN_OR_RETURN(MergedMetrics merged, MergeWorkerMetrics(plan, run_dir));
   const bool any = merged.any;
@@ -175,37 +223,8 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
   if (!s.has_samples_per_s() && s.has_step_ms() && s.step_ms() > 0) {
     s.set_samples_per_s(static_cast<double>(plan.batch) * plan.workers * 1e3 / s.step_ms());
   }
-  // The shards' histograms, and the model size from worker 0's summary. A process killed before
-  // its end wrote none (the run failed then); a file that does not parse is an error.
-  for (int k = 0; k < plan.servers; ++k) {
-    auto ps = ReadProcessSummary(ProcessSummaryPath(run_dir, "server", k));
-    if (!ps.ok()) {
-      if (ps.status().code() == StatusCode::kNotFound) continue;
-      return ps.status();
-    }
-    AddHistogram(ps->version_lag(), &r.version_lag);
-    AddHistogram(ps->clock_staleness(), &r.clock_staleness);
-  }
-  if (auto w0 = ReadProcessSummary(ProcessSummaryPath(run_dir, "worker", 0)); w0.ok()) {
-    if (w0->params() > 0) s.set_params(w0->params());
-  } else if (w0.status().code() != StatusCode::kNotFound) {
-    return w0.status();
-  }
-  if (s.has_params() && plan.compression == "none") {
-    const double p4 = 4.0 * static_cast<double>(s.params());
-    const double n = plan.workers;
-    s.set_formula_bytes_per_step(plan.mode == config::ALLREDUCE ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
-  }
-  if (!r.version_lag.empty()) {
-    s.set_version_lag_p50(HistogramQuantile(r.version_lag, 0.5));
-    s.set_version_lag_p99(HistogramQuantile(r.version_lag, 0.99));
-    s.set_version_lag_max(r.version_lag.rbegin()->first);
-  }
-  if (!r.clock_staleness.empty()) {
-    s.set_clock_staleness_p50(HistogramQuantile(r.clock_staleness, 0.5));
-    s.set_clock_staleness_p99(HistogramQuantile(r.clock_staleness, 0.99));
-    s.set_clock_staleness_max(r.clock_staleness.rbegin()->first);
-  }
+  RETURN_IF_ERROR(ReadProcessSummaries(plan, run_dir, r));
+  SetDerivedNumbers(plan, r);
   return r;
 }
 
@@ -289,20 +308,26 @@ void WriteCdf(const std::string& path, const std::map<int64_t, int64_t>& h, cons
 // Curves closer than this (percentage points of accuracy, at every evaluation) draw as one.
 constexpr double kSameCurvePoints = 0.25;
 
-std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
-  std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot, bounds;
-  size_t evaluated = 0, stale_runs = 0;
-  for (const auto& r : runs) evaluated += r.evals.empty() ? 0 : 1;
-  for (const auto& r : runs) stale_runs += !r.version_lag.empty() && !r.clock_staleness.empty() ? 1 : 0;
-  if (evaluated == 0) return "";
-  // Dashes long enough to read as dashes at 960 px whatever the width (gnuplot's "dt 2" at a
-  // thin width reads as a solid line).
-  auto style = [](const PlotStyle& st, bool points) {
-    std::ostringstream o;
-    o << " lc rgb '" << st.color << "' lw " << Fixed(st.width, 2) << " dt " << (st.dashed ? "(16,8)" : "1");
-    if (points) o << " pt " << st.point << " ps 1";
-    return o.str();
-  };
+namespace {
+
+// Dashes long enough to read as dashes at 960 px whatever the width (gnuplot's "dt 2" at a
+// thin width reads as a solid line).
+std::string LineStyle(const PlotStyle& st, bool points) {
+  std::ostringstream o;
+  o << " lc rgb '" << st.color << "' lw " << Fixed(st.width, 2) << " dt " << (st.dashed ? "(16,8)" : "1");
+  if (points) o << " pt " << st.point << " ps 1";
+  return o.str();
+}
+
+// The axes of the accuracy plots: accuracy from y_lo to y_hi, wall time from lo_s to hi_s.
+struct AccuracyAxes {
+  double y_lo = 0, y_hi = 0, lo_s = 0, hi_s = 0;
+  bool log_time = false;  // a logarithmic time axis, with these 1-2-5 tics
+  std::string time_tics;
+};
+
+AccuracyAxes AxesFor(const std::vector<RunReport>& runs) {
+  AccuracyAxes a;
   // The accuracy axis: a margin below the lowest evaluation, so that no point sits on the frame.
   double lo_acc = 100, hi_acc = 0, lo_s = 0, hi_s = 0;
   for (const auto& r : runs) {
@@ -313,80 +338,124 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
       hi_s = std::max(hi_s, p.wall_s);
     }
   }
-  const double y_lo = std::max(0.0, 5 * std::floor((lo_acc - 0.05 * std::max(5.0, hi_acc - lo_acc)) / 5));
-  const double y_hi = std::min(100.0, std::ceil(hi_acc + 0.03 * std::max(5.0, hi_acc - lo_acc)));
+  a.lo_s = lo_s, a.hi_s = hi_s;
+  a.y_lo = std::max(0.0, 5 * std::floor((lo_acc - 0.05 * std::max(5.0, hi_acc - lo_acc)) / 5));
+  a.y_hi = std::min(100.0, std::ceil(hi_acc + 0.03 * std::max(5.0, hi_acc - lo_acc)));
   // Fast runs would be crammed into the left edge of a linear time axis when the slowest takes
   // many times as long: then the axis is logarithmic, with 1-2-5 tics.
-  const bool log_time = lo_s > 0 && hi_s > 6 * lo_s;
-  std::string time_tics;
-  if (log_time) {
+  a.log_time = lo_s > 0 && hi_s > 6 * lo_s;
+  if (a.log_time) {
     for (double decade = std::pow(10, std::floor(std::log10(lo_s))); decade <= hi_s; decade *= 10) {
       for (double m : {1.0, 2.0, 5.0}) {
         const double t = m * decade;
         if (t < lo_s / 1.5 || t > hi_s * 1.5) continue;
-        time_tics += (time_tics.empty() ? "" : ", ") + Trimmed(t);
+        a.time_tics += (a.time_tics.empty() ? "" : ", ") + Trimmed(t);
       }
     }
   }
-  size_t curve = 0, stale = 0;
+  return a;
+}
+
+// The plot commands' curves, run by run, and what the script around them needs to know.
+struct PlotCurves {
+  std::ostringstream time_plot, epoch_plot, clock_plot, lag_plot, bounds;
+  size_t curve = 0, stale = 0;          // the curves on the accuracy and on the staleness plots
   std::vector<const RunReport*> drawn;  // the runs on the accuracy plots so far
   size_t longest_title = 0;             // in characters: how many legend columns fit
   int64_t lag_p99 = 0;  // the largest p99 version lag over the runs: the lag panel's x range
+};
+
+// An earlier run whose accuracy is within kSameCurvePoints of r's at every evaluation, or null.
+const RunReport* SameCurve(const std::vector<const RunReport*>& drawn, const RunReport& r) {
+  for (const RunReport* earlier : drawn) {
+    if (earlier->evals.size() != r.evals.size()) continue;
+    bool equal = true;
+    for (size_t i = 0; i < r.evals.size() && equal; ++i) {
+      equal = std::abs(earlier->evals[i].epoch - r.evals[i].epoch) < 1e-9 &&
+              100 * std::abs(earlier->evals[i].accuracy - r.evals[i].accuracy) <= kSameCurvePoints;
+    }
+    if (equal) return earlier;
+  }
+  return nullptr;
+}
+
+// The run's accuracy curves (vs time, vs epochs), from DIR/plots/<run>.dat, which this writes.
+void AddAccuracyCurves(const RunReport& r, size_t evaluated, const std::string& dir, PlotCurves& c) {
+  const PlotStyle st = RunPlotStyle(r.summary, c.curve, evaluated);
+  const std::string data = dir + "/plots/" + r.summary.name() + ".dat";
+  std::ofstream d(data);
+  d << "# wall_s epoch step test_accuracy_percent\n";
+  for (const auto& p : r.evals) d << p.wall_s << " " << p.epoch << " " << p.step << " " << 100 * p.accuracy << "\n";
+  const std::string sep = c.curve ? ", " : "";
+  c.time_plot << sep << "'" << data << "' using 1:4 with linespoints" << LineStyle(st, true) << " title '" << r.summary.name() << "'";
+  // A run whose accuracy is within a line's width of an earlier run's at every evaluation
+  // (all-reduce and bsp compute the same steps, up to the order of a sum) would hide that one's
+  // curve: it is drawn as a thin line with large open circles over it, and the legend says so.
+  if (const RunReport* same = SameCurve(c.drawn, r); same != nullptr) {
+    c.epoch_plot << sep << "'" << data << "' using 2:4 with linespoints lc rgb '" << st.color << "' lw 1 dt " << (st.dashed ? "(16,8)" : "1")
+                 << " pt 6 ps 2 title '" << r.summary.name() << " (= " << same->summary.name() << ", within " << Trimmed(kSameCurvePoints) << ")'";
+    c.longest_title = std::max(c.longest_title, r.summary.name().size() + same->summary.name().size() + 18);
+  } else {
+    c.epoch_plot << sep << "'" << data << "' using 2:4 with linespoints" << LineStyle(st, true) << " title '" << r.summary.name() << "'";
+  }
+  c.longest_title = std::max(c.longest_title, r.summary.name().size());
+  c.drawn.push_back(&r);
+  ++c.curve;
+}
+
+// A PS run's staleness as a CDF (a step at each value it took): empty bins draw a flat step,
+// not a line across them, and a run that is always 0 (bsp) is a step to 1 at 0.
+void AddStalenessCurves(const RunReport& r, size_t stale_runs, const std::string& dir, PlotCurves& c) {
+  const PlotStyle ss = RunPlotStyle(r.summary, c.stale, stale_runs);
+  const std::string cd = dir + "/plots/" + r.summary.name() + ".clock_staleness.dat";
+  const std::string ld = dir + "/plots/" + r.summary.name() + ".version_lag.dat";
+  WriteCdf(cd, r.clock_staleness, "clock_staleness");
+  WriteCdf(ld, r.version_lag, "version_lag");
+  c.lag_p99 = std::max(c.lag_p99, HistogramQuantile(r.version_lag, 0.99));
+  const std::string ssep = c.stale ? ", " : "";
+  c.clock_plot << ssep << "'" << cd << "' using 1:2 with steps" << LineStyle(ss, false) << " title '" << r.summary.name() << "'";
+  c.lag_plot << ssep << "'" << ld << "' using 1:2 with steps" << LineStyle(ss, false) << " title '" << r.summary.name() << "'";
+  if (r.summary.has_staleness_bound()) {
+    // The ssp bound: clock staleness never passes it.
+    const int s = r.summary.staleness_bound();
+    c.bounds << "set arrow from " << s << ", graph 0 to " << s << ", graph 1 nohead dt 3 lw 1.5 lc rgb '" << ss.color
+             << "'\nset label 's = " << s << " (" << r.summary.name() << ")' at " << s << ", graph " << Fixed(0.95 - 0.06 * static_cast<double>(c.stale), 2)
+             << " offset 0.5,0 tc rgb '" << ss.color << "'\n";
+  }
+  ++c.stale;
+}
+
+// The staleness plot's part of the script: clock staleness above, version lag below.
+void StalenessScript(const std::string& title, const std::string& dir, const PlotCurves& c, std::ostringstream& gp) {
+  gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
+     << "set multiplot layout 2,1 title '" << title << ": staleness (PS runs), cumulative'\n"
+     << "set key bottom right\nset yrange [0:1.05]\nset xrange [-0.5:*]\n"
+     << "set title 'clock staleness of answered pulls (dotted: the ssp bound s)'\n"
+     << "set xlabel 'clock staleness (clocks)'\nset ylabel 'fraction of pulls at or below'\n"
+     << c.bounds.str() << "plot " << c.clock_plot.str() << "\n"
+     << "unset arrow\nunset label\n"
+     // A rare large lag (an asp straggler's) would squeeze every curve into the left edge: the
+     // axis ends at twice the largest p99, and the maxima are in the table.
+     << "set xrange [-0.5:" << std::max<int64_t>(5, 2 * c.lag_p99) << "]\n"
+     << "set title 'version lag of applied gradients (axis to twice the largest p99; maxima in the table)'\n"
+     << "set xlabel 'version lag (shard updates)'\nset ylabel 'fraction of gradients at or below'\nplot " << c.lag_plot.str() << "\n"
+     << "unset multiplot\n";
+}
+
+}  // namespace
+
+std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, const std::string& dir) {
+  size_t evaluated = 0, stale_runs = 0;
+  for (const auto& r : runs) evaluated += r.evals.empty() ? 0 : 1;
+  for (const auto& r : runs) stale_runs += !r.version_lag.empty() && !r.clock_staleness.empty() ? 1 : 0;
+  if (evaluated == 0) return "";
+  const AccuracyAxes axes = AxesFor(runs);
+  PlotCurves c;
   for (const auto& r : runs) {
     if (r.evals.empty()) continue;
-    const PlotStyle st = RunPlotStyle(r.summary, curve, evaluated);
-    const std::string data = dir + "/plots/" + r.summary.name() + ".dat";
-    std::ofstream d(data);
-    d << "# wall_s epoch step test_accuracy_percent\n";
-    for (const auto& p : r.evals) d << p.wall_s << " " << p.epoch << " " << p.step << " " << 100 * p.accuracy << "\n";
-    const std::string sep = curve ? ", " : "";
-    time_plot << sep << "'" << data << "' using 1:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
-      // A run whose accuracy is within a line's width of an earlier run's at every evaluation
-    // (all-reduce and bsp compute the same steps, up to the order of a sum) would hide that one's
-    // curve: it is drawn as a thin line with large open circles over it, and the legend says so.
-    const RunReport* same = nullptr;
-    for (const RunReport* earlier : drawn) {
-      if (earlier->evals.size() != r.evals.size()) continue;
-      bool equal = true;
-      for (size_t i = 0; i < r.evals.size() && equal; ++i) {
-        equal = std::abs(earlier->evals[i].epoch - r.evals[i].epoch) < 1e-9 &&
-                100 * std::abs(earlier->evals[i].accuracy - r.evals[i].accuracy) <= kSameCurvePoints;
-      }
-      if (equal) {
-        same = earlier;
-        break;
-      }
-    }
-    if (same != nullptr) {
-      epoch_plot << sep << "'" << data << "' using 2:4 with linespoints lc rgb '" << st.color << "' lw 1 dt " << (st.dashed ? "(16,8)" : "1")
-                 << " pt 6 ps 2 title '" << r.summary.name() << " (= " << same->summary.name() << ", within " << Trimmed(kSameCurvePoints) << ")'";
-      longest_title = std::max(longest_title, r.summary.name().size() + same->summary.name().size() + 18);
-    } else {
-      epoch_plot << sep << "'" << data << "' using 2:4 with linespoints" << style(st, true) << " title '" << r.summary.name() << "'";
-    }
-    longest_title = std::max(longest_title, r.summary.name().size());
-    drawn.push_back(&r);
-    ++curve;
+    AddAccuracyCurves(r, evaluated, dir, c);
     if (r.version_lag.empty() || r.clock_staleness.empty()) continue;
-    // Staleness as a CDF per run (a step at each value it took): empty bins draw a flat step,
-    // not a line across them, and a run that is always 0 (bsp) is a step to 1 at 0.
-    const PlotStyle ss = RunPlotStyle(r.summary, stale, stale_runs);
-    const std::string cd = dir + "/plots/" + r.summary.name() + ".clock_staleness.dat";
-    const std::string ld = dir + "/plots/" + r.summary.name() + ".version_lag.dat";
-    WriteCdf(cd, r.clock_staleness, "clock_staleness");
-    WriteCdf(ld, r.version_lag, "version_lag");
-    lag_p99 = std::max(lag_p99, HistogramQuantile(r.version_lag, 0.99));
-    const std::string ssep = stale ? ", " : "";
-    clock_plot << ssep << "'" << cd << "' using 1:2 with steps" << style(ss, false) << " title '" << r.summary.name() << "'";
-    lag_plot << ssep << "'" << ld << "' using 1:2 with steps" << style(ss, false) << " title '" << r.summary.name() << "'";
-    if (r.summary.has_staleness_bound()) {
-      // The ssp bound: clock staleness never passes it.
-      const int s = r.summary.staleness_bound();
-      bounds << "set arrow from " << s << ", graph 0 to " << s << ", graph 1 nohead dt 3 lw 1.5 lc rgb '" << ss.color
-             << "'\nset label 's = " << s << " (" << r.summary.name() << ")' at " << s << ", graph " << Fixed(0.95 - 0.06 * static_cast<double>(stale), 2)
-             << " offset 0.5,0 tc rgb '" << ss.color << "'\n";
-    }
-    ++stale;
+    AddStalenessCurves(r, stale_runs, dir, c);
   }
   const bool simulated = std::any_of(runs.begin(), runs.end(), [](const RunReport& r) { return r.summary.simulated(); });
   const std::string title = e.name + (simulated ? " (simulated)" : "");
@@ -394,40 +463,27 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
   // The legend goes under the plot, in columns: inside, it would cover the end of the curves
   // (and a run with a single evaluation is a single point, easily hidden).
   // About 8 px a character at this font, and a column holds its sample line (8 characters).
-  const size_t key_cols = std::clamp<size_t>(860 / ((longest_title + 8) * 8), 1, 3);
-  const size_t key_rows = (curve + key_cols - 1) / key_cols;
+  const size_t key_cols = std::clamp<size_t>(860 / ((c.longest_title + 8) * 8), 1, 3);
+  const size_t key_rows = (c.curve + key_cols - 1) / key_cols;
   gp << "# Each mode one colour (bsp blue, ssp green, asp red, allreduce purple, local grey); dense\n"
      << "# runs solid, compressed dashed; earlier curves wider, and a curve equal to an earlier one\n"
      << "# thin with open circles, so coinciding curves stay visible.\n"
      << "set terminal pngcairo size 960," << 560 + 20 * key_rows << " noenhanced\nset grid\n"
      << "set key below maxcols " << key_cols << " width 2\nset bmargin " << 4 + key_rows << "\n"
-     << "set ylabel 'test accuracy (%)'\nset yrange [" << Trimmed(y_lo) << ":" << Trimmed(y_hi) << "]\n"
+     << "set ylabel 'test accuracy (%)'\nset yrange [" << Trimmed(axes.y_lo) << ":" << Trimmed(axes.y_hi) << "]\n"
      << "set output '" << dir << "/accuracy_vs_time.png'\nset title '" << title << ": test accuracy vs wall time'\n";
-  if (log_time) {
-    gp << "set logscale x\nset xrange [" << Trimmed(lo_s / 1.25) << ":" << Trimmed(hi_s * 1.25) << "]\nset xtics (" << time_tics << ")\n"
+  if (axes.log_time) {
+    gp << "set logscale x\nset xrange [" << Trimmed(axes.lo_s / 1.25) << ":" << Trimmed(axes.hi_s * 1.25) << "]\nset xtics ("
+       << axes.time_tics << ")\n"
        << "set xlabel 'wall time (s, logarithmic)'\n";
   } else {
     gp << "set xlabel 'wall time (s)'\n";
   }
-  gp << "plot " << time_plot.str() << "\n";
-  if (log_time) gp << "unset logscale x\nset xrange [*:*]\nset xtics autofreq\n";
+  gp << "plot " << c.time_plot.str() << "\n";
+  if (axes.log_time) gp << "unset logscale x\nset xrange [*:*]\nset xtics autofreq\n";
   gp << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << title << ": test accuracy vs epochs'\n"
-     << "set xlabel 'epochs'\nplot " << epoch_plot.str() << "\nset yrange [*:*]\nunset bmargin\n";
-  if (stale > 0) {
-    gp << "set terminal pngcairo size 960,900 noenhanced\nset output '" << dir << "/staleness.png'\n"
-       << "set multiplot layout 2,1 title '" << title << ": staleness (PS runs), cumulative'\n"
-       << "set key bottom right\nset yrange [0:1.05]\nset xrange [-0.5:*]\n"
-       << "set title 'clock staleness of answered pulls (dotted: the ssp bound s)'\n"
-       << "set xlabel 'clock staleness (clocks)'\nset ylabel 'fraction of pulls at or below'\n"
-       << bounds.str() << "plot " << clock_plot.str() << "\n"
-       << "unset arrow\nunset label\n"
-       // A rare large lag (an asp straggler's) would squeeze every curve into the left edge: the
-       // axis ends at twice the largest p99, and the maxima are in the table.
-       << "set xrange [-0.5:" << std::max<int64_t>(5, 2 * lag_p99) << "]\n"
-       << "set title 'version lag of applied gradients (axis to twice the largest p99; maxima in the table)'\n"
-       << "set xlabel 'version lag (shard updates)'\nset ylabel 'fraction of gradients at or below'\nplot " << lag_plot.str() << "\n"
-       << "unset multiplot\n";
-  }
+     << "set xlabel 'epochs'\nplot " << c.epoch_plot.str() << "\nset yrange [*:*]\nunset bmargin\n";
+  if (c.stale > 0) StalenessScript(title, dir, c, gp);
   return gp.str();
 }
 

@@ -154,7 +154,10 @@ std::vector<RunReport> WithEarlierRuns(const Experiment& e, const std::set<std::
 
 }  // namespace
 
-Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& out, const volatile bool* interrupted) {
+namespace {
+
+// The runs --only names (every run without it), in the spec's order; an error names one it lacks.
+Result<std::vector<const RunPlan*>> SelectRuns(const Experiment& e, const RunnerOptions& o) {
   for (const auto& name : o.only) {
     bool found = false;
     for (const auto& r : e.runs) found = found || r.name == name;
@@ -164,6 +167,80 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
   for (const auto& r : e.runs) {
     if (o.only.empty() || o.only.count(r.name)) selected.push_back(&r);
   }
+  return selected;
+}
+
+LaunchOptions LaunchOptionsFor(const RunPlan& plan, const RunnerOptions& o, const std::string& run_dir) {
+  LaunchOptions lo;
+  lo.bin_dir = o.bin_dir;
+  lo.out_dir = run_dir;
+  lo.mode = plan.mode;
+  lo.staleness = plan.staleness;
+  lo.num_servers = plan.servers;
+  lo.num_workers = plan.workers;
+  lo.worker_args = plan.worker_args;
+  lo.worker_extra_args = plan.worker_extra;
+  lo.worker_command = plan.command;
+  lo.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  lo.auth_dir = o.auth_dir;
+  lo.timeout_s = plan.timeout_s;
+  lo.worker0_to_stdout = false;
+  lo.dry_run = o.dry_run;
+  lo.trace = plan.trace;
+  return lo;
+}
+
+// A run with a link: each process in a network namespace of its own behind an emulated link
+// (*net, which the launch options' hosts refer to). Loopback without one, and with --slurm each
+// process where Slurm puts it. The error of a network that could not be made.
+Status EmulateLinks(const RunPlan& plan, const RunnerOptions& o, std::unique_ptr<NetworkEmulation>& net,
+                    LaunchOptions& lo) {
+  const int hosts = 1 + plan.servers + plan.workers;
+  if (!plan.run.has_link() || o.slurm) {
+    // loopback, or each process where Slurm puts it
+  } else if (o.dry_run) {
+    lo.host_prefix = [](int h) { return std::vector<std::string>{"ip", "netns", "exec", "<run-ns>-h" + std::to_string(h)}; };
+    lo.host_address = [](int h) { return NetworkEmulation::Address(h); };
+  } else {
+    auto n = NetworkEmulation::Create(hosts, {plan.run.link().rate(), plan.run.link().delay_ms(), plan.run.link().congestion_control()});
+    if (n.ok()) {
+      net = std::move(n).value();
+      lo.host_prefix = [&net](int h) { return net->Prefix(h); };
+      lo.host_address = [&net](int h) { return net->Address(h); };
+    } else {
+      return n.status();
+    }
+  }
+  return OkStatus();
+}
+
+// The timeline picture beside the other plots (the merged trace is in the run's folder).
+void AddTimeline(const RunPlan& plan, const std::string& dir, const std::string& run_dir, const std::string& label,
+                 RunReport& report, std::ostream& out) {
+  const std::string png = TimelineFile(plan);
+  auto trace = LoadTrace(run_dir + "/trace.json");
+  Status drawn = trace.ok() ? DrawTimeline(*trace, dir + "/" + png, 4) : trace.status();
+  if (drawn.ok()) {
+    report.timeline = png;
+  } else {
+    out << "\n" << label << ": no timeline: " << drawn.message() << "\n";
+  }
+}
+
+// The report's row of a run that could not be summarized.
+RunReport BrokenReport(const RunPlan& plan, const Status& why) {
+  RunReport broken;
+  broken.summary.set_name(plan.name);
+  broken.summary.set_mode(ModeName(plan.mode));
+  broken.summary.set_ok(false);
+  broken.summary.set_error(why.message());
+  return broken;
+}
+
+}  // namespace
+
+Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& out, const volatile bool* interrupted) {
+  ASSIGN_OR_RETURN(const std::vector<const RunPlan*> selected, SelectRuns(e, o));
   const std::string dir = o.out_dir + "/" + e.name;
   std::vector<RunReport> reports;
   std::vector<std::string> failed;
@@ -173,43 +250,12 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     last_run = plan.name;
     const std::string run_dir = dir + "/" + plan.name;
     const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(selected.size()) + "] " + plan.name;
-    LaunchOptions lo;
-    lo.bin_dir = o.bin_dir;
-    lo.out_dir = run_dir;
-    lo.mode = plan.mode;
-    lo.staleness = plan.staleness;
-    lo.num_servers = plan.servers;
-    lo.num_workers = plan.workers;
-    lo.worker_args = plan.worker_args;
-    lo.worker_extra_args = plan.worker_extra;
-    lo.worker_command = plan.command;
-    lo.heartbeat_timeout_s = o.heartbeat_timeout_s;
-    lo.auth_dir = o.auth_dir;
-    lo.timeout_s = plan.timeout_s;
-    lo.worker0_to_stdout = false;
-    lo.dry_run = o.dry_run;
-    lo.trace = plan.trace;
+    LaunchOptions lo = LaunchOptionsFor(plan, o, run_dir);
     if (plan.trace && o.slurm && !o.dry_run) {
       return InvalidArgumentError("run '" + plan.name + "': trace: true applies to local runs, not --slurm (yet)");
     }
-    const int hosts = 1 + plan.servers + plan.workers;
     std::unique_ptr<NetworkEmulation> net;
-    Status status;
-    if (!plan.run.has_link() || o.slurm) {
-      // loopback, or each process where Slurm puts it
-    } else if (o.dry_run) {
-      lo.host_prefix = [](int h) { return std::vector<std::string>{"ip", "netns", "exec", "<run-ns>-h" + std::to_string(h)}; };
-      lo.host_address = [](int h) { return NetworkEmulation::Address(h); };
-    } else {
-      auto n = NetworkEmulation::Create(hosts, {plan.run.link().rate(), plan.run.link().delay_ms(), plan.run.link().congestion_control()});
-      if (n.ok()) {
-        net = std::move(n).value();
-        lo.host_prefix = [&net](int h) { return net->Prefix(h); };
-        lo.host_address = [&net](int h) { return net->Address(h); };
-      } else {
-        status = n.status();
-      }
-    }
+    Status status = EmulateLinks(plan, o, net, lo);
     if (o.dry_run) {
       out << "# " << plan.name << (plan.link.empty() ? "" : " (link " + plan.link + ")") << "\n";
       if (o.slurm) {
@@ -236,26 +282,11 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
     net.reset();  // tears the namespaces down before anything else happens
     progress.Done(status);
     auto report = SummarizeRun(plan, run_dir, e.target_accuracy, status);
-    if (report.ok() && plan.trace) {
-      // The timeline picture beside the other plots (the merged trace is in the run's folder).
-      const std::string png = TimelineFile(plan);
-      auto trace = LoadTrace(run_dir + "/trace.json");
-      Status drawn = trace.ok() ? DrawTimeline(*trace, dir + "/" + png, 4) : trace.status();
-      if (drawn.ok()) {
-        report->timeline = png;
-      } else {
-        out << "\n" << label << ": no timeline: " << drawn.message() << "\n";
-      }
-    }
+    if (report.ok() && plan.trace) AddTimeline(plan, dir, run_dir, label, *report, out);
     if (report.ok()) {
       reports.push_back(std::move(report).value());
     } else {
-      RunReport broken;
-      broken.summary.set_name(plan.name);
-      broken.summary.set_mode(ModeName(plan.mode));
-      broken.summary.set_ok(false);
-      broken.summary.set_error(report.status().message());
-      reports.push_back(broken);
+      reports.push_back(BrokenReport(plan, report.status()));
       if (status.ok()) status = report.status();
     }
     if (!status.ok()) failed.push_back(plan.name);

@@ -37,19 +37,24 @@ std::string Flag(const std::string& name, const std::string& value) { return "--
 // A number as the shortest text that reads back exactly (a flag must not round it).
 std::string Num(double v) { return ShortestText(v); }
 
-// Resolves one run and checks it; `where(field)` gives "path:line:col" of a field of this run
-// ("train.lr" for a training setting), or of the defaults when the run inherits it.
-Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std::function<std::string(const std::string&)>& where) {
-  RunPlan p;
-  p.run = defaults;
-  if (own.straggler_size() > 0) p.run.clear_straggler();  // a run's stragglers replace the defaults'
-  if (own.sim().tensors_size() > 0) p.run.mutable_sim()->clear_tensors();  // and its tensors the defaults'
-  p.run.MergeFrom(own);  // train merges field by field (proto2 presence)
+// A run's error: "path:line:col: run 'NAME': problem", at the field's place (where(field)).
+class RunError {
+ public:
+  RunError(const spec::Run& r, const std::function<std::string(const std::string&)>& where) : r_(r), where_(where) {}
+  Status operator()(const std::string& field, const std::string& problem) const {
+    return InvalidArgumentError(where_(field) + ": run '" + (r_.has_name() ? r_.name() : std::string("?")) + "': " +
+                                problem);
+  }
+
+ private:
+  const spec::Run& r_;
+  const std::function<std::string(const std::string&)>& where_;
+};
+
+// The run's name, mode and size.
+Status ResolveShape(const spec::Run& own, const RunError& fail, RunPlan& p) {
   const spec::Run& r = p.run;
   const config::TrainConfig& t = r.train();
-  auto fail = [&](const std::string& field, const std::string& problem) {
-    return InvalidArgumentError(where(field) + ": run '" + (r.has_name() ? r.name() : std::string("?")) + "': " + problem);
-  };
   if (!own.has_name() || own.name().empty()) return fail("name", "every run needs a name");
   p.name = r.name();
   if (!std::regex_match(p.name, std::regex("[A-Za-z0-9][A-Za-z0-9._+-]{0,63}"))) {
@@ -73,6 +78,13 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     p.servers = r.has_servers() ? r.servers() : 1;
     if (p.servers < 1 || p.servers > 16) return fail("servers", "servers must be in [1, 16]");
   }
+  return OkStatus();
+}
+
+// The training settings, the workers' command and flags, the timeout and the trace.
+Status ResolveTraining(const RunError& fail, RunPlan& p) {
+  const spec::Run& r = p.run;
+  const config::TrainConfig& t = r.train();
   // The training settings: the same checks as gradsync-worker's flags, every one reported.
   if (auto errors = Validate(t, Naming::kSpec); !errors.empty()) {
     std::string all;
@@ -103,34 +115,43 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   // staleness itself (to the servers too).
   p.worker_args.push_back(Flag("run", p.name));
   for (std::string& a : ConfigToFlags(t, {"mode", "staleness"})) p.worker_args.push_back(std::move(a));
-  // Stragglers.
+  return OkStatus();
+}
+
+// A straggler's --straggle flag, and its label in the report ("w1 3x").
+Status StragglerFlag(const spec::Straggler& s, const RunError& fail, std::string* flag, std::string* label) {
+  switch (s.delay_case()) {
+    case spec::Straggler::kFixedMs:
+      *flag = "ms:" + Num(s.fixed_ms());
+      *label = "+" + Num(s.fixed_ms()) + "ms";
+      break;
+    case spec::Straggler::kMultiple:
+      *flag = "x:" + Num(s.multiple());
+      *label = Num(s.multiple()) + "x";
+      break;
+    case spec::Straggler::kExpMeanMs:
+      *flag = "exp:" + Num(s.exp_mean_ms());
+      *label = "exp(" + Num(s.exp_mean_ms()) + "ms)";
+      break;
+    case spec::Straggler::kUniform:
+      *flag = "uniform:" + Num(s.uniform().low_ms()) + ":" + Num(s.uniform().high_ms());
+      *label = "U(" + Num(s.uniform().low_ms()) + "," + Num(s.uniform().high_ms()) + ")ms";
+      break;
+    default:
+      return fail("straggler", "a straggler needs one of fixed_ms, multiple, exp_mean_ms, uniform");
+  }
+  return OkStatus();
+}
+
+Status ResolveStragglers(const RunError& fail, RunPlan& p) {
   std::set<int> slowed;
-  for (const auto& s : r.straggler()) {
+  for (const auto& s : p.run.straggler()) {
     if (s.worker() < 0 || s.worker() >= p.workers) {
       return fail("straggler", "straggler worker " + std::to_string(s.worker()) + " is not in [0, " + std::to_string(p.workers) + ")");
     }
     if (!slowed.insert(s.worker()).second) return fail("straggler", "worker " + std::to_string(s.worker()) + " has two stragglers");
     std::string flag, label;
-    switch (s.delay_case()) {
-      case spec::Straggler::kFixedMs:
-        flag = "ms:" + Num(s.fixed_ms());
-        label = "+" + Num(s.fixed_ms()) + "ms";
-        break;
-      case spec::Straggler::kMultiple:
-        flag = "x:" + Num(s.multiple());
-        label = Num(s.multiple()) + "x";
-        break;
-      case spec::Straggler::kExpMeanMs:
-        flag = "exp:" + Num(s.exp_mean_ms());
-        label = "exp(" + Num(s.exp_mean_ms()) + "ms)";
-        break;
-      case spec::Straggler::kUniform:
-        flag = "uniform:" + Num(s.uniform().low_ms()) + ":" + Num(s.uniform().high_ms());
-        label = "U(" + Num(s.uniform().low_ms()) + "," + Num(s.uniform().high_ms()) + ")ms";
-        break;
-      default:
-        return fail("straggler", "a straggler needs one of fixed_ms, multiple, exp_mean_ms, uniform");
-    }
+    RETURN_IF_ERROR(StragglerFlag(s, fail, &flag, &label));
     // The worker's own parser checks the ranges (the flag is what the worker gets).
     if (auto parsed = ParseStraggler(flag); !parsed.ok()) return fail("straggler", parsed.status().message());
     config::TrainConfig slow;
@@ -140,20 +161,39 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
     p.stragglers[s.worker()] = {flag, s.seed()};
     p.straggler += (p.straggler.empty() ? "" : " ") + ("w" + std::to_string(s.worker()) + " " + label);
   }
-  // The link.
-  if (r.has_link()) {
-    // No rate: the namespaces and veth pairs, unshaped.
-    if (!r.link().rate().empty()) {
-      if (auto bits = TcRateBitsPerSecond(r.link().rate()); !bits.ok()) return fail("link", "link rate " + std::string(bits.status().message()));
-    }
-    if (!(r.link().delay_ms() >= 0 && r.link().delay_ms() <= 10000)) return fail("link", "link delay_ms must be in [0, 10000]");
-    if (!r.link().congestion_control().empty() && !IsCongestionControlName(r.link().congestion_control())) {
-      return fail("link", "link congestion_control '" + r.link().congestion_control() + "' is not a TCP congestion control name (cubic, bbr, reno)");
-    }
-    p.link = (r.link().rate().empty() ? std::string("unshaped") : r.link().rate()) +
-             (r.link().delay_ms() > 0 ? " +" + Num(r.link().delay_ms()) + "ms" : "") +
-             (r.link().congestion_control().empty() ? "" : " " + r.link().congestion_control());
+  return OkStatus();
+}
+
+Status ResolveLink(const RunError& fail, RunPlan& p) {
+  const spec::Run& r = p.run;
+  if (!r.has_link()) return OkStatus();
+  // No rate: the namespaces and veth pairs, unshaped.
+  if (!r.link().rate().empty()) {
+    if (auto bits = TcRateBitsPerSecond(r.link().rate()); !bits.ok()) return fail("link", "link rate " + std::string(bits.status().message()));
   }
+  if (!(r.link().delay_ms() >= 0 && r.link().delay_ms() <= 10000)) return fail("link", "link delay_ms must be in [0, 10000]");
+  if (!r.link().congestion_control().empty() && !IsCongestionControlName(r.link().congestion_control())) {
+    return fail("link", "link congestion_control '" + r.link().congestion_control() + "' is not a TCP congestion control name (cubic, bbr, reno)");
+  }
+  p.link = (r.link().rate().empty() ? std::string("unshaped") : r.link().rate()) +
+           (r.link().delay_ms() > 0 ? " +" + Num(r.link().delay_ms()) + "ms" : "") +
+           (r.link().congestion_control().empty() ? "" : " " + r.link().congestion_control());
+  return OkStatus();
+}
+
+// Resolves one run and checks it; `where(field)` gives "path:line:col" of a field of this run
+// ("train.lr" for a training setting), or of the defaults when the run inherits it.
+Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std::function<std::string(const std::string&)>& where) {
+  RunPlan p;
+  p.run = defaults;
+  if (own.straggler_size() > 0) p.run.clear_straggler();  // a run's stragglers replace the defaults'
+  if (own.sim().tensors_size() > 0) p.run.mutable_sim()->clear_tensors();  // and its tensors the defaults'
+  p.run.MergeFrom(own);  // train merges field by field (proto2 presence)
+  const RunError fail(p.run, where);
+  RETURN_IF_ERROR(ResolveShape(own, fail, p));
+  RETURN_IF_ERROR(ResolveTraining(fail, p));
+  RETURN_IF_ERROR(ResolveStragglers(fail, p));
+  RETURN_IF_ERROR(ResolveLink(fail, p));
   return p;
 }
 
