@@ -280,10 +280,10 @@ SyncTraffic FrontendBucketReducer::traffic() const {
   return {ring.bytes_sent(), ring.bytes_received(), ring.shm_bytes_sent(), ring.shm_bytes_received()};
 }
 
-FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,
-                           const std::string& compression, int error_feedback)
-    : job_(job) {
-  if (tensors.empty()) throw StatusError(InvalidArgumentError("no parameters to synchronize"));
+namespace {
+
+// The model's tensors as the caller declared them (throws on a bad name or shape).
+std::vector<TensorInfo> TensorInfos(const std::vector<TensorSpec>& tensors) {
   std::vector<TensorInfo> infos;
   for (const auto& t : tensors) {
     if (t.name.empty() || t.name.find_first_of("\t\n") != std::string::npos) {
@@ -299,7 +299,11 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     }
     infos.push_back(std::move(info));
   }
-  // Every worker must declare the same tensors: compared against worker 0's, by name and shape.
+  return infos;
+}
+
+// Every worker must declare the same tensors: compared against worker 0's, by name and shape.
+void CheckSameLayout(FrontendJob* job, const std::vector<TensorSpec>& tensors) {
   static int layouts = 0;
   const auto all = job->Gather("layout-" + std::to_string(layouts++), LayoutText(tensors),
                                job->process().heartbeat_timeout() * 30 + 60);
@@ -311,13 +315,12 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
                                              LayoutDifference(first, ParseLayoutText(all[r]), static_cast<int>(r))));
     }
   }
-  model_ = std::make_unique<ExternalModel>(std::move(infos));
+}
 
-  const config::TrainConfig& c = job->train();
-  JobLink& link = job->link();
-  // The job's settings, with the wrapped optimizer's instead of the flags' (the PS shards apply
-  // it; all-reduce and local leave it to PyTorch) and a constant schedule: the caller sends
-  // its own rate with each step.
+// The job's settings, with the wrapped optimizer's instead of the flags' (the PS shards apply
+// it; all-reduce and local leave it to PyTorch) and a constant schedule: the caller sends
+// its own rate with each step.
+LocalTrainOptions WrappedTrainOptions(const config::TrainConfig& c, const OptimizerSpec& optimizer) {
   LocalTrainOptions train = TrainOptionsFrom(c);
   if (optimizer.kind != "sgd" && optimizer.kind != "adam") {
     throw StatusError(InvalidArgumentError("optimizer kind '" + optimizer.kind + "': sgd or adam"));
@@ -336,6 +339,22 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   train.straggler = {};  // the script's loop is its own
   train.micro_batch = 0;
   ThrowIfError(ValidateOptimizerOptions(train.optimizer));
+  return train;
+}
+
+}  // namespace
+
+FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,
+                           const std::string& compression, int error_feedback)
+    : job_(job) {
+  if (tensors.empty()) throw StatusError(InvalidArgumentError("no parameters to synchronize"));
+  std::vector<TensorInfo> infos = TensorInfos(tensors);
+  CheckSameLayout(job, tensors);
+  model_ = std::make_unique<ExternalModel>(std::move(infos));
+
+  const config::TrainConfig& c = job->train();
+  JobLink& link = job->link();
+  LocalTrainOptions train = WrappedTrainOptions(c, optimizer);
   std::string compress = compression.empty() ? c.compress() : compression;
   if (compress == "none") compress.clear();
   // --precision=bf16|fp16: the gradient travels in those 16 bits unless a codec is named.

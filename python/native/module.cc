@@ -182,14 +182,9 @@ MetricsRow RowFrom(const py::dict& d) {
   return r;
 }
 
-}  // namespace
-}  // namespace gradsync::python
 
-PYBIND11_MODULE(_native, m) {
-  using namespace gradsync;
-  using namespace gradsync::python;
-  m.doc() = "gradsync's native frontend (see the gradsync package)";
-
+// Errors: a failed Status raises ValueError (kInvalidArgument) or gradsync._native.GradsyncError.
+void BindErrors(py::module_& m) {
   static py::exception<StatusError> gradsync_error(m, "GradsyncError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -198,16 +193,11 @@ PYBIND11_MODULE(_native, m) {
       PyErr_SetString(e.code() == StatusCode::kInvalidArgument ? PyExc_ValueError : gradsync_error.ptr(), e.what());
     }
   });
+}
 
-  py::class_<FrontendJob>(m, "Job")
-      .def(py::init<const std::vector<std::string>&>(), py::arg("argv"), Release())
-      .def_property_readonly("rank", &FrontendJob::rank)
-      .def_property_readonly("size", &FrontendJob::size)
-      .def_property_readonly("mode", [](const FrontendJob& j) { return ModeName(j.mode()); })
-      .def_property_readonly("staleness", &FrontendJob::staleness)
-      .def_property_readonly("config", [](const FrontendJob& j) { return FieldsDict(j.train()); })
-      .def_property_readonly("process", [](const FrontendJob& j) { return FieldsDict(j.process()); })
-      .def(
+// Job's collectives: gather and all-gather (bytes), broadcast and all-reduce (in place).
+void BindJobCollectives(py::class_<FrontendJob>& job) {
+  job.def(
           "gather",
           [](FrontendJob& j, const std::string& name, const py::bytes& data, double timeout_s) {
             std::string in = data;
@@ -257,8 +247,20 @@ PYBIND11_MODULE(_native, m) {
             return l;
           },
           py::arg("data"), py::arg("via_scheduler") = false,
-          "Every worker's bytes, by rank (sizes may differ): the ring (mode allreduce) or the scheduler.")
-      .def("training_ended", &FrontendJob::TrainingEnded, py::arg("steps"), py::arg("joined"), Release())
+          "Every worker's bytes, by rank (sizes may differ): the ring (mode allreduce) or the scheduler.");
+}
+
+void BindJob(py::module_& m) {
+  py::class_<FrontendJob> job(m, "Job");
+  job.def(py::init<const std::vector<std::string>&>(), py::arg("argv"), Release())
+      .def_property_readonly("rank", &FrontendJob::rank)
+      .def_property_readonly("size", &FrontendJob::size)
+      .def_property_readonly("mode", [](const FrontendJob& j) { return ModeName(j.mode()); })
+      .def_property_readonly("staleness", &FrontendJob::staleness)
+      .def_property_readonly("config", [](const FrontendJob& j) { return FieldsDict(j.train()); })
+      .def_property_readonly("process", [](const FrontendJob& j) { return FieldsDict(j.process()); });
+  BindJobCollectives(job);
+  job.def("training_ended", &FrontendJob::TrainingEnded, py::arg("steps"), py::arg("joined"), Release())
       .def_property_readonly("worker_hosts", &FrontendJob::WorkerHosts)
       .def_property_readonly(
           "ended_workers",
@@ -274,7 +276,55 @@ PYBIND11_MODULE(_native, m) {
             j.Finished(error.empty() ? OkStatus() : AbortedError(error));
           },
           py::arg("error") = "", Release());
+}
 
+// Sync's bytes moved and replies counted.
+void BindSyncTraffic(py::class_<FrontendSync>& sync) {
+  sync.def("traffic", [](const FrontendSync& s) {
+        const SyncTraffic t = s.traffic();
+        return py::make_tuple(t.bytes_sent, t.bytes_received);
+      }, "(bytes sent, bytes received) on the wire")
+      .def("shm_traffic", [](const FrontendSync& s) {
+        const SyncTraffic t = s.traffic();
+        return py::make_tuple(t.shm_bytes_sent, t.shm_bytes_received);
+      }, "(bytes sent, bytes received) through shared memory with processes of this host, as the wire would count them")
+      .def("reply_counts", [](const FrontendSync& s) {
+        const PsClient::ReplyCounts c = s.reply_counts();
+        py::dict d;
+        d["pushes"] = c.pushes;
+        d["pulls"] = c.pulls;
+        d["version_lag"] = c.version_lag;
+        d["clock_staleness"] = c.clock_staleness;
+        return d;
+      });
+}
+
+// Sync's optimizer state (PS modes: the shards').
+void BindSyncOptimizerState(py::class_<FrontendSync>& sync) {
+  sync.def(
+          "optimizer_state",
+          [](FrontendSync& s) {
+            NamedOptimizerState state;
+            {
+              py::gil_scoped_release release;
+              state = s.OptimizerState();
+            }
+            return StateDict(state);
+          },
+          "PS modes: the shards' optimizer state at this worker's step, {'kind': 'sgd'|'adam', 'scalars': "
+          "{'step': n}, 'slots': {name: [a flat float32 array per tensor, in layout order]}} (torch's names: "
+          "'momentum_buffer'; 'exp_avg', 'exp_avg_sq'); before the first step no scalars and no slots.")
+      .def(
+          "set_optimizer_state",
+          [](FrontendSync& s, const py::dict& d) {
+            NamedOptimizerState state = StateFrom(d);
+            py::gil_scoped_release release;
+            s.SetOptimizerState(std::move(state));
+          },
+          py::arg("state"), "PS modes: sets the shards' optimizer state (the dict optimizer_state() returns).");
+}
+
+void BindSync(py::module_& m) {
   py::class_<OptimizerSpec>(m, "OptimizerSpec")
       .def(py::init<>())
       .def_readwrite("kind", &OptimizerSpec::kind)
@@ -286,8 +336,8 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("beta2", &OptimizerSpec::beta2)
       .def_readwrite("eps", &OptimizerSpec::eps);
 
-  py::class_<FrontendSync>(m, "Sync")
-      .def(py::init([](FrontendJob* job, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
+  py::class_<FrontendSync> sync(m, "Sync");
+  sync.def(py::init([](FrontendJob* job, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
                        const OptimizerSpec& optimizer, const std::string& compression, int error_feedback) {
              std::vector<TensorSpec> specs;
              for (const auto& [name, shape] : tensors) specs.push_back({name, shape});
@@ -323,46 +373,12 @@ PYBIND11_MODULE(_native, m) {
       .def("end_training", &FrontendSync::EndTraining, py::arg("evaluate") = false, py::arg("join") = false,
            Release(),
            "After the last step. join=True: this worker ran out of data (PS modes: it leaves the consistency "
-           "rule, the others go on without it; returns once every worker has ended or joined).")
-      .def("traffic", [](const FrontendSync& s) {
-        const SyncTraffic t = s.traffic();
-        return py::make_tuple(t.bytes_sent, t.bytes_received);
-      }, "(bytes sent, bytes received) on the wire")
-      .def("shm_traffic", [](const FrontendSync& s) {
-        const SyncTraffic t = s.traffic();
-        return py::make_tuple(t.shm_bytes_sent, t.shm_bytes_received);
-      }, "(bytes sent, bytes received) through shared memory with processes of this host, as the wire would count them")
-      .def("reply_counts", [](const FrontendSync& s) {
-        const PsClient::ReplyCounts c = s.reply_counts();
-        py::dict d;
-        d["pushes"] = c.pushes;
-        d["pulls"] = c.pulls;
-        d["version_lag"] = c.version_lag;
-        d["clock_staleness"] = c.clock_staleness;
-        return d;
-      })
-      .def(
-          "optimizer_state",
-          [](FrontendSync& s) {
-            NamedOptimizerState state;
-            {
-              py::gil_scoped_release release;
-              state = s.OptimizerState();
-            }
-            return StateDict(state);
-          },
-          "PS modes: the shards' optimizer state at this worker's step, {'kind': 'sgd'|'adam', 'scalars': "
-          "{'step': n}, 'slots': {name: [a flat float32 array per tensor, in layout order]}} (torch's names: "
-          "'momentum_buffer'; 'exp_avg', 'exp_avg_sq'); before the first step no scalars and no slots.")
-      .def(
-          "set_optimizer_state",
-          [](FrontendSync& s, const py::dict& d) {
-            NamedOptimizerState state = StateFrom(d);
-            py::gil_scoped_release release;
-            s.SetOptimizerState(std::move(state));
-          },
-          py::arg("state"), "PS modes: sets the shards' optimizer state (the dict optimizer_state() returns).");
+           "rule, the others go on without it; returns once every worker has ended or joined).");
+  BindSyncTraffic(sync);
+  BindSyncOptimizerState(sync);
+}
 
+void BindBucketReducer(py::module_& m) {
   py::class_<FrontendBucketReducer>(m, "BucketReducer")
       .def(py::init<FrontendJob*, const std::string&, bool>(), py::arg("job"), py::arg("codec") = "",
            py::arg("error_feedback") = false, py::keep_alive<1, 2>())
@@ -384,7 +400,10 @@ PYBIND11_MODULE(_native, m) {
         const SyncTraffic t = r.traffic();
         return py::make_tuple(t.shm_bytes_sent, t.shm_bytes_received);
       }, "(bytes sent, bytes received) through shared memory with processes of this host");
+}
 
+// The metrics rows and the worker's summary, as gradsync-worker writes them.
+void BindMetrics(py::module_& m) {
   py::class_<MetricsWriter>(m, "MetricsWriter")
       .def(py::init([](const std::string& path, const std::string& run, int worker) {
              auto w = MetricsWriter::Open(path, run, worker);
@@ -426,7 +445,9 @@ PYBIND11_MODULE(_native, m) {
         ThrowIfError(WriteProcessSummary(dir, s));
       },
       py::arg("dir"), py::arg("summary"));
+}
 
+void BindCodecs(py::module_& m) {
   // The codecs themselves, for experiments from Python: a payload per call, as the wire carries it.
   py::class_<Compressor>(m, "Codec")
       .def(py::init([](const std::string& spec, uint64_t seed) {
@@ -456,7 +477,9 @@ PYBIND11_MODULE(_native, m) {
             return out;
           },
           py::arg("payload"), py::arg("n"), py::arg("step") = 0);
+}
 
+void BindTrace(py::module_& m) {
   // Spans of the user's own code in this process's trace (gradsync.trace_span): the clock, and a
   // finished span. Nothing is recorded unless the job traces (gradsync-launch --trace).
   m.def("trace_on", &Trace::on);
@@ -467,6 +490,23 @@ PYBIND11_MODULE(_native, m) {
         if (Trace::on()) Trace::Complete(TraceName(name), TraceName(category), begin_us, Trace::NowUs() - begin_us);
       },
       py::arg("name"), py::arg("category"), py::arg("begin_us"));
+}
+
+}  // namespace
+}  // namespace gradsync::python
+
+PYBIND11_MODULE(_native, m) {
+  using namespace gradsync;
+  using namespace gradsync::python;
+  m.doc() = "gradsync's native frontend (see the gradsync package)";
+
+  BindErrors(m);
+  BindJob(m);
+  BindSync(m);
+  BindBucketReducer(m);
+  BindMetrics(m);
+  BindCodecs(m);
+  BindTrace(m);
 
   m.def(
       "encoded_bytes",
