@@ -180,6 +180,91 @@ uint64_t Count(FuzzedDataProvider& in, uint64_t small_max) {
   }
 }
 
+// A replica plane's fields (a snapshot's META among them, sometimes a real one).
+void FillReplicaFields(FuzzedDataProvider& in, wire::ReplicaFields* r) {
+  const int s = in.ConsumeIntegralInRange<int>(-1, 2);
+  r->set_shard(s);
+  r->set_op(static_cast<wire::ReplicaOp>(in.ConsumeIntegralInRange<int>(0, 8)));
+  r->set_index(in.ConsumeBool() ? in.ConsumeIntegral<uint64_t>() : in.ConsumeIntegralInRange<uint64_t>(0, 8));
+  r->set_part(in.ConsumeIntegralInRange<int>(-1, 2));
+  r->set_worker(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
+  r->set_scale(in.ConsumeFloatingPoint<float>());
+  r->set_counts(in.ConsumeBool());
+  switch (in.ConsumeIntegralInRange<int>(0, 2)) {  // the key: none, the job's, other bytes
+    case 1: r->set_key(kReplicaKey); break;
+    case 2: r->set_key(in.ConsumeRandomLengthString(32)); break;
+    default: break;
+  }
+  r->set_meta(in.ConsumeBool() && s >= 0 && s < 2 ? Meta(s).SerializeAsString() : in.ConsumeRandomLengthString(256));
+}
+
+// A job as INIT carries it: tensors that tile the parameters or not, and any settings.
+void FillJob(FuzzedDataProvider& in, wire::JobConfig* job) {
+  const int tensors = in.ConsumeIntegralInRange<int>(0, 3);
+  uint64_t next = 0;
+  for (int i = 0; i < tensors; ++i) {
+    auto* t = job->add_tensors();
+    t->set_offset(in.ConsumeBool() ? next : SmallOrAny(in, 4096));
+    t->set_size(SmallOrAny(in, 4096));
+    t->set_sparse(in.ConsumeBool());
+    next = t->offset() + t->size();
+  }
+  job->set_num_params(in.ConsumeBool() ? next : SmallOrAny(in, 8192));
+  job->set_num_workers(in.ConsumeIntegralInRange<int>(0, kNumWorkers + 1));
+  job->set_lr(in.ConsumeFloatingPoint<float>());
+  job->set_lr_schedule(in.ConsumeBool() ? "cosine" : in.ConsumeRandomLengthString(12));
+  job->set_momentum(in.ConsumeFloatingPoint<float>());
+  job->set_nesterov(in.ConsumeBool());
+  job->set_weight_decay(in.ConsumeFloatingPoint<float>());
+  job->set_compression(kCodecNames[in.ConsumeIntegralInRange<size_t>(0, std::size(kCodecNames) - 1)]);
+  job->set_compression_seed(kCodecSeed);
+}
+
+// A keys frame for `num_keys` keys: with `fit` (and few keys), that many keys, sorted or not;
+// else any bytes.
+std::string KeysFrame(FuzzedDataProvider& in, uint64_t num_keys, bool fit) {
+  std::string keys;
+  const uint64_t key_bytes = num_keys * sizeof(uint64_t);  // as a sender computes it (64-bit)
+  if (fit && key_bytes <= 256 * sizeof(uint64_t)) {
+    const bool sorted = in.ConsumeBool();
+    uint64_t k = in.ConsumeIntegralInRange<uint64_t>(0, kNumParams);
+    for (uint64_t i = 0; i < key_bytes / sizeof(uint64_t); ++i) {
+      keys.append(reinterpret_cast<const char*>(&k), 8);
+      k = sorted ? k + 1 + in.ConsumeIntegralInRange<uint64_t>(0, 64) : in.ConsumeIntegralInRange<uint64_t>(0, kNumParams);
+    }
+  } else {
+    keys = in.ConsumeRandomLengthString(2048);
+  }
+  return keys;
+}
+
+// A values frame for the header: with `fit`, a real payload of its codec or raw floats of its
+// size (`clock` seeds the codec); else any bytes.
+std::string ValuesFrame(FuzzedDataProvider& in, const wire::Header& h, int64_t clock, bool fit) {
+  std::string values;
+  auto want = gradsync::ExpectedValueCount(h);
+  if (fit && want.ok() && !h.codec().empty() && in.ConsumeBool()) {
+    // A real payload of the named codec (when it is one) for the dense segments.
+    uint64_t n = 0;
+    for (const auto& s : h.segments()) n += s.length();
+    auto codec = gradsync::CreateCompressor(h.codec(), kCodecSeed);
+    if (codec.ok() && *codec && n <= kMaxDecoded) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = in.ConsumeFloatingPointInRange<float>(-4.0f, 4.0f);
+      std::vector<uint8_t> payload;
+      (*codec)->Encode(x, static_cast<uint64_t>(clock), &payload);
+      values.assign(payload.begin(), payload.end());
+    }
+  } else if (fit && want.ok() && h.codec().empty() && *want <= kMaxDecoded) {
+    values.resize(*want * sizeof(float));
+    const std::string bytes = in.ConsumeBytesAsString(values.size());
+    std::copy(bytes.begin(), bytes.end(), values.begin());
+  } else {
+    values = in.ConsumeRandomLengthString(4096);
+  }
+  return values;
+}
+
 Frames StructuredFrames(FuzzedDataProvider& in) {
   wire::Header h;
   const int type = in.ConsumeIntegralInRange<int>(0, 22);
@@ -189,21 +274,7 @@ Frames StructuredFrames(FuzzedDataProvider& in) {
   const int plane = in.ConsumeIntegralInRange<int>(0, 7);
   const bool replica = plane == 1 || (plane > 3 && h.type() == wire::REPLICATE);
   if (replica) {
-    wire::ReplicaFields* r = h.mutable_replica();
-    const int s = in.ConsumeIntegralInRange<int>(-1, 2);
-    r->set_shard(s);
-    r->set_op(static_cast<wire::ReplicaOp>(in.ConsumeIntegralInRange<int>(0, 8)));
-    r->set_index(in.ConsumeBool() ? in.ConsumeIntegral<uint64_t>() : in.ConsumeIntegralInRange<uint64_t>(0, 8));
-    r->set_part(in.ConsumeIntegralInRange<int>(-1, 2));
-    r->set_worker(in.ConsumeIntegralInRange<int>(-1, kNumWorkers));
-    r->set_scale(in.ConsumeFloatingPoint<float>());
-    r->set_counts(in.ConsumeBool());
-    switch (in.ConsumeIntegralInRange<int>(0, 2)) {  // the key: none, the job's, other bytes
-      case 1: r->set_key(kReplicaKey); break;
-      case 2: r->set_key(in.ConsumeRandomLengthString(32)); break;
-      default: break;
-    }
-    r->set_meta(in.ConsumeBool() && s >= 0 && s < 2 ? Meta(s).SerializeAsString() : in.ConsumeRandomLengthString(256));
+    FillReplicaFields(in, h.mutable_replica());
   } else if (plane == 2) {
     wire::ControlFields* c = h.mutable_control();
     c->set_clock(in.ConsumeIntegralInRange<int64_t>(-1, 3));
@@ -234,72 +305,15 @@ Frames StructuredFrames(FuzzedDataProvider& in) {
     if (in.ConsumeBool()) v->set_attach(in.ConsumeRandomLengthString(24));
     if (in.ConsumeBool()) v->set_port(in.ConsumeIntegral<uint32_t>());
   }
-  if (h.type() == wire::INIT || in.ConsumeIntegralInRange<int>(0, 7) == 0) {
-    auto* job = ps->mutable_job();
-    const int tensors = in.ConsumeIntegralInRange<int>(0, 3);
-    uint64_t next = 0;
-    for (int i = 0; i < tensors; ++i) {
-      auto* t = job->add_tensors();
-      t->set_offset(in.ConsumeBool() ? next : SmallOrAny(in, 4096));
-      t->set_size(SmallOrAny(in, 4096));
-      t->set_sparse(in.ConsumeBool());
-      next = t->offset() + t->size();
-    }
-    job->set_num_params(in.ConsumeBool() ? next : SmallOrAny(in, 8192));
-    job->set_num_workers(in.ConsumeIntegralInRange<int>(0, kNumWorkers + 1));
-    job->set_lr(in.ConsumeFloatingPoint<float>());
-    job->set_lr_schedule(in.ConsumeBool() ? "cosine" : in.ConsumeRandomLengthString(12));
-    job->set_momentum(in.ConsumeFloatingPoint<float>());
-    job->set_nesterov(in.ConsumeBool());
-    job->set_weight_decay(in.ConsumeFloatingPoint<float>());
-    job->set_compression(kCodecNames[in.ConsumeIntegralInRange<size_t>(0, std::size(kCodecNames) - 1)]);
-    job->set_compression_seed(kCodecSeed);
-  }
+  if (h.type() == wire::INIT || in.ConsumeIntegralInRange<int>(0, 7) == 0) FillJob(in, ps->mutable_job());
   Frames frames;
   std::string header;
   if (!h.SerializeToString(&header)) Fail("cannot serialize a header");
   frames.push_back(std::move(header));
 
   const bool fit = in.ConsumeIntegralInRange<int>(0, 7) != 0;  // frames that fit the header
-  if (num_keys > 0) {
-    std::string keys;
-    const uint64_t key_bytes = num_keys * sizeof(uint64_t);  // as a sender computes it (64-bit)
-    if (fit && key_bytes <= 256 * sizeof(uint64_t)) {
-      const bool sorted = in.ConsumeBool();
-      uint64_t k = in.ConsumeIntegralInRange<uint64_t>(0, kNumParams);
-      for (uint64_t i = 0; i < key_bytes / sizeof(uint64_t); ++i) {
-        keys.append(reinterpret_cast<const char*>(&k), 8);
-        k = sorted ? k + 1 + in.ConsumeIntegralInRange<uint64_t>(0, 64) : in.ConsumeIntegralInRange<uint64_t>(0, kNumParams);
-      }
-    } else {
-      keys = in.ConsumeRandomLengthString(2048);
-    }
-    frames.push_back(std::move(keys));
-  }
-  if (h.has_values()) {
-    std::string values;
-    auto want = gradsync::ExpectedValueCount(h);
-    if (fit && want.ok() && !h.codec().empty() && in.ConsumeBool()) {
-      // A real payload of the named codec (when it is one) for the dense segments.
-      uint64_t n = 0;
-      for (const auto& s : h.segments()) n += s.length();
-      auto codec = gradsync::CreateCompressor(h.codec(), kCodecSeed);
-      if (codec.ok() && *codec && n <= kMaxDecoded) {
-        std::vector<float> x(n);
-        for (auto& v : x) v = in.ConsumeFloatingPointInRange<float>(-4.0f, 4.0f);
-        std::vector<uint8_t> payload;
-        (*codec)->Encode(x, static_cast<uint64_t>(ps->clock()), &payload);
-        values.assign(payload.begin(), payload.end());
-      }
-    } else if (fit && want.ok() && h.codec().empty() && *want <= kMaxDecoded) {
-      values.resize(*want * sizeof(float));
-      const std::string bytes = in.ConsumeBytesAsString(values.size());
-      std::copy(bytes.begin(), bytes.end(), values.begin());
-    } else {
-      values = in.ConsumeRandomLengthString(4096);
-    }
-    frames.push_back(std::move(values));
-  }
+  if (num_keys > 0) frames.push_back(KeysFrame(in, num_keys, fit));
+  if (h.has_values()) frames.push_back(ValuesFrame(in, h, ps->clock(), fit));
   switch (in.ConsumeIntegralInRange<int>(0, 15)) {
     case 0: if (frames.size() > 1) frames.pop_back(); break;
     case 1: frames.push_back(in.ConsumeRandomLengthString(64)); break;
