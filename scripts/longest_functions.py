@@ -22,7 +22,7 @@ def files_at(rev, dirs):
     else:
         out = subprocess.check_output(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *dirs],
                                       text=True)
-    return [f for f in out.split() if f.endswith((".cc", ".h", ".cu"))]
+    return [f for f in out.split() if f.endswith((".cc", ".h", ".cu", ".cuh"))]
 
 
 def read(rev, path):
