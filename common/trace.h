@@ -11,7 +11,7 @@
 // Time: events carry microseconds of the host's steady clock, plus the clock offset, applied when
 // they are written. A process learns its offset against the job's scheduler when it registers
 // (SchedulerClient::clock_offset_us), so that the traces of every process of a job share the
-// scheduler's clock and line up when merged (experiments/trace_merge.h).
+// scheduler's clock and line up when merged (experiments/trace/trace_merge.h).
 //
 //   RETURN_IF_ERROR(Trace::Start("trace.json", "worker", 0, scheduler.clock_offset_us()));
 //   { TraceSpan s("push", "comm", {{"shard", 1}, {"bytes", 4096}}); ... }  // a complete event ("ph":"X")

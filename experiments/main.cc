@@ -18,9 +18,9 @@
 
 #include "common/cluster.h"
 #include "common/flags.h"
-#include "experiments/cluster_task.h"
-#include "experiments/launcher.h"
-#include "experiments/progress.h"
+#include "experiments/launch/cluster_task.h"
+#include "experiments/launch/launcher.h"
+#include "experiments/spec/progress.h"
 #include "gradsync/config.h"
 
 namespace gradsync {

@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "common/flags.h"
-#include "experiments/process.h"
-#include "experiments/runner.h"
+#include "experiments/process/process.h"
+#include "experiments/launch/runner.h"
 
 namespace gradsync {
 namespace {

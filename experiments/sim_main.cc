@@ -13,9 +13,9 @@
 
 #include "common/flags.h"
 #include "common/metrics.h"
-#include "experiments/report.h"
+#include "experiments/spec/report.h"
 #include "experiments/sim/sim.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace po = boost::program_options;
 using namespace gradsync;

@@ -1,4 +1,4 @@
-// fuzz_spec: the experiment spec parser (experiments/spec.h), on arbitrary text.
+// fuzz_spec: the experiment spec parser (experiments/spec/spec.h), on arbitrary text.
 //
 // ParseExperiment is the text-level entry point LoadExperiment uses after reading the file.
 // What must hold: no crash, no hang, no unbounded allocation; an error names the spec ("path:"
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include "common/flags.h"
 #include "common/metrics.h"
-#include "experiments/trace_merge.h"
+#include "experiments/trace/trace_merge.h"
 
 namespace gradsync::sim {
 namespace {

@@ -15,7 +15,7 @@
 #include "experiments/sim/engine.h"
 #include "experiments/sim/network.h"
 #include "experiments/sim/sim.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace gradsync::sim {
 

@@ -7,10 +7,10 @@
 
 #include "allreduce/plan/algorithm.h"
 #include "common/status.h"
-#include "experiments/netns.h"
+#include "experiments/spec/link.h"
 #include "experiments/sim/inputs.h"
 #include "experiments/sim/sim.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace gradsync {
 namespace {

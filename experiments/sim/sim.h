@@ -35,7 +35,7 @@
 
 #include "allreduce/plan/algorithm.h"
 #include "common/status.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace gradsync {
 

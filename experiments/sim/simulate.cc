@@ -18,13 +18,13 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "common/train_config.h"
-#include "experiments/report.h"
+#include "experiments/spec/report.h"
 #include "experiments/sim/allreduce_job.h"
 #include "experiments/sim/codec_costs.h"
 #include "experiments/sim/job.h"
 #include "experiments/sim/ps_job.h"
 #include "experiments/sim/sim.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace gradsync {
 namespace {

@@ -1,6 +1,6 @@
 // gradsync-launch --cluster without a cluster: where each task of a launcher's world goes, where
 // its scheduler is, and the files its tasks carry back through srun's output (file_relay.h).
-#include "experiments/cluster_task.h"
+#include "experiments/launch/cluster_task.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <map>
 #include <sstream>
 
-#include "experiments/file_relay.h"
+#include "experiments/launch/file_relay.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -15,7 +15,7 @@
 #include "common/metrics.h"
 #include "common/straggler.h"
 #include "compression/compressor.h"
-#include "experiments/report.h"
+#include "experiments/spec/report.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

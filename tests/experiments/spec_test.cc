@@ -1,6 +1,6 @@
 // Experiment specs: a valid spec resolves to the flags each process gets; every kind of mistake
 // is refused with the file, line and column of the field at fault.
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 #include <gtest/gtest.h>
 

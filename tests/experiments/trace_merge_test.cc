@@ -1,4 +1,4 @@
-#include "experiments/trace_merge.h"
+#include "experiments/trace/trace_merge.h"
 
 #include <gtest/gtest.h>
 

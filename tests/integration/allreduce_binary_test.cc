@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/atomic_file.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 #include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/security.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 

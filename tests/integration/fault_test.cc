@@ -17,7 +17,7 @@
 #include "common/atomic_file.h"
 #include "common/process_summary.h"
 #include "common/transport.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 #include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/wire_request.h"

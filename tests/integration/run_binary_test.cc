@@ -17,7 +17,7 @@
 #include "common/metrics.h"
 #include "common/process_summary.h"
 #include "experiment.pb.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 

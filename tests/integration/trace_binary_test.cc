@@ -13,9 +13,9 @@
 #include <map>
 #include <thread>
 
-#include "experiments/launcher.h"
-#include "experiments/process.h"
-#include "experiments/trace_merge.h"
+#include "experiments/launch/launcher.h"
+#include "experiments/process/process.h"
+#include "experiments/trace/trace_merge.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 

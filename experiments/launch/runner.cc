@@ -1,4 +1,4 @@
-#include "experiments/runner.h"
+#include "experiments/launch/runner.h"
 
 #include <unistd.h>
 
@@ -11,13 +11,13 @@
 #include <sstream>
 
 #include "common/metrics.h"
-#include "experiments/file_relay.h"
-#include "experiments/launcher.h"
-#include "experiments/netns.h"
-#include "experiments/process.h"
-#include "experiments/progress.h"
-#include "experiments/report.h"
-#include "experiments/trace_merge.h"
+#include "experiments/launch/file_relay.h"
+#include "experiments/launch/launcher.h"
+#include "experiments/launch/netns.h"
+#include "experiments/process/process.h"
+#include "experiments/spec/progress.h"
+#include "experiments/spec/report.h"
+#include "experiments/trace/trace_merge.h"
 
 namespace gradsync {
 namespace {

@@ -1,4 +1,4 @@
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -11,7 +11,7 @@
 
 #include "common/train_config.h"
 #include "common/train_flags.h"
-#include "experiments/netns.h"
+#include "experiments/spec/link.h"
 
 namespace gradsync {
 namespace {

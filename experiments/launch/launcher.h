@@ -11,8 +11,8 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "common/train_config.h"
-#include "experiments/process.h"
-#include "experiments/trace_merge.h"
+#include "experiments/process/process.h"
+#include "experiments/trace/trace_merge.h"
 
 namespace gradsync {
 
@@ -44,7 +44,7 @@ struct LaunchOptions {
   bool worker0_to_stdout = true;  // otherwise logs/worker-0.log
   bool dry_run = false;       // print the commands only
   // Every process writes a Chrome trace (--trace) to out_dir/traces/<role>[-<rank>].json, merged
-  // into out_dir/trace.json when the job ends, however it ended (experiments/trace_merge.h).
+  // into out_dir/trace.json when the job ends, however it ended (experiments/trace/trace_merge.h).
   bool trace = false;
 };
 

@@ -1,4 +1,4 @@
-#include "experiments/report.h"
+#include "experiments/spec/report.h"
 
 #include <google/protobuf/util/json_util.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/metrics.h"
 #include "common/process_summary.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 
 namespace gradsync {
 

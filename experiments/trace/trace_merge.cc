@@ -1,4 +1,4 @@
-#include "experiments/trace_merge.h"
+#include "experiments/trace/trace_merge.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "common/trace.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 
 namespace gradsync {
 namespace {

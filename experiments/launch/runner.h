@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 #include "common/clock.h"
 
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 
 #include "common/cluster.h"
 #include "common/status.h"
-#include "experiments/launcher.h"
+#include "experiments/launch/launcher.h"
 
 namespace gradsync {
 

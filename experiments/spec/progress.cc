@@ -1,4 +1,4 @@
-#include "experiments/progress.h"
+#include "experiments/spec/progress.h"
 
 #include <unistd.h>
 

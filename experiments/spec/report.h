@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 #include "experiment.pb.h"
-#include "experiments/spec.h"
+#include "experiments/spec/spec.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "experiments/cluster_task.h"
+#include "experiments/launch/cluster_task.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -9,8 +9,8 @@
 #include <iostream>
 
 #include "common/transport.h"
-#include "experiments/file_relay.h"
-#include "experiments/process.h"
+#include "experiments/launch/file_relay.h"
+#include "experiments/process/process.h"
 
 namespace gradsync {
 namespace {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "experiments/spec/link.h"
 
 namespace gradsync {
 
@@ -24,18 +25,6 @@ struct LinkSpec {
   // bbr, reno...); "": the one a new namespace starts with, the machine's.
   std::string congestion_control;
 };
-
-// A tc rate ("100mbit", "1gbit", "500kbit", "64bit") in bits per second (tc's units: powers of
-// 1000); anything else is kInvalidArgument.
-Result<double> TcRateBitsPerSecond(const std::string& rate);
-
-// The tbf bucket of a link of this rate (bytes): at least one full-size GSO packet, and about 4 ms
-// of the rate.
-double TbfBurstBytes(double bits_per_s);
-
-// Whether `name` can be a TCP congestion control's name (lower-case letters, digits, '_'; at
-// most 15 characters), the spec's check before anything is set up.
-bool IsCongestionControlName(const std::string& name);
 
 class NetworkEmulation {
  public:

@@ -1,4 +1,4 @@
-#include "experiments/file_relay.h"
+#include "experiments/launch/file_relay.h"
 
 #include <algorithm>
 #include <boost/archive/iterators/base64_from_binary.hpp>

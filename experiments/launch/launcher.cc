@@ -1,4 +1,4 @@
-#include "experiments/launcher.h"
+#include "experiments/launch/launcher.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 
 #include "common/flags.h"
 #include "common/process_summary.h"
-#include "experiments/process.h"
+#include "experiments/process/process.h"
 #include "gradsync/config.h"
 
 namespace gradsync {
