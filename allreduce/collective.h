@@ -35,7 +35,7 @@ struct CollectiveOptions {
   double timeout_s = 30.0;
   // Pipelining granularity: data moves and is reduced in segments of this many bytes, so that
   // sending, receiving and reducing overlap (Gloo uses at most 1 MiB).
-  size_t segment_bytes = size_t{1} << 20;
+  size_t segment_bytes = kDefaultSegmentBytes;
   // SO_SNDBUF and SO_RCVBUF of every connection (0: the kernel's autotuning). Fixed 4 MiB
   // buffers doubled the 2-rank ring's busbw at 4 and 16 MiB over loopback against autotuning
   // (1.5 -> 3.2 GB/s); the kernel caps them at net.core.wmem_max / rmem_max.
@@ -52,7 +52,7 @@ struct CollectiveOptions {
   // is on this host; across hosts, hierarchically). Not with an encrypted ring.
   bool shm = false;
   // Shared-memory all-reduce granularity.
-  size_t shm_block_bytes = size_t{256} << 10;
+  size_t shm_block_bytes = kDefaultShmBlockBytes;
   // The all-reduce algorithm; auto picks by size and rank count (ChooseAllReduceAlgo). Every
   // rank must use the same one (a rank that disagrees fails, naming both).
   AllReduceAlgo algorithm = AllReduceAlgo::kAuto;

@@ -187,11 +187,10 @@ Status ShmGroup::Blocks(void* data, size_t count, size_t elem, const Reducer& re
       std::memcpy(block, res, b);
       std::memcpy(block + e, res + e, k * elem - e);
     }
-    // The rest of its slot went to the members who sum it; their values of its share came in;
-    // its sum goes to every other member (all-reduce) or member 0 (reduce), and theirs come in.
-    const uint64_t share = e - b, rest = k * elem - share, others = static_cast<uint64_t>(members_ - 1);
-    bytes_sent_ += rest + (everyone ? others * share : (index_ == 0 ? 0 : share));
-    bytes_received_ += others * share + (everyone || index_ == 0 ? rest : 0);
+    const ShmBytes moved = SharedMemoryBlockBytes(everyone ? PlanStep::Shm::kAllReduce : PlanStep::Shm::kReduce, index_,
+                                                  members_, e - b, k * elem);
+    bytes_sent_ += moved.sent;
+    bytes_received_ += moved.received;
   }
   return OkStatus();
 }
@@ -215,8 +214,9 @@ Status ShmGroup::Broadcast(void* data, size_t bytes, double timeout_s) {
     if (index_ == 0) std::memcpy(res, d + off, len);
     RETURN_IF_ERROR(Barrier(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))));
     if (index_ != 0) std::memcpy(d + off, res, len);
-    if (index_ == 0) bytes_sent_ += static_cast<uint64_t>(members_ - 1) * len;
-    else bytes_received_ += len;
+    const ShmBytes moved = SharedMemoryBlockBytes(PlanStep::Shm::kBroadcast, index_, members_, 0, len);
+    bytes_sent_ += moved.sent;
+    bytes_received_ += moved.received;
   }
   return OkStatus();
 }

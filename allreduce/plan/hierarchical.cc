@@ -49,24 +49,43 @@ Plan SharedMemoryPlan(size_t count) {
   return {phase};
 }
 
-ShmBytes SharedMemoryBytes(PlanStep::Shm phase, int index, int members, size_t count, size_t elem) {
+ShmBytes SharedMemoryBlockBytes(PlanStep::Shm phase, int index, int members, uint64_t share, uint64_t block) {
   ShmBytes b;
   if (members <= 1 || phase == PlanStep::Shm::kNone) return b;
-  const uint64_t all = count * elem, others = static_cast<uint64_t>(members - 1);
+  const uint64_t others = static_cast<uint64_t>(members - 1);
   if (phase == PlanStep::Shm::kBroadcast) {
-    if (index == 0) b.sent = others * all;
-    else b.received = all;
+    if (index == 0) b.sent = others * block;
+    else b.received = block;
     return b;
   }
-  // Each member sums its share of the buffer over every slot: the rest of its slot goes to the
-  // others, their values of its share come in; then its sum goes to every other member
-  // (all-reduce) or to the leader (reduce), and theirs come in.
-  const uint64_t share = (ChunkBegin(count, members, index + 1) - ChunkBegin(count, members, index)) * elem;
-  const uint64_t rest = all - share;
+  // The rest of its slot goes to the members who sum it, their values of its share come in; its
+  // sum goes to every other member (all-reduce) or to the leader (reduce), and theirs come in.
+  const uint64_t rest = block - share;
   const bool everyone = phase == PlanStep::Shm::kAllReduce;
   b.sent = rest + (everyone ? others * share : (index == 0 ? 0 : share));
   b.received = others * share + (everyone || index == 0 ? rest : 0);
   return b;
+}
+
+ShmBytes SharedMemoryBytes(PlanStep::Shm phase, int index, int members, size_t count, size_t elem, size_t block_bytes) {
+  ShmBytes total;
+  if (members <= 1 || count == 0) return total;
+  auto add = [&](ShmBytes b) {
+    total.sent += b.sent;
+    total.received += b.received;
+  };
+  if (phase == PlanStep::Shm::kBroadcast) {
+    const size_t bytes = count * elem;
+    for (size_t off = 0; off < bytes; off += block_bytes) add(SharedMemoryBlockBytes(phase, index, members, 0, std::min(block_bytes, bytes - off)));
+    return total;
+  }
+  const size_t block_elems = std::max<size_t>(1, block_bytes / elem);
+  for (size_t first = 0; first < count; first += block_elems) {
+    const size_t k = std::min(block_elems, count - first);
+    const uint64_t share = (ChunkBegin(k, members, index + 1) - ChunkBegin(k, members, index)) * elem;
+    add(SharedMemoryBlockBytes(phase, index, members, share, k * elem));
+  }
+  return total;
 }
 
 Plan AllReducePlan(AllReduceAlgo algo, int rank, int n, size_t count, const std::vector<std::vector<int>>& hosts) {

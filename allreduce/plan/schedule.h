@@ -22,6 +22,8 @@ namespace gradsync {
 inline constexpr size_t kStepHeaderBytes = 32;
 // A broadcast's and a ring step's segment (CollectiveOptions::segment_bytes).
 inline constexpr size_t kDefaultSegmentBytes = size_t{1} << 20;
+// The block a shared-memory group copies and reduces at a time (CollectiveOptions::shm_block_bytes).
+inline constexpr size_t kDefaultShmBlockBytes = size_t{256} << 10;
 
 // Where chunk i of a count-element buffer cut in n chunks that differ in size by at most one
 // element begins: chunk i is [ChunkBegin(i), ChunkBegin(i + 1)).
@@ -108,12 +110,16 @@ Plan HierarchicalPlan(int rank, const std::vector<std::vector<int>>& hosts, size
 // Every rank on one host all-reducing through shared memory: one shared-memory phase.
 Plan SharedMemoryPlan(size_t count);
 // What a shared-memory phase moves through the region for member `index` of `members`, counted
-// as the wire would (ShmGroup: what it wrote that others read, times its readers; what it read
-// that others wrote), in bytes of `elem`-byte elements.
+// as the wire would (what it wrote that others read, times its readers; what it read that others
+// wrote). One block of `block` bytes, of which this member sums `share` (a broadcast: none):
+// ShmGroup counts each block with it.
 struct ShmBytes {
   uint64_t sent = 0, received = 0;
 };
-ShmBytes SharedMemoryBytes(PlanStep::Shm phase, int index, int members, size_t count, size_t elem);
+ShmBytes SharedMemoryBlockBytes(PlanStep::Shm phase, int index, int members, uint64_t share, uint64_t block);
+// The whole phase over `count` elements of `elem` bytes, block by block as ShmGroup cuts them.
+ShmBytes SharedMemoryBytes(PlanStep::Shm phase, int index, int members, size_t count, size_t elem,
+                           size_t block_bytes = kDefaultShmBlockBytes);
 // The all-reduce by a resolved algorithm (not auto); shm has no network steps.
 Plan AllReducePlan(AllReduceAlgo algo, int rank, int n, size_t count, const std::vector<std::vector<int>>& hosts = {});
 
