@@ -5,8 +5,8 @@
 #include <string>
 
 #include "allreduce/plan/algorithm.h"
-#include "common/status.h"
-#include "common/train_names.h"
+#include "common/base/status.h"
+#include "common/config/train_names.h"
 
 namespace gradsync {
 

@@ -22,9 +22,9 @@
 
 #include "allreduce/algorithms.h"
 #include "allreduce/plan/schedule.h"  // ChunkBegin
-#include "common/half.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/half.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace gradsync {
 

@@ -1,6 +1,6 @@
 #include "allreduce/ring_pipeline.h"
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 namespace gradsync {
 namespace asio = boost::asio;

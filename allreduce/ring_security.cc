@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include "common/check.h"
-#include "common/security.h"
+#include "common/base/check.h"
+#include "common/net/security.h"
 
 namespace gradsync {
 namespace asio = boost::asio;

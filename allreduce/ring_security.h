@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace gradsync {
 

@@ -1,6 +1,6 @@
 // ShmGroup: the ranks of one host reduce through one shared-memory region instead of loopback TCP.
 //
-// Layout of the region (a SharedRegion, common/shared_region.h):
+// Layout of the region (a SharedRegion, common/net/shared_region.h):
 //   [control: magic, members, block bytes, nonce, the barriers' futex word and sleeper count;
 //    one 64-byte arrival counter per member]
 //   [slots: members x block bytes] [results: 2 x block bytes]
@@ -27,8 +27,8 @@
 #include <memory>
 #include <string>
 
-#include "common/shared_region.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/net/shared_region.h"
 
 namespace gradsync {
 

@@ -28,8 +28,8 @@
 
 #include "allreduce/ring_security.h"
 #include "allreduce/tcp_ring.h"
-#include "common/flags.h"
-#include "common/transport.h"
+#include "common/config/flags.h"
+#include "common/net/transport.h"
 
 namespace gradsync {
 namespace {

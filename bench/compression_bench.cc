@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "common/flags.h"
-#include "common/rng.h"
+#include "common/base/rng.h"
+#include "common/config/flags.h"
 #include "compression/compressor.h"
 
 namespace gradsync {

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/flags.h"
-#include "common/optimizer.h"
-#include "models/cuda/cuda_model.h"
 #include "bench/random_batches.h"
+#include "common/base/clock.h"
+#include "common/config/flags.h"
+#include "common/optim/optimizer.h"
+#include "models/cuda/cuda_model.h"
 #include "models/model.h"
 
 namespace gradsync {

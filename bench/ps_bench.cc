@@ -35,11 +35,11 @@
 #include <vector>
 
 #include "bench/ps_bench_procs.h"
-#include "common/flags.h"
-#include "common/security.h"
-#include "common/transport.h"
-#include "common/logging.h"
-#include "common/scheduler_client.h"
+#include "common/base/logging.h"
+#include "common/config/flags.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/security.h"
+#include "common/net/transport.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "worker/ps_client.h"

@@ -58,9 +58,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/logging.h"
-#include "common/scheduler_client.h"
-#include "common/transport.h"
+#include "common/base/logging.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/transport.h"
 #include "worker/ps_client.h"
 
 namespace gradsync::psbench {

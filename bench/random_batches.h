@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/rng.h"
+#include "common/base/rng.h"
+#include "common/data/dataset.h"
 
 namespace gradsync {
 

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "common/check.h"
-#include "common/clock.h"
-#include "common/flags.h"
-#include "common/optimizer.h"
 #include "bench/random_batches.h"
+#include "common/base/check.h"
+#include "common/base/clock.h"
+#include "common/config/flags.h"
+#include "common/optim/optimizer.h"
 #include "models/model.h"
 
 namespace gradsync {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/train_config.h"
+#include "common/config/train_config.h"
 #include "compression/codecs.h"
 
 namespace gradsync {
@@ -38,7 +38,7 @@ float GetF32(const uint8_t* p) {
 }  // namespace payload
 
 Result<std::unique_ptr<Compressor>> CreateCompressor(const std::string& spec, uint64_t seed, bool unbiased_randomk) {
-  ASSIGN_OR_RETURN(CodecSpec codec, ParseCodecSpec(spec));  // the syntax is common/train_config.h's
+  ASSIGN_OR_RETURN(CodecSpec codec, ParseCodecSpec(spec));  // the syntax is common/config/train_config.h's
   switch (codec.kind) {
     case CodecSpec::Kind::kNone: return std::unique_ptr<Compressor>();
     case CodecSpec::Kind::kFp16: return MakeFp16();

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/half.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace gradsync {
 

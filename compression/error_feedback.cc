@@ -1,6 +1,6 @@
 #include "compression/error_feedback.h"
 
-#include "common/check.h"
+#include "common/base/check.h"
 
 namespace gradsync {
 

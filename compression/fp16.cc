@@ -1,7 +1,7 @@
-// fp16 and bf16: each element as a 16-bit float, rounded to nearest even (common/half.h).
+// fp16 and bf16: each element as a 16-bit float, rounded to nearest even (common/base/half.h).
 #include <cstring>
 
-#include "common/half.h"
+#include "common/base/half.h"
 #include "compression/codecs.h"
 
 namespace gradsync {

@@ -1,6 +1,6 @@
 #include "compression/momentum_correction.h"
 
-#include "common/check.h"
+#include "common/base/check.h"
 
 namespace gradsync {
 

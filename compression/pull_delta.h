@@ -12,9 +12,9 @@
 #include <span>
 #include <vector>
 
-#include "common/segment.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/segment.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 #include "compression/compressor.h"
 
 namespace gradsync {

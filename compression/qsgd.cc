@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "compression/codecs.h"
 
 namespace gradsync {

@@ -4,7 +4,7 @@
 // error feedback). Payload: k fp32 values.
 #include <algorithm>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "compression/codecs.h"
 
 namespace gradsync {

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/cluster.h"
-#include "common/flags.h"
+#include "common/config/cluster.h"
+#include "common/config/flags.h"
 #include "experiments/launch/cluster_task.h"
 #include "experiments/launch/launcher.h"
 #include "experiments/spec/progress.h"

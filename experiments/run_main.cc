@@ -7,9 +7,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/flags.h"
-#include "experiments/process/process.h"
+#include "common/config/flags.h"
 #include "experiments/launch/runner.h"
+#include "experiments/process/process.h"
 
 namespace gradsync {
 namespace {

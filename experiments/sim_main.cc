@@ -11,10 +11,10 @@
 #include <set>
 #include <sstream>
 
-#include "common/flags.h"
-#include "common/metrics.h"
-#include "experiments/spec/report.h"
+#include "common/config/flags.h"
+#include "common/obs/metrics.h"
 #include "experiments/sim/sim.h"
+#include "experiments/spec/report.h"
 #include "experiments/spec/spec.h"
 
 namespace po = boost::program_options;

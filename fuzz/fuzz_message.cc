@@ -1,6 +1,6 @@
 // fuzz_message: the network message decoder, through the real receive path.
 //
-// Every message gradsync receives goes through gradsync::Socket::Recv (common/transport.h),
+// Every message gradsync receives goes through gradsync::Socket::Recv (common/net/transport.h),
 // which parses the protobuf header frame, checks the keys and values frames against it, and
 // marks what fails `malformed`. This target sends the fuzz input as ZeroMQ frames from a raw
 // socket over inproc:// to a gradsync Socket (a ROUTER, as a server has, or a PAIR, the
@@ -40,17 +40,17 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "common/control_protocol.h"
-#include "common/optimizer.h"
-#include "common/partitioner.h"
-#include "common/ps_protocol.h"
-#include "common/tensor.h"
-#include "common/transport.h"
+#include "common/base/tensor.h"
+#include "common/net/control_protocol.h"
+#include "common/net/transport.h"
+#include "common/optim/optimizer.h"
+#include "common/ps/consistency.h"
+#include "common/ps/partitioner.h"
+#include "common/ps/ps_protocol.h"
+#include "common/ps/replica_protocol.h"
 #include "compression/compressor.h"
-#include "common/consistency.h"
-#include "server/shard/kv_shard.h"
-#include "common/replica_protocol.h"
 #include "server/replication/replication.h"
+#include "server/shard/kv_shard.h"
 
 namespace {
 
@@ -366,7 +366,7 @@ void CheckData(Message& m) {
   gradsync::LrSchedule lr;
   gradsync::KvShard shard(range, Layout(), gradsync::OptimizerOptions{0.9f, false, 0.0f}, lr, kNumWorkers, aggregate);
 
-  // The server's own decoding (common/ps_protocol.h) first, as Server::Handle does.
+  // The server's own decoding (common/ps/ps_protocol.h) first, as Server::Handle does.
   auto request = gradsync::DecodeRequest(h);
   if (!request.ok()) return Note("DecodeRequest: " + request.status().ToString());
   const std::vector<gradsync::Segment>& segs = request->segments;
@@ -480,7 +480,7 @@ void CheckReplicate(Message& m) {
   // new connection); nothing else from this connection may be taken.
   const bool keyed_snapshot = h.replica().op() == wire::REPLICA_META && h.replica().key() == kReplicaKey &&
                               h.sender_rank() == h.replica().shard();
-  // The plane's decoder (common/replica_protocol.h): what it takes, its encoder
+  // The plane's decoder (common/ps/replica_protocol.h): what it takes, its encoder
   // gives back as it was.
   if (auto e = gradsync::DecodeReplicaEntry(h); e.ok()) {
     const std::string once = gradsync::EncodeReplicaEntry(*e).SerializeAsString();
@@ -504,7 +504,7 @@ void CheckReplicate(Message& m) {
   m.peer = stranger;
 }
 
-// The control plane's decoder (common/control_protocol.h): what it takes, its encoder gives back
+// The control plane's decoder (common/net/control_protocol.h): what it takes, its encoder gives back
 // as it was.
 void CheckControl(const Message& m) {
   auto c = gradsync::DecodeControl(m.header);

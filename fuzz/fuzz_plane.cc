@@ -1,8 +1,8 @@
 // libFuzzer target: one plane's encoder and decoder fed any bytes as a wire::Header, without a
 // socket in between (fuzz_message reaches the same decoders through the transport and a shard).
-// Built once per plane, GRADSYNC_FUZZ_PLANE: 0 the PS plane (common/ps_protocol.h: requests and
-// replies), 1 the control plane (common/control_protocol.h), 2 the replication plane
-// (common/replica_protocol.h: entries and answers). Byte 0 bit 0 picks the direction where a
+// Built once per plane, GRADSYNC_FUZZ_PLANE: 0 the PS plane (common/ps/ps_protocol.h: requests and
+// replies), 1 the control plane (common/net/control_protocol.h), 2 the replication plane
+// (common/ps/replica_protocol.h: entries and answers). Byte 0 bit 0 picks the direction where a
 // plane has two (request or reply; entry or answer); the rest is the header.
 //
 // Fails on: a sanitizer report; a header the decoder takes whose encoding carries another
@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/control_protocol.h"
-#include "common/ps_protocol.h"
-#include "common/replica_protocol.h"
+#include "common/net/control_protocol.h"
+#include "common/ps/ps_protocol.h"
+#include "common/ps/replica_protocol.h"
 #include "gradsync.pb.h"
 
 namespace {

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/check.h"
-#include "common/half.h"
-#include "common/rng.h"
-#include "common/trace.h"
+#include "common/base/check.h"
+#include "common/base/half.h"
+#include "common/base/rng.h"
+#include "common/obs/trace.h"
 
 namespace gradsync {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/check.h"
+#include "common/base/check.h"
 #include "models/mlp.h"
 #include "models/sparse_logreg.h"
 

@@ -27,14 +27,14 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/optimizer.h"
-#include "common/precision.h"
-#include "common/segment.h"
-#include "common/status.h"
-#include "common/tensor.h"
-#include "common/trace.h"
-#include "common/train_names.h"
+#include "common/base/segment.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
+#include "common/config/train_names.h"
+#include "common/data/dataset.h"
+#include "common/obs/trace.h"
+#include "common/optim/optimizer.h"
+#include "common/optim/precision.h"
 
 namespace gradsync {
 
@@ -66,7 +66,7 @@ class Model {
   FloatSpan tensor(size_t i) { return FloatSpan(params_).subspan(layout_[i].offset, layout_[i].size); }
   FloatSpan grad(size_t i) { return FloatSpan(grads_).subspan(layout_[i].offset, layout_[i].size); }
 
-  // The precision of the compute (ModelOptions::precision; common/precision.h): bf16 and fp16
+  // The precision of the compute (ModelOptions::precision; common/optim/precision.h): bf16 and fp16
   // models round every GEMM operand, activation and gradient to 16 bits and accumulate in fp32;
   // params() stay the fp32 master weights.
   Precision precision() const { return precision_; }
@@ -166,7 +166,7 @@ struct ModelOptions {
 };
 
 // The model names CreateModel accepts, for --help texts.
-// kModelNames (the names CreateModel knows) is common/train_names.h's.
+// kModelNames (the names CreateModel knows) is common/config/train_names.h's.
 
 // Builds a CPU model; rejects unknown names and bad sizes with kInvalidArgument.
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);

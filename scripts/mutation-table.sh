@@ -16,15 +16,15 @@ fi
 
 # name | file | text | replacement | make targets | ctest -R regex
 mutations=(
-  "nan-compares-close|common/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose"
-  "trace-offset-ignored|common/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothing"
-  "controller-overstates-clocks|common/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|ps_test|SspBoundTest.EveryAnsweredPullRespectsTheBound/s1_zmq"
+  "nan-compares-close|common/base/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose"
+  "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothing"
+  "controller-overstates-clocks|common/ps/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|ps_test|SspBoundTest.EveryAnsweredPullRespectsTheBound/s1_zmq"
   "no-checkpoint-after-init|server/server_lifecycle.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$"
   "ps-fp16-gradient-zeroed|python/gradsync/torch/amp.py|                grads.mul_(1.0 / self._scale)|                grads.mul_(0.0)|gradsync_python|python.test_precision"
   "backup-acks-ignored|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|gradsync-server ps_binary_test|FaultTest.APushIsAcknowledgedOnlyOnceItsBackupHoldsIt"
   "backup-acks-ignored-unit|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|server_test|ReplicatorTest.AReplyWaitsForEveryLiveBackupAndASilentOneHoldsItUntilDropped"
   "backup-skips-asp-pushes|server/replication/replication.cc|  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|  if (h.seq % 50 != 0) c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|gradsync-server ps_binary_test|ReplicatedServerTest.ABackupTakesOverAndNothingIsLost/asp\$"
-  "frame-written-into-closed-channel|common/data_channel.cc|  if (PeerClosed()) return UnavailableError(|  if (false && PeerClosed()) return UnavailableError(|ps_test|PsJobTest.ADataChannelThatEndsBetweenPushesFallsBackToZeroMq"
+  "frame-written-into-closed-channel|common/net/data_channel.cc|  if (PeerClosed()) return UnavailableError(|  if (false && PeerClosed()) return UnavailableError(|ps_test|PsJobTest.ADataChannelThatEndsBetweenPushesFallsBackToZeroMq"
   "dead-workers-lane-kept|server/server_lifecycle.cc|      DetachWorker(n.rank());|      (void)0;|gradsync-server ps_binary_test|FaultTest.SharedMemoryOfADeadProcessIsLetGoByEveryOther"
   "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$"
   "plan-tree-stores-instead-of-sums|allreduce/plan/tree.cc|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/true));|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/false));|allreduce_test|Algorithms/PlanTest.EveryRankEndsWithTheSumAndEverySendIsReceived/tree\$"

@@ -1,8 +1,8 @@
-// gradsync-keygen DIR: writes a cluster's CURVE keys (common/security.h) for --auth-dir.
+// gradsync-keygen DIR: writes a cluster's CURVE keys (common/net/security.h) for --auth-dir.
 #include <iostream>
 
-#include "common/flags.h"
-#include "common/security.h"
+#include "common/config/flags.h"
+#include "common/net/security.h"
 
 namespace gradsync {
 namespace {

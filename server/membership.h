@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "common/consistency.h"
-#include "common/ps_protocol.h"
-#include "common/scheduler_client.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/net/scheduler_client.h"
+#include "common/ps/consistency.h"
+#include "common/ps/ps_protocol.h"
 
 namespace gradsync {
 

@@ -6,14 +6,14 @@
 #include <random>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/cluster.h"
-#include "common/consistency.h"
-#include "common/ps_protocol.h"
-#include "common/logging.h"
-#include "common/scheduler_client.h"
-#include "common/trace.h"
-#include "common/train_config.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/config/train_config.h"
+#include "common/net/node.h"
+#include "common/net/scheduler_client.h"
+#include "common/obs/trace.h"
+#include "common/ps/consistency.h"
+#include "common/ps/ps_protocol.h"
 #include "server/replication/replication.h"
 
 namespace gradsync {

@@ -2,7 +2,7 @@
 // heartbeats, orderly shutdown). No data goes through it.
 //
 // Nodes register with their role, advertised address, mode and staleness (and workers with a
-// fingerprint of the settings that must agree: common/train_config.h's JobFingerprint). The first
+// fingerprint of the settings that must agree: common/config/train_config.h's JobFingerprint). The first
 // node fixes the job's mode; a node that disagrees is refused with an error naming both (for
 // worker settings, the ones that differ). An ssp node that sends staleness -1 (a worker started
 // without --staleness) takes the job's bound, which it finds in the table. Once num_servers servers and num_workers
@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "common/control_protocol.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/net/control_protocol.h"
+#include "common/net/transport.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {

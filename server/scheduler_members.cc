@@ -3,11 +3,11 @@
 // shard over), workers that ended training, and the news of all of these to every node.
 #include <algorithm>
 
-#include "common/clock.h"
-#include "common/cluster.h"
-#include "common/logging.h"
-#include "common/trace.h"
-#include "common/train_config.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/config/train_config.h"
+#include "common/net/node.h"
+#include "common/obs/trace.h"
 #include "server/replication/replication.h"
 #include "server/scheduler.h"
 

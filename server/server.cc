@@ -5,10 +5,10 @@
 #include <optional>
 #include <sstream>
 
-#include "common/clock.h"
-#include "common/logging.h"
-#include "common/security.h"
-#include "common/trace.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/net/security.h"
+#include "common/obs/trace.h"
 
 namespace gradsync {
 namespace {

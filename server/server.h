@@ -29,11 +29,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/consistency.h"
-#include "common/ps_protocol.h"
-#include "common/scheduler_client.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/transport.h"
+#include "common/ps/consistency.h"
+#include "common/ps/ps_protocol.h"
 #include "server/membership.h"
 #include "server/replication/replication.h"
 #include "server/replication/shard_replication.h"
@@ -80,7 +80,7 @@ struct ServerOptions {
   // process serves (shared by every Server of the process; never each other's backups).
   std::shared_ptr<ReplicaCopy> restore_from;
   std::shared_ptr<Colocated> colocated;
-  // A Chrome trace-event JSON timeline of this process (common/trace.h), started once the shard
+  // A Chrome trace-event JSON timeline of this process (common/obs/trace.h), started once the shard
   // has its rank and its clock offset against the scheduler (empty: none). The process writes it
   // when done (Trace::Stop); shards it takes over record into the same one.
   std::string trace_path;
@@ -150,7 +150,7 @@ class Server {
         socket_(std::move(socket)),
         checkpointer_(options_.checkpoint_dir, options_.checkpoint_every, options_.checkpoint_interval_s) {}
 
-  // Dispatch: every message is decoded (common/ps_protocol.h) and its sender checked first.
+  // Dispatch: every message is decoded (common/ps/ps_protocol.h) and its sender checked first.
   void Handle(Message& m);
   Status HandleInit(const PsRequest& r, const Message& m);
   // Builds the shard (and the job's codecs) for `job`; INIT and a restore share it.

@@ -5,10 +5,10 @@
 #include <chrono>
 #include <future>
 
-#include "common/clock.h"
-#include "common/cluster.h"
-#include "common/logging.h"
-#include "common/trace.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/net/node.h"
+#include "common/obs/trace.h"
 #include "server/server.h"
 
 namespace gradsync {

@@ -2,8 +2,8 @@
 // of the worker's clock would be answered (ARCHITECTURE.md, "Optimizer state").
 #include <algorithm>
 
-#include "common/clock.h"
-#include "common/logging.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
 #include "server/server.h"
 
 namespace gradsync {

@@ -1,6 +1,6 @@
 #include "server/shard_codecs.h"
 
-#include "common/trace.h"
+#include "common/obs/trace.h"
 
 namespace gradsync {
 

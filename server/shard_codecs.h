@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/ps_protocol.h"
-#include "common/segment.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/segment.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
+#include "common/ps/ps_protocol.h"
 #include "compression/compressor.h"
 #include "compression/pull_delta.h"
 #include "gradsync.pb.h"

@@ -7,15 +7,15 @@
 #include <cstring>
 #include <map>
 
-#include "common/atomic_file.h"
-#include "common/clock.h"
-#include "common/trace.h"
+#include "common/base/atomic_file.h"
+#include "common/base/clock.h"
+#include "common/obs/trace.h"
 #include "gradsync.pb.h"
 #include "worker/epoch.h"
 
 namespace gradsync {
 namespace {
-constexpr char kTrainerCheckpointMagic[] = "GSTRAIN1";  // the checked file's kind (common/atomic_file.h)
+constexpr char kTrainerCheckpointMagic[] = "GSTRAIN1";  // the checked file's kind (common/base/atomic_file.h)
 }  // namespace
 
 AllreduceSync::AllreduceSync(const AllreduceTrainOptions& options, Model* model, Collective* collective)

@@ -18,15 +18,15 @@
 #include <vector>
 
 #include "allreduce/collective.h"
-#include "common/optimizer.h"
-#include "common/partitioner.h"
+#include "common/optim/optimizer.h"
+#include "common/ps/partitioner.h"
 #include "compression/gradient_encoder.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/bucket_average.h"
 #include "worker/gradient_sync.h"
-#include "worker/loss_scaling.h"
 #include "worker/local_trainer.h"
+#include "worker/loss_scaling.h"
 #include "worker/overlap.h"
 
 namespace gradsync {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "allreduce/collective.h"
-#include "common/dataset.h"
-#include "common/metrics.h"
+#include "common/data/dataset.h"
+#include "common/obs/metrics.h"
 #include "models/model.h"
 #include "worker/allreduce_sync.h"
 #include "worker/local_trainer.h"

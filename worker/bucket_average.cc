@@ -1,6 +1,6 @@
 #include "worker/bucket_average.h"
 
-#include "common/trace.h"
+#include "common/obs/trace.h"
 
 namespace gradsync {
 

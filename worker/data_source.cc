@@ -1,7 +1,7 @@
 #include "worker/data_source.h"
 
-#include "common/idx.h"
-#include "common/synthetic.h"
+#include "common/data/idx.h"
+#include "common/data/synthetic.h"
 
 namespace gradsync {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/dataset.h"
-#include "common/status.h"
-#include "common/train_names.h"
+#include "common/base/status.h"
+#include "common/config/train_names.h"
+#include "common/data/dataset.h"
 
 namespace gradsync {
 
@@ -23,7 +23,7 @@ struct DataOptions {
   uint64_t seed = 0;           // synthetic sets
 };
 
-// kDatasetNames (the names LoadTrainTest knows) is common/train_names.h's.
+// kDatasetNames (the names LoadTrainTest knows) is common/config/train_names.h's.
 inline constexpr float kFashionMnistMean = 0.2860f;
 inline constexpr float kFashionMnistStd = 0.3530f;
 

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/dataset.h"
-#include "common/metrics.h"
+#include "common/base/clock.h"
+#include "common/data/dataset.h"
+#include "common/obs/metrics.h"
 #include "models/model.h"
 #include "worker/local_trainer.h"
 

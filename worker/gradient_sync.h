@@ -43,7 +43,7 @@
 #include <span>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace gradsync {
 

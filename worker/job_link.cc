@@ -1,10 +1,12 @@
 #include "worker/job_link.h"
 
-#include "common/cluster.h"
+#include "common/config/cluster.h"
+#include "common/net/node.h"
 
 #include <cstdio>
 
-#include "common/check.h"
+#include "common/base/check.h"
+#include "common/base/host_port.h"
 
 namespace gradsync {
 

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "allreduce/tcp_ring.h"
-#include "common/scheduler_client.h"
-#include "common/security.h"
-#include "common/status.h"
-#include "common/train_config.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/config/train_config.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/security.h"
+#include "common/net/transport.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {

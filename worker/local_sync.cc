@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "worker/epoch.h"
 
 namespace gradsync {

@@ -6,7 +6,7 @@
 
 #include <optional>
 
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 #include "models/model.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"

@@ -1,12 +1,12 @@
 #include "worker/local_trainer.h"
 
-#include "common/partitioner.h"
+#include "common/ps/partitioner.h"
 #include "worker/local_sync.h"
 #include "worker/training_loop.h"
 
 namespace gradsync {
 
-// Each dense run in one Step call: whole layers, as LARS and LAMB need (common/optimizer.h).
+// Each dense run in one Step call: whole layers, as LARS and LAMB need (common/optim/optimizer.h).
 void ApplyGradients(Model& model, Optimizer& opt, float lr, float grad_scale) {
   const auto& layout = model.layout();
   for (size_t i = 0; i < layout.size(); ++i) {

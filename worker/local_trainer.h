@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/metrics.h"
-#include "common/straggler.h"
-#include "common/optimizer.h"
-#include "common/precision.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/config/straggler.h"
+#include "common/data/dataset.h"
+#include "common/obs/metrics.h"
+#include "common/optim/optimizer.h"
+#include "common/optim/precision.h"
 #include "models/model.h"
 
 namespace gradsync {

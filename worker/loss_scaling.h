@@ -10,7 +10,7 @@
 // bf16 and fp32 do not scale: Begin leaves the model's scale at 1, Finish applies every step.
 #pragma once
 
-#include "common/precision.h"
+#include "common/optim/precision.h"
 #include "models/model.h"
 #include "worker/gradient_sync.h"
 

@@ -1,14 +1,14 @@
 // gradsync-worker: trains a model. --mode=local trains in this one process; the parameter
 // server (bsp|ssp|asp) and all-reduce modes join a job through --scheduler.
 //
-// A thin shell: the flags (common/train_flags.h's table) become a TrainConfig and a
+// A thin shell: the flags (common/config/train_flags.h's table) become a TrainConfig and a
 // WorkerProcess, Validate() reports every contradiction on one line (exit 2), and RunWorker
 // (worker/run_worker.h) builds the pieces and trains.
-#include "common/cluster.h"
-#include "common/flags.h"
-#include "common/train_config.h"
-#include "common/train_flags.h"
-#include "common/transport.h"
+#include "common/config/cluster.h"
+#include "common/config/flags.h"
+#include "common/config/train_config.h"
+#include "common/config/train_flags.h"
+#include "common/net/transport.h"
 #include "gradsync/config.h"
 #include "worker/run_worker.h"
 

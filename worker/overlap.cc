@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 namespace gradsync {
 

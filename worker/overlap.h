@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "allreduce/collective.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
 
 namespace gradsync {
 

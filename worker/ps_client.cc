@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/cluster.h"
-#include "common/logging.h"
-#include "common/process_summary.h"
-#include "common/security.h"
-#include "common/trace.h"
+#include "common/base/logging.h"
+#include "common/net/node.h"
+#include "common/net/security.h"
+#include "common/obs/process_summary.h"
+#include "common/obs/trace.h"
 
 namespace gradsync {
 

@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "common/partitioner.h"
-#include "common/ps_protocol.h"
-#include "common/scheduler_client.h"
-#include "common/status.h"
-#include "common/tensor.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/transport.h"
+#include "common/ps/partitioner.h"
+#include "common/ps/ps_protocol.h"
 #include "compression/compressor.h"
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
@@ -149,7 +149,7 @@ class PsClient {
   // from it is asked again over ZeroMQ) and the next requests go over ZeroMQ. Reconnect attaches
   // again to the shards it reconnects.
   //
-  // AttachSharedMemory: a shared-memory lane (common/shm_lane.h) to every shard on this host (its
+  // AttachSharedMemory: a shared-memory lane (common/net/shm_lane.h) to every shard on this host (its
   // address a loopback one or this worker's own). A shard that refuses (another host after all,
   // another user, no room) goes on without. Returns the number of lanes attached.
   Result<int> AttachSharedMemory(double timeout_s);
@@ -158,7 +158,7 @@ class PsClient {
   uint64_t shm_bytes_pushed() const { return channels_.bytes(wire::CHANNEL_LANE).pushed; }
   uint64_t shm_bytes_pulled() const { return channels_.bytes(wire::CHANNEL_LANE).pulled; }
 
-  // AttachDataChannels: a data channel (common/data_channel.h) to every shard without a lane, for
+  // AttachDataChannels: a data channel (common/net/data_channel.h) to every shard without a lane, for
   // requests of at least data_min_floats() values, received straight into the destination. Not
   // with CURVE (--auth-dir: values stay encrypted on ZeroMQ), nor with a codec. Returns the number
   // of channels.

@@ -4,10 +4,10 @@
 #include <chrono>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/cluster.h"
-#include "common/logging.h"
-#include "common/security.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/net/node.h"
+#include "common/net/security.h"
 #include "worker/ps_client.h"
 
 namespace gradsync {

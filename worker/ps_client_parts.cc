@@ -1,7 +1,7 @@
 // PsClient: overlapped pushes in parts and a step's per-tensor pulls (ps_client.h).
 #include <algorithm>
 
-#include "common/trace.h"
+#include "common/obs/trace.h"
 #include "worker/ps_client.h"
 
 namespace gradsync {

@@ -3,9 +3,8 @@
 #include <chrono>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/cluster.h"
-#include "common/trace.h"
+#include "common/base/clock.h"
+#include "common/obs/trace.h"
 #include "worker/ps_client.h"
 
 namespace gradsync {

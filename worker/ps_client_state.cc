@@ -2,7 +2,6 @@
 // state").
 #include <algorithm>
 
-#include "common/cluster.h"
 #include "worker/ps_client.h"
 
 namespace gradsync {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "common/consistency.h"
+#include "common/ps/consistency.h"
 #include "worker/epoch.h"
 
 namespace gradsync {

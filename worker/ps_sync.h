@@ -31,13 +31,13 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/scheduler_client.h"
+#include "common/base/clock.h"
+#include "common/net/scheduler_client.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/gradient_sync.h"
-#include "worker/loss_scaling.h"
 #include "worker/local_trainer.h"
+#include "worker/loss_scaling.h"
 #include "worker/ps_client.h"
 
 namespace gradsync {

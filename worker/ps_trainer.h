@@ -14,9 +14,9 @@
 #include <functional>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/metrics.h"
-#include "common/scheduler_client.h"
+#include "common/data/dataset.h"
+#include "common/net/scheduler_client.h"
+#include "common/obs/metrics.h"
 #include "models/model.h"
 #include "worker/epoch.h"
 #include "worker/local_trainer.h"

@@ -6,11 +6,11 @@
 #include <iostream>
 #include <optional>
 
-#include "common/atomic_file.h"
-#include "common/logging.h"
-#include "common/metrics.h"
-#include "common/process_summary.h"
-#include "common/trace.h"
+#include "common/base/atomic_file.h"
+#include "common/base/logging.h"
+#include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
+#include "common/obs/trace.h"
 #include "gradsync/config.h"
 #include "models/model.h"
 #include "worker/allreduce_trainer.h"

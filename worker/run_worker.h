@@ -5,8 +5,8 @@
 //   return RunWorker(train, process, flags);
 #pragma once
 
-#include "common/flags.h"
-#include "common/train_config.h"
+#include "common/config/flags.h"
+#include "common/config/train_config.h"
 
 namespace gradsync {
 

@@ -3,7 +3,7 @@
 // that a setting means the same in both. `c` must have passed Validate().
 #pragma once
 
-#include "common/train_config.h"
+#include "common/config/train_config.h"
 #include "worker/allreduce_sync.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_sync.h"

@@ -5,10 +5,10 @@
 #include <span>
 #include <string>
 
-#include "common/clock.h"
-#include "common/sampler.h"
-#include "common/tensor.h"
-#include "common/trace.h"
+#include "common/base/clock.h"
+#include "common/base/tensor.h"
+#include "common/data/sampler.h"
+#include "common/obs/trace.h"
 #include "worker/epoch.h"
 
 namespace gradsync {

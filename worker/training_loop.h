@@ -25,15 +25,15 @@
 #include <span>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/clock.h"
-#include "common/metrics.h"
-#include "common/status.h"
+#include "common/base/clock.h"
+#include "common/base/status.h"
+#include "common/config/straggler.h"
+#include "common/data/dataset.h"
+#include "common/obs/metrics.h"
 #include "models/model.h"
 #include "worker/epoch.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"
-#include "common/straggler.h"
 
 namespace gradsync {
 

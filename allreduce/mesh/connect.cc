@@ -5,9 +5,9 @@
 #include <thread>
 
 #include "allreduce/mesh/peer_mesh.h"
-#include "common/clock.h"
-#include "common/logging.h"
-#include "common/transport.h"
+#include "common/base/clock.h"
+#include "common/base/host_port.h"
+#include "common/base/logging.h"
 
 namespace gradsync {
 namespace asio = boost::asio;

@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "allreduce/mesh/peer_mesh.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 namespace gradsync {
 namespace asio = boost::asio;

@@ -1,5 +1,5 @@
 #include "allreduce/nccl/nccl_allreduce.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 #include <chrono>
 #include <cstring>

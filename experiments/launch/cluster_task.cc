@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "common/transport.h"
+#include "common/base/host_port.h"
 #include "experiments/launch/file_relay.h"
 #include "experiments/process/process.h"
 

@@ -14,8 +14,8 @@
 
 #include <string>
 
-#include "common/cluster.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/config/cluster.h"
 #include "experiments/launch/launcher.h"
 
 namespace gradsync {

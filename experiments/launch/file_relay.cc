@@ -9,7 +9,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "common/atomic_file.h"
+#include "common/base/atomic_file.h"
 
 namespace gradsync {
 namespace {

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <thread>
 
-#include "common/flags.h"
-#include "common/process_summary.h"
+#include "common/config/flags.h"
+#include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
 #include "gradsync/config.h"
 

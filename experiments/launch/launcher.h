@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/metrics.h"
-#include "common/status.h"
-#include "common/train_config.h"
+#include "common/base/status.h"
+#include "common/config/train_config.h"
+#include "common/obs/metrics.h"
 #include "experiments/process/process.h"
 #include "experiments/trace/trace_merge.h"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "experiments/spec/link.h"
 
 namespace gradsync {

@@ -10,7 +10,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/metrics.h"
+#include "common/obs/metrics.h"
 #include "experiments/launch/file_relay.h"
 #include "experiments/launch/launcher.h"
 #include "experiments/launch/netns.h"

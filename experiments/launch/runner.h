@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "experiments/spec/spec.h"
 
 namespace gradsync {

@@ -1,5 +1,5 @@
 #include "experiments/process/process.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/flags.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/config/flags.h"
 
 namespace gradsync {
 

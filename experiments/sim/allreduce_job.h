@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "allreduce/plan/schedule.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "experiments/sim/codec_costs.h"
 #include "experiments/sim/engine.h"
 #include "experiments/sim/job.h"

@@ -7,9 +7,9 @@
 #include <sstream>
 #include <utility>
 
-#include "common/metrics.h"
-#include "common/rng.h"
-#include "common/segment.h"
+#include "common/base/rng.h"
+#include "common/base/segment.h"
+#include "common/obs/metrics.h"
 #include "compression/compressor.h"
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"

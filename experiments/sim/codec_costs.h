@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace gradsync::sim {
 

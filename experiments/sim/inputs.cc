@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/flags.h"
-#include "common/metrics.h"
+#include "common/config/flags.h"
+#include "common/obs/metrics.h"
 #include "experiments/trace/trace_merge.h"
 
 namespace gradsync::sim {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "experiments/sim/sim.h"
 #include "train_config.pb.h"
 

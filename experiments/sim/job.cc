@@ -1,6 +1,6 @@
 #include "experiments/sim/job.h"
 
-#include "common/train_config.h"
+#include "common/config/train_config.h"
 #include "experiments/sim/inputs.h"
 
 namespace gradsync::sim {

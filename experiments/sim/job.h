@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/metrics.h"
-#include "common/status.h"
-#include "common/straggler.h"
+#include "common/base/status.h"
+#include "common/config/straggler.h"
+#include "common/obs/metrics.h"
 #include "experiments/sim/cpus.h"
 #include "experiments/sim/engine.h"
 #include "experiments/sim/network.h"

@@ -4,7 +4,7 @@
 #include <memory>
 #include <utility>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "experiments/sim/sim.h"
 
 namespace gradsync::sim {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "common/train_config.h"
+#include "common/config/train_config.h"
 
 namespace gradsync::sim {
 

@@ -1,5 +1,5 @@
 // The parameter server job: workers that pull, compute and push, and shards that apply pushes
-// and answer pulls under the servers' own consistency rule (common/consistency.h).
+// and answer pulls under the servers' own consistency rule (common/ps/consistency.h).
 #pragma once
 
 #include <cstddef>
@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "common/consistency.h"
-#include "common/partitioner.h"
-#include "common/process_summary.h"
-#include "common/ps_protocol.h"
-#include "common/segment.h"
-#include "common/status.h"
+#include "common/base/segment.h"
+#include "common/base/status.h"
+#include "common/obs/process_summary.h"
+#include "common/ps/consistency.h"
+#include "common/ps/partitioner.h"
+#include "common/ps/ps_protocol.h"
 #include "experiments/sim/codec_costs.h"
 #include "experiments/sim/engine.h"
 #include "experiments/sim/job.h"
@@ -85,7 +85,7 @@ class PsJob {
   int WorkerHost(int w) const { return j_.plan.servers + w; }
   int64_t TotalFloats() const { return j_.s.params; }
 
-  // The real protocol's header sizes (common/ps_protocol.h's encoders).
+  // The real protocol's header sizes (common/ps/ps_protocol.h's encoders).
   uint64_t HeaderBytes(const PsRequest& r) const { return EncodeRequest(r).ByteSizeLong(); }
   uint64_t ReplyBytes(wire::Type type, int64_t clock, const std::vector<Segment>& segs,
                       const std::string& codec = "") const;

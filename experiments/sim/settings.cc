@@ -6,10 +6,10 @@
 #include <string>
 
 #include "allreduce/plan/algorithm.h"
-#include "common/status.h"
-#include "experiments/spec/link.h"
+#include "common/base/status.h"
 #include "experiments/sim/inputs.h"
 #include "experiments/sim/sim.h"
+#include "experiments/spec/link.h"
 #include "experiments/spec/spec.h"
 
 namespace gradsync {

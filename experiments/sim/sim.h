@@ -14,17 +14,17 @@
 //   as payload, plus `latency_us` per message;
 // - CPUs: a core per process, or `host_cores` shared by every process (a job on one machine);
 // - PS workers: pull (every shard, or per tensor with overlap), forward, backward (pushing each
-//   tensor as backward produces it with overlap), the straggler's delay (common/straggler.h, the
+//   tensor as backward produces it with overlap), the straggler's delay (common/config/straggler.h, the
 //   same draws as the worker's), encode, push, the next pull; worker 0 sends INIT and pulls once
 //   more for its final evaluation;
-// - shards: the consistency rule is common/consistency.h's ConsistencyController, the code the
+// - shards: the consistency rule is common/ps/consistency.h's ConsistencyController, the code the
 //   servers run: it decides when a push is applied and a pull answered; apply costs
 //   apply_ns_per_byte; compressed pushes cost the codec's decode, compressed pulls its encode;
 // - all-reduce: rank 0's broadcast, then buckets (readiness order with overlap) reduced one after
 //   another by ring, recursive halving-doubling (rhd, folded when n is not a power of two) or
 //   hierarchical (reduce-scatter in a group, all-reduce across groups, all-gather in the group);
 //   gather codecs (top-k, ...) all-gather every rank's payload;
-// - message sizes: the PS headers are the real protocol's (common/ps_protocol.h's encoders), the
+// - message sizes: the PS headers are the real protocol's (common/ps/ps_protocol.h's encoders), the
 //   payloads the real codecs' (compression/), the ring's step header its 32 bytes; codec times are
 //   measured here, on this machine, by encoding and decoding buffers of each size.
 #pragma once
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "allreduce/plan/algorithm.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "experiments/spec/spec.h"
 
 namespace gradsync {

@@ -13,17 +13,17 @@
 #include <utility>
 #include <vector>
 
-#include "common/metrics.h"
-#include "common/process_summary.h"
-#include "common/rng.h"
-#include "common/status.h"
-#include "common/train_config.h"
-#include "experiments/spec/report.h"
+#include "common/base/rng.h"
+#include "common/base/status.h"
+#include "common/config/train_config.h"
+#include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
 #include "experiments/sim/allreduce_job.h"
 #include "experiments/sim/codec_costs.h"
 #include "experiments/sim/job.h"
 #include "experiments/sim/ps_job.h"
 #include "experiments/sim/sim.h"
+#include "experiments/spec/report.h"
 #include "experiments/spec/spec.h"
 
 namespace gradsync {

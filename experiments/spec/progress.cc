@@ -8,7 +8,7 @@
 #include <sstream>
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/obs/metrics.h"
 
 namespace gradsync {
 namespace {

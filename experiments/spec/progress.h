@@ -14,7 +14,7 @@
 #include <ostream>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace gradsync {
 

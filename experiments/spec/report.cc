@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/metrics.h"
-#include "common/process_summary.h"
+#include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
 
 namespace gradsync {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 #include "experiment.pb.h"
 #include "experiments/spec/spec.h"
 

@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "common/train_config.h"
-#include "common/train_flags.h"
+#include "common/config/train_config.h"
+#include "common/config/train_flags.h"
 #include "experiments/spec/link.h"
 
 namespace gradsync {

@@ -6,7 +6,7 @@
 // The format is protobuf text format over common/proto/experiment.proto; a run's training
 // settings are a TrainConfig (`train { ... }`), checked by the same Validate() as
 // gradsync-worker's flags and written into worker flags through the same table
-// (common/train_flags.h). Every error names the file, line and column of the field at fault:
+// (common/config/train_flags.h). Every error names the file, line and column of the field at fault:
 // "quick.textproto:12:3: run 'ssp': staleness applies to mode SSP only".
 #pragma once
 
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/train_config.h"
+#include "common/base/status.h"
+#include "common/config/train_config.h"
 #include "experiment.pb.h"
 
 namespace gradsync {
@@ -40,7 +40,7 @@ struct RunPlan {
   std::vector<std::string> worker_args;             // every worker: --run and run.train()'s flags
   std::map<int, std::vector<std::string>> worker_extra;  // per worker rank (stragglers)
   struct Straggle {
-    std::string spec;  // --straggle (common/straggler.h's syntax)
+    std::string spec;  // --straggle (common/config/straggler.h's syntax)
     uint64_t seed = 0; // --straggle-seed
   };
   std::map<int, Straggle> stragglers;  // per worker rank: what worker_extra gives it

@@ -13,7 +13,7 @@
 #include <limits>
 #include <sstream>
 
-#include "common/trace.h"
+#include "common/obs/trace.h"
 #include "experiments/process/process.h"
 
 namespace gradsync {

@@ -1,4 +1,4 @@
-// The traces of a job's processes (common/trace.h) merged into one timeline, and that timeline
+// The traces of a job's processes (common/obs/trace.h) merged into one timeline, and that timeline
 // drawn: gradsync-launch --trace and gradsync-run's `trace: true` write each process's file under
 // OUT/traces/, merge them into OUT/trace.json (one process track per node, named by role and
 // rank, in the order scheduler, servers, workers; time in microseconds from the job's first
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace gradsync {
 

@@ -23,14 +23,14 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/check.h"
+#include "common/base/check.h"
 #include "models/cuda/cuda_model.h"
 #include "models/mlp.h"
 
 namespace gradsync {
 namespace {
 
-#include "models/cuda/kernels.cuh"
+#include "models/cuda/kernels.cuh"  // first: GS_CUDA_CHECK, which the buffers use
 #include "models/cuda/device_buffer.cuh"
 
 class CudaMlp final : public Model {

@@ -196,7 +196,7 @@ __global__ void SumToDouble(const T* x, int64_t n, double* out) {
   if (threadIdx.x == 0) *out = partial[0];
 }
 
-// The Optimizer rule (common/optimizer.h): g' = g + wd w; b = mu b + g'; w -= lr (nesterov ?
+// The Optimizer rule (common/optim/optimizer.h): g' = g + wd w; b = mu b + g'; w -= lr (nesterov ?
 // g' + mu b : b); without momentum w -= lr g'.
 __global__ void SgdStep(float* w, const float* g, float* velocity, int64_t n, float lr, float mu, bool nesterov,
                         float wd) {

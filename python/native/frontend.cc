@@ -7,11 +7,11 @@
 #include <set>
 #include <sstream>
 
-#include "common/cluster.h"
-#include "common/flags.h"
-#include "common/logging.h"
-#include "common/trace.h"
-#include "common/train_flags.h"
+#include "common/base/logging.h"
+#include "common/config/cluster.h"
+#include "common/config/flags.h"
+#include "common/config/train_flags.h"
+#include "common/obs/trace.h"
 #include "worker/allreduce_sync.h"
 #include "worker/ps_sync.h"
 #include "worker/train_options.h"

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/train_config.h"
+#include "common/base/status.h"
+#include "common/config/train_config.h"
 #include "models/model.h"
 #include "worker/bucket_average.h"
 #include "worker/gradient_sync.h"
@@ -48,7 +48,7 @@ class StatusError : public std::runtime_error {
 
 void ThrowIfError(const Status& s);
 
-// `name` with the lifetime of the process, for a trace event's name or category (common/trace.h).
+// `name` with the lifetime of the process, for a trace event's name or category (common/obs/trace.h).
 const char* TraceName(const std::string& name);
 
 // A model whose computation happens elsewhere: its layout and flat parameter and gradient

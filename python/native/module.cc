@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/metrics.h"
-#include "common/process_summary.h"
-#include "common/trace.h"
-#include "common/train_config.h"
+#include "common/config/train_config.h"
+#include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
+#include "common/obs/trace.h"
 #include "compression/compressor.h"
 #include "python/native/frontend.h"
 

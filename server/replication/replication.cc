@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "common/clock.h"
-#include "common/logging.h"
-#include "common/partitioner.h"
-#include "common/replica_protocol.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/ps/partitioner.h"
+#include "common/ps/replica_protocol.h"
 #include "server/shard/shard_checkpointer.h"
 
 namespace gradsync {

@@ -29,11 +29,11 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
+#include "common/ps/consistency.h"
+#include "common/ps/replica_protocol.h"
 #include "gradsync.pb.h"
-#include "common/consistency.h"
-#include "common/replica_protocol.h"
 #include "server/shard/push_assembler.h"
 #include "server/shard/shard_core.h"
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 
-#include "common/logging.h"
-#include "common/optimizer.h"
+#include "common/base/logging.h"
+#include "common/optim/optimizer.h"
 
 namespace gradsync {
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "common/consistency.h"
-#include "common/scheduler_client.h"
-#include "common/transport.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/transport.h"
+#include "common/ps/consistency.h"
 #include "gradsync.pb.h"
 #include "server/replication/replication.h"
 #include "server/shard/shard_core.h"

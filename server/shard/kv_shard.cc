@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/check.h"
+#include "common/base/check.h"
 
 namespace gradsync {
 namespace {

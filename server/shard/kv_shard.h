@@ -29,11 +29,11 @@
 #include <span>
 #include <vector>
 
-#include "common/optimizer.h"
-#include "common/parallel_for.h"
-#include "common/partitioner.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/parallel_for.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
+#include "common/optim/optimizer.h"
+#include "common/ps/partitioner.h"
 
 namespace gradsync {
 

@@ -13,10 +13,10 @@
 #include <memory>
 #include <vector>
 
-#include "common/ps_protocol.h"
-#include "common/segment.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/segment.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
+#include "common/ps/ps_protocol.h"
 
 namespace gradsync {
 

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "common/atomic_file.h"
-#include "common/clock.h"
-#include "common/train_config.h"
+#include "common/base/atomic_file.h"
+#include "common/base/clock.h"
+#include "common/config/train_config.h"
 
 namespace gradsync {
 

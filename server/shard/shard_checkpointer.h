@@ -1,7 +1,7 @@
 // ShardCheckpointer: when a shard writes its checkpoint, what goes in it, and reading it back.
 //
 // DIR/shard-<rank>.ckpt (wire::ShardCheckpoint, protobuf binary, in a checked file: magic,
-// length and CRC32C, common/atomic_file.h) is written atomically (a crash leaves the old file or
+// length and CRC32C, common/base/atomic_file.h) is written atomically (a crash leaves the old file or
 // the new; a failed write leaves the old file and no temporary one) as soon as the shard is
 // initialized, then every `every` updates (0: not by count) or `interval_s` seconds after the
 // first update since the last one, whichever comes first, and only between bsp rounds (the
@@ -16,9 +16,9 @@
 #include <functional>
 #include <string>
 
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/ps/consistency.h"
 #include "gradsync.pb.h"
-#include "common/consistency.h"
 #include "server/shard/kv_shard.h"
 #include "server/shard/shard_core.h"
 

@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "common/partitioner.h"
-#include "common/trace.h"
-#include "common/train_config.h"
+#include "common/config/train_config.h"
+#include "common/obs/trace.h"
+#include "common/ps/partitioner.h"
 
 namespace gradsync {
 

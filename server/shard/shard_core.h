@@ -24,11 +24,11 @@
 #include <string>
 #include <utility>
 
-#include "common/consistency.h"
-#include "common/parallel_for.h"
-#include "common/ps_protocol.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/parallel_for.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
+#include "common/ps/consistency.h"
+#include "common/ps/ps_protocol.h"
 #include "gradsync.pb.h"
 #include "server/shard/kv_shard.h"
 #include "server/shard/push_assembler.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 
 namespace gradsync {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "common/consistency.h"
-#include "common/ps_protocol.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
+#include "common/ps/consistency.h"
+#include "common/ps/ps_protocol.h"
 #include "server/shard/kv_shard.h"
 
 namespace gradsync {

@@ -11,9 +11,9 @@
 #include <boost/asio.hpp>
 #include <chrono>
 
-#include "common/logging.h"
-#include "common/ps_protocol.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/ps/ps_protocol.h"
 
 namespace gradsync {
 

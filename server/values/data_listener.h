@@ -1,4 +1,4 @@
-// The shard's side of the data channel (common/data_channel.h): a listener that takes one
+// The shard's side of the data channel (common/net/data_channel.h): a listener that takes one
 // connection per worker for a token the worker sent over ZeroMQ, and per connection a reader
 // thread (push frames into buffers it keeps, so no received byte lands on a fresh page) and a
 // writer thread (pull frames straight from the parameters the reply holds). The shard's own loop
@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/data_channel.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/net/data_channel.h"
 
 namespace gradsync {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "server/shard_codecs.h"
 
 namespace gradsync {

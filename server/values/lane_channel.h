@@ -1,4 +1,4 @@
-// LaneChannel: the values of a worker on this host in a shared-memory lane (common/shm_lane.h)
+// LaneChannel: the values of a worker on this host in a shared-memory lane (common/net/shm_lane.h)
 // that the worker made and the shard attached (CHANNEL_ATTACH). A push is read in place: its values
 // stay in the lane, leased until applied or refused (the worker writes its next push there only
 // once the shard has let the last one go); a pull is written into the lane in pieces, each
@@ -9,7 +9,7 @@
 #include <map>
 #include <memory>
 
-#include "common/shm_lane.h"
+#include "common/net/shm_lane.h"
 #include "server/values/shard_channel.h"
 
 namespace gradsync {

@@ -3,7 +3,7 @@
 //
 //   ZmqChannel   the values travel in the request and reply messages themselves (the default;
 //                the only one with keys, codecs and CURVE);
-//   LaneChannel  a shared-memory lane per worker on this host (common/shm_lane.h): pushes read
+//   LaneChannel  a shared-memory lane per worker on this host (common/net/shm_lane.h): pushes read
 //                in place, pulls written into the lane in pieces;
 //   DataChannel  a TCP connection per worker (values/data_listener.h): push frames taken as they
 //                come, pull frames queued with the reply.
@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
-#include "common/ps_protocol.h"
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
+#include "common/ps/ps_protocol.h"
 #include "server/shard/kv_shard.h"
 
 namespace gradsync {

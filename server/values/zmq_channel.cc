@@ -1,6 +1,6 @@
 #include "server/values/zmq_channel.h"
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "server/shard_codecs.h"
 
 namespace gradsync {

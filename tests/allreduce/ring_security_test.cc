@@ -16,8 +16,8 @@
 
 #include "allreduce/ring_security.h"
 #include "allreduce/tcp_ring.h"
+#include "common/base/half.h"
 #include "tests/allreduce/exact_sums.h"
-#include "common/half.h"
 
 namespace gradsync {
 namespace {

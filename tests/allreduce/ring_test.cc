@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
-#include "common/half.h"
+#include "common/base/half.h"
+#include "common/config/train_names.h"
 #include "tests/allreduce/exact_sums.h"
-#include "common/train_names.h"
 
 namespace gradsync {
 namespace {

@@ -1,6 +1,6 @@
 // RankFromLaunchers: the rank of the innermost launcher, the nested launches people use, and one
 // clear error for junk or for two launchers that disagree on the same world.
-#include "common/cluster.h"
+#include "common/config/cluster.h"
 
 #include <gtest/gtest.h>
 

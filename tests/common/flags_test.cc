@@ -1,6 +1,6 @@
-#include "common/flags.h"
+#include "common/config/flags.h"
 
-#include "common/logging.h"
+#include "common/base/logging.h"
 
 #include <gtest/gtest.h>
 

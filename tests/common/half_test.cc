@@ -1,4 +1,4 @@
-#include "common/half.h"
+#include "common/base/half.h"
 
 #include <gtest/gtest.h>
 

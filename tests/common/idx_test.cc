@@ -1,4 +1,4 @@
-#include "common/idx.h"
+#include "common/data/idx.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>

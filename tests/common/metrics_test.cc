@@ -1,11 +1,11 @@
-#include "common/metrics.h"
+#include "common/obs/metrics.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "common/process_summary.h"
+#include "common/obs/process_summary.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -1,4 +1,4 @@
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 
 #include <gtest/gtest.h>
 

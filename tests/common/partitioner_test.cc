@@ -1,4 +1,4 @@
-#include "common/partitioner.h"
+#include "common/ps/partitioner.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/precision.h"
+#include "common/optim/precision.h"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
-#include "common/ps_protocol.h"
+#include "common/ps/ps_protocol.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "common/control_protocol.h"
-#include "common/replica_protocol.h"
+#include "common/net/control_protocol.h"
+#include "common/ps/replica_protocol.h"
 
 namespace gradsync {
 namespace {

@@ -1,7 +1,7 @@
-// The replication plane's one encoder and decoder (common/replica_protocol.h): an
+// The replication plane's one encoder and decoder (common/ps/replica_protocol.h): an
 // entry and an answer come back as they were sent, and what a header alone can say is wrong is
 // refused.
-#include "common/replica_protocol.h"
+#include "common/ps/replica_protocol.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/rng.h"
+#include "common/base/rng.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "common/sampler.h"
+#include "common/data/sampler.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // ShmLane: what a worker writes one side is what the shard reads the other, flow control moves
 // forward only, a lane never appears in /dev/shm and is gone with the last process that holds
 // it, and a shard refuses every lane it should not map.
-#include "common/shm_lane.h"
+#include "common/net/shm_lane.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

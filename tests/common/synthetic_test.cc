@@ -1,4 +1,4 @@
-#include "common/synthetic.h"
+#include "common/data/synthetic.h"
 
 #include <gtest/gtest.h>
 

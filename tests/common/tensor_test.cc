@@ -1,4 +1,4 @@
-#include "common/tensor.h"
+#include "common/base/tensor.h"
 
 #include <gtest/gtest.h>
 

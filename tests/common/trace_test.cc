@@ -1,4 +1,4 @@
-#include "common/trace.h"
+#include "common/obs/trace.h"
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>

@@ -1,7 +1,7 @@
 // The run configuration: Validate() catches every class of contradiction (one case each, in
 // both namings), the flag table round-trips, and the job fingerprint holds exactly the settings
 // the workers of a job must agree on.
-#include "common/train_config.h"
+#include "common/config/train_config.h"
 
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -11,8 +11,8 @@
 #include <map>
 #include <set>
 
-#include "common/cluster.h"
-#include "common/train_flags.h"
+#include "common/config/cluster.h"
+#include "common/config/train_flags.h"
 
 namespace gradsync {
 namespace {

@@ -1,6 +1,6 @@
 // The transport's helpers that the shard and the PS client share: the poller, the pool of lent
 // reply buffers, keys read in place.
-#include "common/transport.h"
+#include "common/net/transport.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 #include "compression/codecs.h"
 #include "compression/error_feedback.h"
 #include "compression/gradient_encoder.h"

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "common/rng.h"
+#include "common/base/rng.h"
 
 namespace gradsync {
 namespace {

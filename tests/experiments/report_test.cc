@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/obs/metrics.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

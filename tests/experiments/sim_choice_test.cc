@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
-#include "common/check.h"
+#include "common/base/check.h"
 #include "experiments/sim/sim.h"
 
 namespace gradsync {

@@ -12,8 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "common/metrics.h"
-#include "common/straggler.h"
+#include "common/config/straggler.h"
+#include "common/obs/metrics.h"
 #include "compression/compressor.h"
 #include "experiments/spec/report.h"
 #include "tests/support/temp_dir.h"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/trace.h"
+#include "common/obs/trace.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

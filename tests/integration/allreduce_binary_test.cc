@@ -8,7 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/atomic_file.h"
+#include "common/base/atomic_file.h"
 #include "experiments/process/process.h"
 #include "gradsync.pb.h"
 #include "tests/support/subprocess.h"

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
-#include "common/synthetic.h"
+#include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
 #include "tests/support/temp_dir.h"
 #include "worker/allreduce_trainer.h"

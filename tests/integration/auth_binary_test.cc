@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/security.h"
+#include "common/net/security.h"
 #include "experiments/process/process.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"

@@ -7,13 +7,13 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/rng.h"
-#include "common/security.h"
-#include "common/synthetic.h"
+#include "common/base/rng.h"
+#include "common/data/synthetic.h"
+#include "common/net/security.h"
 #include "gradsync.pb.h"
 #include "tests/support/ps_job.h"
-#include "tests/support/wire_request.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wire_request.h"
 
 namespace gradsync::testing {
 namespace {

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <thread>
 
-#include "common/data_channel.h"
-#include "common/ps_protocol.h"
-#include "common/scheduler_client.h"
-#include "common/shm_lane.h"
-#include "common/synthetic.h"
+#include "common/data/synthetic.h"
+#include "common/net/data_channel.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/shm_lane.h"
+#include "common/ps/ps_protocol.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/support/wire_request.h"
@@ -173,7 +173,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
   send_part(0, 1, 2, 2, true);
   send_part(0, 1, 2, 8, false);
 
-  // Shared-memory lanes (common/shm_lane.h). The real worker 0 pushes and pulls through its own
+  // Shared-memory lanes (common/net/shm_lane.h). The real worker 0 pushes and pulls through its own
   // lane meanwhile.
   auto shm_push = [&](uint64_t offset, uint64_t length) {
     wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
@@ -252,7 +252,7 @@ void Attack(TransportContext& ctx, uint16_t port, int64_t shard_size, Outcome* o
     return true;
   };
 
-  // The data channel (common/data_channel.h).
+  // The data channel (common/net/data_channel.h).
   auto data_push = [&](uint64_t offset, uint64_t length, uint64_t seq) {
     wire::Header h = testing::WorkerRequest(wire::PUSH, 1, 0, offset, length);
     h.mutable_ps()->mutable_values_at()->set_channel(wire::CHANNEL_DATA);

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <thread>
 
-#include "common/scheduler_client.h"
+#include "common/net/scheduler_client.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "worker/ps_client.h"

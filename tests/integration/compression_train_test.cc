@@ -2,7 +2,7 @@
 // payloads in allreduce mode.
 #include <gtest/gtest.h>
 
-#include "common/synthetic.h"
+#include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
 
 namespace gradsync::testing {

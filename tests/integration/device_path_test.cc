@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "common/synthetic.h"
-#include "common/tensor.h"
+#include "common/base/tensor.h"
+#include "common/data/synthetic.h"
 #include "tests/support/fake_device.h"
 #include "tests/support/ps_job.h"
 

@@ -14,14 +14,14 @@
 #include <sstream>
 #include <thread>
 
-#include "common/atomic_file.h"
-#include "common/process_summary.h"
-#include "common/transport.h"
+#include "common/base/atomic_file.h"
+#include "common/net/transport.h"
+#include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
 #include "gradsync.pb.h"
 #include "tests/support/subprocess.h"
-#include "tests/support/wire_request.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wire_request.h"
 
 namespace gradsync::testing {
 namespace {
@@ -48,7 +48,7 @@ double NowSecondsOfDay() {
   return tm.tm_hour * 3600.0 + tm.tm_min * 60.0 + tm.tm_sec + frac;
 }
 
-// The shared-memory regions (common/shared_region.h: anonymous memory files named
+// The shared-memory regions (common/net/shared_region.h: anonymous memory files named
 // "gradsync-<token>") process `pid` maps or holds a descriptor of, by name.
 std::set<std::string> SharedRegionsOf(pid_t pid) {
   std::set<std::string> names;

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "common/process_summary.h"
+#include "common/obs/process_summary.h"
 #include "gradsync/config.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"

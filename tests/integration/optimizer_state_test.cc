@@ -14,8 +14,8 @@
 #include <optional>
 #include <thread>
 
-#include "common/ps_protocol.h"
-#include "common/scheduler_client.h"
+#include "common/net/scheduler_client.h"
+#include "common/ps/ps_protocol.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <thread>
 
-#include "common/metrics.h"
-#include "common/process_summary.h"
+#include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 

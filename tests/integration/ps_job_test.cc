@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/rng.h"
-#include "common/synthetic.h"
-#include "common/tensor.h"
+#include "common/base/rng.h"
+#include "common/base/tensor.h"
+#include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
 
 namespace gradsync::testing {

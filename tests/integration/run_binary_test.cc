@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "common/metrics.h"
-#include "common/process_summary.h"
+#include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
 #include "experiment.pb.h"
 #include "experiments/process/process.h"
 #include "tests/support/subprocess.h"

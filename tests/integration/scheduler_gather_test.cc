@@ -5,8 +5,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/scheduler_client.h"
-#include "common/transport.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/transport.h"
 #include "server/scheduler.h"
 
 namespace gradsync {

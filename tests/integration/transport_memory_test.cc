@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "common/synthetic.h"
-#include "common/transport.h"
+#include "common/data/synthetic.h"
+#include "common/net/transport.h"
 #include "tests/support/ps_job.h"
 
 namespace gradsync::testing {

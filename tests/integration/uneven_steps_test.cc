@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/scheduler_client.h"
-#include "common/transport.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/transport.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/optimizer.h"
-#include "common/rng.h"
-#include "common/tensor.h"
+#include "common/base/rng.h"
+#include "common/base/tensor.h"
+#include "common/optim/optimizer.h"
 #include "models/model.h"
 
 namespace gradsync {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "common/rng.h"
-#include "common/synthetic.h"
+#include "common/base/rng.h"
+#include "common/data/synthetic.h"
 #include "models/model.h"
 
 namespace gradsync {

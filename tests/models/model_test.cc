@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/optimizer.h"
-#include "common/sampler.h"
-#include "common/synthetic.h"
+#include "common/data/sampler.h"
+#include "common/data/synthetic.h"
+#include "common/optim/optimizer.h"
 
 namespace gradsync {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/consistency.h"
+#include "common/ps/consistency.h"
 
 #include <gtest/gtest.h>
 

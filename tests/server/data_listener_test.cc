@@ -14,7 +14,7 @@
 #include <numeric>
 #include <thread>
 
-#include "common/ps_protocol.h"
+#include "common/ps/ps_protocol.h"
 
 namespace gradsync {
 namespace {

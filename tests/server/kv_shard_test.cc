@@ -1,6 +1,6 @@
 #include "server/shard/kv_shard.h"
+#include "common/ps/ps_protocol.h"
 #include "server/replication/replication.h"
-#include "common/ps_protocol.h"
 
 
 #include <gtest/gtest.h>

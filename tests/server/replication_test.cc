@@ -12,8 +12,8 @@
 #include <memory>
 #include <thread>
 
-#include "common/status.h"
-#include "common/transport.h"
+#include "common/base/status.h"
+#include "common/net/transport.h"
 
 namespace gradsync {
 namespace {

@@ -15,9 +15,9 @@
 
 #include <csignal>
 
-#include "common/atomic_file.h"
+#include "common/base/atomic_file.h"
 
-#include "common/ps_protocol.h"
+#include "common/ps/ps_protocol.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "common/check.h"
+#include "common/base/check.h"
 
 namespace gradsync::testing {
 

@@ -12,7 +12,7 @@
 #include <memory>
 
 #include "allreduce/collective.h"
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 #include "models/model.h"
 
 namespace gradsync::testing {

@@ -6,10 +6,10 @@
 #include <mutex>
 #include <thread>
 
-#include "common/scheduler_client.h"
-#include "common/synthetic.h"
-#include "common/tensor.h"
 #include "allreduce/tcp_ring.h"
+#include "common/base/tensor.h"
+#include "common/data/synthetic.h"
+#include "common/net/scheduler_client.h"
 #include "server/scheduler.h"
 #include "tests/support/fake_device.h"
 #include "worker/allreduce_trainer.h"

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset.h"
-#include "common/scheduler_client.h"
-#include "common/security.h"
-#include "worker/allreduce_sync.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/data/dataset.h"
+#include "common/net/scheduler_client.h"
+#include "common/net/security.h"
 #include "models/model.h"
 #include "server/server.h"
+#include "worker/allreduce_sync.h"
 #include "worker/local_trainer.h"
 
 namespace gradsync::testing {
@@ -48,7 +48,7 @@ struct PsJobOptions {
   size_t data_min_floats = size_t{1} << 20;
   int64_t drop_data_channel_after_pulls = 0;  // ServerOptions' (every server)
   int64_t drop_data_channel_after_pushes = 0;  // ServerOptions' (every server)
-  // CURVE on every socket of the job (common/security.h); unset: plaintext.
+  // CURVE on every socket of the job (common/net/security.h); unset: plaintext.
   std::optional<Security> security;
   // The workers' models are FakeDeviceModels (the trainers' --device=cuda path, on the CPU).
   bool fake_device = false;

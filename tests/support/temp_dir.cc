@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "common/check.h"
+#include "common/base/check.h"
 
 namespace gradsync::testing {
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/synthetic.h"
+#include "common/data/synthetic.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/synthetic.h"
+#include "common/data/synthetic.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

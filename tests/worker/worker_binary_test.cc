@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/idx.h"
-#include "common/process_summary.h"
+#include "common/data/idx.h"
+#include "common/obs/process_summary.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 

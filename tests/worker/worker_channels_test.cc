@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/shm_lane.h"
+#include "common/net/shm_lane.h"
 #include "worker/values/worker_lane.h"
 
 namespace gradsync {

@@ -2,9 +2,9 @@
 // how a pull's come back, when not in the ZeroMQ messages themselves (the shard's side:
 // server/values/shard_channel.h).
 //
-//   WorkerLane         a shared-memory lane (common/shm_lane.h), shards on this host: pushes
+//   WorkerLane         a shared-memory lane (common/net/shm_lane.h), shards on this host: pushes
 //                      written into the lane's push area, pulls read from its pull area;
-//   WorkerDataChannel  a TCP connection of its own (common/data_channel.h): push frames written
+//   WorkerDataChannel  a TCP connection of its own (common/net/data_channel.h): push frames written
 //                      before their headers, pull frames read straight into the destination.
 //
 // ZeroMQ itself is every shard's channel: a request no channel takes (keys, a codec, too small,
@@ -17,10 +17,10 @@
 #include <functional>
 #include <span>
 
-#include "common/ps_protocol.h"
-#include "common/segment.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/segment.h"
+#include "common/base/status.h"
+#include "common/base/tensor.h"
+#include "common/ps/ps_protocol.h"
 
 namespace gradsync {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/cluster.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
+#include "common/net/node.h"
 #include "worker/values/worker_data_channel.h"
 #include "worker/values/worker_lane.h"
 

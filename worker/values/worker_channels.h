@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "common/partitioner.h"
+#include "common/ps/partitioner.h"
 #include "worker/values/worker_channel.h"
 
 namespace gradsync {

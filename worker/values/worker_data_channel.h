@@ -1,4 +1,4 @@
-// WorkerDataChannel: the worker's end of a data channel (common/data_channel.h) to one shard: a
+// WorkerDataChannel: the worker's end of a data channel (common/net/data_channel.h) to one shard: a
 // TCP connection of its own beside ZeroMQ. CHANNEL_ATTACH hands the shard a fresh random token and
 // names the port; the worker connects and presents it. From then on a push's values go as a
 // frame before their header, and a pull's answer is read off the connection straight into the
@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "common/data_channel.h"
+#include "common/net/data_channel.h"
 #include "worker/values/worker_channel.h"
 
 namespace gradsync {

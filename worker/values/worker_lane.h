@@ -1,4 +1,4 @@
-// WorkerLane: the worker's end of a shared-memory lane (common/shm_lane.h) to one shard on this
+// WorkerLane: the worker's end of a shared-memory lane (common/net/shm_lane.h) to one shard on this
 // host. The worker makes the lane and attaches it with CHANNEL_ATTACH; from then on a push's
 // values are written into the push area (once the shard has let go of the previous push) and a
 // pull's answer is read from the pull area. Only headers go over ZeroMQ.
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/shm_lane.h"
+#include "common/net/shm_lane.h"
 #include "worker/values/worker_channel.h"
 
 namespace gradsync {

@@ -1,0 +1,67 @@
+#include "common/data/dataset.h"
+
+#include <algorithm>
+
+#include "common/base/check.h"
+
+namespace gradsync {
+
+Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices) {
+  const int64_t b = static_cast<int64_t>(indices.size());
+  labels_.resize(static_cast<size_t>(b));
+  Batch batch;
+  batch.size = b;
+  batch.dim = data.dim;
+  for (int64_t i = 0; i < b; ++i) {
+    GRADSYNC_CHECK(indices[i] < data.n) << "index " << indices[i] << " >= " << data.n;
+    labels_[i] = data.labels[indices[i]];
+  }
+  if (!data.sparse) {
+    x_.resize(static_cast<size_t>(b * data.dim));
+    for (int64_t i = 0; i < b; ++i) {
+      const float* src = data.features.data() + static_cast<int64_t>(indices[i]) * data.dim;
+      std::copy(src, src + data.dim, x_.data() + i * data.dim);
+    }
+    batch.x = x_.data();
+  } else {
+    row_ptr_.assign(1, 0);
+    keys_.clear();
+    values_.clear();
+    for (int64_t i = 0; i < b; ++i) {
+      int64_t lo = data.row_ptr[indices[i]], hi = data.row_ptr[indices[i] + 1];
+      keys_.insert(keys_.end(), data.keys.begin() + lo, data.keys.begin() + hi);
+      values_.insert(values_.end(), data.values.begin() + lo, data.values.begin() + hi);
+      row_ptr_.push_back(static_cast<int64_t>(keys_.size()));
+    }
+    batch.row_ptr = row_ptr_;
+    batch.keys = keys_;
+    batch.values = values_;
+  }
+  batch.labels = labels_;
+  return batch;
+}
+
+Batch SliceBatch(const Dataset& data, int64_t begin, int64_t end) {
+  GRADSYNC_CHECK(0 <= begin && begin <= end && end <= data.n) << begin << ".." << end;
+  Batch batch;
+  batch.size = end - begin;
+  batch.dim = data.dim;
+  batch.labels = std::span<const int32_t>(data.labels).subspan(begin, end - begin);
+  if (!data.sparse) {
+    batch.x = data.features.data() + begin * data.dim;
+  } else {
+    batch.row_ptr = std::span<const int64_t>(data.row_ptr).subspan(begin, end - begin + 1);
+    // Keys/values stay indexed by the absolute offsets in row_ptr.
+    batch.keys = data.keys;
+    batch.values = data.values;
+  }
+  return batch;
+}
+
+void Standardize(Dataset* data, float mean, float stddev) {
+  GRADSYNC_CHECK(!data->sparse && stddev > 0.0f);
+  const float inv = 1.0f / stddev;
+  for (float& v : data->features) v = (v - mean) * inv;
+}
+
+}  // namespace gradsync
