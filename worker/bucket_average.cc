@@ -53,7 +53,8 @@ Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) 
   // The others: every rank's payload is all-gathered, decoded and summed in rank order.
   RETURN_IF_ERROR(collective_->AllGather(std::as_bytes(std::span<const uint8_t>(encoded_)), &gathered_));
   decoded_.resize(g.size());
-  TraceSpan span("decode", "comm", {{"payloads", static_cast<double>(gathered_.size())}});
+  TraceSpan span("decode", "comm",
+                 {{"payloads", static_cast<double>(gathered_.size())}, {"values", static_cast<double>(g.size())}});
   for (size_t r = 0; r < gathered_.size(); ++r) {
     const auto& part = gathered_[r];
     RETURN_IF_ERROR(decoder_->Decode(std::span(reinterpret_cast<const uint8_t*>(part.data()), part.size()), g.size(),

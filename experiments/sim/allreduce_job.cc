@@ -252,10 +252,8 @@ void AllreduceJob::BucketDone(int r) {
   const Bucket& b = buckets_[rk.next_bucket];
   double us = 0;
   if (compress_ && !summable_) {
-    // Every other rank's payload decoded and added.
-    const double per = codecs_.Cost(static_cast<size_t>(b.floats))->decode_us +
-                       j_.s.apply_ns_per_byte * 4 * static_cast<double>(b.floats) / 1e3;
-    us = per * (j_.plan.workers - 1);
+    // Every rank's payload decoded and added.
+    us = *codecs_.GatherDecodeUs(static_cast<size_t>(b.floats), j_.plan.workers, j_.s.apply_ns_per_byte);
   } else if (summable_) {
     us = codecs_.Cost(static_cast<size_t>(b.floats))->decode_us;
   }

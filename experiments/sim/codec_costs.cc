@@ -17,12 +17,19 @@
 namespace gradsync::sim {
 
 Codecs::Codecs(std::string spec, bool error_feedback, float correction, double encode_us_per_float,
-               double pull_encode_us_per_float)
+               double pull_encode_us_per_float, double gather_decode_us_per_float)
     : spec_(std::move(spec)),
       error_feedback_(error_feedback),
       correction_(correction),
       encode_per_float_(encode_us_per_float),
-      pull_encode_per_float_(pull_encode_us_per_float) {}
+      pull_encode_per_float_(pull_encode_us_per_float),
+      gather_decode_per_float_(gather_decode_us_per_float) {}
+
+Result<double> Codecs::GatherDecodeUs(size_t n, int payloads, double apply_ns_per_byte) {
+  if (gather_decode_per_float_ >= 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;
+  ASSIGN_OR_RETURN(CodecCost c, Cost(n));
+  return (c.decode_us + apply_ns_per_byte * 4 * static_cast<double>(n) / 1e3) * (payloads - 1);
+}
 
 Result<CodecCost> Codecs::Cost(size_t n) {
   if (auto it = cache_.find(n); it != cache_.end()) return it->second;

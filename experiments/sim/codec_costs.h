@@ -19,13 +19,19 @@ struct CodecCost {
 
 class Codecs {
  public:
+  // The per-float times < 0: timed here; else a real run's (codec_from).
   Codecs(std::string spec, bool error_feedback, float correction, double encode_us_per_float,
-         double pull_encode_us_per_float);
+         double pull_encode_us_per_float, double gather_decode_us_per_float);
   bool on() const { return spec_ != "none" && !spec_.empty(); }
   const std::string& spec() const { return spec_; }
   // The payload of n floats and the median of 5 timed encodes and decodes of random values
   // (after 2 that warm up).
   Result<CodecCost> Cost(size_t n);
+  // A gather codec's all-gathered bucket of n floats made into the sum (BucketAverager): every
+  // rank's payload decoded and added in rank order. From a real run's decode spans (per payload
+  // and float, `payloads` of them); else, timed here, the codec's decode and an add pass
+  // (apply_ns_per_byte) for each of the other payloads.
+  Result<double> GatherDecodeUs(size_t n, int payloads, double apply_ns_per_byte);
   // What was measured, for the run's description.
   std::string Describe() const;
   bool summable();
@@ -42,7 +48,7 @@ class Codecs {
   std::string spec_;
   bool error_feedback_;
   float correction_;
-  double encode_per_float_, pull_encode_per_float_;
+  double encode_per_float_, pull_encode_per_float_, gather_decode_per_float_;
   std::map<size_t, CodecCost> cache_;
 };
 

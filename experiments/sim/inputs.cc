@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,6 +104,38 @@ Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t) {
   return sizes;
 }
 
+namespace {
+
+// An all-reduce worker's decode spans of all-gathered buckets (BucketAverager's "decode", with
+// its `payloads`): microseconds per payload and float. The floats are the span's `values`, or,
+// in traces written before it had them, those of the "all-reduce bucket" span around it.
+std::vector<double> GatherDecodeTimes(const LoadedTrace& trace) {
+  std::map<std::pair<int, int>, std::vector<const TraceEvent*>> buckets;  // per thread, in start order
+  for (const TraceEvent& e : trace.events) {
+    if (e.name == "all-reduce bucket" && !e.instant) buckets[{e.process, e.thread}].push_back(&e);
+  }
+  for (auto& [thread, spans] : buckets) {
+    std::sort(spans.begin(), spans.end(), [](const TraceEvent* a, const TraceEvent* b) { return a->ts_us < b->ts_us; });
+  }
+  std::vector<double> out;
+  for (const TraceEvent& e : trace.events) {
+    const double payloads = e.Arg("payloads");
+    if (e.name != "decode" || e.instant || payloads <= 0) continue;
+    double values = e.Arg("values");
+    if (values <= 0) {
+      const auto& spans = buckets[{e.process, e.thread}];
+      auto it = std::upper_bound(spans.begin(), spans.end(), e.ts_us,
+                                 [](double ts, const TraceEvent* b) { return ts < b->ts_us; });
+      if (it == spans.begin() || (*std::prev(it))->end_us() < e.end_us()) continue;
+      values = (*std::prev(it))->Arg("floats");
+    }
+    if (values > 0) out.push_back(e.dur_us / (payloads * values));
+  }
+  return out;
+}
+
+}  // namespace
+
 Status CodecTimesFromTrace(const std::string& path, SimSettings* s) {
   ASSIGN_OR_RETURN(LoadedTrace trace, LoadTrace(path));
   std::vector<double> worker, server;
@@ -117,6 +151,9 @@ Status CodecTimesFromTrace(const std::string& path, SimSettings* s) {
                                 ": no worker encode spans with values (sim.codec_from needs a traced compressed run)");
   s->encode_us_per_float = Median(std::move(worker));
   if (!server.empty()) s->pull_encode_us_per_float = Median(std::move(server));
+  if (std::vector<double> gather = GatherDecodeTimes(trace); !gather.empty()) {
+    s->gather_decode_us_per_float = Median(std::move(gather));
+  }
   s->codec_source = path;
   return OkStatus();
 }

@@ -255,7 +255,9 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     o << ", TCP's congestion control (" << plan.run.link().congestion_control() << ") not modelled"
       << (s.flow_share_spread > 0 ? "" : ": flows share a link evenly");
   o << ", " << s.steps << " steps";
-  if (!s.codec_source.empty()) o << ", codec encode times from " << s.codec_source;
+  if (!s.codec_source.empty()) o << ", codec encode"
+                                 << (s.gather_decode_us_per_float >= 0 ? " and gather decode" : "") << " times from "
+                                 << s.codec_source;
   if (!s.accuracy_source.empty()) o << ", accuracy vs step from " << s.accuracy_source;
   return o.str();
 }

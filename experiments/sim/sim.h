@@ -73,8 +73,9 @@ struct SimSettings {
   std::vector<int64_t> tensors;   // floats, forward order
   int64_t params = 0;             // their sum
   // From codec_from: encode time per float of a push (worker) and of a compressed pull (shard),
+  // and an all-reduce worker's decode and sum of an all-gathered bucket per payload and float,
   // medians of a real run's spans; < 0: timed here.
-  double encode_us_per_float = -1, pull_encode_us_per_float = -1;
+  double encode_us_per_float = -1, pull_encode_us_per_float = -1, gather_decode_us_per_float = -1;
   std::string codec_source;
   std::vector<AccuracyPoint> accuracy;  // measured accuracy vs step (empty: none)
   std::string accuracy_source;

@@ -54,7 +54,7 @@ Result<SimStats> SimulateDraw(const RunPlan& plan, const SimSettings& s, const s
   }
   const auto& t = plan.run.train();
   Codecs codecs(t.compress(), t.error_feedback(), t.momentum_correction() ? t.momentum() : 0.0f, s.encode_us_per_float,
-                s.pull_encode_us_per_float);
+                s.pull_encode_us_per_float, s.gather_decode_us_per_float);
   std::unique_ptr<PsJob> ps_job;
   std::unique_ptr<AllreduceJob> ar_job;
   if (ps) {
