@@ -199,8 +199,15 @@ left=$((530 - (SECONDS - t0) - 10))
 if [[ -n "$only" ]]; then
   :
 elif ((left > 60)); then
+  # gradsync-run draws its plots and timelines with gnuplot (scripts/setup.sh installs it); a lent
+  # machine may lack it, and the tests of gradsync-run's outputs cannot pass there.
+  skip=()
+  if ! command -v gnuplot >/dev/null 2>&1; then
+    skip=(-E 'RunBinaryTest|TraceBinaryTest')
+    say "no gnuplot here: RunBinaryTest and TraceBinaryTest skipped (they check gradsync-run's plots)"
+  fi
   say "the whole test suite on this CPU ($left s at most)"
-  (cd "$build" && timeout "$left" ctest -j 8 --timeout 120 2>&1 | grep -E 'tests passed|\*\*\*Failed|\*\*\*Timeout|Exception') ||
+  (cd "$build" && timeout "$left" ctest -j 8 --timeout 120 "${skip[@]}" 2>&1 | grep -E 'tests passed|\*\*\*Failed|\*\*\*Timeout|Exception') ||
     { say "test suite FAILED or ran out of time"; failed=$((failed + 1)); }
   [[ -n "${OUT:-}" ]] && cp -f "$build/Testing/Temporary/LastTest.log" "$OUT/ctest-all.log" 2>/dev/null
 else
