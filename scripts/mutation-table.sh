@@ -29,6 +29,7 @@ mutations=(
   "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$"
   "plan-tree-stores-instead-of-sums|allreduce/plan/tree.cc|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/true));|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/false));|allreduce_test|Algorithms/PlanTest.EveryRankEndsWithTheSumAndEverySendIsReceived/tree\$"
   "sim-choice-ignores-shared-memory|experiments/sim/settings.cc|  l.setting.shared_memory = s.allreduce_shm && per_host > 1;|  l.setting.shared_memory = false;|experiments_test|SimAllReduceChoiceTest"
+  "sim-gather-decode-timed-here|experiments/sim/codec_costs.cc|  if (gather_decode_per_float_ >= 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|  if (gather_decode_per_float_ < 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|experiments_test|SimCodecTimesTest"
   "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += *lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$"
 )
 
