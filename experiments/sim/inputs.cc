@@ -123,7 +123,9 @@ std::vector<double> GatherDecodeTimes(const LoadedTrace& trace) {
     if (e.name != "decode" || e.instant || payloads <= 0) continue;
     double values = e.Arg("values");
     if (values <= 0) {
-      const auto& spans = buckets[{e.process, e.thread}];
+      const auto thread = buckets.find({e.process, e.thread});
+      if (thread == buckets.end()) continue;
+      const auto& spans = thread->second;
       auto it = std::upper_bound(spans.begin(), spans.end(), e.ts_us,
                                  [](double ts, const TraceEvent* b) { return ts < b->ts_us; });
       if (it == spans.begin() || (*std::prev(it))->end_us() < e.end_us()) continue;
