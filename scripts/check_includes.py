@@ -101,12 +101,10 @@ def libraries(root):
                     parts.setdefault(key, [])
                 elif key:
                     parts[key].append(w)
-            base = cmake.parent
-            files = set()
-            for src in parts.get("SRCS", []):
-                src_path = base / src
-                files.add(src_path)
-                files.update(p for p in src_path.parent.iterdir() if p.suffix in (".h", ".cuh"))
+            srcs = [cmake.parent / src for src in parts.get("SRCS", [])]
+            files = set(srcs)
+            for folder in {src.parent for src in srcs}:  # each folder listed once
+                files.update(p for p in folder.iterdir() if p.suffix in (".h", ".cuh"))
             name = "gradsync_" + parts["NAME"][0]
             links = set(parts.get("DEPS", [])) | set(parts.get("PRIVATE_DEPS", []))
             yield name, cmake.relative_to(root).as_posix(), sorted(files), links
