@@ -27,7 +27,8 @@ double AccuracyAt(const std::vector<AccuracyPoint>& curve, int64_t step);
 Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t);
 
 // The median encode time per float of a traced run's `encode` spans, its workers' and its
-// shards' (spans that say how many values they encoded), and, where the run all-gathered a
+// shards' (spans that say how many values they encoded; their CPU time, `cpu_us`, where they
+// have it), and, where the run all-gathered a
 // codec's buckets, the median decode and sum time per payload and float of its `decode` spans.
 Status CodecTimesFromTrace(const std::string& path, SimSettings* s);
 

@@ -7,7 +7,7 @@ namespace gradsync::sim {
 
 Job::Job(const RunPlan& p, const SimSettings& settings, int hosts, uint64_t share_seed) : plan(p), s(settings) {
   cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores, s.usable_cores);
-  net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : 0, share_seed);
+  net = std::make_unique<Network>(engine, *cpus, hosts, s, p.mode != config::ALLREDUCE ? s.msg_us : s.ring_msg_us, share_seed);
   rec.resize(static_cast<size_t>(p.workers));
   stragglers.resize(static_cast<size_t>(p.workers));
   for (const auto& [w, st] : p.stragglers) {

@@ -20,8 +20,9 @@ namespace gradsync::sim {
 
 class Network {
  public:
-  // `msg_us`: CPU per message, both ends together (ZeroMQ's; the ring's plain TCP: 0), half per wake-up
-  // of a host's I/O thread, which takes every message waiting for it.
+  // `msg_us`: CPU per message, both ends together (a PS job's ZeroMQ messages: msg_us; an
+  // all-reduce's plain TCP: ring_msg_us), half per wake-up of a host's receiving or sending thread,
+  // which takes every message waiting for it.
   Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us, uint64_t seed);
 
   // Sends `bytes` (payload) from host src to dst; `deliver` runs when the last byte has arrived.

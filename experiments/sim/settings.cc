@@ -99,6 +99,8 @@ Status ResolveCpus(const spec::Sim& sim, SimSettings* out) {
   s.net_ns_per_byte = sim.net_ns_per_byte();
   if (!(sim.msg_us() >= 0)) return InvalidArgumentError("sim.msg_us must be >= 0");
   s.msg_us = sim.msg_us();
+  if (!(sim.ring_msg_us() >= 0)) return InvalidArgumentError("sim.ring_msg_us must be >= 0");
+  s.ring_msg_us = sim.ring_msg_us();
   if (sim.has_apply_ns_per_byte()) {
     if (!(sim.apply_ns_per_byte() >= 0)) return InvalidArgumentError("sim.apply_ns_per_byte must be >= 0");
     s.apply_ns_per_byte = sim.apply_ns_per_byte();
@@ -238,7 +240,10 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     o << ", all processes on " << s.host_cores << " cores (";
     if (s.usable_cores > 0) o << s.usable_cores << " of them usable, ";
     o << s.net_ns_per_byte << " ns of CPU per byte moved";
-    if (s.msg_us > 0) o << ", " << s.msg_us << " us per PS message, shared by those that wait for the same wake-up";
+    if (plan.mode != config::ALLREDUCE && s.msg_us > 0)
+      o << ", " << s.msg_us << " us per PS message, shared by those that wait for the same wake-up";
+    if (plan.mode == config::ALLREDUCE && s.ring_msg_us > 0)
+      o << ", " << s.ring_msg_us << " us per all-reduce message, shared by those that wait for the same wake-up";
     o << ")";
   }
   if (plan.mode == config::ALLREDUCE) {

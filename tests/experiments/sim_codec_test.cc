@@ -49,6 +49,22 @@ TEST(SimCodecTimesTest, EncodeAndGatherDecodeComeFromTheRunsSpans) {
   EXPECT_DOUBLE_EQ(encoded->encode_us, 0.2 * 1000);
 }
 
+// A span that carries its thread's CPU time (`cpu_us`) counts that, not its wall time: the wall
+// time also holds the time other processes had the core, which the simulator shares out itself.
+TEST(SimCodecTimesTest, AnEncodesOwnCpuTimeCountsWhereTheSpanHasIt) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("trace.json")) << R"({"traceEvents": [
+{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "worker 0"}},
+{"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "server 0"}},
+{"name": "encode", "cat": "comm", "ph": "X", "ts": 10, "dur": 100, "pid": 1, "tid": 1, "args": {"values": 1000, "bytes": 80, "cpu_us": 50}},
+{"name": "encode", "cat": "server", "ph": "X", "ts": 10, "dur": 900, "pid": 2, "tid": 1, "args": {"values": 1000, "worker": 0, "cpu_us": 300}}
+]})";
+  SimSettings s;
+  ASSERT_TRUE(CodecTimesFromTrace(dir.File("trace.json"), &s).ok());
+  EXPECT_DOUBLE_EQ(s.encode_us_per_float, 0.05);
+  EXPECT_DOUBLE_EQ(s.pull_encode_us_per_float, 0.3);
+}
+
 TEST(SimCodecTimesTest, WithoutDecodeSpansTheCodecIsTimedHere) {
   testing::TempDir dir;
   std::ofstream(dir.File("trace.json")) << R"({"traceEvents": [

@@ -152,6 +152,25 @@ TEST(SimTest, APsMessageCostsItsCpuAndTheRingsDoNot) {
   EXPECT_EQ(ring.stats.kernel_cpu_s, 0);
 }
 
+TEST(SimTest, ARingMessageCostsRingMsgUsAndAPsMessageDoesNot) {
+  TempDir tmp;
+  // 2 ranks, one tensor in one bucket, the ring all-reduce: each rank sends one chunk and receives
+  // one per step of the reduce-scatter and of the all-gather, 2 x (2 - 1) = 2 a step each.
+  const std::string ring = R"(run { name: "ring" workers: 2 train { mode: ALLREDUCE allreduce_algo: "ring" batch: 32 max_steps: 20 log_every: 1 }
+                               sim { compute_ms: 1 latency_us: 0 link_rate: "100gbit" apply_ns_per_byte: 0 host_cores: 2 tensors: 4096 MSG } })";
+  auto none = SimulateWith(tmp, ring, "MSG", "", "none");
+  auto costly = SimulateWith(tmp, ring, "MSG", "ring_msg_us: 100", "costly");
+  EXPECT_EQ(none.stats.kernel_cpu_s, 0);
+  // 2 ranks x 2 messages x 100 us (half at each end) a step, at most; fewer where one wake-up takes two.
+  EXPECT_GT(costly.stats.kernel_cpu_s, 0.5 * 2 * 2 * 20 * 100e-6);
+  EXPECT_LE(costly.stats.kernel_cpu_s, 2 * 2 * 20 * 100e-6 + 1e-9);
+  EXPECT_GT(costly.report.summary.step_ms(), none.report.summary.step_ms());
+  // A PS job's messages cost msg_us, not ring_msg_us.
+  auto ps = Simulate(tmp, R"(run { name: "ps" workers: 1 servers: 1 train { mode: BSP batch: 32 max_steps: 20 log_every: 1 }
+                              sim { compute_ms: 1 host_cores: 2 ring_msg_us: 100 } })", "ps");
+  EXPECT_EQ(ps.stats.kernel_cpu_s, 0);
+}
+
 TEST(SimTest, WorkOnSharedCoresSharesThem) {
   TempDir tmp;
   // 4 ranks computing 2 ms a step on 2 shared cores, on a link that costs next to nothing: each
@@ -467,6 +486,8 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
                 .find("usable_cores"),
             std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 msg_us: -1 } })").find("msg_us"),
+            std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 ring_msg_us: -1 } })").find("ring_msg_us"),
             std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 servers: 1 train { mode: ASP } sim { compute_ms: 1 flow_share_spread: 1 } })").find("flow_share_spread"),
             std::string::npos);
