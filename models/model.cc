@@ -93,8 +93,9 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
 EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size) {
   GRADSYNC_CHECK(batch_size > 0);
   EvalStats total;
+  BatchBuffer rows;
   for (int64_t begin = 0; begin < data.n; begin += batch_size) {
-    EvalStats s = model.EvaluateBatch(SliceBatch(data, begin, std::min(data.n, begin + batch_size)));
+    EvalStats s = model.EvaluateBatch(rows.Slice(data, begin, std::min(data.n, begin + batch_size)));
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;

@@ -41,8 +41,8 @@ Result<TrainTest> LoadTrainTest(const DataOptions& o) {
   if (o.name == "fashion-mnist") {
     const std::string dir = o.dir.empty() ? kDefaultFashionMnistDir : o.dir;
     TrainTest tt;
-    ASSIGN_OR_RETURN(tt.train, LoadFashionMnist(dir, Split::kTrain));
-    ASSIGN_OR_RETURN(tt.test, LoadFashionMnist(dir, Split::kTest));
+    ASSIGN_OR_RETURN(tt.train, LoadFashionMnist(dir, Split::kTrain, o.cache_dir));
+    ASSIGN_OR_RETURN(tt.test, LoadFashionMnist(dir, Split::kTest, o.cache_dir));
     if (o.standardize) {
       Standardize(&tt.train, kFashionMnistMean, kFashionMnistStd);
       Standardize(&tt.test, kFashionMnistMean, kFashionMnistStd);

@@ -16,6 +16,7 @@ namespace gradsync {
 struct DataOptions {
   std::string name = "fashion-mnist";
   std::string dir;             // fashion-mnist: where the IDX files are ("" = Debian's path)
+  std::string cache_dir;       // fashion-mnist: the host's shared decoded copy ("" = none: a private one)
   bool standardize = false;    // fashion-mnist: (x - 0.2860) / 0.3530 after scaling to [0, 1]
   int feature_bits = 20;       // sparse-logistic
   int64_t synthetic_train = 60000;

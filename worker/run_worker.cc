@@ -8,6 +8,7 @@
 
 #include "common/base/atomic_file.h"
 #include "common/base/logging.h"
+#include "common/data/dataset_cache.h"
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "common/obs/trace.h"
@@ -45,6 +46,7 @@ DataOptions DataOptionsFrom(const TrainConfig& c) {
   DataOptions o;
   o.name = EffectiveDataset(c);
   o.dir = c.data_dir();
+  o.cache_dir = !c.has_data_cache() ? DefaultDataCacheDir() : c.data_cache() == "off" ? "" : c.data_cache();
   o.standardize = c.standardize();
   o.feature_bits = c.feature_bits();
   o.seed = c.seed();

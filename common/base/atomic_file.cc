@@ -1,6 +1,7 @@
 #include "common/base/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,7 +21,7 @@ void PutLe(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
 }
 
-uint64_t GetLe(const std::string& in, size_t at, int bytes) {
+uint64_t GetLe(std::string_view in, size_t at, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(in[at + i])) << (8 * i);
   return v;
@@ -92,8 +93,7 @@ Status WriteCheckedFile(const std::string& path, const std::string& magic, const
   return WriteFileAtomically(path, out, 0600);
 }
 
-Result<std::string> ReadCheckedFile(const std::string& path, const std::string& magic) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+Result<std::string_view> CheckedBody(std::string_view bytes, const std::string& path, const std::string& magic) {
   if (bytes.size() < kCheckedFileHeaderBytes || bytes.compare(0, 8, magic) != 0) {
     return DataLossError(path + ": not a " + magic.substr(0, magic.find_last_not_of(' ') + 1) + " file (no header)");
   }
@@ -111,6 +111,12 @@ Result<std::string> ReadCheckedFile(const std::string& path, const std::string& 
     return DataLossError(path + text);
   }
   return bytes.substr(kCheckedFileHeaderBytes);
+}
+
+Result<std::string> ReadCheckedFile(const std::string& path, const std::string& magic) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(std::string_view body, CheckedBody(bytes, path, magic));
+  return std::string(body);
 }
 
 Status CreatePrivateDirectory(const std::string& dir) {
@@ -132,6 +138,30 @@ Status CheckWritableDirectory(const std::string& dir, size_t probe_bytes) {
   ::unlink(probe.c_str());
   if (!s.ok()) return UnavailableError("'" + dir + "' is not writable: " + s.message());
   return OkStatus();
+}
+
+Result<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return e == ENOENT ? NotFoundError(path + ": no such file") : UnavailableError("cannot open " + path + ": " + std::strerror(e));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return UnavailableError("cannot stat " + path + ": " + std::strerror(e));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* at = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  const int e = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (at == MAP_FAILED) return UnavailableError("cannot map " + path + ": " + std::strerror(e));
+  return std::shared_ptr<const MappedFile>(new MappedFile(static_cast<const char*>(at), size));
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
 }
 
 }  // namespace gradsync

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/base/status.h"
 
@@ -29,6 +31,26 @@ Status WriteCheckedFile(const std::string& path, const std::string& magic, const
 // path and the reason (another kind of file, cut short, trailing bytes, checksum mismatch), when
 // it is not exactly what was written.
 Result<std::string> ReadCheckedFile(const std::string& path, const std::string& magic);
+
+// The body of a checked file's whole contents `bytes` (read or mapped from `path`), checked as
+// ReadCheckedFile checks it; a view into `bytes`.
+Result<std::string_view> CheckedBody(std::string_view bytes, const std::string& path, const std::string& magic);
+
+// A whole file mapped read-only and shared (MAP_SHARED): every process that maps the same file
+// shares its pages. kNotFound when it does not exist. Unmapped when the last owner lets go.
+class MappedFile {
+ public:
+  static Result<std::shared_ptr<const MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {data_, size_}; }
+
+ private:
+  MappedFile(const char* data, size_t size) : data_(data), size_(size) {}
+  const char* data_;
+  size_t size_;
+};
 
 // CRC32C (Castagnoli) of `bytes`.
 uint32_t Crc32c(const void* data, size_t size);

@@ -502,6 +502,7 @@ std::string JobFingerprint(const TrainConfig& c) {
   f.clear_mode();
   f.clear_staleness();
   f.clear_data_dir();
+  f.clear_data_cache();
   f.clear_threads();
   f.clear_log_every();
   f.clear_eval_every();

@@ -41,6 +41,7 @@ std::vector<WorkerFlag> ModelFlags() {
       {"hidden", false, false, "mlp hidden layer sizes, comma-separated"},
       {"dataset", false, false, "fashion-mnist|blobs|sparse-logistic (default: fashion-mnist; sparse-logistic for sparse_logreg)"},
       {"data-dir", false, false, "directory of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)"},
+      {"data-cache", false, false, "directory where Fashion-MNIST is decoded once per host and mapped read-only by every worker there (default $GRADSYNC_DATA_CACHE, else ~/.cache/gradsync); off: each worker decodes its own"},
       {"standardize", false, false, "standardize Fashion-MNIST pixels: (x - 0.2860) / 0.3530 (true|false)"},
       {"feature-bits", false, false, "sparse_logreg: 2^bits hashed features"},
       {"precision", false, false, "fp32|bf16|fp16: 16-bit operands with fp32 accumulation and fp32 master weights; gradients travel in 16 bits (unless --compress names another codec); fp16 scales the loss dynamically and skips steps whose gradients overflow"},

@@ -5,6 +5,21 @@
 #include "common/base/check.h"
 
 namespace gradsync {
+namespace {
+
+// Row `row` of a dense dataset into `out` (dim floats): the floats themselves, or what its
+// bytes stand for.
+void CopyRow(const Dataset& data, int64_t row, float* out) {
+  const size_t dim = static_cast<size_t>(data.dim), at = static_cast<size_t>(row) * dim;
+  if (!data.stored_as_bytes()) {
+    std::copy(data.features.data() + at, data.features.data() + at + dim, out);
+    return;
+  }
+  const uint8_t* src = data.bytes.data() + at;
+  for (size_t j = 0; j < dim; ++j) out[j] = data.byte_values[src[j]];
+}
+
+}  // namespace
 
 Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices) {
   const int64_t b = static_cast<int64_t>(indices.size());
@@ -18,10 +33,7 @@ Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices
   }
   if (!data.sparse) {
     x_.resize(static_cast<size_t>(b * data.dim));
-    for (int64_t i = 0; i < b; ++i) {
-      const float* src = data.features.data() + static_cast<int64_t>(indices[i]) * data.dim;
-      std::copy(src, src + data.dim, x_.data() + i * data.dim);
-    }
+    for (int64_t i = 0; i < b; ++i) CopyRow(data, indices[i], x_.data() + i * data.dim);
     batch.x = x_.data();
   } else {
     row_ptr_.assign(1, 0);
@@ -41,8 +53,22 @@ Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices
   return batch;
 }
 
+Batch BatchBuffer::Slice(const Dataset& data, int64_t begin, int64_t end) {
+  if (data.sparse || !data.stored_as_bytes()) return SliceBatch(data, begin, end);
+  GRADSYNC_CHECK(0 <= begin && begin <= end && end <= data.n) << begin << ".." << end;
+  Batch batch;
+  batch.size = end - begin;
+  batch.dim = data.dim;
+  batch.labels = std::span<const int32_t>(data.labels).subspan(begin, end - begin);
+  x_.resize(static_cast<size_t>(batch.size * data.dim));
+  for (int64_t i = begin; i < end; ++i) CopyRow(data, i, x_.data() + (i - begin) * data.dim);
+  batch.x = x_.data();
+  return batch;
+}
+
 Batch SliceBatch(const Dataset& data, int64_t begin, int64_t end) {
   GRADSYNC_CHECK(0 <= begin && begin <= end && end <= data.n) << begin << ".." << end;
+  GRADSYNC_CHECK(data.sparse || !data.stored_as_bytes()) << data.name << " is stored as bytes: BatchBuffer::Slice";
   Batch batch;
   batch.size = end - begin;
   batch.dim = data.dim;
@@ -62,6 +88,7 @@ void Standardize(Dataset* data, float mean, float stddev) {
   GRADSYNC_CHECK(!data->sparse && stddev > 0.0f);
   const float inv = 1.0f / stddev;
   for (float& v : data->features) v = (v - mean) * inv;
+  for (float& v : data->byte_values) v = (v - mean) * inv;
 }
 
 }  // namespace gradsync

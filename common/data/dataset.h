@@ -1,13 +1,19 @@
 // In-memory datasets and mini-batches.
 //
-// A Dataset is either dense (n x dim row-major floats, e.g. Fashion-MNIST pixels in [0, 1]) or
-// sparse (CSR rows of (64-bit key, value) pairs over a huge key space, e.g. hashed click
-// features). Labels are class ids in [0, num_classes). A Batch is a read-only view of a few rows
-// gathered into contiguous buffers (BatchBuffer owns the storage), which is what models consume.
-// Datasets are immutable after loading and may be read from several threads.
+// A Dataset is either dense (n x dim row-major features) or sparse (CSR rows of (64-bit key,
+// value) pairs over a huge key space, e.g. hashed click features). A dense dataset keeps its
+// features as they are stored: floats (the synthetic sets), or bytes (Fashion-MNIST's pixels, 4x
+// smaller, often a read-only mapping that every worker on the host shares: data/dataset_cache.h),
+// each byte standing for the float `byte_values[byte]` (scaled to [0, 1], perhaps standardized).
+// Labels are class ids in [0, num_classes). A Batch is a read-only view of a few rows gathered into
+// contiguous float buffers (BatchBuffer owns the storage and turns bytes into floats there, the
+// one place every model's batches come from), which is what models consume. Datasets are
+// immutable after loading and may be read from several threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,11 +27,22 @@ struct Dataset {
   int num_classes = 0;
   bool sparse = false;
 
-  std::vector<float> features;  // dense: n * dim
+  std::vector<float> features;  // dense, stored as floats: n * dim
+  // Dense, stored as bytes: n * dim, each standing for byte_values[byte]; `bytes_owner` keeps the
+  // storage (a read-only mapping of a cache file, or a vector) alive, shared by every copy.
+  std::span<const uint8_t> bytes;
+  std::shared_ptr<const void> bytes_owner;
+  std::array<float, 256> byte_values{};
   std::vector<int64_t> row_ptr;  // sparse: n + 1 offsets into keys/values
   std::vector<uint64_t> keys;    // sparse: feature ids in [0, dim), unique within a row
   std::vector<float> values;     // sparse
   std::vector<int32_t> labels;   // n
+
+  bool stored_as_bytes() const { return bytes_owner != nullptr; }
+  // Dense feature `i` of the n * dim (row-major), as a model sees it.
+  float FeatureAt(int64_t i) const {
+    return stored_as_bytes() ? byte_values[bytes[static_cast<size_t>(i)]] : features[static_cast<size_t>(i)];
+  }
 };
 
 // What a model sees: `size` examples, either dense rows or CSR rows, and their labels.
@@ -44,6 +61,9 @@ class BatchBuffer {
  public:
   // Copies rows `indices` of `data` (in that order) and returns a view valid until the next call.
   Batch Gather(const Dataset& data, std::span<const uint32_t> indices);
+  // Rows [begin, end): a view of a dataset stored as floats or sparse (SliceBatch), the rows
+  // turned into floats here for one stored as bytes; valid until the next call.
+  Batch Slice(const Dataset& data, int64_t begin, int64_t end);
 
  private:
   std::vector<float> x_;
@@ -53,11 +73,12 @@ class BatchBuffer {
   std::vector<int32_t> labels_;
 };
 
-// A view of rows [begin, end) of a dense or sparse dataset without copying.
+// A view of rows [begin, end) of a dataset stored as floats or sparse, without copying (one
+// stored as bytes: BatchBuffer::Slice).
 Batch SliceBatch(const Dataset& data, int64_t begin, int64_t end);
 
 // x = (x - mean) / stddev for every dense feature (a fixed transform, e.g. Fashion-MNIST's
-// mean 0.2860, std 0.3530).
+// mean 0.2860, std 0.3530); for one stored as bytes, the value each byte stands for.
 void Standardize(Dataset* data, float mean, float stddev);
 
 }  // namespace gradsync

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/data/dataset_cache.h"
+
 namespace gradsync {
 namespace {
 
@@ -123,13 +125,21 @@ Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string
     }
     d.labels[i] = labels.data[i];
   }
-  d.features.resize(images.data.size());
-  constexpr float kScale = 1.0f / 255.0f;
-  for (size_t i = 0; i < images.data.size(); ++i) d.features[i] = images.data[i] * kScale;
+  auto pixels = std::make_shared<const std::vector<uint8_t>>(std::move(images.data));
+  d.bytes = *pixels;
+  d.bytes_owner = std::move(pixels);
+  d.byte_values = UnitByteValues();
   return d;
 }
 
-Result<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
+std::array<float, 256> UnitByteValues() {
+  constexpr float kScale = 1.0f / 255.0f;
+  std::array<float, 256> values{};
+  for (int b = 0; b < 256; ++b) values[static_cast<size_t>(b)] = static_cast<uint8_t>(b) * kScale;
+  return values;
+}
+
+Result<Dataset> LoadFashionMnist(const std::string& dir, Split split, const std::string& cache_dir) {
   const char* prefix = split == Split::kTrain ? "train" : "t10k";
   const int64_t expected = split == Split::kTrain ? 60000 : 10000;
   auto find = [&](const std::string& stem) -> Result<std::string> {
@@ -143,8 +153,9 @@ Result<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   };
   ASSIGN_OR_RETURN(std::string images, find(std::string(prefix) + "-images-idx3-ubyte"));
   ASSIGN_OR_RETURN(std::string labels, find(std::string(prefix) + "-labels-idx1-ubyte"));
-  ASSIGN_OR_RETURN(Dataset d, LoadIdxDataset(images, labels, 10,
-                                             std::string("fashion-mnist-") + prefix));
+  const std::string name = std::string("fashion-mnist-") + prefix;
+  ASSIGN_OR_RETURN(Dataset d, cache_dir.empty() ? LoadIdxDataset(images, labels, 10, name)
+                                                : LoadIdxDatasetCached(images, labels, 10, name, cache_dir));
   if (d.n != expected || d.dim != 28 * 28) {
     return InvalidArgumentError(images + ": expected " + std::to_string(expected) +
                                 " images of 28 x 28, found " + std::to_string(d.n) + " of " +

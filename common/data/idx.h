@@ -7,6 +7,7 @@
 // message starts with the file's path and names the problem.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,16 +25,21 @@ struct IdxArray {
 // Reads a whole IDX file of unsigned bytes; `expected_dims` (if > 0) is checked.
 Result<IdxArray> ReadIdxFile(const std::string& path, int expected_dims = 0);
 
-// Loads an images file (n x rows x cols) and a labels file (n) into a dense dataset with pixels
-// scaled to [0, 1]; labels must be < num_classes.
+// Loads an images file (n x rows x cols) and a labels file (n) into a dense dataset stored as
+// bytes, as the file holds them, each pixel standing for its value scaled to [0, 1]
+// (UnitByteValues); labels must be < num_classes.
 Result<Dataset> LoadIdxDataset(const std::string& images_path, const std::string& labels_path,
                                int num_classes, const std::string& name);
+
+// What each byte of a pixel stands for: byte x (1 / 255), in floats.
+std::array<float, 256> UnitByteValues();
 
 enum class Split { kTrain, kTest };
 
 // Loads Fashion-MNIST from `dir` (train-/t10k-{images-idx3,labels-idx1}-ubyte, with or without
-// .gz); checks 60000 / 10000 images of 28 x 28.
-Result<Dataset> LoadFashionMnist(const std::string& dir, Split split);
+// .gz); checks 60000 / 10000 images of 28 x 28. With a `cache_dir`, through a cache file there
+// that every process on the host maps (LoadIdxDatasetCached).
+Result<Dataset> LoadFashionMnist(const std::string& dir, Split split, const std::string& cache_dir = "");
 
 // Where Debian's dataset-fashion-mnist package installs the files.
 inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";

@@ -2,13 +2,17 @@
 worker's shard of every epoch, evaluation, and the per-epoch lines gradsync-worker prints."""
 
 import argparse
-import gzip
+import fcntl
 import os
+import sys
 import time
+import zlib
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from gradsync import _native
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -23,6 +27,9 @@ def arguments(doc, epochs, batch, lr):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per worker (default 1)")
     p.add_argument("--data-dir", default=DATA_DIR)
+    p.add_argument("--data-cache", default=None,
+                   help="where the host's workers share one decoded copy (default: gradsync's, "
+                        "$GRADSYNC_DATA_CACHE else ~/.cache/gradsync); off: each worker its own")
     return p
 
 
@@ -33,33 +40,77 @@ def start(args, gs):
     torch.manual_seed(args.seed)
 
 
-def _idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    if raw[2] != 0x08:
-        raise ValueError("%s: not an IDX file of unsigned bytes" % path)
-    dims = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
-    if data.size != int(np.prod(shape)):
-        raise ValueError("%s: %d bytes of data for shape %s" % (path, data.size, shape))
-    return data.reshape(shape)
+class Images:
+    """Images kept as the files hold them (uint8 [N, 28, 28]: a read-only view of the host's shared
+    decoded copy, one for every worker on the host) and turned into floats per batch:
+    images[idx] is float32 [B, 1, 28, 28], bit for bit what indexing the whole set converted and
+    standardized up front gave."""
+
+    def __init__(self, pixels, values):
+        self.pixels = pixels  # numpy uint8 [N, 28, 28]
+        self.values = values  # numpy float32 [256]: what each byte stands for
+
+    def __len__(self):
+        return len(self.pixels)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, torch.Tensor):
+            idx = idx.numpy()
+        return torch.from_numpy(self.values[self.pixels[idx]]).unsqueeze(1)
 
 
-def load(data_dir=DATA_DIR):
-    """(train_x, train_y, test_x, test_y): images as float32 [N, 1, 28, 28] standardized with the
-    training set's mean and deviation, labels as int64."""
-    def part(prefix):
-        x = _idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
-        y = _idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64)
-        return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+def _byte_values(mean, std):
+    """What each byte stands for: byte / 255 in float32, standardized, by the very operations that
+    once converted every pixel."""
+    x = torch.from_numpy(np.arange(256, dtype=np.uint8).astype(np.float32) / 255.0)
+    return ((x - mean) / std).numpy()
+
+
+def _mean_std(pixels, cache_dir):
+    """The training images' mean and deviation as torch computes them over the float32 images / 255
+    (the standardization the examples have always used). Over the whole set that needs the images
+    in floats (188 MB): computed once per host, by the first worker, and kept in cache_dir ('':
+    here, every time)."""
+    def compute():
+        x = torch.from_numpy(pixels.astype(np.float32) / 255.0).unsqueeze(1)
+        return x.mean(), x.std()
+    if not cache_dir:
+        return compute()
+    key = "%08x-%d-%s" % (zlib.crc32(pixels), torch.get_num_threads(), torch.__version__)
+    path = os.path.join(cache_dir, "fashion-mnist-train-mean-std-%s.txt" % key)
     try:
-        train_x, train_y = part("train")
-        test_x, test_y = part("t10k")
-    except FileNotFoundError as e:
-        raise SystemExit("error: %s (apt-get install dataset-fashion-mnist, or --data-dir)" % e)
-    mean, std = train_x.mean(), train_x.std()
-    return (train_x - mean) / std, train_y, (test_x - mean) / std, test_y
+        with open(path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                with open(path) as f:
+                    mean, std = (float.fromhex(v) for v in f.read().split())
+                return torch.tensor(mean, dtype=torch.float32), torch.tensor(std, dtype=torch.float32)
+            except (OSError, ValueError):
+                mean, std = compute()
+                with open(path + ".tmp", "w") as f:
+                    f.write("%s %s\n" % (float(mean).hex(), float(std).hex()))
+                os.replace(path + ".tmp", path)
+                return mean, std
+    except OSError as e:
+        print("warning: %s: %s; computing the mean and deviation here" % (path, e), file=sys.stderr)
+        return compute()
+
+
+def load(data_dir=DATA_DIR, cache_dir=None):
+    """(train_x, train_y, test_x, test_y): images as Images (float32 [B, 1, 28, 28] per batch,
+    standardized with the training set's mean and deviation), labels as int64. The pixels are the
+    host's shared decoded copy in cache_dir (default: gradsync's, as gradsync-worker's; '': this
+    process's own)."""
+    if cache_dir is None:
+        cache_dir = _native.default_data_cache()
+    try:
+        train_pixels, train_y = _native.fashion_mnist(data_dir, "train", cache_dir)
+        test_pixels, test_y = _native.fashion_mnist(data_dir, "test", cache_dir)
+    except (RuntimeError, ValueError) as e:
+        raise SystemExit("error: %s" % e)
+    values = _byte_values(*_mean_std(train_pixels, cache_dir))
+    return (Images(train_pixels, values), torch.from_numpy(train_y),
+            Images(test_pixels, values), torch.from_numpy(test_y))
 
 
 def shard(epoch, n, rank, size, seed):
@@ -90,7 +141,8 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
     after every epoch and at the end (the exact final parameters) and prints a line per epoch.
     The job's max_steps (GRADSYNC_MAX_STEPS, a spec's train { max_steps }), when set, ends
     training early."""
-    train_x, train_y, test_x, test_y = load(args.data_dir)
+    cache = getattr(args, "data_cache", None)
+    train_x, train_y, test_x, test_y = load(args.data_dir, "" if cache == "off" else cache)
     rank, size = gs.rank(), gs.size()
     steps_per_epoch = (len(train_x) // size) // args.batch
     start = time.perf_counter()

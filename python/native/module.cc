@@ -10,6 +10,8 @@
 #include <cmath>
 
 #include "common/config/train_config.h"
+#include "common/data/dataset_cache.h"
+#include "common/data/idx.h"
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "common/obs/trace.h"
@@ -479,6 +481,35 @@ void BindCodecs(py::module_& m) {
           py::arg("payload"), py::arg("n"), py::arg("step") = 0);
 }
 
+void BindData(py::module_& m) {
+  // Fashion-MNIST as the files hold it, for the examples' data helpers: the pixels a read-only
+  // view of the host's shared decoded copy (gradsync-worker's), so that N workers on a host hold
+  // one copy, not N.
+  m.def("default_data_cache", &DefaultDataCacheDir);
+  m.def(
+      "fashion_mnist",
+      [](const std::string& data_dir, const std::string& split, const std::string& cache_dir) {
+        if (split != "train" && split != "test") throw StatusError(InvalidArgumentError("split '" + split + "': train or test"));
+        Result<Dataset> loaded = [&] {
+          py::gil_scoped_release release;
+          return LoadFashionMnist(data_dir, split == "train" ? Split::kTrain : Split::kTest, cache_dir);
+        }();
+        ThrowIfError(loaded.status());
+        auto data = std::make_shared<const Dataset>(std::move(loaded).value());
+        const py::ssize_t n = data->n, side = 28;
+        py::capsule owner(new std::shared_ptr<const Dataset>(data),
+                          [](void* p) { delete static_cast<std::shared_ptr<const Dataset>*>(p); });
+        py::array_t<uint8_t> pixels({n, side, side}, {side * side, side, py::ssize_t{1}}, data->bytes.data(), owner);
+        pixels.attr("setflags")(py::arg("write") = false);
+        py::array_t<int64_t> labels(n);
+        std::copy(data->labels.begin(), data->labels.end(), labels.mutable_data());
+        return py::make_tuple(pixels, labels);
+      },
+      py::arg("data_dir"), py::arg("split"), py::arg("cache_dir"),
+      "(pixels uint8 [n, 28, 28], read-only; labels int64 [n]) of Fashion-MNIST's train or test split in "
+      "data_dir, through the shared decoded copy in cache_dir ('': this process's own)");
+}
+
 void BindTrace(py::module_& m) {
   // Spans of the user's own code in this process's trace (gradsync.trace_span): the clock, and a
   // finished span. Nothing is recorded unless the job traces (gradsync-launch --trace).
@@ -507,6 +538,7 @@ PYBIND11_MODULE(_native, m) {
   BindMetrics(m);
   BindCodecs(m);
   BindTrace(m);
+  BindData(m);
 
   m.def(
       "encoded_bytes",

@@ -71,8 +71,8 @@ TEST(IdxTest, LoadsADatasetScaledToUnitRange) {
   EXPECT_EQ(d->n, 2);
   EXPECT_EQ(d->dim, 4);
   EXPECT_EQ(d->labels, (std::vector<int32_t>{0, 1}));
-  EXPECT_FLOAT_EQ(d->features[0], 1.0f);
-  EXPECT_FLOAT_EQ(d->features[1], 1.0f / 255.0f);
+  EXPECT_FLOAT_EQ(d->FeatureAt(0), 1.0f);
+  EXPECT_FLOAT_EQ(d->FeatureAt(1), 1.0f / 255.0f);
 }
 
 TEST(IdxTest, RejectsBrokenFiles) {
@@ -166,12 +166,14 @@ TEST(IdxTest, RealFashionMnistIfInstalled) {
   for (int32_t y : test->labels) counts[y]++;
   for (int c : counts) EXPECT_EQ(c, 1000);  // the test set is balanced
   double sum = 0;
-  for (float v : test->features) {
+  const int64_t pixels = test->n * test->dim;
+  for (int64_t i = 0; i < pixels; ++i) {
+    const float v = test->FeatureAt(i);
     ASSERT_GE(v, 0.0f);
     ASSERT_LE(v, 1.0f);
     sum += v;
   }
-  EXPECT_NEAR(sum / test->features.size(), 0.2868, 0.002);  // the known test-set pixel mean
+  EXPECT_NEAR(sum / pixels, 0.2868, 0.002);  // the known test-set pixel mean
 }
 
 }  // namespace
