@@ -1,6 +1,5 @@
 #include "server/shard_codecs.h"
 
-#include "common/base/cpu_time.h"
 #include "common/obs/trace.h"
 
 namespace gradsync {
@@ -47,9 +46,8 @@ Result<bool> ShardCodecs::EncodePull(const PsRequest& r, const KvShard& shard, F
   pull_current_.resize(n);
   shard.Read(r.segments, {}, pull_current_.data());
   TraceSpan encode("encode", "server", {{"worker", static_cast<double>(r.worker)}, {"values", static_cast<double>(n)}});
-  const double cpu_us = Trace::on() ? ThreadCpuMicros() : 0;
+  encode.CountCpu();
   auto encoded = pull_encoder_->Encode(r.worker, r.segments, pull_current_, r.clock, &pull_payload_);
-  if (Trace::on()) encode.Arg("cpu_us", ThreadCpuMicros() - cpu_us);
   encode.End();
   if (!encoded.ok() || !*encoded) return encoded;
   *frame = Frame::Copy(pull_payload_.data(), pull_payload_.size());

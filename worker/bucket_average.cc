@@ -1,6 +1,5 @@
 #include "worker/bucket_average.h"
 
-#include "common/base/cpu_time.h"
 #include "common/obs/trace.h"
 
 namespace gradsync {
@@ -32,10 +31,9 @@ Status BucketAverager::Average(FloatSpan g, size_t bucket_index, uint64_t step) 
   if (ring_summable && !decoder_->sparse()) Scale(g, 1.0f / static_cast<float>(collective_->size()));
   {
     TraceSpan span("encode", "comm", {{"values", static_cast<double>(g.size())}});
-    const double cpu_us = Trace::on() ? ThreadCpuMicros() : 0;
+    span.CountCpu();
     RETURN_IF_ERROR(encoder->Encode(g, step, &encoded_));
     span.Arg("bytes", static_cast<double>(encoded_.size()));
-    if (Trace::on()) span.Arg("cpu_us", ThreadCpuMicros() - cpu_us);
   }
   if (ring_summable) {
     // The payload is the values themselves, reduced in place inside the ring (the vector's

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/base/cpu_time.h"
 #include "common/base/logging.h"
 #include "common/net/node.h"
 #include "common/net/security.h"
@@ -164,10 +163,9 @@ Status PsClient::EncodePush(int s, std::span<const Segment> runs, ConstFloatSpan
     dense = scratch_.values;
   }
   TraceSpan encode("encode", "comm", {{"shard", static_cast<double>(s)}, {"values", static_cast<double>(dense.size())}});
-  const double cpu_us = Trace::on() ? ThreadCpuMicros() : 0;
+  encode.CountCpu();
   RETURN_IF_ERROR(shards_[static_cast<size_t>(s)].encoder->Encode(dense, static_cast<uint64_t>(clock), &codec_.encoded));
   encode.Arg("bytes", static_cast<double>(codec_.encoded.size()));
-  if (Trace::on()) encode.Arg("cpu_us", ThreadCpuMicros() - cpu_us);
   *frame = Frame::Copy(codec_.encoded.data(), codec_.encoded.size());
   return OkStatus();
 }

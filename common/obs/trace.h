@@ -24,6 +24,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "common/base/cpu_time.h"
 #include "common/base/status.h"
 
 namespace gradsync {
@@ -76,17 +77,24 @@ class TraceSpan {
       for (const TraceArg& a : args) Arg(a.name, a.value);
     }
   }
-  ~TraceSpan() {
-    if (begin_ >= 0 && Trace::on()) Trace::Complete(name_, category_, begin_, Trace::NowUs() - begin_, args_, n_);
-  }
+  ~TraceSpan() { End(); }
   // Ends the span now (the destructor then records nothing more): a push ends as it is handed to
   // the transport, before the call that may let the receiver run first.
   void End() {
-    if (begin_ >= 0 && Trace::on()) Trace::Complete(name_, category_, begin_, Trace::NowUs() - begin_, args_, n_);
+    if (begin_ >= 0 && Trace::on()) {
+      if (cpu_begin_ >= 0) Arg("cpu_us", ThreadCpuMicros() - cpu_begin_);
+      Trace::Complete(name_, category_, begin_, Trace::NowUs() - begin_, args_, n_);
+    }
     begin_ = -1;
   }
   void Arg(const char* name, double value) {
     if (n_ < kMaxTraceArgs) args_[n_++] = {name, value};
+  }
+  // The span also says, as `cpu_us`, how much CPU this thread used from now until it ends: its
+  // work without the time other threads and processes had the core (what the simulator charges
+  // for a traced encode). Nothing when tracing is off.
+  void CountCpu() {
+    if (begin_ >= 0) cpu_begin_ = ThreadCpuMicros();
   }
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
@@ -95,6 +103,7 @@ class TraceSpan {
   const char* name_;
   const char* category_;
   double begin_;
+  double cpu_begin_ = -1;
   TraceArg args_[kMaxTraceArgs] = {};
   int n_ = 0;
 };

@@ -63,19 +63,32 @@ void ExpectSame(const Dataset& a, const Dataset& b) {
   }
 }
 
-TEST(DatasetCacheTest, TheSecondLoadMapsTheFileTheFirstWrote) {
+// A fresh IDX pair and cache directory for each test.
+class DatasetCacheTest : public ::testing::Test {
+ protected:
+  // The pair loaded without a cache: what every cached load must equal.
+  Dataset Own() const {
+    auto d = LoadIdxDataset(f.images, f.labels, 10, "tiny");
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? std::move(d).value() : Dataset{};
+  }
+  Result<Dataset> Cached(int classes = 10) const { return LoadIdxDatasetCached(f.images, f.labels, classes, "tiny", cache); }
+  std::string Path() const { return *IdxCachePath(f.images, f.labels, "tiny", cache); }
+
   TempDir dir;
   const Files f = MakeFiles(dir);
   const std::string cache = dir.File("cache");
-  auto own = LoadIdxDataset(f.images, f.labels, 10, "tiny");
-  ASSERT_TRUE(own.ok()) << own.status();
-  auto first = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+};
+
+TEST_F(DatasetCacheTest, TheSecondLoadMapsTheFileTheFirstWrote) {
+  const Dataset own = Own();
+  auto first = Cached();
   ASSERT_TRUE(first.ok()) << first.status();
   auto path = IdxCachePath(f.images, f.labels, "tiny", cache);
   ASSERT_TRUE(path.ok()) << path.status();
   struct stat before {};
   ASSERT_EQ(::stat(path->c_str(), &before), 0) << *path << " was not written";
-  auto second = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+  auto second = Cached();
   ASSERT_TRUE(second.ok()) << second.status();
   struct stat after {};
   ASSERT_EQ(::stat(path->c_str(), &after), 0);
@@ -84,103 +97,87 @@ TEST(DatasetCacheTest, TheSecondLoadMapsTheFileTheFirstWrote) {
   EXPECT_TRUE(second->stored_as_bytes());
   EXPECT_EQ(second->name, "tiny");
   EXPECT_EQ(second->num_classes, 10);
-  ExpectSame(*own, *first);
-  ExpectSame(*own, *second);
+  ExpectSame(own, *first);
+  ExpectSame(own, *second);
   // The file holds a byte per label and pixel, and its header: one copy, 4x smaller than floats.
   EXPECT_EQ(static_cast<int64_t>(after.st_size), int64_t{kCheckedFileHeaderBytes} + 24 + kN + kN * kRows * kCols);
 }
 
-TEST(DatasetCacheTest, ACorruptedOrCutShortCacheFileIsWrittenAgain) {
-  TempDir dir;
-  const Files f = MakeFiles(dir);
-  const std::string cache = dir.File("cache");
-  auto own = LoadIdxDataset(f.images, f.labels, 10, "tiny");
-  ASSERT_TRUE(own.ok());
-  ASSERT_TRUE(LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache).ok());
-  const std::string path = *IdxCachePath(f.images, f.labels, "tiny", cache);
+TEST_F(DatasetCacheTest, ACorruptedOrCutShortCacheFileIsWrittenAgain) {
+  const Dataset own = Own();
+  ASSERT_TRUE(Cached().ok());
+  const std::string path = Path();
   const auto size = std::filesystem::file_size(path);
   {  // a pixel flipped
     std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
     io.seekp(static_cast<std::streamoff>(size - 3));
     io.put('\x7f');
   }
-  auto flipped = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+  auto flipped = Cached();
   ASSERT_TRUE(flipped.ok()) << flipped.status();
-  ExpectSame(*own, *flipped);
+  ExpectSame(own, *flipped);
   std::filesystem::resize_file(path, size - 100);  // cut short
-  auto cut = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+  auto cut = Cached();
   ASSERT_TRUE(cut.ok()) << cut.status();
-  ExpectSame(*own, *cut);
+  ExpectSame(own, *cut);
   EXPECT_EQ(std::filesystem::file_size(path), size);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a cache file";  // another kind of file
-  auto other = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+  auto other = Cached();
   ASSERT_TRUE(other.ok()) << other.status();
-  ExpectSame(*own, *other);
+  ExpectSame(own, *other);
 }
 
-TEST(DatasetCacheTest, ACacheDirectoryThatCannotBeWrittenLoadsPrivately) {
-  TempDir dir;
-  const Files f = MakeFiles(dir);
+TEST_F(DatasetCacheTest, ACacheDirectoryThatCannotBeWrittenLoadsPrivately) {
   std::ofstream(dir.File("a-file")) << "x";
-  auto own = LoadIdxDataset(f.images, f.labels, 10, "tiny");
+  const Dataset own = Own();
   auto d = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", dir.File("a-file") + "/cache");
   ASSERT_TRUE(d.ok()) << d.status();
-  ExpectSame(*own, *d);
+  ExpectSame(own, *d);
   // The IDX files' own problems are errors, as without a cache.
-  auto missing = LoadIdxDatasetCached(dir.File("none.gz"), f.labels, 10, "tiny", dir.File("cache"));
+  auto missing = LoadIdxDatasetCached(dir.File("none.gz"), f.labels, 10, "tiny", cache);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("none.gz"), std::string::npos) << missing.status();
-  auto classes = LoadIdxDatasetCached(f.images, f.labels, 5, "tiny", dir.File("cache"));
+  auto classes = Cached(5);
   ASSERT_FALSE(classes.ok());
   EXPECT_NE(classes.status().message().find("outside [0, 5)"), std::string::npos) << classes.status();
 }
 
-TEST(DatasetCacheTest, ACacheFileMadeForOtherClassesIsNotUsed) {
-  TempDir dir;
-  const Files f = MakeFiles(dir);
-  const std::string cache = dir.File("cache");
-  ASSERT_TRUE(LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache).ok());
-  auto more = LoadIdxDatasetCached(f.images, f.labels, 12, "tiny", cache);
+TEST_F(DatasetCacheTest, ACacheFileMadeForOtherClassesIsNotUsed) {
+  ASSERT_TRUE(Cached().ok());
+  auto more = Cached(12);
   ASSERT_TRUE(more.ok()) << more.status();
   EXPECT_EQ(more->num_classes, 12);
 }
 
-TEST(DatasetCacheTest, ProcessesLoadingAtOnceWriteOneFileAndGetTheSameData) {
-  TempDir dir;
-  const Files f = MakeFiles(dir);
-  const std::string cache = dir.File("cache");
-  auto own = LoadIdxDataset(f.images, f.labels, 10, "tiny");
-  ASSERT_TRUE(own.ok());
+TEST_F(DatasetCacheTest, ProcessesLoadingAtOnceWriteOneFileAndGetTheSameData) {
+  const Dataset own = Own();
   // Each thread opens the lock file itself, so flock serializes them as it does processes.
   std::vector<Result<Dataset>> got(6, InternalError("not run"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < got.size(); ++i) {
-    threads.emplace_back([&, i] { got[i] = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache); });
+    threads.emplace_back([&, i] { got[i] = Cached(); });
   }
   for (auto& t : threads) t.join();
   for (auto& d : got) {
     ASSERT_TRUE(d.ok()) << d.status();
-    ExpectSame(*own, *d);
+    ExpectSame(own, *d);
   }
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(cache)) files += e.path().extension() == ".gsdata";
   EXPECT_EQ(files, 1);
 }
 
-TEST(DatasetCacheTest, NewSourceFilesGetANewCacheFile) {
-  TempDir dir;
-  const Files f = MakeFiles(dir, 1);
-  const std::string cache = dir.File("cache");
-  auto a = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+TEST_F(DatasetCacheTest, NewSourceFilesGetANewCacheFile) {
+  auto a = Cached();
   ASSERT_TRUE(a.ok());
-  const std::string old_path = *IdxCachePath(f.images, f.labels, "tiny", cache);
+  const std::string old_path = Path();
   MakeFiles(dir, 2);  // other pixels, the same paths
   std::filesystem::last_write_time(f.images, std::filesystem::last_write_time(f.images) + std::chrono::seconds(5));
-  auto b = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", cache);
+  auto b = Cached();
   ASSERT_TRUE(b.ok());
-  EXPECT_NE(*IdxCachePath(f.images, f.labels, "tiny", cache), old_path);
-  auto own = LoadIdxDataset(f.images, f.labels, 10, "tiny");
-  ExpectSame(*own, *b);
+  EXPECT_NE(Path(), old_path);
+  const Dataset own = Own();
+  ExpectSame(own, *b);
   bool differs = false;
   for (int64_t i = 0; i < a->n * a->dim && !differs; ++i) differs = a->FeatureAt(i) != b->FeatureAt(i);
   EXPECT_TRUE(differs);
@@ -190,10 +187,8 @@ TEST(DatasetCacheTest, NewSourceFilesGetANewCacheFile) {
 // What a model gets from a dataset stored as bytes is, bit for bit, what it got when the loader
 // turned every pixel into a float (scaled, then standardized, in two passes) and batches copied
 // those floats.
-TEST(DatasetCacheTest, BatchesOfBytesAreTheFloatsTheyStoodFor) {
-  TempDir dir;
-  const Files f = MakeFiles(dir);
-  auto bytes = LoadIdxDatasetCached(f.images, f.labels, 10, "tiny", dir.File("cache"));
+TEST_F(DatasetCacheTest, BatchesOfBytesAreTheFloatsTheyStoodFor) {
+  auto bytes = Cached();
   ASSERT_TRUE(bytes.ok());
   Dataset floats = *bytes;  // as the loader used to make it
   floats.features.resize(static_cast<size_t>(floats.n * floats.dim));

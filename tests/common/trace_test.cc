@@ -38,6 +38,9 @@ TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
     {
       TraceSpan inner("bucket", "comm", {{"floats", 1024}});
       inner.Arg("bytes", 4096);
+      inner.CountCpu();
+      volatile double spin = 0;
+      for (int i = 0; i < 2000000; ++i) spin = spin + i;  // some CPU for the span to count
     }
     TraceInstant("rejoin", "failure", {{"clock", 12}});
   }
@@ -64,6 +67,11 @@ TEST(TraceTest, OffRecordsNothingAndOnWritesChromeTraceEvents) {
   EXPECT_EQ(field("step", "args").struct_value().fields().at("step").number_value(), 7);
   EXPECT_EQ(field("bucket", "args").struct_value().fields().at("floats").number_value(), 1024);
   EXPECT_EQ(field("bucket", "args").struct_value().fields().at("bytes").number_value(), 4096);
+  // CountCpu: the thread's CPU time in the span, more than nothing and no more than the span took.
+  const double cpu_us = field("bucket", "args").struct_value().fields().at("cpu_us").number_value();
+  EXPECT_GT(cpu_us, 0);
+  EXPECT_LE(cpu_us, field("bucket", "dur").number_value() + 20);  // the two clocks' granularity
+  EXPECT_EQ(field("step", "args").struct_value().fields().count("cpu_us"), 0u);  // only where asked
   // The offset applies; the inner span lies inside the outer one; the other thread has its own track.
   const double outer_ts = field("step", "ts").number_value(), outer_end = outer_ts + field("step", "dur").number_value();
   EXPECT_GE(outer_ts, before + kOffsetUs);
