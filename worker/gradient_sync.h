@@ -146,6 +146,13 @@ class GradientSync {
   // nothing to leave; a frontend handles join there itself).
   virtual Status Leave(bool evaluate) { return EndTraining(evaluate); }
 
+  // An evaluation within a step (the caller's, between BeginStep and the step's computation)
+  // reads the parameter buffer between these two calls: BeginEvaluation may put the parameters
+  // to evaluate there, EndEvaluation puts the step's own back. Default: the step's own are
+  // evaluated (local SGD and DiLoCo evaluate the global model: worker/periodic_sync.h).
+  virtual void BeginEvaluation() {}
+  virtual void EndEvaluation() {}
+
   // True when a device model's parameters and gradients stay on the device (the sync reads
   // and updates them there); false: the sync reads the host gradient buffer and writes the
   // host parameter buffer, so a device model's are copied across around it.

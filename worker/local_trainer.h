@@ -23,6 +23,15 @@
 
 namespace gradsync {
 
+// Local SGD and DiLoCo (worker/periodic_sync.h): rounds of `every` steps, each worker on its own
+// copy of the model with the optimizer of LocalTrainOptions, then the outer SGD on the averaged
+// pseudo-gradient.
+struct PeriodicOptions {
+  int64_t every = 0;        // H; 0: every step's gradient is exchanged (no rounds)
+  OptimizerOptions outer;   // SGD: momentum and Nesterov (DiLoCo: 0.9, Nesterov)
+  float outer_lr = 1.0f;    // 1, no momentum: the models are averaged (local SGD); DiLoCo: 0.7
+};
+
 struct LocalTrainOptions {
   OptimizerOptions optimizer;
   Precision precision = Precision::kFp32;  // the model's; fp16: dynamic loss scaling
@@ -45,6 +54,7 @@ struct LocalTrainOptions {
   double warmup_epochs = 0;
   StragglerSpec straggler;     // injected delay per step (straggler.h)
   uint64_t straggler_seed = 0;
+  PeriodicOptions periodic;    // local SGD / DiLoCo (a distributed mode's exchange every H steps)
 };
 
 struct EpochReport {

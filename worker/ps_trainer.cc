@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "worker/local_sync.h"
+#include "worker/periodic_sync.h"
 #include "worker/training_loop.h"
 
 namespace gradsync {
@@ -15,15 +17,28 @@ PsTrainer::PsTrainer(const PsTrainOptions& options, Model* model, const Dataset*
 
 Result<std::vector<EpochReport>> PsTrainer::Run(const std::function<void(const EpochReport&)>& on_epoch) {
   const bool straggles = options_.train.straggler.kind != StragglerSpec::Kind::kNone;
+  const bool periodic = options_.train.periodic.every > 0;
   const bool overlap = options_.overlap && !HasSparse(model_->layout()) && options_.compression.empty() && !model_->on_device() &&
-                       model_->waits_for_params() && !straggles;
-  if (options_.overlap && !overlap) {
+                       model_->waits_for_params() && !straggles && !periodic;
+  if (options_.overlap && !overlap && !periodic) {
     std::printf("worker %d: overlap off (it needs a dense CPU mlp/softmax model, no compression, no straggler)\n",
                 options_.rank);
     std::fflush(stdout);
   }
   std::unique_ptr<GradientSync> sync;
-  if (overlap) {
+  if (periodic) {
+    // Local SGD / DiLoCo: every step's update here, a push of the pseudo-gradient every H steps.
+    sync = std::make_unique<PeriodicSync>(
+        options_.train, model_, std::make_unique<LocalSync>(options_.train, model_),
+        [this](Model* global, const LocalTrainOptions& outer) -> std::unique_ptr<GradientSync> {
+          PsTrainOptions o = options_;
+          o.train = outer;
+          o.overlap = false;
+          o.step_hook = {};
+          o.step_lr = {};
+          return std::make_unique<PsSync>(o, global, client_, scheduler_);
+        });
+  } else if (overlap) {
     sync = std::make_unique<PsOverlapSync>(options_, model_, client_, scheduler_);
   } else {
     sync = std::make_unique<PsSync>(options_, model_, client_, scheduler_);

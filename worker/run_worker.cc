@@ -274,6 +274,11 @@ void PrintSetup(const TrainConfig& c, const LocalTrainOptions& train, int rank, 
               static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
               opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
               placed.device_name.c_str(), PrecisionName(train.precision));
+  if (train.periodic.every > 0) {
+    std::printf("gradsync-worker %d: %s: rounds of %lld local steps, then the pseudo-gradients (global minus own "
+                "model) exchanged and the outer SGD applied to their mean\n",
+                rank, OuterName(c).c_str(), static_cast<long long>(train.periodic.every));
+  }
   std::fflush(stdout);
 }
 

@@ -51,6 +51,10 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
   t.eval_every = c.eval_every();
   t.straggler = *ParseStraggler(c.straggle());
   t.straggler_seed = c.straggle_seed();
+  t.periodic.every = c.sync_every();
+  t.periodic.outer_lr = c.outer_lr();
+  t.periodic.outer.momentum = c.outer_momentum();
+  t.periodic.outer.nesterov = c.outer_nesterov();
   return t;
 }
 

@@ -201,6 +201,15 @@ Status TrainingLoop::RunStep(const StepInput& in) {
 }
 
 Status TrainingLoop::EvaluateDue(const StepInput& in) {
+  // Only the evaluating worker evaluates (a closed epoch's report of the others has no test figures).
+  const bool evaluates = options_.evaluate && (in.epoch_end || in.mid_eval);
+  if (evaluates) sync_->BeginEvaluation();
+  struct Restore {
+    GradientSync* sync;
+    ~Restore() {
+      if (sync) sync->EndEvaluation();
+    }
+  } restore{evaluates ? sync_ : nullptr};
   if (in.epoch_end) RETURN_IF_ERROR(CloseEpoch(in.epoch));
   if (in.mid_eval) {
     RETURN_IF_ERROR(WriteEvaluationRow(

@@ -145,6 +145,12 @@ std::string EffectiveDataset(const TrainConfig& c) {
   return c.model() == "sparse_logreg" ? "sparse-logistic" : "fashion-mnist";
 }
 
+std::string OuterName(const TrainConfig& c) {
+  if (c.outer_lr() == 1 && c.outer_momentum() == 0) return "local SGD";
+  return "DiLoCo lr=" + ShortestText(c.outer_lr()) + " momentum=" + ShortestText(c.outer_momentum()) +
+         (c.outer_nesterov() ? " nesterov" : "");
+}
+
 Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
   const auto colon = spec.find(':');
   const std::string name = spec.substr(0, colon);
@@ -444,6 +450,32 @@ void CheckSchedule(const TrainConfig& c, const Traits& t, Checker& k) {
   if (!(c.recovery_timeout() >= 0)) k.Add("recovery_timeout", "{recovery_timeout} must be >= 0");
 }
 
+// Local SGD and DiLoCo (sync_every): the outer SGD, and the settings it does not combine with yet.
+void CheckPeriodic(const TrainConfig& c, const Traits& t, Checker& k) {
+  if (c.sync_every() < 0 || c.sync_every() > 1000000) k.Add("sync_every", "{sync_every} must be in [0, 1000000]");
+  if (c.sync_every() == 0) {
+    for (const char* f : {"outer_lr", "outer_momentum", "outer_nesterov"}) {
+      if (Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to {sync_every} > 0 (local SGD, DiLoCo)");
+    }
+    return;
+  }
+  if (!t.joins) k.Add("sync_every", "{sync_every} applies to {mode=bsp|ssp|asp|allreduce}");
+  if (!(std::isfinite(c.outer_lr()) && c.outer_lr() > 0)) k.Add("outer_lr", "{outer_lr} must be > 0, not ", ShortestText(c.outer_lr()));
+  if (!(std::isfinite(c.outer_momentum()) && c.outer_momentum() >= 0 && c.outer_momentum() < 1)) {
+    k.Add("outer_momentum", "{outer_momentum} must be in [0, 1), not ", ShortestText(c.outer_momentum()));
+  }
+  if (c.outer_nesterov() && c.outer_momentum() == 0) k.Add("outer_nesterov", "{outer_nesterov} needs {outer_momentum} > 0");
+  // Each of these changes what a step's exchange is; over rounds of local steps it is not built.
+  if (t.sparse_model) k.Add("sync_every", "{sync_every} applies to the dense models, not {model=sparse_logreg}");
+  if (t.cuda) k.Add("sync_every", "{sync_every} runs on {device=cpu} only");
+  if (c.compress_pull()) k.Add("compress_pull", "{compress_pull} does not combine with {sync_every}: a round starts from the exact global model");
+  if (c.momentum_correction()) k.Add("momentum_correction", "{momentum_correction} corrects gradients, not {sync_every}'s pseudo-gradients");
+  if (c.zero() > 0) k.Add("zero", "{zero} does not combine with {sync_every}");
+  if (c.has_checkpoint_dir() || c.resume()) {
+    k.Add(c.resume() ? "resume" : "checkpoint_dir", "all-reduce checkpoints do not combine with {sync_every} yet");
+  }
+}
+
 }  // namespace
 
 std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
@@ -458,6 +490,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   CheckPrecision(c, t, k);
   CheckOptimizer(c, t, k);
   CheckSchedule(c, t, k);
+  CheckPeriodic(c, t, k);
   return errors;
 }
 

@@ -30,6 +30,10 @@ bool JoinsJob(config::Mode mode);                 // every mode but local
 // fashion-mnist for the dense models.
 std::string EffectiveDataset(const config::TrainConfig& c);
 
+// Rounds of local steps (sync_every > 0): "local SGD" (outer SGD at rate 1, no momentum: the
+// models averaged), else "DiLoCo lr=R momentum=M[ nesterov]".
+std::string OuterName(const config::TrainConfig& c);
+
 // ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO. ----
 struct CodecSpec {
   enum class Kind { kNone, kFp16, kBf16, kInt8, kSign, kQsgd, kTopK, kRandomK };

@@ -73,6 +73,10 @@ std::vector<WorkerFlag> OptimizationFlags() {
       {"base-batch", false, false, "the global batch --lr was tuned for (--lr-scaling=linear)"},
       {"warmup-epochs", false, false, "ramp the learning rate linearly from --lr to its scaled value over this many epochs"},
       {"staleness-aware-lr", false, true, "ssp|asp: the servers apply each gradient at the rate divided by its staleness (Zhang et al. 2016)"},
+      {"sync-every", false, false, "local SGD / DiLoCo: each worker takes H steps on its own copy of the model, then the workers exchange pseudo-gradients (the global model minus their own) in the mode's way and the outer SGD applies their mean (0: every step's gradient is exchanged)"},
+      {"outer-lr", false, false, "--sync-every: the outer SGD's rate on the averaged pseudo-gradient (1 with no momentum: local SGD, the models averaged; DiLoCo: 0.7)"},
+      {"outer-momentum", false, false, "--sync-every: the outer SGD's momentum (DiLoCo: 0.9)"},
+      {"outer-nesterov", false, true, "--sync-every: the outer momentum in Nesterov's form (DiLoCo)"},
   };
   // clang-format on
 }

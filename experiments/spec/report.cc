@@ -137,6 +137,10 @@ void DescribeRun(const RunPlan& plan, const std::string& run_dir, const Status& 
   s.set_servers(plan.servers);
   s.set_link(plan.link);
   s.set_straggler(plan.straggler);
+  if (const config::TrainConfig& c = plan.run.train(); c.sync_every() > 0) {
+    s.set_sync_every(c.sync_every());
+    s.set_outer(OuterName(c));
+  }
   s.set_ok(status.ok());
   if (!status.ok()) s.set_error(status.message());
   std::ifstream cmds(run_dir + "/commands.txt");
@@ -171,7 +175,13 @@ void SetDerivedNumbers(const RunPlan& plan, RunReport& r) {
   if (s.has_params() && plan.compression == "none") {
     const double p4 = 4.0 * static_cast<double>(s.params());
     const double n = plan.workers;
-    s.set_formula_bytes_per_step(plan.mode == config::ALLREDUCE ? 2 * 2 * (n - 1) / n * p4 : 2 * p4);
+    const double exchange = plan.mode == config::ALLREDUCE ? 2 * 2 * (n - 1) / n * p4 : 2 * p4;
+    // Rounds of H steps exchange once a round: ceil(steps / H) exchanges over the steps.
+    const int64_t h = s.sync_every();
+    const double share = h > 0 && s.steps() > 0
+                             ? static_cast<double>((s.steps() + h - 1) / h) / static_cast<double>(s.steps())
+                             : 1.0;
+    s.set_formula_bytes_per_step(exchange * share);
   }
   if (!r.version_lag.empty()) {
     s.set_version_lag_p50(HistogramQuantile(r.version_lag, 0.5));
@@ -238,7 +248,8 @@ std::string SummaryTable(const std::vector<RunReport>& runs, double target) {
   for (const auto& r : runs) {
     const auto& s = r.summary;
     auto opt = [](bool has, const std::string& v) { return has ? v : std::string("—"); };
-    t << "| " << s.name() << " | " << s.mode() << " | "
+    t << "| " << s.name() << " | " << s.mode()
+      << (s.sync_every() > 0 ? ", " + s.outer() + " H=" + std::to_string(s.sync_every()) : "") << " | "
       << (s.has_staleness_bound() ? std::to_string(s.staleness_bound()) : s.mode() == ModeName(config::ASP) ? "∞" : "—") << " | "
       << s.compression() << " | "
       << (s.precision().empty() ? "fp32" : s.precision())

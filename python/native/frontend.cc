@@ -79,14 +79,6 @@ void ThrowIfError(const Status& s) {
   if (!s.ok()) throw StatusError(s);
 }
 
-float ExternalModel::ForwardBackward(const Batch&) {
-  throw StatusError(FailedPreconditionError("an external model computes outside gradsync"));
-}
-
-EvalStats ExternalModel::EvaluateBatch(const Batch&) {
-  throw StatusError(FailedPreconditionError("an external model computes outside gradsync"));
-}
-
 FrontendJob::FrontendJob(const std::vector<std::string>& argv) {
   FlagParser flags(argv.empty() ? "gradsync" : argv[0], "");
   AddWorkerFlags(flags.options());

@@ -27,6 +27,7 @@
 
 #include "common/base/status.h"
 #include "common/config/train_config.h"
+#include "models/external_model.h"
 #include "models/model.h"
 #include "worker/bucket_average.h"
 #include "worker/gradient_sync.h"
@@ -50,18 +51,6 @@ void ThrowIfError(const Status& s);
 
 // `name` with the lifetime of the process, for a trace event's name or category (common/obs/trace.h).
 const char* TraceName(const std::string& name);
-
-// A model whose computation happens elsewhere: its layout and flat parameter and gradient
-// buffers. ForwardBackward and EvaluateBatch must not be called.
-class ExternalModel final : public Model {
- public:
-  explicit ExternalModel(std::vector<TensorInfo> tensors) { SetLayout(std::move(tensors)); }
-  std::string name() const override { return "external"; }
-  void Initialize(uint64_t) override {}
-  float ForwardBackward(const Batch&) override;
-  EvalStats EvaluateBatch(const Batch&) override;
-  bool waits_for_params() const override { return true; }
-};
 
 class FrontendJob {
  public:

@@ -77,7 +77,8 @@ TEST(TrainConfigTest, DefaultsAreValid) {
                          "mode: BSP device: \"cuda\" optimizer: \"adam\"", "optimizer: \"sgd\" momentum: 0.5",
                          "optimizer: \"lars\"", "mode: ALLREDUCE optimizer: \"lars\" momentum: 0 trust_coefficient: 0.02 weight_decay: 1e-4",
                          "optimizer: \"lamb\"", "mode: SSP optimizer: \"lamb\" momentum: 0 adam_beta2: 0.99 adam_eps: 1e-6 weight_decay: 0.01",
-                         "mode: BSP device: \"cuda\" optimizer: \"lars\""}) {
+                         "mode: BSP device: \"cuda\" optimizer: \"lars\"", "mode: ASP sync_every: 4",
+                         "mode: ALLREDUCE sync_every: 16 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true optimizer: \"adam\" momentum: 0"}) {
     EXPECT_TRUE(Validate(Config(ok)).empty()) << ok << ": " << JoinErrors(Validate(Config(ok)));
   }
 }
@@ -191,7 +192,15 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"NegativeEvalEvery", "eval_every: -1", "eval_every", "--eval-every must be >= 0", "eval_every must be >= 0"},
         Contradiction{"BadStraggle", "straggle: \"slow\"", "straggle", "--straggle: straggler 'slow'", "straggle: straggler 'slow'"},
         Contradiction{"ZeroThreads", "threads: 0", "threads", "--threads must be in [1, 256]", "threads must be in"},
-        Contradiction{"ZeroRequestTimeout", "mode: BSP request_timeout: 0", "request_timeout", "--request-timeout must be > 0", "request_timeout must be > 0"}),
+        Contradiction{"ZeroRequestTimeout", "mode: BSP request_timeout: 0", "request_timeout", "--request-timeout must be > 0", "request_timeout must be > 0"},
+        Contradiction{"RoundsAlone", "sync_every: 4", "sync_every", "--sync-every applies to --mode=bsp|ssp|asp|allreduce", "sync_every applies to mode BSP|SSP|ASP|ALLREDUCE"},
+        Contradiction{"NegativeRounds", "mode: BSP sync_every: -1", "sync_every", "--sync-every must be in [0, 1000000]", "sync_every must be in"},
+        Contradiction{"OuterWithoutRounds", "mode: BSP outer_lr: 0.7", "outer_lr", "--outer-lr applies to --sync-every > 0", "outer_lr applies to sync_every > 0"},
+        Contradiction{"ZeroOuterLr", "mode: BSP sync_every: 4 outer_lr: 0", "outer_lr", "--outer-lr must be > 0, not 0", "outer_lr must be > 0"},
+        Contradiction{"OuterMomentumOne", "mode: BSP sync_every: 4 outer_momentum: 1", "outer_momentum", "--outer-momentum must be in [0, 1), not 1", "outer_momentum must be in"},
+        Contradiction{"OuterNesterovWithoutMomentum", "mode: BSP sync_every: 4 outer_nesterov: true", "outer_nesterov", "--outer-nesterov needs --outer-momentum > 0", "outer_nesterov needs outer_momentum > 0"},
+        Contradiction{"RoundsSparse", "mode: BSP sync_every: 4 model: \"sparse_logreg\"", "sync_every", "--sync-every applies to the dense models", "sync_every applies to the dense models"},
+        Contradiction{"RoundsCompressedPull", "mode: BSP sync_every: 4 compress: \"topk:0.1\" compress_pull: true", "compress_pull", "--compress-pull does not combine with --sync-every", "compress_pull does not combine with sync_every"}),
     [](const ::testing::TestParamInfo<Contradiction>& p) { return p.param.name; });
 
 TEST(TrainConfigTest, ReportsEveryContradiction) {
