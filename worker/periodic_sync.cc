@@ -38,7 +38,7 @@ Result<int64_t> PeriodicSync::Start(const JobShape& shape) {
   // are broadcast), and so the first round's start.
   std::copy(model_->params().begin(), model_->params().end(), global_.params().begin());
   ASSIGN_OR_RETURN(const int64_t first_round, outer_->Start({rounds, rounds_per_epoch}));
-  RETURN_IF_ERROR(inner_->Start(shape).status());
+  if (inner_) RETURN_IF_ERROR(inner_->Start(shape).status());
   CopyGlobalToOwn();
   step_ = std::min(first_round * every_, shape.total_steps);
   round_begun_ = applied_ = false;
@@ -60,14 +60,17 @@ Status PeriodicSync::BeginStep(const StepPlan& plan) {
     // A redone step whose update was applied keeps the worker's model; its push goes again.
     if (!applied_) CopyGlobalToOwn();
   }
-  return inner_->BeginStep(plan);
+  return inner_ ? inner_->BeginStep(plan) : CheckStepRate(plan.lr);
 }
 
 Result<SyncStepStats> PeriodicSync::FinishStep() {
   SyncStepStats stats;
   if (!applied_) {
-    ASSIGN_OR_RETURN(stats, inner_->FinishStep());
+    if (inner_) {
+      ASSIGN_OR_RETURN(stats, inner_->FinishStep());
+    }
     applied_ = true;
+    ++unsent_steps_;
   }
   if (!EndsRound(step_)) {
     applied_ = false;
@@ -78,6 +81,16 @@ Result<SyncStepStats> PeriodicSync::FinishStep() {
     stats.shm_bytes_received = t.shm_bytes_received;
     return stats;
   }
+  ASSIGN_OR_RETURN(SyncStepStats outer, ExchangeRound());
+  applied_ = false;
+  // The step's own computation (the inner update) stays the step's; the rest is the exchange's.
+  outer.compute_ms += stats.compute_ms;
+  outer.loss_scale = stats.loss_scale;
+  outer.skipped_steps = stats.skipped_steps;
+  return outer;
+}
+
+Result<SyncStepStats> PeriodicSync::ExchangeRound() {
   {
     TraceSpan span("pseudo-gradient", "compute", {{"round", static_cast<double>(Round(step_))}});
     const ConstFloatSpan global = global_.params();
@@ -87,17 +100,19 @@ Result<SyncStepStats> PeriodicSync::FinishStep() {
   }
   for (size_t t = 0; t < global_.layout().size(); ++t) RETURN_IF_ERROR(outer_->GradReady(t));
   ASSIGN_OR_RETURN(SyncStepStats outer, outer_->FinishStep());
-  applied_ = round_begun_ = false;
-  // The step's own computation (the inner update) stays the step's; the rest is the exchange's.
-  outer.compute_ms += stats.compute_ms;
-  outer.loss_scale = stats.loss_scale;
-  outer.skipped_steps = stats.skipped_steps;
+  round_begun_ = false;
+  unsent_steps_ = 0;
   return outer;
 }
 
 void PeriodicSync::AbandonStep() {
-  inner_->AbandonStep();
-  if (round_begun_) outer_->AbandonStep();
+  if (inner_) inner_->AbandonStep();
+  // A round begun with no step of it taken yet (a caller that begins the next step early) is let
+  // go; one with steps taken is exchanged at the end.
+  if (round_begun_ && unsent_steps_ == 0) {
+    outer_->AbandonStep();
+    round_begun_ = false;
+  }
 }
 
 Status PeriodicSync::Recover(const Status& failure) {
@@ -107,8 +122,9 @@ Status PeriodicSync::Recover(const Status& failure) {
 }
 
 Status PeriodicSync::End(bool evaluate, bool leave) {
+  if (unsent_steps_ > 0 && round_begun_) RETURN_IF_ERROR(ExchangeRound().status());
   RETURN_IF_ERROR(leave ? outer_->Leave(evaluate) : outer_->EndTraining(evaluate));
-  RETURN_IF_ERROR(inner_->EndTraining(evaluate));
+  if (inner_) RETURN_IF_ERROR(inner_->EndTraining(evaluate));
   CopyGlobalToOwn();
   return OkStatus();
 }

@@ -32,7 +32,9 @@
 // Failures: only the outer calls communicate. When the round's push fails after the inner
 // update was applied, Recover repairs the outer sync and the redone step begins the outer step
 // again (a new pull), keeps the worker's own model (its update is not applied twice) and
-// pushes Δ against the newly pulled global model. Not thread-safe, as GradientSync.
+// pushes Δ against the newly pulled global model. A caller that did not know the run's length
+// (Start's total_steps 0) may end within a round: EndTraining exchanges the steps taken since the
+// last round first. Not thread-safe, as GradientSync.
 #pragma once
 
 #include <functional>
@@ -58,7 +60,8 @@ class PeriodicSync final : public GradientSync {
   using OuterFactory = std::function<std::unique_ptr<GradientSync>(Model* global, const LocalTrainOptions& outer)>;
 
   // `model` (a CPU model) must outlive the sync; train.periodic.every >= 1. `inner` makes each
-  // step's update of `model` (LocalSync), `make_outer` the exchange.
+  // step's update of `model` (LocalSync), or is null when the caller has applied the step's
+  // update before FinishStep (a frontend whose own optimizer steps); `make_outer` the exchange.
   PeriodicSync(const LocalTrainOptions& train, Model* model, std::unique_ptr<GradientSync> inner,
                const OuterFactory& make_outer);
   // The outer sync holds the address of the global model inside this object.
@@ -69,8 +72,8 @@ class PeriodicSync final : public GradientSync {
   int size() const override { return outer_->size(); }
   Result<int64_t> Start(const JobShape& shape) override;
   Status BeginStep(const StepPlan& plan) override;
-  Status WaitParams(size_t tensor) override { return inner_->WaitParams(tensor); }
-  Status GradReady(size_t tensor) override { return inner_->GradReady(tensor); }
+  Status WaitParams(size_t tensor) override { return inner_ ? inner_->WaitParams(tensor) : OkStatus(); }
+  Status GradReady(size_t tensor) override { return inner_ ? inner_->GradReady(tensor) : OkStatus(); }
   Result<SyncStepStats> FinishStep() override;
   void AbandonStep() override;
   Status Recover(const Status& failure) override;
@@ -87,6 +90,9 @@ class PeriodicSync final : public GradientSync {
  private:
   Status End(bool evaluate, bool leave);
   void CopyGlobalToOwn();
+  // The round's exchange: the pseudo-gradient into the global model's gradient buffer, the
+  // outer step finished.
+  Result<SyncStepStats> ExchangeRound();
 
   const int64_t every_;
   Model* model_;
@@ -97,6 +103,7 @@ class PeriodicSync final : public GradientSync {
   int64_t step_ = 0;
   bool round_begun_ = false;  // the outer step of the current round was begun
   bool applied_ = false;      // the inner update of step_ was applied (its round's push failed)
+  int64_t unsent_steps_ = 0;  // steps updated since the last round's exchange
   std::vector<float> own_;    // the worker's own parameters while the global model is evaluated
   bool swapped_ = false;
 };

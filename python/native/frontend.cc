@@ -13,6 +13,7 @@
 #include "common/config/train_flags.h"
 #include "common/obs/trace.h"
 #include "worker/allreduce_sync.h"
+#include "worker/periodic_sync.h"
 #include "worker/ps_sync.h"
 #include "worker/train_options.h"
 
@@ -356,7 +357,9 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   if (c.momentum_correction()) {
     throw StatusError(InvalidArgumentError("--momentum-correction: not supported by the Python frontend"));
   }
-  if (IsPsMode(c.mode())) {
+  if (c.sync_every() > 0) {
+    BuildPeriodic(train, compress, feedback);
+  } else if (IsPsMode(c.mode())) {
     auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
     ThrowIfError(client.status());
     client_ = std::move(client).value();
@@ -388,6 +391,40 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     sync_ = std::make_unique<AllreduceSync>(ao, model_.get(), link.ring.get());
     kind_ = overlapped_ ? "allreduce-overlap" : "allreduce";
   }
+}
+
+void FrontendSync::BuildPeriodic(const LocalTrainOptions& train, const std::string& compress, bool feedback) {
+  // Local SGD / DiLoCo: PyTorch's optimizer steps the worker's own model every step (before
+  // FinishStep); every sync_every steps the pseudo-gradient goes through the mode's own sync over
+  // the global model, which applies the outer SGD (PS: the shards; all-reduce: every rank).
+  const config::TrainConfig& c = job_->train();
+  JobLink& link = job_->link();
+  const bool ps = IsPsMode(c.mode());
+  if (ps) {
+    auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
+    ThrowIfError(client.status());
+    client_ = std::move(client).value();
+  }
+  sync_ = std::make_unique<PeriodicSync>(
+      train, model_.get(), /*inner=*/nullptr,
+      [&](Model* global, const LocalTrainOptions& outer) -> std::unique_ptr<GradientSync> {
+        if (ps) {
+          PsTrainOptions po = PsOptionsFrom(c, outer, link.rank, link.table.workers_size());
+          po.recovery_timeout_s = 0;
+          po.compression = compress;
+          po.error_feedback = feedback;
+          po.overlap = false;
+          request_timeout_s_ = po.request_timeout_s;
+          return std::make_unique<PsSync>(po, global, client_.get(), link.scheduler.get());
+        }
+        AllreduceTrainOptions ao = AllreduceOptionsFrom(c, outer);
+        ao.compression = compress;
+        ao.error_feedback = feedback;
+        ao.overlap = false;
+        return std::make_unique<AllreduceSync>(ao, global, link.ring.get());
+      });
+  sync_every_ = c.sync_every();
+  kind_ = ps ? "rounds-ps" : "rounds-allreduce";
 }
 
 FrontendSync::~FrontendSync() {

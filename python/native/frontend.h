@@ -164,6 +164,10 @@ class FrontendSync {
   // all-reduced during backward (all-reduce overlap).
   bool overlapped() const { return overlapped_; }
   const std::string& kind() const { return kind_; }
+  // Local SGD / DiLoCo (--sync-every): the steps of a round (0: every step is exchanged). The
+  // caller's optimizer then steps before FinishStep, and a round's first step must begin before
+  // the caller reads a parameter (BeginStep puts the global model there).
+  int64_t sync_every() const { return sync_every_; }
 
   int64_t Start(int64_t total_steps, int64_t steps_per_epoch);
   // lr: the step's rate when the caller's optimizer sets it (PS: it goes with the push); NaN:
@@ -199,6 +203,8 @@ class FrontendSync {
  private:
   // Throws kInvalidArgument outside the PS modes.
   void RequirePs() const;
+  // The sync of --sync-every: a PeriodicSync with no inner update (PyTorch's optimizer steps).
+  void BuildPeriodic(const LocalTrainOptions& train, const std::string& compress, bool feedback);
 
   FrontendJob* job_;
   std::unique_ptr<ExternalModel> model_;
@@ -211,6 +217,7 @@ class FrontendSync {
   bool in_step_ = false;
   double compute_begin_us_ = -1;  // traces: when BeginStep returned (the user's compute began)
   std::string kind_ = "local";
+  int64_t sync_every_ = 0;
 };
 
 }  // namespace gradsync::python

@@ -356,6 +356,7 @@ void BindSync(py::module_& m) {
         return o;
       })
       .def_property_readonly("overlapped", &FrontendSync::overlapped)
+      .def_property_readonly("sync_every", &FrontendSync::sync_every)
       .def_property_readonly("kind", &FrontendSync::kind)
       .def("start", &FrontendSync::Start, py::arg("total_steps") = 0, py::arg("steps_per_epoch") = 1, Release())
       .def("begin_step", &FrontendSync::BeginStep, py::arg("step"), py::arg("evaluate") = false,

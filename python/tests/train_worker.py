@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 def parse(argv=None):
     p = argparse.ArgumentParser()
-    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "rmsprop"])
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw", "rmsprop"])
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--nesterov", action="store_true")
@@ -62,6 +62,8 @@ def optimizer(args, params):
                                weight_decay=args.weight_decay)
     if args.optimizer == "adam":
         return torch.optim.Adam(params, lr=args.lr, weight_decay=args.weight_decay)
+    if args.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
     return torch.optim.RMSprop(params, lr=args.lr)
 
 
@@ -84,6 +86,37 @@ def reference(args):
         if sched:
             sched.step()
     return flat(m)
+
+
+def reference_rounds(args, every, outer_lr=1.0, outer_momentum=0.0, outer_nesterov=False):
+    """Local SGD / DiLoCo in plain PyTorch: `workers` replicas, each with its own optimizer on its
+    rows of each step's global batch; every `every` steps (and at the end) the global model takes
+    an outer SGD step on the mean of (global - replica), and every replica restarts from it. The
+    final flat global parameters."""
+    replicas = [model(args) for _ in range(args.workers)]
+    opts = [optimizer(args, m.parameters()) for m in replicas]
+    global_model = model(args)
+    outer = torch.optim.SGD(global_model.parameters(), lr=outer_lr, momentum=outer_momentum, nesterov=outer_nesterov)
+    global_batch = args.batch * args.workers
+    x, y = data(args, args.steps * global_batch)
+    for s in range(args.steps):
+        for r, (m, opt) in enumerate(zip(replicas, opts)):
+            rows = slice(s * global_batch + r * args.batch, s * global_batch + (r + 1) * args.batch)
+            opt.zero_grad()
+            F.cross_entropy(m(x[rows]), y[rows]).backward()
+            opt.step()
+        if (s + 1) % every and s + 1 != args.steps:
+            continue
+        with torch.no_grad():
+            for i, g in enumerate(global_model.parameters()):
+                own = [list(m.parameters())[i] for m in replicas]
+                g.grad = sum(g - o for o in own) / len(own)
+        outer.step()
+        with torch.no_grad():
+            for m in replicas:
+                for p, g in zip(m.parameters(), global_model.parameters()):
+                    p.copy_(g)
+    return flat(global_model)
 
 
 def main():

@@ -51,6 +51,9 @@ def join(device=-1):
     join() or, when all run the same number of steps, finish()."""
     job = _job.job()
     opts = [o for o in (ref() for ref in _LIVE) if o is not None and not o._gs_finished]
+    if job.mode == "allreduce" and job.size > 1 and any(o._gs_rounds for o in opts):
+        raise ValueError("join() in mode allreduce with --sync-every is not supported: every rank must take part "
+                         "in every round (run the same number of steps and call finish(); the PS modes can join)")
     for o in opts:
         o._gs_joined = True
         o._gs_joined_steps = o._gs_step

@@ -100,11 +100,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_mode = job.mode
         op = collectives.resolve_op(None, op)
         predivide = float(gradient_predivide_factor)
+        # Local SGD / DiLoCo (--sync-every=H): the wrapped optimizer steps this worker's own model
+        # every step; every H steps the pseudo-gradients are exchanged in the mode's way.
+        self._gs_rounds = int(job.config.get("sync_every", 0))
+        if self._gs_rounds and (op is not Average or predivide != 1.0):
+            raise ValueError("--sync-every=%d: op=Average with gradient_predivide_factor 1 only (the workers' "
+                             "pseudo-gradients are averaged, not their gradients)" % self._gs_rounds)
         if not predivide > 0:
             raise ValueError("gradient_predivide_factor must be > 0 (got %r)" % gradient_predivide_factor)
         if predivide != 1.0 and op is not Average:
             raise ValueError("gradient_predivide_factor needs op=Average (got op=%s)" % op)
-        if self._gs_mode in _PS_MODES:
+        if self._gs_mode in _PS_MODES and not self._gs_rounds:
             if op is Adasum:
                 raise ValueError("op=Adasum: mode %s cannot honour it (the shards apply each worker's gradient as it "
                                  "arrives, bsp their average); use mode allreduce" % self._gs_mode)
@@ -147,7 +153,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  % (name, p.dtype, p.device))
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
-        spec = _ps_optimizer_spec(wrapped, self._gs_mode) if self._gs_mode in _PS_MODES else _native.OptimizerSpec()
+        # The shards apply the wrapped optimizer in the PS modes (with rounds they apply the outer SGD).
+        shards_step = self._gs_mode in _PS_MODES and not self._gs_rounds
+        spec = _ps_optimizer_spec(wrapped, self._gs_mode) if shards_step else _native.OptimizerSpec()
         self._gs_kind = spec.kind
         feedback = -1 if error_feedback is None else int(bool(error_feedback))
         if self._gs_adasum and compression not in (None, "", "none"):
@@ -181,9 +189,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_waited = [False] * len(self._gs_params)
         self._gs_begun = False
         self._gs_finished = False
-        self._gs_ps = self._gs_mode in _PS_MODES
+        self._gs_ps = shards_step
         self.last_stats = {}
-        self._gs_step = self._gs_sync.start(int(total_steps or 0), int(steps_per_epoch or 1))
+        self._gs_total = int(total_steps or 0)
+        self._gs_step = self._gs_sync.start(self._gs_total, int(steps_per_epoch or 1))
         self._gs_recorder = Recorder(job, int(self._gs_flat_params.numel()), steps_per_epoch)
         self._gs_hooks = []
         self._gs_accumulators = []
@@ -205,9 +214,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_used = [True] * len(self._gs_params)
         self._gs_active = job.size
         # Mode allreduce with several workers: each step ends with its header (collectives.py).
-        self._gs_ring = self._gs_mode == "allreduce" and job.size > 1
+        self._gs_ring = self._gs_mode == "allreduce" and job.size > 1 and not self._gs_rounds
         self.loss_scale_info = None  # (scale, skipped steps) a GradScaler sets for the metrics rows
         _LIVE.append(weakref.ref(self))
+        self._gs_begin_round()
+
+    def _gs_begin_round(self):
+        # With rounds, a round's first step begins before anything reads a parameter: it puts the
+        # global model (PS: this round's pull) into the parameters.
+        if self._gs_rounds and self._gs_step % self._gs_rounds == 0 and (
+                not self._gs_total or self._gs_step < self._gs_total):
+            self._gs_begin()
 
     # --- hooks ---
 
@@ -306,8 +323,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("synchronize() after finish()")
         if self._gs_failure is not None:
             raise self._gs_failure
-        if self._gs_synced is not None:
-            return
+        if self._gs_synced is not None or self._gs_rounds:
+            return  # with rounds the gradient stays this worker's: nothing to average before the step
         if not self._gs_begun:
             self._gs_begin()
         self._gs_sync_started = time.perf_counter()
@@ -387,6 +404,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise self._gs_failure
         if not self._gs_begun and self._gs_synced is None:
             self._gs_begin()
+        result = None
+        if self._gs_rounds:
+            # Local SGD / DiLoCo: the wrapped optimizer steps this worker's own model first (its time
+            # counts in compute_ms, up to `started`); the step's exchange (the pseudo-gradient, when
+            # it ends a round) follows.
+            self._gs_used = self._gs_present()
+            if apply:
+                with trace_span("optimizer", "compute"):
+                    result = self._gs_apply(None)
         if self._gs_synced is not None:
             started = self._gs_sync_started
             stats, self._gs_synced = self._gs_synced, None
@@ -394,8 +420,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             started = time.perf_counter()
             stats = self._gs_communicate()
         compute_ms = (started - self._gs_last_end) * 1e3
-        result = None
-        if not self._gs_ps and apply:
+        if not self._gs_ps and apply and not self._gs_rounds:
             t = time.perf_counter()
             with trace_span("optimizer", "compute"):
                 result = self._gs_apply(stats)
@@ -404,6 +429,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_end_step()
         if self.loss_scale_info is not None:
             stats["loss_scale"], stats["skipped_steps"] = self.loss_scale_info
+        if self._gs_rounds:
+            self._gs_begin_round()
         self.last_stats = stats
         value = None if loss is None else float(loss)
         self._gs_recorder.step(self._gs_step, stats, compute_ms, value)
@@ -512,7 +539,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def sync_kind(self):
-        """'ps-overlap', 'ps', 'allreduce-overlap', 'allreduce' or 'local'."""
+        """'ps-overlap', 'ps', 'allreduce-overlap', 'allreduce', 'rounds-ps', 'rounds-allreduce' (--sync-every)
+        or 'local'."""
         return self._gs_sync.kind
 
     @property
@@ -587,7 +615,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             h.remove()
         self._gs_hooks = []
         self._gs_unguard()
-        if join and self._gs_ps:
+        if join and self._gs_mode in _PS_MODES:
             self._gs_sync.end_training(bool(evaluate), join=True)
         else:
             self._gs_sync.end_training(bool(evaluate))
@@ -596,7 +624,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _gs_write_summary(self):
         # OUT/worker-<rank>.json: the C++ worker's summary, with the replies' counts (PS) and a
         # digest of the parameters the model holds.
-        replies = self._gs_sync.reply_counts() if self._gs_ps else None
+        replies = self._gs_sync.reply_counts() if self._gs_mode in _PS_MODES else None
         digest = hashlib.sha256(self._gs_flat_params.numpy().tobytes()).hexdigest()
         self._gs_recorder.finish(self.traffic(), replies=replies, params_sha256=digest, shm=self.shm_traffic())
 
