@@ -10,7 +10,8 @@ namespace gradsync::sim {
 Status AllreduceJob::Build() {
   const auto& t = j_.plan.run.train();
   const int N = j_.plan.workers;
-  overlap_ = t.overlap();
+  rounds_ = t.sync_every();
+  overlap_ = t.overlap() && rounds_ == 0;  // the rounds' exchange is one all-reduce after the step
   // Buckets in readiness order (the last tensor first): the first of first_bucket_mib, then bucket_mib.
   std::vector<int64_t> rev(j_.s.tensors.rbegin(), j_.s.tensors.rend());
   const double first = t.first_bucket_mib() * 1024 * 1024 / 4, rest = t.bucket_mib() * 1024 * 1024 / 4;
@@ -218,7 +219,23 @@ void AllreduceJob::BackwardTensor(int r, int i) {
     auto& rk = ranks_[static_cast<size_t>(r)];
     while (rk.ready < buckets_.size() && buckets_[rk.ready].last_tensor <= i) rk.ready++;
     const bool last = i + 1 >= static_cast<int>(j_.s.tensors.size());
-    if (overlap_ || last) Pump(r);
+    double local_update_ms = 0;  // rounds: the worker's own update (and at a round's end Δ), on its CPU
+    if (last && rounds_ > 0) {
+      if (!EndsRound(rk.clock)) {
+        rk.next_bucket = buckets_.size();  // nothing to reduce: the step's update alone (MaybeEndStep)
+      } else {
+        // The worker's update and Δ = global - own, then the buckets of Δ.
+        const double pass_us = j_.s.apply_ns_per_byte * 4 * static_cast<double>(j_.s.params) / 1e3;
+        local_update_ms = 2 * pass_us / 1e3;
+        rk.busy = true;
+        j_.cpus->Run(r, 2 * pass_us, [this, r] {
+          ranks_[static_cast<size_t>(r)].busy = false;
+          Pump(r);
+        });
+      }
+    } else if (overlap_ || last) {
+      Pump(r);
+    }
     if (!last) {
       BackwardTensor(r, i + 1);
       return;
@@ -226,7 +243,7 @@ void AllreduceJob::BackwardTensor(int r, int i) {
     rk.backward_done = true;
     const double delay = j_.stragglers[static_cast<size_t>(r)].DelayMs(j_.s.compute_ms);
     j_.rec[static_cast<size_t>(r)].delay_ms = delay;
-    j_.rec[static_cast<size_t>(r)].compute_ms = j_.s.compute_ms;
+    j_.rec[static_cast<size_t>(r)].compute_ms = j_.s.compute_ms + local_update_ms;
     backward_end_[r] = j_.engine.now() + delay * 1e3;
     j_.engine.At(j_.engine.now() + delay * 1e3, [this, r] { MaybeEndStep(r); });
   });

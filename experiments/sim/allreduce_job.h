@@ -106,6 +106,10 @@ class AllreduceJob {
   Job& j_;
   Codecs& codecs_;
   bool overlap_ = true, compress_ = false, summable_ = false;
+  // Local SGD / DiLoCo (sync_every): steps a round; a step that ends none reduces nothing, one
+  // that ends a round takes the worker's update and the pseudo-gradient (a pass each) first.
+  int64_t rounds_ = 0;
+  bool EndsRound(int64_t step) const { return (step + 1) % rounds_ == 0 || step + 1 == j_.s.steps; }
   std::vector<Bucket> buckets_;
   std::vector<Rank> ranks_;
   std::map<int, Time> op_start_, backward_end_;

@@ -15,10 +15,11 @@ Status PsJob::Build() {
   part_ = std::make_unique<Partitioner>(total, S);
   compress_ = codecs_.on();
   compress_pull_ = compress_ && t.compress_pull();
+  rounds_ = t.sync_every();
   // As PsTrainer decides per worker: a straggling worker runs without overlap, the others with
-  // it where the run allows it.
-  const bool overlap =
-      t.overlap() && !compress_ && (t.model() == "mlp" || t.model() == "softmax") && t.device() == "cpu";
+  // it where the run allows it (rounds: never).
+  const bool overlap = t.overlap() && !compress_ && (t.model() == "mlp" || t.model() == "softmax") &&
+                       t.device() == "cpu" && rounds_ == 0;
   // Without overlap: the whole model is one forward group, a piece per shard.
   plain_.group_floats.assign(1, total);
   for (int k = 0; k < S; ++k) plain_.pieces.push_back({k, part_->range(k), 0});
@@ -254,6 +255,10 @@ void PsJob::PushPiece(int w, int64_t c, const Piece& p, size_t encoded_payload) 
 }
 
 void PsJob::FinishStep(int w, int64_t c) {
+  if (rounds_ > 0) {
+    FinishLocalStep(w, c);
+    return;
+  }
   if (!workers_[static_cast<size_t>(w)].layout->overlap) {
     PushEncoded(w, c, 0);
     return;
@@ -279,6 +284,31 @@ void PsJob::PushEncoded(int w, int64_t c, size_t i) {
   });
 }
 
+void PsJob::FinishLocalStep(int w, int64_t c) {
+  auto& wk = workers_[static_cast<size_t>(w)];
+  const bool ends_round = EndsRound(wk.step);
+  // The worker's optimizer on its own model (LocalSync), and at a round's end Δ = global - own.
+  const double pass_us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(TotalFloats()) / 1e3;
+  const double us = pass_us * (ends_round ? 2 : 1);
+  j_.rec[static_cast<size_t>(w)].compute_ms += us / 1e3;
+  j_.cpus->Run(WorkerHost(w), us, [this, w, c, ends_round] {
+    if (ends_round) {
+      PushEncoded(w, c, 0);
+      return;
+    }
+    EndStep(w, c);
+  });
+}
+
+void PsJob::ComputeStep(int w, int64_t c) {
+  auto& wk = workers_[static_cast<size_t>(w)];
+  std::fill(wk.pending.begin(), wk.pending.end(), 0);
+  wk.group = 0;
+  wk.step_start = j_.engine.now();
+  wk.step_wait_ms = 0;
+  Forward(w, c);
+}
+
 void PsJob::EndStep(int w, int64_t c) {
   auto& wk = workers_[static_cast<size_t>(w)];
   auto& r = j_.rec[static_cast<size_t>(w)];
@@ -286,15 +316,22 @@ void PsJob::EndStep(int w, int64_t c) {
   r.wait_ms = wk.step_wait_ms;
   r.comm_ms = std::max(0.0, step_ms - r.compute_ms - r.delay_ms - r.wait_ms);
   j_.worker_steps++;
-  wk.clock = c + 1;
-  (void)j_.Row(w, wk.clock);
-  if (w == 0 && j_.EvalDue(wk.clock)) (void)j_.EvalRow(wk.clock);
-  if (wk.clock >= j_.s.steps) {
+  wk.step++;
+  // A round's last step pushed clock c; the round's other steps stay at it.
+  const bool next_clock = rounds_ == 0 || wk.step % rounds_ == 0 || wk.step >= j_.s.steps;
+  if (next_clock) wk.clock = c + 1;
+  (void)j_.Row(w, wk.step);
+  if (w == 0 && j_.EvalDue(wk.step)) (void)j_.EvalRow(wk.step);
+  if (wk.step >= j_.s.steps) {
     wk.done = true;
-    if (++finished_ == j_.plan.workers) SendPulls(0, j_.s.steps, true);  // worker 0's final evaluation
+    if (++finished_ == j_.plan.workers) SendPulls(0, FinalClock(), true);  // worker 0's final evaluation
     return;
   }
-  SendPulls(w, wk.clock, false);
+  if (next_clock) {
+    SendPulls(w, wk.clock, false);
+  } else {
+    ComputeStep(w, wk.clock);
+  }
 }
 
 void PsJob::ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool compressed) {

@@ -72,6 +72,7 @@ class PsJob {
   struct Worker {
     const Layout* layout = nullptr;
     int64_t clock = 0;
+    int64_t step = 0;  // steps taken (with rounds several a clock)
     int group = 0;  // the forward group the step waits for
     bool waiting = false;
     std::vector<int> pending;  // per group: pull pieces not yet answered
@@ -116,6 +117,14 @@ class PsJob {
   void PushEncoded(int w, int64_t c, size_t i);
   // The step's row (and evaluation), then the next pull, or the end of the worker's steps.
   void EndStep(int w, int64_t c);
+  // Local SGD / DiLoCo (sync_every): after backward the worker's own update, and at a round's
+  // end the pseudo-gradient (a pass over the model each) before the push of round c.
+  void FinishLocalStep(int w, int64_t c);
+  // A step that starts no round: its forward at once (no pull).
+  void ComputeStep(int w, int64_t c);
+  bool EndsRound(int64_t step) const { return (step + 1) % rounds_ == 0 || step + 1 == j_.s.steps; }
+  // The clocks the workers end with: the steps, or with rounds the rounds.
+  int64_t FinalClock() const { return rounds_ > 0 ? (j_.s.steps + rounds_ - 1) / rounds_ : j_.s.steps; }
   // A push's piece at its shard: decoded and applied; with its push's last piece the consistency
   // rule takes the push (aggregating: the round's sum is applied once it is complete).
   void ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool compressed);
@@ -124,6 +133,7 @@ class PsJob {
   Codecs& codecs_;
   std::unique_ptr<Partitioner> part_;
   bool compress_ = false, compress_pull_ = false;
+  int64_t rounds_ = 0;  // sync_every: steps a round (0: every step pushes and pulls)
   Layout plain_, overlapped_;  // the workers point at these (stable: members, built once)
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<Worker> workers_;

@@ -94,6 +94,32 @@ TEST(SimTest, DenseBytesPerStepAreTheModelEachWayPlusTheProtocolsOwn) {
   EXPECT_NEAR(ar.report.summary.bytes_per_step(), ring + broadcast, 0.002 * ring);
 }
 
+// Local SGD / DiLoCo: an exchange every H steps (and at the run's end), the mode's own bytes
+// each time; the summary's formula divides likewise. 20 steps of rounds of 6: 4 exchanges.
+TEST(SimTest, RoundsOfLocalStepsExchangeOnceARound) {
+  TempDir tmp;
+  for (const std::string mode : {"BSP", "ASP", "ALLREDUCE"}) {
+    SCOPED_TRACE(mode);
+    const std::string servers = mode == "ALLREDUCE" ? "" : " servers: 2";
+    auto every = Simulate(tmp, "run { name: \"e\" workers: 4" + servers + " train { mode: " + mode +
+                                   " batch: 32 max_steps: 20 log_every: 1 } sim { compute_ms: 1 } }", "e" + mode);
+    auto rounds = Simulate(tmp, "run { name: \"r\" workers: 4" + servers + " train { mode: " + mode +
+                                    " batch: 32 max_steps: 20 log_every: 1 sync_every: 6 } sim { compute_ms: 1 } }",
+                           "r" + mode);
+    ASSERT_TRUE(rounds.report.summary.has_bytes_per_step());
+    EXPECT_EQ(rounds.report.summary.steps(), 20);
+    EXPECT_EQ(rounds.report.summary.sync_every(), 6);
+    // The run's own INIT or broadcast and the final evaluation pull come once either way.
+    const double once = mode == "ALLREDUCE" ? 2.0 * 3 * 4 * kMlpParams / (4 * 20) : 2.0 * 4 * kMlpParams / (4 * 20);
+    const double per_exchange = every.report.summary.bytes_per_step() - once;
+    EXPECT_NEAR(rounds.report.summary.bytes_per_step() - once, per_exchange * 4 / 20, 0.002 * per_exchange);
+    EXPECT_NEAR(rounds.report.summary.formula_bytes_per_step(), every.report.summary.formula_bytes_per_step() * 4 / 20,
+                1);
+    // Steps without an exchange are the compute and the worker's own update: faster.
+    EXPECT_LT(rounds.report.summary.step_ms(), every.report.summary.step_ms());
+  }
+}
+
 TEST(SimTest, ABspStepOnAKnownLinkIsTheServersLinkTwice) {
   TempDir tmp;
   // One server: every push crosses its link in, every pull out, one after the other (bsp).
