@@ -10,7 +10,10 @@
 # --repeat=N measures the spec N times (OUT_DIR, then OUT_DIR-repeat2 ... -repeatN, one after the
 # other, N times as long) and compares each run against the median of its N measurements, with
 # their range: one measurement of a run on this 2-core machine moves by up to a third.
-# Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS] [--repeat=N]    (default OUT_DIR: results)
+# --spec=SPEC: another spec of the same kind (experiments/specs/sim_rounds.textproto: local SGD and
+# DiLoCo, which the calibration was not fitted on); its runs `compute` (and `codec`, `ar-codec`,
+# when it has them) are always run.
+# Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS] [--repeat=N] [--spec=SPEC]    (default OUT_DIR: results)
 # The simulation reads OUT_DIR/sim_calibration/compute/metrics.csv and codec/trace.json (the first
 # measurement's), as the spec says, so OUT_DIR other than results needs the spec's compute_from
 # changed too.
@@ -21,27 +24,34 @@ bin=${BUILD_DIR:-build}/bin
 out=results
 only=()
 repeat=1
+spec=experiments/specs/sim_calibration.textproto
 for a in "$@"; do
   case "$a" in
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --spec=*) spec=${a#--spec=} ;;
     --only=*) only=("$a") ;;
     --repeat=*) repeat=${a#--repeat=}
       [[ $repeat =~ ^[1-9][0-9]?$ ]] || { echo "sim_calibration.sh: --repeat=$repeat is not a count from 1 to 99" >&2; exit 2; } ;;
     *) out=$a ;;
   esac
 done
-spec=experiments/specs/sim_calibration.textproto
+[ -f "$spec" ] || { echo "sim_calibration.sh: no spec $spec" >&2; exit 2; }
+name=$(basename "$spec" .textproto)
 mkdir -p "$out"
-echo "# gradsync-sim calibration: $(machine)"
+echo "# gradsync-sim against real runs ($name): $(machine)"
 run_only=()
-[ ${#only[@]} -gt 0 ] && run_only=("${only[0]},compute,codec,ar-codec")
+if [ ${#only[@]} -gt 0 ]; then
+  inputs=compute
+  grep -q 'name: "codec"' "$spec" && inputs+=",codec,ar-codec"
+  run_only=("${only[0]},$inputs")
+fi
 compare=""
 for k in $(seq 1 "$repeat"); do
   dir=$out
   [ "$k" -gt 1 ] && dir=$out-repeat$k
   mkdir -p "$dir"
   [ "$repeat" -gt 1 ] && echo "measurement $k of $repeat: $dir ($(date -u +%T))"
-  "$bin"/gradsync-run "$spec" --out="$dir" "${run_only[@]}" > "$dir/sim_calibration.log" 2>&1 || { tail -20 "$dir/sim_calibration.log"; exit 1; }
-  compare+="${compare:+,}$dir/sim_calibration"
+  "$bin"/gradsync-run "$spec" --out="$dir" "${run_only[@]}" > "$dir/$name.log" 2>&1 || { tail -20 "$dir/$name.log"; exit 1; }
+  compare+="${compare:+,}$dir/$name"
 done
 "$bin"/gradsync-sim "$spec" --out="$out-sim" --compare="$compare" "${only[@]}" | sed -n '/^| run | mode | link/,$p'

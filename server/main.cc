@@ -65,6 +65,11 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
   SetHistogram(st.version_lag, s.mutable_version_lag());
   SetHistogram(st.clock_staleness, s.mutable_clock_staleness());
+  if (const DelayCompensation* dc = server.delay_compensation()) {
+    s.set_delay_compensation_bytes(static_cast<int64_t>(dc->bytes()));
+    s.set_compensated_pushes(dc->corrected());
+    s.set_uncompensated_pushes(dc->uncorrected());
+  }
   if (Status w = WriteProcessSummary(dir, s); !w.ok()) {
     std::cerr << "gradsync-server: warning: summary not written: " << w.message() << std::endl;
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 
@@ -121,6 +122,14 @@ Status Server::BuildShard(const wire::JobConfig& job, const wire::ShardCheckpoin
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
                      << job.num_params() << " parameters; lr " << job.lr() << " (" << job.lr_schedule() << "), "
                      << OptimizerText(opt);
+  if (const DelayCompensation* dc = core_->delay_compensation()) {
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": delay compensation, lambda " << dc->options().lambda
+                       << (dc->options().adaptive ? " (adaptive)" : "") << ": keeps each worker's last pull of this shard, "
+                       << std::fixed << std::setprecision(2)
+                       << static_cast<double>(range.size()) * 4 * (job.num_workers() + (dc->options().adaptive ? 1 : 0)) /
+                              (1024.0 * 1024.0)
+                       << " MiB at most";
+  }
   return OkStatus();
 }
 
@@ -281,6 +290,7 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
   reply.clock_staleness = core_->rule().ClockStaleness(r.clock);
   reply.segments = r.segments;
   if (Status s = channels_->AnswerPull(r, m, reply, keys, core_->shard()); !s.ok()) return ReplyError(m, s);
+  core_->Pulled(r.worker, r.segments);  // delay compensation: what this worker now computes on
   RecordPull(r, reply.clock_staleness);
 }
 

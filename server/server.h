@@ -142,6 +142,8 @@ class Server {
   std::vector<float> params() const;
   // The shard's version: the gradients applied to it since INIT (0 before INIT).
   int64_t version() const;
+  // Delay compensation (the job's, ssp/asp), or null: its memory and its counts.
+  const DelayCompensation* delay_compensation() const { return built() ? core_->delay_compensation() : nullptr; }
 
  private:
   Server(TransportContext& ctx, ServerOptions options, Socket socket)

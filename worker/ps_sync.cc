@@ -29,6 +29,10 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_warmup_start_lr(lr.warmup_start);
   SetJobOptimizer(o.train.optimizer, &job);
   job.set_staleness_aware_lr(o.staleness_aware_lr);
+  if (!std::isnan(o.delay_compensation)) {
+    job.set_delay_compensation(o.delay_compensation);
+    job.set_delay_compensation_adaptive(o.delay_compensation_adaptive);
+  }
   if (!o.compression.empty() && o.compression != "none") {
     job.set_compression(o.compression);
     job.set_compression_seed(o.train.seed);

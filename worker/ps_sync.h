@@ -56,6 +56,9 @@ struct PsTrainOptions {
   // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
   bool compress_pull = false;
   bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
+  // ssp/asp: delay-compensated ASGD on the shards with this lambda (NaN: off), adaptive or not.
+  float delay_compensation = NAN;
+  bool delay_compensation_adaptive = false;
   // Overlap communication with computation (dense CPU models, raw pushes, no straggler): each
   // tensor's gradient (in parts of at most push_part_floats) is pushed the moment backward
   // produced it, and the next step's pulls go out one per tensor in forward order, each layer's

@@ -70,6 +70,10 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.correction_momentum = CorrectionMomentum(c);
   po.compress_pull = c.compress_pull();
   po.staleness_aware_lr = c.staleness_aware_lr();
+  if (c.has_delay_compensation()) {
+    po.delay_compensation = c.delay_compensation();
+    po.delay_compensation_adaptive = c.delay_compensation_adaptive();
+  }
   po.overlap = c.overlap();
   po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mib() * kMiB / sizeof(float)));
   po.shm = c.shm();

@@ -476,6 +476,25 @@ void CheckPeriodic(const TrainConfig& c, const Traits& t, Checker& k) {
   }
 }
 
+// Delay-compensated ASGD: the servers' correction of stale gradients.
+void CheckDelayCompensation(const TrainConfig& c, const Traits& t, Checker& k) {
+  if (!c.has_delay_compensation()) {
+    if (c.delay_compensation_adaptive()) k.Add("delay_compensation_adaptive", "{delay_compensation_adaptive} needs {delay_compensation}");
+    return;
+  }
+  if (t.mode != config::SSP && t.mode != config::ASP) {
+    k.Add("delay_compensation", "{delay_compensation} applies to {mode=ssp|asp} (bsp gradients are never stale)");
+  }
+  if (!(std::isfinite(c.delay_compensation()) && c.delay_compensation() >= 0)) {
+    k.Add("delay_compensation", "{delay_compensation} must be >= 0, not ", ShortestText(c.delay_compensation()));
+  }
+  if (t.sparse_model) k.Add("delay_compensation", "{delay_compensation} applies to the dense models, not {model=sparse_logreg}");
+  if (c.compress_pull()) {
+    k.Add("compress_pull", "{compress_pull} does not combine with {delay_compensation}: the correction needs the parameters the worker holds");
+  }
+  if (c.sync_every() > 0) k.Add("delay_compensation", "{delay_compensation} corrects gradients, not {sync_every}'s pseudo-gradients");
+}
+
 }  // namespace
 
 std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
@@ -491,6 +510,7 @@ std::vector<ConfigError> Validate(const TrainConfig& c, Naming naming) {
   CheckOptimizer(c, t, k);
   CheckSchedule(c, t, k);
   CheckPeriodic(c, t, k);
+  CheckDelayCompensation(c, t, k);
   return errors;
 }
 

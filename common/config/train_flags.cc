@@ -77,6 +77,8 @@ std::vector<WorkerFlag> OptimizationFlags() {
       {"outer-lr", false, false, "--sync-every: the outer SGD's rate on the averaged pseudo-gradient (1 with no momentum: local SGD, the models averaged; DiLoCo: 0.7)"},
       {"outer-momentum", false, false, "--sync-every: the outer SGD's momentum (DiLoCo: 0.9)"},
       {"outer-nesterov", false, true, "--sync-every: the outer momentum in Nesterov's form (DiLoCo)"},
+      {"delay-compensation", false, false, "ssp|asp: delay-compensated ASGD with this lambda (Zheng et al. 2017): the servers correct each gradient by lambda * g * g * (the parameters now - those the worker pulled), keeping every worker's last pull (a copy of the shard per worker); 0 corrects nothing"},
+      {"delay-compensation-adaptive", false, true, "--delay-compensation: lambda / sqrt(a running mean square of the gradient), per element (DC-ASGD-a)"},
   };
   // clang-format on
 }

@@ -16,6 +16,7 @@ Status PsJob::Build() {
   compress_ = codecs_.on();
   compress_pull_ = compress_ && t.compress_pull();
   rounds_ = t.sync_every();
+  compensates_ = t.has_delay_compensation() && j_.plan.mode != config::BSP;
   // As PsTrainer decides per worker: a straggling worker runs without overlap, the others with
   // it where the run allows it (rounds: never).
   const bool overlap = t.overlap() && !compress_ && (t.model() == "mlp" || t.model() == "softmax") &&
@@ -141,7 +142,7 @@ void PsJob::ShardPull(const Piece& p, int w, int64_t c, bool delta, bool eval) {
     const int64_t version = s.version;
     const int64_t staleness = s.cc.ClockStaleness(c);
     uint64_t values = 4 * static_cast<uint64_t>(p.seg.size());
-    double encode_us = 0;
+    double encode_us = compensates_ ? j_.s.apply_ns_per_byte * static_cast<double>(values) / 1e3 : 0;
     if (delta) {
       const CodecCost cost = *codecs_.Cost(static_cast<size_t>(p.seg.size()));
       values = cost.payload;
@@ -339,6 +340,7 @@ void PsJob::ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool co
   const int parts = workers_[static_cast<size_t>(w)].layout->parts_per_shard[static_cast<size_t>(p.shard)];
   double us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(p.seg.size()) / 1e3;
   if (compressed) us += codecs_.Cost(static_cast<size_t>(p.seg.size()))->decode_us;
+  if (compensates_) us += 2 * j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(p.seg.size()) / 1e3;
   j_.cpus->Run(ShardHost(p.shard), us, [this, &sh, p, w, c, version, parts] {
     if (++sh.parts_in[static_cast<size_t>(w)] < parts) return;
     sh.parts_in[static_cast<size_t>(w)] = 0;

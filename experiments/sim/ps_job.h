@@ -134,6 +134,9 @@ class PsJob {
   std::unique_ptr<Partitioner> part_;
   bool compress_ = false, compress_pull_ = false;
   int64_t rounds_ = 0;  // sync_every: steps a round (0: every step pushes and pulls)
+  // Delay compensation (ssp, asp): a shard copies what each pull read (a pass over its values)
+  // and corrects each push before applying it (two passes: the drift, then the correction).
+  bool compensates_ = false;
   Layout plain_, overlapped_;  // the workers point at these (stable: members, built once)
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<Worker> workers_;

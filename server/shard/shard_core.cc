@@ -101,6 +101,21 @@ Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank) {
   ASSIGN_OR_RETURN(std::unique_ptr<KvShard> shard, MakeShardForJob(job, num_servers, rank, rule_.aggregates()));
   if (apply_threads_ > 1 && !pool_) pool_ = std::make_unique<ParallelFor>(apply_threads_);
   shard->set_parallel(pool_.get());
+  dc_.reset();
+  if (job.has_delay_compensation()) {
+    if (!(std::isfinite(job.delay_compensation()) && job.delay_compensation() >= 0)) {
+      return InvalidArgumentError("INIT: delay compensation must be finite and >= 0");
+    }
+    for (const auto& t : job.tensors()) {
+      if (t.sparse()) return InvalidArgumentError("INIT: delay compensation applies to dense models");
+    }
+  }
+  if (job.has_delay_compensation() && !rule_.aggregates()) {
+    DelayCompensationOptions o;
+    o.lambda = job.delay_compensation();
+    o.adaptive = job.delay_compensation_adaptive();
+    dc_ = std::make_unique<DelayCompensation>(o, shard->range(), job.num_workers());
+  }
   shard_ = std::move(shard);
   job_ = job;
   round_.clear();
@@ -125,6 +140,7 @@ wire::ShardCheckpoint ShardCore::Snapshot(const ShardIdentity& id) const {
 
 void ShardCore::Reset() {
   shard_.reset();
+  dc_.reset();
   round_.clear();
   assembler_ = PushAssembler();
   parked_.clear();
@@ -217,8 +233,25 @@ std::vector<ShardCore::Due> ShardCore::TakeDue() {
   return out;
 }
 
+void ShardCore::Compensate(int worker, HeldPush* push) {
+  TraceSpan span("delay compensation", "server", {{"worker", static_cast<double>(worker)}});
+  bool known = true;
+  for (PushChunk& c : push->chunks) {
+    PushChunk out;
+    out.segments = std::move(c.segments);
+    out.absent = std::move(c.absent);
+    size_t n = 0;
+    for (const Segment& s : out.segments) n += static_cast<size_t>(s.size());
+    out.owned.resize(n);
+    known = dc_->Correct(worker, out.segments, c.values(), shard_->params(), out.owned.data());
+    c = std::move(out);  // the values as they came are let go
+  }
+  dc_->Counted(known);
+}
+
 void ShardCore::Take(int worker, HeldPush push, float scale) {
   assembler_.Forget(worker);  // `push` may have been gathered there: it is ours now
+  if (dc_ && !rule_.aggregates()) Compensate(worker, &push);
   if (events_) events_->Pushed(*this, worker, push, scale);
   if (rule_.aggregates()) {
     // Held until the round completes, without copying the values where they came.

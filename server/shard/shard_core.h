@@ -30,6 +30,7 @@
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
 #include "gradsync.pb.h"
+#include "server/shard/delay_compensation.h"
 #include "server/shard/kv_shard.h"
 #include "server/shard/push_assembler.h"
 #include "server/shard/state_sets.h"
@@ -101,6 +102,14 @@ class ShardCore {
   // A worker set the optimizer state (KvShard::SetOptimizerState), announced once set.
   Status SetOptimizerState(int worker, std::span<const float> state, int64_t steps, std::span<const int64_t> skipped);
 
+  // Worker w's pull of `segments` was answered from the parameters as they are now: with delay
+  // compensation (ssp, asp) what it read is kept for its next push's correction.
+  void Pulled(int worker, std::span<const Segment> segments) {
+    if (dc_) dc_->Pulled(worker, segments, shard_->params());
+  }
+  // Delay-compensated ASGD (the job's delay_compensation, ssp and asp), or null.
+  const DelayCompensation* delay_compensation() const { return dc_.get(); }
+
   // A push (or one part of an overlapped push) whose values the caller has read and checked
   // (ranges, keys, decoding): checked against the shard's version (kAborted for a future one) and
   // the rule, and gathered with its earlier parts (PushAssembler). Returns the whole push once
@@ -119,7 +128,9 @@ class ShardCore {
   float Scale(int64_t lag) const;
 
   // A push the rule has counted (Accept), announced first. Aggregating modes: held for its round. Otherwise applied now at
-  // `scale` (the staleness-aware factor) and its values let go.
+  // `scale` (the staleness-aware factor) and its values let go; with delay compensation its
+  // values are corrected first (into chunks of their own), and the announcement carries them
+  // corrected, so that a backup applies what this core applied.
   void Take(int worker, HeldPush push, float scale);
   // One chunk of a push, as a backup's log carries them: held (aggregating; the push's chunks
   // gather in order, `lr` the push's rate) or applied now (`counts`: its last chunk).
@@ -166,6 +177,8 @@ class ShardCore {
 
  private:
   void ApplyChunk(const PushChunk& c, float scale, bool counts, float lr);
+  // Delay compensation: each chunk of worker w's push replaced by its corrected values.
+  void Compensate(int worker, HeldPush* push);
   PushAssembler assembler_;
   HeldPush whole_;  // Accept's push in one message, until it is taken
   std::deque<Parked> parked_;
@@ -176,6 +189,7 @@ class ShardCore {
   StateSets state_sets_;
   wire::JobConfig job_;
   std::unique_ptr<KvShard> shard_;
+  std::unique_ptr<DelayCompensation> dc_;  // soft state: made afresh by Build (and so Restore)
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
   double round_open_us_ = -1;      // traces: when the open round's first push was held (-1: none)
   int last_counted_ = -1;

@@ -78,7 +78,8 @@ TEST(TrainConfigTest, DefaultsAreValid) {
                          "optimizer: \"lars\"", "mode: ALLREDUCE optimizer: \"lars\" momentum: 0 trust_coefficient: 0.02 weight_decay: 1e-4",
                          "optimizer: \"lamb\"", "mode: SSP optimizer: \"lamb\" momentum: 0 adam_beta2: 0.99 adam_eps: 1e-6 weight_decay: 0.01",
                          "mode: BSP device: \"cuda\" optimizer: \"lars\"", "mode: ASP sync_every: 4",
-                         "mode: ALLREDUCE sync_every: 16 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true optimizer: \"adam\" momentum: 0"}) {
+                         "mode: ALLREDUCE sync_every: 16 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true optimizer: \"adam\" momentum: 0",
+                         "mode: ASP delay_compensation: 0.5", "mode: SSP delay_compensation: 0 delay_compensation_adaptive: true"}) {
     EXPECT_TRUE(Validate(Config(ok)).empty()) << ok << ": " << JoinErrors(Validate(Config(ok)));
   }
 }
@@ -200,6 +201,10 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"OuterMomentumOne", "mode: BSP sync_every: 4 outer_momentum: 1", "outer_momentum", "--outer-momentum must be in [0, 1), not 1", "outer_momentum must be in"},
         Contradiction{"OuterNesterovWithoutMomentum", "mode: BSP sync_every: 4 outer_nesterov: true", "outer_nesterov", "--outer-nesterov needs --outer-momentum > 0", "outer_nesterov needs outer_momentum > 0"},
         Contradiction{"RoundsSparse", "mode: BSP sync_every: 4 model: \"sparse_logreg\"", "sync_every", "--sync-every applies to the dense models", "sync_every applies to the dense models"},
+        Contradiction{"CompensationInBsp", "mode: BSP delay_compensation: 0.5", "delay_compensation", "--delay-compensation applies to --mode=ssp|asp", "delay_compensation applies to mode SSP|ASP"},
+        Contradiction{"NegativeCompensation", "mode: ASP delay_compensation: -1", "delay_compensation", "--delay-compensation must be >= 0, not -1", "delay_compensation must be >= 0"},
+        Contradiction{"AdaptiveAlone", "mode: ASP delay_compensation_adaptive: true", "delay_compensation_adaptive", "--delay-compensation-adaptive needs --delay-compensation", "delay_compensation_adaptive needs delay_compensation"},
+        Contradiction{"CompensationCompressedPull", "mode: ASP delay_compensation: 0.5 compress: \"topk:0.1\" compress_pull: true", "compress_pull", "--compress-pull does not combine with --delay-compensation", "compress_pull does not combine with delay_compensation"},
         Contradiction{"RoundsCompressedPull", "mode: BSP sync_every: 4 compress: \"topk:0.1\" compress_pull: true", "compress_pull", "--compress-pull does not combine with --sync-every", "compress_pull does not combine with sync_every"}),
     [](const ::testing::TestParamInfo<Contradiction>& p) { return p.param.name; });
 

@@ -226,6 +226,8 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.correction_momentum = o.correction_momentum;
       pto.compress_pull = o.compress_pull;
       pto.staleness_aware_lr = o.staleness_aware_lr;
+      pto.delay_compensation = o.delay_compensation;
+      pto.delay_compensation_adaptive = o.delay_compensation_adaptive;
       pto.overlap = o.overlap;
       pto.push_part_floats = o.push_part_floats;
       pto.shm = o.shm;
@@ -284,6 +286,10 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
     result.params.insert(result.params.end(), p.begin(), p.end());
     result.pulls.push_back(s->pull_log());
     result.server_stats.push_back(s->stats());
+    if (const DelayCompensation* dc = s->delay_compensation()) {
+      result.compensated_pushes.push_back(dc->corrected());
+      result.uncompensated_pushes.push_back(dc->uncorrected());
+    }
   }
   if (auth) result.auth_refused = auth->refused();
   return result;

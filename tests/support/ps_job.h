@@ -39,6 +39,8 @@ struct PsJobOptions {
   float correction_momentum = 0;  // DGC on the workers
   bool compress_pull = false;
   bool staleness_aware_lr = false;
+  float delay_compensation = NAN;  // PsTrainOptions' (NaN: off)
+  bool delay_compensation_adaptive = false;
   bool overlap = false;                    // PsTrainOptions::overlap
   // Each step's own rate, pushed with its gradient (PsTrainOptions::step_lr); empty: none.
   std::function<float(int64_t step)> step_lr;
@@ -61,6 +63,7 @@ struct PsJobResult {
   std::vector<float> params;           // all shards' parameters, concatenated
   std::vector<std::vector<PullRecord>> pulls;  // per server
   std::vector<ServerStats> server_stats;
+  std::vector<int64_t> compensated_pushes, uncompensated_pushes;  // per server (delay compensation)
   double kill_to_failure_s = -1;  // from the kill to the first worker failure
   int64_t auth_refused = 0;       // CURVE handshakes refused (security set)
 };

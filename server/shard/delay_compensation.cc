@@ -1,0 +1,65 @@
+#include "server/shard/delay_compensation.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gradsync {
+
+DelayCompensation::DelayCompensation(const DelayCompensationOptions& options, Segment range, int num_workers)
+    : options_(options), range_(range), pulled_(static_cast<size_t>(std::max(0, num_workers))) {
+  if (options_.adaptive) mean_square_.assign(static_cast<size_t>(range_.size()), 0.0f);
+}
+
+void DelayCompensation::Pulled(int worker, std::span<const Segment> segments, std::span<const float> params) {
+  if (worker < 0 || static_cast<size_t>(worker) >= pulled_.size()) return;
+  std::vector<float>& mine = pulled_[static_cast<size_t>(worker)];
+  // A worker's first pull reads every element it will push (a dense model's whole range).
+  if (mine.empty()) mine.assign(params.begin(), params.end());
+  for (const Segment& s : segments) {
+    const int64_t local = s.begin - range_.begin;
+    std::copy_n(params.begin() + local, s.size(), mine.begin() + local);
+  }
+}
+
+bool DelayCompensation::Correct(int worker, std::span<const Segment> segments, const float* values,
+                                std::span<const float> params, float* out) {
+  const bool known = worker >= 0 && static_cast<size_t>(worker) < pulled_.size() && !pulled_[static_cast<size_t>(worker)].empty();
+  size_t k = 0;
+  if (!known) {
+    for (const Segment& s : segments) k += static_cast<size_t>(s.size());
+    std::copy_n(values, k, out);
+    return false;
+  }
+  const std::vector<float>& bak = pulled_[static_cast<size_t>(worker)];
+  const float m = options_.mean_square_decay;
+  for (const Segment& s : segments) {
+    const int64_t local = s.begin - range_.begin;
+    const float* now = params.data() + local;
+    const float* was = bak.data() + local;
+    const int64_t n = s.size();
+    if (!options_.adaptive) {
+      const float lambda = options_.lambda;
+      for (int64_t i = 0; i < n; ++i, ++k) {
+        const float g = values[k];
+        out[k] = g + lambda * g * g * (now[i] - was[i]);
+      }
+      continue;
+    }
+    float* ms = mean_square_.data() + local;
+    for (int64_t i = 0; i < n; ++i, ++k) {
+      const float g = values[k];
+      ms[i] = m * ms[i] + (1 - m) * g * g;
+      const float lambda = options_.lambda / std::sqrt(ms[i] + options_.epsilon);
+      out[k] = g + lambda * g * g * (now[i] - was[i]);
+    }
+  }
+  return true;
+}
+
+uint64_t DelayCompensation::bytes() const {
+  uint64_t floats = mean_square_.size();
+  for (const auto& p : pulled_) floats += p.size();
+  return floats * sizeof(float);
+}
+
+}  // namespace gradsync
