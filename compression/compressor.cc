@@ -48,6 +48,9 @@ Result<std::unique_ptr<Compressor>> CreateCompressor(const std::string& spec, ui
     case CodecSpec::Kind::kQsgd: return MakeQsgd(static_cast<int>(codec.param), seed);
     case CodecSpec::Kind::kTopK: return MakeTopK(codec.param);
     case CodecSpec::Kind::kRandomK: return MakeRandomK(codec.param, seed, unbiased_randomk);
+    case CodecSpec::Kind::kPowerSgd:
+      return InvalidArgumentError("powersgd:R is not a payload codec: it compresses whole matrices into factors that "
+                                  "two all-reduces average (compression/powersgd.h; mode allreduce)");
   }
   return InternalError("unhandled codec '" + spec + "'");
 }

@@ -26,17 +26,8 @@ AllreduceSync::AllreduceSync(const AllreduceTrainOptions& options, Model* model,
 Status AllreduceSync::AverageGradients() {
   const auto& layout = model_->layout();
   merged_.resize(layout.size());
-  const size_t bucket = std::max<size_t>(1, options_.bucket_bytes / sizeof(float));
-  // Dense tensors: contiguous runs of the flat buffer, averaged bucket by bucket.
-  size_t bucket_index = 0;
-  for (const Segment& run : dense_runs_) {
-    const size_t begin = static_cast<size_t>(run.begin), end = static_cast<size_t>(run.end);
-    for (size_t b = begin; b < end; b += bucket, ++bucket_index) {
-      FloatSpan g = model_->grads().subspan(b, std::min(bucket, end - b));
-      TraceSpan span("all-reduce bucket", "comm", {{"floats", static_cast<double>(g.size())}});
-      RETURN_IF_ERROR(averager_->Average(g, bucket_index, static_cast<uint64_t>(step_)));
-    }
-  }
+  // Dense tensors: bucket by bucket, or PowerSGD's factors (DenseAverager).
+  RETURN_IF_ERROR(averager_->Average(model_->grads(), static_cast<uint64_t>(step_)));
   // Sparse tensors: indices differ per rank, so (key, value) pairs are all-gathered.
   const float inv_n = 1.0f / static_cast<float>(collective_->size());
   for (size_t t = 0; t < layout.size(); ++t) {
@@ -169,9 +160,11 @@ Status AllreduceSync::CreateAveragers() {
   // The CPU gradient travels as the named codec, else in the precision's 16 bits (on the device
   // NCCL moves the 16-bit gradient: FinishStep).
   const std::string codec = options_.compression.empty() && !device ? PrecisionCodec(o.precision) : options_.compression;
-  ASSIGN_OR_RETURN(averager_, BucketAverager::Create(collective_, codec, o.seed, options_.error_feedback,
-                                                     options_.correction_momentum));
-  averager_->set_allow_overflow(scaling_->active());
+  ASSIGN_OR_RETURN(averager_, MakeDenseAverager(collective_, model_->layout(),
+                                                {.codec = codec, .seed = o.seed, .error_feedback = options_.error_feedback,
+                                                 .correction_momentum = options_.correction_momentum,
+                                                 .bucket_bytes = options_.bucket_bytes,
+                                                 .allow_overflow = scaling_->active()}));
   if (averager_->compressed()) {
     for (const auto& t : model_->layout()) {
       if (t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");

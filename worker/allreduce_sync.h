@@ -24,6 +24,7 @@
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/bucket_average.h"
+#include "worker/dense_averager.h"
 #include "worker/gradient_sync.h"
 #include "worker/local_trainer.h"
 #include "worker/loss_scaling.h"
@@ -140,7 +141,7 @@ class AllreduceSync final : public GradientSync {
   std::vector<std::vector<std::byte>> gathered_;  // sparse tensors' (key, value) pairs
   std::vector<Segment> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
   std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
-  std::unique_ptr<BucketAverager> averager_;  // the dense buckets, plain or compressed
+  std::unique_ptr<DenseAverager> averager_;  // the dense gradient: buckets, plain or compressed, or PowerSGD
   std::optional<LossScaling> scaling_;         // --precision (fp16: dynamic loss scaling)
   int64_t step_ = 0;
   float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's

@@ -178,6 +178,14 @@ Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
     out.param = v;
     return out;
   }
+  if (name == "powersgd") {
+    if (!number(&v) || v != std::floor(v) || v < 1 || v > 1024) {
+      return InvalidArgumentError("powersgd needs an integer rank in [1, 1024], e.g. powersgd:4; got '" + spec + "'");
+    }
+    out.kind = CodecSpec::Kind::kPowerSgd;
+    out.param = v;
+    return out;
+  }
   if (name == "topk" || name == "randomk") {
     if (!number(&v) || v <= 0 || v > 1) {
       return InvalidArgumentError(name + " needs a ratio in (0, 1], e.g. " + name + ":0.01; got '" + spec + "'");
@@ -186,7 +194,8 @@ Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
     out.param = v;
     return out;
   }
-  return InvalidArgumentError("unknown compression '" + spec + "' (expected none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO)");
+  return InvalidArgumentError("unknown compression '" + spec +
+                              "' (expected none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO|powersgd:RANK)");
 }
 
 Result<StragglerSpec> ParseStraggler(const std::string& spec) {
@@ -305,6 +314,13 @@ void CheckCompression(const TrainConfig& c, const Traits& t, Checker& k) {
       if (!has_codec) k.Add("compress_pull", "{compress_pull} needs a {compress} codec");
       if (t.allreduce) k.Add("compress_pull", "{compress_pull} applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
     }
+    if (codec->low_rank() && t.ps) {
+      // The second factor needs every worker's first averaged: a bsp round in two phases on the
+      // shards, which ssp and asp do not have, and the shards cut matrices by range.
+      k.Add("compress", "{compress=" + c.compress() +
+                            "} applies to {mode=allreduce} (its second factor needs the average of every worker's first)");
+    }
+    if (codec->low_rank() && t.cuda) k.Add("compress", "{compress=" + c.compress() + "} runs on {device=cpu} only");
     if (c.momentum_correction()) {
       if (!codec->sparse()) k.Add("momentum_correction", "{momentum_correction} needs {compress=topk:R} or randomk:R");
       if (c.error_feedback()) {

@@ -34,12 +34,16 @@ std::string EffectiveDataset(const config::TrainConfig& c);
 // models averaged), else "DiLoCo lr=R momentum=M[ nesterov]".
 std::string OuterName(const config::TrainConfig& c);
 
-// ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO. ----
+// ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO |
+// powersgd:RANK. ----
 struct CodecSpec {
-  enum class Kind { kNone, kFp16, kBf16, kInt8, kSign, kQsgd, kTopK, kRandomK };
+  enum class Kind { kNone, kFp16, kBf16, kInt8, kSign, kQsgd, kTopK, kRandomK, kPowerSgd };
   Kind kind = Kind::kNone;
-  double param = 0;  // qsgd levels, top-k / random-k ratio
+  double param = 0;  // qsgd levels, top-k / random-k ratio, PowerSGD's rank
   bool sparse() const { return kind == Kind::kTopK || kind == Kind::kRandomK; }
+  // PowerSGD: not a payload codec (compression/compressor.h) but low-rank factors of each
+  // matrix, averaged in two all-reduces (compression/powersgd.h): all-reduce only.
+  bool low_rank() const { return kind == Kind::kPowerSgd; }
 };
 Result<CodecSpec> ParseCodecSpec(const std::string& spec);
 

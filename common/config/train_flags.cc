@@ -87,7 +87,7 @@ std::vector<WorkerFlag> CommunicationFlags() {
   // clang-format off
   return {
       // Compression.
-      {"compress", false, false, "gradient codec: none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO"},
+      {"compress", false, false, "gradient codec: none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO|powersgd:RANK (powersgd: allreduce; each matrix as rank-RANK factors, averaged in two all-reduces, warm-started; with --error-feedback its residual)"},
       {"error-feedback", false, true, "keep the compression residual and add it to the next gradient"},
       {"compress-pull", false, true, "PS modes: servers reply to pulls with the --compress'ed parameter delta since the worker's last pull (the residual stays on the server)"},
       {"momentum-correction", false, true, "DGC momentum correction with --momentum on the workers (top-k/random-k); the update itself is then plain SGD"},

@@ -205,6 +205,11 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   }
   if (t.precision() != "fp32")
     return InvalidArgumentError("precision '" + t.precision() + "': the simulation has fp32 only");
+  if (t.compress().rfind("powersgd", 0) == 0) {
+    return InvalidArgumentError("compress '" + t.compress() +
+                                "': PowerSGD is not simulated yet (its factors need the tensors' shapes, which the "
+                                "simulation does not have)");
+  }
   return s;
 }
 

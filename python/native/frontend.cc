@@ -254,18 +254,54 @@ void FrontendJob::Finished(const Status& status) {
 }
 
 FrontendBucketReducer::FrontendBucketReducer(FrontendJob* job, const std::string& codec, bool error_feedback)
-    : job_(job) {
+    : job_(job), codec_(codec), error_feedback_(error_feedback) {
   if (!job->link().ring) {
     throw StatusError(InvalidArgumentError("the all-reduce hook needs mode allreduce (this job's mode is " +
                                            ModeName(job->mode()) + ")"));
   }
+  if (!codec.empty() && codec != "none") {
+    auto spec = ParseCodecSpec(codec);
+    ThrowIfError(spec.status());
+    low_rank_ = spec->low_rank();
+  }
+  if (low_rank_) return;  // per bucket, once its shapes are known
   auto a = BucketAverager::Create(job->link().ring.get(), codec, job->train().seed(), error_feedback);
   ThrowIfError(a.status());
   averager_ = std::move(a).value();
 }
 
-void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint64_t step) {
-  ThrowIfError(averager_->Average(bucket, bucket_index, step).WithContext("bucket " + std::to_string(bucket_index)));
+void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint64_t step,
+                                    const std::vector<std::vector<int64_t>>& shapes) {
+  const std::string where = "bucket " + std::to_string(bucket_index);
+  if (!low_rank_) {
+    ThrowIfError(averager_->Average(bucket, bucket_index, step).WithContext(where));
+    return;
+  }
+  auto& [made_for, averager] = low_rank_averagers_[bucket_index];
+  if (!averager || made_for != shapes) {
+    // The bucket's tensors laid out in its buffer, in order (a new layout: a new residual and Q).
+    std::vector<TensorInfo> layout;
+    int64_t offset = 0;
+    for (const auto& shape : shapes) {
+      int64_t size = 1;
+      for (const int64_t d : shape) {
+        if (d < 1) ThrowIfError(InvalidArgumentError(where + ": a tensor of shape with a dimension < 1"));
+        size *= d;
+      }
+      layout.push_back({"t" + std::to_string(layout.size()), shape, offset, size, false});
+      offset += size;
+    }
+    if (offset != static_cast<int64_t>(bucket.size())) {
+      ThrowIfError(InvalidArgumentError(where + ": its tensors hold " + std::to_string(offset) + " floats, its buffer " +
+                                        std::to_string(bucket.size()) + " (PowerSGD needs the bucket's tensor shapes)"));
+    }
+    auto made = MakeDenseAverager(job_->link().ring.get(), layout,
+                                  {.codec = codec_, .seed = job_->train().seed(), .error_feedback = error_feedback_});
+    ThrowIfError(made.status());
+    averager = std::move(made).value();
+    made_for = shapes;
+  }
+  ThrowIfError(averager->Average(bucket, step).WithContext(where));
 }
 
 SyncTraffic FrontendBucketReducer::traffic() const {

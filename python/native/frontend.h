@@ -30,6 +30,7 @@
 #include "models/external_model.h"
 #include "models/model.h"
 #include "worker/bucket_average.h"
+#include "worker/dense_averager.h"
 #include "worker/gradient_sync.h"
 #include "worker/job_link.h"
 #include "worker/ps_client.h"
@@ -105,17 +106,25 @@ class FrontendJob {
   int64_t aligns_ = 0;   // AlignGathers' calls
 };
 
-// Averages buckets of gradient over the job's ring, plain or compressed (BucketAverager): the
-// DDP communication hook's native side. All-reduce mode only.
+// Averages buckets of gradient over the job's ring, plain or compressed (BucketAverager), or
+// with PowerSGD's factors per tensor of the bucket (a DenseAverager per bucket index, over the
+// shapes DDP's bucket declares): the DDP communication hook's native side. All-reduce mode only.
 class FrontendBucketReducer {
  public:
   FrontendBucketReducer(FrontendJob* job, const std::string& codec, bool error_feedback);
-  void Average(FloatSpan bucket, size_t bucket_index, uint64_t step);
+  // `shapes`: the bucket's tensors, in order (PowerSGD needs them; the payload codecs ignore them).
+  void Average(FloatSpan bucket, size_t bucket_index, uint64_t step, const std::vector<std::vector<int64_t>>& shapes = {});
+  bool low_rank() const { return low_rank_; }
   SyncTraffic traffic() const;
 
  private:
   FrontendJob* job_;
+  std::string codec_;
+  bool error_feedback_ = false;
+  bool low_rank_ = false;
   std::unique_ptr<BucketAverager> averager_;
+  // PowerSGD: per bucket index, its averager and the shapes it was made for.
+  std::map<size_t, std::pair<std::vector<std::vector<int64_t>>, std::unique_ptr<DenseAverager>>> low_rank_averagers_;
 };
 
 struct TensorSpec {

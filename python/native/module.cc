@@ -387,14 +387,18 @@ void BindBucketReducer(py::module_& m) {
            py::arg("error_feedback") = false, py::keep_alive<1, 2>())
       .def(
           "average",
-          [](FrontendBucketReducer& r, py::array_t<float, py::array::c_style> bucket, size_t index, uint64_t step) {
+          [](FrontendBucketReducer& r, py::array_t<float, py::array::c_style> bucket, size_t index, uint64_t step,
+             const std::vector<std::vector<int64_t>>& shapes) {
             py::buffer_info info = bucket.request(/*writable=*/true);
             FloatSpan span(static_cast<float*>(info.ptr), static_cast<size_t>(info.size));
             py::gil_scoped_release release;
-            r.Average(span, index, step);
+            r.Average(span, index, step, shapes);
           },
           py::arg("bucket").noconvert(), py::arg("index"), py::arg("step"),
-          "Averages a float32 buffer over the ring in place (its own encoder per bucket index).")
+          py::arg("shapes") = std::vector<std::vector<int64_t>>{},
+          "Averages a float32 buffer over the ring in place (its own encoder per bucket index); PowerSGD needs "
+          "`shapes`, the bucket's tensors' shapes in order.")
+      .def_property_readonly("low_rank", &FrontendBucketReducer::low_rank)
       .def("traffic", [](const FrontendBucketReducer& r) {
         const SyncTraffic t = r.traffic();
         return py::make_tuple(t.bytes_sent, t.bytes_received);

@@ -62,3 +62,14 @@ def test_the_formula_is_not_the_raw_size():
     assert _native.encoded_bytes("none", n) == 4 * n
     assert _native.encoded_bytes("fp16", n) < 0.51 * 4 * n
     assert _native.encoded_bytes("topk:0.01", n) < 0.03 * 4 * n
+
+
+def test_powersgd_bytes_per_step_are_its_factors(tmp_path):
+    # DistributedOptimizer(compression="powersgd:4") in mode allreduce, 3 workers, the MLP
+    # 20-4096-4 (torch's weights [4096, 20] and [4, 4096]): two ring all-reduces a step, of
+    # P and the biases (4*4096 + 4096 + 4*4 + 4) and of Q (4*20 + 4*4096), each 2(n-1)/n of its
+    # floats and 2(n-1) step headers.
+    measured, _ = bytes_per_step(tmp_path, "allreduce", 3, "powersgd:4")
+    first, second = 4 * 4096 + 4096 + 4 * 4 + 4, 4 * 20 + 4 * 4096
+    expected = 2 * 2 / 3 * 4 * (first + second) + 2 * 2 * 2 * RING_STEP_HEADER
+    assert measured == pytest.approx(expected, rel=0.01)

@@ -201,6 +201,7 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"OuterMomentumOne", "mode: BSP sync_every: 4 outer_momentum: 1", "outer_momentum", "--outer-momentum must be in [0, 1), not 1", "outer_momentum must be in"},
         Contradiction{"OuterNesterovWithoutMomentum", "mode: BSP sync_every: 4 outer_nesterov: true", "outer_nesterov", "--outer-nesterov needs --outer-momentum > 0", "outer_nesterov needs outer_momentum > 0"},
         Contradiction{"RoundsSparse", "mode: BSP sync_every: 4 model: \"sparse_logreg\"", "sync_every", "--sync-every applies to the dense models", "sync_every applies to the dense models"},
+        Contradiction{"PowerSgdOverThePs", "mode: BSP compress: \"powersgd:4\"", "compress", "--compress=powersgd:4 applies to --mode=allreduce", "compress powersgd:4 applies to mode ALLREDUCE"},
         Contradiction{"CompensationInBsp", "mode: BSP delay_compensation: 0.5", "delay_compensation", "--delay-compensation applies to --mode=ssp|asp", "delay_compensation applies to mode SSP|ASP"},
         Contradiction{"NegativeCompensation", "mode: ASP delay_compensation: -1", "delay_compensation", "--delay-compensation must be >= 0, not -1", "delay_compensation must be >= 0"},
         Contradiction{"AdaptiveAlone", "mode: ASP delay_compensation_adaptive: true", "delay_compensation_adaptive", "--delay-compensation-adaptive needs --delay-compensation", "delay_compensation_adaptive needs delay_compensation"},
@@ -388,7 +389,11 @@ TEST(TrainConfigTest, CodecAndStragglerSyntax) {
   EXPECT_TRUE(ParseCodecSpec("topk:0.01")->sparse());
   EXPECT_FALSE(ParseCodecSpec("qsgd:16")->sparse());
   EXPECT_EQ(ParseCodecSpec("none")->kind, CodecSpec::Kind::kNone);
-  for (const char* bad : {"fp16:2", "qsgd:0", "topk:2", "randomk:", "gzip", ""}) EXPECT_FALSE(ParseCodecSpec(bad).ok()) << bad;
+  EXPECT_TRUE(ParseCodecSpec("powersgd:4")->low_rank());
+  EXPECT_EQ(ParseCodecSpec("powersgd:4")->param, 4);
+  for (const char* bad : {"fp16:2", "qsgd:0", "topk:2", "randomk:", "gzip", "", "powersgd:0", "powersgd:1.5", "powersgd"}) {
+    EXPECT_FALSE(ParseCodecSpec(bad).ok()) << bad;
+  }
   EXPECT_EQ(ParseStraggler("x:3")->kind, StragglerSpec::Kind::kMultiple);
   EXPECT_FALSE(ParseStraggler("x:0.5").ok());
 }

@@ -508,6 +508,9 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE allreduce_algo: "shm" } link { rate: "1gbit" } sim { compute_ms: 1 } })")
                 .find("needs shared memory"),
             std::string::npos);
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE compress: "powersgd:2" } sim { compute_ms: 1 } })")
+                .find("PowerSGD is not simulated"),
+            std::string::npos);
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 host_cores: 2 usable_cores: 3 } })")
                 .find("usable_cores"),
             std::string::npos);

@@ -39,10 +39,12 @@ class _AllreduceHook:
         step = self._steps.get(index, 0)
         self._steps[index] = step + 1
         future = torch.futures.Future()
+        # PowerSGD compresses each tensor of the bucket as a matrix: it needs their shapes.
+        shapes = [list(g.shape) for g in bucket.gradients()] if self._reducer.low_rank else []
 
         def run():
             try:
-                self._reducer.average(buffer.numpy(), index, step)
+                self._reducer.average(buffer.numpy(), index, step, shapes)
                 future.set_result(buffer)
             except Exception as e:  # noqa: BLE001 -- handed to DDP through the future
                 future.set_exception(e)
@@ -53,7 +55,9 @@ class _AllreduceHook:
 
 def allreduce_hook(compression=None, error_feedback=False):
     """A DDP communication hook (ddp.register_comm_hook(None, hook)) that averages each gradient
-    bucket over gradsync's ring, compressed with `compression` ("fp16", "topk:0.01", ...) if given.
+    bucket over gradsync's ring, compressed with `compression` ("fp16", "topk:0.01", ...) if given;
+    "powersgd:R" compresses each tensor of a bucket as a matrix at rank R (two all-reduces of its
+    factors, warm-started, error feedback with error_feedback=True), as torch's powerSGD_hook does.
     Needs gradsync.init() in mode allreduce. hook.traffic() gives the ring's (bytes sent,
     bytes received)."""
     impl = _AllreduceHook(compression, error_feedback)

@@ -1,0 +1,133 @@
+// PowerSGD's arithmetic (compression/powersgd.h) on one worker, where an average changes
+// nothing: full rank gives the gradient back, a rank-one gradient is exact at rank one, the
+// residual holds what the approximation left out, warm start converges on a fixed gradient, and
+// the floats exchanged are the formula's.
+#include "compression/powersgd.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/base/rng.h"
+
+namespace gradsync {
+namespace {
+
+// A weight of 6 x 5, a bias of 5, a 4 x 2 x 3 tensor (a 4 x 6 matrix), a bias of 3.
+std::vector<TensorInfo> Layout() {
+  std::vector<TensorInfo> l;
+  int64_t offset = 0;
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{6, 5}, {5}, {4, 2, 3}, {3}}) {
+    int64_t size = 1;
+    for (int64_t d : shape) size *= d;
+    l.push_back({"t" + std::to_string(l.size()), shape, offset, size, false});
+    offset += size;
+  }
+  return l;
+}
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.Uniform(-1.0f, 1.0f);
+  return v;
+}
+
+// One step on one worker (the averages are the identity): the gradient it gives back.
+std::vector<float> Step(PowerSgd& p, const std::vector<float>& g) {
+  std::vector<float> first(p.first_floats()), second(p.second_floats()), out(g.size());
+  p.First(g, first);
+  p.Second(first, second);
+  p.Finish(first, second, out);
+  return out;
+}
+
+double RelError(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(PowerSgdTest, TheFloatsExchangedAreTheFormulas) {
+  // Rank 2: 6x5 -> 2(6+5), bias 5, 4x6 -> 2(4+6), bias 3. Rank 9: each matrix at its smaller side.
+  PowerSgd r2(Layout(), 2, 1, true);
+  EXPECT_EQ(r2.first_floats(), 2u * 6 + 5 + 2 * 4 + 3);
+  EXPECT_EQ(r2.second_floats(), 2u * 5 + 2 * 6);
+  EXPECT_EQ(r2.PayloadFloats(), 22u + 5 + 20 + 3);
+  EXPECT_EQ(r2.dense_floats(), 30u + 5 + 24 + 3);
+  PowerSgd r9(Layout(), 9, 1, true);
+  EXPECT_EQ(r9.PayloadFloats(), 5u * 11 + 5 + 4 * 10 + 3);
+  EXPECT_EQ(PowerSgd::TensorPayloadFloats({784, 256}, 4), 4u * (784 + 256));
+  EXPECT_EQ(PowerSgd::TensorPayloadFloats({32, 1, 5, 5}, 4), 4u * (32 + 25));
+  EXPECT_EQ(PowerSgd::TensorPayloadFloats({10}, 4), 10u);
+}
+
+TEST(PowerSgdTest, FullRankGivesTheGradientBack) {
+  const std::vector<float> g = Random(62, 3);
+  PowerSgd p(Layout(), 6, 7, /*error_feedback=*/true);
+  const std::vector<float> out = Step(p, g);
+  EXPECT_LE(MaxRelativeDiff(out, g, 1e-3), 1e-5);
+  for (float e : p.residual()) EXPECT_LE(std::abs(e), 1e-5f);
+}
+
+TEST(PowerSgdTest, ARankOneGradientIsExactAtRankOneAndTheResidualHoldsWhatIsLeftOut) {
+  // Matrices u vᵀ: rank one.
+  std::vector<float> g = Random(62, 5);
+  const auto layout = Layout();
+  for (const TensorInfo& t : layout) {
+    if (t.shape.size() < 2) continue;
+    const int64_t n = t.shape[0], m = t.size / n;
+    const std::vector<float> u = Random(static_cast<size_t>(n), 11), v = Random(static_cast<size_t>(m), 13);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) g[static_cast<size_t>(t.offset + i * m + j)] = u[i] * v[j];
+  }
+  PowerSgd p(layout, 1, 7, true);
+  EXPECT_LE(MaxRelativeDiff(Step(p, g), g, 1e-3), 1e-5);
+  // A full-rank gradient at rank 1: what the approximation leaves out is the residual, and comes
+  // back with the next step's gradient.
+  const std::vector<float> h = Random(62, 17);
+  PowerSgd q(layout, 1, 7, true);
+  const std::vector<float> out = Step(q, h);
+  size_t k = 0;
+  for (const TensorInfo& t : layout) {
+    for (int64_t i = 0; i < t.size; ++i) {
+      const size_t at = static_cast<size_t>(t.offset + i);
+      if (t.shape.size() < 2) {
+        EXPECT_EQ(out[at], h[at]);  // biases travel whole
+        continue;
+      }
+      EXPECT_NEAR(out[at] + q.residual()[k++], h[at], 1e-6);
+    }
+  }
+  EXPECT_GT(RelError(out, h), 0.1);
+}
+
+TEST(PowerSgdTest, WarmStartConvergesOnAFixedGradient) {
+  // The same rank-two gradient step after step: each step is one more power iteration from the
+  // last Q, so rank 2 recovers it. Without error feedback the error falls to rounding.
+  std::vector<float> g(62, 0.0f);
+  const auto layout = Layout();
+  for (const TensorInfo& t : layout) {
+    const int64_t n = t.shape.size() < 2 ? t.size : t.shape[0], m = t.size / n;
+    const std::vector<float> u1 = Random(static_cast<size_t>(n), 21), v1 = Random(static_cast<size_t>(m), 23);
+    const std::vector<float> u2 = Random(static_cast<size_t>(n), 25), v2 = Random(static_cast<size_t>(m), 27);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) g[static_cast<size_t>(t.offset + i * m + j)] = 3 * u1[i] * v1[j] + 0.5f * u2[i] * v2[j];
+  }
+  PowerSgd p(layout, 2, 9, false);
+  double first = 0, last = 0;
+  for (int s = 0; s < 8; ++s) {
+    const double e = RelError(Step(p, g), g);
+    if (s == 0) first = e;
+    last = e;
+  }
+  EXPECT_LE(last, 1e-4);
+  EXPECT_LE(last, first);
+}
+
+}  // namespace
+}  // namespace gradsync
