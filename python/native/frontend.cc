@@ -384,6 +384,7 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   const config::TrainConfig& c = job->train();
   JobLink& link = job->link();
   LocalTrainOptions train = WrappedTrainOptions(c, optimizer);
+  straggler_ = Straggler(*ParseStraggler(c.straggle()), c.straggle_seed());  // Validate() checked it
   std::string compress = compression.empty() ? c.compress() : compression;
   if (compress == "none") compress.clear();
   // --precision=bf16|fp16: the gradient travels in those 16 bits unless a codec is named.
@@ -461,6 +462,12 @@ void FrontendSync::BuildPeriodic(const LocalTrainOptions& train, const std::stri
       });
   sync_every_ = c.sync_every();
   kind_ = ps ? "rounds-ps" : "rounds-allreduce";
+}
+
+double FrontendSync::Straggle(double compute_ms) {
+  if (!straggler_.active()) return 0;
+  TraceSpan span("straggler delay", "compute");
+  return straggler_.Sleep(compute_ms);
 }
 
 FrontendSync::~FrontendSync() {

@@ -194,6 +194,10 @@ class FrontendSync {
   // ended or left); all-reduce and local: the same as without (the Python side handles join).
   void EndTraining(bool evaluate, bool join = false);
   SyncTraffic traffic() const;
+  // The job's injected delay (--straggle, --straggle-seed: GRADSYNC_STRAGGLE from a spec's
+  // straggler), slept after a step's computation of compute_ms as gradsync-worker sleeps it (the
+  // same draws); returns the milliseconds slept (0 without one).
+  double Straggle(double compute_ms);
   // PS modes: the replies to this worker's pushes and pulls, as its summary counts them.
   PsClient::ReplyCounts reply_counts() const { return client_ ? client_->reply_counts() : PsClient::ReplyCounts{}; }
 
@@ -227,6 +231,7 @@ class FrontendSync {
   double compute_begin_us_ = -1;  // traces: when BeginStep returned (the user's compute began)
   std::string kind_ = "local";
   int64_t sync_every_ = 0;
+  Straggler straggler_;
 };
 
 }  // namespace gradsync::python

@@ -357,6 +357,8 @@ void BindSync(py::module_& m) {
       })
       .def_property_readonly("overlapped", &FrontendSync::overlapped)
       .def_property_readonly("sync_every", &FrontendSync::sync_every)
+      .def("straggle", &FrontendSync::Straggle, py::arg("compute_ms"), Release(),
+           "Sleeps the job's injected delay (--straggle) for a step that computed compute_ms; returns the ms slept")
       .def_property_readonly("kind", &FrontendSync::kind)
       .def("start", &FrontendSync::Start, py::arg("total_steps") = 0, py::arg("steps_per_epoch") = 1, Release())
       .def("begin_step", &FrontendSync::BeginStep, py::arg("step"), py::arg("evaluate") = false,

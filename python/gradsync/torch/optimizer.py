@@ -192,6 +192,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._gs_ps = shards_step
         self.last_stats = {}
         self._gs_total = int(total_steps or 0)
+        self._gs_delay_ms = None  # this step's injected delay, once slept
         self._gs_step = self._gs_sync.start(self._gs_total, int(steps_per_epoch or 1))
         self._gs_recorder = Recorder(job, int(self._gs_flat_params.numel()), steps_per_epoch)
         self._gs_hooks = []
@@ -327,6 +328,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return  # with rounds the gradient stays this worker's: nothing to average before the step
         if not self._gs_begun:
             self._gs_begin()
+        self._gs_straggle()
         self._gs_sync_started = time.perf_counter()
         self._gs_synced = self._gs_communicate()
 
@@ -405,6 +407,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._gs_begun and self._gs_synced is None:
             self._gs_begin()
         result = None
+        delay_ms = self._gs_straggle()
         if self._gs_rounds:
             # Local SGD / DiLoCo: the wrapped optimizer steps this worker's own model first (its time
             # counts in compute_ms, up to `started`); the step's exchange (the pseudo-gradient, when
@@ -431,13 +434,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             stats["loss_scale"], stats["skipped_steps"] = self.loss_scale_info
         if self._gs_rounds:
             self._gs_begin_round()
+        stats["delay_ms"] = delay_ms
         self.last_stats = stats
         value = None if loss is None else float(loss)
-        self._gs_recorder.step(self._gs_step, stats, compute_ms, value)
+        self._gs_recorder.step(self._gs_step, stats, max(0.0, compute_ms - delay_ms), value)
         self._gs_last_end = time.perf_counter()
         return loss if from_closure else result
 
+    def _gs_straggle(self):
+        # The job's injected delay (a spec's straggler: --straggle), once a step, after its
+        # computation and before its communication, as gradsync-worker sleeps it. Returns its ms.
+        if self._gs_delay_ms is None:
+            self._gs_delay_ms = self._gs_sync.straggle((time.perf_counter() - self._gs_last_end) * 1e3)
+        return self._gs_delay_ms
+
     def _gs_end_step(self):
+        self._gs_delay_ms = None
         self._gs_step += 1
         self._gs_counts = [0] * len(self._gs_params)
         self._gs_waited = [False] * len(self._gs_params)
