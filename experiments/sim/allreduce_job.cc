@@ -224,11 +224,12 @@ void AllreduceJob::BackwardTensor(int r, int i) {
       if (!EndsRound(rk.clock)) {
         rk.next_bucket = buckets_.size();  // nothing to reduce: the step's update alone (MaybeEndStep)
       } else {
-        // The worker's update and Δ = global - own, then the buckets of Δ.
+        // The worker's update (its optimizer's cost) and Δ = global - own, then the buckets of Δ.
         const double pass_us = j_.s.apply_ns_per_byte * 4 * static_cast<double>(j_.s.params) / 1e3;
-        local_update_ms = 2 * pass_us / 1e3;
+        const double update_us = j_.s.inner_optimizer_us + pass_us;
+        local_update_ms = update_us / 1e3;
         rk.busy = true;
-        j_.cpus->Run(r, 2 * pass_us, [this, r] {
+        j_.cpus->Run(r, update_us, [this, r] {
           ranks_[static_cast<size_t>(r)].busy = false;
           Pump(r);
         });
@@ -294,9 +295,11 @@ void AllreduceJob::MaybeEndStep(int r) {
   auto& rk = ranks_[static_cast<size_t>(r)];
   if (!rk.backward_done || rk.next_bucket < buckets_.size() || j_.engine.now() < backward_end_[r]) return;
   if (rk.busy) return;
-  // The optimizer, then the row.
+  // The optimizer, then the row (rounds: a step that ends none runs the worker's own, whose cost
+  // is its kind's; one that ends a round the outer SGD).
   const int64_t total = j_.s.params;
-  j_.cpus->Run(r, j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3, [this, r] {
+  const double pass_us = j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3;
+  j_.cpus->Run(r, rounds_ > 0 && !EndsRound(rk.clock) ? j_.s.inner_optimizer_us : pass_us, [this, r] {
     auto& q = ranks_[static_cast<size_t>(r)];
     auto& rec = j_.rec[static_cast<size_t>(r)];
     rec.comm_ms = q.comm_busy_us / 1e3;

@@ -288,9 +288,10 @@ void PsJob::PushEncoded(int w, int64_t c, size_t i) {
 void PsJob::FinishLocalStep(int w, int64_t c) {
   auto& wk = workers_[static_cast<size_t>(w)];
   const bool ends_round = EndsRound(wk.step);
-  // The worker's optimizer on its own model (LocalSync), and at a round's end Δ = global - own.
+  // The worker's optimizer on its own model (LocalSync: its own kind's cost), and at a round's
+  // end Δ = global - own.
   const double pass_us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(TotalFloats()) / 1e3;
-  const double us = pass_us * (ends_round ? 2 : 1);
+  const double us = j_.s.inner_optimizer_us + (ends_round ? pass_us : 0);
   j_.rec[static_cast<size_t>(w)].compute_ms += us / 1e3;
   j_.cpus->Run(WorkerHost(w), us, [this, w, c, ends_round] {
     if (ends_round) {

@@ -8,6 +8,7 @@
 #include "allreduce/plan/algorithm.h"
 #include "common/base/status.h"
 #include "experiments/sim/inputs.h"
+#include "experiments/sim/optimizer_cost.h"
 #include "experiments/sim/sim.h"
 #include "experiments/spec/link.h"
 #include "experiments/spec/spec.h"
@@ -199,6 +200,9 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   RETURN_IF_ERROR(ResolveModel(plan, &s));
   RETURN_IF_ERROR(ResolveAllReduce(plan, &s));
   if (sim.has_codec_from()) RETURN_IF_ERROR(CodecTimesFromTrace(sim.codec_from(), &s));
+  if (t.sync_every() > 0) {
+    ASSIGN_OR_RETURN(s.inner_optimizer_us, sim::InnerOptimizerUs(t, s.params));
+  }
   if (sim.has_accuracy_from()) {
     ASSIGN_OR_RETURN(s.accuracy, AccuracyCurve(sim.accuracy_from()));
     s.accuracy_source = sim.accuracy_from();
@@ -264,6 +268,10 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
   if (plan.run.has_link() && !plan.run.link().congestion_control().empty())
     o << ", TCP's congestion control (" << plan.run.link().congestion_control() << ") not modelled"
       << (s.flow_share_spread > 0 ? "" : ": flows share a link evenly");
+  if (plan.run.train().sync_every() > 0) {
+    o << ", rounds of " << plan.run.train().sync_every() << " steps (a worker's own update " << s.inner_optimizer_us
+      << " us, its optimizer timed here)";
+  }
   o << ", " << s.steps << " steps";
   if (!s.codec_source.empty()) o << ", codec encode"
                                  << (s.gather_decode_us_per_float >= 0 ? " and gather decode" : "") << " times from "

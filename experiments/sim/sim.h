@@ -78,6 +78,9 @@ struct SimSettings {
   // medians of a real run's spans; < 0: timed here.
   double encode_us_per_float = -1, pull_encode_us_per_float = -1, gather_decode_us_per_float = -1;
   std::string codec_source;
+  // Local SGD / DiLoCo: a worker's update of its own model, in microseconds (its optimizer's
+  // step over the model, timed here: InnerOptimizerUs).
+  double inner_optimizer_us = 0;
   std::vector<AccuracyPoint> accuracy;  // measured accuracy vs step (empty: none)
   std::string accuracy_source;
 };
