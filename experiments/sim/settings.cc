@@ -200,7 +200,10 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   RETURN_IF_ERROR(ResolveModel(plan, &s));
   RETURN_IF_ERROR(ResolveAllReduce(plan, &s));
   if (sim.has_codec_from()) RETURN_IF_ERROR(CodecTimesFromTrace(sim.codec_from(), &s));
-  if (t.sync_every() > 0) {
+  if (sim.has_inner_optimizer_us()) {
+    if (!(sim.inner_optimizer_us() >= 0)) return InvalidArgumentError("sim.inner_optimizer_us must be >= 0");
+    s.inner_optimizer_us = sim.inner_optimizer_us();
+  } else if (t.sync_every() > 0) {
     ASSIGN_OR_RETURN(s.inner_optimizer_us, sim::InnerOptimizerUs(t, s.params));
   }
   if (sim.has_accuracy_from()) {
