@@ -268,7 +268,8 @@ Status PeerMesh::Connect(int rank, const std::vector<std::string>& peers, double
   if (size_ < 1 || rank < 0 || rank >= size_) return InvalidArgumentError("rank " + std::to_string(rank) + " of " + std::to_string(size_));
   if (size_ == 1) return OkStatus();
   GroupHosts(peers);
-  Wiring w;
+  wiring_ = std::make_shared<Wiring>();
+  Wiring& w = *wiring_;
   w.right = (rank + 1) % size_;
   w.left = (rank - 1 + size_) % size_;
   w.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));

@@ -201,6 +201,11 @@ class PeerMesh {
   std::vector<std::weak_ptr<boost::asio::steady_timer>> retries_;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
+  // Connect's wiring (its deadline, failure, connections in flight). Handlers of a connection's
+  // handshake hold references into it and may still be queued when Connect returns on a
+  // failure (one whose socket was handed on while Fail aborted the others): it lives as long as
+  // the mesh, so that Abort's last poll (the destructor's) runs them against a live object.
+  std::shared_ptr<Wiring> wiring_;
 };
 
 }  // namespace gradsync
