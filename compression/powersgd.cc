@@ -83,15 +83,10 @@ PowerSgd::PowerSgd(const std::vector<TensorInfo>& layout, int rank, uint64_t see
   for (const Segment& s : whole_) first_floats_ += static_cast<size_t>(s.size());
   m_.assign(m_floats, 0.0f);
   if (error_feedback_) error_.assign(m_floats, 0.0f);
-  // The first Q: standard normal (Box-Muller), the same on every worker.
+  // The first Q: standard normal, the same on every worker.
   q_.resize(second_floats_);
   Rng rng(Rng::Derive(seed, 0x9053D));
-  for (size_t i = 0; i < q_.size(); i += 2) {
-    const double u1 = std::max(rng.UniformDouble(), 1e-300), u2 = rng.UniformDouble();
-    const double radius = std::sqrt(-2 * std::log(u1));
-    q_[i] = static_cast<float>(radius * std::cos(2 * M_PI * u2));
-    if (i + 1 < q_.size()) q_[i + 1] = static_cast<float>(radius * std::sin(2 * M_PI * u2));
-  }
+  for (float& q : q_) q = static_cast<float>(rng.Normal());
 }
 
 void PowerSgd::First(ConstFloatSpan grads, FloatSpan first) {

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "common/base/host_port.h"
@@ -170,19 +171,15 @@ Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
     return out;
   }
   double v = 0;
-  if (name == "qsgd") {
-    if (!number(&v) || v != std::floor(v) || v < 1 || v > 127) {
-      return InvalidArgumentError("qsgd needs an integer number of levels in [1, 127], e.g. qsgd:16; got '" + spec + "'");
+  // A codec whose parameter is an integer in [lo, hi] (what: its name in the message).
+  for (const auto& [n, kind, lo, hi, what] :
+       {std::tuple{"qsgd", CodecSpec::Kind::kQsgd, 1.0, 127.0, "an integer number of levels in [1, 127], e.g. qsgd:16"},
+        std::tuple{"powersgd", CodecSpec::Kind::kPowerSgd, 1.0, 1024.0, "an integer rank in [1, 1024], e.g. powersgd:4"}}) {
+    if (name != n) continue;
+    if (!number(&v) || v != std::floor(v) || v < lo || v > hi) {
+      return InvalidArgumentError(name + " needs " + what + "; got '" + spec + "'");
     }
-    out.kind = CodecSpec::Kind::kQsgd;
-    out.param = v;
-    return out;
-  }
-  if (name == "powersgd") {
-    if (!number(&v) || v != std::floor(v) || v < 1 || v > 1024) {
-      return InvalidArgumentError("powersgd needs an integer rank in [1, 1024], e.g. powersgd:4; got '" + spec + "'");
-    }
-    out.kind = CodecSpec::Kind::kPowerSgd;
+    out.kind = kind;
     out.param = v;
     return out;
   }

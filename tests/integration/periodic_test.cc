@@ -85,6 +85,15 @@ LocalTrainOptions RoundsTrain(int64_t every, int64_t steps) {
   return t;
 }
 
+// RoundsTrain with Adam inside at a constant rate of 0.005 (DiLoCo's inner optimizer).
+LocalTrainOptions AdamRoundsTrain(int64_t every, int64_t steps) {
+  LocalTrainOptions t = RoundsTrain(every, steps);
+  t.optimizer = OptimizerOptions();
+  t.optimizer.kind = OptimizerKind::kAdam;
+  t.lr = {LrSchedule::Kind::kConstant, 0.005f, 0, 0.0f};
+  return t;
+}
+
 ModelOptions Softmax() {
   ModelOptions mo = SmallMlp();
   mo.name = "softmax";
@@ -173,10 +182,7 @@ TEST(PeriodicTest, LocalSgdAveragesTheWorkersModelsEveryHSteps) {
 // DiLoCo: Adam inside, Nesterov outside (rate 0.7, momentum 0.9), H = 8.
 TEST(PeriodicTest, DiLoCoAppliesTheOuterNesterovStepToTheMeanPseudoGradient) {
   const Dataset data = SmallBlobs();
-  LocalTrainOptions t = RoundsTrain(8, 48);
-  t.optimizer = OptimizerOptions();
-  t.optimizer.kind = OptimizerKind::kAdam;
-  t.lr = {LrSchedule::Kind::kConstant, 0.005f, 0, 0.0f};
+  LocalTrainOptions t = AdamRoundsTrain(8, 48);
   t.periodic.outer_lr = 0.7f;
   t.periodic.outer.momentum = 0.9f;
   t.periodic.outer.nesterov = true;
@@ -199,10 +205,7 @@ TEST(PeriodicTest, DiLoCoAppliesTheOuterNesterovStepToTheMeanPseudoGradient) {
 // with Adam inside, so that the rounding of the two ways of averaging stays at its own size.
 TEST(PeriodicTest, DiLoCoWithOuterSgdAtRateOneIsTheModelsAverage) {
   const Dataset data = SmallBlobs();
-  LocalTrainOptions t = RoundsTrain(5, 30);
-  t.optimizer = OptimizerOptions();
-  t.optimizer.kind = OptimizerKind::kAdam;
-  t.lr = {LrSchedule::Kind::kConstant, 0.005f, 0, 0.0f};
+  const LocalTrainOptions t = AdamRoundsTrain(5, 30);
   auto ar = RunAllreduceJob(2, Softmax(), t, data, 100 * sizeof(float));
   ASSERT_TRUE(ar.ok()) << ar.status();
   // Two replicas, averaged every 5 steps.
