@@ -11,26 +11,49 @@ Status AllreduceJob::Build() {
   const auto& t = j_.plan.run.train();
   const int N = j_.plan.workers;
   rounds_ = t.sync_every();
-  overlap_ = t.overlap() && rounds_ == 0;  // the rounds' exchange is one all-reduce after the step
-  // Buckets in readiness order (the last tensor first): the first of first_bucket_mib, then bucket_mib.
-  std::vector<int64_t> rev(j_.s.tensors.rbegin(), j_.s.tensors.rend());
-  const double first = t.first_bucket_mib() * 1024 * 1024 / 4, rest = t.bucket_mib() * 1024 * 1024 / 4;
-  int64_t filled = 0;
-  buckets_.push_back({0, 0});
-  for (size_t i = 0; i < rev.size(); ++i) {
-    const double cap = buckets_.size() == 1 ? first : rest;
-    if (filled > 0 && static_cast<double>(filled + rev[i]) > cap) {
-      buckets_.push_back({0, 0});
-      filled = 0;
-    }
-    buckets_.back().floats += rev[i];
-    buckets_.back().last_tensor = static_cast<int>(i);  // ready once backward has produced tensor i (reverse order)
-    filled += rev[i];
-  }
   compress_ = codecs_.on();
-  summable_ = compress_ && codecs_.summable();
-  for (const auto& b : buckets_) {
-    if (compress_) RETURN_IF_ERROR(codecs_.Cost(static_cast<size_t>(b.floats)).status());
+  low_rank_ = compress_ && codecs_.low_rank();
+  summable_ = compress_ && !low_rank_ && codecs_.summable();
+  // As AllreduceSync (and the frontend) decide: a compressed gradient is averaged after backward,
+  // and the rounds' exchange is one all-reduce after the step.
+  overlap_ = t.overlap() && rounds_ == 0 && !compress_;
+  const int last = static_cast<int>(j_.s.tensors.size()) - 1;
+  if (low_rank_) {
+    // PowerSGD's LowRankAverager: First, the all-reduce of the P factors and the whole tensors,
+    // Second, the all-reduce of the Q factors, Finish.
+    ASSIGN_OR_RETURN(const LowRankCost c, codecs_.LowRank(j_.s.shapes));
+    buckets_.push_back({static_cast<int64_t>(c.first_floats), last, c.first_us, 0});
+    buckets_.push_back({static_cast<int64_t>(c.second_floats), last, c.second_us, c.finish_us});
+    if (buckets_.back().floats == 0) {  // no matrix: the whole tensors alone, in one all-reduce
+      buckets_.front().decode_us = c.finish_us;
+      buckets_.pop_back();
+    }
+  } else {
+    // Buckets in readiness order (the last tensor first): the first of first_bucket_mib, then bucket_mib.
+    std::vector<int64_t> rev(j_.s.tensors.rbegin(), j_.s.tensors.rend());
+    const double first = t.first_bucket_mib() * 1024 * 1024 / 4, rest = t.bucket_mib() * 1024 * 1024 / 4;
+    int64_t filled = 0;
+    buckets_.push_back({0, 0});
+    for (size_t i = 0; i < rev.size(); ++i) {
+      const double cap = buckets_.size() == 1 ? first : rest;
+      if (filled > 0 && static_cast<double>(filled + rev[i]) > cap) {
+        buckets_.push_back({0, 0});
+        filled = 0;
+      }
+      buckets_.back().floats += rev[i];
+      buckets_.back().last_tensor = static_cast<int>(i);  // ready once backward has produced tensor i (reverse order)
+      filled += rev[i];
+    }
+    for (auto& b : buckets_) {
+      if (!compress_) continue;
+      ASSIGN_OR_RETURN(const CodecCost c, codecs_.Cost(static_cast<size_t>(b.floats)));
+      b.encode_us = c.encode_us;
+      if (summable_) {
+        b.decode_us = c.decode_us;
+      } else {  // every rank's payload decoded and added
+        ASSIGN_OR_RETURN(b.decode_us, codecs_.GatherDecodeUs(static_cast<size_t>(b.floats), N, j_.s.apply_ns_per_byte));
+      }
+    }
   }
   layout_ = SimulatedAllReduceLayout(j_.plan, j_.s);
   ranks_.resize(static_cast<size_t>(N));
@@ -52,8 +75,8 @@ void AllreduceJob::Start() {
 AllreduceJob::Op AllreduceJob::BucketOp(int r, const Bucket& b) const {
   const int N = j_.plan.workers;
   Op op;
-  if (!compress_ || summable_) {
-    const CodecCost c = compress_ ? *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats)) : CodecCost{};
+  if (!compress_ || low_rank_ || summable_) {
+    const CodecCost c = summable_ ? *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats)) : CodecCost{};
     op.elem = summable_ ? const_cast<Codecs&>(codecs_).summed_element_bytes() : 4;
     const size_t count = summable_ ? c.payload / op.elem : static_cast<size_t>(b.floats);
     const AllReduceAlgo algo = ResolveAllReduceAlgo(layout_.setting, count * op.elem, N);
@@ -255,11 +278,9 @@ void AllreduceJob::Pump(int r) {
   if (rk.busy || rk.next_bucket >= rk.ready) return;
   if (!overlap_ && !rk.backward_done && rk.ready < buckets_.size()) return;
   rk.busy = true;
-  const Bucket& b = buckets_[rk.next_bucket];
-  const double encode_us = compress_ ? codecs_.Cost(static_cast<size_t>(b.floats))->encode_us : 0;
   op_start_[r] = j_.engine.now();
   // The collective starts once encoded: messages that arrive before wait in `arrived`.
-  j_.cpus->Run(r, encode_us, [this, r] {
+  j_.cpus->Run(r, buckets_[rk.next_bucket].encode_us, [this, r] {
     auto& q = ranks_[static_cast<size_t>(r)];
     RunOp(r, BucketOp(r, buckets_[q.next_bucket]), [this, r] { BucketDone(r); });
   });
@@ -267,16 +288,8 @@ void AllreduceJob::Pump(int r) {
 
 void AllreduceJob::BucketDone(int r) {
   auto& rk = ranks_[static_cast<size_t>(r)];
-  const Bucket& b = buckets_[rk.next_bucket];
-  double us = 0;
-  if (compress_ && !summable_) {
-    // Every rank's payload decoded and added.
-    us = *codecs_.GatherDecodeUs(static_cast<size_t>(b.floats), j_.plan.workers, j_.s.apply_ns_per_byte);
-  } else if (summable_) {
-    us = codecs_.Cost(static_cast<size_t>(b.floats))->decode_us;
-  }
   const Time started = op_start_[r];
-  j_.cpus->Run(r, us, [this, r, started] {
+  j_.cpus->Run(r, buckets_[rk.next_bucket].decode_us, [this, r, started] {
     auto& q = ranks_[static_cast<size_t>(r)];
     q.comm_busy_us += j_.engine.now() - started;
     if (!q.backward_done) q.hidden_us += j_.engine.now() - started;

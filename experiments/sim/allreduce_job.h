@@ -31,9 +31,13 @@ class AllreduceJob {
   void Start();
 
  private:
+  // What the communication thread reduces, one after another: the gradient's buckets, or
+  // PowerSGD's two exchanges of plain floats (its factors: the codec's passes are their encode and
+  // decode).
   struct Bucket {
     int64_t floats = 0;
     int last_tensor = 0;
+    double encode_us = 0, decode_us = 0;  // before the collective, and after it (decode and sum)
   };
   // One collective on one rank: its steps, their element size, and for an all-gather of
   // per-rank payloads their sizes (the wire bytes of AllGatherPlan's steps).
@@ -62,9 +66,9 @@ class AllreduceJob {
   // A shared-memory phase's messages between the host's ranks (no network), by tag.
   static constexpr uint32_t kShmReduceTag = 0xfff1, kShmBroadcastTag = 0xfff2;
 
-  // What the real collective runs for a bucket: the all-reduce of its floats, the all-reduce of
-  // a summable codec's payload (fp16 and bf16 halves, random-k's floats), or the all-gather of
-  // every rank's payload.
+  // What the real collective runs for a bucket: the all-reduce of its floats (no codec, or
+  // PowerSGD's factors), the all-reduce of a summable codec's payload (fp16 and bf16 halves,
+  // random-k's floats), or the all-gather of every rank's payload.
   Op BucketOp(int r, const Bucket& b) const;
   // Rank r starts a collective; `done` runs after its last step.
   void RunOp(int r, Op op, std::function<void()> done);
@@ -105,7 +109,7 @@ class AllreduceJob {
 
   Job& j_;
   Codecs& codecs_;
-  bool overlap_ = true, compress_ = false, summable_ = false;
+  bool overlap_ = true, compress_ = false, summable_ = false, low_rank_ = false;
   // Local SGD / DiLoCo (sync_every): steps a round; a step that ends none reduces nothing, one
   // that ends a round takes the worker's update and the pseudo-gradient (a pass each) first.
   int64_t rounds_ = 0;

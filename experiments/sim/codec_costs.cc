@@ -5,12 +5,16 @@
 #include <cstdint>
 #include <span>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "common/base/rng.h"
 #include "common/base/segment.h"
+#include "common/base/tensor.h"
+#include "common/config/train_config.h"
 #include "common/obs/metrics.h"
 #include "compression/compressor.h"
+#include "compression/powersgd.h"
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
 
@@ -84,8 +88,59 @@ Result<CodecCost> Codecs::Cost(size_t n) {
   return c;
 }
 
+bool Codecs::low_rank() const {
+  const auto spec = ParseCodecSpec(spec_);
+  return spec.ok() && spec->low_rank();
+}
+
+Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& shapes) {
+  if (!low_rank_.empty()) return low_rank_.front();
+  ASSIGN_OR_RETURN(const CodecSpec spec, ParseCodecSpec(spec_));
+  if (!spec.low_rank()) return InvalidArgumentError("compress '" + spec_ + "' is not a low-rank codec");
+  std::vector<TensorInfo> layout;
+  int64_t offset = 0;
+  for (const auto& shape : shapes) {
+    TensorInfo t{.name = "t" + std::to_string(layout.size()), .shape = shape, .offset = offset};
+    t.size = 1;
+    for (int64_t d : shape) t.size *= d;
+    offset += t.size;
+    layout.push_back(std::move(t));
+  }
+  PowerSgd power(layout, static_cast<int>(spec.param), /*seed=*/1, error_feedback_);
+  std::vector<float> grads(static_cast<size_t>(offset)), first(power.first_floats()), second(power.second_floats());
+  Rng rng(static_cast<uint64_t>(offset));
+  std::vector<double> t_first, t_second, t_finish;
+  for (int i = 0; i < 7; ++i) {
+    for (auto& v : grads) v = rng.Uniform(-1, 1);
+    Evict();
+    auto t0 = std::chrono::steady_clock::now();
+    power.First(grads, first);
+    auto t1 = std::chrono::steady_clock::now();
+    Evict();
+    auto t2 = std::chrono::steady_clock::now();
+    power.Second(first, second);
+    auto t3 = std::chrono::steady_clock::now();
+    Evict();
+    auto t4 = std::chrono::steady_clock::now();
+    power.Finish(first, second, grads);
+    auto t5 = std::chrono::steady_clock::now();
+    if (i < 2) continue;  // warming up: Q's warm start and the residual, as in a running worker
+    t_first.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    t_second.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+    t_finish.push_back(std::chrono::duration<double, std::micro>(t5 - t4).count());
+  }
+  low_rank_.push_back({power.first_floats(), power.second_floats(), Median(std::move(t_first)),
+                       Median(std::move(t_second)), Median(std::move(t_finish))});
+  return low_rank_.front();
+}
+
 std::string Codecs::Describe() const {
   std::ostringstream o;
+  for (const auto& c : low_rank_) {
+    o << spec_ << (error_feedback_ ? "+ef" : "") << ": " << c.first_floats << " + " << c.second_floats
+      << " floats a step, its passes " << std::lround(c.first_us) << " / " << std::lround(c.second_us) << " / "
+      << std::lround(c.finish_us) << " us";
+  }
   for (const auto& [n, c] : cache_) {
     o << (o.tellp() > 0 ? "; " : "") << spec_ << (error_feedback_ ? "+ef" : "") << " of " << n
       << " floats: " << c.payload << " B, encode " << std::lround(c.encode_us) << " us, decode "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,16 +18,30 @@ struct CodecCost {
   double pull_encode_us = 0, pull_decode_us = 0;  // a compressed pull: the shard's delta encoder, the worker's decoder
 };
 
+// PowerSGD ("powersgd:R", compression/powersgd.h): the floats of each rank's two all-reduces (the
+// P factors and the whole tensors, then the Q factors) and the CPU time of its three passes
+// (First before the first, Second between them, Finish after the second).
+struct LowRankCost {
+  size_t first_floats = 0, second_floats = 0;
+  double first_us = 0, second_us = 0, finish_us = 0;
+};
+
 class Codecs {
  public:
   // The per-float times < 0: timed here; else a real run's (codec_from).
   Codecs(std::string spec, bool error_feedback, float correction, double encode_us_per_float,
          double pull_encode_us_per_float, double gather_decode_us_per_float);
   bool on() const { return spec_ != "none" && !spec_.empty(); }
+  // A low-rank codec (PowerSGD): not a payload codec, it is LowRank's.
+  bool low_rank() const;
   const std::string& spec() const { return spec_; }
   // The payload of n floats and the median of 5 timed encodes and decodes of random values
   // (after 2 that warm up).
   Result<CodecCost> Cost(size_t n);
+  // The low-rank codec on the model of these tensor shapes (forward order): the real PowerSgd's
+  // sizes, and the median of 5 timed steps of random gradients (after 2 that warm up), each pass
+  // from cold caches.
+  Result<LowRankCost> LowRank(const std::vector<std::vector<int64_t>>& shapes);
   // A gather codec's all-gathered bucket of n floats made into the sum (BucketAverager): every
   // rank's payload decoded and added in rank order. From a real run's decode spans (per payload
   // and float, `payloads` of them); else, timed here, the codec's decode and an add pass
@@ -50,6 +65,7 @@ class Codecs {
   float correction_;
   double encode_per_float_, pull_encode_per_float_, gather_decode_per_float_;
   std::map<size_t, CodecCost> cache_;
+  std::vector<LowRankCost> low_rank_;  // LowRank's, once measured
 };
 
 }  // namespace gradsync::sim

@@ -83,25 +83,51 @@ double AccuracyAt(const std::vector<AccuracyPoint>& curve, int64_t step) {
   return curve.back().accuracy;
 }
 
-Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t) {
-  std::vector<int64_t> sizes;
+Result<std::vector<std::vector<int64_t>>> ModelShapes(const config::TrainConfig& t) {
   std::vector<int64_t> widths{kFashionInputs};
   if (t.model() == "mlp") {
     ASSIGN_OR_RETURN(std::vector<int64_t> hidden, ParseIntList(t.hidden(), 1, 1 << 20));
     widths.insert(widths.end(), hidden.begin(), hidden.end());
   } else if (t.model() != "softmax") {
     return InvalidArgumentError("model '" + t.model() +
-                                "': give its tensors (sim { tensors: ... }), floats each in forward order");
+                                "': give its tensors (sim { tensors: ... } floats each, or tensor_shapes: "
+                                "[\"32x1x5x5\", ...]) in forward order");
   }
   if (t.has_dataset() && t.dataset() != "fashion-mnist") {
     return InvalidArgumentError("dataset '" + t.dataset() + "': give the model's tensors (sim { tensors: ... })");
   }
   widths.push_back(kFashionClasses);
+  std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 1; i < widths.size(); ++i) {
-    sizes.push_back(widths[i - 1] * widths[i]);
-    sizes.push_back(widths[i]);
+    shapes.push_back({widths[i - 1], widths[i]});
+    shapes.push_back({widths[i]});
   }
-  return sizes;
+  return shapes;
+}
+
+Result<std::vector<int64_t>> ParseTensorShape(const std::string& text) {
+  std::vector<int64_t> shape;
+  size_t at = 0;
+  while (true) {
+    const size_t x = text.find('x', at);
+    const std::string part = text.substr(at, x == std::string::npos ? std::string::npos : x - at);
+    const bool digits = !part.empty() && part.size() <= 12 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t d = digits ? std::stoll(part) : 0;
+    if (d < 1) {
+      return InvalidArgumentError("sim.tensor_shapes: '" + text +
+                                  "' is not a shape (dimensions >= 1 joined by 'x', e.g. \"64x32x5x5\")");
+    }
+    shape.push_back(d);
+    if (x == std::string::npos) break;
+    at = x + 1;
+  }
+  int64_t size = 1;
+  for (int64_t d : shape) {
+    if (size > (int64_t{1} << 40) / d) return InvalidArgumentError("sim.tensor_shapes: '" + text + "' is too large");
+    size *= d;
+  }
+  return shape;
 }
 
 namespace {

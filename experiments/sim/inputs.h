@@ -22,9 +22,12 @@ Result<std::vector<AccuracyPoint>> AccuracyCurve(const std::string& path);
 // Accuracy at `step`: linear between measured points, the last one held past the end.
 double AccuracyAt(const std::vector<AccuracyPoint>& curve, int64_t step);
 
-// The model's tensors (floats, forward order) from train's model: the MLP's and softmax's
-// Fashion-MNIST layouts (weight, then bias, per layer).
-Result<std::vector<int64_t>> ModelTensors(const config::TrainConfig& t);
+// The model's tensors' shapes (forward order) from train's model: the MLP's and softmax's
+// Fashion-MNIST layouts (weight {in, out}, then bias {out}, per layer, as models/mlp.cc has them).
+Result<std::vector<std::vector<int64_t>>> ModelShapes(const config::TrainConfig& t);
+
+// A tensor's shape written "64x32x5x5" (sim.tensor_shapes): every dimension >= 1.
+Result<std::vector<int64_t>> ParseTensorShape(const std::string& text);
 
 // The median encode time per float of a traced run's `encode` spans, its workers' and its
 // shards' (spans that say how many values they encoded; their CPU time, `cpu_us`, where they

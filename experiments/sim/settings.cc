@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "allreduce/plan/algorithm.h"
 #include "common/base/status.h"
@@ -19,7 +21,8 @@ namespace {
 using sim::AccuracyCurve;
 using sim::CodecTimesFromTrace;
 using sim::MedianComputeMs;
-using sim::ModelTensors;
+using sim::ModelShapes;
+using sim::ParseTensorShape;
 
 Result<double> RateBits(const std::string& rate, const std::string& what) {
   auto bits = TcRateBitsPerSecond(rate);
@@ -138,13 +141,28 @@ Status ResolveModel(const RunPlan& plan, SimSettings* out) {
   const spec::Sim& sim = plan.run.sim();
   const config::TrainConfig& t = plan.run.train();
   SimSettings& s = *out;
+  if (sim.tensors_size() > 0 && sim.tensor_shapes_size() > 0) {
+    return InvalidArgumentError("sim: give the model's tensors or their tensor_shapes, not both");
+  }
   if (sim.tensors_size() > 0) {
     for (int64_t n : sim.tensors()) {
       if (n <= 0) return InvalidArgumentError("sim.tensors: every tensor needs > 0 floats");
       s.tensors.push_back(n);
     }
   } else {
-    ASSIGN_OR_RETURN(s.tensors, ModelTensors(t));
+    if (sim.tensor_shapes_size() > 0) {
+      for (const std::string& text : sim.tensor_shapes()) {
+        ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseTensorShape(text));
+        s.shapes.push_back(std::move(shape));
+      }
+    } else {
+      ASSIGN_OR_RETURN(s.shapes, ModelShapes(t));
+    }
+    for (const auto& shape : s.shapes) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      s.tensors.push_back(n);
+    }
   }
   for (int64_t n : s.tensors) s.params += n;
   const int64_t examples = sim.has_train_examples() ? sim.train_examples() : 60000;
@@ -212,10 +230,10 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   }
   if (t.precision() != "fp32")
     return InvalidArgumentError("precision '" + t.precision() + "': the simulation has fp32 only");
-  if (t.compress().rfind("powersgd", 0) == 0) {
+  if (t.compress().rfind("powersgd", 0) == 0 && s.shapes.empty()) {
     return InvalidArgumentError("compress '" + t.compress() +
-                                "': PowerSGD is not simulated yet (its factors need the tensors' shapes, which the "
-                                "simulation does not have)");
+                                "': PowerSGD compresses each tensor as a matrix; give the model's "
+                                "sim { tensor_shapes: [...] } instead of its tensors");
   }
   return s;
 }

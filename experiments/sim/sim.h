@@ -23,7 +23,8 @@
 // - all-reduce: rank 0's broadcast, then buckets (readiness order with overlap) reduced one after
 //   another by ring, recursive halving-doubling (rhd, folded when n is not a power of two) or
 //   hierarchical (reduce-scatter in a group, all-reduce across groups, all-gather in the group);
-//   gather codecs (top-k, ...) all-gather every rank's payload;
+//   gather codecs (top-k, ...) all-gather every rank's payload; PowerSGD's factors in two
+//   all-reduces after backward, its passes timed on the real PowerSgd for the model's shapes;
 // - message sizes: the PS headers are the real protocol's (common/ps/ps_protocol.h's encoders), the
 //   payloads the real codecs' (compression/), the ring's step header its 32 bytes; codec times are
 //   measured here, on this machine, by encoding and decoding buffers of each size.
@@ -72,6 +73,7 @@ struct SimSettings {
   AllReduceAlgo algorithm = AllReduceAlgo::kAuto;  // --allreduce-algo (auto: chosen per bucket as the real one)
   bool allreduce_shm = true;      // --allreduce-shm, and no --ring-encrypt
   std::vector<int64_t> tensors;   // floats, forward order
+  std::vector<std::vector<int64_t>> shapes;  // ... their shapes, where known (sim.tensor_shapes, train's model)
   int64_t params = 0;             // their sum
   // From codec_from: encode time per float of a push (worker) and of a compressed pull (shard),
   // and an all-reduce worker's decode and sum of an all-gathered bucket per payload and float,

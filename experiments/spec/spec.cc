@@ -187,7 +187,10 @@ Result<RunPlan> Plan(const spec::Run& defaults, const spec::Run& own, const std:
   RunPlan p;
   p.run = defaults;
   if (own.straggler_size() > 0) p.run.clear_straggler();  // a run's stragglers replace the defaults'
-  if (own.sim().tensors_size() > 0) p.run.mutable_sim()->clear_tensors();  // and its tensors the defaults'
+  if (own.sim().tensors_size() > 0 || own.sim().tensor_shapes_size() > 0) {  // and its tensors the defaults'
+    p.run.mutable_sim()->clear_tensors();
+    p.run.mutable_sim()->clear_tensor_shapes();
+  }
   p.run.MergeFrom(own);  // train merges field by field (proto2 presence)
   const RunError fail(p.run, where);
   RETURN_IF_ERROR(ResolveShape(own, fail, p));

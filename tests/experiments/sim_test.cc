@@ -14,7 +14,9 @@
 
 #include "common/config/straggler.h"
 #include "common/obs/metrics.h"
+#include "common/base/tensor.h"
 #include "compression/compressor.h"
+#include "compression/powersgd.h"
 #include "experiments/spec/report.h"
 #include "tests/support/temp_dir.h"
 
@@ -446,6 +448,58 @@ TEST(SimTest, CompressedPushesAndPullsCarryTheCodecsPayload) {
   EXPECT_LT(s.report.summary.bytes_per_step(), expect + 1000);
 }
 
+// PowerSGD: its LowRankAverager's two all-reduces of plain floats a step, the P factors with the
+// whole tensors and then the Q factors, as many floats as the real PowerSgd exchanges for the
+// model's shapes (given, or the MLP's own); after backward, never overlapped.
+TEST(SimTest, PowerSgdAllReducesTheRealFactorsTwiceAStep) {
+  TempDir tmp;
+  const std::string mlp_shapes = R"(tensor_shapes: ["784x256", "256", "256x128", "128", "128x10", "10"])";
+  auto run = [&](const std::string& compress, const std::string& sim, const std::string& name) {
+    return Simulate(tmp,
+                    "run { name: \"" + name + "\" workers: 4 train { mode: ALLREDUCE allreduce_algo: \"ring\" " +
+                        compress + " batch: 32 max_steps: 20 log_every: 1 } sim { compute_ms: 1 "
+                        "link_rate: \"100mbit\" " + sim + " } }",
+                    name);
+  };
+  const std::string powersgd = R"(compress: "powersgd:4" error_feedback: true)";
+  auto low = run(powersgd, "", "low");
+  auto given = run(powersgd, mlp_shapes, "given");
+  auto dense = run("", "", "dense");
+  std::vector<TensorInfo> layout;
+  int64_t offset = 0;
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{784, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}}) {
+    int64_t size = 1;
+    for (int64_t d : shape) size *= d;
+    layout.push_back({.name = "t", .shape = shape, .offset = offset, .size = size});
+    offset += size;
+  }
+  ASSERT_EQ(offset, kMlpParams);
+  const double payload = 4.0 * static_cast<double>(PowerSgd(layout, 4, 1, true).PayloadFloats());
+  EXPECT_EQ(PowerSgd(layout, 4, 1, true).PayloadFloats(), 4u * (784 + 256 + 256 + 128 + 128 + 10) + 256 + 128 + 10);
+  // The ring: 2(n-1)/n of each all-reduce's floats each way (a few chunk headers more), and rank
+  // 0's broadcast of the model once.
+  const double broadcast = 2.0 * 3 * 4 * kMlpParams / (4 * 20);
+  const double ring = 2 * 2 * 3.0 / 4 * payload;
+  EXPECT_NEAR(low.report.summary.bytes_per_step() - broadcast, ring, 0.02 * ring);
+  EXPECT_EQ(given.report.summary.bytes_per_step(), low.report.summary.bytes_per_step());
+  EXPECT_LT(low.report.summary.bytes_per_step() - broadcast, 0.05 * (dense.report.summary.bytes_per_step() - broadcast));
+  // At 100 Mbit/s the factors are much faster than the model.
+  EXPECT_LT(low.report.summary.step_ms(), 0.5 * dense.report.summary.step_ms());
+  EXPECT_NE(low.stats.codecs.find("powersgd:4+ef: 5066 + 1576 floats a step"), std::string::npos) << low.stats.codecs;
+  // Nothing of a compressed exchange is hidden behind backward (overlap is on by default).
+  std::ifstream f(low.dir + "/worker-1.csv");
+  std::string line;
+  std::getline(f, line);
+  int rows = 0;
+  while (std::getline(f, line)) {
+    auto v = SplitCsv(line);
+    if (!v[kColTestAccuracy].empty()) continue;
+    EXPECT_EQ(std::stod(v[kColHidden]), 0) << line;
+    rows++;
+  }
+  EXPECT_EQ(rows, 20);
+}
+
 TEST(SimTest, AccuracyIsTheMeasuredCurveAtTheSimulatedStep) {
   TempDir tmp;
   {
@@ -510,9 +564,21 @@ TEST(SimTest, SettingsItCannotSimulateAreRefusedByName) {
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE allreduce_algo: "shm" } link { rate: "1gbit" } sim { compute_ms: 1 } })")
                 .find("needs shared memory"),
             std::string::npos);
-  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE compress: "powersgd:2" } sim { compute_ms: 1 } })")
-                .find("PowerSGD is not simulated"),
+  // PowerSGD compresses each tensor as a matrix: floats alone do not say which.
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE compress: "powersgd:2" } sim { compute_ms: 1 tensors: [100, 10] } })")
+                .find("tensor_shapes"),
             std::string::npos);
+  EXPECT_EQ(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE compress: "powersgd:2" } sim { compute_ms: 1 } })"), "");
+  EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 tensors: [10] tensor_shapes: ["10"] } })")
+                .find("not both"),
+            std::string::npos);
+  for (const char* shape : {"", "32x", "32x0x5", "x4", "3 x4", "-3", "4x4y"}) {
+    EXPECT_NE(refused(std::string(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 tensor_shapes: [")") +
+                      shape + "\"] } }")
+                  .find("is not a shape"),
+              std::string::npos)
+        << shape;
+  }
   EXPECT_NE(refused(R"(run { name: "a" workers: 2 train { mode: ALLREDUCE } sim { compute_ms: 1 host_cores: 2 usable_cores: 3 } })")
                 .find("usable_cores"),
             std::string::npos);
