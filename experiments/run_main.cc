@@ -28,6 +28,7 @@ int Main(int argc, char** argv) {
       ("out", po::value<std::string>()->default_value("results"), "results directory")
       ("only", po::value<std::string>()->default_value(""), "comma-separated run names to run (default: all); the report keeps the other runs an earlier run left in --out")
       ("dry-run", po::bool_switch(), "print the commands of each run; start nothing")
+      ("report-only", po::bool_switch(), "start nothing: write the report from the run folders earlier runs left in --out (with --only: those runs' folders, the rest as the earlier report had them)")
       ("heartbeat-timeout", po::value<double>()->default_value(10.0), "seconds before a silent process is dead")
       ("auth-dir", po::value<std::string>(), "CURVE on every socket of every run, with the keys gradsync-keygen wrote here")
       ("slurm", po::bool_switch(), "run each run as a Slurm job (srun; its tasks' files come back through srun's output)")
@@ -44,6 +45,8 @@ int Main(int argc, char** argv) {
   RunnerOptions o;
   o.out_dir = vm["out"].as<std::string>();
   o.dry_run = vm["dry-run"].as<bool>();
+  o.report_only = vm["report-only"].as<bool>();
+  if (o.dry_run && o.report_only) flags.Fail("--dry-run and --report-only: give one");
   o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
   if (vm.count("auth-dir")) {
     o.auth_dir = std::filesystem::absolute(vm["auth-dir"].as<std::string>()).string();
@@ -71,7 +74,10 @@ int Main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::cout << e->name << ": " << (o.only.empty() ? e->runs.size() : o.only.size()) << " run(s)"
-            << (o.dry_run ? " (dry run)" : ", results in " + o.out_dir + "/" + e->name) << std::endl;
+            << (o.dry_run ? " (dry run)"
+                : o.report_only ? ", reported from " + o.out_dir + "/" + e->name
+                                : ", results in " + o.out_dir + "/" + e->name)
+            << std::endl;
   Status s = RunExperiment(*e, o, std::cout, &g_interrupted);
   if (!s.ok()) {
     std::cerr << "gradsync-run: error: " << s.message() << std::endl;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/obs/metrics.h"
+#include "common/obs/process_summary.h"
 #include "experiments/launch/file_relay.h"
 #include "experiments/launch/launcher.h"
 #include "experiments/launch/netns.h"
@@ -237,11 +238,44 @@ RunReport BrokenReport(const RunPlan& plan, const Status& why) {
   return broken;
 }
 
+// --report-only: the selected runs' folders summarized as they are, the others an earlier report
+// kept, and the report written.
+Status ReportOnly(const Experiment& e, const std::vector<const RunPlan*>& selected, const RunnerOptions& o,
+                  const std::string& dir, std::ostream& out) {
+  auto earlier = ReadSummary(dir + "/summary.json");
+  std::vector<RunReport> reports;
+  std::set<std::string> found;
+  for (const RunPlan* plan : selected) {
+    const std::string run_dir = dir + "/" + plan->name;
+    std::error_code ec;
+    if (!fs::is_directory(run_dir, ec)) continue;
+    Status ended = fs::exists(ProcessSummaryPath(run_dir, "worker", 0), ec)
+                       ? OkStatus()
+                       : AbortedError("worker 0 wrote no end-of-run summary: the run did not end");
+    if (earlier.ok()) {
+      for (const auto& r : earlier->run()) {
+        if (r.name() == plan->name && !r.ok()) ended = AbortedError(r.error());
+      }
+    }
+    auto report = SummarizeRun(*plan, run_dir, e.target_accuracy, ended);
+    if (report.ok() && plan->trace && fs::exists(dir + "/" + TimelineFile(*plan), ec)) report->timeline = TimelineFile(*plan);
+    reports.push_back(report.ok() ? std::move(report).value() : BrokenReport(*plan, report.status()));
+    found.insert(plan->name);
+  }
+  if (found.empty()) return NotFoundError(dir + ": no run folder of the runs to report (run them first)");
+  if (!o.only.empty()) reports = WithEarlierRuns(e, found, dir, std::move(reports));
+  Status written = WriteReport(e, reports, dir);
+  out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
+  out << PicturesText(reports, dir);
+  return written;
+}
+
 }  // namespace
 
 Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& out, const volatile bool* interrupted) {
   ASSIGN_OR_RETURN(const std::vector<const RunPlan*> selected, SelectRuns(e, o));
   const std::string dir = o.out_dir + "/" + e.name;
+  if (o.report_only) return ReportOnly(e, selected, o, dir, out);
   std::vector<RunReport> reports;
   std::vector<std::string> failed;
   std::string last_run;

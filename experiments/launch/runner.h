@@ -17,6 +17,11 @@ struct RunnerOptions {
   std::string out_dir = "results";   // results go to out_dir/<experiment>/
   std::set<std::string> only;        // run these runs (empty: all)
   bool dry_run = false;              // print the commands, start nothing
+  // Start nothing: the report (summary.md, summary.json, plots) from the run folders in
+  // out_dir/<experiment>/ that earlier runs left (the selected runs, or all), e.g. after runs made
+  // over several sessions with --only. A run the earlier summary.json says failed stays failed;
+  // one it does not list counts as ended when its worker 0 wrote its end-of-run summary.
+  bool report_only = false;
   std::string bin_dir;               // gradsync-server and gradsync-worker
   double heartbeat_timeout_s = 10.0;
   std::string auth_dir;              // --auth-dir for every process of every run ("" = plaintext)

@@ -267,6 +267,25 @@ TEST(RunBinaryTest, AFailingRunIsNamedTheOthersStillRunAndNothingIsLeftBehind) {
   EXPECT_TRUE(after.run(1).ok());
   EXPECT_EQ(after.run(1).steps(), 20);
   EXPECT_NE(ReadFile(out + "/f/summary.md").find("FAILED"), std::string::npos);
+  // --report-only starts nothing and reports the folders as they are: with the earlier summary
+  // gone, the broken run (its worker 0 never ended) is failed still, the fine one as it ran.
+  std::filesystem::remove(out + "/f/summary.json");
+  std::filesystem::remove(out + "/f/summary.md");
+  ProcessResult report = RunProcess({BinaryPath("gradsync-run"), dir.File("spec.textproto"), "--out=" + out, "--report-only"}, 60);
+  EXPECT_EQ(report.exit_code, 0) << report.out << report.err;
+  EXPECT_NE(report.out.find("reported from"), std::string::npos) << report.out;
+  spec::Summary reported;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(out + "/f/summary.json"), &reported).ok());
+  ASSERT_EQ(reported.run_size(), 2);
+  EXPECT_FALSE(reported.run(0).ok());
+  EXPECT_NE(reported.run(0).error().find("did not end"), std::string::npos) << reported.run(0).error();
+  EXPECT_TRUE(reported.run(1).ok());
+  EXPECT_EQ(reported.run(1).steps(), 20);
+  EXPECT_EQ(reported.run(1).bytes_per_step(), after.run(1).bytes_per_step());
+  // Nothing to report from: said so, exit 1.
+  ProcessResult none = RunProcess({BinaryPath("gradsync-run"), dir.File("spec.textproto"), "--out=" + dir.File("empty"), "--report-only"}, 60);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("no run folder"), std::string::npos) << none.err;
 }
 
 TEST(RunBinaryTest, DryRunPrintsTheCommandsAndOnlySelects) {
