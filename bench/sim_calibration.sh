@@ -11,8 +11,9 @@
 # other, N times as long) and compares each run against the median of its N measurements, with
 # their range: one measurement of a run on this 2-core machine moves by up to a third.
 # --spec=SPEC: another spec of the same kind (experiments/specs/sim_rounds.textproto: local SGD and
-# DiLoCo, which the calibration was not fitted on); its runs `compute` (and `codec`, `ar-codec`,
-# when it has them) are always run.
+# DiLoCo, PowerSGD and DC-ASGD; experiments/specs/sim_holdout.textproto: other shapes), which the
+# calibration was not fitted on; with --only its runs `compute`, `compute-*`, `codec` and
+# `ar-codec` (those it has) are always run.
 # Usage: bench/sim_calibration.sh [OUT_DIR] [--only=RUNS] [--repeat=N] [--spec=SPEC]    (default OUT_DIR: results)
 # The simulation reads OUT_DIR/sim_calibration/compute/metrics.csv and codec/trace.json (the first
 # measurement's), as the spec says, so OUT_DIR other than results needs the spec's compute_from
@@ -27,7 +28,7 @@ repeat=1
 spec=experiments/specs/sim_calibration.textproto
 for a in "$@"; do
   case "$a" in
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --spec=*) spec=${a#--spec=} ;;
     --only=*) only=("$a") ;;
     --repeat=*) repeat=${a#--repeat=}
@@ -41,8 +42,8 @@ mkdir -p "$out"
 echo "# gradsync-sim against real runs ($name): $(machine)"
 run_only=()
 if [ ${#only[@]} -gt 0 ]; then
-  inputs=compute
-  grep -q 'name: "codec"' "$spec" && inputs+=",codec,ar-codec"
+  # The inputs the simulation reads: the lone workers' compute (compute, compute-bN) and the codec traces.
+  inputs=$(grep -o 'name: "\(compute[^"]*\|codec\|ar-codec\)"' "$spec" | sed 's/^name: "//; s/"$//' | paste -sd, -)
   run_only=("${only[0]},$inputs")
 fi
 compare=""
