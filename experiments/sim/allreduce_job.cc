@@ -21,7 +21,7 @@ Status AllreduceJob::Build() {
   if (low_rank_) {
     // PowerSGD's LowRankAverager: First, the all-reduce of the P factors and the whole tensors,
     // Second, the all-reduce of the Q factors, Finish.
-    ASSIGN_OR_RETURN(const LowRankCost c, codecs_.LowRank(j_.s.shapes));
+    ASSIGN_OR_RETURN(const LowRankCost c, codecs_.LowRank(j_.s.shapes, t.threads()));
     buckets_.push_back({static_cast<int64_t>(c.first_floats), last, c.first_us, 0});
     buckets_.push_back({static_cast<int64_t>(c.second_floats), last, c.second_us, c.finish_us});
     if (buckets_.back().floats == 0) {  // no matrix: the whole tensors alone, in one all-reduce

@@ -1,5 +1,8 @@
 #include "experiments/sim/codec_costs.h"
 
+#include <cblas.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -93,8 +96,11 @@ bool Codecs::low_rank() const {
   return spec.ok() && spec->low_rank();
 }
 
-Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& shapes) {
+Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& shapes, int blas_threads) {
   if (!low_rank_.empty()) return low_rank_.front();
+  // The worker's own OpenBLAS threads (--threads, SetBlasThreads): on small factors a second
+  // thread costs more than it gives.
+  openblas_set_num_threads(std::max(1, blas_threads));
   ASSIGN_OR_RETURN(const CodecSpec spec, ParseCodecSpec(spec_));
   if (!spec.low_rank()) return InvalidArgumentError("compress '" + spec_ + "' is not a low-rank codec");
   std::vector<TensorInfo> layout;
@@ -110,24 +116,23 @@ Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& sha
   std::vector<float> grads(static_cast<size_t>(offset)), first(power.first_floats()), second(power.second_floats());
   Rng rng(static_cast<uint64_t>(offset));
   std::vector<double> t_first, t_second, t_finish;
+  // Warm, unlike the payload codecs: the three passes run back to back on the gradient backward
+  // has just written and on the worker's own factors and residual, with only two small
+  // all-reduces between them (timed from cold caches they took 3-5x what the real runs'
+  // steps leave for them: docs/simulator.md, "not fitted on").
   for (int i = 0; i < 7; ++i) {
     for (auto& v : grads) v = rng.Uniform(-1, 1);
-    Evict();
     auto t0 = std::chrono::steady_clock::now();
     power.First(grads, first);
     auto t1 = std::chrono::steady_clock::now();
-    Evict();
-    auto t2 = std::chrono::steady_clock::now();
     power.Second(first, second);
-    auto t3 = std::chrono::steady_clock::now();
-    Evict();
-    auto t4 = std::chrono::steady_clock::now();
+    auto t2 = std::chrono::steady_clock::now();
     power.Finish(first, second, grads);
-    auto t5 = std::chrono::steady_clock::now();
+    auto t3 = std::chrono::steady_clock::now();
     if (i < 2) continue;  // warming up: Q's warm start and the residual, as in a running worker
     t_first.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    t_second.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
-    t_finish.push_back(std::chrono::duration<double, std::micro>(t5 - t4).count());
+    t_second.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    t_finish.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
   }
   low_rank_.push_back({power.first_floats(), power.second_floats(), Median(std::move(t_first)),
                        Median(std::move(t_second)), Median(std::move(t_finish))});

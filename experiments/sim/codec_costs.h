@@ -39,9 +39,9 @@ class Codecs {
   // (after 2 that warm up).
   Result<CodecCost> Cost(size_t n);
   // The low-rank codec on the model of these tensor shapes (forward order): the real PowerSgd's
-  // sizes, and the median of 5 timed steps of random gradients (after 2 that warm up), each pass
-  // from cold caches.
-  Result<LowRankCost> LowRank(const std::vector<std::vector<int64_t>>& shapes);
+  // sizes, and the median of 5 timed steps of random gradients (after 2 that warm up), the
+  // passes back to back as a worker runs them, on the worker's `blas_threads` (train.threads).
+  Result<LowRankCost> LowRank(const std::vector<std::vector<int64_t>>& shapes, int blas_threads);
   // A gather codec's all-gathered bucket of n floats made into the sum (BucketAverager): every
   // rank's payload decoded and added in rank order. From a real run's decode spans (per payload
   // and float, `payloads` of them); else, timed here, the codec's decode and an add pass
