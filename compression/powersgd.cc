@@ -48,9 +48,7 @@ void Orthonormalize(float* p, int64_t n, int r, std::vector<double>* scratch) {
 }  // namespace
 
 size_t PowerSgd::TensorPayloadFloats(const std::vector<int64_t>& shape, int rank) {
-  int64_t size = 1;
-  for (const int64_t d : shape) size *= d;
-  if (shape.size() < 2) return static_cast<size_t>(size);
+  if (shape.size() < 2) return static_cast<size_t>(ShapeSize(shape));
   const int64_t n = shape[0], m = Cols(shape);
   const int64_t r = std::min<int64_t>({rank, n, m});
   return static_cast<size_t>(r * (n + m));

@@ -39,8 +39,7 @@ Result<bool> Model::GradsFinite() {
 void Model::SetLayout(std::vector<TensorInfo> tensors) {
   int64_t offset = 0;
   for (auto& t : tensors) {
-    t.size = 1;
-    for (int64_t d : t.shape) t.size *= d;
+    t.size = ShapeSize(t.shape);
     t.offset = offset;
     offset += t.size;
   }

@@ -3,10 +3,28 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "common/base/check.h"
 
 namespace gradsync {
+
+int64_t ShapeSize(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<TensorInfo> PackedLayout(const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<TensorInfo> layout;
+  int64_t offset = 0;
+  for (const auto& shape : shapes) {
+    const int64_t size = ShapeSize(shape);
+    layout.push_back({"t" + std::to_string(layout.size()), shape, offset, size, false});
+    offset += size;
+  }
+  return layout;
+}
 
 int64_t LayoutSize(const std::vector<TensorInfo>& layout) {
   int64_t n = 0;

@@ -37,6 +37,11 @@ inline Segment Overlap(const TensorInfo& t, const Segment& r) {
 
 // Total element count of a layout (the flat buffer size).
 int64_t LayoutSize(const std::vector<TensorInfo>& layout);
+// The elements of a tensor of this shape (1 for a scalar's empty shape).
+int64_t ShapeSize(const std::vector<int64_t>& shape);
+// Dense tensors of these shapes one after another in a flat buffer, named t0, t1, ... (a
+// layout of shapes alone: a bucket's, a simulated model's).
+std::vector<TensorInfo> PackedLayout(const std::vector<std::vector<int64_t>>& shapes);
 // Whether any tensor of the layout is sparse (rows addressed by key).
 bool HasSparse(const std::vector<TensorInfo>& layout);
 

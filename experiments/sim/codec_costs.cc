@@ -103,18 +103,10 @@ Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& sha
   openblas_set_num_threads(std::max(1, blas_threads));
   ASSIGN_OR_RETURN(const CodecSpec spec, ParseCodecSpec(spec_));
   if (!spec.low_rank()) return InvalidArgumentError("compress '" + spec_ + "' is not a low-rank codec");
-  std::vector<TensorInfo> layout;
-  int64_t offset = 0;
-  for (const auto& shape : shapes) {
-    TensorInfo t{.name = "t" + std::to_string(layout.size()), .shape = shape, .offset = offset};
-    t.size = 1;
-    for (int64_t d : shape) t.size *= d;
-    offset += t.size;
-    layout.push_back(std::move(t));
-  }
+  const std::vector<TensorInfo> layout = PackedLayout(shapes);
   PowerSgd power(layout, static_cast<int>(spec.param), /*seed=*/1, error_feedback_);
-  std::vector<float> grads(static_cast<size_t>(offset)), first(power.first_floats()), second(power.second_floats());
-  Rng rng(static_cast<uint64_t>(offset));
+  std::vector<float> grads(static_cast<size_t>(LayoutSize(layout))), first(power.first_floats()), second(power.second_floats());
+  Rng rng(grads.size());
   std::vector<double> t_first, t_second, t_finish;
   // Warm, unlike the payload codecs: the three passes run back to back on the gradient backward
   // has just written and on the worker's own factors and residual, with only two small

@@ -9,6 +9,7 @@
 
 #include "allreduce/plan/algorithm.h"
 #include "common/base/status.h"
+#include "common/base/tensor.h"
 #include "experiments/sim/inputs.h"
 #include "experiments/sim/optimizer_cost.h"
 #include "experiments/sim/sim.h"
@@ -158,11 +159,7 @@ Status ResolveModel(const RunPlan& plan, SimSettings* out) {
     } else {
       ASSIGN_OR_RETURN(s.shapes, ModelShapes(t));
     }
-    for (const auto& shape : s.shapes) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      s.tensors.push_back(n);
-    }
+    for (const auto& shape : s.shapes) s.tensors.push_back(ShapeSize(shape));
   }
   for (int64_t n : s.tensors) s.params += n;
   const int64_t examples = sim.has_train_examples() ? sim.train_examples() : 60000;

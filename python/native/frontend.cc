@@ -280,19 +280,15 @@ void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint6
   auto& [made_for, averager] = low_rank_averagers_[bucket_index];
   if (!averager || made_for != shapes) {
     // The bucket's tensors laid out in its buffer, in order (a new layout: a new residual and Q).
-    std::vector<TensorInfo> layout;
-    int64_t offset = 0;
     for (const auto& shape : shapes) {
-      int64_t size = 1;
       for (const int64_t d : shape) {
         if (d < 1) ThrowIfError(InvalidArgumentError(where + ": a tensor of shape with a dimension < 1"));
-        size *= d;
       }
-      layout.push_back({"t" + std::to_string(layout.size()), shape, offset, size, false});
-      offset += size;
     }
-    if (offset != static_cast<int64_t>(bucket.size())) {
-      ThrowIfError(InvalidArgumentError(where + ": its tensors hold " + std::to_string(offset) + " floats, its buffer " +
+    const std::vector<TensorInfo> layout = PackedLayout(shapes);
+    const int64_t floats = LayoutSize(layout);
+    if (floats != static_cast<int64_t>(bucket.size())) {
+      ThrowIfError(InvalidArgumentError(where + ": its tensors hold " + std::to_string(floats) + " floats, its buffer " +
                                         std::to_string(bucket.size()) + " (PowerSGD needs the bucket's tensor shapes)"));
     }
     auto made = MakeDenseAverager(job_->link().ring.get(), layout,

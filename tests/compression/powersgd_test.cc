@@ -15,17 +15,7 @@ namespace gradsync {
 namespace {
 
 // A weight of 6 x 5, a bias of 5, a 4 x 2 x 3 tensor (a 4 x 6 matrix), a bias of 3.
-std::vector<TensorInfo> Layout() {
-  std::vector<TensorInfo> l;
-  int64_t offset = 0;
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{6, 5}, {5}, {4, 2, 3}, {3}}) {
-    int64_t size = 1;
-    for (int64_t d : shape) size *= d;
-    l.push_back({"t" + std::to_string(l.size()), shape, offset, size, false});
-    offset += size;
-  }
-  return l;
-}
+std::vector<TensorInfo> Layout() { return PackedLayout({{6, 5}, {5}, {4, 2, 3}, {3}}); }
 
 std::vector<float> Random(size_t n, uint64_t seed) {
   Rng rng(seed);

@@ -465,15 +465,8 @@ TEST(SimTest, PowerSgdAllReducesTheRealFactorsTwiceAStep) {
   auto low = run(powersgd, "", "low");
   auto given = run(powersgd, mlp_shapes, "given");
   auto dense = run("", "", "dense");
-  std::vector<TensorInfo> layout;
-  int64_t offset = 0;
-  for (std::vector<int64_t> shape : {std::vector<int64_t>{784, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}}) {
-    int64_t size = 1;
-    for (int64_t d : shape) size *= d;
-    layout.push_back({.name = "t", .shape = shape, .offset = offset, .size = size});
-    offset += size;
-  }
-  ASSERT_EQ(offset, kMlpParams);
+  const std::vector<TensorInfo> layout = PackedLayout({{784, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}});
+  ASSERT_EQ(LayoutSize(layout), kMlpParams);
   const double payload = 4.0 * static_cast<double>(PowerSgd(layout, 4, 1, true).PayloadFloats());
   EXPECT_EQ(PowerSgd(layout, 4, 1, true).PayloadFloats(), 4u * (784 + 256 + 256 + 128 + 128 + 10) + 256 + 128 + 10);
   // The ring: 2(n-1)/n of each all-reduce's floats each way (a few chunk headers more), and rank
