@@ -44,15 +44,20 @@ Status AllreduceJob::Build() {
       buckets_.back().last_tensor = static_cast<int>(i);  // ready once backward has produced tensor i (reverse order)
       filled += rev[i];
     }
-    for (auto& b : buckets_) {
-      if (!compress_) continue;
-      ASSIGN_OR_RETURN(const CodecCost c, codecs_.Cost(static_cast<size_t>(b.floats)));
-      b.encode_us = c.encode_us;
-      if (summable_) {
-        b.decode_us = c.decode_us;
-      } else {  // every rank's payload decoded and added
-        ASSIGN_OR_RETURN(b.decode_us, codecs_.GatherDecodeUs(static_cast<size_t>(b.floats), N, j_.s.apply_ns_per_byte));
-      }
+  }
+  const size_t summed_elem = summable_ ? codecs_.summed_element_bytes() : 4;
+  for (auto& b : buckets_) {
+    b.count = static_cast<size_t>(b.floats);
+    if (!compress_ || low_rank_) continue;
+    ASSIGN_OR_RETURN(const CodecCost c, codecs_.Cost(static_cast<size_t>(b.floats)));
+    b.encode_us = c.encode_us;
+    if (summable_) {  // the payload's elements summed by the all-reduce
+      b.decode_us = c.decode_us;
+      b.elem = summed_elem;
+      b.count = c.payload / summed_elem;
+    } else {  // every rank's payload all-gathered, decoded and added
+      ASSIGN_OR_RETURN(b.decode_us, codecs_.GatherDecodeUs(static_cast<size_t>(b.floats), N, j_.s.apply_ns_per_byte));
+      b.gather_payload = c.payload;
     }
   }
   layout_ = SimulatedAllReduceLayout(j_.plan, j_.s);
@@ -75,18 +80,14 @@ void AllreduceJob::Start() {
 AllreduceJob::Op AllreduceJob::BucketOp(int r, const Bucket& b) const {
   const int N = j_.plan.workers;
   Op op;
-  if (!compress_ || low_rank_ || summable_) {
-    const CodecCost c = summable_ ? *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats)) : CodecCost{};
-    op.elem = summable_ ? const_cast<Codecs&>(codecs_).summed_element_bytes() : 4;
-    const size_t count = summable_ ? c.payload / op.elem : static_cast<size_t>(b.floats);
-    const AllReduceAlgo algo = ResolveAllReduceAlgo(layout_.setting, count * op.elem, N);
-    op.plan = AllReducePlan(algo, r, N, count, layout_.hosts);
+  if (b.gather_payload == 0) {
+    op.elem = b.elem;
+    op.plan = AllReducePlan(ResolveAllReduceAlgo(layout_.setting, b.count * b.elem, N), r, N, b.count, layout_.hosts);
     return op;
   }
-  const CodecCost c = *const_cast<Codecs&>(codecs_).Cost(static_cast<size_t>(b.floats));
   op.plan = AllGatherPlan(r, N);
   op.elem = 1;
-  op.gather_sizes.assign(static_cast<size_t>(N), c.payload);
+  op.gather_sizes.assign(static_cast<size_t>(N), b.gather_payload);
   return op;
 }
 

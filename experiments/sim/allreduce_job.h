@@ -38,6 +38,9 @@ class AllreduceJob {
     int64_t floats = 0;
     int last_tensor = 0;
     double encode_us = 0, decode_us = 0;  // before the collective, and after it (decode and sum)
+    // What the collective moves: `count` elements of `elem` bytes all-reduced, or, when
+    // gather_payload > 0, every rank's payload of that many bytes all-gathered.
+    size_t count = 0, elem = 4, gather_payload = 0;
   };
   // One collective on one rank: its steps, their element size, and for an all-gather of
   // per-rank payloads their sizes (the wire bytes of AllGatherPlan's steps).

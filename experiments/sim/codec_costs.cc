@@ -1,8 +1,5 @@
 #include "experiments/sim/codec_costs.h"
 
-#include <cblas.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +17,7 @@
 #include "compression/powersgd.h"
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
+#include "models/model.h"
 
 namespace gradsync::sim {
 
@@ -97,10 +95,10 @@ bool Codecs::low_rank() const {
 }
 
 Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& shapes, int blas_threads) {
-  if (!low_rank_.empty()) return low_rank_.front();
-  // The worker's own OpenBLAS threads (--threads, SetBlasThreads): on small factors a second
-  // thread costs more than it gives.
-  openblas_set_num_threads(std::max(1, blas_threads));
+  if (low_rank_) return *low_rank_;
+  // The worker's own OpenBLAS threads (--threads): on small factors a second thread costs more
+  // than it gives.
+  SetBlasThreads(blas_threads);
   ASSIGN_OR_RETURN(const CodecSpec spec, ParseCodecSpec(spec_));
   if (!spec.low_rank()) return InvalidArgumentError("compress '" + spec_ + "' is not a low-rank codec");
   const std::vector<TensorInfo> layout = PackedLayout(shapes);
@@ -126,14 +124,15 @@ Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& sha
     t_second.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
     t_finish.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
   }
-  low_rank_.push_back({power.first_floats(), power.second_floats(), Median(std::move(t_first)),
-                       Median(std::move(t_second)), Median(std::move(t_finish))});
-  return low_rank_.front();
+  low_rank_ = LowRankCost{power.first_floats(), power.second_floats(), Median(std::move(t_first)),
+                          Median(std::move(t_second)), Median(std::move(t_finish))};
+  return *low_rank_;
 }
 
 std::string Codecs::Describe() const {
   std::ostringstream o;
-  for (const auto& c : low_rank_) {
+  if (low_rank_) {
+    const LowRankCost& c = *low_rank_;
     o << spec_ << (error_feedback_ ? "+ef" : "") << ": " << c.first_floats << " + " << c.second_floats
       << " floats a step, its passes " << std::lround(c.first_us) << " / " << std::lround(c.second_us) << " / "
       << std::lround(c.finish_us) << " us";

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,7 @@ class Codecs {
   float correction_;
   double encode_per_float_, pull_encode_per_float_, gather_decode_per_float_;
   std::map<size_t, CodecCost> cache_;
-  std::vector<LowRankCost> low_rank_;  // LowRank's, once measured
+  std::optional<LowRankCost> low_rank_;  // LowRank's, once measured
 };
 
 }  // namespace gradsync::sim
