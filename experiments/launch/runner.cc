@@ -238,6 +238,15 @@ RunReport BrokenReport(const RunPlan& plan, const Status& why) {
   return broken;
 }
 
+// The experiment's report written into `dir` and its table printed.
+Status WriteAndPrintReport(const Experiment& e, const std::vector<RunReport>& reports, const std::string& dir,
+                           std::ostream& out) {
+  Status written = WriteReport(e, reports, dir);
+  out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
+  out << PicturesText(reports, dir);
+  return written;
+}
+
 // --report-only: the selected runs' folders summarized as they are, the others an earlier report
 // kept, and the report written.
 Status ReportOnly(const Experiment& e, const std::vector<const RunPlan*>& selected, const RunnerOptions& o,
@@ -264,10 +273,7 @@ Status ReportOnly(const Experiment& e, const std::vector<const RunPlan*>& select
   }
   if (found.empty()) return NotFoundError(dir + ": no run folder of the runs to report (run them first)");
   if (!o.only.empty()) reports = WithEarlierRuns(e, found, dir, std::move(reports));
-  Status written = WriteReport(e, reports, dir);
-  out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
-  out << PicturesText(reports, dir);
-  return written;
+  return WriteAndPrintReport(e, reports, dir, out);
 }
 
 }  // namespace
@@ -328,9 +334,7 @@ Status RunExperiment(const Experiment& e, const RunnerOptions& o, std::ostream& 
   }
   if (o.dry_run) return OkStatus();
   if (!o.only.empty()) reports = WithEarlierRuns(e, o.only, dir, std::move(reports));
-  Status written = WriteReport(e, reports, dir);
-  out << "\n" << SummaryTable(reports, e.target_accuracy) << "\nsummary: " << dir << "/summary.md\n";
-  out << PicturesText(reports, dir);
+  Status written = WriteAndPrintReport(e, reports, dir, out);
   if (interrupted && *interrupted) return AbortedError("interrupted during run '" + last_run + "'");
   if (!failed.empty()) {
     std::string names;
