@@ -107,8 +107,4 @@ EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size) {
   return r;
 }
 
-void SetBlasThreads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
-
-int BlasThreads() { return openblas_get_num_threads(); }
-
 }  // namespace gradsync

@@ -182,9 +182,4 @@ struct EvalResult {
 };
 EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size = 1000);
 
-// Threads OpenBLAS may use for sgemm (the worker's --threads).
-void SetBlasThreads(int threads);
-// The threads OpenBLAS runs each BLAS call on now.
-int BlasThreads();
-
 }  // namespace gradsync

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "common/base/blas_threads.h"
 #include "common/base/rng.h"
 #include "common/base/segment.h"
 #include "common/base/tensor.h"
@@ -17,7 +18,6 @@
 #include "compression/powersgd.h"
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
-#include "models/model.h"
 
 namespace gradsync::sim {
 
