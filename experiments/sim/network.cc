@@ -14,7 +14,7 @@ constexpr double kPacketBytes = 1448;  // a TCP segment's payload at MTU 1500
 
 }  // namespace
 
-Network::Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us, uint64_t seed)
+Network::Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, MessageCpu msg, uint64_t seed)
     : engine_(engine),
       cpus_(cpus),
       latency_(s.latency_us),
@@ -22,7 +22,8 @@ Network::Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, do
       spread_(s.flow_share_spread),
       seed_(seed),
       kernel_us_per_byte_(s.net_ns_per_byte / 2 / 1e3),
-      msg_us_(msg_us / 2),
+      msg_us_(msg.us / 2),
+      shared_wakeups_(msg.wakeups == MessageCpu::Wakeups::kShared),
       tx_(static_cast<size_t>(hosts)),
       send_batch_(static_cast<size_t>(hosts)),
       recv_batch_(static_cast<size_t>(hosts)) {
@@ -69,6 +70,10 @@ void Network::Send(int src, int dst, uint64_t bytes, std::function<void()> deliv
   // The sender's I/O thread takes the message (on a shared machine), then its NIC queues it.
   if (!msg_cpu()) {
     Queue(src, dst, id);
+    return;
+  }
+  if (!shared_wakeups_) {  // the sending thread's own send
+    cpus_.Kernel(msg_us_, [this, src, dst, id] { Queue(src, dst, id); });
     return;
   }
   // Messages sent before the I/O thread has woken ride along with the first: one wake-up
@@ -179,10 +184,15 @@ void Network::Hop(int id, double chunk, int hop, Time last) {
       engine_.At(engine_.now() + latency_, std::move(deliver));
       return;
     }
-    // The receiver's I/O thread takes it in, with every message that arrived before it woke.
+    // The receiver's I/O thread takes it in, with every message that arrived before it woke
+    // (kShared), or the waiting thread wakes for it alone (kEach).
     const Time arrived = engine_.now();
     if (!msg_cpu()) {
       HandOn(id, arrived);
+      return;
+    }
+    if (!shared_wakeups_) {
+      cpus_.Kernel(msg_us_, [this, id, arrived] { HandOn(id, arrived); });
       return;
     }
     Batch& b = recv_batch_[static_cast<size_t>(msg.dst)];

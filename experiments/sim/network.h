@@ -18,12 +18,20 @@ struct SimSettings;
 
 namespace gradsync::sim {
 
+// What a message costs in CPU at its ends, on a shared machine: `us` both ends together, half at
+// each. A PS job's ZeroMQ messages (msg_us) go through each host's I/O thread, whose one wake-up
+// takes every message waiting for it, and they share its half (kShared). The ring's plain TCP
+// (ring_msg_us) has no such thread: the rank's own thread sends each step's message and waits for
+// the next, so every message pays its own send and its own wake-up (kEach).
+struct MessageCpu {
+  enum class Wakeups { kShared, kEach };
+  double us = 0;
+  Wakeups wakeups = Wakeups::kShared;
+};
+
 class Network {
  public:
-  // `msg_us`: CPU per message, both ends together (a PS job's ZeroMQ messages: msg_us; an
-  // all-reduce's plain TCP: ring_msg_us), half per wake-up of a host's receiving or sending thread,
-  // which takes every message waiting for it.
-  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, double msg_us, uint64_t seed);
+  Network(Engine& engine, Cpus& cpus, int hosts, const SimSettings& s, MessageCpu msg, uint64_t seed);
 
   // Sends `bytes` (payload) from host src to dst; `deliver` runs when the last byte has arrived.
   void Send(int src, int dst, uint64_t bytes, std::function<void()> deliver);
@@ -93,14 +101,15 @@ class Network {
   uint64_t seed_;
   double kernel_us_per_byte_;  // at each end
   double msg_us_;              // at each end
+  bool shared_wakeups_;        // MessageCpu::Wakeups::kShared
   double peak_;
   int rack_size_ = 0;
   std::vector<Link> up_, down_, rack_up_, rack_down_;
   std::vector<Tx> tx_;
   std::deque<Msg> msgs_;
   std::vector<int> free_;
-  // Shared machine, a PS message's CPU: per host, the messages waiting for its I/O thread to wake,
-  // sending and receiving (one wake-up, half of msg_us at that end, takes them all).
+  // Shared machine, a PS message's CPU (kShared): per host, the messages waiting for its I/O thread
+  // to wake, sending and receiving (one wake-up, half of msg_us at that end, takes them all).
   struct Batch {
     std::vector<int> ids;
     std::vector<Time> arrived;

@@ -271,7 +271,7 @@ std::string DescribeSim(const RunPlan& plan, const SimSettings& s) {
     if (plan.mode != config::ALLREDUCE && s.msg_us > 0)
       o << ", " << s.msg_us << " us per PS message, shared by those that wait for the same wake-up";
     if (plan.mode == config::ALLREDUCE && s.ring_msg_us > 0)
-      o << ", " << s.ring_msg_us << " us per all-reduce message, shared by those that wait for the same wake-up";
+      o << ", " << s.ring_msg_us << " us per all-reduce message, each its own send and wake-up";
     o << ")";
   }
   if (plan.mode == config::ALLREDUCE) {

@@ -61,7 +61,8 @@ struct SimSettings {
   double net_ns_per_byte = 0;     // CPU per byte moved, both ends together, on the shared cores
   double msg_us = 0;              // CPU per PS message, both ends together, on the shared cores; the messages
                                   // waiting for one wake-up of a host's I/O thread share its half
-  double ring_msg_us = 0;         // CPU per all-reduce message, both ends together, on the shared cores
+  double ring_msg_us = 0;         // CPU per all-reduce message, both ends together, on the shared cores; each
+                                  // message pays its own (the rank's thread sends it and wakes for it)
   double apply_ns_per_byte = 0.25;
   double wire_efficiency = 1448.0 / 1514.0;
   double quantum_bytes = 16384;   // a sender's connections take turns on its link, this much each
