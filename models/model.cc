@@ -1,7 +1,5 @@
 #include "models/model.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "common/base/check.h"
