@@ -24,6 +24,9 @@ def arguments(doc, epochs, batch, lr):
     p.add_argument("--batch", type=int, default=batch, help="per worker (default %d)" % batch)
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--lr-schedule", choices=["constant", "cosine", "linear"], default="constant",
+                   help="the learning rate over the run's steps, decaying to 0 at the last (default "
+                        "constant; gradsync-worker's formulas)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="PyTorch threads per worker (default 1)")
     p.add_argument("--data-dir", default=DATA_DIR)
@@ -140,7 +143,9 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
     """The epoch loop: each worker trains on its shard with batch args.batch; worker 0 evaluates
     after every epoch and at the end (the exact final parameters) and prints a line per epoch.
     The job's max_steps (GRADSYNC_MAX_STEPS, a spec's train { max_steps }), when set, ends
-    training early."""
+    training early. With args.lr_schedule other than constant, every step's learning rate is set
+    before the step begins (the PS modes' shards apply the rate a step begins with), decaying over
+    the run's steps (max_steps when set) from each parameter group's rate."""
     cache = getattr(args, "data_cache", None)
     train_x, train_y, test_x, test_y = load(args.data_dir, "" if cache == "off" else cache)
     rank, size = gs.rank(), gs.size()
@@ -150,6 +155,8 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
     max_steps = gs.config().get("max_steps", 0) or args.epochs * steps_per_epoch
     if hasattr(opt, "steps_per_epoch"):
         opt.steps_per_epoch = steps_per_epoch  # the epoch column of the metrics rows
+    schedule = getattr(args, "lr_schedule", "constant")
+    base_lrs = [g["lr"] for g in opt.param_groups]
     last = None
     # The job's --precision: bf16 compute under autocast where torch has it, fp16's dynamic loss
     # scaling (gradsync.torch.GradScaler; a no-op for fp32 and bf16).
@@ -162,6 +169,9 @@ def train(model, opt, args, gs, evaluate_every_epoch=True):
         epoch_start, losses = time.perf_counter(), []
         for s in range(step % steps_per_epoch, min(steps_per_epoch, max_steps - epoch * steps_per_epoch)):
             idx = mine[s * args.batch:(s + 1) * args.batch]
+            if schedule != "constant":
+                for g, base in zip(opt.param_groups, base_lrs):
+                    g["lr"] = _native.lr_at(schedule, base, max_steps, epoch * steps_per_epoch + s)
             opt.zero_grad()
             if distributed:
                 with gs.autocast():

@@ -32,9 +32,9 @@ def main():
         base = torch.optim.Adam(model.parameters(), lr=args.lr)
     opt = gs.DistributedOptimizer(base, named_parameters=model.named_parameters())
     if gs.rank() == 0:
-        print("train_cnn: mode=%s workers=%d sync=%s params=%d batch=%d (global %d) lr=%g %s compress=%s precision=%s"
+        print("train_cnn: mode=%s workers=%d sync=%s params=%d batch=%d (global %d) lr=%g (%s) %s compress=%s precision=%s"
               % (gs.mode(), gs.size(), opt.sync_kind, sum(p.numel() for p in model.parameters()), args.batch,
-                 args.batch * gs.size(), args.lr, args.optimizer, gs.config()["compress"], gs.precision()), flush=True)
+                 args.batch * gs.size(), args.lr, args.lr_schedule, args.optimizer, gs.config()["compress"], gs.precision()), flush=True)
     fashion_mnist.train(model, opt, args, gs)
     gs.shutdown()
 

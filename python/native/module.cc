@@ -15,6 +15,7 @@
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "common/obs/trace.h"
+#include "common/optim/optimizer.h"
 #include "compression/compressor.h"
 #include "python/native/frontend.h"
 
@@ -517,6 +518,26 @@ void BindData(py::module_& m) {
       "data_dir, through the shared decoded copy in cache_dir ('': this process's own)");
 }
 
+void BindLrSchedule(py::module_& m) {
+  // The learning-rate schedules gradsync-worker's --lr-schedule names, for scripts that drive their
+  // optimizer's rate from them (the examples' --lr-schedule): the worker's own formula.
+  m.def(
+      "lr_at",
+      [](const std::string& schedule, double base, int64_t total_steps, int64_t step) {
+        Result<LrSchedule::Kind> kind = ParseLrScheduleKind(schedule);
+        ThrowIfError(kind.status());
+        if (total_steps < 0 || step < 0) throw StatusError(InvalidArgumentError("lr_at: steps must be >= 0"));
+        LrSchedule lr;
+        lr.kind = *kind;
+        lr.base = static_cast<float>(base);
+        lr.total_steps = total_steps;
+        return static_cast<double>(lr.At(step));
+      },
+      py::arg("schedule"), py::arg("base"), py::arg("total_steps"), py::arg("step"),
+      "The learning rate at `step` (0-based) of `total_steps` under `schedule` (constant, cosine or linear, "
+      "decaying to 0 at total_steps), as gradsync-worker computes it.");
+}
+
 void BindTrace(py::module_& m) {
   // Spans of the user's own code in this process's trace (gradsync.trace_span): the clock, and a
   // finished span. Nothing is recorded unless the job traces (gradsync-launch --trace).
@@ -546,6 +567,7 @@ PYBIND11_MODULE(_native, m) {
   BindCodecs(m);
   BindTrace(m);
   BindData(m);
+  BindLrSchedule(m);
 
   m.def(
       "encoded_bytes",

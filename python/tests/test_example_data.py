@@ -80,3 +80,55 @@ def test_the_mean_and_deviation_are_computed_once_per_host(tmp_path):
         assert a.item() == b.item() == c.item()
     (tmp_path / kept[0]).write_text("not numbers\n")  # a damaged file is computed again
     assert fashion_mnist._mean_std(pixels, str(tmp_path))[0].item() == here[0].item()
+
+
+def test_lr_at_is_the_workers_schedule():
+    assert _native.lr_at("constant", 0.1, 100, 70) == pytest.approx(0.1)
+    assert _native.lr_at("cosine", 0.1, 100, 0) == pytest.approx(0.1)
+    assert _native.lr_at("cosine", 0.1, 100, 50) == pytest.approx(0.05)
+    assert _native.lr_at("cosine", 0.1, 100, 25) == pytest.approx(0.05 * (1 + np.cos(np.pi / 4)))
+    assert _native.lr_at("linear", 0.1, 100, 75) == pytest.approx(0.025)
+    assert _native.lr_at("cosine", 0.1, 100, 100) == 0.0
+    with pytest.raises(ValueError, match="constant, cosine or linear"):
+        _native.lr_at("step", 0.1, 100, 1)
+    with pytest.raises(ValueError):
+        _native.lr_at("cosine", 0.1, 100, -1)
+
+
+class _Local:
+    """gradsync.torch's functions as train() calls them, for one process without a job."""
+
+    def __init__(self, max_steps):
+        self.max_steps = max_steps
+
+    def rank(self):
+        return 0
+
+    def size(self):
+        return 1
+
+    def config(self):
+        return {"max_steps": self.max_steps}
+
+
+@needs_data
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_train_sets_each_steps_learning_rate_before_the_step_begins(tmp_path, schedule):
+    rates = []
+
+    class Recording(torch.optim.SGD):
+        def zero_grad(self, set_to_none=True):  # a PS step begins here: the rate must be set already
+            rates.append([g["lr"] for g in self.param_groups])
+            super().zero_grad(set_to_none)
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    opt = Recording([{"params": [model[1].weight], "lr": 0.2}, {"params": [model[1].bias]}], lr=0.1)
+    args = fashion_mnist.arguments("", epochs=1, batch=16, lr=0.1).parse_args(
+        ["--lr-schedule=" + schedule, "--data-cache=" + str(tmp_path)])
+    fashion_mnist.train(model, opt, args, _Local(max_steps=12))
+    assert len(rates) == 12
+    for step, (weight, bias) in enumerate(rates):
+        assert weight == pytest.approx(_native.lr_at(schedule, 0.2, 12, step))
+        assert bias == pytest.approx(_native.lr_at(schedule, 0.1, 12, step))
+    if schedule == "cosine":
+        assert rates[0] == pytest.approx([0.2, 0.1]) and rates[-1][0] < 0.01
