@@ -69,6 +69,7 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
     s.set_delay_compensation_bytes(static_cast<int64_t>(dc->bytes()));
     s.set_compensated_pushes(dc->corrected());
     s.set_uncompensated_pushes(dc->uncorrected());
+    s.set_delay_compensation_relative(dc->relative_correction());
   }
   if (Status w = WriteProcessSummary(dir, s); !w.ok()) {
     std::cerr << "gradsync-server: warning: summary not written: " << w.message() << std::endl;
@@ -193,6 +194,13 @@ void LogShardSummary(const Server& server, const ServerOptions& o) {
                      << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.clock_staleness) << " clocks), "
                      << st.rejected << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
                      << " bytes in, " << st.traffic.bytes_sent << " out";
+  if (const DelayCompensation* dc = server.delay_compensation()) {
+    char relative[32];
+    std::snprintf(relative, sizeof relative, "%.2f%%", 100 * dc->relative_correction());
+    GRADSYNC_LOG(INFO) << "server " << server.rank() << ": delay compensation corrected " << dc->corrected()
+                       << " pushes (" << dc->uncorrected() << " applied uncorrected), changing them by " << relative
+                       << " (root mean square of the correction over that of the gradients)";
+  }
   if (!o.checkpoint_dir.empty()) {
     GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.checkpoints << " checkpoints (slowest "
                        << st.checkpoint_ms_max << " ms)"

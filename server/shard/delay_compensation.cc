@@ -37,23 +37,36 @@ bool DelayCompensation::Correct(int worker, std::span<const Segment> segments, c
     const float* now = params.data() + local;
     const float* was = bak.data() + local;
     const int64_t n = s.size();
+    double g_sq = 0, c_sq = 0;
     if (!options_.adaptive) {
       const float lambda = options_.lambda;
       for (int64_t i = 0; i < n; ++i, ++k) {
         const float g = values[k];
-        out[k] = g + lambda * g * g * (now[i] - was[i]);
+        const float c = lambda * g * g * (now[i] - was[i]);
+        out[k] = g + c;
+        g_sq += static_cast<double>(g) * g;
+        c_sq += static_cast<double>(c) * c;
       }
-      continue;
+    } else {
+      float* ms = mean_square_.data() + local;
+      for (int64_t i = 0; i < n; ++i, ++k) {
+        const float g = values[k];
+        ms[i] = m * ms[i] + (1 - m) * g * g;
+        const float lambda = options_.lambda / std::sqrt(ms[i] + options_.epsilon);
+        const float c = lambda * g * g * (now[i] - was[i]);
+        out[k] = g + c;
+        g_sq += static_cast<double>(g) * g;
+        c_sq += static_cast<double>(c) * c;
+      }
     }
-    float* ms = mean_square_.data() + local;
-    for (int64_t i = 0; i < n; ++i, ++k) {
-      const float g = values[k];
-      ms[i] = m * ms[i] + (1 - m) * g * g;
-      const float lambda = options_.lambda / std::sqrt(ms[i] + options_.epsilon);
-      out[k] = g + lambda * g * g * (now[i] - was[i]);
-    }
+    gradient_sq_ += g_sq;
+    correction_sq_ += c_sq;
   }
   return true;
+}
+
+double DelayCompensation::relative_correction() const {
+  return gradient_sq_ > 0 ? std::sqrt(correction_sq_ / gradient_sq_) : 0.0;
 }
 
 uint64_t DelayCompensation::bytes() const {

@@ -51,6 +51,9 @@ class DelayCompensation {
   uint64_t bytes() const;
   int64_t corrected() const { return corrected_; }    // pushes (Counted)
   int64_t uncorrected() const { return uncorrected_; }
+  // How much the corrections changed the gradients: sqrt(Σ(g' − g)² / Σg²) over every element
+  // corrected so far (0 before any).
+  double relative_correction() const;
   const DelayCompensationOptions& options() const { return options_; }
 
  private:
@@ -59,6 +62,7 @@ class DelayCompensation {
   std::vector<std::vector<float>> pulled_;  // per worker: its last pull's values (empty: none yet)
   std::vector<float> mean_square_;          // adaptive: over the range
   int64_t corrected_ = 0, uncorrected_ = 0;
+  double gradient_sq_ = 0, correction_sq_ = 0;  // Σg², Σ(g' − g)² over the corrected elements
 };
 
 }  // namespace gradsync

@@ -1,5 +1,6 @@
 // Delay-compensated ASGD in a job (threads over 127.0.0.1): with a straggler in asp and ssp, every
-// push after a worker's first pull is corrected on every shard, and the run trains.
+// push after a worker's first pull is corrected on every shard (the corrections change the
+// gradients, less than the gradients themselves), and the run trains.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +33,9 @@ TEST(DelayCompensationTrainTest, EveryPushIsCorrectedAndTheRunTrains) {
         // Each worker pulls before each push: all 3 x 40 pushes were corrected.
         EXPECT_EQ(r.compensated_pushes[k], 3 * 40);
         EXPECT_EQ(r.uncompensated_pushes[k], 0);
+        // The straggler's pushes are stale: the corrections changed the gradients, by little.
+        EXPECT_GT(r.relative_correction[k], 0);
+        EXPECT_LT(r.relative_correction[k], 1);
       }
       for (float p : r.params) ASSERT_TRUE(std::isfinite(p));
     }

@@ -38,9 +38,13 @@ TEST(DelayCompensationTest, CorrectsByLambdaTimesTheSquaredGradientTimesTheDrift
   EXPECT_EQ(out[0], 0.1f);  // element 101 did not move: as it came
   EXPECT_EQ(out[1], -4.0f);  // 102 moved by -1: -2 + 0.5 * 4 * -1
   EXPECT_EQ(out[2], 4.125f);  // 103 moved by 0.25: 3 + 0.5 * 9 * 0.25
+  // The corrections (0, -2, 1.125, 0) over the gradients (0.1, -2, 3, 0), root mean squares.
+  EXPECT_NEAR(dc.relative_correction(), std::sqrt((4 + 1.125 * 1.125) / (0.01 + 4 + 9)), 1e-6);
   // Worker 0 never pulled: its push goes as it came.
   ASSERT_FALSE(dc.Correct(0, part, g.data(), now, out.data()));
   EXPECT_EQ(out, g);
+  // ... and is not in the relative correction.
+  EXPECT_NEAR(dc.relative_correction(), std::sqrt((4 + 1.125 * 1.125) / (0.01 + 4 + 9)), 1e-6);
   // What it keeps: one copy of the range for the worker that pulled.
   EXPECT_EQ(dc.bytes(), 6 * sizeof(float));
   dc.Pulled(0, part, now);
@@ -68,6 +72,7 @@ TEST(DelayCompensationTest, TheAdaptiveLambdaIsLambdaOverTheRootMeanSquare) {
     }
   }
   EXPECT_EQ(dc.bytes(), 2 * 3 * sizeof(float));  // the worker's pull and the mean square
+  EXPECT_GT(dc.relative_correction(), 0);
 }
 
 // A job of one shard holding all of a 40-float dense model, asp, 2 workers, plain SGD.

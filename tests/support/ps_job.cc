@@ -289,6 +289,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
     if (const DelayCompensation* dc = s->delay_compensation()) {
       result.compensated_pushes.push_back(dc->corrected());
       result.uncompensated_pushes.push_back(dc->uncorrected());
+      result.relative_correction.push_back(dc->relative_correction());
     }
   }
   if (auth) result.auth_refused = auth->refused();

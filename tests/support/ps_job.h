@@ -64,6 +64,7 @@ struct PsJobResult {
   std::vector<std::vector<PullRecord>> pulls;  // per server
   std::vector<ServerStats> server_stats;
   std::vector<int64_t> compensated_pushes, uncompensated_pushes;  // per server (delay compensation)
+  std::vector<double> relative_correction;                        // per server (delay compensation)
   double kill_to_failure_s = -1;  // from the kill to the first worker failure
   int64_t auth_refused = 0;       // CURVE handshakes refused (security set)
 };
