@@ -14,5 +14,8 @@ def test_the_job_s_straggle_delay_is_slept_and_reported(tmp_path):
                   worker_env=env)
     slow = [s["delay_ms"] for s in json.load(open(record + "-1.json"))["steps"]]
     fast = [s["delay_ms"] for s in json.load(open(record + "-0.json"))["steps"]]
-    assert len(slow) == 12 and all(24 <= d <= 60 for d in slow), slow
+    # Never shorter than asked; once, not twice, per step. A sleep overslept by a busy machine
+    # (one step of 25 ms took 96 under load) does not move the median.
+    assert len(slow) == 12 and all(d >= 24 for d in slow), slow
+    assert sorted(slow)[6] <= 40, slow
     assert all(d == 0 for d in fast), fast
