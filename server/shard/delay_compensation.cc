@@ -37,15 +37,12 @@ bool DelayCompensation::Correct(int worker, std::span<const Segment> segments, c
     const float* now = params.data() + local;
     const float* was = bak.data() + local;
     const int64_t n = s.size();
-    double g_sq = 0, c_sq = 0;
+    const size_t first = k;
     if (!options_.adaptive) {
       const float lambda = options_.lambda;
       for (int64_t i = 0; i < n; ++i, ++k) {
         const float g = values[k];
-        const float c = lambda * g * g * (now[i] - was[i]);
-        out[k] = g + c;
-        g_sq += static_cast<double>(g) * g;
-        c_sq += static_cast<double>(c) * c;
+        out[k] = g + lambda * g * g * (now[i] - was[i]);
       }
     } else {
       float* ms = mean_square_.data() + local;
@@ -53,16 +50,31 @@ bool DelayCompensation::Correct(int worker, std::span<const Segment> segments, c
         const float g = values[k];
         ms[i] = m * ms[i] + (1 - m) * g * g;
         const float lambda = options_.lambda / std::sqrt(ms[i] + options_.epsilon);
-        const float c = lambda * g * g * (now[i] - was[i]);
-        out[k] = g + c;
-        g_sq += static_cast<double>(g) * g;
-        c_sq += static_cast<double>(c) * c;
+        out[k] = g + lambda * g * g * (now[i] - was[i]);
       }
     }
-    gradient_sq_ += g_sq;
-    correction_sq_ += c_sq;
+    AddSquares(values + first, out + first, n);
   }
   return true;
+}
+
+void DelayCompensation::AddSquares(const float* g, const float* corrected, int64_t n) {
+  // A pass of its own, vectorized as an OpenMP SIMD reduction (-fopenmp-simd on this file: no
+  // threads, no runtime); folded into the loops above as a plain sum it kept them scalar (the
+  // constant variant 6x slower). In float a block at a time, added up in double.
+  constexpr int64_t kBlock = 4096;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t end = std::min(n, begin + kBlock);
+    float gs = 0, cs = 0;
+#pragma omp simd reduction(+ : gs, cs)
+    for (int64_t i = begin; i < end; ++i) {
+      const float c = corrected[i] - g[i];
+      gs += g[i] * g[i];
+      cs += c * c;
+    }
+    gradient_sq_ += gs;
+    correction_sq_ += cs;
+  }
 }
 
 double DelayCompensation::relative_correction() const {

@@ -57,6 +57,9 @@ class DelayCompensation {
   const DelayCompensationOptions& options() const { return options_; }
 
  private:
+  // Adds Σg² and Σ(corrected − g)² of n elements to the totals.
+  void AddSquares(const float* g, const float* corrected, int64_t n);
+
   DelayCompensationOptions options_;
   Segment range_;
   std::vector<std::vector<float>> pulled_;  // per worker: its last pull's values (empty: none yet)
