@@ -4,7 +4,7 @@ random batches, one thread per process (PyTorch's pool and the OpenBLAS it calls
 sets OPENBLAS_NUM_THREADS=1 before torch loads and checks it).
 
     /usr/bin/python3 bench/pytorch/compare.py [--rounds=3] [--workers=4] [--steps=150]
-                                              [--baseline-bin-dir=DIR]
+                                              [--baseline-bin-dir=DIR] [--baseline-env=VAR=VALUE,...]
 
 Configurations (run in turn, ROUNDS times, interleaved): plain PyTorch (1 process); gradsync with
 1 worker in allreduce and in bsp (1 server); the ceiling: WORKERS plain PyTorch processes side by
@@ -13,7 +13,9 @@ processes; gradsync allreduce and bsp (2 servers) over WORKERS processes. Sample
 samples / the slowest rank's timed seconds. Prints the median [min..max] of each and the ratios
 the frontend is judged by; --json writes them. --baseline-bin-dir: another build's bin/ (with
 its python/ beside it, as gradsync-launch finds it) whose multi-worker allreduce and bsp runs
-are interleaved with this build's, for an A/B of a change in the same run."""
+are interleaved with this build's, for an A/B of a change in the same run; --baseline-env: the
+baseline's runs with these variables set (GRADSYNC_OVERLAP=true: a setting's A/B, with this build
+unless --baseline-bin-dir names another)."""
 
 import argparse
 import json
@@ -29,8 +31,10 @@ ROOT = os.path.join(HERE, "..", "..")
 
 
 def run(config, args, bin_dir):
+    env = None
     if len(config) > 5:
-        bin_dir = config[5]
+        bin_dir, extra = config[5]
+        env = dict(os.environ, **extra)
     out = tempfile.mkdtemp(prefix="gradsync-bench-")
     worker = [sys.executable, os.path.join(HERE, "frontend_worker.py"), "--batch=%d" % args.batch,
               "--steps=%d" % args.steps, "--warmup=%d" % args.warmup, "--out=" + out]
@@ -50,7 +54,7 @@ def run(config, args, bin_dir):
             if mode != "allreduce":
                 launch.append("--servers=%d" % servers)
             subprocess.run(launch + worker + ["--variant=" + variant], check=True, timeout=660,
-                           stdout=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, env=env)
         results = [json.load(open(os.path.join(out, f))) for f in os.listdir(out) if f.startswith("bench-")]
         if len(results) != workers:
             raise RuntimeError("%s: %d of %d workers reported" % (name, len(results), workers))
@@ -68,6 +72,7 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--baseline-bin-dir", default="")
+    p.add_argument("--baseline-env", default="", help="VAR=VALUE,...: set for the baseline's runs")
     p.add_argument("--json", default="")
     args = p.parse_args()
     n = args.workers
@@ -80,9 +85,17 @@ def main():
         ("gradsync allreduce, %d workers" % n, "gradsync", "allreduce", n, 0),
         ("gradsync bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2),
     ]
-    if args.baseline_bin_dir:
-        configs += [("baseline allreduce, %d workers" % n, "gradsync", "allreduce", n, 0, args.baseline_bin_dir),
-                    ("baseline bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2, args.baseline_bin_dir)]
+    extra = {}
+    for item in filter(None, args.baseline_env.split(",")):
+        if "=" not in item:
+            p.error("--baseline-env: VAR=VALUE, not %r" % item)
+        k, v = item.split("=", 1)
+        extra[k] = v
+    baseline = bool(args.baseline_bin_dir or extra)
+    if baseline:
+        where = (args.baseline_bin_dir or args.bin_dir, extra)
+        configs += [("baseline allreduce, %d workers" % n, "gradsync", "allreduce", n, 0, where),
+                    ("baseline bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2, where)]
     rates = {c[0]: [] for c in configs}
     for r in range(args.rounds):
         for c in configs:
@@ -104,7 +117,7 @@ def main():
         "1-worker allreduce overhead vs plain": 1 - med[configs[1][0]] / plain,
         "1-worker bsp overhead vs plain": 1 - med[configs[2][0]] / plain,
     }
-    if args.baseline_bin_dir:
+    if baseline:
         ratios["baseline allreduce / DDP"] = med[configs[7][0]] / ddp
         ratios["baseline bsp / DDP"] = med[configs[8][0]] / ddp
         ratios["allreduce: this build / baseline"] = med[configs[5][0]] / med[configs[7][0]]
