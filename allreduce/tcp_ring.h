@@ -75,6 +75,12 @@ class RingCollective final : public Collective {
   bool shared_memory() const { return shm_ready_; }
   const std::string& shared_memory_off_reason() const { return shm_why_not_; }
   int hosts() const { return static_cast<int>(mesh_.hosts().size()); }
+  // The ranks on this rank's host, and whether they outnumber its cores (auto's choice, and
+  // --overlap's default).
+  int host_ranks() const {
+    return mesh_.hosts().empty() ? size() : static_cast<int>(mesh_.hosts()[static_cast<size_t>(mesh_.my_host())].size());
+  }
+  bool oversubscribed() const { return mesh_.oversubscribed(); }
   // The algorithm the last AllReduce / AllReduce16 ran (auto resolved).
   AllReduceAlgo last_algorithm() const { return last_algorithm_; }
 

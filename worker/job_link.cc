@@ -4,9 +4,11 @@
 #include "common/net/node.h"
 
 #include <cstdio>
+#include <thread>
 
 #include "common/base/check.h"
 #include "common/base/host_port.h"
+#include "allreduce/plan/algorithm.h"
 
 namespace gradsync {
 
@@ -23,6 +25,42 @@ void JobLink::Finished(const Status& s) {
   scheduler->Finished(s);
   scheduler->Flush(2.0);
 }
+
+namespace {
+
+// JobLink::oversubscribed, and a line when it turns --overlap's default off. All-reduce: one
+// all-reduce of every rank's own finding, so that every rank decides alike.
+Status AgreeOnCores(const config::TrainConfig& c, JobLink* job) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  int on_host = WorkersOnHost(job->table, job->rank);
+  bool first_on_host = job->rank == 0;
+  if (job->ring) {
+    on_host = job->ring->host_ranks();
+    float any = job->ring->oversubscribed() ? 1.0f : 0.0f;
+    if (job->ring->size() > 1) {
+      if (Status s = job->ring->AllReduce(FloatSpan(&any, 1), ReduceOp::kSum); !s.ok()) {
+        job->Finished(s);
+        return s.WithContext("sharing whether a host runs more workers than cores");
+      }
+    }
+    job->oversubscribed = any > 0;
+  } else {
+    job->oversubscribed = HostOversubscribed(job->table, job->rank, cores);
+    first_on_host = on_host > 0;
+    for (int r = 0; first_on_host && r < job->rank; ++r) {
+      first_on_host = job->table.workers(r).host() != job->table.workers(job->rank).host();
+    }
+  }
+  if (job->oversubscribed && !c.has_overlap() && first_on_host) {
+    std::printf("worker %d: overlap off: %s (here %d workers, %u cores); --overlap=true keeps it on\n", job->rank,
+                job->ring ? "a host of the job runs more workers than it has cores" : "this host runs more workers than it has cores",
+                on_host, cores);
+    std::fflush(stdout);
+  }
+  return OkStatus();
+}
+
+}  // namespace
 
 Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, JobLink* job) {
   const config::Mode mode = c.mode();
@@ -100,7 +138,19 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
       std::fflush(stdout);
     }
   }
-  return OkStatus();
+  return AgreeOnCores(c, job);
+}
+
+int WorkersOnHost(const wire::ClusterTable& table, int rank) {
+  if (rank < 0 || rank >= table.workers_size()) return 0;
+  const std::string& host = table.workers(rank).host();
+  int n = 0;
+  for (const auto& w : table.workers()) n += w.host() == host ? 1 : 0;
+  return n;
+}
+
+bool HostOversubscribed(const wire::ClusterTable& table, int rank, unsigned cores) {
+  return Oversubscribed(static_cast<size_t>(WorkersOnHost(table, rank)), cores);
 }
 
 }  // namespace gradsync

@@ -32,6 +32,10 @@ struct JobLink {
   wire::ClusterTable table;
   int rank = 0;
   std::unique_ptr<RingCollective> ring;
+  // A host of the job runs more workers than it has cores (--overlap's default, OverlapOf):
+  // allreduce: any rank's host, agreed over the ring (every rank overlaps alike or none does);
+  // bsp|ssp|asp: this worker's host.
+  bool oversubscribed = false;
 
   ~JobLink();
   int num_workers() const { return scheduler ? table.workers_size() : 1; }
@@ -45,5 +49,10 @@ struct JobLink {
 // refusal (the message says which settings differ); other codes: the job was not reached or was
 // lost. `train` and `process` must have passed Validate().
 Status JoinJob(const config::TrainConfig& train, const config::WorkerProcess& process, JobLink* job);
+
+// The workers of `table` on worker `rank`'s host (by their advertised host), and whether they
+// outnumber `cores` (allreduce/plan/algorithm.h's Oversubscribed).
+int WorkersOnHost(const wire::ClusterTable& table, int rank);
+bool HostOversubscribed(const wire::ClusterTable& table, int rank, unsigned cores);
 
 }  // namespace gradsync

@@ -161,7 +161,7 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
     return out;
   }
   if (c.mode() == config::ALLREDUCE) {
-    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train);
+    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train, job->oversubscribed);
     if (c.has_checkpoint_dir()) {
       ao.checkpoint_dir = c.checkpoint_dir();
       // A failure to create it shows where the first checkpoint is written (one line, the step goes on).
@@ -199,7 +199,7 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
     if (!client.ok()) {
       out.reports = client.status();
     } else {
-      const PsTrainOptions po = PsOptionsFrom(c, train, job->rank, job->table.workers_size());
+      const PsTrainOptions po = PsOptionsFrom(c, train, job->rank, job->table.workers_size(), job->oversubscribed);
       PsTrainer trainer(po, model, &data.train, &data.test, metrics, client->get(), job->scheduler.get());
       out.reports = trainer.Run(on_epoch);
       out.traffic = (*client)->traffic();

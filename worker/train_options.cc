@@ -58,7 +58,8 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
   return t;
 }
 
-PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train, int rank, int num_workers) {
+PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train, int rank, int num_workers,
+                             bool oversubscribed) {
   PsTrainOptions po;
   po.train = train;
   po.rank = rank;
@@ -74,7 +75,7 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
     po.delay_compensation = c.delay_compensation();
     po.delay_compensation_adaptive = c.delay_compensation_adaptive();
   }
-  po.overlap = c.overlap();
+  po.overlap = OverlapOf(c, oversubscribed);
   po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mib() * kMiB / sizeof(float)));
   po.shm = c.shm();
   po.data_channel = c.data_channel();
@@ -82,11 +83,12 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   return po;
 }
 
-AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train) {
+AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train,
+                                           bool oversubscribed) {
   AllreduceTrainOptions ao;
   ao.train = train;
   ao.bucket_bytes = static_cast<size_t>(c.bucket_mib() * kMiB);
-  ao.overlap = c.overlap();
+  ao.overlap = OverlapOf(c, oversubscribed);
   ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mib() * kMiB);
   ao.compression = Codec(c);
   ao.error_feedback = c.error_feedback();

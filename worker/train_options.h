@@ -16,9 +16,12 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c);
 
 // The PS modes' sync options around `train`: deadlines, recovery, codec (with error feedback or
 // DGC momentum correction), compressed pulls, the staleness-aware rate, overlap and push parts.
-PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train, int rank, int num_workers);
+// `oversubscribed`: JobLink::oversubscribed (--overlap's default, OverlapOf).
+PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train, int rank, int num_workers,
+                             bool oversubscribed);
 
 // All-reduce's: buckets, overlap, codec, the collective's deadline (no checkpoints: the caller's).
-AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train);
+AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train,
+                                           bool oversubscribed);
 
 }  // namespace gradsync

@@ -141,6 +141,8 @@ std::string FlagName(std::string_view field) {
 bool IsPsMode(Mode mode) { return mode == config::BSP || mode == config::SSP || mode == config::ASP; }
 bool JoinsJob(Mode mode) { return IsPsMode(mode) || mode == config::ALLREDUCE; }
 
+bool OverlapOf(const TrainConfig& c, bool oversubscribed) { return c.has_overlap() ? c.overlap() : !oversubscribed; }
+
 std::string EffectiveDataset(const TrainConfig& c) {
   if (c.has_dataset()) return c.dataset();
   return c.model() == "sparse_logreg" ? "sparse-logistic" : "fashion-mnist";

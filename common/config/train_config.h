@@ -34,6 +34,12 @@ std::string EffectiveDataset(const config::TrainConfig& c);
 // models averaged), else "DiLoCo lr=R momentum=M[ nesterov]".
 std::string OuterName(const config::TrainConfig& c);
 
+// Whether communication overlaps computation: --overlap as set, else on unless `oversubscribed`
+// (a host of the job runs more workers than it has cores: the communication thread would take
+// the cores the workers compute on, and nothing is hidden; measured in bench/README.md,
+// "overlap_compare.sh" and "pytorch/compare.py").
+bool OverlapOf(const config::TrainConfig& c, bool oversubscribed);
+
 // ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO |
 // powersgd:RANK. ----
 struct CodecSpec {

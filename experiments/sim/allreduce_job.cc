@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "allreduce/plan/algorithm.h"
+#include "common/config/train_config.h"
 
 namespace gradsync::sim {
 
@@ -15,8 +16,9 @@ Status AllreduceJob::Build() {
   low_rank_ = compress_ && codecs_.low_rank();
   summable_ = compress_ && !low_rank_ && codecs_.summable();
   // As AllreduceSync (and the frontend) decide: a compressed gradient is averaged after backward,
-  // and the rounds' exchange is one all-reduce after the step.
-  overlap_ = t.overlap() && rounds_ == 0 && !compress_;
+  // and the rounds' exchange is one all-reduce after the step; --overlap's default off where a
+  // host runs more workers than host_cores (OverlapOf, on the hosts the real job would make).
+  overlap_ = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed) && rounds_ == 0 && !compress_;
   const int last = static_cast<int>(j_.s.tensors.size()) - 1;
   if (low_rank_) {
     // PowerSGD's LowRankAverager: First, the all-reduce of the P factors and the whole tensors,

@@ -18,8 +18,9 @@ Status PsJob::Build() {
   rounds_ = t.sync_every();
   compensates_ = t.has_delay_compensation() && j_.plan.mode != config::BSP;
   // As PsTrainer decides per worker: a straggling worker runs without overlap, the others with
-  // it where the run allows it (rounds: never).
-  const bool overlap = t.overlap() && !compress_ && (t.model() == "mlp" || t.model() == "softmax") &&
+  // it where the run allows it (rounds: never), by default not where the workers' host (the hosts
+  // the real job's addresses would make) runs more of them than host_cores (OverlapOf).
+  const bool overlap = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed) && !compress_ && (t.model() == "mlp" || t.model() == "softmax") &&
                        t.device() == "cpu" && rounds_ == 0;
   // Without overlap: the whole model is one forward group, a piece per shard.
   plain_.group_floats.assign(1, total);

@@ -396,7 +396,7 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
     ThrowIfError(client.status());
     client_ = std::move(client).value();
-    PsTrainOptions po = PsOptionsFrom(c, train, link.rank, link.table.workers_size());
+    PsTrainOptions po = PsOptionsFrom(c, train, link.rank, link.table.workers_size(), link.oversubscribed);
     po.recovery_timeout_s = 0;  // a PyTorch step cannot be redone for the caller
     po.compression = compress;
     po.error_feedback = feedback;
@@ -416,7 +416,7 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     request_timeout_s_ = po.request_timeout_s;
     kind_ = overlapped_ ? "ps-overlap" : "ps";
   } else if (c.mode() == config::ALLREDUCE) {
-    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train);
+    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train, link.oversubscribed);
     ao.compression = compress;
     ao.error_feedback = feedback;
     ao.apply_update = false;
@@ -442,7 +442,7 @@ void FrontendSync::BuildPeriodic(const LocalTrainOptions& train, const std::stri
       train, model_.get(), /*inner=*/nullptr,
       [&](Model* global, const LocalTrainOptions& outer) -> std::unique_ptr<GradientSync> {
         if (ps) {
-          PsTrainOptions po = PsOptionsFrom(c, outer, link.rank, link.table.workers_size());
+          PsTrainOptions po = PsOptionsFrom(c, outer, link.rank, link.table.workers_size(), link.oversubscribed);
           po.recovery_timeout_s = 0;
           po.compression = compress;
           po.error_feedback = feedback;
@@ -450,7 +450,7 @@ void FrontendSync::BuildPeriodic(const LocalTrainOptions& train, const std::stri
           request_timeout_s_ = po.request_timeout_s;
           return std::make_unique<PsSync>(po, global, client_.get(), link.scheduler.get());
         }
-        AllreduceTrainOptions ao = AllreduceOptionsFrom(c, outer);
+        AllreduceTrainOptions ao = AllreduceOptionsFrom(c, outer, link.oversubscribed);
         ao.compression = compress;
         ao.error_feedback = feedback;
         ao.overlap = false;

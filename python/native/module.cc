@@ -260,7 +260,12 @@ void BindJob(py::module_& m) {
       .def_property_readonly("size", &FrontendJob::size)
       .def_property_readonly("mode", [](const FrontendJob& j) { return ModeName(j.mode()); })
       .def_property_readonly("staleness", &FrontendJob::staleness)
-      .def_property_readonly("config", [](const FrontendJob& j) { return FieldsDict(j.train()); })
+      .def_property_readonly("config",
+                             [](FrontendJob& j) {
+                               py::dict d = FieldsDict(j.train());
+                               d["overlap"] = OverlapOf(j.train(), j.link().oversubscribed);  // as it applies
+                               return d;
+                             })
       .def_property_readonly("process", [](const FrontendJob& j) { return FieldsDict(j.process()); });
   BindJobCollectives(job);
   job.def("training_ended", &FrontendJob::TrainingEnded, py::arg("steps"), py::arg("joined"), Release())

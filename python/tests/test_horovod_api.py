@@ -3,6 +3,7 @@ finishes, the ranks end with identical parameters where the mode makes them so, 
 collective returns what Horovod's does."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -60,7 +61,8 @@ def test_horovod_calls_in_every_mode(tmp_path, mode, workers, staleness):
                 return h
             assert histogram(summaries) == histogram(shards)
     if mode == "allreduce":
-        assert got[0]["kind"] == "allreduce-overlap"
+        # --overlap's default: on unless the host runs more workers than it has cores, on every rank.
+        assert {g["kind"] for g in got} == {"allreduce-overlap" if workers <= os.cpu_count() else "allreduce"}
         # A parameter no worker gave a gradient is not updated (weight decay included), as in torch.
         assert not got[0]["unused_moved"]
 
