@@ -124,6 +124,29 @@ TEST(SimTest, RoundsOfLocalStepsExchangeOnceARound) {
   }
 }
 
+// --overlap unset: off where the job's host runs more workers than host_cores, on otherwise, as
+// OverlapOf decides in the real job (loopback: every worker on one host).
+TEST(SimTest, OverlapIsOffByDefaultWhereTheHostRunsMoreWorkersThanCores) {
+  TempDir tmp;
+  for (const std::string mode : {"BSP", "ALLREDUCE"}) {
+    for (int cores : {2, 4}) {
+      SCOPED_TRACE(mode + " on " + std::to_string(cores) + " cores");
+      const std::string run = "run { name: \"o\" workers: 4" + std::string(mode == "BSP" ? " servers: 2" : "") +
+                              " train { mode: " + mode + " batch: 32 max_steps: 20 log_every: 1 OVERLAP" +
+                              // small buckets over TCP, so that overlap has something to hide
+                              std::string(mode == "ALLREDUCE" ? " first_bucket_mib: 0.05 bucket_mib: 0.05 allreduce_shm: false" : "") +
+                              " } sim { compute_ms: 2 "
+                              "host_cores: " + std::to_string(cores) + " } }";
+      const std::string tag = mode + std::to_string(cores);
+      auto unset = SimulateWith(tmp, run, "OVERLAP", "", "unset" + tag);
+      auto on = SimulateWith(tmp, run, "OVERLAP", "overlap: true", "on" + tag);
+      auto off = SimulateWith(tmp, run, "OVERLAP", "overlap: false", "off" + tag);
+      ASSERT_NE(on.report.summary.step_ms(), off.report.summary.step_ms());  // the setting shows
+      EXPECT_EQ(unset.report.summary.step_ms(), (cores < 4 ? off : on).report.summary.step_ms());
+    }
+  }
+}
+
 TEST(SimTest, ABspStepOnAKnownLinkIsTheServersLinkTwice) {
   TempDir tmp;
   // One server: every push crosses its link in, every pull out, one after the other (bsp).
