@@ -22,7 +22,10 @@ namespace {
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 
@@ -31,7 +34,10 @@ std::string LayoutText(const std::vector<TensorSpec>& tensors) {
   std::string s;
   for (const auto& t : tensors) {
     s += t.name + "\t";
-    for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(t.shape[i]);
+    }
     s += "\n";
   }
   return s;
