@@ -28,14 +28,17 @@ void JobLink::Finished(const Status& s) {
 
 namespace {
 
-// JobLink::oversubscribed, and a line when it turns --overlap's default off. All-reduce: one
-// all-reduce of every rank's own finding, so that every rank decides alike.
+// JobLink::oversubscribed, and a line when it turns --overlap's default off; nothing when
+// --overlap is set (all-reduce: set alike on every rank, the job fingerprint has it). All-reduce:
+// one all-reduce of every rank's own finding, so that every rank decides alike.
 Status AgreeOnCores(const config::TrainConfig& c, JobLink* job) {
+  if (c.has_overlap()) return OkStatus();
   const unsigned cores = std::thread::hardware_concurrency();
-  int on_host = WorkersOnHost(job->table, job->rank);
-  bool first_on_host = job->rank == 0;
+  int on_host = 0;
+  bool first_on_host = false;
   if (job->ring) {
     on_host = job->ring->host_ranks();
+    first_on_host = job->rank == 0;
     float any = job->ring->oversubscribed() ? 1.0f : 0.0f;
     if (job->ring->size() > 1) {
       if (Status s = job->ring->AllReduce(FloatSpan(&any, 1), ReduceOp::kSum); !s.ok()) {
@@ -45,13 +48,14 @@ Status AgreeOnCores(const config::TrainConfig& c, JobLink* job) {
     }
     job->oversubscribed = any > 0;
   } else {
+    on_host = WorkersOnHost(job->table, job->rank);
     job->oversubscribed = HostOversubscribed(job->table, job->rank, cores);
-    first_on_host = on_host > 0;
+    first_on_host = on_host > 0;  // and no lower rank on this host
     for (int r = 0; first_on_host && r < job->rank; ++r) {
       first_on_host = job->table.workers(r).host() != job->table.workers(job->rank).host();
     }
   }
-  if (job->oversubscribed && !c.has_overlap() && first_on_host) {
+  if (job->oversubscribed && first_on_host) {
     std::printf("worker %d: overlap off: %s (here %d workers, %u cores); --overlap=true keeps it on\n", job->rank,
                 job->ring ? "a host of the job runs more workers than it has cores" : "this host runs more workers than it has cores",
                 on_host, cores);
