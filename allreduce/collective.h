@@ -53,6 +53,10 @@ struct CollectiveOptions {
   bool shm = false;
   // Shared-memory all-reduce granularity.
   size_t shm_block_bytes = kDefaultShmBlockBytes;
+  // The shared-memory group's barriers: after a few pauses, yield the core in a loop this long
+  // before sleeping on the futex (a sleeping member must be woken when the last one arrives, which
+  // can take longer than the wait did where the cores are busy or idle virtual CPUs are parked).
+  double shm_busy_poll_ms = 20;
   // The all-reduce algorithm; auto picks by size and rank count (ChooseAllReduceAlgo). Every
   // rank must use the same one (a rank that disagrees fails, naming both).
   AllReduceAlgo algorithm = AllReduceAlgo::kAuto;

@@ -112,6 +112,7 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
   c[index_].value.store(epoch_, std::memory_order_seq_cst);
   h->arrivals.fetch_add(1, std::memory_order_seq_cst);
   if (h->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&h->arrivals);
+  Clock::time_point poll_until{};  // set when the first wait gets past its pauses
   for (int j = 0; j < members_; ++j) {
     for (uint64_t spins = 0; c[j].value.load(std::memory_order_acquire) < epoch_; ++spins) {
       if (cancelled_.load(std::memory_order_relaxed)) return AbortedError("the shared-memory all-reduce was cancelled");
@@ -119,14 +120,15 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
         CpuRelax();
         continue;
       }
-      if (spins < 256 + 16) {
+      const auto now = Clock::now();
+      if (poll_until == Clock::time_point{}) poll_until = now + busy_poll_;
+      if ((spins < 256 + 16 || now < poll_until) && now <= deadline) {
         std::this_thread::yield();  // another member may need this core to arrive
         continue;
       }
-      // Past a few yields, sleep until a member arrives: with more members than cores, spinning
-      // or yielding takes the cores the late members need to arrive (at most 20 ms a sleep, so
-      // that a dead member is named within 20 ms of the deadline).
-      const auto now = Clock::now();
+      // Past the polling, sleep until a member arrives: with more members than cores, pausing
+      // takes the cores the late members need to arrive (at most 20 ms a sleep, so that a dead
+      // member is named within 20 ms of the deadline).
       if (now > deadline) {
         const std::string who = static_cast<size_t>(j) < member_names_.size() ? member_names_[j] : "member " + std::to_string(j);
         return DeadlineExceededError(who + " did not reach the shared-memory all-reduce in time (dead or stalled)");

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -86,6 +87,11 @@ class PsClient {
   // full = true pulls every element, sparse tensors included (for evaluation).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
   Status Wait(RequestId id, double timeout_s);
+  // Before Wait sleeps on the sockets, it polls them for up to `ms` milliseconds, yielding the
+  // core between polls (0: it sleeps at once). A thread that sleeps needs waking when the reply
+  // comes, and a waking thread may wait for a core (or, on a virtual machine, for its idle
+  // virtual CPU to be scheduled again) much longer than the reply took (bench/README.md).
+  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }
 
   // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts at
   // tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
@@ -328,6 +334,7 @@ class PsClient {
   std::vector<Socket> sockets_;  // per shard, its connection
   TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
   int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
+  std::chrono::duration<double, std::milli> busy_poll_{0};  // set_busy_poll_ms
   RequestId next_id_ = 1;
   std::map<RequestId, Pending> pending_;
   ReplyCounts counts_;

@@ -38,7 +38,9 @@ Status PsClient::Receive(int timeout_ms, RequestId until) {
 }
 
 Status PsClient::Wait(RequestId id, double timeout_s) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
+  const auto poll_until = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(busy_poll_);
   while (true) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return InvalidArgumentError("unknown request id " + std::to_string(id));
@@ -72,6 +74,12 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       std::string who;
       for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + Name(s);
       return DeadlineExceededError("no reply from " + who + " within " + SecondsText(timeout_s) + " s");
+    }
+    if (busy_poll_.count() > 0 && std::chrono::steady_clock::now() < poll_until) {
+      // Polling: this thread stays runnable, so the reply is taken as soon as it is in.
+      RETURN_IF_ERROR(Receive(0, id));
+      std::this_thread::yield();
+      continue;
     }
     RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20)), id));
   }

@@ -47,6 +47,7 @@ PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* cl
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   const double timeout = options_.request_timeout_s;
+  client_->set_busy_poll_ms(options_.busy_poll_ms);
   if (!options_.compression.empty()) {
     RETURN_IF_ERROR(client_->SetCompression(options_.compression, options_.train.seed, options_.error_feedback,
                                             options_.correction_momentum, options_.compress_pull));

@@ -72,6 +72,8 @@ struct PsTrainOptions {
   // (PsClient::AttachDataChannels, after the shared-memory lanes).
   bool data_channel = true;
   size_t data_min_floats = size_t{1} << 20;  // the smallest request that uses it (4 MiB)
+  // A wait for the shards' replies polls this long before it sleeps (PsClient::set_busy_poll_ms).
+  double busy_poll_ms = 0;
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;

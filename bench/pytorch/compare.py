@@ -5,6 +5,7 @@ sets OPENBLAS_NUM_THREADS=1 before torch loads and checks it).
 
     /usr/bin/python3 bench/pytorch/compare.py [--rounds=3] [--workers=4] [--steps=150]
                                               [--baseline-bin-dir=DIR] [--baseline-env=VAR=VALUE,...]
+                                              [--baseline-modes=allreduce,bsp]
 
 Configurations (run in turn, ROUNDS times, interleaved): plain PyTorch (1 process); gradsync with
 1 worker in allreduce and in bsp (1 server); the ceiling: WORKERS plain PyTorch processes side by
@@ -15,7 +16,8 @@ the frontend is judged by; --json writes them. --baseline-bin-dir: another build
 its python/ beside it, as gradsync-launch finds it) whose multi-worker allreduce and bsp runs
 are interleaved with this build's, for an A/B of a change in the same run; --baseline-env: the
 baseline's runs with these variables set (GRADSYNC_OVERLAP=true: a setting's A/B, with this build
-unless --baseline-bin-dir names another)."""
+unless --baseline-bin-dir names another); --baseline-modes: which of the two get a baseline (bsp
+alone for a PS setting such as GRADSYNC_BUSY_POLL_MS=0, which an all-reduce job refuses)."""
 
 import argparse
 import json
@@ -73,6 +75,7 @@ def main():
     p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--baseline-bin-dir", default="")
     p.add_argument("--baseline-env", default="", help="VAR=VALUE,...: set for the baseline's runs")
+    p.add_argument("--baseline-modes", default="allreduce,bsp", help="the runs with a baseline: allreduce, bsp or both")
     p.add_argument("--json", default="")
     args = p.parse_args()
     n = args.workers
@@ -91,11 +94,16 @@ def main():
             p.error("--baseline-env: VAR=VALUE, not %r" % item)
         k, v = item.split("=", 1)
         extra[k] = v
+    baseline_modes = [m for m in args.baseline_modes.split(",") if m]
+    if not baseline_modes or any(m not in ("allreduce", "bsp") for m in baseline_modes):
+        p.error("--baseline-modes: allreduce, bsp or allreduce,bsp, not %r" % args.baseline_modes)
     baseline = bool(args.baseline_bin_dir or extra)
     if baseline:
         where = (args.baseline_bin_dir or args.bin_dir, extra)
-        configs += [("baseline allreduce, %d workers" % n, "gradsync", "allreduce", n, 0, where),
-                    ("baseline bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2, where)]
+        if "allreduce" in baseline_modes:
+            configs.append(("baseline allreduce, %d workers" % n, "gradsync", "allreduce", n, 0, where))
+        if "bsp" in baseline_modes:
+            configs.append(("baseline bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2, where))
     rates = {c[0]: [] for c in configs}
     for r in range(args.rounds):
         for c in configs:
@@ -117,11 +125,10 @@ def main():
         "1-worker allreduce overhead vs plain": 1 - med[configs[1][0]] / plain,
         "1-worker bsp overhead vs plain": 1 - med[configs[2][0]] / plain,
     }
-    if baseline:
-        ratios["baseline allreduce / DDP"] = med[configs[7][0]] / ddp
-        ratios["baseline bsp / DDP"] = med[configs[8][0]] / ddp
-        ratios["allreduce: this build / baseline"] = med[configs[5][0]] / med[configs[7][0]]
-        ratios["bsp: this build / baseline"] = med[configs[6][0]] / med[configs[8][0]]
+    for c in configs[7:]:
+        mode = c[2]
+        ratios["baseline %s / DDP" % mode] = med[c[0]] / ddp
+        ratios["%s: this build / baseline" % mode] = med[configs[5 if mode == "allreduce" else 6][0]] / med[c[0]]
     print()
     for k, v in ratios.items():
         print("%-40s %s" % (k, ("%+.1f%%" % (100 * v)) if "overhead" in k else ("%.2fx" % v)))

@@ -256,10 +256,12 @@ void CheckMode(const TrainConfig& c, const Traits& t, Checker& k) {
     if (!t.ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
   if (!t.joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
+  if (!t.joins && c.has_busy_poll_ms()) k.Add("busy_poll_ms", "{busy_poll_ms} applies to the modes that join a job only");
   if (!(c.push_part_mib() >= 1e-6 && c.push_part_mib() <= 1024)) k.Add("push_part_mib", "{push_part_mib} must be in (0, 1024]");
   if (!(c.data_channel_min_mib() >= 0 && c.data_channel_min_mib() <= 1024)) {
     k.Add("data_channel_min_mib", "{data_channel_min_mib} must be in [0, 1024]");
   }
+  if (!(c.busy_poll_ms() >= 0 && c.busy_poll_ms() <= 1000)) k.Add("busy_poll_ms", "{busy_poll_ms} must be in [0, 1000]");
   if (!t.allreduce) {
     for (const char* f : {"bucket_mib", "collective_timeout", "first_bucket_mib", "checkpoint_dir", "checkpoint_every", "resume",
                           "ring_encrypt", "allreduce_algo", "zero", "allreduce_shm"}) {
@@ -607,6 +609,7 @@ std::string JobFingerprint(const TrainConfig& c) {
   f.clear_shm();  // each worker's own way to its shards
   f.clear_data_channel();
   f.clear_data_channel_min_mib();
+  f.clear_busy_poll_ms();
   std::string out;
   {
     pb::io::StringOutputStream stream(&out);

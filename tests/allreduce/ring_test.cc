@@ -329,16 +329,20 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& p) { return std::string(p.param.name); });
 
 TEST(ShmAllReduceTest, AStalledRankFailsTheOthersNamingIt) {
-  CollectiveOptions opt;
-  opt.shm = true;
-  opt.timeout_s = 0.5;
-  auto [st, took] = WithAStalledRank(opt, 2);
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r];
-    EXPECT_NE(st[r].message().find("rank 2 did not reach the shared-memory all-reduce"), std::string::npos) << st[r];
-    // By the timeout (0.5 s), not by the stalled rank coming back (3 s).
-    EXPECT_GE(took[r], 0.5 * opt.timeout_s) << r;  // (a rank may learn it from a neighbour that timed out a little earlier)
-    EXPECT_LT(took[r], kStallS - 0.5) << r;
+  // Sleeping at once, and polling for longer than the timeout: the deadline holds either way.
+  for (const double poll_ms : {0.0, 1000.0}) {
+    CollectiveOptions opt;
+    opt.shm = true;
+    opt.timeout_s = 0.5;
+    opt.shm_busy_poll_ms = poll_ms;
+    auto [st, took] = WithAStalledRank(opt, 2);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << poll_ms << ": " << st[r];
+      EXPECT_NE(st[r].message().find("rank 2 did not reach the shared-memory all-reduce"), std::string::npos) << st[r];
+      // By the timeout (0.5 s), not by the stalled rank coming back (3 s).
+      EXPECT_GE(took[r], 0.5 * opt.timeout_s) << r;  // (a rank may learn it from a neighbour that timed out a little earlier)
+      EXPECT_LT(took[r], kStallS - 0.5) << poll_ms << ": rank " << r;
+    }
   }
 }
 

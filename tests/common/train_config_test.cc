@@ -118,6 +118,9 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"RecoveryOutsidePs", "mode: ALLREDUCE recovery_timeout: 5", "recovery_timeout", "--recovery-timeout applies to the PS modes", "recovery_timeout applies to the PS modes"},
         Contradiction{"PushPartOutsidePs", "push_part_mib: 1", "push_part_mib", "--push-part-mib applies to the PS modes", "push_part_mib applies"},
         Contradiction{"OverlapLocal", "overlap: true", "overlap", "--overlap applies to the modes that join a job only", "overlap applies"},
+        Contradiction{"BusyPollLocal", "busy_poll_ms: 1", "busy_poll_ms", "--busy-poll-ms applies to the modes that join a job only", "busy_poll_ms applies"},
+        Contradiction{"NegativeBusyPoll", "mode: ASP busy_poll_ms: -1", "busy_poll_ms", "--busy-poll-ms must be in [0, 1000]", "busy_poll_ms must be in"},
+        Contradiction{"LongBusyPoll", "mode: ALLREDUCE busy_poll_ms: 1001", "busy_poll_ms", "--busy-poll-ms must be in [0, 1000]", "busy_poll_ms must be in"},
         Contradiction{"ZeroPushPart", "mode: BSP push_part_mib: 0", "push_part_mib", "--push-part-mib must be in (0, 1024]", "push_part_mib must be in"},
         Contradiction{"BucketOutsideAllreduce", "mode: BSP bucket_mib: 4", "bucket_mib", "--bucket-mib applies to --mode=allreduce only", "bucket_mib applies to mode ALLREDUCE only"},
         Contradiction{"RingEncryptOutsideAllreduce", "mode: BSP ring_encrypt: true", "ring_encrypt", "--ring-encrypt applies to --mode=allreduce only", "ring_encrypt applies to mode ALLREDUCE only"},
@@ -274,7 +277,7 @@ TEST(TrainFlagsTest, RoundTrip) {
       "--nesterov", "--weight-decay=0.001", "--epochs=3", "--batch=16", "--max-steps=100", "--seed=7",
       "--accumulate=2", "--lr-scaling=linear", "--base-batch=32", "--warmup-epochs=0.5", "--staleness-aware-lr",
       "--compress=topk:0.01", "--error-feedback", "--compress-pull", "--overlap=false", "--push-part-mib=0.25",
-      "--device=cpu", "--request-timeout=30", "--recovery-timeout=0", "--straggle=uniform:1:5",
+      "--busy-poll-ms=2.5", "--device=cpu", "--request-timeout=30", "--recovery-timeout=0", "--straggle=uniform:1:5",
       "--straggle-seed=9", "--threads=2", "--log-every=10", "--eval-every=20"};
   config::TrainConfig a, b;
   config::WorkerProcess pa, pb;

@@ -1,0 +1,119 @@
+// A worker that polls for its replies before sleeping (PsClient::set_busy_poll_ms, --busy-poll-ms)
+// still keeps its request timeout, polling longer than the timeout included, and takes a reply
+// that comes while it polls. A bsp job of 1 server and 2 workers over 127.0.0.1: worker 0's pull
+// of clock 1 is held until worker 1 pushes clock 0.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "common/net/scheduler_client.h"
+#include "common/ps/ps_protocol.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+#include "tests/support/ps_job.h"
+#include "worker/ps_client.h"
+
+namespace gradsync {
+namespace {
+
+constexpr int64_t kParams = 1000;
+
+std::vector<TensorInfo> Layout() { return {{"w", {kParams}, 0, kParams, false}}; }
+
+wire::JobConfig Job() {
+  wire::JobConfig job;
+  auto* t = job.add_tensors();
+  t->set_name("w");
+  t->set_offset(0);
+  t->set_size(kParams);
+  t->add_shape(kParams);
+  job.set_num_params(kParams);
+  job.set_num_workers(2);
+  job.set_lr(0.1f);
+  job.set_lr_schedule("constant");
+  OptimizerOptions sgd;
+  sgd.momentum = 0;
+  SetJobOptimizer(sgd, &job);
+  return job;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
+  TransportContext ctx(2);
+  SchedulerOptions so;
+  so.num_servers = 1;
+  so.num_workers = 2;
+  so.heartbeat_timeout_s = 5;
+  so.register_timeout_s = 30;
+  auto sched = std::move(Scheduler::Create(ctx, so)).value();
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
+  ServerOptions sv;
+  sv.scheduler_endpoint = endpoint;
+  sv.mode = ConsistencyMode::kBsp;
+  sv.heartbeat_interval_s = 0.2;
+  auto server = std::move(Server::Create(ctx, sv)).value();
+  std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
+  std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
+  auto options = [&](int rank) { return testing::LoopbackClient(endpoint, wire::WORKER, rank, "bsp"); };
+  SchedulerClient sc0(ctx, options(0)), sc1(ctx, options(1));
+  std::thread reg1([&] { EXPECT_TRUE(sc1.Register(30).ok()); });
+  auto table = sc0.Register(30);
+  reg1.join();
+  ASSERT_TRUE(table.ok()) << table.status();
+  auto w0 = std::move(PsClient::Create(ctx, *table, 0, Layout(), &sc0)).value();
+  auto w1 = std::move(PsClient::Create(ctx, *table, 1, Layout(), &sc1)).value();
+  w0->set_busy_poll_ms(1000);  // longer than the timeouts below
+  std::vector<float> p0(kParams, 1.0f), p1(kParams, 1.0f), g0(kParams, 1.0f), g1(kParams, 3.0f);
+  const Status init = w0->Init(Job(), p0, 30);
+  ASSERT_TRUE(init.ok()) << init;
+  std::thread bar1([&] { EXPECT_TRUE(sc1.Barrier("init", "workers", 30).ok()); });
+  ASSERT_TRUE(sc0.Barrier("init", "workers", 30).ok());
+  bar1.join();
+
+  auto push0 = w0->Push(0, g0, {}, {});
+  ASSERT_TRUE(push0.ok()) << push0.status();
+  ASSERT_TRUE(w0->Wait(*push0, 10).ok());
+  auto pull = w0->Pull(1, p0, {});
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  // Held by the round (worker 1 has not pushed): the wait ends at its timeout, not at the poll's end.
+  auto start = std::chrono::steady_clock::now();
+  Status held = w0->Wait(*pull, 0.3);
+  EXPECT_EQ(held.code(), StatusCode::kDeadlineExceeded) << held;
+  EXPECT_GE(SecondsSince(start), 0.29);
+  EXPECT_LT(SecondsSince(start), 0.9);
+
+  // The round completes while worker 0 polls: its pull is answered with the round's mean.
+  auto again = w0->Pull(1, p0, {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  std::thread pusher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto push1 = w1->Push(0, g1, {}, {});
+    EXPECT_TRUE(push1.ok() && w1->Wait(*push1, 10).ok());
+  });
+  start = std::chrono::steady_clock::now();
+  Status answered = w0->Wait(*again, 10);
+  pusher.join();
+  EXPECT_TRUE(answered.ok()) << answered;
+  EXPECT_LT(SecondsSince(start), 5.0);
+  for (float v : p0) ASSERT_FLOAT_EQ(v, 1.0f - 0.1f * 2.0f);  // the mean of 1 and 3, at rate 0.1
+
+  std::thread fin1([&] {
+    EXPECT_TRUE(sc1.Barrier("trained", "workers", 30).ok());
+    sc1.Finished(OkStatus());
+    sc1.Flush(1);
+  });
+  ASSERT_TRUE(sc0.Barrier("trained", "workers", 30).ok());
+  sc0.Finished(OkStatus());
+  sc0.Flush(1);
+  fin1.join();
+  sv_thread.join();
+  st.join();
+}
+
+}  // namespace
+}  // namespace gradsync
