@@ -82,7 +82,9 @@ trap 'exit 143' TERM INT
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$dir/munge/munge.key"
 if [[ $hosts -eq 0 ]]; then
-  base=$((20000 + RANDOM % 9000))
+  # Slurm's own two ports: above the ports gradsync-launch --slurm derives from job ids
+  # (10000-29999, experiments/launch/cluster_task.cc), below the kernel's ephemeral range.
+  base=$((30000 + RANDOM % 2700))
   ctld_host="$(hostname -s)(127.0.0.1)"
   node_lines="NodeName=$(hostname -s) NodeAddr=127.0.0.1 CPUs=16 RealMemory=1000 State=UNKNOWN"
   node_list=$(hostname -s)
