@@ -10,8 +10,6 @@
 
 #include "common/net/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
-#include "server/scheduler.h"
-#include "server/server.h"
 #include "tests/support/ps_job.h"
 #include "worker/ps_client.h"
 
@@ -45,35 +43,15 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 
 TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
   TransportContext ctx(2);
-  SchedulerOptions so;
-  so.num_servers = 1;
-  so.num_workers = 2;
-  so.heartbeat_timeout_s = 5;
-  so.register_timeout_s = 30;
-  auto sched = std::move(Scheduler::Create(ctx, so)).value();
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
-  ServerOptions sv;
-  sv.scheduler_endpoint = endpoint;
-  sv.mode = ConsistencyMode::kBsp;
-  sv.heartbeat_interval_s = 0.2;
-  auto server = std::move(Server::Create(ctx, sv)).value();
-  std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
-  std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
-  auto options = [&](int rank) { return testing::LoopbackClient(endpoint, wire::WORKER, rank, "bsp"); };
-  SchedulerClient sc0(ctx, options(0)), sc1(ctx, options(1));
-  std::thread reg1([&] { EXPECT_TRUE(sc1.Register(30).ok()); });
-  auto table = sc0.Register(30);
-  reg1.join();
-  ASSERT_TRUE(table.ok()) << table.status();
-  auto w0 = std::move(PsClient::Create(ctx, *table, 0, Layout(), &sc0)).value();
-  auto w1 = std::move(PsClient::Create(ctx, *table, 1, Layout(), &sc1)).value();
+  testing::OneShardJob job(ctx);
+  ASSERT_TRUE(job.Start().ok());
+  auto w0 = std::move(PsClient::Create(ctx, job.table(), 0, Layout(), &job.worker(0))).value();
+  auto w1 = std::move(PsClient::Create(ctx, job.table(), 1, Layout(), &job.worker(1))).value();
   w0->set_busy_poll_ms(1000);  // longer than the timeouts below
   std::vector<float> p0(kParams, 1.0f), p1(kParams, 1.0f), g0(kParams, 1.0f), g1(kParams, 3.0f);
   const Status init = w0->Init(Job(), p0, 30);
   ASSERT_TRUE(init.ok()) << init;
-  std::thread bar1([&] { EXPECT_TRUE(sc1.Barrier("init", "workers", 30).ok()); });
-  ASSERT_TRUE(sc0.Barrier("init", "workers", 30).ok());
-  bar1.join();
+  ASSERT_TRUE(job.InitBarrier().ok());
 
   auto push0 = w0->Push(0, g0, {}, {});
   ASSERT_TRUE(push0.ok()) << push0.status();
@@ -102,17 +80,8 @@ TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
   EXPECT_LT(SecondsSince(start), 5.0);
   for (float v : p0) ASSERT_FLOAT_EQ(v, 1.0f - 0.1f * 2.0f);  // the mean of 1 and 3, at rate 0.1
 
-  std::thread fin1([&] {
-    EXPECT_TRUE(sc1.Barrier("trained", "workers", 30).ok());
-    sc1.Finished(OkStatus());
-    sc1.Flush(1);
-  });
-  ASSERT_TRUE(sc0.Barrier("trained", "workers", 30).ok());
-  sc0.Finished(OkStatus());
-  sc0.Flush(1);
-  fin1.join();
-  sv_thread.join();
-  st.join();
+  const Status finished = job.Finish();
+  EXPECT_TRUE(finished.ok()) << finished;
 }
 
 }  // namespace

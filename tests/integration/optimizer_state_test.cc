@@ -320,33 +320,14 @@ zmq::message_t Floats(const std::vector<float>& v) { return zmq::message_t(v.dat
 
 TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   TransportContext ctx(2);
-  SchedulerOptions so;
-  so.num_servers = 1;
-  so.num_workers = 2;
-  so.heartbeat_timeout_s = 5;
-  so.register_timeout_s = 30;
-  auto sched = std::move(Scheduler::Create(ctx, so)).value();
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
-  ServerOptions sv;
-  sv.scheduler_endpoint = endpoint;
-  sv.mode = ConsistencyMode::kBsp;
-  sv.heartbeat_interval_s = 0.2;
-  auto server = std::move(Server::Create(ctx, sv)).value();
-  std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
-  std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
-  auto client_options = [&](int rank) { return testing::LoopbackClient(endpoint, wire::WORKER, rank, "bsp"); };
+  testing::OneShardJob job(ctx);
+  ASSERT_TRUE(job.Start().ok());
+  Server* server = &job.server();
   const auto n = static_cast<size_t>(kParams);  // one shard holds everything
   // Worker 0: a real client. Worker 1: raw messages.
-  SchedulerClient sc0(ctx, client_options(0)), sc1(ctx, client_options(1));
-  std::thread reg1([&] { EXPECT_TRUE(sc1.Register(30).ok()); });
-  auto table = sc0.Register(30);
-  reg1.join();
-  ASSERT_TRUE(table.ok()) << table.status();
-  auto ps = std::move(PsClient::Create(ctx, *table, 0, Layout(), &sc0)).value();
+  auto ps = std::move(PsClient::Create(ctx, job.table(), 0, Layout(), &job.worker(0))).value();
   ASSERT_TRUE(ps->Init(Job(Adam()), InitialParams(), 30).ok());
-  std::thread bar1([&] { EXPECT_TRUE(sc1.Barrier("init", "workers", 30).ok()); });
-  ASSERT_TRUE(sc0.Barrier("init", "workers", 30).ok());
-  bar1.join();
+  ASSERT_TRUE(job.InitBarrier().ok());
 
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
@@ -544,17 +525,8 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   EXPECT_EQ(server->stats().state_sets, 1);
   EXPECT_EQ(server->stats().rejected, refused + 3);  // and the client's refused set (2 vectors) and pull
 
-  std::thread fin1([&] {
-    EXPECT_TRUE(sc1.Barrier("trained", "workers", 30).ok());
-    sc1.Finished(OkStatus());
-    sc1.Flush(1);
-  });
-  ASSERT_TRUE(sc0.Barrier("trained", "workers", 30).ok());
-  sc0.Finished(OkStatus());
-  sc0.Flush(1);
-  fin1.join();
-  sv_thread.join();
-  st.join();
+  const Status finished = job.Finish();
+  EXPECT_TRUE(finished.ok()) << finished;
 }
 
 }  // namespace

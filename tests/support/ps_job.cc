@@ -309,4 +309,66 @@ SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role ro
   return c;
 }
 
+OneShardJob::~OneShardJob() {
+  if (server_thread_.joinable() || scheduler_thread_.joinable()) {
+    // Not finished (a test failed midway): stop everything rather than wait for the barriers.
+    if (server_) server_->Stop();
+    if (scheduler_) scheduler_->Stop();
+    if (server_thread_.joinable()) server_thread_.join();
+    if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  }
+}
+
+Status OneShardJob::Start() {
+  SchedulerOptions so;
+  so.num_servers = 1;
+  so.num_workers = 2;
+  so.heartbeat_timeout_s = 5;
+  so.register_timeout_s = 30;
+  ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(ctx_, so));
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(scheduler_->port());
+  ServerOptions sv;
+  sv.scheduler_endpoint = endpoint;
+  sv.mode = ConsistencyMode::kBsp;
+  sv.heartbeat_interval_s = 0.2;
+  ASSIGN_OR_RETURN(server_, Server::Create(ctx_, sv));
+  scheduler_thread_ = std::thread([this] { scheduler_ran_ = scheduler_->Run(); });
+  server_thread_ = std::thread([this] { server_ran_ = server_->Run(); });
+  for (int w = 0; w < 2; ++w) {
+    workers_.push_back(std::make_unique<SchedulerClient>(ctx_, LoopbackClient(endpoint, wire::WORKER, w, "bsp")));
+  }
+  Status other;
+  std::thread second([&] { other = workers_[1]->Register(30).status(); });
+  auto table = workers_[0]->Register(30);
+  second.join();
+  RETURN_IF_ERROR(table.status());
+  RETURN_IF_ERROR(other);
+  table_ = *table;
+  return OkStatus();
+}
+
+Status OneShardJob::BothAt(const std::string& name) {
+  Status other;
+  std::thread second([&] { other = workers_[1]->Barrier(name, "workers", 30); });
+  Status first = workers_[0]->Barrier(name, "workers", 30);
+  second.join();
+  RETURN_IF_ERROR(first);
+  return other;
+}
+
+Status OneShardJob::InitBarrier() { return BothAt("init"); }
+
+Status OneShardJob::Finish() {
+  Status s = BothAt("trained");
+  if (!s.ok()) return s;  // the destructor stops the job
+  for (auto& w : workers_) {
+    w->Finished(OkStatus());
+    w->Flush(1);
+  }
+  server_thread_.join();
+  scheduler_thread_.join();
+  RETURN_IF_ERROR(server_ran_.WithContext("the server"));
+  return scheduler_ran_.WithContext("the scheduler");
+}
+
 }  // namespace gradsync::testing

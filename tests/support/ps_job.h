@@ -3,8 +3,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/base/status.h"
@@ -12,6 +14,7 @@
 #include "common/net/scheduler_client.h"
 #include "common/net/security.h"
 #include "models/model.h"
+#include "server/scheduler.h"
 #include "server/server.h"
 #include "worker/allreduce_sync.h"
 #include "worker/local_trainer.h"
@@ -120,5 +123,37 @@ std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_devi
 // `rank`, in `mode` ("bsp", "ssp" with `staleness`, ...), heartbeats every 0.2 s.
 SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role role, int rank, const std::string& mode,
                                       int staleness = 0);
+
+// One bsp shard (a scheduler and a server, each on a thread of its own) and two workers' scheduler
+// clients, for the tests that drive workers step by step (PsClients, raw messages): Start
+// registers both workers; InitBarrier and Finish pass the workers' "init" and "trained" barriers
+// together (Finish also ends the job: the threads are joined, and the server's or the
+// scheduler's failure is returned).
+class OneShardJob {
+ public:
+  explicit OneShardJob(TransportContext& ctx) : ctx_(ctx) {}
+  ~OneShardJob();
+  OneShardJob(const OneShardJob&) = delete;
+  OneShardJob& operator=(const OneShardJob&) = delete;
+
+  Status Start();
+  Status InitBarrier();
+  Status Finish();
+  const wire::ClusterTable& table() const { return table_; }
+  Server& server() { return *server_; }
+  SchedulerClient& worker(int w) { return *workers_[static_cast<size_t>(w)]; }
+
+ private:
+  // Both workers at `name` at once (worker 1 on a thread of its own).
+  Status BothAt(const std::string& name);
+
+  TransportContext& ctx_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Server> server_;
+  std::vector<std::unique_ptr<SchedulerClient>> workers_;
+  wire::ClusterTable table_;
+  std::thread scheduler_thread_, server_thread_;
+  Status scheduler_ran_, server_ran_;  // what their Run returned
+};
 
 }  // namespace gradsync::testing
