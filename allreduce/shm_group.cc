@@ -121,7 +121,7 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
         continue;
       }
       const auto now = Clock::now();
-      if (poll_until == Clock::time_point{}) poll_until = now + busy_poll_;
+      if (poll_until == Clock::time_point{}) poll_until = now + std::chrono::duration_cast<Clock::duration>(busy_poll_);
       if ((spins < 256 + 16 || now < poll_until) && now <= deadline) {
         std::this_thread::yield();  // another member may need this core to arrive
         continue;

@@ -14,13 +14,14 @@
 // all-reduce across hosts.
 //
 // Barriers spin on the members' counters (a few pauses, then yielding the core for up to
-// set_busy_poll's time), then sleep on a process-shared futex that every arrival wakes (with
+// set_busy_poll_ms's time), then sleep on a process-shared futex that every arrival wakes (with
 // more members than cores, pausing would take the cores the late members need; yielding gives
 // them away), with a deadline: a member that never arrives (dead, stalled) fails the others with
 // kDeadlineExceeded naming it.
 // Not thread-safe: each member drives its own ShmGroup.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -68,8 +69,9 @@ class ShmGroup {
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
 
-  // How long a barrier yields the core in a loop before it sleeps (default 0: a few yields).
-  void set_busy_poll(std::chrono::nanoseconds d) { busy_poll_ = d; }
+  // How long a barrier yields the core in a loop before it sleeps, in milliseconds (default 0: a
+  // few yields). The same unit as PsClient::set_busy_poll_ms: both are --busy-poll-ms.
+  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }
 
   // From any thread: this member's waits end at once with kAborted (a member was declared dead
   // elsewhere, so it will never arrive), now and in every later call.
@@ -88,7 +90,7 @@ class ShmGroup {
   int index_;
   size_t block_bytes_;
   std::atomic<bool> cancelled_{false};
-  std::chrono::nanoseconds busy_poll_{0};
+  std::chrono::duration<double, std::milli> busy_poll_{0};
   uint64_t epoch_ = 0;  // barriers passed
   uint64_t blocks_ = 0;  // blocks done: the parity of the next result buffer
   uint64_t bytes_sent_ = 0;

@@ -24,10 +24,6 @@ void SumFloats(void* out, const void* a, const void* b, size_t k) {
 }
 
 namespace {
-
-std::chrono::nanoseconds BusyPoll(double ms) {
-  return std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, ms) * 1e6));
-}
 // Segments of whole floats.
 CollectiveOptions Normalized(CollectiveOptions o) {
   o.segment_bytes = std::max<size_t>(4, o.segment_bytes / 4 * 4);
@@ -158,7 +154,6 @@ Status RingCollective::SetUpSharedMemory() {
     auto g = ShmGroup::Create(members, options_.shm_block_bytes, nonce);
     if (g.ok()) {
       shm_ = std::move(g).value();
-      shm_->set_busy_poll(BusyPoll(options_.shm_busy_poll_ms));
       mine = shm_->name() + " " + std::to_string(nonce);
     } else {
       failure = g.status().message();
@@ -174,7 +169,6 @@ Status RingCollective::SetUpSharedMemory() {
       failure = "rank " + std::to_string(group.front()) + " offers no shared memory";
     } else if (auto g = ShmGroup::Attach(name, members, index, options_.shm_block_bytes, nonce); g.ok()) {
       shm_ = std::move(g).value();
-      shm_->set_busy_poll(BusyPoll(options_.shm_busy_poll_ms));
     } else {
       failure = g.status().message();
     }
@@ -199,6 +193,7 @@ Status RingCollective::SetUpSharedMemory() {
     std::vector<std::string> names;
     for (int r : group) names.push_back("rank " + std::to_string(r));
     shm_->set_member_names(std::move(names));
+    shm_->set_busy_poll_ms(options_.shm_busy_poll_ms);
   }
   return OkStatus();
 }

@@ -69,13 +69,14 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       }
       if (it->second.remaining <= 0 || !it->second.status.ok()) continue;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    const auto now = std::chrono::steady_clock::now();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
     if (left <= 0) {
       std::string who;
       for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + Name(s);
       return DeadlineExceededError("no reply from " + who + " within " + SecondsText(timeout_s) + " s");
     }
-    if (busy_poll_.count() > 0 && std::chrono::steady_clock::now() < poll_until) {
+    if (now < poll_until) {
       // Polling: this thread stays runnable, so the reply is taken as soon as it is in.
       RETURN_IF_ERROR(Receive(0, id));
       std::this_thread::yield();

@@ -255,8 +255,9 @@ void CheckMode(const TrainConfig& c, const Traits& t, Checker& k) {
   for (const char* f : {"recovery_timeout", "push_part_mib", "shm", "data_channel", "data_channel_min_mib"}) {
     if (!t.ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
-  if (!t.joins && c.has_overlap()) k.Add("overlap", "{overlap} applies to the modes that join a job only");
-  if (!t.joins && c.has_busy_poll_ms()) k.Add("busy_poll_ms", "{busy_poll_ms} applies to the modes that join a job only");
+  for (const char* f : {"overlap", "busy_poll_ms"}) {
+    if (!t.joins && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the modes that join a job only");
+  }
   if (!(c.push_part_mib() >= 1e-6 && c.push_part_mib() <= 1024)) k.Add("push_part_mib", "{push_part_mib} must be in (0, 1024]");
   if (!(c.data_channel_min_mib() >= 0 && c.data_channel_min_mib() <= 1024)) {
     k.Add("data_channel_min_mib", "{data_channel_min_mib} must be in [0, 1024]");
