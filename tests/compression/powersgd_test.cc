@@ -1,11 +1,13 @@
 // PowerSGD's arithmetic (compression/powersgd.h) on one worker, where an average changes
 // nothing: full rank gives the gradient back, a rank-one gradient is exact at rank one, the
-// residual holds what the approximation left out, warm start converges on a fixed gradient, and
-// the floats exchanged are the formula's.
+// residual holds what the approximation left out and each step approximates its gradient plus
+// the last residual from the last step's Q (against the algorithm written out in double), warm
+// start converges on a fixed gradient, and the floats exchanged are the formula's.
 #include "compression/powersgd.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -94,6 +96,117 @@ TEST(PowerSgdTest, ARankOneGradientIsExactAtRankOneAndTheResidualHoldsWhatIsLeft
     }
   }
   EXPECT_GT(RelError(out, h), 0.1);
+}
+
+// The columns of the row-major n x r matrix `a` made orthonormal (Gram-Schmidt in double, each
+// projection taken out twice). Any orthonormal basis of the same span would do: what a step
+// gives back, P Pᵀ M, and the span of the next step's M Mᵀ P depend on the span alone.
+std::vector<double> Orthonormal(std::vector<double> a, int64_t n, int r) {
+  for (int j = 0; j < r; ++j) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int k = 0; k < j; ++k) {
+        double dot = 0;
+        for (int64_t i = 0; i < n; ++i) dot += a[i * r + k] * a[i * r + j];
+        for (int64_t i = 0; i < n; ++i) a[i * r + j] -= dot * a[i * r + k];
+      }
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < n; ++i) norm += a[i * r + j] * a[i * r + j];
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < n; ++i) a[i * r + j] /= norm;
+  }
+  return a;
+}
+
+// One matrix of the reference: PowerSGD with error feedback written out from its definition.
+struct ReferenceMatrix {
+  int64_t offset = 0, n = 0, m = 0;
+  int r = 0;
+  std::vector<double> e;  // the residual: what the last step left out (n x m)
+  std::vector<double> q;  // the last step's Q (m x r), this step's start
+
+  // M = g + e; P = orthonormal(M Q); Q = Mᵀ P; the step gives back P Qᵀ (= P Pᵀ M, the
+  // projection of M on P's span) into `out`, and keeps e = M − P Qᵀ.
+  void Step(const std::vector<float>& grads, std::vector<double>* out) {
+    std::vector<double> mm(static_cast<size_t>(n * m));
+    for (int64_t i = 0; i < n * m; ++i) mm[i] = grads[static_cast<size_t>(offset + i)] + e[i];
+    std::vector<double> p(static_cast<size_t>(n) * r, 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int k = 0; k < r; ++k)
+        for (int64_t j = 0; j < m; ++j) p[i * r + k] += mm[i * m + j] * q[j * r + k];
+    p = Orthonormal(std::move(p), n, r);
+    std::fill(q.begin(), q.end(), 0.0);
+    for (int64_t j = 0; j < m; ++j)
+      for (int k = 0; k < r; ++k)
+        for (int64_t i = 0; i < n; ++i) q[j * r + k] += mm[i * m + j] * p[i * r + k];
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < m; ++j) {
+        double a = 0;
+        for (int k = 0; k < r; ++k) a += p[i * r + k] * q[j * r + k];
+        (*out)[static_cast<size_t>(offset + i * m + j)] = a;
+        e[i * m + j] = mm[i * m + j] - a;
+      }
+    }
+  }
+};
+
+// Error feedback, step after step: step t gives back the rank-r approximation of g_t + e_{t-1}
+// (e: what the step before left out), one power iteration from the last step's Q (warm start).
+// The reference above follows that definition in double; it takes from PowerSgd only what step 1
+// ended with: its Q (the second exchange; the first Q is a seeded random matrix) and its
+// residual as the definition says, g_1 minus what step 1 gave back. At rank 2 the 6x5 and 4x6
+// gradients (of full rank) leave a large residual, so a step that dropped it (M = g alone) or
+// started from another Q gives other values.
+TEST(PowerSgdTest, EachStepApproximatesTheGradientPlusTheLastResidual) {
+  const auto layout = Layout();
+  const int rank = 2;
+  PowerSgd p(layout, rank, 7, /*error_feedback=*/true);
+  const std::vector<float> g1 = Random(62, 31);
+  std::vector<float> first(p.first_floats()), second(p.second_floats()), out1(g1.size());
+  p.First(g1, first);
+  p.Second(first, second);
+  p.Finish(first, second, out1);
+
+  std::vector<ReferenceMatrix> ref;
+  size_t q_at = 0;
+  double e_sq = 0, g_sq = 0;
+  for (const TensorInfo& t : layout) {
+    if (t.shape.size() < 2) continue;
+    ReferenceMatrix mx;
+    mx.offset = t.offset;
+    mx.n = t.shape[0];
+    mx.m = t.size / mx.n;
+    mx.r = static_cast<int>(std::min<int64_t>({rank, mx.n, mx.m}));
+    for (int64_t i = 0; i < t.size; ++i) {
+      const size_t at = static_cast<size_t>(t.offset + i);
+      mx.e.push_back(static_cast<double>(g1[at]) - out1[at]);
+      e_sq += mx.e.back() * mx.e.back();
+      g_sq += static_cast<double>(g1[at]) * g1[at];
+    }
+    const size_t q_floats = static_cast<size_t>(mx.m * mx.r);
+    mx.q.assign(second.begin() + static_cast<std::ptrdiff_t>(q_at),
+                second.begin() + static_cast<std::ptrdiff_t>(q_at + q_floats));
+    q_at += q_floats;
+    ref.push_back(std::move(mx));
+  }
+  ASSERT_EQ(q_at, p.second_floats());
+  // The residual is no rounding error: most of the gradient is left out at rank 2.
+  ASSERT_GT(std::sqrt(e_sq / g_sq), 0.3);
+
+  for (int step = 2; step <= 4; ++step) {
+    const std::vector<float> g = Random(62, 31 + static_cast<uint64_t>(step));
+    const std::vector<float> out = Step(p, g);
+    std::vector<double> expect(g.begin(), g.end());  // the biases travel whole
+    for (ReferenceMatrix& mx : ref) mx.Step(g, &expect);
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      diff = std::max(diff, std::abs(out[i] - expect[i]));
+      scale = std::max(scale, std::abs(expect[i]));
+    }
+    EXPECT_LE(diff, 1e-5 * scale) << "step " << step << ": PowerSGD gave back other values than the rank-" << rank
+                                   << " approximation of its gradient plus the last residual (largest difference "
+                                   << diff << ", values up to " << scale << ")";
+  }
 }
 
 TEST(PowerSgdTest, WarmStartConvergesOnAFixedGradient) {
