@@ -1,5 +1,6 @@
 // The CUDA backend against the CPU one. Built with CUDA; the tests that need a GPU skip, saying
-// so, where none is visible (the option checks run everywhere).
+// so, where none is visible, and fail where one is listed that CUDA cannot use
+// (GRADSYNC_REQUIRE_GPU, support/gpu_gate.h); the option checks run everywhere.
 #include "models/cuda/cuda_model.h"
 
 #include <gtest/gtest.h>
@@ -11,12 +12,10 @@
 #include "common/base/tensor.h"
 #include "common/optim/optimizer.h"
 #include "models/model.h"
+#include "tests/support/cuda_gate.h"
 
 namespace gradsync {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device is visible: CUDA model tests skipped"
 
 ModelOptions Options(const std::string& name, std::vector<int64_t> hidden = {256, 128}) {
   ModelOptions o;
@@ -70,7 +69,7 @@ TEST(CudaModelTest, RejectsWhatItCannotRunWithAClearError) {
 }
 
 TEST(CudaModelTest, ForwardBackwardEqualsTheCpuBackend) {
-  SKIP_WITHOUT_GPU();
+  GRADSYNC_REQUIRE_GPU();
   for (const std::string name : {"softmax", "mlp"}) {
     for (int64_t b : {1, 64, 300}) {
       SCOPED_TRACE(name + " batch " + std::to_string(b));
@@ -96,7 +95,7 @@ TEST(CudaModelTest, ForwardBackwardEqualsTheCpuBackend) {
 }
 
 TEST(CudaModelTest, FiftyStepsFollowTheCpuTrajectory) {
-  SKIP_WITHOUT_GPU();
+  GRADSYNC_REQUIRE_GPU();
   OptimizerOptions oo;
   oo.momentum = 0.9f;
   oo.weight_decay = 1e-4f;
@@ -122,7 +121,7 @@ TEST(CudaModelTest, FiftyStepsFollowTheCpuTrajectory) {
 }
 
 TEST(CudaModelTest, StreamedGradientsAndUploadedParametersAreTheDevicesOwn) {
-  SKIP_WITHOUT_GPU();
+  GRADSYNC_REQUIRE_GPU();
   auto plain = std::move(CreateCudaModel(Options("mlp"), {})).value();
   auto streamed = std::move(CreateCudaModel(Options("mlp"), {.stream_grads_to_host = true})).value();
   std::vector<size_t> order;
@@ -151,7 +150,7 @@ TEST(CudaModelTest, StreamedGradientsAndUploadedParametersAreTheDevicesOwn) {
 // where they run (the host, the servers); Validate() refuses --device=cuda with them outside the
 // PS modes before a model is built.
 TEST(CudaModelTest, LarsAndLambAreRefusedWithOneClearLine) {
-  SKIP_WITHOUT_GPU();
+  GRADSYNC_REQUIRE_GPU();
   auto gpu = std::move(CreateCudaModel(Options("mlp"), {})).value();
   for (OptimizerKind kind : {OptimizerKind::kLars, OptimizerKind::kLamb}) {
     OptimizerOptions o;
@@ -187,7 +186,7 @@ namespace {
 // roundings fall, so close to each other and to fp32; the 16-bit gradient packs, unpacks with
 // the scale divided out, and an overflow is seen.
 TEST(CudaModelTest, SixteenBitPrecisionsTrackTheCpuAndCatchOverflow) {
-  SKIP_WITHOUT_GPU();
+  GRADSYNC_REQUIRE_GPU();
   for (Precision p : {Precision::kBf16, Precision::kFp16}) {
     SCOPED_TRACE(PrecisionName(p));
     ModelOptions o = Options("mlp");
