@@ -117,7 +117,14 @@ int Lock(const std::string& path, double timeout_s, std::string* why) {
   return fd;
 }
 
+std::function<void()>& WriterHook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
 }  // namespace
+
+void internal::SetCacheWriterHookForTesting(std::function<void()> hook) { WriterHook() = std::move(hook); }
 
 std::string DefaultDataCacheDir() {
   if (const char* dir = std::getenv("GRADSYNC_DATA_CACHE"); dir != nullptr && *dir != '\0') return dir;
@@ -158,6 +165,7 @@ Result<Dataset> LoadIdxDatasetCached(const std::string& images_path, const std::
   mapped = Mapped(*path, num_classes, name);
   if (mapped.ok()) return mapped;
   if (mapped.status().code() != StatusCode::kNotFound) GRADSYNC_LOG(WARNING) << mapped.status().message() << "; writing it again";
+  if (WriterHook()) WriterHook()();
   ASSIGN_OR_RETURN(Dataset decoded, LoadIdxDataset(images_path, labels_path, num_classes, name));
   if (Status w = WriteCheckedFile(*path, kMagic, Body(decoded)); !w.ok()) {
     GRADSYNC_LOG(WARNING) << "no shared copy of " << name << " (" << w.message() << "); this process keeps its own";

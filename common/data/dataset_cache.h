@@ -9,6 +9,7 @@
 // n labels and the n x dim pixels, one byte each, as the IDX files hold them.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/base/status.h"
@@ -33,5 +34,12 @@ Result<Dataset> LoadIdxDatasetCached(const std::string& images_path, const std::
 // files' paths, sizes and modification times); kNotFound when a source file is missing.
 Result<std::string> IdxCachePath(const std::string& images_path, const std::string& labels_path,
                                  const std::string& name, const std::string& cache_dir);
+
+namespace internal {
+// Tests only: `hook` runs in the process that is about to write a cache file, holding its lock,
+// before it decodes the IDX files (a test counts the writers, and holds the lock long enough that
+// a second loader without it would write too). Empty: nothing runs.
+void SetCacheWriterHookForTesting(std::function<void()> hook);
+}  // namespace internal
 
 }  // namespace gradsync
