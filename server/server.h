@@ -117,6 +117,7 @@ struct ServerStats {
   int64_t data_pulls = 0;        // pulls answered over a data channel
   int64_t state_pulls = 0;       // STATE_PULLs answered (the optimizer state read by a worker)
   int64_t state_sets = 0;        // optimizer states set by a worker (STATE_PUSH)
+  int64_t params_sets = 0;       // parameters set by a worker (STATE_PUSH with params)
   std::map<int64_t, int64_t> version_lag;      // shard version at apply - push's version -> gradients
   std::map<int64_t, int64_t> clock_staleness;  // ClockStaleness of an answered pull -> pulls
   TrafficCounters traffic;

@@ -17,7 +17,7 @@ Status Server::CheckStateRequest(const PsRequest& r) {
   if (r.num_keys > 0 || !r.codec.empty() || r.at.outside()) {
     return InvalidArgumentError("an optimizer state message carries raw floats over ZeroMQ (no keys, codec, lane or channel)");
   }
-  const bool values = r.type == wire::STATE_PUSH && r.state_slots > 0;
+  const bool values = r.type == wire::STATE_PUSH && (r.state_slots > 0 || r.params);
   if (r.has_values != values) {
     return InvalidArgumentError(values ? "a STATE_PUSH carries its state vector" : "this optimizer state message carries no values");
   }
@@ -104,19 +104,27 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
 void Server::ApplyStateSet(StateSets::Set set) {
   const PsRequest& r = set.first;
   const int w = r.worker;
-  if (Status s = core_->SetOptimizerState(w, set.state, r.steps, r.skipped); !s.ok()) {
-    ReplyError(set.peer, r.request_id, r.clock, s);
+  const Status set_status =
+      set.params ? core_->SetParams(w, set.state) : core_->SetOptimizerState(w, set.state, r.steps, r.skipped);
+  if (!set_status.ok()) {
+    ReplyError(set.peer, r.request_id, r.clock, set_status);
     return;
   }
-  stats_.state_sets++;
-  GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << w << " set the " << r.optimizer << " state at clock "
-                     << r.clock << " (" << r.steps << " optimizer steps taken)";
   PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
   reply.version = core_->shard().version();
-  reply.optimizer = r.optimizer;
-  reply.steps = r.steps;
-  reply.state_slots = r.state_slots;
-  reply.state_slot = std::max(0, r.state_slots - 1);
+  if (set.params) {
+    stats_.params_sets++;
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << w << " set the parameters at clock " << r.clock;
+    reply.params = true;
+  } else {
+    stats_.state_sets++;
+    GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << w << " set the " << r.optimizer << " state at clock "
+                       << r.clock << " (" << r.steps << " optimizer steps taken)";
+    reply.optimizer = r.optimizer;
+    reply.steps = r.steps;
+    reply.state_slots = r.state_slots;
+    reply.state_slot = std::max(0, r.state_slots - 1);
+  }
   if (replication_->active()) {
     // Answered once every backup holds it (its entries went as the core set it), as a push is.
     replication_->HoldReply(set.peer, EncodeReply(reply));

@@ -133,6 +133,13 @@ class PsClient {
   // its tensor's) or holds a value CheckOptimizerSlot refuses; a shard refuses a state that is not
   // its optimizer's (kind, number of vectors), and sets nothing of it (every shard refuses alike).
   Status PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s);
+  // PushParameters: sets every shard's parameters to its range of `params` (the whole flat
+  // buffer), at this worker's clock `clock` as PushOptimizerState sets the state (the optimizer
+  // state stays as it is), and returns once every shard (and its backups) holds them: a worker
+  // whose copy of the model was changed outside training (a checkpoint loaded on rank 0, then
+  // broadcast) makes it the shards'. kInvalidArgument, with nothing sent, when `params` is not the
+  // layout's size or holds a value that is not finite; a shard refuses such a set alike.
+  Status PushParameters(int64_t clock, ConstFloatSpan params, double timeout_s);
 
   // Elastic membership and recovery.
   // JOIN on `shards`: clock -1 asks each where to start (a worker that rejoined a running job);

@@ -1,6 +1,7 @@
 // PsClient: the shards' optimizer state, read and set (ps_client.h; ARCHITECTURE.md, "Optimizer
 // state").
 #include <algorithm>
+#include <cmath>
 
 #include "worker/ps_client.h"
 
@@ -147,6 +148,32 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
     }
   }
   return Wait(id, timeout_s).WithContext("setting the optimizer state");
+}
+
+Status PsClient::PushParameters(int64_t clock, ConstFloatSpan params, double timeout_s) {
+  const int64_t total = LayoutSize(layout_);
+  if (static_cast<int64_t>(params.size()) != total) {
+    return InvalidArgumentError("a parameter set of " + std::to_string(params.size()) + " values; the model has " +
+                                std::to_string(total));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!std::isfinite(params[i])) {
+      return InvalidArgumentError("parameter " + std::to_string(i) + " of the set is not finite");
+    }
+  }
+  const int servers = table_.servers_size();
+  const RequestId id = NewRequest(false, {}, servers);
+  for (int s = 0; s < servers; ++s) {
+    const Segment& range = partitioner_.range(s);
+    PsRequest r = Request(wire::STATE_PUSH, id, clock);
+    r.params = true;
+    r.segments = {range};
+    Payload p;
+    p.has_values = true;
+    p.values = params.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
+    Send(s, r, p, "parameters to");
+  }
+  return Wait(id, timeout_s).WithContext("setting the parameters");
 }
 
 }  // namespace gradsync

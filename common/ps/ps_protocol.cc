@@ -35,6 +35,16 @@ Status CheckStateFields(wire::Type type, const wire::PsFields& p) {
     }
     return OkStatus();
   }
+  if (h.params()) {
+    // The parameters: one message, no optimizer state fields (the state stays as it is).
+    if (type != wire::STATE_PUSH && type != wire::STATE_PUSH_REPLY) {
+      return InvalidArgumentError("parameters are set with STATE_PUSH (and read with PULL)");
+    }
+    if (!h.optimizer().empty() || h.steps() != 0 || h.slots() != 0 || h.slot() != 0 || h.skipped_size() != 0) {
+      return InvalidArgumentError("a parameter set carries no optimizer state fields");
+    }
+    return OkStatus();
+  }
   if (type == wire::STATE_PULL) {
     if (h.steps() != 0 || h.slots() != 0 || h.slot() != 0 || h.skipped_size() != 0) {
       return InvalidArgumentError("a STATE_PULL names an optimizer at most (no steps, no state vectors)");
@@ -62,8 +72,9 @@ Status CheckStateFields(wire::Type type, const wire::PsFields& p) {
 }
 
 void SetStateFields(const std::string& optimizer, int64_t steps, std::span<const int64_t> skipped, int slots, int slot,
-                    wire::PsFields* p) {
+                    bool params, wire::PsFields* p) {
   wire::StateVector* v = p->mutable_state();
+  if (params) v->set_params(true);
   if (!optimizer.empty()) v->set_optimizer(optimizer);
   if (steps != 0) v->set_steps(steps);
   v->mutable_skipped()->Assign(skipped.begin(), skipped.end());
@@ -72,7 +83,8 @@ void SetStateFields(const std::string& optimizer, int64_t steps, std::span<const
 }
 
 void ReadStateFields(const wire::StateVector& v, std::string* optimizer, int64_t* steps, std::vector<int64_t>* skipped,
-                     int* slots, int* slot) {
+                     int* slots, int* slot, bool* params) {
+  *params = v.params();
   *optimizer = v.optimizer();
   *steps = v.steps();
   skipped->assign(v.skipped().begin(), v.skipped().end());
@@ -255,7 +267,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
   p.mutable_absent_tensors()->Assign(r.absent_tensors.begin(), r.absent_tensors.end());
   if (r.type == wire::INIT) *p.mutable_job() = r.job;
   EncodeValueRef(r.at, &p);
-  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &p);
+  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, r.params, &p);
   return h;
 }
 
@@ -298,7 +310,7 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
   r.has_values = h.has_values();
   r.num_keys = h.num_keys();
   RETURN_IF_ERROR(CheckStateFields(r.type, p));
-  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot);
+  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot, &r.params);
   return r;
 }
 
@@ -328,7 +340,7 @@ wire::Header EncodeReply(const PsReply& r) {
     case wire::STATE_PUSH_REPLY:
       p.set_version(r.version);
       EncodeSegments(r.segments, &h);
-      SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, &p);
+      SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, r.params, &p);
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -366,7 +378,7 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
                                 " (only a pull answered through a lane comes in parts)");
   }
   RETURN_IF_ERROR(CheckStateFields(r.type, p));
-  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot);
+  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot, &r.params);
   if (r.type == wire::ERROR) {
     // A code this build does not know still fails the request, as kUnknown.
     const StatusCode code = KnownCode(h.error_code()) ? static_cast<StatusCode>(h.error_code()) : StatusCode::kUnknown;

@@ -78,6 +78,7 @@ struct PsRequest {
   std::vector<int64_t> skipped;   // per layer of the shard's range (wire::StateVector::skipped)
   int state_slots = 0;
   int state_slot = 0;
+  bool params = false;  // STATE_PUSH: the set is the shard's parameters (wire::StateVector::params)
 };
 
 struct PsReply {
@@ -105,6 +106,7 @@ struct PsReply {
   std::vector<int64_t> skipped;   // per layer of the shard's range (wire::StateVector::skipped)
   int state_slots = 0;
   int state_slot = 0;
+  bool params = false;            // STATE_PUSH_REPLY: the STATE_PUSH set the parameters
   Status error;                   // ERROR
 };
 

@@ -37,6 +37,7 @@ wire::Header EncodeReplicaEntry(const ReplicaEntry& e) {
     v.set_steps(e.steps);
     v.mutable_skipped()->Assign(e.skipped.begin(), e.skipped.end());
     v.set_slots(e.state_slots);
+    if (e.params) v.set_params(true);
   }
   return h;
 }
@@ -89,6 +90,10 @@ Result<ReplicaEntry> DecodeReplicaEntry(const wire::Header& h) {
   e.steps = v.steps();
   e.skipped.assign(v.skipped().begin(), v.skipped().end());
   e.state_slots = v.slots();
+  e.params = v.params();
+  if (e.params && (e.op != wire::REPLICA_OPTIMIZER || e.state_slots != 0 || e.steps != 0 || e.part != 0)) {
+    return InvalidArgumentError("REPLICATE: a parameter set is one OPTIMIZER entry without state fields");
+  }
   if (e.state_slots < 0 || e.state_slots > kMaxOptimizerSlots || e.steps < 0 || e.steps > kMaxOptimizerSteps) {
     return InvalidArgumentError("REPLICATE: an optimizer state of " + std::to_string(e.state_slots) + " vectors and " +
                                 std::to_string(e.steps) + " steps");

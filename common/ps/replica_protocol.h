@@ -55,6 +55,7 @@ struct ReplicaEntry {
   int64_t steps = 0;
   std::vector<int64_t> skipped;
   int state_slots = 0;
+  bool params = false;  // OPTIMIZER: a worker set the parameters (one entry, the range's values)
   bool has_values = false;  // the frames the header announces (decoded only)
   uint64_t num_keys = 0;
 };

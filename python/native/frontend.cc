@@ -626,4 +626,9 @@ void FrontendSync::SetOptimizerState(NamedOptimizerState state) {
   ThrowIfError(client_->PushOptimizerState(ps_->clock(), parts, request_timeout_s_));
 }
 
+void FrontendSync::SetParameters() {
+  RequirePs();
+  ThrowIfError(client_->PushParameters(ps_->clock(), model_->params(), request_timeout_s_));
+}
+
 }  // namespace gradsync::python

@@ -212,6 +212,12 @@ class FrontendSync {
   // vectors and no step: the state of no step taken (zeros).
   NamedOptimizerState OptimizerState();
   void SetOptimizerState(NamedOptimizerState state);
+  // PS modes: the shards' parameters become params() as they are in this process (the optimizer
+  // state stays), set at this worker's clock as SetOptimizerState sets the state; returns once
+  // every shard holds them. For a model changed outside training (a checkpoint loaded, then
+  // broadcast: Horovod's resume). The step's pulls must have landed (WaitParams for every tensor):
+  // a pull answered later would overwrite what is set. Other modes: kInvalidArgument.
+  void SetParameters();
 
  private:
   // Throws kInvalidArgument outside the PS modes.

@@ -329,7 +329,10 @@ void BindSyncOptimizerState(py::class_<FrontendSync>& sync) {
             py::gil_scoped_release release;
             s.SetOptimizerState(std::move(state));
           },
-          py::arg("state"), "PS modes: sets the shards' optimizer state (the dict optimizer_state() returns).");
+          py::arg("state"), "PS modes: sets the shards' optimizer state (the dict optimizer_state() returns).")
+      .def("set_parameters", &FrontendSync::SetParameters, Release(),
+           "PS modes: the shards' parameters become this process's (params); the optimizer state stays. The step's "
+           "pulls must have landed first.");
 }
 
 void BindSync(py::module_& m) {
@@ -447,6 +450,8 @@ void BindMetrics(py::module_& m) {
         if (const double acc = Get(d, "final_test_accuracy", NAN); !std::isnan(acc)) s.set_final_test_accuracy(acc);
         s.set_bytes_sent(static_cast<int64_t>(Get(d, "bytes_sent", 0)));
         s.set_bytes_received(static_cast<int64_t>(Get(d, "bytes_received", 0)));
+        s.set_shm_bytes_sent(static_cast<int64_t>(Get(d, "shm_bytes_sent", 0)));
+        s.set_shm_bytes_received(static_cast<int64_t>(Get(d, "shm_bytes_received", 0)));
         if (d.contains("params_sha256")) s.set_params_sha256(d["params_sha256"].cast<std::string>());
         if (d.contains("replies")) {
           const py::dict r = d["replies"].cast<py::dict>();

@@ -2,7 +2,8 @@
 gradsync.torch from global step --first to --steps. After --checkpoint-at steps it reads the
 shards' optimizer state with the parameters of the next step (Horovod's rank-0 checkpoint: rank 0
 writes both to --checkpoint); --resume starts from such a file (the parameters before the
-optimizer is wrapped, the state set on the shards right after), and --stop ends the run at the
+optimizer is wrapped, the state set on the shards right after; with --torch-api --horovod-order,
+Horovod's order: wrap, then rank 0 loads, then both broadcasts), and --stop ends the run at the
 checkpoint. Rank 0 writes the final parameters to --save."""
 
 import argparse
@@ -34,6 +35,9 @@ def parse(argv=None):
     p.add_argument("--save", default="")
     p.add_argument("--torch-api", action="store_true",
                    help="checkpoint with model.state_dict() / opt.state_dict() and load_state_dict(), Horovod's way")
+    p.add_argument("--horovod-order", action="store_true",
+                   help="with --torch-api: resume as Horovod's scripts do: wrap the optimizer, then rank 0 loads the "
+                        "model and optimizer state, then broadcast_parameters and broadcast_optimizer_state")
     return p.parse_args(argv)
 
 
@@ -44,12 +48,19 @@ def main():
     rank, size = gs.rank(), gs.size()
     m = train_worker.model(args)
     ckpt = torch.load(args.resume) if args.resume else None
-    if ckpt is not None and args.torch_api:
+    if ckpt is not None and args.torch_api and not args.horovod_order:
         m.load_state_dict(ckpt["model"])
-    elif ckpt is not None:
+    elif ckpt is not None and not args.torch_api:
         torch.nn.utils.vector_to_parameters(ckpt["params"], m.parameters())
     opt = gs.DistributedOptimizer(train_worker.optimizer(args, m.parameters()), named_parameters=m.named_parameters())
-    if ckpt is not None and args.torch_api:
+    if ckpt is not None and args.horovod_order:
+        # pytorch_imagenet_resnet50.py's order: wrapped already; rank 0 restores, then broadcasts.
+        if rank == 0:
+            m.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+        gs.broadcast_parameters(m.state_dict(), root_rank=0)
+        gs.broadcast_optimizer_state(opt, root_rank=0)
+    elif ckpt is not None and args.torch_api:
         if rank == 0:
             opt.load_state_dict(ckpt["optimizer"])  # rank 0 loads; the shards hold one state for all
         gs.broadcast_optimizer_state(opt, root_rank=0)

@@ -189,6 +189,13 @@ Status ReplicaStore::ApplyOptimizer(Copy& c, const ReplicaEntry& h, const Messag
   // that sets the steps).
   KvShard& shard = c.core->shard();
   const EntryValues e = ReadEntry(h, m, shard.range());
+  if (h.params) {
+    // A worker set the parameters: the range's values, whole, in this one entry.
+    if (!e.whole || c.staged_next != 0) return InvalidArgumentError("REPLICATE: a parameter set that is not the shard's range");
+    std::vector<float> params(static_cast<size_t>(shard.range().size()));
+    m.CopyValues(params.data());
+    return c.core->SetParams(h.worker, params);
+  }
   const int slots = shard.optimizer_slots();
   const int part = h.part;
   const size_t n = static_cast<size_t>(shard.range().size());

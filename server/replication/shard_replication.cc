@@ -103,6 +103,19 @@ void ShardReplication::OptimizerSet(const ShardCore& core, int worker) {
   }
 }
 
+void ShardReplication::ParamsSet(const ShardCore& core, int worker) {
+  if (!active()) return;
+  ReplicaEntry h = Entry(wire::REPLICA_OPTIMIZER, core);
+  h.worker = worker;
+  h.params = true;
+  h.segments = {core.shard().range()};
+  Payload p;
+  p.has_values = true;
+  p.values = core.shard().params();
+  replicator_->Send(std::move(h), p);
+  counts_.sent++;
+}
+
 void ShardReplication::HoldReply(std::string peer, wire::Header reply) {
   replicator_->Hold(replicator_->last_seq(), std::move(peer), std::move(reply));
 }

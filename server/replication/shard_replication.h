@@ -70,6 +70,7 @@ class ShardReplication : public ShardEvents {
   void RoundApplied(const ShardCore& core, const ShardCore::Round& round) override;
   void MembershipChanged(const ShardCore& core, int worker) override;
   void OptimizerSet(const ShardCore& core, int worker) override;
+  void ParamsSet(const ShardCore& core, int worker) override;
   // `reply` to `peer` once every backup holds the last entry sent.
   void HoldReply(std::string peer, wire::Header reply);
   // The backups now (from the scheduler's table and news); new ones get a snapshot.

@@ -378,6 +378,22 @@ Status KvShard::SetOptimizerState(std::span<const float> state, int64_t steps, s
   return OkStatus();
 }
 
+Status KvShard::SetParams(std::span<const float> params) {
+  if (params.size() != params_->size()) {
+    return InvalidArgumentError("a parameter set of " + std::to_string(params.size()) + " values; this shard holds " +
+                                std::to_string(params_->size()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!std::isfinite(params[i])) {
+      return InvalidArgumentError("parameter " + std::to_string(range_.begin + static_cast<int64_t>(i)) +
+                                  " of the set is not finite");
+    }
+  }
+  Own();  // a pull reply may still be sending the old values
+  std::copy(params.begin(), params.end(), params_->begin());
+  return OkStatus();
+}
+
 Status KvShard::Restore(std::span<const float> params, std::span<const float> optimizer_state,
                         int64_t optimizer_steps, int64_t version, int64_t step, int64_t gradients,
                         std::span<const int64_t> optimizer_skipped) {

@@ -102,6 +102,10 @@ class KvShard {
   // or past 2^62. The parameters, version and schedule step stay as they are.
   // `skipped`: per optimizer layer, the steps it skipped (Optimizer::skipped; empty: none).
   Status SetOptimizerState(std::span<const float> state, int64_t steps, std::span<const int64_t> skipped = {});
+  // Sets the range's parameters: a worker's parameter set (STATE_PUSH with params), or a backup's
+  // copy of one. kInvalidArgument, and nothing changes, when the size is not the range's or a
+  // value is not finite. The optimizer state, version and schedule step stay as they are.
+  Status SetParams(std::span<const float> params);
   // Optimizer::skipped(): per layer (optimizer_layers()), the steps it took no part in.
   std::span<const int64_t> optimizer_skipped() const { return optimizer_.skipped(); }
 

@@ -184,6 +184,16 @@ Status ShardCore::SetOptimizerState(int worker, std::span<const float> state, in
   return OkStatus();
 }
 
+Status ShardCore::SetParams(int worker, std::span<const float> params) {
+  RETURN_IF_ERROR(shard_->SetParams(params));
+  if (dc_) {
+    const Segment whole[] = {shard_->range()};
+    for (int w = 0; w < job_.num_workers(); ++w) dc_->Pulled(w, whole, shard_->params());
+  }
+  if (events_) events_->ParamsSet(*this, worker);
+  return OkStatus();
+}
+
 Result<HeldPush*> ShardCore::Accept(const PsRequest& r, PushChunk chunk, size_t num_keys) {
   if (r.version < 0 || r.version > shard_->version()) {
     return AbortedError("push computed on version " + std::to_string(r.version) + " but the shard is at " +

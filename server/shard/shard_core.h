@@ -101,6 +101,9 @@ class ShardCore {
   void Leave(int worker);
   // A worker set the optimizer state (KvShard::SetOptimizerState), announced once set.
   Status SetOptimizerState(int worker, std::span<const float> state, int64_t steps, std::span<const int64_t> skipped);
+  // A worker set the parameters (KvShard::SetParams), announced once set. With delay compensation,
+  // every worker is taken to have read them (the setting worker's copy was broadcast to all).
+  Status SetParams(int worker, std::span<const float> params);
 
   // Worker w's pull of `segments` was answered from the parameters as they are now: with delay
   // compensation (ssp, asp) what it read is kept for its next push's correction.
@@ -208,6 +211,7 @@ class ShardEvents {
   // The rule's membership changed; worker >= 0: that worker's held push is dropped too.
   virtual void MembershipChanged(const ShardCore& core, int worker) = 0;
   virtual void OptimizerSet(const ShardCore& core, int worker) = 0;
+  virtual void ParamsSet(const ShardCore& core, int worker) = 0;
 };
 
 }  // namespace gradsync

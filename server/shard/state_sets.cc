@@ -1,6 +1,7 @@
 #include "server/shard/state_sets.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/optim/optimizer.h"
 
@@ -12,6 +13,25 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
     sets_.erase(w);  // a bad vector drops the whole set: nothing of it is applied
     return s;
   };
+  const size_t n = static_cast<size_t>(shard.range().size());
+  if (r.params) {
+    // The parameters, in one message; any set this worker had open is replaced.
+    Set fresh;
+    fresh.peer = m.peer;
+    fresh.first = r;
+    fresh.params = true;
+    fresh.state.assign(n, 0.0f);
+    m.CopyValues(fresh.state.data());
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(fresh.state[i])) {
+        return refuse(InvalidArgumentError("parameter " + std::to_string(shard.range().begin + static_cast<int64_t>(i)) +
+                                           " of the set is not finite"));
+      }
+    }
+    fresh.next = 1;
+    fresh.complete = true;
+    return &(sets_[w] = std::move(fresh));
+  }
   const OptimizerKind kind = shard.optimizer_options().kind;
   const int slots = shard.optimizer_slots();
   if (r.state_slots != slots) {
@@ -21,7 +41,6 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
                                        " vector(s); this shard's " + OptimizerKindName(kind) + " keeps " +
                                        std::to_string(slots) + (names.empty() ? "" : " (" + names + ")")));
   }
-  const size_t n = static_cast<size_t>(shard.range().size());
   Set* set = nullptr;
   if (r.state_slot == 0) {
     Set fresh;
@@ -31,7 +50,7 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
     set = &(sets_[w] = std::move(fresh));
   } else {
     auto it = sets_.find(w);
-    if (it == sets_.end() || it->second.complete || it->second.next != r.state_slot ||
+    if (it == sets_.end() || it->second.complete || it->second.params || it->second.next != r.state_slot ||
         it->second.first.request_id != r.request_id || it->second.first.clock != r.clock ||
         it->second.first.steps != r.steps || it->second.first.skipped != r.skipped ||
         it->second.first.optimizer != r.optimizer) {

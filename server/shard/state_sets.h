@@ -2,7 +2,8 @@
 //
 // A worker sends its state one vector per message (vectors 0, 1, ... of one request, in order);
 // each is checked on arrival (CheckOptimizerSlot) and gathered, and a bad one drops the whole
-// set: nothing of it is applied. A set is complete once its last vector has come; the shard sets
+// set: nothing of it is applied. A parameter set (r.params) is one message with the range's
+// values, checked finite. A set is complete once its last vector has come; the shard sets
 // it at its quiescent point, where a pull of its clock would be answered (aggregating modes:
 // between rounds clock - 1 and clock). No sockets: the shard's loop replies.
 #pragma once
@@ -28,6 +29,7 @@ class StateSets {
     std::vector<float> state;
     int next = 0;  // the vector due next
     bool complete = false;
+    bool params = false;  // the shard's parameters (wire::StateVector::params), in `state`
   };
   // Gathers vector r.state_slot of worker r.worker's set (its values in `m`) for `shard`; the set
   // as it is now. An error (a count of vectors that is not the shard's, a vector out of order, a

@@ -406,6 +406,50 @@ TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
   EXPECT_FALSE(DecodeReply(EncodeReply(wrong)).ok());
 }
 
+TEST(PsProtocolTest, AParameterSetRoundTripsAndCarriesNoStateFields) {
+  PsRequest set;
+  set.type = wire::STATE_PUSH;
+  set.worker = 0;
+  set.request_id = 9;
+  set.clock = 3;
+  set.segments = {{0, 1024}};
+  set.params = true;
+  auto back = DecodeRequest(EncodeRequest(set));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->params);
+  EXPECT_EQ(back->state_slots, 0);
+  EXPECT_TRUE(back->optimizer.empty());
+  PsReply reply = ReplyTo(set, wire::STATE_PUSH_REPLY, 0);
+  reply.params = true;
+  auto r = DecodeReply(EncodeReply(reply));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->params);
+  // An optimizer state set is not a parameter set.
+  set.params = false;
+  set.optimizer = "sgd";
+  back = DecodeRequest(EncodeRequest(set));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->params);
+
+  auto bad = [&](wire::Type type, auto mutate) {
+    PsRequest q;
+    q.type = type;
+    q.segments = {{0, 1024}};
+    wire::Header h = EncodeRequest(q);
+    h.mutable_ps()->mutable_state()->set_params(true);
+    mutate(h);
+    return DecodeRequest(h).status();
+  };
+  auto none = [](wire::Header&) {};
+  EXPECT_TRUE(bad(wire::STATE_PUSH, none).ok());
+  EXPECT_FALSE(bad(wire::STATE_PULL, none).ok()) << "parameters are read with PULL";
+  EXPECT_FALSE(bad(wire::PUSH, none).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_optimizer("sgd"); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_steps(1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slots(1); }).ok());
+  EXPECT_FALSE(bad(wire::STATE_PUSH, [](wire::Header& h) { h.mutable_ps()->mutable_state()->add_skipped(0); }).ok());
+}
+
 TEST(PsProtocolTest, RepliesRoundTripAndAnErrorIsAlwaysAFailure) {
   PsRequest pull;
   pull.type = wire::PULL;

@@ -64,6 +64,23 @@ TEST(ReplicaProtocolTest, AnEntryRoundTrips) {
   EXPECT_EQ(s->part, 1);
   EXPECT_FALSE(s->control.has_value()) << "no consistency state sent, none read";
   EXPECT_TRUE(std::isnan(s->lr));
+  EXPECT_FALSE(s->params);
+
+  // A parameter set: one OPTIMIZER entry without state fields.
+  ReplicaEntry params;
+  params.op = wire::REPLICA_OPTIMIZER;
+  params.worker = 1;
+  params.params = true;
+  params.segments = {{0, 64}};
+  auto p = DecodeReplicaEntry(EncodeReplicaEntry(params));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->params);
+  EXPECT_EQ(p->worker, 1);
+  params.state_slots = 1;
+  EXPECT_FALSE(DecodeReplicaEntry(EncodeReplicaEntry(params)).ok()) << "a parameter set with a state vector";
+  params.state_slots = 0;
+  params.part = 1;
+  EXPECT_FALSE(DecodeReplicaEntry(EncodeReplicaEntry(params)).ok()) << "a parameter set is one entry";
 }
 
 TEST(ReplicaProtocolTest, WhatAHeaderAloneSaysIsWrongIsRefused) {

@@ -1,7 +1,8 @@
 // The shards' optimizer state over the wire (STATE_PULL / STATE_PUSH; ARCHITECTURE.md, "Optimizer
 // state"): a bsp job of 2 servers and 2 workers (PsClients driven step by step, threads over
 // 127.0.0.1) read at a step and set in a fresh job goes on bit for bit as the uninterrupted job;
-// a set is held to its quiescent point; state messages that cannot be right are refused one by one
+// a set is held to its quiescent point; the parameters set the same way (Horovod's resume order)
+// resume bit for bit; state and parameter messages that cannot be right are refused one by one
 // and change nothing.
 #include <gtest/gtest.h>
 
@@ -75,6 +76,8 @@ struct StateJob {
   // Worker 0 sets this state at clock set_at (before that clock's pull), if any.
   std::optional<OptimizerStateParts> set_state;
   int64_t set_at = 0;
+  // Worker 0 sets the shards' parameters to these at clock set_at (after the state), if any.
+  std::optional<std::vector<float>> set_params;
   // Worker 0 reads the state at this clock (before that clock's pull; `steps`: after the last
   // push), -1: never.
   int64_t read_at = -1;
@@ -134,6 +137,11 @@ StateJobResult RunStateJob(const StateJob& o) {
         for (int64_t c = 0; c <= o.steps; ++c) {
           // Both before this clock's pull: the shards hold them as they would hold that pull.
           if (w == 0 && o.set_state && c == o.set_at) RETURN_IF_ERROR(ps->PushOptimizerState(c, *o.set_state, 30));
+          if (o.set_params && c == o.set_at) {
+            // As broadcast_parameters does: no worker pulls (or pushes) before the shards hold them.
+            if (w == 0) RETURN_IF_ERROR(ps->PushParameters(c, *o.set_params, 30));
+            RETURN_IF_ERROR(client.Barrier("parameters set", "workers", 30));
+          }
           std::optional<OptimizerStateParts> state;
           if (w == 0 && c == o.read_at) {
             ASSIGN_OR_RETURN(state, ps->PullOptimizerState(c, 30, OptimizerKindName(o.optimizer.kind)));
@@ -267,6 +275,44 @@ TEST_P(ResumeTest, AFreshJobGivenTheStateGoesOnBitForBit) {
   StateJob forgetful = rest;
   forgetful.set_state.reset();
   const StateJobResult d = RunStateJob(forgetful);
+  ASSERT_TRUE(d.status.ok()) << d.status;
+  EXPECT_FALSE(SameBits(d.params, a.params));
+}
+
+// Horovod's resume order on the shards: the fresh job starts from other parameters (its own
+// initialization), and worker 0 sets the checkpoint's parameters and state at clock 0, before
+// any push: it goes on bit for bit as the job that never stopped. With backups, the set reaches
+// them (a REPLICA_OPTIMIZER entry with the parameters) and nothing is refused.
+TEST_P(ResumeTest, AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit) {
+  constexpr int64_t kSteps = 5, kAt = 2;
+  StateJob whole;
+  whole.optimizer = GetParam().optimizer;
+  whole.steps = kSteps;
+  whole.read_at = kAt;
+  const StateJobResult a = RunStateJob(whole);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  ASSERT_TRUE(a.state.has_value());
+
+  StateJob rest;
+  rest.optimizer = GetParam().optimizer;
+  rest.replicas = GetParam().replicas;
+  rest.init = std::vector<float>(kParams, 0.125f);  // what the fresh job's model started from
+  rest.first_step = kAt;
+  rest.steps = kSteps - kAt;
+  rest.set_state = a.state;
+  rest.set_params = a.read_params;
+  const StateJobResult c = RunStateJob(rest);
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_TRUE(SameBits(c.params, a.params)) << "the resumed job's parameters differ from the job that never stopped";
+  for (const ServerStats& s : c.stats) {
+    EXPECT_EQ(s.params_sets, 1);
+    EXPECT_EQ(s.rejected, 0) << "a shard (or a backup, for the parameters' entry) refused a message";
+  }
+
+  // Without the parameter set, the fresh job goes on from its own initialization: the test sees it.
+  StateJob unset = rest;
+  unset.set_params.reset();
+  const StateJobResult d = RunStateJob(unset);
   ASSERT_TRUE(d.status.ok()) << d.status;
   EXPECT_FALSE(SameBits(d.params, a.params));
 }
@@ -519,10 +565,73 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   EXPECT_EQ(ps->PushOptimizerState(0, wrong, 30).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ps->PullOptimizerState(0, 30, "sgd").status().code(), StatusCode::kInvalidArgument);
 
+  // Parameter sets (STATE_PUSH with params): bad ones refused, each with one ERROR, nothing set.
+  auto params_push = [&]() {
+    wire::Header h = testing::WorkerRequest(wire::STATE_PUSH, 1, 0, 0, n);
+    h.mutable_ps()->mutable_state()->set_params(true);
+    return h;
+  };
+  const std::vector<float> before = [&] {
+    std::vector<float> p(n);
+    auto pull = ps->Pull(0, p, {});
+    EXPECT_TRUE(pull.ok() && ps->Wait(*pull, 30).ok());
+    return p;
+  }();
+  std::vector<float> new_params(n, 0.75f), nan_params(n, 0.75f), short_params(n - 1, 0.75f);
+  nan_params[13] = NAN;
+  send(params_push(), &nan_params);
+  expect_error("not finite");
+  send(params_push(), nullptr);
+  expect_error("carries its state vector");
+  {
+    wire::Header h = params_push();
+    h.mutable_segments(0)->set_length(n - 1);
+    send(h, &short_params);
+    expect_error("covers exactly this shard's range");
+  }
+  {
+    wire::Header h = params_push();
+    h.mutable_ps()->mutable_state()->set_optimizer("adam");
+    send(h, &new_params);
+    expect_error("carries no optimizer state fields");
+  }
+  {
+    wire::Header h = state_pull(0, "");
+    h.mutable_ps()->mutable_state()->set_params(true);
+    send(h, nullptr);
+    expect_error("set with STATE_PUSH");
+  }
+  EXPECT_EQ(ps->PushParameters(0, short_params, 30).code(), StatusCode::kInvalidArgument);  // nothing sent
+  EXPECT_EQ(ps->PushParameters(0, std::vector<float>(kParams, NAN), 30).code(), StatusCode::kInvalidArgument);
+  {
+    std::vector<float> p(n);
+    auto pull = ps->Pull(0, p, {});
+    ASSERT_TRUE(pull.ok() && ps->Wait(*pull, 30).ok());
+    EXPECT_TRUE(SameBits(p, before)) << "a refused parameter set changed the shard";
+  }
+  // A good one: answered once set; the optimizer state stays as it was set above.
+  send(params_push(), &new_params);
+  {
+    auto r = receive();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->header.type(), wire::STATE_PUSH_REPLY) << r->header.error_message();
+    EXPECT_TRUE(r->header.ps().state().params());
+  }
+  {
+    std::vector<float> p(n);
+    auto pull = ps->Pull(0, p, {});
+    ASSERT_TRUE(pull.ok() && ps->Wait(*pull, 30).ok());
+    EXPECT_EQ(p, new_params);
+    auto kept = ps->PullOptimizerState(0, 30, "adam");
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->steps, 3);
+  }
+
   // No other answer is due.
   zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
   EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(300)), 0) << "a message got more than one answer";
   EXPECT_EQ(server->stats().state_sets, 1);
+  EXPECT_EQ(server->stats().params_sets, 1);
   EXPECT_EQ(server->stats().rejected, refused + 3);  // and the client's refused set (2 vectors) and pull
 
   const Status finished = job.Finish();

@@ -99,6 +99,7 @@ class Announced final : public ShardEvents {
   void RoundApplied(const ShardCore&, const ShardCore::Round&) override {}
   void MembershipChanged(const ShardCore&, int) override {}
   void OptimizerSet(const ShardCore&, int) override {}
+  void ParamsSet(const ShardCore&, int) override {}
   std::vector<float> values;
 };
 

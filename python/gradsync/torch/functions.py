@@ -13,7 +13,10 @@ def broadcast_parameters(params, root_rank=0):
     broadcast_parameters): `params` is a state_dict, model.named_parameters() or a list of
     tensors. Every worker must pass the same tensors (names, shapes, dtypes) in the same order.
     DistributedOptimizer already starts every worker from worker 0's parameters; this is for the
-    rest of the state (buffers) and for users of allreduce_hook."""
+    rest of the state (buffers), for users of allreduce_hook, and for a checkpoint loaded on
+    root_rank after wrapping (Horovod's resume order). PS modes: when the tensors are parameters of
+    a DistributedOptimizer, the shards hold the parameters, so root_rank's become the shards' too
+    (set at its clock, before any worker's next push; one worker included)."""
     job = _job.job()
     if isinstance(params, dict):
         items = sorted(params.items())
@@ -21,23 +24,47 @@ def broadcast_parameters(params, root_rank=0):
         items = list(params)
     tensors = [t[1] if isinstance(t, tuple) else t for t in items]
     tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-    if job.size == 1 or not tensors:
-        return
     for t in tensors:
         if t.device.type != "cpu":
             raise ValueError("broadcast_parameters: CPU tensors only (got one on %s)" % t.device)
-    with torch.no_grad():
-        parts = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]
-        flat = torch.cat(parts)
-        pad = (-flat.numel()) % 4
-        if pad:
-            flat = torch.cat([flat, torch.zeros(pad, dtype=torch.uint8)])
-        job.broadcast(flat.numpy(), root_rank)
-        at = 0
-        for t, part in zip(tensors, parts):
-            n = part.numel()
-            t.copy_(flat[at:at + n].clone().view(t.dtype).view_as(t))  # clone: aligned for the dtype
-            at += n
+    on_shards = _ps_optimizers_holding(tensors)
+    for o in on_shards:
+        o.synchronize_parameters()  # this step's pulls land first: none may overwrite what is set
+    if job.size > 1 and tensors:
+        with torch.no_grad():
+            parts = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]
+            flat = torch.cat(parts)
+            pad = (-flat.numel()) % 4
+            if pad:
+                flat = torch.cat([flat, torch.zeros(pad, dtype=torch.uint8)])
+            job.broadcast(flat.numpy(), root_rank)
+            at = 0
+            for t, part in zip(tensors, parts):
+                n = part.numel()
+                t.copy_(flat[at:at + n].clone().view(t.dtype).view_as(t))  # clone: aligned for the dtype
+                at += n
+    if on_shards:
+        if job.rank == root_rank:
+            for o in on_shards:
+                o._gs_sync.set_parameters()
+        if job.size > 1:
+            job.allgather(b"", True)  # no worker pushes before the shards hold root_rank's parameters
+
+
+def _ps_optimizers_holding(tensors):
+    """The live DistributedOptimizers whose shards hold the parameters (PS modes) and whose flat
+    parameter buffer one of `tensors` lies in (a parameter, or a state_dict's detached view of one)."""
+    opts = [o for o in (ref() for ref in _LIVE)
+            if o is not None and not o._gs_finished and getattr(o, "_gs_ps", False)]
+    if not opts or not tensors:
+        return []
+    held = []
+    for o in opts:
+        begin = o._gs_flat_params.data_ptr()
+        end = begin + o._gs_flat_params.numel() * o._gs_flat_params.element_size()
+        if any(t.numel() > 0 and begin <= t.data_ptr() < end for t in tensors):
+            held.append(o)
+    return held
 
 
 def join(device=-1):
