@@ -123,6 +123,7 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
       const auto now = Clock::now();
       if (poll_until == Clock::time_point{}) poll_until = now + std::chrono::duration_cast<Clock::duration>(busy_poll_);
       if ((spins < 256 + 16 || now < poll_until) && now <= deadline) {
+        if (spins >= 256 + 16) ++busy_polls_;  // one of set_busy_poll_ms's, past the default few
         std::this_thread::yield();  // another member may need this core to arrive
         continue;
       }

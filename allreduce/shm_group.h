@@ -72,6 +72,9 @@ class ShmGroup {
   // How long a barrier yields the core in a loop before it sleeps, in milliseconds (default 0: a
   // few yields). The same unit as PsClient::set_busy_poll_ms: both are --busy-poll-ms.
   void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }
+  // How many times this member's barriers yielded the core past the few yields every wait takes,
+  // because set_busy_poll_ms asked them to poll (0 while it is 0).
+  uint64_t busy_polls() const { return busy_polls_; }
 
   // From any thread: this member's waits end at once with kAborted (a member was declared dead
   // elsewhere, so it will never arrive), now and in every later call.
@@ -91,6 +94,7 @@ class ShmGroup {
   size_t block_bytes_;
   std::atomic<bool> cancelled_{false};
   std::chrono::duration<double, std::milli> busy_poll_{0};
+  uint64_t busy_polls_ = 0;  // busy_polls()
   uint64_t epoch_ = 0;  // barriers passed
   uint64_t blocks_ = 0;  // blocks done: the parity of the next result buffer
   uint64_t bytes_sent_ = 0;

@@ -92,6 +92,9 @@ class PsClient {
   // comes, and a waking thread may wait for a core (or, on a virtual machine, for its idle
   // virtual CPU to be scheduled again) much longer than the reply took (bench/README.md).
   void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }
+  // How many times Wait polled the sockets instead of sleeping on them (the polls
+  // set_busy_poll_ms asks for; 0 while it is 0), since this client was made.
+  int64_t busy_polls() const { return busy_polls_; }
 
   // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts at
   // tensor and shard boundaries, each at most `part_floats` elements (default 1M, 4 MB).
@@ -342,6 +345,7 @@ class PsClient {
   TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
   int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
   std::chrono::duration<double, std::milli> busy_poll_{0};  // set_busy_poll_ms
+  int64_t busy_polls_ = 0;  // busy_polls(): Wait's thread alone counts
   RequestId next_id_ = 1;
   std::map<RequestId, Pending> pending_;
   ReplyCounts counts_;

@@ -78,6 +78,7 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
     }
     if (now < poll_until) {
       // Polling: this thread stays runnable, so the reply is taken as soon as it is in.
+      ++busy_polls_;
       RETURN_IF_ERROR(Receive(0, id));
       std::this_thread::yield();
       continue;

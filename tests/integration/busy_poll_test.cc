@@ -1,13 +1,18 @@
 // A worker that polls for its replies before sleeping (PsClient::set_busy_poll_ms, --busy-poll-ms)
-// still keeps its request timeout, polling longer than the timeout included, and takes a reply
-// that comes while it polls. A bsp job of 1 server and 2 workers over 127.0.0.1: worker 0's pull
-// of clock 1 is held until worker 1 pushes clock 0.
+// polls (its count of polls grows; a worker that does not poll counts none), still keeps its
+// request timeout, polling longer than the timeout included, and takes a reply that comes while
+// it polls. A bsp job of 1 server and 2 workers over 127.0.0.1: worker 0's pull of clock 1 is
+// held until worker 1 pushes clock 0. The shared-memory all-reduce's barrier likewise polls only
+// when asked (ShmGroup::set_busy_poll_ms).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "allreduce/shm_group.h"
 #include "common/net/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
 #include "tests/support/ps_job.h"
@@ -64,6 +69,8 @@ TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
   EXPECT_EQ(held.code(), StatusCode::kDeadlineExceeded) << held;
   EXPECT_GE(SecondsSince(start), 0.29);
   EXPECT_LT(SecondsSince(start), 0.9);
+  // It polled the whole 0.3 s rather than sleeping on the sockets.
+  EXPECT_GT(w0->busy_polls(), 0) << "worker 0 polls for 1000 ms but its waits never polled";
 
   // The round completes while worker 0 polls: its pull is answered with the round's mean.
   auto again = w0->Pull(1, p0, {});
@@ -79,9 +86,51 @@ TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
   EXPECT_TRUE(answered.ok()) << answered;
   EXPECT_LT(SecondsSince(start), 5.0);
   for (float v : p0) ASSERT_FLOAT_EQ(v, 1.0f - 0.1f * 2.0f);  // the mean of 1 and 3, at rate 0.1
+  // Worker 1 was never asked to poll: its wait slept on the sockets at once.
+  EXPECT_EQ(w1->busy_polls(), 0);
 
   const Status finished = job.Finish();
   EXPECT_TRUE(finished.ok()) << finished;
+}
+
+// Two members of a shared-memory group (threads of this process): member 1 reaches the
+// all-reduce 50 ms after member 0, whose barrier waits for it. Asked to poll for longer than
+// that, member 0 polls (yields in a loop) until member 1 is in; not asked, it takes its few
+// yields and sleeps on the futex, and counts no poll. Both get the sum either way.
+TEST(BusyPollTest, ASharedMemoryBarrierPollsOnlyWhenAsked) {
+  for (double poll_ms : {0.0, 1000.0}) {
+    SCOPED_TRACE("busy poll " + std::to_string(poll_ms) + " ms");
+    auto created = ShmGroup::Create(2, 4096, 42);
+    ASSERT_TRUE(created.ok()) << created.status();
+    std::unique_ptr<ShmGroup> g0 = std::move(created).value();
+    auto attached = ShmGroup::Attach(g0->name(), 2, 1, 4096, 42);
+    ASSERT_TRUE(attached.ok()) << attached.status();
+    std::unique_ptr<ShmGroup> g1 = std::move(attached).value();
+    g0->Unpublish();
+    g0->set_busy_poll_ms(poll_ms);
+    const ShmGroup::Reducer sum = [](void* out, const void* in, size_t k) {
+      for (size_t i = 0; i < k; ++i) static_cast<float*>(out)[i] += static_cast<const float*>(in)[i];
+    };
+    std::vector<float> a(100, 1.0f), b(100, 2.0f);
+    Status late;
+    std::thread member1([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      late = g1->AllReduce(b.data(), b.size(), sizeof(float), sum, 10);
+    });
+    const Status early = g0->AllReduce(a.data(), a.size(), sizeof(float), sum, 10);
+    member1.join();
+    ASSERT_TRUE(early.ok()) << early;
+    ASSERT_TRUE(late.ok()) << late;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i], 3.0f);
+      ASSERT_EQ(b[i], 3.0f);
+    }
+    if (poll_ms > 0) {
+      EXPECT_GT(g0->busy_polls(), 0u) << "member 0 polls for 1000 ms but its barrier never polled";
+    } else {
+      EXPECT_EQ(g0->busy_polls(), 0u);
+    }
+  }
 }
 
 }  // namespace
