@@ -329,13 +329,15 @@ Status OneShardJob::Start() {
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(scheduler_->port());
   ServerOptions sv;
   sv.scheduler_endpoint = endpoint;
-  sv.mode = ConsistencyMode::kBsp;
+  sv.mode = mode_;
+  sv.staleness = staleness_;
   sv.heartbeat_interval_s = 0.2;
   ASSIGN_OR_RETURN(server_, Server::Create(ctx_, sv));
   scheduler_thread_ = std::thread([this] { scheduler_ran_ = scheduler_->Run(); });
   server_thread_ = std::thread([this] { server_ran_ = server_->Run(); });
   for (int w = 0; w < 2; ++w) {
-    workers_.push_back(std::make_unique<SchedulerClient>(ctx_, LoopbackClient(endpoint, wire::WORKER, w, "bsp")));
+    workers_.push_back(std::make_unique<SchedulerClient>(
+        ctx_, LoopbackClient(endpoint, wire::WORKER, w, ConsistencyModeName(mode_), staleness_)));
   }
   Status other;
   std::thread second([&] { other = workers_[1]->Register(30).status(); });

@@ -124,14 +124,16 @@ std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_devi
 SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role role, int rank, const std::string& mode,
                                       int staleness = 0);
 
-// One bsp shard (a scheduler and a server, each on a thread of its own) and two workers' scheduler
-// clients, for the tests that drive workers step by step (PsClients, raw messages): Start
-// registers both workers; InitBarrier and Finish pass the workers' "init" and "trained" barriers
-// together (Finish also ends the job: the threads are joined, and the server's or the
-// scheduler's failure is returned).
+// One shard (a scheduler and a server, each on a thread of its own; bsp unless `mode` says
+// otherwise, with `staleness` for ssp) and two workers' scheduler clients, for the tests that
+// drive workers step by step (PsClients, raw messages): Start registers both workers;
+// InitBarrier and Finish pass the workers' "init" and "trained" barriers together (Finish also
+// ends the job: the threads are joined, and the server's or the scheduler's failure is
+// returned).
 class OneShardJob {
  public:
-  explicit OneShardJob(TransportContext& ctx) : ctx_(ctx) {}
+  explicit OneShardJob(TransportContext& ctx, ConsistencyMode mode = ConsistencyMode::kBsp, int staleness = 0)
+      : ctx_(ctx), mode_(mode), staleness_(staleness) {}
   ~OneShardJob();
   OneShardJob(const OneShardJob&) = delete;
   OneShardJob& operator=(const OneShardJob&) = delete;
@@ -148,6 +150,8 @@ class OneShardJob {
   Status BothAt(const std::string& name);
 
   TransportContext& ctx_;
+  ConsistencyMode mode_;
+  int staleness_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Server> server_;
   std::vector<std::unique_ptr<SchedulerClient>> workers_;
