@@ -5,21 +5,28 @@ be read by any code, not only its own module's forward (nn.MultiheadAttention re
 out_proj.weight without calling out_proj; TransformerEncoderLayer's eval fast path calls none
 of its submodules; tied weights go through F.linear in a parent's forward), so waiting per
 module cannot be made correct. Instead every synchronized parameter's class becomes a subclass
-with a __torch_function__ (as nn.Parameter's own subclasses may have): every torch operation,
-method or attribute that reads a parameter's values passes through it, and it waits for that
-parameter's pull first (beginning the step if it has not begun). Metadata (shape, dtype, .grad,
-...) does not wait. The overlap is kept: a parameter is waited for when it is first read, not
-before. Results are plain tensors (as nn.Parameter's), so the cost is one Python call per
-operation that takes a parameter (bench/pytorch/compare.py measures the steps).
+with a __torch_function__ (as nn.Parameter's own subclasses may have) while its pull is on its
+way: every torch operation, method or attribute that reads a parameter's values passes through
+it, and it waits for that parameter's pull first (beginning the step if it has not begun).
+Metadata (shape, dtype, .grad, ...) does not wait. The overlap is kept: a parameter is waited for
+when it is first read, not before. Once landed, a parameter has its own class back until the
+next step's pull (pending()): so the cost is one Python call per operation that takes a
+parameter not yet landed (bench/pytorch/compare.py measures the steps), and code that refuses
+tensors with a __torch_function__ runs as without the guard once its parameters have landed.
+Torch 1.13's TransformerEncoderLayer eval fast path is such code: it is refused while any of the
+layer's parameters is still on its way ("some Tensor argument has_torch_function"; the layer
+then runs its submodules, each read waiting here), and taken once all of them have landed (after
+synchronize_parameters(), say), on the pulled values.
 
     entries = guard(params, owner)   # owner._gs_land(i) is called before parameter i is first read
+    landed(params[i])                # parameter i holds this step's values: its own class back
     pending(entries)                 # after each step: the next step's values are on their way
     unguard(params, entries)         # after the last step: each parameter gets its class back
 """
 
 import torch
 
-_PENDING = {}  # id(parameter) -> (optimizer, index): guarded parameters not yet landed in this step
+_PENDING = {}  # id(parameter) -> (optimizer, index, parameter): guarded parameters not yet landed in this step
 
 _METADATA = set()
 for _name in ("grad", "shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn", "ndim", "is_sparse",
@@ -68,25 +75,35 @@ def _guarded_class(cls):
     return _guarded_classes[cls]
 
 
+def _wait_at_reads(p):
+    if getattr(type(p), "_gs_unguarded", None) is None:
+        p.__class__ = _guarded_class(type(p))
+
+
 def guard(params, owner):
     """Guards `params`: the first read of params[i] (until landed(i)) calls owner._gs_land(i).
     Returns the entries to hand to pending() and unguard()."""
     entries = {}
     for i, p in enumerate(params):
-        p.__class__ = _guarded_class(type(p))
-        entries[id(p)] = (owner, i)
+        _wait_at_reads(p)
+        entries[id(p)] = (owner, i, p)
     _PENDING.update(entries)
     return entries
 
 
 def pending(entries):
     """Every guarded parameter waits again at its next read (a new step's pulls are on their way)."""
+    for entry in entries.values():
+        _wait_at_reads(entry[2])
     _PENDING.update(entries)
 
 
 def landed(param):
-    """`param` holds this step's values: reading it no longer waits."""
+    """`param` holds this step's values: reading it no longer waits, and it has its own class back."""
     _PENDING.pop(id(param), None)
+    unguarded = getattr(type(param), "_gs_unguarded", None)
+    if unguarded is not None:
+        param.__class__ = unguarded
 
 
 def unguard(params, entries):
