@@ -4,7 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "common/data/sampler.h"
 #include "common/data/synthetic.h"
@@ -213,8 +220,106 @@ TEST(PeriodicTest, DiLoCoWithOuterSgdAtRateOneIsTheModelsAverage) {
   EXPECT_LE(MaxRelativeDiff(*ar, average, 1e-3), 1e-6);
 }
 
+// Workers that take their rounds' pushes in turns, in a fixed order: worker 0's push of round 0,
+// worker 1's, ..., worker 0's push of round 1, ... The hook runs on each worker's thread before a
+// step's compute, after its BeginStep: at a round's first step the worker has pulled the round
+// and its push of the round before is acknowledged (PsSync waits for both), so that push's turn
+// is over; before a round's last step (whose FinishStep pushes) it waits for its turn. Every
+// worker pulls round 0 before any push. The last round's pushes (no hook after them) go in any
+// order, once every earlier turn is over. What each worker pulls is then fixed: the global model
+// after every push of the turns before its own (ssp(1) holds none of those pulls).
+class RoundTurns {
+ public:
+  RoundTurns(int workers, int64_t every, int64_t steps)
+      : workers_(workers), every_(every), steps_(steps), rounds_((steps + every - 1) / every) {}
+
+  void BeforeCompute(int worker, int64_t step) {
+    std::unique_lock lock(mu_);
+    const int64_t round = step / every_;
+    if (step % every_ == 0) {
+      if (round == 0) {
+        ++started_;  // round 0 pulled
+      } else {
+        ++done_;  // this worker's turn of round - 1 over
+      }
+      cv_.notify_all();
+    }
+    if (step % every_ != every_ - 1 && step + 1 != steps_) return;
+    const int64_t turn = round + 1 == rounds_ ? round * workers_ : round * workers_ + worker;
+    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return started_ == workers_ && done_ >= turn; })) {
+      stuck_ = true;  // the job goes on; its parameters will not be the turns'
+    }
+  }
+  bool stuck() const { return stuck_; }
+
+ private:
+  const int workers_;
+  const int64_t every_, steps_, rounds_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int started_ = 0;    // workers that pulled round 0
+  int64_t done_ = 0;   // turns over
+  bool stuck_ = false;
+};
+
+// The rounds of RoundTurns written out: each worker trains its round from what it pulled (the
+// global model when its last turn ended) and, in turn, the global model takes the outer SGD's step
+// on that worker's pseudo-gradient Δ = pulled − own, scaled by 1 / workers as an ssp or asp shard
+// scales a push. The last round's pushes all land on the global model after every earlier turn
+// (in any order: without momentum they commute).
+std::vector<float> ReferenceTurns(const ModelOptions& mo, const LocalTrainOptions& train, int workers,
+                                  const Dataset& data) {
+  const int64_t spe = StepsPerEpoch(data.n, workers, train.batch);
+  const int64_t total = std::min(spe * train.epochs, train.max_steps > 0 ? train.max_steps : spe * train.epochs);
+  const LrSchedule lr = RunSchedule(train, total, spe);
+  const int64_t every = train.periodic.every;
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<Optimizer> inner;
+  for (int r = 0; r < workers; ++r) {
+    models.push_back(std::move(CreateModel(mo)).value());
+    models.back()->Initialize(0);
+    inner.emplace_back(train.optimizer, models.back()->num_params());
+    inner.back().SetLayers(OptimizerLayers(models.back()->layout(), {0, models.back()->num_params()}));
+  }
+  const LocalTrainOptions outer_train = OuterTrainOptions(train);
+  std::vector<float> global(models[0]->params().begin(), models[0]->params().end());
+  std::vector<std::vector<float>> pulled(static_cast<size_t>(workers), global);
+  std::vector<float> delta(global.size());
+  Optimizer outer(outer_train.optimizer, static_cast<int64_t>(global.size()));
+  BatchBuffer buffer;
+  std::vector<float> acc;
+  for (int64_t first = 0; first < total; first += every) {
+    const bool last_round = first + every >= total;
+    for (int r = 0; r < workers; ++r) {
+      for (int64_t step = first; step < std::min(first + every, total); ++step) {
+        const int64_t epoch = step / spe, s = step % spe;
+        const std::vector<uint32_t> order = ShardedSampler(data.n, workers, r, train.seed).EpochIndices(epoch);
+        const auto [begin, end] = BatchRange(s, spe, train.batch, static_cast<int64_t>(order.size()));
+        ComputeGradients(*models[r], data, std::span(order).subspan(begin, end - begin), 0, buffer, acc);
+        ApplyGradients(*models[r], inner[r], lr.At(step));
+      }
+      for (size_t i = 0; i < delta.size(); ++i) delta[i] = pulled[r][i] - models[r]->params()[i];
+      outer.Step(global, delta, outer_train.lr.base, 0, 1.0f / static_cast<float>(workers));
+      outer.EndStep();
+      if (last_round) continue;
+      pulled[r] = global;
+      std::copy(global.begin(), global.end(), models[r]->params().begin());
+    }
+  }
+  return global;
+}
+
 // asp and ssp over rounds: each worker pushes once per round, the shards count rounds (clocks,
-// staleness), and training still converges.
+// staleness), and training still converges; where the order is fixed, the shards end exactly where
+// the written-out rounds do, so the outer step is applied to each pushed pseudo-gradient, with
+// its sign, at the outer rate and scale, with the outer momentum:
+// - one worker (asp and ssp(1)): every round's pull finds the round before applied. DiLoCo's
+//   settings (momentum inside, Nesterov outside at rate 0.7): the shard's outer optimizer does
+//   all the averaging there is.
+// - three workers in turns (RoundTurns), asp and ssp(1), the outer SGD at rate 0.7 without
+//   momentum (so that the last round's pushes commute but for rounding).
+// A shard that counted the pushes but never applied them, or applied them with the wrong sign
+// or scale, ends elsewhere (differences of 1e-2 and more: not rounding).
 TEST(PeriodicTest, AspAndSspRulesApplyToRounds) {
   const Dataset data = SmallBlobs();
   LocalTrainOptions t = RoundsTrain(4, 40);
@@ -240,6 +345,59 @@ TEST(PeriodicTest, AspAndSspRulesApplyToRounds) {
       EXPECT_LE(max_staleness, 10);  // rounds, not steps
     }
     for (float p : r.params) ASSERT_TRUE(std::isfinite(p));
+  }
+
+  LocalTrainOptions diloco = t;
+  diloco.optimizer.momentum = 0.9f;
+  diloco.periodic.outer_lr = 0.7f;
+  diloco.periodic.outer.momentum = 0.9f;
+  diloco.periodic.outer.nesterov = true;
+  const std::vector<float> one = ReferenceRounds(SmallMlp(), diloco, 1, data);
+  for (ConsistencyMode mode : {ConsistencyMode::kAsp, ConsistencyMode::kSsp}) {
+    SCOPED_TRACE(std::string("one worker, ") + (mode == ConsistencyMode::kAsp ? "asp" : "ssp(1)"));
+    PsJobOptions ps;
+    ps.mode = mode;
+    ps.staleness = mode == ConsistencyMode::kSsp ? 1 : 0;
+    ps.num_servers = 2;
+    ps.num_workers = 1;
+    ps.model = SmallMlp();
+    ps.train = diloco;
+    PsJobResult r = RunPsJob(ps, data, data);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    for (const ServerStats& s : r.server_stats) EXPECT_EQ(s.pushes, 10);
+    const double diff = MaxRelativeDiff(r.params, one, 1e-3);
+    std::printf("one worker, %s: against the rounds %.3g\n", mode == ConsistencyMode::kAsp ? "asp" : "ssp(1)", diff);
+    EXPECT_LE(diff, 1e-5) << "the shards' parameters are not the rounds' (outer Nesterov at 0.7 on each pseudo-gradient)";
+  }
+
+  LocalTrainOptions outer_sgd = t;
+  outer_sgd.periodic.outer_lr = 0.7f;
+  const std::vector<float> turns = ReferenceTurns(SmallMlp(), outer_sgd, 3, data);
+  // Not the rounds' mean: the order matters.
+  EXPECT_GT(MaxRelativeDiff(turns, ReferenceRounds(SmallMlp(), outer_sgd, 3, data), 1e-3), 1e-3);
+  for (ConsistencyMode mode : {ConsistencyMode::kAsp, ConsistencyMode::kSsp}) {
+    const char* name = mode == ConsistencyMode::kAsp ? "asp" : "ssp(1)";
+    SCOPED_TRACE(std::string("three workers in turns, ") + name);
+    RoundTurns order(3, 4, 40);
+    PsJobOptions ps;
+    ps.mode = mode;
+    ps.staleness = mode == ConsistencyMode::kSsp ? 1 : 0;
+    ps.num_servers = 2;
+    ps.num_workers = 3;
+    ps.model = SmallMlp();
+    ps.train = outer_sgd;
+    ps.delay_ms = [&order](int worker, int64_t step) {
+      order.BeforeCompute(worker, step);
+      return 0.0;
+    };
+    PsJobResult r = RunPsJob(ps, data, data);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_FALSE(order.stuck()) << "a worker waited 30 s for its turn";
+    for (const ServerStats& s : r.server_stats) EXPECT_EQ(s.pushes, 3 * 10);
+    const double diff = MaxRelativeDiff(r.params, turns, 1e-3);
+    std::printf("three workers in turns, %s: against the rounds %.3g\n", name, diff);
+    EXPECT_LE(diff, 1e-5)
+        << "the shards' parameters are not the rounds' (outer SGD at 0.7 on each pseudo-gradient / 3, in turns)";
   }
 }
 
