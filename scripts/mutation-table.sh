@@ -2,9 +2,12 @@
 # Shows that tests fail when the property they name does not hold: for each mutation below, breaks
 # the code on purpose (one exact text replacement), rebuilds what the test needs in build/, runs
 # the test, and restores the file. Prints one row per mutation: the mutation, the test, and
-# "red" (the test failed, as it must) or "GREEN" (the test missed it). Exits non-zero if any test
-# stayed green, or a mutation's text was not found (the code moved: update the table). Run it
-# with nothing else building in build/; build/ is rebuilt at the end from the restored sources.
+# "red" (the named test failed, and its output holds the row's message: it failed on its own
+# assertion) or why not: "GREEN" (the test missed it), "red elsewhere" (ctest failed, but not on
+# that test, or that test timed out), "red without its message" (it failed some other way: a
+# crash, another assertion). Exits non-zero unless every row is red, or when a mutation's text
+# was not found (the code moved: update the table). Run it with nothing else building in build/;
+# build/ is rebuilt at the end from the restored sources.
 # Usage: scripts/mutation-table.sh [NAME...] (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,31 +19,47 @@ fi
 
 # name | file | text | replacement | make targets | ctest -R regex
 mutations=(
-  "nan-compares-close|common/base/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose"
-  "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothing"
-  "controller-overstates-clocks|common/ps/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|ps_test|SspBoundTest.EveryAnsweredPullRespectsTheBound/s1_zmq"
-  "no-checkpoint-after-init|server/server_lifecycle.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$"
-  "ps-fp16-gradient-zeroed|python/gradsync/torch/amp.py|                grads.mul_(1.0 / self._scale)|                grads.mul_(0.0)|gradsync_python|python.test_precision"
-  "backup-acks-ignored|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|gradsync-server ps_binary_test|FaultTest.APushIsAcknowledgedOnlyOnceItsBackupHoldsIt"
-  "backup-acks-ignored-unit|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|server_test|ReplicatorTest.AReplyWaitsForEveryLiveBackupAndASilentOneHoldsItUntilDropped"
-  "backup-skips-asp-pushes|server/replication/replication.cc|  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|  if (h.seq % 50 != 0) c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|gradsync-server ps_binary_test|ReplicatedServerTest.ABackupTakesOverAndNothingIsLost/asp\$"
-  "frame-written-into-closed-channel|common/net/data_channel.cc|  if (PeerClosed()) return UnavailableError(|  if (false && PeerClosed()) return UnavailableError(|ps_test|PsJobTest.ADataChannelThatEndsBetweenPushesFallsBackToZeroMq"
-  "dead-workers-lane-kept|server/server_lifecycle.cc|      DetachWorker(n.rank());|      (void)0;|gradsync-server ps_binary_test|FaultTest.SharedMemoryOfADeadProcessIsLetGoByEveryOther"
-  "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$"
-  "plan-tree-stores-instead-of-sums|allreduce/plan/tree.cc|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/true));|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/false));|allreduce_test|Algorithms/PlanTest.EveryRankEndsWithTheSumAndEverySendIsReceived/tree\$"
-  "sim-choice-ignores-shared-memory|experiments/sim/settings.cc|  l.setting.shared_memory = s.allreduce_shm && per_host > 1;|  l.setting.shared_memory = false;|experiments_test|SimAllReduceChoiceTest"
-  "sim-gather-decode-timed-here|experiments/sim/codec_costs.cc|  if (gather_decode_per_float_ >= 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|  if (gather_decode_per_float_ < 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|experiments_test|SimCodecTimesTest"
-  "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += *lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$"
+  "nan-compares-close|common/base/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose|tensor_test.cc:"
+  "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothing|trace_test.cc:"
+  "controller-overstates-clocks|common/ps/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|server_test|ConsistencyTest.SspBoundsTheGapToTheSlowestLiveWorker$|c.CanAnswerPull(0, 4)"
+  "no-checkpoint-after-init|server/server_lifecycle.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$|fault_test.cc:"
+  "ps-fp16-gradient-zeroed|python/gradsync/torch/amp.py|                grads.mul_(1.0 / self._scale)|                grads.mul_(0.0)|gradsync_python|python.test_precision|AssertionError"
+  "backup-acks-ignored|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|gradsync-server ps_binary_test|FaultTest.APushIsAcknowledgedOnlyOnceItsBackupHoldsIt|fault_test.cc:"
+  "backup-acks-ignored-unit|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|server_test|ReplicatorTest.AReplyWaitsForEveryLiveBackupAndASilentOneHoldsItUntilDropped|replication_test.cc:"
+  "backup-skips-asp-pushes|server/replication/replication.cc|  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|  if (h.seq % 50 != 0) c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|gradsync-server ps_binary_test|ReplicatedServerTest.ABackupTakesOverAndNothingIsLost/asp\$|fault_test.cc:"
+  "frame-written-into-closed-channel|common/net/data_channel.cc|  if (PeerClosed()) return UnavailableError(|  if (false && PeerClosed()) return UnavailableError(|ps_test|PsJobTest.ADataChannelThatEndsBetweenPushesFallsBackToZeroMq|ps_job_test.cc:"
+  "dead-workers-lane-kept|server/server_lifecycle.cc|      DetachWorker(n.rank());|      (void)0;|gradsync-server ps_binary_test|FaultTest.SharedMemoryOfADeadProcessIsLetGoByEveryOther|fault_test.cc:"
+  "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$|fault_test.cc:"
+  "plan-tree-stores-instead-of-sums|allreduce/plan/tree.cc|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/true));|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/false));|allreduce_test|Algorithms/PlanTest.EveryRankEndsWithTheSumAndEverySendIsReceived/tree\$|plan_test.cc:"
+  "sim-choice-ignores-shared-memory|experiments/sim/settings.cc|  l.setting.shared_memory = s.allreduce_shm && per_host > 1;|  l.setting.shared_memory = false;|experiments_test|SimAllReduceChoiceTest|sim_choice_test.cc:"
+  "sim-gather-decode-timed-here|experiments/sim/codec_costs.cc|  if (gather_decode_per_float_ >= 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|  if (gather_decode_per_float_ < 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|experiments_test|SimCodecTimesTest|sim_codec_test.cc:"
+  "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += *lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$|lost"
+  "powersgd-residual-dropped|compression/powersgd.cc|      for (size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];|      (void)e; for (size_t i = 0; i < n; ++i) m[i] = g[i];|compression_test|PowerSgdTest.EachStepApproximatesTheGradientPlusTheLastResidual|rank-2 approximation of its gradient plus the last residual"
+  "rounds-outer-step-not-applied|server/shard/shard_core.cc|  shard_->Apply(c.segments, c.keys, c.values(), scale, counts, lr, c.absent);|  shard_->Apply(c.segments, c.keys, c.values(), 0.0f * scale, counts, lr, c.absent);|ps_test|PeriodicTest.AspAndSspRulesApplyToRounds|the shards' parameters are not the rounds'"
+  "rounds-outer-step-sign|worker/periodic_sync.cc|delta[i] = global[i] - own[i];|delta[i] = own[i] - global[i];|ps_test|PeriodicTest.AspAndSspRulesApplyToRounds|the shards' parameters are not the rounds'"
+  "dc-asgd-sign-flipped|server/shard/delay_compensation.cc|        out[k] = g + lambda * g * g * (now[i] - was[i]);|        out[k] = g - lambda * g * g * (now[i] - was[i]);|ps_test|DelayCompensationTrainTest.TheShardAppliesTheCorrectedGradientOfTheFormula|the shard did not apply g + lambda * g * g * (w_now - w_pulled)"
+  "busy-poll-ignored|worker/ps_client.h|  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }|  void set_busy_poll_ms(double ms) { (void)ms; }|ps_test|BusyPollTest.AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes|but its waits never polled"
+  "shm-busy-poll-ignored|allreduce/shm_group.h|  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }|  void set_busy_poll_ms(double ms) { (void)ms; }|ps_test|BusyPollTest.ASharedMemoryBarrierPollsOnlyWhenAsked|but its barrier never polled"
+  "ps-params-not-set|python/gradsync/torch/functions.py|                o._gs_sync.set_parameters()|                pass|gradsync_python|python.test_ps_optimizer_state|the resumed job differs from the uninterrupted one"
+  "shard-params-set-ignored|server/shard/kv_shard.cc|  Own();  // a pull reply may still be sending the old values|  return OkStatus();  // a pull reply may still be sending the old values|ps_test|Optimizers/ResumeTest.AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit/Adam$|the resumed job's parameters differ from the job that never stopped"
 )
 
 want=("$@")
 failed=0
+rows=0
 printf '| mutation | file | test | result |\n|---|---|---|---|\n'
 for m in "${mutations[@]}"; do
-  IFS='|' read -r name file text replacement targets test <<<"${m//\\|/$'\x1f'}"
+  IFS='|' read -r name file text replacement targets test message <<<"${m//\\|/$'\x1f'}"
   text=${text//$'\x1f'/|}
   replacement=${replacement//$'\x1f'/|}
+  message=${message//$'\x1f'/|}
   if [[ ${#want[@]} -gt 0 && ! " ${want[*]} " == *" $name "* ]]; then continue; fi
+  rows=$((rows + 1))
+  if [[ -z $message ]]; then
+    printf '| %s | %s | %s | NO MESSAGE IN THE ROW |\n' "$name" "$file" "$test"
+    failed=1
+    continue
+  fi
   if ! grep -qF -- "$text" "$file"; then
     printf '| %s | %s | %s | TEXT NOT FOUND |\n' "$name" "$file" "$test"
     failed=1
@@ -52,19 +71,29 @@ path, old, new = sys.argv[1:4]
 s = open(path).read()
 open(path, "w").write(s.replace(old, new, 1))
 EOF
+  log=/tmp/mutation-$name.test.log
   result=GREEN
   # shellcheck disable=SC2086
   if ! (cd build && make -j"$(nproc)" $targets > "/tmp/mutation-$name.build.log" 2>&1); then
     result="does not build (/tmp/mutation-$name.build.log)"
-  elif ! (cd build && ctest -R "$test" --timeout 300 > "/tmp/mutation-$name.test.log" 2>&1); then
-    result=red
-  elif ! grep -q "tests passed" "/tmp/mutation-$name.test.log" || grep -q "No tests were found" "/tmp/mutation-$name.test.log"; then
-    result="no test ran (/tmp/mutation-$name.test.log)"
+  elif ! (cd build && ctest -R "$test" --output-on-failure --timeout 300 > "$log" 2>&1); then
+    # ctest lists what failed after "The following tests FAILED:", a "N - NAME (Failed)" line each
+    # (a time-out says "(Timeout)"): the named test must be among them, failed on its own.
+    if ! sed -n '/The following tests FAILED:/,$p' "$log" | grep -E -- " - ${test%\$}( |\$)" | grep -qF "(Failed)"; then
+      result="red elsewhere ($log)"
+    elif ! grep -qF -- "$message" "$log"; then
+      result="red without its message ($log)"
+    else
+      result=red
+    fi
+  elif ! grep -q "tests passed" "$log" || grep -q "No tests were found" "$log"; then
+    result="no test ran ($log)"
   fi
   git checkout -q -- "$file"
   [[ $result == red ]] || failed=1
   printf '| %s | %s | %s | %s |\n' "$name" "$file" "$test" "$result"
 done
+echo "mutation-table: $rows rows"
 echo "mutation-table: rebuilding build/ from the restored sources"
 (cd build && make -j"$(nproc)" > /tmp/mutation-restore.build.log 2>&1) || { echo "mutation-table: the restored build failed (/tmp/mutation-restore.build.log)" >&2; exit 1; }
 exit "$failed"
