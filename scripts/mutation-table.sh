@@ -42,6 +42,10 @@ mutations=(
   "shm-busy-poll-ignored|allreduce/shm_group.h|  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }|  void set_busy_poll_ms(double ms) { (void)ms; }|ps_test|BusyPollTest.ASharedMemoryBarrierPollsOnlyWhenAsked|but its barrier never polled"
   "ps-params-not-set|python/gradsync/torch/functions.py|                o._gs_sync.set_parameters()|                pass|gradsync_python|python.test_ps_optimizer_state|the resumed job differs from the uninterrupted one"
   "shard-params-set-ignored|server/shard/kv_shard.cc|  Own();  // a pull reply may still be sending the old values|  return OkStatus();  // a pull reply may still be sending the old values|ps_test|Optimizers/ResumeTest.AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit/Adam$|the resumed job's parameters differ from the job that never stopped"
+  "gpu-error-read-as-no-device|tests/support/gpu_gate.cc|\|\| f.count_error == kCudaErrorNoDevice \|\||\|\| f.count_error != kCudaSuccess \|\||gpu_gate_test|GpuGateTest.AnErrorOtherThanNoDeviceFailsUnderCi|GpuGate::kFail"
+  "gpu-skip-where-nvidia-smi-lists-one|tests/support/gpu_gate.cc|  if (!f.smi_gpu.empty()) {|  if (false) {|gpu_gate_test|GpuGateTest.ASkipWhereNvidiaSmiListsAGpuFails|GpuGate::kFail"
+  "dataset-cache-lock-noop|common/data/dataset_cache.cc|  while (::flock(fd, LOCK_EX \| LOCK_NB) != 0) {|  while (false) {|common_test|DatasetCacheTest.TwoProcessesLoadingAtOnceWriteOneFileUnderTheLockAndShareItsPages|processes that wrote the cache file"
+  "parameter-guard-noop|python/gradsync/torch/guard.py|    if _PENDING and func not in _METADATA:|    if False:|gradsync_python|python.test_stale_reads|it did not wait for its pull"
 )
 
 want=("$@")
