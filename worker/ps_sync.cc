@@ -90,7 +90,12 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
     }
   }
   if (!scheduler_->rejoined()) {
-    std::printf("worker %d: in the job, %lld steps to train\n", options_.rank, static_cast<long long>(shape.total_steps));
+    if (shape.total_steps > 0) {
+      std::printf("worker %d: in the job, %lld steps to train\n", options_.rank, static_cast<long long>(shape.total_steps));
+    } else {
+      // A Python script that gave DistributedOptimizer no total_steps: its loop decides.
+      std::printf("worker %d: in the job (the script decides how many steps: no total_steps given)\n", options_.rank);
+    }
     std::fflush(stdout);
   }
   if (options_.after_init) options_.after_init();

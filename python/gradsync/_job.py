@@ -10,6 +10,9 @@ GradsyncError = _native.GradsyncError
 _job = None
 _failure = None
 _finished = False
+# Called at exit, in order, before this worker tells the scheduler it is done, unless the program
+# failed (an uncaught exception): gradsync.torch ends the training of optimizers never finished.
+_exit_hooks = []
 
 
 def init(args=None):
@@ -103,7 +106,17 @@ def shutdown(error=None):
 
 
 def _at_exit():
-    shutdown(_failure)
+    # Registered by init(), after gradsync.torch's own atexit handler was (at import), so this runs
+    # first (atexit is last in, first out): training ends before anything else is torn down.
+    error = _failure
+    if error is None and not _finished:
+        for hook in _exit_hooks:
+            try:
+                hook()
+            except Exception as e:  # noqa: BLE001 -- at exit: said here, and to the scheduler
+                error = "%s: %s" % (type(e).__name__, e)
+                print("gradsync: worker %d: at exit: %s" % (_job.rank, error), file=sys.stderr, flush=True)
+    shutdown(error)
 
 
 class trace_span:

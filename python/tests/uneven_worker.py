@@ -1,7 +1,9 @@
 """A worker for test_uneven.py: a tiny torch.nn.Linear trained with gradsync.torch's
 DistributedOptimizer for UNEVEN_STEPS steps (set per rank), then ended with gs.join() when
-UNEVEN_JOIN is 1, else opt.finish(). It prints when it ended (and, if the end or a step failed,
-when and why), and writes its final parameters to OUT/params-<rank>.json."""
+UNEVEN_JOIN is 1, by simply returning from main() as a Horovod script does (no finish(), no
+shutdown()) when UNEVEN_EXIT is 1, else opt.finish(). It prints when it ended (and, if the end or a
+step failed, when and why), and writes its final parameters to OUT/params-<rank>.json (not when
+it just exits). With UNEVEN_EVAL=1 it records an evaluation after finish() (test_summary.py)."""
 
 import json
 import os
@@ -15,6 +17,7 @@ import torch.nn.functional as F
 def main():
     steps = int(os.environ["UNEVEN_STEPS"])
     join = os.environ.get("UNEVEN_JOIN", "0") == "1"
+    just_exit = os.environ.get("UNEVEN_EXIT", "0") == "1"
     import gradsync.torch as gs
     gs.init()
     rank = gs.rank()
@@ -30,11 +33,16 @@ def main():
             opt.zero_grad()
             F.mse_loss(model(x[s]), y[s]).backward()
             opt.step()
-        print("worker %d: ran %d steps; ending (join=%s) at %.3f" % (rank, steps, join, time.time()), flush=True)
+        print("worker %d: ran %d steps; ending (join=%s, exit=%s) at %.3f" % (rank, steps, join, just_exit, time.time()),
+              flush=True)
+        if just_exit:
+            return 0
         if join:
             gs.join()
         else:
             opt.finish()
+            if os.environ.get("UNEVEN_EVAL", "0") == "1":
+                opt.record_evaluation(0.5, 0.25)
     except Exception as e:
         print("worker %d: FAILED at %.3f: %s: %s" % (rank, time.time(), type(e).__name__, e), flush=True)
         raise

@@ -1,6 +1,11 @@
 """Per-step metrics rows and the worker summary, in the C++ worker's formats: OUT/worker-<rank>.csv
 (the columns of MetricsWriter, ARCHITECTURE.md "Outputs") and OUT/worker-<rank>.json, so that
-gradsync-run's summary and plots read a Python worker as they read gradsync-worker."""
+gradsync-run's summary and plots read a Python worker as they read gradsync-worker.
+
+The summary's figures are the metrics file's last row's (steps, bytes on the wire and through
+shared memory): the last training row is held until the next row or the end, and the end stamps
+it with the bytes the end of training moved (the final pull, the barrier), as the C++ worker's
+row after its end holds them."""
 
 import math
 import os
@@ -31,6 +36,8 @@ class Recorder:
         self.steps = 0
         self.final_test_accuracy = math.nan
         self.last_row = None
+        self._held = None  # the last training row, not written yet
+        self._written = None  # the last row written: the summary's figures are its
 
     def wall_s(self):
         return time.perf_counter() - self._start
@@ -48,8 +55,14 @@ class Recorder:
         row.update(step=step, epoch=self._epoch(step), wall_s=self.wall_s(),
                    loss=math.nan if loss is None else loss, compute_ms=compute_ms)
         self.last_row = row
-        if self._writer:
-            self._writer.write(row)
+        self._write_held()
+        self._held = row
+
+    def _write_held(self):
+        if self._held is not None:
+            if self._writer:
+                self._writer.write(self._held)
+            self._written, self._held = self._held, None
 
     def evaluation(self, step, test_loss, test_accuracy, traffic, shm=(0, 0)):
         """An evaluation row: `loss` is the mean training loss since the previous one."""
@@ -60,22 +73,32 @@ class Recorder:
                    test_loss=test_loss, test_accuracy=test_accuracy,
                    bytes_sent=traffic[0], bytes_received=traffic[1], shm_bytes_sent=shm[0],
                    shm_bytes_received=shm[1])
+        self._write_held()
         if self._writer:
             self._writer.write(row)
             self._writer.flush()
+        self._written = row
         return mean_loss
 
     def finish(self, traffic, error=None, replies=None, params_sha256=None, shm=(0, 0)):
-        """OUT/worker-<rank>.json (nothing without an output directory). replies: the sync's
-        reply_counts() (PS modes); params_sha256: of the final parameters."""
+        """OUT/worker-<rank>.json (nothing without an output directory), after the held training
+        row, which takes the end's totals (`traffic`, `shm`: the bytes moved so far). The summary's
+        steps and bytes are the last row's. replies: the sync's reply_counts() (PS modes);
+        params_sha256: of the final parameters."""
+        if self._held is not None:
+            self._held.update(bytes_sent=traffic[0], bytes_received=traffic[1], shm_bytes_sent=shm[0],
+                              shm_bytes_received=shm[1])
+            self._write_held()
         if self._writer:
             self._writer.flush()
         if not self._out:
             return
+        last = self._written or dict(step=self.steps, bytes_sent=traffic[0], bytes_received=traffic[1],
+                                     shm_bytes_sent=shm[0], shm_bytes_received=shm[1])
         summary = dict(rank=self._rank, mode=self._job.mode, params=self._num_params,
-                       steps=self.steps, wall_s=self.wall_s(), bytes_sent=traffic[0],
-                       bytes_received=traffic[1], shm_bytes_sent=shm[0], shm_bytes_received=shm[1],
-                       final_test_accuracy=self.final_test_accuracy)
+                       steps=last["step"], wall_s=self.wall_s(), final_test_accuracy=self.final_test_accuracy)
+        for k in ("bytes_sent", "bytes_received", "shm_bytes_sent", "shm_bytes_received"):
+            summary[k] = int(last.get(k, 0))
         if replies is not None:
             summary["replies"] = replies
         if params_sha256:

@@ -600,7 +600,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # one when every worker ends here; the others' next one (they fail, naming this
             # worker, and so does this worker) when they still train.
             self._gs_job.training_ended(self._gs_step, False)
+            trained = self._gs_step
             self._gs_zero_step(collectives.ENDED)
+            self._gs_step = trained  # the end's step trains nothing: steps (and the summary's) stay these
         self._gs_end(evaluate, join=False)
 
     def _gs_zero_step(self, state):
@@ -679,9 +681,23 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
 _LIVE = []  # weak references to this process's DistributedOptimizers, in creation order
 
 
+def _end_at_exit():
+    # A script that never calls finish() (Horovod's examples do not) ends training when it exits
+    # (gradsync._job's exit handler calls this unless the program failed), as finish() would:
+    # workers still training then fail at once, naming this one and join(), where they would
+    # otherwise wait for its next push (PS) or its part of the next all-reduce. The first error
+    # stops it: this worker then tells the scheduler it failed, with that error.
+    for o in (ref() for ref in _LIVE):
+        if o is not None and not o._gs_finished:
+            o.finish(evaluate=False)
+
+
+_job._exit_hooks.append(_end_at_exit)
+
+
 @atexit.register
 def _summaries_at_exit():
-    # A script that never calls finish() (Horovod's examples do not) still leaves its summary.
+    # After a failure (or an end at exit that failed) the summaries of optimizers never finished.
     for o in (ref() for ref in _LIVE):
         if o is not None and not o._gs_finished:
             try:
