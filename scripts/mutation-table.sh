@@ -46,6 +46,12 @@ mutations=(
   "gpu-skip-where-nvidia-smi-lists-one|tests/support/gpu_gate.cc|  if (!f.smi_gpu.empty()) {|  if (false) {|gpu_gate_test|GpuGateTest.ASkipWhereNvidiaSmiListsAGpuFails|GpuGate::kFail"
   "dataset-cache-lock-noop|common/data/dataset_cache.cc|  while (::flock(fd, LOCK_EX \| LOCK_NB) != 0) {|  while (false) {|common_test|DatasetCacheTest.TwoProcessesLoadingAtOnceWriteOneFileUnderTheLockAndShareItsPages|processes that wrote the cache file"
   "parameter-guard-noop|python/gradsync/torch/guard.py|    if _PENDING and func not in _METADATA:|    if False:|gradsync_python|python.test_stale_reads|it did not wait for its pull"
+  "frontend-predivide-not-undone|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(self._gs_predivide)|                pass|gradsync_python|python.test_arithmetic|predivide, step 1: max"
+  "frontend-fp16-as-bf16|python/gradsync/torch/compression.py|    fp16 = Compressor("fp16", "fp16")|    fp16 = Compressor("bf16", "fp16")|gradsync_python|python.test_arithmetic|fp16: error"
+  "frontend-adasum-as-average|python/gradsync/torch/optimizer.py|        self._gs_adasum = op is Adasum and self._gs_mode == "allreduce" and job.size > 1|        self._gs_adasum = False|gradsync_python|python.test_arithmetic|adasum, step 1: max"
+  "frontend-join-not-rescaled|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))|                pass|gradsync_python|python.test_arithmetic|join, step 2"
+  "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)|    return|gradsync_python|python.test_ps_optimizer_state|the resumed job differs from the uninterrupted one"
+  "frontend-exit-without-finish-hangs|python/gradsync/torch/optimizer.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
 )
 
 want=("$@")
