@@ -188,6 +188,7 @@ void Scheduler::HandleListening(Node& n, const ControlMessage& c) {
   n.listening = std::max(n.listening, static_cast<int64_t>(c.max_message_bytes));
   if (n.announce_when_listening && n.listening >= static_cast<int64_t>(table_.max_message_bytes())) {
     n.announce_when_listening = false;
+    CopiesOnJoin(n);  // the primaries send it their snapshots once they hear of it, and it sends its own
     AnnounceJoined(n);
   }
   CheckMessageLimit();
@@ -245,6 +246,7 @@ void Scheduler::AssignRanksAndAnnounce() {
                                                : table_.mutable_workers(n.info.rank());
     *slot = n.info;
   }
+  InitialCopies();
   announced_ = true;
   for (const auto& n : nodes_) {
     ControlMessage h = Control(wire::REGISTER_REPLY);

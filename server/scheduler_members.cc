@@ -66,6 +66,22 @@ void Scheduler::HandleRejoin(const std::string& peer, const ControlMessage& h, c
   slot->rejoins++;
   slot->ended_clock = -1;  // a restarted worker trains again
   slot->ended_joined = false;
+  if (info.role() == wire::SERVER) {
+    // A takeover runs in the process of the backup that took the rank over (the first live one
+    // in the shard's order), whose copy left its store for it; anything else is a process of its
+    // own. Its copies come once it is announced (CopiesOnJoin).
+    slot->copies.clear();
+    slot->process = -1;
+    if (info.adopted()) {
+      for (Node* b : TakeoverOrder(rank)) {
+        if (b->dead || !ProcessLives(b->process)) continue;
+        slot->process = b->process;
+        b->copies.erase(rank);
+        break;
+      }
+    }
+    if (slot->process < 0) slot->process = processes_++;
+  }
   by_identity_[peer] = static_cast<size_t>(slot - nodes_.data());
   *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " rejoins the job as " << NodeName(slot->info);
@@ -149,6 +165,7 @@ void Scheduler::AddStandby(const std::string& peer, const ControlMessage& c, con
   n.info.set_rank(options_.num_servers + table_.standbys_size());
   n.identity = peer;
   n.last_seen = now;
+  n.process = processes_++;  // its copies come once it is announced (CopiesOnJoin)
   by_identity_[peer] = nodes_.size();
   *table_.add_standbys() = n.info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " asked for " << NodeName(taken.info)
@@ -175,6 +192,7 @@ void Scheduler::CheckHeartbeats(double now) {
     n.dead = true;
     n.dead_at = now;
     changed = true;
+    if (n.info.role() == wire::SERVER) dead_processes_.insert(n.process);
     GRADSYNC_LOG(ERROR) << "scheduler: " << NodeName(n.info) << " sent nothing for "
                         << options_.heartbeat_timeout_s << " s: declared dead";
     TraceInstant(n.info.role() == wire::WORKER ? "worker declared dead" : "server declared dead", "failure",
@@ -187,46 +205,112 @@ void Scheduler::CheckHeartbeats(double now) {
   if (changed) {
     CheckBarriers();
     CheckMessageLimit();  // a dead server holds no worker back (they reconnect when it returns)
-    CheckShards();
+  }
+  CheckShards(now);  // also a takeover that is late
+}
+
+const Scheduler::Node* Scheduler::ShardNode(int shard) const {
+  for (const auto& n : nodes_) {
+    if (n.info.role() == wire::SERVER && !n.info.standby() && n.info.rank() == shard) return &n;
+  }
+  return nullptr;
+}
+
+bool Scheduler::ProcessLives(int process) const { return !dead_processes_.count(process); }
+
+bool Scheduler::ServesShard(int process, int shard) const {
+  const Node* n = ShardNode(shard);
+  return n != nullptr && !n->dead && n->process == process;
+}
+
+bool Scheduler::BacksUp(const Node& n, int shard) const {
+  if (n.info.standby()) return true;
+  const std::vector<int> backups = BackupRanks(shard, options_.replicas, options_.num_servers);
+  return std::find(backups.begin(), backups.end(), n.info.rank()) != backups.end();
+}
+
+std::vector<Scheduler::Node*> Scheduler::TakeoverOrder(int shard) {
+  std::vector<Node*> order;
+  for (const int r : BackupRanks(shard, options_.replicas, options_.num_servers)) {
+    for (auto& n : nodes_) {
+      if (n.info.role() == wire::SERVER && !n.info.standby() && n.info.rank() == r) order.push_back(&n);
+    }
+  }
+  for (auto& n : nodes_) {
+    if (n.info.role() == wire::SERVER && n.info.standby()) order.push_back(&n);
+  }
+  return order;
+}
+
+void Scheduler::InitialCopies() {
+  for (auto& n : nodes_) {
+    if (n.info.role() != wire::SERVER) continue;
+    n.process = processes_++;
+    for (int s = 0; s < options_.num_servers; ++s) {
+      if (s != n.info.rank() && BacksUp(n, s)) n.copies.insert(s);
+    }
   }
 }
 
-void Scheduler::CheckShards() {
-  if (!announced_ || !lost_.ok()) return;
-  const int servers = options_.num_servers;
-  std::vector<const Node*> rank(static_cast<size_t>(servers), nullptr);
-  bool standby_lives = false;
-  for (const auto& n : nodes_) {
-    if (n.info.role() != wire::SERVER) continue;
-    if (n.info.standby()) standby_lives = standby_lives || !n.dead;
-    else if (n.info.rank() >= 0 && n.info.rank() < servers) rank[static_cast<size_t>(n.info.rank())] = &n;
+void Scheduler::CopiesOnJoin(Node& n) {
+  // The primaries alive now hear NODE_JOINED and send it their snapshots. (One that died
+  // unseen sends nothing: the copy is missing, and CheckShards finds it so when no takeover
+  // comes.)
+  for (int s = 0; s < options_.num_servers; ++s) {
+    const Node* primary = ShardNode(s);
+    if (primary == nullptr || primary == &n || primary->dead || !ProcessLives(primary->process)) continue;
+    if (BacksUp(n, s) && !ServesShard(n.process, s)) n.copies.insert(s);
   }
+  // Serving a shard (restored, taken over, or as it was after a pause), it sends each live
+  // backup of it in another process its snapshot.
+  if (n.info.standby()) return;
+  for (Node* b : TakeoverOrder(n.info.rank())) {
+    if (!b->dead && ProcessLives(b->process) && b->process != n.process) b->copies.insert(n.info.rank());
+  }
+}
+
+void Scheduler::CheckShards(double now) {
+  if (!announced_ || !lost_.ok()) return;
   std::string lost, why;
-  for (int s = 0; s < servers; ++s) {
-    const Node* primary = rank[static_cast<size_t>(s)];
+  for (int s = 0; s < options_.num_servers; ++s) {
+    const Node* primary = ShardNode(s);
     if (primary == nullptr || !primary->dead) {
       awaiting_restart_.erase(s);
+      takeovers_.erase(s);
       continue;
     }
-    // Its copies: the backups (the next replicas - 1 ranks) and every standby.
-    bool copy = standby_lives;
+    // The first live server in the shard's order takes it over (ShardReplication::TakeOver), from
+    // its copy; a server of a process that died is passed over, as it will be declared dead too.
     std::string dead = NodeName(primary->info);
-    for (const int r : BackupRanks(s, options_.replicas, servers)) {
-      const Node* b = rank[static_cast<size_t>(r)];
-      copy = copy || (b != nullptr && !b->dead);
-      if (b != nullptr) dead += " and its backup " + NodeName(b->info);
+    Node* next = nullptr;
+    for (Node* b : TakeoverOrder(s)) {
+      if (b->dead) {
+        if (!b->info.standby()) dead += " and its backup " + NodeName(b->info);
+      } else if (next == nullptr && ProcessLives(b->process)) {
+        next = b;
+      }
     }
-    if (copy) continue;
+    dead += " dead";
+    if (next != nullptr && next->copies.count(s)) {
+      const size_t at = static_cast<size_t>(next - nodes_.data());
+      auto [t, fresh] = takeovers_.try_emplace(s, Takeover{at, now + kTakeoverGraceS});
+      if (!fresh && t->second.node != at) t->second = Takeover{at, now + kTakeoverGraceS};
+      if (now < t->second.due) continue;
+      dead += "; " + NodeName(next->info) + ", next in line, did not take it over within " +
+              SecondsText(kTakeoverGraceS) + " s (no whole copy of it reached it before its primary died)";
+    } else if (next != nullptr) {
+      dead += "; " + NodeName(next->info) + ", next in line, holds no copy of it (it came after the copy there was lost)";
+    }
     if (primary->info.checkpoints()) {
       if (awaiting_restart_.insert(s).second) {
         GRADSYNC_LOG(WARNING) << "scheduler: shard " << s << " has no live copy (" << dead
-                              << " dead); it comes back only when " << NodeName(primary->info)
+                              << "); it comes back only when " << NodeName(primary->info)
                               << " is restarted with its --checkpoint-dir (the workers wait --recovery-timeout for it)";
       }
       continue;
     }
     lost += (lost.empty() ? "" : ", ") + std::to_string(s);
-    why += (why.empty() ? "" : "; ") + dead + " dead";
+    why += (why.empty() ? "" : "; ") + dead;
   }
   if (lost.empty()) return;
   const bool one = lost.find(',') == std::string::npos;

@@ -169,7 +169,13 @@ void Server::MaybeAdopt(int dead) {
 
 std::vector<const Server*> Server::adopted() const {
   std::vector<const Server*> out;
-  for (const auto& a : adopted_) out.push_back(a->server.get());
+  for (const auto& a : adopted_) {
+    if (a->server->rank() < 0) continue;  // the job ended before it had the rank: it served nothing
+    out.push_back(a->server.get());
+    // A shard server that took a rank over backs other shards up in turn, and may take one of
+    // them over later (the same process serving three ranks): its shards are this process's too.
+    for (const Server* more : a->server->adopted()) out.push_back(more);
+  }
   return out;
 }
 

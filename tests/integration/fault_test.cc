@@ -79,7 +79,7 @@ std::string LineWith(const std::string& text, const std::string& what) {
 
 constexpr double kHeartbeatTimeout = 1.0;
 
-// A job of a scheduler, 2 servers (checkpointing) and 3 workers, as separate processes.
+// A job of a scheduler, 2 servers (checkpointing) and 3 workers unless said, as separate processes.
 class FaultJob {
  public:
   // `replicas`: the scheduler's --replicas; `checkpoint_interval`: the servers' (seconds).
@@ -95,21 +95,25 @@ class FaultJob {
   // Before Start: the job's workers (3 unless said), and flags of one of them (each replaces its
   // default here, if any).
   void WithWorkers(int n) { num_workers_ = n; }
+  // Before Start: the job's servers (2 unless said), and every node's heartbeat timeout.
+  void WithServers(int n) { num_servers_ = n; }
+  void WithHeartbeatTimeout(double s) { heartbeat_timeout_ = std::to_string(s); }
   void WithWorkerFlags(int rank, std::vector<std::string> flags) { worker_flags_[rank] = std::move(flags); }
 
   void Start() {
     const std::string port_file = dir_.File("port");
     ASSERT_TRUE(group_.Spawn({"scheduler",
-                              {BinaryPath("gradsync-server"), "--role=scheduler", "--num-servers=2",
+                              {BinaryPath("gradsync-server"), "--role=scheduler",
+                               "--num-servers=" + std::to_string(num_servers_),
                                "--num-workers=" + std::to_string(num_workers_),
                                "--port-file=" + port_file, "--heartbeat-interval=0.2",
-                               "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
+                               "--heartbeat-timeout=" + heartbeat_timeout_,
                                "--replicas=" + std::to_string(replicas_)},
                               dir_.File("scheduler.log")})
                     .ok());
     port_ = ReadPortFile(port_file);
     ASSERT_FALSE(port_.empty());
-    for (int s = 0; s < 2; ++s) StartServer(s, "");
+    for (int s = 0; s < num_servers_; ++s) StartServer(s, "");
     for (int w = 0; w < num_workers_; ++w) StartWorker(w, "");
   }
 
@@ -119,7 +123,7 @@ class FaultJob {
   void StartServer(int rank, const std::string& suffix) {
     std::vector<std::string> argv{BinaryPath("gradsync-server"), "--role=server", "--mode=" + mode_,
                                   "--scheduler=127.0.0.1:" + port_, "--rank=" + std::to_string(rank),
-                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
+                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + heartbeat_timeout_,
                                   "--out=" + dir_.File("s")};
     if (checkpoints_) {
       argv.push_back("--checkpoint-dir=" + dir_.File("ckpt"));
@@ -135,7 +139,7 @@ class FaultJob {
     std::vector<std::string> argv{BinaryPath("gradsync-worker"), "--mode=" + mode_, "--scheduler=127.0.0.1:" + port_,
                                   "--rank=" + std::to_string(rank), "--dataset=blobs", "--hidden=32", "--epochs=100",
                                   "--batch=16", "--max-steps=500", "--straggle=ms:4", "--log-every=10",
-                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + std::to_string(kHeartbeatTimeout),
+                                  "--heartbeat-interval=0.2", "--heartbeat-timeout=" + heartbeat_timeout_,
                                   "--recovery-timeout=20", "--out=" + dir_.path() + "/w" + std::to_string(rank) + suffix};
     if (mode_ == "ssp") argv.push_back("--staleness=2");
     if (channel_ == "data") {
@@ -273,6 +277,8 @@ class FaultJob {
   std::string channel_;  // data | lane | zmq | "" (the workers' defaults)
   int replicas_;
   int num_workers_ = 3;
+  int num_servers_ = 2;
+  std::string heartbeat_timeout_ = std::to_string(kHeartbeatTimeout);
   std::map<int, std::vector<std::string>> worker_flags_;
   std::string checkpoint_interval_;
   bool checkpoints_ = true;
@@ -798,6 +804,99 @@ TEST(FaultTest, AShardWithNoLiveCopyFailsTheJobAtOnceUnlessACheckpointCanRestore
       EXPECT_NE(log.find("restored from"), std::string::npos) << log;
     }
     EXPECT_EQ(job.Log("scheduler").find("lost:"), std::string::npos) << job.Log("scheduler");
+  }
+}
+
+// --replicas=2 on 3 servers: shard s's one backup is server s+1 (mod 3). Servers 0 and 1 die
+// (together, or 1 s apart: before the first death is declared, so before its takeover): shard 0
+// has lost its primary and its one backup. When server 1 dies first, server 2 takes shard 1 over
+// (a shard server of rank 1 in its process), which fills shard 0's backup rank but holds no copy
+// of shard 0: server 0 was dead before it could send one. Whatever the order, no server can bring
+// shard 0 back: every process stops within the heartbeat timeout + 5 s of the last kill, naming
+// shard 0 (shard 1 goes on at server 2), not after the workers' --recovery-timeout (20 s)
+// blaming server 0.
+class LostShardTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LostShardTest, StopsTheJobNamingTheShardWhenATakeoverFillsItsBackupsRank) {
+  constexpr double kTimeout = 2.0;  // more than the 1 s between the kills
+  FaultJob job("bsp", /*replicas=*/2);
+  job.WithServers(3);
+  job.WithHeartbeatTimeout(kTimeout);
+  job.WithoutCheckpoints();
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  const std::string order = GetParam();
+  if (order == "together") {
+    job.Kill("server 0");
+    job.Kill("server 1");
+  } else {
+    job.Kill(order == "server1_then_server0" ? "server 1" : "server 0");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    job.Kill(order == "server1_then_server0" ? "server 0" : "server 1");
+  }
+  const auto killed = std::chrono::steady_clock::now();
+  constexpr double kWithin = kTimeout + 5.0;
+  for (const std::string name : {"scheduler", "server 2", "worker 0", "worker 1", "worker 2"}) {
+    const double left = kWithin - std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    auto code = job.Wait(name, std::max(left, 0.01));
+    ASSERT_TRUE(code.ok()) << name << " still runs " << kWithin << " s after the last kill\n" << job.Logs();
+    EXPECT_NE(*code, 0) << name;
+  }
+  const std::string sched = job.Log("scheduler");
+  // Server 1 dead first: shard 1 was taken over by server 2 before shard 0's verdict.
+  if (order == "server1_then_server0") {
+    EXPECT_NE(sched.find("rejoins the job as server 1 ("), std::string::npos) << sched;
+  }
+  const std::string lost = LineWith(sched, "lost: ");
+  EXPECT_NE(lost.find("shard 0 is lost: server 0 ("), std::string::npos) << sched;
+  EXPECT_NE(lost.find("and no checkpoint (--checkpoint-dir) can restore it"), std::string::npos) << lost;
+  for (const std::string w : {"worker-0", "worker-1", "worker-2", "server-2"}) {
+    const std::string log = job.Log(w);
+    EXPECT_NE(log.find("the scheduler stopped the job: shard 0 is lost"), std::string::npos) << w << ":\n" << log;
+    EXPECT_EQ(log.find("did not come back within"), std::string::npos) << w << ":\n" << log;
+  }
+  // Summaries only of shards server 2's process served (its own, and shard 1 if it took it over in
+  // time): none of a takeover that the job's end cut short before it had the rank.
+  for (const auto& e : std::filesystem::directory_iterator(job.File("s"))) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "server-1.json" || name == "server-2.json") << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, LostShardTest,
+                         ::testing::Values("server1_then_server0", "together", "server0_then_server1"),
+                         [](const auto& p) { return p.param; });
+
+// The same three servers, server 0 killed 1 s after server 1's takeover: server 0 had sent the new
+// rank 1 (in server 2's process) its snapshot, so that copy takes shard 0 over in turn, one
+// process serving all three shards. Nothing is lost: the job completes, each shard (its summary
+// written by server 2's process, the second takeover's too) holds one gradient per step each
+// worker finished.
+TEST(FaultTest, ATakeoversNewRankHoldsCopiesAndTakesOverInTurn) {
+  FaultJob job("bsp", /*replicas=*/2);
+  job.WithServers(3);
+  job.WithoutCheckpoints();
+  for (int w = 0; w < 3; ++w) job.WithWorkerFlags(w, {"--max-steps=1500"});  // training outlasts both takeovers
+  ASSERT_NO_FATAL_FAILURE(job.Start());
+  ASSERT_NO_FATAL_FAILURE(job.WaitForProgress(5));
+  job.Kill("server 1");
+  ASSERT_TRUE(job.WaitForLog("server-2", "server 1: took over from its backup copy", 10)) << job.Logs();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  job.Kill("server 0");
+  auto sched = job.Wait("scheduler", 60);
+  ASSERT_TRUE(sched.ok()) << job.Logs();
+  EXPECT_EQ(*sched, 0) << job.Logs();
+  EXPECT_EQ(job.Log("scheduler").find("lost"), std::string::npos) << job.Log("scheduler");
+  ASSERT_TRUE(job.Wait("server 2", 20).ok());
+  const std::string log = job.Log("server-2");
+  EXPECT_NE(log.find("server 1: server 0 is dead; taking over its shard from the copy held here"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("server 0: took over from its backup copy"), std::string::npos) << log;
+  const int64_t steps = job.WorkerSteps();
+  EXPECT_EQ(steps, 3 * 1500);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(job.ShardVersion(s), steps) << "shard " << s;
+    EXPECT_NE(job.ServerSummary(s).find("\"lost_updates\": \"0\""), std::string::npos) << job.ServerSummary(s);
   }
 }
 
