@@ -35,12 +35,24 @@
 # "declared dead" line minus the moment of the fault), run completed (the scheduler's exit
 # status), final test accuracy (worker 0's summary), updates lost (summed over the shards'
 # summaries: pushes workers had made past what a restarted or taken-over shard restored) and
-# what the log said. Logs and summaries stay in OUT (default results/faults). About 5 minutes;
-# every process it starts is gone when it returns.
+# what the log said. About 5 minutes.
+#
+# Then the fault matrix (about 12 minutes): small jobs of 2 to 4 servers, --replicas 1 or 2, every
+# set of one or two servers killed (together; a second apart, before the first one's takeover;
+# a second after that takeover; with one replica, restarted from their checkpoints) and a worker
+# killed in bsp, ssp and asp. scripts/fault_matrix.py computes each row's outcome from the replica
+# placement alone (completes with nothing lost / stops within the heartbeat timeout + 5 s, every
+# process exiting non-zero and the scheduler and workers naming the lost shard / recovers from
+# the checkpoints with the lost updates counted) and judges the run against it: one row each of
+# spec, expected, observed, match. Exits 1 if any row does not match.
+# Logs and summaries stay in OUT (default results/faults); every process it starts is gone when
+# it returns. FAULTS picks the first table's rows, MATRIX the matrix's (specs as
+# `fault_matrix.py rows` prints them), MATRIX_ONLY=1 runs the matrix alone, MATRIX_HB sets its
+# heartbeat timeout (2 s), GRADSYNC_BIN_DIR the binaries (build/bin).
 #   scripts/fault-table.sh [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-B=$PWD/build/bin
+B=${GRADSYNC_BIN_DIR:-$PWD/build/bin}
 out=$(realpath -m "${1:-results/faults}")
 mkdir -p "$out"
 trap 'pkill -9 -P $$ 2>/dev/null; true' EXIT
@@ -207,13 +219,108 @@ PY
   echo "| lane-kills | bsp | - | $hits of $n killed holding a lane | - | - | gradsync files in /dev/shm: $files0 before, $files1 after; Shmem $shm0 KiB before, $shm1 KiB after |"
 }
 
-echo "| fault | mode | detected after (s) | run completed | final test acc (%) | updates lost | what the log said |"
-echo "|---|---|---|---|---|---|---|"
-faults=${FAULTS:-"bsp:none asp:none bsp:worker-kill ssp:worker-kill asp:worker-kill bsp:worker-rejoin bsp:worker-stop
-  bsp:server-kill asp:server-kill bsp:primary-kill-r2 asp:primary-kill-r2 bsp:standby-r2 asp:ckpt-other-job
-  asp:ckpt-flipped bsp:kill-before-ckpt asp:server-stop asp:server-stop-r2 bsp:lost-r2 bsp:lost-ckpt-r2 bsp:sched-stop-hogs"}
-for spec in $faults; do
-  run "${spec%%:*}" "${spec##*:}" 2>/dev/null  # bash's "Killed" notices for the processes killed on purpose
-done
-unwritable
-lane_kills
+# One row of the fault matrix (scripts/fault_matrix.py has the specs): N servers, --replicas=R, 2
+# workers (blobs, a 32-unit MLP, 5 ms a step), heartbeats every 0.2 s, timeout MATRIX_HB (2 s: more
+# than the 1 s between two kills, so that "before" comes before the first takeover); the servers
+# or worker KILLED with SIGKILL once worker 0 has logged 50 steps, at TIMING. Writes `observed`
+# (the survivors' exit codes, and the seconds from the last kill to the last survivor's exit) for
+# the judge, in OUT/matrix/SPEC.
+matrix_run() {  # SPEC
+  local spec=$1 n r killed timing mode
+  IFS=: read -r n r killed timing mode <<< "$spec"
+  mode=${mode:-bsp}
+  local d=$out/matrix/${spec//:/_} hb=$MATRIX_HB steps=900
+  rm -rf "$d" && mkdir -p "$d"
+  [[ $timing == after ]] && steps=1500  # still training after two takeovers
+  local extra=() ckpt=()
+  [[ $mode == ssp ]] && extra=(--staleness=2)
+  # Only the checkpoint written at INIT: every push before the kill is lost, and counted.
+  [[ $timing == restart ]] && ckpt=(--checkpoint-dir="$d/ckpt" --checkpoint-interval=1000)
+  "$B/gradsync-server" --role=scheduler --num-servers="$n" --num-workers=2 --port-file="$d/port" --replicas="$r" \
+    --heartbeat-interval=0.2 --heartbeat-timeout="$hb" --register-timeout=30 > "$d/scheduler.log" 2>&1 &
+  local -A pid=([scheduler]=$!)
+  local i port
+  for i in $(seq 200); do [[ -s $d/port ]] && break; sleep 0.05; done
+  port=$(cat "$d/port")
+  local server=("$B/gradsync-server" --role=server --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port"
+                "${ckpt[@]}" --heartbeat-interval=0.2 --heartbeat-timeout="$hb" --out="$d")
+  for ((i = 0; i < n; ++i)); do "${server[@]}" --rank=$i > "$d/server-$i.log" 2>&1 & pid[server-$i]=$!; done
+  for i in 0 1; do
+    "$B/gradsync-worker" --mode="$mode" "${extra[@]}" --scheduler=127.0.0.1:"$port" --rank=$i --dataset=blobs \
+      --hidden=32 --epochs=100 --batch=16 --max-steps=$steps --straggle=ms:5 --log-every=10 --heartbeat-interval=0.2 \
+      --heartbeat-timeout="$hb" --recovery-timeout=20 --out="$d" > "$d/worker-$i.log" 2>&1 &
+    pid[worker-$i]=$!
+  done
+  local setup=""
+  for i in $(seq 600); do (($(cat "$d/worker-0.csv" 2>/dev/null | wc -l) > 5)) && break; sleep 0.025; done
+  (($(cat "$d/worker-0.csv" 2>/dev/null | wc -l) > 5)) || setup="no progress before the kill"
+  local -a order
+  IFS=- read -ra order <<< "$killed"
+  local k victims=()
+  for k in "${order[@]}"; do [[ $k == w* ]] && victims+=("worker-${k#w}") || victims+=("server-$k"); done
+  case $timing in
+    one|together) for k in "${victims[@]}"; do kill -9 "${pid[$k]}"; done ;;
+    before) kill -9 "${pid[${victims[0]}]}"; sleep 1; kill -9 "${pid[${victims[1]}]}" ;;
+    after)
+      kill -9 "${pid[${victims[0]}]}"
+      for i in $(seq 200); do grep -q "rejoins the job as server ${order[0]} (" "$d/scheduler.log" && break; sleep 0.05; done
+      grep -q "rejoins the job as server ${order[0]} (" "$d/scheduler.log" || setup="no takeover of shard ${order[0]} within 10 s"
+      sleep 1; kill -9 "${pid[${victims[1]}]}" ;;
+    restart)
+      for k in "${victims[@]}"; do kill -9 "${pid[$k]}"; done
+      for k in "${order[@]}"; do
+        for i in $(seq 200); do grep -q "shard $k has no live copy" "$d/scheduler.log" && break; sleep 0.05; done
+        "${server[@]}" --rank="$k" > "$d/server-$k-restarted.log" 2>&1 & pid[server-$k-restarted]=$!
+      done ;;
+  esac
+  local killed_at=$EPOCHREALTIME
+  for k in "${victims[@]}"; do wait "${pid[$k]}" 2>/dev/null; unset "pid[$k]"; done
+  # Every survivor's end (at most 60 s), then its exit code.
+  local last=$killed_at alive
+  for i in $(seq 1200); do
+    alive=0
+    for k in "${!pid[@]}"; do kill -0 "${pid[$k]}" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    last=$EPOCHREALTIME
+    sleep 0.05
+  done
+  {
+    [[ -n $setup ]] && echo "setup=$setup"
+    echo "stop_s=$(awk -v a="$killed_at" -v b="$last" 'BEGIN { printf "%.2f", b - a }')"
+    for k in "${!pid[@]}"; do
+      kill -9 "${pid[$k]}" 2>/dev/null  # still running after 60 s: counted as such (137)
+      wait "${pid[$k]}" 2>/dev/null
+      echo "rc_$k=$?"
+    done
+  } > "$d/observed"
+}
+
+matrix() {
+  local specs fails=0 spec
+  specs=${MATRIX:-$(python3 scripts/fault_matrix.py rows)}
+  echo
+  echo "| row (servers:replicas:killed:timing[:mode]) | expected (computed from the placement) | observed | match |"
+  echo "|---|---|---|---|"
+  for spec in $specs; do
+    matrix_run "$spec" 2>/dev/null
+    python3 scripts/fault_matrix.py judge "$spec" "$out/matrix/${spec//:/_}" "$MATRIX_HB" || fails=$((fails + 1))
+  done
+  echo
+  echo "fault matrix: $(echo $specs | wc -w) rows, $fails mismatched"
+  return $((fails > 0))
+}
+
+MATRIX_HB=${MATRIX_HB:-2}
+if [[ ${MATRIX_ONLY:-0} != 1 ]]; then
+  echo "| fault | mode | detected after (s) | run completed | final test acc (%) | updates lost | what the log said |"
+  echo "|---|---|---|---|---|---|---|"
+  faults=${FAULTS:-"bsp:none asp:none bsp:worker-kill ssp:worker-kill asp:worker-kill bsp:worker-rejoin bsp:worker-stop
+    bsp:server-kill asp:server-kill bsp:primary-kill-r2 asp:primary-kill-r2 bsp:standby-r2 asp:ckpt-other-job
+    asp:ckpt-flipped bsp:kill-before-ckpt asp:server-stop asp:server-stop-r2 bsp:lost-r2 bsp:lost-ckpt-r2 bsp:sched-stop-hogs"}
+  for spec in $faults; do
+    run "${spec%%:*}" "${spec##*:}" 2>/dev/null  # bash's "Killed" notices for the processes killed on purpose
+  done
+  unwritable
+  lane_kills
+fi
+matrix
