@@ -51,7 +51,7 @@ mutations=(
   "frontend-adasum-as-average|python/gradsync/torch/optimizer.py|        self._gs_adasum = op is Adasum and self._gs_mode == "allreduce" and job.size > 1|        self._gs_adasum = False|gradsync_python|python.test_arithmetic|adasum, step 1: max"
   "frontend-join-not-rescaled|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))|                pass|gradsync_python|python.test_arithmetic|join, step 2"
   "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)|    return|gradsync_python|python.test_ps_optimizer_state|the resumed job differs from the uninterrupted one"
-  "frontend-exit-without-finish-hangs|python/gradsync/torch/optimizer.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
+  "frontend-exit-without-finish-hangs|python/gradsync/torch/live.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
 )
 
 want=("$@")

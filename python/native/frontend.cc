@@ -410,10 +410,9 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     } else {
       ps = std::make_unique<PsSync>(po, model_.get(), client_.get(), link.scheduler.get());
     }
-    ps_ = ps.get();
+    shard_state_ = std::make_unique<FrontendShardState>(client_.get(), ps.get(), model_.get(), train.optimizer,
+                                                        po.request_timeout_s);
     sync_ = std::move(ps);
-    optimizer_ = train.optimizer;
-    request_timeout_s_ = po.request_timeout_s;
     kind_ = overlapped_ ? "ps-overlap" : "ps";
   } else if (c.mode() == config::ALLREDUCE) {
     AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train, link.oversubscribed);
@@ -447,7 +446,6 @@ void FrontendSync::BuildPeriodic(const LocalTrainOptions& train, const std::stri
           po.compression = compress;
           po.error_feedback = feedback;
           po.overlap = false;
-          request_timeout_s_ = po.request_timeout_s;
           return std::make_unique<PsSync>(po, global, client_.get(), link.scheduler.get());
         }
         AllreduceTrainOptions ao = AllreduceOptionsFrom(c, outer, link.oversubscribed);
@@ -535,100 +533,12 @@ void FrontendSync::EndTraining(bool evaluate, bool join) {
 
 SyncTraffic FrontendSync::traffic() const { return sync_ ? sync_->traffic() : SyncTraffic{}; }
 
-void FrontendSync::RequirePs() const {
-  if (!ps_) {
+FrontendShardState& FrontendSync::shard_state() {
+  if (!shard_state_) {
     throw StatusError(InvalidArgumentError("the optimizer state lives in this process in mode " + ModeName(job_->mode()) +
                                            " (the wrapped optimizer's own state_dict holds it)"));
   }
-}
-
-NamedOptimizerState FrontendSync::OptimizerState() {
-  RequirePs();
-  auto parts = client_->PullOptimizerState(ps_->clock(), request_timeout_s_, OptimizerKindName(optimizer_.kind));
-  ThrowIfError(parts.status());
-  NamedOptimizerState out;
-  out.kind = parts->kind;
-  if (parts->steps == 0) return out;  // no step taken: torch's state is empty then
-  out.step = parts->steps;
-  out.tensor_steps = std::move(parts->tensor_steps);
-  const std::vector<std::string> names = OptimizerSlotNames(optimizer_);
-  if (names.size() != parts->slots.size()) {
-    throw StatusError(DataLossError("the shards keep " + std::to_string(parts->slots.size()) +
-                                    " optimizer state vector(s); this job's optimizer keeps " +
-                                    std::to_string(names.size())));
-  }
-  for (size_t k = 0; k < names.size(); ++k) out.slots[names[k]] = std::move(parts->slots[k]);
-  return out;
-}
-
-void FrontendSync::SetOptimizerState(NamedOptimizerState state) {
-  RequirePs();
-  const std::string kind = OptimizerKindName(optimizer_.kind);
-  if (state.kind != kind) {
-    throw StatusError(InvalidArgumentError("the optimizer state is " + state.kind + "'s; this job's optimizer is " + kind));
-  }
-  const std::vector<std::string> names = OptimizerSlotNames(optimizer_);
-  std::string keeps;
-  for (const auto& n : names) keeps += (keeps.empty() ? "'" : ", '") + n + "'";
-  keeps = kind + (optimizer_.kind == OptimizerKind::kSgd ? " with momentum " + ShortestText(optimizer_.momentum) : "") +
-          " keeps " + (keeps.empty() ? std::string("no state vectors") : keeps);
-  const auto& layout = model_->layout();
-  OptimizerStateParts parts;
-  parts.kind = kind;
-  if (state.slots.empty()) {
-    // No vectors: the state of no step taken (zeros), or plain SGD's step count alone.
-    if (!names.empty() && state.step.value_or(0) != 0) {
-      throw StatusError(InvalidArgumentError("a step count without the state vectors (" + keeps +
-                                             "): give both, or neither (no step taken)"));
-    }
-    if (state.step.value_or(0) < 0) throw StatusError(InvalidArgumentError("'step' must be >= 0"));
-    parts.steps = state.step.value_or(0);
-    for (size_t k = 0; k < names.size(); ++k) {
-      auto& tensors = parts.slots.emplace_back();
-      for (const auto& t : layout) tensors.emplace_back(static_cast<size_t>(t.size), 0.0f);
-    }
-  } else {
-    for (const auto& [name, tensors] : state.slots) {
-      if (std::find(names.begin(), names.end(), name) == names.end()) {
-        throw StatusError(InvalidArgumentError("unknown optimizer state vector '" + name + "': " + keeps));
-      }
-    }
-    for (const auto& name : names) {
-      auto it = state.slots.find(name);
-      if (it == state.slots.end()) throw StatusError(InvalidArgumentError("optimizer state vector '" + name + "' is missing: " + keeps));
-      if (it->second.size() != layout.size()) {
-        throw StatusError(InvalidArgumentError("optimizer state vector '" + name + "' has " +
-                                               std::to_string(it->second.size()) + " tensors; the model has " +
-                                               std::to_string(layout.size())));
-      }
-      for (size_t t = 0; t < layout.size(); ++t) {
-        if (static_cast<int64_t>(it->second[t].size()) != layout[t].size) {
-          throw StatusError(InvalidArgumentError("optimizer state vector '" + name + "', tensor '" + layout[t].name +
-                                                 "': " + std::to_string(it->second[t].size()) +
-                                                 " values, the tensor has " + std::to_string(layout[t].size)));
-        }
-      }
-      parts.slots.push_back(std::move(it->second));
-    }
-    if (!state.step) {
-      // Adam's step count drives its bias correction: it goes with its vectors. SGD's counts only.
-      if (optimizer_.kind != OptimizerKind::kSgd) {
-        throw StatusError(InvalidArgumentError("'step' is missing: " + kind + "'s state has its step count"));
-      }
-      state.step = 1;
-    }
-    if (*state.step < 1) {
-      throw StatusError(InvalidArgumentError("'step' must be >= 1 with state vectors (0: no step taken, and no vectors)"));
-    }
-    parts.steps = *state.step;
-  }
-  parts.tensor_steps = std::move(state.tensor_steps);
-  ThrowIfError(client_->PushOptimizerState(ps_->clock(), parts, request_timeout_s_));
-}
-
-void FrontendSync::SetParameters() {
-  RequirePs();
-  ThrowIfError(client_->PushParameters(ps_->clock(), model_->params(), request_timeout_s_));
+  return *shard_state_;
 }
 
 }  // namespace gradsync::python

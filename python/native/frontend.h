@@ -29,6 +29,7 @@
 #include "common/config/train_config.h"
 #include "models/external_model.h"
 #include "models/model.h"
+#include "python/native/shard_state.h"
 #include "worker/bucket_average.h"
 #include "worker/dense_averager.h"
 #include "worker/gradient_sync.h"
@@ -143,18 +144,6 @@ struct OptimizerSpec {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // doubles, as PyTorch's Python floats
 };
 
-// The shards' optimizer state as the frontend names it (sync.optimizer_state(), PS modes): the
-// state vectors by torch.optim's names for them (OptimizerSlotNames: SGD with momentum
-// "momentum_buffer"; Adam "exp_avg", "exp_avg_sq"), each one flat array per tensor in layout
-// order, and `step`, the optimizer's steps taken (Adam's t, torch's state["step"]). Before the
-// first step: no vectors and no step (torch's state is empty then).
-struct NamedOptimizerState {
-  std::string kind;  // sgd | adam
-  std::optional<int64_t> step;
-  std::vector<int64_t> tensor_steps;  // OptimizerStateParts::tensor_steps
-  std::map<std::string, std::vector<std::vector<float>>> slots;
-};
-
 class FrontendSync {
  public:
   // Checks (through the scheduler) that every worker declares the same tensors, in the same
@@ -201,27 +190,11 @@ class FrontendSync {
   // PS modes: the replies to this worker's pushes and pulls, as its summary counts them.
   PsClient::ReplyCounts reply_counts() const { return client_ ? client_->reply_counts() : PsClient::ReplyCounts{}; }
 
-  // The optimizer state the shards hold (PS modes; ARCHITECTURE.md, "Optimizer state"), read or
-  // set at this worker's clock: after step() the state the shards reach once every worker's push
-  // of that step is applied (bsp: that round's), before the next step's update; so a new job
-  // given the parameters of the next pull and this state goes on as this one would. Other modes:
-  // kInvalidArgument (the wrapped optimizer keeps its state in this process).
-  // SetOptimizerState: kInvalidArgument for a state that is not this job's optimizer's (another
-  // kind, a vector it does not keep or one missing, a tensor's size, a step < 1 with vectors, or
-  // a step > 0 without them; Adam's step is required with its vectors; SGD's defaults to 1). No
-  // vectors and no step: the state of no step taken (zeros).
-  NamedOptimizerState OptimizerState();
-  void SetOptimizerState(NamedOptimizerState state);
-  // PS modes: the shards' parameters become params() as they are in this process (the optimizer
-  // state stays), set at this worker's clock as SetOptimizerState sets the state; returns once
-  // every shard holds them. For a model changed outside training (a checkpoint loaded, then
-  // broadcast: Horovod's resume). The step's pulls must have landed (WaitParams for every tensor):
-  // a pull answered later would overwrite what is set. Other modes: kInvalidArgument.
-  void SetParameters();
+  // PS modes: the shards' optimizer state and parameters, read and set (shard_state.h); other
+  // modes: kInvalidArgument (the wrapped optimizer keeps its state in this process).
+  FrontendShardState& shard_state();
 
  private:
-  // Throws kInvalidArgument outside the PS modes.
-  void RequirePs() const;
   // The sync of --sync-every: a PeriodicSync with no inner update (PyTorch's optimizer steps).
   void BuildPeriodic(const LocalTrainOptions& train, const std::string& compress, bool feedback);
 
@@ -229,9 +202,7 @@ class FrontendSync {
   std::unique_ptr<ExternalModel> model_;
   std::unique_ptr<PsClient> client_;
   std::unique_ptr<GradientSync> sync_;  // null in local mode
-  PsSyncBase* ps_ = nullptr;            // sync_ in the PS modes
-  OptimizerOptions optimizer_;          // the wrapped optimizer, as the shards apply it
-  double request_timeout_s_ = 60;
+  std::unique_ptr<FrontendShardState> shard_state_;  // PS modes (not with --sync-every)
   bool overlapped_ = false;
   bool in_step_ = false;
   double compute_begin_us_ = -1;  // traces: when BeginStep returned (the user's compute began)

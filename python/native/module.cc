@@ -315,7 +315,7 @@ void BindSyncOptimizerState(py::class_<FrontendSync>& sync) {
             NamedOptimizerState state;
             {
               py::gil_scoped_release release;
-              state = s.OptimizerState();
+              state = s.shard_state().Read();
             }
             return StateDict(state);
           },
@@ -327,10 +327,10 @@ void BindSyncOptimizerState(py::class_<FrontendSync>& sync) {
           [](FrontendSync& s, const py::dict& d) {
             NamedOptimizerState state = StateFrom(d);
             py::gil_scoped_release release;
-            s.SetOptimizerState(std::move(state));
+            s.shard_state().SetOptimizerState(std::move(state));
           },
           py::arg("state"), "PS modes: sets the shards' optimizer state (the dict optimizer_state() returns).")
-      .def("set_parameters", &FrontendSync::SetParameters, Release(),
+      .def("set_parameters", [](FrontendSync& s) { s.shard_state().SetParameters(); }, Release(),
            "PS modes: the shards' parameters become this process's (params); the optimizer state stays. The step's "
            "pulls must have landed first.");
 }

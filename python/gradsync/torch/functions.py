@@ -4,8 +4,7 @@ broadcast_parameters, broadcast_optimizer_state, join."""
 import torch
 
 from gradsync import _job
-from gradsync.torch import collectives
-from gradsync.torch.optimizer import _LIVE
+from gradsync.torch import collectives, live
 
 
 def broadcast_parameters(params, root_rank=0):
@@ -54,8 +53,7 @@ def broadcast_parameters(params, root_rank=0):
 def _ps_optimizers_holding(tensors):
     """The live DistributedOptimizers whose shards hold the parameters (PS modes) and whose flat
     parameter buffer one of `tensors` lies in (a parameter, or a state_dict's detached view of one)."""
-    opts = [o for o in (ref() for ref in _LIVE)
-            if o is not None and not o._gs_finished and getattr(o, "_gs_ps", False)]
+    opts = [o for o in live.unfinished() if o._gs_ps]
     if not opts or not tensors:
         return []
     held = []
@@ -77,7 +75,7 @@ def join(device=-1):
     last (the one that ran the most steps; ties: the highest rank). Every worker must end with
     join() or, when all run the same number of steps, finish()."""
     job = _job.job()
-    opts = [o for o in (ref() for ref in _LIVE) if o is not None and not o._gs_finished]
+    opts = live.unfinished()
     if job.mode == "allreduce" and job.size > 1 and any(o._gs_rounds for o in opts):
         raise ValueError("join() in mode allreduce with --sync-every is not supported: every rank must take part "
                          "in every round (run the same number of steps and call finish(); the PS modes can join)")

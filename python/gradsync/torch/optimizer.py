@@ -31,19 +31,17 @@ Per mode:
   local      nothing is synchronized; step() is the wrapped optimizer's.
 """
 
-import atexit
 import contextlib
 import hashlib
 import inspect
 import math
 import time
-import weakref
 
 import torch
 
 from gradsync import _job, _native
 from gradsync._job import GradsyncError, trace_span
-from gradsync.torch import collectives, guard, ps_state
+from gradsync.torch import collectives, guard, live, ps_state
 from gradsync.torch.collectives import Adasum, Average, Sum
 from gradsync.torch.compression import codec_of
 from gradsync.torch.metrics import Recorder
@@ -217,7 +215,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # Mode allreduce with several workers: each step ends with its header (collectives.py).
         self._gs_ring = self._gs_mode == "allreduce" and job.size > 1 and not self._gs_rounds
         self.loss_scale_info = None  # (scale, skipped steps) a GradScaler sets for the metrics rows
-        _LIVE.append(weakref.ref(self))
+        live.register(self)
         self._gs_begin_round()
 
     def _gs_begin_round(self):
@@ -676,31 +674,3 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, error_feedback, backward_passes_per_step,
                steps_per_epoch, total_steps, optimizer, op, gradient_predivide_factor)
-
-
-_LIVE = []  # weak references to this process's DistributedOptimizers, in creation order
-
-
-def _end_at_exit():
-    # A script that never calls finish() (Horovod's examples do not) ends training when it exits
-    # (gradsync._job's exit handler calls this unless the program failed), as finish() would:
-    # workers still training then fail at once, naming this one and join(), where they would
-    # otherwise wait for its next push (PS) or its part of the next all-reduce. The first error
-    # stops it: this worker then tells the scheduler it failed, with that error.
-    for o in (ref() for ref in _LIVE):
-        if o is not None and not o._gs_finished:
-            o.finish(evaluate=False)
-
-
-_job._exit_hooks.append(_end_at_exit)
-
-
-@atexit.register
-def _summaries_at_exit():
-    # After a failure (or an end at exit that failed) the summaries of optimizers never finished.
-    for o in (ref() for ref in _LIVE):
-        if o is not None and not o._gs_finished:
-            try:
-                o._gs_write_summary()
-            except Exception:  # noqa: BLE001 -- at exit, nothing to report to
-                pass
