@@ -378,7 +378,7 @@ Status KvShard::SetOptimizerState(std::span<const float> state, int64_t steps, s
   return OkStatus();
 }
 
-Status KvShard::SetParams(std::span<const float> params) {
+Status KvShard::CheckParams(std::span<const float> params) const {
   if (params.size() != params_->size()) {
     return InvalidArgumentError("a parameter set of " + std::to_string(params.size()) + " values; this shard holds " +
                                 std::to_string(params_->size()));
@@ -389,6 +389,11 @@ Status KvShard::SetParams(std::span<const float> params) {
                                   " of the set is not finite");
     }
   }
+  return OkStatus();
+}
+
+Status KvShard::SetParams(std::span<const float> params) {
+  RETURN_IF_ERROR(CheckParams(params));
   Own();  // a pull reply may still be sending the old values
   std::copy(params.begin(), params.end(), params_->begin());
   return OkStatus();

@@ -106,6 +106,9 @@ class KvShard {
   // copy of one. kInvalidArgument, and nothing changes, when the size is not the range's or a
   // value is not finite. The optimizer state, version and schedule step stay as they are.
   Status SetParams(std::span<const float> params);
+  // What SetParams refuses: kInvalidArgument naming the first parameter that is not finite, or
+  // the size when it is not the range's.
+  Status CheckParams(std::span<const float> params) const;
   // Optimizer::skipped(): per layer (optimizer_layers()), the steps it took no part in.
   std::span<const int64_t> optimizer_skipped() const { return optimizer_.skipped(); }
 

@@ -1,7 +1,6 @@
 #include "server/shard/state_sets.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "common/optim/optimizer.h"
 
@@ -22,12 +21,7 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
     fresh.params = true;
     fresh.state.assign(n, 0.0f);
     m.CopyValues(fresh.state.data());
-    for (size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(fresh.state[i])) {
-        return refuse(InvalidArgumentError("parameter " + std::to_string(shard.range().begin + static_cast<int64_t>(i)) +
-                                           " of the set is not finite"));
-      }
-    }
+    if (Status s = shard.CheckParams(fresh.state); !s.ok()) return refuse(s);
     fresh.next = 1;
     fresh.complete = true;
     return &(sets_[w] = std::move(fresh));
