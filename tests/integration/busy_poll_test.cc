@@ -25,23 +25,6 @@ constexpr int64_t kParams = 1000;
 
 std::vector<TensorInfo> Layout() { return {{"w", {kParams}, 0, kParams, false}}; }
 
-wire::JobConfig Job() {
-  wire::JobConfig job;
-  auto* t = job.add_tensors();
-  t->set_name("w");
-  t->set_offset(0);
-  t->set_size(kParams);
-  t->add_shape(kParams);
-  job.set_num_params(kParams);
-  job.set_num_workers(2);
-  job.set_lr(0.1f);
-  job.set_lr_schedule("constant");
-  OptimizerOptions sgd;
-  sgd.momentum = 0;
-  SetJobOptimizer(sgd, &job);
-  return job;
-}
-
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -54,7 +37,7 @@ TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
   auto w1 = std::move(PsClient::Create(ctx, job.table(), 1, Layout(), &job.worker(1))).value();
   w0->set_busy_poll_ms(1000);  // longer than the timeouts below
   std::vector<float> p0(kParams, 1.0f), p1(kParams, 1.0f), g0(kParams, 1.0f), g1(kParams, 3.0f);
-  const Status init = w0->Init(Job(), p0, 30);
+  const Status init = w0->Init(testing::OneTensorJob(kParams, 2, 0.1f), p0, 30);
   ASSERT_TRUE(init.ok()) << init;
   ASSERT_TRUE(job.InitBarrier().ok());
 

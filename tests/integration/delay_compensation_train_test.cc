@@ -63,19 +63,7 @@ constexpr int64_t kParams = 64;
 constexpr double kLr = 0.1;
 
 wire::JobConfig DcJob(float lambda, bool adaptive) {
-  wire::JobConfig job;
-  auto* t = job.add_tensors();
-  t->set_name("w");
-  t->set_offset(0);
-  t->set_size(kParams);
-  t->add_shape(kParams);
-  job.set_num_params(kParams);
-  job.set_num_workers(2);
-  job.set_lr(static_cast<float>(kLr));
-  job.set_lr_schedule("constant");
-  OptimizerOptions sgd;
-  sgd.momentum = 0;
-  SetJobOptimizer(sgd, &job);
+  wire::JobConfig job = testing::OneTensorJob(kParams, 2, static_cast<float>(kLr));
   job.set_delay_compensation(lambda);
   job.set_delay_compensation_adaptive(adaptive);
   return job;

@@ -187,6 +187,15 @@ StateJobResult RunStateJob(const StateJob& o) {
   return result;
 }
 
+// A job of `steps` steps that reads the shards' state (and worker 0's parameters) at clock `at`.
+StateJob Uninterrupted(const OptimizerOptions& optimizer, int64_t steps, int64_t at) {
+  StateJob job;
+  job.optimizer = optimizer;
+  job.steps = steps;
+  job.read_at = at;
+  return job;
+}
+
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -219,10 +228,7 @@ TEST_P(ResumeTest, AFreshJobGivenTheStateGoesOnBitForBit) {
   const OptimizerOptions opt = GetParam().optimizer;
   const size_t slots = OptimizerSlotNames(opt).size();
 
-  StateJob whole;
-  whole.optimizer = opt;
-  whole.steps = kSteps;
-  whole.read_at = kAt;
+  const StateJob whole = Uninterrupted(opt, kSteps, kAt);
   const StateJobResult a = RunStateJob(whole);
   ASSERT_TRUE(a.status.ok()) << a.status;
   ASSERT_TRUE(a.state.has_value());
@@ -285,10 +291,7 @@ TEST_P(ResumeTest, AFreshJobGivenTheStateGoesOnBitForBit) {
 // them (a REPLICA_OPTIMIZER entry with the parameters) and nothing is refused.
 TEST_P(ResumeTest, AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit) {
   constexpr int64_t kSteps = 5, kAt = 2;
-  StateJob whole;
-  whole.optimizer = GetParam().optimizer;
-  whole.steps = kSteps;
-  whole.read_at = kAt;
+  const StateJob whole = Uninterrupted(GetParam().optimizer, kSteps, kAt);
   const StateJobResult a = RunStateJob(whole);
   ASSERT_TRUE(a.status.ok()) << a.status;
   ASSERT_TRUE(a.state.has_value());
@@ -321,10 +324,7 @@ TEST_P(ResumeTest, AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit) {
 // push of that round): setting the state a job already has at step K changes nothing.
 TEST_P(ResumeTest, ASetIsHeldUntilTheRoundBeforeItIsApplied) {
   constexpr int64_t kSteps = 5, kAt = 3;
-  StateJob whole;
-  whole.optimizer = GetParam().optimizer;
-  whole.steps = kSteps;
-  whole.read_at = kAt;
+  const StateJob whole = Uninterrupted(GetParam().optimizer, kSteps, kAt);
   const StateJobResult a = RunStateJob(whole);
   ASSERT_TRUE(a.status.ok()) << a.status;
   ASSERT_TRUE(a.state.has_value());

@@ -38,50 +38,74 @@ double ScaledMaxDiff(ConstFloatSpan a, ConstFloatSpan b) {
   return diff / scale;
 }
 
-std::vector<float> ReferenceRounds(const ModelOptions& mo, const LocalTrainOptions& train, int workers,
-                                   const Dataset& data, bool plain_average = false) {
-  const int64_t spe = StepsPerEpoch(data.n, workers, train.batch);
-  const int64_t total = std::min(spe * train.epochs, train.max_steps > 0 ? train.max_steps : spe * train.epochs);
-  const LrSchedule lr = RunSchedule(train, total, spe);
+// What both written-out references share: every worker's model and inner optimizer as the job
+// builds them, the global model with the outer optimizer, and a worker's local step on the batch
+// the job's sampler gives it.
+struct ReferenceWorkers {
+  ReferenceWorkers(const ModelOptions& mo, const LocalTrainOptions& t, int n, const Dataset& d)
+      : train(t), workers(n), data(d), spe(StepsPerEpoch(d.n, n, t.batch)),
+        total(std::min(spe * t.epochs, t.max_steps > 0 ? t.max_steps : spe * t.epochs)),
+        lr(RunSchedule(t, total, spe)), outer_train(OuterTrainOptions(t)) {
+    for (int r = 0; r < workers; ++r) {
+      models.push_back(std::move(CreateModel(mo)).value());
+      models.back()->Initialize(0);
+      inner.emplace_back(train.optimizer, models.back()->num_params());
+      inner.back().SetLayers(OptimizerLayers(models.back()->layout(), {0, models.back()->num_params()}));
+    }
+    global.assign(models[0]->params().begin(), models[0]->params().end());
+    outer = std::make_unique<Optimizer>(outer_train.optimizer, static_cast<int64_t>(global.size()));
+  }
+  // Worker r's step `step`: the gradient of its batch, applied by its inner optimizer.
+  void LocalStep(int r, int64_t step) {
+    const int64_t epoch = step / spe, s = step % spe;
+    const std::vector<uint32_t> order = ShardedSampler(data.n, workers, r, train.seed).EpochIndices(epoch);
+    const auto [begin, end] = BatchRange(s, spe, train.batch, static_cast<int64_t>(order.size()));
+    ComputeGradients(*models[r], data, std::span(order).subspan(begin, end - begin), 0, buffer, acc);
+    ApplyGradients(*models[r], inner[r], lr.At(step));
+  }
+  // The outer step on `delta` (a pseudo-gradient, or their sum), scaled by 1 / workers.
+  void OuterStep(std::span<const float> delta) {
+    outer->Step(global, delta, outer_train.lr.base, 0, 1.0f / static_cast<float>(workers));
+    outer->EndStep();
+  }
+
+  const LocalTrainOptions& train;
+  const int workers;
+  const Dataset& data;
+  const int64_t spe, total;
+  const LrSchedule lr;
+  const LocalTrainOptions outer_train;
   std::vector<std::unique_ptr<Model>> models;
   std::vector<Optimizer> inner;
-  for (int r = 0; r < workers; ++r) {
-    models.push_back(std::move(CreateModel(mo)).value());
-    models.back()->Initialize(0);
-    inner.emplace_back(train.optimizer, models.back()->num_params());
-    inner.back().SetLayers(OptimizerLayers(models.back()->layout(), {0, models.back()->num_params()}));
-  }
-  const LocalTrainOptions outer_train = OuterTrainOptions(train);
-  std::vector<float> global(models[0]->params().begin(), models[0]->params().end());
-  std::vector<float> mean(global.size());
-  Optimizer outer(outer_train.optimizer, static_cast<int64_t>(global.size()));
+  std::vector<float> global;
+  std::unique_ptr<Optimizer> outer;
   BatchBuffer buffer;
   std::vector<float> acc;
-  for (int64_t step = 0; step < total; ++step) {
-    const int64_t epoch = step / spe, s = step % spe;
-    for (int r = 0; r < workers; ++r) {
-      const std::vector<uint32_t> order = ShardedSampler(data.n, workers, r, train.seed).EpochIndices(epoch);
-      const auto [begin, end] = BatchRange(s, spe, train.batch, static_cast<int64_t>(order.size()));
-      ComputeGradients(*models[r], data, std::span(order).subspan(begin, end - begin), 0, buffer, acc);
-      ApplyGradients(*models[r], inner[r], lr.At(step));
-    }
-    if ((step + 1) % train.periodic.every != 0 && step + 1 != total) continue;
+};
+
+std::vector<float> ReferenceRounds(const ModelOptions& mo, const LocalTrainOptions& train, int workers,
+                                   const Dataset& data, bool plain_average = false) {
+  ReferenceWorkers w(mo, train, workers, data);
+  std::vector<float>& global = w.global;
+  std::vector<float> mean(global.size());
+  for (int64_t step = 0; step < w.total; ++step) {
+    for (int r = 0; r < workers; ++r) w.LocalStep(r, step);
+    if ((step + 1) % train.periodic.every != 0 && step + 1 != w.total) continue;
     if (plain_average) {  // no optimizer: the global model is the models' mean
       for (size_t i = 0; i < global.size(); ++i) {
         float sum = 0;
-        for (int r = 0; r < workers; ++r) sum += models[r]->params()[i];
+        for (int r = 0; r < workers; ++r) sum += w.models[r]->params()[i];
         global[i] = sum / static_cast<float>(workers);
       }
-      for (auto& m : models) std::copy(global.begin(), global.end(), m->params().begin());
+      for (auto& m : w.models) std::copy(global.begin(), global.end(), m->params().begin());
       continue;
     }
     std::fill(mean.begin(), mean.end(), 0.0f);
     for (int r = 0; r < workers; ++r) {
-      for (size_t i = 0; i < mean.size(); ++i) mean[i] += global[i] - models[r]->params()[i];
+      for (size_t i = 0; i < mean.size(); ++i) mean[i] += global[i] - w.models[r]->params()[i];
     }
-    outer.Step(global, mean, outer_train.lr.base, 0, 1.0f / static_cast<float>(workers));
-    outer.EndStep();
-    for (auto& m : models) std::copy(global.begin(), global.end(), m->params().begin());
+    w.OuterStep(mean);
+    for (auto& m : w.models) std::copy(global.begin(), global.end(), m->params().begin());
   }
   return global;
 }
@@ -269,44 +293,22 @@ class RoundTurns {
 // (in any order: without momentum they commute).
 std::vector<float> ReferenceTurns(const ModelOptions& mo, const LocalTrainOptions& train, int workers,
                                   const Dataset& data) {
-  const int64_t spe = StepsPerEpoch(data.n, workers, train.batch);
-  const int64_t total = std::min(spe * train.epochs, train.max_steps > 0 ? train.max_steps : spe * train.epochs);
-  const LrSchedule lr = RunSchedule(train, total, spe);
+  ReferenceWorkers w(mo, train, workers, data);
   const int64_t every = train.periodic.every;
-  std::vector<std::unique_ptr<Model>> models;
-  std::vector<Optimizer> inner;
-  for (int r = 0; r < workers; ++r) {
-    models.push_back(std::move(CreateModel(mo)).value());
-    models.back()->Initialize(0);
-    inner.emplace_back(train.optimizer, models.back()->num_params());
-    inner.back().SetLayers(OptimizerLayers(models.back()->layout(), {0, models.back()->num_params()}));
-  }
-  const LocalTrainOptions outer_train = OuterTrainOptions(train);
-  std::vector<float> global(models[0]->params().begin(), models[0]->params().end());
-  std::vector<std::vector<float>> pulled(static_cast<size_t>(workers), global);
-  std::vector<float> delta(global.size());
-  Optimizer outer(outer_train.optimizer, static_cast<int64_t>(global.size()));
-  BatchBuffer buffer;
-  std::vector<float> acc;
-  for (int64_t first = 0; first < total; first += every) {
-    const bool last_round = first + every >= total;
+  std::vector<std::vector<float>> pulled(static_cast<size_t>(workers), w.global);
+  std::vector<float> delta(w.global.size());
+  for (int64_t first = 0; first < w.total; first += every) {
+    const bool last_round = first + every >= w.total;
     for (int r = 0; r < workers; ++r) {
-      for (int64_t step = first; step < std::min(first + every, total); ++step) {
-        const int64_t epoch = step / spe, s = step % spe;
-        const std::vector<uint32_t> order = ShardedSampler(data.n, workers, r, train.seed).EpochIndices(epoch);
-        const auto [begin, end] = BatchRange(s, spe, train.batch, static_cast<int64_t>(order.size()));
-        ComputeGradients(*models[r], data, std::span(order).subspan(begin, end - begin), 0, buffer, acc);
-        ApplyGradients(*models[r], inner[r], lr.At(step));
-      }
-      for (size_t i = 0; i < delta.size(); ++i) delta[i] = pulled[r][i] - models[r]->params()[i];
-      outer.Step(global, delta, outer_train.lr.base, 0, 1.0f / static_cast<float>(workers));
-      outer.EndStep();
+      for (int64_t step = first; step < std::min(first + every, w.total); ++step) w.LocalStep(r, step);
+      for (size_t i = 0; i < delta.size(); ++i) delta[i] = pulled[r][i] - w.models[r]->params()[i];
+      w.OuterStep(delta);
       if (last_round) continue;
-      pulled[r] = global;
-      std::copy(global.begin(), global.end(), models[r]->params().begin());
+      pulled[r] = w.global;
+      std::copy(w.global.begin(), w.global.end(), w.models[r]->params().begin());
     }
   }
-  return global;
+  return w.global;
 }
 
 // asp and ssp over rounds: each worker pushes once per round, the shards count rounds (clocks,

@@ -10,6 +10,7 @@
 #include "common/base/tensor.h"
 #include "common/data/synthetic.h"
 #include "common/net/scheduler_client.h"
+#include "common/ps/ps_protocol.h"
 #include "server/scheduler.h"
 #include "tests/support/fake_device.h"
 #include "worker/allreduce_trainer.h"
@@ -307,6 +308,23 @@ SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role ro
   c.staleness = staleness;
   c.heartbeat_interval_s = 0.2;
   return c;
+}
+
+wire::JobConfig OneTensorJob(int64_t params, int workers, float lr) {
+  wire::JobConfig job;
+  auto* t = job.add_tensors();
+  t->set_name("w");
+  t->set_offset(0);
+  t->set_size(static_cast<uint64_t>(params));
+  t->add_shape(params);
+  job.set_num_params(static_cast<uint64_t>(params));
+  job.set_num_workers(workers);
+  job.set_lr(lr);
+  job.set_lr_schedule("constant");
+  OptimizerOptions sgd;
+  sgd.momentum = 0;
+  SetJobOptimizer(sgd, &job);
+  return job;
 }
 
 OneShardJob::~OneShardJob() {

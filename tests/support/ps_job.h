@@ -124,6 +124,10 @@ std::unique_ptr<Model> MakeTestModel(const ModelOptions& options, bool fake_devi
 SchedulerClientOptions LoopbackClient(const std::string& endpoint, wire::Role role, int rank, const std::string& mode,
                                       int staleness = 0);
 
+// The INIT of a job of one dense tensor "w" of `params` floats, `workers` workers, plain SGD at
+// a constant `lr`: the job the OneShardJob tests drive.
+wire::JobConfig OneTensorJob(int64_t params, int workers, float lr);
+
 // One shard (a scheduler and a server, each on a thread of its own; bsp unless `mode` says
 // otherwise, with `staleness` for ssp) and two workers' scheduler clients, for the tests that
 // drive workers step by step (PsClients, raw messages): Start registers both workers;
