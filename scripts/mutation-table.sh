@@ -40,7 +40,7 @@ mutations=(
   "dc-asgd-sign-flipped|server/shard/delay_compensation.cc|        out[k] = g + lambda * g * g * (now[i] - was[i]);|        out[k] = g - lambda * g * g * (now[i] - was[i]);|ps_test|DelayCompensationTrainTest.TheShardAppliesTheCorrectedGradientOfTheFormula|the shard did not apply g + lambda * g * g * (w_now - w_pulled)"
   "busy-poll-ignored|worker/ps_client.h|  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }|  void set_busy_poll_ms(double ms) { (void)ms; }|ps_test|BusyPollTest.AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes|but its waits never polled"
   "shm-busy-poll-ignored|allreduce/shm_group.h|  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }|  void set_busy_poll_ms(double ms) { (void)ms; }|ps_test|BusyPollTest.ASharedMemoryBarrierPollsOnlyWhenAsked|but its barrier never polled"
-  "ps-params-not-set|python/gradsync/torch/functions.py|                o._gs_sync.set_parameters()|                pass|gradsync_python|python.test_ps_optimizer_state|the resumed job differs from the uninterrupted one"
+  "ps-params-not-set|python/gradsync/torch/functions.py|                o._gs_sync.set_parameters()|                pass|gradsync_python|python.test_resume_horovod|the resumed job differs from the uninterrupted one"
   "shard-params-set-ignored|server/shard/kv_shard.cc|  Own();  // a pull reply may still be sending the old values|  return OkStatus();  // a pull reply may still be sending the old values|ps_test|Optimizers/ResumeTest.AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit/Adam$|the resumed job's parameters differ from the job that never stopped"
   "gpu-error-read-as-no-device|tests/support/gpu_gate.cc|\|\| f.count_error == kCudaErrorNoDevice \|\||\|\| f.count_error != kCudaSuccess \|\||gpu_gate_test|GpuGateTest.AnErrorOtherThanNoDeviceFailsUnderCi|GpuGate::kFail"
   "gpu-skip-where-nvidia-smi-lists-one|tests/support/gpu_gate.cc|  if (!f.smi_gpu.empty()) {|  if (false) {|gpu_gate_test|GpuGateTest.ASkipWhereNvidiaSmiListsAGpuFails|GpuGate::kFail"
@@ -50,7 +50,7 @@ mutations=(
   "frontend-fp16-as-bf16|python/gradsync/torch/compression.py|    fp16 = Compressor("fp16", "fp16")|    fp16 = Compressor("bf16", "fp16")|gradsync_python|python.test_arithmetic|fp16: error"
   "frontend-adasum-as-average|python/gradsync/torch/optimizer.py|        self._gs_adasum = op is Adasum and self._gs_mode == "allreduce" and job.size > 1|        self._gs_adasum = False|gradsync_python|python.test_arithmetic|adasum, step 1: max"
   "frontend-join-not-rescaled|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))|                pass|gradsync_python|python.test_arithmetic|join, step 2"
-  "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)|    return|gradsync_python|python.test_ps_optimizer_state|the resumed job differs from the uninterrupted one"
+  "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)|    return|gradsync_python|python.test_resume_horovod|the resumed job differs from the uninterrupted one"
   "frontend-exit-without-finish-hangs|python/gradsync/torch/live.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
 )
 
