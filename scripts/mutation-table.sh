@@ -20,20 +20,20 @@ fi
 # name | file | text | replacement | make targets | ctest -R regex
 mutations=(
   "nan-compares-close|common/base/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose|tensor_test.cc:"
-  "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothing|trace_test.cc:"
+  "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothingAndOnWritesChromeTraceEvents|trace_test.cc:"
   "controller-overstates-clocks|common/ps/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|server_test|ConsistencyTest.SspBoundsTheGapToTheSlowestLiveWorker$|c.CanAnswerPull(0, 4)"
-  "no-checkpoint-after-init|server/server_lifecycle.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$|fault_test.cc:"
+  "no-checkpoint-after-init|server/server_lifecycle.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|Modes/KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$|fault_test.cc:"
   "ps-fp16-gradient-zeroed|python/gradsync/torch/amp.py|                grads.mul_(1.0 / self._scale)|                grads.mul_(0.0)|gradsync_python|python.test_precision|AssertionError"
   "backup-acks-ignored|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|gradsync-server ps_binary_test|FaultTest.APushIsAcknowledgedOnlyOnceItsBackupHoldsIt|fault_test.cc:"
   "backup-acks-ignored-unit|server/replication/replication.cc|    if (!link.refused) all = std::min(all, link.acked);|    if (link.refused) all = std::min(all, link.acked);|server_test|ReplicatorTest.AReplyWaitsForEveryLiveBackupAndASilentOneHoldsItUntilDropped|replication_test.cc:"
-  "backup-skips-asp-pushes|server/replication/replication.cc|  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|  if (h.seq % 50 != 0) c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|gradsync-server ps_binary_test|ReplicatedServerTest.ABackupTakesOverAndNothingIsLost/asp\$|fault_test.cc:"
+  "backup-skips-asp-pushes|server/replication/replication.cc|  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|  if (h.seq % 50 != 0) c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);|gradsync-server ps_binary_test|Modes/ReplicatedServerTest.ABackupTakesOverAndNothingIsLost/asp\$|fault_test.cc:"
   "frame-written-into-closed-channel|common/net/data_channel.cc|  if (PeerClosed()) return UnavailableError(|  if (false && PeerClosed()) return UnavailableError(|ps_test|PsJobTest.ADataChannelThatEndsBetweenPushesFallsBackToZeroMq|ps_job_test.cc:"
   "dead-workers-lane-kept|server/server_lifecycle.cc|      DetachWorker(n.rank());|      (void)0;|gradsync-server ps_binary_test|FaultTest.SharedMemoryOfADeadProcessIsLetGoByEveryOther|fault_test.cc:"
-  "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$|fault_test.cc:"
+  "lane-pull-answer-off|server/values/lane_channel.cc|    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|    area[one.begin - base] += 1e-3f; reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;|gradsync-server ps_binary_test|Modes/ChannelFaultTest.EveryChannelEndsOnTheSameBitsThroughAWorkersDeathAndAShardsTakeover/bsp\$|fault_test.cc:"
   "plan-tree-stores-instead-of-sums|allreduce/plan/tree.cc|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/true));|    if (rank + mask < n) plan.push_back(RecvStep(level, rank + mask, all, /*reduce=*/false));|allreduce_test|Algorithms/PlanTest.EveryRankEndsWithTheSumAndEverySendIsReceived/tree\$|plan_test.cc:"
-  "sim-choice-ignores-shared-memory|experiments/sim/settings.cc|  l.setting.shared_memory = s.allreduce_shm && per_host > 1;|  l.setting.shared_memory = false;|experiments_test|SimAllReduceChoiceTest|sim_choice_test.cc:"
-  "sim-gather-decode-timed-here|experiments/sim/codec_costs.cc|  if (gather_decode_per_float_ >= 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|  if (gather_decode_per_float_ < 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|experiments_test|SimCodecTimesTest|sim_codec_test.cc:"
-  "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += *lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/asp\$|lost"
+  "sim-choice-ignores-shared-memory|experiments/sim/settings.cc|  l.setting.shared_memory = s.allreduce_shm && per_host > 1;|  l.setting.shared_memory = false;|experiments_test|SimAllReduceChoiceTest.ItIsWhatRingCollectiveRanOnThisMachine|sim_choice_test.cc:"
+  "sim-gather-decode-timed-here|experiments/sim/codec_costs.cc|  if (gather_decode_per_float_ >= 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|  if (gather_decode_per_float_ < 0) return gather_decode_per_float_ * static_cast<double>(n) * payloads;|experiments_test|SimCodecTimesTest.WithoutDecodeSpansTheCodecIsTimedHere|sim_codec_test.cc:"
+  "lost-updates-not-counted|server/server.cc|      stats_.lost_updates += *lost;|      stats_.lost_updates += 0;|gradsync-server ps_binary_test|FaultTest.AServerKilledBeforeItsFirstIntervalComesBack$|the shard counted no update lost"
   "powersgd-residual-dropped|compression/powersgd.cc|      for (size_t i = 0; i < n; ++i) m[i] = g[i] + e[i];|      (void)e; for (size_t i = 0; i < n; ++i) m[i] = g[i];|compression_test|PowerSgdTest.EachStepApproximatesTheGradientPlusTheLastResidual|rank-2 approximation of its gradient plus the last residual"
   "rounds-outer-step-not-applied|server/shard/shard_core.cc|  shard_->Apply(c.segments, c.keys, c.values(), scale, counts, lr, c.absent);|  shard_->Apply(c.segments, c.keys, c.values(), 0.0f * scale, counts, lr, c.absent);|ps_test|PeriodicTest.AspAndSspRulesApplyToRounds|the shards' parameters are not the rounds'"
   "rounds-outer-step-sign|worker/periodic_sync.cc|delta[i] = global[i] - own[i];|delta[i] = own[i] - global[i];|ps_test|PeriodicTest.AspAndSspRulesApplyToRounds|the shards' parameters are not the rounds'"
@@ -47,11 +47,12 @@ mutations=(
   "dataset-cache-lock-noop|common/data/dataset_cache.cc|  while (::flock(fd, LOCK_EX \| LOCK_NB) != 0) {|  while (false) {|common_test|DatasetCacheTest.TwoProcessesLoadingAtOnceWriteOneFileUnderTheLockAndShareItsPages|processes that wrote the cache file"
   "parameter-guard-noop|python/gradsync/torch/guard.py|    if _PENDING and func not in _METADATA:|    if False:|gradsync_python|python.test_stale_reads|it did not wait for its pull"
   "frontend-predivide-not-undone|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(self._gs_predivide)|                pass|gradsync_python|python.test_arithmetic|predivide, step 1: max"
-  "frontend-fp16-as-bf16|python/gradsync/torch/compression.py|    fp16 = Compressor("fp16", "fp16")|    fp16 = Compressor("bf16", "fp16")|gradsync_python|python.test_arithmetic|fp16: error"
-  "frontend-adasum-as-average|python/gradsync/torch/optimizer.py|        self._gs_adasum = op is Adasum and self._gs_mode == "allreduce" and job.size > 1|        self._gs_adasum = False|gradsync_python|python.test_arithmetic|adasum, step 1: max"
+  "frontend-fp16-as-bf16|python/gradsync/torch/compression.py|    fp16 = Compressor(\"fp16\", \"fp16\")|    fp16 = Compressor(\"bf16\", \"fp16\")|gradsync_python|python.test_arithmetic|fp16: error"
+  "frontend-adasum-as-average|python/gradsync/torch/optimizer.py|        self._gs_adasum = op is Adasum and self._gs_mode == \"allreduce\" and job.size > 1|        self._gs_adasum = False|gradsync_python|python.test_arithmetic|adasum, step 1: max"
   "frontend-join-not-rescaled|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))|                pass|gradsync_python|python.test_arithmetic|join, step 2"
-  "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)|    return|gradsync_python|python.test_resume_horovod|the resumed job differs from the uninterrupted one"
+  "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()[\"state\"], root_rank)|    return|gradsync_python|python.test_resume_horovod|the resumed job differs from the uninterrupted one"
   "frontend-exit-without-finish-hangs|python/gradsync/torch/live.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
+  "lost-shard-takeover-awaited-forever|server/scheduler_members.cc|      if (now < t->second.due) continue;|      continue;|gradsync-server ps_binary_test|Orders/LostShardTest.StopsTheJobNamingTheShardWhenATakeoverFillsItsBackupsRank/server1_then_server0$|s after the last kill"
 )
 
 want=("$@")
@@ -88,8 +89,9 @@ EOF
     result="does not build (/tmp/mutation-$name.build.log)"
   elif ! (cd build && ctest -R "$test" --output-on-failure --timeout 300 > "$log" 2>&1); then
     # ctest lists what failed after "The following tests FAILED:", a "N - NAME (Failed)" line each
-    # (a time-out says "(Timeout)"): the named test must be among them, failed on its own.
-    if ! sed -n '/The following tests FAILED:/,$p' "$log" | grep -E -- " - ${test%\$}( |\$)" | grep -qF "(Failed)"; then
+    # (a time-out says "(Timeout)", a crash "(Subprocess aborted)"): a test the row's regex
+    # matches, as ctest -R matched it, must be among those that failed on an assertion.
+    if ! sed -n '/The following tests FAILED:/,$s/^[[:space:]]*[0-9]* - \(.*\) (Failed)$/\1/p' "$log" | grep -qE -- "$test"; then
       result="red elsewhere ($log)"
     elif ! grep -qF -- "$message" "$log"; then
       result="red without its message ($log)"

@@ -932,6 +932,11 @@ TEST(FaultTest, AServerKilledBeforeItsFirstIntervalComesBack) {
   EXPECT_EQ(*sched, 0) << job.Logs();
   EXPECT_NE(job.Log("server-1b").find("restored from"), std::string::npos) << job.Log("server-1b");
   EXPECT_GT(job.FinalAccuracy(), 50.0);
+  // Only the INIT checkpoint existed: the pushes of the 5 or more steps before the kill are lost,
+  // whenever the kill came, and counted.
+  EXPECT_NE(job.ServerSummary(1).find("\"lost_updates\": \""), std::string::npos) << job.ServerSummary(1);
+  EXPECT_EQ(job.ServerSummary(1).find("\"lost_updates\": \"0\""), std::string::npos)
+      << "restored from its INIT checkpoint after 5 steps, the shard counted no update lost: " << job.ServerSummary(1);
 }
 
 // A restarted server finds a checkpoint it must not trust: it refuses it with one line naming the
