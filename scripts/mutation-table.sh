@@ -52,7 +52,7 @@ mutations=(
   "frontend-join-not-rescaled|python/gradsync/torch/optimizer.py|                self._gs_flat_grads.mul_(float(self._gs_job.size) / max(1, self._gs_active))|                pass|gradsync_python|python.test_arithmetic|join, step 2"
   "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()[\"state\"], root_rank)|    return|gradsync_python|python.test_resume_horovod|the resumed job differs from the uninterrupted one"
   "frontend-exit-without-finish-hangs|python/gradsync/torch/live.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
-  "lost-shard-takeover-awaited-forever|server/scheduler_members.cc|      if (now < t->second.due) continue;|      continue;|gradsync-server ps_binary_test|Orders/LostShardTest.StopsTheJobNamingTheShardWhenATakeoverFillsItsBackupsRank/server1_then_server0$|s after the last kill"
+  "lost-shard-takeover-awaited-forever|server/shard_copies.cc|    if (now < t->second.due) return std::nullopt;|    return std::nullopt;|gradsync-server ps_binary_test|Orders/LostShardTest.StopsTheJobNamingTheShardWhenATakeoverFillsItsBackupsRank/server1_then_server0$|s after the last kill"
 )
 
 want=("$@")

@@ -188,7 +188,7 @@ void Scheduler::HandleListening(Node& n, const ControlMessage& c) {
   n.listening = std::max(n.listening, static_cast<int64_t>(c.max_message_bytes));
   if (n.announce_when_listening && n.listening >= static_cast<int64_t>(table_.max_message_bytes())) {
     n.announce_when_listening = false;
-    CopiesOnJoin(n);  // the primaries send it their snapshots once they hear of it, and it sends its own
+    copies_.Announced(ServerSlots(), static_cast<size_t>(&n - nodes_.data()));  // the snapshots it gets and gives
     AnnounceJoined(n);
   }
   CheckMessageLimit();
@@ -246,7 +246,7 @@ void Scheduler::AssignRanksAndAnnounce() {
                                                : table_.mutable_workers(n.info.rank());
     *slot = n.info;
   }
-  InitialCopies();
+  copies_.Start(ServerSlots());
   announced_ = true;
   for (const auto& n : nodes_) {
     ControlMessage h = Control(wire::REGISTER_REPLY);

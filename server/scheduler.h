@@ -39,6 +39,7 @@
 #include "common/base/status.h"
 #include "common/net/control_protocol.h"
 #include "common/net/transport.h"
+#include "server/shard_copies.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {
@@ -47,12 +48,6 @@ namespace gradsync {
 // of the scheduler itself, not counted against the nodes; and the most messages one turn handles.
 inline constexpr double kPausedS = 1.0;
 inline constexpr int kDrainPerTurn = 4096;
-// How long a dead shard's takeover may take: from the moment the backup that holds its copy is
-// next in line (the shard's primary declared dead) to the backup's shard server registering for
-// the rank (a few ms on loopback). A copy the scheduler cannot rule out may still be missing (its
-// primary died before the snapshot reached a backup that came after it): no takeover then
-// comes, and the shard is lost when this has passed.
-inline constexpr double kTakeoverGraceS = 2.0;
 
 struct SchedulerOptions {
   std::string bind_host = "127.0.0.1";
@@ -94,20 +89,10 @@ class Scheduler {
     // left the consistency rule (join).
     int64_t ended_clock = -1;
     bool ended_joined = false;
-    // Servers: the operating-system process it runs in (a shard server a backup started to take a
-    // dead rank over runs in the backup's process: they die together, and a process backs up no
-    // shard it serves), and the shards it holds a copy of (--replicas; not the one it serves).
-    int process = -1;
-    std::set<int> copies;
-  };
-  // A dead shard whose takeover is awaited: from the node (an index in nodes_) next in its order,
-  // by `due`.
-  struct Takeover {
-    size_t node;
-    double due;
   };
 
-  Scheduler(SchedulerOptions options, Socket socket) : options_(std::move(options)), socket_(std::move(socket)) {}
+  Scheduler(SchedulerOptions options, Socket socket)
+      : options_(std::move(options)), socket_(std::move(socket)), copies_(options_.num_servers, options_.replicas) {}
   void Handle(Message& m, double now);
   void HandleRegister(const std::string& peer, const ControlMessage& c, double now);
   // After the job started: a restarted node takes a dead node's rank (elastic membership).
@@ -124,32 +109,12 @@ class Scheduler {
   // worker that still trains waits there: it never comes. Null when none.
   const Node* EndedAbsent(const std::vector<Node*>& members, const std::string& barrier) const;
   void CheckHeartbeats(double now);
-  // Shards none of whose copies lives: the primary dead, and the first live server in its
-  // takeover order (its backup ranks, then the standbys; the one that takes it over, as the
-  // servers' ShardReplication::TakeOver decides) holds no copy of it, or did not take it over
-  // within kTakeoverGraceS. A shard whose server kept checkpoints waits for that server's
-  // restart, said once; any other is lost for good: the job fails at once (lost_), every node
-  // told, naming the shards.
+  // Shards none of whose copies lives (ShardCopies::NoLiveCopy). A shard whose server kept
+  // checkpoints waits for that server's restart, said once; any other is lost for good: the job
+  // fails at once (lost_), every node told, naming the shards.
   void CheckShards(double now);
-  // Where the copies are (Node::copies), as the servers place them: a server's copy of shard s
-  // comes from s's primary in a snapshot, sent when either of them joins while the other lives.
-  // At the start every server holds the shards it backs up; `n` (a server) joining the running
-  // job gets a copy of every shard it backs up whose primary lives, and, serving a shard, gives
-  // one to each of that shard's live backups; none across one process.
-  void InitialCopies();
-  void CopiesOnJoin(Node& n);
-  // The server node of shard `shard`'s rank (live or dead; null before ranks are assigned).
-  const Node* ShardNode(int shard) const;
-  // Whether no node of server process `process` was declared dead: a process dies whole, and
-  // its other shard servers are declared dead a heartbeat or so later.
-  bool ProcessLives(int process) const;
-  // Whether live process `process` serves shard `shard` (then it keeps no copy of it).
-  bool ServesShard(int process, int shard) const;
-  // Whether server node `n` backs shard `shard` up: its rank is one of the shard's backup ranks,
-  // or it is a standby.
-  bool BacksUp(const Node& n, int shard) const;
-  // The nodes that may take shard `shard` over, in order: its backup ranks, then the standbys.
-  std::vector<Node*> TakeoverOrder(int shard);
+  // The server nodes as ShardCopies sees them, in slot order.
+  std::vector<ServerSlot> ServerSlots() const;
   // Message limits: a worker's MESSAGE_LIMIT (the first sets the job's, which every server hears),
   // a server's LISTENING; workers are answered once every live server accepts the job's limit.
   void HandleMessageLimit(Node& n, const ControlMessage& c);
@@ -190,9 +155,7 @@ class Scheduler {
   std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name
   std::set<std::string> limit_waiters_;  // identities of workers waiting for MESSAGE_LIMIT's answer
   std::set<int> awaiting_restart_;  // shards with no live copy whose server's restart is awaited
-  std::map<int, Takeover> takeovers_;  // dead shards whose takeover is awaited
-  int processes_ = 0;                  // server processes seen (Node::process)
-  std::set<int> dead_processes_;       // those with a server declared dead (a slot taken again forgets it)
+  ShardCopies copies_;  // which server process holds which shard's copy
   Status lost_;                     // a shard lost for good: the job failed
 };
 

@@ -67,20 +67,9 @@ void Scheduler::HandleRejoin(const std::string& peer, const ControlMessage& h, c
   slot->ended_clock = -1;  // a restarted worker trains again
   slot->ended_joined = false;
   if (info.role() == wire::SERVER) {
-    // A takeover runs in the process of the backup that took the rank over (the first live one
-    // in the shard's order), whose copy left its store for it; anything else is a process of its
-    // own. Its copies come once it is announced (CopiesOnJoin).
-    slot->copies.clear();
-    slot->process = -1;
-    if (info.adopted()) {
-      for (Node* b : TakeoverOrder(rank)) {
-        if (b->dead || !ProcessLives(b->process)) continue;
-        slot->process = b->process;
-        b->copies.erase(rank);
-        break;
-      }
-    }
-    if (slot->process < 0) slot->process = processes_++;
+    // A takeover runs in the process of the backup that took the rank over; anything else is a
+    // process of its own. Its copies come once it is announced.
+    copies_.Rejoined(ServerSlots(), static_cast<size_t>(slot - nodes_.data()), info.adopted());
   }
   by_identity_[peer] = static_cast<size_t>(slot - nodes_.data());
   *(info.role() == wire::SERVER ? table_.mutable_servers(rank) : table_.mutable_workers(rank)) = slot->info;
@@ -165,7 +154,7 @@ void Scheduler::AddStandby(const std::string& peer, const ControlMessage& c, con
   n.info.set_rank(options_.num_servers + table_.standbys_size());
   n.identity = peer;
   n.last_seen = now;
-  n.process = processes_++;  // its copies come once it is announced (CopiesOnJoin)
+  copies_.NewStandby(nodes_.size());  // its copies come once it is announced
   by_identity_[peer] = nodes_.size();
   *table_.add_standbys() = n.info;
   GRADSYNC_LOG(WARNING) << "scheduler: " << who << " asked for " << NodeName(taken.info)
@@ -192,7 +181,7 @@ void Scheduler::CheckHeartbeats(double now) {
     n.dead = true;
     n.dead_at = now;
     changed = true;
-    if (n.info.role() == wire::SERVER) dead_processes_.insert(n.process);
+    if (n.info.role() == wire::SERVER) copies_.Died(static_cast<size_t>(&n - nodes_.data()));
     GRADSYNC_LOG(ERROR) << "scheduler: " << NodeName(n.info) << " sent nothing for "
                         << options_.heartbeat_timeout_s << " s: declared dead";
     TraceInstant(n.info.role() == wire::WORKER ? "worker declared dead" : "server declared dead", "failure",
@@ -209,102 +198,35 @@ void Scheduler::CheckHeartbeats(double now) {
   CheckShards(now);  // also a takeover that is late
 }
 
-const Scheduler::Node* Scheduler::ShardNode(int shard) const {
-  for (const auto& n : nodes_) {
-    if (n.info.role() == wire::SERVER && !n.info.standby() && n.info.rank() == shard) return &n;
+std::vector<ServerSlot> Scheduler::ServerSlots() const {
+  std::vector<ServerSlot> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (n.info.role() == wire::SERVER) out.push_back({i, n.info.rank(), n.info.standby(), n.dead, NodeName(n.info)});
   }
-  return nullptr;
-}
-
-bool Scheduler::ProcessLives(int process) const { return !dead_processes_.count(process); }
-
-bool Scheduler::ServesShard(int process, int shard) const {
-  const Node* n = ShardNode(shard);
-  return n != nullptr && !n->dead && n->process == process;
-}
-
-bool Scheduler::BacksUp(const Node& n, int shard) const {
-  if (n.info.standby()) return true;
-  const std::vector<int> backups = BackupRanks(shard, options_.replicas, options_.num_servers);
-  return std::find(backups.begin(), backups.end(), n.info.rank()) != backups.end();
-}
-
-std::vector<Scheduler::Node*> Scheduler::TakeoverOrder(int shard) {
-  std::vector<Node*> order;
-  for (const int r : BackupRanks(shard, options_.replicas, options_.num_servers)) {
-    for (auto& n : nodes_) {
-      if (n.info.role() == wire::SERVER && !n.info.standby() && n.info.rank() == r) order.push_back(&n);
-    }
-  }
-  for (auto& n : nodes_) {
-    if (n.info.role() == wire::SERVER && n.info.standby()) order.push_back(&n);
-  }
-  return order;
-}
-
-void Scheduler::InitialCopies() {
-  for (auto& n : nodes_) {
-    if (n.info.role() != wire::SERVER) continue;
-    n.process = processes_++;
-    for (int s = 0; s < options_.num_servers; ++s) {
-      if (s != n.info.rank() && BacksUp(n, s)) n.copies.insert(s);
-    }
-  }
-}
-
-void Scheduler::CopiesOnJoin(Node& n) {
-  // The primaries alive now hear NODE_JOINED and send it their snapshots. (One that died
-  // unseen sends nothing: the copy is missing, and CheckShards finds it so when no takeover
-  // comes.)
-  for (int s = 0; s < options_.num_servers; ++s) {
-    const Node* primary = ShardNode(s);
-    if (primary == nullptr || primary == &n || primary->dead || !ProcessLives(primary->process)) continue;
-    if (BacksUp(n, s) && !ServesShard(n.process, s)) n.copies.insert(s);
-  }
-  // Serving a shard (restored, taken over, or as it was after a pause), it sends each live
-  // backup of it in another process its snapshot.
-  if (n.info.standby()) return;
-  for (Node* b : TakeoverOrder(n.info.rank())) {
-    if (!b->dead && ProcessLives(b->process) && b->process != n.process) b->copies.insert(n.info.rank());
-  }
+  return out;
 }
 
 void Scheduler::CheckShards(double now) {
   if (!announced_ || !lost_.ok()) return;
+  const std::vector<ServerSlot> servers = ServerSlots();
   std::string lost, why;
   for (int s = 0; s < options_.num_servers; ++s) {
-    const Node* primary = ShardNode(s);
-    if (primary == nullptr || !primary->dead) {
+    const auto primary =
+        std::find_if(servers.begin(), servers.end(), [&](const ServerSlot& x) { return !x.standby && x.rank == s; });
+    if (primary == servers.end() || !primary->dead) {
       awaiting_restart_.erase(s);
-      takeovers_.erase(s);
+      copies_.Served(s);
       continue;
     }
-    // The first live server in the shard's order takes it over (ShardReplication::TakeOver), from
-    // its copy; a server of a process that died is passed over, as it will be declared dead too.
-    std::string dead = NodeName(primary->info);
-    Node* next = nullptr;
-    for (Node* b : TakeoverOrder(s)) {
-      if (b->dead) {
-        if (!b->info.standby()) dead += " and its backup " + NodeName(b->info);
-      } else if (next == nullptr && ProcessLives(b->process)) {
-        next = b;
-      }
-    }
-    dead += " dead";
-    if (next != nullptr && next->copies.count(s)) {
-      const size_t at = static_cast<size_t>(next - nodes_.data());
-      auto [t, fresh] = takeovers_.try_emplace(s, Takeover{at, now + kTakeoverGraceS});
-      if (!fresh && t->second.node != at) t->second = Takeover{at, now + kTakeoverGraceS};
-      if (now < t->second.due) continue;
-      dead += "; " + NodeName(next->info) + ", next in line, did not take it over within " +
-              SecondsText(kTakeoverGraceS) + " s (no whole copy of it reached it before its primary died)";
-    } else if (next != nullptr) {
-      dead += "; " + NodeName(next->info) + ", next in line, holds no copy of it (it came after the copy there was lost)";
-    }
-    if (primary->info.checkpoints()) {
+    const std::optional<std::string> no_copy = copies_.NoLiveCopy(servers, s, now);
+    if (!no_copy) continue;  // its takeover is due
+    const std::string& dead = *no_copy;
+    const wire::NodeInfo& primary_info = nodes_[primary->slot].info;
+    if (primary_info.checkpoints()) {
       if (awaiting_restart_.insert(s).second) {
         GRADSYNC_LOG(WARNING) << "scheduler: shard " << s << " has no live copy (" << dead
-                              << "); it comes back only when " << NodeName(primary->info)
+                              << "); it comes back only when " << NodeName(primary_info)
                               << " is restarted with its --checkpoint-dir (the workers wait --recovery-timeout for it)";
       }
       continue;
