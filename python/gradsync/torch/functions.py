@@ -1,68 +1,9 @@
 """Horovod's module-level calls that act on the job and the process's optimizers:
-broadcast_parameters, broadcast_optimizer_state, join."""
-
-import torch
+broadcast_optimizer_state, join (and broadcast_parameters, which collectives.py holds)."""
 
 from gradsync import _job
 from gradsync.torch import collectives, live
-
-
-def broadcast_parameters(params, root_rank=0):
-    """Overwrites every worker's tensors with root_rank's, in place (Horovod's
-    broadcast_parameters): `params` is a state_dict, model.named_parameters() or a list of
-    tensors. Every worker must pass the same tensors (names, shapes, dtypes) in the same order.
-    DistributedOptimizer already starts every worker from worker 0's parameters; this is for the
-    rest of the state (buffers), for users of allreduce_hook, and for a checkpoint loaded on
-    root_rank after wrapping (Horovod's resume order). PS modes: when the tensors are parameters of
-    a DistributedOptimizer, the shards hold the parameters, so root_rank's become the shards' too
-    (set at its clock, before any worker's next push; one worker included)."""
-    job = _job.job()
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    else:
-        items = list(params)
-    tensors = [t[1] if isinstance(t, tuple) else t for t in items]
-    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-    for t in tensors:
-        if t.device.type != "cpu":
-            raise ValueError("broadcast_parameters: CPU tensors only (got one on %s)" % t.device)
-    on_shards = _ps_optimizers_holding(tensors)
-    for o in on_shards:
-        o.synchronize_parameters()  # this step's pulls land first: none may overwrite what is set
-    if job.size > 1 and tensors:
-        with torch.no_grad():
-            parts = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]
-            flat = torch.cat(parts)
-            pad = (-flat.numel()) % 4
-            if pad:
-                flat = torch.cat([flat, torch.zeros(pad, dtype=torch.uint8)])
-            job.broadcast(flat.numpy(), root_rank)
-            at = 0
-            for t, part in zip(tensors, parts):
-                n = part.numel()
-                t.copy_(flat[at:at + n].clone().view(t.dtype).view_as(t))  # clone: aligned for the dtype
-                at += n
-    if on_shards:
-        if job.rank == root_rank:
-            for o in on_shards:
-                o._gs_sync.set_parameters()
-        if job.size > 1:
-            job.allgather(b"", True)  # no worker pushes before the shards hold root_rank's parameters
-
-
-def _ps_optimizers_holding(tensors):
-    """The live DistributedOptimizers whose shards hold the parameters (PS modes) and whose flat
-    parameter buffer one of `tensors` lies in (a parameter, or a state_dict's detached view of one)."""
-    opts = [o for o in live.unfinished() if o._gs_ps]
-    if not opts or not tensors:
-        return []
-    held = []
-    for o in opts:
-        begin = o._gs_flat_params.data_ptr()
-        end = begin + o._gs_flat_params.numel() * o._gs_flat_params.element_size()
-        if any(t.numel() > 0 and begin <= t.data_ptr() < end for t in tensors):
-            held.append(o)
-    return held
+from gradsync.torch.collectives import broadcast_parameters  # noqa: F401 -- its name here too
 
 
 def join(device=-1):
