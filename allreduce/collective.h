@@ -25,6 +25,7 @@
 #include "common/base/half.h"
 #include "common/base/status.h"
 #include "common/base/tensor.h"
+#include "common/base/wait_policy.h"
 
 namespace gradsync {
 
@@ -40,9 +41,10 @@ struct CollectiveOptions {
   // buffers doubled the 2-rank ring's busbw at 4 and 16 MiB over loopback against autotuning
   // (1.5 -> 3.2 GB/s); the kernel caps them at net.core.wmem_max / rmem_max.
   size_t socket_buffer_bytes = size_t{4} << 20;
-  // While waiting for a peer, poll this long before sleeping (a sleeping rank pays a wake-up
-  // per step: tens of microseconds, most of a small all-reduce). 0: always sleep.
-  int spin_us = 1000;
+  // While waiting for a peer, poll (yielding the core between polls) for busy_poll_ms before
+  // sleeping (a sleeping rank pays a wake-up per step: tens of microseconds, most of a small
+  // all-reduce). 0: always sleep. Its own default, not --busy-poll-ms's.
+  WaitPolicy mesh_wait{.busy_poll_ms = 1.0, .pause_spins = 0, .min_polls = 0};
   // Two ranks swapping buffers (halving-doubling, recursive doubling) move them in segments of
   // this many bytes, each rank sending at most one segment beyond what it has received, so that
   // what arrives is still in cache and no socket queue builds up: 1.6-2.3x the busbw of sending
@@ -56,7 +58,7 @@ struct CollectiveOptions {
   // The shared-memory group's barriers: after a few pauses, yield the core in a loop this long
   // before sleeping on the futex (a sleeping member must be woken when the last one arrives, which
   // can take longer than the wait did where the cores are busy or idle virtual CPUs are parked).
-  double shm_busy_poll_ms = 20;
+  WaitPolicy shm_wait{.busy_poll_ms = 20, .pause_spins = 0, .min_polls = 0};  // --busy-poll-ms (WaitPolicyOf)
   // The all-reduce algorithm; auto picks by size and rank count (ChooseAllReduceAlgo). Every
   // rank must use the same one (a rank that disagrees fails, naming both).
   AllReduceAlgo algorithm = AllReduceAlgo::kAuto;

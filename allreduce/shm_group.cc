@@ -11,9 +11,9 @@
 #include <cstring>
 #include <ctime>
 #include <new>
-#include <thread>
 
 #include "allreduce/collective.h"
+#include "common/base/wait_policy.h"
 
 namespace gradsync {
 namespace {
@@ -58,13 +58,6 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 
@@ -112,21 +105,13 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
   c[index_].value.store(epoch_, std::memory_order_seq_cst);
   h->arrivals.fetch_add(1, std::memory_order_seq_cst);
   if (h->sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&h->arrivals);
-  Clock::time_point poll_until{};  // set when the first wait gets past its pauses
+  // The policy's pauses and yields first (another member may need this core to arrive).
+  Waiter waiter(wait_, &busy_polls_);
   for (int j = 0; j < members_; ++j) {
-    for (uint64_t spins = 0; c[j].value.load(std::memory_order_acquire) < epoch_; ++spins) {
+    while (c[j].value.load(std::memory_order_acquire) < epoch_) {
       if (cancelled_.load(std::memory_order_relaxed)) return AbortedError("the shared-memory all-reduce was cancelled");
-      if (spins < 256) {
-        CpuRelax();
-        continue;
-      }
+      if (waiter.Poll() && Clock::now() <= deadline) continue;
       const auto now = Clock::now();
-      if (poll_until == Clock::time_point{}) poll_until = now + std::chrono::duration_cast<Clock::duration>(busy_poll_);
-      if ((spins < 256 + 16 || now < poll_until) && now <= deadline) {
-        if (spins >= 256 + 16) ++busy_polls_;  // one of set_busy_poll_ms's, past the default few
-        std::this_thread::yield();  // another member may need this core to arrive
-        continue;
-      }
       // Past the polling, sleep until a member arrives: with more members than cores, pausing
       // takes the cores the late members need to arrive (at most 20 ms a sleep, so that a dead
       // member is named within 20 ms of the deadline).

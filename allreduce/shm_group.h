@@ -14,7 +14,7 @@
 // all-reduce across hosts.
 //
 // Barriers spin on the members' counters (a few pauses, then yielding the core for up to
-// set_busy_poll_ms's time), then sleep on a process-shared futex that every arrival wakes (with
+// the wait policy's busy_poll_ms, common/base/wait_policy.h), then sleep on a process-shared futex that every arrival wakes (with
 // more members than cores, pausing would take the cores the late members need; yielding gives
 // them away), with a deadline: a member that never arrives (dead, stalled) fails the others with
 // kDeadlineExceeded naming it.
@@ -30,6 +30,7 @@
 #include <string>
 
 #include "common/base/status.h"
+#include "common/base/wait_policy.h"
 #include "common/net/shared_region.h"
 
 namespace gradsync {
@@ -69,12 +70,17 @@ class ShmGroup {
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
 
-  // How long a barrier yields the core in a loop before it sleeps, in milliseconds (default 0: a
-  // few yields). The same unit as PsClient::set_busy_poll_ms: both are --busy-poll-ms.
-  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }
+  // How a barrier waits (common/base/wait_policy.h): `policy`'s busy_poll_ms (--busy-poll-ms;
+  // default 0), after kPauseSpins pauses and kMinPolls yields that every wait takes.
+  static constexpr int kPauseSpins = 256, kMinPolls = 16;
+  void set_wait_policy(WaitPolicy policy) {
+    wait_ = policy;
+    wait_.pause_spins = kPauseSpins;
+    wait_.min_polls = kMinPolls;
+  }
   // How many times this member's barriers yielded the core past the few yields every wait takes,
-  // because set_busy_poll_ms asked them to poll (0 while it is 0).
-  uint64_t busy_polls() const { return busy_polls_; }
+  // because the wait policy asked them to poll (0 while its busy_poll_ms is 0).
+  uint64_t busy_polls() const { return static_cast<uint64_t>(busy_polls_); }
 
   // From any thread: this member's waits end at once with kAborted (a member was declared dead
   // elsewhere, so it will never arrive), now and in every later call.
@@ -93,8 +99,8 @@ class ShmGroup {
   int index_;
   size_t block_bytes_;
   std::atomic<bool> cancelled_{false};
-  std::chrono::duration<double, std::milli> busy_poll_{0};
-  uint64_t busy_polls_ = 0;  // busy_polls()
+  WaitPolicy wait_{.busy_poll_ms = 0, .pause_spins = kPauseSpins, .min_polls = kMinPolls};
+  int64_t busy_polls_ = 0;  // busy_polls()
   uint64_t epoch_ = 0;  // barriers passed
   uint64_t blocks_ = 0;  // blocks done: the parity of the next result buffer
   uint64_t bytes_sent_ = 0;

@@ -193,7 +193,7 @@ Status RingCollective::SetUpSharedMemory() {
     std::vector<std::string> names;
     for (int r : group) names.push_back("rank " + std::to_string(r));
     shm_->set_member_names(std::move(names));
-    shm_->set_busy_poll_ms(options_.shm_busy_poll_ms);
+    shm_->set_wait_policy(options_.shm_wait);
   }
   return OkStatus();
 }

@@ -35,7 +35,7 @@ namespace gradsync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-int g_spin_us = CollectiveOptions{}.spin_us;
+double g_poll_ms = CollectiveOptions{}.mesh_wait.busy_poll_ms;
 size_t g_shm_block = CollectiveOptions{}.shm_block_bytes;
 size_t g_socket_buffer = CollectiveOptions{}.socket_buffer_bytes;
 size_t g_exchange_segment = CollectiveOptions{}.exchange_segment_bytes;
@@ -64,7 +64,7 @@ std::vector<double> Measure(int n, size_t bytes, int warmup, int iters, size_t s
   opt.timeout_s = 120;
   opt.segment_bytes = segment_bytes;
   opt.algorithm = algo;
-  opt.spin_us = g_spin_us;
+  opt.mesh_wait.busy_poll_ms = g_poll_ms;
   opt.shm_block_bytes = g_shm_block;
   opt.socket_buffer_bytes = g_socket_buffer;
   opt.exchange_segment_bytes = g_exchange_segment;
@@ -180,7 +180,7 @@ int Main(int argc, char** argv) {
       ("socket-buffer-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.socket_buffer_bytes)), "SO_SNDBUF / SO_RCVBUF of every connection (0: the kernel's)")
       ("exchange-segment-bytes", po::value<int64_t>()->default_value(static_cast<int64_t>(CollectiveOptions{}.exchange_segment_bytes)), "rhd/rd swaps: lockstep segment (0: whole buffers at once)")
       ("processes", po::value<bool>()->default_value(false)->implicit_value(true), "ranks 1..n-1 as processes of their own instead of threads")
-      ("spin-us", po::value<int>()->default_value(CollectiveOptions{}.spin_us), "poll this long before sleeping while waiting for a peer")
+      ("poll-ms", po::value<double>()->default_value(CollectiveOptions{}.mesh_wait.busy_poll_ms, "1"), "poll this long (ms) before sleeping while waiting for a peer")
       ("security", po::value<std::string>()->default_value("plain"), "ring modes to measure, in turn: plain,auth,encrypt")
       ("algos", po::value<std::string>()->default_value("auto"), "all-reduce algorithms to measure, in turn: auto,ring,rhd,rd,tree (TCP), shm (shared memory)")
       ("rounds", po::value<int>()->default_value(1), "times each size runs every --security mode in turn")
@@ -224,7 +224,7 @@ int Main(int argc, char** argv) {
     for (const auto& m : modes) modes_all.push_back({a, m});
   }
   const int rounds = vm["rounds"].as<int>();
-  g_spin_us = vm["spin-us"].as<int>();
+  g_poll_ms = vm["poll-ms"].as<double>();
   g_processes = vm["processes"].as<bool>();
   if (vm["shm-block-bytes"].as<int64_t>() < 4096) flags.Fail("--shm-block-bytes must be >= 4096");
   g_shm_block = static_cast<size_t>(vm["shm-block-bytes"].as<int64_t>());
@@ -232,7 +232,7 @@ int Main(int argc, char** argv) {
   g_socket_buffer = static_cast<size_t>(vm["socket-buffer-bytes"].as<int64_t>());
   if (vm["exchange-segment-bytes"].as<int64_t>() < 0) flags.Fail("--exchange-segment-bytes must be >= 0");
   g_exchange_segment = static_cast<size_t>(vm["exchange-segment-bytes"].as<int64_t>());
-  if (g_spin_us < 0) flags.Fail("--spin-us must be >= 0");
+  if (!(g_poll_ms >= 0)) flags.Fail("--poll-ms must be >= 0");
   if (rounds < 1) flags.Fail("--rounds must be >= 1");
   std::vector<Row> rows;
   for (int64_t n : *ranks) {

@@ -2,7 +2,7 @@
 messages of SIZE bytes; `ping HOST PORT COUNT SIZE` sends them, waits for each echo and prints the
 median and 10th percentile round trip in microseconds (the first tenth left out as warm-up). Both
 ends poll a non-blocking socket instead of sleeping in recv, as the ring's ranks poll for their
-peers (CollectiveOptions::spin_us): what is left is the link and the two kernels' TCP paths."""
+peers (CollectiveOptions::mesh_wait): what is left is the link and the two kernels' TCP paths."""
 import socket
 import statistics
 import sys

@@ -153,13 +153,30 @@ Status AllreduceSync::BroadcastParams() {
   return OkStatus();
 }
 
+std::string AllreduceSync::GradientCodec(const AllreduceTrainOptions& o, bool on_device) {
+  return o.compression.empty() && !on_device ? PrecisionCodec(o.train.precision) : o.compression;
+}
+
+OverlapFacts AllreduceSync::OverlapFactsOf(const AllreduceTrainOptions& o, const Model& model, int workers) {
+  const std::string codec = GradientCodec(o, model.on_device());
+  return {.requested = o.overlap,
+          .compressed = !codec.empty() && codec != "none",
+          .sparse = HasSparse(model.layout()),
+          .on_device = model.on_device(),
+          .per_tensor_params = model.waits_for_params(),
+          .straggles = o.train.straggler.kind != StragglerSpec::Kind::kNone,
+          .rounds = o.train.periodic.every > 0,
+          .workers = workers,
+          .zero = o.zero};
+}
+
 Status AllreduceSync::CreateAveragers() {
   const auto& o = options_.train;
   const bool device = model_->on_device();
   scaling_.emplace(o.precision, o.initial_loss_scale);
   // The CPU gradient travels as the named codec, else in the precision's 16 bits (on the device
   // NCCL moves the 16-bit gradient: FinishStep).
-  const std::string codec = options_.compression.empty() && !device ? PrecisionCodec(o.precision) : options_.compression;
+  const std::string codec = GradientCodec(options_, device);
   ASSIGN_OR_RETURN(averager_, MakeDenseAverager(collective_, model_->layout(),
                                                 {.codec = codec, .seed = o.seed, .error_feedback = options_.error_feedback,
                                                  .correction_momentum = options_.correction_momentum,
@@ -170,10 +187,8 @@ Status AllreduceSync::CreateAveragers() {
       if (t.sparse) return InvalidArgumentError("--compress applies to dense models; " + t.name + " is sparse");
     }
   }
-  const bool any_sparse = HasSparse(model_->layout());
   // Stage 1 reduce-scatters after backward (no overlap); stage 2 bucket by bucket during it.
-  if (options_.overlap && !averager_->compressed() && !any_sparse && collective_->size() > 1 && !device &&
-      options_.zero != 1) {
+  if (AllreduceOverlaps(OverlapFactsOf(options_, *model_, collective_->size()))) {
     reducer_ = std::make_unique<OverlappedReducer>(collective_, model_->layout(), options_.bucket_bytes,
                                                    options_.first_bucket_bytes);
     if (options_.zero == 2) reducer_->ReduceScatterToShards(shards_);

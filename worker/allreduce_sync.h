@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "allreduce/collective.h"
+#include "common/config/sync_decisions.h"
 #include "common/optim/optimizer.h"
 #include "common/ps/partitioner.h"
 #include "compression/gradient_encoder.h"
@@ -80,6 +81,12 @@ class AllreduceSync final : public GradientSync {
  public:
   // `model` and `collective` (and options.device_collective) must outlive the sync.
   AllreduceSync(const AllreduceTrainOptions& options, Model* model, Collective* collective);
+
+  // The codec the gradient travels as: the named one, else (CPU models) the precision's 16 bits;
+  // "" for plain floats. A device model's NCCL moves the 16-bit gradient itself.
+  static std::string GradientCodec(const AllreduceTrainOptions& o, bool on_device);
+  // What AllreduceOverlaps reads (common/config/sync_decisions.h) of a run over `workers` ranks.
+  static OverlapFacts OverlapFactsOf(const AllreduceTrainOptions& o, const Model& model, int workers);
 
   int rank() const override { return collective_->rank(); }
   int size() const override { return collective_->size(); }

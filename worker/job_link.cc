@@ -78,7 +78,7 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
     co.timeout_s = c.collective_timeout();
     co.algorithm = *ParseAllReduceAlgo(c.allreduce_algo());  // Validate() checked it
     co.shm = c.allreduce_shm();
-    co.shm_busy_poll_ms = c.busy_poll_ms();
+    co.shm_wait = WaitPolicyOf(c);
     // --auth-dir authenticates the ring as well (its key comes from the same directory);
     // --ring-encrypt encrypts it too.
     RingSecurity security;

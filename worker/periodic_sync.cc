@@ -24,23 +24,24 @@ LocalTrainOptions OuterTrainOptions(const LocalTrainOptions& train) {
 
 PeriodicSync::PeriodicSync(const LocalTrainOptions& train, Model* model, std::unique_ptr<GradientSync> inner,
                            const OuterFactory& make_outer)
-    : every_(train.periodic.every), model_(model), global_(model->layout()), inner_(std::move(inner)),
+    : rounds_{.every = train.periodic.every, .total_steps = 0}, model_(model), global_(model->layout()), inner_(std::move(inner)),
       outer_(make_outer(&global_, OuterTrainOptions(train))) {
-  GRADSYNC_CHECK(every_ >= 1) << "PeriodicSync needs rounds of at least one step";
+  GRADSYNC_CHECK(rounds_.every >= 1) << "PeriodicSync needs rounds of at least one step";
   GRADSYNC_CHECK(!model_->on_device()) << "PeriodicSync runs on CPU models";
 }
 
 Result<int64_t> PeriodicSync::Start(const JobShape& shape) {
-  total_steps_ = shape.total_steps;
-  const int64_t rounds = (shape.total_steps + every_ - 1) / every_;
-  const int64_t rounds_per_epoch = std::max<int64_t>(1, (shape.steps_per_epoch + every_ - 1) / every_);
+  rounds_.total_steps = shape.total_steps;
+  const int64_t every = rounds_.every;
+  const int64_t rounds = (shape.total_steps + every - 1) / every;
+  const int64_t rounds_per_epoch = std::max<int64_t>(1, (shape.steps_per_epoch + every - 1) / every);
   // The initial parameters are the global model's (worker 0 sends them to the shards; rank 0's
   // are broadcast), and so the first round's start.
   std::copy(model_->params().begin(), model_->params().end(), global_.params().begin());
   ASSIGN_OR_RETURN(const int64_t first_round, outer_->Start({rounds, rounds_per_epoch}));
   if (inner_) RETURN_IF_ERROR(inner_->Start(shape).status());
   CopyGlobalToOwn();
-  step_ = std::min(first_round * every_, shape.total_steps);
+  step_ = std::min(first_round * every, shape.total_steps);
   round_begun_ = applied_ = false;
   return step_;
 }
@@ -54,7 +55,7 @@ Status PeriodicSync::BeginStep(const StepPlan& plan) {
   if (!round_begun_) {
     // The round's first step, or a step redone after Recover: the outer step begins (PS: the pull
     // of this round), and every tensor of the global model is waited for.
-    RETURN_IF_ERROR(outer_->BeginStep({.step = Round(step_), .evaluate = plan.evaluate}));
+    RETURN_IF_ERROR(outer_->BeginStep({.step = rounds_.Round(step_), .evaluate = plan.evaluate}));
     for (size_t t = 0; t < global_.layout().size(); ++t) RETURN_IF_ERROR(outer_->WaitParams(t));
     round_begun_ = true;
     // A redone step whose update was applied keeps the worker's model; its push goes again.
@@ -72,7 +73,7 @@ Result<SyncStepStats> PeriodicSync::FinishStep() {
     applied_ = true;
     ++unsent_steps_;
   }
-  if (!EndsRound(step_)) {
+  if (!rounds_.EndsRound(step_)) {
     applied_ = false;
     const SyncTraffic t = outer_->traffic();
     stats.bytes_sent = t.bytes_sent;
@@ -92,7 +93,7 @@ Result<SyncStepStats> PeriodicSync::FinishStep() {
 
 Result<SyncStepStats> PeriodicSync::ExchangeRound() {
   {
-    TraceSpan span("pseudo-gradient", "compute", {{"round", static_cast<double>(Round(step_))}});
+    TraceSpan span("pseudo-gradient", "compute", {{"round", static_cast<double>(rounds_.Round(step_))}});
     const ConstFloatSpan global = global_.params();
     const ConstFloatSpan own = model_->params();
     FloatSpan delta = global_.grads();
@@ -130,7 +131,7 @@ Status PeriodicSync::End(bool evaluate, bool leave) {
 }
 
 void PeriodicSync::BeginEvaluation() {
-  if (step_ % every_ == 0) return;  // a round's start: the worker's model is the global one
+  if (step_ % rounds_.every == 0) return;  // a round's start: the worker's model is the global one
   own_.assign(model_->params().begin(), model_->params().end());
   CopyGlobalToOwn();
   swapped_ = true;

@@ -41,6 +41,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/config/sync_decisions.h"
 #include "models/external_model.h"
 #include "models/model.h"
 #include "worker/gradient_sync.h"
@@ -83,9 +84,9 @@ class PeriodicSync final : public GradientSync {
   void EndEvaluation() override;
   SyncTraffic traffic() const override { return outer_->traffic(); }
 
-  // The round step `step` belongs to, and whether it is the round's last.
-  int64_t Round(int64_t step) const { return step / every_; }
-  bool EndsRound(int64_t step) const { return (step + 1) % every_ == 0 || step + 1 == total_steps_; }
+  // The rounds of the run (known after Start): which round a step belongs to, and whether it is
+  // the round's last.
+  const RoundSchedule& rounds() const { return rounds_; }
 
  private:
   Status End(bool evaluate, bool leave);
@@ -94,12 +95,11 @@ class PeriodicSync final : public GradientSync {
   // outer step finished.
   Result<SyncStepStats> ExchangeRound();
 
-  const int64_t every_;
+  RoundSchedule rounds_;
   Model* model_;
   ExternalModel global_;
   std::unique_ptr<GradientSync> inner_;
   std::unique_ptr<GradientSync> outer_;
-  int64_t total_steps_ = 0;
   int64_t step_ = 0;
   bool round_begun_ = false;  // the outer step of the current round was begun
   bool applied_ = false;      // the inner update of step_ was applied (its round's push failed)

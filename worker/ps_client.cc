@@ -182,7 +182,7 @@ Status PsClient::PushTo(int s, RequestId id, PsRequest& r, ConstFloatSpan grads,
   WorkerChannel* channel = keys.empty() && RawTo(s) ? channels_.ForPush(s, runs, -1) : nullptr;
   if (channel) {
     // Through the channel: the values go there, the header alone over ZeroMQ.
-    if (Status st = channel->OpenPush([this, s] { return Progress(s); }); !st.ok()) {
+    if (Status st = channel->OpenPush(wait_, [this, s] { return Progress(s); }); !st.ok()) {
       pending_[id].waiting.push_back(s);
       FailShard(s, st.code() == StatusCode::kDeadlineExceeded ? st.WithContext(Name(s)) : st);
       return OkStatus();

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/wait_policy.h"
 #include "common/base/status.h"
 #include "common/base/tensor.h"
 #include "common/net/scheduler_client.h"
@@ -87,13 +88,14 @@ class PsClient {
   // full = true pulls every element, sparse tensors included (for evaluation).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
   Status Wait(RequestId id, double timeout_s);
-  // Before Wait sleeps on the sockets, it polls them for up to `ms` milliseconds, yielding the
-  // core between polls (0: it sleeps at once). A thread that sleeps needs waking when the reply
-  // comes, and a waking thread may wait for a core (or, on a virtual machine, for its idle
-  // virtual CPU to be scheduled again) much longer than the reply took (bench/README.md).
-  void set_busy_poll_ms(double ms) { busy_poll_ = std::chrono::duration<double, std::milli>(std::max(0.0, ms)); }
-  // How many times Wait polled the sockets instead of sleeping on them (the polls
-  // set_busy_poll_ms asks for; 0 while it is 0), since this client was made.
+  // How Wait, and a channel's wait for room, wait (common/base/wait_policy.h): before Wait sleeps
+  // on the sockets, it polls them for up to policy.busy_poll_ms, yielding the core between polls
+  // (0: it sleeps at once). A thread that sleeps needs waking when the reply comes, and a waking
+  // thread may wait for a core (or, on a virtual machine, for its idle virtual CPU to be
+  // scheduled again) much longer than the reply took (bench/README.md).
+  void set_wait_policy(const WaitPolicy& policy) { wait_ = policy; }
+  // How many times Wait polled the sockets instead of sleeping on them (the polls the wait
+  // policy asks for; 0 while its busy_poll_ms is 0), since this client was made.
   int64_t busy_polls() const { return busy_polls_; }
 
   // Overlap (dense models, raw values; BytePS's recipe). The dense gradient is cut into parts at
@@ -344,7 +346,7 @@ class PsClient {
   std::vector<Socket> sockets_;  // per shard, its connection
   TrafficCounters retired_traffic_;  // of the connections Reconnect replaced
   int64_t max_message_bytes_ = kMaxControlMessageBytes;  // both ways (MaxShardMessageBytes)
-  std::chrono::duration<double, std::milli> busy_poll_{0};  // set_busy_poll_ms
+  WaitPolicy wait_{};  // set_wait_policy
   int64_t busy_polls_ = 0;  // busy_polls(): Wait's thread alone counts
   RequestId next_id_ = 1;
   std::map<RequestId, Pending> pending_;

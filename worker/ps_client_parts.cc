@@ -77,7 +77,7 @@ void PsClient::SendPart(size_t i, bool absent) {
     // room) or over ZeroMQ, for every part alike.
     way = kZmq;
     if (WorkerChannel* c = RawTo(s) ? channels_.ForPush(s, r.segments, shard.dense_floats) : nullptr) {
-      if (Status st = c->OpenPush([this, s] { return Progress(s); }); st.ok()) {
+      if (Status st = c->OpenPush(wait_, [this, s] { return Progress(s); }); st.ok()) {
         way = kChannel;
       } else {
         FailShard(s, st.code() == StatusCode::kDeadlineExceeded ? st.WithContext(Name(s)) : st);

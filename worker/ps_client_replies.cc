@@ -1,7 +1,6 @@
 // PsClient: waiting for replies and taking them (ps_client.h).
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "common/base/clock.h"
 #include "common/obs/trace.h"
@@ -40,7 +39,7 @@ Status PsClient::Receive(int timeout_ms, RequestId until) {
 Status PsClient::Wait(RequestId id, double timeout_s) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(timeout_s);
-  const auto poll_until = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(busy_poll_);
+  Waiter waiter(wait_, &busy_polls_);
   while (true) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return InvalidArgumentError("unknown request id " + std::to_string(id));
@@ -76,11 +75,9 @@ Status PsClient::Wait(RequestId id, double timeout_s) {
       for (int s : it->second.waiting) who += (who.empty() ? "" : ", ") + Name(s);
       return DeadlineExceededError("no reply from " + who + " within " + SecondsText(timeout_s) + " s");
     }
-    if (now < poll_until) {
+    if (waiter.Poll()) {
       // Polling: this thread stays runnable, so the reply is taken as soon as it is in.
-      ++busy_polls_;
       RETURN_IF_ERROR(Receive(0, id));
-      std::this_thread::yield();
       continue;
     }
     RETURN_IF_ERROR(Receive(static_cast<int>(std::min<int64_t>(left, 20)), id));
@@ -94,7 +91,7 @@ void PsClient::WaitForLentFrames() {
     while (shard.lent->count() > 0) {
       CheckMembership();
       if (shard.broken) break;
-      std::this_thread::yield();
+      YieldCore();
     }
   }
 }

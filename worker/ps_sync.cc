@@ -8,6 +8,18 @@
 
 namespace gradsync {
 
+OverlapFacts PsSyncBase::OverlapFactsOf(const PsTrainOptions& o, const Model& model) {
+  return {.requested = o.overlap,
+          .compressed = !o.compression.empty() && o.compression != "none",
+          .sparse = HasSparse(model.layout()),
+          .on_device = model.on_device(),
+          .per_tensor_params = model.waits_for_params(),
+          .straggles = o.train.straggler.kind != StragglerSpec::Kind::kNone,
+          .rounds = o.train.periodic.every > 0,
+          .workers = o.num_workers,
+          .zero = 0};
+}
+
 wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64_t total_steps,
                               int64_t steps_per_epoch) {
   wire::JobConfig job;
@@ -47,7 +59,7 @@ PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* cl
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   const double timeout = options_.request_timeout_s;
-  client_->set_busy_poll_ms(options_.busy_poll_ms);
+  client_->set_wait_policy(options_.wait);
   if (!options_.compression.empty()) {
     RETURN_IF_ERROR(client_->SetCompression(options_.compression, options_.train.seed, options_.error_feedback,
                                             options_.correction_momentum, options_.compress_pull));

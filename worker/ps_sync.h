@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/base/clock.h"
+#include "common/config/sync_decisions.h"
 #include "common/net/scheduler_client.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
@@ -72,8 +73,8 @@ struct PsTrainOptions {
   // (PsClient::AttachDataChannels, after the shared-memory lanes).
   bool data_channel = true;
   size_t data_min_floats = size_t{1} << 20;  // the smallest request that uses it (4 MiB)
-  // A wait for the shards' replies polls this long before it sleeps (PsClient::set_busy_poll_ms).
-  double busy_poll_ms = 0;
+  // How a wait for the shards' replies waits (PsClient::set_wait_policy; --busy-poll-ms).
+  WaitPolicy wait{};
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;
@@ -94,6 +95,9 @@ class PsSyncBase : public GradientSync {
  public:
   // The pointers must outlive the sync.
   PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler);
+
+  // What PsOverlaps reads (common/config/sync_decisions.h) of a run with these options.
+  static OverlapFacts OverlapFactsOf(const PsTrainOptions& o, const Model& model);
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.num_workers; }

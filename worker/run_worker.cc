@@ -15,12 +15,11 @@
 #include "common/obs/trace.h"
 #include "gradsync/config.h"
 #include "models/model.h"
-#include "worker/allreduce_trainer.h"
+#include "worker/job_trainer.h"
 #include "worker/data_source.h"
 #include "worker/job_link.h"
 #include "worker/local_trainer.h"
 #include "worker/ps_client.h"
-#include "worker/ps_trainer.h"
 #include "worker/train_options.h"
 #if GRADSYNC_HAVE_CUDA
 #include "models/cuda/cuda_model.h"

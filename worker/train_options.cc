@@ -80,7 +80,7 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.shm = c.shm();
   po.data_channel = c.data_channel();
   po.data_min_floats = static_cast<size_t>(std::max(1.0, c.data_channel_min_mib() * kMiB / sizeof(float)));
-  po.busy_poll_ms = c.busy_poll_ms();
+  po.wait = WaitPolicyOf(c);
   return po;
 }
 

@@ -1,9 +1,9 @@
 // PeerMesh's steps: the step header, one exchange with any two peers (lockstep swaps), the I/O
 // loop with its spin, and failure, abort and cancellation.
-#include <thread>
 
 #include "allreduce/mesh/peer_mesh.h"
 #include "common/base/clock.h"
+#include "common/base/wait_policy.h"
 
 namespace gradsync {
 namespace asio = boost::asio;
@@ -100,13 +100,12 @@ size_t PeerMesh::RunOne(Clock::time_point deadline) {
   // Poll first: a peer's answer usually comes within microseconds, and a thread that sleeps in
   // epoll pays a wake-up for every step. Yielding between polls leaves the core to a rank that
   // shares it.
-  if (options_.spin_us > 0) {
-    const auto spin_until = Clock::now() + std::chrono::microseconds(options_.spin_us);
+  if (options_.mesh_wait.busy_poll_ms > 0) {
+    Waiter waiter(options_.mesh_wait);
     do {
       if (const size_t ran = io_.poll_one(); ran > 0) return ran;
       if (io_.stopped()) io_.restart();
-      std::this_thread::yield();
-    } while (Clock::now() < spin_until);
+    } while (waiter.Poll());
   }
   return io_.run_one_until(deadline);
 }

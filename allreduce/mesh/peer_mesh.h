@@ -101,7 +101,7 @@ class PeerMesh {
   void CountSent(size_t n) { bytes_sent_ += n; }
   void CountReceived(size_t n) { bytes_received_ += n; }
   uint64_t moved() const { return bytes_sent_ + bytes_received_; }
-  // Runs one handler: polls for up to options.spin_us, then blocks until `deadline`. Returns
+  // Runs one handler: polls for up to options.mesh_wait.busy_poll_ms, then blocks until `deadline`. Returns
   // how many ran (0: the deadline passed, or the mesh was cancelled).
   size_t RunOne(Clock::time_point deadline);
   // Before a loop of RunOne.

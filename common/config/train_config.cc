@@ -143,6 +143,8 @@ bool JoinsJob(Mode mode) { return IsPsMode(mode) || mode == config::ALLREDUCE; }
 
 bool OverlapOf(const TrainConfig& c, bool oversubscribed) { return c.has_overlap() ? c.overlap() : !oversubscribed; }
 
+WaitPolicy WaitPolicyOf(const TrainConfig& c) { return {.busy_poll_ms = c.busy_poll_ms(), .pause_spins = 0, .min_polls = 0}; }
+
 std::string EffectiveDataset(const TrainConfig& c) {
   if (c.has_dataset()) return c.dataset();
   return c.model() == "sparse_logreg" ? "sparse-logistic" : "fashion-mnist";

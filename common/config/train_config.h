@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/base/wait_policy.h"
 #include "common/config/train_names.h"
 #include "train_config.pb.h"
 
@@ -39,6 +40,10 @@ std::string OuterName(const config::TrainConfig& c);
 // the cores the workers compute on, and nothing is hidden; measured in bench/README.md,
 // "overlap_compare.sh" and "pytorch/compare.py").
 bool OverlapOf(const config::TrainConfig& c, bool oversubscribed);
+
+// How the worker's waits wait (common/base/wait_policy.h): --busy-poll-ms. The one place a wait
+// setting becomes a WaitPolicy: the PS client's waits and the shared-memory barriers take it.
+WaitPolicy WaitPolicyOf(const config::TrainConfig& c);
 
 // ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO |
 // powersgd:RANK. ----

@@ -11,6 +11,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "common/base/logging.h"
+#include "common/base/wait_policy.h"
 #include "common/net/security.h"
 
 namespace gradsync {
@@ -38,7 +39,7 @@ constexpr int kSendTimeoutMs = 5000;
 }  // namespace
 
 void InflightCounter::WaitForZero() const {
-  while (n_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+  while (n_.load(std::memory_order_acquire) > 0) YieldCore();
 }
 
 Frame Frame::Copy(const void* data, size_t size) {

@@ -11,14 +11,23 @@ namespace gradsync::sim {
 Status AllreduceJob::Build() {
   const auto& t = j_.plan.run.train();
   const int N = j_.plan.workers;
-  rounds_ = t.sync_every();
+  rounds_ = {.every = t.sync_every(), .total_steps = j_.s.steps};
   compress_ = codecs_.on();
   low_rank_ = compress_ && codecs_.low_rank();
   summable_ = compress_ && !low_rank_ && codecs_.summable();
-  // As AllreduceSync (and the frontend) decide: a compressed gradient is averaged after backward,
-  // and the rounds' exchange is one all-reduce after the step; --overlap's default off where a
-  // host runs more workers than host_cores (OverlapOf, on the hosts the real job would make).
-  overlap_ = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed) && rounds_ == 0 && !compress_;
+  // AllreduceOverlaps, as the real worker decides (worker/sync_factory.h): a compressed gradient is
+  // averaged after backward, and the rounds' exchange is one all-reduce after the step;
+  // --overlap's default off where a host runs more workers than host_cores (OverlapOf, on the
+  // hosts the real job would make).
+  overlap_ = AllreduceOverlaps({.requested = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed),
+                               .compressed = compress_,
+                               .sparse = t.model() == "sparse_logreg",
+                               .on_device = t.device() != "cpu",
+                               .per_tensor_params = t.model() == "mlp" || t.model() == "softmax",
+                               .straggles = false,
+                               .rounds = rounds_.every > 0,
+                               .workers = N,
+                               .zero = t.zero()});
   const int last = static_cast<int>(j_.s.tensors.size()) - 1;
   if (low_rank_) {
     // PowerSGD's LowRankAverager: First, the all-reduce of the P factors and the whole tensors,
@@ -246,8 +255,8 @@ void AllreduceJob::BackwardTensor(int r, int i) {
     while (rk.ready < buckets_.size() && buckets_[rk.ready].last_tensor <= i) rk.ready++;
     const bool last = i + 1 >= static_cast<int>(j_.s.tensors.size());
     double local_update_ms = 0;  // rounds: the worker's own update (and at a round's end Δ), on its CPU
-    if (last && rounds_ > 0) {
-      if (!EndsRound(rk.clock)) {
+    if (last && rounds_.every > 0) {
+      if (!rounds_.EndsRound(rk.clock)) {
         rk.next_bucket = buckets_.size();  // nothing to reduce: the step's update alone (MaybeEndStep)
       } else {
         // The worker's update (its optimizer's cost) and Δ = global - own, then the buckets of Δ.
@@ -315,7 +324,7 @@ void AllreduceJob::MaybeEndStep(int r) {
   // is its kind's; one that ends a round the outer SGD).
   const int64_t total = j_.s.params;
   const double pass_us = j_.s.apply_ns_per_byte * 4 * static_cast<double>(total) / 1e3;
-  j_.cpus->Run(r, rounds_ > 0 && !EndsRound(rk.clock) ? j_.s.inner_optimizer_us : pass_us, [this, r] {
+  j_.cpus->Run(r, rounds_.every > 0 && !rounds_.EndsRound(rk.clock) ? j_.s.inner_optimizer_us : pass_us, [this, r] {
     auto& q = ranks_[static_cast<size_t>(r)];
     auto& rec = j_.rec[static_cast<size_t>(r)];
     rec.comm_ms = q.comm_busy_us / 1e3;

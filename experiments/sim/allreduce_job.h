@@ -10,6 +10,7 @@
 
 #include "allreduce/plan/schedule.h"
 #include "common/base/status.h"
+#include "common/config/sync_decisions.h"
 #include "experiments/sim/codec_costs.h"
 #include "experiments/sim/engine.h"
 #include "experiments/sim/job.h"
@@ -115,8 +116,7 @@ class AllreduceJob {
   bool overlap_ = true, compress_ = false, summable_ = false, low_rank_ = false;
   // Local SGD / DiLoCo (sync_every): steps a round; a step that ends none reduces nothing, one
   // that ends a round takes the worker's update and the pseudo-gradient (a pass each) first.
-  int64_t rounds_ = 0;
-  bool EndsRound(int64_t step) const { return (step + 1) % rounds_ == 0 || step + 1 == j_.s.steps; }
+  RoundSchedule rounds_;  // sync_every (every 0: no rounds), as PeriodicSync cuts them
   std::vector<Bucket> buckets_;
   std::vector<Rank> ranks_;
   std::map<int, Time> op_start_, backward_end_;

@@ -8,7 +8,7 @@ namespace gradsync::sim {
 Job::Job(const RunPlan& p, const SimSettings& settings, int hosts, uint64_t share_seed) : plan(p), s(settings) {
   // usable_cores is what a message-driven job gets of the cores: its threads sleep for their
   // messages and start late once woken. The ring's ranks poll for their peers' messages first
-  // (CollectiveOptions::spin_us, 1 ms) instead of sleeping: with no more ranks than cores, each
+  // (CollectiveOptions::mesh_wait, 1 ms) instead of sleeping: with no more ranks than cores, each
   // keeps its core and the job has all of them.
   const bool spinning = p.mode == config::ALLREDUCE && s.host_cores > 0 && p.workers <= s.host_cores;
   cpus = std::make_unique<Cpus>(engine, hosts, s.host_cores, spinning ? s.host_cores : s.usable_cores);

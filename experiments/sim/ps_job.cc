@@ -15,13 +15,21 @@ Status PsJob::Build() {
   part_ = std::make_unique<Partitioner>(total, S);
   compress_ = codecs_.on();
   compress_pull_ = compress_ && t.compress_pull();
-  rounds_ = t.sync_every();
+  rounds_ = {.every = t.sync_every(), .total_steps = j_.s.steps};
   compensates_ = t.has_delay_compensation() && j_.plan.mode != config::BSP;
-  // As PsTrainer decides per worker: a straggling worker runs without overlap, the others with
-  // it where the run allows it (rounds: never), by default not where the workers' host (the hosts
-  // the real job's addresses would make) runs more of them than host_cores (OverlapOf).
-  const bool overlap = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed) && !compress_ && (t.model() == "mlp" || t.model() == "softmax") &&
-                       t.device() == "cpu" && rounds_ == 0;
+  // PsOverlaps, as the real worker decides (worker/sync_factory.h), per worker: a straggling worker
+  // runs without overlap; by default none where the workers' host (the hosts the real job's
+  // addresses would make) runs more of them than host_cores (OverlapOf). The dense CPU models'
+  // forward waits for each layer's parameters (Model::waits_for_params).
+  OverlapFacts facts{.requested = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed),
+                     .compressed = compress_,
+                     .sparse = t.model() == "sparse_logreg",
+                     .on_device = t.device() != "cpu",
+                     .per_tensor_params = t.model() == "mlp" || t.model() == "softmax",
+                     .straggles = false,
+                     .rounds = rounds_.every > 0,
+                     .workers = N,
+                     .zero = 0};
   // Without overlap: the whole model is one forward group, a piece per shard.
   plain_.group_floats.assign(1, total);
   for (int k = 0; k < S; ++k) plain_.pieces.push_back({k, part_->range(k), 0});
@@ -54,7 +62,8 @@ Status PsJob::Build() {
   workers_.resize(static_cast<size_t>(N));
   for (int w = 0; w < N; ++w) {
     auto& wk = workers_[static_cast<size_t>(w)];
-    wk.layout = overlap && j_.plan.stragglers.count(w) == 0 ? &overlapped_ : &plain_;
+    facts.straggles = j_.plan.stragglers.count(w) > 0;
+    wk.layout = PsOverlaps(facts) ? &overlapped_ : &plain_;
     wk.pending.assign(wk.layout->group_floats.size(), 0);
     wk.version.assign(static_cast<size_t>(S), 0);
     wk.pushed.assign(static_cast<size_t>(S), 0);
@@ -257,7 +266,7 @@ void PsJob::PushPiece(int w, int64_t c, const Piece& p, size_t encoded_payload) 
 }
 
 void PsJob::FinishStep(int w, int64_t c) {
-  if (rounds_ > 0) {
+  if (rounds_.every > 0) {
     FinishLocalStep(w, c);
     return;
   }
@@ -288,7 +297,7 @@ void PsJob::PushEncoded(int w, int64_t c, size_t i) {
 
 void PsJob::FinishLocalStep(int w, int64_t c) {
   auto& wk = workers_[static_cast<size_t>(w)];
-  const bool ends_round = EndsRound(wk.step);
+  const bool ends_round = rounds_.EndsRound(wk.step);
   // The worker's optimizer on its own model (LocalSync: its own kind's cost), and at a round's
   // end Δ = global - own.
   const double pass_us = j_.s.apply_ns_per_byte * 4.0 * static_cast<double>(TotalFloats()) / 1e3;
@@ -321,7 +330,7 @@ void PsJob::EndStep(int w, int64_t c) {
   j_.worker_steps++;
   wk.step++;
   // A round's last step pushed clock c; the round's other steps stay at it.
-  const bool next_clock = rounds_ == 0 || wk.step % rounds_ == 0 || wk.step >= j_.s.steps;
+  const bool next_clock = rounds_.every == 0 || wk.step % rounds_.every == 0 || wk.step >= j_.s.steps;
   if (next_clock) wk.clock = c + 1;
   (void)j_.Row(w, wk.step);
   if (w == 0 && j_.EvalDue(wk.step)) (void)j_.EvalRow(wk.step);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/base/segment.h"
+#include "common/config/sync_decisions.h"
 #include "common/base/status.h"
 #include "common/obs/process_summary.h"
 #include "common/ps/consistency.h"
@@ -122,9 +123,8 @@ class PsJob {
   void FinishLocalStep(int w, int64_t c);
   // A step that starts no round: its forward at once (no pull).
   void ComputeStep(int w, int64_t c);
-  bool EndsRound(int64_t step) const { return (step + 1) % rounds_ == 0 || step + 1 == j_.s.steps; }
   // The clocks the workers end with: the steps, or with rounds the rounds.
-  int64_t FinalClock() const { return rounds_ > 0 ? (j_.s.steps + rounds_ - 1) / rounds_ : j_.s.steps; }
+  int64_t FinalClock() const { return rounds_.every > 0 ? (j_.s.steps + rounds_.every - 1) / rounds_.every : j_.s.steps; }
   // A push's piece at its shard: decoded and applied; with its push's last piece the consistency
   // rule takes the push (aggregating: the round's sum is applied once it is complete).
   void ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool compressed);
@@ -133,7 +133,7 @@ class PsJob {
   Codecs& codecs_;
   std::unique_ptr<Partitioner> part_;
   bool compress_ = false, compress_pull_ = false;
-  int64_t rounds_ = 0;  // sync_every: steps a round (0: every step pushes and pulls)
+  RoundSchedule rounds_;  // sync_every: steps a round (every 0: every step pushes and pulls)
   // Delay compensation (ssp, asp): a shard copies what each pull read (a pass over its values)
   // and corrects each push before applying it (two passes: the drift, then the correction).
   bool compensates_ = false;

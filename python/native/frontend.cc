@@ -13,8 +13,8 @@
 #include "common/config/train_flags.h"
 #include "common/obs/trace.h"
 #include "worker/allreduce_sync.h"
-#include "worker/periodic_sync.h"
 #include "worker/ps_sync.h"
+#include "worker/sync_factory.h"
 #include "worker/train_options.h"
 
 namespace gradsync::python {
@@ -390,72 +390,44 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   if (c.momentum_correction()) {
     throw StatusError(InvalidArgumentError("--momentum-correction: not supported by the Python frontend"));
   }
-  if (c.sync_every() > 0) {
-    BuildPeriodic(train, compress, feedback);
-  } else if (IsPsMode(c.mode())) {
-    auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
-    ThrowIfError(client.status());
-    client_ = std::move(client).value();
-    PsTrainOptions po = PsOptionsFrom(c, train, link.rank, link.table.workers_size(), link.oversubscribed);
-    po.recovery_timeout_s = 0;  // a PyTorch step cannot be redone for the caller
-    po.compression = compress;
-    po.error_feedback = feedback;
-    // fp16's loss scale is the script's (gradsync.torch.GradScaler), which unscales the
-    // gradient, or zeroes an overflowed one, before the push.
-    po.train.precision = Precision::kFp32;
-    overlapped_ = po.overlap && compress.empty();
-    std::unique_ptr<PsSyncBase> ps;
-    if (overlapped_) {
-      ps = std::make_unique<PsOverlapSync>(po, model_.get(), client_.get(), link.scheduler.get());
-    } else {
-      ps = std::make_unique<PsSync>(po, model_.get(), client_.get(), link.scheduler.get());
-    }
-    shard_state_ = std::make_unique<FrontendShardState>(client_.get(), ps.get(), model_.get(), train.optimizer,
-                                                        po.request_timeout_s);
-    sync_ = std::move(ps);
-    kind_ = overlapped_ ? "ps-overlap" : "ps";
-  } else if (c.mode() == config::ALLREDUCE) {
-    AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train, link.oversubscribed);
-    ao.compression = compress;
-    ao.error_feedback = feedback;
-    ao.apply_update = false;
-    overlapped_ = ao.overlap && compress.empty() && link.num_workers() > 1;
-    sync_ = std::make_unique<AllreduceSync>(ao, model_.get(), link.ring.get());
-    kind_ = overlapped_ ? "allreduce-overlap" : "allreduce";
-  }
-}
-
-void FrontendSync::BuildPeriodic(const LocalTrainOptions& train, const std::string& compress, bool feedback) {
-  // Local SGD / DiLoCo: PyTorch's optimizer steps the worker's own model every step (before
-  // FinishStep); every sync_every steps the pseudo-gradient goes through the mode's own sync over
-  // the global model, which applies the outer SGD (PS: the shards; all-reduce: every rank).
-  const config::TrainConfig& c = job_->train();
-  JobLink& link = job_->link();
   const bool ps = IsPsMode(c.mode());
+  if (!ps && c.mode() != config::ALLREDUCE) return;  // local: the script's own optimizer alone
   if (ps) {
     auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
     ThrowIfError(client.status());
     client_ = std::move(client).value();
   }
-  sync_ = std::make_unique<PeriodicSync>(
-      train, model_.get(), /*inner=*/nullptr,
-      [&](Model* global, const LocalTrainOptions& outer) -> std::unique_ptr<GradientSync> {
-        if (ps) {
-          PsTrainOptions po = PsOptionsFrom(c, outer, link.rank, link.table.workers_size(), link.oversubscribed);
-          po.recovery_timeout_s = 0;
-          po.compression = compress;
-          po.error_feedback = feedback;
-          po.overlap = false;
-          return std::make_unique<PsSync>(po, global, client_.get(), link.scheduler.get());
-        }
-        AllreduceTrainOptions ao = AllreduceOptionsFrom(c, outer, link.oversubscribed);
-        ao.compression = compress;
-        ao.error_feedback = feedback;
-        ao.overlap = false;
-        return std::make_unique<AllreduceSync>(ao, global, link.ring.get());
-      });
-  sync_every_ = c.sync_every();
-  kind_ = ps ? "rounds-ps" : "rounds-allreduce";
+  // The sync gradsync-worker would build for these settings (worker/sync_factory.h), with the
+  // script's optimizer making each update: PyTorch's optimizer steps before FinishStep (rounds:
+  // every step, the outer SGD the sync's own every sync_every steps), all-reduce leaves the
+  // averaged gradient for it (apply_update false), the shards update the PS modes' parameters.
+  SyncRecipe recipe;
+  recipe.ps = ps;
+  recipe.local_update = false;
+  if (ps) {
+    recipe.ps_options = PsOptionsFrom(c, train, link.rank, link.table.workers_size(), link.oversubscribed);
+    recipe.ps_options.recovery_timeout_s = 0;  // a PyTorch step cannot be redone for the caller
+    recipe.ps_options.compression = compress;
+    recipe.ps_options.error_feedback = feedback;
+    // fp16's loss scale is the script's (gradsync.torch.GradScaler), which unscales the
+    // gradient, or zeroes an overflowed one, before the push.
+    recipe.ps_options.train.precision = Precision::kFp32;
+  } else {
+    recipe.allreduce_options = AllreduceOptionsFrom(c, train, link.oversubscribed);
+    recipe.allreduce_options.compression = compress;
+    recipe.allreduce_options.error_feedback = feedback;
+    recipe.allreduce_options.apply_update = false;
+  }
+  const SyncLinks links{.client = client_.get(), .scheduler = link.scheduler.get(), .collective = link.ring.get()};
+  BuiltSync built = MakeGradientSync(recipe, model_.get(), links);
+  if (built.ps != nullptr) {
+    shard_state_ = std::make_unique<FrontendShardState>(client_.get(), built.ps, model_.get(), train.optimizer,
+                                                        recipe.ps_options.request_timeout_s);
+  }
+  sync_ = std::move(built.sync);
+  overlapped_ = built.overlapped;
+  kind_ = built.kind;
+  if (c.sync_every() > 0) sync_every_ = c.sync_every();
 }
 
 double FrontendSync::Straggle(double compute_ms) {

@@ -195,9 +195,6 @@ class FrontendSync {
   FrontendShardState& shard_state();
 
  private:
-  // The sync of --sync-every: a PeriodicSync with no inner update (PyTorch's optimizer steps).
-  void BuildPeriodic(const LocalTrainOptions& train, const std::string& compress, bool feedback);
-
   FrontendJob* job_;
   std::unique_ptr<ExternalModel> model_;
   std::unique_ptr<PsClient> client_;

@@ -334,7 +334,7 @@ TEST(ShmAllReduceTest, AStalledRankFailsTheOthersNamingIt) {
     CollectiveOptions opt;
     opt.shm = true;
     opt.timeout_s = 0.5;
-    opt.shm_busy_poll_ms = poll_ms;
+    opt.shm_wait.busy_poll_ms = poll_ms;
     auto [st, took] = WithAStalledRank(opt, 2);
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << poll_ms << ": " << st[r];

@@ -9,7 +9,7 @@
 #include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
 #include "tests/support/temp_dir.h"
-#include "worker/allreduce_trainer.h"
+#include "worker/job_trainer.h"
 
 namespace gradsync::testing {
 namespace {

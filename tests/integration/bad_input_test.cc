@@ -17,7 +17,7 @@
 #include "server/server.h"
 #include "tests/support/wire_request.h"
 #include "worker/ps_client.h"
-#include "worker/ps_trainer.h"
+#include "worker/job_trainer.h"
 
 namespace gradsync {
 namespace {

@@ -1,9 +1,9 @@
-// A worker that polls for its replies before sleeping (PsClient::set_busy_poll_ms, --busy-poll-ms)
+// A worker that polls for its replies before sleeping (PsClient::set_wait_policy, --busy-poll-ms)
 // polls (its count of polls grows; a worker that does not poll counts none), still keeps its
 // request timeout, polling longer than the timeout included, and takes a reply that comes while
 // it polls. A bsp job of 1 server and 2 workers over 127.0.0.1: worker 0's pull of clock 1 is
 // held until worker 1 pushes clock 0. The shared-memory all-reduce's barrier likewise polls only
-// when asked (ShmGroup::set_busy_poll_ms).
+// when asked (ShmGroup::set_wait_policy).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -35,7 +35,7 @@ TEST(BusyPollTest, AWaitThatPollsKeepsItsTimeoutAndTakesTheReplyWhenItComes) {
   ASSERT_TRUE(job.Start().ok());
   auto w0 = std::move(PsClient::Create(ctx, job.table(), 0, Layout(), &job.worker(0))).value();
   auto w1 = std::move(PsClient::Create(ctx, job.table(), 1, Layout(), &job.worker(1))).value();
-  w0->set_busy_poll_ms(1000);  // longer than the timeouts below
+  w0->set_wait_policy({.busy_poll_ms = 1000, .pause_spins = 0, .min_polls = 0});  // longer than the timeouts below
   std::vector<float> p0(kParams, 1.0f), p1(kParams, 1.0f), g0(kParams, 1.0f), g1(kParams, 3.0f);
   const Status init = w0->Init(testing::OneTensorJob(kParams, 2, 0.1f), p0, 30);
   ASSERT_TRUE(init.ok()) << init;
@@ -90,7 +90,7 @@ TEST(BusyPollTest, ASharedMemoryBarrierPollsOnlyWhenAsked) {
     ASSERT_TRUE(attached.ok()) << attached.status();
     std::unique_ptr<ShmGroup> g1 = std::move(attached).value();
     g0->Unpublish();
-    g0->set_busy_poll_ms(poll_ms);
+    g0->set_wait_policy({.busy_poll_ms = poll_ms, .pause_spins = 0, .min_polls = 0});
     const ShmGroup::Reducer sum = [](void* out, const void* in, size_t k) {
       for (size_t i = 0; i < k; ++i) static_cast<float*>(out)[i] += static_cast<const float*>(in)[i];
     };

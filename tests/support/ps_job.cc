@@ -13,9 +13,8 @@
 #include "common/ps/ps_protocol.h"
 #include "server/scheduler.h"
 #include "tests/support/fake_device.h"
-#include "worker/allreduce_trainer.h"
+#include "worker/job_trainer.h"
 #include "worker/ps_client.h"
-#include "worker/ps_trainer.h"
 
 namespace gradsync::testing {
 

@@ -113,9 +113,9 @@ TEST(PeriodicSyncTest, RoundsOfHStepsTheLastOneShorter) {
   // 12 steps in rounds of 5: steps 0-4, 5-9, 10-11.
   EXPECT_EQ(outer->shape_.total_steps, 3);
   EXPECT_EQ(outer->calls, (std::vector<std::string>{"begin 0", "finish 0", "begin 1", "finish 1", "begin 2", "finish 2"}));
-  EXPECT_TRUE(sync.EndsRound(4));
-  EXPECT_FALSE(sync.EndsRound(5));
-  EXPECT_TRUE(sync.EndsRound(11));
+  EXPECT_TRUE(sync.rounds().EndsRound(4));
+  EXPECT_FALSE(sync.rounds().EndsRound(5));
+  EXPECT_TRUE(sync.rounds().EndsRound(11));
 }
 
 // The worker's own model trains within a round; an evaluation there sees the global model (the

@@ -47,7 +47,7 @@ TEST(WorkerLaneTest, APushWaitsForTheShardAndPullsNeverOverlap) {
   EXPECT_FALSE(c.TakesPush(std::vector<Segment>{{100, 200}, {300, 400}}, -1)) << "a push's segments are contiguous";
   int progress = 0;
   auto fail_third = [&]() -> Status { return ++progress < 3 ? OkStatus() : UnavailableError("the shard is dead"); };
-  ASSERT_TRUE(c.OpenPush(fail_third).ok());
+  ASSERT_TRUE(c.OpenPush(WaitPolicy{}, fail_third).ok());
   EXPECT_EQ(progress, 0) << "the push area was free";
   ValueRef at;
   ASSERT_TRUE(c.SendPush(runs, grads, &at).ok());
@@ -56,11 +56,11 @@ TEST(WorkerLaneTest, APushWaitsForTheShardAndPullsNeverOverlap) {
   EXPECT_EQ(shard->push_area()[0], 100.0f);
   EXPECT_EQ(shard->push_area()[999], 1099.0f);
   // The shard still reads push 1: the next one waits, handling replies, and ends with their error.
-  Status held = c.OpenPush(fail_third);
+  Status held = c.OpenPush(WaitPolicy{}, fail_third);
   EXPECT_EQ(held.code(), StatusCode::kUnavailable) << held;
   EXPECT_EQ(progress, 3);
   shard->Consume(1);
-  ASSERT_TRUE(c.OpenPush(fail_third).ok());
+  ASSERT_TRUE(c.OpenPush(WaitPolicy{}, fail_third).ok());
   ASSERT_TRUE(c.SendPush(runs, grads, &at).ok());
   EXPECT_EQ(at.seq, 2u);
 
@@ -129,7 +129,7 @@ TEST(WorkerChannelsTest, LanesGoToShardsOnThisHostAndADroppedOnesBytesStillCount
   ASSERT_NE(lane, nullptr);
   std::vector<float> grads(2000, 1.0f);
   ValueRef at;
-  ASSERT_TRUE(lane->OpenPush([] { return OkStatus(); }).ok());
+  ASSERT_TRUE(lane->OpenPush(WaitPolicy{}, [] { return OkStatus(); }).ok());
   ASSERT_TRUE(lane->SendPush(first, grads, &at).ok());
   EXPECT_EQ(channels.bytes(wire::CHANNEL_LANE).pushed, 4000u);
 

@@ -20,6 +20,7 @@
 #include "common/base/segment.h"
 #include "common/base/status.h"
 #include "common/base/tensor.h"
+#include "common/base/wait_policy.h"
 #include "common/ps/ps_protocol.h"
 
 namespace gradsync {
@@ -49,9 +50,10 @@ class WorkerChannel {
   virtual bool TakesPush(std::span<const Segment> segments, int64_t whole) const = 0;
   virtual bool TakesPull(std::span<const Segment> segments, int64_t whole) const = 0;
 
-  // Opens a push through this channel: waits (running `progress`) until the shard has let go of
-  // the previous one where the channel holds one push at a time. An error: the shard did not.
-  virtual Status OpenPush(const Progress& progress) = 0;
+  // Opens a push through this channel: waits (polling as `wait` says, then running `progress`)
+  // until the shard has let go of the previous one where the channel holds one push at a time.
+  // An error: the shard did not.
+  virtual Status OpenPush(const WaitPolicy& wait, const Progress& progress) = 0;
   // Sends the values of `segments` (contiguous) of the open push from `grads` and names them in
   // *at. An error: the channel broke and sent nothing usable (the caller drops it; the values go
   // over ZeroMQ).

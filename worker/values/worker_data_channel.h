@@ -24,7 +24,7 @@ class WorkerDataChannel : public WorkerChannel {
   wire::Channel kind() const override { return wire::CHANNEL_DATA; }
   bool TakesPush(std::span<const Segment> segments, int64_t whole) const override;
   bool TakesPull(std::span<const Segment> segments, int64_t whole) const override;
-  Status OpenPush(const Progress&) override { return OkStatus(); }
+  Status OpenPush(const WaitPolicy&, const Progress&) override { return OkStatus(); }
   Status SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) override;
   void SendPull(RequestId, std::span<const Segment>, ValueRef* at) override { at->channel = wire::CHANNEL_DATA; }
   // Frames older than the reply's (their header was lost) are skipped.

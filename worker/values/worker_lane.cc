@@ -1,14 +1,16 @@
 #include "worker/values/worker_lane.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 namespace gradsync {
 namespace {
 // How long a push waits for a shard to release its lane's push area (bsp: until the round of the
 // previous push is applied, which a normal step, pulling in between, never waits for).
 constexpr int kLaneWaitSeconds = 600;
+// Yields a push makes for the lane before it handles replies, whatever the polling asked for.
+constexpr int kOpenPushPolls = 256;
 }  // namespace
 
 Result<std::unique_ptr<WorkerLane>> WorkerLane::Attach(const Segment& range, const AskShard& ask, double timeout_s) {
@@ -39,9 +41,14 @@ bool WorkerLane::TakesPull(std::span<const Segment> segments, int64_t) const {
   return true;
 }
 
-Status WorkerLane::OpenPush(const Progress& progress) {
+Status WorkerLane::OpenPush(const WaitPolicy& wait, const Progress& progress) {
   auto free = [&] { return lane_.consumed() >= sent_; };
-  for (int spin = 0; spin < 256 && !free(); ++spin) std::this_thread::yield();
+  // The shard usually lets go within microseconds: the client's polling, and at least
+  // kOpenPushPolls yields, before replies are handled.
+  WaitPolicy policy = wait;
+  policy.min_polls = std::max(policy.min_polls, kOpenPushPolls);
+  for (Waiter waiter(policy); !free() && waiter.Poll();) {
+  }
   // The shard holds the previous push (bsp: until its round is applied). Replies are handled
   // meanwhile, and a dead shard ends the wait.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kLaneWaitSeconds);

@@ -21,7 +21,7 @@ class WorkerLane : public WorkerChannel {
   wire::Channel kind() const override { return wire::CHANNEL_LANE; }
   bool TakesPush(std::span<const Segment> segments, int64_t whole) const override;
   bool TakesPull(std::span<const Segment> segments, int64_t whole) const override;
-  Status OpenPush(const Progress& progress) override;
+  Status OpenPush(const WaitPolicy& wait, const Progress& progress) override;
   Status SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) override;
   void SendPull(RequestId id, std::span<const Segment> segments, ValueRef* at) override;
   Status ReadPull(const PsReply& r, float* target) override;
