@@ -291,7 +291,7 @@ def broadcast_parameters(params, root_rank=0):
 def _ps_optimizers_holding(tensors):
     """The live DistributedOptimizers whose shards hold the parameters (PS modes) and whose flat
     parameter buffer one of `tensors` lies in (a parameter, or a state_dict's detached view of one)."""
-    opts = [o for o in live.unfinished() if o._gs_ps]
+    opts = [o for o in live.unfinished() if o._gs_strategy.shards_step]
     if not opts or not tensors:
         return []
     held = []

@@ -17,7 +17,7 @@ def join(device=-1):
     join() or, when all run the same number of steps, finish()."""
     job = _job.job()
     opts = live.unfinished()
-    if job.mode == "allreduce" and job.size > 1 and any(o._gs_rounds for o in opts):
+    if job.mode == "allreduce" and job.size > 1 and any(o._gs_strategy.rounds for o in opts):
         raise ValueError("join() in mode allreduce with --sync-every is not supported: every rank must take part "
                          "in every round (run the same number of steps and call finish(); the PS modes can join)")
     for o in opts:
@@ -28,7 +28,7 @@ def join(device=-1):
         header = None
         while header is None or header.active:
             for o in opts:  # the others step every optimizer, in the order they were built
-                header = o._gs_zero_step(collectives.JOINED)
+                header = o._gs_strategy.zero_step(o, collectives.JOINED)
         for o in opts:
             o._gs_end(True, join=True)
         return max(range(job.size), key=lambda r: (header.steps[r], r))
@@ -57,7 +57,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
                          % (root_rank, len(groups), len(optimizer.param_groups)))
     for g, options in zip(optimizer.param_groups, groups):
         g.update(options)
-    if getattr(optimizer, "_gs_ps", False):
+    if getattr(getattr(optimizer, "_gs_strategy", None), "shards_step", False):
         return
     state = collectives.broadcast_object(optimizer.state_dict()["state"], root_rank)
     if job.rank != root_rank:
