@@ -122,7 +122,7 @@ Status Server::BuildShard(const wire::JobConfig& job, const wire::ShardCheckpoin
   GRADSYNC_LOG(INFO) << "server " << rank_ << ": holds [" << range.begin << ", " << range.end << ") of "
                      << job.num_params() << " parameters; lr " << job.lr() << " (" << job.lr_schedule() << "), "
                      << OptimizerText(opt);
-  if (const DelayCompensation* dc = core_->delay_compensation()) {
+  if (const DelayCompensation* dc = AsDelayCompensation(core_->transform())) {
     GRADSYNC_LOG(INFO) << "server " << rank_ << ": delay compensation, lambda " << dc->options().lambda
                        << (dc->options().adaptive ? " (adaptive)" : "") << ": keeps each worker's last pull of this shard, "
                        << std::fixed << std::setprecision(2)
@@ -266,7 +266,7 @@ Status Server::HandlePull(PsRequest r, Message& m) {
     // A worker that ended training will never push what this pull waits for.
     return core_->rule().BlockedError(r.clock, *blocker);
   } else {
-    core_->Park(std::move(r), std::move(m), SteadyMs());
+    parked_.Park(std::move(r), std::move(m), SteadyMs());
   }
   return OkStatus();
 }
@@ -296,8 +296,8 @@ void Server::AnswerPull(const PsRequest& r, const Message& m, std::span<const ui
 
 void Server::AnswerParked() {
   const double now = SteadyMs();
-  for (ShardCore::Due& due : core_->TakeDue()) {
-    ShardCore::Parked& p = due.parked;
+  for (ParkedRequests::Due& due : parked_.TakeDue(core_->rule())) {
+    ParkedRequests::Parked& p = due.parked;
     if (!due.refused.ok()) {
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": pull " << p.pull.clock << " of worker " << p.pull.worker
                             << " can never be answered: " << due.refused.message();

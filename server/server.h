@@ -35,8 +35,10 @@
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
 #include "server/membership.h"
+#include "server/parked_requests.h"
 #include "server/replication/replication.h"
 #include "server/replication/shard_replication.h"
+#include "server/shard/delay_compensation.h"
 #include "server/shard/push_assembler.h"
 #include "server/shard/shard_checkpointer.h"
 #include "server/shard/shard_core.h"
@@ -144,7 +146,7 @@ class Server {
   // The shard's version: the gradients applied to it since INIT (0 before INIT).
   int64_t version() const;
   // Delay compensation (the job's, ssp/asp), or null: its memory and its counts.
-  const DelayCompensation* delay_compensation() const { return built() ? core_->delay_compensation() : nullptr; }
+  const DelayCompensation* delay_compensation() const { return built() ? AsDelayCompensation(core_->transform()) : nullptr; }
 
  private:
   Server(TransportContext& ctx, ServerOptions options, Socket socket)
@@ -233,6 +235,7 @@ class Server {
   std::atomic<bool> stop_{false};
   int rank_ = -1;
   wire::ClusterTable table_;
+  ParkedRequests parked_;  // pulls the rule holds back, with their messages
   std::unique_ptr<ShardCore> core_;  // the shard, its consistency rule and its open round (made once registered)
   Membership membership_;  // who speaks for each worker, what a restore held, the scheduler's news
   int64_t listening_ = -1;  // the limit last announced with LISTENING

@@ -201,6 +201,7 @@ Status Server::Rejoin() {
     // A backup serves its shard now: what this server held is stale. It keeps no shard and
     // catches up as a backup, from the snapshots the primaries send it.
     core_->Reset();
+    parked_.Clear();
     core_->state_sets().Clear();
     codecs_ = ShardCodecs();
     replication_->BecomeStandby(rank_);
@@ -212,7 +213,7 @@ Status Server::Rejoin() {
   membership_.Restored(core_->rule().pushed_all());
   stats_.restored = true;
   membership_.ForgetConnections();
-  core_->ClearParked();
+  parked_.Clear();
   core_->ForgetAllParts();
   core_->state_sets().Clear();
   RETURN_IF_ERROR(ApplyMessageLimit());

@@ -40,7 +40,7 @@ Status Server::HandleStatePull(PsRequest r, Message& m) {
   } else if (auto blocker = core_->rule().Blocker(r.worker, r.clock)) {
     return core_->rule().BlockedError(r.clock, *blocker);  // its point never comes
   } else {
-    core_->Park(std::move(r), std::move(m), SteadyMs());
+    parked_.Park(std::move(r), std::move(m), SteadyMs());
   }
   return OkStatus();
 }
@@ -80,7 +80,8 @@ Status Server::HandleStatePush(const PsRequest& r, const Message& m) {
     core_->state_sets().Drop(w);  // a bad message drops the whole set: nothing of it is applied
     return s;
   }
-  ASSIGN_OR_RETURN(const StateSets::Set* set, core_->state_sets().Add(r, m, core_->shard()));
+  ASSIGN_OR_RETURN(const StateSets::Set* set, core_->state_sets().Add(
+                                                   r, m.peer, [&m](float* dst) { m.CopyValues(dst); }, core_->shard()));
   if (!set->complete) {
     PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, rank_);
     reply.version = core_->shard().version();

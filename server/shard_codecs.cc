@@ -1,8 +1,37 @@
 #include "server/shard_codecs.h"
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
 #include "common/obs/trace.h"
 
 namespace gradsync {
+
+PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> keys, Frame* received,
+                    const float* values, size_t n, std::vector<float>* decoded) {
+  PushChunk c;
+  c.segments = std::move(segments);
+  c.keys.assign(keys.begin(), keys.end());
+  // A frame's bytes are kept where they are (heap memory that moves with the frame), unless
+  // they are few (ZeroMQ keeps a small message's bytes inside the message object, which moves)
+  // or not float-aligned: then they are copied.
+  constexpr size_t kInlineBytes = 64;
+  if (values == received->data() && n * sizeof(float) > kInlineBytes &&
+      reinterpret_cast<uintptr_t>(values) % alignof(float) == 0) {
+    // The frame is held by the chunk's lease, where its bytes stay.
+    auto frame = std::make_shared<Frame>(std::move(*received));
+    c.shared = static_cast<const float*>(frame->data());
+    c.lease = std::shared_ptr<const float>(frame, c.shared);
+  } else if (values == decoded->data() && n > 0) {
+    c.owned.swap(*decoded);  // a decoded push: its buffer changes hands
+  } else {
+    c.owned.resize(std::max<size_t>(n, 1));  // never empty: values() reads owned
+    if (n > 0) std::memcpy(c.owned.data(), values, n * sizeof(float));
+  }
+  return c;
+}
+
 
 Result<ShardCodecs> ShardCodecs::ForJob(const wire::JobConfig& job, Segment range) {
   ShardCodecs c;

@@ -17,8 +17,16 @@
 #include "compression/pull_delta.h"
 #include "gradsync.pb.h"
 #include "server/shard/kv_shard.h"
+#include "server/shard/push_assembler.h"
 
 namespace gradsync {
+
+// The values of a validated push message as a chunk that outlives the message (PushChunk): `values` (n
+// floats) point into `received` (then its frame is taken when that is safe) or into *decoded
+// (then that buffer changes hands), else they are copied.
+PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> keys, Frame* received,
+                    const float* values, size_t n, std::vector<float>* decoded);
+
 
 class ShardCodecs {
  public:

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/obs/trace.h"
+
 namespace gradsync {
 
 DelayCompensation::DelayCompensation(const DelayCompensationOptions& options, Segment range, int num_workers)
@@ -19,6 +21,22 @@ void DelayCompensation::Pulled(int worker, std::span<const Segment> segments, st
     const int64_t local = s.begin - range_.begin;
     std::copy_n(params.begin() + local, s.size(), mine.begin() + local);
   }
+}
+
+void DelayCompensation::Transform(int worker, HeldPush* push, std::span<const float> params) {
+  TraceSpan span("delay compensation", "server", {{"worker", static_cast<double>(worker)}});
+  bool known = true;
+  for (PushChunk& c : push->chunks) {
+    PushChunk out;
+    out.segments = std::move(c.segments);
+    out.absent = std::move(c.absent);
+    size_t n = 0;
+    for (const Segment& s : out.segments) n += static_cast<size_t>(s.size());
+    out.owned.resize(n);
+    known = Correct(worker, out.segments, c.values(), params, out.owned.data());
+    c = std::move(out);  // the values as they came are let go
+  }
+  Counted(known);
 }
 
 bool DelayCompensation::Correct(int worker, std::span<const Segment> segments, const float* values,

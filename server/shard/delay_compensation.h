@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/base/segment.h"
+#include "server/shard/gradient_transform.h"
 
 namespace gradsync {
 
@@ -31,14 +32,17 @@ struct DelayCompensationOptions {
   float epsilon = 1e-7f;
 };
 
-class DelayCompensation {
+class DelayCompensation final : public GradientTransform {
  public:
   // `range`: the shard's flat range; workers 0..num_workers-1.
   DelayCompensation(const DelayCompensationOptions& options, Segment range, int num_workers);
 
   // Worker w's pull of `segments` (flat, inside the range) was answered with the shard's
   // parameters `params` (the whole range) as they are now.
-  void Pulled(int worker, std::span<const Segment> segments, std::span<const float> params);
+  void Pulled(int worker, std::span<const Segment> segments, std::span<const float> params) override;
+  // Each chunk of worker w's push replaced by its corrected values (Correct, chunk by chunk, into
+  // chunks of their own: the values as they came are let go), counted once.
+  void Transform(int worker, HeldPush* push, std::span<const float> params) override;
   // Worker w's gradient `values` over `segments` (flat, in order) corrected into `out` (as many
   // values), against the shard's parameters now. False, and `out` the gradient as it came, when
   // worker w has not pulled from this shard yet. A push in parts is corrected part by part;
@@ -67,5 +71,10 @@ class DelayCompensation {
   int64_t corrected_ = 0, uncorrected_ = 0;
   double gradient_sq_ = 0, correction_sq_ = 0;  // Σg², Σ(g' − g)² over the corrected elements
 };
+
+// `t` as DelayCompensation (its counters and memory, for the server's log and summary), or null.
+inline const DelayCompensation* AsDelayCompensation(const GradientTransform* t) {
+  return dynamic_cast<const DelayCompensation*>(t);
+}
 
 }  // namespace gradsync

@@ -15,35 +15,24 @@
 
 #include "common/base/segment.h"
 #include "common/base/status.h"
-#include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"
 
 namespace gradsync {
 
 // One message's share of a push: its segments and keys, and its values, kept without a copy
-// where the received frame is float-aligned and large enough to live outside the frame object.
+// where the channel they came through can lend them.
 struct PushChunk {
   std::vector<Segment> segments;
   std::vector<uint64_t> keys;
   std::vector<uint32_t> absent;  // tensors without a gradient (PsRequest::absent_tensors)
-  Frame frame;               // the received values, when they are read in place
-  std::vector<float> owned;  // or decoded / realigned / small values
-  // Or where another channel lent them (a worker's shared-memory lane, a data channel's frame
-  // buffer): `shared` points at them, `lease` holds them until the chunk goes.
+  std::vector<float> owned;      // decoded, realigned, corrected or small values
+  // Or where a channel lent them (a received ZeroMQ frame, a worker's shared-memory lane, a data
+  // channel's frame buffer): `shared` points at them, `lease` holds them until the chunk goes.
   const float* shared = nullptr;
   std::shared_ptr<const float> lease;
-  // Read where they are now: a chunk moves (into a round, a vector), and so does a frame.
-  const float* values() const {
-    if (shared != nullptr) return shared;
-    return owned.empty() ? static_cast<const float*>(frame.data()) : owned.data();
-  }
+  // Read where they are now (a chunk moves: into a round, a vector).
+  const float* values() const { return shared != nullptr ? shared : owned.data(); }
 };
-
-// The values of a validated push message as a chunk that outlives the message: `values` (n
-// floats) point into `received` (then its frame is taken when that is safe) or into *decoded
-// (then that buffer changes hands), else they are copied.
-PushChunk TakeChunk(std::vector<Segment> segments, std::span<const uint64_t> keys, Frame* received,
-                    const float* values, size_t n, std::vector<float>* decoded);
 
 // A push: one message, or the parts of an overlapped push.
 struct HeldPush {

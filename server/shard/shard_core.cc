@@ -101,21 +101,7 @@ Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank) {
   ASSIGN_OR_RETURN(std::unique_ptr<KvShard> shard, MakeShardForJob(job, num_servers, rank, rule_.aggregates()));
   if (apply_threads_ > 1 && !pool_) pool_ = std::make_unique<ParallelFor>(apply_threads_);
   shard->set_parallel(pool_.get());
-  dc_.reset();
-  if (job.has_delay_compensation()) {
-    if (!(std::isfinite(job.delay_compensation()) && job.delay_compensation() >= 0)) {
-      return InvalidArgumentError("INIT: delay compensation must be finite and >= 0");
-    }
-    for (const auto& t : job.tensors()) {
-      if (t.sparse()) return InvalidArgumentError("INIT: delay compensation applies to dense models");
-    }
-  }
-  if (job.has_delay_compensation() && !rule_.aggregates()) {
-    DelayCompensationOptions o;
-    o.lambda = job.delay_compensation();
-    o.adaptive = job.delay_compensation_adaptive();
-    dc_ = std::make_unique<DelayCompensation>(o, shard->range(), job.num_workers());
-  }
+  ASSIGN_OR_RETURN(transform_, MakeGradientTransform(job, shard->range(), rule_.aggregates()));
   shard_ = std::move(shard);
   job_ = job;
   round_.clear();
@@ -140,10 +126,9 @@ wire::ShardCheckpoint ShardCore::Snapshot(const ShardIdentity& id) const {
 
 void ShardCore::Reset() {
   shard_.reset();
-  dc_.reset();
+  transform_.reset();
   round_.clear();
   assembler_ = PushAssembler();
-  parked_.clear();
   state_sets_.Clear();
   round_open_us_ = -1;
   job_.Clear();
@@ -186,10 +171,8 @@ Status ShardCore::SetOptimizerState(int worker, std::span<const float> state, in
 
 Status ShardCore::SetParams(int worker, std::span<const float> params) {
   RETURN_IF_ERROR(shard_->SetParams(params));
-  if (dc_) {
-    const Segment whole[] = {shard_->range()};
-    for (int w = 0; w < job_.num_workers(); ++w) dc_->Pulled(w, whole, shard_->params());
-  }
+  const Segment whole[] = {shard_->range()};
+  for (int w = 0; w < job_.num_workers(); ++w) transform_->Pulled(w, whole, shard_->params());
   if (events_) events_->ParamsSet(*this, worker);
   return OkStatus();
 }
@@ -222,46 +205,9 @@ float ShardCore::Scale(int64_t lag) const {
   return job_.staleness_aware_lr() && !rule_.aggregates() ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
 }
 
-std::vector<ShardCore::Due> ShardCore::TakeDue() {
-  std::vector<Due> out;
-  for (auto it = parked_.begin(); it != parked_.end();) {
-    const int w = it->pull.worker;
-    const int64_t clock = it->pull.clock;
-    if (!rule_.IsLive(w) && !rule_.HasLeft(w)) {
-      it = parked_.erase(it);  // a dead worker's
-    } else if (rule_.CanAnswerPull(w, clock)) {
-      out.push_back({std::move(*it), OkStatus()});
-      it = parked_.erase(it);
-    } else if (auto blocker = rule_.Blocker(w, clock)) {
-      // It waited for a worker that has ended training since: it would wait forever.
-      out.push_back({std::move(*it), rule_.BlockedError(clock, *blocker)});
-      it = parked_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  return out;
-}
-
-void ShardCore::Compensate(int worker, HeldPush* push) {
-  TraceSpan span("delay compensation", "server", {{"worker", static_cast<double>(worker)}});
-  bool known = true;
-  for (PushChunk& c : push->chunks) {
-    PushChunk out;
-    out.segments = std::move(c.segments);
-    out.absent = std::move(c.absent);
-    size_t n = 0;
-    for (const Segment& s : out.segments) n += static_cast<size_t>(s.size());
-    out.owned.resize(n);
-    known = dc_->Correct(worker, out.segments, c.values(), shard_->params(), out.owned.data());
-    c = std::move(out);  // the values as they came are let go
-  }
-  dc_->Counted(known);
-}
-
 void ShardCore::Take(int worker, HeldPush push, float scale) {
   assembler_.Forget(worker);  // `push` may have been gathered there: it is ours now
-  if (dc_ && !rule_.aggregates()) Compensate(worker, &push);
+  if (!rule_.aggregates()) transform_->Transform(worker, &push, shard_->params());
   if (events_) events_->Pushed(*this, worker, push, scale);
   if (rule_.aggregates()) {
     // Held until the round completes, without copying the values where they came.

@@ -17,7 +17,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <span>
 #include <memory>
@@ -26,11 +25,10 @@
 
 #include "common/base/parallel_for.h"
 #include "common/base/status.h"
-#include "common/net/transport.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
 #include "gradsync.pb.h"
-#include "server/shard/delay_compensation.h"
+#include "server/shard/gradient_transform.h"
 #include "server/shard/kv_shard.h"
 #include "server/shard/push_assembler.h"
 #include "server/shard/state_sets.h"
@@ -105,13 +103,12 @@ class ShardCore {
   // every worker is taken to have read them (the setting worker's copy was broadcast to all).
   Status SetParams(int worker, std::span<const float> params);
 
-  // Worker w's pull of `segments` was answered from the parameters as they are now: with delay
-  // compensation (ssp, asp) what it read is kept for its next push's correction.
-  void Pulled(int worker, std::span<const Segment> segments) {
-    if (dc_) dc_->Pulled(worker, segments, shard_->params());
-  }
-  // Delay-compensated ASGD (the job's delay_compensation, ssp and asp), or null.
-  const DelayCompensation* delay_compensation() const { return dc_.get(); }
+  // Worker w's pull of `segments` was answered from the parameters as they are now: the
+  // transform sees what it read (delay compensation keeps it for its next push's correction).
+  void Pulled(int worker, std::span<const Segment> segments) { transform_->Pulled(worker, segments, shard_->params()); }
+  // What this shard does to a push's values before applying them (MakeGradientTransform: the
+  // job's delay compensation in ssp and asp, else PassThrough); null before Build.
+  const GradientTransform* transform() const { return transform_.get(); }
 
   // A push (or one part of an overlapped push) whose values the caller has read and checked
   // (ranges, keys, decoding): checked against the shard's version (kAborted for a future one) and
@@ -130,30 +127,14 @@ class ShardCore {
   // staleness-aware rate (ssp, asp), else 1.
   float Scale(int64_t lag) const;
 
-  // A push the rule has counted (Accept), announced first. Aggregating modes: held for its round. Otherwise applied now at
-  // `scale` (the staleness-aware factor) and its values let go; with delay compensation its
-  // values are corrected first (into chunks of their own), and the announcement carries them
-  // corrected, so that a backup applies what this core applied.
+  // A push the rule has counted (Accept), announced first. Aggregating modes: held for its round.
+  // Otherwise its values go through the transform (delay compensation: corrected, into chunks
+  // of their own), are announced as transformed, so that a backup applies what this core
+  // applied, and are applied now at `scale` (the staleness-aware factor) and let go.
   void Take(int worker, HeldPush push, float scale);
   // One chunk of a push, as a backup's log carries them: held (aggregating; the push's chunks
   // gather in order, `lr` the push's rate) or applied now (`counts`: its last chunk).
   void TakeChunk(int worker, PushChunk chunk, float scale, bool counts, float lr);
-  // Pulls (and STATE_PULLs) the rule cannot answer yet wait here, with the message they came in.
-  struct Parked {
-    Message msg;
-    PsRequest pull;
-    double since_ms = 0;
-  };
-  void Park(PsRequest pull, Message msg, double now_ms) { parked_.push_back({std::move(msg), std::move(pull), now_ms}); }
-  // The parked requests that are due now, in the order they came: each answerable now, or
-  // refused (`refused`: a worker that ended training will never push what it waits for). A dead
-  // worker's go without an answer; the rest stay.
-  struct Due {
-    Parked parked;
-    Status refused;
-  };
-  std::vector<Due> TakeDue();
-  void ClearParked() { parked_.clear(); }
   // The optimizer states workers are setting (STATE_PUSH), which wait for their point as pulls do.
   StateSets& state_sets() { return state_sets_; }
 
@@ -180,11 +161,8 @@ class ShardCore {
 
  private:
   void ApplyChunk(const PushChunk& c, float scale, bool counts, float lr);
-  // Delay compensation: each chunk of worker w's push replaced by its corrected values.
-  void Compensate(int worker, HeldPush* push);
   PushAssembler assembler_;
   HeldPush whole_;  // Accept's push in one message, until it is taken
-  std::deque<Parked> parked_;
 
   ConsistencyController rule_;
   int apply_threads_;
@@ -192,7 +170,7 @@ class ShardCore {
   StateSets state_sets_;
   wire::JobConfig job_;
   std::unique_ptr<KvShard> shard_;
-  std::unique_ptr<DelayCompensation> dc_;  // soft state: made afresh by Build (and so Restore)
+  std::unique_ptr<GradientTransform> transform_;  // soft state: made afresh by Build (and so Restore)
   std::map<int, HeldPush> round_;  // worker -> its push of the open round
   double round_open_us_ = -1;      // traces: when the open round's first push was held (-1: none)
   int last_counted_ = -1;

@@ -6,7 +6,8 @@
 
 namespace gradsync {
 
-Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& m, const KvShard& shard) {
+Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const std::string& peer, const CopyValues& copy,
+                                             const KvShard& shard) {
   const int w = r.worker;
   auto refuse = [&](Status s) {
     sets_.erase(w);  // a bad vector drops the whole set: nothing of it is applied
@@ -16,11 +17,11 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
   if (r.params) {
     // The parameters, in one message; any set this worker had open is replaced.
     Set fresh;
-    fresh.peer = m.peer;
+    fresh.peer = peer;
     fresh.first = r;
     fresh.params = true;
     fresh.state.assign(n, 0.0f);
-    m.CopyValues(fresh.state.data());
+    copy(fresh.state.data());
     if (Status s = shard.CheckParams(fresh.state); !s.ok()) return refuse(s);
     fresh.next = 1;
     fresh.complete = true;
@@ -38,7 +39,7 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
   Set* set = nullptr;
   if (r.state_slot == 0) {
     Set fresh;
-    fresh.peer = m.peer;
+    fresh.peer = peer;
     fresh.first = r;
     fresh.state.assign(static_cast<size_t>(slots) * n, 0.0f);
     set = &(sets_[w] = std::move(fresh));
@@ -57,7 +58,7 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const Message& 
   }
   if (slots > 0) {
     float* dst = set->state.data() + static_cast<size_t>(r.state_slot) * n;
-    m.CopyValues(dst);
+    copy(dst);
     if (Status s = CheckOptimizerSlot(kind, r.state_slot, {dst, n}); !s.ok()) return refuse(s);
   }
   set->next = r.state_slot + 1;

@@ -8,13 +8,13 @@
 // between rounds clock - 1 and clock). No sockets: the shard's loop replies.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/net/transport.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
 #include "server/shard/kv_shard.h"
@@ -31,10 +31,12 @@ class StateSets {
     bool complete = false;
     bool params = false;  // the shard's parameters (wire::StateVector::params), in `state`
   };
-  // Gathers vector r.state_slot of worker r.worker's set (its values in `m`) for `shard`; the set
-  // as it is now. An error (a count of vectors that is not the shard's, a vector out of order, a
-  // bad value) drops the set.
-  Result<const Set*> Add(const PsRequest& r, const Message& m, const KvShard& shard);
+  // Copies a message's values (as many as the shard's range holds) to `dst`.
+  using CopyValues = std::function<void(float* dst)>;
+  // Gathers vector r.state_slot of worker r.worker's set (sent by `peer`; its values copied by
+  // `copy`) for `shard`; the set as it is now. An error (a count of vectors that is not the
+  // shard's, a vector out of order, a bad value) drops the set.
+  Result<const Set*> Add(const PsRequest& r, const std::string& peer, const CopyValues& copy, const KvShard& shard);
   void Drop(int worker) { sets_.erase(worker); }
   void Clear() { sets_.clear(); }
   // Worker w's set, which leaves.

@@ -151,13 +151,13 @@ TEST(DelayCompensationTest, LambdaZeroAppliesWhatAspAppliesBitForBit) {
   ShardCore plain(ConsistencyMode::kAsp, 0, 2), zero(ConsistencyMode::kAsp, 0, 2);
   ASSERT_TRUE(plain.Build(Job(false, 0), 1, 0).ok());
   ASSERT_TRUE(zero.Build(Job(true, 0), 1, 0).ok());
-  ASSERT_EQ(plain.delay_compensation(), nullptr);
-  ASSERT_NE(zero.delay_compensation(), nullptr);
+  ASSERT_EQ(AsDelayCompensation(plain.transform()), nullptr);
+  ASSERT_NE(AsDelayCompensation(zero.transform()), nullptr);
   const auto a = Script(plain, grads), b = Script(zero, grads);
   ASSERT_EQ(a.size(), 3u);
   for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(0, std::memcmp(a[k].data(), b[k].data(), 40 * sizeof(float))) << k;
-  EXPECT_EQ(zero.delay_compensation()->corrected(), 3);  // pushes
-  EXPECT_EQ(zero.delay_compensation()->uncorrected(), 0);
+  EXPECT_EQ(AsDelayCompensation(zero.transform())->corrected(), 3);  // pushes
+  EXPECT_EQ(AsDelayCompensation(zero.transform())->uncorrected(), 0);
 }
 
 TEST(DelayCompensationTest, AStalePushIsAppliedCorrectedAndAnnouncedCorrected) {
@@ -187,7 +187,7 @@ TEST(DelayCompensationTest, AStalePushIsAppliedCorrectedAndAnnouncedCorrected) {
   // A restored or rebuilt core keeps none of it: the next push of a worker that has not pulled
   // again goes uncorrected.
   ASSERT_TRUE(dc.Build(Job(true, 0.3f), 1, 0).ok());
-  EXPECT_EQ(dc.delay_compensation()->bytes(), 0u);
+  EXPECT_EQ(AsDelayCompensation(dc.transform())->bytes(), 0u);
 }
 
 TEST(DelayCompensationTest, AJobWithItOnASparseModelOrANegativeLambdaIsRefused) {
@@ -199,7 +199,7 @@ TEST(DelayCompensationTest, AJobWithItOnASparseModelOrANegativeLambdaIsRefused) 
   // bsp holds rounds: there is nothing stale to correct, and nothing is kept.
   ShardCore bsp(ConsistencyMode::kBsp, 0, 2);
   ASSERT_TRUE(bsp.Build(Job(true, 0.1f), 1, 0).ok());
-  EXPECT_EQ(bsp.delay_compensation(), nullptr);
+  EXPECT_EQ(AsDelayCompensation(bsp.transform()), nullptr);
 }
 
 }  // namespace

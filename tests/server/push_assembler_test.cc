@@ -1,4 +1,5 @@
 #include "server/shard/push_assembler.h"
+#include "server/shard_codecs.h"
 
 #include <gtest/gtest.h>
 
