@@ -44,7 +44,7 @@
 #include "server/shard/shard_core.h"
 #include "server/shard/state_sets.h"
 #include "server/shard_codecs.h"
-#include "server/values/shard_channels.h"
+#include "server/channels/shard_channels.h"
 
 namespace gradsync {
 

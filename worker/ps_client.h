@@ -36,7 +36,7 @@
 #include "compression/gradient_encoder.h"
 #include "compression/pull_delta.h"
 #include "summary.pb.h"
-#include "worker/values/worker_channels.h"
+#include "worker/channels/worker_channels.h"
 
 namespace gradsync {
 
@@ -161,7 +161,7 @@ class PsClient {
   // (NODE_JOINED), connects to their new addresses, and forgets every outstanding request.
   Status Reconnect(double timeout_s);
 
-  // Value channels beside ZeroMQ (worker/values/, ARCHITECTURE.md, "Value channels"): dense raw
+  // Value channels beside ZeroMQ (worker/channels/, ARCHITECTURE.md, "Value channels"): dense raw
   // pushes and pulls to a shard with a channel move their values there; only headers go over
   // ZeroMQ. Keys and codecs always go over ZeroMQ; a channel that breaks is dropped (a pull read
   // from it is asked again over ZeroMQ) and the next requests go over ZeroMQ. Reconnect attaches

@@ -3,7 +3,7 @@
 // out, an oversized frame ending the connection, a peer's reset ending it at once, pull frames
 // written in order after the acknowledgement; the listener's token check, and a worker's new
 // connection replacing its old one.
-#include "server/values/data_listener.h"
+#include "server/channels/data_listener.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

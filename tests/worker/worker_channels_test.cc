@@ -1,9 +1,9 @@
-// The worker's side of the value channels (worker/values/): a lane's push waits until the shard
+// The worker's side of the value channels (worker/channels/): a lane's push waits until the shard
 // has let go of the previous one (handling replies meanwhile) and a pull never overlaps one in
 // flight; the router attaches lanes to the shards on this host only, hands a request the shard's
 // channel only where it may take it, and keeps counting a dropped channel's bytes. The shard is
 // played by the test: it maps the lane the way a server does.
-#include "worker/values/worker_channels.h"
+#include "worker/channels/worker_channels.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/net/shm_lane.h"
-#include "worker/values/worker_lane.h"
+#include "worker/channels/worker_lane.h"
 
 namespace gradsync {
 namespace {

@@ -1,6 +1,6 @@
 // The worker's side of the value channels to one shard: how a push's values reach the shard and
 // how a pull's come back, when not in the ZeroMQ messages themselves (the shard's side:
-// server/values/shard_channel.h).
+// server/channels/shard_channel.h).
 //
 //   WorkerLane         a shared-memory lane (common/net/shm_lane.h), shards on this host: pushes
 //                      written into the lane's push area, pulls read from its pull area;

@@ -5,7 +5,7 @@
 //                the only one with keys, codecs and CURVE);
 //   LaneChannel  a shared-memory lane per worker on this host (common/net/shm_lane.h): pushes read
 //                in place, pulls written into the lane in pieces;
-//   DataChannel  a TCP connection per worker (values/data_listener.h): push frames taken as they
+//   DataChannel  a TCP connection per worker (channels/data_listener.h): push frames taken as they
 //                come, pull frames queued with the reply.
 //
 // A request names its channel; ShardChannels (the router) hands it to that one, and nothing

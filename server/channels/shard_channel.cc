@@ -1,4 +1,4 @@
-#include "server/values/shard_channel.h"
+#include "server/channels/shard_channel.h"
 
 namespace gradsync {
 

@@ -4,10 +4,10 @@
 // its room in the other go. Adding a channel touches this folder only.
 #pragma once
 
-#include "server/values/data_channel.h"
-#include "server/values/lane_channel.h"
-#include "server/values/shard_channel.h"
-#include "server/values/zmq_channel.h"
+#include "server/channels/data_channel.h"
+#include "server/channels/lane_channel.h"
+#include "server/channels/shard_channel.h"
+#include "server/channels/zmq_channel.h"
 
 namespace gradsync {
 

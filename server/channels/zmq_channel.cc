@@ -1,4 +1,4 @@
-#include "server/values/zmq_channel.h"
+#include "server/channels/zmq_channel.h"
 
 #include "common/base/logging.h"
 #include "server/shard_codecs.h"

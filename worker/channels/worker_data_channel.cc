@@ -1,4 +1,4 @@
-#include "worker/values/worker_data_channel.h"
+#include "worker/channels/worker_data_channel.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "server/values/data_listener.h"
+#include "server/channels/data_listener.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "worker/values/worker_lane.h"
+#include "worker/channels/worker_lane.h"
 
 #include <algorithm>
 #include <chrono>

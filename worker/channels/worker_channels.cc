@@ -1,11 +1,11 @@
-#include "worker/values/worker_channels.h"
+#include "worker/channels/worker_channels.h"
 
 #include <algorithm>
 
 #include "common/base/logging.h"
 #include "common/net/node.h"
-#include "worker/values/worker_data_channel.h"
-#include "worker/values/worker_lane.h"
+#include "worker/channels/worker_data_channel.h"
+#include "worker/channels/worker_lane.h"
 
 namespace gradsync {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/ps/partitioner.h"
-#include "worker/values/worker_channel.h"
+#include "worker/channels/worker_channel.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "server/values/shard_channels.h"
+#include "server/channels/shard_channels.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "server/values/data_channel.h"
+#include "server/channels/data_channel.h"
 
 #include <vector>
 

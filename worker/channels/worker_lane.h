@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/net/shm_lane.h"
-#include "worker/values/worker_channel.h"
+#include "worker/channels/worker_channel.h"
 
 namespace gradsync {
 

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "common/net/shm_lane.h"
-#include "server/values/shard_channel.h"
+#include "server/channels/shard_channel.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "server/values/lane_channel.h"
+#include "server/channels/lane_channel.h"
 
 #include <algorithm>
 #include <vector>

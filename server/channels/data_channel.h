@@ -1,5 +1,5 @@
 // DataChannel: the values of a worker's dense pushes and pulls on a TCP connection of their own
-// (values/data_listener.h; common/net/data_channel.h has the worker's side). CHANNEL_ATTACH hands the
+// (channels/data_listener.h; common/net/data_channel.h has the worker's side). CHANNEL_ATTACH hands the
 // shard a token; the worker's connection presenting it carries the frames. A push's frame is
 // taken when its header comes over ZeroMQ (the worker writes the frame first) and leased to the
 // push until applied; a pull's frame is queued with the reply. Not in a job with CURVE: values
@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "server/values/data_listener.h"
-#include "server/values/shard_channel.h"
+#include "server/channels/data_listener.h"
+#include "server/channels/shard_channel.h"
 
 namespace gradsync {
 

@@ -6,7 +6,7 @@
 // the job's --compress-pull a pull that asks for it as a compressed delta (ShardCodecs).
 #pragma once
 
-#include "server/values/shard_channel.h"
+#include "server/channels/shard_channel.h"
 
 namespace gradsync {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/net/data_channel.h"
-#include "worker/values/worker_channel.h"
+#include "worker/channels/worker_channel.h"
 
 namespace gradsync {
 
