@@ -42,7 +42,7 @@
 #include "common/net/transport.h"
 #include "server/scheduler.h"
 #include "server/server.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 namespace {

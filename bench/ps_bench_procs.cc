@@ -61,7 +61,7 @@
 #include "common/base/logging.h"
 #include "common/net/scheduler_client.h"
 #include "common/net/transport.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync::psbench {
 namespace {

@@ -1,7 +1,7 @@
 // PowerSGD (Vogels, Karimireddy and Jaggi, NeurIPS 2019): rank-r compression of a gradient
 // whose parts are averaged by two linear exchanges of small factors, with warm start and error
 // feedback, as PyTorch's powerSGD_hook does it. The arithmetic only: the exchanges are the
-// caller's (worker/dense_averager.h averages `first` and `second` over the workers).
+// caller's (worker/allreduce/dense_averager.h averages `first` and `second` over the workers).
 //
 // Each dense tensor of two or more dimensions is a matrix M of n = shape[0] rows and m = the
 // rest (row-major, as the flat buffer holds it), compressed at rank r' = min(r, n, m); tensors of

@@ -1,7 +1,7 @@
 // ExternalModel: a model whose computation happens elsewhere. It holds a layout and the two flat
 // buffers (parameters and gradients) and nothing else: the Python frontend's model (PyTorch
 // computes; its tensors are views of the buffers), and the global model that local SGD and
-// DiLoCo keep beside the one a worker trains (worker/periodic_sync.h: the parameters of the
+// DiLoCo keep beside the one a worker trains (worker/sync/periodic_sync.h: the parameters of the
 // last synchronization and the pseudo-gradient). ForwardBackward and EvaluateBatch must not be
 // called (a failed check).
 #pragma once

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "worker/training_loop.h"
+#include "worker/loop/training_loop.h"
 
 namespace gradsync {
 

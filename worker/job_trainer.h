@@ -1,4 +1,4 @@
-// A worker's training in a job: the sync MakeGradientSync builds (worker/sync_factory.h) under a
+// A worker's training in a job: the sync MakeGradientSync builds (worker/sync/sync_factory.h) under a
 // TrainingLoop. Two faces, one path:
 //
 // - PsTrainer (gradsync-worker --mode=bsp|ssp|asp): worker `rank` of N trains on its shard of
@@ -29,8 +29,8 @@
 #include "common/net/scheduler_client.h"
 #include "common/obs/metrics.h"
 #include "models/model.h"
-#include "worker/epoch.h"
-#include "worker/sync_factory.h"
+#include "worker/loop/epoch.h"
+#include "worker/sync/sync_factory.h"
 
 namespace gradsync {
 

@@ -16,10 +16,10 @@
 #include "gradsync/config.h"
 #include "models/model.h"
 #include "worker/job_trainer.h"
-#include "worker/data_source.h"
+#include "worker/loop/data_source.h"
 #include "worker/job_link.h"
-#include "worker/local_trainer.h"
-#include "worker/ps_client.h"
+#include "worker/loop/local_trainer.h"
+#include "worker/ps/ps_client.h"
 #include "worker/train_options.h"
 #if GRADSYNC_HAVE_CUDA
 #include "models/cuda/cuda_model.h"

@@ -4,9 +4,9 @@
 #pragma once
 
 #include "common/config/train_config.h"
-#include "worker/allreduce_sync.h"
-#include "worker/local_trainer.h"
-#include "worker/ps_sync.h"
+#include "worker/allreduce/allreduce_sync.h"
+#include "worker/loop/local_trainer.h"
+#include "worker/ps/ps_sync.h"
 
 namespace gradsync {
 

@@ -1,5 +1,5 @@
 // The decisions that shape a run's gradient sync, made here once: gradsync-worker, the Python
-// frontend (both through worker/sync_factory.h) and the simulator (experiments/sim/) call them,
+// frontend (both through worker/sync/sync_factory.h) and the simulator (experiments/sim/) call them,
 // so that the simulator times the job the real code would run.
 //
 //   RoundSchedule rounds{.every = c.sync_every(), .total_steps = steps};

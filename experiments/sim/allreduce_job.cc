@@ -15,7 +15,7 @@ Status AllreduceJob::Build() {
   compress_ = codecs_.on();
   low_rank_ = compress_ && codecs_.low_rank();
   summable_ = compress_ && !low_rank_ && codecs_.summable();
-  // AllreduceOverlaps, as the real worker decides (worker/sync_factory.h): a compressed gradient is
+  // AllreduceOverlaps, as the real worker decides (worker/sync/sync_factory.h): a compressed gradient is
   // averaged after backward, and the rounds' exchange is one all-reduce after the step;
   // --overlap's default off where a host runs more workers than host_cores (OverlapOf, on the
   // hosts the real job would make).

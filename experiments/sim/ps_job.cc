@@ -17,7 +17,7 @@ Status PsJob::Build() {
   compress_pull_ = compress_ && t.compress_pull();
   rounds_ = {.every = t.sync_every(), .total_steps = j_.s.steps};
   compensates_ = t.has_delay_compensation() && j_.plan.mode != config::BSP;
-  // PsOverlaps, as the real worker decides (worker/sync_factory.h), per worker: a straggling worker
+  // PsOverlaps, as the real worker decides (worker/sync/sync_factory.h), per worker: a straggling worker
   // runs without overlap; by default none where the workers' host (the hosts the real job's
   // addresses would make) runs more of them than host_cores (OverlapOf). The dense CPU models'
   // forward waits for each layer's parameters (Model::waits_for_params).

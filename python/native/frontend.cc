@@ -12,9 +12,9 @@
 #include "common/config/flags.h"
 #include "common/config/train_flags.h"
 #include "common/obs/trace.h"
-#include "worker/allreduce_sync.h"
-#include "worker/ps_sync.h"
-#include "worker/sync_factory.h"
+#include "worker/allreduce/allreduce_sync.h"
+#include "worker/ps/ps_sync.h"
+#include "worker/sync/sync_factory.h"
 #include "worker/train_options.h"
 
 namespace gradsync::python {
@@ -397,7 +397,7 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
     ThrowIfError(client.status());
     client_ = std::move(client).value();
   }
-  // The sync gradsync-worker would build for these settings (worker/sync_factory.h), with the
+  // The sync gradsync-worker would build for these settings (worker/sync/sync_factory.h), with the
   // script's optimizer making each update: PyTorch's optimizer steps before FinishStep (rounds:
   // every step, the outer SGD the sync's own every sync_every steps), all-reduce leaves the
   // averaged gradient for it (apply_update false), the shards update the PS modes' parameters.

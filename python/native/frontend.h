@@ -30,12 +30,12 @@
 #include "models/external_model.h"
 #include "models/model.h"
 #include "python/native/shard_state.h"
-#include "worker/bucket_average.h"
-#include "worker/dense_averager.h"
-#include "worker/gradient_sync.h"
+#include "worker/allreduce/bucket_average.h"
+#include "worker/allreduce/dense_averager.h"
+#include "worker/sync/gradient_sync.h"
 #include "worker/job_link.h"
-#include "worker/ps_client.h"
-#include "worker/ps_sync.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/ps_sync.h"
 
 namespace gradsync::python {
 

@@ -18,8 +18,8 @@
 
 #include "common/optim/optimizer.h"
 #include "models/model.h"
-#include "worker/ps_client.h"
-#include "worker/ps_sync.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/ps_sync.h"
 
 namespace gradsync::python {
 

@@ -16,7 +16,7 @@
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/support/wire_request.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 #include "worker/job_trainer.h"
 
 namespace gradsync {

@@ -16,7 +16,7 @@
 #include "common/net/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
 #include "tests/support/ps_job.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 namespace {

@@ -9,7 +9,7 @@
 #include "common/net/scheduler_client.h"
 #include "server/scheduler.h"
 #include "server/server.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 namespace {

@@ -21,7 +21,7 @@
 #include "server/server.h"
 #include "tests/support/ps_job.h"
 #include "tests/support/wire_request.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 namespace {

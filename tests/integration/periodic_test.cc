@@ -1,4 +1,4 @@
-// Local SGD and DiLoCo (--sync-every, worker/periodic_sync.h) over the parameter server and
+// Local SGD and DiLoCo (--sync-every, worker/sync/periodic_sync.h) over the parameter server and
 // all-reduce (threads over 127.0.0.1), against a reference written out here: N models trained
 // on their shards, their pseudo-gradients averaged every H steps and the outer SGD applied.
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 #include "common/data/sampler.h"
 #include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
-#include "worker/epoch.h"
-#include "worker/periodic_sync.h"
+#include "worker/loop/epoch.h"
+#include "worker/sync/periodic_sync.h"
 
 namespace gradsync::testing {
 namespace {

@@ -20,8 +20,8 @@
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"
-#include "worker/ps_client.h"
-#include "worker/ps_sync.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/ps_sync.h"
 
 namespace gradsync::testing {
 namespace {

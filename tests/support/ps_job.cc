@@ -14,7 +14,7 @@
 #include "server/scheduler.h"
 #include "tests/support/fake_device.h"
 #include "worker/job_trainer.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync::testing {
 

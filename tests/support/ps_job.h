@@ -16,8 +16,8 @@
 #include "models/model.h"
 #include "server/scheduler.h"
 #include "server/server.h"
-#include "worker/allreduce_sync.h"
-#include "worker/local_trainer.h"
+#include "worker/allreduce/allreduce_sync.h"
+#include "worker/loop/local_trainer.h"
 
 namespace gradsync::testing {
 

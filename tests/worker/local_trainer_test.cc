@@ -1,6 +1,6 @@
-#include "worker/local_trainer.h"
-#include "worker/epoch.h"
-#include "worker/local_sync.h"
+#include "worker/loop/local_trainer.h"
+#include "worker/loop/epoch.h"
+#include "worker/sync/local_sync.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The overlapped bucket reducer: buckets cut in readiness order (a small first one, large
 // tensors split), each launched once every tensor in it is ready, each element reduced exactly
 // once, and failures reported.
-#include "worker/overlap.h"
+#include "worker/allreduce/overlap.h"
 
 #include <gtest/gtest.h>
 

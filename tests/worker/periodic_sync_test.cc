@@ -1,6 +1,6 @@
 // PeriodicSync (local SGD, DiLoCo) over a fake outer exchange: which steps begin and finish a
 // round, what an evaluation within a round sees, and a round's push redone after a recovery.
-#include "worker/periodic_sync.h"
+#include "worker/sync/periodic_sync.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/data/synthetic.h"
-#include "worker/local_sync.h"
-#include "worker/training_loop.h"
+#include "worker/sync/local_sync.h"
+#include "worker/loop/training_loop.h"
 
 namespace gradsync {
 namespace {

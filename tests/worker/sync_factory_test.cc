@@ -1,6 +1,6 @@
 // MakeGradientSync: the sync each setting builds, as gradsync-worker and the Python frontend get
 // it (both call it), and the pointers a caller reads afterwards.
-#include "worker/sync_factory.h"
+#include "worker/sync/sync_factory.h"
 
 #include <gtest/gtest.h>
 

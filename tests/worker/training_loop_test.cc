@@ -1,7 +1,7 @@
 // TrainingLoop over a fake GradientSync: the order of the calls in a step, the evaluation
 // schedule, divergence (nothing of a diverged step reaches the sync), and retries after a
 // recovery.
-#include "worker/training_loop.h"
+#include "worker/loop/training_loop.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "worker/training_loop.h"
+#include "worker/loop/training_loop.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "common/base/tensor.h"
 #include "common/data/sampler.h"
 #include "common/obs/trace.h"
-#include "worker/epoch.h"
+#include "worker/loop/epoch.h"
 
 namespace gradsync {
 

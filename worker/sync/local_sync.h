@@ -8,9 +8,9 @@
 
 #include "common/optim/optimizer.h"
 #include "models/model.h"
-#include "worker/gradient_sync.h"
-#include "worker/local_trainer.h"
-#include "worker/loss_scaling.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/loop/local_trainer.h"
+#include "worker/sync/loss_scaling.h"
 
 namespace gradsync {
 

@@ -16,10 +16,10 @@
 #include "allreduce/collective.h"
 #include "common/net/scheduler_client.h"
 #include "models/model.h"
-#include "worker/allreduce_sync.h"
-#include "worker/gradient_sync.h"
-#include "worker/ps_client.h"
-#include "worker/ps_sync.h"
+#include "worker/allreduce/allreduce_sync.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/ps/ps_client.h"
+#include "worker/ps/ps_sync.h"
 
 namespace gradsync {
 

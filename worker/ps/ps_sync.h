@@ -36,10 +36,10 @@
 #include "common/net/scheduler_client.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
-#include "worker/gradient_sync.h"
-#include "worker/local_trainer.h"
-#include "worker/loss_scaling.h"
-#include "worker/ps_client.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/loop/local_trainer.h"
+#include "worker/sync/loss_scaling.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "common/obs/trace.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 

@@ -44,8 +44,8 @@
 #include "common/config/sync_decisions.h"
 #include "models/external_model.h"
 #include "models/model.h"
-#include "worker/gradient_sync.h"
-#include "worker/local_trainer.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/loop/local_trainer.h"
 
 namespace gradsync {
 

@@ -12,7 +12,7 @@
 
 #include "common/optim/precision.h"
 #include "models/model.h"
-#include "worker/gradient_sync.h"
+#include "worker/sync/gradient_sync.h"
 
 namespace gradsync {
 

@@ -1,8 +1,8 @@
-#include "worker/local_trainer.h"
+#include "worker/loop/local_trainer.h"
 
 #include "common/ps/partitioner.h"
-#include "worker/local_sync.h"
-#include "worker/training_loop.h"
+#include "worker/sync/local_sync.h"
+#include "worker/loop/training_loop.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "worker/dense_averager.h"
+#include "worker/allreduce/dense_averager.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "common/obs/trace.h"
 #include "common/ps/partitioner.h"
 #include "compression/powersgd.h"
-#include "worker/bucket_average.h"
+#include "worker/allreduce/bucket_average.h"
 
 namespace gradsync {
 namespace {

@@ -8,7 +8,7 @@
 #include "common/base/logging.h"
 #include "common/net/node.h"
 #include "common/net/security.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 

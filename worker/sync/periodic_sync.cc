@@ -1,4 +1,4 @@
-#include "worker/periodic_sync.h"
+#include "worker/sync/periodic_sync.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "worker/epoch.h"
+#include "worker/loop/epoch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -31,9 +31,9 @@
 #include "common/data/dataset.h"
 #include "common/obs/metrics.h"
 #include "models/model.h"
-#include "worker/epoch.h"
-#include "worker/gradient_sync.h"
-#include "worker/local_trainer.h"
+#include "worker/loop/epoch.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/loop/local_trainer.h"
 
 namespace gradsync {
 

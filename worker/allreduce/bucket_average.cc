@@ -1,4 +1,4 @@
-#include "worker/bucket_average.h"
+#include "worker/allreduce/bucket_average.h"
 
 #include "common/obs/trace.h"
 

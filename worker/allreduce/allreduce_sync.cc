@@ -1,4 +1,4 @@
-#include "worker/allreduce_sync.h"
+#include "worker/allreduce/allreduce_sync.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "common/base/clock.h"
 #include "common/obs/trace.h"
 #include "gradsync.pb.h"
-#include "worker/epoch.h"
+#include "worker/loop/epoch.h"
 
 namespace gradsync {
 namespace {

@@ -11,7 +11,7 @@
 #include "common/data/dataset.h"
 #include "common/obs/metrics.h"
 #include "models/model.h"
-#include "worker/local_trainer.h"
+#include "worker/loop/local_trainer.h"
 
 namespace gradsync {
 

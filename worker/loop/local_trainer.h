@@ -23,7 +23,7 @@
 
 namespace gradsync {
 
-// Local SGD and DiLoCo (worker/periodic_sync.h): rounds of `every` steps, each worker on its own
+// Local SGD and DiLoCo (worker/sync/periodic_sync.h): rounds of `every` steps, each worker on its own
 // copy of the model with the optimizer of LocalTrainOptions, then the outer SGD on the averaged
 // pseudo-gradient.
 struct PeriodicOptions {

@@ -1,10 +1,10 @@
-#include "worker/ps_sync.h"
+#include "worker/ps/ps_sync.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "common/ps/consistency.h"
-#include "worker/epoch.h"
+#include "worker/loop/epoch.h"
 
 namespace gradsync {
 

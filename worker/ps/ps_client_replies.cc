@@ -4,7 +4,7 @@
 
 #include "common/base/clock.h"
 #include "common/obs/trace.h"
-#include "worker/ps_client.h"
+#include "worker/ps/ps_client.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "worker/overlap.h"
+#include "worker/allreduce/overlap.h"
 
 #include <algorithm>
 

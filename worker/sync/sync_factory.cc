@@ -1,7 +1,7 @@
-#include "worker/sync_factory.h"
+#include "worker/sync/sync_factory.h"
 
-#include "worker/local_sync.h"
-#include "worker/periodic_sync.h"
+#include "worker/sync/local_sync.h"
+#include "worker/sync/periodic_sync.h"
 
 namespace gradsync {
 namespace {

@@ -1,9 +1,9 @@
-#include "worker/local_sync.h"
+#include "worker/sync/local_sync.h"
 
 #include <cmath>
 
 #include "common/base/clock.h"
-#include "worker/epoch.h"
+#include "worker/loop/epoch.h"
 
 namespace gradsync {
 

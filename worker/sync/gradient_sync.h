@@ -149,7 +149,7 @@ class GradientSync {
   // An evaluation within a step (the caller's, between BeginStep and the step's computation)
   // reads the parameter buffer between these two calls: BeginEvaluation may put the parameters
   // to evaluate there, EndEvaluation puts the step's own back. Default: the step's own are
-  // evaluated (local SGD and DiLoCo evaluate the global model: worker/periodic_sync.h).
+  // evaluated (local SGD and DiLoCo evaluate the global model: worker/sync/periodic_sync.h).
   virtual void BeginEvaluation() {}
   virtual void EndEvaluation() {}
 

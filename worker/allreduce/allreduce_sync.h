@@ -24,12 +24,12 @@
 #include "compression/gradient_encoder.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
-#include "worker/bucket_average.h"
-#include "worker/dense_averager.h"
-#include "worker/gradient_sync.h"
-#include "worker/local_trainer.h"
-#include "worker/loss_scaling.h"
-#include "worker/overlap.h"
+#include "worker/allreduce/bucket_average.h"
+#include "worker/allreduce/dense_averager.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/loop/local_trainer.h"
+#include "worker/sync/loss_scaling.h"
+#include "worker/allreduce/overlap.h"
 
 namespace gradsync {
 
@@ -45,7 +45,7 @@ struct AllreduceTrainOptions {
   bool error_feedback = false;
   float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
   // Dense, uncompressed models: all-reduce each bucket on a communication thread as soon as
-  // backward has produced it (worker/overlap.h), the first bucket at most first_bucket_bytes.
+  // backward has produced it (worker/allreduce/overlap.h), the first bucket at most first_bucket_bytes.
   bool overlap = true;
   size_t first_bucket_bytes = 1u << 20;
   // Device models (--device=cuda): the gradient is averaged by this collective (NCCL) on the

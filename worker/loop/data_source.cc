@@ -1,4 +1,4 @@
-#include "worker/data_source.h"
+#include "worker/loop/data_source.h"
 
 #include "common/data/idx.h"
 #include "common/data/synthetic.h"
