@@ -22,9 +22,9 @@
 
 #include "allreduce/algorithms.h"
 #include "allreduce/plan/schedule.h"  // ChunkBegin
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/base/wait_policy.h"
 
 namespace gradsync {

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "allreduce/ring_pipeline.h"
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 
 namespace gradsync {
 

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/config/flags.h"
 #include "compression/compressor.h"
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "bench/random_batches.h"
-#include "common/base/blas_threads.h"
+#include "common/base/numeric/blas_threads.h"
 #include "common/base/clock.h"
 #include "common/config/flags.h"
 #include "common/optim/optimizer.h"

@@ -59,7 +59,7 @@
 #include <vector>
 
 #include "common/base/logging.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/net/transport.h"
 #include "worker/ps/ps_client.h"
 

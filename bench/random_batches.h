@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/data/dataset.h"
 
 namespace gradsync {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bench/random_batches.h"
-#include "common/base/blas_threads.h"
+#include "common/base/numeric/blas_threads.h"
 #include "common/base/check.h"
 #include "common/base/clock.h"
 #include "common/config/flags.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/config/train_config.h"
-#include "compression/codecs.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 

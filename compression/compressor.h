@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 
 namespace gradsync {
 

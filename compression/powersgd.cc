@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 
 namespace gradsync {
 namespace {

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/base/segment.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/segment.h"
+#include "common/base/numeric/tensor.h"
 
 namespace gradsync {
 

@@ -12,9 +12,9 @@
 #include <span>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "compression/compressor.h"
 
 namespace gradsync {

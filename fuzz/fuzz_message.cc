@@ -40,8 +40,8 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "common/base/tensor.h"
-#include "common/net/control_protocol.h"
+#include "common/base/numeric/tensor.h"
+#include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
 #include "common/optim/optimizer.h"
 #include "common/ps/consistency.h"
@@ -504,7 +504,7 @@ void CheckReplicate(Message& m) {
   m.peer = stranger;
 }
 
-// The control plane's decoder (common/net/control_protocol.h): what it takes, its encoder gives back
+// The control plane's decoder (common/net/control/control_protocol.h): what it takes, its encoder gives back
 // as it was.
 void CheckControl(const Message& m) {
   auto c = gradsync::DecodeControl(m.header);

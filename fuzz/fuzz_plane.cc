@@ -1,7 +1,7 @@
 // libFuzzer target: one plane's encoder and decoder fed any bytes as a wire::Header, without a
 // socket in between (fuzz_message reaches the same decoders through the transport and a shard).
 // Built once per plane, GRADSYNC_FUZZ_PLANE: 0 the PS plane (common/ps/ps_protocol.h: requests and
-// replies), 1 the control plane (common/net/control_protocol.h), 2 the replication plane
+// replies), 1 the control plane (common/net/control/control_protocol.h), 2 the replication plane
 // (common/ps/replica_protocol.h: entries and answers). Byte 0 bit 0 picks the direction where a
 // plane has two (request or reply; entry or answer); the rest is the header.
 //
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/net/control_protocol.h"
+#include "common/net/control/control_protocol.h"
 #include "common/ps/ps_protocol.h"
 #include "common/ps/replica_protocol.h"
 #include "gradsync.pb.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "common/base/check.h"
-#include "common/base/half.h"
-#include "common/base/rng.h"
+#include "common/base/numeric/half.h"
+#include "common/base/numeric/rng.h"
 #include "common/obs/trace.h"
 
 namespace gradsync {

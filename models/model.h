@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/config/train_names.h"
 #include "common/data/dataset.h"
 #include "common/obs/trace.h"

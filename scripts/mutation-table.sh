@@ -19,7 +19,7 @@ fi
 
 # name | file | text | replacement | make targets | ctest -R regex
 mutations=(
-  "nan-compares-close|common/base/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose|tensor_test.cc:"
+  "nan-compares-close|common/base/numeric/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose|tensor_test.cc:"
   "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothingAndOnWritesChromeTraceEvents|trace_test.cc:"
   "controller-overstates-clocks|common/ps/consistency.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|server_test|ConsistencyTest.SspBoundsTheGapToTheSlowestLiveWorker$|c.CanAnswerPull(0, 4)"
   "no-checkpoint-after-init|server/server_lifecycle.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|Modes/KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$|fault_test.cc:"
@@ -52,7 +52,7 @@ mutations=(
   "frontend-join-not-rescaled|python/gradsync/torch/strategies.py|            opt._gs_flat_grads.mul_(float(self.job.size) / max(1, self.active))|            pass|gradsync_python|python.test_arithmetic|join, step 2"
   "frontend-optimizer-state-not-broadcast|python/gradsync/torch/functions.py|    state = collectives.broadcast_object(optimizer.state_dict()[\"state\"], root_rank)|    return|gradsync_python|python.test_resume_horovod|the resumed job differs from the uninterrupted one"
   "frontend-exit-without-finish-hangs|python/gradsync/torch/live.py|_job._exit_hooks.append(_end_at_exit)|pass|gradsync_python|python.test_uneven|a worker still waited"
-  "lost-shard-takeover-awaited-forever|server/shard_copies.cc|    if (now < t->second.due) return std::nullopt;|    return std::nullopt;|gradsync-server ps_binary_test|Orders/LostShardTest.StopsTheJobNamingTheShardWhenATakeoverFillsItsBackupsRank/server1_then_server0$|s after the last kill"
+  "lost-shard-takeover-awaited-forever|server/scheduler/shard_copies.cc|    if (now < t->second.due) return std::nullopt;|    return std::nullopt;|gradsync-server ps_binary_test|Orders/LostShardTest.StopsTheJobNamingTheShardWhenATakeoverFillsItsBackupsRank/server1_then_server0$|s after the last kill"
   "overlap-ignores-straggler|common/config/sync_decisions.cc|f.per_tensor_params && !f.straggles && !f.rounds;|f.per_tensor_params && !f.rounds;|common_test|OverlapDecisionTest.PsOverlapsADenseRawCpuModelWithoutStragglerOrRounds|PsOverlaps(without(fact, true))"
   "waiter-ignores-busy-poll|common/base/wait_policy.cc|  if (!minimum && now >= poll_until_) return false;|  if (!minimum) return false;|common_test|WaiterTest.PollsForBusyPollMsAndCountsThosePolls|the waiter stopped polling before busy_poll_ms"
   "factory-never-overlaps|worker/sync/sync_factory.cc|    built.overlapped = PsOverlaps(facts);|    built.overlapped = false;|worker_test|SyncFactoryTest.ThePsModesOverlapWhereTheModelAndSettingsAllowIt|\"ps-overlap\""

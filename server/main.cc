@@ -19,7 +19,7 @@
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "common/obs/trace.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "server/server.h"
 
 namespace gradsync {

@@ -7,7 +7,7 @@
 
 #include "common/base/clock.h"
 #include "common/base/logging.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 #include "common/obs/trace.h"
 #include "server/server.h"
 

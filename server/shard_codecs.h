@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"

@@ -1,7 +1,7 @@
 #include "worker/job_link.h"
 
 #include "common/config/cluster.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 
 #include <cstdio>
 #include <thread>

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "common/base/atomic_file.h"
-#include "common/base/blas_threads.h"
+#include "common/base/numeric/blas_threads.h"
 #include "common/base/logging.h"
 #include "common/data/dataset_cache.h"
 #include "common/obs/metrics.h"

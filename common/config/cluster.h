@@ -1,5 +1,5 @@
 // The rank a cluster launcher (Slurm, mpirun / mpiexec, torchrun) gave this process, and the
-// environment it is read from. (Node names are common/net/node.h's.)
+// environment it is read from. (Node names are common/net/control/node.h's.)
 // (The rendezvous itself is SchedulerClient; the scheduler lives in server/.)
 #pragma once
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/base/status.h"
 #include "common/config/train_config.h"
 

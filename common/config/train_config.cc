@@ -156,6 +156,11 @@ std::string OuterName(const TrainConfig& c) {
          (c.outer_nesterov() ? " nesterov" : "");
 }
 
+bool CodecSpec::payload() const { return kind != Kind::kPowerSgd; }
+bool CodecSpec::on_ps() const { return kind != Kind::kPowerSgd; }
+bool CodecSpec::on_device() const { return kind != Kind::kPowerSgd; }
+bool CodecSpec::needs_shapes() const { return kind == Kind::kPowerSgd; }
+
 Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
   const auto colon = spec.find(':');
   const std::string name = spec.substr(0, colon);
@@ -318,13 +323,13 @@ void CheckCompression(const TrainConfig& c, const Traits& t, Checker& k) {
       if (!has_codec) k.Add("compress_pull", "{compress_pull} needs a {compress} codec");
       if (t.allreduce) k.Add("compress_pull", "{compress_pull} applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
     }
-    if (codec->low_rank() && t.ps) {
+    if (!codec->on_ps() && t.ps) {
       // The second factor needs every worker's first averaged: a bsp round in two phases on the
       // shards, which ssp and asp do not have, and the shards cut matrices by range.
       k.Add("compress", "{compress=" + c.compress() +
                             "} applies to {mode=allreduce} (its second factor needs the average of every worker's first)");
     }
-    if (codec->low_rank() && t.cuda) k.Add("compress", "{compress=" + c.compress() + "} runs on {device=cpu} only");
+    if (!codec->on_device() && t.cuda) k.Add("compress", "{compress=" + c.compress() + "} runs on {device=cpu} only");
     if (c.momentum_correction()) {
       if (!codec->sparse()) k.Add("momentum_correction", "{momentum_correction} needs {compress=topk:R} or randomk:R");
       if (c.error_feedback()) {

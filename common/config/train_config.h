@@ -52,6 +52,17 @@ struct CodecSpec {
   Kind kind = Kind::kNone;
   double param = 0;  // qsgd levels, top-k / random-k ratio, PowerSGD's rank
   bool sparse() const { return kind == Kind::kTopK || kind == Kind::kRandomK; }
+  // What a codec needs of the path it runs on, one answer per kind (CodecSpec::Kind's table in
+  // train_config.cc); callers ask these, never which codec it is:
+  // a payload codec (compression/compressor.h builds it), else factors averaged in all-reduces
+  // (compression/powersgd.h, worker/allreduce/dense_averager.h's averager);
+  bool payload() const;
+  // the shards can aggregate it (a factored codec's second factor needs every worker's first
+  // averaged: a bsp round in two phases, which the shards do not have); it runs on the device;
+  bool on_ps() const;
+  bool on_device() const;
+  // each tensor is compressed as a matrix of its shape (a caller gives the shapes).
+  bool needs_shapes() const;
   // PowerSGD: not a payload codec (compression/compressor.h) but low-rank factors of each
   // matrix, averaged in two all-reduces (compression/powersgd.h): all-reduce only.
   bool low_rank() const { return kind == Kind::kPowerSgd; }

@@ -1,7 +1,7 @@
 #include "common/data/sampler.h"
 
 #include "common/base/check.h"
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 
 namespace gradsync {
 

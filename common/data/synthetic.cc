@@ -5,7 +5,7 @@
 #include <numbers>
 
 #include "common/base/check.h"
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 
 namespace gradsync {
 

@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 #include "common/base/status.h"
 
 namespace gradsync {

@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "common/base/segment.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/segment.h"
+#include "common/base/numeric/tensor.h"
 
 namespace gradsync {
 

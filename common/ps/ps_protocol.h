@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/optim/optimizer.h"
 #include "gradsync.pb.h"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
 #include "gradsync.pb.h"
 

@@ -13,7 +13,7 @@ Status AllreduceJob::Build() {
   const int N = j_.plan.workers;
   rounds_ = {.every = t.sync_every(), .total_steps = j_.s.steps};
   compress_ = codecs_.on();
-  low_rank_ = compress_ && codecs_.low_rank();
+  low_rank_ = compress_ && codecs_.factored();
   summable_ = compress_ && !low_rank_ && codecs_.summable();
   // AllreduceOverlaps, as the real worker decides (worker/sync/sync_factory.h): a compressed gradient is
   // averaged after backward, and the rounds' exchange is one all-reduce after the step;

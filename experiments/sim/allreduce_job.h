@@ -12,7 +12,7 @@
 #include "common/base/status.h"
 #include "common/config/sync_decisions.h"
 #include "experiments/sim/codec_costs.h"
-#include "experiments/sim/engine.h"
+#include "experiments/sim/engine/engine.h"
 #include "experiments/sim/job.h"
 #include "experiments/sim/sim.h"
 

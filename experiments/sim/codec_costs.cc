@@ -8,10 +8,10 @@
 #include <string>
 #include <utility>
 
-#include "common/base/blas_threads.h"
-#include "common/base/rng.h"
-#include "common/base/segment.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/blas_threads.h"
+#include "common/base/numeric/rng.h"
+#include "common/base/numeric/segment.h"
+#include "common/base/numeric/tensor.h"
 #include "common/config/train_config.h"
 #include "common/obs/metrics.h"
 #include "compression/compressor.h"
@@ -89,9 +89,9 @@ Result<CodecCost> Codecs::Cost(size_t n) {
   return c;
 }
 
-bool Codecs::low_rank() const {
+bool Codecs::factored() const {
   const auto spec = ParseCodecSpec(spec_);
-  return spec.ok() && spec->low_rank();
+  return spec.ok() && !spec->payload();
 }
 
 Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& shapes, int blas_threads) {
@@ -100,7 +100,7 @@ Result<LowRankCost> Codecs::LowRank(const std::vector<std::vector<int64_t>>& sha
   // than it gives.
   SetBlasThreads(blas_threads);
   ASSIGN_OR_RETURN(const CodecSpec spec, ParseCodecSpec(spec_));
-  if (!spec.low_rank()) return InvalidArgumentError("compress '" + spec_ + "' is not a low-rank codec");
+  if (spec.payload()) return InvalidArgumentError("compress '" + spec_ + "' is not a low-rank codec");
   const std::vector<TensorInfo> layout = PackedLayout(shapes);
   PowerSgd power(layout, static_cast<int>(spec.param), /*seed=*/1, error_feedback_);
   std::vector<float> grads(static_cast<size_t>(LayoutSize(layout))), first(power.first_floats()), second(power.second_floats());

@@ -33,8 +33,8 @@ class Codecs {
   Codecs(std::string spec, bool error_feedback, float correction, double encode_us_per_float,
          double pull_encode_us_per_float, double gather_decode_us_per_float);
   bool on() const { return spec_ != "none" && !spec_.empty(); }
-  // A low-rank codec (PowerSGD): not a payload codec, it is LowRank's.
-  bool low_rank() const;
+  // A factored codec (not a payload codec: CodecSpec::payload): its costs are LowRank's.
+  bool factored() const;
   const std::string& spec() const { return spec_; }
   // The payload of n floats and the median of 5 timed encodes and decodes of random values
   // (after 2 that warm up).

@@ -11,9 +11,9 @@
 #include "common/base/status.h"
 #include "common/config/straggler.h"
 #include "common/obs/metrics.h"
-#include "experiments/sim/cpus.h"
-#include "experiments/sim/engine.h"
-#include "experiments/sim/network.h"
+#include "experiments/sim/engine/cpus.h"
+#include "experiments/sim/engine/engine.h"
+#include "experiments/sim/engine/network.h"
 #include "experiments/sim/sim.h"
 #include "experiments/spec/spec.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/config/sync_decisions.h"
 #include "common/base/status.h"
 #include "common/obs/process_summary.h"
@@ -18,7 +18,7 @@
 #include "common/ps/partitioner.h"
 #include "common/ps/ps_protocol.h"
 #include "experiments/sim/codec_costs.h"
-#include "experiments/sim/engine.h"
+#include "experiments/sim/engine/engine.h"
 #include "experiments/sim/job.h"
 
 namespace gradsync::sim {

@@ -9,7 +9,7 @@
 
 #include "allreduce/plan/algorithm.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/config/train_config.h"
 #include "experiments/sim/inputs.h"
 #include "experiments/sim/optimizer_cost.h"
@@ -228,7 +228,7 @@ Result<SimSettings> ResolveSim(const RunPlan& plan) {
   }
   if (t.precision() != "fp32")
     return InvalidArgumentError("precision '" + t.precision() + "': the simulation has fp32 only");
-  if (const auto codec = ParseCodecSpec(t.compress()); codec.ok() && codec->low_rank() && s.shapes.empty()) {
+  if (const auto codec = ParseCodecSpec(t.compress()); codec.ok() && codec->needs_shapes() && s.shapes.empty()) {
     return InvalidArgumentError("compress '" + t.compress() +
                                 "': PowerSGD compresses each tensor as a matrix; give the model's "
                                 "sim { tensor_shapes: [...] } instead of its tensors");

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/base/status.h"
 #include "common/config/train_config.h"
 #include "common/obs/metrics.h"

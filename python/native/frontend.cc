@@ -262,9 +262,9 @@ FrontendBucketReducer::FrontendBucketReducer(FrontendJob* job, const std::string
   if (!codec.empty() && codec != "none") {
     auto spec = ParseCodecSpec(codec);
     ThrowIfError(spec.status());
-    low_rank_ = spec->low_rank();
+    by_shape_ = spec->needs_shapes();
   }
-  if (low_rank_) return;  // per bucket, once its shapes are known
+  if (by_shape_) return;  // per bucket, once its shapes are known
   auto a = BucketAverager::Create(job->link().ring.get(), codec, job->train().seed(), error_feedback);
   ThrowIfError(a.status());
   averager_ = std::move(a).value();
@@ -273,11 +273,11 @@ FrontendBucketReducer::FrontendBucketReducer(FrontendJob* job, const std::string
 void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint64_t step,
                                     const std::vector<std::vector<int64_t>>& shapes) {
   const std::string where = "bucket " + std::to_string(bucket_index);
-  if (!low_rank_) {
+  if (!by_shape_) {
     ThrowIfError(averager_->Average(bucket, bucket_index, step).WithContext(where));
     return;
   }
-  auto& [made_for, averager] = low_rank_averagers_[bucket_index];
+  auto& [made_for, averager] = by_shape_averagers_[bucket_index];
   if (!averager || made_for != shapes) {
     // The bucket's tensors laid out in its buffer, in order (a new layout: a new residual and Q).
     for (const auto& shape : shapes) {
@@ -289,7 +289,7 @@ void FrontendBucketReducer::Average(FloatSpan bucket, size_t bucket_index, uint6
     const int64_t floats = LayoutSize(layout);
     if (floats != static_cast<int64_t>(bucket.size())) {
       ThrowIfError(InvalidArgumentError(where + ": its tensors hold " + std::to_string(floats) + " floats, its buffer " +
-                                        std::to_string(bucket.size()) + " (PowerSGD needs the bucket's tensor shapes)"));
+                                        std::to_string(bucket.size()) + " (the codec needs the bucket's tensor shapes)"));
     }
     auto made = MakeDenseAverager(job_->link().ring.get(), layout,
                                   {.codec = codec_, .seed = job_->train().seed(), .error_feedback = error_feedback_});

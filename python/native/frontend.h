@@ -113,19 +113,20 @@ class FrontendJob {
 class FrontendBucketReducer {
  public:
   FrontendBucketReducer(FrontendJob* job, const std::string& codec, bool error_feedback);
-  // `shapes`: the bucket's tensors, in order (PowerSGD needs them; the payload codecs ignore them).
+  // `shapes`: the bucket's tensors, in order (a codec that needs_shapes, PowerSGD, needs them; the
+  // payload codecs ignore them).
   void Average(FloatSpan bucket, size_t bucket_index, uint64_t step, const std::vector<std::vector<int64_t>>& shapes = {});
-  bool low_rank() const { return low_rank_; }
+  bool needs_shapes() const { return by_shape_; }
   SyncTraffic traffic() const;
 
  private:
   FrontendJob* job_;
   std::string codec_;
   bool error_feedback_ = false;
-  bool low_rank_ = false;
+  bool by_shape_ = false;  // the codec needs_shapes: an averager per bucket, made for its shapes
   std::unique_ptr<BucketAverager> averager_;
-  // PowerSGD: per bucket index, its averager and the shapes it was made for.
-  std::map<size_t, std::pair<std::vector<std::vector<int64_t>>, std::unique_ptr<DenseAverager>>> low_rank_averagers_;
+  // Per bucket index, its averager and the shapes it was made for.
+  std::map<size_t, std::pair<std::vector<std::vector<int64_t>>, std::unique_ptr<DenseAverager>>> by_shape_averagers_;
 };
 
 struct TensorSpec {

@@ -409,7 +409,7 @@ void BindBucketReducer(py::module_& m) {
           py::arg("shapes") = std::vector<std::vector<int64_t>>{},
           "Averages a float32 buffer over the ring in place (its own encoder per bucket index); PowerSGD needs "
           "`shapes`, the bucket's tensors' shapes in order.")
-      .def_property_readonly("low_rank", &FrontendBucketReducer::low_rank)
+      .def_property_readonly("needs_shapes", &FrontendBucketReducer::needs_shapes)
       .def("traffic", [](const FrontendBucketReducer& r) {
         const SyncTraffic t = r.traffic();
         return py::make_tuple(t.bytes_sent, t.bytes_received);

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "server/shard/gradient_transform.h"
 
 namespace gradsync {

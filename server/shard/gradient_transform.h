@@ -16,7 +16,7 @@
 #include <memory>
 #include <span>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
 #include "gradsync.pb.h"
 #include "server/shard/push_assembler.h"

@@ -29,9 +29,9 @@
 #include <span>
 #include <vector>
 
-#include "common/base/parallel_for.h"
+#include "common/base/numeric/parallel_for.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/optim/optimizer.h"
 #include "common/ps/partitioner.h"
 

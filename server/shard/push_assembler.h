@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
 #include "common/ps/ps_protocol.h"
 

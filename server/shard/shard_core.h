@@ -23,7 +23,7 @@
 #include <string>
 #include <utility>
 
-#include "common/base/parallel_for.h"
+#include "common/base/numeric/parallel_for.h"
 #include "common/base/status.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"

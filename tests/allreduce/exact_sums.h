@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "allreduce/tcp_ring.h"
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 
 namespace gradsync::testing {
 

@@ -16,7 +16,7 @@
 
 #include "allreduce/ring_security.h"
 #include "allreduce/tcp_ring.h"
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 #include "tests/allreduce/exact_sums.h"
 
 namespace gradsync {

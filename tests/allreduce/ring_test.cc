@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 #include "common/config/train_names.h"
 #include "tests/allreduce/exact_sums.h"
 

@@ -1,7 +1,7 @@
-// The control plane's one encoder and decoder (common/net/control_protocol.h): every message a node
+// The control plane's one encoder and decoder (common/net/control/control_protocol.h): every message a node
 // and the scheduler exchange comes back as it was sent, a Status travels whole (a code this build
 // does not know reads as kUnknown), and a message of another plane is refused.
-#include "common/net/control_protocol.h"
+#include "common/net/control/control_protocol.h"
 
 #include <gtest/gtest.h>
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/base/atomic_file.h"
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/data/idx.h"
 #include "tests/support/temp_dir.h"
 

@@ -1,4 +1,4 @@
-#include "common/base/half.h"
+#include "common/base/numeric/half.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/net/control_protocol.h"
+#include "common/net/control/control_protocol.h"
 #include "common/ps/replica_protocol.h"
 
 namespace gradsync {

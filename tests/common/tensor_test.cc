@@ -1,4 +1,4 @@
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 
 #include <gtest/gtest.h>
 

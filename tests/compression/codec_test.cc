@@ -7,8 +7,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "common/base/rng.h"
-#include "compression/codecs.h"
+#include "common/base/numeric/rng.h"
+#include "compression/codecs/codecs.h"
 #include "compression/error_feedback.h"
 #include "compression/gradient_encoder.h"
 #include "compression/momentum_correction.h"

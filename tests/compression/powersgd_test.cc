@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 
 namespace gradsync {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 
 namespace gradsync {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "common/config/straggler.h"
 #include "common/obs/metrics.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "compression/compressor.h"
 #include "compression/powersgd.h"
 #include "experiments/spec/report.h"

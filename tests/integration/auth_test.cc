@@ -7,7 +7,7 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/data/synthetic.h"
 #include "common/net/security.h"
 #include "gradsync.pb.h"

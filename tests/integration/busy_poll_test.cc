@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "allreduce/shm_group.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
 #include "tests/support/ps_job.h"
 #include "worker/ps/ps_client.h"

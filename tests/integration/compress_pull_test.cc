@@ -6,8 +6,8 @@
 #include <cmath>
 #include <thread>
 
-#include "common/net/scheduler_client.h"
-#include "server/scheduler.h"
+#include "common/net/control/scheduler_client.h"
+#include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/ps/ps_client.h"
 

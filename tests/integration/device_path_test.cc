@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/data/synthetic.h"
 #include "tests/support/fake_device.h"
 #include "tests/support/ps_job.h"

@@ -15,9 +15,9 @@
 #include <optional>
 #include <thread>
 
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"
 #include "tests/support/wire_request.h"

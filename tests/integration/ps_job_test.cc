@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/base/rng.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/rng.h"
+#include "common/base/numeric/tensor.h"
 #include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
 

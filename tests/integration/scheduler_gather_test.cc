@@ -5,9 +5,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/net/transport.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 
 namespace gradsync {
 namespace {

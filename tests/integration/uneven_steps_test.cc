@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/net/transport.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"
 #include "worker/ps/ps_client.h"

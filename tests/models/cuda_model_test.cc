@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/base/rng.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/rng.h"
+#include "common/base/numeric/tensor.h"
 #include "common/optim/optimizer.h"
 #include "models/model.h"
 #include "tests/support/cuda_gate.h"

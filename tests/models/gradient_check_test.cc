@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "common/data/synthetic.h"
 #include "models/model.h"
 

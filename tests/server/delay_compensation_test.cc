@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "server/shard/shard_core.h"
 
 namespace gradsync {

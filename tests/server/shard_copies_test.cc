@@ -1,6 +1,6 @@
 // ShardCopies on its own: where the copies are after deaths, takeovers and restarts, and the
 // verdict on a dead shard, for 3 servers with --replicas=2 (shard s backed up on server s+1 mod 3).
-#include "server/shard_copies.h"
+#include "server/scheduler/shard_copies.h"
 
 #include <gtest/gtest.h>
 

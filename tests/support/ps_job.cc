@@ -7,11 +7,11 @@
 #include <thread>
 
 #include "allreduce/tcp_ring.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/data/synthetic.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "tests/support/fake_device.h"
 #include "worker/job_trainer.h"
 #include "worker/ps/ps_client.h"

@@ -11,10 +11,10 @@
 
 #include "common/base/status.h"
 #include "common/data/dataset.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/net/security.h"
 #include "models/model.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/allreduce/allreduce_sync.h"
 #include "worker/loop/local_trainer.h"

@@ -20,7 +20,7 @@
 
 #include "allreduce/collective.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "compression/compressor.h"
 #include "compression/gradient_encoder.h"
 

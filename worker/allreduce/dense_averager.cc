@@ -83,7 +83,7 @@ Result<std::unique_ptr<DenseAverager>> MakeDenseAverager(Collective* collective,
   const std::string codec = o.codec == "none" ? "" : o.codec;
   if (!codec.empty()) {
     ASSIGN_OR_RETURN(const CodecSpec spec, ParseCodecSpec(codec));
-    if (spec.low_rank()) {
+    if (!spec.payload()) {
       if (o.correction_momentum > 0) return InvalidArgumentError("--momentum-correction applies to topk and randomk, not " + codec);
       return std::unique_ptr<DenseAverager>(
           std::make_unique<LowRankAverager>(collective, layout, static_cast<int>(spec.param), o.seed, o.error_feedback));

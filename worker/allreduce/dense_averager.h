@@ -22,7 +22,7 @@
 
 #include "allreduce/collective.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 
 namespace gradsync {
 

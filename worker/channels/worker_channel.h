@@ -17,9 +17,9 @@
 #include <functional>
 #include <span>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/base/wait_policy.h"
 #include "common/ps/ps_protocol.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/base/logging.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 #include "worker/channels/worker_data_channel.h"
 #include "worker/channels/worker_lane.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/base/clock.h"
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 #include "common/data/sampler.h"
 #include "common/obs/trace.h"
 #include "worker/loop/epoch.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/base/logging.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 #include "common/net/security.h"
 #include "common/obs/process_summary.h"
 #include "common/obs/trace.h"

@@ -27,8 +27,8 @@
 
 #include "common/base/wait_policy.h"
 #include "common/base/status.h"
-#include "common/base/tensor.h"
-#include "common/net/scheduler_client.h"
+#include "common/base/numeric/tensor.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/net/transport.h"
 #include "common/ps/partitioner.h"
 #include "common/ps/ps_protocol.h"

@@ -6,7 +6,7 @@
 
 #include "common/base/clock.h"
 #include "common/base/logging.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 #include "common/net/security.h"
 #include "worker/ps/ps_client.h"
 

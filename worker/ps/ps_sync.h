@@ -33,7 +33,7 @@
 
 #include "common/base/clock.h"
 #include "common/config/sync_decisions.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/sync/gradient_sync.h"

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "allreduce/collective.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 #include "models/model.h"
 #include "worker/allreduce/allreduce_sync.h"
 #include "worker/sync/gradient_sync.h"

@@ -39,8 +39,8 @@ class _AllreduceHook:
         step = self._steps.get(index, 0)
         self._steps[index] = step + 1
         future = torch.futures.Future()
-        # PowerSGD compresses each tensor of the bucket as a matrix: it needs their shapes.
-        shapes = [list(g.shape) for g in bucket.gradients()] if self._reducer.low_rank else []
+        # A codec that compresses each tensor of the bucket as a matrix (PowerSGD) needs their shapes.
+        shapes = [list(g.shape) for g in bucket.gradients()] if self._reducer.needs_shapes else []
 
         def run():
             try:

@@ -1,4 +1,4 @@
-#include "experiments/sim/engine.h"
+#include "experiments/sim/engine/engine.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,8 @@
 #include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/config/train_config.h"
-#include "common/net/node.h"
-#include "common/net/scheduler_client.h"
+#include "common/net/control/node.h"
+#include "common/net/control/scheduler_client.h"
 #include "common/obs/trace.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"

@@ -1,10 +1,10 @@
-#include "experiments/sim/network.h"
+#include "experiments/sim/engine/network.h"
 
 #include <algorithm>
 #include <memory>
 #include <utility>
 
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 #include "experiments/sim/sim.h"
 
 namespace gradsync::sim {

@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "experiments/sim/engine.h"
+#include "experiments/sim/engine/engine.h"
 
 namespace gradsync::sim {
 

@@ -2,7 +2,7 @@
 // Payload: fp32 scale, then ceil(n / 8) bytes of sign bits (bit set = negative), LSB first.
 #include <cmath>
 
-#include "compression/codecs.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 namespace {

@@ -6,10 +6,10 @@
 #include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/config/train_config.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 #include "common/obs/trace.h"
 #include "server/replication/replication.h"
-#include "server/scheduler.h"
+#include "server/scheduler/scheduler.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "common/base/tensor.h"
+#include "common/base/numeric/tensor.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "common/base/blas_threads.h"
+#include "common/base/numeric/blas_threads.h"
 
 #include <cblas.h>
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/base/segment.h"
+#include "common/base/numeric/segment.h"
 
 namespace gradsync {
 

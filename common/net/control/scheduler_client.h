@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/net/control_protocol.h"
+#include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
 #include "gradsync.pb.h"
 

@@ -1,4 +1,4 @@
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "common/net/control_protocol.h"
+#include "common/net/control/control_protocol.h"
 
 #include "common/net/transport.h"
 

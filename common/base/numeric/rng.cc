@@ -1,4 +1,4 @@
-#include "common/base/rng.h"
+#include "common/base/numeric/rng.h"
 
 #include <cmath>
 #include <numbers>

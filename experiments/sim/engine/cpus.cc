@@ -1,4 +1,4 @@
-#include "experiments/sim/cpus.h"
+#include "experiments/sim/engine/cpus.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/shard_copies.h"
+#include "server/scheduler/shard_copies.h"
 
 #include <algorithm>
 

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "experiments/sim/cpus.h"
-#include "experiments/sim/engine.h"
+#include "experiments/sim/engine/cpus.h"
+#include "experiments/sim/engine/engine.h"
 
 namespace gradsync {
 struct SimSettings;

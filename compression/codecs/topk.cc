@@ -6,7 +6,7 @@
 #include <limits>
 #include <numeric>
 
-#include "compression/codecs.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 namespace {

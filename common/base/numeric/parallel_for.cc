@@ -1,4 +1,4 @@
-#include "common/base/parallel_for.h"
+#include "common/base/numeric/parallel_for.h"
 
 #include <algorithm>
 

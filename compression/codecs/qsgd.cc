@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/base/rng.h"
-#include "compression/codecs.h"
+#include "common/base/numeric/rng.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 namespace {

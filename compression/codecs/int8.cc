@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "compression/codecs.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/net/scheduler_client.h"
+#include "common/net/control/scheduler_client.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 
 #include "common/base/clock.h"
 #include "common/base/logging.h"
-#include "common/net/node.h"
+#include "common/net/control/node.h"
 
 namespace gradsync {
 namespace {

@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/net/control_protocol.h"
+#include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
-#include "server/shard_copies.h"
+#include "server/scheduler/shard_copies.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {

@@ -4,8 +4,8 @@
 // error feedback). Payload: k fp32 values.
 #include <algorithm>
 
-#include "common/base/rng.h"
-#include "compression/codecs.h"
+#include "common/base/numeric/rng.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 namespace {

@@ -1,8 +1,8 @@
-// fp16 and bf16: each element as a 16-bit float, rounded to nearest even (common/base/half.h).
+// fp16 and bf16: each element as a 16-bit float, rounded to nearest even (common/base/numeric/half.h).
 #include <cstring>
 
-#include "common/base/half.h"
-#include "compression/codecs.h"
+#include "common/base/numeric/half.h"
+#include "compression/codecs/codecs.h"
 
 namespace gradsync {
 namespace {
