@@ -110,7 +110,8 @@ Status ShmGroup::Barrier(Clock::time_point deadline) {
   for (int j = 0; j < members_; ++j) {
     while (c[j].value.load(std::memory_order_acquire) < epoch_) {
       if (cancelled_.load(std::memory_order_relaxed)) return AbortedError("the shared-memory all-reduce was cancelled");
-      if (waiter.Poll() && Clock::now() <= deadline) continue;
+      // (No clock read while the waiter only pauses: a pause is shorter than reading the clock.)
+      if (waiter.Poll() && (waiter.pausing() || Clock::now() <= deadline)) continue;
       const auto now = Clock::now();
       // Past the polling, sleep until a member arrives: with more members than cores, pausing
       // takes the cores the late members need to arrive (at most 20 ms a sleep, so that a dead

@@ -38,6 +38,8 @@ class Waiter {
   // check again without blocking; false once it says to block (every later call too, until the
   // caller's block has ended: then it returns false again at once, and the caller blocks again).
   bool Poll();
+  // Whether the last Poll only paused (a caller may skip its own clock reads while it does).
+  bool pausing() const { return polls_ <= policy_.pause_spins; }
 
  private:
   using Clock = std::chrono::steady_clock;
