@@ -21,28 +21,13 @@ that commit.
 """
 import argparse
 import re
-import subprocess
 import sys
 from collections import defaultdict
 
+from longest_functions import files_at, read  # the same files, read the same way
+
 CLASS = re.compile(r"^(\s*)(?:class|struct)\s+(?:\[\[[^\]]*\]\]\s*)?(?:[A-Z]\w*::)*([A-Z]\w*)(?:\s+final)?(?:\s*:(?!:)[^{;]*)?\s*\{\s*$")
 OUT_OF_LINE = re.compile(r"^(?!\s|//|#)(?:[\w:<>,\s*&]*?\s)?(?:[\w:]*::)?([A-Z]\w*)::(~?\w+|operator\S+)\s*\(")
-
-
-def files_at(rev, dirs):
-    if rev:
-        out = subprocess.check_output(["git", "ls-tree", "-r", "--name-only", rev, "--", *dirs], text=True)
-    else:
-        out = subprocess.check_output(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *dirs],
-                                      text=True)
-    return [f for f in out.split() if f.endswith((".cc", ".h", ".cu", ".cuh"))]
-
-
-def read(rev, path):
-    if rev:
-        return subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True)
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def strip_comments(line):

@@ -19,15 +19,7 @@ Status AllreduceJob::Build() {
   // averaged after backward, and the rounds' exchange is one all-reduce after the step;
   // --overlap's default off where a host runs more workers than host_cores (OverlapOf, on the
   // hosts the real job would make).
-  overlap_ = AllreduceOverlaps({.requested = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed),
-                               .compressed = compress_,
-                               .sparse = t.model() == "sparse_logreg",
-                               .on_device = t.device() != "cpu",
-                               .per_tensor_params = t.model() == "mlp" || t.model() == "softmax",
-                               .straggles = false,
-                               .rounds = rounds_.every > 0,
-                               .workers = N,
-                               .zero = t.zero()});
+  overlap_ = AllreduceOverlaps(j_.OverlapFactsOf(compress_));
   const int last = static_cast<int>(j_.s.tensors.size()) - 1;
   if (low_rank_) {
     // PowerSGD's LowRankAverager: First, the all-reduce of the P factors and the whole tensors,

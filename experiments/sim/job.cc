@@ -62,6 +62,19 @@ Status Job::EvalRow(int64_t step) {
   return r.metrics->Write(row);
 }
 
+OverlapFacts Job::OverlapFactsOf(bool compressed) const {
+  const auto& t = plan.run.train();
+  return {.requested = OverlapOf(t, SimulatedAllReduceLayout(plan, s).setting.oversubscribed),
+          .compressed = compressed,
+          .sparse = t.model() == "sparse_logreg",
+          .on_device = t.device() != "cpu",
+          .per_tensor_params = t.model() == "mlp" || t.model() == "softmax",
+          .straggles = false,
+          .rounds = t.sync_every() > 0,
+          .workers = plan.workers,
+          .zero = t.zero()};
+}
+
 bool Job::EvalDue(int64_t step) const {
   if (step <= 0 || step >= s.steps) return false;
   if (step % s.steps_per_epoch == 0) return true;

@@ -10,6 +10,7 @@
 
 #include "common/base/status.h"
 #include "common/config/straggler.h"
+#include "common/config/sync_decisions.h"
 #include "common/obs/metrics.h"
 #include "experiments/sim/engine/cpus.h"
 #include "experiments/sim/engine/engine.h"
@@ -49,6 +50,11 @@ struct Job {
   // bytes, the evaluation's pull included, count, its time does not).
   Status EvalRow(int64_t step);
   bool EvalDue(int64_t step) const;
+  // What the real worker's overlap decisions read (common/config/sync_decisions.h), of this run:
+  // --overlap or its default on the hosts the real job would make (OverlapOf), the model (the
+  // dense CPU models' forward waits for each layer), the device, rounds, workers and ZeRO; no
+  // straggler (the PS job sets it per worker).
+  OverlapFacts OverlapFactsOf(bool compressed) const;
 };
 
 }  // namespace gradsync::sim

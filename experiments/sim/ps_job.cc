@@ -17,19 +17,10 @@ Status PsJob::Build() {
   compress_pull_ = compress_ && t.compress_pull();
   rounds_ = {.every = t.sync_every(), .total_steps = j_.s.steps};
   compensates_ = t.has_delay_compensation() && j_.plan.mode != config::BSP;
-  // PsOverlaps, as the real worker decides (worker/sync/sync_factory.h), per worker: a straggling worker
-  // runs without overlap; by default none where the workers' host (the hosts the real job's
-  // addresses would make) runs more of them than host_cores (OverlapOf). The dense CPU models'
-  // forward waits for each layer's parameters (Model::waits_for_params).
-  OverlapFacts facts{.requested = OverlapOf(t, SimulatedAllReduceLayout(j_.plan, j_.s).setting.oversubscribed),
-                     .compressed = compress_,
-                     .sparse = t.model() == "sparse_logreg",
-                     .on_device = t.device() != "cpu",
-                     .per_tensor_params = t.model() == "mlp" || t.model() == "softmax",
-                     .straggles = false,
-                     .rounds = rounds_.every > 0,
-                     .workers = N,
-                     .zero = 0};
+  // PsOverlaps, as the real worker decides (worker/sync/sync_factory.h), per worker: a straggling
+  // worker runs without overlap; by default none where the workers' host runs more of them than
+  // host_cores.
+  OverlapFacts facts = j_.OverlapFactsOf(compress_);
   // Without overlap: the whole model is one forward group, a piece per shard.
   plain_.group_floats.assign(1, total);
   for (int k = 0; k < S; ++k) plain_.pieces.push_back({k, part_->range(k), 0});
