@@ -9,7 +9,6 @@
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
-#include <tuple>
 #include <utility>
 
 #include "common/base/host_port.h"
@@ -154,54 +153,6 @@ std::string OuterName(const TrainConfig& c) {
   if (c.outer_lr() == 1 && c.outer_momentum() == 0) return "local SGD";
   return "DiLoCo lr=" + ShortestText(c.outer_lr()) + " momentum=" + ShortestText(c.outer_momentum()) +
          (c.outer_nesterov() ? " nesterov" : "");
-}
-
-bool CodecSpec::payload() const { return kind != Kind::kPowerSgd; }
-bool CodecSpec::on_ps() const { return kind != Kind::kPowerSgd; }
-bool CodecSpec::on_device() const { return kind != Kind::kPowerSgd; }
-bool CodecSpec::needs_shapes() const { return kind == Kind::kPowerSgd; }
-
-Result<CodecSpec> ParseCodecSpec(const std::string& spec) {
-  const auto colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  auto number = [&](double* v) {
-    char* end = nullptr;
-    *v = std::strtod(arg.c_str(), &end);
-    return !arg.empty() && *end == '\0' && std::isfinite(*v);
-  };
-  CodecSpec out;
-  for (const auto& [n, kind] : {std::pair{"none", CodecSpec::Kind::kNone}, std::pair{"fp16", CodecSpec::Kind::kFp16},
-                                std::pair{"bf16", CodecSpec::Kind::kBf16},
-                                std::pair{"int8", CodecSpec::Kind::kInt8}, std::pair{"sign", CodecSpec::Kind::kSign}}) {
-    if (name != n) continue;
-    if (colon != std::string::npos) return InvalidArgumentError("--compress=" + name + " takes no parameter");
-    out.kind = kind;
-    return out;
-  }
-  double v = 0;
-  // A codec whose parameter is an integer in [lo, hi] (what: its name in the message).
-  for (const auto& [n, kind, lo, hi, what] :
-       {std::tuple{"qsgd", CodecSpec::Kind::kQsgd, 1.0, 127.0, "an integer number of levels in [1, 127], e.g. qsgd:16"},
-        std::tuple{"powersgd", CodecSpec::Kind::kPowerSgd, 1.0, 1024.0, "an integer rank in [1, 1024], e.g. powersgd:4"}}) {
-    if (name != n) continue;
-    if (!number(&v) || v != std::floor(v) || v < lo || v > hi) {
-      return InvalidArgumentError(name + " needs " + what + "; got '" + spec + "'");
-    }
-    out.kind = kind;
-    out.param = v;
-    return out;
-  }
-  if (name == "topk" || name == "randomk") {
-    if (!number(&v) || v <= 0 || v > 1) {
-      return InvalidArgumentError(name + " needs a ratio in (0, 1], e.g. " + name + ":0.01; got '" + spec + "'");
-    }
-    out.kind = name == "topk" ? CodecSpec::Kind::kTopK : CodecSpec::Kind::kRandomK;
-    out.param = v;
-    return out;
-  }
-  return InvalidArgumentError("unknown compression '" + spec +
-                              "' (expected none|fp16|bf16|int8|qsgd:LEVELS|sign|topk:RATIO|randomk:RATIO|powersgd:RANK)");
 }
 
 Result<StragglerSpec> ParseStraggler(const std::string& spec) {

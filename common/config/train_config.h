@@ -14,6 +14,7 @@
 
 #include "common/base/status.h"
 #include "common/base/wait_policy.h"
+#include "common/config/codec_spec.h"
 #include "common/config/train_names.h"
 #include "train_config.pb.h"
 
@@ -45,29 +46,7 @@ bool OverlapOf(const config::TrainConfig& c, bool oversubscribed);
 // setting becomes a WaitPolicy: the PS client's waits and the shared-memory barriers take it.
 WaitPolicy WaitPolicyOf(const config::TrainConfig& c);
 
-// ---- Codec specs: none | fp16 | bf16 | int8 | sign | qsgd:LEVELS | topk:RATIO | randomk:RATIO |
-// powersgd:RANK. ----
-struct CodecSpec {
-  enum class Kind { kNone, kFp16, kBf16, kInt8, kSign, kQsgd, kTopK, kRandomK, kPowerSgd };
-  Kind kind = Kind::kNone;
-  double param = 0;  // qsgd levels, top-k / random-k ratio, PowerSGD's rank
-  bool sparse() const { return kind == Kind::kTopK || kind == Kind::kRandomK; }
-  // What a codec needs of the path it runs on, one answer per kind (CodecSpec::Kind's table in
-  // train_config.cc); callers ask these, never which codec it is:
-  // a payload codec (compression/compressor.h builds it), else factors averaged in all-reduces
-  // (compression/powersgd.h, worker/allreduce/dense_averager.h's averager);
-  bool payload() const;
-  // the shards can aggregate it (a factored codec's second factor needs every worker's first
-  // averaged: a bsp round in two phases, which the shards do not have); it runs on the device;
-  bool on_ps() const;
-  bool on_device() const;
-  // each tensor is compressed as a matrix of its shape (a caller gives the shapes).
-  bool needs_shapes() const;
-  // PowerSGD: not a payload codec (compression/compressor.h) but low-rank factors of each
-  // matrix, averaged in two all-reduces (compression/powersgd.h): all-reduce only.
-  bool low_rank() const { return kind == Kind::kPowerSgd; }
-};
-Result<CodecSpec> ParseCodecSpec(const std::string& spec);
+// ---- Codec specs: common/config/codec_spec.h (CodecSpec, ParseCodecSpec). ----
 
 // ---- Stragglers: none | ms:D | x:F | exp:MEAN_MS | uniform:LO:HI (common/config/straggler.h). ----
 struct StragglerSpec {
