@@ -14,6 +14,10 @@ Status PlanAlgorithm::ReceiveReducing(uint32_t step, int from, void* data, size_
                         /*recv_reuse=*/true);
 }
 
+Status PlanAlgorithm::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder) {
+  return Run(AllReducePlan(algo_, mesh_.rank(), mesh_.size(), count), data, elem, reduce);
+}
+
 Status PlanAlgorithm::Run(const Plan& plan, void* data, size_t elem, const Reducer& reduce) {
   char* d = static_cast<char*>(data);
   for (const PlanStep& s : plan) {

@@ -66,31 +66,27 @@ Status SharedMemoryPath::SetUp(Collective& ring) {
   return OkStatus();
 }
 
-Status SharedMemoryPath::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
+Status ShmAllReduce::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
   if (mesh_.topology().hosts().size() != 1) {
     return mesh_.Fail(FailedPreconditionError("--allreduce-algo=shm needs every rank on one host; these span " +
                                               std::to_string(mesh_.topology().hosts().size()) + " (use hier or auto)"));
   }
-  if (Status s = group_->AllReduce(data, count, elem, reduce, options_.timeout_s, add); !s.ok()) return mesh_.Fail(s);
+  if (Status s = path_.group().AllReduce(data, count, elem, reduce, timeout_s_, add); !s.ok()) return mesh_.Fail(s);
   return OkStatus();
 }
 
-// Across hosts: the host's ranks reduce into their leader through shared memory, the leaders
-// all-reduce around their own ring over TCP, and each leader broadcasts the result back
-// (HierarchicalPlan).
-Status SharedMemoryPath::Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add,
-                                      RingAlgorithm& ring) {
+Status HierarchicalAllReduce::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) {
   const Plan plan = HierarchicalPlan(mesh_.rank(), mesh_.topology().hosts(), count);
   std::span<const PlanStep> steps(plan);
   if (!steps.empty() && steps.front().shm == PlanStep::Shm::kReduce) {
-    if (Status s = group_->Reduce(data, count, elem, reduce, options_.timeout_s, add); !s.ok()) return mesh_.Fail(s);
+    if (Status s = path_.group().Reduce(data, count, elem, reduce, timeout_s_, add); !s.ok()) return mesh_.Fail(s);
     steps = steps.subspan(1);
   }
   const bool broadcast = !steps.empty() && steps.back().shm == PlanStep::Shm::kBroadcast;
   if (broadcast) steps = steps.first(steps.size() - 1);
-  RETURN_IF_ERROR(ring.Run(CollectiveOp::kAllReduce, data, elem, reduce, steps));
+  RETURN_IF_ERROR(ring_.Run(CollectiveOp::kAllReduce, data, elem, reduce, steps));
   if (broadcast) {
-    if (Status s = group_->Broadcast(data, count * elem, options_.timeout_s); !s.ok()) return mesh_.Fail(s);
+    if (Status s = path_.group().Broadcast(data, count * elem, timeout_s_); !s.ok()) return mesh_.Fail(s);
   }
   return OkStatus();
 }

@@ -1,14 +1,14 @@
 // SharedMemoryPath: the collective's use of this host's shared memory (CollectiveOptions::shm).
 // It sets the host's ShmGroup up after Connect (the leader creates the region, the others
 // attach, every rank learns every rank's verdict, so that all agree whether it is used, and if
-// not why); and it runs the algorithms through it: `shm` (every rank on one host sums in the
-// region) and `hier` (each host's ranks reduce into their leader through the region, the leaders
-// all-reduce around their own ring over TCP, each leader broadcasts the result back).
+// not why), owns it, and counts what went through it. The algorithms that run through it are
+// their own classes below: ShmAllReduce and HierarchicalAllReduce.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "allreduce/allreduce_algorithm.h"
 #include "allreduce/collective.h"
 #include "allreduce/mesh/peer_mesh.h"
 #include "allreduce/ring_algorithm.h"
@@ -18,8 +18,6 @@ namespace gradsync {
 
 class SharedMemoryPath {
  public:
-  using Reducer = RingPipeline::Reducer;
-
   SharedMemoryPath(PeerMesh& mesh, const CollectiveOptions& options) : mesh_(mesh), options_(options) {}
 
   // Not used, and why (set before SetUp, which replaces it).
@@ -31,12 +29,8 @@ class SharedMemoryPath {
   bool ready() const { return ready_; }
   const std::string& off_reason() const { return why_not_; }
 
-  // `shm`: every rank on this host (kFailedPrecondition when they span hosts). `add`
-  // (optional): out = a + b in one pass, for the first addition. A failure breaks the mesh.
-  Status AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add);
-  // `hier` (HierarchicalPlan), the leaders' steps over `ring`.
-  Status Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add,
-                      RingAlgorithm& ring);
+  // This host's group, once ready() (the algorithms below run through it).
+  ShmGroup& group() { return *group_; }
 
   // What went through the region, counted as the wire would.
   uint64_t bytes_sent() const { return group_ ? group_->bytes_sent() : 0; }
@@ -51,6 +45,35 @@ class SharedMemoryPath {
   std::unique_ptr<ShmGroup> group_;  // this host's group (null: alone on the host, or off)
   bool ready_ = false;               // every host with several ranks has its group
   std::string why_not_;
+};
+
+// ShmAllReduce: `shm`, every rank on one host sums in the region (kFailedPrecondition when the
+// ranks span hosts).
+class ShmAllReduce final : public AllReduceAlgorithm {
+ public:
+  ShmAllReduce(SharedMemoryPath& path, PeerMesh& mesh, double timeout_s) : path_(path), mesh_(mesh), timeout_s_(timeout_s) {}
+  Status AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) override;
+
+ private:
+  SharedMemoryPath& path_;
+  PeerMesh& mesh_;
+  const double timeout_s_;
+};
+
+// HierarchicalAllReduce: `hier` across hosts (HierarchicalPlan): each host's ranks reduce into
+// their leader through the region, the leaders all-reduce around their own ring over TCP
+// (`ring`'s pipeline), and each leader broadcasts the result back.
+class HierarchicalAllReduce final : public AllReduceAlgorithm {
+ public:
+  HierarchicalAllReduce(SharedMemoryPath& path, RingAlgorithm& ring, PeerMesh& mesh, double timeout_s)
+      : path_(path), ring_(ring), mesh_(mesh), timeout_s_(timeout_s) {}
+  Status AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add) override;
+
+ private:
+  SharedMemoryPath& path_;
+  RingAlgorithm& ring_;
+  PeerMesh& mesh_;
+  const double timeout_s_;
 };
 
 }  // namespace gradsync

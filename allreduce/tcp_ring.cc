@@ -54,8 +54,17 @@ RingCollective::RingCollective(const CollectiveOptions& options, const RingSecur
     : options_(Normalized(options)),
       mesh_(options_, security),
       ring_(mesh_, options_.segment_bytes, scratch_),
-      plans_(mesh_, options_.segment_bytes, scratch_),
-      shm_(mesh_, options_) {}
+      rhd_(AllReduceAlgo::kRhd, mesh_, options_.segment_bytes, scratch_),
+      rd_(AllReduceAlgo::kRd, mesh_, options_.segment_bytes, scratch_),
+      tree_(AllReduceAlgo::kTree, mesh_, options_.segment_bytes, scratch_),
+      shm_(mesh_, options_),
+      shm_all_reduce_(shm_, mesh_, options_.timeout_s),
+      hier_(shm_, ring_, mesh_, options_.timeout_s),
+      algorithms_{nullptr, &ring_, &rhd_, &rd_, &tree_, &shm_all_reduce_, &hier_} {
+  static_assert(static_cast<size_t>(AllReduceAlgo::kRing) == 1 && static_cast<size_t>(AllReduceAlgo::kRhd) == 2 &&
+                static_cast<size_t>(AllReduceAlgo::kRd) == 3 && static_cast<size_t>(AllReduceAlgo::kTree) == 4 &&
+                static_cast<size_t>(AllReduceAlgo::kShm) == 5 && static_cast<size_t>(AllReduceAlgo::kHier) == 6);
+}
 
 RingCollective::~RingCollective() { Abort(); }
 
@@ -113,13 +122,7 @@ Status RingCollective::AllReduceWith(void* data, size_t count, size_t elem, cons
     return mesh_.Fail(FailedPreconditionError(std::string("--allreduce-algo=") + AllReduceAlgoName(algo) +
                                               " needs shared memory between this host's ranks: " + shm_.off_reason()));
   }
-  switch (algo) {
-    case AllReduceAlgo::kShm: return shm_.AllReduce(data, count, elem, reduce, add);
-    case AllReduceAlgo::kHier: return shm_.Hierarchical(data, count, elem, reduce, add, ring_);
-    case AllReduceAlgo::kRing:
-      return ring_.Run(CollectiveOp::kAllReduce, data, elem, reduce, RingAllReducePlan(mesh_.rank(), mesh_.size(), count));
-    default: return plans_.Run(AllReducePlan(algo, mesh_.rank(), mesh_.size(), count), data, elem, reduce);
-  }
+  return algorithms_[static_cast<size_t>(algo)]->AllReduce(data, count, elem, reduce, add);
 }
 
 Status RingCollective::ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds) {

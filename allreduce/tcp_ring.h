@@ -19,9 +19,10 @@
 // rank's address is known. The connections, their handshake and every step's header are the
 // transport's (allreduce/mesh/peer_mesh.h); the algorithms' steps come from allreduce/plan/.
 //
-// RingCollective is the face that picks and runs the parts: the transport (PeerMesh), the ring
-// (RingAlgorithm), the step-by-step algorithms rhd, rd and the tree (PlanAlgorithm), and this
-// host's shared memory with the shm and hier all-reduces (SharedMemoryPath). It resolves the
+// RingCollective is the face that picks and runs the parts: the transport (PeerMesh), one
+// AllReduceAlgorithm per all-reduce algorithm (allreduce/allreduce_algorithm.h: the ring's
+// RingAlgorithm, rhd, rd and the tree as PlanAlgorithm, shm and hier as ShmAllReduce and
+// HierarchicalAllReduce) and this host's shared memory (SharedMemoryPath). It resolves the
 // all-reduce algorithm (ResolveAllReduceAlgo) and runs broadcast, all-gather and barrier by
 // their plans.
 //
@@ -31,6 +32,7 @@
 // frame that fails authentication fails the operation with kDataLoss.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "allreduce/algorithms.h"
+#include "allreduce/allreduce_algorithm.h"
 #include "allreduce/collective.h"
 #include "allreduce/mesh/peer_mesh.h"
 #include "allreduce/plan/schedule.h"
@@ -96,7 +99,7 @@ class RingCollective final : public Collective {
   void Cancel(const std::string& why);
 
  private:
-  using Reducer = RingPipeline::Reducer;
+  using Reducer = AllReduceAlgorithm::Reducer;
 
   RingCollective(const CollectiveOptions& options, const RingSecurity& security);
 
@@ -108,8 +111,14 @@ class RingCollective final : public Collective {
   PeerMesh mesh_;
   std::vector<float> scratch_;  // a reduce's incoming segment (the ring's and the plans')
   RingAlgorithm ring_;
-  PlanAlgorithm plans_;
+  PlanAlgorithm rhd_;
+  PlanAlgorithm rd_;
+  PlanAlgorithm tree_;
   SharedMemoryPath shm_;
+  ShmAllReduce shm_all_reduce_;
+  HierarchicalAllReduce hier_;
+  // By AllReduceAlgo: the algorithm that runs it (null for auto, which is always resolved).
+  const std::array<AllReduceAlgorithm*, 7> algorithms_;
   AllReduceAlgo last_algorithm_ = AllReduceAlgo::kRing;
 };
 
