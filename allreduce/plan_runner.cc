@@ -1,20 +1,24 @@
-// The collective's steps that are not the ring's pipeline: recursive halving-doubling, recursive
-// doubling and the binomial tree (and their fold), one PlanStep at a time over the ring and mesh
-// connections. Their steps come from allreduce/plan/.
-#include "allreduce/tcp_ring.h"
+// PlanAlgorithm: the collective's steps that are not the ring's pipeline: recursive
+// halving-doubling, recursive doubling and the binomial tree (and their fold), one PlanStep at a
+// time over the ring and mesh connections. Their steps come from allreduce/plan/.
+#include "allreduce/plan_runner.h"
 
 namespace gradsync {
 
-Status RingCollective::ReceiveReducing(uint32_t step, int from, void* data, size_t bytes, size_t elem,
-                                       const Reducer& reduce, int to, const void* send, size_t send_bytes) {
-  scratch_.resize(std::max<size_t>(1, options_.segment_bytes / sizeof(float) + 1));
+Status PlanAlgorithm::ReceiveReducing(uint32_t step, int from, void* data, size_t bytes, size_t elem,
+                                      const Reducer& reduce, int to, const void* send, size_t send_bytes) {
+  scratch_.resize(std::max<size_t>(1, segment_bytes_ / sizeof(float) + 1));
   char* d = static_cast<char*>(data);
   return mesh_.Exchange(CollectiveOp::kAllReduce, step, to, send, send_bytes, from, scratch_.data(), bytes,
-                      [&](size_t off, size_t len) { reduce(d + off, scratch_.data(), len / elem); },
-                      /*recv_reuse=*/true);
+                        [&](size_t off, size_t len) { reduce(d + off, scratch_.data(), len / elem); },
+                        /*recv_reuse=*/true);
 }
 
-Status RingCollective::RunPlan(const Plan& plan, void* data, size_t elem, const Reducer& reduce) {
+Status PlanAlgorithm::AllReduce(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder) {
+  return Run(AllReducePlan(algo_, mesh_.rank(), mesh_.size(), count), data, elem, reduce);
+}
+
+Status PlanAlgorithm::Run(const Plan& plan, void* data, size_t elem, const Reducer& reduce) {
   char* d = static_cast<char*>(data);
   for (const PlanStep& s : plan) {
     char* send = d + s.send.begin * elem;

@@ -35,8 +35,8 @@ class RingPipeline {
     size_t len;
     int step;
   };
-  const PlanStep& at(int t) const { return plan_[static_cast<size_t>(t)]; }
-  size_t bytes_of(const ElementRange& c) const { return c.size() * elem_; }
+  const PlanStep& at(int t) const { return work_.plan[static_cast<size_t>(t)]; }
+  size_t bytes_of(const ElementRange& c) const { return c.size() * work_.elem; }
   void PeerFailed(int peer, const boost::system::error_code& e, int t);
   void AdvanceWriterMark();
   void Pump();
@@ -44,33 +44,48 @@ class RingPipeline {
   void StartStepSend(int t);
   void ReadStep();
   void ReadSegment(size_t off);
-  bool Done() const { return all_read_ && writer_done_through_ == steps_ - 1; }
+  bool Done() const { return reader_.all_read && writer_.done_through == work_.steps - 1; }
+
+  // The operation: its buffer, element size, reducer and steps (fixed while it runs).
+  struct Work {
+    const CollectiveOp op;
+    char* const d;
+    const size_t elem;
+    const Reducer& reduce;
+    const std::span<const PlanStep> plan;
+    const int steps;
+  };
+  // The outgoing stream to the right: the pieces queued for it (each step's header, then its
+  // segments as they arrive) and how far every step's pieces have been written.
+  struct Sender {
+    const int right;
+    RingStream* const to_right;  // null when there are no steps
+    std::deque<StepHeader> headers;
+    std::deque<Piece> queue;
+    bool writing = false;
+    int done_through = -1;  // every piece of steps <= this has been written
+    std::vector<size_t> pieces_left;
+    std::vector<bool> step_queued;  // all pieces of the step queued
+  };
+  // The incoming stream from the left: the step being read, its header, the segment scratch a
+  // reduce-scatter reads into, and whether it waits for the writer.
+  struct Receiver {
+    const int left;
+    RingStream* const from_left;
+    const size_t seg;  // whole elements
+    std::vector<float>& scratch;
+    StepHeader in{};
+    int reading = 0;
+    bool all_read = false;
+    bool waiting = false;  // ReadStep waits for the writer
+    int waits_for = -1;
+  };
 
   PeerMesh& mesh_;
-  const CollectiveOp op_;
-  char* const d_;
-  const size_t elem_;
-  const Reducer& reduce_;
-  const std::span<const PlanStep> plan_;
-  const int steps_;
-  const size_t seg_;  // whole elements
-  std::vector<float>& scratch_;
-  const int left_, right_;
-  RingStream* const to_right_;  // null when there are no steps
-  RingStream* const from_left_;
-
-  std::deque<StepHeader> headers_;
-  std::deque<Piece> queue_;
-  bool writing_ = false;
-  int writer_done_through_ = -1;  // every piece of steps <= this has been written
-  std::vector<size_t> pieces_left_;
-  std::vector<bool> step_queued_;  // all pieces of the step queued
+  const Work work_;
+  Sender writer_;
+  Receiver reader_;
   Status failure_;
-  bool reader_waiting_ = false;  // ReadStep waits for the writer
-  int reader_waits_for_ = -1;
-  StepHeader in_{};
-  int reading_ = 0;
-  bool all_read_ = false;
 };
 
 }  // namespace gradsync

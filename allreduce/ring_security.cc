@@ -202,19 +202,19 @@ void RingStream::Encrypt(const ring_handshake::SessionKeys& keys) {
   InitSodium();
   encrypted_ = true;
   keys_ = keys;
-  send_counter_ = recv_counter_ = 0;
-  if (in_.size() < kReadBuffer) in_.resize(kReadBuffer);
-  if (plain_.size() < kMaxFrame) plain_.resize(kMaxFrame);
+  w_.counter = r_.counter = 0;
+  if (r_.in.size() < kReadBuffer) r_.in.resize(kReadBuffer);
+  if (r_.plain.size() < kMaxFrame) r_.plain.resize(kMaxFrame);
 }
 
 void RingStream::Reset() {
   ++generation_;
   encrypted_ = false;
   sodium_memzero(&keys_, sizeof(keys_));
-  in_lo_ = in_hi_ = plain_lo_ = plain_hi_ = 0;
-  wbufs_.clear();
-  whandler_ = nullptr;
-  rhandler_ = nullptr;
+  r_.in_lo = r_.in_hi = r_.plain_lo = r_.plain_hi = 0;
+  w_.bufs.clear();
+  w_.handler = nullptr;
+  r_.handler = nullptr;
 }
 
 void RingStream::Complete(Handler& slot, const boost::system::error_code& e, size_t n) {
@@ -233,45 +233,45 @@ void RingStream::AsyncWrite(std::vector<asio::const_buffer> buffers, Handler han
     asio::async_write(socket_, std::move(buffers), AllThatIsLeft, std::move(handler));
     return;
   }
-  GRADSYNC_CHECK(!whandler_) << "one write at a time on a ring stream";
-  wbufs_ = std::move(buffers);
-  wbuf_index_ = wbuf_offset_ = wtotal_ = 0;
-  whandler_ = std::move(handler);
+  GRADSYNC_CHECK(!w_.handler) << "one write at a time on a ring stream";
+  w_.bufs = std::move(buffers);
+  w_.index = w_.offset = w_.total = 0;
+  w_.handler = std::move(handler);
   WriteBatch();
 }
 
 void RingStream::WriteBatch() {
-  // Encrypt up to kWriteBatch of plaintext into out_, as frames that never span two of the
+  // Encrypt up to kWriteBatch of plaintext into w_.out, as frames that never span two of the
   // caller's buffers (so each is encrypted straight from where it lies).
   size_t used = 0, plain = 0;
-  while (wbuf_index_ < wbufs_.size() && plain < kWriteBatch) {
-    const asio::const_buffer& b = wbufs_[wbuf_index_];
-    if (wbuf_offset_ == b.size()) {
-      ++wbuf_index_;
-      wbuf_offset_ = 0;
+  while (w_.index < w_.bufs.size() && plain < kWriteBatch) {
+    const asio::const_buffer& b = w_.bufs[w_.index];
+    if (w_.offset == b.size()) {
+      ++w_.index;
+      w_.offset = 0;
       continue;
     }
-    const size_t len = std::min({kMaxFrame, b.size() - wbuf_offset_, kWriteBatch - plain});
-    if (out_.size() < used + kFrameHeader + len + kTag) out_.resize(std::max(out_.size() * 2, used + kFrameHeader + len + kTag));
-    uint8_t* frame = out_.data() + used;
+    const size_t len = std::min({kMaxFrame, b.size() - w_.offset, kWriteBatch - plain});
+    if (w_.out.size() < used + kFrameHeader + len + kTag) w_.out.resize(std::max(w_.out.size() * 2, used + kFrameHeader + len + kTag));
+    uint8_t* frame = w_.out.data() + used;
     PutU32(frame, static_cast<uint32_t>(len));
     uint8_t nonce[12];
-    Nonce(send_counter_++, nonce);
+    Nonce(w_.counter++, nonce);
     unsigned long long maclen = 0;
     crypto_aead_chacha20poly1305_ietf_encrypt_detached(
-        frame + kFrameHeader, frame + kFrameHeader + len, &maclen, static_cast<const uint8_t*>(b.data()) + wbuf_offset_,
+        frame + kFrameHeader, frame + kFrameHeader + len, &maclen, static_cast<const uint8_t*>(b.data()) + w_.offset,
         len, frame, kFrameHeader, nullptr, nonce, keys_.send.data());
     used += kFrameHeader + len + kTag;
     plain += len;
-    wbuf_offset_ += len;
+    w_.offset += len;
   }
-  if (used == 0) return Complete(whandler_, {}, wtotal_);
-  asio::async_write(socket_, asio::buffer(out_.data(), used),
+  if (used == 0) return Complete(w_.handler, {}, w_.total);
+  asio::async_write(socket_, asio::buffer(w_.out.data(), used),
                     [this, plain, used, gen = generation_](const boost::system::error_code& e, size_t) {
                       if (gen != generation_) return;  // reset: Complete already reported nothing to anyone
-                      if (e) return Complete(whandler_, e, 0);
-                      wtotal_ += plain;
-                      overhead_sent_ += used - plain;
+                      if (e) return Complete(w_.handler, e, 0);
+                      w_.total += plain;
+                      w_.overhead += used - plain;
                       WriteBatch();
                     });
 }
@@ -281,11 +281,11 @@ void RingStream::AsyncRead(asio::mutable_buffer buffer, Handler handler) {
     asio::async_read(socket_, buffer, AllThatIsLeft, std::move(handler));
     return;
   }
-  GRADSYNC_CHECK(!rhandler_) << "one read at a time on a ring stream";
-  rdst_ = static_cast<uint8_t*>(buffer.data());
-  rneed_ = buffer.size();
-  rgot_ = 0;
-  rhandler_ = std::move(handler);
+  GRADSYNC_CHECK(!r_.handler) << "one read at a time on a ring stream";
+  r_.dst = static_cast<uint8_t*>(buffer.data());
+  r_.need = buffer.size();
+  r_.got = 0;
+  r_.handler = std::move(handler);
   ReadStep();
 }
 
@@ -299,59 +299,59 @@ void RingStream::AsyncReadHeader(asio::mutable_buffer header, asio::mutable_buff
 }
 
 void RingStream::ReadStep() {
-  while (rgot_ < rneed_) {
-    if (plain_lo_ < plain_hi_) {
-      const size_t k = std::min(plain_hi_ - plain_lo_, rneed_ - rgot_);
-      std::memcpy(rdst_ + rgot_, plain_.data() + plain_lo_, k);
-      plain_lo_ += k;
-      rgot_ += k;
+  while (r_.got < r_.need) {
+    if (r_.plain_lo < r_.plain_hi) {
+      const size_t k = std::min(r_.plain_hi - r_.plain_lo, r_.need - r_.got);
+      std::memcpy(r_.dst + r_.got, r_.plain.data() + r_.plain_lo, k);
+      r_.plain_lo += k;
+      r_.got += k;
       continue;
     }
-    if (in_hi_ - in_lo_ >= kFrameHeader) {
-      const uint8_t* frame = in_.data() + in_lo_;
+    if (r_.in_hi - r_.in_lo >= kFrameHeader) {
+      const uint8_t* frame = r_.in.data() + r_.in_lo;
       const size_t len = GetU32(frame);
-      if (len == 0 || len > kMaxFrame) return Complete(rhandler_, FrameError(RingFrameError::kFrameTooLong), 0);
-      if (in_hi_ - in_lo_ >= kFrameHeader + len + kTag) {
+      if (len == 0 || len > kMaxFrame) return Complete(r_.handler, FrameError(RingFrameError::kFrameTooLong), 0);
+      if (r_.in_hi - r_.in_lo >= kFrameHeader + len + kTag) {
         // A whole frame: decrypt it into the caller's buffer when it fits there, else aside.
-        const bool direct = rneed_ - rgot_ >= len;
-        uint8_t* dst = direct ? rdst_ + rgot_ : plain_.data();
+        const bool direct = r_.need - r_.got >= len;
+        uint8_t* dst = direct ? r_.dst + r_.got : r_.plain.data();
         uint8_t nonce[12];
-        Nonce(recv_counter_, nonce);
+        Nonce(r_.counter, nonce);
         if (crypto_aead_chacha20poly1305_ietf_decrypt_detached(dst, nullptr, frame + kFrameHeader, len,
                                                                frame + kFrameHeader + len, frame, kFrameHeader, nonce,
                                                                keys_.recv.data()) != 0) {
           // Nothing of a frame that fails reaches the caller's data as trusted: the operation
           // fails, and the ring with it.
-          return Complete(rhandler_, FrameError(RingFrameError::kBadFrame), 0);
+          return Complete(r_.handler, FrameError(RingFrameError::kBadFrame), 0);
         }
-        ++recv_counter_;
-        in_lo_ += kFrameHeader + len + kTag;
-        overhead_received_ += kFrameHeader + kTag;
+        ++r_.counter;
+        r_.in_lo += kFrameHeader + len + kTag;
+        r_.overhead += kFrameHeader + kTag;
         if (direct) {
-          rgot_ += len;
+          r_.got += len;
         } else {
-          plain_lo_ = 0;
-          plain_hi_ = len;
+          r_.plain_lo = 0;
+          r_.plain_hi = len;
         }
         continue;
       }
     }
     // More ciphertext needed: move the partial frame to the front, then read what has arrived.
-    if (in_lo_ > 0) {
-      std::memmove(in_.data(), in_.data() + in_lo_, in_hi_ - in_lo_);
-      in_hi_ -= in_lo_;
-      in_lo_ = 0;
+    if (r_.in_lo > 0) {
+      std::memmove(r_.in.data(), r_.in.data() + r_.in_lo, r_.in_hi - r_.in_lo);
+      r_.in_hi -= r_.in_lo;
+      r_.in_lo = 0;
     }
-    socket_.async_read_some(asio::buffer(in_.data() + in_hi_, in_.size() - in_hi_),
+    socket_.async_read_some(asio::buffer(r_.in.data() + r_.in_hi, r_.in.size() - r_.in_hi),
                             [this, gen = generation_](const boost::system::error_code& e, size_t n) {
                               if (gen != generation_) return;
-                              if (e) return Complete(rhandler_, e, 0);
-                              in_hi_ += n;
+                              if (e) return Complete(r_.handler, e, 0);
+                              r_.in_hi += n;
                               ReadStep();
                             });
     return;
   }
-  Complete(rhandler_, {}, rneed_);
+  Complete(r_.handler, {}, r_.need);
 }
 
 }  // namespace gradsync

@@ -167,35 +167,43 @@ class RingStream {
   void AsyncReadHeader(boost::asio::mutable_buffer header, boost::asio::mutable_buffer more, Handler handler);
 
   // Bytes on the wire beyond the plaintext (frame headers and tags).
-  uint64_t overhead_sent() const { return overhead_sent_; }
-  uint64_t overhead_received() const { return overhead_received_; }
+  uint64_t overhead_sent() const { return w_.overhead; }
+  uint64_t overhead_received() const { return r_.overhead; }
 
  private:
   void WriteBatch();
   void ReadStep();
   void Complete(Handler& slot, const boost::system::error_code& e, size_t n);
 
+  // The write in progress, and the sending direction's frame counter and overhead.
+  struct WriteState {
+    std::vector<boost::asio::const_buffer> bufs;
+    size_t index = 0, offset = 0, total = 0;
+    std::vector<uint8_t> out;  // the batch of sealed frames being written
+    Handler handler;
+    uint64_t counter = 0;
+    uint64_t overhead = 0;
+  };
+  // The read in progress, the ciphertext received and the decrypted bytes not yet read, and the
+  // receiving direction's frame counter and overhead.
+  struct ReadState {
+    uint8_t* dst = nullptr;
+    size_t need = 0, got = 0;
+    Handler handler;
+    std::vector<uint8_t> in;  // ciphertext received, [in_lo, in_hi) not yet decrypted
+    size_t in_lo = 0, in_hi = 0;
+    std::vector<uint8_t> plain;  // a decrypted frame's bytes not yet read, [plain_lo, plain_hi)
+    size_t plain_lo = 0, plain_hi = 0;
+    uint64_t counter = 0;
+    uint64_t overhead = 0;
+  };
+
   boost::asio::ip::tcp::socket& socket_;
   bool encrypted_ = false;
   ring_handshake::SessionKeys keys_{};
-  uint64_t send_counter_ = 0, recv_counter_ = 0;
   uint64_t generation_ = 0;  // bumped by Reset: stale completions see operation_aborted
-  uint64_t overhead_sent_ = 0, overhead_received_ = 0;
-
-  // The write in progress.
-  std::vector<boost::asio::const_buffer> wbufs_;
-  size_t wbuf_index_ = 0, wbuf_offset_ = 0, wtotal_ = 0;
-  std::vector<uint8_t> out_;
-  Handler whandler_;
-
-  // The read in progress.
-  uint8_t* rdst_ = nullptr;
-  size_t rneed_ = 0, rgot_ = 0;
-  Handler rhandler_;
-  std::vector<uint8_t> in_;  // ciphertext received, [in_lo_, in_hi_) not yet decrypted
-  size_t in_lo_ = 0, in_hi_ = 0;
-  std::vector<uint8_t> plain_;  // a decrypted frame's bytes not yet read, [plain_lo_, plain_hi_)
-  size_t plain_lo_ = 0, plain_hi_ = 0;
+  WriteState w_;
+  ReadState r_;
 };
 
 }  // namespace gradsync

@@ -19,12 +19,20 @@
 // rank's address is known. The connections, their handshake and every step's header are the
 // transport's (allreduce/mesh/peer_mesh.h); the algorithms' steps come from allreduce/plan/.
 //
+// RingCollective is the face that picks and runs the parts: the transport (PeerMesh), one
+// AllReduceAlgorithm per all-reduce algorithm (allreduce/allreduce_algorithm.h: the ring's
+// RingAlgorithm, rhd, rd and the tree as PlanAlgorithm, shm and hier as ShmAllReduce and
+// HierarchicalAllReduce) and this host's shared memory (SharedMemoryPath). It resolves the
+// all-reduce algorithm (ResolveAllReduceAlgo) and runs broadcast, all-gather and barrier by
+// their plans.
+//
 // With a RingSecurity that authenticates (--auth-dir), Connect() runs the ring handshake
 // (allreduce/ring_security.h) on both connections and refuses a peer that cannot prove the
 // ring key, naming it; with encrypt (--ring-encrypt) every byte after it is AEAD-framed, and a
 // frame that fails authentication fails the operation with kDataLoss.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -32,11 +40,14 @@
 #include <vector>
 
 #include "allreduce/algorithms.h"
+#include "allreduce/allreduce_algorithm.h"
 #include "allreduce/collective.h"
 #include "allreduce/mesh/peer_mesh.h"
 #include "allreduce/plan/schedule.h"
+#include "allreduce/plan_runner.h"
+#include "allreduce/ring_algorithm.h"
 #include "allreduce/ring_security.h"
-#include "allreduce/shm_group.h"
+#include "allreduce/shm_path.h"
 
 namespace gradsync {
 
@@ -49,7 +60,7 @@ class RingCollective final : public Collective {
  public:
   static Result<std::unique_ptr<RingCollective>> Listen(const std::string& bind_host,
                                                         const CollectiveOptions& options,
-                                                        const RingSecurity& security = {});
+                                                        const RingSecurity& security = RingSecurity());
   ~RingCollective() override;
 
   uint16_t port() const { return mesh_.port(); }
@@ -60,27 +71,23 @@ class RingCollective final : public Collective {
   int size() const override { return mesh_.size(); }
   Status AllReduce(FloatSpan data, ReduceOp op) override;
   Status AllReduce16(std::span<uint16_t> data, Float16 format) override;
-  Status ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds = {}) override;
-  Status AllGatherChunks(FloatSpan data, std::span<const size_t> bounds = {}) override;
+  Status ReduceScatter(FloatSpan data, ReduceOp op, std::span<const size_t> bounds = std::span<const size_t>()) override;
+  Status AllGatherChunks(FloatSpan data, std::span<const size_t> bounds = std::span<const size_t>()) override;
   Status Broadcast(FloatSpan data, int root) override;
   Status AllGather(std::span<const std::byte> mine, std::vector<std::vector<std::byte>>* out) override;
   Status Barrier() override;
   // Wire bytes: with encryption, frame headers and tags included.
   uint64_t bytes_sent() const override { return mesh_.bytes_sent(); }
   uint64_t bytes_received() const override { return mesh_.bytes_received(); }
-  uint64_t shm_bytes_sent() const override { return shm_ ? shm_->bytes_sent() : 0; }
-  uint64_t shm_bytes_received() const override { return shm_ ? shm_->bytes_received() : 0; }
+  uint64_t shm_bytes_sent() const override { return shm_.bytes_sent(); }
+  uint64_t shm_bytes_received() const override { return shm_.bytes_received(); }
   // Whether the ranks of each host reduce through shared memory (CollectiveOptions::shm), and
-  // if not, why; the number of hosts (by the ranks' addresses).
-  bool shared_memory() const { return shm_ready_; }
-  const std::string& shared_memory_off_reason() const { return shm_why_not_; }
-  int hosts() const { return static_cast<int>(mesh_.hosts().size()); }
-  // The ranks on this rank's host, and whether they outnumber its cores (auto's choice, and
-  // --overlap's default).
-  int host_ranks() const {
-    return mesh_.hosts().empty() ? size() : static_cast<int>(mesh_.hosts()[static_cast<size_t>(mesh_.my_host())].size());
-  }
-  bool oversubscribed() const { return mesh_.oversubscribed(); }
+  // if not, why.
+  bool shared_memory() const { return shm_.ready(); }
+  const std::string& shared_memory_off_reason() const { return shm_.off_reason(); }
+  // The hosts (by the ranks' addresses), the ranks on this rank's host, and whether they
+  // outnumber its cores (auto's choice, and --overlap's default).
+  const MeshTopology& topology() const { return mesh_.topology(); }
   // The algorithm the last AllReduce / AllReduce16 ran (auto resolved).
   AllReduceAlgo last_algorithm() const { return last_algorithm_; }
 
@@ -92,41 +99,26 @@ class RingCollective final : public Collective {
   void Cancel(const std::string& why);
 
  private:
-  // reduce(acc, x, k) folds k received elements into acc.
-  using Reducer = std::function<void(void*, const void*, size_t)>;
+  using Reducer = AllReduceAlgorithm::Reducer;
 
   RingCollective(const CollectiveOptions& options, const RingSecurity& security);
 
-  Status Fail(Status s) { return mesh_.Fail(std::move(s)); }
-  // The all-reduce algorithms over `count` elements of `elem` bytes.
+  // The all-reduce algorithms over `count` elements of `elem` bytes: picks one and runs it.
   // `add` (optional): out = a + b in one pass, for shared memory's first addition.
   Status AllReduceWith(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add = nullptr);
-  // Ring steps (RingPlan, or the leaders' part of HierarchicalPlan), as one pipeline each way
-  // (allreduce/ring_pipeline.h).
-  Status RingSteps(CollectiveOp op, void* data, size_t elem, const Reducer& reduce, std::span<const PlanStep> plan);
-  Status Hierarchical(void* data, size_t count, size_t elem, const Reducer& reduce, ShmGroup::Adder add);
-  Status SetUpSharedMemory();
-  // Checks caller-given chunk bounds (kInvalidArgument, before anything moves).
-  Status CheckBounds(std::span<const size_t> bounds, size_t count) const;
-  // The steps of rhd, rd or the tree (allreduce/plan/schedule.h), one at a time: a step that
-  // sums in the range it also sends receives it whole first.
-  Status RunPlan(const Plan& plan, void* data, size_t elem, const Reducer& reduce);
-  // AllGather: checks the announced sizes and sizes the blocks.
-  Status SizeBlocks(std::span<const uint64_t> sizes, std::vector<std::vector<std::byte>>* out);
-  // Receives `bytes` from `from` and reduces them into `data` segment by segment (through the
-  // segment scratch), while optionally sending `send_bytes` from `send` to `to`.
-  Status ReceiveReducing(uint32_t step, int from, void* data, size_t bytes, size_t elem, const Reducer& reduce,
-                         int to = -1, const void* send = nullptr, size_t send_bytes = 0);
-  // A valid address for empty buffers (a zero-length side is not a skipped side).
-  static std::byte empty_[1];
 
-  CollectiveOptions options_;
+  const CollectiveOptions options_;
   PeerMesh mesh_;
-  std::vector<float> scratch_;
-  std::vector<std::byte> whole_;  // a whole incoming buffer (recursive doubling)
-  std::unique_ptr<ShmGroup> shm_;  // this host's shared-memory group (null: alone on the host, or off)
-  bool shm_ready_ = false;         // every host with several ranks has its group
-  std::string shm_why_not_;
+  std::vector<float> scratch_;  // a reduce's incoming segment (the ring's and the plans')
+  RingAlgorithm ring_;
+  PlanAlgorithm rhd_;
+  PlanAlgorithm rd_;
+  PlanAlgorithm tree_;
+  SharedMemoryPath shm_;
+  ShmAllReduce shm_all_reduce_;
+  HierarchicalAllReduce hier_;
+  // By AllReduceAlgo: the algorithm that runs it (null for auto, which is always resolved).
+  const std::array<AllReduceAlgorithm*, 7> algorithms_;
   AllReduceAlgo last_algorithm_ = AllReduceAlgo::kRing;
 };
 

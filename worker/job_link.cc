@@ -37,9 +37,9 @@ Status AgreeOnCores(const config::TrainConfig& c, JobLink* job) {
   int on_host = 0;
   bool first_on_host = false;
   if (job->ring) {
-    on_host = job->ring->host_ranks();
+    on_host = job->ring->topology().host_ranks();
     first_on_host = job->rank == 0;
-    float any = job->ring->oversubscribed() ? 1.0f : 0.0f;
+    float any = job->ring->topology().oversubscribed() ? 1.0f : 0.0f;
     if (job->ring->size() > 1) {
       if (Status s = job->ring->AllReduce(FloatSpan(&any, 1), ReduceOp::kSum); !s.ok()) {
         job->Finished(s);
@@ -133,12 +133,12 @@ Status JoinJob(const config::TrainConfig& c, const config::WorkerProcess& p, Job
       const RingCollective& ring = *job->ring;
       if (!ring.shared_memory()) {
         std::printf("worker 0: all-reduce over TCP between %d workers on %d host(s); shared memory: %s\n", ring.size(),
-                    ring.hosts(), ring.shared_memory_off_reason().c_str());
-      } else if (ring.hosts() == 1) {
+                    ring.topology().host_count(), ring.shared_memory_off_reason().c_str());
+      } else if (ring.topology().host_count() == 1) {
         std::printf("worker 0: all-reduce through shared memory between the %d workers of this host\n", ring.size());
       } else {
         std::printf("worker 0: hierarchical all-reduce: %d workers on %d hosts, shared memory within each host, a ring of "
-                    "one leader per host over TCP\n", ring.size(), ring.hosts());
+                    "one leader per host over TCP\n", ring.size(), ring.topology().host_count());
       }
       std::fflush(stdout);
     }

@@ -1,10 +1,9 @@
-// PeerMesh's set-up: Listen, and Connect's wiring of the ring and mesh connections (connect out
+// MeshConnector: Listen, and Connect's wiring of the ring and mesh connections (connect out
 // with retries, accept, tell each accepted connection's kind and rank from its hello, run the
 // handshake where the ring authenticates).
 #include <cstring>
-#include <thread>
 
-#include "allreduce/mesh/peer_mesh.h"
+#include "allreduce/mesh/connector.h"
 #include "common/base/clock.h"
 #include "common/base/host_port.h"
 #include "common/base/logging.h"
@@ -13,7 +12,7 @@ namespace gradsync {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-struct PeerMesh::Outgoing {
+struct MeshConnector::Outgoing {
   Link* link;
   int peer;
   bool mesh;
@@ -24,14 +23,14 @@ struct PeerMesh::Outgoing {
 
 // Each accepted connection says who it is in its hello's first 8 bytes (magic, rank): the ring's
 // left neighbor or a mesh peer below this rank.
-struct PeerMesh::Incoming {
+struct MeshConnector::Incoming {
   tcp::socket socket;
   std::array<uint32_t, 2> first{};
   std::array<uint8_t, 8> token{};  // plaintext hellos: the rest of ring_handshake::PlainHello
 };
 
-struct PeerMesh::Wiring {
-  Clock::time_point deadline;
+struct MeshConnector::Wiring {
+  MeshLoop::Clock::time_point deadline;
   std::array<uint8_t, 32> context{};
   std::array<uint8_t, 8> token{};
   int left = 0, right = 0;
@@ -43,7 +42,7 @@ struct PeerMesh::Wiring {
   std::vector<std::shared_ptr<Incoming>> incoming;
 };
 
-Status PeerMesh::Listen(const std::string& bind_host) {
+Status MeshConnector::Listen(const std::string& bind_host) {
   if (security_.encrypt && !security_.authenticate) {
     return InvalidArgumentError("an encrypted ring needs the ring key (--ring-encrypt needs --auth-dir)");
   }
@@ -60,82 +59,32 @@ Status PeerMesh::Listen(const std::string& bind_host) {
   return OkStatus();
 }
 
-// The hosts, by the host part of the ranks' addresses: each host's ranks in rank order (its
-// leader first). Auto's choice looks at this host's ranks against its cores.
-void PeerMesh::GroupHosts(const std::vector<std::string>& peers) {
-  hosts_.clear();
-  std::vector<std::string> names;
+Status MeshConnector::AddOutgoing(Wiring& w, Link* link, int peer, bool mesh) {
   std::string host;
   uint16_t port = 0;
-  for (int i = 0; i < size_; ++i) {
-    if (!ParseHostPort(peers[i], &host, &port).ok()) host = peers[i];
-    auto at = std::find(names.begin(), names.end(), host);
-    if (at == names.end()) {
-      names.push_back(host);
-      hosts_.push_back({i});
-    } else {
-      hosts_[static_cast<size_t>(at - names.begin())].push_back(i);
-    }
-  }
-  for (size_t g = 0; g < hosts_.size(); ++g) {
-    if (std::find(hosts_[g].begin(), hosts_[g].end(), rank_) != hosts_[g].end()) my_host_ = static_cast<int>(g);
-  }
-  oversubscribed_ = Oversubscribed(hosts_[static_cast<size_t>(my_host_)].size(), std::thread::hardware_concurrency());
-}
-
-// This rank connects to its right neighbor and to its mesh peers above it, and accepts its left
-// neighbor and its mesh peers below it.
-std::vector<int> PeerMesh::PlanMeshLinks(int* mesh_down) {
-  std::vector<int> mesh_up;
-  *mesh_down = 0;
-  mesh_.clear();
-  mesh_.resize(static_cast<size_t>(size_));
-  if (size_ <= 2) return mesh_up;
-  std::vector<int> pairs = MeshPeers(rank_, size_);
-  // Spanning hosts with several ranks on one: the leaders' ring of the hierarchical all-reduce.
-  std::vector<int> leaders;
-  for (const auto& h : hosts_) leaders.push_back(h.front());
-  const bool may_nest = leaders.size() > 1 && leaders.size() < static_cast<size_t>(size_);
-  if (auto at = std::find(leaders.begin(), leaders.end(), rank_); may_nest && at != leaders.end()) {
-    const size_t i = static_cast<size_t>(at - leaders.begin()), l = leaders.size();
-    for (int p : {leaders[(i + 1) % l], leaders[(i + l - 1) % l]}) {
-      if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
-    }
-  }
-  for (int p : pairs) {
-    mesh_[static_cast<size_t>(p)] = std::make_unique<Link>(io_);
-    if (p > rank_) mesh_up.push_back(p);
-    else ++*mesh_down;
-  }
-  return mesh_up;
-}
-
-Status PeerMesh::AddOutgoing(Wiring& w, Link* link, int peer, bool mesh) {
-  std::string host;
-  uint16_t port = 0;
-  RETURN_IF_ERROR(ParseHostPort(peers_[peer], &host, &port).WithContext("peer " + std::to_string(peer)));
+  RETURN_IF_ERROR(ParseHostPort(topology_.address(peer), &host, &port).WithContext("peer " + std::to_string(peer)));
   boost::system::error_code ec;
-  tcp::resolver resolver(io_);
+  tcp::resolver resolver(loop_.io());
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-  if (ec) return UnavailableError("cannot resolve " + peers_[peer] + ": " + ec.message());
+  if (ec) return UnavailableError("cannot resolve " + topology_.address(peer) + ": " + ec.message());
   auto o = std::make_unique<Outgoing>(Outgoing{link, peer, mesh, endpoints, {}, nullptr});
-  o->hello = {mesh ? ring_handshake::kPlainMeshHelloMagic : ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(rank_),
+  o->hello = {mesh ? ring_handshake::kPlainMeshHelloMagic : ring_handshake::kPlainHelloMagic, static_cast<uint32_t>(topology_.rank()),
               w.token};
   Outgoing* out = o.get();
   out->attempt = [this, &w, out] {
     asio::async_connect(out->link->socket, out->endpoints, [this, &w, out](const boost::system::error_code& e, const tcp::endpoint&) {
       if (e) {
-        if (Clock::now() > w.deadline) {
-          w.failure = UnavailableError("cannot connect to rank " + std::to_string(out->peer) + " at " + peers_[out->peer] + ": " + e.message());
+        if (MeshLoop::Clock::now() > w.deadline) {
+          w.failure = UnavailableError("cannot connect to rank " + std::to_string(out->peer) + " at " + topology_.address(out->peer) + ": " + e.message());
           return;
         }
         boost::system::error_code ignore;
         out->link->socket.close(ignore);
-        RetryAfter(std::chrono::milliseconds(20), [out] { out->attempt(); });
+        loop_.RetryAfter(std::chrono::milliseconds(20), [out] { out->attempt(); });
         return;
       }
       SetSocketOptions(out->link->socket);
-      if (security_.authenticate) return HandshakeAsConnector(*out->link, out->peer, out->mesh, w.context, &w.failure);
+      if (security_.authenticate) return handshake_.AsConnector(*out->link, out->peer, out->mesh, w.context, &w.failure);
       asio::async_write(out->link->socket, asio::buffer(&out->hello, sizeof(out->hello)), [&w, out](const boost::system::error_code& we, size_t) {
         if (we) w.failure = UnavailableError("hello to rank " + std::to_string(out->peer) + " failed: " + we.message());
         else out->link->ready = true;
@@ -146,9 +95,9 @@ Status PeerMesh::AddOutgoing(Wiring& w, Link* link, int peer, bool mesh) {
   return OkStatus();
 }
 
-void PeerMesh::AcceptNext(Wiring& w) {
+void MeshConnector::AcceptNext(Wiring& w) {
   if (w.accepts_left == 0) return;
-  auto in = std::make_shared<Incoming>(Incoming{tcp::socket(io_)});
+  auto in = std::make_shared<Incoming>(Incoming{tcp::socket(loop_.io())});
   w.incoming.push_back(in);
   acceptor_.async_accept(in->socket, [this, &w, in](const boost::system::error_code& e) {
     if (e) {
@@ -162,7 +111,7 @@ void PeerMesh::AcceptNext(Wiring& w) {
   });
 }
 
-void PeerMesh::ReadHello(Wiring& w, const std::shared_ptr<Incoming>& in) {
+void MeshConnector::ReadHello(Wiring& w, const std::shared_ptr<Incoming>& in) {
   asio::async_read(in->socket, asio::buffer(in->first), [this, &w, in](const boost::system::error_code& re, size_t) {
     if (re == asio::error::operation_aborted) return;  // Connect is giving up on it
     const uint32_t magic = in->first[0];
@@ -183,10 +132,10 @@ void PeerMesh::ReadHello(Wiring& w, const std::shared_ptr<Incoming>& in) {
 
 // A connection that is not of this ring (another job's rank on a reused port, a port scanner)
 // is closed and another is awaited, instead of failing the ring.
-void PeerMesh::DropIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, const std::string& why) {
+void MeshConnector::DropIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, const std::string& why) {
   boost::system::error_code ignore;
   const auto remote = in->socket.remote_endpoint(ignore);
-  GRADSYNC_LOG(WARNING) << "rank " << rank_ << ": dropped a ring connection from "
+  GRADSYNC_LOG(WARNING) << "rank " << topology_.rank() << ": dropped a ring connection from "
                         << (ignore ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port()))
                         << ": " << why;
   in->socket.close(ignore);
@@ -194,23 +143,24 @@ void PeerMesh::DropIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, cons
 }
 
 // Where an accepted connection goes: the mesh link of the rank it claims to be, else the ring's left.
-void PeerMesh::PlaceIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, const boost::system::error_code& read_error) {
+void MeshConnector::PlaceIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, const boost::system::error_code& read_error) {
   const uint32_t magic = in->first[0], claimed = in->first[1];
   const bool mesh = magic == ring_handshake::kPlainMeshHelloMagic || magic == ring_handshake::kMeshHelloMagic;
   const bool authenticating = magic == ring_handshake::kHelloMagic || magic == ring_handshake::kMeshHelloMagic;
-  Link* link = &left_;
+  Link* link = &links_.left();
   int peer = w.left;
   if (mesh) {
-    if (claimed >= static_cast<uint32_t>(size_) || static_cast<int>(claimed) >= rank_ || !mesh_[claimed] ||
-        mesh_[claimed]->ready || mesh_[claimed]->socket.is_open()) {
-      w.failure = InvalidArgumentError("rank " + std::to_string(rank_) + " got a mesh connection from a peer calling itself rank " +
+    if (claimed >= static_cast<uint32_t>(topology_.size()) || static_cast<int>(claimed) >= topology_.rank() ||
+        !links_.mesh(static_cast<int>(claimed)) || links_.mesh(static_cast<int>(claimed))->ready ||
+        links_.mesh(static_cast<int>(claimed))->socket.is_open()) {
+      w.failure = InvalidArgumentError("rank " + std::to_string(topology_.rank()) + " got a mesh connection from a peer calling itself rank " +
                                        std::to_string(claimed) + ", which it does not pair with (or twice)");
       return;
     }
-    link = mesh_[claimed].get();
+    link = links_.mesh(static_cast<int>(claimed));
     peer = static_cast<int>(claimed);
-  } else if (left_.socket.is_open()) {
-    w.failure = InvalidArgumentError("rank " + std::to_string(rank_) + " got a second connection claiming to be its left neighbor");
+  } else if (links_.left().socket.is_open()) {
+    w.failure = InvalidArgumentError("rank " + std::to_string(topology_.rank()) + " got a second connection claiming to be its left neighbor");
     return;
   }
   link->socket = std::move(in->socket);
@@ -220,11 +170,11 @@ void PeerMesh::PlaceIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, con
   }
   if (security_.authenticate) {
     std::memcpy(&link->handshake.hello, in->first.data(), 8);
-    return HandshakeAsAcceptor(*link, peer, mesh, w.context, &w.failure);
+    return handshake_.AsAcceptor(*link, peer, mesh, w.context, &w.failure);
   }
   if (authenticating) {
-    w.failure = InvalidArgumentError("ring authentication refused on rank " + std::to_string(rank_) + ": rank " +
-                                     std::to_string(peer) + " (" + peers_[peer] +
+    w.failure = InvalidArgumentError("ring authentication refused on rank " + std::to_string(topology_.rank()) + ": rank " +
+                                     std::to_string(peer) + " (" + topology_.address(peer) +
                                      ") authenticates the ring (--auth-dir) but this worker has no --auth-dir; "
                                      "every worker of the job needs the same --auth-dir");
   } else if ((magic != ring_handshake::kPlainHelloMagic && !mesh) || static_cast<int>(claimed) != peer) {
@@ -235,63 +185,72 @@ void PeerMesh::PlaceIncoming(Wiring& w, const std::shared_ptr<Incoming>& in, con
   }
 }
 
-bool PeerMesh::AllLinksReady() const {
-  if (!left_.ready || !right_.ready) return false;
-  for (const auto& link : mesh_) {
-    if (link && !link->ready) return false;
+MeshConnector::MeshConnector(size_t socket_buffer_bytes, const RingSecurity& security, MeshLoop& loop,
+                             const MeshTopology& topology, MeshLinks& links)
+    : socket_buffer_bytes_(socket_buffer_bytes),
+      security_(security),
+      loop_(loop),
+      topology_(topology),
+      links_(links),
+      handshake_(security, topology),
+      acceptor_(loop.io()) {}
+
+void MeshConnector::SetSocketOptions(tcp::socket& socket) const {
+  boost::system::error_code ignore;  // a kernel that caps or refuses a size keeps its own
+  socket.set_option(tcp::no_delay(true), ignore);
+  if (socket_buffer_bytes_ > 0) {
+    const int bytes = static_cast<int>(std::min<size_t>(socket_buffer_bytes_, size_t{1} << 30));
+    socket.set_option(asio::socket_base::send_buffer_size(bytes), ignore);
+    socket.set_option(asio::socket_base::receive_buffer_size(bytes), ignore);
   }
-  return true;
 }
 
-Status PeerMesh::WaitForLinks(Wiring& w, double timeout_s) {
-  io_.restart();
-  while (!AllLinksReady() && w.failure.ok()) {
-    if (io_.run_one_until(w.deadline) == 0 || Clock::now() > w.deadline) {
-      if (AllLinksReady()) break;
-      std::string missing;
-      for (int p = 0; p < size_; ++p) {
-        if (mesh_[static_cast<size_t>(p)] && !mesh_[static_cast<size_t>(p)]->ready) missing += " " + std::to_string(p);
-      }
-      w.failure = DeadlineExceededError("ring set-up on rank " + std::to_string(rank_) + " timed out after " +
-                                        SecondsText(timeout_s) + " s (right " + peers_[w.right] + (right_.ready ? " ok" : " missing") +
-                                        ", left " + peers_[w.left] + (left_.ready ? " ok" : " missing") +
-                                        (missing.empty() ? "" : ", mesh peers" + missing + " missing") + ")");
-    }
-  }
-  return w.failure;
-}
-
-Status PeerMesh::Connect(int rank, const std::vector<std::string>& peers, double timeout_s) {
-  rank_ = rank;
-  size_ = static_cast<int>(peers.size());
-  peers_ = peers;
-  if (size_ < 1 || rank < 0 || rank >= size_) return InvalidArgumentError("rank " + std::to_string(rank) + " of " + std::to_string(size_));
-  if (size_ == 1) return OkStatus();
-  GroupHosts(peers);
+Status MeshConnector::Start(double timeout_s) {
   wiring_ = std::make_shared<Wiring>();
   Wiring& w = *wiring_;
-  w.right = (rank + 1) % size_;
-  w.left = (rank - 1 + size_) % size_;
-  w.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  w.context = ring_handshake::RingContext(peers);
+  w.right = topology_.right();
+  w.left = topology_.left();
+  w.deadline = MeshLoop::Clock::now() + std::chrono::duration_cast<MeshLoop::Clock::duration>(std::chrono::duration<double>(timeout_s));
+  w.context = ring_handshake::RingContext(topology_.peers());
   w.token = ring_handshake::RingToken(w.context);
   int mesh_down = 0;
-  const std::vector<int> mesh_up = PlanMeshLinks(&mesh_down);
+  const std::vector<int> mesh_up = links_.Plan(topology_, &mesh_down);
   // Connect (retrying while the peer is not listening yet) and accept, all together.
-  RETURN_IF_ERROR(AddOutgoing(w, &right_, w.right, false));
-  for (int p : mesh_up) RETURN_IF_ERROR(AddOutgoing(w, mesh_[static_cast<size_t>(p)].get(), p, true));
+  RETURN_IF_ERROR(AddOutgoing(w, &links_.right(), w.right, false));
+  for (int p : mesh_up) RETURN_IF_ERROR(AddOutgoing(w, links_.mesh(p), p, true));
   for (auto& o : w.outgoing) o->attempt();
   w.accepts_left = 1 + mesh_down;
   AcceptNext(w);
-  const Status waited = WaitForLinks(w, timeout_s);
+  return OkStatus();
+}
+
+Status MeshConnector::Wait(double timeout_s) {
+  Wiring& w = *wiring_;
+  boost::asio::io_context& io = loop_.io();
+  io.restart();
+  while (!links_.AllReady() && w.failure.ok()) {
+    if (io.run_one_until(w.deadline) == 0 || MeshLoop::Clock::now() > w.deadline) {
+      if (links_.AllReady()) break;
+      const std::string missing = links_.MissingMesh();
+      w.failure = DeadlineExceededError("ring set-up on rank " + std::to_string(topology_.rank()) + " timed out after " +
+                                        SecondsText(timeout_s) + " s (right " + topology_.address(w.right) +
+                                        (links_.right().ready ? " ok" : " missing") + ", left " + topology_.address(w.left) +
+                                        (links_.left().ready ? " ok" : " missing") +
+                                        (missing.empty() ? "" : ", mesh peers" + missing + " missing") + ")");
+    }
+  }
   boost::system::error_code ignore;
   for (auto& in : w.incoming) in->socket.close(ignore);
-  if (!waited.ok()) return Fail(waited);
+  if (!w.failure.ok()) return w.failure;
   acceptor_.close(ignore);
   // Handlers that never ran (the accept loop's last async_accept) hold references to `w`.
-  io_.restart();
-  io_.poll();
+  loop_.Drain();
   return OkStatus();
+}
+
+void MeshConnector::Close() {
+  boost::system::error_code ignore;
+  acceptor_.close(ignore);
 }
 
 }  // namespace gradsync

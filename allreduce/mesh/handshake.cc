@@ -1,11 +1,11 @@
-// The two halves of the ring's handshake on one connection (wire format in ARCHITECTURE.md,
-// "The ring's handshake"), run by PeerMesh::Connect where the ring authenticates.
-#include "allreduce/mesh/peer_mesh.h"
+// MeshHandshake: the two halves of the ring's handshake on one connection (wire format in
+// ARCHITECTURE.md, "The ring's handshake"), run by MeshConnector where the ring authenticates.
+#include "allreduce/mesh/connector.h"
 
 namespace gradsync {
 namespace asio = boost::asio;
 
-std::string PeerMesh::AuthFailure(const Link& link, int peer, bool accepted_side, const std::string& why) const {
+std::string MeshHandshake::AuthFailure(const Link& link, int peer, bool accepted_side, const std::string& why) const {
   std::string from;
   if (accepted_side) {
     // The connection may not be from the rank the ring expects there: say where it came from.
@@ -13,14 +13,14 @@ std::string PeerMesh::AuthFailure(const Link& link, int peer, bool accepted_side
     const auto remote = link.socket.remote_endpoint(ec);
     if (!ec) from = ", connection from " + remote.address().to_string() + ":" + std::to_string(remote.port());
   }
-  return "ring authentication failed between rank " + std::to_string(rank_) + " and rank " + std::to_string(peer) + " (" +
-         peers_[peer] + from + "): " + why;
+  return "ring authentication failed between rank " + std::to_string(topology_.rank()) + " and rank " + std::to_string(peer) + " (" +
+         topology_.address(peer) + from + "): " + why;
 }
 
 // The connector's half (wire format in ARCHITECTURE.md): hello with its nonce; the acceptor's
 // nonce and proof; this side's verdict and proof; the acceptor's verdict. Each side checks
 // the other's proof, so a refusal is reported on both, each naming the other.
-void PeerMesh::HandshakeAsConnector(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context,
+void MeshHandshake::AsConnector(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context,
                                           Status* failure) {
   using namespace ring_handshake;
   auto fail = [this, &link, peer, failure](const std::string& why) {
@@ -34,7 +34,7 @@ void PeerMesh::HandshakeAsConnector(Link& link, int peer, bool mesh, const std::
   HandshakeState& h = link.handshake;
   auto& socket = link.socket;
   const uint32_t flags = security_.encrypt ? kFlagEncrypt : 0;
-  h.hello = Hello{mesh ? kMeshHelloMagic : kHelloMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce()};
+  h.hello = Hello{mesh ? kMeshHelloMagic : kHelloMagic, static_cast<uint32_t>(topology_.rank()), flags, kVersion, RandomNonce()};
   asio::async_write(socket, asio::buffer(&h.hello, sizeof(h.hello)), [=, this, &h, &socket, &link](const boost::system::error_code& e, size_t) {
     if (e) return io_fail("sending the hello", e);
     asio::async_read(socket, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h, &socket, &link](const boost::system::error_code& e2, size_t) {
@@ -62,7 +62,7 @@ void PeerMesh::HandshakeAsConnector(Link& link, int peer, bool mesh, const std::
   });
 }
 
-void PeerMesh::HandshakeAsAcceptor(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context,
+void MeshHandshake::AsAcceptor(Link& link, int peer, bool mesh, const std::array<uint8_t, 32>& context,
                                          Status* failure) {
   using namespace ring_handshake;
   auto fail = [this, &link, peer, failure](const std::string& why) {
@@ -85,7 +85,7 @@ void PeerMesh::HandshakeAsAcceptor(Link& link, int peer, bool mesh, const std::a
   asio::async_read(socket, asio::buffer(reinterpret_cast<char*>(&h.hello) + 8, sizeof(h.hello) - 8),
                    [=, this, &h, &socket, &link](const boost::system::error_code& e2, size_t) {
     if (e2) return io_fail("waiting for its hello", e2);
-    h.reply = Reply{kReplyMagic, static_cast<uint32_t>(rank_), flags, kVersion, RandomNonce(), Mac{}};
+    h.reply = Reply{kReplyMagic, static_cast<uint32_t>(topology_.rank()), flags, kVersion, RandomNonce(), Mac{}};
     h.transcript = Transcript(context, h.hello, h.reply);
     h.reply.mac = AcceptorMac(security_.key, h.transcript);
     asio::async_write(socket, asio::buffer(&h.reply, sizeof(h.reply)), [=, this, &h, &socket, &link](const boost::system::error_code& e3, size_t) {

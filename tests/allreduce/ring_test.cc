@@ -296,7 +296,7 @@ TEST_P(ShmAllReduceTest, SumsExactlyWithTheSameBitsEverywhere) {
       const uint64_t before = ring.bytes_sent();
       RETURN_IF_ERROR(testing::ExactSums(ring, r, n, count));
       sent[r] = ring.bytes_sent() - before;
-      const AllReduceAlgo want = ring.hosts() == 1 ? AllReduceAlgo::kShm : AllReduceAlgo::kHier;
+      const AllReduceAlgo want = ring.topology().host_count() == 1 ? AllReduceAlgo::kShm : AllReduceAlgo::kHier;
       if (count > 0 && ring.last_algorithm() != want) return InternalError(std::string("ran ") + AllReduceAlgoName(ring.last_algorithm()));
       std::vector<float> x(count, 1.0f);
       std::vector<float> y(count);
