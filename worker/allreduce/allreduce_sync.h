@@ -76,6 +76,9 @@ class AllreduceSync final : public GradientSync {
  public:
   // `model` and `collective` (and options.device_collective) must outlive the sync.
   AllreduceSync(const AllreduceTrainOptions& options, Model* model, Collective* collective);
+  // Not copied or moved: its checkpoints hold the address of its ZeRO shards.
+  AllreduceSync(const AllreduceSync&) = delete;
+  AllreduceSync& operator=(const AllreduceSync&) = delete;
 
   // The codec the gradient travels as: the named one, else (CPU models) the precision's 16 bits;
   // "" for plain floats. A device model's NCCL moves the 16-bit gradient itself.
