@@ -18,10 +18,7 @@ JobTraining TrainInJob(const SyncRecipe& recipe, const SyncLinks& links, bool ev
   TrainingLoopOptions loop_options;
   loop_options.train = recipe.ps ? recipe.ps_options.train : recipe.allreduce_options.train;
   loop_options.evaluate = evaluate;
-  if (recipe.ps) {
-    loop_options.before_compute = recipe.ps_options.step_hook;
-    loop_options.step_lr = recipe.ps_options.step_lr;
-  }
+  if (recipe.ps) loop_options.hooks = recipe.ps_options.loop;
   TrainingLoop loop(loop_options, model, train, test, metrics, built.sync.get());
   JobTraining out;
   out.reports = loop.Run(on_epoch);

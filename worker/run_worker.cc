@@ -162,11 +162,9 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
   if (c.mode() == config::ALLREDUCE) {
     AllreduceTrainOptions ao = AllreduceOptionsFrom(c, train, job->oversubscribed);
     if (c.has_checkpoint_dir()) {
-      ao.checkpoint_dir = c.checkpoint_dir();
+      ao.checkpoint = CheckpointOptionsFrom(c);
       // A failure to create it shows where the first checkpoint is written (one line, the step goes on).
-      (void)CreatePrivateDirectory(ao.checkpoint_dir);
-      ao.checkpoint_every = c.checkpoint_every();
-      ao.resume = c.resume();
+      (void)CreatePrivateDirectory(ao.checkpoint.dir);
     }
 #if GRADSYNC_HAVE_NCCL
     ao.device_collective = placed.nccl.get();
@@ -273,7 +271,7 @@ void PrintSetup(const TrainConfig& c, const LocalTrainOptions& train, int rank, 
               static_cast<long long>(data.train.n), static_cast<long long>(data.test.n),
               static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
               opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
-              placed.device_name.c_str(), PrecisionName(train.precision));
+              placed.device_name.c_str(), PrecisionName(train.numerics.precision));
   if (train.periodic.every > 0) {
     std::printf("gradsync-worker %d: %s: rounds of %lld local steps, then the pseudo-gradients (global minus own "
                 "model) exchanged and the outer SGD applied to their mean\n",

@@ -16,8 +16,16 @@ std::string WireCodec(const config::TrainConfig& c) {
   return named.empty() ? PrecisionCodec(*ParsePrecision(c.precision())) : named;
 }
 
-// DGC moves the momentum to the sender (then the applied update is plain SGD).
-float CorrectionMomentum(const config::TrainConfig& c) { return c.momentum_correction() ? c.momentum() : 0.0f; }
+// The codec `spec` with error feedback and DGC's momentum correction (DGC moves the momentum to
+// the sender: then the applied update is plain SGD).
+CodecOptions CodecOf(const config::TrainConfig& c, const std::string& spec) {
+  return {.compression = spec,
+          .error_feedback = c.error_feedback(),
+          .correction_momentum = c.momentum_correction() ? c.momentum() : 0.0f};
+}
+
+// A size in MiB as a count of floats, at least 1.
+size_t Floats(double mib) { return static_cast<size_t>(std::max(1.0, mib * kMiB / sizeof(float))); }
 
 }  // namespace
 
@@ -33,8 +41,8 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
     t.optimizer.momentum = c.momentum_correction() ? 0.0f : c.momentum();
     t.optimizer.nesterov = c.nesterov();
   }
-  t.precision = *ParsePrecision(c.precision());  // Validate() checked it
-  t.initial_loss_scale = c.initial_loss_scale();
+  t.numerics.precision = *ParsePrecision(c.precision());  // Validate() checked it
+  t.numerics.initial_loss_scale = c.initial_loss_scale();
   if (t.optimizer.kind == OptimizerKind::kLars) t.optimizer.trust_coefficient = c.trust_coefficient();
   t.lr.base = c.lr();
   t.lr.kind = *ParseLrScheduleKind(c.lr_schedule());
@@ -47,10 +55,10 @@ LocalTrainOptions TrainOptionsFrom(const config::TrainConfig& c) {
   t.epochs = c.epochs();
   t.max_steps = c.max_steps();
   t.seed = c.seed();
-  t.log_every = c.log_every();
-  t.eval_every = c.eval_every();
-  t.straggler = *ParseStraggler(c.straggle());
-  t.straggler_seed = c.straggle_seed();
+  t.report.log_every = c.log_every();
+  t.report.eval_every = c.eval_every();
+  t.straggler.spec = *ParseStraggler(c.straggle());
+  t.straggler.seed = c.straggle_seed();
   t.periodic.every = c.sync_every();
   t.periodic.outer_lr = c.outer_lr();
   t.periodic.outer.momentum = c.outer_momentum();
@@ -66,20 +74,18 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.num_workers = num_workers;
   po.request_timeout_s = c.request_timeout();
   po.recovery_timeout_s = c.recovery_timeout();
-  po.compression = WireCodec(c);
-  po.error_feedback = c.error_feedback();
-  po.correction_momentum = CorrectionMomentum(c);
-  po.compress_pull = c.compress_pull();
-  po.staleness_aware_lr = c.staleness_aware_lr();
+  po.codec = CodecOf(c, WireCodec(c));
+  po.codec.compress_pull = c.compress_pull();
+  po.shard_update.staleness_aware_lr = c.staleness_aware_lr();
   if (c.has_delay_compensation()) {
-    po.delay_compensation = c.delay_compensation();
-    po.delay_compensation_adaptive = c.delay_compensation_adaptive();
+    po.shard_update.delay_compensation = c.delay_compensation();
+    po.shard_update.delay_compensation_adaptive = c.delay_compensation_adaptive();
   }
-  po.overlap = OverlapOf(c, oversubscribed);
-  po.push_part_floats = static_cast<size_t>(std::max(1.0, c.push_part_mib() * kMiB / sizeof(float)));
-  po.shm = c.shm();
-  po.data_channel = c.data_channel();
-  po.data_min_floats = static_cast<size_t>(std::max(1.0, c.data_channel_min_mib() * kMiB / sizeof(float)));
+  po.overlap.enabled = OverlapOf(c, oversubscribed);
+  po.overlap.push_part_floats = Floats(c.push_part_mib());
+  po.channels.shm = c.shm();
+  po.channels.data_channel = c.data_channel();
+  po.channels.data_min_floats = Floats(c.data_channel_min_mib());
   po.wait = WaitPolicyOf(c);
   return po;
 }
@@ -91,12 +97,14 @@ AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const L
   ao.bucket_bytes = static_cast<size_t>(c.bucket_mib() * kMiB);
   ao.overlap = OverlapOf(c, oversubscribed);
   ao.first_bucket_bytes = static_cast<size_t>(c.first_bucket_mib() * kMiB);
-  ao.compression = Codec(c);
-  ao.error_feedback = c.error_feedback();
-  ao.correction_momentum = CorrectionMomentum(c);
+  ao.codec = CodecOf(c, Codec(c));
   ao.collective_timeout_s = c.collective_timeout();
   ao.zero = c.zero();
   return ao;
+}
+
+AllreduceCheckpointOptions CheckpointOptionsFrom(const config::TrainConfig& c) {
+  return {.dir = c.checkpoint_dir(), .every = c.checkpoint_every(), .resume = c.resume()};
 }
 
 }  // namespace gradsync

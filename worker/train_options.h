@@ -5,7 +5,7 @@
 
 #include "common/config/train_config.h"
 #include "worker/allreduce/allreduce_sync.h"
-#include "worker/loop/local_trainer.h"
+#include "worker/loop/train_options.h"
 #include "worker/ps/ps_sync.h"
 
 namespace gradsync {
@@ -23,5 +23,8 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
 // All-reduce's: buckets, overlap, codec, the collective's deadline (no checkpoints: the caller's).
 AllreduceTrainOptions AllreduceOptionsFrom(const config::TrainConfig& c, const LocalTrainOptions& train,
                                            bool oversubscribed);
+
+// All-reduce's checkpoints: --checkpoint-dir, --checkpoint-every, --resume.
+AllreduceCheckpointOptions CheckpointOptionsFrom(const config::TrainConfig& c);
 
 }  // namespace gradsync

@@ -384,7 +384,7 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   std::string compress = compression.empty() ? c.compress() : compression;
   if (compress == "none") compress.clear();
   // --precision=bf16|fp16: the gradient travels in those 16 bits unless a codec is named.
-  if (compress.empty()) compress = PrecisionCodec(train.precision);
+  if (compress.empty()) compress = PrecisionCodec(train.numerics.precision);
   if (!compress.empty()) ThrowIfError(ParseCodecSpec(compress).status());
   const bool feedback = error_feedback < 0 ? c.error_feedback() : error_feedback > 0;
   if (c.momentum_correction()) {
@@ -407,15 +407,15 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   if (ps) {
     recipe.ps_options = PsOptionsFrom(c, train, link.rank, link.table.workers_size(), link.oversubscribed);
     recipe.ps_options.recovery_timeout_s = 0;  // a PyTorch step cannot be redone for the caller
-    recipe.ps_options.compression = compress;
-    recipe.ps_options.error_feedback = feedback;
+    recipe.ps_options.codec.compression = compress;
+    recipe.ps_options.codec.error_feedback = feedback;
     // fp16's loss scale is the script's (gradsync.torch.GradScaler), which unscales the
     // gradient, or zeroes an overflowed one, before the push.
-    recipe.ps_options.train.precision = Precision::kFp32;
+    recipe.ps_options.train.numerics.precision = Precision::kFp32;
   } else {
     recipe.allreduce_options = AllreduceOptionsFrom(c, train, link.oversubscribed);
-    recipe.allreduce_options.compression = compress;
-    recipe.allreduce_options.error_feedback = feedback;
+    recipe.allreduce_options.codec.compression = compress;
+    recipe.allreduce_options.codec.error_feedback = feedback;
     recipe.allreduce_options.apply_update = false;
   }
   const SyncLinks links{.client = client_.get(), .scheduler = link.scheduler.get(), .collective = link.ring.get()};

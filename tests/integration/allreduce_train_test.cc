@@ -94,9 +94,9 @@ Result<std::vector<float>> RunCheckpointed(const Dataset& data, LocalTrainOption
   AllreduceTrainOptions o;
   o.train = t;
   o.evaluate = false;
-  o.checkpoint_dir = dir;
-  o.checkpoint_every = 10;
-  o.resume = resume;
+  o.checkpoint.dir = dir;
+  o.checkpoint.every = 10;
+  o.checkpoint.resume = resume;
   AllreduceTrainer trainer(o, model.get(), &data, &data, nullptr, ring.get());
   RETURN_IF_ERROR(trainer.Run().status());
   return std::vector<float>(model->params().begin(), model->params().end());
@@ -302,7 +302,7 @@ TEST(ZeroTest, OnTheDeviceAndWithACodecTrainsAsWithoutIt) {
   // another order than ZeRO's shards, so the two differ in the last bits (a few 1e-7).
   EXPECT_LE(MaxRelativeDiff(z->params, a->params, 1e-3), 1e-6);
 
-  plain.compression = zero.compression = "fp16";
+  plain.codec.compression = zero.codec.compression = "fp16";
   plain.overlap = zero.overlap = false;
   zero.zero = 2;
   a = RunAllreduceJobWith(3, SmallMlp(), t, data, plain, false, AllReduceAlgo::kRing);
@@ -322,9 +322,9 @@ TEST(ZeroTest, EveryRankCheckpointsItsShardAndResumesFromIt) {
   auto run = [&](int64_t steps, int zero, bool resume) {
     AllreduceTrainOptions o;
     o.zero = zero;
-    o.checkpoint_dir = dir.path();
-    o.checkpoint_every = 10;
-    o.resume = resume;
+    o.checkpoint.dir = dir.path();
+    o.checkpoint.every = 10;
+    o.checkpoint.resume = resume;
     return RunAllreduceJobWith(3, SmallMlp(), AdamTrain(8, steps), data, o, false, AllReduceAlgo::kRing);
   };
   auto straight = run(40, 1, false);
@@ -376,9 +376,9 @@ TEST(ZeroTest, LarsAndLambUpdateTheirShardAndResumeFromIt) {
     auto run = [&](int64_t steps, bool resume) {
       AllreduceTrainOptions o;
       o.zero = 2;
-      o.checkpoint_dir = dir.path();
-      o.checkpoint_every = 10;
-      o.resume = resume;
+      o.checkpoint.dir = dir.path();
+      o.checkpoint.every = 10;
+      o.checkpoint.resume = resume;
       return RunAllreduceJobWith(3, SmallMlp(), LayerWiseTrain(kind, 8, steps), data, o, false, AllReduceAlgo::kRing);
     };
     auto straight = run(40, false);

@@ -411,7 +411,7 @@ Outcome RunJob(bool attack) {
     o.num_workers = 2;
     o.evaluate = false;
     // Slow the real worker a little so that the attack lands in the middle of training.
-    o.step_hook = [](int64_t) { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
+    o.loop.before_compute = [](int64_t) { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
     PsTrainer t(o, model.get(), &data, &data, nullptr, ps.get(), &sc);
     auto r = t.Run();
     EXPECT_TRUE(r.ok()) << r.status();

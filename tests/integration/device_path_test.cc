@@ -72,7 +72,7 @@ TEST(DevicePathTest, SixteenBitAllreduceOnTheDeviceEqualsTheHostAndHalvesTheByte
   auto fp32 = RunAllreduceJobWith(4, s.model, s.train, s.data, base, false, AllReduceAlgo::kRing);
   ASSERT_TRUE(fp32.ok()) << fp32.status();
   for (Precision p : {Precision::kBf16, Precision::kFp16}) {
-    s.model.precision = s.train.precision = p;
+    s.model.precision = s.train.numerics.precision = p;
     auto host = RunAllreduceJobWith(4, s.model, s.train, s.data, base, false, AllReduceAlgo::kRing);
     ASSERT_TRUE(host.ok()) << host.status();
     auto device = RunAllreduceJobWith(4, s.model, s.train, s.data, base, /*fake_device=*/true, AllReduceAlgo::kRing);

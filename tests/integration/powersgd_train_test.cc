@@ -26,8 +26,8 @@ TEST(PowerSgdTrainTest, FullRankEqualsTheDenseAverageAndTheBytesAreTheFormulas) 
   AllreduceTrainOptions dense;
   dense.overlap = false;
   AllreduceTrainOptions full = dense;
-  full.compression = "powersgd:64";  // the MLP 12-16-4: 12x16 and 16x4, each at its smaller side
-  full.error_feedback = true;
+  full.codec.compression = "powersgd:64";  // the MLP 12-16-4: 12x16 and 16x4, each at its smaller side
+  full.codec.error_feedback = true;
   auto a = RunAllreduceJobWith(n, SmallMlp(), t, data, dense, false, AllReduceAlgo::kRing);
   ASSERT_TRUE(a.ok()) << a.status();
   auto p = RunAllreduceJobWith(n, SmallMlp(), t, data, full, false, AllReduceAlgo::kRing);
@@ -39,7 +39,7 @@ TEST(PowerSgdTrainTest, FullRankEqualsTheDenseAverageAndTheBytesAreTheFormulas) 
   // Rank 2: every step two all-reduces in place of the dense one; the broadcast and the barrier
   // are the same in both runs.
   AllreduceTrainOptions low = full;
-  low.compression = "powersgd:2";
+  low.codec.compression = "powersgd:2";
   auto q = RunAllreduceJobWith(n, SmallMlp(), t, data, low, false, AllReduceAlgo::kRing);
   ASSERT_TRUE(q.ok()) << q.status();
   auto model = std::move(CreateModel(SmallMlp())).value();

@@ -81,9 +81,9 @@ Result<std::vector<float>> RunAllreduceJob(int n, const ModelOptions& mo, const 
                                            bool error_feedback, float correction_momentum, bool fake_device) {
   AllreduceTrainOptions o;
   o.bucket_bytes = bucket_bytes;
-  o.compression = compression;
-  o.error_feedback = error_feedback;
-  o.correction_momentum = correction_momentum;
+  o.codec.compression = compression;
+  o.codec.error_feedback = error_feedback;
+  o.codec.correction_momentum = correction_momentum;
   ASSIGN_OR_RETURN(auto result, RunAllreduceJobWith(n, mo, train, data, o, fake_device));
   return result.params;
 }
@@ -221,25 +221,19 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
       pto.request_timeout_s = 30;
       pto.barrier_timeout_s = 60;
       pto.evaluate = false;
-      pto.compression = o.compression;
-      pto.error_feedback = o.error_feedback;
-      pto.correction_momentum = o.correction_momentum;
-      pto.compress_pull = o.compress_pull;
-      pto.staleness_aware_lr = o.staleness_aware_lr;
-      pto.delay_compensation = o.delay_compensation;
-      pto.delay_compensation_adaptive = o.delay_compensation_adaptive;
-      pto.overlap = o.overlap;
-      pto.push_part_floats = o.push_part_floats;
-      pto.shm = o.shm;
-      pto.data_channel = o.data_channel;
-      pto.data_min_floats = o.data_min_floats;
+      pto.codec = {.compression = o.compression, .error_feedback = o.error_feedback,
+                   .correction_momentum = o.correction_momentum, .compress_pull = o.compress_pull};
+      pto.shard_update = {.staleness_aware_lr = o.staleness_aware_lr, .delay_compensation = o.delay_compensation,
+                          .delay_compensation_adaptive = o.delay_compensation_adaptive};
+      pto.overlap = {.enabled = o.overlap, .push_part_floats = o.push_part_floats};
+      pto.channels = {.shm = o.shm, .data_channel = o.data_channel, .data_min_floats = o.data_min_floats};
       // Delays go through a model wrapper would be heavier; a per-step hook is enough here.
-      if (o.delay_ms) pto.step_hook = [&, w](int64_t step) {
+      if (o.delay_ms) pto.loop.before_compute = [&, w](int64_t step) {
         double d = o.delay_ms(w, step);
         if (d > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(d));
       };
       pto.after_init = [&] { past_init++; };
-      pto.step_lr = o.step_lr;
+      pto.loop.step_lr = o.step_lr;
       PsTrainer trainer(pto, model.get(), &train, &test, nullptr, ps->get(), &client);
       auto r = trainer.Run();
       status = r.ok() ? OkStatus() : r.status();

@@ -44,12 +44,12 @@ struct PsJobOptions {
   bool staleness_aware_lr = false;
   float delay_compensation = NAN;  // PsTrainOptions' (NaN: off)
   bool delay_compensation_adaptive = false;
-  bool overlap = false;                    // PsTrainOptions::overlap
-  // Each step's own rate, pushed with its gradient (PsTrainOptions::step_lr); empty: none.
+  bool overlap = false;                    // PsTrainOptions::overlap.enabled
+  // Each step's own rate, pushed with its gradient (PsTrainOptions::loop.step_lr); empty: none.
   std::function<float(int64_t step)> step_lr;
   size_t push_part_floats = size_t{1} << 20;
-  bool shm = true;  // PsTrainOptions::shm: values through shared-memory lanes (every shard is local)
-  bool data_channel = true;     // PsTrainOptions::data_channel (shards without a lane)
+  bool shm = true;  // PsTrainOptions::channels.shm: values through shared-memory lanes (every shard is local)
+  bool data_channel = true;     // PsTrainOptions::channels.data_channel (shards without a lane)
   size_t data_min_floats = size_t{1} << 20;
   int64_t drop_data_channel_after_pulls = 0;  // ServerOptions' (every server)
   int64_t drop_data_channel_after_pushes = 0;  // ServerOptions' (every server)

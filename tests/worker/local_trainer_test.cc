@@ -62,7 +62,7 @@ TEST(LocalTrainerTest, TrainsAndReportsEachEpoch) {
   o.epochs = 3;
   o.lr = {LrSchedule::Kind::kCosine, 0.1f, 0, 0.0f};
   o.optimizer.momentum = 0.9f;
-  o.log_every = 10;
+  o.report.log_every = 10;
   testing::TempDir dir;
   auto w = MetricsWriter::Open(dir.File("worker-0.csv"), "t", 0);
   ASSERT_TRUE(w.ok());
@@ -92,8 +92,8 @@ TEST(LocalTrainerTest, EvaluatesEveryNStepsBetweenEpochs) {
   o.batch = 50;
   o.epochs = 2;
   o.lr = {LrSchedule::Kind::kConstant, 0.1f, 0, 0.0f};
-  o.log_every = 0;
-  o.eval_every = 10;
+  o.report.log_every = 0;
+  o.report.eval_every = 10;
   testing::TempDir dir;
   {
     auto w = MetricsWriter::Open(dir.File("worker-0.csv"), "t", 0);
@@ -113,7 +113,7 @@ TEST(LocalTrainerTest, AccumulatedMicroBatchesEqualOneLargeBatch) {
     o.batch = batch;
     o.micro_batch = micro;
     o.epochs = 2;
-    o.log_every = 0;
+    o.report.log_every = 0;
     o.lr = {LrSchedule::Kind::kCosine, 0.05f, 0, 0.0f};  // the rate of the other equivalence tests
     o.optimizer.momentum = 0.9f;
     LocalTrainer trainer(o, s.model.get(), &s.train, &s.test, nullptr);
@@ -264,11 +264,11 @@ TEST(LocalTrainerTest, Fp16SkipsOverflowedStepsAndCountsThem) {
   auto model = std::move(CreateModel(mo)).value();
   model->Initialize(0);
   LocalTrainOptions o;
-  o.precision = Precision::kFp16;
-  o.initial_loss_scale = 1e12f;
+  o.numerics.precision = Precision::kFp16;
+  o.numerics.initial_loss_scale = 1e12f;
   o.batch = 32;
   o.epochs = 3;
-  o.log_every = 1;
+  o.report.log_every = 1;
   o.lr = {LrSchedule::Kind::kConstant, 0.1f};
   o.optimizer.momentum = 0.9f;
   testing::TempDir dir;

@@ -32,7 +32,7 @@ std::vector<TensorInfo> Dense() { return {{"w", {4, 3}, 0, 12, false}, {"b", {3}
 SyncRecipe Ps() {
   SyncRecipe r;
   r.ps = true;
-  r.ps_options.overlap = true;
+  r.ps_options.overlap.enabled = true;
   return r;
 }
 
@@ -51,17 +51,17 @@ TEST(SyncFactoryTest, ThePsModesOverlapWhereTheModelAndSettingsAllowIt) {
   EXPECT_EQ(s.allreduce, nullptr);
 
   SyncRecipe compressed = Ps();
-  compressed.ps_options.compression = "topk:0.1";
+  compressed.ps_options.codec.compression = "topk:0.1";
   s = MakeGradientSync(compressed, &model, {});
   EXPECT_EQ(s.kind, "ps");
   EXPECT_TRUE(s.overlap_refused) << "asked for, refused: the worker says so";
 
   SyncRecipe straggling = Ps();
-  straggling.ps_options.train.straggler.kind = StragglerSpec::Kind::kFixed;
+  straggling.ps_options.train.straggler.spec.kind = StragglerSpec::Kind::kFixed;
   EXPECT_EQ(MakeGradientSync(straggling, &model, {}).kind, "ps");
 
   SyncRecipe plain = Ps();
-  plain.ps_options.overlap = false;
+  plain.ps_options.overlap.enabled = false;
   s = MakeGradientSync(plain, &model, {});
   EXPECT_EQ(s.kind, "ps");
   EXPECT_FALSE(s.overlap_refused);
@@ -79,7 +79,7 @@ TEST(SyncFactoryTest, AllreduceOverlapsAnUncompressedGradientOverRanks) {
   EXPECT_EQ(s.ps, nullptr);
 
   SyncRecipe bf16 = Allreduce();
-  bf16.allreduce_options.train.precision = Precision::kBf16;
+  bf16.allreduce_options.train.numerics.precision = Precision::kBf16;
   EXPECT_EQ(MakeGradientSync(bf16, &model, {.client = nullptr, .scheduler = nullptr, .collective = &ranks}).kind,
             "allreduce")
       << "bf16's gradient travels through its codec after backward";

@@ -13,14 +13,14 @@ TEST(TrainOptionsTest, SizesAreMiBAndADefaultPartMeetsTheDataChannelThreshold) {
   config::TrainConfig c;
   c.set_mode(config::BSP);
   const PsTrainOptions ps = PsOptionsFrom(c, TrainOptionsFrom(c), 0, 2, false);
-  EXPECT_EQ(ps.push_part_floats, size_t{4} << 20 >> 2);
-  EXPECT_EQ(ps.data_min_floats, size_t{4} << 20 >> 2);
-  EXPECT_GE(ps.push_part_floats, ps.data_min_floats);
+  EXPECT_EQ(ps.overlap.push_part_floats, size_t{4} << 20 >> 2);
+  EXPECT_EQ(ps.channels.data_min_floats, size_t{4} << 20 >> 2);
+  EXPECT_GE(ps.overlap.push_part_floats, ps.channels.data_min_floats);
   c.set_push_part_mib(0.5);
   c.set_data_channel_min_mib(2);
   const PsTrainOptions set = PsOptionsFrom(c, TrainOptionsFrom(c), 0, 2, false);
-  EXPECT_EQ(set.push_part_floats, (size_t{1} << 19) / sizeof(float));
-  EXPECT_EQ(set.data_min_floats, (size_t{2} << 20) / sizeof(float));
+  EXPECT_EQ(set.overlap.push_part_floats, (size_t{1} << 19) / sizeof(float));
+  EXPECT_EQ(set.channels.data_min_floats, (size_t{2} << 20) / sizeof(float));
   config::TrainConfig a;
   a.set_mode(config::ALLREDUCE);
   a.set_bucket_mib(2);
@@ -35,7 +35,7 @@ TEST(TrainOptionsTest, OverlapIsOnByDefaultUnlessTheHostIsOversubscribed) {
     config::TrainConfig c;
     c.set_mode(mode);
     auto overlap = [&](bool oversubscribed) {
-      return mode == config::BSP ? PsOptionsFrom(c, TrainOptionsFrom(c), 0, 4, oversubscribed).overlap
+      return mode == config::BSP ? PsOptionsFrom(c, TrainOptionsFrom(c), 0, 4, oversubscribed).overlap.enabled
                                  : AllreduceOptionsFrom(c, TrainOptionsFrom(c), oversubscribed).overlap;
     };
     EXPECT_TRUE(overlap(false)) << mode;

@@ -110,7 +110,7 @@ TrainingLoopOptions Options(int64_t batch, int epochs) {
   TrainingLoopOptions o;
   o.train.batch = batch;
   o.train.epochs = epochs;
-  o.train.log_every = 1;
+  o.train.report.log_every = 1;
   return o;
 }
 
@@ -166,7 +166,7 @@ TEST(TrainingLoopTest, EvaluatesAtEpochEndsAndEveryNStepsOnTheEvaluatingWorkerOn
     FakeSync sync(s.model.get(), 2);  // 200 samples per worker: 8 steps of 25 per epoch
     TrainingLoopOptions o = Options(25, 2);
     o.evaluate = evaluates;
-    o.train.eval_every = 3;
+    o.train.report.eval_every = 3;
     testing::TempDir dir;
     std::vector<EpochReport> reports;
     {

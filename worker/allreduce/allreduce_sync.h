@@ -24,12 +24,15 @@
 #include "compression/gradient_encoder.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
+#include "worker/allreduce/allreduce_checkpoints.h"
 #include "worker/allreduce/bucket_average.h"
 #include "worker/allreduce/dense_averager.h"
 #include "worker/sync/gradient_sync.h"
-#include "worker/loop/local_trainer.h"
+#include "worker/loop/train_options.h"
 #include "worker/sync/loss_scaling.h"
 #include "worker/allreduce/overlap.h"
+#include "worker/allreduce/sparse_averager.h"
+#include "worker/allreduce/zero_shards.h"
 
 namespace gradsync {
 
@@ -37,13 +40,12 @@ struct AllreduceTrainOptions {
   LocalTrainOptions train;
   size_t bucket_bytes = 25u << 20;
   bool evaluate = true;  // rank 0 only
-  // Gradient codec ("" or "none": plain ring average). The ring-summable codecs run inside the
-  // ring: fp16 as a half-precision ring sum of gradients pre-divided by n, random-k as an
-  // average of the k values every rank kept (the same indices in a step). The other codecs'
-  // payloads are all-gathered and every rank decodes and averages them in rank order.
-  std::string compression;
-  bool error_feedback = false;
-  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
+  // Gradient codec ("" or "none": plain ring average; compress_pull unused). The ring-summable
+  // codecs run inside the ring: fp16 as a half-precision ring sum of gradients pre-divided by n,
+  // random-k as an average of the k values every rank kept (the same indices in a step). The
+  // other codecs' payloads are all-gathered and every rank decodes and averages them in rank
+  // order.
+  CodecOptions codec;
   // Dense, uncompressed models: all-reduce each bucket on a communication thread as soon as
   // backward has produced it (worker/allreduce/overlap.h), the first bucket at most first_bucket_bytes.
   bool overlap = true;
@@ -53,14 +55,7 @@ struct AllreduceTrainOptions {
   // broadcasts the initial parameters and holds the final barrier.
   DeviceCollective* device_collective = nullptr;
   double collective_timeout_s = 60.0;  // deadline of a device all-reduce
-  // Checkpoints (CPU models): rank 0 writes checkpoint_dir/allreduce.ckpt (parameters, optimizer
-  // state, step; Adam's t is the step) atomically every checkpoint_every steps; resume makes every
-  // rank start from it (rank 0 reads it and broadcasts; another optimizer's is refused). A dead
-  // rank fails every other rank (the collective's deadline): the job is restarted with resume and
-  // loses at most checkpoint_every steps.
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  bool resume = false;
+  AllreduceCheckpointOptions checkpoint;  // worker/allreduce/allreduce_checkpoints.h
   // false: FinishStep leaves the averaged gradient in the model's gradient buffer and updates
   // nothing, so that the caller's own optimizer steps (the Python frontend: any PyTorch
   // optimizer). Dense CPU models; no checkpoints.
@@ -81,6 +76,9 @@ class AllreduceSync final : public GradientSync {
  public:
   // `model` and `collective` (and options.device_collective) must outlive the sync.
   AllreduceSync(const AllreduceTrainOptions& options, Model* model, Collective* collective);
+  // Not copied or moved: its checkpoints hold the address of its ZeRO shards.
+  AllreduceSync(const AllreduceSync&) = delete;
+  AllreduceSync& operator=(const AllreduceSync&) = delete;
 
   // The codec the gradient travels as: the named one, else (CPU models) the precision's 16 bits;
   // "" for plain floats. A device model's NCCL moves the 16-bit gradient itself.
@@ -111,50 +109,33 @@ class AllreduceSync final : public GradientSync {
 
  private:
   // Start's steps, in order: the options checked, ZeRO's shards cut, --resume's step shared (rank 0
-  // reads the checkpoint: ReadCheckpoint), rank 0's parameters broadcast, the averagers and the
-  // optimizer made, and the checkpoint's optimizer state loaded.
+  // reads the checkpoint: AllreduceCheckpoints), rank 0's parameters broadcast, the averagers and
+  // the optimizer made, and the checkpoint's optimizer state loaded.
   Status CheckOptions() const;
-  void CutShards();
-  Status ReadCheckpoint(wire::TrainerCheckpoint* resumed);
-  Status ShareCheckpointStep(wire::TrainerCheckpoint* resumed, int64_t* start_step, int* resumed_zero);
   Status BroadcastParams();
   Status CreateAveragers();
   void CreateOptimizer(const JobShape& shape);
-  Status ResumeOptimizerState(const wire::TrainerCheckpoint& resumed, int64_t start_step, int resumed_zero);
-  // FinishStep's: a device model's average and update (NCCL), a CPU model's update (not ZeRO's),
-  // and the checkpoint when one is due (an error: the ranks could not agree on it).
+  // FinishStep's: a device model's average and update (NCCL), a CPU model's update (not ZeRO's).
   Status DeviceReduceAndStep(int64_t step, float rate);
   void ApplyUpdate(float rate);
-  Status MaybeCheckpoint(int64_t step);
   Status AverageGradients();
-  // *collective_failed: the failure is the collective's (the step fails), not a file's.
-  Status WriteCheckpoint(int64_t step, bool* collective_failed);
-  // ZeRO: this rank's shard of a checkpoint's optimizer state. From the shard files (the one
-  // whose step is `step`) when the checkpoint was written by ZeRO, else cut from `whole` (a
-  // plain checkpoint's state, every rank alike). Every rank learns whether every rank could.
-  Status LoadShardState(int64_t step, bool from_shard_files, const std::vector<float>& whole);
-  std::string ShardPath(int rank, bool previous) const;
   // ZeRO: the step's update of this rank's shard, then the parameters all-gathered.
   Status ShardedUpdate(float rate, bool apply);
-  size_t shard_begin() const { return shards_[static_cast<size_t>(collective_->rank())]; }
-  size_t shard_end() const { return shards_[static_cast<size_t>(collective_->rank()) + 1]; }
 
   AllreduceTrainOptions options_;
   Model* model_;
   Collective* collective_;
-  std::string ckpt_path_;
   LrSchedule lr_;
   std::optional<Optimizer> opt_;
-  std::vector<std::vector<std::byte>> gathered_;  // sparse tensors' (key, value) pairs
   std::vector<Segment> dense_runs_;  // the dense tensors' contiguous runs of the flat buffer
-  std::vector<SparseGrad> merged_;  // per tensor, for sparse tensors
   std::unique_ptr<DenseAverager> averager_;  // the dense gradient: buckets, plain or compressed, or PowerSGD
+  SparseAverager sparse_;                    // the sparse gradients: all-gathered pairs
   std::optional<LossScaling> scaling_;         // --precision (fp16: dynamic loss scaling)
   int64_t step_ = 0;
   float step_lr_ = NAN;  // the caller's rate for the step (StepPlan::lr), NaN: the schedule's
   std::unique_ptr<OverlappedReducer> reducer_;
-  std::vector<size_t> shards_;  // ZeRO: n + 1 offsets of the shards of the flat parameter vector
-  size_t device_shard_count_ = 0;  // ZeRO on the device: the part NCCL cuts in n equal chunks
+  ZeroShards shards_;  // ZeRO: this rank's shard of the flat parameter vector
+  AllreduceCheckpoints checkpoints_;
 
  public:
   // The bytes of optimizer state this rank holds (ZeRO: its shard's only).

@@ -14,48 +14,13 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/config/straggler.h"
 #include "common/data/dataset.h"
 #include "common/obs/metrics.h"
 #include "common/optim/optimizer.h"
-#include "common/optim/precision.h"
 #include "models/model.h"
+#include "worker/loop/train_options.h"
 
 namespace gradsync {
-
-// Local SGD and DiLoCo (worker/sync/periodic_sync.h): rounds of `every` steps, each worker on its own
-// copy of the model with the optimizer of LocalTrainOptions, then the outer SGD on the averaged
-// pseudo-gradient.
-struct PeriodicOptions {
-  int64_t every = 0;        // H; 0: every step's gradient is exchanged (no rounds)
-  OptimizerOptions outer;   // SGD: momentum and Nesterov (DiLoCo: 0.9, Nesterov)
-  float outer_lr = 1.0f;    // 1, no momentum: the models are averaged (local SGD); DiLoCo: 0.7
-};
-
-struct LocalTrainOptions {
-  OptimizerOptions optimizer;
-  Precision precision = Precision::kFp32;  // the model's; fp16: dynamic loss scaling
-  float initial_loss_scale = 65536.0f;     // fp16: where the loss scale starts
-  LrSchedule lr;               // total_steps is filled in by the trainer for cosine
-  int64_t batch = 64;
-  int epochs = 10;
-  int64_t max_steps = 0;       // stop after this many steps (0: no limit)
-  uint64_t seed = 0;           // data order; the model is initialized by the caller
-  int64_t log_every = 50;      // a training metrics row every N steps
-  int64_t eval_batch = 1000;
-  // Also evaluate every this many steps (0: after each epoch only), for accuracy-over-time
-  // curves finer than epochs. Only the evaluating worker does.
-  int64_t eval_every = 0;
-  // Gradient accumulation: when > 0 and below `batch`, each step's batch is computed in
-  // micro-batches of this many samples whose gradients are summed (weighted by size) before
-  // the one update or push: the same step as one batch of `batch` samples (dense models).
-  int64_t micro_batch = 0;
-  // Linear warm-up of the learning rate from lr.warmup_start to lr.base over this many epochs.
-  double warmup_epochs = 0;
-  StragglerSpec straggler;     // injected delay per step (straggler.h)
-  uint64_t straggler_seed = 0;
-  PeriodicOptions periodic;    // local SGD / DiLoCo (a distributed mode's exchange every H steps)
-};
 
 struct EpochReport {
   int epoch = 0;             // 1-based

@@ -29,7 +29,8 @@ void BatchKeys(const Model& model, const Batch& batch, std::vector<uint64_t>* ke
 
 TrainingLoop::TrainingLoop(const TrainingLoopOptions& options, Model* model, const Dataset* train,
                            const Dataset* test, MetricsWriter* metrics, GradientSync* sync)
-    : options_(options), model_(model), train_(train), test_(test), metrics_(metrics), sync_(sync) {}
+    : options_(options), model_(model), train_(train), sync_(sync),
+      reporter_(options.train.report, options.evaluate, model, test, metrics) {}
 
 void TrainingLoop::OnParamWait(size_t tensor) {
   if (!step_state_.failure.ok()) return;  // the step is redone or abandoned: compute on, send nothing
@@ -56,24 +57,6 @@ void TrainingLoop::OnGradReady(size_t tensor) {
   if (Status s = sync_->GradReady(tensor); !s.ok()) st.failure = std::move(s);
 }
 
-EpochClose TrainingLoop::At() const {
-  const SyncTraffic t = sync_->traffic();
-  return EpochClose{.step = step_, .steps_per_epoch = steps_per_epoch_, .run_clock = &run_clock_,
-                    .evaluate = options_.evaluate, .test = test_, .eval_batch = options_.train.eval_batch,
-                    .bytes_sent = t.bytes_sent, .bytes_received = t.bytes_received,
-                    .shm_bytes_sent = t.shm_bytes_sent, .shm_bytes_received = t.shm_bytes_received};
-}
-
-Status TrainingLoop::CloseEpoch(int epoch) {
-  EpochClose close = At();
-  close.epoch = epoch;
-  ASSIGN_OR_RETURN(EpochReport r, gradsync::CloseEpoch(close, totals_, *model_, metrics_));
-  reports_.push_back(r);
-  if (*on_epoch_) (*on_epoch_)(r);
-  totals_ = EpochTotals();
-  return OkStatus();
-}
-
 Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(const EpochReport&)>& on_epoch) {
   const LocalTrainOptions& o = options_.train;
   if (o.batch <= 0) return InvalidArgumentError("batch must be > 0");
@@ -95,14 +78,11 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
     }
   } unhook{model_};
 
-  on_epoch_ = &on_epoch;
   step_ = start_step;
   // A device model whose sync reads and writes the host buffers.
   copy_to_device_ = model_->on_device() && !sync_->on_device();
-  straggler_ = Straggler(o.straggler, o.straggler_seed);
-  totals_ = EpochTotals();
-  reports_.clear();
-  run_clock_.Reset();
+  straggler_ = Straggler(o.straggler.spec, o.straggler.seed);
+  reporter_.Start(&on_epoch, steps_per_epoch_);
   ShardedSampler sampler(train_->n, sync_->size(), sync_->rank(), o.seed);
   const bool sparse = HasSparse(model_->layout());
   std::vector<uint64_t> keys;
@@ -123,21 +103,21 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
       }
       // Evaluations due before this step, on the parameters it computes on.
       in.epoch_end = s == 0 && epoch > 0 && step_ > start_step;
-      in.mid_eval = options_.evaluate && step_ > start_step && EvaluateMidEpoch(o.eval_every, step_, steps_per_epoch_);
+      in.mid_eval = reporter_.MidEvaluationDue(step_, start_step);
       RETURN_IF_ERROR(RunStep(in));
     }
   }
   RETURN_IF_ERROR(sync_->EndTraining(options_.evaluate));
   if (options_.evaluate && copy_to_device_) RETURN_IF_ERROR(model_->ParamsToDevice());
   RETURN_IF_ERROR(CloseEpoch(static_cast<int>((step_ + steps_per_epoch_ - 1) / steps_per_epoch_)));
-  return std::move(reports_);
+  return reporter_.TakeReports();
 }
 
 Status TrainingLoop::RunStep(const StepInput& in) {
   const LocalTrainOptions& o = options_.train;
   const StepPlan plan{.step = step_, .sparse_keys = in.keys,
                       .evaluate = options_.evaluate && (in.epoch_end || in.mid_eval),
-                      .lr = options_.step_lr ? options_.step_lr(step_) : NAN};
+                      .lr = options_.hooks.step_lr ? options_.hooks.step_lr(step_) : NAN};
   float loss = 0;
   double begin_ms = 0, compute_ms = 0, finish_ms = 0, delay_ms = 0;
   SyncStepStats stats;
@@ -157,7 +137,7 @@ Status TrainingLoop::RunStep(const StepInput& in) {
       evaluated = true;
     }
     if (failed.ok()) {
-      if (options_.before_compute) options_.before_compute(step_);
+      if (options_.hooks.before_compute) options_.hooks.before_compute(step_);
       Stopwatch compute_clock;
       {
         TraceSpan span("forward + backward", "compute", {{"samples", static_cast<double>(in.indices.size())}});
@@ -195,9 +175,8 @@ Status TrainingLoop::RunStep(const StepInput& in) {
     RETURN_IF_ERROR(sync_->Recover(failed));
   }
   ++step_;
-  totals_.AddStep(loss, static_cast<int64_t>(in.indices.size()), (compute_ms + begin_ms + finish_ms) / 1e3);
-  if (!metrics_ || o.log_every <= 0 || step_ % o.log_every != 0) return OkStatus();
-  return WriteStepRow(loss, stats, compute_ms, delay_ms);
+  return reporter_.StepDone(step_, loss, static_cast<int64_t>(in.indices.size()), (compute_ms + begin_ms + finish_ms) / 1e3,
+                            stats, compute_ms, delay_ms);
 }
 
 Status TrainingLoop::EvaluateDue(const StepInput& in) {
@@ -211,29 +190,8 @@ Status TrainingLoop::EvaluateDue(const StepInput& in) {
     }
   } restore{evaluates ? sync_ : nullptr};
   if (in.epoch_end) RETURN_IF_ERROR(CloseEpoch(in.epoch));
-  if (in.mid_eval) {
-    RETURN_IF_ERROR(WriteEvaluationRow(
-        At(), totals_.loss_sum / static_cast<double>(std::max<int64_t>(1, totals_.steps)), *model_, metrics_));
-  }
+  if (in.mid_eval) RETURN_IF_ERROR(reporter_.WriteEvaluationRow(step_, sync_->traffic()));
   return OkStatus();
-}
-
-Status TrainingLoop::WriteStepRow(float loss, const SyncStepStats& stats, double compute_ms, double delay_ms) {
-  MetricsRow row = StepRow(step_, steps_per_epoch_, run_clock_.Seconds(), loss);
-  row.version_lag = stats.version_lag;
-  row.clock_staleness = stats.clock_staleness;
-  row.bytes_sent = stats.bytes_sent;
-  row.bytes_received = stats.bytes_received;
-  row.shm_bytes_sent = stats.shm_bytes_sent;
-  row.shm_bytes_received = stats.shm_bytes_received;
-  row.compute_ms = std::max(0.0, compute_ms - stats.blocked_ms) + stats.compute_ms;
-  row.comm_ms = stats.comm_ms;
-  row.wait_ms = stats.wait_ms;
-  row.hidden_ms = stats.hidden_ms;
-  row.delay_ms = delay_ms;
-  row.loss_scale = stats.loss_scale;
-  row.skipped_steps = stats.skipped_steps;
-  return metrics_->Write(row);
 }
 
 }  // namespace gradsync

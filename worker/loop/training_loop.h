@@ -32,6 +32,7 @@
 #include "common/obs/metrics.h"
 #include "models/model.h"
 #include "worker/loop/epoch.h"
+#include "worker/loop/epoch_reporter.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/loop/local_trainer.h"
 
@@ -40,11 +41,7 @@ namespace gradsync {
 struct TrainingLoopOptions {
   LocalTrainOptions train;  // batch per worker, epochs, max_steps, seed, log/eval schedule, straggler
   bool evaluate = true;     // this worker evaluates (epoch ends, eval_every, the end)
-  // Called before each step's compute (tests and experiments: a straggler's delay).
-  std::function<void(int64_t step)> before_compute;
-  // Each step's own rate (StepPlan::lr), as a caller with its own schedule sets it (tests: what
-  // a frontend does); empty: the job's schedule.
-  std::function<float(int64_t step)> step_lr;
+  StepHooks hooks;          // before each step's compute; each step's own rate (StepPlan::lr)
 };
 
 class TrainingLoop {
@@ -77,32 +74,23 @@ class TrainingLoop {
   void OnGradReady(size_t tensor);
   // Runs step step_ to its end (redone after a recovery), then counts it and writes its row.
   Status RunStep(const StepInput& in);
-  // RunStep's: the evaluations due before the step (once, not again when it is redone), and
-  // the step's metrics row (steps_ counted already).
+  // RunStep's: the evaluations due before the step (once, not again when it is redone).
   Status EvaluateDue(const StepInput& in);
-  Status WriteStepRow(float loss, const SyncStepStats& stats, double compute_ms, double delay_ms);
-  // Where the run is, for an epoch report or an evaluation row.
-  EpochClose At() const;
-  Status CloseEpoch(int epoch);
+  Status CloseEpoch(int epoch) { return reporter_.CloseEpoch(epoch, step_, sync_->traffic()); }
 
   TrainingLoopOptions options_;
   Model* model_;
   const Dataset* train_;
-  const Dataset* test_;
-  MetricsWriter* metrics_;
   GradientSync* sync_;
   StepState step_state_;
   // The run's state (Run resets it).
-  const std::function<void(const EpochReport&)>* on_epoch_ = nullptr;
   int64_t steps_per_epoch_ = 1;
   int64_t step_ = 0;
   bool copy_to_device_ = false;
   Straggler straggler_;
-  Stopwatch run_clock_;
-  EpochTotals totals_;
-  std::vector<EpochReport> reports_;
   BatchBuffer buffer_;
   std::vector<float> accum_;
+  EpochReporter reporter_;  // epochs' reports, evaluations and metrics rows
 };
 
 }  // namespace gradsync

@@ -9,12 +9,12 @@
 namespace gradsync {
 
 OverlapFacts PsSyncBase::OverlapFactsOf(const PsTrainOptions& o, const Model& model) {
-  return {.requested = o.overlap,
-          .compressed = !o.compression.empty() && o.compression != "none",
+  return {.requested = o.overlap.enabled,
+          .compressed = !o.codec.compression.empty() && o.codec.compression != "none",
           .sparse = HasSparse(model.layout()),
           .on_device = model.on_device(),
           .per_tensor_params = model.waits_for_params(),
-          .straggles = o.train.straggler.kind != StragglerSpec::Kind::kNone,
+          .straggles = o.train.straggler.spec.kind != StragglerSpec::Kind::kNone,
           .rounds = o.train.periodic.every > 0,
           .workers = o.num_workers,
           .zero = 0};
@@ -40,29 +40,30 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_warmup_steps(lr.warmup_steps);
   job.set_warmup_start_lr(lr.warmup_start);
   SetJobOptimizer(o.train.optimizer, &job);
-  job.set_staleness_aware_lr(o.staleness_aware_lr);
-  if (!std::isnan(o.delay_compensation)) {
-    job.set_delay_compensation(o.delay_compensation);
-    job.set_delay_compensation_adaptive(o.delay_compensation_adaptive);
+  job.set_staleness_aware_lr(o.shard_update.staleness_aware_lr);
+  if (!std::isnan(o.shard_update.delay_compensation)) {
+    job.set_delay_compensation(o.shard_update.delay_compensation);
+    job.set_delay_compensation_adaptive(o.shard_update.delay_compensation_adaptive);
   }
-  if (!o.compression.empty() && o.compression != "none") {
-    job.set_compression(o.compression);
+  if (!o.codec.compression.empty() && o.codec.compression != "none") {
+    job.set_compression(o.codec.compression);
     job.set_compression_seed(o.train.seed);
-    job.set_compress_pull(o.compress_pull);
+    job.set_compress_pull(o.codec.compress_pull);
   }
   return job;
 }
 
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
     : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
-      scaling_(options.train.precision, options.train.initial_loss_scale) {}
+      scaling_(options.train.numerics) {}
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   const double timeout = options_.request_timeout_s;
   client_->set_wait_policy(options_.wait);
-  if (!options_.compression.empty()) {
-    RETURN_IF_ERROR(client_->SetCompression(options_.compression, options_.train.seed, options_.error_feedback,
-                                            options_.correction_momentum, options_.compress_pull));
+  const CodecOptions& codec = options_.codec;
+  if (!codec.compression.empty()) {
+    RETURN_IF_ERROR(client_->SetCompression(codec.compression, options_.train.seed, codec.error_feedback,
+                                            codec.correction_momentum, codec.compress_pull));
   }
   std::vector<int> all_shards(static_cast<size_t>(scheduler_->table().servers_size()));
   for (size_t i = 0; i < all_shards.size(); ++i) all_shards[i] = static_cast<int>(i);
@@ -84,7 +85,7 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
     }
     RETURN_IF_ERROR(scheduler_->Barrier("init", "workers", options_.barrier_timeout_s));
   }
-  if (options_.shm) {
+  if (options_.channels.shm) {
     ASSIGN_OR_RETURN(const int lanes, client_->AttachSharedMemory(timeout));
     if (lanes > 0) {
       std::printf("worker %d: %d of %d shard(s) on this host: values through shared memory\n", options_.rank, lanes,
@@ -92,8 +93,8 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
       std::fflush(stdout);
     }
   }
-  if (options_.data_channel) {
-    client_->set_data_min_floats(options_.data_min_floats);
+  if (options_.channels.data_channel) {
+    client_->set_data_min_floats(options_.channels.data_min_floats);
     ASSIGN_OR_RETURN(const int channels, client_->AttachDataChannels(timeout));
     if (channels > 0) {
       std::printf("worker %d: %d of %d shard(s) with a data channel: large values over TCP beside ZeroMQ\n",
@@ -115,26 +116,7 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   return start_clock;
 }
 
-Status PsSyncBase::GradAbsent(size_t tensor) {
-  const auto& layout = model_->layout();
-  if (tensor >= layout.size()) {
-    return InvalidArgumentError("absent tensor " + std::to_string(tensor) + " of " + std::to_string(layout.size()));
-  }
-  if (layout[tensor].sparse) return InvalidArgumentError("tensor '" + layout[tensor].name + "' is sparse: its keys say what it has");
-  if (tensor < ready_.size() && ready_[tensor]) {
-    return FailedPreconditionError("tensor '" + layout[tensor].name + "': its gradient was already reported ready");
-  }
-  absent_.push_back(static_cast<uint32_t>(tensor));
-  return OkStatus();
-}
-
-std::span<const uint32_t> PsSyncBase::TakeAbsent() {
-  std::sort(absent_.begin(), absent_.end());
-  absent_.erase(std::unique(absent_.begin(), absent_.end()), absent_.end());
-  last_absent_.swap(absent_);
-  absent_.clear();
-  return last_absent_;
-}
+Status PsSyncBase::GradAbsent(size_t tensor) { return push_.MarkAbsent(model_->layout(), tensor); }
 
 Status PsSyncBase::Recover(const Status& failure) {
   const std::vector<int> shards = client_->shards_to_reconnect();
@@ -144,10 +126,10 @@ Status PsSyncBase::Recover(const Status& failure) {
               failure.message().c_str(), options_.recovery_timeout_s);
   std::fflush(stdout);
   RETURN_IF_ERROR(client_->Reconnect(options_.recovery_timeout_s).WithContext("after: " + failure.message()));
-  if (pending_push_ != 0 && clock_ > 0) unacked_clock_ = clock_ - 1;
-  pending_push_ = 0;
+  push_.Interrupted(clock_);
+  const int64_t unacked = push_.unacked_clock();
   // The gradient of an unacknowledged push is still in the model only while it is the last one.
-  if (unacked_clock_ >= 0 && unacked_clock_ == clock_ - 1 && options_.compression.empty()) {
+  if (unacked >= 0 && unacked == clock_ - 1 && options_.codec.compression.empty()) {
     // The last push was never acknowledged by the shards that came back. Each says how many of
     // this worker's pushes it holds; one short of the clock means it has not got that push (a
     // backup that took over holds every acknowledged one): its gradient, still in the model, is
@@ -155,11 +137,11 @@ Status PsSyncBase::Recover(const Status& failure) {
     RETURN_IF_ERROR(client_->Join(shards, -1, options_.recovery_timeout_s).status());
     std::vector<int> missing;
     for (int s : shards)
-      if (client_->join_clock(s) == unacked_clock_) missing.push_back(s);
+      if (client_->join_clock(s) == unacked) missing.push_back(s);
     if (!missing.empty()) {
-      ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(unacked_clock_, model_->grads(), push_keys_, push_values_,
-                                                               last_push_lr_, last_absent_, missing));
-      RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(unacked_clock_)));
+      ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(unacked, model_->grads(), push_.keys(), push_.values(),
+                                                               push_.last_lr(), push_.last_absent(), missing));
+      RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(unacked)));
       std::printf("worker %d: step %lld: sent its last push again to %zu shard(s) that did not hold it\n", rank,
                   static_cast<long long>(clock_), missing.size());
     }
@@ -195,11 +177,10 @@ bool ParseEnd(const std::string& text, int64_t* clock, bool* left) {
 
 Status PsSyncBase::Finish(bool evaluate, bool leave) {
   const double timeout = options_.request_timeout_s;
-  if (pending_push_) {
-    Status st = client_->Wait(pending_push_, timeout).WithContext("last push");
-    if (st.ok()) unacked_clock_ = -1;
-    else unacked_clock_ = clock_ - 1;
-    pending_push_ = 0;
+  if (push_.pending()) {
+    Status st = client_->Wait(push_.pending(), timeout).WithContext("last push");
+    push_.Answered(st.ok(), clock_ - 1);
+    push_.Settle();
     if (!st.ok()) RETURN_IF_ERROR(Recover(st));  // resent to a shard that came back without it
   }
   // Every shard holds this worker's pushes: the others hear how many (a pull that needs one more
@@ -261,24 +242,24 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   const double timeout = options_.request_timeout_s;
   clock_ = plan.step;
   step_lr_ = plan.lr;
-  absent_.clear();
+  push_.BeginStep(0);
   scaling_.Begin(*model_);
   Stopwatch comm;
   Status st = [&]() -> Status {
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));
     RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_)));
-    if (pending_push_) {
-      Status pushed = client_->Wait(pending_push_, timeout).WithContext("push " + std::to_string(clock_ - 1));
-      unacked_clock_ = pushed.ok() ? -1 : clock_ - 1;
+    if (push_.pending()) {
+      Status pushed = client_->Wait(push_.pending(), timeout).WithContext("push " + std::to_string(clock_ - 1));
+      push_.Answered(pushed.ok(), clock_ - 1);
       RETURN_IF_ERROR(pushed);
     }
     return OkStatus();
   }();
   pull_ms_ += comm.Millis();
   if (!st.ok()) return st;
-  pending_push_ = 0;
+  push_.Settle();
   wait_ms_ = std::min(pull_ms_, client_->last_wait_ms());
-  if (plan.evaluate && (sparse_ || options_.compress_pull)) {
+  if (plan.evaluate && (sparse_ || options_.codec.compress_pull)) {
     // Refresh every weight (sparse: not only this batch's keys; compressed pulls: the exact
     // parameters, not this worker's approximation).
     ASSIGN_OR_RETURN(PsClient::RequestId full, client_->Pull(clock_, model_->params(), {}, true));
@@ -288,24 +269,15 @@ Status PsSync::BeginStep(const StepPlan& plan) {
 }
 
 Result<SyncStepStats> PsSync::FinishStep() {
-  push_keys_.clear();
-  push_values_.clear();
-  for (size_t t = 0; sparse_ && t < model_->layout().size(); ++t) {
-    const TensorInfo& ti = model_->layout()[t];
-    if (!ti.sparse) continue;
-    const SparseGrad& g = model_->sparse_grad(t);
-    for (size_t i = 0; i < g.keys.size(); ++i) {
-      push_keys_.push_back(static_cast<uint64_t>(ti.offset) + g.keys[i]);
-      push_values_.push_back(g.values[i]);
-    }
-  }
+  push_.GatherSparse(*model_, sparse_);
   if (scaling_.active()) {
     Scale(model_->grads(), scaling_.inverse());
     if (!scaling_.Finish(AllFinite(model_->grads()))) Fill(model_->grads(), 0.0f);
   }
   Stopwatch push_clock;
-  ASSIGN_OR_RETURN(pending_push_, client_->Push(clock_, model_->grads(), push_keys_, push_values_, step_lr_, TakeAbsent()));
-  last_push_lr_ = step_lr_;
+  ASSIGN_OR_RETURN(const PsClient::RequestId id,
+                   client_->Push(clock_, model_->grads(), push_.keys(), push_.values(), step_lr_, push_.TakeAbsent()));
+  push_.Sent(id, step_lr_);
   SyncStepStats stats;
   scaling_.Report(&stats);
   stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
@@ -320,7 +292,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
 
 Result<int64_t> PsOverlapSync::Start(const JobShape& shape) {
   ASSIGN_OR_RETURN(int64_t start, PsSyncBase::Start(shape));
-  client_->set_part_floats(options_.push_part_floats);
+  client_->set_part_floats(options_.overlap.push_part_floats);
   return start;
 }
 
@@ -349,8 +321,7 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
   RETURN_IF_ERROR(CheckStepRate(plan.lr));
   clock_ = plan.step;
   step_lr_ = plan.lr;
-  absent_.clear();
-  ready_.assign(model_->layout().size(), false);
+  push_.BeginStep(model_->layout().size());
   failed_ = OkStatus();
   pushing_ = false;
   blocked_ms_ = param_blocked_ms_ = hidden_ms_ = 0;
@@ -361,11 +332,11 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
     ids_ = client_->PullTensors(clock_, model_->params());
     waited_.assign(ids_.size(), false);
     // The previous push's parts must be out of the gradient buffer before backward.
-    if (pending_push_) {
-      failed_ = client_->Wait(pending_push_, options_.request_timeout_s).WithContext("push " + std::to_string(clock_ - 1));
-      unacked_clock_ = failed_.ok() ? -1 : clock_ - 1;
+    if (push_.pending()) {
+      failed_ = client_->Wait(push_.pending(), options_.request_timeout_s).WithContext("push " + std::to_string(clock_ - 1));
+      push_.Answered(failed_.ok(), clock_ - 1);
     }
-    pending_push_ = 0;
+    push_.Settle();
     blocked_ms_ += w.Millis();
   }
   if (plan.evaluate) {
@@ -384,7 +355,7 @@ Status PsOverlapSync::WaitParams(size_t tensor) {
 
 Status PsOverlapSync::GradReady(size_t tensor) {
   if (!failed_.ok()) return failed_;  // parameters missing: nothing of the step is pushed
-  if (tensor < ready_.size()) ready_[tensor] = true;
+  push_.MarkReady(tensor);
   Boundary(true);
   if (!pushing_) {
     client_->BeginPush(clock_, model_->grads(), step_lr_);
@@ -402,8 +373,7 @@ Result<SyncStepStats> PsOverlapSync::FinishStep() {
   if (!failed_.ok()) return failed_;
   Stopwatch w;
   if (!pushing_) client_->BeginPush(clock_, model_->grads(), step_lr_);
-  pending_push_ = client_->FinishPush(TakeAbsent());
-  last_push_lr_ = step_lr_;
+  push_.Sent(client_->FinishPush(push_.TakeAbsent()), step_lr_);
   blocked_ms_ += w.Millis();
   const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());
   SyncStepStats stats;

@@ -37,11 +37,41 @@
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/sync/gradient_sync.h"
-#include "worker/loop/local_trainer.h"
+#include "worker/loop/train_options.h"
 #include "worker/sync/loss_scaling.h"
 #include "worker/ps/ps_client.h"
+#include "worker/ps/push_record.h"
 
 namespace gradsync {
+
+// What the shards do with each push of an ssp/asp job (MakeJobConfig sends it to them).
+struct ShardUpdateOptions {
+  bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
+  // ssp/asp: delay-compensated ASGD on the shards with this lambda (NaN: off), adaptive or not.
+  float delay_compensation = NAN;
+  bool delay_compensation_adaptive = false;
+};
+
+// Overlap communication with computation (dense CPU models, raw pushes, no straggler): each
+// tensor's gradient (in parts of at most push_part_floats) is pushed the moment backward
+// produced it, and the next step's pulls go out one per tensor in forward order, each layer's
+// forward waiting only for its own parameters. The same updates as without (bsp included).
+// PsOverlaps decides (enabled is the request); PsOverlapSync runs it.
+struct PsOverlapOptions {
+  bool enabled = false;
+  size_t push_part_floats = size_t{1} << 20;
+};
+
+// The value channels the PS client attaches after the "init" barrier (worker/channels/).
+struct PsChannelOptions {
+  // Values of raw dense pushes and pulls through shared memory to the shards on this host
+  // (PsClient::AttachSharedMemory).
+  bool shm = true;
+  // Values of large raw dense pushes and pulls over a data channel to every other shard
+  // (PsClient::AttachDataChannels, after the shared-memory lanes).
+  bool data_channel = true;
+  size_t data_min_floats = size_t{1} << 20;  // the smallest request that uses it (4 MiB)
+};
 
 struct PsTrainOptions {
   LocalTrainOptions train;   // optimizer, lr schedule, batch (per worker), epochs, seed...
@@ -50,40 +80,19 @@ struct PsTrainOptions {
   double request_timeout_s = 60.0;
   double barrier_timeout_s = 600.0;
   bool evaluate = true;      // worker 0 only
-  std::string compression;   // push codec spec ("" or "none": raw floats)
-  bool error_feedback = false;
-  float correction_momentum = 0;  // DGC momentum correction (then train.optimizer has no momentum)
-  // Pulls carry compressed parameter deltas (needs a codec). The evaluating worker still
-  // evaluates the servers' exact parameters: it pulls them raw before each evaluation.
-  bool compress_pull = false;
-  bool staleness_aware_lr = false;  // ssp/asp: the shards divide each step by its staleness
-  // ssp/asp: delay-compensated ASGD on the shards with this lambda (NaN: off), adaptive or not.
-  float delay_compensation = NAN;
-  bool delay_compensation_adaptive = false;
-  // Overlap communication with computation (dense CPU models, raw pushes, no straggler): each
-  // tensor's gradient (in parts of at most push_part_floats) is pushed the moment backward
-  // produced it, and the next step's pulls go out one per tensor in forward order, each layer's
-  // forward waiting only for its own parameters. The same updates as without (bsp included).
-  bool overlap = false;
-  size_t push_part_floats = size_t{1} << 20;
-  // Values of raw dense pushes and pulls through shared memory to the shards on this host
-  // (PsClient::AttachSharedMemory, after the "init" barrier).
-  bool shm = true;
-  // Values of large raw dense pushes and pulls over a data channel to every other shard
-  // (PsClient::AttachDataChannels, after the shared-memory lanes).
-  bool data_channel = true;
-  size_t data_min_floats = size_t{1} << 20;  // the smallest request that uses it (4 MiB)
+  CodecOptions codec;        // the push codec (PsClient::SetCompression) and compressed pulls
+  ShardUpdateOptions shard_update;
+  PsOverlapOptions overlap;
+  PsChannelOptions channels;
   // How a wait for the shards' replies waits (PsClient::set_wait_policy; --busy-poll-ms).
   WaitPolicy wait{};
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;
-  // Test and experiment hooks: called before each step's compute (e.g. a straggler's delay),
-  // and once after the "init" barrier.
-  std::function<void(int64_t step)> step_hook;
+  // Test and experiment hooks of the loop (its before_compute: e.g. a straggler's delay; its
+  // step_lr: each step's own rate, pushed with its gradient), and one after the "init" barrier.
+  StepHooks loop;
   std::function<void()> after_init;
-  // Each step's own rate, pushed with its gradient (TrainingLoopOptions::step_lr); empty: none.
-  std::function<float(int64_t step)> step_lr;
 };
 
 // The job's optimizer settings and layout as worker 0 sends them to the shards.
@@ -128,22 +137,9 @@ class PsSyncBase : public GradientSync {
   const bool sparse_;  // the model has sparse tensors (pushes and pulls by key)
   int64_t clock_ = 0;  // the step begun last, or after FinishStep the next one
   float step_lr_ = NAN;  // the step's own rate (StepPlan::lr), sent with its push; NaN: none
-  PsClient::RequestId pending_push_ = 0;
-  // The last push, as sent (its gradient stays in the model until the next backward): a shard
-  // that took over or came back without it gets it again in Recover.
-  // The clock of a push not known to be acknowledged by every shard (its wait failed), until a
-  // later push is: -1 when none.
-  int64_t unacked_clock_ = -1;
-  float last_push_lr_ = NAN;
-  // This step's absent tensors (GradAbsent; sorted when pushed), and the last push's.
-  std::vector<uint32_t> absent_;
-  std::vector<uint32_t> last_absent_;
-  // Overlap: the tensors reported ready this step (GradAbsent refuses them).
-  std::vector<bool> ready_;
-  // Sorts absent_ for the push, and keeps it as the last push's.
-  std::span<const uint32_t> TakeAbsent();
-  std::vector<uint64_t> push_keys_;
-  std::vector<float> push_values_;
+  // This step's push and the last one as sent (its gradient stays in the model until the next
+  // backward): a shard that took over or came back without it gets it again in Recover.
+  PushRecord push_;
   // --precision=fp16 (PsSync: a 16-bit codec always goes with a 16-bit precision, so the
   // overlapped sync never scales): each worker judges its own gradient, unscales it and pushes
   // it; an overflowed one is pushed as zeros (a bsp round needs every worker's push).

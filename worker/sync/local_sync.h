@@ -9,7 +9,7 @@
 #include "common/optim/optimizer.h"
 #include "models/model.h"
 #include "worker/sync/gradient_sync.h"
-#include "worker/loop/local_trainer.h"
+#include "worker/loop/train_options.h"
 #include "worker/sync/loss_scaling.h"
 
 namespace gradsync {
@@ -18,7 +18,7 @@ class LocalSync final : public GradientSync {
  public:
   // `model` must outlive the sync.
   LocalSync(const LocalTrainOptions& options, Model* model)
-      : options_(options), model_(model), scaling_(options.precision, options.initial_loss_scale) {}
+      : options_(options), model_(model), scaling_(options.numerics) {}
 
   int rank() const override { return 0; }
   int size() const override { return 1; }

@@ -1,7 +1,7 @@
 // LossScaling: the dynamic loss scaling of --precision=fp16, as the syncs that own a step's
 // update (local, all-reduce) or its push (PS) run it.
 //
-//   LossScaling scaling(options.precision);
+//   LossScaling scaling(options.numerics);
 //   BeginStep:   scaling.Begin(*model);             // the model's gradient is scale * the mean loss's
 //   FinishStep:  (all-reduce: after averaging, so that every rank decides alike)
 //                if (scaling.Finish(AllFinite(grads))) optimizer.Step(..., scaling.inverse());
@@ -12,14 +12,15 @@
 
 #include "common/optim/precision.h"
 #include "models/model.h"
+#include "worker/loop/train_options.h"
 #include "worker/sync/gradient_sync.h"
 
 namespace gradsync {
 
 class LossScaling {
  public:
-  explicit LossScaling(Precision precision, float initial_scale = 65536.0f)
-      : active_(precision == Precision::kFp16), scaler_(DynamicLossScaler::Options{.initial = initial_scale}) {}
+  explicit LossScaling(const PrecisionOptions& o)
+      : active_(o.precision == Precision::kFp16), scaler_(DynamicLossScaler::Options{.initial = o.initial_loss_scale}) {}
 
   bool active() const { return active_; }
   // Sets the model's loss scale for the step about to be computed; returns the factor that

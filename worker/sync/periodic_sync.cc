@@ -15,9 +15,9 @@ LocalTrainOptions OuterTrainOptions(const LocalTrainOptions& train) {
   o.optimizer.nesterov = train.periodic.outer.nesterov;
   o.lr = LrSchedule{.kind = LrSchedule::Kind::kConstant, .base = train.periodic.outer_lr};
   o.warmup_epochs = 0;
-  o.precision = Precision::kFp32;
+  o.numerics.precision = Precision::kFp32;
   o.micro_batch = 0;
-  o.straggler = StragglerSpec();
+  o.straggler.spec = StragglerSpec();
   o.periodic = PeriodicOptions();
   return o;
 }

@@ -45,7 +45,7 @@
 #include "models/external_model.h"
 #include "models/model.h"
 #include "worker/sync/gradient_sync.h"
-#include "worker/loop/local_trainer.h"
+#include "worker/loop/train_options.h"
 
 namespace gradsync {
 

@@ -13,9 +13,8 @@ PeriodicSync::OuterFactory OuterOf(const SyncRecipe& r, const SyncLinks& links, 
     if (r.ps) {
       PsTrainOptions o = r.ps_options;
       o.train = outer;
-      o.overlap = false;
-      o.step_hook = {};
-      o.step_lr = {};
+      o.overlap.enabled = false;
+      o.loop = {};
       return std::make_unique<PsSync>(o, global, links.client, links.scheduler);
     }
     AllreduceTrainOptions o = r.allreduce_options;
