@@ -27,7 +27,7 @@
 
 namespace gradsync {
 
-// The primary's consistency state after an entry (ConsistencyController::Restore's arguments).
+// The primary's consistency state after an entry (WorkerClocks::Restore's arguments).
 struct ReplicaControl {
   std::vector<int64_t> pushed;  // per worker: pushes counted
   std::vector<bool> live;       // per worker
