@@ -10,7 +10,7 @@ Status Membership::CheckSender(const PsRequest& r, const std::string& peer, int 
   if (w < 0 || w >= num_workers) {
     return InvalidArgumentError("unregistered sender: worker " + std::to_string(w) + " is not in the job");
   }
-  if (r.type == wire::JOIN && !rule.IsLive(w)) {
+  if (r.type == wire::JOIN && !rule.clocks().IsLive(w)) {
     // A restarted worker: only once the scheduler has announced it (then its new connection
     // takes the rank over); before that it may simply be early, so it retries.
     if (!may_join_.count(w)) {
@@ -27,7 +27,7 @@ Status Membership::CheckSender(const PsRequest& r, const std::string& peer, int 
                                 std::to_string(w));
   }
   // A worker that left the consistency rule (join) still pulls; the controller refuses its pushes.
-  if (!rule.IsLive(w) && !rule.HasLeft(w)) {
+  if (!rule.clocks().IsLive(w) && !rule.clocks().HasLeft(w)) {
     return FailedPreconditionError("worker " + std::to_string(w) + " was declared dead");
   }
   return OkStatus();

@@ -7,7 +7,7 @@ std::vector<ParkedRequests::Due> ParkedRequests::TakeDue(const ConsistencyContro
   for (auto it = parked_.begin(); it != parked_.end();) {
     const int w = it->pull.worker;
     const int64_t clock = it->pull.clock;
-    if (!rule.IsLive(w) && !rule.HasLeft(w)) {
+    if (!rule.clocks().IsLive(w) && !rule.clocks().HasLeft(w)) {
       it = parked_.erase(it);  // a dead worker's
     } else if (rule.CanAnswerPull(w, clock)) {
       out.push_back({std::move(*it), OkStatus()});

@@ -62,17 +62,17 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
   const int w = r.worker;
   const int64_t clock = r.clock;
   if (clock < -1) return InvalidArgumentError("JOIN with clock " + std::to_string(clock));
-  if (!core_->rule().IsLive(w)) {
+  if (!core_->rule().clocks().IsLive(w)) {
     // A rejoining worker: live from now on, at the clock where it holds no one back.
     const int64_t start = core_->Rejoin(w);
     membership_.Settled(w);
     codecs_.Forget(w);  // its first pull is raw
     TraceInstant("worker rejoined", "failure", {{"worker", static_cast<double>(w)}, {"clock", static_cast<double>(start)}});
     GRADSYNC_LOG(WARNING) << "server " << rank_ << ": worker " << w << " rejoins at clock " << start << " ("
-                          << core_->rule().live_workers() << " live workers)";
+                          << core_->rule().clocks().live_workers() << " live workers)";
   }
   if (clock >= 0) {
-    const int64_t at = core_->rule().pushed(w);
+    const int64_t at = core_->rule().clocks().pushed(w);
     if (clock < at) {
       return AbortedError("JOIN at clock " + std::to_string(clock) + " but worker " + std::to_string(w) +
                           " has pushed " + std::to_string(at) + " gradients to this shard");
@@ -89,14 +89,14 @@ Status Server::HandleJoin(const PsRequest& r, const Message& m) {
                             << " (restored at clock " << membership_.restored_clock(w) << ")";
     }
     if (clock > at) {
-      core_->ForgetParts(w);
+      core_->intake().ForgetParts(w);
       core_->GoOnAt(w, clock);  // a held push of a round it now skips goes
     }
     while (core_->rule().RoundComplete()) ApplyRound();
     AnswerParked();
   }
   PsReply reply = ReplyTo(r, wire::JOIN_REPLY, rank_);
-  reply.clock = core_->rule().pushed(w);
+  reply.clock = core_->rule().clocks().pushed(w);
   reply.version = core_->shard().version();  // a push the worker sends next is computed on what it pulls now
   return socket_.Send(m.peer, EncodeReply(reply));
 }
@@ -111,7 +111,7 @@ Status Server::BuildShard(const wire::JobConfig& job, const wire::ShardCheckpoin
   } else {
     RETURN_IF_ERROR(core_->Build(job, table_.servers_size(), rank_));
   }
-  const OptimizerOptions opt = core_->shard().optimizer_options();
+  const OptimizerOptions opt = core_->shard().optimizer().options();
   const Segment range = core_->shard().range();
   auto codecs = ShardCodecs::ForJob(job, range);
   if (!codecs.ok()) {
@@ -160,13 +160,13 @@ Status Server::HandlePush(const PsRequest& r, Message& m) {
   // The channel its values came on lets them go at once when the push is refused or is the rest
   // of a refused one (a lane's worker waits for that before it writes its next push there).
   ShardChannel& channel = channels_->For(r);
-  if (core_->IsRestOfFailed(r.worker, r)) {  // the rest of a push whose error was the answer
+  if (core_->intake().IsRestOfFailed(r.worker, r)) {  // the rest of a push whose error was the answer
     channel.Refuse(r);
     return OkStatus();
   }
   Status s = HandlePushMessage(r, m, channel);
   if (!s.ok()) {
-    core_->Refused(r.worker, r);
+    core_->intake().Refused(r.worker, r);
     channel.Refuse(r);
   }
   return s;
@@ -175,13 +175,13 @@ Status Server::HandlePush(const PsRequest& r, Message& m) {
 Status Server::HandleAttach(const PsRequest& r, const Message& m) {
   if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
   ASSIGN_OR_RETURN(PsReply reply, channels_->Attach(r, core_->shard(), CurveEnabled(ctx_)));
-  core_->ForgetParts(r.worker);  // a half-sent push of it is not finished by the new channel
+  core_->intake().ForgetParts(r.worker);  // a half-sent push of it is not finished by the new channel
   return socket_.Send(m.peer, EncodeReply(reply));
 }
 
 void Server::DetachWorker(int w) {
   channels_->Detach(w);  // a push of it still held keeps its values through its lease
-  core_->ForgetParts(w);  // a half-sent push of a worker that left
+  core_->intake().ForgetParts(w);  // a half-sent push of a worker that left
 }
 
 Result<PushChunk> Server::ReadPush(const PsRequest& r, Message& m, ShardChannel& channel) {
@@ -234,15 +234,15 @@ Status Server::HandlePushMessage(const PsRequest& r, Message& m, ShardChannel& c
   Status s = replicated ? OkStatus() : socket_.Send(m.peer, EncodeReply(reply));
   {
     std::optional<TraceSpan> span;
-    if (!core_->aggregates()) {
+    if (!core_->rule().aggregates()) {
       span.emplace("apply", "server", std::initializer_list<TraceArg>{
           {"worker", static_cast<double>(w)}, {"clock", static_cast<double>(r.clock)},
           {"version", static_cast<double>(core_->shard().version())}});
     }
-    core_->Take(w, std::move(*push), core_->Scale(lag));  // held for its round, or applied now
+    core_->Take(w, std::move(*push), lag);  // held for its round, or applied now
   }
   if (replicated) replication_->HoldReply(m.peer, EncodeReply(reply));
-  if (!core_->aggregates()) MaybeCheckpoint(true);
+  if (!core_->rule().aggregates()) MaybeCheckpoint(true);
   if (core_->rule().RoundComplete()) ApplyRound();
   AnswerParked();
   return s;
@@ -275,7 +275,7 @@ void Server::RecordPull(const PsRequest& r, int64_t clock_staleness) {
   stats_.pulls++;
   stats_.clock_staleness[clock_staleness]++;
   if (options_.record_pulls) {
-    pull_log_.push_back({r.worker, r.clock, core_->rule().min_live_clock(), core_->rule().rounds_applied(),
+    pull_log_.push_back({r.worker, r.clock, core_->rule().clocks().min_live_clock(), core_->rule().clocks().rounds_applied(),
                          core_->shard().version(), clock_staleness});
   }
 }
@@ -309,7 +309,7 @@ void Server::AnswerParked() {
       const double held_us = (now - p.since_ms) * 1e3;
       Trace::Complete("pull held", "server", Trace::NowUs() - held_us, held_us,
                       {{"worker", static_cast<double>(p.pull.worker)}, {"clock", static_cast<double>(p.pull.clock)},
-                       {"waited for worker", static_cast<double>(core_->last_counted())}});
+                       {"waited for worker", static_cast<double>(core_->intake().last_counted())}});
     }
     if (p.pull.type == wire::STATE_PULL) {
       AnswerStatePull(p.pull, p.msg);

@@ -17,7 +17,7 @@ void Server::MaybeCheckpoint(bool updated) {
   if (!checkpointer_.enabled() || !built()) return;
   const double now = SteadyMs() / 1e3;
   if (!checkpointer_.Due(updated, now)) return;
-  if (core_->aggregates() && !core_->held().empty()) return;  // bsp: only between rounds
+  if (core_->rule().aggregates() && !core_->round().held().empty()) return;  // bsp: only between rounds
   WriteCheckpoint(now);
 }
 
@@ -61,7 +61,7 @@ void Server::OnMembership() {
   for (const wire::NodeInfo& n : membership_.NewDead(*scheduler_)) {
     if (n.role() == wire::WORKER) {
       GRADSYNC_LOG(WARNING) << "server " << rank_ << ": " << NodeName(n) << " is dead; continuing with "
-                            << core_->rule().live_workers() - 1 << " live workers";
+                            << core_->rule().clocks().live_workers() - 1 << " live workers";
       TraceInstant("worker declared dead", "failure", {{"worker", static_cast<double>(n.rank())}});
       core_->Remove(n.rank());
       membership_.Settled(n.rank());
@@ -81,17 +81,17 @@ void Server::OnMembership() {
     membership_.Announced(n.rank());  // its new connection will JOIN
   }
   for (const EndedWorker& e : membership_.NewEnded(*scheduler_)) {
-    if (e.rank < 0 || e.rank >= core_->rule().num_workers()) continue;
-    core_->rule().EndAt(e.rank, e.clock);
+    if (e.rank < 0 || e.rank >= core_->rule().clocks().num_workers()) continue;
+    core_->rule().clocks().EndAt(e.rank, e.clock);
     // A worker that leaves is out of the rounds and the minimum clock, as a dead one is (its push
     // of the open round stays in it), but may still pull. Not one that is dead by now.
-    const bool leaves = e.joined && !scheduler_->IsDead(wire::WORKER, e.rank) && !core_->rule().HasLeft(e.rank);
+    const bool leaves = e.joined && !scheduler_->IsDead(wire::WORKER, e.rank) && !core_->rule().clocks().HasLeft(e.rank);
     if (leaves) core_->Leave(e.rank);
     TraceInstant(e.joined ? "worker left (join)" : "worker ended training", "job",
                  {{"worker", static_cast<double>(e.rank)}, {"clock", static_cast<double>(e.clock)}});
     GRADSYNC_LOG(INFO) << "server " << rank_ << ": worker " << e.rank << " ended training after " << e.clock
                        << " steps"
-                       << (leaves ? "; it leaves the consistency rule (" + std::to_string(core_->rule().live_workers()) +
+                       << (leaves ? "; it leaves the consistency rule (" + std::to_string(core_->rule().clocks().live_workers()) +
                                         " live workers)"
                                   : std::string());
   }
@@ -183,10 +183,10 @@ Status Server::RestoreFromCopy() {
   ReplicaCopy& copy = *options_.restore_from;
   const wire::ShardCheckpoint& c = copy.checkpoint;
   RETURN_IF_ERROR(RestoreState(c).WithContext("the backup's copy"));
-  core_->SetHeld(std::move(copy.held));
+  core_->round().SetHeld(std::move(copy.held));
   stats_.adopted = true;
   GRADSYNC_LOG(WARNING) << "server " << rank_ << ": took over from its backup copy (version " << c.version() << ", round "
-                        << c.rounds_applied() << ", " << core_->held().size() << " push(es) of the open round); workers go on from there";
+                        << c.rounds_applied() << ", " << core_->round().held().size() << " push(es) of the open round); workers go on from there";
   return OkStatus();
 }
 
@@ -210,11 +210,11 @@ Status Server::Rejoin() {
     return OkStatus();
   }
   // Workers reconnect and JOIN at the clocks they reached, as after a restore from this state.
-  membership_.Restored(core_->rule().pushed_all());
+  membership_.Restored(core_->rule().clocks().pushed_all());
   stats_.restored = true;
   membership_.ForgetConnections();
   parked_.Clear();
-  core_->ForgetAllParts();
+  core_->intake().ForgetAllParts();
   core_->state_sets().Clear();
   RETURN_IF_ERROR(ApplyMessageLimit());
   replication_->UpdateBackups(*scheduler_, *core_, Identity());
@@ -231,10 +231,10 @@ Status Server::Start() {
     if (scheduler_->rejoined()) TraceInstant("rejoined the job", "failure");
   }
   colocated_->Add(rank_);
-  core_ = std::make_unique<ShardCore>(options_.mode, options_.staleness, table_.workers_size(), options_.apply_threads);
   replication_ = std::make_unique<ShardReplication>(ctx_, rank_, table_, options_.mode, options_.staleness,
                                                     scheduler_->replica_key(), standby(), colocated_);
-  core_->set_events(replication_.get());
+  core_ = std::make_unique<ShardCore>(options_.mode, options_.staleness, table_.workers_size(), options_.apply_threads,
+                                      replication_.get());
   DataChannelOptions data;
   data.bind_host = options_.bind_host;
   data.wait_s = options_.data_wait_s;

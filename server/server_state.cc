@@ -10,7 +10,7 @@ namespace gradsync {
 
 Status Server::CheckStateRequest(const PsRequest& r) {
   if (!built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
-  const std::string kind = OptimizerKindName(core_->shard().optimizer_options().kind);
+  const std::string kind = OptimizerKindName(core_->shard().optimizer().options().kind);
   if (!r.optimizer.empty() && r.optimizer != kind) {
     return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
   }
@@ -46,15 +46,15 @@ Status Server::HandleStatePull(PsRequest r, Message& m) {
 }
 
 void Server::AnswerStatePull(const PsRequest& r, const Message& m) {
-  const int slots = core_->shard().optimizer_slots();
-  const auto state = core_->shard().optimizer_state();
+  const int slots = core_->shard().optimizer().num_slots();
+  const auto state = core_->shard().optimizer().state();
   const Segment range = core_->shard().range();
   const size_t n = static_cast<size_t>(range.size());
   PsReply reply = ReplyTo(r, wire::STATE_PULL_REPLY, rank_);
   reply.version = core_->shard().version();
-  reply.optimizer = OptimizerKindName(core_->shard().optimizer_options().kind);
-  reply.steps = core_->shard().optimizer_steps();
-  reply.skipped.assign(core_->shard().optimizer_skipped().begin(), core_->shard().optimizer_skipped().end());
+  reply.optimizer = OptimizerKindName(core_->shard().optimizer().options().kind);
+  reply.steps = core_->shard().optimizer().steps();
+  reply.skipped.assign(core_->shard().optimizer().skipped().begin(), core_->shard().optimizer().skipped().end());
   reply.state_slots = slots;
   // Every vector before anything else is handled: the answer is one state. (Copied into the
   // messages: the next update may change the state while ZeroMQ still sends them.)

@@ -31,10 +31,7 @@ ConsistencyController::ConsistencyController(ConsistencyMode mode, int staleness
     : mode_(mode),
       staleness_(staleness),
       aggregate_(mode == ConsistencyMode::kBsp || (mode == ConsistencyMode::kSsp && staleness == 0)),
-      pushed_(static_cast<size_t>(num_workers), 0),
-      live_(static_cast<size_t>(num_workers), true),
-      left_(static_cast<size_t>(num_workers), false),
-      ended_(static_cast<size_t>(num_workers), -1) {}
+      clocks_(num_workers) {}
 
 std::string UnevenStepsAdvice() {
   return "the workers ran different numbers of steps; call gradsync.torch.join() on a worker that runs out of data "
@@ -47,109 +44,96 @@ std::string ConsistencyRuleName(ConsistencyMode mode, int staleness) {
 }
 
 Status ConsistencyController::CheckWorker(int worker, bool pull) const {
-  if (worker < 0 || worker >= num_workers()) {
+  if (worker < 0 || worker >= clocks_.num_workers()) {
     return InvalidArgumentError("unknown worker " + std::to_string(worker) + " (the job has " +
-                                std::to_string(num_workers()) + ")");
+                                std::to_string(clocks_.num_workers()) + ")");
   }
-  if (left_[worker]) {
+  if (clocks_.HasLeft(worker)) {
     if (pull) return OkStatus();
     return FailedPreconditionError("worker " + std::to_string(worker) + " left training (join) after " +
-                                   std::to_string(pushed_[worker]) + " pushes; it pushes no more");
+                                   std::to_string(clocks_.pushed(worker)) + " pushes; it pushes no more");
   }
-  if (!live_[worker]) return FailedPreconditionError("worker " + std::to_string(worker) + " was declared dead");
+  if (!clocks_.IsLive(worker)) return FailedPreconditionError("worker " + std::to_string(worker) + " was declared dead");
   return OkStatus();
 }
 
 Status ConsistencyController::OnPush(int worker, int64_t clock) {
   RETURN_IF_ERROR(CheckPush(worker, clock));
-  ++pushed_[worker];
+  clocks_.CountPush(worker);
   return OkStatus();
 }
 
 Status ConsistencyController::CheckPush(int worker, int64_t clock) const {
   RETURN_IF_ERROR(CheckWorker(worker, /*pull=*/false));
-  if (clock != pushed_[worker]) {
-    return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: push " +
+  const int64_t pushed = clocks_.pushed(worker);
+  if (clock != pushed) {
+    return AbortedError(std::string(clock < pushed ? "old" : "future") + " clock: push " +
                         std::to_string(clock) + " from worker " + std::to_string(worker) +
-                        ", expected " + std::to_string(pushed_[worker]));
+                        ", expected " + std::to_string(pushed));
   }
-  if (aggregate_ && clock != rounds_applied_) {
+  if (aggregate_ && clock != clocks_.rounds_applied()) {
     return AbortedError("push for round " + std::to_string(clock) + " while round " +
-                        std::to_string(rounds_applied_) + " is open");
+                        std::to_string(clocks_.rounds_applied()) + " is open");
   }
   return OkStatus();
 }
 
 Status ConsistencyController::ValidatePull(int worker, int64_t clock) const {
   RETURN_IF_ERROR(CheckWorker(worker, /*pull=*/true));
-  if (clock != pushed_[worker]) {
-    return AbortedError(std::string(clock < pushed_[worker] ? "old" : "future") + " clock: pull " +
+  const int64_t pushed = clocks_.pushed(worker);
+  if (clock != pushed) {
+    return AbortedError(std::string(clock < pushed ? "old" : "future") + " clock: pull " +
                         std::to_string(clock) + " from worker " + std::to_string(worker) + " which has pushed " +
-                        std::to_string(pushed_[worker]));
+                        std::to_string(pushed));
   }
   return OkStatus();
 }
 
 bool ConsistencyController::CanAnswerPull(int /*worker*/, int64_t clock) const {
-  if (aggregate_) return rounds_applied_ >= clock;
+  if (aggregate_) return clocks_.rounds_applied() >= clock;
   if (mode_ == ConsistencyMode::kAsp) return true;
-  if (live_workers() == 0) return true;  // only a worker that left pulls: nobody to wait for
-  return min_live_clock() >= clock - staleness_;
+  if (clocks_.live_workers() == 0) return true;  // only a worker that left pulls: nobody to wait for
+  return clocks_.min_live_clock() >= clock - staleness_;
 }
 
 int64_t ConsistencyController::ClockStaleness(int64_t clock) const {
-  if (!aggregate_ && live_workers() == 0) return 0;
-  const int64_t complete = aggregate_ ? rounds_applied_ : min_live_clock();
+  if (!aggregate_ && clocks_.live_workers() == 0) return 0;
+  const int64_t complete = aggregate_ ? clocks_.rounds_applied() : clocks_.min_live_clock();
   return std::max<int64_t>(0, clock - complete);
 }
 
 bool ConsistencyController::RoundComplete() const {
   if (!aggregate_) return false;
+  const int64_t rounds = clocks_.rounds_applied();
   bool any = false;
-  for (int w = 0; w < num_workers(); ++w) {
-    if (!live_[w]) continue;
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    if (!clocks_.IsLive(w)) continue;
     any = true;
-    if (pushed_[w] <= rounds_applied_) return false;
+    if (clocks_.pushed(w) <= rounds) return false;
   }
   if (any) return true;
   // Nobody live: the round a worker that left pushed into is complete (its push is the round's).
-  for (int w = 0; w < num_workers(); ++w)
-    if (left_[w] && pushed_[w] > rounds_applied_) return true;
+  for (int w = 0; w < clocks_.num_workers(); ++w)
+    if (clocks_.HasLeft(w) && clocks_.pushed(w) > rounds) return true;
   return false;
-}
-
-void ConsistencyController::RemoveWorker(int worker) {
-  if (worker < 0 || worker >= num_workers()) return;
-  live_[worker] = false;
-  left_[worker] = false;
-}
-
-void ConsistencyController::EndAt(int worker, int64_t clock) {
-  if (worker < 0 || worker >= num_workers() || clock < 0) return;
-  ended_[worker] = clock;
-}
-
-void ConsistencyController::Leave(int worker) {
-  if (worker < 0 || worker >= num_workers()) return;
-  live_[worker] = false;
-  left_[worker] = true;
 }
 
 std::optional<int> ConsistencyController::Blocker(int /*worker*/, int64_t clock) const {
   if (mode_ == ConsistencyMode::kAsp) return std::nullopt;
-  if (aggregate_ && rounds_applied_ >= clock) return std::nullopt;
+  if (aggregate_ && clocks_.rounds_applied() >= clock) return std::nullopt;
   // The pushes the pull needs of every live worker: round clock-1's (aggregating), or clock - s.
   const int64_t needed = aggregate_ ? clock : clock - staleness_;
   std::optional<int> blocker;
-  for (int w = 0; w < num_workers(); ++w) {
-    if (!live_[w] || ended_[w] < 0 || ended_[w] >= needed) continue;
-    if (!blocker || ended_[w] < ended_[*blocker]) blocker = w;
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
+    const int64_t ended = clocks_.ended_at(w);
+    if (!clocks_.IsLive(w) || ended < 0 || ended >= needed) continue;
+    if (!blocker || ended < clocks_.ended_at(*blocker)) blocker = w;
   }
   return blocker;
 }
 
 Status ConsistencyController::BlockedError(int64_t clock, int blocker) const {
-  const int64_t ended = ended_at(blocker);
+  const int64_t ended = clocks_.ended_at(blocker);
   const int64_t needed = aggregate_ ? clock : clock - staleness_;
   return FailedPreconditionError(
       "worker " + std::to_string(blocker) + " ended training after " + std::to_string(ended) +
@@ -157,48 +141,13 @@ Status ConsistencyController::BlockedError(int64_t clock, int blocker) const {
       std::to_string(needed - 1) + " (" + ConsistencyRuleName(mode_, staleness_) + "): " + UnevenStepsAdvice());
 }
 
-void ConsistencyController::SetWorker(int worker, int64_t clock) {
-  if (worker < 0 || worker >= num_workers()) return;
-  if (!live_[worker]) {
-    left_[worker] = false;
-    ended_[worker] = -1;
-  }
-  live_[worker] = true;
-  pushed_[worker] = clock;
-}
-
 int64_t ConsistencyController::Suggest(int worker) const {
-  if (aggregate_) return rounds_applied_;
+  if (aggregate_) return clocks_.rounds_applied();
   int64_t m = std::numeric_limits<int64_t>::max();
-  for (int w = 0; w < num_workers(); ++w)
-    if (live_[w] && w != worker) m = std::min(m, pushed_[w]);
+  for (int w = 0; w < clocks_.num_workers(); ++w)
+    if (clocks_.IsLive(w) && w != worker) m = std::min(m, clocks_.pushed(w));
   if (m != std::numeric_limits<int64_t>::max()) return m;
-  return worker >= 0 && worker < num_workers() ? pushed_[worker] : 0;
-}
-
-Status ConsistencyController::Restore(std::vector<int64_t> pushed, std::vector<bool> live, int64_t rounds_applied) {
-  if (pushed.size() != pushed_.size() || live.size() != live_.size()) {
-    return DataLossError("checkpoint is for " + std::to_string(pushed.size()) + " workers, the job has " +
-                         std::to_string(pushed_.size()));
-  }
-  for (int64_t p : pushed)
-    if (p < 0) return DataLossError("checkpoint has a negative clock");
-  if (rounds_applied < 0) return DataLossError("checkpoint has a negative round");
-  pushed_ = std::move(pushed);
-  live_ = std::move(live);
-  rounds_applied_ = rounds_applied;
-  return OkStatus();
-}
-
-int ConsistencyController::live_workers() const {
-  return static_cast<int>(std::count(live_.begin(), live_.end(), true));
-}
-
-int64_t ConsistencyController::min_live_clock() const {
-  int64_t m = std::numeric_limits<int64_t>::max();
-  for (int w = 0; w < num_workers(); ++w)
-    if (live_[w]) m = std::min(m, pushed_[w]);
-  return m == std::numeric_limits<int64_t>::max() ? 0 : m;
+  return worker >= 0 && worker < clocks_.num_workers() ? clocks_.pushed(worker) : 0;
 }
 
 }  // namespace gradsync

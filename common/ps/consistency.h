@@ -1,4 +1,6 @@
-// ConsistencyController: when a shard may apply a push and answer a pull, for bsp, ssp and asp.
+// ConsistencyController: when a shard may apply a push and answer a pull, for bsp, ssp and asp:
+// the rule, deciding over the workers' clocks it holds (WorkerClocks, worker_clocks.h: the
+// pushes counted, the live set, the rounds applied; what a dead, ended or leaving worker is).
 // Pure logic over (worker, clock): no sockets, no threads, no time, so tests drive it directly.
 //
 // A worker's clock counts the gradients it has pushed. Its iteration c is: pull (with clock c),
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/ps/worker_clocks.h"
 #include "train_config.pb.h"
 
 namespace gradsync {
@@ -43,16 +46,19 @@ class ConsistencyController {
  public:
   ConsistencyController(ConsistencyMode mode, int staleness, int num_workers);
 
+  // The workers' clocks, live set and rounds this rule decides over (worker_clocks.h).
+  const WorkerClocks& clocks() const { return clocks_; }
+  WorkerClocks& clocks() { return clocks_; }
+
   // True when pushes are summed per round and applied once (bsp, and ssp with s = 0).
   bool aggregates() const { return aggregate_; }
 
   // Whether worker w may push `clock` now (OnPush's checks, recording nothing).
   Status CheckPush(int worker, int64_t clock) const;
-  // Records worker w's push with `clock`; errors leave the state unchanged.
+  // Records worker w's push with `clock`; errors leave the state unchanged. A push that
+  // CheckPush has accepted is counted with clocks().CountPush (a push in parts: checked part by
+  // part, counted once with its last part).
   Status OnPush(int worker, int64_t clock);
-  // Counts a push that CheckPush has accepted (a push in parts: checked part by part, counted
-  // once with its last part).
-  void CountPush(int worker) { ++pushed_[worker]; }
   // Checks a pull's clock without waiting.
   Status ValidatePull(int worker, int64_t clock) const;
   // Whether a (valid) pull with `clock` may be answered now (ssp with no live worker: yes).
@@ -67,22 +73,7 @@ class ConsistencyController {
   // Aggregating modes: every live worker has pushed the current round (with none live: a worker
   // that left pushed it, so that its last push is applied all the same).
   bool RoundComplete() const;
-  void OnRoundApplied() { ++rounds_applied_; }
-  int64_t rounds_applied() const { return rounds_applied_; }
 
-  // A dead worker: out of the live set (its pulls are refused).
-  void RemoveWorker(int worker);
-  // Worker w ended training after `clock` pushes (clock >= 0); it stays live unless it leaves.
-  void EndAt(int worker, int64_t clock);
-  // Worker w leaves the rule: not live for rounds and the minimum clock, but its pulls are
-  // validated and answered as a live worker's (it pushes no more). Also for a worker already out
-  // of the live set (a restored shard's state); never for a dead one (the caller's check).
-  void Leave(int worker);
-  bool HasLeft(int worker) const { return worker >= 0 && worker < num_workers() && left_[worker]; }
-  // The clock worker w ended training at (EndAt), -1 while it has not.
-  int64_t ended_at(int worker) const {
-    return worker >= 0 && worker < num_workers() ? ended_[worker] : -1;
-  }
   // The worker that makes a (valid) pull by `worker` with `clock` impossible, if any: a live
   // worker that ended at k (and did not leave) whose push the pull needs and will never come:
   // aggregating modes: the pull needs round clock-1, so k < clock (and the round is not applied);
@@ -92,25 +83,9 @@ class ConsistencyController {
   // The error (kFailedPrecondition) that answers such a pull: it names the blocker, its steps,
   // the step that waits for it and what to do.
   Status BlockedError(int64_t clock, int blocker) const;
-  // Elastic membership and recovery: worker `worker` is live and goes on at `clock` (its next
-  // push). A rejoining worker starts where the shard is (Suggest); a worker reconnecting to a
-  // restored shard at the clock it has reached. Aggregating modes: rounds every live worker has
-  // now passed count as applied (rounds a restored shard lost, or a rejoined worker skips).
-  // A worker that was not live (a restarted one) starts afresh: neither ended nor left.
-  void SetWorker(int worker, int64_t clock);
   // Where a (re)joining worker should start: the open round (aggregating modes), else the
   // smallest clock of the other live workers (so it holds no one back), else its own.
   int64_t Suggest(int worker) const;
-  // Checkpoints: the whole state, and putting it back.
-  const std::vector<int64_t>& pushed_all() const { return pushed_; }
-  const std::vector<bool>& live_all() const { return live_; }
-  Status Restore(std::vector<int64_t> pushed, std::vector<bool> live, int64_t rounds_applied);
-  bool IsLive(int worker) const { return worker >= 0 && worker < num_workers() && live_[worker]; }
-  int live_workers() const;
-  int num_workers() const { return static_cast<int>(pushed_.size()); }
-  int64_t pushed(int worker) const { return pushed_[worker]; }
-  // The smallest clock among live workers (0 when none is live).
-  int64_t min_live_clock() const;
   int staleness() const { return staleness_; }
   ConsistencyMode mode() const { return mode_; }
 
@@ -121,11 +96,7 @@ class ConsistencyController {
   ConsistencyMode mode_;
   int staleness_;
   bool aggregate_;
-  std::vector<int64_t> pushed_;
-  std::vector<bool> live_;
-  std::vector<bool> left_;
-  std::vector<int64_t> ended_;  // per worker: the clock it ended training at, -1 while it has not
-  int64_t rounds_applied_ = 0;
+  WorkerClocks clocks_;
 };
 
 // The advice that goes with every error about workers that ran different numbers of steps.

@@ -15,17 +15,17 @@ wire::Header EncodeReplicaEntry(const ReplicaEntry& e) {
   f.set_shard(e.shard);
   f.set_op(e.op);
   f.set_index(e.index);
-  if (!e.key.empty()) f.set_key(e.key);
-  if (!e.meta.empty()) f.set_meta(e.meta);
+  if (!e.snapshot.key.empty()) f.set_key(e.snapshot.key);
+  if (!e.snapshot.meta.empty()) f.set_meta(e.snapshot.meta);
   f.set_worker(e.worker);
   if (e.op == wire::REPLICA_PUSH) {
-    f.set_scale(e.scale);
-    f.set_counts(e.counts);
+    f.set_scale(e.push.scale);
+    f.set_counts(e.push.counts);
   }
-  if (e.part != 0) f.set_part(e.part);
-  if (!std::isnan(e.lr)) f.set_lr(e.lr);
-  f.mutable_absent_tensors()->Assign(e.absent.begin(), e.absent.end());
-  EncodeSegments(e.segments, &h);
+  if (e.state.part != 0) f.set_part(e.state.part);
+  if (!std::isnan(e.push.lr)) f.set_lr(e.push.lr);
+  f.mutable_absent_tensors()->Assign(e.push.absent.begin(), e.push.absent.end());
+  EncodeSegments(e.frames.segments, &h);
   if (e.control) {
     f.mutable_pushed()->Assign(e.control->pushed.begin(), e.control->pushed.end());
     for (bool l : e.control->live) f.add_live(l);
@@ -33,11 +33,11 @@ wire::Header EncodeReplicaEntry(const ReplicaEntry& e) {
   }
   if (e.op == wire::REPLICA_OPTIMIZER) {
     wire::StateVector& v = *f.mutable_state();
-    v.set_optimizer(e.optimizer);
-    v.set_steps(e.steps);
-    v.mutable_skipped()->Assign(e.skipped.begin(), e.skipped.end());
-    v.set_slots(e.state_slots);
-    if (e.params) v.set_params(true);
+    v.set_optimizer(e.state.optimizer);
+    v.set_steps(e.state.steps);
+    v.mutable_skipped()->Assign(e.state.skipped.begin(), e.state.skipped.end());
+    v.set_slots(e.state.slots);
+    if (e.state.params) v.set_params(true);
   }
   return h;
 }
@@ -56,27 +56,27 @@ Result<ReplicaEntry> DecodeReplicaEntry(const wire::Header& h) {
   e.op = f.op();
   e.seq = h.request_id();
   e.index = f.index();
-  e.key = f.key();
-  e.meta = f.meta();
-  if ((e.op == wire::REPLICA_META) != !e.meta.empty()) {
+  e.snapshot.key = f.key();
+  e.snapshot.meta = f.meta();
+  if ((e.op == wire::REPLICA_META) != !e.snapshot.meta.empty()) {
     return InvalidArgumentError("REPLICATE: a snapshot's description belongs on its META, and a META needs one");
   }
   e.worker = f.worker();
-  e.scale = f.scale();
-  e.counts = f.counts();
-  if (e.op == wire::REPLICA_PUSH && !std::isfinite(e.scale)) {
-    return InvalidArgumentError("REPLICATE: a push's scale " + std::to_string(e.scale) + " is not finite");
+  e.push.scale = f.scale();
+  e.push.counts = f.counts();
+  if (e.op == wire::REPLICA_PUSH && !std::isfinite(e.push.scale)) {
+    return InvalidArgumentError("REPLICATE: a push's scale " + std::to_string(e.push.scale) + " is not finite");
   }
-  e.part = f.part();
-  if (e.part < 0) return InvalidArgumentError("REPLICATE: part " + std::to_string(e.part));
+  e.state.part = f.part();
+  if (e.state.part < 0) return InvalidArgumentError("REPLICATE: part " + std::to_string(e.state.part));
   if (f.has_lr()) {
     if (!std::isfinite(f.lr()) || f.lr() < 0) {
       return InvalidArgumentError("REPLICATE: learning rate " + std::to_string(f.lr()) + " is not a finite number >= 0");
     }
-    e.lr = f.lr();
+    e.push.lr = f.lr();
   }
-  e.absent.assign(f.absent_tensors().begin(), f.absent_tensors().end());
-  ASSIGN_OR_RETURN(e.segments, DecodeSegments(h));
+  e.push.absent.assign(f.absent_tensors().begin(), f.absent_tensors().end());
+  ASSIGN_OR_RETURN(e.frames.segments, DecodeSegments(h));
   // The primary's entries always carry its consistency state; one without any leaves the rule.
   if (!f.pushed().empty() || !f.live().empty()) {
     ReplicaControl c;
@@ -86,20 +86,21 @@ Result<ReplicaEntry> DecodeReplicaEntry(const wire::Header& h) {
     e.control = std::move(c);
   }
   const wire::StateVector& v = f.state();
-  e.optimizer = v.optimizer();
-  e.steps = v.steps();
-  e.skipped.assign(v.skipped().begin(), v.skipped().end());
-  e.state_slots = v.slots();
-  e.params = v.params();
-  if (e.params && (e.op != wire::REPLICA_OPTIMIZER || e.state_slots != 0 || e.steps != 0 || e.part != 0)) {
+  ReplicaState& st = e.state;
+  st.optimizer = v.optimizer();
+  st.steps = v.steps();
+  st.skipped.assign(v.skipped().begin(), v.skipped().end());
+  st.slots = v.slots();
+  st.params = v.params();
+  if (st.params && (e.op != wire::REPLICA_OPTIMIZER || st.slots != 0 || st.steps != 0 || st.part != 0)) {
     return InvalidArgumentError("REPLICATE: a parameter set is one OPTIMIZER entry without state fields");
   }
-  if (e.state_slots < 0 || e.state_slots > kMaxOptimizerSlots || e.steps < 0 || e.steps > kMaxOptimizerSteps) {
-    return InvalidArgumentError("REPLICATE: an optimizer state of " + std::to_string(e.state_slots) + " vectors and " +
-                                std::to_string(e.steps) + " steps");
+  if (st.slots < 0 || st.slots > kMaxOptimizerSlots || st.steps < 0 || st.steps > kMaxOptimizerSteps) {
+    return InvalidArgumentError("REPLICATE: an optimizer state of " + std::to_string(st.slots) + " vectors and " +
+                                std::to_string(st.steps) + " steps");
   }
-  e.has_values = h.has_values();
-  e.num_keys = h.num_keys();
+  e.frames.has_values = h.has_values();
+  e.frames.num_keys = h.num_keys();
   return e;
 }
 

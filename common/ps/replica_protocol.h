@@ -27,11 +27,43 @@
 
 namespace gradsync {
 
-// The primary's consistency state after an entry (ConsistencyController::Restore's arguments).
+// The primary's consistency state after an entry (WorkerClocks::Restore's arguments).
 struct ReplicaControl {
   std::vector<int64_t> pushed;  // per worker: pushes counted
   std::vector<bool> live;       // per worker
   int64_t rounds = 0;           // rounds applied
+};
+
+// META: the snapshot a backup's copy starts from (checked by the backup before anything changes).
+struct ReplicaMeta {
+  std::string key;   // the job's replication key
+  std::string meta;  // a serialized ShardCheckpoint without parameters and state
+};
+
+// PUSH: how the primary applied the chunk, so that the backup applies it alike.
+struct ReplicaPush {
+  float scale = 1.0f;            // the scale the primary applied the chunk with
+  bool counts = false;           // the push's last chunk (it counts once this is applied)
+  float lr = NAN;                // the rate the worker set (ROUND: the round's); NaN: the job's schedule
+  std::vector<uint32_t> absent;  // tensors without a gradient
+};
+
+// STATE, OPTIMIZER: an optimizer state vector (wire::StateVector), or a worker's parameter set.
+struct ReplicaState {
+  int part = 0;           // the state vector this entry carries
+  std::string optimizer;  // OPTIMIZER: the optimizer, its steps, per layer the steps skipped, its vectors
+  int64_t steps = 0;
+  std::vector<int64_t> skipped;
+  int slots = 0;
+  bool params = false;  // OPTIMIZER: a worker set the parameters (one entry, the range's values)
+};
+
+// The key / value frames that come with the entry: where the values go, and (decoded only) what
+// the header announces of them.
+struct ReplicaFrames {
+  std::vector<Segment> segments;
+  bool has_values = false;
+  uint64_t num_keys = 0;
 };
 
 struct ReplicaEntry {
@@ -40,24 +72,12 @@ struct ReplicaEntry {
   wire::ReplicaOp op = wire::REPLICA_OP_UNSPECIFIED;
   uint64_t seq = 0;    // the primary's log position after this entry
   uint64_t index = 0;  // its position in what this backup was sent since its snapshot (META: 0)
-  std::string key;     // META: the job's replication key
-  std::string meta;    // META: a serialized ShardCheckpoint without parameters and state
   int worker = -1;     // PUSH, CONTROL (the worker that left; -1: none), OPTIMIZER (who set it)
-  float scale = 1.0f;  // PUSH: the scale the primary applied the chunk with
-  bool counts = false;  // PUSH: the push's last chunk (it counts once this is applied)
-  int part = 0;         // STATE, OPTIMIZER: the state vector this entry carries
-  float lr = NAN;       // PUSH, ROUND: the rate the worker set; NaN: the job's schedule
-  std::vector<uint32_t> absent;   // PUSH: tensors without a gradient
-  std::vector<Segment> segments;  // where the values go
+  ReplicaMeta snapshot;
+  ReplicaPush push;
+  ReplicaState state;
+  ReplicaFrames frames;
   std::optional<ReplicaControl> control;  // absent: the copy's rule stays as it is
-  // OPTIMIZER: the optimizer, its steps, per layer the steps skipped, and its state vectors.
-  std::string optimizer;
-  int64_t steps = 0;
-  std::vector<int64_t> skipped;
-  int state_slots = 0;
-  bool params = false;  // OPTIMIZER: a worker set the parameters (one entry, the range's values)
-  bool has_values = false;  // the frames the header announces (decoded only)
-  uint64_t num_keys = 0;
 };
 
 // An acknowledgement: the entry of sequence number `seq` of shard `shard` is held (error OK), or

@@ -364,7 +364,7 @@ void PsJob::ShardPush(const Piece& p, int w, int64_t c, int64_t version, bool co
         }
         sh.round.clear();
         sh.version++;
-        sh.cc.OnRoundApplied();
+        sh.cc.clocks().OnRoundApplied();
         AnswerHeld(sh);
       });
       return;

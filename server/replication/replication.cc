@@ -28,7 +28,7 @@ namespace {
 // primary's entries always carry it; one without any leaves the rule as it was.)
 Status SetControl(const ReplicaEntry& e, ConsistencyController* rule) {
   if (!e.control) return OkStatus();
-  Status s = rule->Restore(e.control->pushed, e.control->live, e.control->rounds);
+  Status s = rule->clocks().Restore(e.control->pushed, e.control->live, e.control->rounds);
   return s.ok() ? s : InvalidArgumentError("REPLICATE: " + s.message());
 }
 
@@ -68,7 +68,7 @@ Status ReplicaStore::Apply(const ReplicaEntry& h, const Message& m) {
   if (s < 0 || s >= num_servers_) return InvalidArgumentError("REPLICATE for shard " + std::to_string(s));
   if (h.op == wire::REPLICA_META) {
     // Checked before anything changes: a stranger's snapshot leaves the copy as it was.
-    if (key_.empty() || h.key.size() != key_.size() || sodium_memcmp(h.key.data(), key_.data(), key_.size()) != 0) {
+    if (key_.empty() || h.snapshot.key.size() != key_.size() || sodium_memcmp(h.snapshot.key.data(), key_.data(), key_.size()) != 0) {
       return PermissionDeniedError("REPLICATE: a snapshot of shard " + std::to_string(s) +
                                    " without this job's replication key (not from one of its servers)");
     }
@@ -78,15 +78,15 @@ Status ReplicaStore::Apply(const ReplicaEntry& h, const Message& m) {
     }
     Copy c;
     c.sender = m.peer;
-    if (!c.meta.ParseFromString(h.meta) || c.meta.rank() != s) {
+    if (!c.meta.ParseFromString(h.snapshot.meta) || c.meta.rank() != s) {
       return InvalidArgumentError("REPLICATE: a snapshot of shard " + std::to_string(s) + " that does not describe it");
     }
     c.core = std::make_unique<ShardCore>(mode_, staleness_, c.meta.job().num_workers());
-    c.core->set_traced(false);  // the primary's timeline shows its rounds
+    c.core->round().set_traced(false);  // the primary's timeline shows its rounds
     RETURN_IF_ERROR(c.core->Build(c.meta.job(), num_servers_, s));
     RETURN_IF_ERROR(SetControl(h, &c.core->rule()));
     const size_t n = static_cast<size_t>(c.core->shard().range().size());
-    c.state_parts = n == 0 ? 0 : static_cast<int>(c.core->shard().optimizer_state().size() / n);
+    c.state_parts = n == 0 ? 0 : static_cast<int>(c.core->shard().optimizer().state().size() / n);
     c.seq = h.seq;
     c.index = h.index;
     copies_[s] = std::move(c);
@@ -127,7 +127,7 @@ struct EntryValues {
 
 EntryValues ReadEntry(const ReplicaEntry& entry, const Message& m, const Segment& range) {
   EntryValues e;
-  e.segments = entry.segments;
+  e.segments = entry.frames.segments;
   std::vector<uint64_t> scratch;
   const auto keys = m.Keys(&scratch);
   e.keys.assign(keys.begin(), keys.end());
@@ -145,7 +145,7 @@ Status ReplicaStore::ApplySnapshotPart(Copy& c, const ReplicaEntry& h, const Mes
   const std::span<const int64_t> skipped(c.meta.optimizer_skipped().data(),
                                          static_cast<size_t>(c.meta.optimizer_skipped().size()));
   std::vector<float> params;
-  std::vector<float> state(shard.optimizer_state().begin(), shard.optimizer_state().end());
+  std::vector<float> state(shard.optimizer().state().begin(), shard.optimizer().state().end());
   if (h.op == wire::REPLICA_PARAMS) {
     if (!e.whole) return InvalidArgumentError("REPLICATE: snapshot parameters are not the shard's range");
     // The counters come with the parameters; the state vectors (if any) follow.
@@ -153,7 +153,7 @@ Status ReplicaStore::ApplySnapshotPart(Copy& c, const ReplicaEntry& h, const Mes
     c.params = true;
   } else {
     params.assign(shard.params().begin(), shard.params().end());
-    const int part = h.part;
+    const int part = h.state.part;
     const size_t n = static_cast<size_t>(range.size());
     const size_t parts = state.size() / std::max<size_t>(1, n);
     if (!e.whole || !c.params || part < 0 || static_cast<size_t>(part) >= parts || c.state_parts <= 0) {
@@ -174,13 +174,13 @@ Status ReplicaStore::ApplyPush(Copy& c, const ReplicaEntry& h, const Message& m)
   size_t n = m.num_values();
   RETURN_IF_ERROR(shard.Validate(e.segments, e.keys, &n));
   PushChunk chunk;
-  chunk.absent = h.absent;
+  chunk.absent = h.push.absent;
   RETURN_IF_ERROR(shard.ValidateAbsent(e.segments, chunk.absent));
   chunk.segments = std::move(e.segments);
   chunk.keys = std::move(e.keys);
   chunk.owned = Values(m);
   if (chunk.owned.empty()) chunk.owned.resize(1);  // values() reads owned
-  c.core->TakeChunk(w, std::move(chunk), h.scale, h.counts, h.lr);
+  c.core->round().TakeChunk(w, std::move(chunk), h.push.scale, h.push.counts, h.push.lr, shard);
   return OkStatus();
 }
 
@@ -189,25 +189,25 @@ Status ReplicaStore::ApplyOptimizer(Copy& c, const ReplicaEntry& h, const Messag
   // that sets the steps).
   KvShard& shard = c.core->shard();
   const EntryValues e = ReadEntry(h, m, shard.range());
-  if (h.params) {
+  if (h.state.params) {
     // A worker set the parameters: the range's values, whole, in this one entry.
     if (!e.whole || c.staged_next != 0) return InvalidArgumentError("REPLICATE: a parameter set that is not the shard's range");
     std::vector<float> params(static_cast<size_t>(shard.range().size()));
     m.CopyValues(params.data());
     return c.core->SetParams(h.worker, params);
   }
-  const int slots = shard.optimizer_slots();
-  const int part = h.part;
+  const int slots = shard.optimizer().num_slots();
+  const int part = h.state.part;
   const size_t n = static_cast<size_t>(shard.range().size());
-  if (h.state_slots != slots || part != c.staged_next || part >= std::max(1, slots) ||
-      (slots > 0 ? !e.whole : h.has_values || !e.segments.empty())) {
+  if (h.state.slots != slots || part != c.staged_next || part >= std::max(1, slots) ||
+      (slots > 0 ? !e.whole : h.frames.has_values || !e.segments.empty())) {
     c.staged_state.clear();
     c.staged_next = 0;
     return InvalidArgumentError("REPLICATE: optimizer state vector " + std::to_string(part) + " of " +
-                                std::to_string(h.state_slots) + " (the shard keeps " + std::to_string(slots) +
+                                std::to_string(h.state.slots) + " (the shard keeps " + std::to_string(slots) +
                                 ", vector " + std::to_string(c.staged_next) + " due)");
   }
-  if (part == 0) c.staged_state.assign(shard.optimizer_state().size(), 0.0f);
+  if (part == 0) c.staged_state.assign(shard.optimizer().state().size(), 0.0f);
   if (slots > 0) m.CopyValues(c.staged_state.data() + static_cast<size_t>(part) * n);
   if (part + 1 < slots) {
     c.staged_next = part + 1;
@@ -215,7 +215,7 @@ Status ReplicaStore::ApplyOptimizer(Copy& c, const ReplicaEntry& h, const Messag
   }
   c.staged_next = 0;
   const Status st = shard.SetOptimizerState(
-      c.staged_state, h.steps, h.skipped);
+      c.staged_state, h.state.steps, h.state.skipped);
   c.staged_state.clear();
   return st;
 }
@@ -227,11 +227,11 @@ Status ReplicaStore::ApplyTo(Copy& c, const ReplicaEntry& h, const Message& m) {
   switch (op) {
     case wire::REPLICA_PUSH: return ApplyPush(c, h, m);
     case wire::REPLICA_ROUND:
-      if (!c.core->aggregates()) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
+      if (!c.core->rule().aggregates()) return InvalidArgumentError("REPLICATE: a round in a mode without rounds");
       c.core->ApplyRound();
       return OkStatus();
     case wire::REPLICA_CONTROL:
-      if (h.worker >= 0) c.core->Drop(h.worker);
+      if (h.worker >= 0) c.core->round().Drop(h.worker);
       return OkStatus();
     case wire::REPLICA_OPTIMIZER: return ApplyOptimizer(c, h, m);
     default: return InvalidArgumentError("REPLICATE: unknown entry " + std::to_string(op));
@@ -243,7 +243,7 @@ Result<ReplicaCopy> ReplicaStore::Take(int shard) {
   Copy& c = copies_[shard];
   ReplicaCopy out;
   out.checkpoint = c.core->Snapshot({c.meta.rank(), c.meta.job_id(), c.meta.job_fingerprint()});
-  out.held = c.core->TakeHeld();
+  out.held = c.core->round().TakeHeld();
   copies_.erase(shard);
   return out;
 }
@@ -298,7 +298,7 @@ void Replicator::Stamp(ReplicaEntry* e, uint64_t seq) const {
 void Replicator::SendOn(int backup, Link& link, ReplicaEntry e, const Payload& p) {
   if (e.op == wire::REPLICA_META) {
     link.index = 0;
-    e.key = key_;
+    e.snapshot.key = key_;
   }
   e.index = link.index++;
   Status s = link.socket->Send("", EncodeReplicaEntry(e), p);

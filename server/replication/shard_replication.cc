@@ -30,9 +30,9 @@ ShardReplication::ShardReplication(TransportContext& ctx, int rank, const wire::
 ReplicaEntry ShardReplication::Entry(wire::ReplicaOp op, const ShardCore& core) const {
   ReplicaEntry e;
   e.op = op;
-  const auto& pushed = core.rule().pushed_all();
-  const auto& live = core.rule().live_all();
-  e.control = ReplicaControl{{pushed.begin(), pushed.end()}, {live.begin(), live.end()}, core.rule().rounds_applied()};
+  const auto& pushed = core.rule().clocks().pushed_all();
+  const auto& live = core.rule().clocks().live_all();
+  e.control = ReplicaControl{{pushed.begin(), pushed.end()}, {live.begin(), live.end()}, core.rule().clocks().rounds_applied()};
   return e;
 }
 
@@ -40,11 +40,11 @@ ReplicaEntry ShardReplication::PushEntry(const ShardCore& core, int worker, cons
                                          float scale, Payload* p) const {
   ReplicaEntry h = Entry(wire::REPLICA_PUSH, core);
   h.worker = worker;
-  h.scale = scale;
-  h.counts = last;
-  h.lr = lr;
-  h.absent = c.absent;
-  h.segments = c.segments;
+  h.push.scale = scale;
+  h.push.counts = last;
+  h.push.lr = lr;
+  h.push.absent = c.absent;
+  h.frames.segments = c.segments;
   p->has_values = true;
   p->keys = c.keys;
   p->values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
@@ -64,7 +64,7 @@ void ShardReplication::Pushed(const ShardCore& core, int worker, const HeldPush&
 void ShardReplication::RoundApplied(const ShardCore& core, const ShardCore::Round& round) {
   if (!active()) return;
   ReplicaEntry h = Entry(wire::REPLICA_ROUND, core);
-  h.lr = round.lr;
+  h.push.lr = round.lr;
   replicator_->Send(std::move(h));
   counts_.sent++;
 }
@@ -80,21 +80,21 @@ void ShardReplication::MembershipChanged(const ShardCore& core, int worker) {
 void ShardReplication::OptimizerSet(const ShardCore& core, int worker) {
   if (!active()) return;
   const KvShard& shard = core.shard();
-  const int slots = shard.optimizer_slots();
-  const auto state = shard.optimizer_state();
+  const int slots = shard.optimizer().num_slots();
+  const auto state = shard.optimizer().state();
   const Segment range = shard.range();
   const size_t n = static_cast<size_t>(range.size());
   for (int k = 0; k < std::max(1, slots); ++k) {
     ReplicaEntry h = Entry(wire::REPLICA_OPTIMIZER, core);
     h.worker = worker;
-    h.part = k;
-    h.optimizer = OptimizerKindName(shard.optimizer_options().kind);
-    h.steps = shard.optimizer_steps();
-    h.skipped.assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
-    h.state_slots = slots;
+    h.state.part = k;
+    h.state.optimizer = OptimizerKindName(shard.optimizer().options().kind);
+    h.state.steps = shard.optimizer().steps();
+    h.state.skipped.assign(shard.optimizer().skipped().begin(), shard.optimizer().skipped().end());
+    h.state.slots = slots;
     Payload p;
     if (slots > 0) {
-      h.segments = {range};
+      h.frames.segments = {range};
       p.has_values = true;
       p.values = state.subspan(static_cast<size_t>(k) * n, n);
     }
@@ -107,8 +107,8 @@ void ShardReplication::ParamsSet(const ShardCore& core, int worker) {
   if (!active()) return;
   ReplicaEntry h = Entry(wire::REPLICA_OPTIMIZER, core);
   h.worker = worker;
-  h.params = true;
-  h.segments = {core.shard().range()};
+  h.state.params = true;
+  h.frames.segments = {core.shard().range()};
   Payload p;
   p.has_values = true;
   p.values = core.shard().params();
@@ -127,25 +127,25 @@ void ShardReplication::SendSnapshots(const ShardCore& core, const ShardIdentity&
     meta.clear_params();
     meta.clear_optimizer_state();
     ReplicaEntry h = Entry(wire::REPLICA_META, core);
-    h.meta = meta.SerializeAsString();
+    h.snapshot.meta = meta.SerializeAsString();
     replicator_->SendSnapshotEntry(b, std::move(h));
     const KvShard& shard = core.shard();
     const Segment range = shard.range();
     auto whole = [&](wire::ReplicaOp op, std::span<const float> values, int part) {
       ReplicaEntry e = Entry(op, core);
-      e.part = part;
-      e.segments = {range};
+      e.state.part = part;
+      e.frames.segments = {range};
       Payload p;
       p.has_values = true;
       p.values = values;
       replicator_->SendSnapshotEntry(b, std::move(e), p);
     };
     whole(wire::REPLICA_PARAMS, shard.params(), 0);
-    const auto state = shard.optimizer_state();
+    const auto state = shard.optimizer().state();
     const size_t n = static_cast<size_t>(range.size());
     for (size_t k = 0; n > 0 && (k + 1) * n <= state.size(); ++k) whole(wire::REPLICA_STATE, state.subspan(k * n, n), static_cast<int>(k));
     // The open round's pushes (bsp): acknowledged, so the copy must hold them too.
-    for (const auto& [worker, held] : core.held()) {
+    for (const auto& [worker, held] : core.round().held()) {
       for (size_t i = 0; i < held.chunks.size(); ++i) {
         Payload p;
         ReplicaEntry e = PushEntry(core, worker, held.chunks[i], i + 1 == held.chunks.size(), held.lr, 1.0f, &p);

@@ -65,17 +65,17 @@ wire::ShardCheckpoint SnapshotShard(const ShardIdentity& id, const wire::JobConf
   c.set_end(static_cast<uint64_t>(shard.range().end));
   const auto params = shard.params();
   c.set_params(params.data(), params.size() * sizeof(float));
-  const auto state = shard.optimizer_state();
+  const auto state = shard.optimizer().state();
   c.set_optimizer_state(state.data(), state.size() * sizeof(float));
-  c.set_optimizer(OptimizerKindName(shard.optimizer_options().kind));
-  c.set_optimizer_steps(shard.optimizer_steps());
-  c.mutable_optimizer_skipped()->Assign(shard.optimizer_skipped().begin(), shard.optimizer_skipped().end());
+  c.set_optimizer(OptimizerKindName(shard.optimizer().options().kind));
+  c.set_optimizer_steps(shard.optimizer().steps());
+  c.mutable_optimizer_skipped()->Assign(shard.optimizer().skipped().begin(), shard.optimizer().skipped().end());
   c.set_version(shard.version());
   c.set_step(shard.step());
   c.set_updates(shard.gradients());
-  c.set_rounds_applied(rule.rounds_applied());
-  for (int64_t p : rule.pushed_all()) c.add_pushed(p);
-  for (bool l : rule.live_all()) c.add_live(l);
+  c.set_rounds_applied(rule.clocks().rounds_applied());
+  for (int64_t p : rule.clocks().pushed_all()) c.add_pushed(p);
+  for (bool l : rule.clocks().live_all()) c.add_live(l);
   c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   return c;
 }
@@ -85,7 +85,7 @@ Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
     return DataLossError("the checkpoint does not hold this shard's range");
   }
   const std::string written = c.optimizer().empty() ? "sgd" : c.optimizer();
-  const std::string job = OptimizerKindName(shard->optimizer_options().kind);
+  const std::string job = OptimizerKindName(shard->optimizer().options().kind);
   if (written != job) {
     return DataLossError("the checkpoint holds the state of a " + written + " optimizer, but its job's optimizer is " +
                          job);
@@ -104,8 +104,7 @@ Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank) {
   ASSIGN_OR_RETURN(transform_, MakeGradientTransform(job, shard->range(), rule_.aggregates()));
   shard_ = std::move(shard);
   job_ = job;
-  round_.clear();
-  round_open_us_ = -1;
+  round_.Clear();
   return OkStatus();
 }
 
@@ -113,8 +112,8 @@ Status ShardCore::Restore(const wire::ShardCheckpoint& c, int num_servers, int r
   RETURN_IF_ERROR(Build(c.job(), num_servers, rank));
   Status s = RestoreShard(c, shard_.get());
   if (s.ok()) {
-    s = rule_.Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
-                      std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());
+    s = rule_.clocks().Restore(std::vector<int64_t>(c.pushed().begin(), c.pushed().end()),
+                               std::vector<bool>(c.live().begin(), c.live().end()), c.rounds_applied());
   }
   if (!s.ok()) shard_.reset();
   return s;
@@ -127,38 +126,33 @@ wire::ShardCheckpoint ShardCore::Snapshot(const ShardIdentity& id) const {
 void ShardCore::Reset() {
   shard_.reset();
   transform_.reset();
-  round_.clear();
-  assembler_ = PushAssembler();
+  round_.Clear();
+  intake_.ForgetAllParts();
   state_sets_.Clear();
-  round_open_us_ = -1;
   job_.Clear();
-  rule_ = ConsistencyController(rule_.mode(), rule_.staleness(), rule_.num_workers());
-}
-
-void ShardCore::ApplyChunk(const PushChunk& c, float scale, bool counts, float lr) {
-  shard_->Apply(c.segments, c.keys, c.values(), scale, counts, lr, c.absent);
+  rule_ = ConsistencyController(rule_.mode(), rule_.staleness(), rule_.clocks().num_workers());
 }
 
 int64_t ShardCore::Rejoin(int worker) {
   const int64_t start = rule_.Suggest(worker);
-  rule_.SetWorker(worker, start);
+  rule_.clocks().SetWorker(worker, start);
   if (events_) events_->MembershipChanged(*this, worker);
   return start;
 }
 
 void ShardCore::GoOnAt(int worker, int64_t clock) {
-  round_.erase(worker);  // a held push of a round this worker now skips
-  rule_.SetWorker(worker, clock);
+  round_.Drop(worker);  // a held push of a round this worker now skips
+  rule_.clocks().SetWorker(worker, clock);
   if (events_) events_->MembershipChanged(*this, worker);
 }
 
 void ShardCore::Remove(int worker) {
-  rule_.RemoveWorker(worker);
+  rule_.clocks().RemoveWorker(worker);
   if (events_) events_->MembershipChanged(*this, -1);
 }
 
 void ShardCore::Leave(int worker) {
-  rule_.Leave(worker);
+  rule_.clocks().Leave(worker);
   if (events_) events_->MembershipChanged(*this, -1);
 }
 
@@ -177,78 +171,20 @@ Status ShardCore::SetParams(int worker, std::span<const float> params) {
   return OkStatus();
 }
 
-Result<HeldPush*> ShardCore::Accept(const PsRequest& r, PushChunk chunk, size_t num_keys) {
-  if (r.version < 0 || r.version > shard_->version()) {
-    return AbortedError("push computed on version " + std::to_string(r.version) + " but the shard is at " +
-                        std::to_string(shard_->version()));
-  }
-  // A push (or each part of one) is checked against the consistency rule on arrival; it counts
-  // with its last part.
-  RETURN_IF_ERROR(rule_.CheckPush(r.worker, r.clock));
-  HeldPush* push = nullptr;
-  if (r.parts > 1) {
-    RETURN_IF_ERROR(assembler_.Check(r.worker, r, num_keys));
-    push = assembler_.Add(r.worker, r, std::move(chunk));
-    if (push == nullptr) return push;  // more parts to come
-  } else {
-    whole_ = HeldPush();
-    whole_.chunks.push_back(std::move(chunk));
-    whole_.lr = r.lr;
-    push = &whole_;
-  }
-  rule_.CountPush(r.worker);
-  last_counted_ = r.worker;
-  return push;
-}
-
-float ShardCore::Scale(int64_t lag) const {
-  return job_.staleness_aware_lr() && !rule_.aggregates() ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
-}
-
-void ShardCore::Take(int worker, HeldPush push, float scale) {
-  assembler_.Forget(worker);  // `push` may have been gathered there: it is ours now
-  if (!rule_.aggregates()) transform_->Transform(worker, &push, shard_->params());
+void ShardCore::Take(int worker, HeldPush push, int64_t lag) {
+  const bool aggregates = rule_.aggregates();
+  const float scale =
+      job_.staleness_aware_lr() && !aggregates ? 1.0f / static_cast<float>(std::max<int64_t>(1, lag)) : 1.0f;
+  intake_.ForgetParts(worker);  // `push` may have been gathered there: it is ours now
+  if (!aggregates) transform_->Transform(worker, &push, shard_->params());
   if (events_) events_->Pushed(*this, worker, push, scale);
-  if (rule_.aggregates()) {
-    // Held until the round completes, without copying the values where they came.
-    if (round_.empty()) round_open_us_ = traced_ && Trace::on() ? Trace::NowUs() : -1;
-    round_[worker] = std::move(push);
-    return;
-  }
-  for (size_t i = 0; i < push.chunks.size(); ++i) ApplyChunk(push.chunks[i], scale, i + 1 == push.chunks.size(), push.lr);
-}
-
-void ShardCore::TakeChunk(int worker, PushChunk chunk, float scale, bool counts, float lr) {
-  if (!rule_.aggregates()) {
-    ApplyChunk(chunk, scale, counts, lr);
-    return;
-  }
-  HeldPush& held = round_[worker];
-  held.chunks.push_back(std::move(chunk));
-  held.lr = lr;
+  round_.Take(worker, std::move(push), scale, *shard_);
 }
 
 ShardCore::Round ShardCore::ApplyRound() {
-  Round out;
-  out.pushes = static_cast<int>(round_.size());
-  const double round = static_cast<double>(rule_.rounds_applied());
-  if (out.pushes > 0 && round_open_us_ >= 0 && Trace::on()) {
-    // From the round's first push to its last: what the others waited for.
-    Trace::Complete("round wait", "server", round_open_us_, Trace::NowUs() - round_open_us_,
-                    {{"round", round}, {"waited for worker", static_cast<double>(last_counted_)},
-                     {"pushes", static_cast<double>(out.pushes)}});
-  }
-  round_open_us_ = -1;
-  std::optional<TraceSpan> span;
-  if (traced_) span.emplace("apply round", "server", std::initializer_list<TraceArg>{{"round", round}, {"pushes", static_cast<double>(out.pushes)}});
-  for (auto& [worker, held] : round_) {
-    for (const PushChunk& c : held.chunks) shard_->Accumulate(c.segments, c.keys, c.values(), c.absent);
-    if (!std::isnan(held.lr)) out.lr = held.lr;
-    held.chunks.clear();  // read: whatever lent the values may have them back
-  }
-  if (out.pushes > 0) shard_->ApplyAccumulated(out.pushes, out.lr);
-  round_.clear();
-  rule_.OnRoundApplied();
+  std::optional<TraceSpan> span;  // the round's, until it is announced
+  const Round out = round_.Apply(*shard_, rule_.clocks().rounds_applied(), intake_.last_counted(), &span);
+  rule_.clocks().OnRoundApplied();
   if (events_) events_->RoundApplied(*this, out);
   return out;
 }

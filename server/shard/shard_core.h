@@ -1,10 +1,12 @@
 // ShardCore: one shard's state and rules, with no sockets.
 //
-// It owns the shard's parameters and optimizer (KvShard, built from the job), the consistency
-// rule (ConsistencyController) and the pushes a bsp round holds. Everything that changes the
-// shard's parameters goes through it: a push applied at once (ssp, asp), a push held for its
-// round, the round applied (the held pushes summed in worker-rank order, so that a bsp run is
-// bit-for-bit reproducible whatever order they came in, and applied once). The primary's loop
+// It owns the shard's parameters and optimizer (KvShard, built from the job, with its gradient
+// transform), the consistency rule (ConsistencyController), the pushes on their way in
+// (PushIntake) and the pushes a bsp round holds (ShardRound), and announces every change it makes
+// (ShardEvents). Everything that changes the shard's parameters goes through it: a push applied
+// at once (ssp, asp), a push held for its round, the round applied (the held pushes summed in
+// worker-rank order, so that a bsp run is bit-for-bit reproducible whatever order they came in,
+// and applied once). The primary's loop
 // (server.cc) and a backup's copy (replication.cc) both replay pushes and rounds through these
 // calls: one apply path. Snapshot and Restore are the one place a shard becomes a checkpoint and
 // a checkpoint a shard: the checkpoint file, the snapshot a primary sends its backups, and the
@@ -31,6 +33,8 @@
 #include "server/shard/gradient_transform.h"
 #include "server/shard/kv_shard.h"
 #include "server/shard/push_assembler.h"
+#include "server/shard/push_intake.h"
+#include "server/shard/shard_round.h"
 #include "server/shard/state_sets.h"
 
 namespace gradsync {
@@ -62,18 +66,25 @@ class ShardEvents;
 
 class ShardCore {
  public:
-  // `apply_threads` > 1: large dense updates are split over that many threads (the caller's included).
-  ShardCore(ConsistencyMode mode, int staleness, int num_workers, int apply_threads = 1)
-      : rule_(mode, staleness, num_workers), apply_threads_(apply_threads) {}
+  // `apply_threads` > 1: large dense updates are split over that many threads (the caller's
+  // included). `events`: who hears of every change as it is made (a primary's backups' log);
+  // null: nobody.
+  ShardCore(ConsistencyMode mode, int staleness, int num_workers, int apply_threads = 1,
+            ShardEvents* events = nullptr)
+      : rule_(mode, staleness, num_workers), round_(rule_.aggregates()), apply_threads_(apply_threads),
+        events_(events) {}
 
   ConsistencyController& rule() { return rule_; }
   const ConsistencyController& rule() const { return rule_; }
-  bool aggregates() const { return rule_.aggregates(); }
   // Built (INIT, a restore, a backup's snapshot): shard() may be used.
   bool built() const { return shard_ != nullptr; }
   KvShard& shard() { return *shard_; }
   const KvShard& shard() const { return *shard_; }
-  const wire::JobConfig& job() const { return job_; }
+  // Pushes on their way in (PushIntake: Accept's parts, a refused push's rest, who counted last).
+  PushIntake& intake() { return intake_; }
+  // The open round (ShardRound: the pushes held for it; a backup's chunks taken as they come).
+  ShardRound& round() { return round_; }
+  const ShardRound& round() const { return round_; }
 
   // Builds the shard of `job` for rank `rank` of `num_servers` (MakeShardForJob); nothing is held.
   Status Build(const wire::JobConfig& job, int num_servers, int rank);
@@ -85,9 +96,6 @@ class ShardCore {
   wire::ShardCheckpoint Snapshot(const ShardIdentity& id) const;
   // No shard, nothing held, the rule afresh (a standby that keeps copies only).
   void Reset();
-
-  // Who hears of every change as it is made (a primary's backups' log); null: nobody.
-  void set_events(ShardEvents* events) { events_ = events; }
 
   // Membership, as the rule's (ConsistencyController) with the change announced. A worker that
   // rejoins goes on where it holds no one back (Suggest; returned); one that skips ahead to
@@ -112,70 +120,36 @@ class ShardCore {
 
   // A push (or one part of an overlapped push) whose values the caller has read and checked
   // (ranges, keys, decoding): checked against the shard's version (kAborted for a future one) and
-  // the rule, and gathered with its earlier parts (PushAssembler). Returns the whole push once
+  // the rule, and gathered with its earlier parts (PushIntake). Returns the whole push once
   // its last part is in, counted by the rule (then Take it), or null while parts are to come.
-  Result<HeldPush*> Accept(const PsRequest& r, PushChunk chunk, size_t num_keys);
-  // A push (or part) was refused: the rest of an overlapped one is dropped (IsRestOfFailed).
-  void Refused(int worker, const PsRequest& part) {
-    if (part.parts > 1) assembler_.Failed(worker, part);
+  Result<HeldPush*> Accept(const PsRequest& r, PushChunk chunk, size_t num_keys) {
+    return intake_.Accept(r, std::move(chunk), num_keys, shard_->version(), rule_);
   }
-  bool IsRestOfFailed(int worker, const PsRequest& part) const { return assembler_.IsRestOfFailed(worker, part); }
-  // A half-sent push of a worker that left, skips ahead or reconnects goes.
-  void ForgetParts(int worker) { assembler_.Forget(worker); }
-  void ForgetAllParts() { assembler_ = PushAssembler(); }
-  // The rate factor of a push with version lag `lag`: 1 / max(1, lag) with the job's
-  // staleness-aware rate (ssp, asp), else 1.
-  float Scale(int64_t lag) const;
-
-  // A push the rule has counted (Accept), announced first. Aggregating modes: held for its round.
-  // Otherwise its values go through the transform (delay compensation: corrected, into chunks
-  // of their own), are announced as transformed, so that a backup applies what this core
-  // applied, and are applied now at `scale` (the staleness-aware factor) and let go.
-  void Take(int worker, HeldPush push, float scale);
-  // One chunk of a push, as a backup's log carries them: held (aggregating; the push's chunks
-  // gather in order, `lr` the push's rate) or applied now (`counts`: its last chunk).
-  void TakeChunk(int worker, PushChunk chunk, float scale, bool counts, float lr);
+  // A push the rule has counted (Accept), computed on a version `lag` behind the shard's,
+  // announced first. Aggregating modes: held for its round. Otherwise its values go through the
+  // transform (delay compensation: corrected, into chunks of their own), are announced as
+  // transformed, so that a backup applies what this core applied, and are applied now at the
+  // rate factor its lag earns (1 / max(1, lag) with the job's staleness-aware rate, else 1) and
+  // let go.
+  void Take(int worker, HeldPush push, int64_t lag);
   // The optimizer states workers are setting (STATE_PUSH), which wait for their point as pulls do.
   StateSets& state_sets() { return state_sets_; }
 
-  // Worker w's held push goes (a round it skips).
-  void Drop(int worker) { round_.erase(worker); }
-  // The open round's pushes (worker -> push), and putting those of a backup's copy back.
-  const std::map<int, HeldPush>& held() const { return round_; }
-  void SetHeld(std::map<int, HeldPush> held) { round_ = std::move(held); }
-  std::map<int, HeldPush> TakeHeld() { return std::exchange(round_, {}); }
-
-  // The open round is applied: its held pushes summed in worker-rank order (each push's values
-  // let go once read), their mean applied once, the rule's round counted. What was applied:
-  struct Round {
-    int pushes = 0;
-    float lr = NAN;  // the pushes' own rate (they agree in bsp; else the highest rank's); NaN: the schedule's
-  };
+  // The open round is applied (ShardRound::Apply), the rule's round counted, and announced.
+  using Round = AppliedRound;
   Round ApplyRound();
 
-  // Whether this core's rounds go into the process's trace (a backup's copies do not).
-  void set_traced(bool on) { traced_ = on; }
-  // For traces: the worker whose push was counted last (the one a completed round or a held pull
-  // waited for), -1 before any.
-  int last_counted() const { return last_counted_; }
-
  private:
-  void ApplyChunk(const PushChunk& c, float scale, bool counts, float lr);
-  PushAssembler assembler_;
-  HeldPush whole_;  // Accept's push in one message, until it is taken
-
   ConsistencyController rule_;
+  PushIntake intake_;
+  ShardRound round_;  // after rule_: it holds pushes when the rule aggregates
   int apply_threads_;
   std::unique_ptr<ParallelFor> pool_;  // apply_threads_ > 1, made with the first shard
   StateSets state_sets_;
   wire::JobConfig job_;
   std::unique_ptr<KvShard> shard_;
   std::unique_ptr<GradientTransform> transform_;  // soft state: made afresh by Build (and so Restore)
-  std::map<int, HeldPush> round_;  // worker -> its push of the open round
-  double round_open_us_ = -1;      // traces: when the open round's first push was held (-1: none)
-  int last_counted_ = -1;
-  bool traced_ = true;
-  ShardEvents* events_ = nullptr;
+  ShardEvents* events_;
 };
 
 // What a core's changes are, in the order it makes them, with the core as it is after each: a

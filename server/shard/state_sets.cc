@@ -27,11 +27,11 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const std::stri
     fresh.complete = true;
     return &(sets_[w] = std::move(fresh));
   }
-  const OptimizerKind kind = shard.optimizer_options().kind;
-  const int slots = shard.optimizer_slots();
+  const OptimizerKind kind = shard.optimizer().options().kind;
+  const int slots = shard.optimizer().num_slots();
   if (r.state_slots != slots) {
     std::string names;
-    for (const auto& name : OptimizerSlotNames(shard.optimizer_options())) names += (names.empty() ? "" : ", ") + name;
+    for (const auto& name : OptimizerSlotNames(shard.optimizer().options())) names += (names.empty() ? "" : ", ") + name;
     return refuse(InvalidArgumentError("an optimizer state of " + std::to_string(r.state_slots) +
                                        " vector(s); this shard's " + OptimizerKindName(kind) + " keeps " +
                                        std::to_string(slots) + (names.empty() ? "" : " (" + names + ")")));
@@ -79,7 +79,7 @@ std::vector<StateSets::Due> StateSets::TakeDue(const ConsistencyController& rule
   for (auto it = sets_.begin(); it != sets_.end();) {
     const int w = it->first;
     const Set& set = it->second;
-    const bool live = rule.IsLive(w) || rule.HasLeft(w);  // not a dead worker's
+    const bool live = rule.clocks().IsLive(w) || rule.clocks().HasLeft(w);  // not a dead worker's
     const bool due = set.complete && rule.CanAnswerPull(w, set.first.clock);
     const std::optional<int> blocker = set.complete && !due ? rule.Blocker(w, set.first.clock) : std::nullopt;
     if (!live) {

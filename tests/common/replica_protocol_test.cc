@@ -18,11 +18,11 @@ ReplicaEntry Push() {
   e.seq = 41;
   e.index = 7;
   e.worker = 2;
-  e.scale = 0.5f;
-  e.counts = true;
-  e.lr = 0.125f;
-  e.absent = {3};
-  e.segments = {{100, 164}, {200, 204}};
+  e.push.scale = 0.5f;
+  e.push.counts = true;
+  e.push.lr = 0.125f;
+  e.push.absent = {3};
+  e.frames.segments = {{100, 164}, {200, 204}};
   e.control = ReplicaControl{{4, 5, 5}, {true, false, true}, 9};
   return e;
 }
@@ -37,11 +37,11 @@ TEST(ReplicaProtocolTest, AnEntryRoundTrips) {
   EXPECT_EQ(back->seq, 41u);
   EXPECT_EQ(back->index, 7u);
   EXPECT_EQ(back->worker, 2);
-  EXPECT_EQ(back->scale, 0.5f);
-  EXPECT_TRUE(back->counts);
-  EXPECT_EQ(back->lr, 0.125f);
-  EXPECT_EQ(back->absent, e.absent);
-  EXPECT_EQ(back->segments, e.segments);
+  EXPECT_EQ(back->push.scale, 0.5f);
+  EXPECT_TRUE(back->push.counts);
+  EXPECT_EQ(back->push.lr, 0.125f);
+  EXPECT_EQ(back->push.absent, e.push.absent);
+  EXPECT_EQ(back->frames.segments, e.frames.segments);
   ASSERT_TRUE(back->control.has_value());
   EXPECT_EQ(back->control->pushed, e.control->pushed);
   EXPECT_EQ(back->control->live, e.control->live);
@@ -50,36 +50,36 @@ TEST(ReplicaProtocolTest, AnEntryRoundTrips) {
   ReplicaEntry state;
   state.op = wire::REPLICA_OPTIMIZER;
   state.worker = 0;
-  state.part = 1;
-  state.optimizer = "adam";
-  state.steps = 12;
-  state.skipped = {0, 3};
-  state.state_slots = 2;
+  state.state.part = 1;
+  state.state.optimizer = "adam";
+  state.state.steps = 12;
+  state.state.skipped = {0, 3};
+  state.state.slots = 2;
   auto s = DecodeReplicaEntry(EncodeReplicaEntry(state));
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->optimizer, "adam");
-  EXPECT_EQ(s->steps, 12);
-  EXPECT_EQ(s->skipped, state.skipped);
-  EXPECT_EQ(s->state_slots, 2);
-  EXPECT_EQ(s->part, 1);
+  EXPECT_EQ(s->state.optimizer, "adam");
+  EXPECT_EQ(s->state.steps, 12);
+  EXPECT_EQ(s->state.skipped, state.state.skipped);
+  EXPECT_EQ(s->state.slots, 2);
+  EXPECT_EQ(s->state.part, 1);
   EXPECT_FALSE(s->control.has_value()) << "no consistency state sent, none read";
-  EXPECT_TRUE(std::isnan(s->lr));
-  EXPECT_FALSE(s->params);
+  EXPECT_TRUE(std::isnan(s->push.lr));
+  EXPECT_FALSE(s->state.params);
 
   // A parameter set: one OPTIMIZER entry without state fields.
   ReplicaEntry params;
   params.op = wire::REPLICA_OPTIMIZER;
   params.worker = 1;
-  params.params = true;
-  params.segments = {{0, 64}};
+  params.state.params = true;
+  params.frames.segments = {{0, 64}};
   auto p = DecodeReplicaEntry(EncodeReplicaEntry(params));
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_TRUE(p->params);
+  EXPECT_TRUE(p->state.params);
   EXPECT_EQ(p->worker, 1);
-  params.state_slots = 1;
+  params.state.slots = 1;
   EXPECT_FALSE(DecodeReplicaEntry(EncodeReplicaEntry(params)).ok()) << "a parameter set with a state vector";
-  params.state_slots = 0;
-  params.part = 1;
+  params.state.slots = 0;
+  params.state.part = 1;
   EXPECT_FALSE(DecodeReplicaEntry(EncodeReplicaEntry(params)).ok()) << "a parameter set is one entry";
 }
 

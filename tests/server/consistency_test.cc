@@ -17,7 +17,7 @@ TEST(ConsistencyTest, BspHoldsPullsUntilTheRoundIsApplied) {
   EXPECT_EQ(c.OnPush(0, 1).code(), StatusCode::kAborted);
   ASSERT_TRUE(c.OnPush(2, 0).ok());
   EXPECT_TRUE(c.RoundComplete());
-  c.OnRoundApplied();
+  c.clocks().OnRoundApplied();
   EXPECT_TRUE(c.CanAnswerPull(0, 1));
   EXPECT_FALSE(c.CanAnswerPull(0, 2));
 }
@@ -49,7 +49,7 @@ TEST(ConsistencyTest, SspBoundsTheGapToTheSlowestLiveWorker) {
   EXPECT_TRUE(c.CanAnswerPull(0, 3));
   EXPECT_FALSE(c.CanAnswerPull(0, 4));
   // A dead straggler no longer holds anyone back.
-  c.RemoveWorker(1);
+  c.clocks().RemoveWorker(1);
   for (int64_t clock = 3; clock < 20; ++clock) {
     ASSERT_TRUE(c.ValidatePull(0, clock).ok());
     EXPECT_TRUE(c.CanAnswerPull(0, clock)) << clock;
@@ -64,16 +64,16 @@ TEST(ConsistencyTest, SspZeroIsBspAndAspNeverWaits) {
   ASSERT_TRUE(a.OnPush(0, 0).ok());
   ASSERT_TRUE(a.OnPush(0, 1).ok());
   EXPECT_TRUE(a.CanAnswerPull(0, 2));
-  EXPECT_EQ(a.min_live_clock(), 0);
+  EXPECT_EQ(a.clocks().min_live_clock(), 0);
 }
 
 TEST(ConsistencyTest, BspRoundFollowsLiveMembership) {
   ConsistencyController c(ConsistencyMode::kBsp, 0, 3);
   ASSERT_TRUE(c.OnPush(0, 0).ok());
   ASSERT_TRUE(c.OnPush(1, 0).ok());
-  c.RemoveWorker(2);
+  c.clocks().RemoveWorker(2);
   EXPECT_TRUE(c.RoundComplete());
-  EXPECT_EQ(c.live_workers(), 2);
+  EXPECT_EQ(c.clocks().live_workers(), 2);
 }
 
 // Uneven inputs: a worker that ended training without leaving blocks the pulls that need a push
@@ -85,15 +85,15 @@ TEST(ConsistencyTest, BspPullThatNeedsAnEndedWorkersPushHasABlocker) {
       if (w == 1 && round == 3) continue;  // worker 1 runs 3 steps, the others 4
       ASSERT_TRUE(c.OnPush(w, round).ok());
     }
-    if (c.RoundComplete()) c.OnRoundApplied();
+    if (c.RoundComplete()) c.clocks().OnRoundApplied();
   }
-  EXPECT_EQ(c.rounds_applied(), 3);
+  EXPECT_EQ(c.clocks().rounds_applied(), 3);
   // Before worker 1 says it ended, a pull for 4 simply waits.
   EXPECT_FALSE(c.CanAnswerPull(0, 4));
   EXPECT_FALSE(c.Blocker(0, 4).has_value());
-  c.EndAt(1, 3);
-  EXPECT_EQ(c.ended_at(1), 3);
-  EXPECT_TRUE(c.IsLive(1));  // ending alone changes nothing in the rule
+  c.clocks().EndAt(1, 3);
+  EXPECT_EQ(c.clocks().ended_at(1), 3);
+  EXPECT_TRUE(c.clocks().IsLive(1));  // ending alone changes nothing in the rule
   EXPECT_FALSE(c.RoundComplete());
   ASSERT_TRUE(c.Blocker(0, 4).has_value());
   EXPECT_EQ(*c.Blocker(0, 4), 1);
@@ -108,7 +108,7 @@ TEST(ConsistencyTest, BspPullThatNeedsAnEndedWorkersPushHasABlocker) {
   EXPECT_NE(e.message().find("step 4 needs its push of step 3 (bsp)"), std::string::npos) << e;
   EXPECT_NE(e.message().find("gradsync.torch.join()"), std::string::npos) << e;
   // A dead worker blocks nobody (it left the live set).
-  c.RemoveWorker(1);
+  c.clocks().RemoveWorker(1);
   EXPECT_FALSE(c.Blocker(0, 4).has_value());
 }
 
@@ -116,7 +116,7 @@ TEST(ConsistencyTest, SspBlockerOnlyPastTheBound) {
   const int s = 2;
   ConsistencyController c(ConsistencyMode::kSsp, s, 2);
   for (int64_t clock = 0; clock < 5; ++clock) ASSERT_TRUE(c.OnPush(1, clock).ok());
-  c.EndAt(1, 5);
+  c.clocks().EndAt(1, 5);
   // Worker 0 may run up to clock 5 + s without it; the pull of clock 8 needs worker 1 at 6.
   for (int64_t clock = 0; clock <= 7; ++clock) {
     ASSERT_TRUE(c.ValidatePull(0, clock).ok());
@@ -132,16 +132,16 @@ TEST(ConsistencyTest, SspBlockerOnlyPastTheBound) {
       << c.BlockedError(8, 1);
   // asp never waits, so nothing blocks.
   ConsistencyController a(ConsistencyMode::kAsp, 0, 2);
-  a.EndAt(1, 0);
+  a.clocks().EndAt(1, 0);
   EXPECT_TRUE(a.CanAnswerPull(0, 100));
   EXPECT_FALSE(a.Blocker(0, 100).has_value());
 }
 
 TEST(ConsistencyTest, TheWorkerThatEndedFirstIsNamed) {
   ConsistencyController c(ConsistencyMode::kSsp, 0, 4);  // ssp(0) aggregates as bsp
-  c.EndAt(3, 2);
-  c.EndAt(1, 1);
-  c.EndAt(2, 1);
+  c.clocks().EndAt(3, 2);
+  c.clocks().EndAt(1, 1);
+  c.clocks().EndAt(2, 1);
   EXPECT_EQ(*c.Blocker(0, 5), 1);
   EXPECT_NE(c.BlockedError(5, 1).message().find("(ssp with staleness 0)"), std::string::npos);
 }
@@ -151,25 +151,25 @@ TEST(ConsistencyTest, AWorkerThatLeavesIsOutOfTheRoundsButMayStillPull) {
   ASSERT_TRUE(c.OnPush(0, 0).ok());
   ASSERT_TRUE(c.OnPush(1, 0).ok());
   ASSERT_TRUE(c.RoundComplete());
-  c.OnRoundApplied();
+  c.clocks().OnRoundApplied();
   // Worker 1 pushes round 1 and leaves before worker 0 has pushed it: its push stays in the round.
   ASSERT_TRUE(c.OnPush(1, 1).ok());
-  c.EndAt(1, 2);
-  c.Leave(1);
-  EXPECT_TRUE(c.HasLeft(1));
-  EXPECT_FALSE(c.IsLive(1));
-  EXPECT_EQ(c.live_workers(), 1);
+  c.clocks().EndAt(1, 2);
+  c.clocks().Leave(1);
+  EXPECT_TRUE(c.clocks().HasLeft(1));
+  EXPECT_FALSE(c.clocks().IsLive(1));
+  EXPECT_EQ(c.clocks().live_workers(), 1);
   EXPECT_FALSE(c.RoundComplete());  // worker 0's push of round 1 is still to come
   ASSERT_TRUE(c.OnPush(0, 1).ok());
   ASSERT_TRUE(c.RoundComplete());
-  c.OnRoundApplied();
+  c.clocks().OnRoundApplied();
   // Worker 0 goes on alone: every round is its own push; nothing blocks it.
   for (int64_t round = 2; round < 6; ++round) {
     EXPECT_TRUE(c.CanAnswerPull(0, round));
     EXPECT_FALSE(c.Blocker(0, round).has_value());
     ASSERT_TRUE(c.OnPush(0, round).ok());
     ASSERT_TRUE(c.RoundComplete());
-    c.OnRoundApplied();
+    c.clocks().OnRoundApplied();
   }
   // The worker that left pulls the final parameters at its clock; it pushes no more.
   ASSERT_TRUE(c.ValidatePull(1, 2).ok());
@@ -178,8 +178,8 @@ TEST(ConsistencyTest, AWorkerThatLeavesIsOutOfTheRoundsButMayStillPull) {
   // It is no blocker although it ended early.
   EXPECT_FALSE(c.Blocker(0, 6).has_value());
   // Declared dead later: its pulls are refused like any dead worker's.
-  c.RemoveWorker(1);
-  EXPECT_FALSE(c.HasLeft(1));
+  c.clocks().RemoveWorker(1);
+  EXPECT_FALSE(c.clocks().HasLeft(1));
   EXPECT_EQ(c.ValidatePull(1, 2).code(), StatusCode::kFailedPrecondition);
 }
 
@@ -187,33 +187,33 @@ TEST(ConsistencyTest, WhenEveryWorkerLeftTheOpenRoundIsApplied) {
   ConsistencyController c(ConsistencyMode::kBsp, 0, 2);
   // Worker 0 pushes round 0 and leaves; worker 1 leaves without pushing it (it ran 0 steps).
   ASSERT_TRUE(c.OnPush(0, 0).ok());
-  c.Leave(0);
+  c.clocks().Leave(0);
   EXPECT_FALSE(c.RoundComplete());
-  c.Leave(1);
-  EXPECT_EQ(c.live_workers(), 0);
+  c.clocks().Leave(1);
+  EXPECT_EQ(c.clocks().live_workers(), 0);
   ASSERT_TRUE(c.RoundComplete());  // worker 0's push is applied all the same
-  c.OnRoundApplied();
+  c.clocks().OnRoundApplied();
   EXPECT_FALSE(c.RoundComplete());
   EXPECT_TRUE(c.CanAnswerPull(0, 1));
   EXPECT_TRUE(c.CanAnswerPull(1, 0));
   // ssp: with nobody live, a pull of a worker that left has nothing to wait for.
   ConsistencyController s(ConsistencyMode::kSsp, 1, 2);
   for (int64_t clock = 0; clock < 5; ++clock) ASSERT_TRUE(s.OnPush(0, clock).ok());
-  s.Leave(0);
-  s.Leave(1);
+  s.clocks().Leave(0);
+  s.clocks().Leave(1);
   EXPECT_TRUE(s.CanAnswerPull(0, 5));
   EXPECT_EQ(s.ClockStaleness(5), 0);
 }
 
 TEST(ConsistencyTest, ARestartedWorkerStartsAfresh) {
   ConsistencyController c(ConsistencyMode::kBsp, 0, 2);
-  c.EndAt(1, 0);
-  c.Leave(1);
-  c.RemoveWorker(1);
-  c.SetWorker(1, 0);  // restarted: live again, neither ended nor left
-  EXPECT_TRUE(c.IsLive(1));
-  EXPECT_FALSE(c.HasLeft(1));
-  EXPECT_EQ(c.ended_at(1), -1);
+  c.clocks().EndAt(1, 0);
+  c.clocks().Leave(1);
+  c.clocks().RemoveWorker(1);
+  c.clocks().SetWorker(1, 0);  // restarted: live again, neither ended nor left
+  EXPECT_TRUE(c.clocks().IsLive(1));
+  EXPECT_FALSE(c.clocks().HasLeft(1));
+  EXPECT_EQ(c.clocks().ended_at(1), -1);
   EXPECT_FALSE(c.Blocker(0, 1).has_value());
 }
 

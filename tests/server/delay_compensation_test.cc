@@ -126,7 +126,7 @@ std::vector<std::vector<float>> Script(ShardCore& core, const std::vector<std::v
     auto held = core.Accept(r, std::move(chunk), 0);
     ASSERT_TRUE(held.ok()) << held.status();
     ASSERT_NE(*held, nullptr);
-    core.Take(w, std::move(**held), 1.0f);
+    core.Take(w, std::move(**held), 0);
     after.emplace_back(core.shard().params().begin(), core.shard().params().end());
   };
   core.Pulled(1, all);
@@ -162,11 +162,10 @@ TEST(DelayCompensationTest, LambdaZeroAppliesWhatAspAppliesBitForBit) {
 
 TEST(DelayCompensationTest, AStalePushIsAppliedCorrectedAndAnnouncedCorrected) {
   const auto grads = Gradients();
-  ShardCore plain(ConsistencyMode::kAsp, 0, 2), dc(ConsistencyMode::kAsp, 0, 2);
+  Announced announced;
+  ShardCore plain(ConsistencyMode::kAsp, 0, 2), dc(ConsistencyMode::kAsp, 0, 2, 1, &announced);
   ASSERT_TRUE(plain.Build(Job(false, 0), 1, 0).ok());
   ASSERT_TRUE(dc.Build(Job(true, 0.3f), 1, 0).ok());
-  Announced announced;
-  dc.set_events(&announced);
   const auto a = Script(plain, grads), b = Script(dc, grads);
   // Worker 0's pushes came right after its pulls: nothing to correct, the same bits.
   EXPECT_EQ(a[0], b[0]);

@@ -138,8 +138,8 @@ TEST(KvShardTest, AdamInBspIsOneAdamStepPerRoundOnTheMean) {
     reference.EndStep();
   }
   EXPECT_TRUE(std::equal(w.begin(), w.end(), bsp.params().begin()));
-  EXPECT_TRUE(std::equal(reference.state().begin(), reference.state().end(), bsp.optimizer_state().begin()));
-  EXPECT_EQ(bsp.optimizer_steps(), 3);
+  EXPECT_TRUE(std::equal(reference.state().begin(), reference.state().end(), bsp.optimizer().state().begin()));
+  EXPECT_EQ(bsp.optimizer().steps(), 3);
   EXPECT_EQ(bsp.version(), 6);
 }
 
@@ -159,7 +159,7 @@ TEST(KvShardTest, AdamInSspAndAspIsOneAdamStepPerPushAtTheRateOverN) {
     reference.EndStep();
   }
   EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin()));
-  EXPECT_EQ(asp.optimizer_steps(), 3);
+  EXPECT_EQ(asp.optimizer().steps(), 3);
   EXPECT_EQ(asp.step(), 1);  // the schedule's step: gradients / N
 }
 
@@ -176,7 +176,7 @@ TEST(KvShardTest, AdamPushInPartsIsOneStep) {
     parts.Apply(std::vector<Segment>{{8, 10}}, {}, g.data(), 1.0f, /*counts=*/true);
   }
   EXPECT_TRUE(std::equal(whole.params().begin(), whole.params().end(), parts.params().begin()));
-  EXPECT_EQ(parts.optimizer_steps(), 2);
+  EXPECT_EQ(parts.optimizer().steps(), 2);
   EXPECT_EQ(parts.version(), 2);
 }
 
@@ -258,8 +258,8 @@ TEST(KvShardTest, LarsAndLambInBspAreTheWorkersOptimizerOnTheMean) {
       worker.EndStep();
     }
     EXPECT_TRUE(std::equal(w.begin(), w.end(), bsp.params().begin()));
-    EXPECT_TRUE(std::equal(worker.state().begin(), worker.state().end(), bsp.optimizer_state().begin()));
-    EXPECT_EQ(bsp.optimizer_steps(), 4);
+    EXPECT_TRUE(std::equal(worker.state().begin(), worker.state().end(), bsp.optimizer().state().begin()));
+    EXPECT_EQ(bsp.optimizer().steps(), 4);
   }
 }
 
@@ -299,7 +299,7 @@ TEST(KvShardTest, LarsAndLambInAspAreOneStepPerPushAtTheRateOverN) {
       reference.EndStep();
     }
     EXPECT_TRUE(std::equal(w.begin(), w.end(), asp.params().begin())) << OptimizerKindName(kind);
-    EXPECT_EQ(asp.optimizer_steps(), 3);
+    EXPECT_EQ(asp.optimizer().steps(), 3);
   }
 }
 
@@ -321,7 +321,7 @@ TEST(KvShardTest, LarsAndLambPushInPartsThatCutALayerIsOneWholeLayerStep) {
       EXPECT_EQ(parts.version(), push + 1);
     }
     EXPECT_TRUE(std::equal(whole.params().begin(), whole.params().end(), parts.params().begin())) << OptimizerKindName(kind);
-    EXPECT_TRUE(std::equal(whole.optimizer_state().begin(), whole.optimizer_state().end(), parts.optimizer_state().begin()));
+    EXPECT_TRUE(std::equal(whole.optimizer().state().begin(), whole.optimizer().state().end(), parts.optimizer().state().begin()));
   }
 }
 
@@ -378,13 +378,13 @@ TEST(KvShardTest, AJobsShapesDecideWhichLayersAdapt) {
   SetJobOptimizer(LayerWise(OptimizerKind::kLars), &job);
   auto whole = MakeShardForJob(job, 1, 0, true);
   ASSERT_TRUE(whole.ok()) << whole.status();
-  EXPECT_EQ((*whole)->optimizer_layers(), OptimizerLayers(Layers(), {0, 12}));
-  EXPECT_EQ((*whole)->optimizer_layers(), (std::vector<OptimizerLayer>{{0, 6, true}, {6, 9, false}, {9, 12, true}}));
+  EXPECT_EQ((*whole)->optimizer().layers(), OptimizerLayers(Layers(), {0, 12}));
+  EXPECT_EQ((*whole)->optimizer().layers(), (std::vector<OptimizerLayer>{{0, 6, true}, {6, 9, false}, {9, 12, true}}));
   wire::JobConfig no_shapes = job;
   for (auto& t : *no_shapes.mutable_tensors()) t.clear_shape();
   auto flat = MakeShardForJob(no_shapes, 1, 0, true);
   ASSERT_TRUE(flat.ok()) << flat.status();
-  for (const OptimizerLayer& l : (*flat)->optimizer_layers()) EXPECT_FALSE(l.adapt);
+  for (const OptimizerLayer& l : (*flat)->optimizer().layers()) EXPECT_FALSE(l.adapt);
   wire::JobConfig wrong = job;
   wrong.mutable_tensors(0)->set_shape(1, 4);
   auto refused = MakeShardForJob(wrong, 1, 0, true);
@@ -419,17 +419,17 @@ TEST(KvShardTest, OptimizerStateSetOnAnotherShardGoesOnBitForBit) {
       };
       a.SetValues(std::vector<float>{1, -1, 2, 0.5f});
       for (int i = 0; i < 3; ++i) step(a);
-      ASSERT_EQ(a.optimizer_slots(), static_cast<int>(OptimizerSlotNames(o).size()));
-      ASSERT_EQ(a.optimizer_state().size(), static_cast<size_t>(a.optimizer_slots()) * 4);
+      ASSERT_EQ(a.optimizer().num_slots(), static_cast<int>(OptimizerSlotNames(o).size()));
+      ASSERT_EQ(a.optimizer().state().size(), static_cast<size_t>(a.optimizer().num_slots()) * 4);
       b.SetValues(std::vector<float>(a.params().begin(), a.params().end()));
-      const std::vector<float> state(a.optimizer_state().begin(), a.optimizer_state().end());
-      ASSERT_TRUE(b.SetOptimizerState(state, a.optimizer_steps()).ok());
-      EXPECT_EQ(b.optimizer_steps(), a.optimizer_steps());
+      const std::vector<float> state(a.optimizer().state().begin(), a.optimizer().state().end());
+      ASSERT_TRUE(b.SetOptimizerState(state, a.optimizer().steps()).ok());
+      EXPECT_EQ(b.optimizer().steps(), a.optimizer().steps());
       EXPECT_EQ(b.version(), 0);  // the state alone: the version and schedule step stay
       step(a);
       step(b);
       EXPECT_EQ(0, std::memcmp(a.params().data(), b.params().data(), 4 * sizeof(float))) << OptimizerKindName(o.kind);
-      EXPECT_EQ(0, std::memcmp(a.optimizer_state().data(), b.optimizer_state().data(), state.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(a.optimizer().state().data(), b.optimizer().state().data(), state.size() * sizeof(float)));
     }
   }
 }
@@ -443,8 +443,8 @@ TEST(KvShardTest, AnOptimizerStateThatCannotBeTheShardsIsRefusedAndChangesNothin
     Status st = s.SetOptimizerState(state, steps);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << why;
     EXPECT_NE(st.message().find(why), std::string::npos) << st;
-    EXPECT_TRUE(std::equal(good.begin(), good.end(), s.optimizer_state().begin())) << why;
-    EXPECT_EQ(s.optimizer_steps(), 7) << why;
+    EXPECT_TRUE(std::equal(good.begin(), good.end(), s.optimizer().state().begin())) << why;
+    EXPECT_EQ(s.optimizer().steps(), 7) << why;
   };
   refused({1, 2, 3, 4}, 7, "keeps 2 vector(s) of 4");
   refused({1, 2, 3, 4, 0.5f, 0.5f, 0.5f, 0.5f, 0}, 7, "keeps 2");
@@ -462,9 +462,9 @@ TEST(KvShardTest, AnOptimizerStateThatCannotBeTheShardsIsRefusedAndChangesNothin
   EXPECT_TRUE(s.SetOptimizerState(std::vector<float>{-1, -2, 3, 4, 0, 0, 0, 0}, 1).ok());
   // Plain SGD keeps no vectors: its state is the step count alone.
   KvShard plain({8, 12}, Layout(), {}, lr, 1, true);
-  EXPECT_EQ(plain.optimizer_slots(), 0);
+  EXPECT_EQ(plain.optimizer().num_slots(), 0);
   EXPECT_TRUE(plain.SetOptimizerState({}, 3).ok());
-  EXPECT_EQ(plain.optimizer_steps(), 3);
+  EXPECT_EQ(plain.optimizer().steps(), 3);
 }
 
 TEST(KvShardTest, OptimizerSlotsAreNamedAsTorchNamesThem) {
@@ -706,8 +706,8 @@ TEST(KvShardTest, ApplyOverThreadsIsBitForBitOneThread) {
       ASSERT_EQ(one.params().size(), many.params().size());
       EXPECT_EQ(0, std::memcmp(one.params().data(), many.params().data(), one.params().size() * sizeof(float)))
           << OptimizerKindName(kind) << (aggregate ? " bsp" : " asp");
-      EXPECT_EQ(0, std::memcmp(one.optimizer_state().data(), many.optimizer_state().data(),
-                               one.optimizer_state().size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(one.optimizer().state().data(), many.optimizer().state().data(),
+                               one.optimizer().state().size() * sizeof(float)));
     }
   }
 }
@@ -756,7 +756,7 @@ TEST(KvShardAbsentTest, ApplyLeavesAnAbsentTensorAndItsMomentumAlone) {
   for (int i = 0; i < 10; ++i) {
     const bool in_b = i >= 2 && i < 6;
     EXPECT_EQ(s.params()[i], in_b ? init[i] : whole.params()[i]) << i;
-    EXPECT_EQ(s.optimizer_state()[i], in_b ? 0.0f : whole.optimizer_state()[i]) << i;
+    EXPECT_EQ(s.optimizer().state()[i], in_b ? 0.0f : whole.optimizer().state()[i]) << i;
   }
   EXPECT_EQ(s.version(), 1);  // the push counts
 }
@@ -782,12 +782,12 @@ TEST(KvShardAbsentTest, ARoundSkipsOnlyWhatNoPushHasAGradientFor) {
   for (int i = 0; i < 12; ++i) {
     const bool in_b = i >= 4 && i < 8;
     EXPECT_EQ(s.params()[i], in_b ? 1.0f : dense.params()[i]) << i;
-    EXPECT_EQ(s.optimizer_state()[i], in_b ? 0.0f : dense.optimizer_state()[i]) << i;
+    EXPECT_EQ(s.optimizer().state()[i], in_b ? 0.0f : dense.optimizer().state()[i]) << i;
   }
   // The next round, with every gradient: b's first step now (momentum from zero).
   s.Accumulate(all, {}, g0.data());
   s.ApplyAccumulated(1);
-  EXPECT_FLOAT_EQ(s.optimizer_state()[4], 2.0f + 0.1f * 1.0f);
+  EXPECT_FLOAT_EQ(s.optimizer().state()[4], 2.0f + 0.1f * 1.0f);
 }
 
 TEST(KvShardAbsentTest, AdamCountsEachTensorsOwnSteps) {
@@ -805,19 +805,19 @@ TEST(KvShardAbsentTest, AdamCountsEachTensorsOwnSteps) {
   for (int i = 0; i < 12; ++i) g[i] = 0.1f * static_cast<float>(i + 1);
   const std::vector<uint32_t> b = {1};
   s.Apply(all, {}, g.data(), 1.0f, true, 0.01f, b);
-  EXPECT_EQ(s.optimizer_steps(), 1);
-  ASSERT_EQ(s.optimizer_skipped().size(), 3u);
-  EXPECT_EQ(s.optimizer_skipped()[1], 1);
-  EXPECT_EQ(s.optimizer_skipped()[0], 0);
+  EXPECT_EQ(s.optimizer().steps(), 1);
+  ASSERT_EQ(s.optimizer().skipped().size(), 3u);
+  EXPECT_EQ(s.optimizer().skipped()[1], 1);
+  EXPECT_EQ(s.optimizer().skipped()[0], 0);
   s.Apply(all, {}, g.data(), 1.0f, true, 0.01f);
   fresh.Apply(just_b, {}, g.data() + 4, 1.0f, true, 0.01f);
   for (int i = 4; i < 8; ++i) EXPECT_EQ(s.params()[i], fresh.params()[i]) << i;
   // A restored copy carries the counts, and so the same next step.
   KvShard copy({0, 12}, ThreeDense(), adam, {}, 1, false);
   const std::vector<float> params(s.params().begin(), s.params().end());
-  const std::vector<float> state(s.optimizer_state().begin(), s.optimizer_state().end());
-  const std::vector<int64_t> skipped(s.optimizer_skipped().begin(), s.optimizer_skipped().end());
-  ASSERT_TRUE(copy.Restore(params, state, s.optimizer_steps(), s.version(), s.step(), s.gradients(), skipped).ok());
+  const std::vector<float> state(s.optimizer().state().begin(), s.optimizer().state().end());
+  const std::vector<int64_t> skipped(s.optimizer().skipped().begin(), s.optimizer().skipped().end());
+  ASSERT_TRUE(copy.Restore(params, state, s.optimizer().steps(), s.version(), s.step(), s.gradients(), skipped).ok());
   s.Apply(all, {}, g.data(), 1.0f, true, 0.01f);
   copy.Apply(all, {}, g.data(), 1.0f, true, 0.01f);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(s.params()[i], copy.params()[i]) << i;

@@ -25,7 +25,7 @@ const std::string kKey = "0123456789abcdef";
 ReplicaEntry Entry(wire::ReplicaOp op) {
   ReplicaEntry e;
   e.op = op;
-  if (op == wire::REPLICA_META) e.meta = "meta";
+  if (op == wire::REPLICA_META) e.snapshot.meta = "meta";
   return e;
 }
 

@@ -173,9 +173,9 @@ RoundTrip CheckRoundTrip(const wire::JobConfig& job, const std::vector<TensorInf
     out.restored->Apply(all, {}, gradient(k).data());
   }
   EXPECT_TRUE(std::equal(shard.params().begin(), shard.params().end(), out.restored->params().begin()));
-  EXPECT_TRUE(std::equal(shard.optimizer_state().begin(), shard.optimizer_state().end(),
-                         out.restored->optimizer_state().begin()));
-  EXPECT_EQ(out.restored->optimizer_steps(), 6);
+  EXPECT_TRUE(std::equal(shard.optimizer().state().begin(), shard.optimizer().state().end(),
+                         out.restored->optimizer().state().begin()));
+  EXPECT_EQ(out.restored->optimizer().steps(), 6);
   EXPECT_EQ(out.restored->version(), 6);
   out.back = *back;
   return out;
