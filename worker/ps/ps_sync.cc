@@ -93,7 +93,7 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
     }
   }
   if (options_.data_channel) {
-    client_->set_data_min_floats(options_.data_min_floats);
+    client_->channels().set_data_min_floats(options_.data_min_floats);
     ASSIGN_OR_RETURN(const int channels, client_->AttachDataChannels(timeout));
     if (channels > 0) {
       std::printf("worker %d: %d of %d shard(s) with a data channel: large values over TCP beside ZeroMQ\n",
@@ -240,13 +240,14 @@ Status PsSyncBase::Finish(bool evaluate, bool leave) {
 SyncTraffic PsSyncBase::traffic() const {
   const auto t = client_->traffic();
   const auto st = scheduler_->traffic();
-  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received, client_->shm_bytes_pushed(),
-          client_->shm_bytes_pulled()};
+  const ChannelBytes lanes = client_->channels().bytes(wire::CHANNEL_LANE);
+  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received, lanes.pushed, lanes.pulled};
 }
 
 void PsSyncBase::FillStats(SyncStepStats* stats) const {
-  if (client_->last_version_lag() >= 0) stats->version_lag = client_->last_version_lag();
-  if (client_->last_clock_staleness() >= 0) stats->clock_staleness = static_cast<double>(client_->last_clock_staleness());
+  const PsReplies& replies = client_->replies();
+  if (replies.last_version_lag() >= 0) stats->version_lag = replies.last_version_lag();
+  if (replies.last_clock_staleness() >= 0) stats->clock_staleness = static_cast<double>(replies.last_clock_staleness());
   const SyncTraffic t = traffic();
   stats->bytes_sent = t.bytes_sent;
   stats->bytes_received = t.bytes_received;
@@ -277,7 +278,7 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   pull_ms_ += comm.Millis();
   if (!st.ok()) return st;
   pending_push_ = 0;
-  wait_ms_ = std::min(pull_ms_, client_->last_wait_ms());
+  wait_ms_ = std::min(pull_ms_, client_->replies().last_wait_ms());
   if (plan.evaluate && (sparse_ || options_.compress_pull)) {
     // Refresh every weight (sparse: not only this batch's keys; compressed pulls: the exact
     // parameters, not this worker's approximation).
@@ -320,7 +321,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
 
 Result<int64_t> PsOverlapSync::Start(const JobShape& shape) {
   ASSIGN_OR_RETURN(int64_t start, PsSyncBase::Start(shape));
-  client_->set_part_floats(options_.push_part_floats);
+  client_->parts().set_part_floats(options_.push_part_floats);
   return start;
 }
 
@@ -358,7 +359,7 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
   seg_busy_ = false;
   {
     Stopwatch w;
-    ids_ = client_->PullTensors(clock_, model_->params());
+    ids_ = client_->parts().PullTensors(clock_, model_->params());
     waited_.assign(ids_.size(), false);
     // The previous push's parts must be out of the gradient buffer before backward.
     if (pending_push_) {
@@ -387,10 +388,10 @@ Status PsOverlapSync::GradReady(size_t tensor) {
   if (tensor < ready_.size()) ready_[tensor] = true;
   Boundary(true);
   if (!pushing_) {
-    client_->BeginPush(clock_, model_->grads(), step_lr_);
+    client_->parts().BeginPush(clock_, model_->grads(), step_lr_);
     pushing_ = true;
   }
-  client_->PushReady(tensor);
+  client_->parts().PushReady(tensor);
   Boundary(false);
   return OkStatus();
 }
@@ -401,11 +402,11 @@ Result<SyncStepStats> PsOverlapSync::FinishStep() {
   // (A failed pull stops the step before anything more is pushed: the shards never count it.)
   if (!failed_.ok()) return failed_;
   Stopwatch w;
-  if (!pushing_) client_->BeginPush(clock_, model_->grads(), step_lr_);
-  pending_push_ = client_->FinishPush(TakeAbsent());
+  if (!pushing_) client_->parts().BeginPush(clock_, model_->grads(), step_lr_);
+  pending_push_ = client_->parts().FinishPush(TakeAbsent());
   last_push_lr_ = step_lr_;
   blocked_ms_ += w.Millis();
-  const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());
+  const double wait_ms = std::min(blocked_ms_, client_->replies().last_wait_ms());
   SyncStepStats stats;
   stats.comm_ms = blocked_ms_ - wait_ms + hidden_ms_;  // exposed + hidden, as all-reduce's
   stats.wait_ms = wait_ms;
