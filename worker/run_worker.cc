@@ -200,22 +200,23 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
       PsTrainer trainer(po, model, &data.train, &data.test, metrics, client->get(), job->scheduler.get());
       out.reports = trainer.Run(on_epoch);
       out.traffic = (*client)->traffic();
-      out.shm_bytes_sent = (*client)->shm_bytes_pushed();
-      out.shm_bytes_received = (*client)->shm_bytes_pulled();
-      out.counts = (*client)->reply_counts();
+      const WorkerChannels& channels = (*client)->channels();
+      const ChannelBytes lanes = channels.bytes(wire::CHANNEL_LANE), dcs = channels.bytes(wire::CHANNEL_DATA);
+      out.shm_bytes_sent = lanes.pushed;
+      out.shm_bytes_received = lanes.pulled;
+      out.counts = (*client)->replies().counts();
       if (out.reports.ok()) {
         std::printf("worker %d: %lld bytes sent, %lld received, %lld malformed replies\n", job->rank,
                     static_cast<long long>(out.traffic.bytes_sent), static_cast<long long>(out.traffic.bytes_received),
                     static_cast<long long>(out.traffic.malformed_received));
-        if ((*client)->shm_lanes() > 0) {
+        if (channels.count(wire::CHANNEL_LANE) > 0) {
           std::printf("worker %d: %llu value bytes pushed and %llu pulled through shared memory (not in the bytes above)\n",
-                      job->rank, static_cast<unsigned long long>((*client)->shm_bytes_pushed()),
-                      static_cast<unsigned long long>((*client)->shm_bytes_pulled()));
+                      job->rank, static_cast<unsigned long long>(lanes.pushed),
+                      static_cast<unsigned long long>(lanes.pulled));
         }
-        if ((*client)->data_channels() > 0) {
+        if (channels.count(wire::CHANNEL_DATA) > 0) {
           std::printf("worker %d: of these, %llu value bytes pushed and %llu pulled over data channels\n", job->rank,
-                      static_cast<unsigned long long>((*client)->data_bytes_pushed()),
-                      static_cast<unsigned long long>((*client)->data_bytes_pulled()));
+                      static_cast<unsigned long long>(dcs.pushed), static_cast<unsigned long long>(dcs.pulled));
         }
       }
     }

@@ -189,7 +189,7 @@ class FrontendSync {
   // same draws); returns the milliseconds slept (0 without one).
   double Straggle(double compute_ms);
   // PS modes: the replies to this worker's pushes and pulls, as its summary counts them.
-  PsClient::ReplyCounts reply_counts() const { return client_ ? client_->reply_counts() : PsClient::ReplyCounts{}; }
+  PsClient::ReplyCounts reply_counts() const { return client_ ? client_->replies().counts() : PsClient::ReplyCounts{}; }
 
   // PS modes: the shards' optimizer state and parameters, read and set (shard_state.h); other
   // modes: kInvalidArgument (the wrapped optimizer keeps its state in this process).

@@ -12,7 +12,7 @@ FrontendShardState::FrontendShardState(PsClient* client, const PsSyncBase* sync,
     : client_(client), sync_(sync), model_(model), optimizer_(std::move(optimizer)), timeout_s_(timeout_s) {}
 
 NamedOptimizerState FrontendShardState::Read() {
-  auto parts = client_->PullOptimizerState(sync_->clock(), timeout_s_, OptimizerKindName(optimizer_.kind));
+  auto parts = client_->state().PullOptimizerState(sync_->clock(), timeout_s_, OptimizerKindName(optimizer_.kind));
   ThrowIfError(parts.status());
   NamedOptimizerState out;
   out.kind = parts->kind;
@@ -90,11 +90,11 @@ void FrontendShardState::SetOptimizerState(NamedOptimizerState state) {
     parts.steps = *state.step;
   }
   parts.tensor_steps = std::move(state.tensor_steps);
-  ThrowIfError(client_->PushOptimizerState(sync_->clock(), parts, timeout_s_));
+  ThrowIfError(client_->state().PushOptimizerState(sync_->clock(), parts, timeout_s_));
 }
 
 void FrontendShardState::SetParameters() {
-  ThrowIfError(client_->PushParameters(sync_->clock(), model_->params(), timeout_s_));
+  ThrowIfError(client_->state().PushParameters(sync_->clock(), model_->params(), timeout_s_));
 }
 
 }  // namespace gradsync::python

@@ -136,15 +136,15 @@ StateJobResult RunStateJob(const StateJob& o) {
         std::vector<float> params(kParams), grads;
         for (int64_t c = 0; c <= o.steps; ++c) {
           // Both before this clock's pull: the shards hold them as they would hold that pull.
-          if (w == 0 && o.set_state && c == o.set_at) RETURN_IF_ERROR(ps->PushOptimizerState(c, *o.set_state, 30));
+          if (w == 0 && o.set_state && c == o.set_at) RETURN_IF_ERROR(ps->state().PushOptimizerState(c, *o.set_state, 30));
           if (o.set_params && c == o.set_at) {
             // As broadcast_parameters does: no worker pulls (or pushes) before the shards hold them.
-            if (w == 0) RETURN_IF_ERROR(ps->PushParameters(c, *o.set_params, 30));
+            if (w == 0) RETURN_IF_ERROR(ps->state().PushParameters(c, *o.set_params, 30));
             RETURN_IF_ERROR(client.Barrier("parameters set", "workers", 30));
           }
           std::optional<OptimizerStateParts> state;
           if (w == 0 && c == o.read_at) {
-            ASSIGN_OR_RETURN(state, ps->PullOptimizerState(c, 30, OptimizerKindName(o.optimizer.kind)));
+            ASSIGN_OR_RETURN(state, ps->state().PullOptimizerState(c, 30, OptimizerKindName(o.optimizer.kind)));
           }
           ASSIGN_OR_RETURN(PsClient::RequestId pull, ps->Pull(c, params, {}));
           RETURN_IF_ERROR(ps->Wait(pull, 30));
@@ -531,7 +531,7 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   expect_error("not the next");
 
   // Nothing of it changed the shard.
-  auto unchanged = ps->PullOptimizerState(0, 30, "adam");
+  auto unchanged = ps->state().PullOptimizerState(0, 30, "adam");
   ASSERT_TRUE(unchanged.ok()) << unchanged.status();
   EXPECT_EQ(unchanged->steps, 0);
   for (const auto& tensors : unchanged->slots)
@@ -547,7 +547,7 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
     EXPECT_EQ(r->header.type(), wire::STATE_PUSH_REPLY) << r->header.error_message();
     EXPECT_EQ(r->header.ps().state().slot(), k);
   }
-  auto set = ps->PullOptimizerState(0, 30, "");
+  auto set = ps->state().PullOptimizerState(0, 30, "");
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->kind, "adam");
   EXPECT_EQ(set->steps, 3);
@@ -559,11 +559,11 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   // The client refuses a state that does not fit the layout before sending anything.
   OptimizerStateParts wrong = *set;
   wrong.slots[1][2].pop_back();
-  EXPECT_EQ(ps->PushOptimizerState(0, wrong, 30).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ps->state().PushOptimizerState(0, wrong, 30).code(), StatusCode::kInvalidArgument);
   wrong = *set;
   wrong.kind = "sgd";  // the shard's answer: another optimizer's state
-  EXPECT_EQ(ps->PushOptimizerState(0, wrong, 30).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ps->PullOptimizerState(0, 30, "sgd").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ps->state().PushOptimizerState(0, wrong, 30).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ps->state().PullOptimizerState(0, 30, "sgd").status().code(), StatusCode::kInvalidArgument);
 
   // Parameter sets (STATE_PUSH with params): bad ones refused, each with one ERROR, nothing set.
   auto params_push = [&]() {
@@ -601,8 +601,8 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
     send(h, nullptr);
     expect_error("set with STATE_PUSH");
   }
-  EXPECT_EQ(ps->PushParameters(0, short_params, 30).code(), StatusCode::kInvalidArgument);  // nothing sent
-  EXPECT_EQ(ps->PushParameters(0, std::vector<float>(kParams, NAN), 30).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ps->state().PushParameters(0, short_params, 30).code(), StatusCode::kInvalidArgument);  // nothing sent
+  EXPECT_EQ(ps->state().PushParameters(0, std::vector<float>(kParams, NAN), 30).code(), StatusCode::kInvalidArgument);
   {
     std::vector<float> p(n);
     auto pull = ps->Pull(0, p, {});
@@ -622,7 +622,7 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
     auto pull = ps->Pull(0, p, {});
     ASSERT_TRUE(pull.ok() && ps->Wait(*pull, 30).ok());
     EXPECT_EQ(p, new_params);
-    auto kept = ps->PullOptimizerState(0, 30, "adam");
+    auto kept = ps->state().PullOptimizerState(0, 30, "adam");
     ASSERT_TRUE(kept.ok()) << kept.status();
     EXPECT_EQ(kept->steps, 3);
   }

@@ -212,10 +212,10 @@ TEST(UnevenStepsTest, OptimizerStateRequestsThatCanNeverBeServedFailToo) {
   Status read, set;
   auto before_end = [&](int w, PsClient* client, int64_t clock) -> Status {
     if (w != 0) return OkStatus();
-    read = client->PullOptimizerState(clock, 20).status();
+    read = client->state().PullOptimizerState(clock, 20).status();
     OptimizerStateParts none;
     none.kind = "sgd";  // no momentum: no state vectors
-    set = client->PushOptimizerState(clock, none, 20);
+    set = client->state().PushOptimizerState(clock, none, 20);
     return OkStatus();
   };
   UnevenResult r = RunUneven(ConsistencyMode::kBsp, 0, {{5, false}, {4, false}}, /*evaluate=*/false, 2, before_end);

@@ -50,7 +50,8 @@ TEST(WorkerLaneTest, APushWaitsForTheShardAndPullsNeverOverlap) {
   ASSERT_TRUE(c.OpenPush(WaitPolicy{}, fail_third).ok());
   EXPECT_EQ(progress, 0) << "the push area was free";
   ValueRef at;
-  ASSERT_TRUE(c.SendPush(runs, grads, &at).ok());
+  Payload payload;
+  ASSERT_TRUE(c.SendPush(PushSource{.runs = runs, .grads = grads}, &at, &payload).ok());
   EXPECT_EQ(at.channel, wire::CHANNEL_LANE);
   EXPECT_EQ(at.seq, 1u);
   EXPECT_EQ(shard->push_area()[0], 100.0f);
@@ -61,7 +62,7 @@ TEST(WorkerLaneTest, APushWaitsForTheShardAndPullsNeverOverlap) {
   EXPECT_EQ(progress, 3);
   shard->Consume(1);
   ASSERT_TRUE(c.OpenPush(WaitPolicy{}, fail_third).ok());
-  ASSERT_TRUE(c.SendPush(runs, grads, &at).ok());
+  ASSERT_TRUE(c.SendPush(PushSource{.runs = runs, .grads = grads}, &at, &payload).ok());
   EXPECT_EQ(at.seq, 2u);
 
   c.SendPull(7, std::vector<Segment>{{100, 200}}, &at);
@@ -75,7 +76,8 @@ TEST(WorkerLaneTest, APushWaitsForTheShardAndPullsNeverOverlap) {
   reply.at.channel = wire::CHANNEL_LANE;
   reply.segments = {{100, 104}};
   std::vector<float> params(1200, 0.0f);
-  ASSERT_TRUE(c.ReadPull(reply, params.data()).ok());
+  Status broke;
+  ASSERT_TRUE(c.ReadPull(Message(), reply, params.data(), &broke).ok() && broke.ok());
   EXPECT_EQ(params[100], 5.0f);
   EXPECT_EQ(params[103], 8.0f);
   c.Forget(7);
@@ -124,18 +126,23 @@ TEST(WorkerChannelsTest, LanesGoToShardsOnThisHostAndADroppedOnesBytesStillCount
   EXPECT_EQ(channels.Of(0, wire::CHANNEL_DATA), nullptr);
   EXPECT_EQ(channels.Of(1, wire::CHANNEL_LANE), nullptr);
   const std::vector<Segment> first = {{0, 1000}};
-  EXPECT_EQ(channels.ForPush(1, std::vector<Segment>{{1000, 2000}}, -1), nullptr) << "shard 1 has no channel";
-  WorkerChannel* lane = channels.ForPush(0, first, -1);
-  ASSERT_NE(lane, nullptr);
   std::vector<float> grads(2000, 1.0f);
+  const std::vector<Segment> second = {{1000, 2000}};
+  // ZeroMQ's own channel is every shard's; ForPush gives it where no channel beside it takes the push.
+  EXPECT_EQ(channels.ForPush(1, PushSource{.runs = second, .grads = grads}, -1, true).kind(), wire::CHANNEL_ZMQ)
+      << "shard 1 has no channel";
+  WorkerChannel& lane = channels.ForPush(0, PushSource{.runs = first, .grads = grads}, -1, true);
+  ASSERT_EQ(lane.kind(), wire::CHANNEL_LANE);
   ValueRef at;
-  ASSERT_TRUE(lane->OpenPush(WaitPolicy{}, [] { return OkStatus(); }).ok());
-  ASSERT_TRUE(lane->SendPush(first, grads, &at).ok());
+  Payload payload;
+  ASSERT_TRUE(lane.OpenPush(WaitPolicy{}, [] { return OkStatus(); }).ok());
+  ASSERT_TRUE(lane.SendPush(PushSource{.runs = first, .grads = grads}, &at, &payload).ok());
   EXPECT_EQ(channels.bytes(wire::CHANNEL_LANE).pushed, 4000u);
 
   channels.Drop(0, DataLossError("broken"));
   EXPECT_EQ(channels.count(wire::CHANNEL_LANE), 0);
-  EXPECT_EQ(channels.ForPush(0, first, -1), nullptr) << "a dropped channel: ZeroMQ";
+  EXPECT_EQ(channels.ForPush(0, PushSource{.runs = first, .grads = grads}, -1, true).kind(), wire::CHANNEL_ZMQ)
+      << "a dropped channel: ZeroMQ";
   EXPECT_EQ(channels.bytes(wire::CHANNEL_LANE).pushed, 4000u) << "a dropped channel's bytes still count";
 
   // Reconnected: a lane again where the shard takes one, none where it refuses (a warning).

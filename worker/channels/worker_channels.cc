@@ -23,6 +23,7 @@ void Add(const ChannelBytes& b, ChannelBytes* sum) {
 WorkerChannels::WorkerChannels(int rank, const wire::ClusterTable& table, const Partitioner& partitioner, Ask ask)
     : rank_(rank), table_(table), partitioner_(partitioner), ask_(std::move(ask)) {
   channels_.resize(static_cast<size_t>(table.servers_size()));
+  for (int s = 0; s < table.servers_size(); ++s) zmq_.push_back(std::make_unique<WorkerZmqChannel>(partitioner.range(s)));
 }
 
 bool WorkerChannels::IsLocal(int s) const {
@@ -95,17 +96,49 @@ void WorkerChannels::Reattach(std::span<const int> shards, const std::function<d
   }
 }
 
-WorkerChannel* WorkerChannels::ForPush(int s, std::span<const Segment> segments, int64_t whole) {
-  WorkerChannel* c = channels_[static_cast<size_t>(s)].get();
-  return c && c->TakesPush(segments, whole) ? c : nullptr;
+WorkerChannel& WorkerChannels::ForPush(int s, const PushSource& v, int64_t whole, bool beside) {
+  WorkerChannel* c = beside && v.keys.empty() && !v.encoded ? channels_[static_cast<size_t>(s)].get() : nullptr;
+  return c && c->TakesPush(v.runs, whole) ? *c : *zmq_[static_cast<size_t>(s)];
 }
 
-WorkerChannel* WorkerChannels::ForPull(int s, std::span<const Segment> segments, int64_t whole) {
-  WorkerChannel* c = channels_[static_cast<size_t>(s)].get();
-  return c && c->TakesPull(segments, whole) ? c : nullptr;
+WorkerChannel& WorkerChannels::ForPull(int s, std::span<const Segment> segments, int64_t whole, bool beside) {
+  WorkerChannel* c = beside ? channels_[static_cast<size_t>(s)].get() : nullptr;
+  return c && c->TakesPull(segments, whole) ? *c : *zmq_[static_cast<size_t>(s)];
+}
+
+void WorkerChannels::SendPush(int s, WorkerChannel& way, const PushSource& v, ValueRef* at, Payload* p) {
+  if (Status st = way.SendPush(v, at, p); !st.ok()) {
+    Drop(s, st);  // this push and the next go over ZeroMQ
+    *at = ValueRef();
+    (void)zmq_[static_cast<size_t>(s)]->SendPush(v, at, p);
+  }
+}
+
+Result<bool> WorkerChannels::TakePull(int s, const Message& m, const PsReply& r, float* target) {
+  WorkerChannel* c = Of(s, r.at.channel);
+  // Values beside the message come with no frames of their own.
+  if (r.at.outside() && (r.has_values || r.num_keys > 0 || (!c && r.at.channel == wire::CHANNEL_LANE))) {
+    return DataLossError("unexpected pull reply through a value channel from " + NodeName(table_.servers(s)));
+  }
+  Status broke = c ? OkStatus() : UnavailableError("its value channel was dropped");
+  if (c) RETURN_IF_ERROR(c->ReadPull(m, r, target, &broke));
+  if (broke.ok()) return true;
+  // The channel broke: the shard may be dying (then its death, once the scheduler declares it,
+  // fails the request as any dead shard's does, and recovery takes over) or only the channel.
+  // Either way the same pull goes again, over ZeroMQ.
+  Drop(s, broke);
+  return false;
+}
+
+void WorkerChannels::SkipPull(int s, const Message& m, const PsReply& r) {
+  if (WorkerChannel* c = Of(s, r.at.channel)) {
+    Status broke;
+    if (Status st = c->ReadPull(m, r, nullptr, &broke); !st.ok() || !broke.ok()) Drop(s, st.ok() ? broke : st);
+  }
 }
 
 WorkerChannel* WorkerChannels::Of(int s, wire::Channel kind) const {
+  if (kind == wire::CHANNEL_ZMQ) return zmq_[static_cast<size_t>(s)].get();
   WorkerChannel* c = channels_[static_cast<size_t>(s)].get();
   return c && c->kind() == kind ? c : nullptr;
 }

@@ -1,8 +1,8 @@
-// WorkerChannels: the router over a worker's value channels (worker_channel.h), one per shard at
-// most: a shared-memory lane to a shard on this host, else a data channel (not with CURVE: values
-// stay encrypted on ZeroMQ), else none (ZeroMQ carries the values). It attaches them, picks the
-// channel a request may take, drops a broken one and counts what every channel moved, the
-// dropped ones' included. Adding a channel touches this folder only.
+// WorkerChannels: the router over a worker's value channels (worker_channel.h): per shard, ZeroMQ's
+// own (always) and at most one beside it: a shared-memory lane to a shard on this host, else a
+// data channel (not with CURVE: values stay encrypted on ZeroMQ). It attaches them, picks the
+// channel a request takes, falls back to ZeroMQ's when one breaks (dropping it), and counts what
+// every channel moved, the dropped ones' included. Adding a channel touches this folder only.
 #pragma once
 
 #include <array>
@@ -13,6 +13,7 @@
 
 #include "common/ps/partitioner.h"
 #include "worker/channels/worker_channel.h"
+#include "worker/channels/worker_zmq_channel.h"
 
 namespace gradsync {
 
@@ -35,12 +36,23 @@ class WorkerChannels {
   // again (refusals are warnings), each within timeout_s() then.
   void Reattach(std::span<const int> shards, const std::function<double()>& timeout_s, bool curve);
 
-  // Shard s's channel, if a dense raw push (pull) of `segments` may take it now (`whole`: see
-  // WorkerChannel::TakesPush); null: ZeroMQ.
-  WorkerChannel* ForPush(int s, std::span<const Segment> segments, int64_t whole);
-  WorkerChannel* ForPull(int s, std::span<const Segment> segments, int64_t whole);
-  // Shard s's channel of `kind`, if it has that one now.
-  WorkerChannel* Of(int s, wire::Channel kind) const;
+  // The channel a push of `v` (a pull of `segments`) to shard s takes: the one beside ZeroMQ when
+  // `beside` (raw values, the shard not dead), v has no keys nor encoding and that channel takes
+  // it (`whole`: see WorkerChannel::TakesPush); else ZeroMQ's.
+  WorkerChannel& ForPush(int s, const PushSource& v, int64_t whole, bool beside);
+  WorkerChannel& ForPull(int s, std::span<const Segment> segments, int64_t whole, bool beside);
+  // Sends v through `way` (ForPush's, opened) into *at and *p; where `way` broke, it is dropped and
+  // v goes in the ZeroMQ message instead.
+  void SendPush(int s, WorkerChannel& way, const PushSource& v, ValueRef* at, Payload* p);
+  // Pull reply r (message m) of shard s: its values into `target` from the channel it names. True
+  // once taken; false when that channel broke (dropped: the caller asks again over ZeroMQ); an
+  // error for values that do not fit.
+  Result<bool> TakePull(int s, const Message& m, const PsReply& r, float* target);
+  // A pull reply not taken: its values are read past on the channel it names (one that breaks
+  // is dropped), so that the next come off it in order.
+  void SkipPull(int s, const Message& m, const PsReply& r);
+  // Gradient frames of shard s that ZeroMQ still holds (lent by its pushes).
+  int lent(int s) const { return zmq_[static_cast<size_t>(s)]->lent(); }
   // Shard s's channel broke: it goes, with a warning saying why (its bytes still count).
   void Drop(int s, const Status& why);
   // Shard s's channel goes (its server was replaced); its bytes still count.
@@ -50,6 +62,9 @@ class WorkerChannels {
   // Every request is void (the caller reconnected).
   void ForgetAll();
 
+  // Shard s's channel of `kind`, if it has that one now (CHANNEL_ZMQ: always).
+  WorkerChannel* Of(int s, wire::Channel kind) const;
+  // Channels beside ZeroMQ of `kind` attached now.
   int count(wire::Channel kind) const;
   // What the channels of `kind` moved, the dropped ones' included.
   ChannelBytes bytes(wire::Channel kind) const;
@@ -73,7 +88,8 @@ class WorkerChannels {
   const wire::ClusterTable& table_;
   const Partitioner& partitioner_;
   Ask ask_;
-  std::vector<std::unique_ptr<WorkerChannel>> channels_;  // per shard; null: ZeroMQ only
+  std::vector<std::unique_ptr<WorkerZmqChannel>> zmq_;    // per shard
+  std::vector<std::unique_ptr<WorkerChannel>> channels_;  // per shard, beside ZeroMQ; null: none
   bool lanes_wanted_ = false, data_wanted_ = false;       // AttachLanes, AttachData were called
   size_t data_min_floats_ = size_t{1} << 20;  // 4 MiB: below it ZeroMQ is as fast (bench/README.md)
   std::array<ChannelBytes, wire::Channel_ARRAYSIZE> retired_{};     // per wire::Channel: of the channels that went

@@ -50,21 +50,26 @@ bool WorkerDataChannel::TakesPull(std::span<const Segment> segments, int64_t who
   return Large(segments, whole);
 }
 
-Status WorkerDataChannel::SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) {
+Status WorkerDataChannel::SendPush(const PushSource& v, ValueRef* at, Payload*) {
   std::vector<std::span<const float>> values;
-  for (const Segment& run : segments) {
-    values.push_back(grads.subspan(static_cast<size_t>(run.begin), static_cast<size_t>(run.size())));
+  for (const Segment& run : v.runs) {
+    values.push_back(v.grads.subspan(static_cast<size_t>(run.begin), static_cast<size_t>(run.size())));
   }
   const uint64_t seq = sent_ + 1;
   RETURN_IF_ERROR(stream_.WriteFrame(seq, values, kDataIdleSeconds));
   sent_ = seq;
-  pushed_ += static_cast<uint64_t>(TotalSize(segments)) * sizeof(float);
+  pushed_ += static_cast<uint64_t>(TotalSize(v.runs)) * sizeof(float);
   at->channel = wire::CHANNEL_DATA;
   at->seq = seq;
   return OkStatus();
 }
 
-Status WorkerDataChannel::ReadPull(const PsReply& r, float* target) {
+Status WorkerDataChannel::ReadPull(const Message&, const PsReply& r, float* target, Status* broke) {
+  *broke = ReadFrame(r, target);
+  return OkStatus();
+}
+
+Status WorkerDataChannel::ReadFrame(const PsReply& r, float* target) {
   const uint64_t seq = r.at.seq;
   const uint64_t most = static_cast<uint64_t>(range_.size()) * sizeof(float);
   while (true) {

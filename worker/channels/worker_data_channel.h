@@ -25,10 +25,10 @@ class WorkerDataChannel : public WorkerChannel {
   bool TakesPush(std::span<const Segment> segments, int64_t whole) const override;
   bool TakesPull(std::span<const Segment> segments, int64_t whole) const override;
   Status OpenPush(const WaitPolicy&, const Progress&) override { return OkStatus(); }
-  Status SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) override;
+  Status SendPush(const PushSource& v, ValueRef* at, Payload* p) override;
   void SendPull(RequestId, std::span<const Segment>, ValueRef* at) override { at->channel = wire::CHANNEL_DATA; }
-  // Frames older than the reply's (their header was lost) are skipped.
-  Status ReadPull(const PsReply& r, float* target) override;
+  // Frames older than the reply's (their header was lost) are skipped. Every failure breaks it.
+  Status ReadPull(const Message& m, const PsReply& r, float* target, Status* broke) override;
   void Forget(RequestId) override {}
   void ForgetAll() override {}
   ChannelBytes bytes() const override;
@@ -37,6 +37,8 @@ class WorkerDataChannel : public WorkerChannel {
   WorkerDataChannel(DataStream stream, const Segment& range, size_t min_floats)
       : stream_(std::move(stream)), range_(range), min_floats_(min_floats) {}
   bool Large(std::span<const Segment> segments, int64_t whole) const;
+  // ReadPull's frame; an error: the channel broke.
+  Status ReadFrame(const PsReply& r, float* target);
 
   DataStream stream_;
   Segment range_;

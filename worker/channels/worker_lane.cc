@@ -63,10 +63,10 @@ Status WorkerLane::OpenPush(const WaitPolicy& wait, const Progress& progress) {
   return OkStatus();
 }
 
-Status WorkerLane::SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) {
+Status WorkerLane::SendPush(const PushSource& v, ValueRef* at, Payload*) {
   float* area = lane_.push_area();
-  for (const Segment& run : segments) {
-    std::memcpy(area + (run.begin - range_.begin), grads.data() + run.begin, static_cast<size_t>(run.size()) * sizeof(float));
+  for (const Segment& run : v.runs) {
+    std::memcpy(area + (run.begin - range_.begin), v.grads.data() + run.begin, static_cast<size_t>(run.size()) * sizeof(float));
     bytes_.pushed += static_cast<uint64_t>(run.size()) * sizeof(float);
   }
   at->channel = wire::CHANNEL_LANE;
@@ -79,7 +79,7 @@ void WorkerLane::SendPull(RequestId id, std::span<const Segment> segments, Value
   at->channel = wire::CHANNEL_LANE;
 }
 
-Status WorkerLane::ReadPull(const PsReply& r, float* target) {
+Status WorkerLane::ReadPull(const Message&, const PsReply& r, float* target, Status*) {
   if (target == nullptr) return OkStatus();
   const float* area = lane_.pull_area();
   for (const Segment& seg : r.segments) {

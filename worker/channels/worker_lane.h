@@ -22,9 +22,9 @@ class WorkerLane : public WorkerChannel {
   bool TakesPush(std::span<const Segment> segments, int64_t whole) const override;
   bool TakesPull(std::span<const Segment> segments, int64_t whole) const override;
   Status OpenPush(const WaitPolicy& wait, const Progress& progress) override;
-  Status SendPush(std::span<const Segment> segments, ConstFloatSpan grads, ValueRef* at) override;
+  Status SendPush(const PushSource& v, ValueRef* at, Payload* p) override;
   void SendPull(RequestId id, std::span<const Segment> segments, ValueRef* at) override;
-  Status ReadPull(const PsReply& r, float* target) override;
+  Status ReadPull(const Message& m, const PsReply& r, float* target, Status* broke) override;
   void Forget(RequestId id) override;
   void ForgetAll() override { pulls_.clear(); }
   ChannelBytes bytes() const override { return bytes_; }

@@ -1,71 +1,26 @@
-// PsClient: membership (dead and restarted shards, Reconnect, JOIN) and attaching value channels
+// PsClient: recovery after a shard died or restarted (Reconnect) and elastic membership (JOIN)
 // (ps_client.h).
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "common/base/clock.h"
-#include "common/base/logging.h"
-#include "common/net/control/node.h"
 #include "common/net/security.h"
 #include "worker/ps/ps_client.h"
 
 namespace gradsync {
 
-void PsClient::CheckMembership() {
-  if (!scheduler_ || scheduler_->events() == seen_.events) return;
-  seen_.events = scheduler_->events();
-  for (int s = 0; s < table_.servers_size(); ++s) {
-    if (scheduler_->IsDead(wire::SERVER, s)) shards_[static_cast<size_t>(s)].broken = true;
-  }
-  const auto joined = scheduler_->joined_nodes();
-  for (; seen_.joined < joined.size(); ++seen_.joined) {
-    const auto& n = joined[seen_.joined];
-    if (n.role() != wire::SERVER || n.rank() < 0 || n.rank() >= table_.servers_size()) continue;
-    // A restart this client has not reconnected to yet (Reconnect may already have used the
-    // scheduler's newer table: then the address is the one it is connected to).
-    const auto& mine = table_.servers(n.rank());
-    if (n.host() != mine.host() || n.port() != mine.port()) shards_[static_cast<size_t>(n.rank())].broken = true;
-  }
-}
-
-std::vector<int> PsClient::shards_to_reconnect() const {
-  std::vector<int> out;
-  for (int s = 0; s < table_.servers_size(); ++s)
-    if (shards_[static_cast<size_t>(s)].broken) out.push_back(s);
-  return out;
-}
-
 Status PsClient::Reconnect(double timeout_s) {
-  if (!scheduler_) return FailedPreconditionError("no scheduler to learn the shards' new addresses from");
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  CheckMembership();
-  const std::vector<int> reconnected = shards_to_reconnect();
+  if (!links_.watched()) return FailedPreconditionError("no scheduler to learn the shards' new addresses from");
+  const ShardLinks::Deadline deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  links_.CheckMembership();
+  const std::vector<int> reconnected = links_.shards_to_reconnect();
   for (int s : reconnected) {
-    while (scheduler_->IsDead(wire::SERVER, s)) {
-      if (Status h = scheduler_->health(); !h.ok()) return h;
-      if (std::chrono::steady_clock::now() > deadline) {
-        return UnavailableError(Name(s) + " did not come back within " + SecondsText(timeout_s) + " s");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const wire::NodeInfo info = scheduler_->table().servers(s);
-    ASSIGN_OR_RETURN(Socket sock, Socket::ConnectDealer(ctx_,
-                                                  "tcp://" + info.host() + ":" + std::to_string(info.port()), NodeName(info),
-                                                  max_message_bytes_));
-    // The old connection and whatever it still held are dropped; its bytes still count.
-    Shard& shard = shards_[static_cast<size_t>(s)];
-    retired_traffic_ += sockets_[static_cast<size_t>(s)].traffic();
-    sockets_[static_cast<size_t>(s)] = std::move(sock);
-    *table_.mutable_servers(s) = info;
-    shard.broken = false;
-    shard.version = 0;
+    RETURN_IF_ERROR(links_.Reconnect(s, deadline, timeout_s));
     channels_.Retire(s);  // the old server's channel; a new one below
-    GRADSYNC_LOG(WARNING) << "worker " << rank_ << ": reconnected to " << NodeName(info) << " at " << info.host() << ":"
-                          << info.port();
   }
   // Every outstanding request is void now (the caller redoes its step).
-  pending_.clear();
+  requests_.ForgetAll();
   channels_.ForgetAll();
   auto left = [&] {
     return std::max(1.0, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
@@ -79,16 +34,16 @@ Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, do
   std::vector<int> todo = shards;
   int64_t best = -1;
   while (!todo.empty()) {
-    RequestId id = NewRequest(false, {}, static_cast<int>(todo.size()));
+    RequestId id = requests_.New(false, {}, static_cast<int>(todo.size()));
     for (int s : todo) {
-      shards_[static_cast<size_t>(s)].join_clock = -1;
-      Send(s, Request(wire::JOIN, id, clock), Payload(), "JOIN to");
+      links_.set_join_clock(s, -1);
+      requests_.Send(s, requests_.Request(wire::JOIN, id, clock), Payload(), "JOIN to");
     }
     const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-    Status st = Wait(id, std::max(0.05, left));
+    Status st = requests_.Wait(id, std::max(0.05, left));
     std::vector<int> again;
     for (int s : todo) {
-      const int64_t c = shards_[static_cast<size_t>(s)].join_clock;
+      const int64_t c = links_.join_clock(s);
       if (c >= 0) best = std::max(best, c);
       else again.push_back(s);
     }
@@ -103,17 +58,6 @@ Result<int64_t> PsClient::Join(const std::vector<int>& shards, int64_t clock, do
     todo = again;
   }
   return best;
-}
-
-
-Result<PsReply> PsClient::Ask(int s, PsRequest r, double timeout_s) {
-  r.worker = rank_;
-  r.request_id = NewRequest(false, {}, 1);
-  auto answer = std::make_shared<PsReply>();
-  pending_[r.request_id].answer = answer;
-  Send(s, r, Payload(), "request to");
-  RETURN_IF_ERROR(Wait(r.request_id, timeout_s));
-  return *answer;
 }
 
 }  // namespace gradsync

@@ -94,7 +94,7 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
     }
   }
   if (options_.channels.data_channel) {
-    client_->set_data_min_floats(options_.channels.data_min_floats);
+    client_->channels().set_data_min_floats(options_.channels.data_min_floats);
     ASSIGN_OR_RETURN(const int channels, client_->AttachDataChannels(timeout));
     if (channels > 0) {
       std::printf("worker %d: %d of %d shard(s) with a data channel: large values over TCP beside ZeroMQ\n",
@@ -221,13 +221,14 @@ Status PsSyncBase::Finish(bool evaluate, bool leave) {
 SyncTraffic PsSyncBase::traffic() const {
   const auto t = client_->traffic();
   const auto st = scheduler_->traffic();
-  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received, client_->shm_bytes_pushed(),
-          client_->shm_bytes_pulled()};
+  const ChannelBytes lanes = client_->channels().bytes(wire::CHANNEL_LANE);
+  return {t.bytes_sent + st.bytes_sent, t.bytes_received + st.bytes_received, lanes.pushed, lanes.pulled};
 }
 
 void PsSyncBase::FillStats(SyncStepStats* stats) const {
-  if (client_->last_version_lag() >= 0) stats->version_lag = client_->last_version_lag();
-  if (client_->last_clock_staleness() >= 0) stats->clock_staleness = static_cast<double>(client_->last_clock_staleness());
+  const PsReplies& replies = client_->replies();
+  if (replies.last_version_lag() >= 0) stats->version_lag = replies.last_version_lag();
+  if (replies.last_clock_staleness() >= 0) stats->clock_staleness = static_cast<double>(replies.last_clock_staleness());
   const SyncTraffic t = traffic();
   stats->bytes_sent = t.bytes_sent;
   stats->bytes_received = t.bytes_received;
@@ -258,7 +259,7 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   pull_ms_ += comm.Millis();
   if (!st.ok()) return st;
   push_.Settle();
-  wait_ms_ = std::min(pull_ms_, client_->last_wait_ms());
+  wait_ms_ = std::min(pull_ms_, client_->replies().last_wait_ms());
   if (plan.evaluate && (sparse_ || options_.codec.compress_pull)) {
     // Refresh every weight (sparse: not only this batch's keys; compressed pulls: the exact
     // parameters, not this worker's approximation).
@@ -292,7 +293,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
 
 Result<int64_t> PsOverlapSync::Start(const JobShape& shape) {
   ASSIGN_OR_RETURN(int64_t start, PsSyncBase::Start(shape));
-  client_->set_part_floats(options_.overlap.push_part_floats);
+  client_->parts().set_part_floats(options_.overlap.push_part_floats);
   return start;
 }
 
@@ -329,7 +330,7 @@ Status PsOverlapSync::BeginStep(const StepPlan& plan) {
   seg_busy_ = false;
   {
     Stopwatch w;
-    ids_ = client_->PullTensors(clock_, model_->params());
+    ids_ = client_->parts().PullTensors(clock_, model_->params());
     waited_.assign(ids_.size(), false);
     // The previous push's parts must be out of the gradient buffer before backward.
     if (push_.pending()) {
@@ -358,10 +359,10 @@ Status PsOverlapSync::GradReady(size_t tensor) {
   push_.MarkReady(tensor);
   Boundary(true);
   if (!pushing_) {
-    client_->BeginPush(clock_, model_->grads(), step_lr_);
+    client_->parts().BeginPush(clock_, model_->grads(), step_lr_);
     pushing_ = true;
   }
-  client_->PushReady(tensor);
+  client_->parts().PushReady(tensor);
   Boundary(false);
   return OkStatus();
 }
@@ -372,10 +373,10 @@ Result<SyncStepStats> PsOverlapSync::FinishStep() {
   // (A failed pull stops the step before anything more is pushed: the shards never count it.)
   if (!failed_.ok()) return failed_;
   Stopwatch w;
-  if (!pushing_) client_->BeginPush(clock_, model_->grads(), step_lr_);
-  push_.Sent(client_->FinishPush(push_.TakeAbsent()), step_lr_);
+  if (!pushing_) client_->parts().BeginPush(clock_, model_->grads(), step_lr_);
+  push_.Sent(client_->parts().FinishPush(push_.TakeAbsent()), step_lr_);
   blocked_ms_ += w.Millis();
-  const double wait_ms = std::min(blocked_ms_, client_->last_wait_ms());
+  const double wait_ms = std::min(blocked_ms_, client_->replies().last_wait_ms());
   SyncStepStats stats;
   stats.comm_ms = blocked_ms_ - wait_ms + hidden_ms_;  // exposed + hidden, as all-reduce's
   stats.wait_ms = wait_ms;

@@ -1,39 +1,61 @@
-// PsClient: the shards' optimizer state, read and set (ps_client.h; ARCHITECTURE.md, "Optimizer
-// state").
+#include "worker/ps/state_transfer.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "worker/ps/ps_client.h"
+#include "common/optim/optimizer.h"
 
 namespace gradsync {
 
-Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double timeout_s, const std::string& kind) {
-  const int servers = table_.servers_size();
-  auto gather = std::make_shared<StateGather>();
-  gather->shards.resize(static_cast<size_t>(servers));
-  const RequestId id = NewRequest(false, {}, servers);
-  pending_[id].state = gather;
+Status StateGather::Take(int shard, const Message& m, const PsReply& r, const Segment& range, const std::string& who) {
+  Shard& got = shards_[static_cast<size_t>(shard)];
+  const size_t n = static_cast<size_t>(range.size());
+  const bool same = got.received == 0 || (r.optimizer == got.kind && r.steps == got.steps && r.skipped == got.skipped &&
+                                           r.state_slots == got.slots);
+  const bool fits = r.state_slots > 0 ? r.segments.size() == 1 && r.segments[0] == range && m.num_values() == n &&
+                                            r.num_keys == 0
+                                      : !r.has_values && r.num_keys == 0;
+  if (r.state_slot != got.received || !same || !fits) {
+    return DataLossError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
+                         std::to_string(r.state_slots) + " from " + who + " is not the one due or not its range");
+  }
+  if (got.received == 0) {
+    got.kind = r.optimizer;
+    got.steps = r.steps;
+    got.skipped = r.skipped;
+    got.slots = r.state_slots;
+    got.values.assign(static_cast<size_t>(r.state_slots) * n, 0.0f);
+  }
+  if (r.state_slots > 0) m.CopyValues(got.values.data() + static_cast<size_t>(r.state_slot) * n);
+  got.received++;
+  return OkStatus();
+}
+
+Result<OptimizerStateParts> StateTransfer::PullOptimizerState(int64_t clock, double timeout_s, const std::string& kind) {
+  const int servers = links_.size();
+  auto gather = std::make_shared<StateGather>(servers);
+  const PsRequests::RequestId id = requests_.New(false, {}, servers, gather);
   for (int s = 0; s < servers; ++s) {
-    PsRequest r = Request(wire::STATE_PULL, id, clock);
+    PsRequest r = requests_.Request(wire::STATE_PULL, id, clock);
     r.segments = {partitioner_.range(s)};
     r.optimizer = kind;
-    Send(s, r, Payload(), "optimizer state from");
+    requests_.Send(s, r, Payload(), "optimizer state from");
   }
-  RETURN_IF_ERROR(Wait(id, timeout_s).WithContext("reading the optimizer state"));
+  RETURN_IF_ERROR(requests_.Wait(id, timeout_s).WithContext("reading the optimizer state"));
   // Every shard's answer is whole (its request closed with its last vector); they must agree.
-  const StateGather::Shard& first = gather->shards[0];
+  const StateGather::Shard& first = gather->shard(0);
   for (int s = 1; s < servers; ++s) {
-    const StateGather::Shard& other = gather->shards[static_cast<size_t>(s)];
+    const StateGather::Shard& other = gather->shard(s);
     if (other.kind != first.kind || other.slots != first.slots) {
-      return FailedPreconditionError("the shards' optimizers differ: " + Name(0) + "'s is " +
+      return FailedPreconditionError("the shards' optimizers differ: " + links_.Name(0) + "'s is " +
                                      first.kind + " with " + std::to_string(first.slots) + " state vector(s), " +
-                                     Name(s) + "'s " + other.kind + " with " +
+                                     links_.Name(s) + "'s " + other.kind + " with " +
                                      std::to_string(other.slots));
     }
     if (other.steps != first.steps) {
       return FailedPreconditionError(
-          "the shards are at different optimizer steps (" + Name(0) + ": " +
-          std::to_string(first.steps) + ", " + Name(s) + ": " + std::to_string(other.steps) +
+          "the shards are at different optimizer steps (" + links_.Name(0) + ": " +
+          std::to_string(first.steps) + ", " + links_.Name(s) + ": " + std::to_string(other.steps) +
           "): another worker's push was applied on some shards only; read the state where no push is in flight");
     }
   }
@@ -44,8 +66,8 @@ Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double t
   // skipped the same steps on each; the first shard's piece says).
   for (int s = servers - 1; s >= 0; --s) {
     RETURN_IF_ERROR(TensorSteps(layout_, partitioner_.range(s), out.steps,
-                                gather->shards[static_cast<size_t>(s)].skipped, &out.tensor_steps)
-                        .WithContext(Name(s)));
+                                gather->shard(s).skipped, &out.tensor_steps)
+                        .WithContext(links_.Name(s)));
   }
   out.slots.resize(static_cast<size_t>(first.slots));
   for (size_t k = 0; k < out.slots.size(); ++k) {
@@ -58,7 +80,7 @@ Result<OptimizerStateParts> PsClient::PullOptimizerState(int64_t clock, double t
         const Segment& range = partitioner_.range(s);
         const auto [b, e] = Overlap(t, range);
         if (b >= e) continue;
-        const float* src = gather->shards[static_cast<size_t>(s)].values.data() +
+        const float* src = gather->shard(s).values.data() +
                            k * static_cast<size_t>(range.size()) + static_cast<size_t>(b - range.begin);
         std::copy(src, src + (e - b), v.begin() + (b - t.offset));
       }
@@ -112,18 +134,18 @@ Status CheckStateFits(const OptimizerStateParts& state, const std::vector<Tensor
 }
 }  // namespace
 
-Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s) {
+Status StateTransfer::PushOptimizerState(int64_t clock, const OptimizerStateParts& state, double timeout_s) {
   RETURN_IF_ERROR(CheckStateFits(state, layout_));
   const int slots = static_cast<int>(state.slots.size());
-  const int servers = table_.servers_size();
+  const int servers = links_.size();
   const int messages = std::max(1, slots);
-  const RequestId id = NewRequest(false, {}, servers * messages);
+  const PsRequests::RequestId id = requests_.New(false, {}, servers * messages);
   std::vector<float> vector;
   for (int s = 0; s < servers; ++s) {
     const Segment& range = partitioner_.range(s);
     const std::vector<int64_t> skipped = SkippedSteps(layout_, range, state.steps, state.tensor_steps);
     for (int k = 0; k < messages; ++k) {
-      PsRequest r = Request(wire::STATE_PUSH, id, clock);
+      PsRequest r = requests_.Request(wire::STATE_PUSH, id, clock);
       r.optimizer = state.kind;
       r.steps = state.steps;
       r.skipped = skipped;
@@ -144,13 +166,13 @@ Status PsClient::PushOptimizerState(int64_t clock, const OptimizerStateParts& st
         p.has_values = true;
         p.values = vector;
       }
-      Send(s, r, p, "optimizer state to");  // a shard answers each of its messages once
+      requests_.Send(s, r, p, "optimizer state to");  // a shard answers each of its messages once
     }
   }
-  return Wait(id, timeout_s).WithContext("setting the optimizer state");
+  return requests_.Wait(id, timeout_s).WithContext("setting the optimizer state");
 }
 
-Status PsClient::PushParameters(int64_t clock, ConstFloatSpan params, double timeout_s) {
+Status StateTransfer::PushParameters(int64_t clock, ConstFloatSpan params, double timeout_s) {
   const int64_t total = LayoutSize(layout_);
   if (static_cast<int64_t>(params.size()) != total) {
     return InvalidArgumentError("a parameter set of " + std::to_string(params.size()) + " values; the model has " +
@@ -161,19 +183,19 @@ Status PsClient::PushParameters(int64_t clock, ConstFloatSpan params, double tim
       return InvalidArgumentError("parameter " + std::to_string(i) + " of the set is not finite");
     }
   }
-  const int servers = table_.servers_size();
-  const RequestId id = NewRequest(false, {}, servers);
+  const int servers = links_.size();
+  const PsRequests::RequestId id = requests_.New(false, {}, servers);
   for (int s = 0; s < servers; ++s) {
     const Segment& range = partitioner_.range(s);
-    PsRequest r = Request(wire::STATE_PUSH, id, clock);
+    PsRequest r = requests_.Request(wire::STATE_PUSH, id, clock);
     r.params = true;
     r.segments = {range};
     Payload p;
     p.has_values = true;
     p.values = params.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
-    Send(s, r, p, "parameters to");
+    requests_.Send(s, r, p, "parameters to");
   }
-  return Wait(id, timeout_s).WithContext("setting the parameters");
+  return requests_.Wait(id, timeout_s).WithContext("setting the parameters");
 }
 
 }  // namespace gradsync
