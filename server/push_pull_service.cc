@@ -26,7 +26,7 @@ Status PushPullService::HandlePush(const PsRequest& r, Message& m) {
 }
 
 Status PushPullService::HandleAttach(const PsRequest& r, const Message& m) {
-  if (!shard_.built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!shard_.built()) return ServerShard::NotBuilt();
   ASSIGN_OR_RETURN(PsReply reply, shard_.channels->Attach(r, shard_.core->shard(), CurveEnabled(ctx_)));
   shard_.core->ForgetParts(r.worker);  // a half-sent push of it is not finished by the new channel
   return socket_.Send(m.peer, EncodeReply(reply));
@@ -38,7 +38,7 @@ void PushPullService::DetachWorker(int w) {
 }
 
 Result<PushChunk> PushPullService::ReadPush(const PsRequest& r, Message& m, ShardChannel& channel) {
-  if (!shard_.built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!shard_.built()) return ServerShard::NotBuilt();
   const int w = r.worker;
   ASSIGN_OR_RETURN(PushValues in, channel.Push(r, m, shard_.core->shard()));
   const auto keys = m.Keys(&key_buffer_);
@@ -106,7 +106,7 @@ void PushPullService::ApplyRound() {
 }
 
 Status PushPullService::HandlePull(PsRequest r, Message& m) {
-  if (!shard_.built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!shard_.built()) return ServerShard::NotBuilt();
   if (r.has_values) return InvalidArgumentError("a pull carries no values");
   const auto keys = m.Keys(&key_buffer_);
   RETURN_IF_ERROR(shard_.codecs.CheckPull(r, !keys.empty()));

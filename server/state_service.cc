@@ -8,7 +8,7 @@
 namespace gradsync {
 
 Status StateService::Check(const PsRequest& r) {
-  if (!shard_.built()) return FailedPreconditionError("not initialized (worker 0 sends INIT first)");
+  if (!shard_.built()) return ServerShard::NotBuilt();
   const std::string kind = OptimizerKindName(shard_.core->shard().optimizer_options().kind);
   if (!r.optimizer.empty() && r.optimizer != kind) {
     return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
