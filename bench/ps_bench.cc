@@ -93,9 +93,9 @@ std::unique_ptr<Job> StartJob(int servers, int workers, int replicas, const Secu
   job->endpoint = "tcp://127.0.0.1:" + std::to_string(job->sched->port());
   for (int i = 0; i < servers; ++i) {
     ServerOptions o;
-    o.scheduler_endpoint = job->endpoint;
-    o.mode = ConsistencyMode::kAsp;
-    o.requested_rank = i;
+    o.link.scheduler_endpoint = job->endpoint;
+    o.rule.mode = ConsistencyMode::kAsp;
+    o.link.requested_rank = i;
     job->shards.push_back(std::move(Server::Create(*job->ctx, o)).value());
   }
   job->threads.emplace_back([s = job->sched.get()] { (void)s->Run(); });

@@ -366,7 +366,7 @@ void CheckData(Message& m) {
   gradsync::LrSchedule lr;
   gradsync::KvShard shard(range, Layout(), gradsync::OptimizerOptions{0.9f, false, 0.0f}, lr, kNumWorkers, aggregate);
 
-  // The server's own decoding (common/ps/ps_protocol.h) first, as Server::Handle does.
+  // The server's own decoding (common/ps/ps_protocol.h) first, as RequestDispatcher::Handle does.
   auto request = gradsync::DecodeRequest(h);
   if (!request.ok()) return Note("DecodeRequest: " + request.status().ToString());
   const std::vector<gradsync::Segment>& segs = request->segments;

@@ -42,29 +42,29 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   summary::ProcessSummary s;
   s.set_role("server");
   s.set_rank(server.rank());
-  s.set_mode(ConsistencyModeName(o.mode));
-  if (o.mode == ConsistencyMode::kSsp) s.set_staleness_bound(o.staleness);
+  s.set_mode(ConsistencyModeName(o.rule.mode));
+  if (o.rule.mode == ConsistencyMode::kSsp) s.set_staleness_bound(o.rule.staleness);
   s.set_ok(status.ok());
   if (!status.ok()) s.set_error(status.message());
   s.set_wall_s(wall_s);
-  s.set_pushes(st.pushes);
-  s.set_pulls(st.pulls);
-  s.set_compressed_pulls(st.compressed_pulls);
-  s.set_rejected(st.rejected);
-  s.set_malformed(st.malformed);
-  s.set_checkpoints(st.checkpoints);
-  s.set_checkpoint_ms_max(st.checkpoint_ms_max);
+  s.set_pushes(st.requests.pushes);
+  s.set_pulls(st.requests.pulls);
+  s.set_compressed_pulls(st.channels.compressed_pulls);
+  s.set_rejected(st.requests.rejected);
+  s.set_malformed(st.requests.malformed);
+  s.set_checkpoints(st.recovery.checkpoints);
+  s.set_checkpoint_ms_max(st.recovery.checkpoint_ms_max);
   s.set_checkpoint_age_s(server.checkpoint_age_s());
-  s.set_checkpoint_failures(st.checkpoint_failures);
-  s.set_restored(st.restored);
-  s.set_adopted(st.adopted);
-  s.set_lost_updates(st.lost_updates);
+  s.set_checkpoint_failures(st.recovery.checkpoint_failures);
+  s.set_restored(st.recovery.restored);
+  s.set_adopted(st.recovery.adopted);
+  s.set_lost_updates(st.recovery.lost_updates);
   s.set_version(server.version());
   s.set_params_sha256(ParamsSha256(server.params()));
   s.set_bytes_sent(static_cast<int64_t>(st.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
-  SetHistogram(st.version_lag, s.mutable_version_lag());
-  SetHistogram(st.clock_staleness, s.mutable_clock_staleness());
+  SetHistogram(st.requests.version_lag, s.mutable_version_lag());
+  SetHistogram(st.requests.clock_staleness, s.mutable_clock_staleness());
   if (const DelayCompensation* dc = server.delay_compensation()) {
     s.set_delay_compensation_bytes(static_cast<int64_t>(dc->bytes()));
     s.set_compensated_pushes(dc->corrected());
@@ -145,34 +145,34 @@ ServerOptions ShardOptions(const FlagParser& flags, const po::variables_map& vm,
   std::string host;
   uint16_t sport = 0;
   if (Status s = ParseHostPort(vm["scheduler"].as<std::string>(), &host, &sport); !s.ok()) flags.Fail("--scheduler: " + s.message());
-  o.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(sport);
-  o.bind_host = vm["bind"].as<std::string>();
-  o.advertise_host = vm["host"].as<std::string>();
-  o.port = static_cast<uint16_t>(port);
-  o.requested_rank = vm["rank"].as<int>();
-  if (o.requested_rank < 0) {  // the launcher's (Slurm, mpirun, torchrun), else the scheduler assigns one
+  o.link.scheduler_endpoint = "tcp://" + host + ":" + std::to_string(sport);
+  o.channels.bind_host = vm["bind"].as<std::string>();
+  o.link.advertise_host = vm["host"].as<std::string>();
+  o.channels.port = static_cast<uint16_t>(port);
+  o.link.requested_rank = vm["rank"].as<int>();
+  if (o.link.requested_rank < 0) {  // the launcher's (Slurm, mpirun, torchrun), else the scheduler assigns one
     auto launched = RankFromLaunchers(ProcessEnv());
     if (!launched.ok()) flags.Fail(launched.status().message() + ", or give --rank");
-    if (*launched) o.requested_rank = (*launched)->rank;
+    if (*launched) o.link.requested_rank = (*launched)->rank;
   }
-  o.mode = *ParseConsistencyMode(ModeName(mode));
-  o.staleness = staleness;
-  o.heartbeat_interval_s = hb_interval;
-  o.scheduler_timeout_s = hb_timeout;
-  o.register_timeout_s = vm["register-timeout"].as<double>();
+  o.rule.mode = *ParseConsistencyMode(ModeName(mode));
+  o.rule.staleness = staleness;
+  o.link.heartbeat_interval_s = hb_interval;
+  o.link.scheduler_timeout_s = hb_timeout;
+  o.link.register_timeout_s = vm["register-timeout"].as<double>();
   if (vm.count("checkpoint-dir")) {
-    o.checkpoint_dir = vm["checkpoint-dir"].as<std::string>();
+    o.checkpoints.dir = vm["checkpoint-dir"].as<std::string>();
     // Found out now, not once a second for the whole job: a directory that cannot take a file.
-    if (Status w = CheckWritableDirectory(o.checkpoint_dir); !w.ok()) flags.Fail("--checkpoint-dir: " + w.message());
+    if (Status w = CheckWritableDirectory(o.checkpoints.dir); !w.ok()) flags.Fail("--checkpoint-dir: " + w.message());
   } else if (FlagGiven(vm, "checkpoint-every") || FlagGiven(vm, "checkpoint-interval")) {
     flags.Fail("--checkpoint-every and --checkpoint-interval need --checkpoint-dir");
   }
-  o.checkpoint_every = vm["checkpoint-every"].as<int64_t>();
-  o.checkpoint_interval_s = vm["checkpoint-interval"].as<double>();
-  if (o.checkpoint_every < 0) flags.Fail("--checkpoint-every must be >= 0");
-  if (!(o.checkpoint_interval_s > 0)) flags.Fail("--checkpoint-interval must be > 0");
-  o.apply_threads = vm["apply-threads"].as<int>();
-  if (o.apply_threads < 1 || o.apply_threads > 64) flags.Fail("--apply-threads must be in [1, 64]");
+  o.checkpoints.every = vm["checkpoint-every"].as<int64_t>();
+  o.checkpoints.interval_s = vm["checkpoint-interval"].as<double>();
+  if (o.checkpoints.every < 0) flags.Fail("--checkpoint-every must be >= 0");
+  if (!(o.checkpoints.interval_s > 0)) flags.Fail("--checkpoint-interval must be > 0");
+  o.rule.apply_threads = vm["apply-threads"].as<int>();
+  if (o.rule.apply_threads < 1 || o.rule.apply_threads > 64) flags.Fail("--apply-threads must be in [1, 64]");
   if (vm.count("trace")) {
     o.trace_path = vm["trace"].as<std::string>();
     // Found out now, not at the end: a file that cannot be created (the trace starts once the
@@ -189,10 +189,10 @@ void LogShardSummary(const Server& server, const ServerOptions& o) {
     return std::to_string(HistogramQuantile(h, 0.5)) + "/" + std::to_string(HistogramQuantile(h, 0.99)) + "/" +
            std::to_string(h.empty() ? 0 : h.rbegin()->first);
   };
-  GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.pushes << " gradients applied (version lag p50/p99/max "
-                     << p50_99_max(st.version_lag) << " updates), " << st.pulls
-                     << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.clock_staleness) << " clocks), "
-                     << st.rejected << " rejected (" << st.malformed << " malformed), " << st.traffic.bytes_received
+  GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.requests.pushes << " gradients applied (version lag p50/p99/max "
+                     << p50_99_max(st.requests.version_lag) << " updates), " << st.requests.pulls
+                     << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.requests.clock_staleness) << " clocks), "
+                     << st.requests.rejected << " rejected (" << st.requests.malformed << " malformed), " << st.traffic.bytes_received
                      << " bytes in, " << st.traffic.bytes_sent << " out";
   if (const DelayCompensation* dc = server.delay_compensation()) {
     char relative[32];
@@ -201,10 +201,10 @@ void LogShardSummary(const Server& server, const ServerOptions& o) {
                        << " pushes (" << dc->uncorrected() << " applied uncorrected), changing them by " << relative
                        << " (root mean square of the correction over that of the gradients)";
   }
-  if (!o.checkpoint_dir.empty()) {
-    GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.checkpoints << " checkpoints (slowest "
-                       << st.checkpoint_ms_max << " ms)"
-                       << (st.restored ? "; restored from a checkpoint, " + std::to_string(st.lost_updates) +
+  if (!o.checkpoints.dir.empty()) {
+    GRADSYNC_LOG(INFO) << "server " << server.rank() << ": " << st.recovery.checkpoints << " checkpoints (slowest "
+                       << st.recovery.checkpoint_ms_max << " ms)"
+                       << (st.recovery.restored ? "; restored from a checkpoint, " + std::to_string(st.recovery.lost_updates) +
                                              " updates lost"
                                        : "");
   }

@@ -113,11 +113,11 @@ TEST(AuthTest, CurveJobTrainsLikePlaintextAndStrangersGetNothing) {
   for (size_t i = 0; i < answered.size(); ++i) EXPECT_EQ(answered[i], i % 3 == 2) << "probe " << i;
   EXPECT_GE(curve.auth_refused, 2);  // one stranger per shard
   int64_t rejected = 0;
-  for (const auto& st : curve.server_stats) rejected += st.rejected;
+  for (const auto& st : curve.server_stats) rejected += st.requests.rejected;
   EXPECT_EQ(rejected, 2);  // only the members' probes reached a shard (and were refused there)
   for (const auto& st : curve.server_stats) {
-    EXPECT_EQ(st.data_channels, 0) << "values left CURVE's encryption";
-    EXPECT_EQ(st.data_pulls, 0);
+    EXPECT_EQ(st.channels.data_channels, 0) << "values left CURVE's encryption";
+    EXPECT_EQ(st.channels.data_pulls, 0);
   }
 }
 
@@ -181,7 +181,7 @@ TEST(AuthTest, AFloodOfGarbageDoesNotChangeTraining) {
   ASSERT_TRUE(flooded.status.ok()) << flooded.status;
   EXPECT_EQ(flooded.params, quiet.params);  // not one applied update changed
   int64_t refused = 0;
-  for (const auto& st : flooded.server_stats) refused += st.rejected + st.malformed;
+  for (const auto& st : flooded.server_stats) refused += st.requests.rejected + st.requests.malformed;
   RecordProperty("garbage_sent", std::to_string(sent));
   RecordProperty("garbage_refused", std::to_string(refused));
   EXPECT_GT(sent, 1000);

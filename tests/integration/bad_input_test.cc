@@ -378,10 +378,10 @@ Outcome RunJob(bool attack) {
   auto sched = std::move(Scheduler::Create(ctx, so)).value();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(sched->port());
   ServerOptions sv;
-  sv.scheduler_endpoint = endpoint;
-  sv.mode = ConsistencyMode::kAsp;
-  sv.heartbeat_interval_s = 0.2;
-  sv.data_wait_s = 1;
+  sv.link.scheduler_endpoint = endpoint;
+  sv.rule.mode = ConsistencyMode::kAsp;
+  sv.link.heartbeat_interval_s = 0.2;
+  sv.channels.data_wait_s = 1;
   auto server = std::move(Server::Create(ctx, sv)).value();
   std::thread st([&] { EXPECT_TRUE(sched->Run().ok()); });
   std::thread sv_thread([&] { EXPECT_TRUE(server->Run().ok()); });
@@ -442,14 +442,14 @@ TEST(BadInputTest, HostileMessagesAreAnsweredAndChangeNothing) {
   EXPECT_EQ(attacked.silent, 3);
   EXPECT_EQ(attacked.errors_answered, attacked.sent);
   for (const auto& m : attacked.error_messages) EXPECT_EQ(m.rfind("server 0: ", 0), 0u) << m;
-  EXPECT_EQ(attacked.stats.rejected, attacked.sent);
-  EXPECT_GE(attacked.stats.malformed, 6);  // garbage, truncated, wrong length, keys mismatch, overflows
-  EXPECT_EQ(clean.stats.rejected, 0);
+  EXPECT_EQ(attacked.stats.requests.rejected, attacked.sent);
+  EXPECT_GE(attacked.stats.requests.malformed, 6);  // garbage, truncated, wrong length, keys mismatch, overflows
+  EXPECT_EQ(clean.stats.requests.rejected, 0);
   // The real worker's values went through its lane in both runs (the attacker's lane was refused
   // or given no valid push).
-  EXPECT_GT(clean.stats.shm_pulls, 0);
-  EXPECT_GT(attacked.stats.shm_pulls, 0);
-  EXPECT_EQ(attacked.stats.pushes, clean.stats.pushes);
+  EXPECT_GT(clean.stats.channels.shm_pulls, 0);
+  EXPECT_GT(attacked.stats.channels.shm_pulls, 0);
+  EXPECT_EQ(attacked.stats.requests.pushes, clean.stats.requests.pushes);
   ASSERT_EQ(clean.params.size(), attacked.params.size());
   EXPECT_EQ(0, std::memcmp(clean.params.data(), attacked.params.data(), clean.params.size() * sizeof(float)))
       << "an attack changed the parameters";

@@ -24,8 +24,8 @@ TEST(CompressPullTest, DeltasAreCompressedAndTheResidualIsCarriedUntilExact) {
   ASSERT_TRUE(sched.ok()) << sched.status();
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string((*sched)->port());
   ServerOptions sopt;
-  sopt.scheduler_endpoint = endpoint;
-  sopt.mode = ConsistencyMode::kAsp;
+  sopt.link.scheduler_endpoint = endpoint;
+  sopt.rule.mode = ConsistencyMode::kAsp;
   auto server = Server::Create(ctx, sopt);
   ASSERT_TRUE(server.ok()) << server.status();
   Status sched_status, server_status;
@@ -107,8 +107,8 @@ TEST(CompressPullTest, DeltasAreCompressedAndTheResidualIsCarriedUntilExact) {
   }
   st.join();
   vt.join();
-  EXPECT_GE((*server)->stats().compressed_pulls, 11);
-  EXPECT_EQ((*server)->stats().rejected, 0);
+  EXPECT_GE((*server)->stats().channels.compressed_pulls, 11);
+  EXPECT_EQ((*server)->stats().requests.rejected, 0);
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ TEST_P(CompressionTrainTest, TrainsOverTheParameterServer) {
   PsJobOptions o = JobOptions(train_);
   PsJobResult r = RunPsJob(o, data_, data_);
   ASSERT_TRUE(r.status.ok()) << r.status;
-  for (const auto& st : r.server_stats) EXPECT_EQ(st.rejected, 0);
+  for (const auto& st : r.server_stats) EXPECT_EQ(st.requests.rejected, 0);
   EXPECT_GT(Accuracy(r.params), 0.85) << GetParam().spec;
 }
 
@@ -69,8 +69,8 @@ TEST_P(CompressionTrainTest, TrainsOverTheParameterServerWithCompressedPulls) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   int64_t compressed = 0;
   for (const auto& st : r.server_stats) {
-    EXPECT_EQ(st.rejected, 0);
-    compressed += st.compressed_pulls;
+    EXPECT_EQ(st.requests.rejected, 0);
+    compressed += st.channels.compressed_pulls;
   }
   // Every pull but each worker's first (and rank 0's evaluation pulls) is a delta.
   EXPECT_GE(compressed, 2 * 2 * (train_.max_steps - 2));

@@ -113,11 +113,11 @@ StateJobResult RunStateJob(const StateJob& o) {
   std::vector<std::unique_ptr<Server>> servers;
   for (int i = 0; i < 2; ++i) {
     ServerOptions opt;
-    opt.scheduler_endpoint = endpoint;
-    opt.mode = ConsistencyMode::kBsp;
-    opt.requested_rank = i;
-    opt.heartbeat_interval_s = 0.2;
-    opt.scheduler_timeout_s = 5;
+    opt.link.scheduler_endpoint = endpoint;
+    opt.rule.mode = ConsistencyMode::kBsp;
+    opt.link.requested_rank = i;
+    opt.link.heartbeat_interval_s = 0.2;
+    opt.link.scheduler_timeout_s = 5;
     servers.push_back(std::move(Server::Create(ctx, opt)).value());
   }
   std::vector<std::thread> threads;
@@ -270,10 +270,10 @@ TEST_P(ResumeTest, AFreshJobGivenTheStateGoesOnBitForBit) {
   ASSERT_TRUE(c.state.has_value());
   EXPECT_EQ(c.state->steps, kSteps);
   for (const ServerStats& s : c.stats) {
-    EXPECT_EQ(s.state_sets, 1);
-    EXPECT_EQ(s.rejected, 0) << "a shard (or a backup, for a state entry) refused a message";
+    EXPECT_EQ(s.state.state_sets, 1);
+    EXPECT_EQ(s.requests.rejected, 0) << "a shard (or a backup, for a state entry) refused a message";
     if (GetParam().replicas > 1) {
-      EXPECT_GT(s.replica_entries, 0);
+      EXPECT_GT(s.replication.replica_entries, 0);
     }
   }
 
@@ -308,8 +308,8 @@ TEST_P(ResumeTest, AFreshJobGivenTheParametersAfterItStartedGoesOnBitForBit) {
   ASSERT_TRUE(c.status.ok()) << c.status;
   EXPECT_TRUE(SameBits(c.params, a.params)) << "the resumed job's parameters differ from the job that never stopped";
   for (const ServerStats& s : c.stats) {
-    EXPECT_EQ(s.params_sets, 1);
-    EXPECT_EQ(s.rejected, 0) << "a shard (or a backup, for the parameters' entry) refused a message";
+    EXPECT_EQ(s.state.params_sets, 1);
+    EXPECT_EQ(s.requests.rejected, 0) << "a shard (or a backup, for the parameters' entry) refused a message";
   }
 
   // Without the parameter set, the fresh job goes on from its own initialization: the test sees it.
@@ -536,7 +536,7 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   EXPECT_EQ(unchanged->steps, 0);
   for (const auto& tensors : unchanged->slots)
     for (const auto& t : tensors) EXPECT_TRUE(std::all_of(t.begin(), t.end(), [](float x) { return x == 0.0f; }));
-  EXPECT_EQ(server->stats().state_sets, 0);
+  EXPECT_EQ(server->stats().state.state_sets, 0);
 
   // A whole set: two answers, the second once the state is set; then every worker reads it.
   send(state_push(0, 3), &m, 504);
@@ -630,9 +630,9 @@ TEST(OptimizerStateMessagesTest, BadOnesAreRefusedOneByOneAndChangeNothing) {
   // No other answer is due.
   zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
   EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(300)), 0) << "a message got more than one answer";
-  EXPECT_EQ(server->stats().state_sets, 1);
-  EXPECT_EQ(server->stats().params_sets, 1);
-  EXPECT_EQ(server->stats().rejected, refused + 3);  // and the client's refused set (2 vectors) and pull
+  EXPECT_EQ(server->stats().state.state_sets, 1);
+  EXPECT_EQ(server->stats().state.params_sets, 1);
+  EXPECT_EQ(server->stats().requests.rejected, refused + 3);  // and the client's refused set (2 vectors) and pull
 
   const Status finished = job.Finish();
   EXPECT_TRUE(finished.ok()) << finished;

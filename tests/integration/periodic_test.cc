@@ -198,7 +198,7 @@ TEST(PeriodicTest, LocalSgdAveragesTheWorkersModelsEveryHSteps) {
   ASSERT_TRUE(bsp.status.ok()) << bsp.status;
   EXPECT_LE(MaxRelativeDiff(bsp.params, expect, 1e-3), 1e-5);
   // A round is one push of each worker to each shard: 13 rounds.
-  for (const ServerStats& s : bsp.server_stats) EXPECT_EQ(s.pushes, 4 * 13);
+  for (const ServerStats& s : bsp.server_stats) EXPECT_EQ(s.requests.pushes, 4 * 13);
   auto ar = RunAllreduceJob(4, SmallMlp(), t, data, 100 * sizeof(float));
   ASSERT_TRUE(ar.ok()) << ar.status();
   EXPECT_LE(MaxRelativeDiff(*ar, expect, 1e-3), 1e-5);
@@ -338,9 +338,9 @@ TEST(PeriodicTest, AspAndSspRulesApplyToRounds) {
     PsJobResult r = RunPsJob(ps, data, data);
     ASSERT_TRUE(r.status.ok()) << r.status;
     for (const ServerStats& s : r.server_stats) {
-      EXPECT_EQ(s.pushes, 3 * 10);
+      EXPECT_EQ(s.requests.pushes, 3 * 10);
       int64_t max_staleness = 0;
-      for (const auto& [staleness, count] : s.clock_staleness) max_staleness = std::max(max_staleness, staleness);
+      for (const auto& [staleness, count] : s.requests.clock_staleness) max_staleness = std::max(max_staleness, staleness);
       if (mode == ConsistencyMode::kSsp) {
         EXPECT_LE(max_staleness, 1);
       }
@@ -366,7 +366,7 @@ TEST(PeriodicTest, AspAndSspRulesApplyToRounds) {
     ps.train = diloco;
     PsJobResult r = RunPsJob(ps, data, data);
     ASSERT_TRUE(r.status.ok()) << r.status;
-    for (const ServerStats& s : r.server_stats) EXPECT_EQ(s.pushes, 10);
+    for (const ServerStats& s : r.server_stats) EXPECT_EQ(s.requests.pushes, 10);
     const double diff = MaxRelativeDiff(r.params, one, 1e-3);
     std::printf("one worker, %s: against the rounds %.3g\n", mode == ConsistencyMode::kAsp ? "asp" : "ssp(1)", diff);
     EXPECT_LE(diff, 1e-5) << "the shards' parameters are not the rounds' (outer Nesterov at 0.7 on each pseudo-gradient)";
@@ -395,7 +395,7 @@ TEST(PeriodicTest, AspAndSspRulesApplyToRounds) {
     PsJobResult r = RunPsJob(ps, data, data);
     ASSERT_TRUE(r.status.ok()) << r.status;
     ASSERT_FALSE(order.stuck()) << "a worker waited 30 s for its turn";
-    for (const ServerStats& s : r.server_stats) EXPECT_EQ(s.pushes, 3 * 10);
+    for (const ServerStats& s : r.server_stats) EXPECT_EQ(s.requests.pushes, 3 * 10);
     const double diff = MaxRelativeDiff(r.params, turns, 1e-3);
     std::printf("three workers in turns, %s: against the rounds %.3g\n", name, diff);
     EXPECT_LE(diff, 1e-5)

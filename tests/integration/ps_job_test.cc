@@ -125,9 +125,9 @@ TEST(PsJobTest, BspWithFourWorkersEqualsLocalSgdWithTheGlobalBatch) {
   RecordProperty("summation_noise", std::to_string(noise));
   EXPECT_LE(diff, EquivalenceTolerance(noise)) << "this CPU's summation noise: " << noise;
   for (const auto& st : r.server_stats) {
-    EXPECT_EQ(st.pushes, 4 * 200);
-    ASSERT_EQ(st.version_lag.size(), 1u);
-    EXPECT_EQ(st.version_lag.begin()->first, 0);  // bsp: every gradient applied on its own version
+    EXPECT_EQ(st.requests.pushes, 4 * 200);
+    ASSERT_EQ(st.requests.version_lag.size(), 1u);
+    EXPECT_EQ(st.requests.version_lag.begin()->first, 0);  // bsp: every gradient applied on its own version
   }
 }
 
@@ -191,10 +191,10 @@ TEST(PsJobTest, BspWithOverlapIsBspWithoutBitForBitAndLocalSgdWithTheGlobalBatch
   ASSERT_TRUE(acc_overlap.status.ok()) << acc_overlap.status;
   EXPECT_EQ(acc_overlap.params, acc_plain.params);
   for (const auto& st : r.server_stats) {
-    EXPECT_EQ(st.pushes, 4 * 200);  // a push in parts counts once
-    EXPECT_EQ(st.rejected, 0);
-    ASSERT_EQ(st.version_lag.size(), 1u);
-    EXPECT_EQ(st.version_lag.begin()->first, 0);
+    EXPECT_EQ(st.requests.pushes, 4 * 200);  // a push in parts counts once
+    EXPECT_EQ(st.requests.rejected, 0);
+    ASSERT_EQ(st.requests.version_lag.size(), 1u);
+    EXPECT_EQ(st.requests.version_lag.begin()->first, 0);
   }
 }
 
@@ -222,17 +222,17 @@ TEST(PsJobTest, BspThroughSharedMemoryIsBspOverTcpBitForBit) {
     EXPECT_EQ(shm.params, tcp.params) << "overlap " << overlap;
     EXPECT_EQ(data_channel.params, tcp.params) << "overlap " << overlap;
     for (size_t i = 0; i < shm.server_stats.size(); ++i) {
-      EXPECT_EQ(tcp.server_stats[i].shm_pulls, 0);
-      EXPECT_EQ(tcp.server_stats[i].data_pulls, 0);
-      EXPECT_GT(shm.server_stats[i].shm_pulls, 0) << "server " << i;
-      EXPECT_EQ(shm.server_stats[i].shm_lanes, 2) << "server " << i;
-      EXPECT_EQ(shm.server_stats[i].data_pulls, 0) << "a lane, not a data channel, where both could be";
-      EXPECT_EQ(shm.server_stats[i].pushes, tcp.server_stats[i].pushes);
-      EXPECT_EQ(shm.server_stats[i].rejected, 0);
-      EXPECT_GT(data_channel.server_stats[i].data_pulls, 0) << "server " << i;
-      EXPECT_EQ(data_channel.server_stats[i].data_channels, 2) << "server " << i;
-      EXPECT_EQ(data_channel.server_stats[i].pushes, tcp.server_stats[i].pushes);
-      EXPECT_EQ(data_channel.server_stats[i].rejected, 0);
+      EXPECT_EQ(tcp.server_stats[i].channels.shm_pulls, 0);
+      EXPECT_EQ(tcp.server_stats[i].channels.data_pulls, 0);
+      EXPECT_GT(shm.server_stats[i].channels.shm_pulls, 0) << "server " << i;
+      EXPECT_EQ(shm.server_stats[i].channels.shm_lanes, 2) << "server " << i;
+      EXPECT_EQ(shm.server_stats[i].channels.data_pulls, 0) << "a lane, not a data channel, where both could be";
+      EXPECT_EQ(shm.server_stats[i].requests.pushes, tcp.server_stats[i].requests.pushes);
+      EXPECT_EQ(shm.server_stats[i].requests.rejected, 0);
+      EXPECT_GT(data_channel.server_stats[i].channels.data_pulls, 0) << "server " << i;
+      EXPECT_EQ(data_channel.server_stats[i].channels.data_channels, 2) << "server " << i;
+      EXPECT_EQ(data_channel.server_stats[i].requests.pushes, tcp.server_stats[i].requests.pushes);
+      EXPECT_EQ(data_channel.server_stats[i].requests.rejected, 0);
       // The values cross the wire either way: the byte counts are the ZeroMQ run's, give or take
       // the frames' heads and headers' flags.
       EXPECT_GT(data_channel.server_stats[i].traffic.bytes_received, tcp.server_stats[i].traffic.bytes_received * 9 / 10);
@@ -258,9 +258,9 @@ void ExpectDataChannelFallback(const std::function<void(PsJobOptions&)>& breakag
   ASSERT_TRUE(broken->status.ok()) << broken->status;
   EXPECT_EQ(broken->params, zmq->params);
   for (const auto& st : broken->server_stats) {
-    EXPECT_LT(st.data_pulls, 2 * 40) << "the dropped worker went on over ZeroMQ";
-    EXPECT_EQ(st.data_channels, 1);
-    EXPECT_EQ(st.rejected, 0);
+    EXPECT_LT(st.channels.data_pulls, 2 * 40) << "the dropped worker went on over ZeroMQ";
+    EXPECT_EQ(st.channels.data_channels, 1);
+    EXPECT_EQ(st.requests.rejected, 0);
   }
 }
 
@@ -271,7 +271,7 @@ TEST(PsJobTest, ADataChannelThatBreaksFallsBackToZeroMq) {
   PsJobResult zmq, broken;
   ASSERT_NO_FATAL_FAILURE(ExpectDataChannelFallback(
       [](PsJobOptions& o) { o.drop_data_channel_after_pulls = 10; }, &zmq, &broken));
-  for (const auto& st : broken.server_stats) EXPECT_GE(st.data_pulls, 10);
+  for (const auto& st : broken.server_stats) EXPECT_GE(st.channels.data_pulls, 10);
 }
 
 // A data channel that ends between a worker's pushes (here: dropped by the shard once it took a
@@ -284,8 +284,8 @@ TEST(PsJobTest, ADataChannelThatEndsBetweenPushesFallsBackToZeroMq) {
       // each server: the worker of its 10th data push
       [](PsJobOptions& o) { o.drop_data_channel_after_pushes = 10; }, &zmq, &broken));
   for (const auto& st : broken.server_stats) {
-    EXPECT_EQ(st.pushes, zmq.server_stats[0].pushes);
-    EXPECT_GE(st.data_pulls, 4);
+    EXPECT_EQ(st.requests.pushes, zmq.server_stats[0].requests.pushes);
+    EXPECT_GE(st.channels.data_pulls, 4);
   }
 }
 
@@ -329,8 +329,8 @@ TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
     ASSERT_TRUE(r.status.ok()) << r.status;
     EXPECT_LE(MaxRelativeDiff(r.params, RunLocal(o.model, o.train, 0, data)), 1e-6) << ConsistencyModeName(mode);
     for (const auto& st : r.server_stats) {
-      EXPECT_EQ(st.pushes, 150);
-      EXPECT_EQ(st.version_lag.begin()->first, 0);  // one worker: every push on the latest version
+      EXPECT_EQ(st.requests.pushes, 150);
+      EXPECT_EQ(st.requests.version_lag.begin()->first, 0);  // one worker: every push on the latest version
     }
   }
   // Four asp workers with overlap train (no equality to hold them to): every push counted once.
@@ -341,8 +341,8 @@ TEST(PsJobTest, AspAndSspWithOverlapApplyEachPushOnce) {
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
   for (const auto& st : r.server_stats) {
-    EXPECT_EQ(st.pushes, 4 * 100);
-    EXPECT_EQ(st.rejected, 0);
+    EXPECT_EQ(st.requests.pushes, 4 * 100);
+    EXPECT_EQ(st.requests.rejected, 0);
   }
 }
 
@@ -365,7 +365,7 @@ TEST(PsJobTest, ADivergedOverlappedStepIsNeverApplied) {
   const size_t at = msg.find("at step ");
   ASSERT_NE(at, std::string::npos) << msg;
   const int64_t step = std::stoll(msg.substr(at + 8));
-  for (const auto& st : r.server_stats) EXPECT_EQ(st.pushes, step) << msg;
+  for (const auto& st : r.server_stats) EXPECT_EQ(st.requests.pushes, step) << msg;
 }
 
 // The bound, and whether values go through shared-memory lanes (else over TCP).
@@ -451,15 +451,15 @@ TEST_P(SspBoundTest, EveryAnsweredPullRespectsTheBound) {
   EXPECT_EQ(checked, 2 * 3 * 60);  // every pull of every step (no evaluation pulls here)
   int64_t counted = 0, max_clock_staleness = 0;
   for (const auto& st : r.server_stats) {
-    for (const auto& [k, v] : st.clock_staleness) {
+    for (const auto& [k, v] : st.requests.clock_staleness) {
       counted += v;
       max_clock_staleness = std::max(max_clock_staleness, k);
     }
   }
   EXPECT_EQ(counted, checked);  // the shards' histogram counts every answered pull
   for (const auto& st : r.server_stats) {
-    EXPECT_EQ(st.shm_pulls, path == "shm" ? 3 * 60 : 0) << "every pull through the lanes, or none";
-    EXPECT_EQ(st.data_pulls, path == "data" ? 3 * 60 : 0) << "every pull over the data channels, or none";
+    EXPECT_EQ(st.channels.shm_pulls, path == "shm" ? 3 * 60 : 0) << "every pull through the lanes, or none";
+    EXPECT_EQ(st.channels.data_pulls, path == "data" ? 3 * 60 : 0) << "every pull over the data channels, or none";
   }
   EXPECT_LE(max_clock_staleness, s);
   if (s > 0) {
@@ -504,7 +504,7 @@ TEST_P(AspSlowWorkerTest, SeesStalenessAndStillConverges) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   int64_t stale = 0, max_stale = 0;
   for (const auto& st : r.server_stats) {
-    for (const auto& [k, v] : st.version_lag) {
+    for (const auto& [k, v] : st.requests.version_lag) {
       if (k > 0) stale += v;
       max_stale = std::max(max_stale, k);
     }

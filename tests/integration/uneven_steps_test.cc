@@ -67,11 +67,11 @@ UnevenResult RunUneven(ConsistencyMode mode, int staleness, const std::vector<Wo
   std::vector<std::unique_ptr<Server>> servers;
   for (int i = 0; i < num_servers; ++i) {
     ServerOptions opt;
-    opt.scheduler_endpoint = endpoint;
-    opt.mode = mode;
-    opt.staleness = staleness;
-    opt.requested_rank = i;
-    opt.heartbeat_interval_s = 0.2;
+    opt.link.scheduler_endpoint = endpoint;
+    opt.rule.mode = mode;
+    opt.rule.staleness = staleness;
+    opt.link.requested_rank = i;
+    opt.link.heartbeat_interval_s = 0.2;
     servers.push_back(std::move(Server::Create(ctx, opt)).value());
   }
   std::vector<std::thread> threads;

@@ -166,15 +166,15 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
   std::vector<std::unique_ptr<Server>> servers;
   for (int i = 0; i < o.num_servers; ++i) {
     ServerOptions opt;
-    opt.scheduler_endpoint = endpoint;
-    opt.mode = o.mode;
-    opt.staleness = o.staleness;
-    opt.requested_rank = i;
-    opt.heartbeat_interval_s = 0.2;
-    opt.scheduler_timeout_s = o.heartbeat_timeout_s;
+    opt.link.scheduler_endpoint = endpoint;
+    opt.rule.mode = o.mode;
+    opt.rule.staleness = o.staleness;
+    opt.link.requested_rank = i;
+    opt.link.heartbeat_interval_s = 0.2;
+    opt.link.scheduler_timeout_s = o.heartbeat_timeout_s;
     opt.record_pulls = true;
-    opt.drop_data_channel_after_pulls = o.drop_data_channel_after_pulls;
-    opt.drop_data_channel_after_pushes = o.drop_data_channel_after_pushes;
+    opt.channels.drop_data_channel_after_pulls = o.drop_data_channel_after_pulls;
+    opt.channels.drop_data_channel_after_pushes = o.drop_data_channel_after_pushes;
     auto s = Server::Create(ctx, opt);
     GRADSYNC_CHECK(s.ok()) << s.status();
     servers.push_back(std::move(s).value());
@@ -339,10 +339,10 @@ Status OneShardJob::Start() {
   ASSIGN_OR_RETURN(scheduler_, Scheduler::Create(ctx_, so));
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(scheduler_->port());
   ServerOptions sv;
-  sv.scheduler_endpoint = endpoint;
-  sv.mode = mode_;
-  sv.staleness = staleness_;
-  sv.heartbeat_interval_s = 0.2;
+  sv.link.scheduler_endpoint = endpoint;
+  sv.rule.mode = mode_;
+  sv.rule.staleness = staleness_;
+  sv.link.heartbeat_interval_s = 0.2;
   ASSIGN_OR_RETURN(server_, Server::Create(ctx_, sv));
   scheduler_thread_ = std::thread([this] { scheduler_ran_ = scheduler_->Run(); });
   server_thread_ = std::thread([this] { server_ran_ = server_->Run(); });
