@@ -48,7 +48,7 @@ Result<PushChunk> PushPullService::ReadPush(const PsRequest& r, Message& m, Shar
   {
     TraceSpan span("validate", "server", {{"worker", static_cast<double>(w)}, {"values", static_cast<double>(n)}});
     RETURN_IF_ERROR(shard_.core->shard().Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
-    RETURN_IF_ERROR(shard_.core->shard().ValidateAbsent(r.segments, r.absent_tensors));
+    RETURN_IF_ERROR(shard_.core->shard().ValidateAbsent(r.segments, r.push.absent_tensors));
   }
   if (!r.codec.empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
@@ -64,7 +64,7 @@ Result<PushChunk> PushPullService::ReadPush(const PsRequest& r, Message& m, Shar
   } else {
     chunk = TakeChunk(r.segments, keys, &m.values, values, n, shard_.codecs.decoded());
   }
-  chunk.absent = r.absent_tensors;
+  chunk.absent = r.push.absent_tensors;
   return chunk;
 }
 
@@ -76,11 +76,11 @@ Status PushPullService::HandlePushMessage(const PsRequest& r, Message& m, ShardC
   const int w = r.worker;
   // Accepted: acknowledge before applying (BytePS's recipe), so that the worker's next request
   // is on its way while the update runs; requests from one worker are still handled in order.
-  const int64_t lag = shard_.core->shard().version() - r.version;
+  const int64_t lag = shard_.core->shard().version() - r.push.version;
   stats_.version_lag[lag]++;
   stats_.pushes++;
   PsReply reply = ReplyTo(r, wire::PUSH_REPLY, registration_.rank());
-  reply.version_lag = lag;
+  reply.staleness.version_lag = lag;
   // With backups it is acknowledged once every one holds it (its entries go as the core takes
   // it): no acknowledged push lives on this server alone.
   const bool replicated = shard_.replication->active();
@@ -139,12 +139,12 @@ void PushPullService::AnswerPull(const PsRequest& r, const Message& m, std::span
                                            {"values", static_cast<double>(n)}});
   PsReply reply = ReplyTo(r, wire::PULL_REPLY, registration_.rank());
   reply.version = shard_.core->shard().version();
-  reply.wait_ms = waited_ms;
-  reply.clock_staleness = shard_.core->rule().ClockStaleness(r.clock);
+  reply.staleness.wait_ms = waited_ms;
+  reply.staleness.clock_staleness = shard_.core->rule().ClockStaleness(r.clock);
   reply.segments = r.segments;
   if (Status s = shard_.channels->AnswerPull(r, m, reply, keys, shard_.core->shard()); !s.ok()) return replies_.Reply(m, s);
   shard_.core->Pulled(r.worker, r.segments);  // delay compensation: what this worker now computes on
-  RecordPull(r, reply.clock_staleness);
+  RecordPull(r, reply.staleness.clock_staleness);
 }
 
 void PushPullService::AnswerParked() {

@@ -10,13 +10,13 @@ namespace gradsync {
 Status StateService::Check(const PsRequest& r) {
   if (!shard_.built()) return ServerShard::NotBuilt();
   const std::string kind = OptimizerKindName(shard_.core->shard().optimizer().options().kind);
-  if (!r.optimizer.empty() && r.optimizer != kind) {
-    return InvalidArgumentError("the optimizer state is " + r.optimizer + "'s, but this shard's optimizer is " + kind);
+  if (!r.state.optimizer.empty() && r.state.optimizer != kind) {
+    return InvalidArgumentError("the optimizer state is " + r.state.optimizer + "'s, but this shard's optimizer is " + kind);
   }
   if (r.num_keys > 0 || !r.codec.empty() || r.at.outside()) {
     return InvalidArgumentError("an optimizer state message carries raw floats over ZeroMQ (no keys, codec, lane or channel)");
   }
-  const bool values = r.type == wire::STATE_PUSH && (r.state_slots > 0 || r.params);
+  const bool values = r.type == wire::STATE_PUSH && (r.state.slots > 0 || r.state.params);
   if (r.has_values != values) {
     return InvalidArgumentError(values ? "a STATE_PUSH carries its state vector" : "this optimizer state message carries no values");
   }
@@ -51,14 +51,14 @@ void StateService::AnswerPull(const PsRequest& r, const Message& m) {
   const size_t n = static_cast<size_t>(range.size());
   PsReply reply = ReplyTo(r, wire::STATE_PULL_REPLY, registration_.rank());
   reply.version = shard_.core->shard().version();
-  reply.optimizer = OptimizerKindName(shard_.core->shard().optimizer().options().kind);
-  reply.steps = shard_.core->shard().optimizer().steps();
-  reply.skipped.assign(shard_.core->shard().optimizer().skipped().begin(), shard_.core->shard().optimizer().skipped().end());
-  reply.state_slots = slots;
+  reply.state.optimizer = OptimizerKindName(shard_.core->shard().optimizer().options().kind);
+  reply.state.steps = shard_.core->shard().optimizer().steps();
+  reply.state.skipped.assign(shard_.core->shard().optimizer().skipped().begin(), shard_.core->shard().optimizer().skipped().end());
+  reply.state.slots = slots;
   // Every vector before anything else is handled: the answer is one state. (Copied into the
   // messages: the next update may change the state while ZeroMQ still sends them.)
   for (int k = 0; k < std::max(1, slots); ++k) {
-    reply.state_slot = k;
+    reply.state.slot = k;
     Payload p;
     if (slots > 0) {
       reply.segments = {range};
@@ -84,10 +84,10 @@ Status StateService::HandlePush(const PsRequest& r, const Message& m) {
   if (!set->complete) {
     PsReply reply = ReplyTo(r, wire::STATE_PUSH_REPLY, registration_.rank());
     reply.version = shard_.core->shard().version();
-    reply.optimizer = r.optimizer;
-    reply.steps = r.steps;
-    reply.state_slots = r.state_slots;
-    reply.state_slot = r.state_slot;
+    reply.state.optimizer = r.state.optimizer;
+    reply.state.steps = r.state.steps;
+    reply.state.slots = r.state.slots;
+    reply.state.slot = r.state.slot;
     return socket_.Send(m.peer, EncodeReply(reply));
   }
   // At its quiescent point: as a pull of this clock is answered (aggregating modes: between rounds
@@ -105,7 +105,7 @@ void StateService::Apply(StateSets::Set set) {
   const PsRequest& r = set.first;
   const int w = r.worker;
   const Status set_status =
-      set.params ? shard_.core->SetParams(w, set.state) : shard_.core->SetOptimizerState(w, set.state, r.steps, r.skipped);
+      set.params ? shard_.core->SetParams(w, set.state) : shard_.core->SetOptimizerState(w, set.state, r.state.steps, r.state.skipped);
   if (!set_status.ok()) {
     replies_.Reply(set.peer, r.request_id, r.clock, set_status);
     return;
@@ -115,15 +115,15 @@ void StateService::Apply(StateSets::Set set) {
   if (set.params) {
     stats_.params_sets++;
     GRADSYNC_LOG(INFO) << "server " << registration_.rank() << ": worker " << w << " set the parameters at clock " << r.clock;
-    reply.params = true;
+    reply.state.params = true;
   } else {
     stats_.state_sets++;
-    GRADSYNC_LOG(INFO) << "server " << registration_.rank() << ": worker " << w << " set the " << r.optimizer << " state at clock "
-                       << r.clock << " (" << r.steps << " optimizer steps taken)";
-    reply.optimizer = r.optimizer;
-    reply.steps = r.steps;
-    reply.state_slots = r.state_slots;
-    reply.state_slot = std::max(0, r.state_slots - 1);
+    GRADSYNC_LOG(INFO) << "server " << registration_.rank() << ": worker " << w << " set the " << r.state.optimizer << " state at clock "
+                       << r.clock << " (" << r.state.steps << " optimizer steps taken)";
+    reply.state.optimizer = r.state.optimizer;
+    reply.state.steps = r.state.steps;
+    reply.state.slots = r.state.slots;
+    reply.state.slot = std::max(0, r.state.slots - 1);
   }
   if (shard_.replication->active()) {
     // Answered once every backup holds it (its entries went as the core set it), as a push is.

@@ -71,25 +71,23 @@ Status CheckStateFields(wire::Type type, const wire::PsFields& p) {
   return OkStatus();
 }
 
-void SetStateFields(const std::string& optimizer, int64_t steps, std::span<const int64_t> skipped, int slots, int slot,
-                    bool params, wire::PsFields* p) {
+void SetStateFields(const StateVectorFields& f, wire::PsFields* p) {
   wire::StateVector* v = p->mutable_state();
-  if (params) v->set_params(true);
-  if (!optimizer.empty()) v->set_optimizer(optimizer);
-  if (steps != 0) v->set_steps(steps);
-  v->mutable_skipped()->Assign(skipped.begin(), skipped.end());
-  if (slots != 0) v->set_slots(slots);
-  if (slot != 0) v->set_slot(slot);
+  if (f.params) v->set_params(true);
+  if (!f.optimizer.empty()) v->set_optimizer(f.optimizer);
+  if (f.steps != 0) v->set_steps(f.steps);
+  v->mutable_skipped()->Assign(f.skipped.begin(), f.skipped.end());
+  if (f.slots != 0) v->set_slots(f.slots);
+  if (f.slot != 0) v->set_slot(f.slot);
 }
 
-void ReadStateFields(const wire::StateVector& v, std::string* optimizer, int64_t* steps, std::vector<int64_t>* skipped,
-                     int* slots, int* slot, bool* params) {
-  *params = v.params();
-  *optimizer = v.optimizer();
-  *steps = v.steps();
-  skipped->assign(v.skipped().begin(), v.skipped().end());
-  *slots = v.slots();
-  *slot = v.slot();
+void ReadStateFields(const wire::StateVector& v, StateVectorFields* f) {
+  f->params = v.params();
+  f->optimizer = v.optimizer();
+  f->steps = v.steps();
+  f->skipped.assign(v.skipped().begin(), v.skipped().end());
+  f->slots = v.slots();
+  f->slot = v.slot();
 }
 
 // What every PS-plane header starts with: the envelope and the clock.
@@ -256,18 +254,18 @@ PsReply ReplyTo(const PsRequest& request, wire::Type type, int server) {
 wire::Header EncodeRequest(const PsRequest& r) {
   wire::Header h = Header(r.type, wire::WORKER, r.worker, r.request_id, r.clock);
   wire::PsFields& p = *h.mutable_ps();
-  if (r.version != 0) p.set_version(r.version);
+  if (r.push.version != 0) p.set_version(r.push.version);
   EncodeSegments(r.segments, &h);
   if (!r.codec.empty()) h.set_codec(r.codec);
   if (r.parts > 1) {
     p.set_parts(r.parts);
     p.set_part(r.part);
   }
-  if (!std::isnan(r.lr)) p.set_lr(r.lr);
-  p.mutable_absent_tensors()->Assign(r.absent_tensors.begin(), r.absent_tensors.end());
+  if (!std::isnan(r.push.lr)) p.set_lr(r.push.lr);
+  p.mutable_absent_tensors()->Assign(r.push.absent_tensors.begin(), r.push.absent_tensors.end());
   if (r.type == wire::INIT) *p.mutable_job() = r.job;
   EncodeValueRef(r.at, &p);
-  if (CarriesState(r.type)) SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, r.params, &p);
+  if (CarriesState(r.type)) SetStateFields(r.state, &p);
   return h;
 }
 
@@ -283,7 +281,7 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
   r.worker = h.sender_rank();
   r.request_id = h.request_id();
   r.clock = p.clock();
-  r.version = p.version();
+  r.push.version = p.version();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
   r.parts = p.parts();
@@ -298,19 +296,19 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
     if (!std::isfinite(p.lr()) || p.lr() < 0) {
       return InvalidArgumentError("push learning rate " + std::to_string(p.lr()) + " is not a finite number >= 0");
     }
-    r.lr = p.lr();
+    r.push.lr = p.lr();
   }
   if (p.absent_tensors_size() > 0) {
     // Which tensors exist is the shard's to check (KvShard::ValidateAbsent).
     if (r.type != wire::PUSH) return InvalidArgumentError("only a push names absent tensors");
-    r.absent_tensors.assign(p.absent_tensors().begin(), p.absent_tensors().end());
+    r.push.absent_tensors.assign(p.absent_tensors().begin(), p.absent_tensors().end());
   }
   if (r.type == wire::INIT) r.job = p.job();
   ASSIGN_OR_RETURN(r.at, DecodeRequestRef(p, r.type));
   r.has_values = h.has_values();
   r.num_keys = h.num_keys();
   RETURN_IF_ERROR(CheckStateFields(r.type, p));
-  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot, &r.params);
+  ReadStateFields(p.state(), &r.state);
   return r;
 }
 
@@ -319,12 +317,12 @@ wire::Header EncodeReply(const PsReply& r) {
   wire::PsFields& p = *h.mutable_ps();
   switch (r.type) {
     case wire::PUSH_REPLY:
-      p.set_version_lag(r.version_lag);
+      p.set_version_lag(r.staleness.version_lag);
       break;
     case wire::PULL_REPLY:
       p.set_version(r.version);
-      p.set_wait_ms(r.wait_ms);
-      p.set_clock_staleness(r.clock_staleness);
+      p.set_wait_ms(r.staleness.wait_ms);
+      p.set_clock_staleness(r.staleness.clock_staleness);
       EncodeSegments(r.segments, &h);
       if (!r.codec.empty()) h.set_codec(r.codec);
       EncodeValueRef(r.at, &p);
@@ -340,7 +338,7 @@ wire::Header EncodeReply(const PsReply& r) {
     case wire::STATE_PUSH_REPLY:
       p.set_version(r.version);
       EncodeSegments(r.segments, &h);
-      SetStateFields(r.optimizer, r.steps, r.skipped, r.state_slots, r.state_slot, r.params, &p);
+      SetStateFields(r.state, &p);
       break;
     case wire::ERROR:
       h.set_error_code(static_cast<int>(r.error.code()));
@@ -362,9 +360,9 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   r.request_id = h.request_id();
   r.clock = p.clock();
   r.version = p.version();
-  r.version_lag = p.version_lag();
-  r.clock_staleness = p.clock_staleness();
-  r.wait_ms = p.wait_ms();
+  r.staleness.version_lag = p.version_lag();
+  r.staleness.clock_staleness = p.clock_staleness();
+  r.staleness.wait_ms = p.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
   r.parts = p.parts();
@@ -378,7 +376,7 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
                                 " (only a pull answered through a lane comes in parts)");
   }
   RETURN_IF_ERROR(CheckStateFields(r.type, p));
-  ReadStateFields(p.state(), &r.optimizer, &r.steps, &r.skipped, &r.state_slots, &r.state_slot, &r.params);
+  ReadStateFields(p.state(), &r.state);
   if (r.type == wire::ERROR) {
     // A code this build does not know still fails the request, as kUnknown.
     const StatusCode code = KnownCode(h.error_code()) ? static_cast<StatusCode>(h.error_code()) : StatusCode::kUnknown;

@@ -38,7 +38,7 @@ namespace gradsync {
 inline constexpr int kMaxPushParts = 4096;
 // A data channel's token (ValueRef::attach of a CHANNEL_ATTACH): random bytes, one per connection.
 inline constexpr size_t kDataTokenBytes = 16;
-// The most state vectors an optimizer keeps (Adam's and LAMB's m and v): STATE_* messages' state_slots.
+// The most state vectors an optimizer keeps (Adam's and LAMB's m and v): STATE_* messages' state.slots.
 inline constexpr int kMaxOptimizerSlots = 2;
 // The most steps an optimizer state may say it has taken (a shard's counters stay below it).
 inline constexpr int64_t kMaxOptimizerSteps = int64_t{1} << 62;
@@ -54,31 +54,49 @@ struct ValueRef {
   bool outside() const { return channel != wire::CHANNEL_ZMQ; }
 };
 
+// A STATE_* message's optimizer state (wire::StateVector), what StateService and StateTransfer act
+// on. STATE_PULL: the optimizer the worker expects ("": whatever the shard's is). STATE_PUSH and
+// STATE_*_REPLY: the optimizer the state is for, its steps taken, its state vectors (`slots`, one
+// message each, 0: one message without values) and the one this message carries (`slot`, its
+// values: the shard's range).
+struct StateVectorFields {
+  std::string optimizer;
+  int64_t steps = 0;
+  std::vector<int64_t> skipped;  // per layer of the shard's range (wire::StateVector::skipped)
+  int slots = 0;
+  int slot = 0;
+  bool params = false;  // the set is (STATE_PUSH_REPLY: was) the shard's parameters (wire::StateVector::params)
+};
+
+// What a PUSH says of its gradient, what the shard's push intake acts on.
+struct PushFields {
+  int64_t version = 0;                   // the shard version the gradient was computed on
+  float lr = NAN;                        // the worker's own rate for this gradient; NaN: the job's schedule
+  std::vector<uint32_t> absent_tensors;  // tensors without a gradient (wire::Header::absent_tensors)
+};
+
 struct PsRequest {
   wire::Type type = wire::TYPE_UNSPECIFIED;  // INIT, PUSH, PULL, JOIN, CHANNEL_ATTACH, STATE_PULL or STATE_PUSH
   int worker = 0;
   uint64_t request_id = 0;
   int64_t clock = 0;
-  int64_t version = 0;            // PUSH: the shard version the gradient was computed on
+  PushFields push;                // PUSH
   std::vector<Segment> segments;  // sorted and disjoint, as every sender cuts them
   std::string codec;              // PUSH: the values are this codec's payload; PULL: a delta is welcome
   int parts = 0;                  // PUSH in parts: 0 or 1 means the whole push in this message
   int part = 0;                   // 0-based, sent in order
-  float lr = NAN;                 // PUSH: the worker's own rate for this gradient; NaN: the job's schedule
-  std::vector<uint32_t> absent_tensors;  // PUSH: tensors without a gradient (wire::Header::absent_tensors)
   wire::JobConfig job;            // INIT
   ValueRef at;                    // PUSH, PULL: the channel of the values; CHANNEL_ATTACH: the one to attach
   bool has_values = false;        // the frames the header announces (the transport checked they came)
   uint64_t num_keys = 0;
-  // STATE_PULL: the optimizer the worker expects ("": whatever the shard's is). STATE_PUSH: the
-  // optimizer the state is for, its steps taken, its state vectors (one message each, 0: one
-  // message without values) and the one this message carries (its values: the shard's range).
-  std::string optimizer;
-  int64_t steps = 0;
-  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::StateVector::skipped)
-  int state_slots = 0;
-  int state_slot = 0;
-  bool params = false;  // STATE_PUSH: the set is the shard's parameters (wire::StateVector::params)
+  StateVectorFields state;        // STATE_PULL, STATE_PUSH
+};
+
+// What a reply says of its request's staleness, what the worker's replies report.
+struct ReplyStaleness {
+  int64_t version_lag = 0;      // PUSH_REPLY: shard version at apply - the push's version
+  int64_t clock_staleness = 0;  // PULL_REPLY: see ConsistencyController::ClockStaleness
+  double wait_ms = 0;           // PULL_REPLY: how long the consistency rule held the pull
 };
 
 struct PsReply {
@@ -89,9 +107,7 @@ struct PsReply {
   uint64_t request_id = 0;
   int64_t clock = 0;              // the request's; JOIN_REPLY: where the worker goes on
   int64_t version = 0;            // PULL_REPLY, STATE_*_REPLY: the shard's version of the values
-  int64_t version_lag = 0;        // PUSH_REPLY: shard version at apply - the push's version
-  int64_t clock_staleness = 0;    // PULL_REPLY: see ConsistencyController::ClockStaleness
-  double wait_ms = 0;             // PULL_REPLY: how long the consistency rule held the pull
+  ReplyStaleness staleness;       // PUSH_REPLY, PULL_REPLY
   std::vector<Segment> segments;  // PULL_REPLY: where the values go
   std::string codec;              // PULL_REPLY: the values are a compressed delta to add
   ValueRef at;                    // PULL_REPLY: where the values are; CHANNEL_ATTACH_REPLY: the channel
@@ -99,14 +115,9 @@ struct PsReply {
   uint64_t num_keys = 0;
   int parts = 0;                  // PULL_REPLY over a lane: the answer comes in `parts` messages
   int part = 0;                   //   (0 or 1: this one alone), this is `part` (0-based, in order)
-  // STATE_PULL_REPLY: the shard's optimizer, its steps taken, its state vectors and the one this
-  // reply carries (values at `segments`, the shard's range). STATE_PUSH_REPLY: the STATE_PUSH's.
-  std::string optimizer;
-  int64_t steps = 0;
-  std::vector<int64_t> skipped;   // per layer of the shard's range (wire::StateVector::skipped)
-  int state_slots = 0;
-  int state_slot = 0;
-  bool params = false;            // STATE_PUSH_REPLY: the STATE_PUSH set the parameters
+  // STATE_PULL_REPLY: the shard's (values at `segments`, the shard's range). STATE_PUSH_REPLY: the
+  // STATE_PUSH's.
+  StateVectorFields state;
   Status error;                   // ERROR
 };
 
@@ -117,7 +128,7 @@ wire::Header EncodeRequest(const PsRequest& r);
 // Fails (kInvalidArgument) on a type a worker does not send, a sender that is not a worker,
 // bad segments or part numbers, a rate on anything but a PUSH or one that is not finite and >= 0,
 // optimizer state fields on anything but STATE_PULL / STATE_PUSH or out of range there (an
-// unknown optimizer, steps < 0 or past kMaxOptimizerSteps, state_slot not below state_slots, more
+// unknown optimizer, steps < 0 or past kMaxOptimizerSteps, state.slot not below state.slots, more
 // than kMaxOptimizerSlots vectors; a STATE_PULL names an optimizer at most).
 Result<PsRequest> DecodeRequest(const wire::Header& h);
 

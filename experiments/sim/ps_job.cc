@@ -92,8 +92,8 @@ uint64_t PsJob::ReplyBytes(wire::Type type, int64_t clock, const std::vector<Seg
   r.codec = codec;
   if (type == wire::PULL_REPLY) {
     r.version = clock * j_.plan.workers;
-    r.wait_ms = 0.5;
-    r.clock_staleness = 1;
+    r.staleness.wait_ms = 0.5;
+    r.staleness.clock_staleness = 1;
   }
   return EncodeReply(r).ByteSizeLong();
 }
@@ -241,7 +241,7 @@ void PsJob::PushPiece(int w, int64_t c, const Piece& p, size_t encoded_payload) 
   push.type = wire::PUSH;
   push.worker = w;
   push.clock = c;
-  push.version = wk.version[static_cast<size_t>(p.shard)];
+  push.push.version = wk.version[static_cast<size_t>(p.shard)];
   push.request_id = static_cast<uint64_t>(c) * wk.layout->pieces.size() + 2;
   push.segments = {p.seg};
   const int parts = wk.layout->parts_per_shard[static_cast<size_t>(p.shard)];
@@ -251,7 +251,7 @@ void PsJob::PushPiece(int w, int64_t c, const Piece& p, size_t encoded_payload) 
   }
   if (encoded_payload > 0) push.codec = codecs_.spec();
   const uint64_t values = encoded_payload > 0 ? encoded_payload : 4 * static_cast<uint64_t>(p.seg.size());
-  const int64_t version = push.version;
+  const int64_t version = push.push.version;
   SendToShard(w, p.shard, HeaderBytes(push) + values,
               [this, w, c, p, version, encoded_payload] { ShardPush(p, w, c, version, encoded_payload > 0); });
 }

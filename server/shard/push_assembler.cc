@@ -24,10 +24,10 @@ Status PushAssembler::Check(int worker, const PsRequest& part, size_t num_keys) 
     return InvalidArgumentError("push part " + std::to_string(part.part) + " arrived where part " +
                                 std::to_string(next) + " was due");
   }
-  if (part.part > 0 && part.version != p->version) {
+  if (part.part > 0 && part.push.version != p->version) {
     return InvalidArgumentError("the parts of one push carry different versions");
   }
-  if (part.part > 0 && !(part.lr == p->push.lr || (std::isnan(part.lr) && std::isnan(p->push.lr)))) {
+  if (part.part > 0 && !(part.push.lr == p->push.lr || (std::isnan(part.push.lr) && std::isnan(p->push.lr)))) {
     return InvalidArgumentError("the parts of one push carry different learning rates");
   }
   if (!part.codec.empty() || num_keys > 0) {
@@ -53,9 +53,9 @@ HeldPush* PushAssembler::Add(int worker, const PsRequest& part, PushChunk chunk)
   if (part.part == 0) {
     p = Partial();
     p.clock = part.clock;
-    p.version = part.version;
+    p.version = part.push.version;
     p.parts = part.parts;
-    p.push.lr = part.lr;
+    p.push.lr = part.push.lr;
   }
   for (const Segment& sg : part.segments) {
     auto at = std::lower_bound(p.covered.begin(), p.covered.end(), sg,

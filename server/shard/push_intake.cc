@@ -7,8 +7,8 @@ namespace gradsync {
 
 Result<HeldPush*> PushIntake::Accept(const PsRequest& r, PushChunk chunk, size_t num_keys, int64_t version,
                                      ConsistencyController& rule) {
-  if (r.version < 0 || r.version > version) {
-    return AbortedError("push computed on version " + std::to_string(r.version) + " but the shard is at " +
+  if (r.push.version < 0 || r.push.version > version) {
+    return AbortedError("push computed on version " + std::to_string(r.push.version) + " but the shard is at " +
                         std::to_string(version));
   }
   // A push (or each part of one) is checked against the consistency rule on arrival; it counts
@@ -22,7 +22,7 @@ Result<HeldPush*> PushIntake::Accept(const PsRequest& r, PushChunk chunk, size_t
   } else {
     whole_ = HeldPush();
     whole_.chunks.push_back(std::move(chunk));
-    whole_.lr = r.lr;
+    whole_.lr = r.push.lr;
     push = &whole_;
   }
   rule.clocks().CountPush(r.worker);

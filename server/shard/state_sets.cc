@@ -14,7 +14,7 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const std::stri
     return s;
   };
   const size_t n = static_cast<size_t>(shard.range().size());
-  if (r.params) {
+  if (r.state.params) {
     // The parameters, in one message; any set this worker had open is replaced.
     Set fresh;
     fresh.peer = peer;
@@ -29,15 +29,15 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const std::stri
   }
   const OptimizerKind kind = shard.optimizer().options().kind;
   const int slots = shard.optimizer().num_slots();
-  if (r.state_slots != slots) {
+  if (r.state.slots != slots) {
     std::string names;
     for (const auto& name : OptimizerSlotNames(shard.optimizer().options())) names += (names.empty() ? "" : ", ") + name;
-    return refuse(InvalidArgumentError("an optimizer state of " + std::to_string(r.state_slots) +
+    return refuse(InvalidArgumentError("an optimizer state of " + std::to_string(r.state.slots) +
                                        " vector(s); this shard's " + OptimizerKindName(kind) + " keeps " +
                                        std::to_string(slots) + (names.empty() ? "" : " (" + names + ")")));
   }
   Set* set = nullptr;
-  if (r.state_slot == 0) {
+  if (r.state.slot == 0) {
     Set fresh;
     fresh.peer = peer;
     fresh.first = r;
@@ -45,11 +45,11 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const std::stri
     set = &(sets_[w] = std::move(fresh));
   } else {
     auto it = sets_.find(w);
-    if (it == sets_.end() || it->second.complete || it->second.params || it->second.next != r.state_slot ||
+    if (it == sets_.end() || it->second.complete || it->second.params || it->second.next != r.state.slot ||
         it->second.first.request_id != r.request_id || it->second.first.clock != r.clock ||
-        it->second.first.steps != r.steps || it->second.first.skipped != r.skipped ||
-        it->second.first.optimizer != r.optimizer) {
-      return refuse(InvalidArgumentError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
+        it->second.first.state.steps != r.state.steps || it->second.first.state.skipped != r.state.skipped ||
+        it->second.first.state.optimizer != r.state.optimizer) {
+      return refuse(InvalidArgumentError("optimizer state vector " + std::to_string(r.state.slot) + " of " +
                                          std::to_string(slots) +
                                          " is not the next of the set this worker sends (vectors 0, 1, ... of one "
                                          "request, in order)"));
@@ -57,11 +57,11 @@ Result<const StateSets::Set*> StateSets::Add(const PsRequest& r, const std::stri
     set = &it->second;
   }
   if (slots > 0) {
-    float* dst = set->state.data() + static_cast<size_t>(r.state_slot) * n;
+    float* dst = set->state.data() + static_cast<size_t>(r.state.slot) * n;
     copy(dst);
-    if (Status s = CheckOptimizerSlot(kind, r.state_slot, {dst, n}); !s.ok()) return refuse(s);
+    if (Status s = CheckOptimizerSlot(kind, r.state.slot, {dst, n}); !s.ok()) return refuse(s);
   }
-  set->next = r.state_slot + 1;
+  set->next = r.state.slot + 1;
   set->complete = set->next >= std::max(1, slots);
   return set;
 }

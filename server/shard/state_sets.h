@@ -33,7 +33,7 @@ class StateSets {
   };
   // Copies a message's values (as many as the shard's range holds) to `dst`.
   using CopyValues = std::function<void(float* dst)>;
-  // Gathers vector r.state_slot of worker r.worker's set (sent by `peer`; its values copied by
+  // Gathers vector r.state.slot of worker r.worker's set (sent by `peer`; its values copied by
   // `copy`) for `shard`; the set as it is now. An error (a count of vectors that is not the
   // shard's, a vector out of order, a bad value) drops the set.
   Result<const Set*> Add(const PsRequest& r, const std::string& peer, const CopyValues& copy, const KvShard& shard);

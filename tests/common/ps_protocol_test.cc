@@ -60,10 +60,10 @@ TEST(PsProtocolTest, AVersionLagTravelsAsAWholeNumber) {
   PsReply r = ReplyTo(push, wire::PUSH_REPLY, 0);
   for (int64_t lag : {int64_t{0}, int64_t{3}, int64_t{-2}, std::numeric_limits<int64_t>::max(),
                       std::numeric_limits<int64_t>::min()}) {
-    r.version_lag = lag;
+    r.staleness.version_lag = lag;
     auto back = DecodeReply(EncodeReply(r));
     ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_EQ(back->version_lag, lag);
+    EXPECT_EQ(back->staleness.version_lag, lag);
   }
 }
 
@@ -73,7 +73,7 @@ TEST(PsProtocolTest, APushInPartsRoundTrips) {
   r.worker = 3;
   r.request_id = 77;
   r.clock = 12;
-  r.version = 40;
+  r.push.version = 40;
   r.segments = {{100, 164}, {200, 201}};
   r.parts = 5;
   r.part = 2;
@@ -83,7 +83,7 @@ TEST(PsProtocolTest, APushInPartsRoundTrips) {
   EXPECT_EQ(back->worker, 3);
   EXPECT_EQ(back->request_id, 77u);
   EXPECT_EQ(back->clock, 12);
-  EXPECT_EQ(back->version, 40);
+  EXPECT_EQ(back->push.version, 40);
   EXPECT_EQ(back->segments, r.segments);
   EXPECT_EQ(back->parts, 5);
   EXPECT_EQ(back->part, 2);
@@ -96,13 +96,13 @@ TEST(PsProtocolTest, APushCarriesTheWorkersOwnRateOrNone) {
   r.segments = {{0, 4}};
   auto none = DecodeRequest(EncodeRequest(r));
   ASSERT_TRUE(none.ok()) << none.status();
-  EXPECT_TRUE(std::isnan(none->lr));
+  EXPECT_TRUE(std::isnan(none->push.lr));
   EXPECT_FALSE(EncodeRequest(r).ps().has_lr());
   for (float lr : {0.0125f, 0.0f, 3e-7f}) {
-    r.lr = lr;
+    r.push.lr = lr;
     auto back = DecodeRequest(EncodeRequest(r));
     ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_EQ(back->lr, lr);
+    EXPECT_EQ(back->push.lr, lr);
   }
 }
 
@@ -338,39 +338,39 @@ TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
   push.request_id = 5;
   push.clock = 12;
   push.segments = {{0, 1024}};
-  push.optimizer = "adam";
-  push.steps = 12;
-  push.state_slots = 2;
-  push.state_slot = 1;
+  push.state.optimizer = "adam";
+  push.state.steps = 12;
+  push.state.slots = 2;
+  push.state.slot = 1;
   auto back = DecodeRequest(EncodeRequest(push));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->type, wire::STATE_PUSH);
-  EXPECT_EQ(back->optimizer, "adam");
-  EXPECT_EQ(back->steps, 12);
-  EXPECT_EQ(back->state_slots, 2);
-  EXPECT_EQ(back->state_slot, 1);
+  EXPECT_EQ(back->state.optimizer, "adam");
+  EXPECT_EQ(back->state.steps, 12);
+  EXPECT_EQ(back->state.slots, 2);
+  EXPECT_EQ(back->state.slot, 1);
   EXPECT_EQ(back->segments, push.segments);
 
   PsReply reply = ReplyTo(push, wire::STATE_PULL_REPLY, 1);
   reply.version = 24;
-  reply.optimizer = "sgd";
-  reply.steps = 7;
-  reply.state_slots = 1;
+  reply.state.optimizer = "sgd";
+  reply.state.steps = 7;
+  reply.state.slots = 1;
   reply.segments = {{1024, 2048}};
   auto r = DecodeReply(EncodeReply(reply));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->type, wire::STATE_PULL_REPLY);
   EXPECT_EQ(r->version, 24);
-  EXPECT_EQ(r->optimizer, "sgd");
-  EXPECT_EQ(r->steps, 7);
-  EXPECT_EQ(r->state_slots, 1);
-  EXPECT_EQ(r->state_slot, 0);
+  EXPECT_EQ(r->state.optimizer, "sgd");
+  EXPECT_EQ(r->state.steps, 7);
+  EXPECT_EQ(r->state.slots, 1);
+  EXPECT_EQ(r->state.slot, 0);
   EXPECT_EQ(r->segments, reply.segments);
 
   auto bad = [&](wire::Type type, auto mutate) {
     PsRequest q = push;
     q.type = type;
-    if (type == wire::STATE_PULL) q.steps = q.state_slots = q.state_slot = 0;
+    if (type == wire::STATE_PULL) q.state.steps = q.state.slots = q.state.slot = 0;
     wire::Header h = EncodeRequest(q);
     mutate(h);
     return DecodeRequest(h).status();
@@ -399,10 +399,10 @@ TEST(PsProtocolTest, OptimizerStateMessagesRoundTripAndAreChecked) {
   EXPECT_FALSE(bad(wire::PULL, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_steps(2); }).ok());
   EXPECT_FALSE(bad(wire::JOIN, [](wire::Header& h) { h.mutable_ps()->mutable_state()->set_slot(1); }).ok());
   PsReply wrong = reply;
-  wrong.state_slot = 1;  // of 1
+  wrong.state.slot = 1;  // of 1
   EXPECT_FALSE(DecodeReply(EncodeReply(wrong)).ok());
   wrong = reply;
-  wrong.optimizer.clear();
+  wrong.state.optimizer.clear();
   EXPECT_FALSE(DecodeReply(EncodeReply(wrong)).ok());
 }
 
@@ -413,23 +413,23 @@ TEST(PsProtocolTest, AParameterSetRoundTripsAndCarriesNoStateFields) {
   set.request_id = 9;
   set.clock = 3;
   set.segments = {{0, 1024}};
-  set.params = true;
+  set.state.params = true;
   auto back = DecodeRequest(EncodeRequest(set));
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_TRUE(back->params);
-  EXPECT_EQ(back->state_slots, 0);
-  EXPECT_TRUE(back->optimizer.empty());
+  EXPECT_TRUE(back->state.params);
+  EXPECT_EQ(back->state.slots, 0);
+  EXPECT_TRUE(back->state.optimizer.empty());
   PsReply reply = ReplyTo(set, wire::STATE_PUSH_REPLY, 0);
-  reply.params = true;
+  reply.state.params = true;
   auto r = DecodeReply(EncodeReply(reply));
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->params);
+  EXPECT_TRUE(r->state.params);
   // An optimizer state set is not a parameter set.
-  set.params = false;
-  set.optimizer = "sgd";
+  set.state.params = false;
+  set.state.optimizer = "sgd";
   back = DecodeRequest(EncodeRequest(set));
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_FALSE(back->params);
+  EXPECT_FALSE(back->state.params);
 
   auto bad = [&](wire::Type type, auto mutate) {
     PsRequest q;
@@ -457,8 +457,8 @@ TEST(PsProtocolTest, RepliesRoundTripAndAnErrorIsAlwaysAFailure) {
   pull.clock = 4;
   PsReply r = ReplyTo(pull, wire::PULL_REPLY, 1);
   r.version = 17;
-  r.wait_ms = 2.5;
-  r.clock_staleness = 3;
+  r.staleness.wait_ms = 2.5;
+  r.staleness.clock_staleness = 3;
   r.segments = {{8, 16}};
   r.codec = "fp16";
   auto back = DecodeReply(EncodeReply(r));
@@ -468,14 +468,14 @@ TEST(PsProtocolTest, RepliesRoundTripAndAnErrorIsAlwaysAFailure) {
   EXPECT_EQ(back->request_id, 9u);
   EXPECT_EQ(back->clock, 4);
   EXPECT_EQ(back->version, 17);
-  EXPECT_DOUBLE_EQ(back->wait_ms, 2.5);
-  EXPECT_EQ(back->clock_staleness, 3);
+  EXPECT_DOUBLE_EQ(back->staleness.wait_ms, 2.5);
+  EXPECT_EQ(back->staleness.clock_staleness, 3);
   EXPECT_EQ(back->segments, r.segments);
   EXPECT_EQ(back->codec, "fp16");
 
   PsReply push = ReplyTo(pull, wire::PUSH_REPLY, 0);
-  push.version_lag = 6;
-  EXPECT_EQ(DecodeReply(EncodeReply(push))->version_lag, 6);
+  push.staleness.version_lag = 6;
+  EXPECT_EQ(DecodeReply(EncodeReply(push))->staleness.version_lag, 6);
 
   PsReply err = ReplyTo(pull, wire::ERROR, 0);
   err.error = AbortedError("old clock");

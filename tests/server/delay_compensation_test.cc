@@ -118,7 +118,7 @@ std::vector<std::vector<float>> Script(ShardCore& core, const std::vector<std::v
     r.type = wire::PUSH;
     r.worker = w;
     r.clock = clock[w]++;
-    r.version = 0;
+    r.push.version = 0;
     r.segments = all;
     PushChunk chunk;
     chunk.segments = all;

@@ -12,7 +12,7 @@ PsRequest Part(int part, int parts, std::vector<Segment> segments, int64_t clock
   PsRequest r;
   r.type = wire::PUSH;
   r.clock = clock;
-  r.version = version;
+  r.push.version = version;
   r.parts = parts;
   r.part = part;
   r.segments = std::move(segments);
@@ -29,13 +29,13 @@ PushChunk Chunk(const PsRequest& r, float v) {
 TEST(PushAssemblerTest, ThePartsOfAPushCarryOneRate) {
   PushAssembler a;
   auto p0 = Part(0, 2, {{0, 4}}), p1 = Part(1, 2, {{4, 8}});
-  p0.lr = 0.25f;
+  p0.push.lr = 0.25f;
   ASSERT_TRUE(a.Check(1, p0, 0).ok());
   EXPECT_EQ(a.Add(1, p0, Chunk(p0, 1)), nullptr);
   EXPECT_EQ(a.Check(1, p1, 0).code(), StatusCode::kInvalidArgument);  // no rate where part 0 had one
-  p1.lr = 0.5f;
+  p1.push.lr = 0.5f;
   EXPECT_EQ(a.Check(1, p1, 0).code(), StatusCode::kInvalidArgument);
-  p1.lr = 0.25f;
+  p1.push.lr = 0.25f;
   ASSERT_TRUE(a.Check(1, p1, 0).ok());
   HeldPush* whole = a.Add(1, p1, Chunk(p1, 2));
   ASSERT_NE(whole, nullptr);

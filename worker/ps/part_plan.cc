@@ -61,9 +61,9 @@ void PartPlan::SendPart(size_t i, bool absent) {
   TraceSpan span("push", "comm", {{"shard", static_cast<double>(s)}, {"clock", static_cast<double>(open_.clock)},
                                   {"bytes", static_cast<double>(part.end - part.begin) * sizeof(float)}});
   PsRequest r = requests_.Request(wire::PUSH, open_.id, open_.clock);
-  r.version = open_.versions[static_cast<size_t>(s)];
-  r.lr = open_.lr;
-  if (absent) r.absent_tensors = {static_cast<uint32_t>(part.tensor)};
+  r.push.version = open_.versions[static_cast<size_t>(s)];
+  r.push.lr = open_.lr;
+  if (absent) r.push.absent_tensors = {static_cast<uint32_t>(part.tensor)};
   const int parts = per_shard_[static_cast<size_t>(s)];
   if (parts > 1) {
     r.parts = parts;

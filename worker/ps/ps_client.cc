@@ -73,11 +73,11 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
     key_pos += ks.size();
     if (!wanted(s)) continue;
     PsRequest r = requests_.Request(wire::PUSH, id, clock);
-    r.version = links_.version(s);
-    r.lr = lr;
+    r.push.version = links_.version(s);
+    r.push.lr = lr;
     for (uint32_t t : absent) {
       const auto [b, e] = Overlap(layout_[t], partitioner_.range(s));
-      if (b < e && !layout_[t].sparse) r.absent_tensors.push_back(t);
+      if (b < e && !layout_[t].sparse) r.push.absent_tensors.push_back(t);
     }
     r.segments = dense_runs_[static_cast<size_t>(s)];
     RETURN_IF_ERROR(PushTo(s, id, r, grads, ks, values.subspan(first, ks.size())));

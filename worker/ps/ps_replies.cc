@@ -29,9 +29,9 @@ bool PsReplies::Apply(int shard, const Message& m, const Result<PsReply>& decode
   switch (r.type) {
     case wire::ERROR: fail(r.error); return false;
     case wire::PUSH_REPLY:
-      from.version_lag = static_cast<double>(r.version_lag);
+      from.version_lag = static_cast<double>(r.staleness.version_lag);
       ++counts_.pushes;
-      ++counts_.version_lag[r.version_lag];
+      ++counts_.version_lag[r.staleness.version_lag];
       return false;
     case wire::JOIN_REPLY:
       links_.set_join_clock(shard, r.clock);
@@ -58,8 +58,8 @@ bool PsReplies::Apply(int shard, const Message& m, const Result<PsReply>& decode
   }
   if (!*taken) return true;  // to be asked again
   links_.set_version(shard, r.version);
-  from.wait_ms = r.wait_ms;
-  from.clock_staleness = r.clock_staleness;
+  from.wait_ms = r.staleness.wait_ms;
+  from.clock_staleness = r.staleness.clock_staleness;
   if (!more) NotePull(shard, m, r, p);
   return false;
 }
@@ -89,14 +89,14 @@ Result<bool> PsReplies::TakePull(int shard, const Message& m, const PsReply& r, 
 
 void PsReplies::NotePull(int shard, const Message& m, const PsReply& r, const PsPending& p) {
   ++counts_.pulls;
-  ++counts_.clock_staleness[r.clock_staleness];
+  ++counts_.clock_staleness[r.staleness.clock_staleness];
   if (p.sent_us >= 0 && Trace::on()) {
     // From the request to this shard's (last) reply: the wait, the shard's work, the transfer.
     const double values = static_cast<double>(TotalSize(r.segments) + r.num_keys);
     Trace::Complete("pull", "comm", p.sent_us, Trace::NowUs() - p.sent_us,
                     {{"shard", static_cast<double>(shard)}, {"clock", static_cast<double>(r.clock)},
                      {"bytes", r.codec.empty() ? values * sizeof(float) : static_cast<double>(m.values.size())},
-                     {"held ms", r.wait_ms}});
+                     {"held ms", r.staleness.wait_ms}});
   }
 }
 

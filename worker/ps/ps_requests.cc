@@ -174,8 +174,8 @@ void PsRequests::HandleReply(int shard, const Message& m) {
   // A piece of a pull answered through a lane, or a state vector of a STATE_PULL's answer, more
   // to come: its values are taken, the request stays open.
   const bool more = r.ok() && ((r->parts > 1 && r->part + 1 < r->parts) ||
-                               (r->type == wire::STATE_PULL_REPLY && r->state_slot >= 0 &&
-                                r->state_slot + 1 < r->state_slots));
+                               (r->type == wire::STATE_PULL_REPLY && r->state.slot >= 0 &&
+                                r->state.slot + 1 < r->state.slots));
   bool frame_read = false;
   if (PsPending* p = Answered(shard, r.ok() ? r->request_id : TagOf(m.header).request_id, more)) {
     if (replies_.Apply(shard, m, r, more, *p, &frame_read)) {

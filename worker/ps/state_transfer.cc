@@ -10,23 +10,23 @@ namespace gradsync {
 Status StateGather::Take(int shard, const Message& m, const PsReply& r, const Segment& range, const std::string& who) {
   Shard& got = shards_[static_cast<size_t>(shard)];
   const size_t n = static_cast<size_t>(range.size());
-  const bool same = got.received == 0 || (r.optimizer == got.kind && r.steps == got.steps && r.skipped == got.skipped &&
-                                           r.state_slots == got.slots);
-  const bool fits = r.state_slots > 0 ? r.segments.size() == 1 && r.segments[0] == range && m.num_values() == n &&
+  const bool same = got.received == 0 || (r.state.optimizer == got.kind && r.state.steps == got.steps && r.state.skipped == got.skipped &&
+                                           r.state.slots == got.slots);
+  const bool fits = r.state.slots > 0 ? r.segments.size() == 1 && r.segments[0] == range && m.num_values() == n &&
                                             r.num_keys == 0
                                       : !r.has_values && r.num_keys == 0;
-  if (r.state_slot != got.received || !same || !fits) {
-    return DataLossError("optimizer state vector " + std::to_string(r.state_slot) + " of " +
-                         std::to_string(r.state_slots) + " from " + who + " is not the one due or not its range");
+  if (r.state.slot != got.received || !same || !fits) {
+    return DataLossError("optimizer state vector " + std::to_string(r.state.slot) + " of " +
+                         std::to_string(r.state.slots) + " from " + who + " is not the one due or not its range");
   }
   if (got.received == 0) {
-    got.kind = r.optimizer;
-    got.steps = r.steps;
-    got.skipped = r.skipped;
-    got.slots = r.state_slots;
-    got.values.assign(static_cast<size_t>(r.state_slots) * n, 0.0f);
+    got.kind = r.state.optimizer;
+    got.steps = r.state.steps;
+    got.skipped = r.state.skipped;
+    got.slots = r.state.slots;
+    got.values.assign(static_cast<size_t>(r.state.slots) * n, 0.0f);
   }
-  if (r.state_slots > 0) m.CopyValues(got.values.data() + static_cast<size_t>(r.state_slot) * n);
+  if (r.state.slots > 0) m.CopyValues(got.values.data() + static_cast<size_t>(r.state.slot) * n);
   got.received++;
   return OkStatus();
 }
@@ -38,7 +38,7 @@ Result<OptimizerStateParts> StateTransfer::PullOptimizerState(int64_t clock, dou
   for (int s = 0; s < servers; ++s) {
     PsRequest r = requests_.Request(wire::STATE_PULL, id, clock);
     r.segments = {partitioner_.range(s)};
-    r.optimizer = kind;
+    r.state.optimizer = kind;
     requests_.Send(s, r, Payload(), "optimizer state from");
   }
   RETURN_IF_ERROR(requests_.Wait(id, timeout_s).WithContext("reading the optimizer state"));
@@ -146,11 +146,11 @@ Status StateTransfer::PushOptimizerState(int64_t clock, const OptimizerStatePart
     const std::vector<int64_t> skipped = SkippedSteps(layout_, range, state.steps, state.tensor_steps);
     for (int k = 0; k < messages; ++k) {
       PsRequest r = requests_.Request(wire::STATE_PUSH, id, clock);
-      r.optimizer = state.kind;
-      r.steps = state.steps;
-      r.skipped = skipped;
-      r.state_slots = slots;
-      r.state_slot = k;
+      r.state.optimizer = state.kind;
+      r.state.steps = state.steps;
+      r.state.skipped = skipped;
+      r.state.slots = slots;
+      r.state.slot = k;
       Payload p;
       if (slots > 0) {
         // The shard's range of vector k, from the tensors it crosses (copied by Send).
@@ -188,7 +188,7 @@ Status StateTransfer::PushParameters(int64_t clock, ConstFloatSpan params, doubl
   for (int s = 0; s < servers; ++s) {
     const Segment& range = partitioner_.range(s);
     PsRequest r = requests_.Request(wire::STATE_PUSH, id, clock);
-    r.params = true;
+    r.state.params = true;
     r.segments = {range};
     Payload p;
     p.has_values = true;
