@@ -227,7 +227,7 @@ Status Server::Start() {
   colocated_ = options_.colocated ? options_.colocated : std::make_shared<Colocated>();
   RETURN_IF_ERROR(Register());
   if (!options_.trace_path.empty() && !Trace::on()) {
-    RETURN_IF_ERROR(Trace::Start(options_.trace_path, "server", rank_, scheduler_->clock_offset_us()));
+    RETURN_IF_ERROR(Trace::Start(options_.trace_path, "server", rank_, scheduler_->clock().offset_us()));
     if (scheduler_->rejoined()) TraceInstant("rejoined the job", "failure");
   }
   colocated_->Add(rank_);
@@ -282,8 +282,8 @@ void Server::Finish() {
   stats_.replica_entries = replication_->counts().received;
   if (Trace::on() && !options_.trace_path.empty()) {
     // The best estimate of the whole run (more probes unless the scheduler is shutting down).
-    if (!scheduler_->shutdown_requested()) scheduler_->EstimateClock(SchedulerClient::kClockProbes, 0.5);
-    Trace::RefineClockOffset(scheduler_->clock_offset_us(), scheduler_->clock_rtt_us() / 2);
+    if (!scheduler_->shutdown_requested()) scheduler_->clock().Estimate(SchedulerClient::kClockProbes, 0.5);
+    Trace::RefineClockOffset(scheduler_->clock().offset_us(), scheduler_->clock().rtt_us() / 2);
   }
   scheduler_.reset();  // stops the heartbeats: the scheduler sees this shard leave
   for (auto& a : adopted_) {

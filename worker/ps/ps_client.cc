@@ -23,7 +23,7 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
       channels_(rank, table_, partitioner_,
                 [this](int s, PsRequest r, double timeout_s) { return Ask(s, std::move(r), timeout_s); }) {
   // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
-  if (scheduler_) seen_.joined = scheduler_->joined_nodes().size();
+  if (scheduler_) seen_.joined = scheduler_->news().joined_nodes().size();
   for (int s = 0; s < table.servers_size(); ++s) {
     Shard& shard = shards_[static_cast<size_t>(s)];
     shard.lent = std::make_shared<InflightCounter>();

@@ -18,7 +18,7 @@ void PsClient::CheckMembership() {
   for (int s = 0; s < table_.servers_size(); ++s) {
     if (scheduler_->IsDead(wire::SERVER, s)) shards_[static_cast<size_t>(s)].broken = true;
   }
-  const auto joined = scheduler_->joined_nodes();
+  const auto joined = scheduler_->news().joined_nodes();
   for (; seen_.joined < joined.size(); ++seen_.joined) {
     const auto& n = joined[seen_.joined];
     if (n.role() != wire::SERVER || n.rank() < 0 || n.rank() >= table_.servers_size()) continue;
