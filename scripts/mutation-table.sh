@@ -20,7 +20,7 @@ fi
 # name | file | text | replacement | make targets | ctest -R regex
 mutations=(
   "nan-compares-close|common/base/numeric/tensor.cc|    if (!std::isfinite(x) \|\| !std::isfinite(y)) return std::numeric_limits<double>::infinity();|    (void)0;|common_test|TensorTest.NonFiniteValuesNeverCompareClose|tensor_test.cc:"
-  "trace-offset-ignored|common/obs/trace.cc|  r.offset_us.store(clock_offset_us);|  r.offset_us.store(0);|common_test|TraceTest.OffRecordsNothingAndOnWritesChromeTraceEvents|trace_test.cc:"
+  "trace-offset-ignored|common/obs/trace.cc|  r.out.offset_us.store(clock_offset_us);|  r.out.offset_us.store(0);|common_test|TraceTest.OffRecordsNothingAndOnWritesChromeTraceEvents|trace_test.cc:"
   "controller-overstates-clocks|common/ps/worker_clocks.cc|    if (live_[w]) m = std::min(m, pushed_[w]);|    if (live_[w]) m = std::min(m, pushed_[w] + 1);|server_test|ConsistencyTest.SspBoundsTheGapToTheSlowestLiveWorker$|c.CanAnswerPull(0, 4)"
   "no-checkpoint-after-init|server/server_checkpoints.cc|  if (!checkpointer_.Due(updated, now)) return;|  if (!checkpointer_.Due(updated, now) \|\| true) return;|gradsync-server ps_binary_test|Modes/KilledServerTest.ComesBackFromItsCheckpointAndTheRunCompletes/bsp\$|fault_test.cc:"
   "ps-fp16-gradient-zeroed|python/gradsync/torch/amp.py|                grads.mul_(1.0 / self._scale)|                grads.mul_(0.0)|gradsync_python|python.test_precision|AssertionError"

@@ -76,15 +76,15 @@ std::vector<T> Unseen(std::vector<T> all, size_t* seen) {
 }  // namespace
 
 std::vector<wire::NodeInfo> Membership::NewDead(const SchedulerClient& scheduler) {
-  return Unseen(scheduler.dead_nodes(), &seen_dead_);
+  return Unseen(scheduler.news().dead_nodes(), &seen_dead_);
 }
 
 std::vector<wire::NodeInfo> Membership::NewJoined(const SchedulerClient& scheduler) {
-  return Unseen(scheduler.joined_nodes(), &seen_joined_);
+  return Unseen(scheduler.news().joined_nodes(), &seen_joined_);
 }
 
 std::vector<EndedWorker> Membership::NewEnded(const SchedulerClient& scheduler) {
-  return Unseen(scheduler.ended_workers(), &seen_ended_);
+  return Unseen(scheduler.news().ended_workers(), &seen_ended_);
 }
 
 bool Membership::News(const SchedulerClient& scheduler) {

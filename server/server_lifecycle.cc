@@ -332,7 +332,7 @@ Status ServerLifecycle::Start() {
   RETURN_IF_ERROR(registration_.Register());
   shard_.membership.ResetNews();
   if (!options_.trace_path.empty() && !Trace::on()) {
-    RETURN_IF_ERROR(Trace::Start(options_.trace_path, "server", registration_.rank(), registration_.scheduler().clock_offset_us()));
+    RETURN_IF_ERROR(Trace::Start(options_.trace_path, "server", registration_.rank(), registration_.scheduler().clock().offset_us()));
     if (registration_.scheduler().rejoined()) TraceInstant("rejoined the job", "failure");
   }
   colocated_->Add(registration_.rank());
@@ -378,8 +378,8 @@ Status ServerLifecycle::Start() {
 void ServerLifecycle::Finish() {
   if (Trace::on() && !options_.trace_path.empty()) {
     // The best estimate of the whole run (more probes unless the scheduler is shutting down).
-    if (!registration_.scheduler().shutdown_requested()) registration_.scheduler().EstimateClock(SchedulerClient::kClockProbes, 0.5);
-    Trace::RefineClockOffset(registration_.scheduler().clock_offset_us(), registration_.scheduler().clock_rtt_us() / 2);
+    if (!registration_.scheduler().shutdown_requested()) registration_.scheduler().clock().Estimate(SchedulerClient::kClockProbes, 0.5);
+    Trace::RefineClockOffset(registration_.scheduler().clock().offset_us(), registration_.scheduler().clock().rtt_us() / 2);
   }
   registration_.Leave();  // stops the heartbeats: the scheduler sees this shard leave
   for (auto& a : adopted_) {

@@ -284,8 +284,8 @@ void PrintSetup(const TrainConfig& c, const LocalTrainOptions& train, int rank, 
 // Writes the trace (--trace), with the clock offset against the scheduler refined over the run.
 void StopTrace(const config::WorkerProcess& p, JobLink& job) {
   if (job.scheduler) {  // the best estimate of the whole run
-    job.scheduler->EstimateClock(SchedulerClient::kClockProbes, 0.5);
-    Trace::RefineClockOffset(job.scheduler->clock_offset_us(), job.scheduler->clock_rtt_us() / 2);
+    job.scheduler->clock().Estimate(SchedulerClient::kClockProbes, 0.5);
+    Trace::RefineClockOffset(job.scheduler->clock().offset_us(), job.scheduler->clock().rtt_us() / 2);
   }
   size_t events = 0;
   Stopwatch writing;
@@ -315,7 +315,7 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   // written however this function returns.
   TraceStopper trace_stopper;
   if (p.has_trace()) {
-    const double offset = job.scheduler ? job.scheduler->clock_offset_us() : 0;
+    const double offset = job.scheduler ? job.scheduler->clock().offset_us() : 0;
     if (Status t = Trace::Start(p.trace(), "worker", job.rank, offset); !t.ok()) return Fail(&job, t);
     if (job.scheduler && job.scheduler->rejoined()) TraceInstant("rejoined the job", "failure");
   }

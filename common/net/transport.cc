@@ -223,90 +223,15 @@ Status Socket::RaiseMaxMessageBytes(int64_t bytes) {
 }
 
 Status Socket::WatchHandshakes(TransportContext& ctx) {
-  static std::atomic<uint64_t> next{0};
-  const std::string inproc = "inproc://gradsync-handshakes-" + std::to_string(next.fetch_add(1));
-  curve_ = CurveEnabled(ctx);
-  constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                          ZMQ_EVENT_DISCONNECTED;
-  if (zmq_socket_monitor(socket_.handle(), inproc.c_str(), kEvents) != 0) {
-    return UnavailableError(std::string("cannot monitor a socket: ") + zmq_strerror(zmq_errno()));
-  }
-  try {
-    auto pair = std::make_unique<zmq::socket_t>(static_cast<zmq::context_t&>(ctx), zmq::socket_type::pair);
-    pair->set(zmq::sockopt::linger, 0);
-    pair->connect(inproc);
-    monitor_ = std::move(pair);
-  } catch (const zmq::error_t& e) {
-    return UnavailableError(std::string("cannot monitor a socket: ") + e.what());
-  }
-  return OkStatus();
+  return handshakes_.Start(static_cast<zmq::context_t&>(ctx), socket_, CurveEnabled(ctx), peer_name_, connected_to_);
 }
 
 bool Socket::PeerConnected() {
   (void)HandshakeStatus();
-  return peer_connected_;
+  return handshakes_.connected();
 }
 
-Status Socket::HandshakeStatus() {
-  if (!monitor_ || !handshake_.ok()) return handshake_;
-  std::string where = connected_to_;
-  if (where.rfind("tcp://", 0) == 0) where = where.substr(6);
-  const std::string peer = "authentication failed with the " + peer_name_ + " at " + where + ": ";
-  try {
-    zmq::message_t event, address;
-    while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
-      if (event.more()) (void)monitor_->recv(address, zmq::recv_flags::dontwait);
-      if (event.size() < 6) continue;
-      uint16_t id = 0;
-      uint32_t value = 0;
-      std::memcpy(&id, event.data(), 2);
-      std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
-      switch (id) {
-        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
-          broken_handshakes_ = 0;
-          peer_connected_ = true;
-          break;
-        case ZMQ_EVENT_DISCONNECTED:
-          peer_connected_ = false;
-          break;
-        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-          // The peer's ZAP handler said no (CURVE: our client key is not in its authorized_keys).
-          handshake_ = UnauthenticatedError(peer + "it refused this process's key (wrong --auth-dir?)");
-          break;
-        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-          if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-            handshake_ = UnauthenticatedError(
-                peer + (curve_ ? "it does not use CURVE, this process does (--auth-dir on one side only?)"
-                               : "it uses CURVE and this process does not (start it with --auth-dir)"));
-          } else {
-            char code[16];
-            std::snprintf(code, sizeof code, "0x%x", value);
-            handshake_ = UnauthenticatedError(peer + "the handshake broke ZMTP's rules (protocol error " + code +
-                                              "; is it a gradsync " + peer_name_ + "?)");
-          }
-          break;
-        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-          // The peer hung up mid-handshake. With CURVE that is what a server does with a hello it
-          // cannot open (we hold another cluster's server.pub); once could be a restart, three
-          // times in a row is not.
-          if (++broken_handshakes_ >= 3) {
-            handshake_ = UnauthenticatedError(
-                peer + (curve_ ? "it closed every handshake (it does not hold the server key this process's "
-                                 "server.pub names: another cluster's keys? wrong --auth-dir?)"
-                               : "it closed every handshake (does it use --auth-dir? then so must this process)"));
-          }
-          break;
-        default:
-          break;
-      }
-      if (!handshake_.ok()) break;
-    }
-  } catch (const zmq::error_t& e) {
-    if (e.num() != ETERM) GRADSYNC_LOG(DEBUG) << "socket monitor: " << e.what();
-  }
-  return handshake_;
-}
+Status Socket::HandshakeStatus() { return handshakes_.Read(); }
 
 TrafficCounters& Socket::PeerCounters(const std::string& peer) {
   auto it = by_peer_.find(peer);

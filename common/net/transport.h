@@ -27,6 +27,7 @@
 #include <zmq.hpp>
 
 #include "common/base/status.h"
+#include "common/net/handshake_watch.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {
@@ -227,11 +228,7 @@ Result<std::vector<size_t>> PollReadable(std::span<Socket* const> sockets, int t
   int64_t max_message_bytes_ = kMaxControlMessageBytes;
   int rcvtimeo_ms_ = -1;                    // ZMQ_RCVTIMEO as last set (Recv)
   std::string connected_to_;                // connected sockets: the endpoint
-  bool peer_connected_ = false;
-  std::unique_ptr<zmq::socket_t> monitor_;  // WatchHandshakes: the monitor's events (after socket_)
-  bool curve_ = false;
-  int broken_handshakes_ = 0;
-  Status handshake_;
+  HandshakeWatch handshakes_;               // WatchHandshakes (after socket_: it goes first)
   TrafficCounters total_;
   std::map<std::string, TrafficCounters> by_peer_;
 };

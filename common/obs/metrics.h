@@ -27,27 +27,44 @@
 namespace gradsync {
 
 struct MetricsRow {
+  // PS modes: how stale the step's exchange with the shards was, as the PS client measures it.
+  struct Staleness {
+    // Of this worker's last push: shard updates between the version its gradient was computed
+    // on and the one it was applied to (max over the shards).
+    double version_lag = NAN;
+    // Of this worker's last answered pull: its clock minus the lowest clock whose updates the
+    // answer is guaranteed to hold (max over the shards; ssp bounds it by s).
+    double clock_staleness = NAN;
+  };
+  // Bytes moved so far (cumulative), as the transports count them.
+  struct Traffic {
+    uint64_t bytes_sent = 0;  // on the wire
+    uint64_t bytes_received = 0;
+    uint64_t shm_bytes_sent = 0;  // through shared memory
+    uint64_t shm_bytes_received = 0;
+  };
+  // Where the step's time went, as the training loop times it.
+  struct Times {
+    double compute_ms = 0.0;  // forward + backward + local update of the step
+    double comm_ms = 0.0;     // pushing, pulling or all-reducing
+    double wait_ms = 0.0;     // blocked on consistency (barrier, staleness bound)
+    double delay_ms = 0.0;    // straggler delay injected in this step
+    double hidden_ms = 0.0;   // communication that ran behind the backward pass (overlap)
+  };
+  // An evaluation row's: the evaluation of the test set.
+  struct Test {
+    double loss = NAN;
+    double accuracy = NAN;  // fraction in [0, 1]
+  };
+
   int64_t step = 0;         // steps (iterations) this worker has finished
   double epoch = 0.0;       // fractional epochs done
   double wall_s = 0.0;      // seconds since the run started
   double loss = NAN;        // mean training loss of the step (or of the epoch, on eval rows)
-  // PS modes, of this worker's last push: shard updates between the version its gradient was
-  // computed on and the one it was applied to (max over the shards).
-  double version_lag = NAN;
-  // PS modes, of this worker's last answered pull: its clock minus the lowest clock whose
-  // updates the answer is guaranteed to hold (max over the shards; ssp bounds it by s).
-  double clock_staleness = NAN;
-  uint64_t bytes_sent = 0;  // cumulative, on the wire
-  uint64_t bytes_received = 0;
-  uint64_t shm_bytes_sent = 0;  // cumulative, through shared memory
-  uint64_t shm_bytes_received = 0;
-  double compute_ms = 0.0;  // forward + backward + local update of the step
-  double comm_ms = 0.0;     // pushing, pulling or all-reducing
-  double wait_ms = 0.0;     // blocked on consistency (barrier, staleness bound)
-  double test_loss = NAN;
-  double test_accuracy = NAN;  // fraction in [0, 1]
-  double delay_ms = 0.0;       // straggler delay injected in this step
-  double hidden_ms = 0.0;      // communication that ran behind the backward pass (overlap)
+  Staleness staleness;
+  Traffic traffic;
+  Times times;
+  Test test;
   // --precision=fp16: the loss scale the step's gradient was computed with, and the steps
   // skipped so far because their gradients overflowed (cumulative). NaN / 0 otherwise.
   double loss_scale = NAN;

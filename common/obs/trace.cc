@@ -98,23 +98,23 @@ std::string Quoted(const std::string& s) {
   return out + "\"";
 }
 
-struct Registry {
-  std::mutex mu;  // guards everything below
-  std::condition_variable cv;
-  std::vector<std::unique_ptr<ThreadBuffer>> buffers;  // registered once per thread, never removed
-  std::deque<ThreadBuffer> full;                         // waiting for the writer
-  std::vector<std::unique_ptr<EventBlock>> spares;     // fresh blocks, their pages touched
-  std::thread writer;
-  bool stopping = false;
+// TraceFile: the JSON file a trace is written into: where it goes, the process it names (pid),
+// the clock offset added to every stamp written, the events written and the first failed
+// write's errno, and the names' literals made so far. It belongs to the writer thread while that
+// runs, and to Start and Stop (under the registry's mutex) otherwise.
+struct TraceFile {
   std::FILE* file = nullptr;
   std::string path;
   int pid = 0;
   std::atomic<double> offset_us{0};
-  double refined_offset_us = 0;
-  double offset_error_us = -1;
   size_t written = 0;
   int write_errno = 0;  // the first failed write's
   std::unordered_map<const char*, std::string> literals;  // the writer's (see Write)
+
+  // Records a failed write's errno unless one is recorded already.
+  void Failed() {
+    if (write_errno == 0) write_errno = errno ? errno : EIO;
+  }
 
   // Appends `events` of thread `tid` to the file (called with `mu` released: the file belongs
   // to the writer thread until Stop joined it).
@@ -160,7 +160,7 @@ struct Registry {
       if (e.num_args > 0) out += "}";
       out += "}";
     }
-    if (std::fwrite(out.data(), 1, out.size(), file) != out.size() && write_errno == 0) write_errno = errno ? errno : EIO;
+    if (std::fwrite(out.data(), 1, out.size(), file) != out.size()) Failed();
     written += events.size();
   }
 
@@ -170,6 +170,23 @@ struct Registry {
     if (added) it->second = Quoted(name);
     return it->second;
   }
+};
+
+// Registry: the process's trace recording: every thread's buffer (registered once, never
+// removed), the full ones waiting for the writer thread, the fresh blocks it keeps ready, the
+// writer thread itself, the file it writes (TraceFile), and the refined clock offset that Stop
+// writes beside the events.
+struct Registry {
+  std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<ThreadBuffer>> buffers;  // registered once per thread, never removed
+  std::deque<ThreadBuffer> full;                         // waiting for the writer
+  std::vector<std::unique_ptr<EventBlock>> spares;     // fresh blocks, their pages touched
+  std::thread writer;
+  bool stopping = false;
+  TraceFile out;
+  double refined_offset_us = 0;
+  double offset_error_us = -1;
 
   void WriterLoop() {
     std::unique_lock<std::mutex> lock(mu);
@@ -194,7 +211,7 @@ struct Registry {
       ThreadBuffer b = std::move(full.front());
       full.pop_front();
       lock.unlock();
-      Write(b.tid, *b.events);
+      out.Write(b.tid, *b.events);
       lock.lock();
     }
   }
@@ -259,25 +276,25 @@ std::atomic<bool> Trace::on_{false};
 Status Trace::Start(const std::string& path, const std::string& role, int rank, double clock_offset_us) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (r.file != nullptr) return FailedPreconditionError("a trace is being recorded already (into " + r.path + ")");
+  if (r.out.file != nullptr) return FailedPreconditionError("a trace is being recorded already (into " + r.out.path + ")");
   const std::string partial = path + ".partial";
   std::FILE* f = std::fopen(partial.c_str(), "w");
   if (f == nullptr) return UnavailableError("cannot create the trace file " + partial + ": " + std::strerror(errno));
-  r.file = f;
-  r.path = path;
-  r.pid = rank;
-  r.offset_us.store(clock_offset_us);
+  r.out.file = f;
+  r.out.path = path;
+  r.out.pid = rank;
+  r.out.offset_us.store(clock_offset_us);
   r.refined_offset_us = clock_offset_us;
   r.offset_error_us = -1;
-  r.written = 0;
-  r.write_errno = 0;
+  r.out.written = 0;
+  r.out.write_errno = 0;
   r.stopping = false;
   r.full.clear();
   for (auto& b : r.buffers) b->events->clear();
   const std::string header = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " +
                              std::to_string(rank) + ", \"tid\": 0, \"args\": {\"name\": " +
                              Quoted(role + " " + std::to_string(rank)) + "}}";
-  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) r.write_errno = errno ? errno : EIO;
+  if (std::fwrite(header.data(), 1, header.size(), f) != header.size()) r.out.Failed();
   r.writer = std::thread([&r] { r.WriterLoop(); });
   on_.store(true, std::memory_order_release);
   return OkStatus();
@@ -333,7 +350,7 @@ Status Trace::Stop(size_t* events) {
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    if (r.file == nullptr) {
+    if (r.out.file == nullptr) {
       if (events != nullptr) *events = 0;
       return OkStatus();
     }
@@ -343,10 +360,10 @@ Status Trace::Stop(size_t* events) {
   r.writer.join();  // it drains every full buffer first
   std::lock_guard<std::mutex> lock(r.mu);
   for (const auto& b : r.buffers) {
-    r.Write(b->tid, *b->events);
+    r.out.Write(b->tid, *b->events);
     b->events->clear();
   }
-  const double correction = r.refined_offset_us - r.offset_us.load();
+  const double correction = r.refined_offset_us - r.out.offset_us.load();
   if (correction != 0 || r.offset_error_us >= 0) {
     // us: what the merge adds to the written stamps; offset_us: the whole offset from this
     // process's clock to the scheduler's (Start's plus us); error_us: its bound.
@@ -354,23 +371,21 @@ Status Trace::Stop(size_t* events) {
     std::snprintf(meta, sizeof(meta),
                   ",\n{\"ph\": \"M\", \"name\": \"clock_correction\", \"pid\": %d, \"tid\": 0, \"args\": {\"us\": %.3f, \"error_us\": %.3f, "
                   "\"offset_us\": %.3f}}",
-                  r.pid, correction, r.offset_error_us, r.refined_offset_us);
-    if (std::fputs(meta, r.file) < 0 && r.write_errno == 0) r.write_errno = errno ? errno : EIO;
+                  r.out.pid, correction, r.offset_error_us, r.refined_offset_us);
+    if (std::fputs(meta, r.out.file) < 0) r.out.Failed();
   }
   static const char kFooter[] = "\n]}\n";
-  if (std::fwrite(kFooter, 1, sizeof(kFooter) - 1, r.file) != sizeof(kFooter) - 1 && r.write_errno == 0) {
-    r.write_errno = errno ? errno : EIO;
-  }
-  if (std::fclose(r.file) != 0 && r.write_errno == 0) r.write_errno = errno ? errno : EIO;
-  r.file = nullptr;
-  if (events != nullptr) *events = r.written;
-  const std::string partial = r.path + ".partial";
-  if (r.write_errno != 0) {
+  if (std::fwrite(kFooter, 1, sizeof(kFooter) - 1, r.out.file) != sizeof(kFooter) - 1) r.out.Failed();
+  if (std::fclose(r.out.file) != 0) r.out.Failed();
+  r.out.file = nullptr;
+  if (events != nullptr) *events = r.out.written;
+  const std::string partial = r.out.path + ".partial";
+  if (r.out.write_errno != 0) {
     std::remove(partial.c_str());
-    return UnavailableError("the trace file " + r.path + " was not written: " + std::strerror(r.write_errno));
+    return UnavailableError("the trace file " + r.out.path + " was not written: " + std::strerror(r.out.write_errno));
   }
-  if (std::rename(partial.c_str(), r.path.c_str()) != 0) {
-    return UnavailableError("the trace file " + r.path + " was not written: " + std::strerror(errno));
+  if (std::rename(partial.c_str(), r.out.path.c_str()) != 0) {
+    return UnavailableError("the trace file " + r.out.path + " was not written: " + std::strerror(errno));
   }
   return OkStatus();
 }

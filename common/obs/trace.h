@@ -10,10 +10,10 @@
 //
 // Time: events carry microseconds of the host's steady clock, plus the clock offset, applied when
 // they are written. A process learns its offset against the job's scheduler when it registers
-// (SchedulerClient::clock_offset_us), so that the traces of every process of a job share the
+// (SchedulerClient::clock(), ClockEstimate::offset_us), so that the traces of every process of a job share the
 // scheduler's clock and line up when merged (experiments/trace/trace_merge.h).
 //
-//   RETURN_IF_ERROR(Trace::Start("trace.json", "worker", 0, scheduler.clock_offset_us()));
+//   RETURN_IF_ERROR(Trace::Start("trace.json", "worker", 0, scheduler.clock().offset_us()));
 //   { TraceSpan s("push", "comm", {{"shard", 1}, {"bytes", 4096}}); ... }  // a complete event ("ph":"X")
 //   TraceInstant("rejoin", "failure");                                   // an instant event ("ph":"i")
 //   RETURN_IF_ERROR(Trace::Stop());                                      // writes the rest

@@ -32,17 +32,17 @@ Status Job::Row(int w, int64_t step) {
   row.epoch = epoch_of(step);
   row.wall_s = engine.now() / 1e6;
   row.loss = NAN;
-  row.bytes_sent = r.sent;
-  row.bytes_received = r.received;
-  row.shm_bytes_sent = r.shm_sent;
-  row.shm_bytes_received = r.shm_received;
-  row.compute_ms = r.compute_ms;
-  row.comm_ms = r.comm_ms;
-  row.wait_ms = r.wait_ms;
-  row.delay_ms = r.delay_ms;
-  row.hidden_ms = r.hidden_ms;
-  row.version_lag = r.version_lag;
-  row.clock_staleness = r.clock_staleness;
+  row.traffic.bytes_sent = r.sent;
+  row.traffic.bytes_received = r.received;
+  row.traffic.shm_bytes_sent = r.shm_sent;
+  row.traffic.shm_bytes_received = r.shm_received;
+  row.times.compute_ms = r.compute_ms;
+  row.times.comm_ms = r.comm_ms;
+  row.times.wait_ms = r.wait_ms;
+  row.times.delay_ms = r.delay_ms;
+  row.times.hidden_ms = r.hidden_ms;
+  row.staleness.version_lag = r.version_lag;
+  row.staleness.clock_staleness = r.clock_staleness;
   r.rows.emplace_back(step, row.wall_s);
   return r.metrics->Write(row);
 }
@@ -53,12 +53,12 @@ Status Job::EvalRow(int64_t step) {
   row.step = step;
   row.epoch = epoch_of(step);
   row.wall_s = engine.now() / 1e6;
-  row.bytes_sent = r.sent;
-  row.bytes_received = r.received;
-  row.shm_bytes_sent = r.shm_sent;
-  row.shm_bytes_received = r.shm_received;
-  row.test_accuracy = s.accuracy.empty() ? NAN : AccuracyAt(s.accuracy, step);
-  row.test_loss = NAN;
+  row.traffic.bytes_sent = r.sent;
+  row.traffic.bytes_received = r.received;
+  row.traffic.shm_bytes_sent = r.shm_sent;
+  row.traffic.shm_bytes_received = r.shm_received;
+  row.test.accuracy = s.accuracy.empty() ? NAN : AccuracyAt(s.accuracy, step);
+  row.test.loss = NAN;
   return r.metrics->Write(row);
 }
 

@@ -101,7 +101,7 @@ FrontendJob::FrontendJob(const std::vector<std::string>& argv) {
   ThrowIfError(JoinJob(train_, process_, &link_));
   if (process_.has_trace()) {
     // GRADSYNC_TRACE (gradsync-launch --trace): this process's timeline, on the scheduler's clock.
-    const double offset = link_.scheduler ? link_.scheduler->clock_offset_us() : 0;
+    const double offset = link_.scheduler ? link_.scheduler->clock().offset_us() : 0;
     ThrowIfError(Trace::Start(process_.trace(), "worker", link_.rank, offset));
   }
 }
@@ -221,7 +221,7 @@ void FrontendJob::AlignGathers() {
 }
 
 std::vector<EndedWorker> FrontendJob::EndedWorkers() const {
-  return link_.scheduler ? link_.scheduler->ended_workers() : std::vector<EndedWorker>{};
+  return link_.scheduler ? link_.scheduler->news().ended_workers() : std::vector<EndedWorker>{};
 }
 
 std::vector<std::string> FrontendJob::WorkerHosts() const {
@@ -245,8 +245,8 @@ void FrontendJob::Finished(const Status& status) {
   finished_ = true;
   if (Trace::on()) {
     if (link_.scheduler) {  // the best estimate of the whole run
-      link_.scheduler->EstimateClock(SchedulerClient::kClockProbes, 0.5);
-      Trace::RefineClockOffset(link_.scheduler->clock_offset_us(), link_.scheduler->clock_rtt_us() / 2);
+      link_.scheduler->clock().Estimate(SchedulerClient::kClockProbes, 0.5);
+      Trace::RefineClockOffset(link_.scheduler->clock().offset_us(), link_.scheduler->clock().rtt_us() / 2);
     }
     if (Status t = Trace::Stop(); !t.ok()) GRADSYNC_LOG(ERROR) << "the trace was not written: " << t;
   }

@@ -30,7 +30,6 @@
 #pragma once
 
 #include <atomic>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -39,6 +38,10 @@
 #include "common/base/status.h"
 #include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
+#include "server/scheduler/barrier_book.h"
+#include "server/scheduler/control_replies.h"
+#include "server/scheduler/job_terms.h"
+#include "server/scheduler/node_roster.h"
 #include "server/scheduler/shard_copies.h"
 #include "gradsync.pb.h"
 
@@ -74,47 +77,26 @@ class Scheduler {
   void Stop() { stop_.store(true); }
 
  private:
-  struct Node {
-    wire::NodeInfo info;
-    std::string identity;
-    double last_seen = 0;
-    bool dead = false;
-    double dead_at = 0;  // when it was declared dead
-    bool finished = false;
-    Status result;
-    int rejoins = 0;
-    int64_t listening = 0;              // servers: the message size their data socket accepts
-    bool announce_when_listening = false;  // a restarted server: NODE_JOINED once it accepts the job's
-    // A worker that ended training (TRAINING_ENDED): its clock (-1: it has not), and whether it
-    // left the consistency rule (join).
-    int64_t ended_clock = -1;
-    bool ended_joined = false;
-  };
+  using Node = NodeRecord;
 
   Scheduler(SchedulerOptions options, Socket socket)
-      : options_(std::move(options)), socket_(std::move(socket)), copies_(options_.num_servers, options_.replicas) {}
+      : options_(std::move(options)),
+        socket_(std::move(socket)),
+        terms_(options_.mode, options_.staleness),
+        replies_(socket_),
+        barriers_(roster_, replies_),
+        copies_(options_.num_servers, options_.replicas) {}
   void Handle(Message& m, double now);
   void HandleRegister(const std::string& peer, const ControlMessage& c, double now);
-  // After the job started: a restarted node takes a dead node's rank (elastic membership).
-  // A restarted node's slot: a dead node of its role (the rank it asks for, else the first).
-  Node* DeadSlotFor(const wire::NodeInfo& info);
-  // The live (not finished) node of `role` and `rank`, if any.
-  Node* LiveNode(wire::Role role, int rank);
-  void HandleBarrier(const std::string& peer, const ControlMessage& c);
   void HandleFinished(Node& n, const ControlMessage& c);
+  // After the job started: a restarted node takes a dead node's rank (elastic membership).
   void HandleRejoin(const std::string& peer, const ControlMessage& c, const std::string& who, double now);
   void AssignRanksAndAnnounce();
-  void CheckBarriers();
-  // A member of `barrier` that has not arrived and ended training without joining, while a
-  // worker that still trains waits there: it never comes. Null when none.
-  const Node* EndedAbsent(const std::vector<Node*>& members, const std::string& barrier) const;
   void CheckHeartbeats(double now);
   // Shards none of whose copies lives (ShardCopies::NoLiveCopy). A shard whose server kept
   // checkpoints waits for that server's restart, said once; any other is lost for good: the job
   // fails at once (lost_), every node told, naming the shards.
   void CheckShards(double now);
-  // The server nodes as ShardCopies sees them, in slot order.
-  std::vector<ServerSlot> ServerSlots() const;
   // Message limits: a worker's MESSAGE_LIMIT (the first sets the job's, which every server hears),
   // a server's LISTENING; workers are answered once every live server accepts the job's limit.
   void HandleMessageLimit(Node& n, const ControlMessage& c);
@@ -129,30 +111,18 @@ class Scheduler {
   // A server whose shard a backup took over comes back: a standby (NodeInfo.standby).
   void AddStandby(const std::string& peer, const ControlMessage& c, const std::string& who, const Node& taken,
                   double now);
-  void Reply(const std::string& peer, ControlMessage c);
-  void ReplyError(const std::string& peer, const Status& s);
   void Broadcast(const ControlMessage& c);
   bool JobOver() const;
-  std::vector<Node*> Members(const std::string& group);
 
   SchedulerOptions options_;
   Socket socket_;
   std::atomic<bool> stop_{false};
-  std::string mode_;
-  int staleness_ = -1;  // -1 until known
-  std::string mode_source_;
-  std::string fingerprint_;
-  std::string fingerprint_source_;
-  std::vector<Node> nodes_;
-  std::map<std::string, size_t> by_identity_;
+  JobTerms terms_;         // what the job runs, and its identity
+  NodeRoster roster_;      // the nodes, by slot and connection
+  ControlReplies replies_;
+  BarrierBook barriers_;   // the open barriers
   bool announced_ = false;
   wire::ClusterTable table_;
-  std::map<std::string, std::set<std::string>> barrier_arrivals_;  // name -> identities
-  std::map<std::string, std::map<std::string, std::string>> barrier_data_;  // name -> identity -> gather data
-  std::map<std::string, std::string> barrier_group_;
-  std::string job_id_;  // drawn at Create: this run of the job, in every checkpoint
-  std::string replica_key_;  // drawn at Create: told to servers only (wire::ControlFields.replica_key)
-  std::map<std::string, std::string> replaced_;  // identity of a node whose rank another took -> its name
   std::set<std::string> limit_waiters_;  // identities of workers waiting for MESSAGE_LIMIT's answer
   std::set<int> awaiting_restart_;  // shards with no live copy whose server's restart is awaited
   ShardCopies copies_;  // which server process holds which shard's copy

@@ -22,18 +22,18 @@ TEST(MetricsTest, WritesHeaderAndRows) {
     train.epoch = 0.25;
     train.wall_s = 1.5;
     train.loss = 0.75;
-    train.bytes_sent = 1000;
-    train.shm_bytes_sent = 4096;
-    train.shm_bytes_received = 8192;
-    train.compute_ms = 2.0;
-    train.version_lag = 3;
-    train.clock_staleness = 1;
+    train.traffic.bytes_sent = 1000;
+    train.traffic.shm_bytes_sent = 4096;
+    train.traffic.shm_bytes_received = 8192;
+    train.times.compute_ms = 2.0;
+    train.staleness.version_lag = 3;
+    train.staleness.clock_staleness = 1;
     ASSERT_TRUE(w->Write(train).ok());
     MetricsRow eval = train;
-    eval.version_lag = NAN;
-    eval.clock_staleness = NAN;
-    eval.test_loss = 0.5;
-    eval.test_accuracy = 0.875;
+    eval.staleness.version_lag = NAN;
+    eval.staleness.clock_staleness = NAN;
+    eval.test.loss = 0.5;
+    eval.test.accuracy = 0.875;
     ASSERT_TRUE(w->Write(eval).ok());
   }
   std::ifstream f(path);

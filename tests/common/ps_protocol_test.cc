@@ -21,7 +21,7 @@ TEST(PsProtocolTest, AHeaderCarriesOnlyItsOwnPlanesFields) {
   const wire::Header ps = EncodeRequest(push);
   EXPECT_EQ(ps.plane_case(), wire::Header::kPs);
   ControlMessage heartbeat = Control(wire::HEARTBEAT);
-  heartbeat.sent_clock_us = 5;
+  heartbeat.probe.sent_us = 5;
   const wire::Header control = EncodeControl(heartbeat);
   EXPECT_EQ(control.plane_case(), wire::Header::kControl);
   ReplicaEntry round;

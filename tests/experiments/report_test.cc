@@ -177,7 +177,7 @@ TEST(ProgressLineTest, SaysTheWorkersAreEvaluatingAfterTheLastStep) {
   progress.SetNote("b");
   progress.Tick();
   EXPECT_NE(out.str().find("step 20  test acc \u2014 (evaluating)"), std::string::npos) << out.str();
-  row.test_accuracy = 0.5;  // the evaluation row
+  row.test.accuracy = 0.5;  // the evaluation row
   ASSERT_TRUE(w->Write(row).ok());
   out.str("");
   progress.SetNote("c");

@@ -538,10 +538,10 @@ TEST(SimTest, AccuracyIsTheMeasuredCurveAtTheSimulatedStep) {
     ASSERT_TRUE(m.ok());
     MetricsRow row;
     row.step = 0;
-    row.test_accuracy = 0.10;
+    row.test.accuracy = 0.10;
     ASSERT_TRUE(m->Write(row).ok());
     row.step = 100;
-    row.test_accuracy = 0.70;
+    row.test.accuracy = 0.70;
     ASSERT_TRUE(m->Write(row).ok());
     ASSERT_TRUE(m->Flush().ok());
   }

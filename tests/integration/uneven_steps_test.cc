@@ -319,7 +319,7 @@ class RawNode {
 bool Heard(const SchedulerClient& c, int rank, int64_t clock, bool joined, double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   while (Clock::now() < deadline) {
-    for (const EndedWorker& e : c.ended_workers()) {
+    for (const EndedWorker& e : c.news().ended_workers()) {
       if (e.rank == rank && e.clock == clock && e.joined == joined) return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -386,8 +386,8 @@ TEST(UnevenStepsTest, TheSchedulerChecksRecordsAndRelaysTrainingEnded) {
   EXPECT_TRUE(relayed->control().joined());
   EXPECT_TRUE(Heard(*worker0, 1, 7, true, 5));
   EXPECT_TRUE(Heard(*server, 1, 7, true, 5));
-  EXPECT_EQ(worker0->ended_workers().size(), 1u);  // the server's was refused
-  EXPECT_EQ(server->ended_workers().size(), 1u);
+  EXPECT_EQ(worker0->news().ended_workers().size(), 1u);  // the server's was refused
+  EXPECT_EQ(server->news().ended_workers().size(), 1u);
 
   // A node that rejoins later hears it too: worker 0 goes silent, is declared dead, and a
   // restarted worker 0 takes its rank.

@@ -76,12 +76,12 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
   r.wall_s = c.run_clock->Seconds();
   if (metrics && c.evaluate) {
     MetricsRow row = StepRow(c.step, c.steps_per_epoch, r.wall_s, r.train_loss);
-    row.test_loss = r.test_loss;
-    row.test_accuracy = r.test_accuracy;
-    row.bytes_sent = c.bytes_sent;
-    row.bytes_received = c.bytes_received;
-    row.shm_bytes_sent = c.shm_bytes_sent;
-    row.shm_bytes_received = c.shm_bytes_received;
+    row.test.loss = r.test_loss;
+    row.test.accuracy = r.test_accuracy;
+    row.traffic.bytes_sent = c.bytes_sent;
+    row.traffic.bytes_received = c.bytes_received;
+    row.traffic.shm_bytes_sent = c.shm_bytes_sent;
+    row.traffic.shm_bytes_received = c.shm_bytes_received;
     RETURN_IF_ERROR(metrics->Write(row));
   }
   return r;
@@ -91,12 +91,12 @@ Status WriteEvaluationRow(const EpochClose& c, double loss, Model& model, Metric
   if (!metrics) return OkStatus();
   EvalResult e = Evaluate(model, *c.test, c.eval_batch);
   MetricsRow row = StepRow(c.step, c.steps_per_epoch, c.run_clock->Seconds(), loss);
-  row.test_loss = e.loss;
-  row.test_accuracy = e.accuracy;
-  row.bytes_sent = c.bytes_sent;
-  row.bytes_received = c.bytes_received;
-  row.shm_bytes_sent = c.shm_bytes_sent;
-  row.shm_bytes_received = c.shm_bytes_received;
+  row.test.loss = e.loss;
+  row.test.accuracy = e.accuracy;
+  row.traffic.bytes_sent = c.bytes_sent;
+  row.traffic.bytes_received = c.bytes_received;
+  row.traffic.shm_bytes_sent = c.shm_bytes_sent;
+  row.traffic.shm_bytes_received = c.shm_bytes_received;
   return metrics->Write(row);
 }
 

@@ -45,17 +45,17 @@ Status EpochReporter::StepDone(int64_t step, float loss, int64_t samples, double
 Status EpochReporter::WriteStepRow(int64_t step, float loss, const SyncStepStats& stats, double compute_ms,
                                    double delay_ms) {
   MetricsRow row = StepRow(step, steps_per_epoch_, run_clock_.Seconds(), loss);
-  row.version_lag = stats.version_lag;
-  row.clock_staleness = stats.clock_staleness;
-  row.bytes_sent = stats.bytes_sent;
-  row.bytes_received = stats.bytes_received;
-  row.shm_bytes_sent = stats.shm_bytes_sent;
-  row.shm_bytes_received = stats.shm_bytes_received;
-  row.compute_ms = std::max(0.0, compute_ms - stats.blocked_ms) + stats.compute_ms;
-  row.comm_ms = stats.comm_ms;
-  row.wait_ms = stats.wait_ms;
-  row.hidden_ms = stats.hidden_ms;
-  row.delay_ms = delay_ms;
+  row.staleness.version_lag = stats.version_lag;
+  row.staleness.clock_staleness = stats.clock_staleness;
+  row.traffic.bytes_sent = stats.bytes_sent;
+  row.traffic.bytes_received = stats.bytes_received;
+  row.traffic.shm_bytes_sent = stats.shm_bytes_sent;
+  row.traffic.shm_bytes_received = stats.shm_bytes_received;
+  row.times.compute_ms = std::max(0.0, compute_ms - stats.blocked_ms) + stats.compute_ms;
+  row.times.comm_ms = stats.comm_ms;
+  row.times.wait_ms = stats.wait_ms;
+  row.times.hidden_ms = stats.hidden_ms;
+  row.times.delay_ms = delay_ms;
   row.loss_scale = stats.loss_scale;
   row.skipped_steps = stats.skipped_steps;
   return metrics_->Write(row);

@@ -11,7 +11,7 @@ namespace gradsync {
 ShardLinks::ShardLinks(TransportContext& ctx, const wire::ClusterTable& table, int rank, SchedulerClient* scheduler)
     : ctx_(ctx), table_(table), rank_(rank), scheduler_(scheduler), shards_(static_cast<size_t>(table.servers_size())) {
   // News from before this client existed (e.g. a rejoining worker learns of dead nodes) counts.
-  if (scheduler_) seen_.joined = scheduler_->joined_nodes().size();
+  if (scheduler_) seen_.joined = scheduler_->news().joined_nodes().size();
 }
 
 Status ShardLinks::Connect(int64_t max_message_bytes) {
@@ -48,7 +48,7 @@ void ShardLinks::CheckMembership() {
   for (int s = 0; s < table_.servers_size(); ++s) {
     if (scheduler_->IsDead(wire::SERVER, s)) shards_[static_cast<size_t>(s)].broken = true;
   }
-  const auto joined = scheduler_->joined_nodes();
+  const auto joined = scheduler_->news().joined_nodes();
   for (; seen_.joined < joined.size(); ++seen_.joined) {
     const auto& n = joined[seen_.joined];
     if (n.role() != wire::SERVER || n.rank() < 0 || n.rank() >= table_.servers_size()) continue;

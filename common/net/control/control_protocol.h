@@ -28,25 +28,42 @@
 namespace gradsync {
 
 struct ControlMessage {
+  // REGISTER: the job a node asks to be part of; REGISTER_REPLY: what the job gives it.
+  struct JobFields {
+    std::string mode;             // REGISTER
+    int staleness = 0;            // REGISTER: the ssp bound; -1: "the job's"
+    std::string fingerprint;      // REGISTER from a worker: the settings that must agree
+    wire::ClusterTable table;     // REGISTER_REPLY
+    bool rejoined = false;        // REGISTER_REPLY: this node took a dead one's rank
+    std::string replica_key;      // REGISTER_REPLY to a server
+  };
+  // BARRIER and BARRIER_RELEASE.
+  struct BarrierFields {
+    std::string name;                    // both
+    std::string group;                   // BARRIER: workers | servers | all
+    std::string data;                    // BARRIER: this node's part of a gather
+    std::vector<std::string> gathered;   // BARRIER_RELEASE: every member's part, by rank
+  };
+  // HEARTBEAT as a clock probe.
+  struct ClockProbe {
+    double sent_us = 0;       // the node's clock when sent (0: not stamped)
+    double scheduler_us = 0;  // the answer: the scheduler's
+  };
+  // TRAINING_ENDED.
+  struct EndedFields {
+    int64_t clock = 0;    // the steps the worker pushed
+    bool joined = false;  // it leaves the consistency rule
+  };
+
   wire::Type type = wire::TYPE_UNSPECIFIED;
   wire::Role sender_role = wire::ROLE_UNSPECIFIED;
   int sender_rank = 0;
   wire::NodeInfo node;                 // REGISTER, REGISTER_REPLY, NODE_DEAD, NODE_JOINED, a relayed TRAINING_ENDED
-  wire::ClusterTable table;            // REGISTER_REPLY
-  std::string mode;                    // REGISTER
-  int staleness = 0;                   // REGISTER: the ssp bound; -1: "the job's"
-  std::string job_fingerprint;         // REGISTER from a worker
-  bool rejoined = false;               // REGISTER_REPLY: this node took a dead one's rank
-  std::string replica_key;             // REGISTER_REPLY to a server
-  std::string barrier;                 // BARRIER, BARRIER_RELEASE: its name
-  std::string group;                   // BARRIER: workers | servers | all
-  std::string barrier_data;            // BARRIER: this node's part of a gather
-  std::vector<std::string> gathered;   // BARRIER_RELEASE: every member's part, by rank
-  double sent_clock_us = 0;            // HEARTBEAT: the node's clock when sent (0: not stamped)
-  double scheduler_clock_us = 0;       // HEARTBEAT answer: the scheduler's
+  JobFields job;
+  BarrierFields barrier;
+  ClockProbe probe;
+  EndedFields ended;
   uint64_t max_message_bytes = 0;      // MESSAGE_LIMIT, SHARD_LIMIT, LISTENING
-  int64_t clock = 0;                   // TRAINING_ENDED: the steps the worker pushed
-  bool joined = false;                 // TRAINING_ENDED: it leaves the consistency rule
   // ERROR; FINISHED (OK: success); SHUTDOWN (the job failed); BARRIER_RELEASE (given up);
   // MESSAGE_LIMIT (refused). A code this build does not know reads as kUnknown.
   Status status;
