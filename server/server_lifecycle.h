@@ -5,7 +5,7 @@
 // checkpoint; a (re)joining worker's JOIN says where it goes on, and a restored shard counts the
 // pushes it lost of it. Each pass of the loop it polls the backups, writes a checkpoint when due
 // and handles the scheduler's news: dead workers leave the live set; a rejoined worker may JOIN; a
-// worker that ended training is recorded (ConsistencyController::EndAt: pulls that need its
+// worker that ended training is recorded (WorkerClocks::EndAt: pulls that need its
 // pushes fail at once), and one that joined leaves the rule; a dead server whose first live backup
 // this is gets taken over (a new Server in this process takes its rank, from the copy); declared
 // dead after a pause, it registers again and serves its shard as it is (or, its shard taken over
