@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "allreduce/shm_group.h"
+#include "allreduce/shm/shm_group.h"
 #include "common/base/status.h"
 
 namespace gradsync {

@@ -47,7 +47,7 @@
 #include "allreduce/plan_runner.h"
 #include "allreduce/ring_algorithm.h"
 #include "allreduce/ring_security.h"
-#include "allreduce/shm_path.h"
+#include "allreduce/shm/shm_path.h"
 
 namespace gradsync {
 

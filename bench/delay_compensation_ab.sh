@@ -11,10 +11,13 @@ rev=${1:?usage: bench/delay_compensation_ab.sh REV [N] [ROUNDS]}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 rename='s/namespace gradsync {/namespace gradsync_old {\nusing gradsync::Segment;/'
-git show "$rev:server/shard/delay_compensation.h" | sed "$rename; s/#pragma once//" > "$dir/old.h"
-git show "$rev:server/shard/delay_compensation.cc" | sed "$rename" |
-  sed 's|#include "server/shard/delay_compensation.h"|#include "old.h"|' > "$dir/old.cc"
+at=server/shard/transform/delay_compensation  # server/shard/delay_compensation before the transform room
+git cat-file -e "$rev:$at.h" 2>/dev/null || at=server/shard/delay_compensation
+moved='s|"server/shard/gradient_transform.h"|"server/shard/transform/gradient_transform.h"|'
+git show "$rev:$at.h" | sed "$rename; s/#pragma once//; $moved" > "$dir/old.h"
+git show "$rev:$at.cc" | sed "$rename; $moved" |
+  sed "s|#include \"$at.h\"|#include \"old.h\"|" > "$dir/old.cc"
 g++ -std=c++20 -O3 -DNDEBUG -fopenmp-simd -I. -I"$dir" bench/dc/dc_ab.cc "$dir/old.cc" \
-  server/shard/delay_compensation.cc -o "$dir/dc_ab"
+  server/shard/transform/delay_compensation.cc -o "$dir/dc_ab"
 echo "# delay compensation A/B, $rev against $(git rev-parse --short HEAD)$(git diff --quiet || echo +changes): $(machine)"
 "$dir/dc_ab" "${2:-227461}" "${3:-5}"

@@ -37,12 +37,12 @@
 #include "bench/ps_bench_procs.h"
 #include "common/base/logging.h"
 #include "common/config/flags.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/security.h"
 #include "common/net/transport.h"
 #include "server/scheduler/scheduler.h"
 #include "server/server.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync {
 namespace {

@@ -59,9 +59,9 @@
 #include <vector>
 
 #include "common/base/logging.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/transport.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync::psbench {
 namespace {

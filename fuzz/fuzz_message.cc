@@ -50,7 +50,7 @@
 #include "common/ps/replica_protocol.h"
 #include "compression/compressor.h"
 #include "server/replication/replication.h"
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 
 namespace {
 

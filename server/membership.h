@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
 

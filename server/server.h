@@ -43,7 +43,7 @@
 #include "server/server_options.h"
 #include "server/server_registration.h"
 #include "server/server_shard.h"
-#include "server/shard/delay_compensation.h"
+#include "server/shard/transform/delay_compensation.h"
 #include "server/state_service.h"
 
 namespace gradsync {

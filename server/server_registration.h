@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "common/base/status.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/transport.h"
 #include "server/server_options.h"
 #include "server/shard/shard_core.h"

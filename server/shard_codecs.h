@@ -16,7 +16,7 @@
 #include "compression/compressor.h"
 #include "compression/pull_delta.h"
 #include "gradsync.pb.h"
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 #include "server/shard/push_assembler.h"
 
 namespace gradsync {

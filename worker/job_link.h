@@ -18,7 +18,7 @@
 #include "allreduce/tcp_ring.h"
 #include "common/base/status.h"
 #include "common/config/train_config.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/security.h"
 #include "common/net/transport.h"
 #include "gradsync.pb.h"

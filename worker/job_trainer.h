@@ -26,7 +26,7 @@
 
 #include "allreduce/collective.h"
 #include "common/data/dataset.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/obs/metrics.h"
 #include "models/model.h"
 #include "worker/loop/epoch.h"

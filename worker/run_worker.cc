@@ -19,7 +19,7 @@
 #include "worker/loop/data_source.h"
 #include "worker/job_link.h"
 #include "worker/loop/local_trainer.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 #include "worker/train_options.h"
 #if GRADSYNC_HAVE_CUDA
 #include "models/cuda/cuda_model.h"

@@ -16,7 +16,7 @@
 // owns the mesh's failure (the first one breaks it for good) and its byte counts.
 //
 // Why shared memory is not a PeerMesh: the ranks of a host do not exchange byte streams there,
-// they sum in place in one region (allreduce/shm_group.h); a stream over shared memory would
+// they sum in place in one region (allreduce/shm/shm_group.h); a stream over shared memory would
 // copy every byte once more and lose the in-place sum that makes it fast.
 #pragma once
 

@@ -12,7 +12,7 @@
 //         n not a power of two). The fewest steps; the most bytes.
 //   tree  a binomial tree: reduce to rank 0, broadcast back; 2 ceil(log2 n) steps of the whole
 //         buffer. Any n without a fold.
-//   shm   every rank on one host: through one shared-memory region (allreduce/shm_group.h).
+//   shm   every rank on one host: through one shared-memory region (allreduce/shm/shm_group.h).
 //   hier  across hosts: each host's ranks reduce into their leader through shared memory, the
 //         leaders run the ring over TCP, each leader broadcasts the result back.
 //

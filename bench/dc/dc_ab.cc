@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "old.h"
-#include "server/shard/delay_compensation.h"
+#include "server/shard/transform/delay_compensation.h"
 
 template <class DC, class Options>
 double MedianUs(bool adaptive, int64_t n, int reps) {

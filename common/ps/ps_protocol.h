@@ -1,5 +1,5 @@
 // The parameter-server protocol: what a worker and a shard say to each other, as typed C++
-// messages with one encoder and one decoder each, used by both sides (worker/ps/ps_client.cc and
+// messages with one encoder and one decoder each, used by both sides (worker/ps/client/ps_client.cc and
 // server/server.cc). On the wire a message is a wire::Header (common/proto/gradsync.proto) and
 // raw key / value frames (common/net/transport.h); ARCHITECTURE.md, "Wire format", describes them.
 //

@@ -34,7 +34,7 @@
 #include "worker/allreduce/dense_averager.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/job_link.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 #include "worker/ps/ps_sync.h"
 
 namespace gradsync::python {

@@ -18,7 +18,7 @@
 
 #include "common/optim/optimizer.h"
 #include "models/model.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 #include "worker/ps/ps_sync.h"
 
 namespace gradsync::python {

@@ -20,7 +20,7 @@
 #include "common/base/status.h"
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 
 namespace gradsync {
 

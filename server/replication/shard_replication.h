@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/transport.h"
 #include "common/ps/consistency.h"
 #include "gradsync.pb.h"

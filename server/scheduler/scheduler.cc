@@ -10,7 +10,7 @@
 #include "common/base/logging.h"
 #include "common/config/train_config.h"
 #include "common/net/control/node.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/obs/trace.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"

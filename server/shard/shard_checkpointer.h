@@ -19,7 +19,7 @@
 #include "common/base/status.h"
 #include "common/ps/consistency.h"
 #include "gradsync.pb.h"
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 #include "server/shard/shard_core.h"
 
 namespace gradsync {

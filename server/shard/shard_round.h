@@ -14,7 +14,7 @@
 
 #include "common/obs/trace.h"
 
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 #include "server/shard/push_assembler.h"
 
 namespace gradsync {

@@ -17,7 +17,7 @@
 #include "common/base/status.h"
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 
 namespace gradsync {
 

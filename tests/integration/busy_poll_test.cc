@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "allreduce/shm_group.h"
-#include "common/net/control/scheduler_client.h"
+#include "allreduce/shm/shm_group.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
 #include "tests/support/ps_job.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync {
 namespace {

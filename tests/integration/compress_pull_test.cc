@@ -6,10 +6,10 @@
 #include <cmath>
 #include <thread>
 
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "server/scheduler/scheduler.h"
 #include "server/server.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync {
 namespace {

@@ -14,7 +14,7 @@
 #include "common/data/synthetic.h"
 #include "common/ps/ps_protocol.h"
 #include "tests/support/ps_job.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync::testing {
 namespace {

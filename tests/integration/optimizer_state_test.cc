@@ -15,13 +15,13 @@
 #include <optional>
 #include <thread>
 
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
 #include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"
 #include "tests/support/wire_request.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync {
 namespace {

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/transport.h"
 #include "server/scheduler/scheduler.h"
 

@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/transport.h"
 #include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "tests/support/ps_job.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 #include "worker/ps/ps_sync.h"
 
 namespace gradsync::testing {

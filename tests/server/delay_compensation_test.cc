@@ -1,9 +1,9 @@
-// Delay-compensated ASGD on a shard (server/shard/delay_compensation.h): the correction's
+// Delay-compensated ASGD on a shard (server/shard/transform/delay_compensation.h): the correction's
 // formula (constant and adaptive lambda), what it keeps and its memory, and a ShardCore with it:
 // lambda 0 applies exactly what asp applies, bit for bit, over the same pulls and pushes; a
 // positive lambda applies the corrected gradient, and announces it corrected (what a backup
 // replays).
-#include "server/shard/delay_compensation.h"
+#include "server/shard/transform/delay_compensation.h"
 
 #include <gtest/gtest.h>
 

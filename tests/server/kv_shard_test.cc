@@ -1,4 +1,4 @@
-#include "server/shard/kv_shard.h"
+#include "server/shard/kv/kv_shard.h"
 #include "common/ps/ps_protocol.h"
 #include "server/replication/replication.h"
 

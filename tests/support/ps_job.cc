@@ -9,12 +9,12 @@
 #include "allreduce/tcp_ring.h"
 #include "common/base/numeric/tensor.h"
 #include "common/data/synthetic.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/ps/ps_protocol.h"
 #include "server/scheduler/scheduler.h"
 #include "tests/support/fake_device.h"
 #include "worker/job_trainer.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync::testing {
 

@@ -11,7 +11,7 @@
 
 #include "common/base/status.h"
 #include "common/data/dataset.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "common/net/security.h"
 #include "models/model.h"
 #include "server/scheduler/scheduler.h"

@@ -33,13 +33,13 @@
 
 #include "common/base/clock.h"
 #include "common/config/sync_decisions.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/loop/train_options.h"
 #include "worker/sync/loss_scaling.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 #include "worker/ps/push_record.h"
 
 namespace gradsync {

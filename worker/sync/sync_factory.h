@@ -14,11 +14,11 @@
 #include <string>
 
 #include "allreduce/collective.h"
-#include "common/net/control/scheduler_client.h"
+#include "common/net/control/client/scheduler_client.h"
 #include "models/model.h"
 #include "worker/allreduce/allreduce_sync.h"
 #include "worker/sync/gradient_sync.h"
-#include "worker/ps/ps_client.h"
+#include "worker/ps/client/ps_client.h"
 #include "worker/ps/ps_sync.h"
 
 namespace gradsync {

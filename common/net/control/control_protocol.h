@@ -1,5 +1,5 @@
 // The control plane: what a node (server or worker) and the scheduler say to each other, as one
-// typed message with one encoder and one decoder, used by both ends (common/net/control/scheduler_client.cc
+// typed message with one encoder and one decoder, used by both ends (common/net/control/client/scheduler_client.cc
 // and server/scheduler*.cc). On the wire it is a wire::Header (common/proto/gradsync.proto);
 // ARCHITECTURE.md, "Wire format", lists each type's fields.
 //
