@@ -35,16 +35,16 @@
 
 #include "common/base/status.h"
 #include "common/net/transport.h"
-#include "server/error_replies.h"
-#include "server/push_pull_service.h"
-#include "server/request_dispatcher.h"
+#include "server/requests/error_replies.h"
+#include "server/requests/push_pull_service.h"
+#include "server/requests/request_dispatcher.h"
 #include "server/server_checkpoints.h"
 #include "server/server_lifecycle.h"
 #include "server/server_options.h"
 #include "server/server_registration.h"
 #include "server/server_shard.h"
 #include "server/shard/transform/delay_compensation.h"
-#include "server/state_service.h"
+#include "server/requests/state_service.h"
 
 namespace gradsync {
 

@@ -20,7 +20,7 @@
 #include "common/base/status.h"
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"
-#include "server/push_pull_service.h"
+#include "server/requests/push_pull_service.h"
 #include "server/server_checkpoints.h"
 #include "server/server_options.h"
 #include "server/server_registration.h"

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "common/base/logging.h"
-#include "server/shard_codecs.h"
+#include "server/requests/shard_codecs.h"
 
 namespace gradsync {
 

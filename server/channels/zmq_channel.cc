@@ -1,7 +1,7 @@
 #include "server/channels/zmq_channel.h"
 
 #include "common/base/logging.h"
-#include "server/shard_codecs.h"
+#include "server/requests/shard_codecs.h"
 
 namespace gradsync {
 

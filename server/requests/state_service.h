@@ -11,7 +11,7 @@
 #include "common/base/status.h"
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"
-#include "server/error_replies.h"
+#include "server/requests/error_replies.h"
 #include "server/server_checkpoints.h"
 #include "server/server_options.h"
 #include "server/server_registration.h"

@@ -1,4 +1,4 @@
-#include "server/push_pull_service.h"
+#include "server/requests/push_pull_service.h"
 
 #include <optional>
 

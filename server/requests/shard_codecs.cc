@@ -1,4 +1,4 @@
-#include "server/shard_codecs.h"
+#include "server/requests/shard_codecs.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "server/parked_requests.h"
+#include "server/requests/parked_requests.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "server/error_replies.h"
+#include "server/requests/error_replies.h"
 
 #include "common/base/logging.h"
 #include "common/ps/ps_protocol.h"

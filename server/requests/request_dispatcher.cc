@@ -1,4 +1,4 @@
-#include "server/request_dispatcher.h"
+#include "server/requests/request_dispatcher.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "server/state_service.h"
+#include "server/requests/state_service.h"
 
 #include <algorithm>
 
