@@ -8,7 +8,7 @@ size_t MeshLoop::RunOne(Clock::time_point deadline) {
   // Poll first: a peer's answer usually comes within microseconds, and a thread that sleeps in
   // epoll pays a wake-up for every step. Yielding between polls leaves the core to a rank that
   // shares it.
-  if (wait_.busy_poll_ms > 0) {
+  if (wait_.polls()) {
     Waiter waiter(wait_);
     do {
       if (const size_t ran = io_.poll_one(); ran > 0) return ran;

@@ -22,6 +22,8 @@ struct WaitPolicy {
   double busy_poll_ms = 0;  // poll (yielding between checks) this long before blocking
   int pause_spins = 0;      // CPU pauses before the first yield
   int min_polls = 0;        // yields made before blocking even when busy_poll_ms is 0
+  // Whether a wait checks again before it blocks at all (a Waiter's first Poll may return true).
+  bool polls() const { return busy_poll_ms > 0 || pause_spins > 0 || min_polls > 0; }
 };
 
 // One wait under a policy. Not thread-safe: one per waiting thread and wait.
