@@ -38,13 +38,13 @@
 #include "server/requests/error_replies.h"
 #include "server/requests/push_pull_service.h"
 #include "server/requests/request_dispatcher.h"
+#include "server/requests/state_service.h"
 #include "server/server_checkpoints.h"
 #include "server/server_lifecycle.h"
 #include "server/server_options.h"
 #include "server/server_registration.h"
 #include "server/server_shard.h"
 #include "server/shard/transform/delay_compensation.h"
-#include "server/requests/state_service.h"
 
 namespace gradsync {
 

@@ -12,10 +12,10 @@
 #include "common/base/status.h"
 #include "server/channels/shard_channels.h"
 #include "server/membership.h"
-#include "server/requests/parked_requests.h"
 #include "server/replication/shard_replication.h"
-#include "server/shard/shard_core.h"
+#include "server/requests/parked_requests.h"
 #include "server/requests/shard_codecs.h"
+#include "server/shard/shard_core.h"
 
 namespace gradsync {
 

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <thread>
 
+#include "allreduce/plan/algorithm.h"
 #include "common/base/check.h"
 #include "common/base/host_port.h"
-#include "allreduce/plan/algorithm.h"
 
 namespace gradsync {
 

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "common/base/numeric/segment.h"
-#include "common/base/status.h"
 #include "common/base/numeric/tensor.h"
+#include "common/base/status.h"
 #include "common/optim/optimizer.h"
 #include "gradsync.pb.h"
 

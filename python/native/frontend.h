@@ -32,10 +32,10 @@
 #include "python/native/shard_state.h"
 #include "worker/allreduce/bucket_average.h"
 #include "worker/allreduce/dense_averager.h"
-#include "worker/sync/gradient_sync.h"
 #include "worker/job_link.h"
 #include "worker/ps/client/ps_client.h"
 #include "worker/ps/ps_sync.h"
+#include "worker/sync/gradient_sync.h"
 
 namespace gradsync::python {
 

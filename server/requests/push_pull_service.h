@@ -16,11 +16,11 @@
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"
 #include "server/requests/error_replies.h"
+#include "server/requests/state_service.h"
 #include "server/server_checkpoints.h"
 #include "server/server_options.h"
 #include "server/server_registration.h"
 #include "server/server_shard.h"
-#include "server/requests/state_service.h"
 
 namespace gradsync {
 

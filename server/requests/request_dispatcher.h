@@ -10,11 +10,11 @@
 #include "common/net/transport.h"
 #include "server/requests/error_replies.h"
 #include "server/requests/push_pull_service.h"
+#include "server/requests/state_service.h"
 #include "server/server_lifecycle.h"
 #include "server/server_options.h"
 #include "server/server_registration.h"
 #include "server/server_shard.h"
-#include "server/requests/state_service.h"
 
 namespace gradsync {
 

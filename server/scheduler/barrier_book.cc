@@ -1,8 +1,8 @@
 #include "server/scheduler/barrier_book.h"
 
 #include "common/base/logging.h"
-#include "common/net/control/node.h"
 #include "common/net/control/client/scheduler_client.h"
+#include "common/net/control/node.h"
 #include "common/obs/trace.h"
 #include "common/ps/consistency.h"
 

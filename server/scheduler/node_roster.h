@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "server/scheduler/shard_copies.h"
 #include "gradsync.pb.h"
+#include "server/scheduler/shard_copies.h"
 
 namespace gradsync {
 

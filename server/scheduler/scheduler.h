@@ -38,12 +38,12 @@
 #include "common/base/status.h"
 #include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
+#include "gradsync.pb.h"
 #include "server/scheduler/barrier_book.h"
 #include "server/scheduler/control_replies.h"
 #include "server/scheduler/job_terms.h"
 #include "server/scheduler/node_roster.h"
 #include "server/scheduler/shard_copies.h"
-#include "gradsync.pb.h"
 
 namespace gradsync {
 

@@ -30,12 +30,12 @@
 #include "common/ps/consistency.h"
 #include "common/ps/ps_protocol.h"
 #include "gradsync.pb.h"
-#include "server/shard/transform/gradient_transform.h"
 #include "server/shard/kv/kv_shard.h"
 #include "server/shard/push_assembler.h"
 #include "server/shard/push_intake.h"
 #include "server/shard/shard_round.h"
 #include "server/shard/state_sets.h"
+#include "server/shard/transform/gradient_transform.h"
 
 namespace gradsync {
 

@@ -1,7 +1,7 @@
 // The plots' script: staleness as a CDF per run with the ssp bound marked, one colour per mode,
 // compressed runs dashed, earlier curves wider (coinciding curves stay visible).
-#include "experiments/spec/report.h"
 #include "experiments/spec/progress.h"
+#include "experiments/spec/report.h"
 
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include <set>
 #include <sstream>
 
+#include "common/base/numeric/tensor.h"
 #include "common/config/straggler.h"
 #include "common/obs/metrics.h"
-#include "common/base/numeric/tensor.h"
 #include "compression/compressor.h"
 #include "compression/powersgd.h"
 #include "experiments/spec/report.h"

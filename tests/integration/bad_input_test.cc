@@ -9,15 +9,15 @@
 #include <thread>
 
 #include "common/data/synthetic.h"
-#include "common/net/data_channel.h"
 #include "common/net/control/client/scheduler_client.h"
+#include "common/net/data_channel.h"
 #include "common/net/shm_lane.h"
 #include "common/ps/ps_protocol.h"
 #include "server/scheduler/scheduler.h"
 #include "server/server.h"
 #include "tests/support/wire_request.h"
-#include "worker/ps/client/ps_client.h"
 #include "worker/job_trainer.h"
+#include "worker/ps/client/ps_client.h"
 
 namespace gradsync {
 namespace {

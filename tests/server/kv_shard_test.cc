@@ -1,6 +1,6 @@
-#include "server/shard/kv/kv_shard.h"
 #include "common/ps/ps_protocol.h"
 #include "server/replication/replication.h"
+#include "server/shard/kv/kv_shard.h"
 
 
 #include <gtest/gtest.h>

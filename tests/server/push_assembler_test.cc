@@ -1,5 +1,5 @@
-#include "server/shard/push_assembler.h"
 #include "server/requests/shard_codecs.h"
+#include "server/shard/push_assembler.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-#include "worker/loop/local_trainer.h"
 #include "worker/loop/epoch.h"
+#include "worker/loop/local_trainer.h"
 #include "worker/sync/local_sync.h"
 
 #include <gtest/gtest.h>

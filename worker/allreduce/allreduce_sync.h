@@ -27,12 +27,12 @@
 #include "worker/allreduce/allreduce_checkpoints.h"
 #include "worker/allreduce/bucket_average.h"
 #include "worker/allreduce/dense_averager.h"
-#include "worker/sync/gradient_sync.h"
-#include "worker/loop/train_options.h"
-#include "worker/sync/loss_scaling.h"
 #include "worker/allreduce/overlap.h"
 #include "worker/allreduce/sparse_averager.h"
 #include "worker/allreduce/zero_shards.h"
+#include "worker/loop/train_options.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/sync/loss_scaling.h"
 
 namespace gradsync {
 

@@ -20,8 +20,8 @@
 #include <span>
 
 #include "common/base/numeric/segment.h"
-#include "common/base/status.h"
 #include "common/base/numeric/tensor.h"
+#include "common/base/status.h"
 #include "common/base/wait_policy.h"
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"

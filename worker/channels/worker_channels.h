@@ -74,7 +74,6 @@ class WorkerChannels {
   size_t data_min_floats() const { return data_min_floats_; }
 
  private:
-  using AttachFn = std::function<Result<std::unique_ptr<WorkerChannel>>(int shard, double timeout_s)>;
   bool IsLocal(int s) const;
   Result<std::unique_ptr<WorkerChannel>> Lane(int s, double timeout_s);
   Result<std::unique_ptr<WorkerChannel>> Data(int s, double timeout_s);

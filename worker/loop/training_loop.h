@@ -33,8 +33,8 @@
 #include "models/model.h"
 #include "worker/loop/epoch.h"
 #include "worker/loop/epoch_reporter.h"
-#include "worker/sync/gradient_sync.h"
 #include "worker/loop/local_trainer.h"
+#include "worker/sync/gradient_sync.h"
 
 namespace gradsync {
 

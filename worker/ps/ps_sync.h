@@ -36,11 +36,11 @@
 #include "common/net/control/client/scheduler_client.h"
 #include "gradsync.pb.h"
 #include "models/model.h"
-#include "worker/sync/gradient_sync.h"
 #include "worker/loop/train_options.h"
-#include "worker/sync/loss_scaling.h"
 #include "worker/ps/client/ps_client.h"
 #include "worker/ps/push_record.h"
+#include "worker/sync/gradient_sync.h"
+#include "worker/sync/loss_scaling.h"
 
 namespace gradsync {
 

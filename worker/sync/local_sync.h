@@ -8,8 +8,8 @@
 
 #include "common/optim/optimizer.h"
 #include "models/model.h"
-#include "worker/sync/gradient_sync.h"
 #include "worker/loop/train_options.h"
+#include "worker/sync/gradient_sync.h"
 #include "worker/sync/loss_scaling.h"
 
 namespace gradsync {

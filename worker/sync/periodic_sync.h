@@ -44,8 +44,8 @@
 #include "common/config/sync_decisions.h"
 #include "models/external_model.h"
 #include "models/model.h"
-#include "worker/sync/gradient_sync.h"
 #include "worker/loop/train_options.h"
+#include "worker/sync/gradient_sync.h"
 
 namespace gradsync {
 

@@ -17,9 +17,9 @@
 #include "common/net/control/client/scheduler_client.h"
 #include "models/model.h"
 #include "worker/allreduce/allreduce_sync.h"
-#include "worker/sync/gradient_sync.h"
 #include "worker/ps/client/ps_client.h"
 #include "worker/ps/ps_sync.h"
+#include "worker/sync/gradient_sync.h"
 
 namespace gradsync {
 

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "common/base/numeric/parallel_for.h"
-#include "common/base/status.h"
 #include "common/base/numeric/tensor.h"
+#include "common/base/status.h"
 #include "common/optim/optimizer.h"
 #include "common/ps/partitioner.h"
 #include "server/shard/kv/push_applier.h"

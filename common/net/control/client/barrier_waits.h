@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "common/net/control/control_protocol.h"
 #include "common/net/control/client/job_standing.h"
+#include "common/net/control/control_protocol.h"
 
 namespace gradsync {
 

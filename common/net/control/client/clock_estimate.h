@@ -11,9 +11,9 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "common/net/control/control_protocol.h"
 #include "common/net/control/client/job_standing.h"
 #include "common/net/control/client/scheduler_link.h"
+#include "common/net/control/control_protocol.h"
 
 namespace gradsync {
 

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/net/control/control_protocol.h"
 #include "common/net/control/client/job_standing.h"
+#include "common/net/control/control_protocol.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "common/base/status.h"
-#include "common/net/control/control_protocol.h"
 #include "common/net/control/client/job_standing.h"
+#include "common/net/control/control_protocol.h"
 
 namespace gradsync {
 

@@ -26,11 +26,11 @@
 #include "common/base/status.h"
 #include "common/net/control/client/barrier_waits.h"
 #include "common/net/control/client/clock_estimate.h"
-#include "common/net/control/control_protocol.h"
 #include "common/net/control/client/job_news.h"
 #include "common/net/control/client/job_standing.h"
 #include "common/net/control/client/registration.h"
 #include "common/net/control/client/scheduler_link.h"
+#include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
 #include "gradsync.pb.h"
 

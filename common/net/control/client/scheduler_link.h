@@ -21,9 +21,9 @@
 #include <string>
 
 #include "common/base/status.h"
-#include "common/net/control/control_protocol.h"
 #include "common/net/control/client/job_standing.h"
 #include "common/net/control/client/registration.h"
+#include "common/net/control/control_protocol.h"
 #include "common/net/transport.h"
 #include "gradsync.pb.h"
 
