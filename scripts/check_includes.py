@@ -31,6 +31,7 @@ RULES = {
     "common/config/": ["common/base/", "common/optim/"],
     "common/net/": ["common/base/"],
     "common/ps/": ["common/base/", "common/optim/", "common/config/", "common/net/"],
+    "common/table/": ["common/base/", "common/optim/"],
     "models/": ["common/"],
     "compression/": ["common/"],
     "allreduce/": ["common/", "allreduce/plan/"],

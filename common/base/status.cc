@@ -23,6 +23,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kDataLoss: return "DATA_LOSS";
     case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
     case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
   }
   return "UNKNOWN";
 }
@@ -59,6 +60,7 @@ Status UnavailableError(std::string m) { return Status(StatusCode::kUnavailable,
 Status DeadlineExceededError(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
 Status AbortedError(std::string m) { return Status(StatusCode::kAborted, std::move(m)); }
 Status OutOfRangeError(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
+Status ResourceExhaustedError(std::string m) { return Status(StatusCode::kResourceExhausted, std::move(m)); }
 Status UnimplementedError(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
@@ -66,7 +68,7 @@ std::string ErrnoMessage(const std::string& what) { return what + ": " + std::st
 
 Status StatusFromWire(int code, const std::string& message) {
   if (code == 0) return Status();
-  const bool known = code > 0 && code <= static_cast<int>(StatusCode::kUnauthenticated) && code != 8;
+  const bool known = code > 0 && code <= static_cast<int>(StatusCode::kUnauthenticated);
   return Status(known ? static_cast<StatusCode>(code) : StatusCode::kUnknown, message);
 }
 

@@ -12,6 +12,7 @@
 //   kInvalidArgument    bad flag, bad spec, malformed message: never retry as is
 //   kDataLoss           a file or payload is corrupt or truncated
 //   kUnauthenticated    a peer refused this process's key, or the handshake failed (CURVE)
+//   kResourceExhausted  a bound was reached (a table shard's rows): nothing was changed
 //   kNotFound, kAlreadyExists, kOutOfRange, kUnimplemented, kInternal, kCancelled: as in abseil
 //
 // Thread safety: Status and Result<T> are values; const methods may be called concurrently.
@@ -42,6 +43,7 @@ enum class StatusCode : int {
   kNotFound = 5,
   kAlreadyExists = 6,
   kPermissionDenied = 7,
+  kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kAborted = 10,
   kOutOfRange = 11,
@@ -95,6 +97,7 @@ Status UnavailableError(std::string message);
 Status DeadlineExceededError(std::string message);
 Status AbortedError(std::string message);
 Status OutOfRangeError(std::string message);
+Status ResourceExhaustedError(std::string message);
 Status UnimplementedError(std::string message);
 Status InternalError(std::string message);
 // "what: " and the text of the current errno (read it before anything else can change errno).
