@@ -30,7 +30,7 @@ RULES = {
     "common/obs/": ["common/base/"],
     "common/config/": ["common/base/", "common/optim/"],
     "common/net/": ["common/base/"],
-    "common/ps/": ["common/base/", "common/optim/", "common/config/", "common/net/"],
+    "common/ps/": ["common/base/", "common/optim/", "common/config/", "common/net/", "common/table/"],
     "common/table/": ["common/base/", "common/optim/"],
     "models/": ["common/"],
     "compression/": ["common/"],

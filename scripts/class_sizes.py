@@ -4,7 +4,8 @@
   scripts/class_sizes.py [--top N] [--rev REV] [--check] DIR...
 
 How it counts, per class (a class split over files counts whole):
-- methods: the member functions the class defines: each inline body in its class body, and each
+- methods: the member functions the class defines: each inline body in its class body (braces
+  inside parentheses, a default argument's `= {}`, open none), and each
   out-of-line definition `Class::Name(...) {` at column 0 in any .cc/.cu file of DIR (a nested
   class's are its own; constructors and destructors count, declarations without a body do not);
 - members: the data members declared in its class body at its own brace depth (statements that
@@ -55,6 +56,7 @@ def scan_header(path, text, stats):
         depth = 1
         start = i
         stmt = ""
+        parens = 0
         j = i + 1
         s = stats[name]
         s.files.add(path)
@@ -71,6 +73,13 @@ def scan_header(path, text, stats):
             for ch in raw:
                 if depth == 1:
                     stmt += ch
+                    # Braces inside parentheses (a default argument `= {}`) open no body.
+                    if ch == "(":
+                        parens += 1
+                    elif ch == ")":
+                        parens = max(0, parens - 1)
+                    elif ch in "{}" and parens > 0:
+                        continue
                 if ch == "{":
                     depth += 1
                     if depth == 2:

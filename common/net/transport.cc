@@ -396,9 +396,20 @@ Status Socket::TakeFrames(std::vector<zmq::message_t>& parts, size_t next, Messa
     m.values.msg_ = std::move(parts[next++]);
     // A compressed payload is checked by its codec's decoder; it is never larger than raw floats
     // plus a small header.
+    // Table rows (ARCHITECTURE.md, "Tables"): a row of its table's dim floats per key, which the
+    // receiver, knowing the tables, checks exactly; here: whole floats, 1 to 65536 per key.
+    const bool rows = (m.header.has_ps() && m.header.ps().tables_size() > 0) ||
+                      (m.header.has_replica() && m.header.replica().tables_size() > 0);
     if (!m.header.codec().empty()) {
       if (m.values.size() > *want * sizeof(float) + 64) {
         return InvalidArgumentError("compressed payload larger than its raw values");
+      }
+    } else if (rows) {
+      const uint64_t floats = m.values.size() / sizeof(float);
+      if (m.values.size() % sizeof(float) != 0 || floats < m.header.num_keys() ||
+          floats / 65536 > m.header.num_keys() || !m.header.segments().empty()) {
+        return InvalidArgumentError("values frame has " + std::to_string(m.values.size()) + " bytes for the rows of " +
+                                    std::to_string(m.header.num_keys()) + " table ids");
       }
     } else if (m.values.size() != *want * sizeof(float)) {
       return InvalidArgumentError("values frame has " + std::to_string(m.values.size()) + " bytes, header says " +

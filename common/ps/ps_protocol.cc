@@ -5,6 +5,7 @@
 
 #include "common/net/transport.h"
 #include "common/ps/partitioner.h"
+#include "common/ps/table_wire.h"
 
 namespace gradsync {
 namespace {
@@ -102,7 +103,7 @@ wire::Header Header(wire::Type type, wire::Role role, int rank, uint64_t request
 }
 
 bool KnownCode(int code) {
-  return (code >= 1 && code <= 6) || (code >= 9 && code <= 15);
+  return (code >= 1 && code <= 6) || (code >= 8 && code <= 15);
 }
 
 
@@ -264,6 +265,7 @@ wire::Header EncodeRequest(const PsRequest& r) {
   if (!std::isnan(r.push.lr)) p.set_lr(r.push.lr);
   p.mutable_absent_tensors()->Assign(r.push.absent_tensors.begin(), r.push.absent_tensors.end());
   if (r.type == wire::INIT) *p.mutable_job() = r.job;
+  EncodeTableRuns(r.tables, p.mutable_tables());
   EncodeValueRef(r.at, &p);
   if (CarriesState(r.type)) SetStateFields(r.state, &p);
   return h;
@@ -307,6 +309,13 @@ Result<PsRequest> DecodeRequest(const wire::Header& h) {
   ASSIGN_OR_RETURN(r.at, DecodeRequestRef(p, r.type));
   r.has_values = h.has_values();
   r.num_keys = h.num_keys();
+  if (p.tables_size() > 0) {
+    if (r.type != wire::PUSH && r.type != wire::PULL) return InvalidArgumentError("only a push or a pull names table rows");
+    if (!r.segments.empty() || !r.codec.empty() || r.at.outside()) {
+      return InvalidArgumentError("a message of table rows carries no segments and no codec, over ZeroMQ only");
+    }
+    ASSIGN_OR_RETURN(r.tables, DecodeTableRuns(p.tables(), r.num_keys));
+  }
   RETURN_IF_ERROR(CheckStateFields(r.type, p));
   ReadStateFields(p.state(), &r.state);
   return r;
@@ -326,10 +335,11 @@ wire::Header EncodeReply(const PsReply& r) {
       EncodeSegments(r.segments, &h);
       if (!r.codec.empty()) h.set_codec(r.codec);
       EncodeValueRef(r.at, &p);
-      if (r.parts > 1) {
-        p.set_parts(r.parts);
-        p.set_part(r.part);
+      if (r.piece.parts > 1) {
+        p.set_parts(r.piece.parts);
+        p.set_part(r.piece.part);
       }
+      EncodeTableRuns(r.tables, p.mutable_tables());
       break;
     case wire::CHANNEL_ATTACH_REPLY:
       EncodeValueRef(r.at, &p);
@@ -365,15 +375,21 @@ Result<PsReply> DecodeReply(const wire::Header& h) {
   r.staleness.wait_ms = p.wait_ms();
   ASSIGN_OR_RETURN(r.segments, DecodeSegments(h));
   r.codec = h.codec();
-  r.parts = p.parts();
-  r.part = p.part();
+  const int parts = p.parts(), part = p.part();
+  r.piece = {parts, part};
   ASSIGN_OR_RETURN(r.at, DecodeReplyRef(p, r.type));
   r.has_values = h.has_values();
   r.num_keys = h.num_keys();
-  if (r.parts < 0 || r.part < 0 || (r.parts <= 1 && r.part != 0) || (r.parts > 1 && r.part >= r.parts) ||
-      (r.parts > 1 && (r.type != wire::PULL_REPLY || r.at.channel != wire::CHANNEL_LANE))) {
-    return InvalidArgumentError("reply part " + std::to_string(r.part) + " of " + std::to_string(r.parts) +
+  if (parts < 0 || part < 0 || (parts <= 1 && part != 0) || (parts > 1 && part >= parts) ||
+      (parts > 1 && (r.type != wire::PULL_REPLY || r.at.channel != wire::CHANNEL_LANE))) {
+    return InvalidArgumentError("reply part " + std::to_string(part) + " of " + std::to_string(parts) +
                                 " (only a pull answered through a lane comes in parts)");
+  }
+  if (p.tables_size() > 0) {
+    if (r.type != wire::PULL_REPLY || !r.segments.empty() || r.at.outside()) {
+      return InvalidArgumentError("only a pull's reply over ZeroMQ, without segments, carries table rows");
+    }
+    ASSIGN_OR_RETURN(r.tables, DecodeTableRuns(p.tables(), r.num_keys));
   }
   RETURN_IF_ERROR(CheckStateFields(r.type, p));
   ReadStateFields(p.state(), &r.state);

@@ -30,6 +30,7 @@
 #include "common/base/numeric/tensor.h"
 #include "common/base/status.h"
 #include "common/optim/optimizer.h"
+#include "common/table/table_spec.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {
@@ -89,6 +90,9 @@ struct PsRequest {
   ValueRef at;                    // PUSH, PULL: the channel of the values; CHANNEL_ATTACH: the one to attach
   bool has_values = false;        // the frames the header announces (the transport checked they came)
   uint64_t num_keys = 0;
+  // PUSH, PULL of table rows (wire::PsFields::tables): the keys are these tables' ids, run by run;
+  // no segments, no codec, over ZeroMQ.
+  std::vector<TableRun> tables;
   StateVectorFields state;        // STATE_PULL, STATE_PUSH
 };
 
@@ -97,6 +101,13 @@ struct ReplyStaleness {
   int64_t version_lag = 0;      // PUSH_REPLY: shard version at apply - the push's version
   int64_t clock_staleness = 0;  // PULL_REPLY: see ConsistencyController::ClockStaleness
   double wait_ms = 0;           // PULL_REPLY: how long the consistency rule held the pull
+};
+
+// A pull answered through a lane comes in `parts` messages (0 or 1: this one alone); this is
+// `part` (0-based, in order).
+struct ReplyPieces {
+  int parts = 0;
+  int part = 0;
 };
 
 struct PsReply {
@@ -113,8 +124,8 @@ struct PsReply {
   ValueRef at;                    // PULL_REPLY: where the values are; CHANNEL_ATTACH_REPLY: the channel
   bool has_values = false;        // the frames the header announces (the transport checked they came)
   uint64_t num_keys = 0;
-  int parts = 0;                  // PULL_REPLY over a lane: the answer comes in `parts` messages
-  int part = 0;                   //   (0 or 1: this one alone), this is `part` (0-based, in order)
+  std::vector<TableRun> tables;   // PULL_REPLY of table rows: the request's runs (the values: their rows)
+  ReplyPieces piece;              // PULL_REPLY over a lane
   // STATE_PULL_REPLY: the shard's (values at `segments`, the shard's range). STATE_PUSH_REPLY: the
   // STATE_PUSH's.
   StateVectorFields state;

@@ -2,6 +2,7 @@
 
 #include "common/net/transport.h"
 #include "common/ps/ps_protocol.h"
+#include "common/ps/table_wire.h"
 
 namespace gradsync {
 
@@ -25,6 +26,7 @@ wire::Header EncodeReplicaEntry(const ReplicaEntry& e) {
   if (e.state.part != 0) f.set_part(e.state.part);
   if (!std::isnan(e.push.lr)) f.set_lr(e.push.lr);
   f.mutable_absent_tensors()->Assign(e.push.absent.begin(), e.push.absent.end());
+  EncodeTableRuns(e.push.tables, f.mutable_tables());
   EncodeSegments(e.frames.segments, &h);
   if (e.control) {
     f.mutable_pushed()->Assign(e.control->pushed.begin(), e.control->pushed.end());
@@ -77,6 +79,12 @@ Result<ReplicaEntry> DecodeReplicaEntry(const wire::Header& h) {
   }
   e.push.absent.assign(f.absent_tensors().begin(), f.absent_tensors().end());
   ASSIGN_OR_RETURN(e.frames.segments, DecodeSegments(h));
+  if (f.tables_size() > 0) {
+    if (e.op != wire::REPLICA_PUSH || !e.frames.segments.empty()) {
+      return InvalidArgumentError("REPLICATE: only a push chunk without segments carries table rows");
+    }
+    ASSIGN_OR_RETURN(e.push.tables, DecodeTableRuns(f.tables(), h.num_keys()));
+  }
   // The primary's entries always carry its consistency state; one without any leaves the rule.
   if (!f.pushed().empty() || !f.live().empty()) {
     ReplicaControl c;

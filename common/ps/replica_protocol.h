@@ -23,6 +23,7 @@
 
 #include "common/base/numeric/segment.h"
 #include "common/base/status.h"
+#include "common/table/table_spec.h"
 #include "gradsync.pb.h"
 
 namespace gradsync {
@@ -46,6 +47,7 @@ struct ReplicaPush {
   bool counts = false;           // the push's last chunk (it counts once this is applied)
   float lr = NAN;                // the rate the worker set (ROUND: the round's); NaN: the job's schedule
   std::vector<uint32_t> absent;  // tensors without a gradient
+  std::vector<TableRun> tables;  // a chunk of table rows (the keys: their ids)
 };
 
 // STATE, OPTIMIZER: an optimizer state vector (wire::StateVector), or a worker's parameter set.

@@ -6,19 +6,32 @@
 
 namespace gradsync {
 
+uint32_t RowRound::Enter(uint64_t id) {
+  uint32_t at = index_.Find(id);
+  if (at != RowIndex::kAbsent) return at;
+  at = static_cast<uint32_t>(ids_.size());
+  index_.Insert(id, at);
+  ids_.push_back(id);
+  sums_.resize(sums_.size() + static_cast<size_t>(dim_), 0.0f);
+  added_.push_back(0);
+  return at;
+}
+
+void RowRound::Reserve(std::span<const uint64_t> ids) {
+  for (uint64_t id : ids) Enter(id);
+}
+
 void RowRound::Add(std::span<const uint64_t> ids, const float* grads) {
   const size_t dim = static_cast<size_t>(dim_);
   for (size_t i = 0; i < ids.size(); ++i) {
     const float* g = grads + i * dim;
-    uint32_t at = index_.Find(ids[i]);
-    if (at == RowIndex::kAbsent) {
-      at = static_cast<uint32_t>(ids_.size());
-      index_.Insert(ids[i], at);
-      ids_.push_back(ids[i]);
-      sums_.insert(sums_.end(), g, g + dim);
+    const uint32_t at = Enter(ids[i]);
+    float* sum = sums_.data() + static_cast<size_t>(at) * dim;
+    if (added_[at] == 0) {
+      std::memcpy(sum, g, dim * sizeof(float));  // the first gradient is the sum, bit for bit
+      added_[at] = 1;
       continue;
     }
-    float* sum = sums_.data() + static_cast<size_t>(at) * dim;
     for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
   }
 }
@@ -27,6 +40,7 @@ void RowRound::Clear() {
   index_.Clear();
   ids_.clear();
   sums_.clear();
+  added_.clear();
 }
 
 RowTable::RowTable(TableSpec spec, int shard, int num_shards)
@@ -99,6 +113,15 @@ Status RowTable::Apply(std::span<const uint64_t> ids, const float* grads, float 
   return OkStatus();
 }
 
+Status RowTable::Reserve(std::span<const uint64_t> ids) {
+  RETURN_IF_ERROR(CheckRoom(ids, /*with_round=*/true));
+  for (uint64_t id : ids) {
+    if (index_.Find(id) == RowIndex::kAbsent && !round_.contains(id)) ++round_new_rows_;
+  }
+  round_.Reserve(ids);
+  return OkStatus();
+}
+
 Status RowTable::Accumulate(std::span<const uint64_t> ids, const float* grads) {
   RETURN_IF_ERROR(CheckRoom(ids, /*with_round=*/true));
   for (uint64_t id : ids) {
@@ -111,6 +134,7 @@ Status RowTable::Accumulate(std::span<const uint64_t> ids, const float* grads) {
 void RowTable::ApplyAccumulated(int count, float lr) {
   const float scale = count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
   for (size_t i = 0; i < round_.size(); ++i) {
+    if (!round_.added(i)) continue;
     const uint64_t id = round_.id(i);
     uint32_t slot = index_.Find(id);
     if (slot == RowIndex::kAbsent) slot = Create(id);

@@ -29,27 +29,38 @@
 
 namespace gradsync {
 
-// A bsp round's row gradients, summed per id in the order ids first came.
+// A bsp round's row gradients, summed per id. Ids enter in the order they first came (reserved
+// when a push is held, or added), and each id's sum is added to in the order the gradients are
+// added (the shard adds its held pushes in worker-rank order, so a round's sums are the same bits
+// whatever order the pushes came in).
 class RowRound {
  public:
   explicit RowRound(int dim) : dim_(dim) {}
 
   size_t size() const { return ids_.size(); }
   bool contains(uint64_t id) const { return index_.Find(id) != RowIndex::kAbsent; }
+  // Enters `ids` with nothing added yet (a held push's rows, counted against the bound).
+  void Reserve(std::span<const uint64_t> ids);
   // Adds `grads` (ids.size() rows) to the sums.
   void Add(std::span<const uint64_t> ids, const float* grads);
   uint64_t id(size_t i) const { return ids_[i]; }
+  // Whether any gradient was added for entry i (a reserved id whose push was dropped has none).
+  bool added(size_t i) const { return added_[i] != 0; }
   const float* sum(size_t i) const { return sums_.data() + i * static_cast<size_t>(dim_); }
   void Clear();
   uint64_t bytes() const {
-    return index_.bytes() + ids_.capacity() * sizeof(uint64_t) + sums_.capacity() * sizeof(float);
+    return index_.bytes() + ids_.capacity() * sizeof(uint64_t) + sums_.capacity() * sizeof(float) +
+           added_.capacity();
   }
 
  private:
+  uint32_t Enter(uint64_t id);
+
   int dim_;
   RowIndex index_;
   std::vector<uint64_t> ids_;
   std::vector<float> sums_;
+  std::vector<uint8_t> added_;
 };
 
 // A table shard's rows as a checkpoint or a replica carries them: ids ascending, their values
@@ -82,15 +93,26 @@ class RowTable {
   // would create pass the bound.
   Status Apply(std::span<const uint64_t> ids, const float* grads, float lr, float grad_scale,
                float lr_scale);
+  // Whether the rows `ids` would create fit under the bound, with those the open round will create
+  // (with_round: bsp) or not: kResourceExhausted naming the table, the shard and the bound.
+  Status CheckRoom(std::span<const uint64_t> ids, bool with_round) const;
+  // A push held for the round (bsp): its rows are checked against the bound with the round's
+  // (CheckRoom) and entered in the round, so that the pushes held with it count them; nothing is
+  // summed yet. kResourceExhausted, and nothing changes, past the bound.
+  Status Reserve(std::span<const uint64_t> ids);
   // Adds one worker's row gradients to the round (bsp). kResourceExhausted, and nothing is added,
-  // when the rows the round would create pass the bound.
+  // when the rows the round would create pass the bound (none do once Reserve took them).
   Status Accumulate(std::span<const uint64_t> ids, const float* grads);
-  // Applies the mean of the round's sums over `count` gradients at lr, once per row it touched, and
-  // empties it.
+  // Applies the mean of the round's sums over `count` gradients at lr, once per row a gradient was
+  // added for (a reserved row whose push was dropped is neither created nor stepped), and empties
+  // it.
   void ApplyAccumulated(int count, float lr);
   size_t round_rows() const { return round_.size(); }
-  // Forgets the round's sums (a round dropped: a worker left it).
-  void DropRound() { round_.Clear(); }
+  // Forgets the round's sums (the shard rebuilt).
+  void DropRound() {
+    round_.Clear();
+    round_new_rows_ = 0;
+  }
 
   // Every stored row, ids ascending.
   TableRows Save() const;
@@ -100,9 +122,6 @@ class RowTable {
   Status Restore(const TableRows& rows);
 
  private:
-  // The rows `ids` would create here, with those the round will create (bsp) or not (ssp, asp),
-  // refused when past the bound.
-  Status CheckRoom(std::span<const uint64_t> ids, bool with_round) const;
   uint32_t Create(uint64_t id);
 
   TableSpec spec_;
@@ -113,7 +132,6 @@ class RowTable {
   RowStore store_;
   RowRound round_;
   int64_t round_new_rows_ = 0;  // rows of the open round not stored yet
-  std::vector<float> mean_;     // ApplyAccumulated's row
 };
 
 }  // namespace gradsync

@@ -44,6 +44,16 @@ struct TableSpec {
   RowOptimizerOptions optimizer;
 };
 
+// A run of ids of one table in a message's keys (wire::TableRun): `ids` keys of table `table` (its
+// index in the job's tables), their rows in the values in the same order.
+struct TableRun {
+  uint32_t table = 0;
+  uint64_t ids = 0;
+  bool operator==(const TableRun&) const = default;
+};
+// The most tables a job may have.
+inline constexpr uint32_t kMaxTables = 1024;
+
 // The largest bound a shard may be given (its row slots are 32-bit).
 inline constexpr int64_t kMaxTableRowsPerShard = int64_t{1} << 31;
 

@@ -68,11 +68,11 @@ Result<bool> LaneChannel::AnswerPull(const PsRequest& r, const Message& m, PsRep
   if (pieces.empty()) pieces.push_back({base, base});
   float* area = it->second->pull_area();
   reply.at.channel = wire::CHANNEL_LANE;
-  reply.parts = pieces.size() > 1 ? static_cast<int>(pieces.size()) : 0;
+  reply.piece.parts = pieces.size() > 1 ? static_cast<int>(pieces.size()) : 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Segment& one = pieces[i];
     shard.Read({&one, 1}, {}, area + (one.begin - base));
-    reply.part = reply.parts > 1 ? static_cast<int>(i) : 0;
+    reply.piece.part = reply.piece.parts > 1 ? static_cast<int>(i) : 0;
     reply.segments = {one};
     Status s = ctx_.socket->Send(m.peer, EncodeReply(reply));
     if (!s.ok()) {

@@ -17,7 +17,7 @@ void ZmqChannel::Send(const PsRequest& r, const Message& m, const PsReply& reply
 
 Result<bool> ZmqChannel::AnswerPull(const PsRequest& r, const Message& m, PsReply& reply,
                                     std::span<const uint64_t> keys, const KvShard& shard) {
-  const uint64_t n = keys.size() + TotalSize(r.segments);
+  const uint64_t n = r.tables.empty() ? keys.size() + TotalSize(r.segments) : shard.tables().Floats(r.tables);
   ShardCodecs& codecs = *ctx_.codecs;
   Payload p;
   p.has_values = true;
@@ -53,7 +53,7 @@ Result<bool> ZmqChannel::AnswerPull(const PsRequest& r, const Message& m, PsRepl
     frame = Frame(n * sizeof(float));
     dst = static_cast<float*>(frame.data());
   }
-  shard.Read(r.segments, keys, dst);
+  shard.Read(r.segments, keys, dst, r.tables);
   if (keys.empty()) codecs.Sent(r, dst);
   // Keys are echoed, so that a reply describes itself.
   if (buf) {

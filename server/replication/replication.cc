@@ -84,6 +84,9 @@ Status ReplicaStore::Apply(const ReplicaEntry& h, const Message& m) {
     c.core = std::make_unique<ShardCore>(mode_, staleness_, c.meta.job().num_workers());
     c.core->round().set_traced(false);  // the primary's timeline shows its rounds
     RETURN_IF_ERROR(c.core->Build(c.meta.job(), num_servers_, s));
+    // The table rows come whole in the snapshot (the dense parameters and state follow it).
+    RETURN_IF_ERROR(c.core->shard().tables().Restore(c.meta.tables()));
+    c.meta.clear_tables();
     RETURN_IF_ERROR(SetControl(h, &c.core->rule()));
     const size_t n = static_cast<size_t>(c.core->shard().range().size());
     c.state_parts = n == 0 ? 0 : static_cast<int>(c.core->shard().optimizer().state().size() / n);
@@ -172,10 +175,14 @@ Status ReplicaStore::ApplyPush(Copy& c, const ReplicaEntry& h, const Message& m)
   KvShard& shard = c.core->shard();
   EntryValues e = ReadEntry(h, m, shard.range());
   size_t n = m.num_values();
-  RETURN_IF_ERROR(shard.Validate(e.segments, e.keys, &n));
   PushChunk chunk;
   chunk.absent = h.push.absent;
-  RETURN_IF_ERROR(shard.ValidateAbsent(e.segments, chunk.absent));
+  chunk.tables = h.push.tables;
+  if (chunk.tables.empty()) {
+    RETURN_IF_ERROR(shard.Validate(e.segments, e.keys, &n, chunk.absent));
+  } else {
+    RETURN_IF_ERROR(shard.tables().Validate(chunk.tables, e.keys, &n));
+  }
   chunk.segments = std::move(e.segments);
   chunk.keys = std::move(e.keys);
   chunk.owned = Values(m);

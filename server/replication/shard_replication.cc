@@ -44,10 +44,13 @@ ReplicaEntry ShardReplication::PushEntry(const ShardCore& core, int worker, cons
   h.push.counts = last;
   h.push.lr = lr;
   h.push.absent = c.absent;
+  h.push.tables = c.tables;
   h.frames.segments = c.segments;
   p->has_values = true;
   p->keys = c.keys;
-  p->values = std::span<const float>(c.values(), static_cast<size_t>(TotalSize(c.segments)) + c.keys.size());
+  const size_t n = c.tables.empty() ? static_cast<size_t>(TotalSize(c.segments)) + c.keys.size()
+                                    : static_cast<size_t>(core.shard().tables().Floats(c.tables));
+  p->values = std::span<const float>(c.values(), n);
   return h;
 }
 

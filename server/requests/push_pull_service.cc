@@ -47,8 +47,12 @@ Result<PushChunk> PushPullService::ReadPush(const PsRequest& r, Message& m, Shar
   // Ranges and keys; a raw push's value count too (a compressed one's is its codec's business).
   {
     TraceSpan span("validate", "server", {{"worker", static_cast<double>(w)}, {"values", static_cast<double>(n)}});
-    RETURN_IF_ERROR(shard_.core->shard().Validate(r.segments, keys, r.codec.empty() ? &n : nullptr));
-    RETURN_IF_ERROR(shard_.core->shard().ValidateAbsent(r.segments, r.push.absent_tensors));
+    if (r.tables.empty()) {
+      RETURN_IF_ERROR(shard_.core->shard().Validate(r.segments, keys, r.codec.empty() ? &n : nullptr, r.push.absent_tensors));
+    } else {
+      // Table rows: raw, over ZeroMQ (the decoder saw to it), their rows' count of values.
+      RETURN_IF_ERROR(shard_.core->shard().tables().Validate(r.tables, keys, &n));
+    }
   }
   if (!r.codec.empty()) {
     // A compressed push: decoded (and so validated) before it can touch anything.
@@ -65,11 +69,17 @@ Result<PushChunk> PushPullService::ReadPush(const PsRequest& r, Message& m, Shar
     chunk = TakeChunk(r.segments, keys, &m.values, values, n, shard_.codecs.decoded());
   }
   chunk.absent = r.push.absent_tensors;
+  chunk.tables = r.tables;
   return chunk;
 }
 
 Status PushPullService::HandlePushMessage(const PsRequest& r, Message& m, ShardChannel& channel) {
   ASSIGN_OR_RETURN(PushChunk chunk, ReadPush(r, m, channel));
+  if (!chunk.tables.empty()) {
+    // The rows it would create must fit under the tables' bounds (a bsp round's held pushes'
+    // rows counted too) before the push can count.
+    RETURN_IF_ERROR(shard_.core->shard().tables().MakeRoom(chunk.tables, chunk.keys, shard_.core->rule().aggregates()));
+  }
   const size_t num_keys = chunk.keys.size();
   ASSIGN_OR_RETURN(HeldPush * push, shard_.core->Accept(r, std::move(chunk), num_keys));
   if (push == nullptr) return OkStatus();  // more parts to come
@@ -110,7 +120,11 @@ Status PushPullService::HandlePull(PsRequest r, Message& m) {
   if (r.has_values) return InvalidArgumentError("a pull carries no values");
   const auto keys = m.Keys(&key_buffer_);
   RETURN_IF_ERROR(shard_.codecs.CheckPull(r, !keys.empty()));
-  RETURN_IF_ERROR(shard_.core->shard().Validate(r.segments, keys, nullptr));
+  if (r.tables.empty()) {
+    RETURN_IF_ERROR(shard_.core->shard().Validate(r.segments, keys, nullptr));
+  } else {
+    RETURN_IF_ERROR(shard_.core->shard().tables().Validate(r.tables, keys, nullptr));
+  }
   RETURN_IF_ERROR(shard_.channels->For(r).CheckPull(r, !keys.empty()));
   RETURN_IF_ERROR(shard_.core->rule().ValidatePull(r.worker, r.clock));
   if (shard_.core->rule().CanAnswerPull(r.worker, r.clock)) {
@@ -142,6 +156,7 @@ void PushPullService::AnswerPull(const PsRequest& r, const Message& m, std::span
   reply.staleness.wait_ms = waited_ms;
   reply.staleness.clock_staleness = shard_.core->rule().ClockStaleness(r.clock);
   reply.segments = r.segments;
+  reply.tables = r.tables;
   if (Status s = shard_.channels->AnswerPull(r, m, reply, keys, shard_.core->shard()); !s.ok()) return replies_.Reply(m, s);
   shard_.core->Pulled(r.worker, r.segments);  // delay compensation: what this worker now computes on
   RecordPull(r, reply.staleness.clock_staleness);

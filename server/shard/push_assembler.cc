@@ -30,8 +30,16 @@ Status PushAssembler::Check(int worker, const PsRequest& part, size_t num_keys) 
   if (part.part > 0 && !(part.push.lr == p->push.lr || (std::isnan(part.push.lr) && std::isnan(p->push.lr)))) {
     return InvalidArgumentError("the parts of one push carry different learning rates");
   }
-  if (!part.codec.empty() || num_keys > 0) {
-    return InvalidArgumentError("a push in parts carries dense raw values only (no codec, no keys)");
+  if (!part.codec.empty() || (num_keys > 0 && part.tables.empty())) {
+    return InvalidArgumentError("a push in parts carries dense raw values or table rows only (no codec, no keys)");
+  }
+  if (part.part > 0) {
+    for (const TableRun& r : part.tables) {
+      if (std::find(p->tables.begin(), p->tables.end(), r.table) != p->tables.end()) {
+        return InvalidArgumentError("push part " + std::to_string(part.part) + " repeats the rows of table " +
+                                    std::to_string(r.table) + " of an earlier part");
+      }
+    }
   }
   // No element twice: a part's segments may not overlap an earlier part's.
   if (part.part > 0) {
@@ -62,6 +70,7 @@ HeldPush* PushAssembler::Add(int worker, const PsRequest& part, PushChunk chunk)
                                [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
     p.covered.insert(at, sg);
   }
+  for (const TableRun& r : part.tables) p.tables.push_back(r.table);
   p.push.chunks.push_back(std::move(chunk));
   if (++p.next < p.parts) return nullptr;
   return &p.push;

@@ -3,8 +3,8 @@
 // An overlapped push (PsRequest::parts > 1) arrives as numbered parts on the worker's
 // connection, in order; it counts (consistency, version, its one reply) when its last part is
 // in. Each part must belong to the push whose first part came (same clock, part count, version
-// and rate), come in order, carry dense raw values only, and repeat no element of an earlier
-// part. After a bad part the rest of that push is dropped without a reply: the worker gets one
+// and rate), come in order, carry dense raw values or table rows only, and repeat no element of
+// an earlier part (nor a table: a push's rows of a table come in one part). After a bad part the rest of that push is dropped without a reply: the worker gets one
 // answer per push and shard, the error. Pure bookkeeping: no sockets, no shard.
 #pragma once
 
@@ -25,6 +25,7 @@ struct PushChunk {
   std::vector<Segment> segments;
   std::vector<uint64_t> keys;
   std::vector<uint32_t> absent;  // tensors without a gradient (PsRequest::absent_tensors)
+  std::vector<TableRun> tables;  // table rows: `keys` are their ids, the values their rows
   std::vector<float> owned;      // decoded, realigned, corrected or small values
   // Or where a channel lent them (a received ZeroMQ frame, a worker's shared-memory lane, a data
   // channel's frame buffer): `shared` points at them, `lease` holds them until the chunk goes.
@@ -64,6 +65,7 @@ class PushAssembler {
     bool failed = false;
     HeldPush push;
     std::vector<Segment> covered;  // sorted by begin, disjoint
+    std::vector<uint32_t> tables;  // the tables whose rows came
   };
   std::map<int, Partial> partial_;
 };

@@ -9,6 +9,7 @@
 #include "common/config/train_config.h"
 #include "common/obs/trace.h"
 #include "common/ps/partitioner.h"
+#include "common/ps/table_wire.h"
 
 namespace gradsync {
 
@@ -51,7 +52,10 @@ Result<std::unique_ptr<KvShard>> MakeShardForJob(const wire::JobConfig& job, int
   if (!(lr.base > 0)) return InvalidArgumentError("INIT: learning rate must be > 0");
   if (job.num_workers() < 1) return InvalidArgumentError("INIT: no workers");
   const Segment range = Partitioner(static_cast<int64_t>(job.num_params()), num_servers).range(rank);
-  return std::make_unique<KvShard>(range, layout, *optimizer, lr, job.num_workers(), aggregates);
+  const Result<std::vector<TableSpec>> tables = JobTables(job);
+  if (!tables.ok()) return tables.status().WithContext("INIT");
+  return std::make_unique<KvShard>(range, layout, *optimizer, lr, job.num_workers(), aggregates,
+                                   ShardTables(*tables, rank, num_servers, job.num_workers()));
 }
 
 wire::ShardCheckpoint SnapshotShard(const ShardIdentity& id, const wire::JobConfig& job, const KvShard& shard,
@@ -76,6 +80,7 @@ wire::ShardCheckpoint SnapshotShard(const ShardIdentity& id, const wire::JobConf
   c.set_rounds_applied(rule.clocks().rounds_applied());
   for (int64_t p : rule.clocks().pushed_all()) c.add_pushed(p);
   for (bool l : rule.clocks().live_all()) c.add_live(l);
+  for (wire::TableRowsCheckpoint& t : shard.tables().Save()) *c.add_tables() = std::move(t);
   c.set_written_at(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   return c;
 }
@@ -93,8 +98,9 @@ Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
   std::vector<float> params(c.params().size() / sizeof(float)), state(c.optimizer_state().size() / sizeof(float));
   std::memcpy(params.data(), c.params().data(), params.size() * sizeof(float));
   std::memcpy(state.data(), c.optimizer_state().data(), state.size() * sizeof(float));
-  return shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates(),
-                        {c.optimizer_skipped().data(), static_cast<size_t>(c.optimizer_skipped().size())});
+  RETURN_IF_ERROR(shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates(),
+                                 {c.optimizer_skipped().data(), static_cast<size_t>(c.optimizer_skipped().size())}));
+  return shard->tables().Restore(c.tables());
 }
 
 Status ShardCore::Build(const wire::JobConfig& job, int num_servers, int rank) {

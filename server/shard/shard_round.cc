@@ -6,7 +6,7 @@ namespace gradsync {
 namespace {
 
 void ApplyChunk(const PushChunk& c, float scale, bool counts, float lr, KvShard& shard) {
-  shard.Apply(c.segments, c.keys, c.values(), scale, counts, lr, c.absent);
+  shard.Apply(c.segments, c.keys, c.values(), scale, counts, lr, c.absent, c.tables);
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ AppliedRound ShardRound::Apply(KvShard& shard, int64_t round_number, int waited_
   open_us_ = -1;
   if (traced_) span->emplace("apply round", "server", std::initializer_list<TraceArg>{{"round", round}, {"pushes", static_cast<double>(out.pushes)}});
   for (auto& [worker, held] : held_) {
-    for (const PushChunk& c : held.chunks) shard.Accumulate(c.segments, c.keys, c.values(), c.absent);
+    for (const PushChunk& c : held.chunks) shard.Accumulate(c.segments, c.keys, c.values(), c.absent, c.tables);
     if (!std::isnan(held.lr)) out.lr = held.lr;
     held.chunks.clear();  // read: whatever lent the values may have them back
   }

@@ -1,4 +1,5 @@
 #include "common/ps/ps_protocol.h"
+#include "common/ps/table_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -88,6 +89,84 @@ TEST(PsProtocolTest, APushInPartsRoundTrips) {
   EXPECT_EQ(back->parts, 5);
   EXPECT_EQ(back->part, 2);
   EXPECT_EQ(TotalSize(back->segments), 65u);
+}
+
+// Table rows (PsFields.tables). Mutations caught: runs dropped by the encoder, a decoder that lets
+// runs through on another message type, with segments or a codec, out of order, or not adding up
+// to the keys frame; a reply's runs dropped; job tables that lose a setting on the way.
+TEST(PsProtocolTest, TableRunsRoundTripAndBadOnesAreRefused) {
+  PsRequest r;
+  r.type = wire::PUSH;
+  r.worker = 1;
+  r.num_keys = 7;
+  r.has_values = true;
+  r.tables = {{0, 3}, {2, 4}};
+  r.parts = 2;
+  r.part = 1;
+  wire::Header h = EncodeRequest(r);
+  h.set_num_keys(7);
+  auto back = DecodeRequest(h);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tables, r.tables);
+  auto refused = [](wire::Header bad, const char* what) {
+    auto d = DecodeRequest(bad);
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << what;
+  };
+  wire::Header bad = h;
+  bad.set_num_keys(8);
+  refused(bad, "runs that do not add up to the keys");
+  bad = h;
+  bad.mutable_ps()->mutable_tables(1)->set_table(0);
+  refused(bad, "a table twice / out of order");
+  bad = h;
+  bad.mutable_ps()->mutable_tables(0)->set_ids(0);
+  refused(bad, "a run of no ids");
+  bad = h;
+  bad.set_type(wire::JOIN);
+  refused(bad, "rows on a JOIN");
+  bad = h;
+  bad.set_codec("fp16");
+  refused(bad, "rows with a codec");
+  bad = h;
+  auto* seg = bad.add_segments();
+  seg->set_offset(0);
+  seg->set_length(4);
+  refused(bad, "rows with segments");
+  PsReply reply = ReplyTo(*back, wire::PULL_REPLY, 0);
+  reply.tables = r.tables;
+  reply.num_keys = 7;
+  wire::Header rh = EncodeReply(reply);
+  rh.set_num_keys(7);
+  auto rb = DecodeReply(rh);
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(rb->tables, r.tables);
+  // The job's tables, every setting through JobConfig and back; a bad one named.
+  TableSpec t;
+  t.name = "user";
+  t.dim = 16;
+  t.num_ids = 1000;
+  t.init = {RowInit::Kind::kUniform, 0.25f};
+  t.init_seed = 3;
+  t.max_rows_per_shard = 77;
+  t.optimizer.kind = RowOptimizerKind::kAdagrad;
+  t.optimizer.initial_accumulator = 0.5f;
+  wire::JobConfig job;
+  SetJobTables(std::vector<TableSpec>{t}, &job);
+  auto tables = JobTables(job);
+  ASSERT_TRUE(tables.ok()) << tables.status();
+  ASSERT_EQ(tables->size(), 1u);
+  EXPECT_EQ((*tables)[0].name, "user");
+  EXPECT_EQ((*tables)[0].dim, 16);
+  EXPECT_EQ((*tables)[0].num_ids, 1000u);
+  EXPECT_EQ((*tables)[0].init.kind, RowInit::Kind::kUniform);
+  EXPECT_FLOAT_EQ((*tables)[0].init.scale, 0.25f);
+  EXPECT_EQ((*tables)[0].max_rows_per_shard, 77);
+  EXPECT_EQ((*tables)[0].optimizer.kind, RowOptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ((*tables)[0].optimizer.initial_accumulator, 0.5f);
+  SetJobTables(std::vector<TableSpec>{t, t}, &job);
+  EXPECT_NE(JobTables(job).status().message().find("two tables are named 'user'"), std::string::npos);
+  job.mutable_tables(0)->set_optimizer("lamb");
+  EXPECT_NE(JobTables(job).status().message().find("table 'user'"), std::string::npos);
 }
 
 TEST(PsProtocolTest, APushCarriesTheWorkersOwnRateOrNone) {

@@ -138,6 +138,27 @@ TEST(RowTableTest, BoundRefusesWholePushesAndChangesNothing) {
   EXPECT_EQ(t.rows(), 3);
 }
 
+// A bsp round whose held pushes entered their rows (Reserve) but one push was dropped (its
+// worker left): its rows are neither created nor stepped. Mutation caught: reserved entries
+// applied as zero gradients (Adam's t advanced, rows created), the bound's count not released.
+TEST(RowTableTest, ReservedRowsOfADroppedPushAreNeitherCreatedNorStepped) {
+  TableSpec spec = Spec(RowOptimizerKind::kAdam);
+  spec.max_rows_per_shard = 2;
+  RowTable t(spec, 0, 1);
+  std::vector<uint64_t> kept = {1}, dropped = {2};
+  std::vector<float> g(4, 1.0f);
+  ASSERT_TRUE(t.Reserve(kept).ok());
+  ASSERT_TRUE(t.Reserve(dropped).ok());
+  std::vector<uint64_t> third = {3};
+  EXPECT_EQ(t.Reserve(third).code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(t.Accumulate(kept, g.data()).ok());  // only the kept push's gradient is added
+  t.ApplyAccumulated(1, 0.1f);
+  EXPECT_EQ(t.rows(), 1);
+  EXPECT_EQ(ReadRow(t, 2), Init(t.spec(), 2));
+  EXPECT_EQ(t.Save().steps, std::vector<int64_t>{1});
+  EXPECT_TRUE(t.Reserve(third).ok());  // the round's count was released with the round
+}
+
 TEST(RowTableTest, CheckIdsRefusesAnotherShardsId) {
   RowTable t(Spec(), 1, 2);
   std::vector<uint64_t> mine, theirs;

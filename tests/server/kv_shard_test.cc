@@ -729,15 +729,15 @@ TEST(KvShardAbsentTest, ValidateAbsentNamesDenseTensorsThePushReaches) {
   KvShard s({2, 12}, ThreeDense(), {}, {}, 1, false);
   const std::vector<Segment> all = {{2, 12}}, first_two = {{2, 8}};
   const std::vector<uint32_t> b = {1}, ac = {0, 2}, c = {2}, beyond = {3}, unsorted = {2, 1};
-  EXPECT_TRUE(s.ValidateAbsent(all, b).ok());
-  EXPECT_TRUE(s.ValidateAbsent(all, ac).ok());
-  EXPECT_FALSE(s.ValidateAbsent(first_two, c).ok());  // c is not in the push
-  EXPECT_FALSE(s.ValidateAbsent(all, beyond).ok());
-  EXPECT_FALSE(s.ValidateAbsent(all, unsorted).ok());
+  EXPECT_TRUE(s.Validate(all, {}, nullptr, b).ok());
+  EXPECT_TRUE(s.Validate(all, {}, nullptr, ac).ok());
+  EXPECT_FALSE(s.Validate(first_two, {}, nullptr, c).ok());  // c is not in the push
+  EXPECT_FALSE(s.Validate(all, {}, nullptr, beyond).ok());
+  EXPECT_FALSE(s.Validate(all, {}, nullptr, unsorted).ok());
   KvShard sparse({4, 12}, Layout(), {}, {}, 1, false);
   const std::vector<uint32_t> emb = {0};
   const std::vector<Segment> w = {{8, 12}};
-  EXPECT_FALSE(sparse.ValidateAbsent(w, emb).ok());  // sparse tensors say what they have by key
+  EXPECT_FALSE(sparse.Validate(w, {}, nullptr, emb).ok());  // sparse tensors say what they have by key
 }
 
 TEST(KvShardAbsentTest, ApplyLeavesAnAbsentTensorAndItsMomentumAlone) {
@@ -825,6 +825,43 @@ TEST(KvShardAbsentTest, AdamCountsEachTensorsOwnSteps) {
   const std::vector<int64_t> too_many = {0, 9, 0}, wrong_size = {0, 1};
   EXPECT_FALSE(copy.SetOptimizerState(state, 2, too_many).ok());
   EXPECT_FALSE(copy.SetOptimizerState(state, 2, wrong_size).ok());
+}
+
+}  // namespace
+}  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+// What a message of table rows may name on a shard (ShardTables::Validate, MakeRoom). Mutations
+// caught: an unknown table let through, a values count not checked against the tables' dims,
+// ids not checked per run, a bsp room check that forgets the rows of pushes already held.
+TEST(ShardTablesTest, ValidateRefusesRowsThatDoNotFitAndRoomCountsHeldPushes) {
+  TableSpec a, b;
+  a.name = "a";
+  a.dim = 2;
+  a.max_rows_per_shard = 3;
+  b.name = "b";
+  b.dim = 5;
+  b.num_ids = 10;
+  ShardTables tables({a, b}, 0, 1, 2);
+  const std::vector<TableRun> runs = {{0, 2}, {1, 1}};
+  const std::vector<uint64_t> ids = {7, 8, 9};
+  size_t n = 2 * 2 + 5;
+  EXPECT_TRUE(tables.Validate(runs, ids, &n).ok());
+  size_t wrong = 8;
+  EXPECT_EQ(tables.Validate(runs, ids, &wrong).code(), StatusCode::kInvalidArgument);
+  const std::vector<TableRun> unknown = {{2, 3}};
+  EXPECT_NE(tables.Validate(unknown, ids, nullptr).message().find("not one of the job's 2 tables"), std::string::npos);
+  const std::vector<uint64_t> past = {7, 8, 10};
+  EXPECT_NE(tables.Validate(runs, past, nullptr).message().find("table 'b'"), std::string::npos);
+  // bsp: two held pushes of 2 new rows each in table a (bound 3): the second does not fit.
+  const std::vector<TableRun> two = {{0, 2}};
+  const std::vector<uint64_t> first = {1, 2}, second = {3, 4};
+  EXPECT_TRUE(tables.MakeRoom(two, first, true).ok());
+  EXPECT_EQ(tables.MakeRoom(two, second, true).code(), StatusCode::kResourceExhausted);
+  const std::vector<uint64_t> same = {1, 2};
+  EXPECT_TRUE(tables.MakeRoom(two, same, true).ok());  // rows the round already creates cost nothing
 }
 
 }  // namespace

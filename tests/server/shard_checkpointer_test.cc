@@ -18,6 +18,8 @@
 #include "common/base/atomic_file.h"
 
 #include "common/ps/ps_protocol.h"
+#include "common/ps/table_wire.h"
+#include "server/shard/shard_core.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {
@@ -372,6 +374,63 @@ TEST(ShardCheckpointerTest, CheckpointsAreTheOwnersAloneInADirectoryOnlyTheOwner
   ASSERT_TRUE(CheckWritableDirectory(dir.path()).ok());
   ASSERT_EQ(::stat(dir.path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0755u);
+}
+
+}  // namespace
+}  // namespace gradsync
+
+namespace gradsync {
+namespace {
+
+// A job of 8 dense parameters and one table of Adam rows (per-row moments and step counts).
+wire::JobConfig TableJob() {
+  wire::JobConfig job = AdamJob();
+  SetJobOptimizer({}, &job);
+  job.set_lr_schedule("constant");
+  TableSpec t;
+  t.name = "items";
+  t.dim = 3;
+  t.init_seed = 9;
+  t.optimizer.kind = RowOptimizerKind::kAdam;
+  SetJobTables(std::vector<TableSpec>{t}, &job);
+  return job;
+}
+
+// Mutations caught: the rows left out of SnapshotShard or RestoreShard, their optimizer state or
+// step counts lost (the next step differs), damaged rows taken in part.
+TEST(ShardCheckpointerTest, TableRowsTravelWithTheShardsCheckpointAndGoOnBitForBit) {
+  const wire::JobConfig job = TableJob();
+  auto shard = MakeShardForJob(job, 1, 0, false);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  const std::vector<TableRun> runs = {{0, 3}};
+  const std::vector<uint64_t> ids = {4, 90, 1u << 30};
+  std::vector<float> g = {1, 2, 3, -1, -2, -3, 0.5f, 0.5f, 0.5f};
+  for (int step = 0; step < 3; ++step) (*shard)->Apply({}, ids, g.data(), 1.0f, true, NAN, {}, runs);
+  ConsistencyController rule(ConsistencyMode::kAsp, 0, 2);
+  wire::ShardCheckpoint c = SnapshotShard(IdentityOf(0, Table()), job, **shard, rule);
+  ASSERT_EQ(c.tables_size(), 1);
+  wire::ShardCheckpoint back;
+  ASSERT_TRUE(back.ParseFromString(c.SerializeAsString()));
+  auto restored = MakeShardForJob(job, 1, 0, false);
+  ASSERT_TRUE(restored.ok());
+  ASSERT_TRUE(RestoreShard(back, restored->get()).ok());
+  EXPECT_EQ((*restored)->tables().rows(), 3);
+  for (auto* s : {shard->get(), restored->get()}) s->Apply({}, ids, g.data(), 1.0f, true, NAN, {}, runs);
+  std::vector<float> a(9), b(9);
+  (*shard)->Read({}, ids, a.data(), runs);
+  (*restored)->Read({}, ids, b.data(), runs);
+  EXPECT_EQ(a, b);
+  // A damaged row: refused, and the fresh shard holds no rows.
+  std::string values = back.tables(0).values();
+  const float nan = NAN;
+  std::memcpy(values.data() + 4, &nan, sizeof(float));
+  back.mutable_tables(0)->set_values(values);
+  auto fresh = MakeShardForJob(job, 1, 0, false);
+  ASSERT_TRUE(fresh.ok());
+  const Status st = RestoreShard(back, fresh->get());
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("table 'items'"), std::string::npos) << st;
+  EXPECT_EQ((*fresh)->tables().rows(), 0);
 }
 
 }  // namespace

@@ -14,11 +14,12 @@ float Rate(const LrSchedule& lr, int64_t step, float pushed) { return std::isnan
 }  // namespace
 
 KvShard::KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
-                 const LrSchedule& lr, int num_workers, bool aggregate)
+                 const LrSchedule& lr, int num_workers, bool aggregate, ShardTables tables)
     : stepper_(optimizer, num_workers, aggregate, range.size(), OptimizerLayers(layout, range)),
       layout_(range, std::move(layout), stepper_.optimizer().layers()),
       values_(range),
       round_(aggregate, layout_, static_cast<size_t>(range.size()), stepper_.optimizer().layers().size()),
+      tables_(std::move(tables)),
       lr_(lr),
       num_workers_(num_workers) {}
 
@@ -29,10 +30,21 @@ void KvShard::SetValues(std::span<const float> values) {
 }
 
 void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-                    float lr_scale, bool counts, float pushed_lr, std::span<const uint32_t> absent) {
-  std::vector<float>& params = values_.Own();
-  const float lr = Rate(lr_, step_, pushed_lr) * lr_scale * stepper_.push_lr_scale();
-  push_.Apply(layout_, stepper_, params, segments, keys, values, lr, counts, absent);
+                    float lr_scale, bool counts, float pushed_lr, std::span<const uint32_t> absent,
+                    std::span<const TableRun> tables) {
+  if (tables.empty()) {
+    std::vector<float>& params = values_.Own();
+    const float lr = Rate(lr_, step_, pushed_lr) * lr_scale * stepper_.push_lr_scale();
+    push_.Apply(layout_, stepper_, params, segments, keys, values, lr, counts, absent);
+  } else {
+    tables_.Apply(tables, keys, values, Rate(lr_, step_, pushed_lr), lr_scale);
+    if (counts) {
+      // The push's last part: LARS and LAMB step the dense parts they gathered now.
+      std::vector<float>& params = values_.Own();
+      const float lr = Rate(lr_, step_, pushed_lr) * lr_scale * stepper_.push_lr_scale();
+      push_.Apply(layout_, stepper_, params, {}, {}, nullptr, lr, true, {});
+    }
+  }
   if (!counts) return;
   stepper_.optimizer().EndStep();
   ++version_;
@@ -41,8 +53,12 @@ void KvShard::Apply(std::span<const Segment> segments, std::span<const uint64_t>
 }
 
 void KvShard::Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-                         std::span<const uint32_t> absent) {
-  round_.Add(layout_, stepper_.optimizer().layers(), segments, keys, values, absent);
+                         std::span<const uint32_t> absent, std::span<const TableRun> tables) {
+  if (tables.empty()) {
+    round_.Add(layout_, stepper_.optimizer().layers(), segments, keys, values, absent);
+  } else {
+    tables_.Accumulate(tables, keys, values);
+  }
 }
 
 void KvShard::ApplyAccumulated(int count, float pushed_lr) {
@@ -51,6 +67,7 @@ void KvShard::ApplyAccumulated(int count, float pushed_lr) {
   const float lr = Rate(lr_, step_, pushed_lr);
   const float inv = 1.0f / static_cast<float>(count);
   round_.ApplyTo(layout_, stepper_, params, inv, lr);
+  tables_.ApplyAccumulated(count, lr);
   stepper_.optimizer().EndStep();
   version_ += count;
   gradients_ += count;

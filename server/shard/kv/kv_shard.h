@@ -2,7 +2,8 @@
 // server-side optimizer that updates them, and their version. No sockets: server.cc feeds it.
 // Its parts: ShardLayout (where a request's data lies, and its checks), ShardValues (the
 // parameters, copy-on-write), ShardStepper (the optimizer and how it steps them), PushApplier
-// (a push applied at once) and RoundAccumulator (a bsp round summed and applied once); KvShard
+// (a push applied at once), RoundAccumulator (a bsp round summed and applied once) and
+// ShardTables (the shard's rows of the job's embedding tables, stepped with the rest); KvShard
 // keeps the version, the schedule's step and the gradient count, and puts state back whole.
 //
 // Data addressed by a request: dense `segments` (flat [offset, offset + length) ranges) followed
@@ -38,10 +39,12 @@
 #include "common/base/status.h"
 #include "common/optim/optimizer.h"
 #include "common/ps/partitioner.h"
+#include "common/table/table_spec.h"
 #include "server/shard/kv/push_applier.h"
 #include "server/shard/kv/round_accumulator.h"
 #include "server/shard/kv/shard_layout.h"
 #include "server/shard/kv/shard_stepper.h"
+#include "server/shard/kv/shard_tables.h"
 #include "server/shard/kv/shard_values.h"
 
 namespace gradsync {
@@ -49,37 +52,49 @@ namespace gradsync {
 class KvShard {
  public:
   KvShard(Segment range, std::vector<TensorInfo> layout, const OptimizerOptions& optimizer,
-          const LrSchedule& lr, int num_workers, bool aggregate);
+          const LrSchedule& lr, int num_workers, bool aggregate, ShardTables tables = {});
 
   const Segment& range() const { return layout_.range(); }
-  // ShardLayout::Validate, ShardLayout::ValidateAbsent: what a request may address here.
-  Status Validate(std::span<const Segment> segments, std::span<const uint64_t> keys,
-                  const size_t* num_values) const {
-    return layout_.Validate(segments, keys, num_values);
+  // ShardLayout::Validate and ShardLayout::ValidateAbsent: what a request may address here (the
+  // table rows a request names: tables().Validate).
+  Status Validate(std::span<const Segment> segments, std::span<const uint64_t> keys, const size_t* num_values,
+                  std::span<const uint32_t> absent = {}) const {
+    RETURN_IF_ERROR(layout_.Validate(segments, keys, num_values));
+    return absent.empty() ? OkStatus() : layout_.ValidateAbsent(segments, absent);
   }
-  Status ValidateAbsent(std::span<const Segment> segments, std::span<const uint32_t> absent) const {
-    return layout_.ValidateAbsent(segments, absent);
-  }
+  // The shard's part of the job's embedding tables (ShardTables), stepped with the parameters.
+  ShardTables& tables() { return tables_; }
+  const ShardTables& tables() const { return tables_; }
 
   // Sets the initial parameters (the whole range, from worker 0).
   void SetValues(std::span<const float> values);
-  void Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out) const {
-    values_.Read(segments, keys, out);
+  // With `tables` (a request of table rows), `keys` are their ids and `out` gets their rows.
+  void Read(std::span<const Segment> segments, std::span<const uint64_t> keys, float* out,
+            std::span<const TableRun> tables = {}) const {
+    if (tables.empty()) {
+      values_.Read(segments, keys, out);
+    } else {
+      tables_.Read(tables, keys, out);
+    }
   }
   // Applies one worker's gradient now (ssp/asp, PushApplier), at `lr` (the push's own rate; NaN:
   // the schedule's) times lr_scale (the staleness-aware rate passes 1 / staleness). A gradient
   // that came in parts is applied part by part with counts = false but for the last: it counts
   // once (version, step, the optimizer's step).
+  // With `tables`, the gradient is table rows (keys: their ids; ShardTables::Apply), stepped at the
+  // same rate; it counts as a dense one does.
   // `absent` (ValidateAbsent): tensors the gradient does not have (the worker's step computed
   // none for them); their values are ignored, and their parameters and optimizer state are left
   // as they are, as torch leaves a parameter whose .grad is None (Adam's and LAMB's t included:
   // Optimizer::SkipLayer).
   void Apply(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-             float lr_scale = 1.0f, bool counts = true, float lr = NAN, std::span<const uint32_t> absent = {});
-  // Adds a gradient to the round (bsp, RoundAccumulator).
+             float lr_scale = 1.0f, bool counts = true, float lr = NAN, std::span<const uint32_t> absent = {},
+             std::span<const TableRun> tables = {});
+  // Adds a gradient to the round (bsp, RoundAccumulator; with `tables`, rows: ShardTables).
   void Accumulate(std::span<const Segment> segments, std::span<const uint64_t> keys, const float* values,
-                  std::span<const uint32_t> absent = {});
-  // Applies the mean of the `count` gradients accumulated (bsp) at `lr` (NaN: the schedule's).
+                  std::span<const uint32_t> absent = {}, std::span<const TableRun> tables = {});
+  // Applies the mean of the `count` gradients accumulated (bsp) at `lr` (NaN: the schedule's), the
+  // tables' rows the round touched included.
   // A dense tensor that no push of the round carried a gradient for (absent from each, or not
   // in its segments) is left alone; the others are updated with the mean over `count` (an
   // absent push counts as a zero gradient there, as an all-reduce's average of workers' unused
@@ -130,6 +145,7 @@ class KvShard {
   ShardValues values_;
   PushApplier push_;
   RoundAccumulator round_;
+  ShardTables tables_;
   LrSchedule lr_;
   int num_workers_;
   int64_t version_ = 0;

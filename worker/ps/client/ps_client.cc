@@ -25,13 +25,15 @@ PsClient::PsClient(TransportContext& ctx, const wire::ClusterTable& table, int r
 }
 
 Result<std::unique_ptr<PsClient>> PsClient::Create(TransportContext& ctx, const wire::ClusterTable& table, int rank,
-                                                   std::vector<TensorInfo> layout, SchedulerClient* scheduler) {
+                                                   std::vector<TensorInfo> layout, SchedulerClient* scheduler,
+                                                   int64_t row_message_bytes) {
   if (table.servers_size() == 0) return InvalidArgumentError("the job has no servers");
   auto c = std::unique_ptr<PsClient>(new PsClient(ctx, table, rank, std::move(layout), scheduler));
   // The largest message either side sends (INIT and pull replies are a shard's whole range): the
   // shards' data sockets accept it before this worker connects, and its own sockets accept the
   // replies (ZMQ_MAXMSGSIZE on both sides).
-  const int64_t max_message_bytes = MaxShardMessageBytes(c->layout_, table.servers_size());
+  const int64_t max_message_bytes =
+      std::max(MaxShardMessageBytes(c->layout_, table.servers_size()), row_message_bytes + 64);
   if (scheduler) RETURN_IF_ERROR(scheduler->AnnounceMessageLimit(max_message_bytes, 300.0));
   RETURN_IF_ERROR(c->links_.Connect(max_message_bytes));
   return c;
@@ -60,7 +62,10 @@ Status PsClient::Init(const wire::JobConfig& job, ConstFloatSpan params, double 
 
 Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
                                            std::span<const float> values, float lr, std::span<const uint32_t> absent,
-                                           std::span<const int> only) {
+                                           std::span<const int> only, StepRows rows) {
+  if (rows.plan != nullptr && (!keys.empty() || !codec_.raw())) {
+    return InvalidArgumentError("a push with table rows carries neither sparse keys nor a codec");
+  }
   auto key_parts = partitioner_.SplitSortedKeys(keys);
   auto wanted = [&](int s) { return only.empty() || std::find(only.begin(), only.end(), s) != only.end(); };
   int targets = 0;
@@ -80,7 +85,28 @@ Result<PsClient::RequestId> PsClient::Push(int64_t clock, ConstFloatSpan grads, 
       if (b < e && !layout_[t].sparse) r.push.absent_tensors.push_back(t);
     }
     r.segments = dense_runs_[static_cast<size_t>(s)];
+    const bool with_rows = rows.plan != nullptr && rows.plan->floats(s) > 0;
+    if (with_rows) {
+      r.parts = 2;
+      r.part = 0;
+    }
     RETURN_IF_ERROR(PushTo(s, id, r, grads, ks, values.subspan(first, ks.size())));
+    if (with_rows) {
+      // The rows, gathered into the frame ZeroMQ sends: the push's last part.
+      PsRequest t = requests_.Request(wire::PUSH, id, clock);
+      t.push.version = r.push.version;
+      t.push.lr = lr;
+      t.parts = 2;
+      t.part = 1;
+      t.tables.assign(rows.plan->runs(s).begin(), rows.plan->runs(s).end());
+      Frame frame(static_cast<size_t>(rows.plan->floats(s)) * sizeof(float));
+      rows.plan->Gather(s, rows.rows, static_cast<float*>(frame.data()));
+      Payload p;
+      p.has_values = true;
+      p.keys = rows.plan->ids(s);
+      p.values_frame = &frame;
+      requests_.Post(s, t, p, "push to");
+    }
   }
   return id;
 }
@@ -109,9 +135,26 @@ Status PsClient::PushTo(int s, RequestId id, PsRequest& r, ConstFloatSpan grads,
   return OkStatus();
 }
 
-Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full) {
+Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full,
+                                           StepRows rows) {
   auto key_parts = partitioner_.SplitSortedKeys(keys);
-  RequestId id = requests_.New(true, params, links_.size());
+  int row_messages = 0;  // one more reply from each shard that holds some of the rows
+  if (rows.plan != nullptr) {
+    if (rows.rows.size() < rows.plan->floats()) return InvalidArgumentError("the rows' buffer is shorter than the step's rows");
+    for (int s = 0; s < links_.size(); ++s) row_messages += rows.plan->floats(s) > 0;
+  }
+  RequestId id = requests_.New(true, params, links_.size() + row_messages);
+  if (rows.plan != nullptr) {
+    requests_.SetRows(id, rows);
+    for (int s = 0; s < links_.size(); ++s) {
+      if (rows.plan->floats(s) == 0) continue;
+      PsRequest t = requests_.Request(wire::PULL, id, clock);
+      t.tables.assign(rows.plan->runs(s).begin(), rows.plan->runs(s).end());
+      Payload p;
+      p.keys = rows.plan->ids(s);
+      requests_.Send(s, t, p, "pull from");
+    }
+  }
   for (int s = 0; s < links_.size(); ++s) {
     PsRequest r = requests_.Request(wire::PULL, id, clock);
     Payload p;

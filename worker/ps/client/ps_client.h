@@ -19,7 +19,8 @@
 // Wait; PsReplies: what each reply does, and their counts), WorkerChannels (how a request's
 // values travel: ZeroMQ's own frames, a shared-memory lane or a data channel), PsCodec
 // (--compress), PartPlan (overlapped pushes in parts, per-tensor pulls: parts()) and
-// StateTransfer (the shards' optimizer state and parameters: state()).
+// StateTransfer (the shards' optimizer state and parameters: state()). A step's embedding-table
+// rows (TablePlan: its ids cut per shard) ride with its push and pull.
 #pragma once
 
 #include <cmath>
@@ -42,6 +43,7 @@
 #include "worker/ps/client/ps_requests.h"
 #include "worker/ps/client/shard_links.h"
 #include "worker/ps/client/state_transfer.h"
+#include "worker/ps/client/table_plan.h"
 
 namespace gradsync {
 
@@ -52,9 +54,11 @@ class PsClient {
 
   // Connects to every server of `table`. `scheduler` (may be null) reports dead servers; first it
   // tells the scheduler this layout's largest message and waits until every shard accepts it.
+  // `row_message_bytes`: the largest message of table rows a step of this worker sends or
+  // receives (0: no tables), accepted alike.
   static Result<std::unique_ptr<PsClient>> Create(TransportContext& ctx, const wire::ClusterTable& table,
                                                   int rank, std::vector<TensorInfo> layout,
-                                                  SchedulerClient* scheduler);
+                                                  SchedulerClient* scheduler, int64_t row_message_bytes = 0);
 
   // Compresses every push's dense part with `spec` (compression/compressor.h), with one
   // error-feedback residual per shard when error_feedback is set, or DGC momentum correction
@@ -73,13 +77,18 @@ class PsClient {
   // pull, and `lr` (the worker's own rate for this gradient) unless it is NaN. `absent`: dense
   // tensors (layout indices, increasing) that got no gradient: each shard is told which of them
   // it holds, and leaves them alone (their values, zeros, still travel). `only`: to these shards
-  // alone (a push resent to shards that lost it), else to every shard.
+  // alone (a push resent to shards that lost it), else to every shard. `rows`: the step's table
+  // row gradients (summed per id), each shard's as the last part of its push (the push is then in
+  // two parts to that shard: neither a codec nor sparse keys may come with rows).
   Result<RequestId> Push(int64_t clock, ConstFloatSpan grads, std::span<const uint64_t> keys,
                          std::span<const float> values, float lr = NAN, std::span<const uint32_t> absent = {},
-                         std::span<const int> only = {});
+                         std::span<const int> only = {}, StepRows rows = {});
   // Pulls into `params` (the whole flat buffer): the dense tensors, and the given sparse keys.
-  // full = true pulls every element, sparse tensors included (for evaluation).
-  Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false);
+  // full = true pulls every element, sparse tensors included (for evaluation). `rows`: the step's
+  // table rows too, into rows.rows, one more message to each shard that holds some (the same
+  // request: Wait waits for them all).
+  Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false,
+                         StepRows rows = {});
   Status Wait(RequestId id, double timeout_s) { return requests_.Wait(id, timeout_s); }
   // Processes the replies that have arrived, without waiting.
   void Poll() { requests_.Poll(); }

@@ -65,6 +65,18 @@ bool PsReplies::Apply(int shard, const Message& m, const Result<PsReply>& decode
 }
 
 Result<bool> PsReplies::TakePull(int shard, const Message& m, const PsReply& r, PsPending& p, bool* frame_read) {
+  if (!r.tables.empty()) {
+    // Table rows: where the step's plan put this shard's ids, once checked to be what was asked.
+    const TablePlan* plan = p.rows.plan;
+    const std::span<const TableRun> asked = plan != nullptr ? plan->runs(shard) : std::span<const TableRun>();
+    if (plan == nullptr || !std::equal(r.tables.begin(), r.tables.end(), asked.begin(), asked.end()) ||
+        m.num_values() != plan->floats(shard) || m.values.size() % sizeof(float) != 0) {
+      return DataLossError("table rows from " + links_.Name(shard) + " are not the rows asked for");
+    }
+    plan->Scatter(shard, static_cast<const float*>(m.values.data()), p.rows.rows);
+    *frame_read = true;
+    return true;
+  }
   // The reply's values go where its segments and keys say, once checked to fit.
   const Segment& range = partitioner_.range(shard);
   const int64_t n = static_cast<int64_t>(p.target.size());

@@ -17,6 +17,7 @@
 #include "worker/channels/worker_channels.h"
 #include "worker/ps/client/ps_codec.h"
 #include "worker/ps/client/shard_links.h"
+#include "worker/ps/client/table_plan.h"
 
 namespace gradsync {
 
@@ -32,6 +33,7 @@ struct PsPending {
   double sent_us = -1;  // traces: when it was sent (a pull's span ends with its reply)
   std::shared_ptr<StateGather> state;  // a STATE_PULL
   std::shared_ptr<PsReply> answer;     // a CHANNEL_ATTACH: its reply
+  StepRows rows;                       // a pull of table rows too: where they go
 };
 
 // Every reply so far, counted as the shards count them in their summaries: pushes

@@ -173,7 +173,7 @@ void PsRequests::HandleReply(int shard, const Message& m) {
   const Result<PsReply> r = m.malformed.ok() ? DecodeReply(m.header) : Result<PsReply>(m.malformed);
   // A piece of a pull answered through a lane, or a state vector of a STATE_PULL's answer, more
   // to come: its values are taken, the request stays open.
-  const bool more = r.ok() && ((r->parts > 1 && r->part + 1 < r->parts) ||
+  const bool more = r.ok() && ((r->piece.parts > 1 && r->piece.part + 1 < r->piece.parts) ||
                                (r->type == wire::STATE_PULL_REPLY && r->state.slot >= 0 &&
                                 r->state.slot + 1 < r->state.slots));
   bool frame_read = false;

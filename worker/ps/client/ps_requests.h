@@ -29,6 +29,8 @@ class PsRequests {
 
   // A new request awaiting `parts` replies (pulls: into `target`; STATE_PULL: into `state`).
   RequestId New(bool is_pull, FloatSpan target, int parts, std::shared_ptr<StateGather> state = nullptr);
+  // Pull `id` brings table rows too: where they go (PsPending::rows).
+  void SetRows(RequestId id, StepRows rows) { pending_[id].rows = rows; }
   // A request of this worker's: its type, id and clock.
   PsRequest Request(wire::Type type, RequestId id, int64_t clock) const;
   // Request `id` waits for a reply of shard s (one more message due).
