@@ -48,5 +48,7 @@ inline constexpr uint64_t kInitStream = 1;
 inline constexpr uint64_t kDataStream = 2;
 inline constexpr uint64_t kSyntheticStream = 3;
 inline constexpr uint64_t kShareStream = 4;  // gradsync-sim: the draws of connections' shares of a link
+// data/click_log.h: the synthetic click log's hashes.
+inline constexpr uint64_t kClickLogStream = 5;
 
 }  // namespace gradsync
