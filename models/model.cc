@@ -8,6 +8,12 @@
 
 namespace gradsync {
 
+Status Model::TableIds(const Batch&, std::vector<std::vector<uint64_t>>* ids) {
+  ids->assign(tables_.size(), {});
+  SizeTableRows(0);
+  return tables_.empty() ? OkStatus() : UnimplementedError(name() + " has tables but does not name their ids");
+}
+
 const SparseGrad& Model::sparse_grad(size_t i) const {
   GRADSYNC_CHECK(false) << name() << " has no sparse tensor " << i;
   static const SparseGrad kEmpty;

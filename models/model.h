@@ -35,6 +35,7 @@
 #include "common/obs/trace.h"
 #include "common/optim/optimizer.h"
 #include "common/optim/precision.h"
+#include "common/table/table_spec.h"
 
 namespace gradsync {
 
@@ -88,6 +89,21 @@ class Model {
 
   // The gradient of sparse tensor `i` from the last ForwardBackward. Dense models have none.
   virtual const SparseGrad& sparse_grad(size_t i) const;
+
+  // --- Embedding tables (common/table/table_spec.h): rows that live outside the model, on the
+  // PS shards or in the sync's own copy, so that a worker holds only the rows of its batch. ---
+  // The model's tables (empty: none), in the order their ids and rows come below.
+  const std::vector<TableSpec>& tables() const { return tables_; }
+  // The ids `batch` reads: per table, sorted and unique (*ids resized to tables().size()); sizes
+  // table_rows() and table_grads() to their rows (table after table, id after id, each dim
+  // floats). kInvalidArgument naming the table and feature for an id the table cannot hold.
+  // Call before ForwardBackward or EvaluateBatch on that batch, then fill table_rows().
+  virtual Status TableIds(const Batch& batch, std::vector<std::vector<uint64_t>>* ids);
+  // The rows of the ids TableIds named, which the caller fills before the model reads them.
+  FloatSpan table_rows() { return table_rows_; }
+  // The gradient of the mean loss by each of those rows, filled by ForwardBackward (a row read
+  // by several examples: their sum; a row no example's loss depends on: zeros).
+  ConstFloatSpan table_grads() const { return table_grads_; }
 
   // Layer-wise readiness: ForwardBackward calls fn(i) the moment tensor i's gradient is final
   // (the last layer first), so that its communication can start while backward goes on. Every
@@ -146,6 +162,14 @@ class Model {
   }
   // Lays out `tensors` contiguously in declaration order and allocates params and grads.
   void SetLayout(std::vector<TensorInfo> tensors);
+  // The model's tables (models with tables call this once, in their constructor).
+  void SetTables(std::vector<TableSpec> tables) { tables_ = std::move(tables); }
+  // Sizes table_rows() and table_grads() to `floats` (TableIds' implementations).
+  void SizeTableRows(size_t floats) {
+    table_rows_.assign(floats, 0.0f);
+    table_grads_.assign(floats, 0.0f);
+  }
+  FloatSpan table_grads_mutable() { return table_grads_; }
 
   std::vector<TensorInfo> layout_;
   Precision precision_ = Precision::kFp32;
@@ -154,6 +178,9 @@ class Model {
   std::vector<float> grads_;
   std::function<void(size_t)> grad_ready_;
   std::function<void(size_t)> param_wait_;
+  std::vector<TableSpec> tables_;
+  std::vector<float> table_rows_;
+  std::vector<float> table_grads_;
 };
 
 struct ModelOptions {
