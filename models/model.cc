@@ -93,6 +93,20 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
   return InvalidArgumentError("unknown model '" + o.name + "' (expected " + kModelNames + ")");
 }
 
+namespace {
+
+// Mean loss and accuracy of an evaluation's sums.
+EvalResult Mean(const EvalStats& total) {
+  EvalResult r;
+  if (total.count > 0) {
+    r.loss = total.loss_sum / static_cast<double>(total.count);
+    r.accuracy = static_cast<double>(total.correct) / static_cast<double>(total.count);
+  }
+  return r;
+}
+
+}  // namespace
+
 EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size) {
   GRADSYNC_CHECK(batch_size > 0);
   EvalStats total;
@@ -103,12 +117,26 @@ EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size) {
     total.correct += s.correct;
     total.count += s.count;
   }
-  EvalResult r;
-  if (total.count > 0) {
-    r.loss = total.loss_sum / static_cast<double>(total.count);
-    r.accuracy = static_cast<double>(total.correct) / static_cast<double>(total.count);
+  return Mean(total);
+}
+
+Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t batch_size, const RowReader& rows) {
+  if (model.tables().empty()) return Evaluate(model, data, batch_size);
+  if (!rows) return FailedPreconditionError(model.name() + " has embedding tables: its evaluation needs their rows");
+  GRADSYNC_CHECK(batch_size > 0);
+  EvalStats total;
+  BatchBuffer buffer;
+  std::vector<std::vector<uint64_t>> ids;
+  for (int64_t begin = 0; begin < data.n; begin += batch_size) {
+    const Batch batch = buffer.Slice(data, begin, std::min(data.n, begin + batch_size));
+    RETURN_IF_ERROR(model.TableIds(batch, &ids));
+    RETURN_IF_ERROR(rows(ids, model.table_rows()));
+    EvalStats s = model.EvaluateBatch(batch);
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+    total.count += s.count;
   }
-  return r;
+  return Mean(total);
 }
 
 }  // namespace gradsync

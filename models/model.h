@@ -209,4 +209,11 @@ struct EvalResult {
 };
 EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size = 1000);
 
+// Where an evaluation of a model with tables reads the rows of a batch's ids (per table, sorted
+// and unique) into the model's table_rows(): the shards, or the process's own tables.
+using RowReader = std::function<Status(std::span<const std::vector<uint64_t>> ids, std::span<float> rows)>;
+// Evaluate for any model: a model with tables has each batch's rows read through `rows` first
+// (required then); an error of TableIds or of the reader fails the evaluation.
+Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t batch_size, const RowReader& rows);
+
 }  // namespace gradsync

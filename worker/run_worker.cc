@@ -50,6 +50,12 @@ DataOptions DataOptionsFrom(const TrainConfig& c) {
   o.standardize = c.standardize();
   o.feature_bits = c.feature_bits();
   o.seed = c.seed();
+  o.click.num_categorical = c.click_features();
+  o.click.num_dense = c.click_dense();
+  o.click.ids_per_feature = {c.click_ids() == 0 ? int64_t{1} << 62 : c.click_ids()};
+  o.click.zipf_s = c.click_zipf();
+  o.click_train = c.click_train();
+  o.click_test = c.click_test();
   return o;
 }
 

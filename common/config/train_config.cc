@@ -15,6 +15,7 @@
 #include "common/config/flags.h"
 #include "common/optim/optimizer.h"
 #include "common/optim/precision.h"
+#include "common/optim/row_optimizer.h"
 
 namespace gradsync {
 
@@ -146,6 +147,7 @@ WaitPolicy WaitPolicyOf(const TrainConfig& c) { return {.busy_poll_ms = c.busy_p
 
 std::string EffectiveDataset(const TrainConfig& c) {
   if (c.has_dataset()) return c.dataset();
+  if (c.model() == "dlrm") return "click-log";
   return c.model() == "sparse_logreg" ? "sparse-logistic" : "fashion-mnist";
 }
 
@@ -197,9 +199,10 @@ struct Traits {
         allreduce(mode == config::ALLREDUCE),
         joins(JoinsJob(mode)),
         sparse_model(c.model() == "sparse_logreg"),
+        table_model(c.model() == "dlrm"),
         cuda(c.device() == "cuda") {}
   Mode mode;
-  bool ps, allreduce, joins, sparse_model, cuda;
+  bool ps, allreduce, joins, sparse_model, table_model, cuda;
 };
 
 // The mode and the settings that belong to some modes only.
@@ -294,10 +297,43 @@ void CheckCompression(const TrainConfig& c, const Traits& t, Checker& k) {
   if (c.momentum_correction() && c.nesterov()) k.Add("momentum_correction", "{momentum_correction} does not combine with {nesterov}");
 }
 
+// Embedding tables (dlrm) and the click log: their sizes, and what does not combine with tables yet.
+void CheckTables(const TrainConfig& c, const Traits& t, Checker& k) {
+  if (c.click_features() < 1 || c.click_features() > 1024) k.Add("click_features", "{click_features} must be in [1, 1024]");
+  if (c.click_ids() < 0 || c.click_ids() > (int64_t{1} << 62)) k.Add("click_ids", "{click_ids} must be in [0, 2^62] (0: any 64-bit id)");
+  if (!(c.click_zipf() > 0 && c.click_zipf() <= 3)) k.Add("click_zipf", "{click_zipf} must be in (0, 3]");
+  if (c.click_dense() < 1 || c.click_dense() > 1024) k.Add("click_dense", "{click_dense} must be in [1, 1024]");
+  if (c.click_train() < 1 || c.click_train() > (int64_t{1} << 32)) k.Add("click_train", "{click_train} must be in [1, 2^32]");
+  if (c.click_test() < 1 || c.click_test() > (int64_t{1} << 24)) k.Add("click_test", "{click_test} must be in [1, 2^24]");
+  if (c.table_dim() < 1 || c.table_dim() > 4096) k.Add("table_dim", "{table_dim} must be in [1, 4096]");
+  if (!ParseRowOptimizerKind(c.table_optimizer()).ok()) {
+    k.Add("table_optimizer", "{table_optimizer} must be sgd, adagrad or adam, not '", c.table_optimizer() + "'");
+  }
+  if (c.table_rows() < 1 || c.table_rows() > (int64_t{1} << 31)) {
+    k.Add("table_rows", "{table_rows} must be in [1, 2^31]");
+  }
+  if (!t.table_model) {
+    for (const char* f : {"table_dim", "table_optimizer", "table_rows"}) {
+      if (Has(c, f)) k.Add(f, std::string("{") + f + "} applies to {model=dlrm}");
+    }
+    return;
+  }
+  // Not yet with tables: each is refused with its reason rather than run half right.
+  if (t.allreduce) k.Add("mode", "{model=dlrm} trains in the PS modes and locally ({mode=allreduce} with tables: not yet)");
+  if (!c.compress().empty() && c.compress() != "none") k.Add("compress", "{compress} applies to the dense models, not {model=dlrm}");
+  if (c.accumulate() > 1) k.Add("accumulate", "{accumulate} applies to the dense models, not {model=dlrm}");
+  if (c.overlap()) k.Add("overlap", "{overlap} applies to the dense models, not {model=dlrm}");
+  if (c.sync_every() > 0) k.Add("sync_every", "{sync_every} applies to the dense models, not {model=dlrm}");
+  if (c.device() == "cuda") k.Add("device", "{device=cuda} applies to {model=softmax|mlp}");
+  if (c.precision() != "fp32") k.Add("precision", "{model=dlrm} computes in fp32 only, not {precision=" + c.precision() + "}");
+  if (c.zero() > 0) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
+  if (c.has_delay_compensation()) k.Add("delay_compensation", "{delay_compensation} applies to the dense models, not {model=dlrm}");
+}
+
 // The model and the data.
 void CheckModelAndData(const TrainConfig& c, const Traits& t, Checker& k) {
   const bool sparse_model = t.sparse_model;
-  const bool known_model = c.model() == "softmax" || c.model() == "mlp" || sparse_model;
+  const bool known_model = c.model() == "softmax" || c.model() == "mlp" || sparse_model || t.table_model;
   if (!known_model) k.Add("model", "{model}: ", "unknown model '" + c.model() + "' (expected " + kModelNames + ")");
   if (c.model() == "mlp") {
     if (c.hidden().size() > 256) {
@@ -309,13 +345,15 @@ void CheckModelAndData(const TrainConfig& c, const Traits& t, Checker& k) {
     k.Add("hidden", "{hidden} applies to {model=mlp} only");
   }
   const std::string dataset = EffectiveDataset(c);
-  if (dataset != "fashion-mnist" && dataset != "blobs" && dataset != "sparse-logistic") {
+  if (dataset != "fashion-mnist" && dataset != "blobs" && dataset != "sparse-logistic" && dataset != "click-log") {
     k.Add("dataset", "{dataset}: ", "unknown dataset '" + dataset + "' (expected " + kDatasetNames + ")");
-  } else if (known_model && sparse_model != (dataset == "sparse-logistic")) {
+  } else if (known_model &&
+             (sparse_model != (dataset == "sparse-logistic") || t.table_model != (dataset == "click-log"))) {
     k.Add(c.has_dataset() ? "dataset" : "model",
           "{model=" + c.model() + "} cannot train on {dataset=" + dataset +
-              "} (sparse_logreg goes with sparse-logistic, the dense models with the others)");
+              "} (sparse_logreg goes with sparse-logistic, dlrm with click-log, the dense models with the others)");
   }
+  CheckTables(c, t, k);
   if ((sparse_model || dataset == "sparse-logistic") && (c.feature_bits() < 4 || c.feature_bits() > 30)) {
     k.Add("feature_bits", "{feature_bits} must be in [4, 30]");
   }

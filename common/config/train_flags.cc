@@ -37,13 +37,22 @@ std::vector<WorkerFlag> ModelFlags() {
   // clang-format off
   return {
       // The model and the data.
-      {"model", false, false, "softmax|mlp|sparse_logreg"},
+      {"model", false, false, "softmax|mlp|sparse_logreg|dlrm (dlrm: DLRM-style, a bottom and a top MLP around the dot interaction of one embedding table per categorical feature, its tables on the servers in the PS modes)"},
       {"hidden", false, false, "mlp hidden layer sizes, comma-separated"},
-      {"dataset", false, false, "fashion-mnist|blobs|sparse-logistic (default: fashion-mnist; sparse-logistic for sparse_logreg)"},
+      {"dataset", false, false, "fashion-mnist|blobs|sparse-logistic|click-log (default: fashion-mnist; sparse-logistic for sparse_logreg, click-log for dlrm)"},
       {"data-dir", false, false, "directory of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)"},
       {"data-cache", false, false, "directory where Fashion-MNIST is decoded once per host and mapped read-only by every worker there (default $GRADSYNC_DATA_CACHE, else ~/.cache/gradsync); off: each worker decodes its own"},
       {"standardize", false, false, "standardize Fashion-MNIST pixels: (x - 0.2860) / 0.3530 (true|false)"},
       {"feature-bits", false, false, "sparse_logreg: 2^bits hashed features"},
+      {"click-features", false, false, "click-log: categorical features (dlrm: one embedding table each)"},
+      {"click-ids", false, false, "click-log: ids per categorical feature, Zipf-distributed (0: any 64-bit id)"},
+      {"click-zipf", false, false, "click-log: the ids' Zipf exponent s in (0, 3]"},
+      {"click-dense", false, false, "click-log: dense features"},
+      {"click-train", false, false, "click-log: training examples (generated from the seed, never stored whole by the servers)"},
+      {"click-test", false, false, "click-log: test examples"},
+      {"table-dim", false, false, "dlrm: floats per embedding row"},
+      {"table-optimizer", false, false, "dlrm: the rows' own optimizer, per row: sgd|adagrad (row-wise: one accumulator per row)|adam (lazy: moments and step count of touched rows only)"},
+      {"table-rows", false, false, "dlrm: the most rows of one table a server holds, or a local process (past it a push is refused, naming the table)"},
       {"precision", false, false, "fp32|bf16|fp16: 16-bit operands with fp32 accumulation and fp32 master weights; gradients travel in 16 bits (unless --compress names another codec); fp16 scales the loss dynamically and skips steps whose gradients overflow"},
       {"initial-loss-scale", false, false, "fp16: the dynamic loss scale to start from (halved after each overflowed step, doubled after 2000 good ones)"},
   };

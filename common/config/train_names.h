@@ -8,8 +8,8 @@
 namespace gradsync {
 
 inline constexpr const char* kModeNames = "local|bsp|ssp|asp|allreduce";
-inline constexpr const char* kModelNames = "softmax|mlp|sparse_logreg";
-inline constexpr const char* kDatasetNames = "fashion-mnist|blobs|sparse-logistic";
+inline constexpr const char* kModelNames = "softmax|mlp|sparse_logreg|dlrm";
+inline constexpr const char* kDatasetNames = "fashion-mnist|blobs|sparse-logistic|click-log";
 inline constexpr const char* kAllReduceAlgoNames = "auto|ring|rhd|rd|tree|shm|hier";  // allreduce/plan/algorithm.h
 
 // Whether `name` is one of the '|'-separated `names`.

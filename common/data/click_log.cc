@@ -184,6 +184,32 @@ void ClickLog::Fill(int64_t begin, int64_t count, ClickBatch* out) const {
   }
 }
 
+Dataset ClickLogDataset(const ClickLog& log, int64_t begin, int64_t n, const std::string& name) {
+  Dataset d;
+  d.name = name;
+  d.n = n;
+  d.dim = log.num_dense();
+  d.num_classes = 2;
+  d.sparse = true;
+  const auto fields = static_cast<size_t>(log.num_categorical());
+  d.features.reserve(static_cast<size_t>(n) * static_cast<size_t>(d.dim));
+  d.keys.reserve(static_cast<size_t>(n) * fields);
+  d.labels.reserve(static_cast<size_t>(n));
+  d.row_ptr.reserve(static_cast<size_t>(n) + 1);
+  d.row_ptr.push_back(0);
+  ClickBatch batch;
+  constexpr int64_t kChunk = 4096;
+  for (int64_t at = 0; at < n; at += kChunk) {
+    log.Fill(begin + at, std::min(kChunk, n - at), &batch);
+    d.features.insert(d.features.end(), batch.dense.begin(), batch.dense.end());
+    d.keys.insert(d.keys.end(), batch.ids.begin(), batch.ids.end());
+    d.labels.insert(d.labels.end(), batch.labels.begin(), batch.labels.end());
+    for (int64_t i = 0; i < batch.size; ++i) d.row_ptr.push_back(d.row_ptr.back() + static_cast<int64_t>(fields));
+  }
+  d.values.assign(d.keys.size(), 1.0f);
+  return d;
+}
+
 ClickOracleMetrics ClickLog::OracleMetrics(int64_t begin, int64_t count) const {
   GRADSYNC_CHECK(count > 0) << "no examples";
   std::vector<float> probability;

@@ -42,9 +42,11 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/data/dataset.h"
 #include "common/data/zipf.h"
 
 namespace gradsync {
@@ -86,6 +88,14 @@ struct ClickOracleMetrics {
   double log_loss = 0.0;
   double positive_rate = 0.0;
 };
+
+// Examples [begin, begin + n) of `log` as a Dataset a trainer reads (Dataset::mixed: dim dense
+// features as floats, and CSR keys: each example's ids, one per categorical feature in order,
+// values 1; labels 0/1, two classes), named `name`. Its memory is n * (4 dense + 8 id + 12 CSR)
+// bytes per feature and example, nothing by the id space. The log needs a dense feature (a
+// mixed Dataset has both parts).
+class ClickLog;
+Dataset ClickLogDataset(const ClickLog& log, int64_t begin, int64_t n, const std::string& name);
 
 class ClickLog {
  public:

@@ -48,6 +48,11 @@ Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices
     batch.row_ptr = row_ptr_;
     batch.keys = keys_;
     batch.values = values_;
+    if (data.mixed()) {
+      x_.resize(static_cast<size_t>(b * data.dim));
+      for (int64_t i = 0; i < b; ++i) CopyRow(data, indices[i], x_.data() + i * data.dim);
+      batch.x = x_.data();
+    }
   }
   batch.labels = labels_;
   return batch;
@@ -80,6 +85,7 @@ Batch SliceBatch(const Dataset& data, int64_t begin, int64_t end) {
     // Keys/values stay indexed by the absolute offsets in row_ptr.
     batch.keys = data.keys;
     batch.values = data.values;
+    if (data.mixed()) batch.x = data.features.data() + begin * data.dim;
   }
   return batch;
 }

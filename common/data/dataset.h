@@ -1,7 +1,9 @@
 // In-memory datasets and mini-batches.
 //
 // A Dataset is either dense (n x dim row-major features) or sparse (CSR rows of (64-bit key,
-// value) pairs over a huge key space, e.g. hashed click features). A dense dataset keeps its
+// value) pairs over a huge key space, e.g. hashed click features), or both: a click log's rows
+// hold dim dense features (stored as floats) and CSR ids, one per categorical feature, which a
+// model with embedding tables reads (its batches carry both). A dense dataset keeps its
 // features as they are stored: floats (the synthetic sets), or bytes (Fashion-MNIST's pixels, 4x
 // smaller, often a read-only mapping that every worker on the host shares: data/dataset_cache.h),
 // each byte standing for the float `byte_values[byte]` (scaled to [0, 1], perhaps standardized).
@@ -23,7 +25,7 @@ namespace gradsync {
 struct Dataset {
   std::string name;
   int64_t n = 0;          // examples
-  int64_t dim = 0;        // features per example (dense) or key space size (sparse)
+  int64_t dim = 0;        // features per example (dense, or both) or key space size (sparse)
   int num_classes = 0;
   bool sparse = false;
 
@@ -39,6 +41,8 @@ struct Dataset {
   std::vector<int32_t> labels;   // n
 
   bool stored_as_bytes() const { return bytes_owner != nullptr; }
+  // Sparse rows and dense features both (a click log).
+  bool mixed() const { return sparse && !features.empty(); }
   // Dense feature `i` of the n * dim (row-major), as a model sees it.
   float FeatureAt(int64_t i) const {
     return stored_as_bytes() ? byte_values[bytes[static_cast<size_t>(i)]] : features[static_cast<size_t>(i)];

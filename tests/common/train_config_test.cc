@@ -79,7 +79,9 @@ TEST(TrainConfigTest, DefaultsAreValid) {
                          "optimizer: \"lamb\"", "mode: SSP optimizer: \"lamb\" momentum: 0 adam_beta2: 0.99 adam_eps: 1e-6 weight_decay: 0.01",
                          "mode: BSP device: \"cuda\" optimizer: \"lars\"", "mode: ASP sync_every: 4",
                          "mode: ALLREDUCE sync_every: 16 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true optimizer: \"adam\" momentum: 0",
-                         "mode: ASP delay_compensation: 0.5", "mode: SSP delay_compensation: 0 delay_compensation_adaptive: true"}) {
+                         "mode: ASP delay_compensation: 0.5", "mode: SSP delay_compensation: 0 delay_compensation_adaptive: true",
+                         "model: \"dlrm\"", "mode: BSP model: \"dlrm\" table_dim: 32 table_optimizer: \"adagrad\" click_ids: 0",
+                         "mode: ASP model: \"dlrm\" dataset: \"click-log\" table_optimizer: \"adam\" table_rows: 1000"}) {
     EXPECT_TRUE(Validate(Config(ok)).empty()) << ok << ": " << JoinErrors(Validate(Config(ok)));
   }
 }
@@ -122,6 +124,13 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"NegativeBusyPoll", "mode: ASP busy_poll_ms: -1", "busy_poll_ms", "--busy-poll-ms must be in [0, 1000]", "busy_poll_ms must be in"},
         Contradiction{"LongBusyPoll", "mode: ALLREDUCE busy_poll_ms: 1001", "busy_poll_ms", "--busy-poll-ms must be in [0, 1000]", "busy_poll_ms must be in"},
         Contradiction{"ZeroPushPart", "mode: BSP push_part_mib: 0", "push_part_mib", "--push-part-mib must be in (0, 1024]", "push_part_mib must be in"},
+        // Embedding tables (dlrm) and the click log.
+        Contradiction{"TablesWithAllreduce", "mode: ALLREDUCE model: \"dlrm\"", "mode", "--model=dlrm trains in the PS modes and locally", "model dlrm trains in the PS modes"},
+        Contradiction{"TablesWithCodec", "mode: BSP model: \"dlrm\" compress: \"fp16\"", "compress", "--compress applies to the dense models, not --model=dlrm", "compress applies"},
+        Contradiction{"TableDimOutsideDlrm", "table_dim: 8", "table_dim", "--table-dim applies to --model=dlrm", "table_dim applies"},
+        Contradiction{"BadTableOptimizer", "model: \"dlrm\" table_optimizer: \"lamb\"", "table_optimizer", "--table-optimizer must be sgd, adagrad or adam", "table_optimizer must be"},
+        Contradiction{"DlrmOnFashionMnist", "model: \"dlrm\" dataset: \"fashion-mnist\"", "dataset", "--model=dlrm cannot train on --dataset=fashion-mnist", "cannot train on"},
+        Contradiction{"NoDenseClickFeatures", "model: \"dlrm\" click_dense: 0", "click_dense", "--click-dense must be in [1, 1024]", "click_dense must be in"},
         Contradiction{"BucketOutsideAllreduce", "mode: BSP bucket_mib: 4", "bucket_mib", "--bucket-mib applies to --mode=allreduce only", "bucket_mib applies to mode ALLREDUCE only"},
         Contradiction{"RingEncryptOutsideAllreduce", "mode: BSP ring_encrypt: true", "ring_encrypt", "--ring-encrypt applies to --mode=allreduce only", "ring_encrypt applies to mode ALLREDUCE only"},
         // The device.
@@ -344,7 +353,8 @@ TEST(JobFingerprintTest, HoldsTheSettingsThatMustAgree) {
   for (const char* other : {"mode: BSP lr: 0.05", "mode: BSP batch: 32", "mode: BSP hidden: \"64\"", "mode: BSP seed: 1",
                             "mode: BSP compress: \"fp16\"", "mode: BSP accumulate: 2", "mode: BSP feature_bits: 12",
                             "mode: BSP dataset: \"blobs\"", "mode: BSP epochs: 3", "mode: BSP momentum: 0.5",
-                            "mode: BSP optimizer: \"adam\""}) {
+                            "mode: BSP optimizer: \"adam\"", "mode: BSP model: \"dlrm\" table_dim: 32",
+                            "mode: BSP model: \"dlrm\" table_optimizer: \"adam\"", "mode: BSP model: \"dlrm\" click_ids: 1000"}) {
     EXPECT_NE(JobFingerprint(Config(other)), fp) << other;
   }
   // Adam: SGD's default momentum unused (the same as 0); its own settings count.

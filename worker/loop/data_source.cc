@@ -49,6 +49,15 @@ Result<TrainTest> LoadTrainTest(const DataOptions& o) {
     }
     return tt;
   }
+  if (o.name == "click-log") {
+    ClickLogOptions c = o.click;
+    c.seed = o.seed;
+    ASSIGN_OR_RETURN(ClickLog log, ClickLog::Create(c));
+    TrainTest tt;
+    tt.train = ClickLogDataset(log, 0, o.click_train, "click-log-train");
+    tt.test = ClickLogDataset(log, ClickLog::kTestBegin, o.click_test, "click-log-test");
+    return tt;
+  }
   if (o.synthetic_train <= 0 || o.synthetic_test <= 0) {
     return InvalidArgumentError("synthetic train and test sizes must be > 0");
   }

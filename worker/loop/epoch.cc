@@ -69,7 +69,7 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
   r.samples_per_s = static_cast<double>(totals.samples) / std::max(1e-9, totals.train_seconds);
   r.test_loss = r.test_accuracy = NAN;
   if (c.evaluate) {
-    EvalResult e = Evaluate(model, *c.test, c.eval_batch);
+    ASSIGN_OR_RETURN(EvalResult e, EvaluateWithRows(model, *c.test, c.eval_batch, c.read_rows ? *c.read_rows : RowReader()));
     r.test_loss = e.loss;
     r.test_accuracy = e.accuracy;
   }
@@ -89,7 +89,7 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
 
 Status WriteEvaluationRow(const EpochClose& c, double loss, Model& model, MetricsWriter* metrics) {
   if (!metrics) return OkStatus();
-  EvalResult e = Evaluate(model, *c.test, c.eval_batch);
+  ASSIGN_OR_RETURN(EvalResult e, EvaluateWithRows(model, *c.test, c.eval_batch, c.read_rows ? *c.read_rows : RowReader()));
   MetricsRow row = StepRow(c.step, c.steps_per_epoch, c.run_clock->Seconds(), loss);
   row.test.loss = e.loss;
   row.test.accuracy = e.accuracy;

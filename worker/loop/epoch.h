@@ -82,6 +82,7 @@ struct EpochClose {
   bool evaluate = false;         // evaluate on `test` and write an evaluation row
   const Dataset* test = nullptr;
   int64_t eval_batch = 1000;
+  const RowReader* read_rows = nullptr;  // a model with tables: where its evaluation reads rows
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t shm_bytes_sent = 0;

@@ -15,6 +15,7 @@ void EpochReporter::Start(const std::function<void(const EpochReport&)>* on_epoc
 EpochClose EpochReporter::At(int64_t step, const SyncTraffic& t) const {
   return EpochClose{.step = step, .steps_per_epoch = steps_per_epoch_, .run_clock = &run_clock_,
                     .evaluate = evaluate_, .test = test_, .eval_batch = options_.eval_batch,
+                    .read_rows = read_rows_ ? &read_rows_ : nullptr,
                     .bytes_sent = t.bytes_sent, .bytes_received = t.bytes_received,
                     .shm_bytes_sent = t.shm_bytes_sent, .shm_bytes_received = t.shm_bytes_received};
 }

@@ -45,6 +45,8 @@ class EpochReporter {
   Status WriteEvaluationRow(int64_t step, const SyncTraffic& traffic);
   // The closed epochs' reports, once the run is over.
   std::vector<EpochReport> TakeReports() { return std::move(reports_); }
+  // A model with tables: where its evaluations read their rows (the run's sync).
+  void set_row_reader(RowReader read) { read_rows_ = std::move(read); }
 
  private:
   // Where the run is, for an epoch report or an evaluation row.
@@ -62,6 +64,7 @@ class EpochReporter {
   Stopwatch run_clock_;
   EpochTotals totals_;
   std::vector<EpochReport> reports_;
+  RowReader read_rows_;
 };
 
 }  // namespace gradsync

@@ -86,6 +86,14 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
   ShardedSampler sampler(train_->n, sync_->size(), sync_->rank(), o.seed);
   const bool sparse = HasSparse(model_->layout());
   std::vector<uint64_t> keys;
+  const bool tables = !model_->tables().empty();
+  std::vector<std::vector<uint64_t>> table_ids;
+  TableStep table_step;
+  if (tables) {
+    reporter_.set_row_reader([this](std::span<const std::vector<uint64_t>> ids, std::span<float> rows) {
+      return sync_->ReadRows(ids, rows);
+    });
+  }
   const int first_epoch = static_cast<int>(start_step / steps_per_epoch_);
   for (int epoch = first_epoch; epoch < o.epochs && step_ < total_steps; ++epoch) {
     const std::vector<uint32_t> order = sampler.EpochIndices(epoch);
@@ -93,13 +101,19 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
          ++s) {
       const auto [begin, end] = BatchRange(s, steps_per_epoch_, o.batch, static_cast<int64_t>(order.size()));
       StepInput in{.indices = std::span(order).subspan(begin, end - begin), .epoch = epoch};
-      // A sparse model's batch is gathered before the step starts: its keys say which rows.
+      // A sparse model's batch is gathered before the step starts: its keys say which rows (a
+      // model with tables: which ids, whose rows the sync brings into the model's table_rows()).
       Batch batch;
-      if (sparse) {
+      if (sparse || tables) {
         batch = buffer_.Gather(*train_, in.indices);
         BatchKeys(*model_, batch, &keys);
         in.batch = &batch;
         in.keys = keys;
+      }
+      if (tables) {
+        RETURN_IF_ERROR(model_->TableIds(batch, &table_ids));
+        table_step = TableStep{table_ids, model_->table_rows(), model_->table_grads()};
+        in.tables = &table_step;
       }
       // Evaluations due before this step, on the parameters it computes on.
       in.epoch_end = s == 0 && epoch > 0 && step_ > start_step;
@@ -115,7 +129,7 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
 
 Status TrainingLoop::RunStep(const StepInput& in) {
   const LocalTrainOptions& o = options_.train;
-  const StepPlan plan{.step = step_, .sparse_keys = in.keys,
+  const StepPlan plan{.step = step_, .sparse_keys = in.keys, .tables = in.tables,
                       .evaluate = options_.evaluate && (in.epoch_end || in.mid_eval),
                       .lr = options_.hooks.step_lr ? options_.hooks.step_lr(step_) : NAN};
   float loss = 0;
@@ -133,7 +147,18 @@ Status TrainingLoop::RunStep(const StepInput& in) {
     if (failed.ok() && copy_to_device_) RETURN_IF_ERROR(model_->ParamsToDevice());
     begin_ms += begin_clock.Millis();
     if (failed.ok() && !evaluated) {
+      // An evaluation reads its own batches' rows through the model: the step's are kept and
+      // put back (its batch's ids named again) once it is done.
+      std::vector<float> step_rows;
+      if (in.tables != nullptr && plan.evaluate) step_rows.assign(in.tables->rows.begin(), in.tables->rows.end());
       RETURN_IF_ERROR(EvaluateDue(in));
+      if (!step_rows.empty()) {
+        std::vector<std::vector<uint64_t>> ids;
+        RETURN_IF_ERROR(model_->TableIds(*in.batch, &ids));
+        std::copy(step_rows.begin(), step_rows.end(), model_->table_rows().begin());
+        in.tables->rows = model_->table_rows();  // the model's buffers may have moved
+        in.tables->grads = model_->table_grads();
+      }
       evaluated = true;
     }
     if (failed.ok()) {

@@ -66,6 +66,7 @@ class TrainingLoop {
     std::span<const uint32_t> indices{};
     const Batch* batch = nullptr;     // gathered already (sparse models), or null
     std::span<const uint64_t> keys{};  // its sparse rows (flat keys)
+    TableStep* tables = nullptr;  // a model with tables: the batch's ids and rows (in the model)
     int epoch = 0;
     bool epoch_end = false;  // the step starts after epoch `epoch - 1` ended: close it
     bool mid_eval = false;   // an --eval-every evaluation is due

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/ps/consistency.h"
+#include "common/ps/table_wire.h"
 #include "worker/loop/epoch.h"
 
 namespace gradsync {
@@ -11,7 +12,7 @@ namespace gradsync {
 OverlapFacts PsSyncBase::OverlapFactsOf(const PsTrainOptions& o, const Model& model) {
   return {.requested = o.overlap.enabled,
           .compressed = !o.codec.compression.empty() && o.codec.compression != "none",
-          .sparse = HasSparse(model.layout()),
+          .sparse = HasSparse(model.layout()) || !model.tables().empty(),
           .on_device = model.on_device(),
           .per_tensor_params = model.waits_for_params(),
           .straggles = o.train.straggler.spec.kind != StragglerSpec::Kind::kNone,
@@ -40,6 +41,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
   job.set_warmup_steps(lr.warmup_steps);
   job.set_warmup_start_lr(lr.warmup_start);
   SetJobOptimizer(o.train.optimizer, &job);
+  SetJobTables(model.tables(), &job);
   job.set_staleness_aware_lr(o.shard_update.staleness_aware_lr);
   if (!std::isnan(o.shard_update.delay_compensation)) {
     job.set_delay_compensation(o.shard_update.delay_compensation);
@@ -55,7 +57,24 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
 
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
     : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
-      scaling_(options.train.numerics) {}
+      scaling_(options.train.numerics), table_plan_(model->tables(), client != nullptr ? client->num_shards() : 0) {}
+
+StepRows PsSyncBase::StepRowGrads() const {
+  if (step_tables_ == nullptr) return {};
+  // The push reads them only (const_cast: StepRows serves pulls, which write, too).
+  return {&table_plan_, {const_cast<float*>(step_tables_->grads.data()), step_tables_->grads.size()}};
+}
+
+Status PsSyncBase::ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) {
+  if (ids.empty()) return OkStatus();
+  // An evaluation's batch: its rows as the shards hold them at this clock (the dense parameters
+  // come with them, into a scratch copy: the step's stay as they were pulled).
+  TablePlan plan(model_->tables(), client_->num_shards());
+  RETURN_IF_ERROR(plan.Set(ids));
+  std::vector<float> scratch(static_cast<size_t>(model_->num_params()));
+  ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, scratch, {}, false, {&plan, rows}));
+  return client_->Wait(pull, options_.request_timeout_s).WithContext("evaluation rows");
+}
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
   const double timeout = options_.request_timeout_s;
@@ -140,7 +159,8 @@ Status PsSyncBase::Recover(const Status& failure) {
       if (client_->join_clock(s) == unacked) missing.push_back(s);
     if (!missing.empty()) {
       ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(unacked, model_->grads(), push_.keys(), push_.values(),
-                                                               push_.last_lr(), push_.last_absent(), missing));
+                                                               push_.last_lr(), push_.last_absent(), missing,
+                                                               StepRowGrads()));
       RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(unacked)));
       std::printf("worker %d: step %lld: sent its last push again to %zu shard(s) that did not hold it\n", rank,
                   static_cast<long long>(clock_), missing.size());
@@ -247,7 +267,10 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   scaling_.Begin(*model_);
   Stopwatch comm;
   Status st = [&]() -> Status {
-    ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys));
+    step_tables_ = plan.tables;
+    if (step_tables_ != nullptr) RETURN_IF_ERROR(table_plan_.Set(step_tables_->ids));
+    const StepRows rows = step_tables_ ? StepRows{&table_plan_, step_tables_->rows} : StepRows{};
+    ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys, false, rows));
     RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_)));
     if (push_.pending()) {
       Status pushed = client_->Wait(push_.pending(), timeout).WithContext("push " + std::to_string(clock_ - 1));
@@ -277,7 +300,8 @@ Result<SyncStepStats> PsSync::FinishStep() {
   }
   Stopwatch push_clock;
   ASSIGN_OR_RETURN(const PsClient::RequestId id,
-                   client_->Push(clock_, model_->grads(), push_.keys(), push_.values(), step_lr_, push_.TakeAbsent()));
+                   client_->Push(clock_, model_->grads(), push_.keys(), push_.values(), step_lr_, push_.TakeAbsent(), {},
+                                 StepRowGrads()));
   push_.Sent(id, step_lr_);
   SyncStepStats stats;
   scaling_.Report(&stats);

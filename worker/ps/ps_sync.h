@@ -115,6 +115,8 @@ class PsSyncBase : public GradientSync {
   Status EndTraining(bool evaluate) override { return Finish(evaluate, /*leave=*/false); }
   Status Leave(bool evaluate) override { return Finish(evaluate, /*leave=*/true); }
   SyncTraffic traffic() const override;
+  // An evaluation batch's table rows, pulled at this clock (GradientSync::ReadRows).
+  Status ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) override;
   // Marks tensor t for this step's push (GradientSync::GradAbsent). kInvalidArgument for a sparse
   // tensor or one out of range; kFailedPrecondition when its gradient was already reported ready.
   Status GradAbsent(size_t tensor) override;
@@ -125,6 +127,8 @@ class PsSyncBase : public GradientSync {
  protected:
   // Staleness and bytes after the step's push.
   void FillStats(SyncStepStats* stats) const;
+  // This step's table row gradients for its push (none without tables).
+  StepRows StepRowGrads() const;
   // EndTraining and Leave: the last push answered, TRAINING_ENDED (clock_, leave), the "trained"
   // gather of every worker's end, the check that none of this worker's pushes was left out of a
   // round, and the final pull.
@@ -144,6 +148,9 @@ class PsSyncBase : public GradientSync {
   // overlapped sync never scales): each worker judges its own gradient, unscales it and pushes
   // it; an overflowed one is pushed as zeros (a bsp round needs every worker's push).
   LossScaling scaling_;
+  // A model with tables: this step's ids cut per shard, and the step's rows (StepPlan::tables).
+  TablePlan table_plan_;
+  const TableStep* step_tables_ = nullptr;
 };
 
 class PsSync final : public PsSyncBase {

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/base/status.h"
 
@@ -53,9 +54,22 @@ struct JobShape {
   int64_t steps_per_epoch = 1;
 };
 
+// A step's embedding-table rows (Model::tables()): the ids its batch reads, per table, sorted and
+// unique (Model::TableIds); where BeginStep puts their rows (table after table, id after id),
+// and where FinishStep reads their gradients, laid out alike.
+struct TableStep {
+  std::span<const std::vector<uint64_t>> ids;
+  std::span<float> rows;
+  std::span<const float> grads;
+};
+
 struct StepPlan {
   int64_t step = 0;                          // steps finished before this one
   std::span<const uint64_t> sparse_keys{};   // flat keys of the sparse rows the batch reads
+  // A model with tables: the batch's rows, in place when BeginStep returns (PS: pulled with the
+  // parameters; local: read from the process's own tables), their gradients sent or applied by
+  // FinishStep. Null: no tables.
+  const TableStep* tables = nullptr;
   bool evaluate = false;  // the caller evaluates before computing: every parameter, exact
   // The rate of this step when the caller's own optimizer/schedule sets it (a frontend); NaN:
   // the job's schedule. Else finite and >= 0 (BeginStep refuses others: CheckStepRate). PS: it
@@ -116,6 +130,12 @@ class GradientSync {
   virtual Status WaitParams(size_t tensor) = 0;
   // Tensor t's gradient is final in the gradient buffer.
   virtual Status GradReady(size_t tensor) = 0;
+  // The rows of `ids` (per table, sorted and unique) as they are now, into `rows` (table after
+  // table, id after id): an evaluation's batch of a model with tables. The default: no tables.
+  virtual Status ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) {
+    (void)rows;
+    return ids.empty() ? OkStatus() : UnimplementedError("this sync holds no embedding tables");
+  }
   // Tensor t got no gradient this step (a frontend's parameter whose .grad stayed None), instead
   // of GradReady: its parameters and optimizer state stay as they are, as torch leaves such a
   // parameter (Adam's step count included). The PS syncs tell the shards with the push (bsp: a

@@ -31,6 +31,7 @@ Result<SyncStepStats> LocalSync::FinishStep() {
   } else if (scaling_.Finish(!scaling_.active() || AllFinite(model_->grads()))) {
     ApplyGradients(*model_, *opt_, rate, scaling_.inverse());
   }
+  if (step_tables_ != nullptr) RETURN_IF_ERROR(tables_.Apply(step_tables_->ids, step_tables_->grads, rate));
   SyncStepStats stats;
   scaling_.Report(&stats);
   stats.compute_ms = update.Millis();  // the local update is the step's computation

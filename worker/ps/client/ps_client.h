@@ -69,6 +69,7 @@ class PsClient {
   Status SetCompression(const std::string& spec, uint64_t seed, bool error_feedback, float correction_momentum = 0,
                         bool compress_pull = false);
 
+  int num_shards() const { return links_.size(); }
   // Worker 0: sends the job and each shard's initial values; waits for every shard.
   Status Init(const wire::JobConfig& job, ConstFloatSpan params, double timeout_s);
 

@@ -1,0 +1,59 @@
+#include "worker/sync/local_tables.h"
+
+#include <string>
+
+namespace gradsync {
+
+LocalTables::LocalTables(const std::vector<TableSpec>& specs) {
+  tables_.reserve(specs.size());
+  for (const TableSpec& spec : specs) tables_.emplace_back(spec, 0, 1);
+}
+
+Result<size_t> LocalTables::Floats(std::span<const std::vector<uint64_t>> ids) const {
+  if (ids.size() != tables_.size()) {
+    return InvalidArgumentError("a step names ids of " + std::to_string(ids.size()) + " tables, the model has " +
+                                std::to_string(tables_.size()));
+  }
+  size_t n = 0;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    RETURN_IF_ERROR(tables_[t].CheckIds(ids[t]));
+    n += ids[t].size() * static_cast<size_t>(tables_[t].spec().dim);
+  }
+  return n;
+}
+
+Status LocalTables::Read(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) const {
+  ASSIGN_OR_RETURN(const size_t n, Floats(ids));
+  if (rows.size() < n) return InvalidArgumentError("the rows' buffer is shorter than the batch's rows");
+  float* out = rows.data();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    tables_[t].Read(ids[t], out);
+    out += ids[t].size() * static_cast<size_t>(tables_[t].spec().dim);
+  }
+  return OkStatus();
+}
+
+Status LocalTables::Apply(std::span<const std::vector<uint64_t>> ids, std::span<const float> grads, float lr) {
+  ASSIGN_OR_RETURN(const size_t n, Floats(ids));
+  if (grads.size() < n) return InvalidArgumentError("the rows' gradients are shorter than the batch's rows");
+  const float* g = grads.data();
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    RETURN_IF_ERROR(tables_[t].Apply(ids[t], g, lr, 1.0f, 1.0f));
+    g += ids[t].size() * static_cast<size_t>(tables_[t].spec().dim);
+  }
+  return OkStatus();
+}
+
+int64_t LocalTables::rows() const {
+  int64_t n = 0;
+  for (const RowTable& t : tables_) n += t.rows();
+  return n;
+}
+
+uint64_t LocalTables::bytes() const {
+  uint64_t n = 0;
+  for (const RowTable& t : tables_) n += t.bytes();
+  return n;
+}
+
+}  // namespace gradsync
