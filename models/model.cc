@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/check.h"
+#include "models/dlrm.h"
 #include "models/mlp.h"
 #include "models/sparse_logreg.h"
 
@@ -12,6 +13,11 @@ Status Model::TableIds(const Batch&, std::vector<std::vector<uint64_t>>* ids) {
   ids->assign(tables_.size(), {});
   SizeTableRows(0);
   return tables_.empty() ? OkStatus() : UnimplementedError(name() + " has tables but does not name their ids");
+}
+
+Status Model::Predict(const Batch&, std::vector<float>* probabilities) {
+  probabilities->clear();
+  return UnimplementedError(name() + " predicts no probabilities (not a binary classifier)");
 }
 
 const SparseGrad& Model::sparse_grad(size_t i) const {
@@ -90,7 +96,17 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
     std::unique_ptr<Model> m = std::make_unique<SparseLogReg>(o.feature_bits);
     return m;
   }
-  return InvalidArgumentError("unknown model '" + o.name + "' (expected " + kModelNames + ")");
+  if (o.name == "dlrm") {
+    if (o.precision != Precision::kFp32) {
+      return InvalidArgumentError(std::string("dlrm computes in fp32 only, not ") + PrecisionName(o.precision));
+    }
+    RETURN_IF_ERROR(ValidateDlrmOptions(o.dlrm));
+    std::unique_ptr<Model> m = std::make_unique<DlrmModel>(o.dlrm);
+    return m;
+  }
+  // kModelNames is common/config's; it may not name dlrm yet.
+  const std::string names = std::string(kModelNames) + (IsOneOf(kModelNames, "dlrm") ? "" : "|dlrm");
+  return InvalidArgumentError("unknown model '" + o.name + "' (expected " + names + ")");
 }
 
 namespace {

@@ -36,6 +36,7 @@
 #include "common/optim/optimizer.h"
 #include "common/optim/precision.h"
 #include "common/table/table_spec.h"
+#include "models/dlrm_options.h"
 
 namespace gradsync {
 
@@ -86,6 +87,12 @@ class Model {
 
   // Loss sum and correct predictions over the batch; touches no gradient.
   virtual EvalStats EvaluateBatch(const Batch& batch) = 0;
+
+  // Binary classifiers: each example's predicted probability of label 1 (*probabilities resized
+  // to batch.size), for AUC and log loss (common/data/binary_metrics.h); touches no gradient.
+  // kUnimplemented for the others (the default). A model with tables reads them as EvaluateBatch
+  // does (TableIds and table_rows() first).
+  virtual Status Predict(const Batch& batch, std::vector<float>* probabilities);
 
   // The gradient of sparse tensor `i` from the last ForwardBackward. Dense models have none.
   virtual const SparseGrad& sparse_grad(size_t i) const;
@@ -184,12 +191,13 @@ class Model {
 };
 
 struct ModelOptions {
-  std::string name = "mlp";       // softmax | mlp | sparse_logreg
+  std::string name = "mlp";       // softmax | mlp | sparse_logreg | dlrm
   int64_t input_dim = 784;        // dense models
   int num_classes = 10;           // dense models
   std::vector<int64_t> hidden = {256, 128};  // mlp only
   int feature_bits = 20;          // sparse_logreg: 2^feature_bits weights
-  Precision precision = Precision::kFp32;  // dense models; sparse_logreg is fp32 only
+  Precision precision = Precision::kFp32;  // dense models; sparse_logreg and dlrm are fp32 only
+  DlrmOptions dlrm;                        // dlrm only (models/dlrm.h)
 };
 
 // The model names CreateModel accepts, for --help texts.
@@ -202,7 +210,8 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options);
 // CreateModel does; kInvalidArgument for sparse_logreg and unknown names.
 Result<std::vector<int64_t>> DenseModelDims(const ModelOptions& options);
 
-// Mean loss and accuracy of `model` over all of `data`, in batches of `batch_size`.
+// Mean loss and accuracy of `model` over all of `data`, in batches of `batch_size` (a model
+// without tables: one with tables needs its rows for each batch, which only its caller has).
 struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;

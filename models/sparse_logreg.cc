@@ -90,4 +90,13 @@ EvalStats SparseLogReg::EvaluateBatch(const Batch& batch) {
   return s;
 }
 
+Status SparseLogReg::Predict(const Batch& batch, std::vector<float>* probabilities) {
+  probabilities->resize(static_cast<size_t>(std::max<int64_t>(batch.size, 0)));
+  for (int64_t i = 0; i < batch.size; ++i) {
+    const double z = Margin(batch, i);
+    (*probabilities)[static_cast<size_t>(i)] = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+  }
+  return OkStatus();
+}
+
 }  // namespace gradsync

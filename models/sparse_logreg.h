@@ -18,6 +18,7 @@ class SparseLogReg final : public Model {
   void Initialize(uint64_t seed) override;
   float ForwardBackward(const Batch& batch) override;
   EvalStats EvaluateBatch(const Batch& batch) override;
+  Status Predict(const Batch& batch, std::vector<float>* probabilities) override;
   const SparseGrad& sparse_grad(size_t i) const override;
 
  private:
