@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/check.h"
+#include "common/data/binary_metrics.h"
 #include "models/dlrm.h"
 #include "models/mlp.h"
 #include "models/sparse_logreg.h"
@@ -104,9 +105,7 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o) {
     std::unique_ptr<Model> m = std::make_unique<DlrmModel>(o.dlrm);
     return m;
   }
-  // kModelNames is common/config's; it may not name dlrm yet.
-  const std::string names = std::string(kModelNames) + (IsOneOf(kModelNames, "dlrm") ? "" : "|dlrm");
-  return InvalidArgumentError("unknown model '" + o.name + "' (expected " + names + ")");
+  return InvalidArgumentError("unknown model '" + o.name + "' (expected " + std::string(kModelNames) + ")");
 }
 
 namespace {
@@ -143,6 +142,8 @@ Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t b
   EvalStats total;
   BatchBuffer buffer;
   std::vector<std::vector<uint64_t>> ids;
+  bool predicts = true;
+  std::vector<float> probabilities, scores;
   for (int64_t begin = 0; begin < data.n; begin += batch_size) {
     const Batch batch = buffer.Slice(data, begin, std::min(data.n, begin + batch_size));
     RETURN_IF_ERROR(model.TableIds(batch, &ids));
@@ -151,8 +152,15 @@ Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t b
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
+    if (predicts) {
+      Status st = model.Predict(batch, &probabilities);
+      predicts = st.ok();
+      scores.insert(scores.end(), probabilities.begin(), probabilities.end());
+    }
   }
-  return Mean(total);
+  EvalResult r = Mean(total);
+  if (predicts && static_cast<int64_t>(scores.size()) == data.n) r.auc = Auc(scores, data.labels);
+  return r;
 }
 
 }  // namespace gradsync

@@ -20,6 +20,7 @@
 //   optimizer.Step(model->params(), model->grads(), lr);
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -215,6 +216,7 @@ Result<std::vector<int64_t>> DenseModelDims(const ModelOptions& options);
 struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;
+  double auc = NAN;  // a binary classifier that predicts (Model::Predict), by EvaluateWithRows; else NaN
 };
 EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size = 1000);
 
@@ -222,7 +224,8 @@ EvalResult Evaluate(Model& model, const Dataset& data, int64_t batch_size = 1000
 // and unique) into the model's table_rows(): the shards, or the process's own tables.
 using RowReader = std::function<Status(std::span<const std::vector<uint64_t>> ids, std::span<float> rows)>;
 // Evaluate for any model: a model with tables has each batch's rows read through `rows` first
-// (required then); an error of TableIds or of the reader fails the evaluation.
+// (required then); an error of TableIds or of the reader fails the evaluation. A model that
+// predicts probabilities (Model::Predict) also gets its AUC over `data`.
 Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t batch_size, const RowReader& rows);
 
 }  // namespace gradsync

@@ -24,6 +24,11 @@ std::vector<float> Server::params() const {
   return std::vector<float>(shard_.core->shard().params().begin(), shard_.core->shard().params().end());
 }
 
+std::vector<wire::TableRowsCheckpoint> Server::table_rows() const {
+  if (!shard_.built()) return {};
+  return shard_.core->shard().tables().Save();
+}
+
 Status Server::Run() {
   RETURN_IF_ERROR(lifecycle_.Start());
   Status result;

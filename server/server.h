@@ -66,6 +66,8 @@ class Server {
   const std::vector<PullRecord>& pull_log() const { return push_pull_.pull_log(); }
   // The shard's parameters (empty before INIT).
   std::vector<float> params() const;
+  // The shard's rows of the job's embedding tables (a checkpoint's form; empty before INIT).
+  std::vector<wire::TableRowsCheckpoint> table_rows() const;
   // The shard's version: the gradients applied to it since INIT (0 before INIT).
   int64_t version() const { return shard_.built() ? shard_.core->shard().version() : 0; }
   // Delay compensation (the job's, ssp/asp), or null: its memory and its counts.

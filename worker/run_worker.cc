@@ -38,6 +38,14 @@ ModelOptions ModelOptionsFrom(const TrainConfig& c) {
   o.name = c.model();
   o.feature_bits = c.feature_bits();
   o.precision = *ParsePrecision(c.precision());  // Validate() checked it
+  if (o.name == "dlrm") {
+    o.dlrm.num_dense = c.click_dense();
+    o.dlrm.num_tables = c.click_features();
+    o.dlrm.dim = c.table_dim();
+    o.dlrm.ids_per_table = static_cast<uint64_t>(c.click_ids());
+    o.dlrm.max_rows_per_shard = c.table_rows();
+    o.dlrm.optimizer.kind = *ParseRowOptimizerKind(c.table_optimizer());  // Validate() checked it
+  }
   if (o.name == "mlp") o.hidden = *ParseIntList(c.hidden(), 1, 1 << 20);  // Validate() parsed it
   return o;
 }
@@ -198,7 +206,11 @@ Trained Train(const TrainConfig& c, const LocalTrainOptions& train, const TrainT
 #endif
     }
   } else {
-    auto client = PsClient::Create(job->ctx, job->table, job->rank, model->layout(), job->scheduler.get());
+    // A step's table rows to one shard at most: every example's id of every table, with its key.
+    int64_t row_bytes = 0;
+    const int64_t examples = std::max<int64_t>(train.batch, train.report.eval_batch);  // a step, an evaluation batch
+    for (const TableSpec& t : model->tables()) row_bytes += examples * (int64_t{t.dim} * 4 + 8);
+    auto client = PsClient::Create(job->ctx, job->table, job->rank, model->layout(), job->scheduler.get(), row_bytes);
     if (!client.ok()) {
       out.reports = client.status();
     } else {
@@ -279,6 +291,19 @@ void PrintSetup(const TrainConfig& c, const LocalTrainOptions& train, int rank, 
               static_cast<long long>(train.batch), train.lr.base, c.lr_schedule().c_str(), opt_text,
               opt.weight_decay, train.epochs, static_cast<unsigned long long>(train.seed), c.threads(),
               placed.device_name.c_str(), PrecisionName(train.numerics.precision));
+  if (data.oracle) {
+    std::printf("gradsync-worker %d: click-log test set: the planted model's AUC %.4f and log loss %.4f are the best "
+                "any model can reach; positive rate %.3f\n",
+                rank, data.oracle->auc, data.oracle->log_loss, data.oracle->positive_rate);
+  }
+  if (!placed.model->tables().empty()) {
+    const TableSpec& t = placed.model->tables()[0];
+    std::printf("gradsync-worker %d: %zu embedding tables of %s ids x %d floats, %s rows, at most %lld rows per %s\n",
+                rank, placed.model->tables().size(),
+                t.num_ids == 0 ? "any 64-bit" : std::to_string(t.num_ids).c_str(), t.dim,
+                RowOptimizerKindName(t.optimizer.kind), static_cast<long long>(t.max_rows_per_shard),
+                IsPsMode(c.mode()) ? "server" : "process");
+  }
   if (train.periodic.every > 0) {
     std::printf("gradsync-worker %d: %s: rounds of %lld local steps, then the pseudo-gradients (global minus own "
                 "model) exchanged and the outer SGD applied to their mean\n",
@@ -349,9 +374,10 @@ int RunWorker(const TrainConfig& c, const config::WorkerProcess& p, const FlagPa
   auto print_epoch = [&](const EpochReport& r) {
     if (std::isnan(r.test_accuracy)) return;  // only the evaluating worker prints epochs
     if (r.test_accuracy > best) best = r.test_accuracy, best_epoch = r.epoch;
-    std::printf("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%  samples/s %8.0f  "
+    const std::string auc = std::isnan(r.test_auc) ? "" : "  test_auc " + std::to_string(r.test_auc).substr(0, 6);
+    std::printf("epoch %2d/%d  train_loss %.4f  test_loss %.4f  test_acc %6.2f%%%s  samples/s %8.0f  "
                 "elapsed %.1fs\n",
-                r.epoch, train.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy,
+                r.epoch, train.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, auc.c_str(),
                 r.samples_per_s, r.wall_s);
     std::fflush(stdout);
   };

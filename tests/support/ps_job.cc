@@ -278,6 +278,7 @@ PsJobResult RunPsJob(const PsJobOptions& o, const Dataset& train, const Dataset&
   for (auto& s : servers) {
     auto p = s->params();
     result.params.insert(result.params.end(), p.begin(), p.end());
+    result.table_rows.push_back(s->table_rows());
     result.pulls.push_back(s->pull_log());
     result.server_stats.push_back(s->stats());
     if (const DelayCompensation* dc = s->delay_compensation()) {

@@ -64,6 +64,7 @@ struct PsJobOptions {
 struct PsJobResult {
   Status status;                       // the first failure, if any
   std::vector<float> params;           // all shards' parameters, concatenated
+  std::vector<std::vector<wire::TableRowsCheckpoint>> table_rows;  // per server, its tables' rows
   std::vector<std::vector<PullRecord>> pulls;  // per server
   std::vector<ServerStats> server_stats;
   std::vector<int64_t> compensated_pushes, uncompensated_pushes;  // per server (delay compensation)

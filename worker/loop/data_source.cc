@@ -56,6 +56,7 @@ Result<TrainTest> LoadTrainTest(const DataOptions& o) {
     TrainTest tt;
     tt.train = ClickLogDataset(log, 0, o.click_train, "click-log-train");
     tt.test = ClickLogDataset(log, ClickLog::kTestBegin, o.click_test, "click-log-test");
+    tt.oracle = log.OracleMetrics(ClickLog::kTestBegin, o.click_test);
     return tt;
   }
   if (o.synthetic_train <= 0 || o.synthetic_test <= 0) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/base/status.h"
@@ -38,6 +39,8 @@ inline constexpr float kFashionMnistStd = 0.3530f;
 struct TrainTest {
   Dataset train;
   Dataset test;
+  // click-log: the planted model's quality on the test set, the best any model can reach.
+  std::optional<ClickOracleMetrics> oracle;
 };
 
 Result<TrainTest> LoadTrainTest(const DataOptions& options);

@@ -72,6 +72,7 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
     ASSIGN_OR_RETURN(EvalResult e, EvaluateWithRows(model, *c.test, c.eval_batch, c.read_rows ? *c.read_rows : RowReader()));
     r.test_loss = e.loss;
     r.test_accuracy = e.accuracy;
+    r.test_auc = e.auc;
   }
   r.wall_s = c.run_clock->Seconds();
   if (metrics && c.evaluate) {

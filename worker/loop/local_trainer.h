@@ -28,6 +28,7 @@ struct EpochReport {
   double train_loss = 0.0;   // mean over the epoch's steps
   double test_loss = 0.0;
   double test_accuracy = 0.0;
+  double test_auc = NAN;       // a model that predicts probabilities (dlrm)
   double train_seconds = 0.0;  // this epoch, without evaluation
   double samples_per_s = 0.0;  // training samples / train_seconds
   double wall_s = 0.0;         // since the start of Run

@@ -11,8 +11,8 @@ LocalTables::LocalTables(const std::vector<TableSpec>& specs) {
 
 Result<size_t> LocalTables::Floats(std::span<const std::vector<uint64_t>> ids) const {
   if (ids.size() != tables_.size()) {
-    return InvalidArgumentError("a step names ids of " + std::to_string(ids.size()) + " tables, the model has " +
-                                std::to_string(tables_.size()));
+    return InvalidArgumentError("a step names ids of " + std::to_string(ids.size()) +
+                                " tables, the model has " + std::to_string(tables_.size()));
   }
   size_t n = 0;
   for (size_t t = 0; t < tables_.size(); ++t) {
@@ -24,7 +24,8 @@ Result<size_t> LocalTables::Floats(std::span<const std::vector<uint64_t>> ids) c
 
 Status LocalTables::Read(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) const {
   ASSIGN_OR_RETURN(const size_t n, Floats(ids));
-  if (rows.size() < n) return InvalidArgumentError("the rows' buffer is shorter than the batch's rows");
+  if (rows.size() < n)
+    return InvalidArgumentError("the rows' buffer is shorter than the batch's rows");
   float* out = rows.data();
   for (size_t t = 0; t < tables_.size(); ++t) {
     tables_[t].Read(ids[t], out);
@@ -33,9 +34,11 @@ Status LocalTables::Read(std::span<const std::vector<uint64_t>> ids, std::span<f
   return OkStatus();
 }
 
-Status LocalTables::Apply(std::span<const std::vector<uint64_t>> ids, std::span<const float> grads, float lr) {
+Status LocalTables::Apply(std::span<const std::vector<uint64_t>> ids, std::span<const float> grads,
+                          float lr) {
   ASSIGN_OR_RETURN(const size_t n, Floats(ids));
-  if (grads.size() < n) return InvalidArgumentError("the rows' gradients are shorter than the batch's rows");
+  if (grads.size() < n)
+    return InvalidArgumentError("the rows' gradients are shorter than the batch's rows");
   const float* g = grads.data();
   for (size_t t = 0; t < tables_.size(); ++t) {
     RETURN_IF_ERROR(tables_[t].Apply(ids[t], g, lr, 1.0f, 1.0f));

@@ -21,8 +21,9 @@ class LocalTables {
   // The rows of `ids` (per table, sorted and unique) into `rows` (table after table, id after id);
   // kInvalidArgument naming the table for ids it cannot hold, or a size that does not fit.
   Status Read(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) const;
-  // One step of each row by its gradient (grads laid out as Read's rows) at `lr`. kResourceExhausted
-  // naming the table when the rows it would create pass its bound; nothing of that table changes.
+  // One step of each row by its gradient (grads laid out as Read's rows) at `lr`.
+  // kResourceExhausted naming the table when the rows it would create pass its bound; nothing of
+  // that table changes.
   Status Apply(std::span<const std::vector<uint64_t>> ids, std::span<const float> grads, float lr);
   // Rows held over every table, and their memory in bytes.
   int64_t rows() const;
