@@ -65,6 +65,11 @@ void WriteServerSummary(const std::string& dir, const Server& server, const Serv
   s.set_bytes_received(static_cast<int64_t>(st.traffic.bytes_received));
   SetHistogram(st.requests.version_lag, s.mutable_version_lag());
   SetHistogram(st.requests.clock_staleness, s.mutable_clock_staleness());
+  if (const auto [rows, bytes] = server.table_size(); rows > 0) {
+    s.set_table_rows(rows);
+    s.set_table_mib(static_cast<double>(bytes) / (1 << 20));
+  }
+  s.set_peak_rss_mib(PeakRssMib());
   if (const DelayCompensation* dc = server.delay_compensation()) {
     s.set_delay_compensation_bytes(static_cast<int64_t>(dc->bytes()));
     s.set_compensated_pushes(dc->corrected());
@@ -194,6 +199,12 @@ void LogShardSummary(const Server& server, const ServerOptions& o) {
                      << " pulls answered (clock staleness p50/p99/max " << p50_99_max(st.requests.clock_staleness) << " clocks), "
                      << st.requests.rejected << " rejected (" << st.requests.malformed << " malformed), " << st.traffic.bytes_received
                      << " bytes in, " << st.traffic.bytes_sent << " out";
+  if (const auto [rows, bytes] = server.table_size(); rows > 0) {
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.1f", static_cast<double>(bytes) / (1 << 20));
+    GRADSYNC_LOG(INFO) << "server " << server.rank() << ": holds " << rows << " table rows (" << mib
+                       << " MiB with their index and optimizer state)";
+  }
   if (const DelayCompensation* dc = server.delay_compensation()) {
     char relative[32];
     std::snprintf(relative, sizeof relative, "%.2f%%", 100 * dc->relative_correction());

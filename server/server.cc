@@ -29,6 +29,11 @@ std::vector<wire::TableRowsCheckpoint> Server::table_rows() const {
   return shard_.core->shard().tables().Save();
 }
 
+std::pair<int64_t, uint64_t> Server::table_size() const {
+  if (!shard_.built()) return {0, 0};
+  return {shard_.core->shard().tables().rows(), shard_.core->shard().tables().bytes()};
+}
+
 Status Server::Run() {
   RETURN_IF_ERROR(lifecycle_.Start());
   Status result;

@@ -66,8 +66,10 @@ class Server {
   const std::vector<PullRecord>& pull_log() const { return push_pull_.pull_log(); }
   // The shard's parameters (empty before INIT).
   std::vector<float> params() const;
-  // The shard's rows of the job's embedding tables (a checkpoint's form; empty before INIT).
+  // The shard's rows of the job's embedding tables (a checkpoint's form; empty before INIT), and
+  // how many it holds and their memory (bytes).
   std::vector<wire::TableRowsCheckpoint> table_rows() const;
+  std::pair<int64_t, uint64_t> table_size() const;
   // The shard's version: the gradients applied to it since INIT (0 before INIT).
   int64_t version() const { return shard_.built() ? shard_.core->shard().version() : 0; }
   // Delay compensation (the job's, ssp/asp), or null: its memory and its counts.

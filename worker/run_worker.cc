@@ -62,6 +62,7 @@ DataOptions DataOptionsFrom(const TrainConfig& c) {
   o.click.num_dense = c.click_dense();
   o.click.ids_per_feature = {c.click_ids() == 0 ? int64_t{1} << 62 : c.click_ids()};
   o.click.zipf_s = c.click_zipf();
+  o.click.planted_scale = c.click_planted();
   o.click_train = c.click_train();
   o.click_test = c.click_test();
   return o;
@@ -254,10 +255,12 @@ void WriteWorkerSummary(const TrainConfig& c, const config::WorkerProcess& p, co
   s.set_ok(trained.reports.ok());
   if (!trained.reports.ok()) s.set_error(trained.reports.status().message());
   s.set_params(model.num_params());
+  s.set_peak_rss_mib(PeakRssMib());
   if (trained.reports.ok() && !trained.reports->empty()) {
     s.set_steps(trained.reports->back().steps);
     s.set_wall_s(trained.reports->back().wall_s);
     if (evaluated) s.set_final_test_accuracy(trained.reports->back().test_accuracy);
+    if (evaluated && !std::isnan(trained.reports->back().test_auc)) s.set_final_test_auc(trained.reports->back().test_auc);
   }
   s.set_bytes_sent(static_cast<int64_t>(trained.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(trained.traffic.bytes_received));

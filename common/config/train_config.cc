@@ -305,6 +305,7 @@ void CheckTables(const TrainConfig& c, const Traits& t, Checker& k) {
   if (c.click_dense() < 1 || c.click_dense() > 1024) k.Add("click_dense", "{click_dense} must be in [1, 1024]");
   if (c.click_train() < 1 || c.click_train() > (int64_t{1} << 32)) k.Add("click_train", "{click_train} must be in [1, 2^32]");
   if (c.click_test() < 1 || c.click_test() > (int64_t{1} << 24)) k.Add("click_test", "{click_test} must be in [1, 2^24]");
+  if (!(c.click_planted() >= 0 && c.click_planted() <= 10)) k.Add("click_planted", "{click_planted} must be in [0, 10]");
   if (c.table_dim() < 1 || c.table_dim() > 4096) k.Add("table_dim", "{table_dim} must be in [1, 4096]");
   if (!ParseRowOptimizerKind(c.table_optimizer()).ok()) {
     k.Add("table_optimizer", "{table_optimizer} must be sgd, adagrad or adam, not '", c.table_optimizer() + "'");

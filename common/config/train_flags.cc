@@ -50,6 +50,7 @@ std::vector<WorkerFlag> ModelFlags() {
       {"click-dense", false, false, "click-log: dense features"},
       {"click-train", false, false, "click-log: training examples (generated from the seed, never stored whole by the servers)"},
       {"click-test", false, false, "click-log: test examples"},
+      {"click-planted", false, false, "click-log: the standard deviation of each id's planted effect on the logit (the dense features' part has 0.6): how much of what can be learned lies in the rows"},
       {"table-dim", false, false, "dlrm: floats per embedding row"},
       {"table-optimizer", false, false, "dlrm: the rows' own optimizer, per row: sgd|adagrad (row-wise: one accumulator per row)|adam (lazy: moments and step count of touched rows only)"},
       {"table-rows", false, false, "dlrm: the most rows of one table a server holds, or a local process (past it a push is refused, naming the table)"},

@@ -1,6 +1,9 @@
 #include "common/obs/process_summary.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include <google/protobuf/util/json_util.h>
 
@@ -10,6 +13,15 @@ namespace gradsync {
 
 std::string ProcessSummaryPath(const std::string& dir, const std::string& role, int rank) {
   return dir + "/" + role + "-" + std::to_string(rank) + ".json";
+}
+
+double PeakRssMib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // kB
+  }
+  return NAN;
 }
 
 Status WriteProcessSummary(const std::string& dir, const summary::ProcessSummary& s) {

@@ -19,6 +19,8 @@ std::string ProcessSummaryPath(const std::string& dir, const std::string& role, 
 
 // Writes `s` to ProcessSummaryPath(dir, s.role(), s.rank()) atomically (never half a file).
 Status WriteProcessSummary(const std::string& dir, const summary::ProcessSummary& s);
+// This process's peak resident set so far (/proc/self/status VmHWM), in MiB; NaN where /proc has none.
+double PeakRssMib();
 
 // Reads and parses one summary; kNotFound when the file does not exist, kDataLoss (naming the
 // file) when it does not parse. Unknown fields are ignored, so that an older reader reads a

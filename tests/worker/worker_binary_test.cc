@@ -122,6 +122,37 @@ TEST(WorkerBinaryTest, MissingDataIsOneClearErrorLine) {
   EXPECT_NE(r.err.find("train-images-idx3-ubyte"), std::string::npos) << r.err;
 }
 
+// The DLRM-style model on the click log, as a user runs it locally: it learns (its AUC is printed
+// beside the planted model's), its summary holds the AUC and the peak memory, and a table that
+// outgrows its bound stops the run with one line naming the table and the bound (exit 1).
+// Mutations caught: rows never applied (no learning), the AUC not computed or not written, the
+// bound not enforced or its error not naming the table.
+TEST(WorkerBinaryTest, DlrmOnTheClickLogLearnsAndATableThatOutgrowsItsBoundIsOneLine) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--model=dlrm", "--click-features=4", "--click-ids=500", "--click-dense=4",
+                                         "--click-train=8000", "--click-test=4000", "--table-dim=8",
+                                         "--table-optimizer=adagrad", "--lr=0.1", "--momentum=0",
+                                         "--lr-schedule=constant", "--epochs=2", "--batch=64"};
+  std::vector<std::string> with_out = args;
+  with_out.push_back("--out=" + dir.path());
+  ProcessResult r = Worker(with_out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("the planted model's AUC"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4 embedding tables of 500 ids x 8 floats, adagrad rows"), std::string::npos) << r.out;
+  auto summary = ReadProcessSummary(dir.File("worker-0.json"));
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_TRUE(summary->has_final_test_auc());
+  EXPECT_GT(summary->final_test_auc(), 0.6) << r.out;  // untrained, it is about 0.5
+  EXPECT_GT(summary->peak_rss_mib(), 1.0);
+  std::vector<std::string> small = args;
+  small.push_back("--table-rows=50");
+  ProcessResult full = Worker(small);
+  EXPECT_EQ(full.exit_code, 1);
+  EXPECT_EQ(CountLines(full.err), 1) << full.err;
+  EXPECT_NE(full.err.find("table 'table.0'"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("bound of 50 rows"), std::string::npos) << full.err;
+}
+
 TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   TempDir dir;
   std::vector<std::string> args = {"--dataset=blobs", "--model=mlp", "--hidden=32",
