@@ -144,6 +144,7 @@ Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t b
   std::vector<std::vector<uint64_t>> ids;
   bool predicts = true;
   std::vector<float> probabilities, scores;
+  std::vector<int32_t> labels;  // the batches' (a generated data set stores none)
   for (int64_t begin = 0; begin < data.n; begin += batch_size) {
     const Batch batch = buffer.Slice(data, begin, std::min(data.n, begin + batch_size));
     RETURN_IF_ERROR(model.TableIds(batch, &ids));
@@ -156,10 +157,11 @@ Result<EvalResult> EvaluateWithRows(Model& model, const Dataset& data, int64_t b
       Status st = model.Predict(batch, &probabilities);
       predicts = st.ok();
       scores.insert(scores.end(), probabilities.begin(), probabilities.end());
+      labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
     }
   }
   EvalResult r = Mean(total);
-  if (predicts && static_cast<int64_t>(scores.size()) == data.n) r.auc = Auc(scores, data.labels);
+  if (predicts && static_cast<int64_t>(scores.size()) == data.n) r.auc = Auc(scores, labels);
   return r;
 }
 

@@ -184,6 +184,27 @@ void ClickLog::Fill(int64_t begin, int64_t count, ClickBatch* out) const {
   }
 }
 
+namespace {
+
+// A ClickLog's examples [begin, begin + n) as a data set's rows.
+class ClickLogRows final : public RowSource {
+ public:
+  ClickLogRows(ClickLog log, int64_t begin) : log_(std::move(log)), begin_(begin) {}
+  void Fill(std::span<const uint32_t> indices, std::vector<float>* x, std::vector<int64_t>* row_ptr,
+            std::vector<uint64_t>* keys, std::vector<int32_t>* labels) const override {
+    log_.FillRows(begin_, indices, x, keys, labels);
+    const auto fields = static_cast<int64_t>(log_.num_categorical());
+    row_ptr->resize(indices.size() + 1);
+    for (size_t i = 0; i <= indices.size(); ++i) (*row_ptr)[i] = static_cast<int64_t>(i) * fields;
+  }
+
+ private:
+  ClickLog log_;
+  int64_t begin_;
+};
+
+}  // namespace
+
 Dataset ClickLogDataset(const ClickLog& log, int64_t begin, int64_t n, const std::string& name) {
   Dataset d;
   d.name = name;
@@ -191,23 +212,20 @@ Dataset ClickLogDataset(const ClickLog& log, int64_t begin, int64_t n, const std
   d.dim = log.num_dense();
   d.num_classes = 2;
   d.sparse = true;
-  const auto fields = static_cast<size_t>(log.num_categorical());
-  d.features.reserve(static_cast<size_t>(n) * static_cast<size_t>(d.dim));
-  d.keys.reserve(static_cast<size_t>(n) * fields);
-  d.labels.reserve(static_cast<size_t>(n));
-  d.row_ptr.reserve(static_cast<size_t>(n) + 1);
-  d.row_ptr.push_back(0);
-  ClickBatch batch;
-  constexpr int64_t kChunk = 4096;
-  for (int64_t at = 0; at < n; at += kChunk) {
-    log.Fill(begin + at, std::min(kChunk, n - at), &batch);
-    d.features.insert(d.features.end(), batch.dense.begin(), batch.dense.end());
-    d.keys.insert(d.keys.end(), batch.ids.begin(), batch.ids.end());
-    d.labels.insert(d.labels.end(), batch.labels.begin(), batch.labels.end());
-    for (int64_t i = 0; i < batch.size; ++i) d.row_ptr.push_back(d.row_ptr.back() + static_cast<int64_t>(fields));
-  }
-  d.values.assign(d.keys.size(), 1.0f);
+  d.source = std::make_shared<ClickLogRows>(log, begin);
   return d;
+}
+
+void ClickLog::FillRows(int64_t base, std::span<const uint32_t> positions, std::vector<float>* dense,
+                        std::vector<uint64_t>* ids, std::vector<int32_t>* labels) const {
+  const size_t n = positions.size(), d = static_cast<size_t>(num_dense()), f = static_cast<size_t>(num_categorical());
+  dense->resize(n * d);
+  ids->resize(n * f);
+  labels->resize(n);
+  float probability = 0;
+  for (size_t i = 0; i < n; ++i) {
+    FillExample(base + positions[i], dense->data() + i * d, ids->data() + i * f, labels->data() + i, &probability);
+  }
 }
 
 ClickOracleMetrics ClickLog::OracleMetrics(int64_t begin, int64_t count) const {

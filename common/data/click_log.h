@@ -90,10 +90,10 @@ struct ClickOracleMetrics {
 };
 
 // Examples [begin, begin + n) of `log` as a Dataset a trainer reads (Dataset::mixed: dim dense
-// features as floats, and CSR keys: each example's ids, one per categorical feature in order,
-// values 1; labels 0/1, two classes), named `name`. Its memory is n * (4 dense + 8 id + 12 CSR)
-// bytes per feature and example, nothing by the id space. The log needs a dense feature (a
-// mixed Dataset has both parts).
+// features, and CSR keys: each example's ids, one per categorical feature in order; labels 0/1,
+// two classes), named `name`, generated on demand (Dataset::source): it stores nothing, and a
+// batch's rows are made when the batch is gathered. The log needs a dense feature (a mixed
+// Dataset has both parts).
 class ClickLog;
 Dataset ClickLogDataset(const ClickLog& log, int64_t begin, int64_t n, const std::string& name);
 
@@ -115,6 +115,11 @@ class ClickLog {
   int num_categorical() const { return options_.num_categorical; }
   // The number of ids of field f.
   uint64_t ids(int field) const;
+
+  // Examples base + positions[k] (a data set's rows: ClickLogDataset), row-major into the vectors
+  // (resized): dense features, ids, labels.
+  void FillRows(int64_t base, std::span<const uint32_t> positions, std::vector<float>* dense,
+                std::vector<uint64_t>* ids, std::vector<int32_t>* labels) const;
 
   // planted(f, id): field f's contribution to the logit of an example with this id.
   double PlantedEffect(int field, uint64_t id) const;

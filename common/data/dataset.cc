@@ -23,6 +23,18 @@ void CopyRow(const Dataset& data, int64_t row, float* out) {
 
 Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices) {
   const int64_t b = static_cast<int64_t>(indices.size());
+  if (data.generated()) {
+    for (uint32_t i : indices) GRADSYNC_CHECK(i < data.n) << "index " << i << " >= " << data.n;
+    data.source->Fill(indices, &x_, &row_ptr_, &keys_, &labels_);
+    Batch batch;
+    batch.size = b;
+    batch.dim = data.dim;
+    batch.x = x_.data();
+    batch.row_ptr = row_ptr_;
+    batch.keys = keys_;
+    batch.labels = labels_;
+    return batch;
+  }
   labels_.resize(static_cast<size_t>(b));
   Batch batch;
   batch.size = b;
@@ -59,6 +71,12 @@ Batch BatchBuffer::Gather(const Dataset& data, std::span<const uint32_t> indices
 }
 
 Batch BatchBuffer::Slice(const Dataset& data, int64_t begin, int64_t end) {
+  if (data.generated()) {
+    GRADSYNC_CHECK(0 <= begin && begin <= end && end <= data.n) << begin << ".." << end;
+    slice_.resize(static_cast<size_t>(end - begin));
+    for (int64_t i = begin; i < end; ++i) slice_[static_cast<size_t>(i - begin)] = static_cast<uint32_t>(i);
+    return Gather(data, slice_);
+  }
   if (data.sparse || !data.stored_as_bytes()) return SliceBatch(data, begin, end);
   GRADSYNC_CHECK(0 <= begin && begin <= end && end <= data.n) << begin << ".." << end;
   Batch batch;
@@ -73,6 +91,7 @@ Batch BatchBuffer::Slice(const Dataset& data, int64_t begin, int64_t end) {
 
 Batch SliceBatch(const Dataset& data, int64_t begin, int64_t end) {
   GRADSYNC_CHECK(0 <= begin && begin <= end && end <= data.n) << begin << ".." << end;
+  GRADSYNC_CHECK(!data.generated()) << data.name << " is generated: BatchBuffer::Slice";
   GRADSYNC_CHECK(data.sparse || !data.stored_as_bytes()) << data.name << " is stored as bytes: BatchBuffer::Slice";
   Batch batch;
   batch.size = end - begin;

@@ -22,6 +22,18 @@
 
 namespace gradsync {
 
+// Rows made on demand instead of stored (a click log generated from its seed: click_log.h): a
+// Dataset whose `source` is set holds no features, keys or labels, and its batches are filled by
+// the source, so a worker's memory holds its batch, not the data set.
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  // Rows `indices` (positions in the data set) as a batch's buffers: dense features (Dataset::dim
+  // each), CSR keys (row_ptr from 0, one entry more than rows), labels.
+  virtual void Fill(std::span<const uint32_t> indices, std::vector<float>* x, std::vector<int64_t>* row_ptr,
+                    std::vector<uint64_t>* keys, std::vector<int32_t>* labels) const = 0;
+};
+
 struct Dataset {
   std::string name;
   int64_t n = 0;          // examples
@@ -40,9 +52,13 @@ struct Dataset {
   std::vector<float> values;     // sparse
   std::vector<int32_t> labels;   // n
 
+  // Generated on demand (RowSource): batches only through BatchBuffer.
+  std::shared_ptr<const RowSource> source;
+
   bool stored_as_bytes() const { return bytes_owner != nullptr; }
+  bool generated() const { return source != nullptr; }
   // Sparse rows and dense features both (a click log).
-  bool mixed() const { return sparse && !features.empty(); }
+  bool mixed() const { return sparse && (!features.empty() || generated()); }
   // Dense feature `i` of the n * dim (row-major), as a model sees it.
   float FeatureAt(int64_t i) const {
     return stored_as_bytes() ? byte_values[bytes[static_cast<size_t>(i)]] : features[static_cast<size_t>(i)];
@@ -75,6 +91,7 @@ class BatchBuffer {
   std::vector<uint64_t> keys_;
   std::vector<float> values_;
   std::vector<int32_t> labels_;
+  std::vector<uint32_t> slice_;  // Slice of a generated data set: its positions
 };
 
 // A view of rows [begin, end) of a dataset stored as floats or sparse, without copying (one
