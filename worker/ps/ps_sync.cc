@@ -59,10 +59,21 @@ PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* cl
     : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
       scaling_(options.train.numerics), table_plan_(model->tables(), client != nullptr ? client->num_shards() : 0) {}
 
-StepRows PsSyncBase::StepRowGrads() const {
-  if (step_tables_ == nullptr) return {};
-  // The push reads them only (const_cast: StepRows serves pulls, which write, too).
-  return {&table_plan_, {const_cast<float*>(step_tables_->grads.data()), step_tables_->grads.size()}};
+StepRows PsSyncBase::KeepRowGrads() {
+  if (step_tables_ == nullptr) {
+    pushed_rows_.clear();
+    return {};
+  }
+  // The model's row gradients go with the next batch's ids (TableIds), before this push is known
+  // to have arrived: it keeps its own copy, which Recover sends again if a shard lacks the push.
+  pushed_plan_ = table_plan_;
+  pushed_rows_.assign(step_tables_->grads.begin(), step_tables_->grads.end());
+  return PushedRowGrads();
+}
+
+StepRows PsSyncBase::PushedRowGrads() {
+  if (pushed_rows_.empty()) return {};
+  return {&pushed_plan_, pushed_rows_};
 }
 
 Status PsSyncBase::ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) {
@@ -160,7 +171,7 @@ Status PsSyncBase::Recover(const Status& failure) {
     if (!missing.empty()) {
       ASSIGN_OR_RETURN(PsClient::RequestId again, client_->Push(unacked, model_->grads(), push_.keys(), push_.values(),
                                                                push_.last_lr(), push_.last_absent(), missing,
-                                                               StepRowGrads()));
+                                                               PushedRowGrads()));
       RETURN_IF_ERROR(client_->Wait(again, options_.request_timeout_s).WithContext("resending push " + std::to_string(unacked)));
       std::printf("worker %d: step %lld: sent its last push again to %zu shard(s) that did not hold it\n", rank,
                   static_cast<long long>(clock_), missing.size());
@@ -301,7 +312,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
   Stopwatch push_clock;
   ASSIGN_OR_RETURN(const PsClient::RequestId id,
                    client_->Push(clock_, model_->grads(), push_.keys(), push_.values(), step_lr_, push_.TakeAbsent(), {},
-                                 StepRowGrads()));
+                                 KeepRowGrads()));
   push_.Sent(id, step_lr_);
   SyncStepStats stats;
   scaling_.Report(&stats);

@@ -127,8 +127,10 @@ class PsSyncBase : public GradientSync {
  protected:
   // Staleness and bytes after the step's push.
   void FillStats(SyncStepStats* stats) const;
-  // This step's table row gradients for its push (none without tables).
-  StepRows StepRowGrads() const;
+  // This step's table row gradients for its push, kept as the push's own (none without tables);
+  // the last push's, as kept (Recover sends them again).
+  StepRows KeepRowGrads();
+  StepRows PushedRowGrads();
   // EndTraining and Leave: the last push answered, TRAINING_ENDED (clock_, leave), the "trained"
   // gather of every worker's end, the check that none of this worker's pushes was left out of a
   // round, and the final pull.
@@ -151,6 +153,8 @@ class PsSyncBase : public GradientSync {
   // A model with tables: this step's ids cut per shard, and the step's rows (StepPlan::tables).
   TablePlan table_plan_;
   const TableStep* step_tables_ = nullptr;
+  TablePlan pushed_plan_;            // the last push's rows: its plan and its row gradients
+  std::vector<float> pushed_rows_;
 };
 
 class PsSync final : public PsSyncBase {
