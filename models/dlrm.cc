@@ -9,6 +9,7 @@
 #include "common/base/check.h"
 #include "common/base/numeric/rng.h"
 #include "common/obs/trace.h"
+#include "models/cpu_loops.h"
 
 namespace gradsync {
 namespace {
@@ -19,23 +20,9 @@ constexpr uint64_t kTableSeeds = 0x7461626c65ULL;  // "table"
 
 constexpr int64_t kMaxLayer = int64_t{1} << 20;
 
-void Relu(float* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
-
-// delta[i] = 0 where the forward activation was clamped (a[i] <= 0).
-void ReluBackward(const float* __restrict a, int64_t n, float* __restrict delta) {
-  for (int64_t i = 0; i < n; ++i) delta[i] = a[i] > 0.0f ? delta[i] : 0.0f;
-}
-
-// out[c] = sum_i m[i, c] for a row-major rows x cols matrix.
-void ColumnSums(const float* __restrict m, int64_t rows, int64_t cols, float* __restrict out) {
-  std::fill(out, out + cols, 0.0f);
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* __restrict row = m + i * cols;
-    for (int64_t c = 0; c < cols; ++c) out[c] += row[c];
-  }
-}
+using cpu::ColumnSums;
+using cpu::Relu;
+using cpu::ReluBackward;
 
 // y += alpha * x.
 void AxpyF(float alpha, const float* __restrict x, float* __restrict y, int64_t n) {

@@ -96,8 +96,9 @@ Status RestoreShard(const wire::ShardCheckpoint& c, KvShard* shard) {
                          job);
   }
   std::vector<float> params(c.params().size() / sizeof(float)), state(c.optimizer_state().size() / sizeof(float));
-  std::memcpy(params.data(), c.params().data(), params.size() * sizeof(float));
-  std::memcpy(state.data(), c.optimizer_state().data(), state.size() * sizeof(float));
+  // (An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.)
+  if (!params.empty()) std::memcpy(params.data(), c.params().data(), params.size() * sizeof(float));
+  if (!state.empty()) std::memcpy(state.data(), c.optimizer_state().data(), state.size() * sizeof(float));
   RETURN_IF_ERROR(shard->Restore(params, state, c.optimizer_steps(), c.version(), c.step(), c.updates(),
                                  {c.optimizer_skipped().data(), static_cast<size_t>(c.optimizer_skipped().size())}));
   return shard->tables().Restore(c.tables());
