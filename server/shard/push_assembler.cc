@@ -33,6 +33,12 @@ Status PushAssembler::Check(int worker, const PsRequest& part, size_t num_keys) 
   if (!part.codec.empty() || (num_keys > 0 && part.tables.empty())) {
     return InvalidArgumentError("a push in parts carries dense raw values or table rows only (no codec, no keys)");
   }
+  if (!part.tables.empty() && part.part + 1 != part.parts) {
+    // Its rows' room under the tables' bounds is checked as it arrives and used as the push
+    // counts, with nothing between: the last part.
+    return InvalidArgumentError("push part " + std::to_string(part.part) + " of " + std::to_string(part.parts) +
+                                " carries table rows, which come in a push's last part");
+  }
   if (part.part > 0) {
     for (const TableRun& r : part.tables) {
       if (std::find(p->tables.begin(), p->tables.end(), r.table) != p->tables.end()) {

@@ -4,7 +4,8 @@
 // connection, in order; it counts (consistency, version, its one reply) when its last part is
 // in. Each part must belong to the push whose first part came (same clock, part count, version
 // and rate), come in order, carry dense raw values or table rows only, and repeat no element of
-// an earlier part (nor a table: a push's rows of a table come in one part). After a bad part the rest of that push is dropped without a reply: the worker gets one
+// an earlier part. A push's table rows come in its last part (their room under the tables'
+// bounds is checked as that part arrives, and taken as the push counts). After a bad part the rest of that push is dropped without a reply: the worker gets one
 // answer per push and shard, the error. Pure bookkeeping: no sockets, no shard.
 #pragma once
 

@@ -66,6 +66,23 @@ TEST(PushAssemblerTest, APushCountsWhenItsLastPartIsIn) {
   EXPECT_FALSE(a.Check(1, p1, 0).ok());  // forgotten: part 1 has no first part any more
 }
 
+// A push's table rows come in its last part, with keys (their ids) and no segments. Mutation
+// caught: rows accepted in an earlier part, whose room under the bound other pushes could take
+// before this push counts (a shard's CHECK would then fail).
+TEST(PushAssemblerTest, TableRowsComeInAPushsLastPart) {
+  PushAssembler a;
+  PsRequest rows = Part(0, 2, {});
+  rows.tables = {{0, 3}};
+  EXPECT_EQ(a.Check(1, rows, 3).code(), StatusCode::kInvalidArgument);
+  const auto p0 = Part(0, 2, {{0, 4}});
+  ASSERT_TRUE(a.Check(1, p0, 0).ok());
+  EXPECT_EQ(a.Add(1, p0, Chunk(p0, 1)), nullptr);
+  rows.part = 1;
+  ASSERT_TRUE(a.Check(1, rows, 3).ok());
+  PsRequest keys = Part(1, 2, {});
+  EXPECT_FALSE(a.Check(1, keys, 3).ok());  // keys without table runs: a sparse push, never in parts
+}
+
 TEST(PushAssemblerTest, PartsThatDoNotBelongAreRefused) {
   PushAssembler a;
   const auto p0 = Part(0, 3, {{0, 4}});
