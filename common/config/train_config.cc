@@ -200,9 +200,12 @@ struct Traits {
         joins(JoinsJob(mode)),
         sparse_model(c.model() == "sparse_logreg"),
         table_model(c.model() == "dlrm"),
+        keyed(sparse_model || table_model),
         cuda(c.device() == "cuda") {}
   Mode mode;
-  bool ps, allreduce, joins, sparse_model, table_model, cuda;
+  // keyed: a model that reads rows by key (sparse_logreg's sparse tensor, dlrm's tables): what
+  // applies to the dense models only is refused for both, by the same checks.
+  bool ps, allreduce, joins, sparse_model, table_model, keyed, cuda;
 };
 
 // The mode and the settings that belong to some modes only.
@@ -237,7 +240,7 @@ void CheckDevice(const TrainConfig& c, const Traits& t, Checker& k) {
   if (c.has_gpu() && !t.cuda) k.Add("gpu", "{gpu} applies to {device=cuda}");
   if (c.gpu() < -1) k.Add("gpu", "{gpu} must be >= 0");
   if (t.cuda) {
-    if (t.sparse_model) k.Add("device", "{device=cuda} applies to {model=softmax|mlp}");
+    if (t.keyed) k.Add("device", "{device=cuda} applies to {model=softmax|mlp}");
     if (c.accumulate() > 1) k.Add("accumulate", "{accumulate} is not supported with {device=cuda}");
     if (t.allreduce && c.compress() != "none") {
       k.Add("compress", "{compress} is not supported with {device=cuda} {mode=allreduce} (NCCL averages fp32 gradients)");
@@ -250,7 +253,7 @@ void CheckDevice(const TrainConfig& c, const Traits& t, Checker& k) {
 void CheckAllReduce(const TrainConfig& c, const Traits& t, Checker& k) {
   if (!(c.bucket_mib() > 0)) k.Add("bucket_mib", "{bucket_mib} must be > 0");
   if (c.zero() < 0 || c.zero() > 2) k.Add("zero", "{zero} must be 0, 1 or 2");
-  if (c.zero() > 0 && t.sparse_model) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
+  if (c.zero() > 0 && t.keyed) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
   if (!IsOneOf(kAllReduceAlgoNames, c.allreduce_algo())) {
     k.Add("allreduce_algo", "{allreduce_algo}: ", "unknown all-reduce algorithm '" + c.allreduce_algo() + "' (expected " +
                                                       kAllReduceAlgoNames + ")");
@@ -272,7 +275,7 @@ void CheckCompression(const TrainConfig& c, const Traits& t, Checker& k) {
     if (c.error_feedback() && !has_codec) k.Add("error_feedback", "{error_feedback} needs a {compress} codec");
     if (has_codec && !t.joins) k.Add("compress", "{compress} applies to the modes that join a job (bsp|ssp|asp|allreduce)");
     // Checked here, not first after the worker has joined and loaded its data.
-    if (has_codec && t.sparse_model) k.Add("compress", "{compress} applies to the dense models, not {model=sparse_logreg}");
+    if (has_codec && t.keyed) k.Add("compress", "{compress} applies to the dense models, not {model=" + c.model() + "}");
     if (c.compress_pull()) {
       if (!has_codec) k.Add("compress_pull", "{compress_pull} needs a {compress} codec");
       if (t.allreduce) k.Add("compress_pull", "{compress_pull} applies to the PS modes (bsp|ssp|asp): all-reduce has no pulls");
@@ -319,16 +322,10 @@ void CheckTables(const TrainConfig& c, const Traits& t, Checker& k) {
     }
     return;
   }
-  // Not yet with tables: each is refused with its reason rather than run half right.
+  // What the dense models only take is refused by its own check (Traits::keyed); tables do not
+  // go with all-reduce or the overlapped push yet.
   if (t.allreduce) k.Add("mode", "{model=dlrm} trains in the PS modes and locally ({mode=allreduce} with tables: not yet)");
-  if (!c.compress().empty() && c.compress() != "none") k.Add("compress", "{compress} applies to the dense models, not {model=dlrm}");
-  if (c.accumulate() > 1) k.Add("accumulate", "{accumulate} applies to the dense models, not {model=dlrm}");
   if (c.overlap()) k.Add("overlap", "{overlap} applies to the dense models, not {model=dlrm}");
-  if (c.sync_every() > 0) k.Add("sync_every", "{sync_every} applies to the dense models, not {model=dlrm}");
-  if (c.device() == "cuda") k.Add("device", "{device=cuda} applies to {model=softmax|mlp}");
-  if (c.precision() != "fp32") k.Add("precision", "{model=dlrm} computes in fp32 only, not {precision=" + c.precision() + "}");
-  if (c.zero() > 0) k.Add("zero", "{zero} applies to dense models (softmax, mlp)");
-  if (c.has_delay_compensation()) k.Add("delay_compensation", "{delay_compensation} applies to the dense models, not {model=dlrm}");
 }
 
 // The model and the data.
@@ -369,7 +366,7 @@ void CheckPrecision(const TrainConfig& c, const Traits& t, Checker& k) {
     if (!(std::isfinite(c.initial_loss_scale()) && c.initial_loss_scale() >= 1)) {
       k.Add("initial_loss_scale", "{initial_loss_scale} must be a finite number >= 1, not ", ShortestText(c.initial_loss_scale()));
     }
-    if (t.sparse_model) k.Add("precision", "{precision=" + c.precision() + "} applies to the dense models, not {model=sparse_logreg}");
+    if (t.keyed) k.Add("precision", "{precision=" + c.precision() + "} applies to the dense models, not {model=" + c.model() + "}");
     if (*precision == Precision::kFp16 && (c.error_feedback() || c.momentum_correction())) {
       k.Add(c.error_feedback() ? "error_feedback" : "momentum_correction",
             "{precision=fp16} skips the steps whose scaled gradient overflows, which a compression residual would take in: "
@@ -445,7 +442,7 @@ void CheckSchedule(const TrainConfig& c, const Traits& t, Checker& k) {
   if (auto s = ParseLrScheduleKind(c.lr_schedule()); !s.ok()) k.Add("lr_schedule", "{lr_schedule}: ", s.status().message());
   if (c.batch() < 1 || c.batch() > 1000000) k.Add("batch", "{batch} must be in [1, 1000000]");
   if (c.accumulate() < 1 || c.accumulate() > 4096) k.Add("accumulate", "{accumulate} must be in [1, 4096]");
-  if (c.accumulate() > 1 && t.sparse_model) k.Add("accumulate", "{accumulate} applies to the dense models");
+  if (c.accumulate() > 1 && t.keyed) k.Add("accumulate", "{accumulate} applies to the dense models");
   if (c.lr_scaling() != "none" && c.lr_scaling() != "linear") {
     k.Add("lr_scaling", "{lr_scaling} must be none or linear, not '", c.lr_scaling() + "'");
   }
@@ -481,7 +478,7 @@ void CheckPeriodic(const TrainConfig& c, const Traits& t, Checker& k) {
   }
   if (c.outer_nesterov() && c.outer_momentum() == 0) k.Add("outer_nesterov", "{outer_nesterov} needs {outer_momentum} > 0");
   // Each of these changes what a step's exchange is; over rounds of local steps it is not built.
-  if (t.sparse_model) k.Add("sync_every", "{sync_every} applies to the dense models, not {model=sparse_logreg}");
+  if (t.keyed) k.Add("sync_every", "{sync_every} applies to the dense models, not {model=" + c.model() + "}");
   if (t.cuda) k.Add("sync_every", "{sync_every} runs on {device=cpu} only");
   if (c.compress_pull()) k.Add("compress_pull", "{compress_pull} does not combine with {sync_every}: a round starts from the exact global model");
   if (c.momentum_correction()) k.Add("momentum_correction", "{momentum_correction} corrects gradients, not {sync_every}'s pseudo-gradients");
@@ -503,7 +500,7 @@ void CheckDelayCompensation(const TrainConfig& c, const Traits& t, Checker& k) {
   if (!(std::isfinite(c.delay_compensation()) && c.delay_compensation() >= 0)) {
     k.Add("delay_compensation", "{delay_compensation} must be >= 0, not ", ShortestText(c.delay_compensation()));
   }
-  if (t.sparse_model) k.Add("delay_compensation", "{delay_compensation} applies to the dense models, not {model=sparse_logreg}");
+  if (t.keyed) k.Add("delay_compensation", "{delay_compensation} applies to the dense models, not {model=" + c.model() + "}");
   if (c.compress_pull()) {
     k.Add("compress_pull", "{compress_pull} does not combine with {delay_compensation}: the correction needs the parameters the worker holds");
   }
