@@ -12,15 +12,20 @@
 #include <utility>
 
 #include "common/base/host_port.h"
+#include "common/config/config_checks.h"
 #include "common/config/flags.h"
+#include "common/config/table_checks.h"
 #include "common/optim/optimizer.h"
 #include "common/optim/precision.h"
-#include "common/optim/row_optimizer.h"
 
 namespace gradsync {
 
 using config::Mode;
 using config::TrainConfig;
+using config_checks::Checker;
+using config_checks::CheckTables;
+using config_checks::Has;
+using config_checks::Traits;
 namespace pb = google::protobuf;
 
 namespace {
@@ -28,58 +33,6 @@ namespace {
 constexpr std::array<std::pair<Mode, const char*>, 5> kModes = {{
     {config::LOCAL, "local"}, {config::BSP, "bsp"}, {config::SSP, "ssp"}, {config::ASP, "asp"}, {config::ALLREDUCE, "allreduce"},
 }};
-
-// Collects errors; a message's {field} and {field=value} name a setting in the naming asked for:
-// --field-name / --field-name=value (flags), field_name / field_name value (specs; the mode's
-// value in upper case, as a spec writes it).
-class Checker {
- public:
-  Checker(Naming naming, std::vector<ConfigError>* out) : naming_(naming), out_(out) {}
-
-  std::string R(std::string_view text) const {
-    std::string s;
-    size_t i = 0;
-    while (i < text.size()) {
-      const size_t open = text.find('{', i), close = open == std::string_view::npos ? open : text.find('}', open);
-      if (close == std::string_view::npos) {
-        s.append(text.substr(i));
-        break;
-      }
-      s.append(text.substr(i, open - i));
-      const std::string_view ref = text.substr(open + 1, close - open - 1);
-      const size_t eq = ref.find('=');
-      const std::string_view field = ref.substr(0, eq);
-      if (naming_ == Naming::kFlags) {
-        s += FlagName(field);
-        if (eq != std::string_view::npos) s += "=" + std::string(ref.substr(eq + 1));
-      } else {
-        s += field;
-        if (eq != std::string_view::npos) {
-          std::string value(ref.substr(eq + 1));
-          if (field == "mode") {
-            for (char& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-          }
-          s += " " + value;
-        }
-      }
-      i = close + 1;
-    }
-    return s;
-  }
-  // `text` is rendered; `literal` (user data) is appended as it is.
-  void Add(const char* field, std::string_view text, const std::string& literal = "") {
-    out_->push_back({field, R(text) + literal});
-  }
-
- private:
-  Naming naming_;
-  std::vector<ConfigError>* out_;
-};
-
-bool Has(const pb::Message& m, const char* field) {
-  const auto* f = m.GetDescriptor()->FindFieldByName(field);
-  return f && m.GetReflection()->HasField(m, f);
-}
 
 Result<double> StragglerNumber(const std::string& s, const std::string& spec) {
   try {
@@ -191,23 +144,6 @@ Result<StragglerSpec> ParseStraggler(const std::string& spec) {
 
 namespace {
 
-// What several of Validate's checks depend on: the kind of mode, the model and the device.
-struct Traits {
-  explicit Traits(const TrainConfig& c)
-      : mode(c.mode()),
-        ps(IsPsMode(mode)),
-        allreduce(mode == config::ALLREDUCE),
-        joins(JoinsJob(mode)),
-        sparse_model(c.model() == "sparse_logreg"),
-        table_model(c.model() == "dlrm"),
-        keyed(sparse_model || table_model),
-        cuda(c.device() == "cuda") {}
-  Mode mode;
-  // keyed: a model that reads rows by key (sparse_logreg's sparse tensor, dlrm's tables): what
-  // applies to the dense models only is refused for both, by the same checks.
-  bool ps, allreduce, joins, sparse_model, table_model, keyed, cuda;
-};
-
 // The mode and the settings that belong to some modes only.
 void CheckMode(const TrainConfig& c, const Traits& t, Checker& k) {
   const Mode mode = t.mode;
@@ -298,34 +234,6 @@ void CheckCompression(const TrainConfig& c, const Traits& t, Checker& k) {
     k.Add("momentum_correction", "{momentum_correction} needs {momentum} > 0");
   }
   if (c.momentum_correction() && c.nesterov()) k.Add("momentum_correction", "{momentum_correction} does not combine with {nesterov}");
-}
-
-// Embedding tables (dlrm) and the click log: their sizes, and what does not combine with tables yet.
-void CheckTables(const TrainConfig& c, const Traits& t, Checker& k) {
-  if (c.click_features() < 1 || c.click_features() > 1024) k.Add("click_features", "{click_features} must be in [1, 1024]");
-  if (c.click_ids() < 0 || c.click_ids() > (int64_t{1} << 62)) k.Add("click_ids", "{click_ids} must be in [0, 2^62] (0: any 64-bit id)");
-  if (!(c.click_zipf() > 0 && c.click_zipf() <= 3)) k.Add("click_zipf", "{click_zipf} must be in (0, 3]");
-  if (c.click_dense() < 1 || c.click_dense() > 1024) k.Add("click_dense", "{click_dense} must be in [1, 1024]");
-  if (c.click_train() < 1 || c.click_train() > (int64_t{1} << 32)) k.Add("click_train", "{click_train} must be in [1, 2^32]");
-  if (c.click_test() < 1 || c.click_test() > (int64_t{1} << 24)) k.Add("click_test", "{click_test} must be in [1, 2^24]");
-  if (!(c.click_planted() >= 0 && c.click_planted() <= 10)) k.Add("click_planted", "{click_planted} must be in [0, 10]");
-  if (c.table_dim() < 1 || c.table_dim() > 4096) k.Add("table_dim", "{table_dim} must be in [1, 4096]");
-  if (!ParseRowOptimizerKind(c.table_optimizer()).ok()) {
-    k.Add("table_optimizer", "{table_optimizer} must be sgd, adagrad or adam, not '", c.table_optimizer() + "'");
-  }
-  if (c.table_rows() < 1 || c.table_rows() > (int64_t{1} << 31)) {
-    k.Add("table_rows", "{table_rows} must be in [1, 2^31]");
-  }
-  if (!t.table_model) {
-    for (const char* f : {"table_dim", "table_optimizer", "table_rows"}) {
-      if (Has(c, f)) k.Add(f, std::string("{") + f + "} applies to {model=dlrm}");
-    }
-    return;
-  }
-  // What the dense models only take is refused by its own check (Traits::keyed); tables do not
-  // go with all-reduce or the overlapped push yet.
-  if (t.allreduce) k.Add("mode", "{model=dlrm} trains in the PS modes and locally ({mode=allreduce} with tables: not yet)");
-  if (c.overlap()) k.Add("overlap", "{overlap} applies to the dense models, not {model=dlrm}");
 }
 
 // The model and the data.
