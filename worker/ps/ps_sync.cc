@@ -57,7 +57,8 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
 
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
     : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
-      scaling_(options.train.numerics), table_plan_(model->tables(), client != nullptr ? client->num_shards() : 0) {}
+      scaling_(options.train.numerics), table_plan_(model->tables(), client != nullptr ? client->num_shards() : 0),
+      pushed_plan_(table_plan_) {}
 
 StepRows PsSyncBase::KeepRowGrads() {
   if (step_tables_ == nullptr) {
@@ -66,7 +67,8 @@ StepRows PsSyncBase::KeepRowGrads() {
   }
   // The model's row gradients go with the next batch's ids (TableIds), before this push is known
   // to have arrived: it keeps its own copy, which Recover sends again if a shard lacks the push.
-  pushed_plan_ = table_plan_;
+  // The step's plan is made afresh by the next BeginStep (TablePlan::Set): swapped, not copied.
+  std::swap(pushed_plan_, table_plan_);
   pushed_rows_.assign(step_tables_->grads.begin(), step_tables_->grads.end());
   return PushedRowGrads();
 }

@@ -153,7 +153,7 @@ class PsSyncBase : public GradientSync {
   // A model with tables: this step's ids cut per shard, and the step's rows (StepPlan::tables).
   TablePlan table_plan_;
   const TableStep* step_tables_ = nullptr;
-  TablePlan pushed_plan_;            // the last push's rows: its plan and its row gradients
+  TablePlan pushed_plan_;            // the last push's rows: its plan (the tables' alike) and its row gradients
   std::vector<float> pushed_rows_;
 };
 

@@ -10,9 +10,20 @@ TablePlan::TablePlan(std::vector<TableSpec> tables, int num_shards)
       shards_(static_cast<size_t>(num_shards)),
       table_offset_(tables_.size(), 0) {}
 
-Status TablePlan::Set(std::span<const std::vector<uint64_t>> ids) {
-  for (Shard& s : shards_) s = Shard();
+void TablePlan::Clear() {
+  // Emptied, its vectors' memory kept: a step's plan is made again every step.
+  for (Shard& s : shards_) {
+    s.runs.clear();
+    s.ids.clear();
+    s.at.clear();
+    s.dim.clear();
+    s.floats = 0;
+  }
   floats_ = 0;
+}
+
+Status TablePlan::Set(std::span<const std::vector<uint64_t>> ids) {
+  Clear();
   if (ids.size() != tables_.size()) {
     return InvalidArgumentError("a step names ids of " + std::to_string(ids.size()) +
                                 " tables, the job has " + std::to_string(tables_.size()));
@@ -21,7 +32,7 @@ Status TablePlan::Set(std::span<const std::vector<uint64_t>> ids) {
   uint64_t at = 0;
   for (size_t t = 0; t < tables_.size(); ++t) {
     if (Status st = CheckTableIds(tables_[t], ids[t]); !st.ok()) {
-      for (Shard& s : shards_) s = Shard();
+      Clear();
       return st;
     }
     table_offset_[t] = at;

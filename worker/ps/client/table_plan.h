@@ -49,6 +49,8 @@ class TablePlan {
   void Scatter(int s, const float* rows, FloatSpan step_rows) const;
 
  private:
+  void Clear();
+
   struct Shard {
     std::vector<TableRun> runs;
     std::vector<uint64_t> ids;
