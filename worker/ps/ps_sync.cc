@@ -80,13 +80,18 @@ StepRows PsSyncBase::PushedRowGrads() {
 
 Status PsSyncBase::ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) {
   if (ids.empty()) return OkStatus();
-  // An evaluation's batch: its rows as the shards hold them at this clock (the dense parameters
-  // come with them, into a scratch copy: the step's stay as they were pulled).
+  // An evaluation's batch, or a frontend's forward: its rows as the shards hold them at this
+  // clock (the rows alone; the dense parameters stay as they were pulled).
   TablePlan plan(model_->tables(), client_->num_shards());
   RETURN_IF_ERROR(plan.Set(ids));
-  std::vector<float> scratch(static_cast<size_t>(model_->num_params()));
-  ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, scratch, {}, false, {&plan, rows}));
-  return client_->Wait(pull, options_.request_timeout_s).WithContext("evaluation rows");
+  ASSIGN_OR_RETURN(const std::optional<PsClient::RequestId> pull, client_->PullRows(clock_, {&plan, rows}));
+  if (!pull) return OkStatus();
+  return client_->Wait(*pull, options_.request_timeout_s).WithContext("rows at step " + std::to_string(clock_));
+}
+
+Status PsSyncBase::SetStepTables(const TableStep* tables) {
+  step_tables_ = tables;
+  return tables != nullptr ? table_plan_.Set(tables->ids) : OkStatus();
 }
 
 Result<int64_t> PsSyncBase::Start(const JobShape& shape) {

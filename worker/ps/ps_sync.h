@@ -115,8 +115,10 @@ class PsSyncBase : public GradientSync {
   Status EndTraining(bool evaluate) override { return Finish(evaluate, /*leave=*/false); }
   Status Leave(bool evaluate) override { return Finish(evaluate, /*leave=*/true); }
   SyncTraffic traffic() const override;
-  // An evaluation batch's table rows, pulled at this clock (GradientSync::ReadRows).
+  // A batch's table rows, pulled at this clock (GradientSync::ReadRows).
   Status ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) override;
+  // The step's row gradients go with its push (GradientSync::SetStepTables).
+  Status SetStepTables(const TableStep* tables) override;
   // Marks tensor t for this step's push (GradientSync::GradAbsent). kInvalidArgument for a sparse
   // tensor or one out of range; kFailedPrecondition when its gradient was already reported ready.
   Status GradAbsent(size_t tensor) override;

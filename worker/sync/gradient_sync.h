@@ -136,6 +136,14 @@ class GradientSync {
     (void)rows;
     return ids.empty() ? OkStatus() : UnimplementedError("this sync holds no embedding tables");
   }
+  // A frontend that learns a step's ids only in its forward, after BeginStep (which had no
+  // tables): it reads their rows with ReadRows, then names the step's tables here before
+  // FinishStep, which sends or applies tables->grads for tables->ids as for StepPlan::tables
+  // (tables->rows is not read). `tables` must stay valid until FinishStep returns; null: none.
+  // The default: a sync that holds no embedding tables.
+  virtual Status SetStepTables(const TableStep* tables) {
+    return tables == nullptr ? OkStatus() : UnimplementedError("this sync holds no embedding tables");
+  }
   // Tensor t got no gradient this step (a frontend's parameter whose .grad stayed None), instead
   // of GradReady: its parameters and optimizer state stay as they are, as torch leaves such a
   // parameter (Adam's step count included). The PS syncs tell the shards with the push (bsp: a

@@ -36,6 +36,10 @@ class LocalSync final : public GradientSync {
   Status ReadRows(std::span<const std::vector<uint64_t>> ids, std::span<float> rows) override {
     return tables_.Read(ids, rows);
   }
+  Status SetStepTables(const TableStep* tables) override {
+    step_tables_ = tables;
+    return OkStatus();
+  }
   Status WaitParams(size_t) override { return OkStatus(); }
   Status GradReady(size_t) override { return OkStatus(); }
   Result<SyncStepStats> FinishStep() override;

@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +91,9 @@ class PsClient {
   // request: Wait waits for them all).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false,
                          StepRows rows = {});
+  // Pulls the rows of `rows.plan` alone, at `clock`, into rows.rows: one message to each shard
+  // that holds some; nullopt when the plan names no row (nothing to wait for).
+  Result<std::optional<RequestId>> PullRows(int64_t clock, StepRows rows);
   Status Wait(RequestId id, double timeout_s) { return requests_.Wait(id, timeout_s); }
   // Processes the replies that have arrived, without waiting.
   void Poll() { requests_.Poll(); }
@@ -151,6 +155,10 @@ class PsClient {
   // (nothing sent to s).
   Status PushTo(int s, RequestId id, PsRequest& r, ConstFloatSpan grads, std::span<const uint64_t> keys,
                 std::span<const float> values);
+  // The messages a row pull sends (one per shard holding some of the rows), or kInvalidArgument
+  // for a buffer shorter than the rows; and sends them under request `id`.
+  Result<int> RowMessages(StepRows rows) const;
+  void SendRowPulls(RequestId id, int64_t clock, StepRows rows);
 
   TransportContext& ctx_;
   std::vector<TensorInfo> layout_;
