@@ -15,7 +15,12 @@ namespace gradsync {
 
 class ExternalModel final : public Model {
  public:
-  explicit ExternalModel(std::vector<TensorInfo> tensors) { SetLayout(std::move(tensors)); }
+  // `tables`: embedding tables whose rows the caller reads and updates through its sync
+  // (GradientSync::ReadRows / SetStepTables): the Python frontend's gradsync.torch.Embedding.
+  explicit ExternalModel(std::vector<TensorInfo> tensors, std::vector<TableSpec> tables = {}) {
+    SetLayout(std::move(tensors));
+    SetTables(std::move(tables));
+  }
   std::string name() const override { return "external"; }
   void Initialize(uint64_t) override {}
   float ForwardBackward(const Batch&) override;

@@ -327,9 +327,18 @@ std::vector<TensorInfo> TensorInfos(const std::vector<TensorSpec>& tensors) {
   return infos;
 }
 
-// Every worker must declare the same tensors: compared against worker 0's, by name and shape.
-void CheckSameLayout(FrontendJob* job, const std::vector<TensorSpec>& tensors) {
+// A table as a line of the layout text: its name (in brackets, which no parameter name the
+// frontend makes has) and [num_ids, dim], so that a table whose size or row dimension differs
+// between workers is refused when the job forms, as a parameter's shape is.
+TensorSpec TableLine(const TableSpec& t) {
+  return {"[table " + t.name + "]", {static_cast<int64_t>(t.num_ids), static_cast<int64_t>(t.dim)}};
+}
+
+// Every worker must declare the same tensors and tables: compared against worker 0's, by name and
+// shape.
+void CheckSameLayout(FrontendJob* job, std::vector<TensorSpec> tensors, const std::vector<TableSpec>& tables) {
   static int layouts = 0;
+  for (const TableSpec& t : tables) tensors.push_back(TableLine(t));
   const auto all = job->Gather("layout-" + std::to_string(layouts++), LayoutText(tensors),
                                job->process().heartbeat_timeout() * 30 + 60);
   if (!all.empty()) {
@@ -345,6 +354,23 @@ void CheckSameLayout(FrontendJob* job, const std::vector<TensorSpec>& tensors) {
 // The job's settings, with the wrapped optimizer's instead of the flags' (the PS shards apply
 // it; all-reduce and local leave it to PyTorch) and a constant schedule: the caller sends
 // its own rate with each step.
+// The model's tables: each valid (ValidateTableSpec), names unique, and none of what tables do not
+// go with yet (the C++ models' refusals: common/config/table_checks.cc and Traits::keyed).
+void CheckTables(const config::TrainConfig& c, const std::vector<TableSpec>& tables) {
+  std::set<std::string> names;
+  for (const TableSpec& t : tables) {
+    ThrowIfError(ValidateTableSpec(t));
+    if (!names.insert(t.name).second) {
+      throw StatusError(InvalidArgumentError("two embedding tables are named '" + t.name + "' (name each one)"));
+    }
+  }
+  if (tables.empty()) return;
+  if (c.sync_every() > 0) {
+    throw StatusError(InvalidArgumentError("--sync-every: rounds of local steps do not go with embedding tables (table '" +
+                                           tables[0].name + "')"));
+  }
+}
+
 LocalTrainOptions WrappedTrainOptions(const config::TrainConfig& c, const OptimizerSpec& optimizer) {
   LocalTrainOptions train = TrainOptionsFrom(c);
   if (optimizer.kind != "sgd" && optimizer.kind != "adam") {
@@ -370,12 +396,14 @@ LocalTrainOptions WrappedTrainOptions(const config::TrainConfig& c, const Optimi
 }  // namespace
 
 FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,
-                           const std::string& compression, int error_feedback)
+                           const std::string& compression, int error_feedback,
+                           const std::vector<TableSpec>& tables)
     : job_(job) {
   if (tensors.empty()) throw StatusError(InvalidArgumentError("no parameters to synchronize"));
   std::vector<TensorInfo> infos = TensorInfos(tensors);
-  CheckSameLayout(job, tensors);
-  model_ = std::make_unique<ExternalModel>(std::move(infos));
+  CheckTables(job->train(), tables);
+  CheckSameLayout(job, tensors, tables);
+  model_ = std::make_unique<ExternalModel>(std::move(infos), tables);
 
   const config::TrainConfig& c = job->train();
   JobLink& link = job->link();
@@ -386,12 +414,19 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
   // --precision=bf16|fp16: the gradient travels in those 16 bits unless a codec is named.
   if (compress.empty()) compress = PrecisionCodec(train.numerics.precision);
   if (!compress.empty()) ThrowIfError(ParseCodecSpec(compress).status());
+  if (!compress.empty() && !tables.empty()) {
+    throw StatusError(InvalidArgumentError("compression '" + compress + "': embedding tables' rows travel uncompressed (table '" +
+                                           tables[0].name + "'); leave the compression and --precision unset"));
+  }
   const bool feedback = error_feedback < 0 ? c.error_feedback() : error_feedback > 0;
   if (c.momentum_correction()) {
     throw StatusError(InvalidArgumentError("--momentum-correction: not supported by the Python frontend"));
   }
   const bool ps = IsPsMode(c.mode());
-  if (!ps && c.mode() != config::ALLREDUCE) return;  // local: the script's own optimizer alone
+  if (!ps && c.mode() != config::ALLREDUCE) {  // local: the script's own optimizer alone
+    tables_ = std::make_unique<FrontendTables>(tables, nullptr);
+    return;
+  }
   if (ps) {
     auto client = PsClient::Create(link.ctx, link.table, link.rank, model_->layout(), link.scheduler.get());
     ThrowIfError(client.status());
@@ -425,6 +460,7 @@ FrontendSync::FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tens
                                                         recipe.ps_options.request_timeout_s);
   }
   sync_ = std::move(built.sync);
+  tables_ = std::make_unique<FrontendTables>(tables, sync_.get());
   overlapped_ = built.overlapped;
   kind_ = built.kind;
   if (c.sync_every() > 0) sync_every_ = c.sync_every();
@@ -448,6 +484,7 @@ int64_t FrontendSync::Start(int64_t total_steps, int64_t steps_per_epoch) {
 }
 
 void FrontendSync::BeginStep(int64_t step, bool evaluate, float lr) {
+  step_lr_ = std::isnan(lr) ? job_->train().lr() : lr;
   if (!sync_) return;
   StepPlan plan;
   plan.step = step;
@@ -477,7 +514,12 @@ void FrontendSync::GradAbsent(size_t tensor) {
 }
 
 SyncStepStats FrontendSync::FinishStep() {
-  if (!sync_) return {};
+  if (!sync_) {
+    const Status applied = tables_->Finish(step_lr_);
+    tables_->Clear();
+    ThrowIfError(applied);
+    return {};
+  }
   in_step_ = false;
   if (compute_begin_us_ >= 0 && Trace::on()) {
     // What Python did between the two: the user's forward and backward.
@@ -485,12 +527,18 @@ SyncStepStats FrontendSync::FinishStep() {
   }
   compute_begin_us_ = -1;
   TraceSpan span("finish step", "comm");
+  if (Status handed = tables_->Finish(step_lr_); !handed.ok()) {
+    tables_->Clear();
+    ThrowIfError(handed);
+  }
   auto stats = sync_->FinishStep();
+  tables_->Clear();
   ThrowIfError(stats.status());
   return *stats;
 }
 
 void FrontendSync::AbandonStep() {
+  tables_->Clear();
   if (!sync_ || !in_step_) return;
   in_step_ = false;
   sync_->AbandonStep();

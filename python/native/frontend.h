@@ -29,6 +29,7 @@
 #include "common/config/train_config.h"
 #include "models/external_model.h"
 #include "models/model.h"
+#include "python/native/frontend_tables.h"
 #include "python/native/shard_state.h"
 #include "worker/allreduce/bucket_average.h"
 #include "worker/allreduce/dense_averager.h"
@@ -152,8 +153,12 @@ class FrontendSync {
   // that differs and the workers. Then builds the sync of the job's mode. `job` must outlive it.
   // `compression`: a codec spec overriding the job's --compress ("" = the job's);
   // `error_feedback`: -1 the job's --error-feedback, else 0 / 1.
+  // `tables`: the model's embedding tables (gradsync.torch.Embedding), compared across workers
+  // with the tensors; their rows live on the shards, in each worker's replica (allreduce) or in
+  // this process (local), never whole here (tables()).
   FrontendSync(FrontendJob* job, const std::vector<TensorSpec>& tensors, const OptimizerSpec& optimizer,
-               const std::string& compression = "", int error_feedback = -1);
+               const std::string& compression = "", int error_feedback = -1,
+               const std::vector<TableSpec>& tables = {});
   ~FrontendSync();
 
   FloatSpan params() { return model_->params(); }
@@ -194,6 +199,8 @@ class FrontendSync {
   // PS modes: the shards' optimizer state and parameters, read and set (shard_state.h); other
   // modes: kInvalidArgument (the wrapped optimizer keeps its state in this process).
   FrontendShardState& shard_state();
+  // The model's embedding tables: a forward's rows, a step's row gradients.
+  FrontendTables& tables() { return *tables_; }
 
  private:
   FrontendJob* job_;
@@ -201,6 +208,8 @@ class FrontendSync {
   std::unique_ptr<PsClient> client_;
   std::unique_ptr<GradientSync> sync_;  // null in local mode
   std::unique_ptr<FrontendShardState> shard_state_;  // PS modes (not with --sync-every)
+  std::unique_ptr<FrontendTables> tables_;           // after sync_, which it reads through
+  float step_lr_ = NAN;                              // BeginStep's rate (mode local's tables apply it)
   bool overlapped_ = false;
   bool in_step_ = false;
   double compute_begin_us_ = -1;  // traces: when BeginStep returned (the user's compute began)

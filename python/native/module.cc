@@ -18,6 +18,7 @@
 #include "common/optim/optimizer.h"
 #include "compression/compressor.h"
 #include "python/native/frontend.h"
+#include "python/native/module_tables.h"
 
 namespace py = pybind11;
 
@@ -349,14 +350,15 @@ void BindSync(py::module_& m) {
 
   py::class_<FrontendSync> sync(m, "Sync");
   sync.def(py::init([](FrontendJob* job, const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
-                       const OptimizerSpec& optimizer, const std::string& compression, int error_feedback) {
+                       const OptimizerSpec& optimizer, const std::string& compression, int error_feedback,
+                       const std::vector<TableSpec>& tables) {
              std::vector<TensorSpec> specs;
              for (const auto& [name, shape] : tensors) specs.push_back({name, shape});
              py::gil_scoped_release release;
-             return std::make_unique<FrontendSync>(job, specs, optimizer, compression, error_feedback);
+             return std::make_unique<FrontendSync>(job, specs, optimizer, compression, error_feedback, tables);
            }),
            py::arg("job"), py::arg("tensors"), py::arg("optimizer"), py::arg("compression") = "",
-           py::arg("error_feedback") = -1, py::keep_alive<1, 2>())
+           py::arg("error_feedback") = -1, py::arg("tables") = std::vector<TableSpec>{}, py::keep_alive<1, 2>())
       .def_property_readonly("params", [](py::object self) { return View(self.cast<FrontendSync&>().params(), self); })
       .def_property_readonly("grads", [](py::object self) { return View(self.cast<FrontendSync&>().grads(), self); })
       .def_property_readonly("offsets", [](const FrontendSync& s) {
@@ -390,6 +392,7 @@ void BindSync(py::module_& m) {
            "rule, the others go on without it; returns once every worker has ended or joined).");
   BindSyncTraffic(sync);
   BindSyncOptimizerState(sync);
+  BindTables(m, sync);
 }
 
 void BindBucketReducer(py::module_& m) {
@@ -577,6 +580,7 @@ PYBIND11_MODULE(_native, m) {
   BindCodecs(m);
   BindTrace(m);
   BindData(m);
+  BindClickLog(m);
   BindLrSchedule(m);
 
   m.def(

@@ -17,6 +17,7 @@ from gradsync.torch.amp import GradScaler, autocast, precision
 from gradsync.torch.collectives import (Adasum, Average, Sum, allgather, allgather_object, allreduce, allreduce_,
                                         broadcast, broadcast_, broadcast_object, push_pull, push_pull_)
 from gradsync.torch.compression import Compression, Compressor
+from gradsync.torch.embedding import Embedding, EmbeddingBag, ShardedWeight
 from gradsync.torch.hook import allreduce_hook, init_process_group
 from gradsync.torch.functions import broadcast_optimizer_state, broadcast_parameters, join
 from gradsync.torch.optimizer import DistributedOptimizer
@@ -40,7 +41,8 @@ def cuda_built():
 
 
 __all__ = sorted(gradsync.__all__ + [
-    "Adasum", "Average", "Compression", "Compressor", "DistributedOptimizer", "GradScaler", "Sum", "allgather",
+    "Adasum", "Average", "Compression", "Compressor", "DistributedOptimizer", "Embedding", "EmbeddingBag",
+    "GradScaler", "ShardedWeight", "Sum", "allgather",
     "allgather_object", "allreduce", "allreduce_", "allreduce_hook", "autocast", "broadcast", "broadcast_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "cuda_built", "gloo_built",
     "init_process_group", "join", "mpi_built", "nccl_built", "precision", "push_pull", "push_pull_"])

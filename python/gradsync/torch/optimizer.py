@@ -45,7 +45,7 @@ import torch
 
 from gradsync import _job, _native
 from gradsync._job import GradsyncError
-from gradsync.torch import collectives, guard, live, strategies
+from gradsync.torch import collectives, embedding, guard, live, strategies
 from gradsync.torch.collectives import Average
 from gradsync.torch.compression import codec_of
 from gradsync.torch.metrics import Recorder
@@ -104,7 +104,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         spec = self._gs_strategy.optimizer_spec(wrapped)
         feedback = -1 if error_feedback is None else int(bool(error_feedback))
         self._gs_strategy.check_compression(compression)
-        self._gs_sync = _native.Sync(job, [(n, list(p.shape)) for n, p in named], spec, compression or "", feedback)
+        # The embedding tables made before this optimizer (embedding.py) become its tables.
+        self._gs_tables = embedding.claim()
+        if self._gs_tables and (self._gs_strategy.op is not Average or self._gs_strategy.predivide != 1.0
+                                or isinstance(self._gs_strategy, strategies.AdasumAllReduce)):
+            raise ValueError("embedding tables ('%s') take op=Average with gradient_predivide_factor 1 (their rows' "
+                             "gradients are averaged where the rows live)" % self._gs_tables[0].table_name)
+        seed = int(job.config.get("seed", 0))
+        tables = [t.spec(i, wrapped, seed) for i, t in enumerate(self._gs_tables)]
+        self._gs_sync = _native.Sync(job, [(n, list(p.shape)) for n, p in named], spec, compression or "", feedback,
+                                     tables)
+        for i, t in enumerate(self._gs_tables):
+            t.bind(self, i)
+        self._gs_table_rows = 0  # rows whose gradients the last step handed over
         self._gs_names = [n for n, _ in named]
         self._gs_params = [p for _, p in named]
         self._gs_passes = backward_passes_per_step
@@ -288,6 +300,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """The step's communication (the strategy's: the sync's finish_step, or, op=Adasum,
         nothing: step() combines the updates; then in mode allreduce the step header). Sets
         _gs_used, returns the stats."""
+        # The step's row gradients, summed per id, go with its exchange (the sync's finish_step).
+        self._gs_table_rows = sum(t.hand_over() for t in self._gs_tables)
         return self._gs_strategy.communicate(self, state)
 
     def _gs_present(self):

@@ -102,8 +102,9 @@ class Local:
     # --- a step ---
 
     def begin(self, opt):
-        """The step's beginning in the sync."""
-        opt._gs_sync.begin_step(opt._gs_step, False, math.nan)
+        """The step's beginning in the sync (with embedding tables, the rate their rows step at)."""
+        lr = float(opt.param_groups[0]["lr"]) if opt._gs_tables else math.nan
+        opt._gs_sync.begin_step(opt._gs_step, False, lr)
 
     def grad_ready(self, opt, i):
         """Parameter i's gradient of the step is complete."""

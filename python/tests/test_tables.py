@@ -1,0 +1,109 @@
+"""gradsync.torch.Embedding / EmbeddingBag: tables that live on the shards (PS modes), in each
+worker's replica (allreduce) or in the process (local), never whole in a worker. N workers in bsp
+equal one process stepping on the N-times batch; bad ids and mismatched tables get one line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gsjob
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def one_process(tmp_path, args):
+    """table_worker.py in mode local: the reference."""
+    save = str(tmp_path / "reference.pt")
+    env = gsjob._clean_env()
+    subprocess.run([sys.executable, os.path.join(HERE, "table_worker.py"), "--save=" + save] + args, env=env,
+                   check=True, timeout=120, stdout=subprocess.DEVNULL)
+    return torch.load(save)
+
+
+def job(tmp_path, mode, workers, args, servers=2, expect_ok=True):
+    save = str(tmp_path / "job.pt")
+    record = str(tmp_path / "record")
+    out, logs, codes = gsjob.run_job("table_worker.py", ["--workers=%d" % workers, "--save=" + save,
+                                                         "--record=" + record] + args,
+                                     mode, workers, servers=servers, out=str(tmp_path / "out"), expect_ok=expect_ok)
+    if not expect_ok:
+        return logs, codes
+    records = [json.load(open("%s-%d.json" % (record, r))) for r in range(workers)]
+    return torch.load(save), records
+
+
+def largest_difference(got, ref):
+    """The largest difference of any dense parameter or touched row, relative to its largest value."""
+    assert got["ids"] == ref["ids"] and set(got["rows"]) == set(ref["rows"])
+    worst = 0.0
+    for part in ("dense", "rows"):
+        for k, r in ref[part].items():
+            worst = max(worst, ((got[part][k] - r).abs().max() / r.abs().max()).item())
+    return worst
+
+
+@pytest.mark.parametrize("tables,row_optimizer", [("bag", "sgd"), ("bag", "adagrad"), ("embedding", "sgd")])
+def test_bsp_two_servers_two_workers_equal_one_process_on_the_global_batch(tmp_path, tables, row_optimizer):
+    args = ["--tables=" + tables, "--row-optimizer=" + row_optimizer, "--steps=20"]
+    got, records = job(tmp_path, "bsp", 2, args + ["--batch=32"])
+    ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
+    assert largest_difference(got, ref) <= 1e-5
+    assert records[0]["sync"] == "ps"
+    # Each step hands over the rows its batch touched, summed per id: a few dozen of 3 x 1000.
+    assert all(0 < n <= 3 * 32 for r in records for n in r["rows_per_step"])
+
+
+def test_padding_rows_stay_zero_and_bsp_still_equals_one_process(tmp_path):
+    args = ["--tables=bag", "--padding=0", "--steps=15"]
+    got, _ = job(tmp_path, "bsp", 2, args + ["--batch=32"])
+    ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
+    assert largest_difference(got, ref) <= 1e-5
+    # nn.Embedding's padding row (padding_idx=0 in every table): zeros, whatever the rule would make it.
+    at = got["ids"].index(0)
+    assert all(rows[at].abs().max().item() == 0.0 for rows in got["rows"].values())
+    assert all(rows[at + 1].abs().max().item() > 0.0 for rows in got["rows"].values())
+
+
+def test_a_wrong_update_is_caught(tmp_path):
+    # The comparison can fail: another rate for the rows' optimizer is far away.
+    args = ["--tables=bag", "--steps=10"]
+    got, _ = job(tmp_path, "bsp", 2, args + ["--batch=32"])
+    other = one_process(tmp_path, args + ["--workers=1", "--batch=64", "--lr=0.12"])
+    assert largest_difference(got, other) > 1e-3
+
+
+def test_the_state_dict_holds_sharded_weights_that_read_rows_and_pickle_without_them(tmp_path):
+    # Rank 0 saved rows read through state_dict()["tables.k.weight"][ids]; broadcast_parameters of the
+    # state_dict ran before training and moved none of them.
+    got, records = job(tmp_path, "asp", 1, ["--steps=5", "--batch=16"], servers=1)
+    assert records[0]["kinds"].count("ShardedWeight") == 3
+    assert all(rows.shape == (len(got["ids"]), 8) for rows in got["rows"].values())
+    import gradsync.torch as gs
+    w = gs.ShardedWeight.__new__(gs.ShardedWeight)
+    w.__dict__.update({"name": "t", "num_embeddings": 2**30, "embedding_dim": 32, "_table": None})
+    path = str(tmp_path / "sd.pt")
+    torch.save({"t.weight": w}, path)
+    assert os.path.getsize(path) < 4096  # the description, no rows
+    loaded = torch.load(path)["t.weight"]
+    assert tuple(loaded.shape) == (2**30, 32)
+    with pytest.raises(ValueError, match="no rows"):
+        loaded[[1, 2]]
+
+
+@pytest.mark.parametrize("bad,message", [(5000, "table 'embedding0': id 5000 is outside the table's 1000 ids"),
+                                         (-3, "table 'embedding0': id -3 is negative")])
+def test_a_bad_id_is_one_line_and_the_worker_exits_non_zero(tmp_path, bad, message):
+    logs, codes = job(tmp_path, "bsp", 1, ["--steps=5", "--bad-id=%d" % bad], servers=1, expect_ok=False)
+    assert codes[0] != 0
+    assert message in gsjob.read_log(logs[0])
+
+
+def test_a_row_dimension_that_differs_between_workers_is_refused_when_the_job_forms(tmp_path):
+    logs, codes = job(tmp_path, "bsp", 2, ["--steps=5", "--dim-rank=1"], expect_ok=False)
+    assert codes[0] != 0 and codes[1] != 0
+    text = gsjob.read_log(logs[1])
+    assert "the workers' models differ" in text and "[table embedding0]" in text and "[1000, 9]" in text
