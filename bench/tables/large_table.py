@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """A table far larger than any process: the DLRM-style model on the click log with 2^30 ids per
 feature and rows of 32 floats (a dense table of one feature would be 128 GiB), trained by
-S servers and N C++ workers on this host in each of the given modes, through gradsync-launch.
+S servers and N workers on this host in each of the given modes, through gradsync-launch: C++
+workers (gradsync-worker --model=dlrm), or with --frontend=torch PyTorch workers running
+examples/pytorch/train_dlrm.py (gradsync.torch.EmbeddingBag(2**30, 32) per feature), whose peak
+resident set is also given above what `import torch` alone took in the same process.
 
 For each run: every process's peak resident set (VmHWM, from the summaries the processes write),
 the rows each shard holds and their memory, the test AUC and log loss reached beside the planted
@@ -9,7 +12,7 @@ model's (the best any model can reach on the same test set), samples/s and wall 
 
   bench/tables/large_table.py [--bin-dir=build/bin] [--modes=bsp,asp] [--servers=2] [--workers=4]
       [--ids=1073741824] [--dim=32] [--features=26] [--train=200000] [--epochs=1] [--json=FILE]
-      [-- EXTRA-WORKER-FLAGS]
+      [--frontend=cpp|torch] [-- EXTRA-WORKER-FLAGS]
 
 Prints a Markdown table per run. Run it on an otherwise idle machine (the timings share its cores).
 """
@@ -48,16 +51,24 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json")
+    ap.add_argument("--frontend", default="cpp", choices=["cpp", "torch"])
     args, extra = ap.parse_known_args()
     extra = [e for e in extra if e != "--"]
     launch = os.path.join(args.bin_dir, "gradsync-launch")
     results = []
     for mode in args.modes.split(","):
         out = tempfile.mkdtemp(prefix="large-table-%s-" % mode)
-        cmd = [launch, "--mode=" + mode, "--servers=%d" % args.servers, "--workers=%d" % args.workers, "--out=" + out,
-               "--", "--model=dlrm", "--click-ids=%d" % args.ids, "--table-dim=%d" % args.dim,
-               "--click-features=%d" % args.features, "--click-train=%d" % args.train, "--click-test=%d" % args.test,
-               "--epochs=%d" % args.epochs] + extra
+        cmd = [launch, "--mode=" + mode, "--servers=%d" % args.servers, "--workers=%d" % args.workers, "--out=" + out]
+        if args.frontend == "torch":
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch",
+                                  "train_dlrm.py")
+            cmd += ["python3", os.path.normpath(script), "--ids=%d" % args.ids, "--dim=%d" % args.dim,
+                    "--features=%d" % args.features, "--train=%d" % args.train, "--test=%d" % args.test,
+                    "--epochs=%d" % args.epochs] + extra
+        else:
+            cmd += ["--", "--model=dlrm", "--click-ids=%d" % args.ids, "--table-dim=%d" % args.dim,
+                    "--click-features=%d" % args.features, "--click-train=%d" % args.train,
+                    "--click-test=%d" % args.test, "--epochs=%d" % args.epochs] + extra
         print("# " + " ".join(cmd), flush=True)
         start = time.monotonic()
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=args.timeout)
@@ -69,8 +80,15 @@ def main():
             print("large_table.py: the %s run failed (exit %d)" % (mode, proc.returncode), file=sys.stderr)
             return 1
         s = summaries(out)
+        torch_workers = {}
+        for r in range(args.workers):
+            path = os.path.join(out, "torch-worker-%d.json" % r)
+            if os.path.exists(path):
+                with open(path) as f:
+                    torch_workers[r] = json.load(f)
+                s[("worker", r)] = {"peak_rss_mib": torch_workers[r]["peak_rss_mib"]}
         row = {
-            "mode": mode, "servers": args.servers, "workers": args.workers, "ids": args.ids, "dim": args.dim,
+            "frontend": args.frontend, "mode": mode, "servers": args.servers, "workers": args.workers, "ids": args.ids, "dim": args.dim,
             "features": args.features, "train": args.train, "epochs": args.epochs, "wall_s": round(wall, 1),
             "oracle_auc": float(oracle.group(1)) if oracle else None,
             "oracle_log_loss": float(oracle.group(2)) if oracle else None,
@@ -84,12 +102,18 @@ def main():
             "servers_table_mib": [round(s[("server", r)].get("table_mib", 0.0), 1)
                                   for r in range(args.servers) if ("server", r) in s],
         }
+        if torch_workers:
+            row["workers_peak_rss_above_torch_mib"] = [
+                round(w["peak_rss_mib"] - w["torch_rss_mib"], 1) for _, w in sorted(torch_workers.items())]
+            row["rows_per_step"] = [round(w["rows_per_step"]) for _, w in sorted(torch_workers.items())]
         results.append(row)
         print("| %s | value |" % mode)
         print("|---|---|")
         for k in ("test_auc", "oracle_auc", "test_log_loss", "oracle_log_loss", "samples_per_s", "wall_s",
-                  "workers_peak_rss_mib", "servers_peak_rss_mib", "servers_rows", "servers_table_mib"):
-            print("| %s | %s |" % (k, row[k]))
+                  "workers_peak_rss_mib", "workers_peak_rss_above_torch_mib", "rows_per_step", "servers_peak_rss_mib",
+                  "servers_rows", "servers_table_mib"):
+            if k in row:
+                print("| %s | %s |" % (k, row[k]))
         print(flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -84,9 +84,8 @@ Status PsSyncBase::ReadRows(std::span<const std::vector<uint64_t>> ids, std::spa
   // clock (the rows alone; the dense parameters stay as they were pulled).
   TablePlan plan(model_->tables(), client_->num_shards());
   RETURN_IF_ERROR(plan.Set(ids));
-  ASSIGN_OR_RETURN(const std::optional<PsClient::RequestId> pull, client_->PullRows(clock_, {&plan, rows}));
-  if (!pull) return OkStatus();
-  return client_->Wait(*pull, options_.request_timeout_s).WithContext("rows at step " + std::to_string(clock_));
+  ASSIGN_OR_RETURN(const PsClient::RequestId pull, client_->Pull(clock_, {}, {}, false, {&plan, rows}));
+  return client_->Wait(pull, options_.request_timeout_s).WithContext("rows at step " + std::to_string(clock_));
 }
 
 Status PsSyncBase::SetStepTables(const TableStep* tables) {

@@ -427,6 +427,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return tuple(self._gs_sync.shm_traffic())
 
     @property
+    def table_rows(self):
+        """Rows of the embedding tables (gradsync.torch.Embedding) whose gradients the last step
+        handed over, over every table (0 without tables)."""
+        return self._gs_table_rows
+
+    @property
     def sync_kind(self):
         """'ps-overlap', 'ps', 'allreduce-overlap', 'allreduce', 'rounds-ps', 'rounds-allreduce' (--sync-every)
         or 'local'."""

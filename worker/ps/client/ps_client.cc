@@ -138,10 +138,26 @@ Status PsClient::PushTo(int s, RequestId id, PsRequest& r, ConstFloatSpan grads,
 Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full,
                                            StepRows rows) {
   auto key_parts = partitioner_.SplitSortedKeys(keys);
-  ASSIGN_OR_RETURN(const int row_messages, RowMessages(rows));
-  RequestId id = requests_.New(true, params, links_.size() + row_messages);
-  SendRowPulls(id, clock, rows);
-  for (int s = 0; s < links_.size(); ++s) {
+  int row_messages = 0;  // one more reply from each shard that holds some of the rows
+  if (rows.plan != nullptr) {
+    if (rows.rows.size() < rows.plan->floats()) return InvalidArgumentError("the rows' buffer is shorter than the step's rows");
+    for (int s = 0; s < links_.size(); ++s) row_messages += rows.plan->floats(s) > 0;
+  }
+  // No parameter buffer: the rows alone (a request of no message when there are none either).
+  const int dense_messages = params.empty() ? 0 : links_.size();
+  RequestId id = requests_.New(true, params, dense_messages + row_messages);
+  if (rows.plan != nullptr) {
+    requests_.SetRows(id, rows);
+    for (int s = 0; s < links_.size(); ++s) {
+      if (rows.plan->floats(s) == 0) continue;
+      PsRequest t = requests_.Request(wire::PULL, id, clock);
+      t.tables.assign(rows.plan->runs(s).begin(), rows.plan->runs(s).end());
+      Payload p;
+      p.keys = rows.plan->ids(s);
+      requests_.Send(s, t, p, "pull from");
+    }
+  }
+  for (int s = 0; s < dense_messages; ++s) {
     PsRequest r = requests_.Request(wire::PULL, id, clock);
     Payload p;
     if (full) {
@@ -155,35 +171,6 @@ Result<PsClient::RequestId> PsClient::Pull(int64_t clock, FloatSpan params, std:
     requests_.Send(s, r, p, "pull from");
   }
   return id;
-}
-
-Result<int> PsClient::RowMessages(StepRows rows) const {
-  int n = 0;  // one reply from each shard that holds some of the rows
-  if (rows.plan == nullptr) return n;
-  if (rows.rows.size() < rows.plan->floats()) return InvalidArgumentError("the rows' buffer is shorter than the step's rows");
-  for (int s = 0; s < links_.size(); ++s) n += rows.plan->floats(s) > 0;
-  return n;
-}
-
-void PsClient::SendRowPulls(RequestId id, int64_t clock, StepRows rows) {
-  if (rows.plan == nullptr) return;
-  requests_.SetRows(id, rows);
-  for (int s = 0; s < links_.size(); ++s) {
-    if (rows.plan->floats(s) == 0) continue;
-    PsRequest t = requests_.Request(wire::PULL, id, clock);
-    t.tables.assign(rows.plan->runs(s).begin(), rows.plan->runs(s).end());
-    Payload p;
-    p.keys = rows.plan->ids(s);
-    requests_.Send(s, t, p, "pull from");
-  }
-}
-
-Result<std::optional<PsClient::RequestId>> PsClient::PullRows(int64_t clock, StepRows rows) {
-  ASSIGN_OR_RETURN(const int row_messages, RowMessages(rows));
-  if (row_messages == 0) return std::optional<RequestId>();
-  const RequestId id = requests_.New(true, {}, row_messages);
-  SendRowPulls(id, clock, rows);
-  return std::optional<RequestId>(id);
 }
 
 Result<int> PsClient::AttachSharedMemory(double timeout_s) { return channels_.AttachLanes(timeout_s); }

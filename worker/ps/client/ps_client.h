@@ -25,7 +25,6 @@
 
 #include <cmath>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,12 +87,10 @@ class PsClient {
   // Pulls into `params` (the whole flat buffer): the dense tensors, and the given sparse keys.
   // full = true pulls every element, sparse tensors included (for evaluation). `rows`: the step's
   // table rows too, into rows.rows, one more message to each shard that holds some (the same
-  // request: Wait waits for them all).
+  // request: Wait waits for them all). An empty `params`: the rows alone (no dense message; no
+  // message at all when the plan names no row, and Wait returns at once).
   Result<RequestId> Pull(int64_t clock, FloatSpan params, std::span<const uint64_t> keys, bool full = false,
                          StepRows rows = {});
-  // Pulls the rows of `rows.plan` alone, at `clock`, into rows.rows: one message to each shard
-  // that holds some; nullopt when the plan names no row (nothing to wait for).
-  Result<std::optional<RequestId>> PullRows(int64_t clock, StepRows rows);
   Status Wait(RequestId id, double timeout_s) { return requests_.Wait(id, timeout_s); }
   // Processes the replies that have arrived, without waiting.
   void Poll() { requests_.Poll(); }
@@ -155,10 +152,6 @@ class PsClient {
   // (nothing sent to s).
   Status PushTo(int s, RequestId id, PsRequest& r, ConstFloatSpan grads, std::span<const uint64_t> keys,
                 std::span<const float> values);
-  // The messages a row pull sends (one per shard holding some of the rows), or kInvalidArgument
-  // for a buffer shorter than the rows; and sends them under request `id`.
-  Result<int> RowMessages(StepRows rows) const;
-  void SendRowPulls(RequestId id, int64_t clock, StepRows rows);
 
   TransportContext& ctx_;
   std::vector<TensorInfo> layout_;
