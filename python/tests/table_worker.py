@@ -27,7 +27,11 @@ def parse(argv=None):
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--row-optimizer", default="sgd", choices=["sgd", "adagrad", "adam"])
-    p.add_argument("--tables", default="bag", choices=["bag", "embedding"])
+    p.add_argument("--tables", default="bag", choices=["bag", "embedding", "plain", "plain-bag"],
+                   help="gs.EmbeddingBag, gs.Embedding, nn.Embedding(sparse=True), nn.EmbeddingBag(sparse=True)")
+    p.add_argument("--reference", action="store_true",
+                   help="plain PyTorch, no gradsync (--tables=plain*: torch.optim.SGD on the sparse gradient)")
+    p.add_argument("--sparse-as-dense", action="store_true")
     p.add_argument("--features", type=int, default=3)
     p.add_argument("--ids", type=int, default=1000, help="ids per feature (0: any 64-bit id)")
     p.add_argument("--click-ids", type=int, default=0, help="the click log's ids per feature (0: --ids)")
@@ -47,15 +51,19 @@ class Dlrm(torch.nn.Module):
         super().__init__()
         torch.manual_seed(args.seed)
         self.bottom = torch.nn.Linear(4, dim)
-        make = ((lambda: gs.EmbeddingBag(args.ids, table_dim, mode="sum", optimizer=args.row_optimizer,
-                                         padding_idx=None if args.padding < 0 else args.padding))
-                if args.tables == "bag" else
-                (lambda: gs.Embedding(args.ids, table_dim, optimizer=args.row_optimizer,
-                                      padding_idx=None if args.padding < 0 else args.padding)))
+        padding = None if args.padding < 0 else args.padding
+        make = {
+            "bag": lambda: gs.EmbeddingBag(args.ids, table_dim, mode="sum", optimizer=args.row_optimizer,
+                                           padding_idx=padding),
+            "embedding": lambda: gs.Embedding(args.ids, table_dim, optimizer=args.row_optimizer, padding_idx=padding),
+            "plain": lambda: torch.nn.Embedding(args.ids, table_dim, padding_idx=padding, sparse=True),
+            "plain-bag": lambda: torch.nn.EmbeddingBag(args.ids, table_dim, mode="sum", padding_idx=padding,
+                                                       sparse=True),
+        }[args.tables]
         self.tables = torch.nn.ModuleList([make() for _ in range(args.features)])
         pairs = (args.features + 1) * args.features // 2
         self.top = torch.nn.Linear(dim + pairs, 1)
-        self.bag = args.tables == "bag"
+        self.bag = args.tables in ("bag", "plain-bag")
 
     def forward(self, dense, ids):
         x = torch.relu(self.bottom(dense))
@@ -69,15 +77,40 @@ class Dlrm(torch.nn.Module):
         return self.top(torch.cat([x, dots[:, i, j]], dim=1)).squeeze(1)
 
 
+def reference(args, log, model):
+    """Plain PyTorch on the global batch (args.workers * args.batch is the caller's --batch)."""
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    touched = set()
+    for step in range(args.steps):
+        dense, ids, labels, _ = log.fill(step * args.batch, args.batch)
+        dense, ids, labels = torch.from_numpy(dense), torch.from_numpy(ids), torch.from_numpy(labels)
+        if args.padding >= 0:
+            ids[ids[:, 0] % 7 == 3, 0] = args.padding
+        touched.update(ids.reshape(-1).tolist())
+        opt.zero_grad()
+        F.binary_cross_entropy_with_logits(model(dense, ids), labels).backward()
+        opt.step()
+    return model, sorted(touched)
+
+
 def main():
     args = parse()
+    if args.reference:
+        log = _native.ClickLog(num_dense=4, num_categorical=args.features, ids_per_feature=[args.click_ids or args.ids],
+                               zipf_s=1.1, planted_scale=0.5, seed=args.seed)
+        model, every = reference(args, log, Dlrm(args, args.dim, args.dim))
+        state = model.state_dict()
+        torch.save({"dense": {k: v for k, v in state.items() if not k.startswith("tables.")},
+                    "rows": {k[:-len(".weight")]: v[every] for k, v in state.items() if k.startswith("tables.")},
+                    "ids": every}, args.save)
+        return
     gs.init()
     rank, size = gs.rank(), gs.size()
     log = _native.ClickLog(num_dense=4, num_categorical=args.features, ids_per_feature=[args.click_ids or args.ids],
                            zipf_s=1.1, planted_scale=0.5, seed=args.seed)
     model = Dlrm(args, args.dim, args.dim + (1 if rank == args.dim_rank else 0))
     opt = gs.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr),
-                                  named_parameters=model.named_parameters())
+                                  named_parameters=model.named_parameters(), sparse_as_dense=args.sparse_as_dense)
     gs.broadcast_parameters(model.state_dict(), root_rank=0)
     touched = set()
     rows_per_step = []
@@ -106,12 +139,12 @@ def main():
     every = sorted(set(i for ids in gathered for i in ids))
     state = model.state_dict()
     if rank == 0 and args.save:
-        rows = {name[:-len(".weight")]: state[name][every] for name in state
-                if isinstance(state[name], gs.ShardedWeight)}
-        dense_params = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+        rows = {name[:-len(".weight")]: state[name][every] for name in state if name.startswith("tables.")}
+        dense_params = {k: v for k, v in state.items() if not k.startswith("tables.")}
         torch.save({"dense": dense_params, "rows": rows, "ids": every}, args.save)
     if args.record:
         json.dump({"rows_per_step": rows_per_step, "sync": opt.sync_kind, "auc": auc,
+                   "traffic": list(opt.traffic()), "shm_traffic": list(opt.shm_traffic()),
                    "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                    "kinds": [type(v).__name__ for v in state.values()]},
                   open("%s-%d.json" % (args.record, rank), "w"))

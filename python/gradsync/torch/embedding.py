@@ -251,6 +251,105 @@ class EmbeddingBag(_Table):
                                padding_idx=padding)
 
 
+class _PlainTable:
+    """A plain nn.Embedding / nn.EmbeddingBag with sparse=True handed to DistributedOptimizer: its
+    weight stays the module's (the user made it, whole, in this process) and out of the flat
+    buffer; its rows' updates travel as a table's do. The table holds each row's change since the
+    start (zeros at first, so no row is uploaded): the rows' optimizers have no weight decay, so
+    the change evolves exactly as the row would. Before each forward the rows of the batch's ids
+    become worker 0's initial row plus the table's change (read as a gs.Embedding's rows are); the
+    sparse gradient backward leaves is taken from .grad (set back to None, so the wrapped
+    optimizer never steps the weight) and handed over with the step. state_dict() reads every row
+    first, so a checkpoint holds the current weight."""
+
+    def __init__(self, module, name):
+        self.module = module
+        self.weight = module.weight
+        self.table_name = name
+        self.num_embeddings, self.embedding_dim = (int(d) for d in module.weight.shape)
+        self.init = "zeros"
+        self.row_optimizer = None
+        self.seed = 0
+        self.max_rows_per_shard = max(1, self.num_embeddings)
+        self._opt = None
+        self._sync = None
+        self._index = -1
+        self._base = None  # worker 0's initial weight
+        self._grads = []  # this step's sparse gradients (one per backward pass)
+
+    spec = _Table.spec
+
+    def bind(self, opt, index):
+        self._opt = weakref.ref(opt)
+        self._sync = opt._gs_sync
+        self._index = index
+        with torch.no_grad():
+            if opt._gs_job.size > 1:
+                flat = self.weight.detach().contiguous().reshape(-1)
+                opt._gs_job.broadcast(flat.numpy(), 0)  # every worker starts from worker 0's rows
+                self.weight.copy_(flat.view_as(self.weight))
+            self._base = self.weight.detach().clone()
+        self.module.register_forward_pre_hook(lambda module, inputs: self._refresh(inputs[0]))
+        self.module._register_state_dict_hook(lambda *unused: self._refresh_all())
+        accumulator = self.weight.expand_as(self.weight).grad_fn.next_functions[0][0]
+        accumulator.register_hook(lambda *unused: self._take_grad())
+        self._accumulator = accumulator  # kept alive with its hook
+
+    def _refresh(self, ids, begin=True):
+        if begin and self.module.training and torch.is_grad_enabled():
+            opt = self._opt()
+            if opt is not None and not opt._gs_begun and not opt._gs_finished:
+                opt._gs_begin()
+        ids = torch.unique(ids.reshape(-1).to(torch.int64), sorted=True)
+        if ids.numel() and (int(ids[0]) < 0 or int(ids[-1]) >= self.num_embeddings):
+            return  # the module's own forward raises torch's error for it
+        change = torch.from_numpy(self._sync.read_rows(self._index, ids.numpy().astype(np.uint64)))
+        with torch.no_grad():
+            self.weight[ids] = self._base[ids] + change
+
+    def _refresh_all(self, chunk=1 << 16):
+        for at in range(0, self.num_embeddings, chunk):
+            self._refresh(torch.arange(at, min(self.num_embeddings, at + chunk)), begin=False)
+
+    def _take_grad(self):
+        g = self.weight.grad
+        if g is None:
+            return
+        if not g.is_sparse:
+            raise ValueError("table '%s': its module was made with sparse=True, yet its weight got a dense gradient "
+                             "(read outside its forward?)" % self.table_name)
+        self._grads.append(g)
+        self.weight.grad = None
+
+    def hand_over(self):
+        grads, self._grads = self._grads, []
+        if not grads:
+            return 0
+        g = grads[0] if len(grads) == 1 else torch.sparse_coo_tensor(
+            torch.cat([x._indices() for x in grads], dim=1), torch.cat([x._values() for x in grads]), grads[0].shape)
+        g = g.coalesce()
+        ids = g.indices()[0]
+        if not ids.numel():
+            return 0
+        self._sync.set_row_grads(self._index, ids.numpy().astype(np.uint64), g.values().contiguous().numpy())
+        return int(ids.numel())
+
+    def forget_step(self):
+        self._grads = []
+
+
+def plain_sparse_tables(named):
+    """The [(name, parameter)] that are weights of a live nn.Embedding / nn.EmbeddingBag made with
+    sparse=True, as _PlainTables (named by their parameter), in named's order."""
+    import gc
+    wanted = {id(p): n for n, p in named}
+    found = {}
+    for m in gc.get_objects():
+        if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse and id(m.weight) in wanted:
+            found[id(m.weight)] = m
+    return [_PlainTable(found[id(p)], n) for n, p in named if id(p) in found]
+
+
 def claim():
     """The tables made and not yet bound, in the order they were made (DistributedOptimizer binds
     them)."""

@@ -90,7 +90,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # (DistributedOptimizer below), so `self` is an SGD, an Adam, ... and LR schedulers accept it.
 
     def __init__(self, params, named_parameters, compression, error_feedback, backward_passes_per_step,
-                 steps_per_epoch, total_steps, wrapped, op, gradient_predivide_factor):
+                 steps_per_epoch, total_steps, wrapped, op, gradient_predivide_factor, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         job = _job.job()
         self._gs_job = job
@@ -104,8 +104,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         spec = self._gs_strategy.optimizer_spec(wrapped)
         feedback = -1 if error_feedback is None else int(bool(error_feedback))
         self._gs_strategy.check_compression(compression)
-        # The embedding tables made before this optimizer (embedding.py) become its tables.
-        self._gs_tables = embedding.claim()
+        # The embedding tables made before this optimizer (embedding.py) become its tables, and so
+        # do the weights of plain sparse embeddings (nn.Embedding(sparse=True)), out of the flat
+        # buffer; sparse_as_dense (Horovod's) leaves those in it, their gradients densified.
+        plain = [] if sparse_as_dense else embedding.plain_sparse_tables(named)
+        plain_weights = {id(t.weight) for t in plain}
+        named = [(n, p) for n, p in named if id(p) not in plain_weights]
+        self._gs_tables = embedding.claim() + plain
         if self._gs_tables and (self._gs_strategy.op is not Average or self._gs_strategy.predivide != 1.0
                                 or isinstance(self._gs_strategy, strategies.AdasumAllReduce)):
             raise ValueError("embedding tables ('%s') take op=Average with gradient_predivide_factor 1 (their rows' "
@@ -517,7 +522,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
         steps on its own gradient and the updates are combined per tensor with Adasum, as
         Horovod's). gradient_predivide_factor: op=Average, mode allreduce: the gradient is
         divided by it before the sum and multiplied back after (the same average).
-    Horovod's num_groups, groups, sparse_as_dense and process_set are accepted and ignored.
+    sparse_as_dense: False (default): the weight of a plain nn.Embedding / EmbeddingBag made with
+        sparse=True travels as an embedding table's rows (only the rows a step touched); True:
+        as Horovod's, its gradient is densified into the flat buffer with the others.
+    Horovod's num_groups, groups and process_set are accepted and ignored.
     steps_per_epoch, total_steps: for the epoch column of the metrics rows and the shards' records.
     """
     for name in unused:
@@ -525,4 +533,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None, bac
             raise TypeError("DistributedOptimizer() got an unexpected keyword argument '%s'" % name)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, error_feedback, backward_passes_per_step,
-               steps_per_epoch, total_steps, optimizer, op, gradient_predivide_factor)
+               steps_per_epoch, total_steps, optimizer, op, gradient_predivide_factor,
+               bool(unused.get("sparse_as_dense", False)))
