@@ -88,6 +88,7 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.loss_scale, "%.6g");
   s += ',' + std::to_string(r.skipped_steps);
   s += ',' + std::to_string(r.traffic.shm_bytes_sent) + ',' + std::to_string(r.traffic.shm_bytes_received);
+  s += ',' + std::to_string(r.table_rows);
   s += '\n';
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
     return UnavailableError(path_ + ": write failed: " + std::strerror(errno));

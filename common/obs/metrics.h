@@ -9,7 +9,9 @@
 // boundaries at both of which a pull was unanswered or pushed bytes were still queued, a lower
 // bound), loss_scale, skipped_steps, shm_bytes_sent, shm_bytes_received (values moved through
 // shared memory with processes of this host, counted as the wire would count them; not in
-// bytes_sent / bytes_received). A training row leaves test_* empty;
+// bytes_sent / bytes_received), table_rows (a model with embedding tables: the rows the step read
+// and whose gradients it sent, its batch's unique ids over every table; 0 without). A training
+// row leaves test_* empty;
 // an evaluation row (written by the evaluating worker after an evaluation) fills them and
 // carries the mean training loss since the previous evaluation in `loss`. A NaN field is
 // written empty. Not thread-safe: one writer per file.
@@ -69,6 +71,9 @@ struct MetricsRow {
   // skipped so far because their gradients overflowed (cumulative). NaN / 0 otherwise.
   double loss_scale = NAN;
   int64_t skipped_steps = 0;
+  // A model with embedding tables: rows the step pulled (or read) and pushed (or applied), the
+  // batch's unique ids over every table; 0 without tables.
+  int64_t table_rows = 0;
 };
 
 // The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
@@ -83,7 +88,7 @@ enum MetricsColumn {
   kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,
   kColBytesReceived,
   kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kColLossScale,
-  kColSkippedSteps, kColShmBytesSent, kColShmBytesReceived, kMetricsColumns
+  kColSkippedSteps, kColShmBytesSent, kColShmBytesReceived, kColTableRows, kMetricsColumns
 };
 
 // The fields of one CSV line (no quoting: the metrics files have none); "a,,b," has 4 fields.
@@ -93,7 +98,8 @@ class MetricsWriter {
  public:
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
-      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,shm_bytes_received";
+      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,shm_bytes_received,"
+      "table_rows";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.
   static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);

@@ -514,11 +514,12 @@ void FrontendSync::GradAbsent(size_t tensor) {
 }
 
 SyncStepStats FrontendSync::FinishStep() {
+  const int64_t table_rows = tables_->step_rows();
   if (!sync_) {
     const Status applied = tables_->Finish(step_lr_);
     tables_->Clear();
     ThrowIfError(applied);
-    return {};
+    return {.table_rows = table_rows};
   }
   in_step_ = false;
   if (compute_begin_us_ >= 0 && Trace::on()) {
@@ -534,6 +535,7 @@ SyncStepStats FrontendSync::FinishStep() {
   auto stats = sync_->FinishStep();
   tables_->Clear();
   ThrowIfError(stats.status());
+  stats->table_rows = table_rows;
   return *stats;
 }
 

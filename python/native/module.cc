@@ -47,6 +47,7 @@ py::dict StatsDict(const SyncStepStats& s) {
   d["shm_bytes_received"] = s.shm_bytes_received;
   d["loss_scale"] = s.loss_scale;
   d["skipped_steps"] = s.skipped_steps;
+  d["table_rows"] = s.table_rows;
   return d;
 }
 
@@ -183,6 +184,7 @@ MetricsRow RowFrom(const py::dict& d) {
   r.times.hidden_ms = Get(d, "hidden_ms", 0);
   r.loss_scale = Get(d, "loss_scale", NAN);
   r.skipped_steps = static_cast<int64_t>(Get(d, "skipped_steps", 0));
+  r.table_rows = static_cast<int64_t>(Get(d, "table_rows", 0));
   return r;
 }
 

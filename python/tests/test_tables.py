@@ -2,6 +2,7 @@
 worker's replica (allreduce) or in the process (local), never whole in a worker. N workers in bsp
 equal one process stepping on the N-times batch; bad ids and mismatched tables get one line."""
 
+import csv
 import json
 import os
 import subprocess
@@ -53,8 +54,13 @@ def test_bsp_two_servers_two_workers_equal_one_process_on_the_global_batch(tmp_p
     ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
     assert largest_difference(got, ref) <= 1e-5
     assert records[0]["sync"] == "ps"
-    # Each step hands over the rows its batch touched, summed per id: a few dozen of 3 x 1000.
+    # Each step hands over the rows its batch touched, summed per id: a few dozen of 3 x 1000,
+    # and the metrics rows count them (table_rows).
     assert all(0 < n <= 3 * 32 for r in records for n in r["rows_per_step"])
+    with open(str(tmp_path / "out" / "worker-1.csv")) as f:
+        rows = list(csv.DictReader(f))
+    trained = [int(r["table_rows"]) for r in rows if r["test_loss"] == ""]
+    assert trained and trained == records[1]["rows_per_step"][:len(trained)]
 
 
 def plain_pytorch(tmp_path, args):

@@ -25,6 +25,7 @@ TEST(MetricsTest, WritesHeaderAndRows) {
     train.traffic.bytes_sent = 1000;
     train.traffic.shm_bytes_sent = 4096;
     train.traffic.shm_bytes_received = 8192;
+    train.table_rows = 1469;
     train.times.compute_ms = 2.0;
     train.staleness.version_lag = 3;
     train.staleness.clock_staleness = 1;
@@ -44,9 +45,10 @@ TEST(MetricsTest, WritesHeaderAndRows) {
   EXPECT_EQ(header,
             "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,"
             "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,"
-            "shm_bytes_received");
-  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0,4096,8192");
-  EXPECT_EQ(row2, "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0,4096,8192");
+            "shm_bytes_received,table_rows");
+  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0,4096,8192,1469");
+  EXPECT_EQ(row2,
+            "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0,4096,8192,1469");
 }
 
 TEST(ProcessSummaryTest, RoundTripsThroughJsonWithItsHistograms) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/data/idx.h"
+#include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -126,7 +127,7 @@ TEST(WorkerBinaryTest, MissingDataIsOneClearErrorLine) {
 // beside the planted model's), its summary holds the AUC and the peak memory, and a table that
 // outgrows its bound stops the run with one line naming the table and the bound (exit 1).
 // Mutations caught: rows never applied (no learning), the AUC not computed or not written, the
-// bound not enforced or its error not naming the table.
+// rows per step not in the metrics, the bound not enforced or its error not naming the table.
 TEST(WorkerBinaryTest, DlrmOnTheClickLogLearnsAndATableThatOutgrowsItsBoundIsOneLine) {
   TempDir dir;
   const std::vector<std::string> args = {"--model=dlrm", "--click-features=4", "--click-ids=500", "--click-dense=4",
@@ -144,6 +145,18 @@ TEST(WorkerBinaryTest, DlrmOnTheClickLogLearnsAndATableThatOutgrowsItsBoundIsOne
   ASSERT_TRUE(summary->has_final_test_auc());
   EXPECT_GT(summary->final_test_auc(), 0.6) << r.out;  // untrained, it is about 0.5
   EXPECT_GT(summary->peak_rss_mib(), 1.0);
+  // Every training row counts the rows its step read and sent: at most 4 features x 64 examples.
+  std::ifstream metrics(dir.File("worker-0.csv"));
+  std::string line;
+  int training_rows = 0;
+  while (std::getline(metrics, line)) {
+    const std::vector<std::string> v = SplitCsv(line);
+    if (v.size() != kMetricsColumns || v[kColRun] == "run" || !v[kColTestLoss].empty()) continue;
+    ++training_rows;
+    EXPECT_GT(std::stoll(v[kColTableRows]), 0) << line;
+    EXPECT_LE(std::stoll(v[kColTableRows]), 4 * 64) << line;
+  }
+  EXPECT_GT(training_rows, 0);
   std::vector<std::string> small = args;
   small.push_back("--table-rows=50");
   ProcessResult full = Worker(small);
@@ -168,7 +181,7 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   const std::string first = csv.str();
   EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,"
                         "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,"
-                        "shm_bytes_sent,shm_bytes_received\n",
+                        "shm_bytes_sent,shm_bytes_received,table_rows\n",
                         0),
             0u);
   // And its summary, which the reports read instead of the log.

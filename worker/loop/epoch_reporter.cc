@@ -59,6 +59,7 @@ Status EpochReporter::WriteStepRow(int64_t step, float loss, const SyncStepStats
   row.times.delay_ms = delay_ms;
   row.loss_scale = stats.loss_scale;
   row.skipped_steps = stats.skipped_steps;
+  row.table_rows = stats.table_rows;
   return metrics_->Write(row);
 }
 

@@ -322,6 +322,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
   push_.Sent(id, step_lr_);
   SyncStepStats stats;
   scaling_.Report(&stats);
+  stats.table_rows = TableStepRows(step_tables_);
   stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
   stats.wait_ms = wait_ms_;
   pull_ms_ = 0;

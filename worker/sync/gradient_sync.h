@@ -99,7 +99,19 @@ struct SyncStepStats {
   uint64_t shm_bytes_received = 0;
   float loss_scale = NAN;        // fp16: the scale this step's gradient was computed with
   int64_t skipped_steps = 0;     // fp16: steps skipped so far (their gradient overflowed)
+  // A model with embedding tables: the rows the step read and whose gradients it sent or applied
+  // (the batch's unique ids over every table); 0 without tables.
+  int64_t table_rows = 0;
 };
+
+// The rows a step's tables name (SyncStepStats::table_rows); 0 for none.
+inline int64_t TableStepRows(const TableStep* tables) {
+  int64_t n = 0;
+  if (tables != nullptr) {
+    for (const auto& ids : tables->ids) n += static_cast<int64_t>(ids.size());
+  }
+  return n;
+}
 
 // Cumulative bytes of this process: on the wire (ZeroMQ, data channels, the ring's TCP), and
 // the values moved through shared memory with processes of this host (PS lanes, the all-reduce's

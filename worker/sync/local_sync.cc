@@ -34,6 +34,7 @@ Result<SyncStepStats> LocalSync::FinishStep() {
   if (step_tables_ != nullptr) RETURN_IF_ERROR(tables_.Apply(step_tables_->ids, step_tables_->grads, rate));
   SyncStepStats stats;
   scaling_.Report(&stats);
+  stats.table_rows = TableStepRows(step_tables_);
   stats.compute_ms = update.Millis();  // the local update is the step's computation
   return stats;
 }
