@@ -42,6 +42,7 @@ def parse(argv=None):
     p.add_argument("--record", default="", help="each rank writes its stats to RECORD-<rank>.json")
     p.add_argument("--dim-rank", type=int, default=-1, help="this rank declares wider rows (bad use)")
     p.add_argument("--bad-id", type=int, default=None, help="step 2's first id becomes this one (bad use)")
+    p.add_argument("--max-rows", type=int, default=1 << 24, help="each table's bound, rows per shard")
     p.add_argument("--evaluate", type=int, default=0, help="test examples to score at the end (AUC)")
     return p.parse_args(argv)
 
@@ -54,7 +55,7 @@ class Dlrm(torch.nn.Module):
         padding = None if args.padding < 0 else args.padding
         make = {
             "bag": lambda: gs.EmbeddingBag(args.ids, table_dim, mode="sum", optimizer=args.row_optimizer,
-                                           padding_idx=padding),
+                                           padding_idx=padding, max_rows_per_shard=args.max_rows),
             "embedding": lambda: gs.Embedding(args.ids, table_dim, optimizer=args.row_optimizer, padding_idx=padding),
             "plain": lambda: torch.nn.Embedding(args.ids, table_dim, padding_idx=padding, sparse=True),
             "plain-bag": lambda: torch.nn.EmbeddingBag(args.ids, table_dim, mode="sum", padding_idx=padding,

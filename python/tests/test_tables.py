@@ -37,6 +37,14 @@ def job(tmp_path, mode, workers, args, servers=2, expect_ok=True):
     return torch.load(save), records
 
 
+def plain_pytorch(tmp_path, args):
+    """table_worker.py --reference: plain PyTorch (torch.optim.SGD on nn.Embedding's sparse gradient)."""
+    save = str(tmp_path / "plain.pt")
+    subprocess.run([sys.executable, os.path.join(HERE, "table_worker.py"), "--reference", "--save=" + save] + args,
+                   env=gsjob._clean_env(), check=True, timeout=120, stdout=subprocess.DEVNULL)
+    return torch.load(save)
+
+
 def largest_difference(got, ref):
     """The largest difference of any dense parameter or touched row, relative to its largest value."""
     assert got["ids"] == ref["ids"] and set(got["rows"]) == set(ref["rows"])
@@ -45,6 +53,25 @@ def largest_difference(got, ref):
         for k, r in ref[part].items():
             worst = max(worst, ((got[part][k] - r).abs().max() / r.abs().max()).item())
     return worst
+
+
+@pytest.mark.parametrize("tables,row_optimizer", [("bag", "sgd"), ("bag", "adagrad"), ("embedding", "adam")])
+def test_allreduce_two_workers_equal_one_process_on_the_global_batch(tmp_path, tables, row_optimizer):
+    # Each worker keeps a replica of the tables; a step's ids and row gradients are all-gathered
+    # (as Horovod and DDP do for sparse gradients) and every replica applies their mean.
+    args = ["--tables=" + tables, "--row-optimizer=" + row_optimizer, "--steps=20"]
+    got, records = job(tmp_path, "allreduce", 2, args + ["--batch=32"])
+    ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
+    assert largest_difference(got, ref) <= 1e-5
+    assert all(0 < n <= 3 * 32 for r in records for n in r["rows_per_step"])
+
+
+@pytest.mark.parametrize("tables", ["plain", "plain-bag"])
+def test_a_plain_sparse_embedding_in_allreduce_equals_plain_pytorch_on_the_global_batch(tmp_path, tables):
+    args = ["--tables=" + tables, "--steps=20"]
+    got, _ = job(tmp_path, "allreduce", 2, args + ["--batch=32"])
+    ref = plain_pytorch(tmp_path, args + ["--workers=1", "--batch=64"])
+    assert largest_difference(got, ref) <= 1e-5
 
 
 @pytest.mark.parametrize("tables,row_optimizer", [("bag", "sgd"), ("bag", "adagrad"), ("embedding", "sgd")])
@@ -61,14 +88,6 @@ def test_bsp_two_servers_two_workers_equal_one_process_on_the_global_batch(tmp_p
         rows = list(csv.DictReader(f))
     trained = [int(r["table_rows"]) for r in rows if r["test_loss"] == ""]
     assert trained and trained == records[1]["rows_per_step"][:len(trained)]
-
-
-def plain_pytorch(tmp_path, args):
-    """table_worker.py --reference: plain PyTorch (torch.optim.SGD on nn.Embedding's sparse gradient)."""
-    save = str(tmp_path / "plain.pt")
-    subprocess.run([sys.executable, os.path.join(HERE, "table_worker.py"), "--reference", "--save=" + save] + args,
-                   env=gsjob._clean_env(), check=True, timeout=120, stdout=subprocess.DEVNULL)
-    return torch.load(save)
 
 
 @pytest.mark.parametrize("tables", ["plain", "plain-bag"])
@@ -147,3 +166,10 @@ def test_a_row_dimension_that_differs_between_workers_is_refused_when_the_job_fo
     assert codes[0] != 0 and codes[1] != 0
     text = gsjob.read_log(logs[1])
     assert "the workers' models differ" in text and "[table embedding0]" in text and "[1000, 9]" in text
+
+
+def test_a_table_that_outgrows_its_bound_is_one_line_naming_it(tmp_path):
+    logs, codes = job(tmp_path, "bsp", 1, ["--steps=5", "--max-rows=20"], servers=1, expect_ok=False)
+    assert codes[0] != 0
+    text = gsjob.read_log(logs[0])
+    assert "table 'embedding0'" in text and "bound of 20 rows per shard" in text, text[-2000:]

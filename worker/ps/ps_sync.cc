@@ -288,13 +288,15 @@ Status PsSync::BeginStep(const StepPlan& plan) {
     if (step_tables_ != nullptr) RETURN_IF_ERROR(table_plan_.Set(step_tables_->ids));
     const StepRows rows = step_tables_ ? StepRows{&table_plan_, step_tables_->rows} : StepRows{};
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys, false, rows));
-    RETURN_IF_ERROR(client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_)));
+    const Status pulled = client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_));
     if (push_.pending()) {
+      // A refused push (a table past its bound, say) is the cause of the pull's failure that
+      // follows it ("future clock"): its error is the one to report.
       Status pushed = client_->Wait(push_.pending(), timeout).WithContext("push " + std::to_string(clock_ - 1));
       push_.Answered(pushed.ok(), clock_ - 1);
       RETURN_IF_ERROR(pushed);
     }
-    return OkStatus();
+    return pulled;
   }();
   pull_ms_ += comm.Millis();
   if (!st.ok()) return st;
