@@ -582,7 +582,7 @@ TEST(DlrmTest, PredictAndEvaluateAgree) {
   // sparse_logreg: sigmoid of its margin; the dense models: no Predict.
   SparseLogReg lr(6);
   lr.Initialize(0);
-  for (float& w : lr.params()) w = static_cast<float>(rng.Normal());
+  lr.params()[0] = static_cast<float>(rng.Normal());
   HandBatch sparse;
   sparse.size = 2;
   sparse.row_ptr = {0, 2, 3};
@@ -592,9 +592,17 @@ TEST(DlrmTest, PredictAndEvaluateAgree) {
   Batch sb = sparse.View();
   sb.x = nullptr;
   sb.values = values;
+  std::vector<std::vector<uint64_t>> lr_ids;
+  ASSERT_TRUE(lr.TableIds(sb, &lr_ids).ok());
+  ASSERT_EQ(lr_ids[0], (std::vector<uint64_t>{1, 5, 9}));
+  const float w1 = static_cast<float>(rng.Normal()), w5 = static_cast<float>(rng.Normal()),
+              w9 = static_cast<float>(rng.Normal());
+  lr.table_rows()[0] = w1;
+  lr.table_rows()[1] = w5;
+  lr.table_rows()[2] = w9;
   ASSERT_TRUE(lr.Predict(sb, &p).ok());
-  const float bias = lr.params()[lr.layout()[1].offset];
-  const double z0 = bias + lr.params()[1] + 2.0 * lr.params()[5], z1 = bias - lr.params()[9];
+  const float bias = lr.params()[0];
+  const double z0 = bias + w1 + 2.0 * w5, z1 = bias - w9;
   EXPECT_NEAR(p[0], 1.0 / (1.0 + std::exp(-z0)), 1e-6);
   EXPECT_NEAR(p[1], 1.0 / (1.0 + std::exp(-z1)), 1e-6);
   ModelOptions mlp;

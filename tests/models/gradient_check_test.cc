@@ -129,25 +129,31 @@ TEST(SparseLogRegGradientTest, MatchesFloat64FiniteDifferencesOnTouchedKeys) {
   auto model = CreateModel(mo);
   ASSERT_TRUE(model.ok());
   (*model)->Initialize(0);
+  // The reference's parameters: every weight (the table's rows, 2^10 of them), then the bias.
+  const int64_t bias_index = int64_t{1} << 10;
   Rng rng(3);
-  for (float& w : (*model)->params()) w = static_cast<float>(rng.Normal());
+  std::vector<double> p(static_cast<size_t>(bias_index) + 1);
+  for (double& w : p) w = static_cast<float>(rng.Normal());
   Batch batch = SliceBatch(data, 0, data.n);
+  std::vector<std::vector<uint64_t>> ids;
+  ASSERT_TRUE((*model)->TableIds(batch, &ids).ok());
+  for (size_t r = 0; r < ids[0].size(); ++r) (*model)->table_rows()[r] = static_cast<float>(p[ids[0][r]]);
+  (*model)->params()[0] = static_cast<float>(p[static_cast<size_t>(bias_index)]);
   const float loss = (*model)->ForwardBackward(batch);
 
-  const int64_t bias_index = (*model)->layout()[1].offset;
-  std::vector<double> p((*model)->params().begin(), (*model)->params().end());
   auto ref = [&](const std::vector<double>& q) { return LogRegLossRef(q, bias_index, batch); };
   EXPECT_NEAR(loss, ref(p), 1e-5 * std::fabs(ref(p)));
 
-  const SparseGrad& g = (*model)->sparse_grad(0);
   std::vector<uint64_t> expected_keys(batch.keys.begin(), batch.keys.end());
   std::sort(expected_keys.begin(), expected_keys.end());
   expected_keys.erase(std::unique(expected_keys.begin(), expected_keys.end()), expected_keys.end());
-  EXPECT_EQ(g.keys, expected_keys);  // exactly the keys in the batch, sorted and unique
-  for (size_t i = 0; i < g.keys.size(); ++i) {
-    ExpectClose(g.values[i], NumericGrad(p, g.keys[i], ref), "key " + std::to_string(g.keys[i]));
+  EXPECT_EQ(ids[0], expected_keys);  // exactly the keys in the batch, sorted and unique: its rows
+  ASSERT_EQ((*model)->table_grads().size(), expected_keys.size());
+  for (size_t i = 0; i < expected_keys.size(); ++i) {
+    ExpectClose((*model)->table_grads()[i], NumericGrad(p, expected_keys[i], ref),
+                "key " + std::to_string(expected_keys[i]));
   }
-  ExpectClose((*model)->grads()[bias_index], NumericGrad(p, bias_index, ref), "bias");
+  ExpectClose((*model)->grads()[0], NumericGrad(p, static_cast<size_t>(bias_index), ref), "bias");
   // A key outside the batch has zero gradient.
   uint64_t untouched = 0;
   while (std::binary_search(expected_keys.begin(), expected_keys.end(), untouched)) ++untouched;

@@ -9,6 +9,7 @@
 #include "common/data/sampler.h"
 #include "common/data/synthetic.h"
 #include "common/optim/optimizer.h"
+#include "common/table/row_table.h"
 
 namespace gradsync {
 namespace {
@@ -39,10 +40,17 @@ TEST(ModelTest, LayoutIsNamedAndContiguous) {
   }
   EXPECT_EQ(m->num_params(), off);
   EXPECT_EQ(m->num_params(), 20 * 16 + 16 + 16 * 8 + 8 + 8 * 4 + 4);
+  // sparse_logreg: the bias alone is dense; its weights are a table of rows of one float,
+  // 2^feature_bits ids, zeros until touched, never allocated whole.
   auto s = Make("sparse_logreg");
-  EXPECT_TRUE(s->layout()[0].sparse);
-  EXPECT_FALSE(s->layout()[1].sparse);
-  EXPECT_EQ(s->num_params(), (1 << 12) + 1);
+  ASSERT_EQ(s->layout().size(), 1u);
+  EXPECT_EQ(s->layout()[0].name, "bias");
+  EXPECT_EQ(s->num_params(), 1);
+  ASSERT_EQ(s->tables().size(), 1u);
+  EXPECT_EQ(s->tables()[0].name, "weight");
+  EXPECT_EQ(s->tables()[0].dim, 1);
+  EXPECT_EQ(s->tables()[0].num_ids, uint64_t{1} << 12);
+  EXPECT_EQ(s->tables()[0].init.kind, RowInit::Kind::kZeros);
 }
 
 TEST(ModelTest, CreateRejectsBadOptions) {
@@ -140,36 +148,51 @@ TEST(ModelTest, SparseLogRegLearnsAndTouchesOnlyBatchKeys) {
   auto m = CreateModel(mo);
   ASSERT_TRUE(m.ok());
   (*m)->Initialize(0);
-  Optimizer opt({}, (*m)->num_params());
+  // The weights' table as a local sync keeps it: rows made by their first gradient.
+  RowTable weights((*m)->tables()[0], 0, 1);
   BatchBuffer buf;
   std::vector<uint32_t> idx(100);
+  std::vector<std::vector<uint64_t>> ids;
+  auto read_rows = [&](const Batch& b) {
+    ASSERT_TRUE((*m)->TableIds(b, &ids).ok());
+    weights.Read(ids[0], (*m)->table_rows().data());
+  };
   for (int epoch = 0; epoch < 3; ++epoch) {
     for (int64_t begin = 0; begin + 100 <= 16000; begin += 100) {
       for (int i = 0; i < 100; ++i) idx[i] = static_cast<uint32_t>(begin + i);
       Batch b = buf.Gather(data, idx);
-      std::vector<float> before((*m)->params().begin(), (*m)->params().end());
+      read_rows(b);
       (*m)->ForwardBackward(b);
-      const SparseGrad& g = (*m)->sparse_grad(0);
-      opt.StepSparse((*m)->tensor(0), g.keys, g.values, 8.0f);
-      if (begin == 0 && epoch == 0) {
-        // Only keys of the batch move (a key whose contributions cancel exactly may not).
-        int64_t changed = 0;
-        for (int64_t k = 0; k < (1 << 20); ++k) {
-          if ((*m)->params()[k] == before[k]) continue;
-          ++changed;
-          EXPECT_TRUE(std::binary_search(g.keys.begin(), g.keys.end(), static_cast<uint64_t>(k))) << k;
-        }
-        EXPECT_GT(changed, static_cast<int64_t>(g.keys.size()) / 2);
-        EXPECT_LE(g.keys.size(), 100u * 20u);
-      }
+      // The batch's keys, sorted and unique, are its rows; each has the gradient of its key.
+      ASSERT_EQ((*m)->table_grads().size(), ids[0].size());
+      EXPECT_TRUE(std::is_sorted(ids[0].begin(), ids[0].end()));
+      EXPECT_LE(ids[0].size(), 100u * 20u);
+      const int64_t held = weights.rows();
+      ASSERT_TRUE(weights.Apply(ids[0], (*m)->table_grads().data(), 8.0f, 1.0f, 1.0f).ok());
+      // Only the batch's keys exist in the table: at most its rows more than before.
+      EXPECT_LE(weights.rows(), held + static_cast<int64_t>(ids[0].size()));
+      (*m)->params()[0] -= 8.0f * (*m)->grads()[0];
     }
   }
+  EXPECT_LT(weights.rows(), int64_t{1} << 20);  // never the whole id space
   // Held-out rows carry many keys never seen in training (the power-law tail), so the
   // attainable accuracy is well below 1; chance is 0.5.
-  EvalStats s = (*m)->EvaluateBatch(SliceBatch(data, 16000, 20000));
+  Batch held_out = SliceBatch(data, 16000, 20000);
+  read_rows(held_out);
+  EvalStats s = (*m)->EvaluateBatch(held_out);
   EXPECT_GT(static_cast<double>(s.correct) / s.count, 0.65);
-  EvalStats train = (*m)->EvaluateBatch(SliceBatch(data, 0, 16000));
-  EXPECT_GT(static_cast<double>(train.correct) / train.count, 0.72);
+  Batch train = SliceBatch(data, 0, 16000);
+  read_rows(train);
+  EvalStats t = (*m)->EvaluateBatch(train);
+  EXPECT_GT(static_cast<double>(t.correct) / t.count, 0.72);
+  // A key outside 2^feature_bits is one error naming the table.
+  Batch bad = SliceBatch(data, 0, 1);
+  std::vector<uint64_t> keys(bad.keys.begin(), bad.keys.end());
+  keys[0] = uint64_t{1} << 20;
+  bad.keys = keys;
+  const Status refused = (*m)->TableIds(bad, &ids);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("table 'weight'"), std::string::npos) << refused;
 }
 
 TEST(ModelTest, EvaluateCountsEveryExample) {
