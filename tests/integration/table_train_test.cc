@@ -15,6 +15,7 @@
 //     the sync's traffic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>

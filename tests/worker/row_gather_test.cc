@@ -148,7 +148,9 @@ TEST(RowGatherTest, TheMessageIsEightBytesATablePlusEachRowsIdAndFloats) {
   ASSERT_TRUE(g.Gather(WorkerA().ids, WorkerA().grads, c).ok());
   EXPECT_EQ(c.bytes_sent(), a.size()) << "the gather goes through the job's collective";
   std::vector<std::byte> out;
-  EXPECT_EQ(g.Encode(WorkerA().ids, std::span(WorkerA().grads).first(3), &out).code(), StatusCode::kInvalidArgument);
+  const Step a_step = WorkerA();
+  EXPECT_EQ(g.Encode(a_step.ids, std::span<const float>(a_step.grads).first(3), &out).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(RowGatherTest, WorkersWhoseTablesDifferAreRefusedAtStart) {
