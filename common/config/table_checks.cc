@@ -40,12 +40,13 @@ void CheckTables(const config::TrainConfig& c, const Traits& t, Checker& k) {
     return;
   }
   // What the dense models only take is refused by its own check (Traits::keyed); tables do not
-  // go with all-reduce or the overlapped push yet.
-  if (t.allreduce)
-    k.Add(
-        "mode",
-        "{model=dlrm} trains in the PS modes and locally ({mode=allreduce} with tables: not yet)");
+  // go with the overlapped push or all-reduce yet, nor with all-reduce's checkpoints (which hold
+  // the dense parameters, not the workers' replicas of the tables).
   if (c.overlap()) k.Add("overlap", "{overlap} applies to the dense models, not {model=dlrm}");
+  if (t.allreduce && (c.has_checkpoint_dir() || c.resume())) {
+    k.Add(c.resume() ? "resume" : "checkpoint_dir",
+          "all-reduce checkpoints do not carry {model=dlrm}'s tables yet");
+  }
 }
 
 }  // namespace gradsync::config_checks

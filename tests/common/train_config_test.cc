@@ -81,7 +81,8 @@ TEST(TrainConfigTest, DefaultsAreValid) {
                          "mode: ALLREDUCE sync_every: 16 outer_lr: 0.7 outer_momentum: 0.9 outer_nesterov: true optimizer: \"adam\" momentum: 0",
                          "mode: ASP delay_compensation: 0.5", "mode: SSP delay_compensation: 0 delay_compensation_adaptive: true",
                          "model: \"dlrm\"", "mode: BSP model: \"dlrm\" table_dim: 32 table_optimizer: \"adagrad\" click_ids: 0",
-                         "mode: ASP model: \"dlrm\" dataset: \"click-log\" table_optimizer: \"adam\" table_rows: 1000"}) {
+                         "mode: ASP model: \"dlrm\" dataset: \"click-log\" table_optimizer: \"adam\" table_rows: 1000",
+                         "mode: ALLREDUCE model: \"dlrm\" table_optimizer: \"adagrad\" bucket_mib: 1"}) {
     EXPECT_TRUE(Validate(Config(ok)).empty()) << ok << ": " << JoinErrors(Validate(Config(ok)));
   }
 }
@@ -125,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(
         Contradiction{"LongBusyPoll", "mode: ALLREDUCE busy_poll_ms: 1001", "busy_poll_ms", "--busy-poll-ms must be in [0, 1000]", "busy_poll_ms must be in"},
         Contradiction{"ZeroPushPart", "mode: BSP push_part_mib: 0", "push_part_mib", "--push-part-mib must be in (0, 1024]", "push_part_mib must be in"},
         // Embedding tables (dlrm) and the click log.
-        Contradiction{"TablesWithAllreduce", "mode: ALLREDUCE model: \"dlrm\"", "mode", "--model=dlrm trains in the PS modes and locally", "model dlrm trains in the PS modes"},
+        Contradiction{"TablesWithAllreduceCheckpoints", "mode: ALLREDUCE model: \"dlrm\" checkpoint_dir: \"/tmp/c\"", "checkpoint_dir", "all-reduce checkpoints do not carry --model=dlrm's tables yet", "all-reduce checkpoints do not carry model dlrm's tables yet"},
+        Contradiction{"TablesWithAllreduceOverlap", "mode: ALLREDUCE model: \"dlrm\" overlap: true", "overlap", "--overlap applies to the dense models, not --model=dlrm", "overlap applies to the dense models"},
         Contradiction{"TablesWithCodec", "mode: BSP model: \"dlrm\" compress: \"fp16\"", "compress", "--compress applies to the dense models, not --model=dlrm", "compress applies"},
         Contradiction{"TableDimOutsideDlrm", "table_dim: 8", "table_dim", "--table-dim applies to --model=dlrm", "table_dim applies"},
         Contradiction{"BadTableOptimizer", "model: \"dlrm\" table_optimizer: \"lamb\"", "table_optimizer", "--table-optimizer must be sgd, adagrad or adam", "table_optimizer must be"},

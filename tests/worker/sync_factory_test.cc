@@ -85,6 +85,27 @@ TEST(SyncFactoryTest, AllreduceOverlapsAnUncompressedGradientOverRanks) {
       << "bf16's gradient travels through its codec after backward";
 }
 
+// A model with embedding tables: its dense gradient all-reduced by the AllreduceSync inside, its
+// rows all-gathered by the TableAllreduceSync around it, never overlapped (the rows go after
+// backward).
+TEST(SyncFactoryTest, AllreduceWithTablesWrapsTheDenseSyncInTheTablesOne) {
+  ModelOptions mo;
+  mo.name = "dlrm";
+  mo.dlrm.num_dense = 2;
+  mo.dlrm.num_tables = 2;
+  mo.dlrm.dim = 2;
+  mo.dlrm.ids_per_table = 10;
+  mo.dlrm.bottom = {4};
+  mo.dlrm.top = {4};
+  auto model = std::move(CreateModel(mo)).value();
+  TwoRanks ranks;
+  BuiltSync s = MakeGradientSync(Allreduce(), model.get(), {.client = nullptr, .scheduler = nullptr, .collective = &ranks});
+  EXPECT_EQ(s.kind, "allreduce-tables");
+  EXPECT_FALSE(s.overlapped);
+  ASSERT_NE(s.allreduce, nullptr);
+  EXPECT_NE(s.allreduce, s.sync.get());
+}
+
 TEST(SyncFactoryTest, RoundsWrapTheModesOwnSyncWithoutOverlap) {
   ExternalModel model(Dense());
   TwoRanks ranks;

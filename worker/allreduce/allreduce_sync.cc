@@ -63,7 +63,7 @@ OverlapFacts AllreduceSync::OverlapFactsOf(const AllreduceTrainOptions& o, const
   const std::string codec = GradientCodec(o, model.on_device());
   return {.requested = o.overlap,
           .compressed = !codec.empty() && codec != "none",
-          .sparse = HasSparse(model.layout()),
+          .sparse = HasSparse(model.layout()) || !model.tables().empty(),  // tables: rows after backward
           .on_device = model.on_device(),
           .per_tensor_params = model.waits_for_params(),
           .straggles = o.train.straggler.spec.kind != StragglerSpec::Kind::kNone,

@@ -47,6 +47,31 @@ Status LocalTables::Apply(std::span<const std::vector<uint64_t>> ids, std::span<
   return OkStatus();
 }
 
+Status LocalTables::Accumulate(std::span<const std::vector<uint64_t>> ids,
+                               std::span<const float> grads) {
+  Result<size_t> n = Floats(ids);
+  Status st = n.ok() ? OkStatus() : n.status();
+  if (st.ok() && grads.size() != *n) {
+    st = InvalidArgumentError("the rows' gradients hold " + std::to_string(grads.size()) +
+                              " floats, the rows " + std::to_string(*n));
+  }
+  const float* g = grads.data();
+  for (size_t t = 0; st.ok() && t < tables_.size(); ++t) {
+    st = tables_[t].Accumulate(ids[t], g);
+    g += ids[t].size() * static_cast<size_t>(tables_[t].spec().dim);
+  }
+  if (!st.ok()) DropRound();
+  return st;
+}
+
+void LocalTables::ApplyAccumulated(int count, float lr) {
+  for (RowTable& t : tables_) t.ApplyAccumulated(count, lr);
+}
+
+void LocalTables::DropRound() {
+  for (RowTable& t : tables_) t.DropRound();
+}
+
 int64_t LocalTables::rows() const {
   int64_t n = 0;
   for (const RowTable& t : tables_) n += t.rows();

@@ -1,5 +1,6 @@
 #include "worker/sync/sync_factory.h"
 
+#include "worker/allreduce/table_allreduce_sync.h"
 #include "worker/sync/local_sync.h"
 #include "worker/sync/periodic_sync.h"
 
@@ -58,6 +59,13 @@ BuiltSync MakeGradientSync(const SyncRecipe& r, Model* model, const SyncLinks& l
   built.overlapped = AllreduceOverlaps(AllreduceSync::OverlapFactsOf(r.allreduce_options, *model, links.collective->size()));
   auto sync = std::make_unique<AllreduceSync>(r.allreduce_options, model, links.collective);
   built.allreduce = sync.get();
+  if (!model->tables().empty()) {
+    // Embedding tables: a replica on every worker, the step's rows all-gathered beside the dense
+    // all-reduce (never overlapped: OverlapFactsOf counts tables as sparse).
+    built.sync = std::make_unique<TableAllreduceSync>(std::move(sync), r.allreduce_options, model, links.collective);
+    built.kind = "allreduce-tables";
+    return built;
+  }
   built.sync = std::move(sync);
   built.kind = built.overlapped ? "allreduce-overlap" : "allreduce";
   return built;

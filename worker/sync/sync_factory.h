@@ -1,6 +1,8 @@
 // MakeGradientSync: the one place that decides which GradientSync a run trains through, from
 // the run's options: the parameter server's (PsSync, or PsOverlapSync where PsOverlaps allows it)
-// or all-reduce's (AllreduceSync), each inside a PeriodicSync for rounds of local steps
+// or all-reduce's (AllreduceSync; for a model with embedding tables, inside a TableAllreduceSync that
+// keeps a replica of the tables on every worker and all-gathers each step's rows:
+// worker/allreduce/table_allreduce_sync.h), each inside a PeriodicSync for rounds of local steps
 // (--sync-every). gradsync-worker (worker/job_trainer.h) and the Python frontend
 // (python/native/frontend.cc) both build their sync here, so that a setting chooses the same sync
 // in both; the simulator calls the same decisions (common/config/sync_decisions.h).
@@ -44,12 +46,13 @@ struct SyncRecipe {
 
 struct BuiltSync {
   std::unique_ptr<GradientSync> sync;
-  // "ps", "ps-overlap", "allreduce", "allreduce-overlap", "rounds-ps" or "rounds-allreduce".
+  // "ps", "ps-overlap", "allreduce", "allreduce-overlap", "allreduce-tables" (a model with
+  // tables), "rounds-ps" or "rounds-allreduce".
   std::string kind;
   bool overlapped = false;       // communication overlaps backward (PsOverlaps / AllreduceOverlaps)
   bool overlap_refused = false;  // PS: overlap was asked for and the model or settings refuse it
   PsSyncBase* ps = nullptr;      // the PS sync (not in rounds)
-  AllreduceSync* allreduce = nullptr;  // the all-reduce sync, or the rounds' outer one
+  AllreduceSync* allreduce = nullptr;  // the all-reduce sync (with tables: the dense one inside), or the rounds' outer one
 };
 
 BuiltSync MakeGradientSync(const SyncRecipe& recipe, Model* model, const SyncLinks& links);
