@@ -80,7 +80,7 @@ struct Traits {
         keyed(sparse_model || table_model),
         cuda(c.device() == "cuda") {}
   config::Mode mode;
-  // keyed: a model that reads rows by key (sparse_logreg's sparse tensor, dlrm's tables): what
+  // keyed: a model that reads rows by key from embedding tables (sparse_logreg, dlrm): what
   // applies to the dense models only is refused for both, by the same checks.
   bool ps, allreduce, joins, sparse_model, table_model, keyed, cuda;
 };

@@ -7,8 +7,8 @@
 
 namespace gradsync::config_checks {
 
-// Embedding tables (dlrm) and the click log: their sizes, and what does not combine with tables
-// yet.
+// Embedding tables (dlrm's, sparse_logreg's weights) and the click log: their sizes, and what does
+// not combine with tables yet.
 void CheckTables(const config::TrainConfig& c, const Traits& t, Checker& k) {
   if (c.click_features() < 1 || c.click_features() > 1024)
     k.Add("click_features", "{click_features} must be in [1, 1024]");
@@ -37,15 +37,16 @@ void CheckTables(const config::TrainConfig& c, const Traits& t, Checker& k) {
     for (const char* f : {"table_dim", "table_optimizer", "table_rows"}) {
       if (Has(c, f)) k.Add(f, std::string("{") + f + "} applies to {model=dlrm}");
     }
-    return;
   }
-  // What the dense models only take is refused by its own check (Traits::keyed); tables do not
-  // go with the overlapped push or all-reduce yet, nor with all-reduce's checkpoints (which hold
-  // the dense parameters, not the workers' replicas of the tables).
-  if (c.overlap()) k.Add("overlap", "{overlap} applies to the dense models, not {model=dlrm}");
+  if (!t.keyed) return;
+  // The models with tables (dlrm's, sparse_logreg's weights): what the dense models only take is
+  // refused by its own check (Traits::keyed); tables do not go with the overlapped push or
+  // all-reduce yet, nor with all-reduce's checkpoints (which hold the dense parameters, not the
+  // workers' replicas of the tables).
+  const std::string model = "{model=" + c.model() + "}";
+  if (c.overlap()) k.Add("overlap", "{overlap} applies to the dense models, not " + model);
   if (t.allreduce && (c.has_checkpoint_dir() || c.resume())) {
-    k.Add(c.resume() ? "resume" : "checkpoint_dir",
-          "all-reduce checkpoints do not carry {model=dlrm}'s tables yet");
+    k.Add(c.resume() ? "resume" : "checkpoint_dir", "all-reduce checkpoints do not carry " + model + "'s tables yet");
   }
 }
 

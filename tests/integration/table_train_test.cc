@@ -7,6 +7,8 @@
 //   BspDlrmEqualsOneProcessOnTheGlobalBatch*: a round's row gradients applied per push or summed
 //     instead of averaged, rows pulled for another clock, a worker's rows scattered to other ids,
 //     dense and row updates at different rates or steps, the local tables stepping otherwise.
+//   BspSparseLogRegEqualsOneProcessOnTheGlobalBatch: sparse_logreg's keys read as other rows, its
+//     row gradients not scaled as the mean loss's, the rows' SGD not the local run's.
 //   AllreduceDlrmEqualsOneProcessOnTheGlobalBatch*: the all-gathered rows summed but not divided
 //     by the workers, applied per worker (Adagrad), a peer's rows dropped (each replica would step
 //     on its own batch only) or merged in another order on each replica (replicas no longer equal
@@ -24,6 +26,7 @@
 
 #include "allreduce/tcp_ring.h"
 #include "common/data/click_log.h"
+#include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
 #include "worker/allreduce/table_allreduce_sync.h"
 #include "worker/loop/training_loop.h"
@@ -79,7 +82,7 @@ LocalEnd TrainLocally(const ModelOptions& mo, const LocalTrainOptions& train, co
   for (size_t t = 0; t < ids.size(); ++t) {
     std::vector<std::vector<uint64_t>> one(ids.size());
     one[t] = ids[t];
-    std::vector<float> rows(ids[t].size() * static_cast<size_t>(mo.dlrm.dim));
+    std::vector<float> rows(ids[t].size() * static_cast<size_t>(model->tables()[t].dim));
     EXPECT_TRUE(sync.ReadRows(one, rows).ok());
     end.rows.push_back(rows);
   }
@@ -113,35 +116,36 @@ void ExpectEqualsLocal(const ModelOptions& mo, const LocalTrainOptions& local, c
   ::testing::Test::RecordProperty("rows_compared", std::to_string(rows));
 }
 
-void ExpectBspEqualsLocal(RowOptimizerKind kind, float row_lr) {
-  const Dataset data = ClickData(1600);
+void ExpectBspEqualsLocal(const ModelOptions& model, const Dataset& data, float row_lr) {
   PsJobOptions o;
   o.mode = ConsistencyMode::kBsp;
   o.num_servers = 2;
   o.num_workers = 2;
-  o.model = SmallDlrm(kind);
+  o.model = model;
   o.train = SmallTrain(16, kSteps, 0.0f);  // 2 x 16 = 32 per step
   o.train.lr = {LrSchedule::Kind::kConstant, row_lr, 0, 0.0f};
   o.train.optimizer.weight_decay = 0;
   PsJobResult r = RunPsJob(o, data, data);
   ASSERT_TRUE(r.status.ok()) << r.status;
+  const std::vector<TableSpec> tables = std::move(CreateModel(model)).value()->tables();
   // Every row the servers hold, by table, in id order.
-  std::vector<std::map<uint64_t, std::vector<float>>> held(3);
+  std::vector<std::map<uint64_t, std::vector<float>>> held(tables.size());
   for (const auto& server : r.table_rows) {
     for (const wire::TableRowsCheckpoint& c : server) {
       const size_t n = c.ids().size() / sizeof(uint64_t);
+      const auto dim = static_cast<size_t>(tables[c.table()].dim);
       for (size_t i = 0; i < n; ++i) {
         uint64_t id = 0;
-        std::vector<float> row(4);
+        std::vector<float> row(dim);
         std::memcpy(&id, c.ids().data() + i * sizeof(uint64_t), sizeof(id));
-        std::memcpy(row.data(), c.values().data() + i * 4 * sizeof(float), 4 * sizeof(float));
+        std::memcpy(row.data(), c.values().data() + i * dim * sizeof(float), dim * sizeof(float));
         held[c.table()][id] = row;
       }
     }
   }
-  std::vector<std::vector<uint64_t>> ids(3);
-  std::vector<std::vector<float>> ps_rows(3);
-  for (size_t t = 0; t < 3; ++t) {
+  std::vector<std::vector<uint64_t>> ids(tables.size());
+  std::vector<std::vector<float>> ps_rows(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
     for (const auto& [id, row] : held[t]) {
       ids[t].push_back(id);
       ps_rows[t].insert(ps_rows[t].end(), row.begin(), row.end());
@@ -153,11 +157,24 @@ void ExpectBspEqualsLocal(RowOptimizerKind kind, float row_lr) {
 }
 
 TEST(TableTrainTest, BspDlrmEqualsOneProcessOnTheGlobalBatchSgd) {
-  ExpectBspEqualsLocal(RowOptimizerKind::kSgd, 0.5f);
+  ExpectBspEqualsLocal(SmallDlrm(RowOptimizerKind::kSgd), ClickData(1600), 0.5f);
+}
+
+// sparse_logreg's weights are a table of rows of one float: bsp over 2 x 2 steps them as one
+// process does (its bias, the one dense tensor, too).
+TEST(TableTrainTest, BspSparseLogRegEqualsOneProcessOnTheGlobalBatch) {
+  SparseLogisticOptions so;
+  so.n = 1600;
+  so.feature_bits = 12;
+  so.nnz = 8;
+  ModelOptions mo;
+  mo.name = "sparse_logreg";
+  mo.feature_bits = 12;
+  ExpectBspEqualsLocal(mo, MakeSparseLogistic(so), 2.0f);
 }
 
 TEST(TableTrainTest, BspDlrmEqualsOneProcessOnTheGlobalBatchAdagrad) {
-  ExpectBspEqualsLocal(RowOptimizerKind::kAdagrad, 0.05f);
+  ExpectBspEqualsLocal(SmallDlrm(RowOptimizerKind::kAdagrad), ClickData(1600), 0.05f);
 }
 
 // The job's collective, counting what the syncs hand it: the bytes of the all-gathers (the table
@@ -251,7 +268,7 @@ void ExpectAllreduceEqualsLocal(RowOptimizerKind kind, float row_lr) {
       for (size_t t = 0; t < ids.size(); ++t) {
         std::vector<std::vector<uint64_t>> one(ids.size());
         one[t] = ids[t];
-        std::vector<float> rows(ids[t].size() * static_cast<size_t>(mo.dlrm.dim));
+        std::vector<float> rows(ids[t].size() * static_cast<size_t>(model->tables()[t].dim));
         end.status = built.sync->ReadRows(one, rows);
         end.rows.push_back(rows);
       }
