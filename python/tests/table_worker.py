@@ -43,6 +43,7 @@ def parse(argv=None):
     p.add_argument("--dim-rank", type=int, default=-1, help="this rank declares wider rows (bad use)")
     p.add_argument("--bad-id", type=int, default=None, help="step 2's first id becomes this one (bad use)")
     p.add_argument("--max-rows", type=int, default=1 << 24, help="each table's bound, rows per shard")
+    p.add_argument("--bag-mode", default="sum", choices=["sum", "mean"], help="the bags' reduction (two ids a bag)")
     p.add_argument("--evaluate", type=int, default=0, help="test examples to score at the end (AUC)")
     return p.parse_args(argv)
 
@@ -54,11 +55,11 @@ class Dlrm(torch.nn.Module):
         self.bottom = torch.nn.Linear(4, dim)
         padding = None if args.padding < 0 else args.padding
         make = {
-            "bag": lambda: gs.EmbeddingBag(args.ids, table_dim, mode="sum", optimizer=args.row_optimizer,
+            "bag": lambda: gs.EmbeddingBag(args.ids, table_dim, mode=args.bag_mode, optimizer=args.row_optimizer,
                                            padding_idx=padding, max_rows_per_shard=args.max_rows),
             "embedding": lambda: gs.Embedding(args.ids, table_dim, optimizer=args.row_optimizer, padding_idx=padding),
             "plain": lambda: torch.nn.Embedding(args.ids, table_dim, padding_idx=padding, sparse=True),
-            "plain-bag": lambda: torch.nn.EmbeddingBag(args.ids, table_dim, mode="sum", padding_idx=padding,
+            "plain-bag": lambda: torch.nn.EmbeddingBag(args.ids, table_dim, mode=args.bag_mode, padding_idx=padding,
                                                        sparse=True),
         }[args.tables]
         self.tables = torch.nn.ModuleList([make() for _ in range(args.features)])
@@ -69,7 +70,10 @@ class Dlrm(torch.nn.Module):
     def forward(self, dense, ids):
         x = torch.relu(self.bottom(dense))
         if self.bag:
-            embedded = [t(ids[:, f:f + 1]) for f, t in enumerate(self.tables)]
+            # A bag: the feature's id and the next feature's (the last: the first's), so that a
+            # mean bag reduces two rows.
+            n = ids.shape[1]
+            embedded = [t(torch.stack([ids[:, f], ids[:, (f + 1) % n]], dim=1)) for f, t in enumerate(self.tables)]
         else:
             embedded = [t(ids[:, f]) for f, t in enumerate(self.tables)]
         z = torch.stack([x] + embedded, dim=1)  # [B, F+1, dim]

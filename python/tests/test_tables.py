@@ -63,7 +63,7 @@ def test_allreduce_two_workers_equal_one_process_on_the_global_batch(tmp_path, t
     got, records = job(tmp_path, "allreduce", 2, args + ["--batch=32"])
     ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
     assert largest_difference(got, ref) <= 1e-5
-    assert all(0 < n <= 3 * 32 for r in records for n in r["rows_per_step"])
+    assert all(0 < n <= 3 * 2 * 32 for r in records for n in r["rows_per_step"])
 
 
 @pytest.mark.parametrize("tables", ["plain", "plain-bag"])
@@ -74,6 +74,17 @@ def test_a_plain_sparse_embedding_in_allreduce_equals_plain_pytorch_on_the_globa
     assert largest_difference(got, ref) <= 1e-5
 
 
+@pytest.mark.parametrize("mode", ["ssp", "asp"])
+def test_one_worker_in_ssp_and_asp_equals_one_process(tmp_path, mode):
+    # One worker: every push is applied before its next pull, so the rows move as locally (mode
+    # mean bags: two rows averaged per bag, lazy Adam's per-row step counts).
+    args = ["--tables=bag", "--bag-mode=mean", "--row-optimizer=adam", "--lr=0.05", "--steps=20", "--batch=32"]
+    got, records = job(tmp_path, mode, 1, args, servers=2)
+    ref = one_process(tmp_path, args + ["--workers=1"])
+    assert largest_difference(got, ref) <= 1e-5
+    assert records[0]["sync"] == "ps"
+
+
 @pytest.mark.parametrize("tables,row_optimizer", [("bag", "sgd"), ("bag", "adagrad"), ("embedding", "sgd")])
 def test_bsp_two_servers_two_workers_equal_one_process_on_the_global_batch(tmp_path, tables, row_optimizer):
     args = ["--tables=" + tables, "--row-optimizer=" + row_optimizer, "--steps=20"]
@@ -81,24 +92,24 @@ def test_bsp_two_servers_two_workers_equal_one_process_on_the_global_batch(tmp_p
     ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
     assert largest_difference(got, ref) <= 1e-5
     assert records[0]["sync"] == "ps"
-    # Each step hands over the rows its batch touched, summed per id: a few dozen of 3 x 1000,
+    # Each step hands over the rows its batch touched (two ids a bag), summed per id: of 3 x 1000,
     # and the metrics rows count them (table_rows).
-    assert all(0 < n <= 3 * 32 for r in records for n in r["rows_per_step"])
+    assert all(0 < n <= 3 * 2 * 32 for r in records for n in r["rows_per_step"])
     with open(str(tmp_path / "out" / "worker-1.csv")) as f:
         rows = list(csv.DictReader(f))
     trained = [int(r["table_rows"]) for r in rows if r["test_loss"] == ""]
     assert trained and trained == records[1]["rows_per_step"][:len(trained)]
 
 
-@pytest.mark.parametrize("tables", ["plain", "plain-bag"])
-def test_a_plain_sparse_embedding_in_bsp_equals_plain_pytorch_on_the_global_batch(tmp_path, tables):
+@pytest.mark.parametrize("tables,bag_mode", [("plain", "sum"), ("plain-bag", "sum"), ("plain-bag", "mean")])
+def test_a_plain_sparse_embedding_in_bsp_equals_plain_pytorch_on_the_global_batch(tmp_path, tables, bag_mode):
     # nn.Embedding(sparse=True) / nn.EmbeddingBag(sparse=True) through DistributedOptimizer: its
     # rows travel as a table's, and 2 servers x 2 workers end where torch.optim.SGD does alone.
-    args = ["--tables=" + tables, "--steps=20"]
+    args = ["--tables=" + tables, "--bag-mode=" + bag_mode, "--steps=20"]
     got, records = job(tmp_path, "bsp", 2, args + ["--batch=32"])
     ref = plain_pytorch(tmp_path, args + ["--workers=1", "--batch=64"])
     assert largest_difference(got, ref) <= 1e-5
-    assert all(0 < n <= 3 * 32 for r in records for n in r["rows_per_step"])
+    assert all(0 < n <= 3 * 2 * 32 for r in records for n in r["rows_per_step"])
 
 
 def test_a_plain_sparse_embedding_is_never_densified_unless_sparse_as_dense(tmp_path):
