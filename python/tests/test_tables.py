@@ -55,17 +55,6 @@ def largest_difference(got, ref):
     return worst
 
 
-@pytest.mark.parametrize("tables,row_optimizer", [("bag", "sgd"), ("bag", "adagrad"), ("embedding", "adam")])
-def test_allreduce_two_workers_equal_one_process_on_the_global_batch(tmp_path, tables, row_optimizer):
-    # Each worker keeps a replica of the tables; a step's ids and row gradients are all-gathered
-    # (as Horovod and DDP do for sparse gradients) and every replica applies their mean.
-    args = ["--tables=" + tables, "--row-optimizer=" + row_optimizer, "--steps=20"]
-    got, records = job(tmp_path, "allreduce", 2, args + ["--batch=32"])
-    ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
-    assert largest_difference(got, ref) <= 1e-5
-    assert all(0 < n <= 3 * 2 * 32 for r in records for n in r["rows_per_step"])
-
-
 @pytest.mark.parametrize("tables", ["plain", "plain-bag"])
 def test_a_plain_sparse_embedding_in_allreduce_equals_plain_pytorch_on_the_global_batch(tmp_path, tables):
     args = ["--tables=" + tables, "--steps=20"]
@@ -85,13 +74,18 @@ def test_one_worker_in_ssp_and_asp_equals_one_process(tmp_path, mode):
     assert records[0]["sync"] == "ps"
 
 
-@pytest.mark.parametrize("tables,row_optimizer", [("bag", "sgd"), ("bag", "adagrad"), ("embedding", "sgd")])
-def test_bsp_two_servers_two_workers_equal_one_process_on_the_global_batch(tmp_path, tables, row_optimizer):
+@pytest.mark.parametrize("mode,tables,row_optimizer", [
+    ("bsp", "bag", "sgd"), ("bsp", "bag", "adagrad"), ("bsp", "embedding", "sgd"),
+    ("allreduce", "bag", "sgd"), ("allreduce", "bag", "adagrad"), ("allreduce", "embedding", "adam")])
+def test_two_workers_equal_one_process_on_the_global_batch(tmp_path, mode, tables, row_optimizer):
+    # bsp: 2 servers x 2 workers, a round's row gradients merged on the shards. allreduce: each
+    # worker keeps a replica of the tables; a step's ids and row gradients are all-gathered (as
+    # Horovod and DDP do for sparse gradients) and every replica applies their mean.
     args = ["--tables=" + tables, "--row-optimizer=" + row_optimizer, "--steps=20"]
-    got, records = job(tmp_path, "bsp", 2, args + ["--batch=32"])
+    got, records = job(tmp_path, mode, 2, args + ["--batch=32"])
     ref = one_process(tmp_path, args + ["--workers=1", "--batch=64"])
     assert largest_difference(got, ref) <= 1e-5
-    assert records[0]["sync"] == "ps"
+    assert records[0]["sync"] == ("ps" if mode == "bsp" else "allreduce-tables")
     # Each step hands over the rows its batch touched (two ids a bag), summed per id: of 3 x 1000,
     # and the metrics rows count them (table_rows).
     assert all(0 < n <= 3 * 2 * 32 for r in records for n in r["rows_per_step"])
