@@ -58,7 +58,8 @@ def main():
     results = []
     for mode in args.modes.split(","):
         out = tempfile.mkdtemp(prefix="large-table-%s-" % mode)
-        cmd = [launch, "--mode=" + mode, "--servers=%d" % args.servers, "--workers=%d" % args.workers, "--out=" + out]
+        servers = 0 if mode == "allreduce" else args.servers  # all-reduce: a replica per worker, no servers
+        cmd = [launch, "--mode=" + mode, "--servers=%d" % servers, "--workers=%d" % args.workers, "--out=" + out]
         if args.frontend == "torch":
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch",
                                   "train_dlrm.py")
@@ -88,12 +89,15 @@ def main():
                     torch_workers[r] = json.load(f)
                 s[("worker", r)] = {"peak_rss_mib": torch_workers[r]["peak_rss_mib"]}
         row = {
-            "frontend": args.frontend, "mode": mode, "servers": args.servers, "workers": args.workers, "ids": args.ids, "dim": args.dim,
+            "frontend": args.frontend, "mode": mode, "servers": servers, "workers": args.workers, "ids": args.ids, "dim": args.dim,
             "features": args.features, "train": args.train, "epochs": args.epochs, "wall_s": round(wall, 1),
             "oracle_auc": float(oracle.group(1)) if oracle else None,
             "oracle_log_loss": float(oracle.group(2)) if oracle else None,
             "test_log_loss": float(epochs[-1][0]), "test_auc": float(epochs[-1][1]),
-            "samples_per_s": float(epochs[-1][2]),
+            # Worker 0's epoch line: its own samples over its training time (gradsync-worker's
+            # and train_dlrm.py's alike); the job's is about that times the workers.
+            "samples_per_s_per_worker": float(epochs[-1][2]),
+            "job_samples_per_s": round(float(epochs[-1][2]) * args.workers),
             "workers_peak_rss_mib": [round(s[("worker", r)].get("peak_rss_mib", float("nan")), 1)
                                      for r in range(args.workers) if ("worker", r) in s],
             "servers_peak_rss_mib": [round(s[("server", r)].get("peak_rss_mib", float("nan")), 1)
@@ -109,7 +113,8 @@ def main():
         results.append(row)
         print("| %s | value |" % mode)
         print("|---|---|")
-        for k in ("test_auc", "oracle_auc", "test_log_loss", "oracle_log_loss", "samples_per_s", "wall_s",
+        for k in ("test_auc", "oracle_auc", "test_log_loss", "oracle_log_loss", "samples_per_s_per_worker",
+                  "job_samples_per_s", "wall_s",
                   "workers_peak_rss_mib", "workers_peak_rss_above_torch_mib", "rows_per_step", "servers_peak_rss_mib",
                   "servers_rows", "servers_table_mib"):
             if k in row:

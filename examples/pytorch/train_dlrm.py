@@ -131,7 +131,8 @@ def main():
             rows.append(opt.table_rows)
             total += loss.item()
             step += 1
-        samples_per_s = steps_per_epoch * args.batch * size / (time.perf_counter() - start)
+        # This worker's samples over its time, as gradsync-worker's epoch line counts them.
+        samples_per_s = steps_per_epoch * args.batch / (time.perf_counter() - start)
         if rank == 0:
             test_loss, auc = evaluate(model, log, args.test)
             print("epoch %d/%d  train_loss %.4f  test_loss %.4f  test_auc %.4f  samples/s %.0f  rows/step %.0f"
