@@ -46,7 +46,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 #include "models/dlrm_options.h"
 #include "models/model.h"
 

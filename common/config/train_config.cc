@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "common/base/host_port.h"
-#include "common/config/config_checks.h"
+#include "common/config/checks/config_checks.h"
 #include "common/config/flags.h"
-#include "common/config/table_checks.h"
+#include "common/config/checks/table_checks.h"
 #include "common/optim/optimizer.h"
 #include "common/optim/precision.h"
 

@@ -4,7 +4,7 @@ gradsync.torch.EmbeddingBag(2**30, 32) per categorical feature (128 GiB each if 
 live on the PS shards (bsp / ssp / asp), in each worker's replica (allreduce) or in this process
 (local), a bottom MLP on the dense features, the dot interaction of every pair, and a top MLP.
 
-The click log (gradsync._native.ClickLog, common/data/click_log.h) is generated on the fly with
+The click log (gradsync._native.ClickLog, common/data/click/click_log.h) is generated on the fly with
 labels from a planted model, so the best achievable AUC and log loss on the test set are known:
 worker 0 prints them beside what the model reaches.
 

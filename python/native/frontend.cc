@@ -355,7 +355,7 @@ void CheckSameLayout(FrontendJob* job, std::vector<TensorSpec> tensors, const st
 // it; all-reduce and local leave it to PyTorch) and a constant schedule: the caller sends
 // its own rate with each step.
 // The model's tables: each valid (ValidateTableSpec), names unique, and none of what tables do not
-// go with yet (the C++ models' refusals: common/config/table_checks.cc and Traits::keyed).
+// go with yet (the C++ models' refusals: common/config/checks/table_checks.cc and Traits::keyed).
 void CheckTables(const config::TrainConfig& c, const std::vector<TableSpec>& tables) {
   std::set<std::string> names;
   for (const TableSpec& t : tables) {

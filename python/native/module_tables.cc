@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/data/binary_metrics.h"
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 #include "common/table/table_spec.h"
 
 namespace py = pybind11;
@@ -94,7 +94,7 @@ void BindTables(py::module_& m, py::class_<FrontendSync>& sync) {
 }
 
 void BindClickLog(py::module_& m) {
-  // The click log with a known answer (common/data/click_log.h), for the DLRM-style examples.
+  // The click log with a known answer (common/data/click/click_log.h), for the DLRM-style examples.
   py::class_<ClickLog, std::shared_ptr<ClickLog>>(m, "ClickLog")
       .def(py::init([](int num_dense, int num_categorical, std::vector<int64_t> ids_per_feature, double zipf_s,
                        double planted_scale, uint64_t seed) {

@@ -1,5 +1,5 @@
 // gradsync._native's embedding tables (python/native/frontend_tables.h) and the click log they
-// train on (common/data/click_log.h): TableSpec, Sync.read_rows / set_row_grads / table_step_rows,
+// train on (common/data/click/click_log.h): TableSpec, Sync.read_rows / set_row_grads / table_step_rows,
 // ClickLog, auc and log_loss. Called by module.cc's module definition.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The click log (common/data/click_log.h) and its Zipf ids (common/data/zipf.h). The mutation
+// The click log (common/data/click/click_log.h) and its Zipf ids (common/data/click/zipf.h). The mutation
 // each test catches:
 //   ExampleIsTheSameWhateverRangeFillsIt      an example keyed by its row in the batch, or one
 //                                             sequential stream carried from example to example
@@ -25,7 +25,7 @@
 //                                             AUC or log loss not binary_metrics.h's
 //   DefaultsGiveTheStatedDifficulty           defaults drifting out of the header's numbers
 //   Refuses* (one each)                       Validate letting that option through
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "common/data/binary_metrics.h"
-#include "common/data/zipf.h"
+#include "common/data/click/zipf.h"
 
 namespace gradsync {
 namespace {

@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "allreduce/tcp_ring.h"
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 #include "common/data/synthetic.h"
 #include "tests/support/ps_job.h"
-#include "worker/allreduce/table_allreduce_sync.h"
+#include "worker/allreduce/tables/table_allreduce_sync.h"
 #include "worker/loop/training_loop.h"
 #include "worker/sync/local_sync.h"
 #include "worker/sync/sync_factory.h"

@@ -45,7 +45,7 @@
 
 #include "common/base/numeric/rng.h"
 #include "common/data/binary_metrics.h"
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 #include "common/table/row_table.h"
 #include "models/sparse_logreg.h"
 

@@ -12,7 +12,7 @@
 //   AMalformedPeerMessageIsAClearErrorAndAppliesNothing: a cut, padded or lying message read past
 //     its end (a crash under ASan) or accepted, unsorted or out-of-table ids accepted, the round of
 //     the ranks before the bad one applied anyway, the error not naming the rank and the table.
-#include "worker/allreduce/row_gather.h"
+#include "worker/allreduce/tables/row_gather.h"
 
 #include <gtest/gtest.h>
 

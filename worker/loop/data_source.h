@@ -2,7 +2,7 @@
 //   fashion-mnist     the IDX files of Debian's dataset-fashion-mnist (or --data-dir)
 //   blobs             Gaussian blobs, 784 features, 10 classes (synthetic, for smoke runs)
 //   sparse-logistic   hashed sparse features, binary labels (for --model=sparse_logreg)
-//   click-log         a click log with a known answer (common/data/click_log.h; for --model=dlrm):
+//   click-log         a click log with a known answer (common/data/click/click_log.h; for --model=dlrm):
 //                     dense features and one Zipf-distributed id per categorical feature; train
 //                     examples [0, click_train), test examples from ClickLog::kTestBegin
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "common/base/status.h"
 #include "common/config/train_names.h"
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 #include "common/data/dataset.h"
 
 namespace gradsync {

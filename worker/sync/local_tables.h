@@ -1,6 +1,6 @@
 // LocalTables: a process's own copy of a model's embedding tables (each whole: shard 0 of 1,
 // common/table/row_table.h), for --mode=local and for each worker's replica in --mode=allreduce
-// (worker/allreduce/row_gather.h): a step's rows read from it, their gradients applied with the
+// (worker/allreduce/tables/row_gather.h): a step's rows read from it, their gradients applied with the
 // rows' optimizer at the step's rate (local: Apply; all-reduce: every worker's gradients summed
 // per id in a round, Accumulate, and their mean applied once, ApplyAccumulated, as a bsp shard
 // does), rows created on their first gradient as the shards create them. Not thread-safe.

@@ -1,6 +1,6 @@
 #include "worker/sync/sync_factory.h"
 
-#include "worker/allreduce/table_allreduce_sync.h"
+#include "worker/allreduce/tables/table_allreduce_sync.h"
 #include "worker/sync/local_sync.h"
 #include "worker/sync/periodic_sync.h"
 

@@ -2,7 +2,7 @@
 // the run's options: the parameter server's (PsSync, or PsOverlapSync where PsOverlaps allows it)
 // or all-reduce's (AllreduceSync; for a model with embedding tables, inside a TableAllreduceSync that
 // keeps a replica of the tables on every worker and all-gathers each step's rows:
-// worker/allreduce/table_allreduce_sync.h), each inside a PeriodicSync for rounds of local steps
+// worker/allreduce/tables/table_allreduce_sync.h), each inside a PeriodicSync for rounds of local steps
 // (--sync-every). gradsync-worker (worker/job_trainer.h) and the Python frontend
 // (python/native/frontend.cc) both build their sync here, so that a setting chooses the same sync
 // in both; the simulator calls the same decisions (common/config/sync_decisions.h).

@@ -350,6 +350,26 @@ def plain_sparse_tables(named):
     return [_PlainTable(found[id(p)], n) for n, p in named if id(p) in found]
 
 
+def tables_of(named, wrapped, sparse_as_dense, config):
+    """A DistributedOptimizer's tables: those made before it (claim()) and, unless
+    sparse_as_dense (Horovod's: their gradients densified into the flat buffer), the weights of
+    plain sparse embeddings among `named` (plain_sparse_tables). Returns (tables, `named` without
+    those weights, the tables' TableSpecs for the sync)."""
+    plain = [] if sparse_as_dense else plain_sparse_tables(named)
+    weights = {id(t.weight) for t in plain}
+    tables = claim() + plain
+    seed = int(config.get("seed", 0))
+    return tables, [(n, p) for n, p in named if id(p) not in weights], [t.spec(i, wrapped, seed)
+                                                                           for i, t in enumerate(tables)]
+
+
+def bind(tables, opt):
+    """Binds each table to `opt` (its sync built), at its index; returns 0 (no rows handed yet)."""
+    for i, t in enumerate(tables):
+        t.bind(opt, i)
+    return 0
+
+
 def claim():
     """The tables made and not yet bound, in the order they were made (DistributedOptimizer binds
     them)."""

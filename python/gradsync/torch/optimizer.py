@@ -104,24 +104,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         spec = self._gs_strategy.optimizer_spec(wrapped)
         feedback = -1 if error_feedback is None else int(bool(error_feedback))
         self._gs_strategy.check_compression(compression)
-        # The embedding tables made before this optimizer (embedding.py) become its tables, and so
-        # do the weights of plain sparse embeddings (nn.Embedding(sparse=True)), out of the flat
-        # buffer; sparse_as_dense (Horovod's) leaves those in it, their gradients densified.
-        plain = [] if sparse_as_dense else embedding.plain_sparse_tables(named)
-        plain_weights = {id(t.weight) for t in plain}
-        named = [(n, p) for n, p in named if id(p) not in plain_weights]
-        self._gs_tables = embedding.claim() + plain
-        if self._gs_tables and (self._gs_strategy.op is not Average or self._gs_strategy.predivide != 1.0
-                                or isinstance(self._gs_strategy, strategies.AdasumAllReduce)):
-            raise ValueError("embedding tables ('%s') take op=Average with gradient_predivide_factor 1 (their rows' "
-                             "gradients are averaged where the rows live)" % self._gs_tables[0].table_name)
-        seed = int(job.config.get("seed", 0))
-        tables = [t.spec(i, wrapped, seed) for i, t in enumerate(self._gs_tables)]
+        # Its embedding tables (embedding.py), plain sparse embeddings' weights out of `named`.
+        self._gs_tables, named, tables = embedding.tables_of(named, wrapped, sparse_as_dense, job.config)
+        self._gs_strategy.check_tables(self._gs_tables)
         self._gs_sync = _native.Sync(job, [(n, list(p.shape)) for n, p in named], spec, compression or "", feedback,
                                      tables)
-        for i, t in enumerate(self._gs_tables):
-            t.bind(self, i)
-        self._gs_table_rows = 0  # rows whose gradients the last step handed over
+        self._gs_table_rows = embedding.bind(self._gs_tables, self)  # rows the last step handed over
         self._gs_names = [n for n, _ in named]
         self._gs_params = [p for _, p in named]
         self._gs_passes = backward_passes_per_step

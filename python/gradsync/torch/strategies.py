@@ -92,6 +92,12 @@ class Local:
     def check_compression(self, compression):
         pass
 
+    def check_tables(self, tables):
+        """Embedding tables' rows are averaged where they live: op=Average, no predivide."""
+        if tables and (self.op is not Average or self.predivide != 1.0):
+            raise ValueError("embedding tables ('%s') take op=Average with gradient_predivide_factor 1 (their rows' "
+                             "gradients are averaged where the rows live)" % tables[0].table_name)
+
     def guard(self, opt):
         """The parameters' guards (guard.py); none."""
         return {}
@@ -248,6 +254,11 @@ class AdasumAllReduce(AllReduce):
     def check_compression(self, compression):
         if compression not in (None, "", "none"):
             raise ValueError("op=Adasum with compression %r: Adasum combines the workers' exact updates" % compression)
+
+    def check_tables(self, tables):
+        if tables:
+            raise ValueError("op=Adasum with embedding tables ('%s'): their rows are averaged where they live"
+                             % tables[0].table_name)
 
     def begin(self, opt):
         pass

@@ -43,7 +43,7 @@
 #include "worker/ps/client/ps_requests.h"
 #include "worker/ps/client/shard_links.h"
 #include "worker/ps/client/state_transfer.h"
-#include "worker/ps/client/table_plan.h"
+#include "worker/ps/table_plan.h"
 
 namespace gradsync {
 

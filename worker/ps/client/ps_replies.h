@@ -17,7 +17,7 @@
 #include "worker/channels/worker_channels.h"
 #include "worker/ps/client/ps_codec.h"
 #include "worker/ps/client/shard_links.h"
-#include "worker/ps/client/table_plan.h"
+#include "worker/ps/table_plan.h"
 
 namespace gradsync {
 

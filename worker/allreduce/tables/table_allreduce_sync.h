@@ -1,6 +1,6 @@
 // TableAllreduceSync: --mode=allreduce for a model with embedding tables (Model::tables()). It
 // wraps the AllreduceSync of the model's dense parameters, to which it forwards every call, and
-// keeps the tables itself in a RowGather (worker/allreduce/row_gather.h): BeginStep reads the
+// keeps the tables itself in a RowGather (worker/allreduce/tables/row_gather.h): BeginStep reads the
 // step's rows from this worker's replica; FinishStep all-gathers every worker's (ids, row
 // gradients) over the same collective, sums them per id in rank order, then lets the dense sync
 // average and apply its gradient, then applies the rows' mean once with each table's row optimizer
@@ -17,7 +17,7 @@
 #include "common/optim/optimizer.h"
 #include "models/model.h"
 #include "worker/allreduce/allreduce_sync.h"
-#include "worker/allreduce/row_gather.h"
+#include "worker/allreduce/tables/row_gather.h"
 #include "worker/sync/gradient_sync.h"
 
 namespace gradsync {

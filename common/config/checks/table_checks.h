@@ -2,7 +2,7 @@
 // the tables' settings outside dlrm, and what tables do not go with yet. Part of Validate.
 #pragma once
 
-#include "common/config/config_checks.h"
+#include "common/config/checks/config_checks.h"
 
 namespace gradsync::config_checks {
 

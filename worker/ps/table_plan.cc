@@ -1,4 +1,4 @@
-#include "worker/ps/client/table_plan.h"
+#include "worker/ps/table_plan.h"
 
 #include <cstring>
 #include <string>

@@ -1,4 +1,4 @@
-#include "common/data/zipf.h"
+#include "common/data/click/zipf.h"
 
 #include <algorithm>
 #include <bit>

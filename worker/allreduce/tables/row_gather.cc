@@ -1,4 +1,4 @@
-#include "worker/allreduce/row_gather.h"
+#include "worker/allreduce/tables/row_gather.h"
 
 #include <algorithm>
 #include <cstring>

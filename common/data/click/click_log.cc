@@ -1,4 +1,4 @@
-#include "common/data/click_log.h"
+#include "common/data/click/click_log.h"
 
 #include <algorithm>
 #include <cmath>

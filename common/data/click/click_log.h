@@ -47,7 +47,7 @@
 
 #include "common/base/status.h"
 #include "common/data/dataset.h"
-#include "common/data/zipf.h"
+#include "common/data/click/zipf.h"
 
 namespace gradsync {
 

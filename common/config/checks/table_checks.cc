@@ -1,4 +1,4 @@
-#include "common/config/table_checks.h"
+#include "common/config/checks/table_checks.h"
 
 #include <cstdint>
 #include <string>

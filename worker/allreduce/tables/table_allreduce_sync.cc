@@ -1,4 +1,4 @@
-#include "worker/allreduce/table_allreduce_sync.h"
+#include "worker/allreduce/tables/table_allreduce_sync.h"
 
 #include <string>
 
