@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/base/atomic_file.h"
+#include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
 #include "gradsync.pb.h"
@@ -50,6 +51,18 @@ TEST(AllreduceBinaryTest, LaunchRunsADlrmJobWithTablesOnTheClickLog) {
   ASSERT_TRUE(summary.ok()) << summary.status();
   ASSERT_TRUE(summary->has_final_test_auc()) << r.out;
   EXPECT_GT(summary->final_test_auc(), 0.6) << r.out;
+  // The metrics rows count the rows each step read and gathered: at most 4 tables x 32 examples.
+  std::ifstream metrics(dir.File("worker-1.csv"));
+  std::string line;
+  int training_rows = 0;
+  while (std::getline(metrics, line)) {
+    const std::vector<std::string> v = SplitCsv(line);
+    if (v.size() != kMetricsColumns || v[kColRun] == "run" || !v[kColTestLoss].empty()) continue;
+    ++training_rows;
+    EXPECT_GT(std::stoll(v[kColTableRows]), 0) << line;
+    EXPECT_LE(std::stoll(v[kColTableRows]), 4 * 32) << line;
+  }
+  EXPECT_GT(training_rows, 0);
 }
 
 // --auth-dir authenticates the ring and --ring-encrypt encrypts it: the job trains bit for bit

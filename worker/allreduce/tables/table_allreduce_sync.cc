@@ -38,6 +38,7 @@ Result<SyncStepStats> TableAllreduceSync::FinishStep() {
                                    : rows_.Gather({}, {}, *collective_);
   }();
   const double gather_ms = gather.Millis();
+  const int64_t table_rows = TableStepRows(step_tables_);
   step_tables_ = nullptr;
   if (!gathered.ok()) {
     dense_->AbandonStep();
@@ -50,6 +51,7 @@ Result<SyncStepStats> TableAllreduceSync::FinishStep() {
   }
   rows_.Apply(std::isnan(step_lr_) ? lr_.At(step_) : step_lr_);
   stats->comm_ms += gather_ms;
+  stats->table_rows = table_rows;
   return stats;
 }
 
