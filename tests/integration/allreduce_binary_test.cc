@@ -13,6 +13,7 @@
 #include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
 #include "gradsync.pb.h"
+#include "tests/support/metrics_file.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -52,17 +53,12 @@ TEST(AllreduceBinaryTest, LaunchRunsADlrmJobWithTablesOnTheClickLog) {
   ASSERT_TRUE(summary->has_final_test_auc()) << r.out;
   EXPECT_GT(summary->final_test_auc(), 0.6) << r.out;
   // The metrics rows count the rows each step read and gathered: at most 4 tables x 32 examples.
-  std::ifstream metrics(dir.File("worker-1.csv"));
-  std::string line;
-  int training_rows = 0;
-  while (std::getline(metrics, line)) {
-    const std::vector<std::string> v = SplitCsv(line);
-    if (v.size() != kMetricsColumns || v[kColRun] == "run" || !v[kColTestLoss].empty()) continue;
-    ++training_rows;
-    EXPECT_GT(std::stoll(v[kColTableRows]), 0) << line;
-    EXPECT_LE(std::stoll(v[kColTableRows]), 4 * 32) << line;
+  const std::vector<std::vector<std::string>> rows = TrainingRows(dir.File("worker-1.csv"));
+  EXPECT_FALSE(rows.empty());
+  for (const auto& v : rows) {
+    EXPECT_GT(std::stoll(v[kColTableRows]), 0);
+    EXPECT_LE(std::stoll(v[kColTableRows]), 4 * 32);
   }
-  EXPECT_GT(training_rows, 0);
 }
 
 // --auth-dir authenticates the ring and --ring-encrypt encrypts it: the job trains bit for bit

@@ -9,6 +9,7 @@
 #include "common/data/idx.h"
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
+#include "tests/support/metrics_file.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -146,17 +147,12 @@ TEST(WorkerBinaryTest, DlrmOnTheClickLogLearnsAndATableThatOutgrowsItsBoundIsOne
   EXPECT_GT(summary->final_test_auc(), 0.6) << r.out;  // untrained, it is about 0.5
   EXPECT_GT(summary->peak_rss_mib(), 1.0);
   // Every training row counts the rows its step read and sent: at most 4 features x 64 examples.
-  std::ifstream metrics(dir.File("worker-0.csv"));
-  std::string line;
-  int training_rows = 0;
-  while (std::getline(metrics, line)) {
-    const std::vector<std::string> v = SplitCsv(line);
-    if (v.size() != kMetricsColumns || v[kColRun] == "run" || !v[kColTestLoss].empty()) continue;
-    ++training_rows;
-    EXPECT_GT(std::stoll(v[kColTableRows]), 0) << line;
-    EXPECT_LE(std::stoll(v[kColTableRows]), 4 * 64) << line;
+  const std::vector<std::vector<std::string>> rows = TrainingRows(dir.File("worker-0.csv"));
+  EXPECT_FALSE(rows.empty());
+  for (const auto& v : rows) {
+    EXPECT_GT(std::stoll(v[kColTableRows]), 0);
+    EXPECT_LE(std::stoll(v[kColTableRows]), 4 * 64);
   }
-  EXPECT_GT(training_rows, 0);
   std::vector<std::string> small = args;
   small.push_back("--table-rows=50");
   ProcessResult full = Worker(small);
