@@ -5,7 +5,7 @@
 namespace gradsync::python {
 
 FrontendTables::FrontendTables(std::vector<TableSpec> specs, GradientSync* sync)
-    : specs_(std::move(specs)), sync_(sync), ids_(specs_.size()), grads_(specs_.size()) {
+    : specs_(std::move(specs)), sync_(sync), read_ids_(specs_.size()), ids_(specs_.size()), grads_(specs_.size()) {
   if (sync_ == nullptr && !specs_.empty()) local_.emplace(specs_);
 }
 
@@ -20,16 +20,18 @@ Status FrontendTables::CheckTable(size_t table) const {
 Status FrontendTables::Read(size_t table, std::span<const uint64_t> ids, std::span<float> rows) {
   RETURN_IF_ERROR(CheckTable(table));
   const TableSpec& spec = specs_[table];
-  RETURN_IF_ERROR(CheckTableIds(spec, ids));
   if (rows.size() != ids.size() * static_cast<size_t>(spec.dim)) {
     return InvalidArgumentError("table '" + spec.name + "': " + std::to_string(ids.size()) + " ids need " +
                                 std::to_string(ids.size() * static_cast<size_t>(spec.dim)) + " floats of rows, not " +
                                 std::to_string(rows.size()));
   }
   if (ids.empty()) return OkStatus();
-  std::vector<std::vector<uint64_t>> per_table(specs_.size());
-  per_table[table].assign(ids.begin(), ids.end());
-  return local_ ? local_->Read(per_table, rows) : sync_->ReadRows(per_table, rows);
+  // Table t's ids alone (the others' lists stay empty); whoever reads them checks them
+  // (CheckTableIds: sorted, unique, inside the table).
+  read_ids_[table].assign(ids.begin(), ids.end());
+  const Status read = local_ ? local_->Read(read_ids_, rows) : sync_->ReadRows(read_ids_, rows);
+  read_ids_[table].clear();
+  return read;
 }
 
 Status FrontendTables::SetGrads(size_t table, std::span<const uint64_t> ids, std::span<const float> grads) {

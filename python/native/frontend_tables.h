@@ -32,9 +32,10 @@ class FrontendTables {
 
   const std::vector<TableSpec>& specs() const { return specs_; }
   bool empty() const { return specs_.empty(); }
-  // Table t's rows of `ids` (sorted ascending and unique; CheckTableIds) into `rows` (ids.size() x
-  // dim floats), as the step reads them (PS: pulled from the shards at the sync's clock).
-  // kInvalidArgument naming the table for a bad id or table index.
+  // Table t's rows of `ids` (sorted ascending and unique; CheckTableIds, by the sync or the local
+  // tables that read them) into `rows` (ids.size() x dim floats), as the step reads them (PS:
+  // pulled from the shards at the sync's clock). kInvalidArgument naming the table for a bad id or
+  // table index.
   Status Read(size_t table, std::span<const uint64_t> ids, std::span<float> rows);
   // This step's gradients of table t's rows `ids` (sorted, unique), `grads` laid out as Read's
   // rows, already summed per id and scaled as the mean loss's; a second call for the same table
@@ -56,6 +57,7 @@ class FrontendTables {
   std::vector<TableSpec> specs_;
   GradientSync* sync_;
   std::optional<LocalTables> local_;       // mode local: the tables, whole
+  std::vector<std::vector<uint64_t>> read_ids_;  // Read: one table's ids, the others empty
   std::vector<std::vector<uint64_t>> ids_;  // per table: this step's ids with a gradient
   std::vector<std::vector<float>> grads_;   // per table: their gradients
   std::vector<float> flat_;                 // Finish: the gradients table after table

@@ -106,7 +106,7 @@ Result<std::vector<EpochReport>> TrainingLoop::Run(const std::function<void(cons
       Batch batch;
       if (sparse || tables) {
         batch = buffer_.Gather(*train_, in.indices);
-        BatchKeys(*model_, batch, &keys);
+        if (sparse) BatchKeys(*model_, batch, &keys);
         in.batch = &batch;
         in.keys = keys;
       }

@@ -58,7 +58,7 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
     : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
       scaling_(options.train.numerics), table_plan_(model->tables(), client != nullptr ? client->num_shards() : 0),
-      pushed_plan_(table_plan_) {}
+      pushed_plan_(table_plan_), read_plan_(table_plan_) {}
 
 StepRows PsSyncBase::KeepRowGrads() {
   if (step_tables_ == nullptr) {
@@ -82,9 +82,8 @@ Status PsSyncBase::ReadRows(std::span<const std::vector<uint64_t>> ids, std::spa
   if (ids.empty()) return OkStatus();
   // An evaluation's batch, or a frontend's forward: its rows as the shards hold them at this
   // clock (the rows alone; the dense parameters stay as they were pulled).
-  TablePlan plan(model_->tables(), client_->num_shards());
-  RETURN_IF_ERROR(plan.Set(ids));
-  ASSIGN_OR_RETURN(const PsClient::RequestId pull, client_->Pull(clock_, {}, {}, false, {&plan, rows}));
+  RETURN_IF_ERROR(read_plan_.Set(ids));
+  ASSIGN_OR_RETURN(const PsClient::RequestId pull, client_->Pull(clock_, {}, {}, false, {&read_plan_, rows}));
   return client_->Wait(pull, options_.request_timeout_s).WithContext("rows at step " + std::to_string(clock_));
 }
 

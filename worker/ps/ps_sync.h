@@ -157,6 +157,7 @@ class PsSyncBase : public GradientSync {
   const TableStep* step_tables_ = nullptr;
   TablePlan pushed_plan_;            // the last push's rows: its plan (the tables' alike) and its row gradients
   std::vector<float> pushed_rows_;
+  TablePlan read_plan_;  // ReadRows' ids cut per shard, made again in the memory it had
 };
 
 class PsSync final : public PsSyncBase {

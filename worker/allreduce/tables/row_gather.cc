@@ -91,14 +91,16 @@ Status RowGather::Encode(std::span<const std::vector<uint64_t>> ids, std::span<c
 }
 
 Status RowGather::Decode(int rank, std::span<const std::byte> part) {
-  const std::string from = "table rows all-gathered from rank " + std::to_string(rank) + ": ";
+  // Built only for an error: a step decodes every worker's message.
+  auto where = [&](size_t t) {
+    return "table rows all-gathered from rank " + std::to_string(rank) + ": table '" + specs_[t].name + "': ";
+  };
   ids_.resize(specs_.size());
   grads_.clear();
   size_t at = 0;
   for (size_t t = 0; t < specs_.size(); ++t) {
-    const std::string table = "table '" + specs_[t].name + "': ";
     if (part.size() - at < kCountBytes) {
-      return DataLossError(from + table + "the message ends after " + std::to_string(part.size()) +
+      return DataLossError(where(t) + "the message ends after " + std::to_string(part.size()) +
                            " bytes, before the table's row count");
     }
     uint64_t n = 0;
@@ -106,7 +108,7 @@ Status RowGather::Decode(int rank, std::span<const std::byte> part) {
     at += kCountBytes;
     const size_t row = RowBytes(specs_[t]);
     if (n > (part.size() - at) / row) {
-      return DataLossError(from + table + std::to_string(n) + " rows of dim " +
+      return DataLossError(where(t) + std::to_string(n) + " rows of dim " +
                            std::to_string(specs_[t].dim) + " do not fit the " +
                            std::to_string(part.size() - at) + " bytes left of the message's " +
                            std::to_string(part.size()));
@@ -122,7 +124,8 @@ Status RowGather::Decode(int rank, std::span<const std::byte> part) {
     at += values * sizeof(float);
   }
   if (at != part.size()) {
-    return DataLossError(from + std::to_string(part.size() - at) +
+    return DataLossError("table rows all-gathered from rank " + std::to_string(rank) + ": " +
+                         std::to_string(part.size() - at) +
                          " bytes past the last table's rows (a message of " +
                          std::to_string(part.size()) + " bytes, " + std::to_string(at) +
                          " expected)");
