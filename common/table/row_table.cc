@@ -213,4 +213,16 @@ Status RowTable::Restore(const TableRows& rows) {
   return OkStatus();
 }
 
+int64_t TotalRows(std::span<const RowTable> tables) {
+  int64_t n = 0;
+  for (const RowTable& t : tables) n += t.rows();
+  return n;
+}
+
+uint64_t TotalBytes(std::span<const RowTable> tables) {
+  uint64_t n = 0;
+  for (const RowTable& t : tables) n += t.bytes();
+  return n;
+}
+
 }  // namespace gradsync

@@ -134,4 +134,8 @@ class RowTable {
   int64_t round_new_rows_ = 0;  // rows of the open round not stored yet
 };
 
+// Rows held over several tables (a shard's, a process's), and their memory in bytes.
+int64_t TotalRows(std::span<const RowTable> tables);
+uint64_t TotalBytes(std::span<const RowTable> tables);
+
 }  // namespace gradsync

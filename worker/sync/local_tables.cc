@@ -72,16 +72,8 @@ void LocalTables::DropRound() {
   for (RowTable& t : tables_) t.DropRound();
 }
 
-int64_t LocalTables::rows() const {
-  int64_t n = 0;
-  for (const RowTable& t : tables_) n += t.rows();
-  return n;
-}
+int64_t LocalTables::rows() const { return TotalRows(tables_); }
 
-uint64_t LocalTables::bytes() const {
-  uint64_t n = 0;
-  for (const RowTable& t : tables_) n += t.bytes();
-  return n;
-}
+uint64_t LocalTables::bytes() const { return TotalBytes(tables_); }
 
 }  // namespace gradsync

@@ -38,17 +38,9 @@ ShardTables::ShardTables(const std::vector<TableSpec>& specs, int shard, int num
   for (const TableSpec& spec : specs) tables_.emplace_back(spec, shard, num_shards);
 }
 
-int64_t ShardTables::rows() const {
-  int64_t n = 0;
-  for (const RowTable& t : tables_) n += t.rows();
-  return n;
-}
+int64_t ShardTables::rows() const { return TotalRows(tables_); }
 
-uint64_t ShardTables::bytes() const {
-  uint64_t n = 0;
-  for (const RowTable& t : tables_) n += t.bytes();
-  return n;
-}
+uint64_t ShardTables::bytes() const { return TotalBytes(tables_); }
 
 uint64_t ShardTables::Floats(std::span<const TableRun> runs) const {
   uint64_t n = 0;
