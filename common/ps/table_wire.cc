@@ -1,6 +1,5 @@
 #include "common/ps/table_wire.h"
 
-#include <set>
 #include <string>
 
 namespace gradsync {
@@ -29,7 +28,6 @@ Result<std::vector<TableSpec>> JobTables(const wire::JobConfig& job) {
                                 " tables, not " + std::to_string(job.tables_size()));
   }
   std::vector<TableSpec> out;
-  std::set<std::string> names;
   for (const wire::TableConfig& c : job.tables()) {
     TableSpec t;
     t.name = c.name();
@@ -49,11 +47,9 @@ Result<std::vector<TableSpec>> JobTables(const wire::JobConfig& job) {
     t.optimizer.initial_accumulator = c.initial_accumulator();
     t.optimizer.beta1 = c.beta1();
     t.optimizer.beta2 = c.beta2();
-    RETURN_IF_ERROR(ValidateTableSpec(t));
-    if (!names.insert(t.name).second)
-      return InvalidArgumentError("two tables are named '" + t.name + "'");
     out.push_back(std::move(t));
   }
+  RETURN_IF_ERROR(ValidateTableSpecs(out));
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <string>
 
 #include "common/base/numeric/rng.h"
 
@@ -74,6 +76,19 @@ Status ValidateTableSpec(const TableSpec& spec) {
   }
   if (Status st = ValidateRowOptimizerOptions(spec.optimizer); !st.ok()) {
     return InvalidArgumentError(table + ": " + st.message());
+  }
+  return OkStatus();
+}
+
+Status ValidateTableSpecs(std::span<const TableSpec> specs) {
+  if (specs.size() > kMaxTables) {
+    return InvalidArgumentError("a job has at most " + std::to_string(kMaxTables) + " tables, not " +
+                                std::to_string(specs.size()));
+  }
+  std::set<std::string> names;
+  for (const TableSpec& t : specs) {
+    RETURN_IF_ERROR(ValidateTableSpec(t));
+    if (!names.insert(t.name).second) return InvalidArgumentError("two tables are named '" + t.name + "'");
   }
   return OkStatus();
 }

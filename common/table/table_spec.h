@@ -60,6 +60,9 @@ inline constexpr int64_t kMaxTableRowsPerShard = int64_t{1} << 31;
 // kInvalidArgument, one line naming the table: an empty name, dim < 1 or past 2^16, a scale that
 // is negative or not finite, a bound < 1 or past kMaxTableRowsPerShard, a bad optimizer option.
 Status ValidateTableSpec(const TableSpec& spec);
+// A model's or job's tables: at most kMaxTables, each valid (ValidateTableSpec), no two with one
+// name. kInvalidArgument, one line naming the first table at fault.
+Status ValidateTableSpecs(std::span<const TableSpec> specs);
 
 // The shard (of num_shards) that holds row `id` of any table.
 int TableShardOf(uint64_t id, int num_shards);

@@ -354,16 +354,10 @@ void CheckSameLayout(FrontendJob* job, std::vector<TensorSpec> tensors, const st
 // The job's settings, with the wrapped optimizer's instead of the flags' (the PS shards apply
 // it; all-reduce and local leave it to PyTorch) and a constant schedule: the caller sends
 // its own rate with each step.
-// The model's tables: each valid (ValidateTableSpec), names unique, and none of what tables do not
-// go with yet (the C++ models' refusals: common/config/checks/table_checks.cc and Traits::keyed).
+// The model's tables: valid (ValidateTableSpecs), and none of what tables do not go with yet (the
+// C++ models' refusals: common/config/checks/table_checks.cc and Traits::keyed).
 void CheckTables(const config::TrainConfig& c, const std::vector<TableSpec>& tables) {
-  std::set<std::string> names;
-  for (const TableSpec& t : tables) {
-    ThrowIfError(ValidateTableSpec(t));
-    if (!names.insert(t.name).second) {
-      throw StatusError(InvalidArgumentError("two embedding tables are named '" + t.name + "' (name each one)"));
-    }
-  }
+  ThrowIfError(ValidateTableSpecs(tables));
   if (tables.empty()) return;
   if (c.sync_every() > 0) {
     throw StatusError(InvalidArgumentError("--sync-every: rounds of local steps do not go with embedding tables (table '" +
