@@ -36,6 +36,16 @@ _UNBOUND = []  # weak references to the tables made and not yet bound to an opti
 _MADE = [0]  # tables made in this process: the default names
 
 
+def _begin_step(opt_ref, training):
+    """A training forward (the module training, gradients enabled) reads rows at its step's clock,
+    as its parameters are read: the optimizer's step begins first. Returns whether it trains."""
+    train = training and torch.is_grad_enabled()
+    opt = opt_ref() if train else None
+    if opt is not None and not opt._gs_begun and not opt._gs_finished:
+        opt._gs_begin()
+    return train
+
+
 class ShardedWeight:
     """A table's weight in a state_dict: `w[ids]` (ids a sequence or tensor of ints) reads those
     rows as they are now (a float32 tensor [len(ids), dim]); shape, num_embeddings and embedding_dim
@@ -155,11 +165,7 @@ class _Table(torch.nn.Module):
         if self._sync is None:
             raise ValueError("table '%s': its rows live where the job keeps them; build the DistributedOptimizer "
                              "(after the model, as with any parameter) before the first forward" % self.table_name)
-        train = self.training and torch.is_grad_enabled()
-        if train:
-            opt = self._opt()
-            if opt is not None and not opt._gs_begun and not opt._gs_finished:
-                opt._gs_begin()  # the step's rows are read at its clock, as its parameters are
+        train = _begin_step(self._opt, self.training)
         ids = self._ids(ids)
         unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
         padding = None
@@ -296,10 +302,8 @@ class _PlainTable:
         self._accumulator = accumulator  # kept alive with its hook
 
     def _refresh(self, ids, begin=True):
-        if begin and self.module.training and torch.is_grad_enabled():
-            opt = self._opt()
-            if opt is not None and not opt._gs_begun and not opt._gs_finished:
-                opt._gs_begin()
+        if begin:
+            _begin_step(self._opt, self.module.training)
         ids = torch.unique(ids.reshape(-1).to(torch.int64), sorted=True)
         if ids.numel() and (int(ids[0]) < 0 or int(ids[-1]) >= self.num_embeddings):
             return  # the module's own forward raises torch's error for it

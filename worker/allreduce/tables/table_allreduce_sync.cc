@@ -29,7 +29,6 @@ Status TableAllreduceSync::BeginStep(const StepPlan& plan) {
 }
 
 Result<SyncStepStats> TableAllreduceSync::FinishStep() {
-  const std::string where = "step " + std::to_string(step_);
   // Every worker gathers every step, rows or none, so that the collective's calls pair up.
   Stopwatch gather;
   Status gathered = [&] {
@@ -42,7 +41,7 @@ Result<SyncStepStats> TableAllreduceSync::FinishStep() {
   step_tables_ = nullptr;
   if (!gathered.ok()) {
     dense_->AbandonStep();
-    return gathered.WithContext(where);
+    return gathered.WithContext("step " + std::to_string(step_));
   }
   Result<SyncStepStats> stats = dense_->FinishStep();
   if (!stats.ok()) {
