@@ -14,7 +14,8 @@ processes; gradsync allreduce and bsp (2 servers) over WORKERS processes. Sample
 samples / the slowest rank's timed seconds. Prints the median [min..max] of each and the ratios
 the frontend is judged by; --json writes them. --baseline-bin-dir: another build's bin/ (with
 its python/ beside it, as gradsync-launch finds it) whose multi-worker allreduce and bsp runs
-are interleaved with this build's, for an A/B of a change in the same run; --baseline-env: the
+each run right beside this build's of the same mode (the baseline first on even rounds, second on
+odd ones), with the median of the rounds' paired ratios beside the ratio of medians, for an A/B of a change in the same run; --baseline-env: the
 baseline's runs with these variables set (GRADSYNC_OVERLAP=true: a setting's A/B, with this build
 unless --baseline-bin-dir names another); --baseline-modes: which of the two get a baseline (bsp
 alone for a PS setting such as GRADSYNC_BUSY_POLL_MS=0, which an all-reduce job refuses)."""
@@ -65,6 +66,19 @@ def run(config, args, bin_dir):
         shutil.rmtree(out, ignore_errors=True)
 
 
+def round_order(configs, r):
+    """The configurations of round r: each baseline run right beside this build's run of the same
+    mode, the baseline first on even rounds and second on odd ones, so that drift falls on both."""
+    base = [c for c in configs if len(c) > 5]
+    order = []
+    for c in configs:
+        if len(c) > 5:
+            continue
+        pair = [b for b in base if c[0] in (configs[5][0], configs[6][0]) and b[2] == c[2]]
+        order += (pair + [c]) if pair and r % 2 == 0 else ([c] + pair)
+    return order
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
@@ -106,7 +120,7 @@ def main():
             configs.append(("baseline bsp, %d workers, 2 servers" % n, "gradsync", "bsp", n, 2, where))
     rates = {c[0]: [] for c in configs}
     for r in range(args.rounds):
-        for c in configs:
+        for c in round_order(configs, r):
             rate = run(c, args, args.bin_dir)
             rates[c[0]].append(rate)
             print("round %d/%d  %-36s %8.0f samples/s" % (r + 1, args.rounds, c[0], rate), flush=True)
@@ -128,7 +142,10 @@ def main():
     for c in configs[7:]:
         mode = c[2]
         ratios["baseline %s / DDP" % mode] = med[c[0]] / ddp
-        ratios["%s: this build / baseline" % mode] = med[configs[5 if mode == "allreduce" else 6][0]] / med[c[0]]
+        mine = rates[configs[5 if mode == "allreduce" else 6][0]]
+        ratios["%s: this build / baseline" % mode] = statistics.median(mine) / med[c[0]]
+        ratios["%s: this build / baseline, paired" % mode] = statistics.median(
+            m / b for m, b in zip(mine, rates[c[0]]))
     print()
     for k, v in ratios.items():
         print("%-40s %s" % (k, ("%+.1f%%" % (100 * v)) if "overhead" in k else ("%.2fx" % v)))
