@@ -261,6 +261,7 @@ void WriteWorkerSummary(const TrainConfig& c, const config::WorkerProcess& p, co
     s.set_wall_s(trained.reports->back().wall_s);
     if (evaluated) s.set_final_test_accuracy(trained.reports->back().test_accuracy);
     if (evaluated && !std::isnan(trained.reports->back().test_auc)) s.set_final_test_auc(trained.reports->back().test_auc);
+    SetRowReads(trained.reports->back().row_reads, &s);
   }
   s.set_bytes_sent(static_cast<int64_t>(trained.traffic.bytes_sent));
   s.set_bytes_received(static_cast<int64_t>(trained.traffic.bytes_received));

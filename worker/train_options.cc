@@ -87,6 +87,7 @@ PsTrainOptions PsOptionsFrom(const config::TrainConfig& c, const LocalTrainOptio
   po.channels.data_channel = c.data_channel();
   po.channels.data_min_floats = Floats(c.data_channel_min_mib());
   po.wait = WaitPolicyOf(c);
+  po.row_cache = c.row_cache();
   return po;
 }
 

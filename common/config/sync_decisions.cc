@@ -12,4 +12,8 @@ bool AllreduceOverlaps(const OverlapFacts& f) {
   return f.requested && !f.compressed && !f.sparse && !f.on_device && f.workers > 1 && !f.rounds && f.zero != 1;
 }
 
+int RowCacheBound(bool requested, const std::string& mode, int staleness) {
+  return requested && mode == "ssp" && staleness >= 1 ? staleness : -1;
+}
+
 }  // namespace gradsync

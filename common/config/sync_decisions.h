@@ -6,9 +6,11 @@
 //   if (rounds.EndsRound(step)) ...             // the round's exchange follows this step
 //   OverlapFacts f{.requested = OverlapOf(c, oversubscribed), .compressed = ..., ...};
 //   if (PsOverlaps(f)) ...                      // PsOverlapSync, else PsSync
+//   RowCacheBound(c.row_cache(), mode, s)      // how long a worker's cached table row serves
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace gradsync {
 
@@ -47,5 +49,11 @@ bool PsOverlapRefused(const OverlapFacts& f);
 // a dense, uncompressed CPU gradient over more than one rank, no rounds and ZeRO other than 1
 // (stage 1 reduce-scatters after backward).
 bool AllreduceOverlaps(const OverlapFacts& f);
+
+// The bound of a PS worker's row cache (worker/ps/row_cache.h) for a job in `mode` ("bsp", "ssp"
+// or "asp") with ssp bound `staleness`, when the run asks for the cache (`requested`): ssp's s for
+// s >= 1; -1 (off: every read asks the shards) otherwise: bsp and ssp(0) would serve a row only
+// at the clock it was pulled at, asp has no bound to keep a row against.
+int RowCacheBound(bool requested, const std::string& mode, int staleness);
 
 }  // namespace gradsync

@@ -155,6 +155,9 @@ void CheckMode(const TrainConfig& c, const Traits& t, Checker& k) {
   for (const char* f : {"recovery_timeout", "push_part_mib", "shm", "data_channel", "data_channel_min_mib"}) {
     if (!t.ps && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the PS modes (bsp|ssp|asp)");
   }
+  if (c.has_row_cache() && mode != config::SSP) {
+    k.Add("row_cache", "{row_cache} applies to {mode=ssp} only (bsp and asp keep no rows: every read asks the shards)");
+  }
   for (const char* f : {"overlap", "busy_poll_ms"}) {
     if (!t.joins && Has(c, f)) k.Add(f, "{" + std::string(f) + "} applies to the modes that join a job only");
   }
@@ -513,6 +516,7 @@ std::string JobFingerprint(const TrainConfig& c) {
   f.clear_data_channel();
   f.clear_data_channel_min_mib();
   f.clear_busy_poll_ms();
+  f.clear_row_cache();  // how each worker reads its rows
   std::string out;
   {
     pb::io::StringOutputStream stream(&out);

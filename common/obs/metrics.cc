@@ -89,6 +89,10 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   s += ',' + std::to_string(r.skipped_steps);
   s += ',' + std::to_string(r.traffic.shm_bytes_sent) + ',' + std::to_string(r.traffic.shm_bytes_received);
   s += ',' + std::to_string(r.table_rows);
+  const MetricsRow::RowReads& reads = r.row_reads;
+  s += ',' + std::to_string(reads.pulled) + ',' + std::to_string(reads.cached);
+  s += reads.max_staleness >= 0 ? ',' + std::to_string(reads.max_staleness) : std::string(",");
+  s += ',' + std::to_string(reads.saved_bytes);  // last: a row never ends in an empty field
   s += '\n';
   if (std::fwrite(s.data(), 1, s.size(), file_) != s.size()) {
     return UnavailableError(path_ + ": write failed: " + std::strerror(errno));

@@ -10,8 +10,9 @@
 // bound), loss_scale, skipped_steps, shm_bytes_sent, shm_bytes_received (values moved through
 // shared memory with processes of this host, counted as the wire would count them; not in
 // bytes_sent / bytes_received), table_rows (a model with embedding tables: the rows the step read
-// and whose gradients it sent, its batch's unique ids over every table; 0 without). A training
-// row leaves test_* empty;
+// and whose gradients it sent, its batch's unique ids over every table; 0 without), rows_pulled,
+// cache_hits, read_staleness, cache_saved_bytes (PS modes with tables: MetricsRow::RowReads). A
+// training row leaves test_* empty;
 // an evaluation row (written by the evaluating worker after an evaluation) fills them and
 // carries the mean training loss since the previous evaluation in `loss`. A NaN field is
 // written empty. Not thread-safe: one writer per file.
@@ -74,6 +75,25 @@ struct MetricsRow {
   // A model with embedding tables: rows the step pulled (or read) and pushed (or applied), the
   // batch's unique ids over every table; 0 without tables.
   int64_t table_rows = 0;
+  // PS modes with tables: how the step's reads of rows were served (its batch's, and any a
+  // frontend's forward or an evaluation made at its clock): pulled from the shards, or served
+  // from the worker's row cache (ssp), the bytes of rows the cache saved pulling, and the oldest
+  // row read: the reading clock minus the lowest clock whose updates the row was guaranteed to
+  // hold, as the worker counts it (at most ssp's bound s; -1, written empty: no row read).
+  struct RowReads {
+    int64_t pulled = 0;
+    int64_t cached = 0;
+    uint64_t saved_bytes = 0;
+    int64_t max_staleness = -1;
+
+    void Add(const RowReads& o) {
+      pulled += o.pulled;
+      cached += o.cached;
+      saved_bytes += o.saved_bytes;
+      if (o.max_staleness > max_staleness) max_staleness = o.max_staleness;
+    }
+  };
+  RowReads row_reads;
 };
 
 // The q-quantile (0..1) of a histogram (value -> count): the smallest value whose cumulative
@@ -88,7 +108,8 @@ enum MetricsColumn {
   kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,
   kColBytesReceived,
   kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kColLossScale,
-  kColSkippedSteps, kColShmBytesSent, kColShmBytesReceived, kColTableRows, kMetricsColumns
+  kColSkippedSteps, kColShmBytesSent, kColShmBytesReceived, kColTableRows, kColRowsPulled, kColCacheHits,
+  kColReadStaleness, kColCacheSavedBytes, kMetricsColumns
 };
 
 // The fields of one CSV line (no quoting: the metrics files have none); "a,,b," has 4 fields.
@@ -99,7 +120,7 @@ class MetricsWriter {
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
       "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,shm_bytes_received,"
-      "table_rows";
+      "table_rows,rows_pulled,cache_hits,read_staleness,cache_saved_bytes";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.
   static Result<MetricsWriter> Open(const std::string& path, std::string run, int worker);

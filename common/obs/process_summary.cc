@@ -62,4 +62,12 @@ void AddHistogram(const google::protobuf::RepeatedPtrField<summary::Bucket>& buc
   for (const auto& b : buckets) (*h)[b.value()] += b.count();
 }
 
+void SetRowReads(const MetricsRow::RowReads& reads, summary::ProcessSummary* s) {
+  if (reads.pulled + reads.cached == 0) return;
+  s->set_rows_pulled(reads.pulled);
+  s->set_cache_hits(reads.cached);
+  s->set_cache_saved_bytes(static_cast<int64_t>(reads.saved_bytes));
+  s->set_max_read_staleness(reads.max_staleness);
+}
+
 }  // namespace gradsync

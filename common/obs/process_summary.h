@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/base/status.h"
+#include "common/obs/metrics.h"
 #include "summary.pb.h"
 
 namespace gradsync {
@@ -26,6 +27,9 @@ double PeakRssMib();
 // file) when it does not parse. Unknown fields are ignored, so that an older reader reads a
 // newer file.
 Result<summary::ProcessSummary> ReadProcessSummary(const std::string& path);
+
+// A worker's reads of table rows over its run (nothing when it read none).
+void SetRowReads(const MetricsRow::RowReads& reads, summary::ProcessSummary* s);
 
 void SetHistogram(const Histogram& h, google::protobuf::RepeatedPtrField<summary::Bucket>* out);
 // Adds the buckets into `h` (summing over processes).

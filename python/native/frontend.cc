@@ -513,7 +513,9 @@ SyncStepStats FrontendSync::FinishStep() {
     const Status applied = tables_->Finish(step_lr_);
     tables_->Clear();
     ThrowIfError(applied);
-    return {.table_rows = table_rows};
+    SyncStepStats local;
+    local.table_rows = table_rows;
+    return local;
   }
   in_step_ = false;
   if (compute_begin_us_ >= 0 && Trace::on()) {

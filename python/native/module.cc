@@ -48,6 +48,10 @@ py::dict StatsDict(const SyncStepStats& s) {
   d["loss_scale"] = s.loss_scale;
   d["skipped_steps"] = s.skipped_steps;
   d["table_rows"] = s.table_rows;
+  d["rows_pulled"] = s.row_reads.pulled;
+  d["cache_hits"] = s.row_reads.cached;
+  d["cache_saved_bytes"] = s.row_reads.saved_bytes;
+  d["read_staleness"] = s.row_reads.max_staleness;
   return d;
 }
 
@@ -185,6 +189,10 @@ MetricsRow RowFrom(const py::dict& d) {
   r.loss_scale = Get(d, "loss_scale", NAN);
   r.skipped_steps = static_cast<int64_t>(Get(d, "skipped_steps", 0));
   r.table_rows = static_cast<int64_t>(Get(d, "table_rows", 0));
+  r.row_reads.pulled = static_cast<int64_t>(Get(d, "rows_pulled", 0));
+  r.row_reads.cached = static_cast<int64_t>(Get(d, "cache_hits", 0));
+  r.row_reads.saved_bytes = static_cast<uint64_t>(Get(d, "cache_saved_bytes", 0));
+  r.row_reads.max_staleness = static_cast<int64_t>(Get(d, "read_staleness", -1));
   return r;
 }
 
@@ -458,6 +466,13 @@ void BindMetrics(py::module_& m) {
         s.set_shm_bytes_sent(static_cast<int64_t>(Get(d, "shm_bytes_sent", 0)));
         s.set_shm_bytes_received(static_cast<int64_t>(Get(d, "shm_bytes_received", 0)));
         if (d.contains("params_sha256")) s.set_params_sha256(d["params_sha256"].cast<std::string>());
+        if (d.contains("row_reads")) {
+          const py::dict r = d["row_reads"].cast<py::dict>();
+          SetRowReads({.pulled = r["rows_pulled"].cast<int64_t>(), .cached = r["cache_hits"].cast<int64_t>(),
+                       .saved_bytes = r["cache_saved_bytes"].cast<uint64_t>(),
+                       .max_staleness = r["read_staleness"].cast<int64_t>()},
+                      &s);
+        }
         if (d.contains("replies")) {
           const py::dict r = d["replies"].cast<py::dict>();
           PsClient::ReplyCounts c;

@@ -29,8 +29,10 @@ TEST(MetricsTest, WritesHeaderAndRows) {
     train.times.compute_ms = 2.0;
     train.staleness.version_lag = 3;
     train.staleness.clock_staleness = 1;
+    train.row_reads = {.pulled = 1200, .cached = 269, .saved_bytes = 8608, .max_staleness = 2};
     ASSERT_TRUE(w->Write(train).ok());
     MetricsRow eval = train;
+    eval.row_reads = {};  // no row read: read_staleness empty, never the row's last field
     eval.staleness.version_lag = NAN;
     eval.staleness.clock_staleness = NAN;
     eval.test.loss = 0.5;
@@ -45,10 +47,13 @@ TEST(MetricsTest, WritesHeaderAndRows) {
   EXPECT_EQ(header,
             "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,"
             "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,"
-            "shm_bytes_received,table_rows");
-  EXPECT_EQ(row1, "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0,4096,8192,1469");
+            "shm_bytes_received,table_rows,rows_pulled,cache_hits,read_staleness,cache_saved_bytes");
+  EXPECT_EQ(row1,
+            "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0,4096,8192,1469,1200,269,2,"
+            "8608");
   EXPECT_EQ(row2,
-            "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0,4096,8192,1469");
+            "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0,4096,8192,1469,0,0,,"
+            "0");
 }
 
 TEST(ProcessSummaryTest, RoundTripsThroughJsonWithItsHistograms) {

@@ -8,6 +8,7 @@
 
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
+#include "tests/support/metrics_file.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -68,6 +69,77 @@ TEST(PsBinaryTest, LaunchRunsAWholeJobAndWritesItsFiles) {
     ASSERT_FALSE(clock.empty());
     EXPECT_LE(clock.rbegin()->first, 1);
   }
+}
+
+// ssp's row cache as a user runs it: the DLRM-style model over 2 servers x 2 workers at s = 3.
+// Every training row accounts for each row its step read (pulled or served from the cache), no read
+// is older than the bound by the workers' own count (rows and summaries), the cache serves the
+// popular rows, and --row-cache=false pulls every row; a bsp job refuses the setting in one line.
+// Mutations caught: the cache never consulted or never filled (no hits), hits or pulls not counted
+// (the sum falls short of the rows read), the bound not kept or not counted, the flag ignored, a
+// setting that does nothing in bsp accepted.
+TEST(PsBinaryTest, SspServesRowsFromTheCacheWithinTheBoundAndCountsEveryRead) {
+  const std::vector<std::string> model = {"--model=dlrm", "--click-features=4", "--click-ids=300", "--click-dense=4",
+                                          "--click-train=4000", "--click-test=1000", "--table-dim=8", "--lr=0.05",
+                                          "--momentum=0", "--epochs=1", "--batch=32", "--log-every=1"};
+  struct Totals {
+    int64_t read = 0, pulled = 0, hits = 0;
+  };
+  auto run = [&](const std::string& cache, Totals* t) {
+    TempDir dir;
+    std::vector<std::string> args = {BinaryPath("gradsync-launch"), "--servers=2", "--workers=2", "--mode=ssp",
+                                     "--staleness=3", "--out=" + dir.path(), "--"};
+    args.insert(args.end(), model.begin(), model.end());
+    args.push_back("--row-cache=" + cache);
+    ProcessResult r = RunProcess(args, 180);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.out.find("row cache on") != std::string::npos, cache == "true") << r.out;
+    for (int w = 0; w < 2; ++w) {
+      const std::vector<std::vector<std::string>> rows = TrainingRows(dir.File("worker-" + std::to_string(w) + ".csv"));
+      ASSERT_GE(rows.size(), 50u);
+      Totals mine;
+      for (const auto& v : rows) {
+        const int64_t read = std::stoll(v[kColTableRows]), pulled = std::stoll(v[kColRowsPulled]),
+                      hits = std::stoll(v[kColCacheHits]);
+        EXPECT_EQ(pulled + hits, read) << "worker " << w << " step " << v[kColStep];
+        EXPECT_EQ(std::stoull(v[kColCacheSavedBytes]), static_cast<uint64_t>(hits) * 8 * sizeof(float));
+        ASSERT_FALSE(v[kColReadStaleness].empty());
+        EXPECT_LE(std::stoll(v[kColReadStaleness]), 3) << "worker " << w << " step " << v[kColStep];
+        EXPECT_GE(std::stoll(v[kColReadStaleness]), 0);
+        mine.read += read;
+        mine.pulled += pulled;
+        mine.hits += hits;
+      }
+      auto s = ReadProcessSummary(dir.File("worker-" + std::to_string(w) + ".json"));
+      ASSERT_TRUE(s.ok()) << s.status();
+      ASSERT_TRUE(s->has_max_read_staleness());
+      EXPECT_LE(s->max_read_staleness(), 3);
+      // The summary sums every step's reads; the evaluation's reads come on top of the training rows'.
+      EXPECT_GE(s->rows_pulled() + s->cache_hits(), mine.read);
+      EXPECT_EQ(s->cache_hits(), mine.hits);
+      t->read += mine.read;
+      t->pulled += mine.pulled;
+      t->hits += mine.hits;
+    }
+  };
+  Totals cached, uncached;
+  run("true", &cached);
+  run("false", &uncached);
+  EXPECT_EQ(uncached.hits, 0);
+  EXPECT_EQ(uncached.pulled, uncached.read);
+  // Zipf ids over 300 per table: the popular rows of a step are read again within 3 clocks (about
+  // a fifth of the reads here; none without the cache).
+  EXPECT_GT(cached.hits, cached.read / 10) << cached.hits << " of " << cached.read;
+  EXPECT_LT(cached.pulled, uncached.pulled);
+
+  TempDir dir;
+  std::vector<std::string> bsp = {BinaryPath("gradsync-launch"), "--servers=1", "--workers=1", "--mode=bsp",
+                                  "--out=" + dir.path(), "--"};
+  bsp.insert(bsp.end(), model.begin(), model.end());
+  bsp.push_back("--row-cache=false");
+  ProcessResult refused = RunProcess(bsp, 60);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("--row-cache applies to --mode=ssp only"), std::string::npos) << refused.out << refused.err;
 }
 
 TEST(PsBinaryTest, AFailingWorkerStopsTheWholeJob) {

@@ -177,7 +177,8 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   const std::string first = csv.str();
   EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,"
                         "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,"
-                        "shm_bytes_sent,shm_bytes_received,table_rows\n",
+                        "shm_bytes_sent,shm_bytes_received,table_rows,rows_pulled,cache_hits,read_staleness,"
+                        "cache_saved_bytes\n",
                         0),
             0u);
   // And its summary, which the reports read instead of the log.

@@ -8,6 +8,7 @@ void EpochReporter::Start(const std::function<void(const EpochReport&)>* on_epoc
   on_epoch_ = on_epoch;
   steps_per_epoch_ = steps_per_epoch;
   totals_ = EpochTotals();
+  row_reads_ = {};
   reports_.clear();
   run_clock_.Reset();
 }
@@ -24,6 +25,7 @@ Status EpochReporter::CloseEpoch(int epoch, int64_t step, const SyncTraffic& tra
   EpochClose close = At(step, traffic);
   close.epoch = epoch;
   ASSIGN_OR_RETURN(EpochReport r, gradsync::CloseEpoch(close, totals_, *model_, metrics_));
+  r.row_reads = row_reads_;
   reports_.push_back(r);
   if (*on_epoch_) (*on_epoch_)(r);
   totals_ = EpochTotals();
@@ -39,6 +41,7 @@ Status EpochReporter::WriteEvaluationRow(int64_t step, const SyncTraffic& traffi
 Status EpochReporter::StepDone(int64_t step, float loss, int64_t samples, double seconds, const SyncStepStats& stats,
                                double compute_ms, double delay_ms) {
   totals_.AddStep(loss, samples, seconds);
+  row_reads_.Add(stats.row_reads);
   if (!metrics_ || options_.log_every <= 0 || step % options_.log_every != 0) return OkStatus();
   return WriteStepRow(step, loss, stats, compute_ms, delay_ms);
 }
@@ -60,6 +63,7 @@ Status EpochReporter::WriteStepRow(int64_t step, float loss, const SyncStepStats
   row.loss_scale = stats.loss_scale;
   row.skipped_steps = stats.skipped_steps;
   row.table_rows = stats.table_rows;
+  row.row_reads = stats.row_reads;
   return metrics_->Write(row);
 }
 

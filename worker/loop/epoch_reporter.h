@@ -63,6 +63,7 @@ class EpochReporter {
   int64_t steps_per_epoch_ = 1;
   Stopwatch run_clock_;
   EpochTotals totals_;
+  MetricsRow::RowReads row_reads_;  // the run's so far
   std::vector<EpochReport> reports_;
   RowReader read_rows_;
 };

@@ -32,6 +32,7 @@ struct EpochReport {
   double train_seconds = 0.0;  // this epoch, without evaluation
   double samples_per_s = 0.0;  // training samples / train_seconds
   double wall_s = 0.0;         // since the start of Run
+  MetricsRow::RowReads row_reads;  // PS with tables: the reads of rows so far (every step's, summed)
 };
 
 // Applies the model's current gradient (dense and sparse tensors) with `opt` at rate `lr`: one

@@ -58,7 +58,8 @@ wire::JobConfig MakeJobConfig(const Model& model, const PsTrainOptions& o, int64
 PsSyncBase::PsSyncBase(const PsTrainOptions& options, Model* model, PsClient* client, SchedulerClient* scheduler)
     : options_(options), model_(model), client_(client), scheduler_(scheduler), sparse_(HasSparse(model->layout())),
       scaling_(options.train.numerics), table_plan_(model->tables(), client != nullptr ? client->num_shards() : 0),
-      pushed_plan_(table_plan_), read_plan_(table_plan_) {}
+      pushed_plan_(table_plan_), read_plan_(table_plan_),
+      row_cache_(model->tables(), client != nullptr ? client->num_shards() : 0) {}
 
 StepRows PsSyncBase::KeepRowGrads() {
   if (step_tables_ == nullptr) {
@@ -83,8 +84,18 @@ Status PsSyncBase::ReadRows(std::span<const std::vector<uint64_t>> ids, std::spa
   // An evaluation's batch, or a frontend's forward: its rows as the shards hold them at this
   // clock (the rows alone; the dense parameters stay as they were pulled).
   RETURN_IF_ERROR(read_plan_.Set(ids));
-  ASSIGN_OR_RETURN(const PsClient::RequestId pull, client_->Pull(clock_, {}, {}, false, {&read_plan_, rows}));
-  return client_->Wait(pull, options_.request_timeout_s).WithContext("rows at step " + std::to_string(clock_));
+  ASSIGN_OR_RETURN(const StepRows to_pull, RowsToPull(read_plan_, ids, rows));
+  if (to_pull.plan != nullptr) {
+    ASSIGN_OR_RETURN(const PsClient::RequestId pull, client_->Pull(clock_, {}, {}, false, to_pull));
+    RETURN_IF_ERROR(client_->Wait(pull, options_.request_timeout_s).WithContext("rows at step " + std::to_string(clock_)));
+  }
+  RowsPulled(read_plan_, rows);
+  return OkStatus();
+}
+
+void PsSyncBase::RowsPulled(const TablePlan& plan, FloatSpan rows) {
+  const PsReplies& replies = client_->replies();
+  row_cache_.Pulled(clock_, plan, rows, [&replies](int shard) { return replies.last_clock_staleness(shard); });
 }
 
 Status PsSyncBase::SetStepTables(const TableStep* tables) {
@@ -146,6 +157,13 @@ Result<int64_t> PsSyncBase::Start(const JobShape& shape) {
     }
     std::fflush(stdout);
   }
+  const wire::ClusterTable table = scheduler_->table();
+  row_cache_.set_bound(RowCacheBound(options_.row_cache && !model_->tables().empty(), table.mode(), table.staleness()));
+  if (row_cache_.on() && options_.rank == 0) {
+    std::printf("worker %d: row cache on: a table row read serves this worker's reads for up to %d clocks past the "
+                "updates it holds (ssp's bound)\n", options_.rank, row_cache_.bound());
+    std::fflush(stdout);
+  }
   if (options_.after_init) options_.after_init();
   clock_ = start_clock;
   return start_clock;
@@ -162,6 +180,7 @@ Status PsSyncBase::Recover(const Status& failure) {
   std::fflush(stdout);
   RETURN_IF_ERROR(client_->Reconnect(options_.recovery_timeout_s).WithContext("after: " + failure.message()));
   push_.Interrupted(clock_);
+  row_cache_.Clear();  // the shard that came back may hold other rows than those read before
   const int64_t unacked = push_.unacked_clock();
   // The gradient of an unacknowledged push is still in the model only while it is the last one.
   if (unacked >= 0 && unacked == clock_ - 1 && options_.codec.compression.empty()) {
@@ -284,10 +303,14 @@ Status PsSync::BeginStep(const StepPlan& plan) {
   Stopwatch comm;
   Status st = [&]() -> Status {
     step_tables_ = plan.tables;
-    if (step_tables_ != nullptr) RETURN_IF_ERROR(table_plan_.Set(step_tables_->ids));
-    const StepRows rows = step_tables_ ? StepRows{&table_plan_, step_tables_->rows} : StepRows{};
+    StepRows rows;
+    if (step_tables_ != nullptr) {
+      RETURN_IF_ERROR(table_plan_.Set(step_tables_->ids));
+      ASSIGN_OR_RETURN(rows, RowsToPull(table_plan_, step_tables_->ids, step_tables_->rows));
+    }
     ASSIGN_OR_RETURN(PsClient::RequestId pull, client_->Pull(clock_, model_->params(), plan.sparse_keys, false, rows));
     const Status pulled = client_->Wait(pull, timeout).WithContext("pull " + std::to_string(clock_));
+    if (pulled.ok() && step_tables_ != nullptr) RowsPulled(table_plan_, step_tables_->rows);
     if (push_.pending()) {
       // A refused push (a table past its bound, say) is the cause of the pull's failure that
       // follows it ("future clock"): its error is the one to report.
@@ -324,6 +347,7 @@ Result<SyncStepStats> PsSync::FinishStep() {
   SyncStepStats stats;
   scaling_.Report(&stats);
   stats.table_rows = TableStepRows(step_tables_);
+  stats.row_reads = row_cache_.TakeReads();
   stats.comm_ms = pull_ms_ - wait_ms_ + push_clock.Millis();
   stats.wait_ms = wait_ms_;
   pull_ms_ = 0;

@@ -39,6 +39,7 @@
 #include "worker/loop/train_options.h"
 #include "worker/ps/client/ps_client.h"
 #include "worker/ps/push_record.h"
+#include "worker/ps/row_cache.h"
 #include "worker/sync/gradient_sync.h"
 #include "worker/sync/loss_scaling.h"
 
@@ -89,6 +90,9 @@ struct PsTrainOptions {
   // How long to wait for a dead server to come back (from its checkpoint) before failing; the
   // step is then redone against the restored shard. 0: fail at once.
   double recovery_timeout_s = 0;
+  // ssp: serve table rows from this worker's row cache while within the bound (RowCache); false:
+  // every read asks the shards. bsp and asp keep no rows whatever it says.
+  bool row_cache = true;
   // Test and experiment hooks of the loop (its before_compute: e.g. a straggler's delay; its
   // step_lr: each step's own rate, pushed with its gradient), and one after the "init" barrier.
   StepHooks loop;
@@ -133,6 +137,13 @@ class PsSyncBase : public GradientSync {
   // the last push's, as kept (Recover sends them again).
   StepRows KeepRowGrads();
   StepRows PushedRowGrads();
+  // A read at clock_ of `ids` (`plan` set from them) into `rows`, through the row cache: the
+  // rows to pull (none: every row was served from the cache), then, once that pull is answered,
+  // its rows in place (RowCache::ToPull, Pulled).
+  Result<StepRows> RowsToPull(const TablePlan& plan, std::span<const std::vector<uint64_t>> ids, FloatSpan rows) {
+    return row_cache_.ToPull(clock_, plan, ids, rows);
+  }
+  void RowsPulled(const TablePlan& plan, FloatSpan rows);
   // EndTraining and Leave: the last push answered, TRAINING_ENDED (clock_, leave), the "trained"
   // gather of every worker's end, the check that none of this worker's pushes was left out of a
   // round, and the final pull.
@@ -158,6 +169,7 @@ class PsSyncBase : public GradientSync {
   TablePlan pushed_plan_;            // the last push's rows: its plan (the tables' alike) and its row gradients
   std::vector<float> pushed_rows_;
   TablePlan read_plan_;  // ReadRows' ids cut per shard, made again in the memory it had
+  RowCache row_cache_;   // ssp: the rows read, served again while within the bound; every read counted
 };
 
 class PsSync final : public PsSyncBase {

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/obs/metrics.h"
 
 namespace gradsync {
 
@@ -102,6 +103,8 @@ struct SyncStepStats {
   // A model with embedding tables: the rows the step read and whose gradients it sent or applied
   // (the batch's unique ids over every table); 0 without tables.
   int64_t table_rows = 0;
+  // PS modes with tables: how the step's reads of rows were served (MetricsRow::RowReads).
+  MetricsRow::RowReads row_reads;
 };
 
 // The rows a step's tables name (SyncStepStats::table_rows); 0 for none.

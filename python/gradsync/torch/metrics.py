@@ -37,6 +37,9 @@ class Recorder:
         self.final_test_accuracy = math.nan
         self.last_row = None
         self._held = None  # the last training row, not written yet
+        # PS with tables: the reads of rows over the run (every step's stats summed, as the C++
+        # worker's EpochReporter sums them); read_staleness the largest.
+        self.row_reads = dict(rows_pulled=0, cache_hits=0, cache_saved_bytes=0, read_staleness=-1)
         self._written = None  # the last row written: the summary's figures are its
 
     def wall_s(self):
@@ -51,6 +54,9 @@ class Recorder:
         if loss is not None and math.isfinite(loss):
             self._loss_sum += loss
             self._loss_count += 1
+        for k in ("rows_pulled", "cache_hits", "cache_saved_bytes"):
+            self.row_reads[k] += int(stats.get(k, 0))
+        self.row_reads["read_staleness"] = max(self.row_reads["read_staleness"], int(stats.get("read_staleness", -1)))
         row = dict(stats)
         row.update(step=step, epoch=self._epoch(step), wall_s=self.wall_s(),
                    loss=math.nan if loss is None else loss, compute_ms=compute_ms)
@@ -103,6 +109,7 @@ class Recorder:
             summary["replies"] = replies
         if params_sha256:
             summary["params_sha256"] = params_sha256
+        summary["row_reads"] = dict(self.row_reads)
         if self._job.mode == "ssp":
             summary["staleness_bound"] = self._job.staleness
         if error:

@@ -62,6 +62,8 @@ class PsReplies {
   // the consistency rule.
   double last_version_lag() const;
   int64_t last_clock_staleness() const;
+  // Of shard s's last answered pull (-1 until known).
+  int64_t last_clock_staleness(int shard) const { return last_[static_cast<size_t>(shard)].clock_staleness; }
   double last_wait_ms() const;
 
  private:
