@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/ps_bench_procs.h"
+#include "bench/ps_bench_rows.h"
 #include "common/base/logging.h"
 #include "common/config/flags.h"
 #include "common/net/control/client/scheduler_client.h"
@@ -255,6 +256,16 @@ int Main(int argc, char** argv) {
        "--processes: per configuration also small requests, a sparse push and a sparse pull of this many sorted unique "
        "random keys per op, in round trips/s beside a ZeroMQ REQ/REP ceiling of the same bytes; 0: off")
       ("small-iters", po::value<int>()->default_value(2000), "--processes: small-request ops per repeat")
+      ("rows", po::value<std::string>()->default_value(""),
+       "--processes: instead of the dense tensor, sparse push+pull of embedding rows (ps_bench_rows.h): BATCHxFEATURES, "
+       "a batch of BATCH ids per table of FEATURES tables per worker and op, e.g. 4096x26; rows/s in every --paths of "
+       "zmq (loopback TCP) and shm (lanes attached: co-located)")
+      ("row-dims", po::value<std::string>()->default_value("16,64"), "--rows: the tables' dims, comma-separated")
+      ("row-ids", po::value<uint64_t>()->default_value(100000000), "--rows: ids per table")
+      ("row-zipf", po::value<double>()->default_value(1.05), "--rows: the ids' Zipf exponent")
+      ("row-sets", po::value<int>()->default_value(8), "--rows: batches each worker draws and cycles through")
+      ("row-keys-out", po::value<std::string>()->default_value(""),
+       "--rows: write each worker's batches as ps-lite keys to PREFIX-<rank>.bin (bench/pslite/run.sh --rows-keys)")
       ("json", po::value<std::string>(), "also write the rows as JSON here");
   auto vm = flags.ParseOrExit(argc, argv);
   TuneAllocatorForLargeMessages();
@@ -312,6 +323,34 @@ int Main(int argc, char** argv) {
       paths.push_back(p);
     }
     if (paths.empty()) flags.Fail("--paths names no path");
+    if (!vm["rows"].as<std::string>().empty()) {
+      psbench::RowsOptions ro;
+      char x = 0;
+      std::stringstream rs(vm["rows"].as<std::string>());
+      if (!(rs >> ro.batch >> x >> ro.features) || x != 'x' || !rs.eof() || ro.batch < 1 || ro.batch > 65536 ||
+          ro.features < 1 || ro.features > 1024) {
+        flags.Fail("--rows: BATCHxFEATURES (batch in [1, 65536], features in [1, 1024]), not '" + vm["rows"].as<std::string>() + "'");
+      }
+      auto dims = ParseIntList(vm["row-dims"].as<std::string>(), 1, 4096);
+      if (!dims.ok()) flags.Fail("--row-dims: " + dims.status().message());
+      ro.dims.assign(dims->begin(), dims->end());
+      ro.ids = vm["row-ids"].as<uint64_t>();
+      if (ro.ids < 1 || ro.ids > (uint64_t{1} << 40)) flags.Fail("--row-ids must be in [1, 2^40]");
+      ro.zipf = vm["row-zipf"].as<double>();
+      if (!(ro.zipf > 0 && ro.zipf <= 3)) flags.Fail("--row-zipf must be in (0, 3]");
+      ro.sets = vm["row-sets"].as<int>();
+      if (ro.sets < 1 || ro.sets > 1024) flags.Fail("--row-sets must be in [1, 1024]");
+      for (const std::string& p : paths) {
+        if (p == "tcp") flags.Fail("--rows: rows travel over ZeroMQ (zmq), with or without lanes (shm); no data channel (tcp)");
+      }
+      ro.paths = paths;
+      ro.configs = configs;
+      ro.iters = vm["iters"].as<int>() > 0 ? vm["iters"].as<int>() : 10;
+      ro.repeats = repeats;
+      ro.keys_out = vm["row-keys-out"].as<std::string>();
+      ro.json = vm.count("json") ? vm["json"].as<std::string>() : std::string();
+      return psbench::RunRowsProcs(ro);
+    }
     const int small_keys = vm["small-keys"].as<int>(), small_iters = vm["small-iters"].as<int>();
     if (small_keys < 0 || small_keys > 65536) flags.Fail("--small-keys must be in [0, 65536]");
     if (small_iters < 1) flags.Fail("--small-iters must be >= 1");

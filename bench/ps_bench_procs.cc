@@ -29,6 +29,9 @@
 // their stdin, one after the other, so that the machine's noisy spells hit both alike.
 #include "bench/ps_bench_procs.h"
 
+#include "bench/ps_bench_jobs.h"
+#include "bench/ps_bench_rows.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -66,76 +69,10 @@
 namespace gradsync::psbench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-
-int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "gradsync-bench-ps: error: %s\n", what.c_str());
-  std::exit(1);
-}
-
-// --key=value arguments of a role.
-std::map<std::string, std::string> RoleArgs(int argc, char** argv) {
-  std::map<std::string, std::string> m;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    const auto eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) Die("bad role argument '" + a + "'");
-    m[a.substr(2, eq - 2)] = a.substr(eq + 1);
-  }
-  return m;
-}
-
-int64_t Int(const std::map<std::string, std::string>& m, const std::string& k) {
-  auto it = m.find(k);
-  if (it == m.end()) Die("role argument --" + k + " missing");
-  return std::stoll(it->second);
-}
-
-std::string Str(const std::map<std::string, std::string>& m, const std::string& k) {
-  auto it = m.find(k);
-  if (it == m.end()) Die("role argument --" + k + " missing");
-  return it->second;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Roles (children).
 
 const char* kOps[] = {"push", "pull", "push+pull"};
-
-// A bench worker's job: registered with the parent's scheduler, connected to every shard, the
-// shards initialized by worker 0 with `job` (all zeros) and the "init" barrier passed.
-struct BenchWorker {
-  TransportContext ctx{2};
-  std::unique_ptr<SchedulerClient> client;
-  std::unique_ptr<PsClient> ps;
-};
-
-std::unique_ptr<BenchWorker> JoinBenchJob(const std::map<std::string, std::string>& a, std::vector<TensorInfo> layout,
-                                          const wire::JobConfig& job) {
-  const int w = static_cast<int>(Int(a, "rank"));
-  auto b = std::make_unique<BenchWorker>();
-  SchedulerClientOptions sc;
-  sc.scheduler_endpoint = Str(a, "scheduler");
-  sc.self.set_role(wire::WORKER);
-  sc.self.set_host("127.0.0.1");
-  sc.self.set_requested_rank(w);
-  sc.mode = "asp";
-  b->client = std::make_unique<SchedulerClient>(b->ctx, sc);
-  auto table = b->client->Register(60);
-  if (!table.ok()) Die("worker register: " + table.status().message());
-  auto created = PsClient::Create(b->ctx, *table, w, std::move(layout), b->client.get());
-  if (!created.ok()) Die("worker PsClient: " + created.status().message());
-  b->ps = std::move(created).value();
-  if (w == 0) {
-    const std::vector<float> zeros(job.num_params(), 0.0f);
-    if (Status s = b->ps->Init(job, zeros, 60); !s.ok()) Die("worker init: " + s.message());
-  }
-  if (Status s = b->client->Barrier("init", "workers", 60); !s.ok()) Die("worker barrier: " + s.message());
-  return b;
-}
 
 int RunWorker(const std::map<std::string, std::string>& a) {
   const int workers = static_cast<int>(Int(a, "workers"));
@@ -489,174 +426,6 @@ int RunCeiling(const std::map<std::string, std::string>& a, bool rx) {
   return 0;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The parent: children, bounded waits, every child killed at the end.
-
-struct Child {
-  pid_t pid = -1;
-  int out = -1;  // stdout pipe, -1 when not captured or at EOF
-  int in = -1;   // stdin pipe (Spawn with feed), -1 otherwise
-  std::string text;
-  std::string name;
-  int status = -1;  // waitpid status once reaped
-};
-
-class Children {
- public:
-  ~Children() { KillAll(); }
-
-  // Starts args[0] with args; its stdout comes back through a pipe when `capture`, else goes to
-  // /dev/null. stderr is inherited. It dies with this process (PR_SET_PDEATHSIG).
-  // With `feed` its stdin is a pipe the parent writes lines to (Say).
-  Child* Spawn(const std::vector<std::string>& args, bool capture, const std::string& name, bool feed = false) {
-    int p[2] = {-1, -1}, q[2] = {-1, -1};
-    if (::pipe2(p, O_CLOEXEC) != 0) Die("pipe");
-    if (feed && ::pipe2(q, O_CLOEXEC) != 0) Die("pipe");
-    const pid_t parent = ::getpid();
-    std::vector<char*> argv;
-    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) Die("fork");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      if (feed) ::dup2(q[0], 0);
-      if (capture) {
-        ::dup2(p[1], 1);
-      } else {
-        const int null = ::open("/dev/null", O_WRONLY);
-        ::dup2(null, 1);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(p[1]);
-    auto c = std::make_unique<Child>();
-    c->pid = pid;
-    c->name = name;
-    if (feed) {
-      ::close(q[0]);
-      c->in = q[1];
-    }
-    if (capture) {
-      c->out = p[0];
-    } else {
-      ::close(p[0]);
-    }
-    all_.push_back(std::move(c));
-    return all_.back().get();
-  }
-
-  // Writes one line to a fed child's stdin. False when it is gone (SIGPIPE is ignored).
-  static bool Say(Child* c, const std::string& line) {
-    const std::string text = line + "\n";
-    size_t done = 0;
-    while (c->in >= 0 && done < text.size()) {
-      const ssize_t n = ::write(c->in, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      done += static_cast<size_t>(n);
-    }
-    return c->in >= 0;
-  }
-
-  // Until every one of `kids` has printed at least `lines` lines, or the deadline (false).
-  static bool ReadLines(const std::vector<Child*>& kids, int lines, Clock::time_point deadline) {
-    for (Child* c : kids) {
-      if (!Read({c}, deadline, c, lines)) return false;
-    }
-    return true;
-  }
-
-  // Reads the children's stdout until each is at EOF (and at least `min_lines` lines of `until`
-  // arrived, when given) or the deadline. False at the deadline.
-  static bool Read(const std::vector<Child*>& kids, Clock::time_point deadline, Child* until = nullptr, int min_lines = 0) {
-    for (;;) {
-      if (until && std::count(until->text.begin(), until->text.end(), '\n') >= min_lines) return true;
-      std::vector<pollfd> fds;
-      std::vector<Child*> who;
-      for (Child* c : kids) {
-        if (c->out >= 0) {
-          fds.push_back({c->out, POLLIN, 0});
-          who.push_back(c);
-        }
-      }
-      if (fds.empty()) return until == nullptr;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      if (::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000))) < 0 && errno != EINTR) return false;
-      for (size_t i = 0; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        char buf[65536];
-        const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-        if (n > 0) {
-          who[i]->text.append(buf, static_cast<size_t>(n));
-        } else if (n == 0 || errno != EINTR) {
-          ::close(who[i]->out);
-          who[i]->out = -1;
-        }
-      }
-    }
-  }
-
-  // Waits for the children to exit until the deadline; kills the rest. True when every one
-  // exited by itself with status 0.
-  static bool Reap(const std::vector<Child*>& kids, Clock::time_point deadline) {
-    bool ok = true;
-    for (Child* c : kids) {
-      while (c->pid > 0) {
-        int st = 0;
-        const pid_t r = ::waitpid(c->pid, &st, WNOHANG);
-        if (r == c->pid) {
-          c->status = st;
-          c->pid = -1;
-          if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            std::fprintf(stderr, "gradsync-bench-ps: %s exited with status %d\n", c->name.c_str(),
-                         WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-            ok = false;
-          }
-        } else if (Clock::now() > deadline) {
-          std::fprintf(stderr, "gradsync-bench-ps: %s did not exit in time: killed\n", c->name.c_str());
-          ::kill(c->pid, SIGKILL);
-          ::waitpid(c->pid, &st, 0);
-          c->pid = -1;
-          ok = false;
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-      }
-    }
-    return ok;
-  }
-
-  void KillAll() {
-    for (auto& c : all_) {
-      if (c->pid > 0) {
-        ::kill(c->pid, SIGKILL);
-        int st = 0;
-        ::waitpid(c->pid, &st, 0);
-        c->pid = -1;
-      }
-      if (c->out >= 0) {
-        ::close(c->out);
-        c->out = -1;
-      }
-      if (c->in >= 0) {
-        ::close(c->in);
-        c->in = -1;
-      }
-    }
-  }
-
- private:
-  std::vector<std::unique_ptr<Child>> all_;
-};
-
-std::string SelfDir() {
-  return std::filesystem::canonical("/proc/self/exe").parent_path().string();
-}
-
 struct PsRow {
   std::string path;  // zmq | tcp | shm
   std::string op;
@@ -690,84 +459,6 @@ struct SmallRow {
   double ceiling_request_bytes = 0, ceiling_reply_bytes = 0;
   double paired = 0;  // median over repeats of rt/s over the ceiling's rt/s of the same repeat
 };
-
-// A job as processes: the scheduler, `servers` asp shards and `workers` worker processes (this
-// binary with --role=worker, the rank and `worker_args`; stdin fed by the parent with `feed`).
-struct Job {
-  std::vector<Child*> nodes;    // the scheduler and the shards
-  std::vector<Child*> workers;  // their stdout captured
-};
-
-// Starts a job's processes in `kids`. False when the scheduler did not come up.
-bool StartJob(Children& kids, int servers, int workers, const std::vector<std::string>& worker_args, bool feed, Job* job) {
-  const std::string dir = SelfDir();
-  const std::string server_bin = dir + "/gradsync-server", self = dir + "/gradsync-bench-ps";
-  char tmpl[] = "/tmp/gradsync-bench-ps-XXXXXX";
-  if (!::mkdtemp(tmpl)) Die("mkdtemp");
-  const std::string tmp = tmpl;
-  const std::string port_file = tmp + "/port";
-  Child* sched = kids.Spawn({server_bin, "--role=scheduler", "--mode=asp", "--num-servers=" + std::to_string(servers),
-                             "--num-workers=" + std::to_string(workers), "--port-file=" + port_file, "--register-timeout=60"},
-                            false, "scheduler");
-  std::string port;
-  const auto start_deadline = Clock::now() + std::chrono::seconds(30);
-  while (port.empty()) {
-    std::ifstream f(port_file);
-    if (f >> port) break;
-    int st = 0;
-    if (::waitpid(sched->pid, &st, WNOHANG) == sched->pid) {
-      sched->pid = -1;
-      std::fprintf(stderr, "gradsync-bench-ps: the scheduler exited before it wrote its port\n");
-      std::filesystem::remove_all(tmp);
-      return false;
-    }
-    if (Clock::now() > start_deadline) {
-      std::fprintf(stderr, "gradsync-bench-ps: no scheduler port after 30 s\n");
-      std::filesystem::remove_all(tmp);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::filesystem::remove_all(tmp);
-  job->nodes = {sched};
-  job->workers.clear();
-  for (int i = 0; i < servers; ++i) {
-    job->nodes.push_back(kids.Spawn({server_bin, "--role=server", "--mode=asp", "--scheduler=127.0.0.1:" + port,
-                                     "--rank=" + std::to_string(i), "--register-timeout=60"},
-                                    false, "server " + std::to_string(i)));
-  }
-  for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> args = {self, "--role=worker", "--scheduler=tcp://127.0.0.1:" + port,
-                                     "--rank=" + std::to_string(w), "--workers=" + std::to_string(workers)};
-    args.insert(args.end(), worker_args.begin(), worker_args.end());
-    job->workers.push_back(kids.Spawn(args, true, "worker " + std::to_string(w), feed));
-  }
-  return true;
-}
-
-// Reads the workers' output to the end (600 s) and waits for every process to exit (30 s). False
-// when one failed or a deadline passed (the caller's ~Children kills what is left).
-bool FinishJob(const Job& job, const std::string& what) {
-  if (!Children::Read(job.workers, Clock::now() + std::chrono::seconds(600))) {
-    std::fprintf(stderr, "gradsync-bench-ps: %s: workers did not finish in 600 s\n", what.c_str());
-    return false;
-  }
-  bool ok = Children::Reap(job.workers, Clock::now() + std::chrono::seconds(30));
-  ok &= Children::Reap(job.nodes, Clock::now() + std::chrono::seconds(30));
-  return ok;
-}
-
-// A whole job; the workers' stdout in *texts.
-bool RunJobProcs(int servers, int workers, const std::vector<std::string>& worker_args, const std::string& what,
-                 std::vector<std::string>* texts) {
-  Children kids;
-  Job job;
-  if (!StartJob(kids, servers, workers, worker_args, false, &job)) return false;
-  if (!FinishJob(job, std::to_string(servers) + "x" + std::to_string(workers) + " " + what)) return false;
-  texts->clear();
-  for (Child* c : job.workers) texts->push_back(c->text);
-  return true;
-}
 
 // One configuration as processes. False when a child failed or a deadline passed.
 bool RunConfigProcs(const std::string& path, int servers, int workers, int64_t size, int iters, int repeats,
@@ -1139,7 +830,10 @@ int RunRole(int argc, char** argv) {
   SetLogLevel(LogLevel::kWarning);
   auto a = RoleArgs(argc, argv);
   const std::string role = a["role"];
-  if (role == "worker") return a.count("keys") ? RunSmallWorker(a) : RunWorker(a);
+  if (role == "worker") {
+    if (a.count("kind") && a["kind"] == "rows") return RunRowsWorker(a);
+    return a.count("keys") ? RunSmallWorker(a) : RunWorker(a);
+  }
   if (role == "ceil-rx") return RunCeiling(a, true);
   if (role == "ceil-tx") return RunCeiling(a, false);
   std::fprintf(stderr, "gradsync-bench-ps: error: unknown --role '%s'\n", role.c_str());

@@ -3,7 +3,8 @@
 # gradsync (see README.md here).
 #
 #   bench/pslite/run.sh PSLITE_DIR [--sizes=1048576,16777216] [--configs=1x1,2x2] [--repeats=7]
-#                       [--iters=N] [--timeout=600] [--glibc-tunables]
+#                       [--iters=N] [--timeout=600] [--glibc-tunables] [--tsv=FILE]
+#   bench/pslite/run.sh PSLITE_DIR --rows-keys=PREFIX [--dims=16,64] [--configs=2x2] ...
 #
 # PSLITE_DIR: a ps-lite tree built with `make ps` (include/ and build/libps.a). Compiles
 # pslite_driver.cc against it, then per size and SERVERSxWORKERS configuration starts a ps-lite
@@ -11,10 +12,14 @@
 # table. --iters defaults to gradsync-bench-ps's: 20 up to 4M floats, 6 above.
 # --glibc-tunables runs every ps-lite process with the allocator settings gradsync's processes
 # make in-process (TuneAllocatorForLargeMessages: mallopt M_MMAP_MAX 0, M_TRIM_THRESHOLD 1 GiB).
+# --rows-keys=PREFIX: sparse push+pull of embedding rows instead, per dim of --dims: each worker
+# pushes and pulls the batches of keys gradsync-bench-ps --processes --rows --row-keys-out=PREFIX
+# drew (the same rows), in rows/s (--iters default 10). --tsv=FILE: rows mode's results as
+# tab-separated values too (rows, dim, servers, workers, rows/s, p50 ms, p99 ms, wrong).
 set -euo pipefail
 
 usage() {
-  sed -n '5,6p' "$0" | sed 's/^# \{0,3\}//' >&2
+  sed -n '5,7p' "$0" | sed 's/^# \{0,3\}//' >&2
   exit 2
 }
 
@@ -27,8 +32,14 @@ repeats=7
 iters=0
 limit=600
 tunables=""
+rows_keys=""
+dims=16,64
+tsv=""
 for a in "$@"; do
   case "$a" in
+    --rows-keys=*) rows_keys=${a#*=} ;;
+    --dims=*) dims=${a#*=} ;;
+    --tsv=*) tsv=${a#*=} ;;
     --sizes=*) sizes=${a#*=} ;;
     --configs=*) configs=${a#*=} ;;
     --repeats=*) repeats=${a#*=} ;;
@@ -70,6 +81,8 @@ free_port() {
 run_config() {
   local size=$1 s=$2 w=$3 n=$4 dir=$5 i
   local args=(--floats="$size" --iters="$n" --repeats="$repeats")
+  # Rows mode: SIZE is the dim.
+  [[ -z $rows_keys ]] || args=(--rows-keys="$rows_keys" --dim="$size" --iters="$n" --repeats="$repeats")
   mkdir -p "$dir"
   pids=()
   # Loopback only: the scheduler binds DMLC_PS_ROOT_URI, every other node DMLC_NODE_HOST.
@@ -117,6 +130,69 @@ run_config() {
 results=$work/results.tsv
 : >"$results"
 failed=0
+if [[ -n $rows_keys ]]; then
+  IFS=, read -ra dim_list <<<"$dims"
+  IFS=, read -ra config_list <<<"$configs"
+  ((iters > 0)) || iters=10
+  for dim in "${dim_list[@]}"; do
+    for c in "${config_list[@]}"; do
+      s=${c%x*}
+      w=${c#*x}
+      dir=$work/rows-$dim-$c
+      echo "# ps-lite rows of dim ${dim} ${s}x${w}: ${repeats} repeats of ${iters} push+pulls" >&2
+      if run_config "$dim" "$s" "$w" "$iters" "$dir"; then
+        python3 - "$dir" "$dim" "$s" "$w" "$repeats" >>"$results" <<'EOF' || failed=1
+import glob, sys
+d, dim, s, w, repeats = sys.argv[1], *map(int, sys.argv[2:])
+t0, t1, moved = [None] * repeats, [None] * repeats, [0] * repeats
+lat, wrong, lines = [], 0, 0
+for f in glob.glob(d + "/worker*.out"):
+    for line in open(f):
+        p = line.split()
+        if not p:
+            continue
+        if p[0] == "R":
+            r, a, b, n = map(int, p[1:5])
+            t0[r] = a if t0[r] is None else min(t0[r], a)
+            t1[r] = b if t1[r] is None else max(t1[r], b)
+            moved[r] += n
+            lines += 1
+        elif p[0] == "L":
+            lat += map(float, p[1:])
+        elif p[0] == "W":
+            wrong += int(p[1])
+if lines != repeats * w:
+    sys.exit(f"run.sh: rows of dim {dim} {s}x{w}: the workers reported {lines} repeats, not {repeats * w}")
+rates = sorted(moved[r] / ((t1[r] - t0[r]) / 1e9) for r in range(repeats))
+n = len(rates)
+median = rates[n // 2] if n % 2 else 0.5 * (rates[n // 2 - 1] + rates[n // 2])
+lat.sort()
+q = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
+print("rows", dim, s, w, median, q(0.5), q(0.99), wrong, sep="\t")
+EOF
+      else
+        failed=1
+      fi
+    done
+  done
+  [[ -z $tsv ]] || cp "$results" "$tsv"
+  python3 - "$results" "$repeats" "$failed" <<'EOF'
+import sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
+print(f"# ps-lite (ZPush then ZPull of a batch's rows, waited), rows/s over every worker, median of {sys.argv[2]} repeats")
+print()
+print("| dim | servers x workers | rows/s | p50 / p99 ms |")
+print("|---|---|---|---|")
+for _, dim, s, w, rate, p50, p99, wrong in rows:
+    print(f"| {dim} | {s}x{w} | {float(rate):.0f} | {float(p50):.3g} / {float(p99):.3g} |")
+wrong = sum(int(r[7]) for r in rows)
+print()
+print("# check: " + ("every pulled row moved by this worker's push" if wrong == 0 else f"{wrong} WRONG ROWS")
+      + ("; SOME CONFIGURATIONS FAILED (see stderr)" if sys.argv[3] != "0" else ""))
+EOF
+  ((failed == 0)) || { echo "run.sh: SOME CONFIGURATIONS FAILED (see above)" >&2; exit 1; }
+  exit 0
+fi
 IFS=, read -ra size_list <<<"$sizes"
 IFS=, read -ra config_list <<<"$configs"
 for size in "${size_list[@]}"; do

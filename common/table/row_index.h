@@ -23,6 +23,14 @@ class RowIndex {
       if (ids_[i] == id) return slots_[i];
     }
   }
+  // Asks the CPU to bring `id`'s first probe into the cache: a loop over many ids prefetches a few
+  // ahead, so that their lookups' cache misses overlap instead of coming one after another.
+  void Prefetch(uint64_t id) const {
+    if (size_ == 0) return;
+    const size_t i = Home(id);
+    __builtin_prefetch(&slots_[i]);
+    __builtin_prefetch(&ids_[i]);
+  }
   // Adds `id` at `slot` (id must be absent).
   void Insert(uint64_t id, uint32_t slot);
   // Forgets every id; keeps the memory.

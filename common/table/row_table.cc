@@ -66,9 +66,25 @@ Status RowTable::CheckIds(std::span<const uint64_t> ids) const {
   return OkStatus();
 }
 
+void RowTable::Prefetch(std::span<const uint64_t> ids, size_t i) const {
+  // Two stages ahead of the row at i: the index probe of the row kIndexAhead on, and the values
+  // (and optimizer state) of the row kRowAhead on, whose probe the first stage brought in.
+  constexpr size_t kIndexAhead = 16, kRowAhead = 4;
+  if (i + kIndexAhead < ids.size()) index_.Prefetch(ids[i + kIndexAhead]);
+  if (i + kRowAhead < ids.size()) {
+    const uint32_t slot = index_.Find(ids[i + kRowAhead]);
+    if (slot != RowIndex::kAbsent) {
+      const float* row = store_.values(slot);
+      __builtin_prefetch(row);
+      __builtin_prefetch(row + 16);  // dim 32 and more, and the state behind the values, span lines
+    }
+  }
+}
+
 void RowTable::Read(std::span<const uint64_t> ids, float* out) const {
   const size_t dim = static_cast<size_t>(spec_.dim);
   for (size_t i = 0; i < ids.size(); ++i) {
+    Prefetch(ids, i);
     const uint32_t slot = index_.Find(ids[i]);
     if (slot == RowIndex::kAbsent) {
       InitRow(spec_, ids[i], out + i * dim);
@@ -80,6 +96,9 @@ void RowTable::Read(std::span<const uint64_t> ids, float* out) const {
 
 Status RowTable::CheckRoom(std::span<const uint64_t> ids, bool with_round) const {
   int64_t created = with_round ? round_new_rows_ : 0;
+  // Far from the bound (every id new would still fit) no row needs looking up: the check then
+  // costs nothing beside the push it guards, which looks each id up once more to apply it.
+  if (rows() + created + static_cast<int64_t>(ids.size()) <= spec_.max_rows_per_shard) return OkStatus();
   for (uint64_t id : ids) {
     if (index_.Find(id) == RowIndex::kAbsent && !(with_round && round_.contains(id))) ++created;
   }
@@ -105,6 +124,7 @@ Status RowTable::Apply(std::span<const uint64_t> ids, const float* grads, float 
   RETURN_IF_ERROR(CheckRoom(ids, /*with_round=*/false));
   const size_t dim = static_cast<size_t>(spec_.dim);
   for (size_t i = 0; i < ids.size(); ++i) {
+    Prefetch(ids, i);
     uint32_t slot = index_.Find(ids[i]);
     if (slot == RowIndex::kAbsent) slot = Create(ids[i]);
     optimizer_.Step(store_.values(slot), store_.state(slot), store_.steps(slot), grads + i * dim,

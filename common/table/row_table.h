@@ -123,6 +123,8 @@ class RowTable {
 
  private:
   uint32_t Create(uint64_t id);
+  // Before handling ids[i]: prefetches a later id's index probe and a nearer one's row.
+  void Prefetch(std::span<const uint64_t> ids, size_t i) const;
 
   TableSpec spec_;
   int shard_;
