@@ -4,9 +4,11 @@
 //   ServesARowWhileWithinTheBoundOfWhatItHolds: a row served past c - g > bound, or never served;
 //     the guarantee taken as the clock of the pull instead of the shard's answer (g = c - staleness);
 //     a hit copying another row, or into another place of the read's buffer.
-//   ARowAnsweredPastTheBoundIsNotKept: a row whose answer was already as stale as the bound kept.
+//   ARowAnsweredAtOrPastTheBoundIsNotKept: a row whose answer was already as stale as the bound
+//     (or more) kept.
 //   OffPullsEveryRowAndCountsTheAnswersStaleness: off still serving, or its reads not counted.
-//   HoldsOnlyTheRowsALaterReadMayUse: expired rows never dropped (memory grows with every id read).
+//   HoldsOnlyTheRowsALaterReadMayUse: expired rows never dropped, or their memory never taken back
+//     (it grows with every id read); a dropped row served, or not held again once pulled anew.
 //   CountsWhatItServedAndSaved: hits, pulls, saved bytes or the largest staleness miscounted.
 #include "worker/ps/row_cache.h"
 
@@ -106,15 +108,15 @@ TEST(RowCacheTest, ServesARowWhileWithinTheBoundOfWhatItHolds) {
                                            Value(0, 5, 4, 1), Value(1, 9, 3, 0), Value(1, 9, 3, 1),
                                            Value(1, 9, 3, 2)}));
 
-  // Answered 2 behind (the shard held only the updates before clock 18 at clock 20): g = 18, so
-  // it serves reads at 20 but not at 21, whatever clock it was pulled at.
+  // Answered 1 behind (the shard held only the updates before clock 19 at clock 20): g = 19, so
+  // it serves reads at 21 but not at 22, whatever clock it was pulled at.
   RowCache stale(Tables(), kShards);
   stale.set_bound(2);
-  DoRead(stale, 20, ids, 1, {2, 2});
-  EXPECT_EQ(DoRead(stale, 20, ids, 2).pulled_rows, 0);
-  EXPECT_EQ(DoRead(stale, 21, ids, 2).pulled_rows, 5);
-  // Per shard: shard 0 answered 2 behind, shard 1 fresh; at the next clock only shard 0's rows
-  // are asked again.
+  DoRead(stale, 20, ids, 1, {1, 1});
+  EXPECT_EQ(DoRead(stale, 21, ids, 2).pulled_rows, 0);
+  EXPECT_EQ(DoRead(stale, 22, ids, 2).pulled_rows, 5);
+  // Per shard: shard 0 answered 2 behind (as stale as the bound: no later clock may read it, so
+  // it is not kept), shard 1 fresh; at the next clock only shard 0's rows are asked again.
   RowCache mixed_shards(Tables(), kShards);
   mixed_shards.set_bound(2);
   DoRead(mixed_shards, 30, ids, 1, {2, 0});
@@ -123,13 +125,15 @@ TEST(RowCacheTest, ServesARowWhileWithinTheBoundOfWhatItHolds) {
   EXPECT_EQ(DoRead(mixed_shards, 31, ids, 2).pulled_rows, static_cast<int64_t>(plan.ids(0).size()));
 }
 
-TEST(RowCacheTest, ARowAnsweredPastTheBoundIsNotKept) {
+TEST(RowCacheTest, ARowAnsweredAtOrPastTheBoundIsNotKept) {
   RowCache cache(Tables(), kShards);
   cache.set_bound(1);
   const std::vector<std::vector<uint64_t>> ids = {{3}, {}};
   DoRead(cache, 10, ids, 1, {3, 3});  // an answer 3 behind, bound 1 (asp-like): nothing kept
   EXPECT_EQ(cache.size(), 0u);
-  EXPECT_EQ(DoRead(cache, 10, ids, 2).pulled_rows, 1);
+  DoRead(cache, 10, ids, 1, {1, 1});  // 1 behind, bound 1: no later clock may read it
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(DoRead(cache, 11, ids, 2).pulled_rows, 1);
 }
 
 TEST(RowCacheTest, OffPullsEveryRowAndCountsTheAnswersStaleness) {
@@ -158,7 +162,13 @@ TEST(RowCacheTest, HoldsOnlyTheRowsALaterReadMayUse) {
     for (uint64_t i = 0; i < 10; ++i) ids[0].push_back(static_cast<uint64_t>(c) * 10 + i);
     DoRead(cache, c, ids, 1);
     EXPECT_LE(cache.size(), 40u) << "clock " << c;
+    EXPECT_LE(cache.slots(), 2 * 1025u) << "clock " << c;  // dropped rows' memory taken back
   }
+  // Then the same ids again: rows dropped and pulled anew serve within the bound as before.
+  std::vector<std::vector<uint64_t>> again = {{1990, 1991}, {}};
+  EXPECT_EQ(DoRead(cache, 200, again, 2).pulled_rows, 0);  // read at clock 199: still held
+  EXPECT_EQ(DoRead(cache, 203, again, 3).pulled_rows, 2);  // 199 + 3 < 203: dropped, pulled
+  EXPECT_EQ(DoRead(cache, 204, again, 4).rows, At(again, 3));  // and held again
   // A restored shard: every row forgotten.
   cache.Clear();
   EXPECT_EQ(cache.size(), 0u);

@@ -17,30 +17,61 @@ void RowCache::set_bound(int bound) {
 
 void RowCache::Clear() {
   for (Table& t : tables_) {
-    t.index.clear();
+    t.index.Clear();
     t.rows.clear();
-    t.free.clear();
+    t.guaranteed.clear();
+    t.ids.clear();
+    t.dead = 0;
   }
   expiry_.clear();
 }
 
 size_t RowCache::size() const {
   size_t n = 0;
-  for (const Table& t : tables_) n += t.index.size();
+  for (const Table& t : tables_) n += t.ids.size() - t.dead;
   return n;
+}
+
+size_t RowCache::slots() const {
+  size_t n = 0;
+  for (const Table& t : tables_) n += t.ids.size();
+  return n;
+}
+
+void RowCache::Compact(Table& t) {
+  const auto dim = static_cast<size_t>(t.dim);
+  t.index.Clear();
+  size_t live = 0;
+  for (size_t slot = 0; slot < t.ids.size(); ++slot) {
+    if (t.guaranteed[slot] == kDropped) continue;
+    if (live != slot) {
+      std::memcpy(t.rows.data() + live * dim, t.rows.data() + slot * dim, dim * sizeof(float));
+      t.guaranteed[live] = t.guaranteed[slot];
+      t.ids[live] = t.ids[slot];
+    }
+    t.index.Insert(t.ids[live], static_cast<uint32_t>(live));
+    ++live;
+  }
+  t.rows.resize(live * dim);
+  t.guaranteed.resize(live);
+  t.ids.resize(live);
+  t.dead = 0;
 }
 
 void RowCache::Expire(int64_t clock) {
   while (!expiry_.empty() && expiry_.begin()->first < clock) {
     for (const Key& k : expiry_.begin()->second) {
       Table& t = tables_[k.table];
-      auto it = t.index.find(k.id);
+      const uint32_t slot = t.index.Find(k.id);
       // A row pulled again since it was filed here is filed again under its later clock.
-      if (it == t.index.end() || it->second.guaranteed != k.guaranteed) continue;
-      t.free.push_back(it->second.slot);
-      t.index.erase(it);
+      if (slot == RowIndex::kAbsent || t.guaranteed[slot] != k.guaranteed) continue;
+      t.guaranteed[slot] = kDropped;
+      ++t.dead;
     }
     expiry_.erase(expiry_.begin());
+  }
+  for (Table& t : tables_) {
+    if (t.dead > 1024 && t.dead * 2 > t.ids.size()) Compact(t);
   }
 }
 
@@ -53,13 +84,14 @@ void RowCache::Lookup(int64_t clock, std::span<const std::vector<uint64_t>> ids,
     Table& table = tables_[t];
     const auto dim = static_cast<uint64_t>(table.dim);
     for (const uint64_t id : ids[t]) {
-      const auto it = on() ? table.index.find(id) : table.index.end();
+      const uint32_t slot = table.index.Find(id);
+      const int64_t g = slot == RowIndex::kAbsent ? kDropped : table.guaranteed[slot];
       // Expire dropped every row past the bound; the test keeps the rule in sight all the same.
-      if (it != table.index.end() && clock - it->second.guaranteed <= bound_) {
-        std::memcpy(rows.data() + at, table.rows.data() + uint64_t{it->second.slot} * dim, dim * sizeof(float));
+      if (g != kDropped && clock - g <= bound_) {
+        std::memcpy(rows.data() + at, table.rows.data() + uint64_t{slot} * dim, dim * sizeof(float));
         ++reads_.cached;
         reads_.saved_bytes += dim * sizeof(float);
-        reads_.max_staleness = std::max(reads_.max_staleness, clock - it->second.guaranteed);
+        reads_.max_staleness = std::max(reads_.max_staleness, clock - g);
       } else {
         misses_[t].push_back(id);
         miss_at_.push_back(at);
@@ -72,31 +104,34 @@ void RowCache::Lookup(int64_t clock, std::span<const std::vector<uint64_t>> ids,
 void RowCache::Store(uint32_t t, uint64_t id, const float* row, int64_t guaranteed) {
   Table& table = tables_[t];
   const auto dim = static_cast<size_t>(table.dim);
-  auto [it, added] = table.index.try_emplace(id);
-  if (added) {
-    if (!table.free.empty()) {
-      it->second.slot = table.free.back();
-      table.free.pop_back();
-    } else {
-      it->second.slot = static_cast<uint32_t>(table.rows.size() / dim);
-      table.rows.resize(table.rows.size() + dim);
-    }
+  uint32_t slot = table.index.Find(id);
+  if (slot == RowIndex::kAbsent) {
+    slot = static_cast<uint32_t>(table.ids.size());
+    table.rows.resize(table.rows.size() + dim);
+    table.guaranteed.push_back(guaranteed);
+    table.ids.push_back(id);
+    table.index.Insert(id, slot);
+  } else {
+    if (table.guaranteed[slot] == kDropped) --table.dead;
+    table.guaranteed[slot] = guaranteed;
   }
-  it->second.guaranteed = guaranteed;
-  std::memcpy(table.rows.data() + size_t{it->second.slot} * dim, row, dim * sizeof(float));
+  std::memcpy(table.rows.data() + size_t{slot} * dim, row, dim * sizeof(float));
   expiry_[guaranteed + bound_].push_back({t, id, guaranteed});
 }
 
 void RowCache::Fill(int64_t clock, FloatSpan rows, const std::function<int64_t(int)>& clock_staleness) {
+  shard_staleness_.resize(static_cast<size_t>(num_shards_));
+  for (int s = 0; s < num_shards_; ++s) shard_staleness_[static_cast<size_t>(s)] = std::max<int64_t>(0, clock_staleness(s));
   const float* from = miss_rows_.data();
   size_t k = 0;
   for (size_t t = 0; t < misses_.size(); ++t) {
     const auto dim = static_cast<size_t>(tables_[t].dim);
     for (const uint64_t id : misses_[t]) {
       std::memcpy(rows.data() + miss_at_[k++], from, dim * sizeof(float));
-      const int64_t staleness = std::max<int64_t>(0, clock_staleness(TableShardOf(id, num_shards_)));
-      // Kept only while a later read may use it (staleness <= bound: a pull answered within it).
-      if (on() && staleness <= bound_) Store(static_cast<uint32_t>(t), id, from, clock - staleness);
+      const int64_t staleness = shard_staleness_[static_cast<size_t>(TableShardOf(id, num_shards_))];
+      // Kept only while a later clock's read may use it: an answer already as stale as the bound
+      // could serve this clock's reads alone, which read it once.
+      if (on() && staleness < bound_) Store(static_cast<uint32_t>(t), id, from, clock - staleness);
       ++reads_.pulled;
       reads_.max_staleness = std::max(reads_.max_staleness, staleness);
       from += dim;

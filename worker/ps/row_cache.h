@@ -7,7 +7,7 @@
 //
 // A read at clock c: ToPull copies the rows held fresh enough into the read's buffer and plans
 // the others' pull (a TablePlan of the misses); Pulled takes the pulled misses into the buffer
-// and the cache. A row is dropped once no later read can use it
+// and the cache (those a later clock may read: an answer already s behind serves no later clock). A row is dropped once no later read can use it
 // (g + bound < the reading clock), so the cache holds the rows of the last bound + 1 clocks at
 // most. Every read is counted by the worker itself (reads(): pulled or cached, the bytes saved,
 // the largest c' - g), apart from the shards' records. Not thread-safe: one sync's.
@@ -17,11 +17,11 @@
 #include <functional>
 #include <map>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "common/base/numeric/tensor.h"
 #include "common/obs/metrics.h"
+#include "common/table/row_index.h"
 #include "common/table/table_spec.h"
 #include "worker/ps/table_plan.h"
 
@@ -53,25 +53,31 @@ class RowCache {
   // The reads since the last TakeReads (rows cached and pulled, bytes saved, the largest
   // reading clock minus the lowest clock whose updates the row held), and reset.
   MetricsRow::RowReads TakeReads();
-  // Rows held now (every table).
+  // Rows held now (every table), and the slots their memory spans (live and dropped, at most
+  // twice the live ones past 1024 dropped per table).
   size_t size() const;
+  size_t slots() const;
 
  private:
-  struct Entry {
-    uint32_t slot = 0;
-    int64_t guaranteed = 0;  // the lowest clock whose updates the row holds
-  };
+  // A table's rows held: an open-addressing index (common/table/row_index.h, no node per row) from
+  // id to slot; each slot its row, the lowest clock whose updates it holds (kDropped once expired:
+  // the slot is dead until the id is pulled again) and its id. Slots are never reused one by one:
+  // when the dead outnumber the live, Compact moves the live ones together and rebuilds the index.
   struct Table {
     int dim = 0;
-    std::unordered_map<uint64_t, Entry> index;
-    std::vector<float> rows;  // slot * dim
-    std::vector<uint32_t> free;
+    RowIndex index;
+    std::vector<float> rows;            // slot * dim
+    std::vector<int64_t> guaranteed;    // per slot
+    std::vector<uint64_t> ids;          // per slot
+    size_t dead = 0;
   };
+  static constexpr int64_t kDropped = INT64_MIN;
   struct Key {
     uint32_t table = 0;
     uint64_t id = 0;
     int64_t guaranteed = 0;  // the entry's when it was filed (a refreshed entry has a later one)
   };
+  static void Compact(Table& table);
   // Drops the rows no read at `clock` or later may use.
   void Expire(int64_t clock);
   // The rows held fresh enough at `clock` into `rows`; the others to misses_ and miss_at_.
@@ -89,6 +95,7 @@ class RowCache {
   std::vector<uint64_t> miss_at_;              // per miss, in order: its row's first float in the read's buffer
   TablePlan miss_plan_;                        // the misses cut per shard
   std::vector<float> miss_rows_;               // their rows as pulled
+  std::vector<int64_t> shard_staleness_;       // Fill's: each shard's answer
   MetricsRow::RowReads reads_;
 };
 
