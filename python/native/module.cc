@@ -1,7 +1,8 @@
-// gradsync._native: the pybind11 binding of python/native/frontend.h, the metrics and summary
-// writers and the codecs. Blocking calls release the GIL. A failed call raises ValueError
-// (kInvalidArgument: bad use, bad settings) or gradsync._native.GradsyncError (a RuntimeError:
-// the job failed, a peer was lost, a deadline passed); the message is the Status's.
+// gradsync._native: the pybind11 binding of python/native/frontend.h and the codecs (the metrics
+// and summary writers: module_metrics.h; the tables: module_tables.h). Blocking calls release the
+// GIL. A failed call raises ValueError (kInvalidArgument: bad use, bad settings) or
+// gradsync._native.GradsyncError (a RuntimeError: the job failed, a peer was lost, a deadline
+// passed); the message is the Status's.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -18,6 +19,7 @@
 #include "common/optim/optimizer.h"
 #include "compression/compressor.h"
 #include "python/native/frontend.h"
+#include "python/native/module_metrics.h"
 #include "python/native/module_tables.h"
 
 namespace py = pybind11;
@@ -31,28 +33,6 @@ using Release = py::call_guard<py::gil_scoped_release>;
 py::array_t<float> View(FloatSpan span, py::object owner) {
   return py::array_t<float>({static_cast<py::ssize_t>(span.size())}, {static_cast<py::ssize_t>(sizeof(float))},
                             span.data(), owner);
-}
-
-py::dict StatsDict(const SyncStepStats& s) {
-  py::dict d;
-  d["comm_ms"] = s.comm_ms;
-  d["wait_ms"] = s.wait_ms;
-  d["hidden_ms"] = s.hidden_ms;
-  d["blocked_ms"] = s.blocked_ms;
-  d["version_lag"] = s.version_lag;
-  d["clock_staleness"] = s.clock_staleness;
-  d["bytes_sent"] = s.bytes_sent;
-  d["bytes_received"] = s.bytes_received;
-  d["shm_bytes_sent"] = s.shm_bytes_sent;
-  d["shm_bytes_received"] = s.shm_bytes_received;
-  d["loss_scale"] = s.loss_scale;
-  d["skipped_steps"] = s.skipped_steps;
-  d["table_rows"] = s.table_rows;
-  d["rows_pulled"] = s.row_reads.pulled;
-  d["cache_hits"] = s.row_reads.cached;
-  d["cache_saved_bytes"] = s.row_reads.saved_bytes;
-  d["read_staleness"] = s.row_reads.max_staleness;
-  return d;
 }
 
 // The set and default values of a proto's fields, by name (scalars and enums by name).
@@ -80,11 +60,6 @@ py::dict FieldsDict(const google::protobuf::Message& m) {
     }
   }
   return d;
-}
-
-double Get(const py::dict& d, const char* key, double fallback) {
-  if (!d.contains(key) || d[key].is_none()) return fallback;
-  return d[key].cast<double>();
 }
 
 // sync.optimizer_state()'s dict: {"kind": str, "scalars": {"step": int} (none before the first
@@ -165,35 +140,6 @@ NamedOptimizerState StateFrom(const py::dict& d) {
     }
   }
   return s;
-}
-
-MetricsRow RowFrom(const py::dict& d) {
-  MetricsRow r;
-  r.step = static_cast<int64_t>(Get(d, "step", 0));
-  r.epoch = Get(d, "epoch", 0);
-  r.wall_s = Get(d, "wall_s", 0);
-  r.loss = Get(d, "loss", NAN);
-  r.staleness.version_lag = Get(d, "version_lag", NAN);
-  r.staleness.clock_staleness = Get(d, "clock_staleness", NAN);
-  r.traffic.bytes_sent = static_cast<uint64_t>(Get(d, "bytes_sent", 0));
-  r.traffic.bytes_received = static_cast<uint64_t>(Get(d, "bytes_received", 0));
-  r.traffic.shm_bytes_sent = static_cast<uint64_t>(Get(d, "shm_bytes_sent", 0));
-  r.traffic.shm_bytes_received = static_cast<uint64_t>(Get(d, "shm_bytes_received", 0));
-  r.times.compute_ms = Get(d, "compute_ms", 0);
-  r.times.comm_ms = Get(d, "comm_ms", 0);
-  r.times.wait_ms = Get(d, "wait_ms", 0);
-  r.test.loss = Get(d, "test_loss", NAN);
-  r.test.accuracy = Get(d, "test_accuracy", NAN);
-  r.times.delay_ms = Get(d, "delay_ms", 0);
-  r.times.hidden_ms = Get(d, "hidden_ms", 0);
-  r.loss_scale = Get(d, "loss_scale", NAN);
-  r.skipped_steps = static_cast<int64_t>(Get(d, "skipped_steps", 0));
-  r.table_rows = static_cast<int64_t>(Get(d, "table_rows", 0));
-  r.row_reads.pulled = static_cast<int64_t>(Get(d, "rows_pulled", 0));
-  r.row_reads.cached = static_cast<int64_t>(Get(d, "cache_hits", 0));
-  r.row_reads.saved_bytes = static_cast<uint64_t>(Get(d, "cache_saved_bytes", 0));
-  r.row_reads.max_staleness = static_cast<int64_t>(Get(d, "read_staleness", -1));
-  return r;
 }
 
 
@@ -431,60 +377,6 @@ void BindBucketReducer(py::module_& m) {
         const SyncTraffic t = r.traffic();
         return py::make_tuple(t.shm_bytes_sent, t.shm_bytes_received);
       }, "(bytes sent, bytes received) through shared memory with processes of this host");
-}
-
-// The metrics rows and the worker's summary, as gradsync-worker writes them.
-void BindMetrics(py::module_& m) {
-  py::class_<MetricsWriter>(m, "MetricsWriter")
-      .def(py::init([](const std::string& path, const std::string& run, int worker) {
-             auto w = MetricsWriter::Open(path, run, worker);
-             ThrowIfError(w.status());
-             return std::make_unique<MetricsWriter>(std::move(w).value());
-           }),
-           py::arg("path"), py::arg("run"), py::arg("worker"))
-      .def("write", [](MetricsWriter& w, const py::dict& row) { ThrowIfError(w.Write(RowFrom(row))); })
-      .def("flush", [](MetricsWriter& w) { ThrowIfError(w.Flush()); });
-  m.attr("METRICS_HEADER") = MetricsWriter::kHeader;
-
-  m.def(
-      "write_worker_summary",
-      [](const std::string& dir, const py::dict& d) {
-        summary::ProcessSummary s;
-        s.set_role("worker");
-        s.set_rank(static_cast<int>(Get(d, "rank", 0)));
-        s.set_mode(d.contains("mode") ? d["mode"].cast<std::string>() : "local");
-        if (d.contains("staleness_bound")) s.set_staleness_bound(d["staleness_bound"].cast<int>());
-        const std::string err = d.contains("error") ? d["error"].cast<std::string>() : "";
-        s.set_ok(err.empty());
-        if (!err.empty()) s.set_error(err);
-        s.set_params(static_cast<int64_t>(Get(d, "params", 0)));
-        s.set_steps(static_cast<int64_t>(Get(d, "steps", 0)));
-        s.set_wall_s(Get(d, "wall_s", 0));
-        if (const double acc = Get(d, "final_test_accuracy", NAN); !std::isnan(acc)) s.set_final_test_accuracy(acc);
-        s.set_bytes_sent(static_cast<int64_t>(Get(d, "bytes_sent", 0)));
-        s.set_bytes_received(static_cast<int64_t>(Get(d, "bytes_received", 0)));
-        s.set_shm_bytes_sent(static_cast<int64_t>(Get(d, "shm_bytes_sent", 0)));
-        s.set_shm_bytes_received(static_cast<int64_t>(Get(d, "shm_bytes_received", 0)));
-        if (d.contains("params_sha256")) s.set_params_sha256(d["params_sha256"].cast<std::string>());
-        if (d.contains("row_reads")) {
-          const py::dict r = d["row_reads"].cast<py::dict>();
-          SetRowReads({.pulled = r["rows_pulled"].cast<int64_t>(), .cached = r["cache_hits"].cast<int64_t>(),
-                       .saved_bytes = r["cache_saved_bytes"].cast<uint64_t>(),
-                       .max_staleness = r["read_staleness"].cast<int64_t>()},
-                      &s);
-        }
-        if (d.contains("replies")) {
-          const py::dict r = d["replies"].cast<py::dict>();
-          PsClient::ReplyCounts c;
-          c.pushes = r["pushes"].cast<int64_t>();
-          c.pulls = r["pulls"].cast<int64_t>();
-          c.version_lag = r["version_lag"].cast<std::map<int64_t, int64_t>>();
-          c.clock_staleness = r["clock_staleness"].cast<std::map<int64_t, int64_t>>();
-          SetReplyCounts(c, &s);
-        }
-        ThrowIfError(WriteProcessSummary(dir, s));
-      },
-      py::arg("dir"), py::arg("summary"));
 }
 
 void BindCodecs(py::module_& m) {
