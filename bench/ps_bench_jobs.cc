@@ -60,6 +60,20 @@ std::unique_ptr<BenchWorker> JoinBenchJob(const std::map<std::string, std::strin
   return b;
 }
 
+void AttachEveryLane(PsClient& ps, int servers) {
+  auto lanes = ps.AttachSharedMemory(60);
+  if (!lanes.ok()) Die("shared memory: " + lanes.status().message());
+  if (*lanes != servers) Die("shared memory: " + std::to_string(*lanes) + " of " + std::to_string(servers) + " shards took a lane");
+}
+
+int Leave(SchedulerClient& client, const std::string& report) {
+  client.Finished(OkStatus());
+  client.Flush(1);
+  std::fputs(report.c_str(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
 std::string SelfDir() {
   return std::filesystem::canonical("/proc/self/exe").parent_path().string();
 }

@@ -54,6 +54,12 @@ struct BenchWorker {
 std::unique_ptr<BenchWorker> JoinBenchJob(const std::map<std::string, std::string>& a, std::vector<TensorInfo> layout,
                                           const wire::JobConfig& job, int64_t row_message_bytes = 0);
 
+// The shared-memory lane of every one of `servers` shards, or Die.
+void AttachEveryLane(PsClient& ps, int servers);
+// A bench worker's end: tells the scheduler it finished, then prints `report` (what the parent
+// reads) on stdout. Returns 0, the role's exit status.
+int Leave(SchedulerClient& client, const std::string& report);
+
 // The parent: children, bounded waits, every child killed at the end.
 
 struct Child {

@@ -85,9 +85,7 @@ int RunWorker(const std::map<std::string, std::string>& a) {
   const std::string path = a.count("path") ? a.at("path") : "zmq";
   const int servers = static_cast<int>(Int(a, "servers"));
   if (path == "shm") {
-    auto lanes = ps->AttachSharedMemory(60);
-    if (!lanes.ok()) Die("shared memory: " + lanes.status().message());
-    if (*lanes != servers) Die("shared memory: " + std::to_string(*lanes) + " of " + std::to_string(servers) + " shards took a lane");
+    AttachEveryLane(*ps, servers);
   } else if (path == "tcp") {
     auto channels = ps->AttachDataChannels(60);
     if (!channels.ok()) Die("data channel: " + channels.status().message());
@@ -129,11 +127,7 @@ int RunWorker(const std::map<std::string, std::string>& a) {
   int64_t wrong = 0;
   for (float v : params) wrong += v != 0.0f;  // zero gradients, lr 1: every value stays 0
   out << "W " << wrong << "\n";
-  client.Finished(OkStatus());
-  client.Flush(1);
-  std::fputs(out.str().c_str(), stdout);
-  std::fflush(stdout);
-  return 0;
+  return Leave(client, out.str());
 }
 
 // Small requests: the sparse tensor's rows, and how many key sets each worker cycles through
@@ -218,11 +212,7 @@ int RunSmallWorker(const std::map<std::string, std::string>& a) {
     for (uint64_t key : keys) wrong += params[key] != 0.0f;
   }
   out << "W " << wrong << "\n";
-  client.Finished(OkStatus());
-  client.Flush(1);
-  std::fputs(out.str().c_str(), stdout);
-  std::fflush(stdout);
-  return 0;
+  return Leave(client, out.str());
 }
 
 // Zero-copy: ZeroMQ sends straight from `data`, which never changes (no free function).

@@ -114,9 +114,7 @@ int RunRowsWorker(const std::map<std::string, std::string>& a) {
   SchedulerClient& client = *job->client;
   PsClient* ps = job->ps.get();
   if (Str(a, "path") == "shm") {
-    auto lanes = ps->AttachSharedMemory(60);
-    if (!lanes.ok()) Die("shared memory: " + lanes.status().message());
-    if (*lanes != servers) Die("shared memory: " + std::to_string(*lanes) + " of " + std::to_string(servers) + " shards took a lane");
+    AttachEveryLane(*ps, servers);
   }
   const std::vector<float> dense(kDense, 0.0f);
   int64_t clock = 0;
@@ -154,11 +152,7 @@ int RunRowsWorker(const std::map<std::string, std::string>& a) {
   int64_t wrong = 0;
   for (float v : rows[last]) wrong += !(v <= -0.5f / static_cast<float>(workers));
   out << "W " << wrong << "\n";
-  client.Finished(OkStatus());
-  client.Flush(1);
-  std::fputs(out.str().c_str(), stdout);
-  std::fflush(stdout);
-  return 0;
+  return Leave(client, out.str());
 }
 
 namespace {
