@@ -42,7 +42,7 @@ import gradsync.torch as gs  # noqa: E402
 from gradsync import _native  # noqa: E402
 
 
-def parse():
+def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ids", type=int, default=2**30, help="ids per feature (default 2^30)")
     p.add_argument("--dim", type=int, default=32, help="floats per row (default 32)")
@@ -60,19 +60,27 @@ def parse():
     p.add_argument("--hidden", type=int, default=64, help="the MLPs' width (default 64)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    return p.parse_args()
+    return p.parse_args(argv)
+
+
+def table_init(args):
+    """The rows' initial distribution, as a gs.EmbeddingBag `init` string."""
+    return "uniform:%g" % (1.0 / args.ids) ** 0.5 if args.ids else "normal:0.01"
 
 
 class Dlrm(torch.nn.Module):
-    def __init__(self, args):
+    """`table(f)` makes feature f's table (an EmbeddingBag in mode "sum"); by default a
+    gs.EmbeddingBag whose rows live where the job's mode puts them."""
+
+    def __init__(self, args, table=None):
         super().__init__()
+        if table is None:
+            def table(f):
+                return gs.EmbeddingBag(args.ids, args.dim, mode="sum", optimizer=args.table_optimizer,
+                                       init=table_init(args), name="feature%d" % f)
         self.bottom = torch.nn.Sequential(torch.nn.Linear(args.dense, args.hidden), torch.nn.ReLU(),
                                           torch.nn.Linear(args.hidden, args.dim), torch.nn.ReLU())
-        self.tables = torch.nn.ModuleList([
-            gs.EmbeddingBag(args.ids, args.dim, mode="sum", optimizer=args.table_optimizer,
-                            init="uniform:%g" % (1.0 / args.ids) ** 0.5 if args.ids else "normal:0.01",
-                            name="feature%d" % f)
-            for f in range(args.features)])
+        self.tables = torch.nn.ModuleList([table(f) for f in range(args.features)])
         n = args.features + 1
         self.pairs = torch.triu_indices(n, n, offset=1)
         self.top = torch.nn.Sequential(torch.nn.Linear(args.dim + n * (n - 1) // 2, args.hidden), torch.nn.ReLU(),
