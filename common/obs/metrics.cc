@@ -83,6 +83,7 @@ Status MetricsWriter::Write(const MetricsRow& r) {
   PutNumber(&s, r.times.wait_ms, "%.4f");
   PutNumber(&s, r.test.loss, "%.6g");
   PutNumber(&s, r.test.accuracy, "%.6f");
+  PutNumber(&s, r.test.auc, "%.6f");
   PutNumber(&s, r.times.delay_ms, "%.4f");
   PutNumber(&s, r.times.hidden_ms, "%.4f");
   PutNumber(&s, r.loss_scale, "%.6g");

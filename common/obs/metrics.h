@@ -2,7 +2,8 @@
 // every column).
 //
 // Columns: run, worker, step, epoch, wall_s, loss, version_lag, clock_staleness, bytes_sent,
-// bytes_received (on the wire), compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, delay_ms (an injected straggler
+// bytes_received (on the wire), compute_ms, comm_ms, wait_ms, test_loss, test_accuracy, test_auc (a model that scores
+// examples by a probability: the area under its ROC curve; empty otherwise), delay_ms (an injected straggler
 // delay, not counted in compute_ms or comm_ms), hidden_ms (the part of comm_ms that ran behind
 // computation, with --overlap: comm_ms - hidden_ms is what the step waited for; all-reduce: the
 // communication thread's busy time before backward ended; PS: computation between two layer
@@ -58,6 +59,7 @@ struct MetricsRow {
   struct Test {
     double loss = NAN;
     double accuracy = NAN;  // fraction in [0, 1]
+    double auc = NAN;       // area under the ROC curve (dlrm, sparse_logreg); NaN for a classifier of classes
   };
 
   int64_t step = 0;         // steps (iterations) this worker has finished
@@ -107,7 +109,7 @@ double Median(std::vector<double> v);
 enum MetricsColumn {
   kColRun, kColWorker, kColStep, kColEpoch, kColWall, kColLoss, kColVersionLag, kColClockStaleness, kColBytesSent,
   kColBytesReceived,
-  kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColDelay, kColHidden, kColLossScale,
+  kColCompute, kColComm, kColWait, kColTestLoss, kColTestAccuracy, kColTestAuc, kColDelay, kColHidden, kColLossScale,
   kColSkippedSteps, kColShmBytesSent, kColShmBytesReceived, kColTableRows, kColRowsPulled, kColCacheHits,
   kColReadStaleness, kColCacheSavedBytes, kMetricsColumns
 };
@@ -119,7 +121,7 @@ class MetricsWriter {
  public:
   static constexpr const char* kHeader =
       "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,comm_ms,"
-      "wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,shm_bytes_received,"
+      "wait_ms,test_loss,test_accuracy,test_auc,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,shm_bytes_received,"
       "table_rows,rows_pulled,cache_hits,read_staleness,cache_saved_bytes";
 
   // Creates (truncates) `path`, creating parent directories, and writes the header.

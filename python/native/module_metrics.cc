@@ -52,6 +52,7 @@ MetricsRow RowFrom(const py::dict& d) {
   r.times.wait_ms = Get(d, "wait_ms", 0);
   r.test.loss = Get(d, "test_loss", NAN);
   r.test.accuracy = Get(d, "test_accuracy", NAN);
+  r.test.auc = Get(d, "test_auc", NAN);
   r.times.delay_ms = Get(d, "delay_ms", 0);
   r.times.hidden_ms = Get(d, "hidden_ms", 0);
   r.loss_scale = Get(d, "loss_scale", NAN);

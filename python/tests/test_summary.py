@@ -34,6 +34,7 @@ def test_every_summary_figure_is_the_last_rows(job):
         rows = list(csv.DictReader(open(os.path.join(out, "worker-%d.csv" % r))))
         last = rows[-1]
         assert (last["test_accuracy"] != "") == (r == 1), last
+        assert last["test_auc"] == ("0.750000" if r == 1 else ""), last  # record_evaluation's test_auc
         for field, column in FIGURES:
             assert int(summary.get(field, 0)) == int(last[column]), (
                 "%s, worker %d: the summary's %s is %s, the metrics file's last row's %s" % (

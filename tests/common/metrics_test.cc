@@ -37,6 +37,7 @@ TEST(MetricsTest, WritesHeaderAndRows) {
     eval.staleness.clock_staleness = NAN;
     eval.test.loss = 0.5;
     eval.test.accuracy = 0.875;
+    eval.test.auc = 0.625;
     ASSERT_TRUE(w->Write(eval).ok());
   }
   std::ifstream f(path);
@@ -46,13 +47,13 @@ TEST(MetricsTest, WritesHeaderAndRows) {
   std::getline(f, row2);
   EXPECT_EQ(header,
             "run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,compute_ms,"
-            "comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,"
+            "comm_ms,wait_ms,test_loss,test_accuracy,test_auc,delay_ms,hidden_ms,loss_scale,skipped_steps,shm_bytes_sent,"
             "shm_bytes_received,table_rows,rows_pulled,cache_hits,read_staleness,cache_saved_bytes");
   EXPECT_EQ(row1,
-            "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,0.0000,0.0000,,0,4096,8192,1469,1200,269,2,"
+            "bsp-4w,1,50,0.2500,1.5000,0.75,3,1,1000,0,2.0000,0.0000,0.0000,,,,0.0000,0.0000,,0,4096,8192,1469,1200,269,2,"
             "8608");
   EXPECT_EQ(row2,
-            "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.0000,0.0000,,0,4096,8192,1469,0,0,,"
+            "bsp-4w,1,50,0.2500,1.5000,0.75,,,1000,0,2.0000,0.0000,0.0000,0.5,0.875000,0.625000,0.0000,0.0000,,0,4096,8192,1469,0,0,,"
             "0");
 }
 

@@ -176,7 +176,7 @@ TEST(WorkerBinaryTest, LocalRunWritesMetricsAndIsReproducible) {
   csv << f.rdbuf();
   const std::string first = csv.str();
   EXPECT_EQ(first.rfind("run,worker,step,epoch,wall_s,loss,version_lag,clock_staleness,bytes_sent,bytes_received,"
-                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,delay_ms,hidden_ms,loss_scale,skipped_steps,"
+                        "compute_ms,comm_ms,wait_ms,test_loss,test_accuracy,test_auc,delay_ms,hidden_ms,loss_scale,skipped_steps,"
                         "shm_bytes_sent,shm_bytes_received,table_rows,rows_pulled,cache_hits,read_staleness,"
                         "cache_saved_bytes\n",
                         0),

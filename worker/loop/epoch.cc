@@ -79,6 +79,7 @@ Result<EpochReport> CloseEpoch(const EpochClose& c, const EpochTotals& totals, M
     MetricsRow row = StepRow(c.step, c.steps_per_epoch, r.wall_s, r.train_loss);
     row.test.loss = r.test_loss;
     row.test.accuracy = r.test_accuracy;
+    row.test.auc = r.test_auc;
     row.traffic.bytes_sent = c.bytes_sent;
     row.traffic.bytes_received = c.bytes_received;
     row.traffic.shm_bytes_sent = c.shm_bytes_sent;
@@ -94,6 +95,7 @@ Status WriteEvaluationRow(const EpochClose& c, double loss, Model& model, Metric
   MetricsRow row = StepRow(c.step, c.steps_per_epoch, c.run_clock->Seconds(), loss);
   row.test.loss = e.loss;
   row.test.accuracy = e.accuracy;
+  row.test.auc = e.auc;
   row.traffic.bytes_sent = c.bytes_sent;
   row.traffic.bytes_received = c.bytes_received;
   row.traffic.shm_bytes_sent = c.shm_bytes_sent;

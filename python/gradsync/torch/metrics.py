@@ -70,13 +70,13 @@ class Recorder:
                 self._writer.write(self._held)
             self._written, self._held = self._held, None
 
-    def evaluation(self, step, test_loss, test_accuracy, traffic, shm=(0, 0)):
+    def evaluation(self, step, test_loss, test_accuracy, traffic, shm=(0, 0), test_auc=math.nan):
         """An evaluation row: `loss` is the mean training loss since the previous one."""
         mean_loss = self._loss_sum / self._loss_count if self._loss_count else math.nan
         self._loss_sum, self._loss_count = 0.0, 0
         self.final_test_accuracy = test_accuracy
         row = dict(step=step, epoch=self._epoch(step), wall_s=self.wall_s(), loss=mean_loss,
-                   test_loss=test_loss, test_accuracy=test_accuracy,
+                   test_loss=test_loss, test_accuracy=test_accuracy, test_auc=test_auc,
                    bytes_sent=traffic[0], bytes_received=traffic[1], shm_bytes_sent=shm[0],
                    shm_bytes_received=shm[1])
         self._write_held()

@@ -445,12 +445,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         outside a forward, e.g. to save them). Other modes: nothing to wait for."""
         self._gs_strategy.synchronize_parameters(self)
 
-    def record_evaluation(self, test_loss, test_accuracy):
-        """Writes an evaluation row (test loss, test accuracy in [0, 1], and the mean training
-        loss since the previous one, which it returns). After finish() (the evaluation of the
-        final parameters) it also rewrites OUT/worker-<rank>.json with this accuracy."""
+    def record_evaluation(self, test_loss, test_accuracy, test_auc=None):
+        """Writes an evaluation row (test loss, test accuracy in [0, 1], the test AUC of a model
+        that scores by a probability when given, and the mean training loss since the previous
+        one, which it returns). After finish() (the evaluation of the final parameters) it also
+        rewrites OUT/worker-<rank>.json with this accuracy."""
         mean_loss = self._gs_recorder.evaluation(self._gs_step, float(test_loss), float(test_accuracy), self.traffic(),
-                                                    self.shm_traffic())
+                                                    self.shm_traffic(),
+                                                    float(test_auc) if test_auc is not None else math.nan)
         if self._gs_finished:
             self._gs_write_summary()
         return mean_loss
