@@ -11,6 +11,7 @@
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
+#include "experiments/spec/tables_report.h"
 
 namespace gradsync {
 
@@ -22,11 +23,8 @@ std::string Fixed(double v, int digits) {
   return s.str();
 }
 
-namespace {
-
 namespace fs = std::filesystem;
 
-// A number as gnuplot reads it, without trailing zeros (0.5, 2, 55).
 std::string Trimmed(double v) {
   std::ostringstream s;
   s << v;
@@ -45,6 +43,8 @@ std::string Thousands(double v) {
   return out;
 }
 
+namespace {
+
 // What the workers' metrics files add up to.
 struct MergedMetrics {
   bool any = false;      // a row was read
@@ -56,6 +56,7 @@ struct MergedMetrics {
   double comm_ms = 0, hidden_ms = 0;  // over the training rows
   std::vector<EvalPoint> evals;       // worker 0's evaluation rows
   std::vector<double> step_ms;        // per worker with two training rows: its time per step
+  TableRowsTotal table_rows;          // over every worker's training rows
 };
 
 // Reads run_dir's worker-<w>.csv files and writes their rows, in worker order, to
@@ -93,10 +94,15 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
           m.comm_ms += std::stod(v[kColComm]);
           m.hidden_ms += std::stod(v[kColHidden]);
           // A second row of the same step (a simulated evaluation without accuracy) keeps the first's time.
-          if (rows.empty() || rows.back().first != step) rows.emplace_back(step, std::stod(v[kColWall]));
+          if (rows.empty() || rows.back().first != step) {
+            rows.emplace_back(step, std::stod(v[kColWall]));
+            m.table_rows.rows += std::stod(v[kColTableRows]);
+            m.table_rows.steps += 1;
+          }
         }
         if (w == 0 && !v[kColTestAccuracy].empty()) {
-          m.evals.push_back({step, std::stod(v[kColEpoch]), std::stod(v[kColWall]), std::stod(v[kColTestAccuracy])});
+          m.evals.push_back({step, std::stod(v[kColEpoch]), std::stod(v[kColWall]), std::stod(v[kColTestAccuracy]),
+                             v[kColTestAuc].empty() ? NAN : std::stod(v[kColTestAuc])});
         }
       } catch (const std::exception&) {
         return DataLossError(path + ": a row does not parse: " + line);
@@ -234,6 +240,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
     s.set_samples_per_s(static_cast<double>(plan.batch) * plan.workers * 1e3 / s.step_ms());
   }
   RETURN_IF_ERROR(ReadProcessSummaries(plan, run_dir, r));
+  RETURN_IF_ERROR(AddTableNumbers(plan, run_dir, merged.table_rows, s));
   SetDerivedNumbers(plan, r);
   return r;
 }
@@ -495,6 +502,7 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
   gp << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << title << ": test accuracy vs epochs'\n"
      << "set xlabel 'epochs'\nplot " << c.epoch_plot.str() << "\nset yrange [*:*]\nunset bmargin\n";
   if (c.stale > 0) StalenessScript(title, dir, c, gp);
+  gp << AucPlotScript(title, runs, dir);
   return gp.str();
 }
 
@@ -542,6 +550,7 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
   bool any_staleness = false;
   for (const auto& r : runs) any_staleness = any_staleness || !r.version_lag.empty() || !r.clock_staleness.empty();
   if (any_staleness) md << "![staleness](staleness.png)\n";
+  md << TablesSection(runs);
   for (const auto& r : runs) {
     if (!r.timeline.empty()) {
       md << "\n### Timeline of " << r.summary.name() << "\n\n![timeline of " << r.summary.name() << "](" << r.timeline
@@ -598,7 +607,8 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
 std::string PicturesText(const std::vector<RunReport>& runs, const std::string& dir) {
   std::error_code ec;
   std::string plots;
-  for (const char* png : {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "staleness.png"}) {
+  for (const char* png : {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "staleness.png", "auc_vs_samples.png",
+                          "auc_vs_time.png"}) {
     if (std::filesystem::exists(dir + "/" + png, ec)) plots += (plots.empty() ? dir + "/" : ", ") + std::string(png);
   }
   std::string text = plots.empty() ? "" : "plots: " + plots + "\n";

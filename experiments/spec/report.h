@@ -3,6 +3,7 @@
 // worker-<r>.json and server-<k>.json summaries): nothing is typed in by hand.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -20,6 +21,7 @@ struct EvalPoint {
   double epoch = 0;
   double wall_s = 0;
   double accuracy = 0;  // fraction
+  double auc = NAN;     // a model that scores by a probability (dlrm): test AUC; NaN otherwise
 };
 
 struct RunReport {
@@ -59,6 +61,10 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
 
 // `v` with `digits` digits after the point ("12.50").
 std::string Fixed(double v, int digits);
+// A number as gnuplot reads it, without trailing zeros (0.5, 2, 55).
+std::string Trimmed(double v);
+// `v` rounded, with thousands separated by commas ("1,234,567").
+std::string Thousands(double v);
 
 // Reads an experiment's summary.json (WriteReport's); an unreadable or unparsable file is an error
 // naming it.

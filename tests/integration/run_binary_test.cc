@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -169,6 +170,92 @@ TEST(RunBinaryTest, ATinySpecWritesEveryOutputWithConsistentNumbers) {
   EXPECT_EQ(summary.run(0).clock_staleness_max(), 0);
   EXPECT_NE(md.find("clock staleness p50/p99/max (clocks)"), std::string::npos);
   EXPECT_NE(md.find("version lag p50/p99/max (updates)"), std::string::npos);
+}
+
+// A spec on the DLRM-style model as experiments/specs/sparse.textproto runs it: every run's table
+// numbers are its files' (rows per step the metrics' training rows, AUC worker 0's last
+// evaluation, rows pulled the workers' summaries), bsp and all-reduce train the same model, ssp's
+// cache is counted and bounded, and summary.md names the crossover and draws the AUC.
+TEST(RunBinaryTest, ASparseSpecReportsItsTablesAndNamesTheCrossover) {
+  TempDir dir;
+  const std::string out = dir.File("results");
+  const char* spec = R"(
+name: "sparse"
+defaults { workers: 2 servers: 1 train { model: "dlrm" click_features: 4 click_train: 4096 click_test: 1000
+           table_dim: 8 epochs: 1 batch: 64 eval_every: 16 log_every: 4 } }
+run { name: "bsp-1e3" train { mode: BSP click_ids: 1000 } }
+run { name: "ar-1e3" servers: 0 train { mode: ALLREDUCE click_ids: 1000 } }
+run { name: "bsp-1e6" train { mode: BSP click_ids: 1000000 } }
+run { name: "ar-1e6" servers: 0 train { mode: ALLREDUCE click_ids: 1000000 } }
+run { name: "ssp2-1e6" train { mode: SSP staleness: 2 click_ids: 1000000 } }
+)";
+  ProcessResult r = RunProcess({BinaryPath("gradsync-run"), WriteSpec(dir, spec), "--out=" + out}, 240);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string exp = out + "/sparse";
+  spec::Summary summary;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(exp + "/summary.json"), &summary).ok());
+  ASSERT_EQ(summary.run_size(), 5);
+  std::map<std::string, spec::RunSummary> by_name;
+  for (const auto& run : summary.run()) {
+    SCOPED_TRACE(run.name());
+    ASSERT_TRUE(run.ok()) << run.error();
+    by_name[run.name()] = run;
+    const std::string rd = exp + "/" + run.name();
+    double rows = 0, steps = 0, last_auc = NAN;
+    for (const auto& v : Rows(rd + "/metrics.csv")) {
+      ASSERT_EQ(v.size(), static_cast<size_t>(kMetricsColumns));
+      if (v[kColTestAccuracy].empty()) {
+        rows += std::stod(v[kColTableRows]);
+        steps += 1;
+      } else if (v[kColWorker] == "0") {
+        ASSERT_FALSE(v[kColTestAuc].empty());
+        last_auc = std::stod(v[kColTestAuc]);
+      }
+    }
+    ASSERT_TRUE(run.has_table_rows_per_step());
+    EXPECT_DOUBLE_EQ(run.table_rows_per_step(), rows / steps);
+    EXPECT_GT(run.table_rows_per_step(), 0);
+    EXPECT_LE(run.table_rows_per_step(), 64 * 4);  // a batch's unique ids over 4 tables
+    EXPECT_NEAR(run.final_test_auc(), last_auc, 1e-6);  // the metrics file holds 6 decimals
+    EXPECT_EQ(run.batch(), 64);
+    EXPECT_GT(run.worker_peak_rss_mib(), 0);
+    if (run.mode() == "allreduce") {
+      EXPECT_FALSE(run.has_rows_pulled_per_step());
+      EXPECT_FALSE(run.has_server_table_rows());
+      continue;
+    }
+    double pulled = 0, worker_steps = 0;
+    for (int w = 0; w < 2; ++w) {
+      auto ws = ReadProcessSummary(rd + "/worker-" + std::to_string(w) + ".json");
+      ASSERT_TRUE(ws.ok()) << ws.status();
+      pulled += static_cast<double>(ws->rows_pulled());
+      worker_steps += static_cast<double>(ws->steps());
+    }
+    EXPECT_DOUBLE_EQ(run.rows_pulled_per_step(), pulled / worker_steps);
+    auto server = ReadProcessSummary(rd + "/server-0.json");
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_EQ(run.server_table_rows(), server->table_rows());
+    EXPECT_LE(run.server_table_rows(), run.table_ids() * 4);
+    EXPECT_GT(run.server_peak_rss_mib(), 0);
+  }
+  // All-reduce and bsp apply the same mean gradient to the same rows: the same model.
+  EXPECT_NEAR(by_name["bsp-1e3"].final_test_auc(), by_name["ar-1e3"].final_test_auc(), 0.005);
+  EXPECT_NEAR(by_name["bsp-1e6"].final_test_auc(), by_name["ar-1e6"].final_test_auc(), 0.005);
+  EXPECT_EQ(by_name["bsp-1e3"].table_ids(), 1000);
+  const spec::RunSummary& ssp = by_name["ssp2-1e6"];
+  EXPECT_TRUE(ssp.row_cache());
+  ASSERT_TRUE(ssp.has_cache_hit_rate());
+  EXPECT_LT(ssp.cache_hit_rate(), 1.0);
+  EXPECT_LE(ssp.max_read_staleness(), 2);
+  EXPECT_EQ(by_name["bsp-1e6"].max_read_staleness(), 0);
+  const std::string md = ReadFile(exp + "/summary.md");
+  EXPECT_NE(md.find("## Embedding tables"), std::string::npos) << md;
+  EXPECT_NE(md.find("- loopback, 2 workers, batch 64: "), std::string::npos) << md;
+  EXPECT_NE(md.find("  - 10^3: "), std::string::npos) << md;
+  EXPECT_NE(md.find("  - 10^6: "), std::string::npos) << md;
+  for (const char* png : {"auc_vs_samples.png", "auc_vs_time.png"}) {
+    EXPECT_TRUE(fs::exists(exp + "/" + png) && fs::file_size(exp + "/" + png) > 0) << png;
+  }
 }
 
 // A run whose workers are a command (gradsync-worker itself, given no flags): the run's settings,
