@@ -33,14 +33,6 @@ import train_dlrm  # noqa: E402
 from gradsync import _native  # noqa: E402  (the click log: the data, not the sync)
 
 
-def rss_mib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def cap_address_space():
     with open("/proc/meminfo") as f:
         total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
@@ -135,8 +127,8 @@ def main():
     if a.variant == "gradsync":
         opt.finish(evaluate=False)
     with open(result, "w") as f:
-        json.dump({"samples": a.steps * args.batch, "seconds": seconds, "peak_rss_mib": rss_mib("VmHWM"),
-                   "auc": auc}, f)
+        json.dump({"samples": a.steps * args.batch, "seconds": seconds,
+                   "peak_rss_mib": train_dlrm.rss_mib("VmHWM"), "auc": auc}, f)
     if a.variant == "ddp":
         torch.distributed.destroy_process_group()
     if gs is not None:

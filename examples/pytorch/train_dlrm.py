@@ -19,7 +19,7 @@ its peak resident set, the resident set `import torch` alone took, rows per step
 import resource  # noqa: I001 -- the baseline is taken before torch is imported below
 
 
-def _rss_mib(field):
+def rss_mib(field):
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -34,7 +34,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-TORCH_RSS_MIB = _rss_mib("VmRSS")  # what importing torch alone takes in this process
+TORCH_RSS_MIB = rss_mib("VmRSS")  # what importing torch alone takes in this process
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -149,7 +149,7 @@ def main():
     out = gs.config()["process"].get("out") or "."
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "torch-worker-%d.json" % rank), "w") as f:
-        json.dump({"peak_rss_mib": _rss_mib("VmHWM"), "torch_rss_mib": TORCH_RSS_MIB,
+        json.dump({"peak_rss_mib": rss_mib("VmHWM"), "torch_rss_mib": TORCH_RSS_MIB,
                    "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                    "rows_per_step": sum(rows) / max(1, len(rows)), "samples_per_s": samples_per_s,
                    "sync": opt.sync_kind}, f)
