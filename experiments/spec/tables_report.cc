@@ -35,7 +35,6 @@ std::string Percent(double fraction) { return Fixed(100 * fraction, fraction < 0
 Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const TableRowsTotal& rows,
                        spec::RunSummary& s) {
   const config::TrainConfig& train = plan.run.train();
-  s.set_batch(plan.batch);
   double pulled = 0, cached = 0, steps = 0, worker_rss = 0;
   int64_t max_read = -1;
   bool any_table = rows.rows > 0;

@@ -157,7 +157,6 @@ run { name: "ssp2-off" train { mode: SSP staleness: 2 row_cache: false } }
   spec::RunSummary s;
   ASSERT_TRUE(AddTableNumbers(plan->runs[0], dir.path(), {4000, 20}, s).ok());
   EXPECT_EQ(s.table_ids(), 100000);
-  EXPECT_EQ(s.batch(), 32);
   EXPECT_DOUBLE_EQ(s.table_rows_per_step(), 200);
   EXPECT_DOUBLE_EQ(s.rows_pulled_per_step(), 30);
   EXPECT_TRUE(s.row_cache());
