@@ -21,6 +21,14 @@ std::string Percent(double a) {
   return s.str();
 }
 
+std::string Fixed4(double v) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(4);
+  s << v;
+  return s.str();
+}
+
 }  // namespace
 
 ProgressLine::ProgressLine(std::ostream& out, std::string label, int epochs, int64_t max_steps, std::string csv)
@@ -48,6 +56,7 @@ void ProgressLine::Tick() {
       step_ = std::stoll(v[kColStep]);
       if (!v[kColTestAccuracy].empty()) {
         accuracy_ = std::stod(v[kColTestAccuracy]);
+        auc_ = v[kColTestAuc].empty() ? NAN : std::stod(v[kColTestAuc]);
         eval_step_ = step_;
         new_eval = true;
       }
@@ -66,6 +75,7 @@ void ProgressLine::Done(const Status& s) {
   if (tty_) out_ << "\r\033[K";
   out_ << label_ << "  " << (s.ok() ? "done" : "FAILED") << " in " << Elapsed() << " s";
   if (!std::isnan(accuracy_)) out_ << ", test accuracy " << Percent(accuracy_);
+  if (!std::isnan(auc_)) out_ << ", test AUC " << Fixed4(auc_);
   if (!s.ok()) out_ << ": " << s.message();
   out_ << std::endl;
 }
@@ -94,6 +104,7 @@ void ProgressLine::Print(bool new_eval) {
   line << label_ << "  epoch " << epoch_;
   if (epochs_ > 0) line << "/" << epochs_;
   line << "  step " << step_ << "  test acc " << (std::isnan(accuracy_) ? std::string("—") : Percent(accuracy_));
+  if (!std::isnan(auc_)) line << "  AUC " << Fixed4(auc_);
   // Training done, its last evaluation not yet written: the workers are evaluating, not stuck.
   if (frac >= 1.0 && eval_step_ < step_) line << " (evaluating)";
   line << "  " << Elapsed() << " s elapsed";

@@ -1,7 +1,7 @@
 // A progress line for a job on this machine: follows worker 0's metrics file (worker-0.csv) as
-// it grows and shows the epoch, step, latest test accuracy, time elapsed and left. On a terminal
-// one line redrawn in place; otherwise a line per evaluation, at most one every 10 s. Used by
-// gradsync-run (each run) and gradsync-launch.
+// it grows and shows the epoch, step, latest test accuracy (and AUC, for a model with one), time
+// elapsed and left. On a terminal one line redrawn in place; otherwise a line per evaluation, at
+// most one every 10 s. Used by gradsync-run (each run) and gradsync-launch.
 //
 //   ProgressLine progress(std::cout, "[1/3] bsp", /*epochs=*/10, /*max_steps=*/0, dir + "/worker-0.csv");
 //   launch.on_tick = [&] { progress.Tick(); };
@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -47,6 +48,7 @@ class ProgressLine {
   int64_t step_ = 0;
   int64_t eval_step_ = -1;  // the step of the last evaluation row read
   double accuracy_;
+  double auc_ = NAN;  // the last evaluation's test AUC (a model that scores by a probability)
   std::string note_;
   bool note_changed_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

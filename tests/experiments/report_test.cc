@@ -184,6 +184,28 @@ TEST(ProgressLineTest, SaysTheWorkersAreEvaluatingAfterTheLastStep) {
   progress.Tick();
   EXPECT_NE(out.str().find("step 20  test acc 50.00%  "), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("(evaluating)"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("AUC"), std::string::npos) << out.str();  // a classifier of classes has none
+}
+
+// A model that scores by a probability (dlrm): its test AUC beside the accuracy, on the progress
+// line and the last line.
+TEST(ProgressLineTest, ShowsTheTestAucWhereTheModelHasOne) {
+  testing::TempDir dir;
+  const std::string csv = dir.File("worker-0.csv");
+  auto w = MetricsWriter::Open(csv, "r", 0);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::ostringstream out;
+  ProgressLine progress(out, "[1/1] r", /*epochs=*/0, /*max_steps=*/20, csv);
+  MetricsRow row;
+  row.step = 10;
+  row.test.accuracy = 0.75;
+  row.test.auc = 0.61234;
+  ASSERT_TRUE(w->Write(row).ok());
+  progress.SetNote("a");
+  progress.Tick();
+  EXPECT_NE(out.str().find("test acc 75.00%  AUC 0.6123  "), std::string::npos) << out.str();
+  progress.Done(OkStatus());
+  EXPECT_NE(out.str().find("done in 0 s, test accuracy 75.00%, test AUC 0.6123"), std::string::npos) << out.str();
 }
 
 }  // namespace
