@@ -142,6 +142,7 @@ void DescribeRun(const RunPlan& plan, const std::string& run_dir, const Status& 
   s.set_workers(plan.workers);
   s.set_servers(plan.servers);
   s.set_batch(plan.batch);
+  s.set_model(plan.run.train().model());
   s.set_link(plan.link);
   s.set_straggler(plan.straggler);
   if (const config::TrainConfig& c = plan.run.train(); c.sync_every() > 0) {

@@ -17,7 +17,8 @@ namespace {
 
 bool HasTables(const spec::RunSummary& s) { return s.has_table_rows_per_step(); }
 
-// "10^6" for a power of ten, else the number with separators; "any" for 0 (any 64-bit id).
+// "10^6" for a power of ten, "2^20" for one of two, else the number with separators; "any" for 0
+// (any 64-bit id).
 std::string IdsText(int64_t ids) {
   if (ids == 0) return "any";
   int64_t p = 1;
@@ -25,7 +26,14 @@ std::string IdsText(int64_t ids) {
     if (p == ids) return k == 0 ? "1" : "10^" + std::to_string(k);
     if (k < 18) p *= 10;
   }
+  if ((ids & (ids - 1)) == 0) return "2^" + std::to_string(__builtin_ctzll(static_cast<unsigned long long>(ids)));
   return Thousands(static_cast<double>(ids));
+}
+
+// The ids a table of the run's model can hold: dlrm's click_ids per feature, sparse_logreg's
+// 2^feature_bits hashed features (its one table, as models/sparse_logreg.cc makes it).
+int64_t IdsPerTable(const config::TrainConfig& t) {
+  return t.model() == "sparse_logreg" ? int64_t{1} << t.feature_bits() : t.click_ids();
 }
 
 std::string Percent(double fraction) { return Fixed(100 * fraction, fraction < 0.1 ? 1 : 0) + "%"; }
@@ -65,7 +73,7 @@ Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const Ta
   }
   any_table = any_table || server_rows > 0 || pulled > 0;
   if (!any_table) return OkStatus();
-  s.set_table_ids(train.click_ids());
+  s.set_table_ids(IdsPerTable(train));
   if (rows.steps > 0) s.set_table_rows_per_step(rows.rows / rows.steps);
   if (plan.mode != config::ALLREDUCE && steps > 0) s.set_rows_pulled_per_step(pulled / steps);
   if (plan.mode == config::SSP) {
@@ -84,13 +92,13 @@ Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const Ta
 }
 
 std::vector<Crossover> FindCrossovers(const std::vector<RunReport>& runs) {
-  using Key = std::tuple<std::string, int, int64_t>;
+  using Key = std::tuple<std::string, std::string, int, int64_t>;
   std::vector<Key> order;
   std::map<Key, std::map<int64_t, CrossoverPoint>> groups;
   for (const auto& r : runs) {
     const spec::RunSummary& s = r.summary;
     if (!s.ok() || !HasTables(s) || !s.has_samples_per_s()) continue;
-    const Key key{s.link().empty() ? "loopback" : s.link(), s.workers(), s.batch()};
+    const Key key{s.model(), s.link().empty() ? "loopback" : s.link(), s.workers(), s.batch()};
     if (!groups.count(key)) order.push_back(key);
     CrossoverPoint& p = groups[key][s.table_ids()];
     p.table_ids = s.table_ids();
@@ -108,7 +116,7 @@ std::vector<Crossover> FindCrossovers(const std::vector<RunReport>& runs) {
   std::vector<Crossover> out;
   for (const Key& key : order) {
     Crossover c;
-    std::tie(c.link, c.workers, c.batch) = key;
+    std::tie(c.model, c.link, c.workers, c.batch) = key;
     for (const auto& [ids, p] : groups[key]) {
       if (!p.ps_run.empty() && !p.allreduce_run.empty()) c.points.push_back(p);
     }
@@ -121,7 +129,8 @@ std::vector<Crossover> FindCrossovers(const std::vector<RunReport>& runs) {
     size_t from = c.points.size();  // the PS is ahead at every point from here on
     while (from > 0 && ahead(c.points[from - 1])) --from;
     const std::string range = IdsText(c.points.front().table_ids) + " to " + IdsText(c.points.back().table_ids) + " ids";
-    const std::string where = c.link + ", " + std::to_string(c.workers) + " workers, batch " + std::to_string(c.batch);
+    const std::string where = (c.model.empty() ? "" : c.model + ", ") + c.link + ", " + std::to_string(c.workers) +
+                              " workers, batch " + std::to_string(c.batch);
     if (from == 0) {
       c.verdict = where + ": the PS is ahead at every table size measured (" + range + ")";
     } else if (from == c.points.size()) {
@@ -179,8 +188,8 @@ std::string TablesSection(const std::vector<RunReport>& runs) {
   const std::vector<Crossover> crossovers = FindCrossovers(runs);
   if (!crossovers.empty()) {
     md << "\n### Crossover: the PS against all-reduce by table size\n\n"
-       << "At each table size, the fastest PS run against the all-reduce run of the same link, workers and batch "
-          "(samples/s):\n\n";
+       << "At each table size, the fastest PS run against the all-reduce run of the same model, link, workers and "
+          "batch (samples/s):\n\n";
     for (const Crossover& c : crossovers) {
       md << "- " << c.verdict << ".\n";
       for (const CrossoverPoint& p : c.points) {

@@ -1,7 +1,8 @@
-// The report's part for models with embedding tables (dlrm): the numbers only such runs have (test
-// AUC, rows per step on every path, the row cache's share, peak memory, the rows the shards hold),
-// their table in summary.md, the AUC plots, and the crossover: at which table size the parameter
-// server overtakes all-reduce, for each link (and batch and worker count) the experiment ran.
+// The report's part for models with embedding tables (dlrm, sparse_logreg): the numbers only such
+// runs have (test AUC, rows per step on every path, the row cache's share, peak memory, the rows
+// the shards hold), their table in summary.md, the AUC plots, and the crossover: at which table
+// size the parameter server overtakes all-reduce, for each model, link, batch and worker count
+// the experiment ran.
 // Every number comes from the processes' files, as in report.h; gradsync-sim's runs go through
 // the same code.
 #pragma once
@@ -30,8 +31,8 @@ struct TableRowsTotal {
 Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const TableRowsTotal& rows,
                        spec::RunSummary& s);
 
-// One (link, workers, batch) group's comparison: at each table size, the fastest PS run and the
-// all-reduce run.
+// One (model, link, workers, batch) group's comparison: at each table size, the fastest PS run
+// and the all-reduce run.
 struct CrossoverPoint {
   int64_t table_ids = 0;
   std::string ps_run;     // the fastest PS run at this size ("" when none ran)
@@ -41,6 +42,7 @@ struct CrossoverPoint {
   double touched_over_held = 0;  // the PS run's rows per worker-step over the rows its shards hold
 };
 struct Crossover {
+  std::string model;
   std::string link;  // "loopback" or the rate
   int workers = 0;
   int64_t batch = 0;

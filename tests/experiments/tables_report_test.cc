@@ -23,6 +23,7 @@ RunReport TableRun(const std::string& name, const std::string& mode, int64_t ids
   spec::RunSummary& s = r.summary;
   s.set_name(name);
   s.set_mode(mode);
+  s.set_model("dlrm");
   s.set_ok(true);
   s.set_workers(4);
   s.set_servers(mode == "allreduce" ? 0 : 2);
@@ -54,8 +55,8 @@ TEST(CrossoverTest, ThePsOvertakesWhereItStaysAheadAtEveryLargerTable) {
   EXPECT_EQ(c[0].crossover_ids, 1000000);
   EXPECT_EQ(c[0].points[2].ps_run, "asp-1e6");  // the fastest PS run at the size
   EXPECT_DOUBLE_EQ(c[0].points[2].touched_over_held, 0.01);
-  EXPECT_NE(c[0].verdict.find("overtakes all-reduce at 10^6 ids per table (asp-1e6 1.50x ar-1e6; all-reduce ahead at "
-                              "10^5, and the lead changed hands below)"),
+  EXPECT_NE(c[0].verdict.find("dlrm, loopback, 4 workers, batch 256: the PS overtakes all-reduce at 10^6 ids per table "
+                              "(asp-1e6 1.50x ar-1e6; all-reduce ahead at 10^5, and the lead changed hands below)"),
             std::string::npos)
       << c[0].verdict;
 }
@@ -73,8 +74,18 @@ TEST(CrossoverTest, EachLinkIsItsOwnGroupAndAOneSidedGroupSaysSo) {
   runs.push_back(failed);
   RunReport lone = TableRun("bsp-1e9", "bsp", 1000000000, 500);  // no all-reduce beside it: not a point
   runs.push_back(lone);
+  // Another model's runs at the same link, workers and batch: a group of its own.
+  RunReport slr_ps = TableRun("slr-bsp", "bsp", 1 << 20, 1000), slr_ar = TableRun("slr-ar", "allreduce", 1 << 20, 10);
+  slr_ps.summary.set_model("sparse_logreg");
+  slr_ar.summary.set_model("sparse_logreg");
+  runs.push_back(slr_ps);
+  runs.push_back(slr_ar);
   const std::vector<Crossover> c = FindCrossovers(runs);
-  ASSERT_EQ(c.size(), 2u);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[2].model, "sparse_logreg");
+  ASSERT_EQ(c[2].points.size(), 1u);
+  EXPECT_NE(c[2].verdict.find("sparse_logreg, loopback, 4 workers, batch 256: the PS is ahead"), std::string::npos)
+      << c[2].verdict;
   EXPECT_EQ(c[0].link, "100mbit");
   EXPECT_EQ(c[0].crossover_ids, 0);
   EXPECT_NE(c[0].verdict.find("the PS is ahead at every table size measured (10^4 to 10^8 ids)"), std::string::npos);
@@ -101,6 +112,9 @@ TEST(TablesSectionTest, OnlyRunsWithTablesAndTheCrossoverAndAucPlotsAreNamed) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("### Crossover"), std::string::npos);
+  // sparse_logreg's 2^bits features read as a power of two.
+  EXPECT_NE(TablesSection({TableRun("slr", "bsp", int64_t{1} << 20, 100)}).find("| loopback | 2^20 | 256 |"),
+            std::string::npos);
   EXPECT_NE(md.find("auc_vs_samples.png"), std::string::npos);
 }
 
@@ -171,6 +185,17 @@ run { name: "ssp2-off" train { mode: SSP staleness: 2 row_cache: false } }
   ASSERT_TRUE(AddTableNumbers(plan->runs[1], dir.path(), {4000, 20}, off).ok());
   EXPECT_FALSE(off.row_cache());
   EXPECT_FALSE(off.has_cache_hit_rate());
+  // sparse_logreg's one table holds 2^feature_bits ids, whatever click_ids says.
+  auto slr = ParseExperiment(R"(
+name: "s"
+defaults { workers: 2 servers: 2 train { model: "sparse_logreg" feature_bits: 12 } }
+run { name: "bsp" train { mode: BSP } }
+)",
+                             "s.textproto");
+  ASSERT_TRUE(slr.ok()) << slr.status();
+  spec::RunSummary logreg;
+  ASSERT_TRUE(AddTableNumbers(slr->runs[0], dir.path(), {4000, 20}, logreg).ok());
+  EXPECT_EQ(logreg.table_ids(), 4096);
   // A run without tables (no rows in its metrics or summaries) gets none of the fields.
   testing::TempDir empty;
   spec::RunSummary none;

@@ -250,7 +250,7 @@ run { name: "ssp2-1e6" train { mode: SSP staleness: 2 click_ids: 1000000 } }
   EXPECT_EQ(by_name["bsp-1e6"].max_read_staleness(), 0);
   const std::string md = ReadFile(exp + "/summary.md");
   EXPECT_NE(md.find("## Embedding tables"), std::string::npos) << md;
-  EXPECT_NE(md.find("- loopback, 2 workers, batch 64: "), std::string::npos) << md;
+  EXPECT_NE(md.find("- dlrm, loopback, 2 workers, batch 64: "), std::string::npos) << md;
   EXPECT_NE(md.find("  - 10^3: "), std::string::npos) << md;
   EXPECT_NE(md.find("  - 10^6: "), std::string::npos) << md;
   for (const char* png : {"auc_vs_samples.png", "auc_vs_time.png"}) {
