@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -157,31 +158,44 @@ TEST(PlotTest, NothingEvaluatedMeansNoScript) {
   EXPECT_EQ(PlotScript(Experiment{}, {r}, dir.path()), "");
 }
 
+// Worker 0's metrics file and a progress line following it (no terminal here: a line for each
+// new note).
+class ProgressLineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto w = MetricsWriter::Open(csv_, "r", 0);
+    ASSERT_TRUE(w.ok()) << w.status();
+    writer_.emplace(std::move(*w));
+  }
+  void Write(const MetricsRow& row) { ASSERT_TRUE(writer_->Write(row).ok()); }
+
+  testing::TempDir dir_;
+  std::string csv_ = dir_.File("worker-0.csv");
+  std::optional<MetricsWriter> writer_;
+  std::ostringstream out_;
+  ProgressLine progress_{out_, "[1/1] r", /*epochs=*/0, /*max_steps=*/20, csv_};
+};
+
 // The progress line says the workers are evaluating once training is done and the last
 // evaluation has not come, instead of showing the last accuracy (or none) as if stuck.
-TEST(ProgressLineTest, SaysTheWorkersAreEvaluatingAfterTheLastStep) {
-  testing::TempDir dir;
-  const std::string csv = dir.File("worker-0.csv");
-  auto w = MetricsWriter::Open(csv, "r", 0);
-  ASSERT_TRUE(w.ok()) << w.status();
-  std::ostringstream out;
-  ProgressLine progress(out, "[1/1] r", /*epochs=*/0, /*max_steps=*/20, csv);
+TEST_F(ProgressLineTest, SaysTheWorkersAreEvaluatingAfterTheLastStep) {
+  std::ostringstream& out = out_;
   MetricsRow row;
   row.step = 10;
-  ASSERT_TRUE(w->Write(row).ok());
-  progress.SetNote("a");  // a new note prints a line at once (no terminal here)
-  progress.Tick();
+  Write(row);
+  progress_.SetNote("a");  // a new note prints a line at once (no terminal here)
+  progress_.Tick();
   EXPECT_EQ(out.str().find("(evaluating)"), std::string::npos) << out.str();
   row.step = 20;  // the last step
-  ASSERT_TRUE(w->Write(row).ok());
-  progress.SetNote("b");
-  progress.Tick();
+  Write(row);
+  progress_.SetNote("b");
+  progress_.Tick();
   EXPECT_NE(out.str().find("step 20  test acc \u2014 (evaluating)"), std::string::npos) << out.str();
   row.test.accuracy = 0.5;  // the evaluation row
-  ASSERT_TRUE(w->Write(row).ok());
+  Write(row);
   out.str("");
-  progress.SetNote("c");
-  progress.Tick();
+  progress_.SetNote("c");
+  progress_.Tick();
   EXPECT_NE(out.str().find("step 20  test acc 50.00%  "), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("(evaluating)"), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("AUC"), std::string::npos) << out.str();  // a classifier of classes has none
@@ -189,22 +203,17 @@ TEST(ProgressLineTest, SaysTheWorkersAreEvaluatingAfterTheLastStep) {
 
 // A model that scores by a probability (dlrm): its test AUC beside the accuracy, on the progress
 // line and the last line.
-TEST(ProgressLineTest, ShowsTheTestAucWhereTheModelHasOne) {
-  testing::TempDir dir;
-  const std::string csv = dir.File("worker-0.csv");
-  auto w = MetricsWriter::Open(csv, "r", 0);
-  ASSERT_TRUE(w.ok()) << w.status();
-  std::ostringstream out;
-  ProgressLine progress(out, "[1/1] r", /*epochs=*/0, /*max_steps=*/20, csv);
+TEST_F(ProgressLineTest, ShowsTheTestAucWhereTheModelHasOne) {
+  std::ostringstream& out = out_;
   MetricsRow row;
   row.step = 10;
   row.test.accuracy = 0.75;
   row.test.auc = 0.61234;
-  ASSERT_TRUE(w->Write(row).ok());
-  progress.SetNote("a");
-  progress.Tick();
+  Write(row);
+  progress_.SetNote("a");
+  progress_.Tick();
   EXPECT_NE(out.str().find("test acc 75.00%  AUC 0.6123  "), std::string::npos) << out.str();
-  progress.Done(OkStatus());
+  progress_.Done(OkStatus());
   EXPECT_NE(out.str().find("done in 0 s, test accuracy 75.00%, test AUC 0.6123"), std::string::npos) << out.str();
 }
 
