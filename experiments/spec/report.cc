@@ -11,7 +11,6 @@
 #include "common/obs/metrics.h"
 #include "common/obs/process_summary.h"
 #include "experiments/process/process.h"
-#include "experiments/spec/tables_report.h"
 
 namespace gradsync {
 
@@ -56,7 +55,7 @@ struct MergedMetrics {
   double comm_ms = 0, hidden_ms = 0;  // over the training rows
   std::vector<EvalPoint> evals;       // worker 0's evaluation rows
   std::vector<double> step_ms;        // per worker with two training rows: its time per step
-  TableRowsTotal table_rows;          // over every worker's training rows
+  TrainingRowTotals totals;           // over every worker's training rows (the report's parts read them)
 };
 
 // Reads run_dir's worker-<w>.csv files and writes their rows, in worker order, to
@@ -96,8 +95,8 @@ Result<MergedMetrics> MergeWorkerMetrics(const RunPlan& plan, const std::string&
           // A second row of the same step (a simulated evaluation without accuracy) keeps the first's time.
           if (rows.empty() || rows.back().first != step) {
             rows.emplace_back(step, std::stod(v[kColWall]));
-            m.table_rows.rows += std::stod(v[kColTableRows]);
-            m.table_rows.steps += 1;
+            m.totals.rows += 1;
+            m.totals.table_rows += std::stod(v[kColTableRows]);
           }
         }
         if (w == 0 && !v[kColTestAccuracy].empty()) {
@@ -242,7 +241,7 @@ Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, 
     s.set_samples_per_s(static_cast<double>(plan.batch) * plan.workers * 1e3 / s.step_ms());
   }
   RETURN_IF_ERROR(ReadProcessSummaries(plan, run_dir, r));
-  RETURN_IF_ERROR(AddTableNumbers(plan, run_dir, merged.table_rows, s));
+  for (const ReportPart* part : ReportParts()) RETURN_IF_ERROR(part->Summarize(plan, run_dir, merged.totals, s));
   SetDerivedNumbers(plan, r);
   return r;
 }
@@ -504,7 +503,7 @@ std::string PlotScript(const Experiment& e, const std::vector<RunReport>& runs, 
   gp << "set output '" << dir << "/accuracy_vs_epoch.png'\nset title '" << title << ": test accuracy vs epochs'\n"
      << "set xlabel 'epochs'\nplot " << c.epoch_plot.str() << "\nset yrange [*:*]\nunset bmargin\n";
   if (c.stale > 0) StalenessScript(title, dir, c, gp);
-  gp << AucPlotScript(title, runs, dir);
+  for (const ReportPart* part : ReportParts()) gp << part->PlotScript(title, runs, dir);
   return gp.str();
 }
 
@@ -552,7 +551,7 @@ void WriteSummaryMarkdown(const Experiment& e, const std::vector<RunReport>& run
   bool any_staleness = false;
   for (const auto& r : runs) any_staleness = any_staleness || !r.version_lag.empty() || !r.clock_staleness.empty();
   if (any_staleness) md << "![staleness](staleness.png)\n";
-  md << TablesSection(runs);
+  for (const ReportPart* part : ReportParts()) md << part->Section(runs);
   for (const auto& r : runs) {
     if (!r.timeline.empty()) {
       md << "\n### Timeline of " << r.summary.name() << "\n\n![timeline of " << r.summary.name() << "](" << r.timeline
@@ -609,9 +608,12 @@ Status WriteReport(const Experiment& e, const std::vector<RunReport>& runs, cons
 std::string PicturesText(const std::vector<RunReport>& runs, const std::string& dir) {
   std::error_code ec;
   std::string plots;
-  for (const char* png : {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "staleness.png", "auc_vs_samples.png",
-                          "auc_vs_time.png"}) {
-    if (std::filesystem::exists(dir + "/" + png, ec)) plots += (plots.empty() ? dir + "/" : ", ") + std::string(png);
+  std::vector<std::string> pngs = {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "staleness.png"};
+  for (const ReportPart* part : ReportParts()) {
+    for (const std::string& png : part->Pictures()) pngs.push_back(png);
+  }
+  for (const std::string& png : pngs) {
+    if (std::filesystem::exists(dir + "/" + png, ec)) plots += (plots.empty() ? dir + "/" : ", ") + png;
   }
   std::string text = plots.empty() ? "" : "plots: " + plots + "\n";
   for (const auto& r : runs) {

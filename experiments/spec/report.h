@@ -32,6 +32,36 @@ struct RunReport {
   std::string timeline;                        // the run's timeline picture (file name in the experiment's folder), or ""
 };
 
+// What every worker's training rows add up to, for the parts below: the rows, and the sum of their
+// table_rows column.
+struct TrainingRowTotals {
+  double rows = 0;
+  double table_rows = 0;
+};
+
+// A part of the report that only some runs have (tables_report.h's, for models with embedding
+// tables): numbers of its own read from a run's files into its RunSummary fields, a section of
+// summary.md, plots and their pictures. The report calls every part of ReportParts() at the same
+// four places, and knows none of them.
+class ReportPart {
+ public:
+  virtual ~ReportPart() = default;
+  // Sets the part's fields of s from the run's plan, its training rows' totals and the process
+  // summaries in run_dir; leaves them unset for a run the part is not about.
+  virtual Status Summarize(const RunPlan& plan, const std::string& run_dir, const TrainingRowTotals& totals,
+                           spec::RunSummary& s) const = 0;
+  // Its section of summary.md ("" when no run has the part).
+  virtual std::string Section(const std::vector<RunReport>& runs) const = 0;
+  // The gnuplot commands of its plots (their data under dir/plots/; "" when it draws none).
+  virtual std::string PlotScript(const std::string& title, const std::vector<RunReport>& runs,
+                                 const std::string& dir) const = 0;
+  // The file names of the pictures it may draw, in the experiment's folder.
+  virtual std::vector<std::string> Pictures() const = 0;
+};
+
+// Every part of the report, in the order of their sections (report_parts.cc).
+const std::vector<const ReportPart*>& ReportParts();
+
 // Reads run_dir's worker-*.csv, worker-0.json and server-*.json, writes run_dir/metrics.csv (every worker's
 // rows, in worker order) and returns the run's numbers. `status` is how the run ended.
 Result<RunReport> SummarizeRun(const RunPlan& plan, const std::string& run_dir, double target_accuracy,

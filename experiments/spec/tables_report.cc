@@ -40,12 +40,12 @@ std::string Percent(double fraction) { return Fixed(100 * fraction, fraction < 0
 
 }  // namespace
 
-Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const TableRowsTotal& rows,
+Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const TrainingRowTotals& totals,
                        spec::RunSummary& s) {
   const config::TrainConfig& train = plan.run.train();
   double pulled = 0, cached = 0, steps = 0, worker_rss = 0;
   int64_t max_read = -1;
-  bool any_table = rows.rows > 0;
+  bool any_table = totals.table_rows > 0;
   for (int w = 0; w < plan.workers; ++w) {
     auto ws = ReadProcessSummary(ProcessSummaryPath(run_dir, "worker", w));
     if (!ws.ok()) {
@@ -74,7 +74,7 @@ Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const Ta
   any_table = any_table || server_rows > 0 || pulled > 0;
   if (!any_table) return OkStatus();
   s.set_table_ids(IdsPerTable(train));
-  if (rows.steps > 0) s.set_table_rows_per_step(rows.rows / rows.steps);
+  if (totals.rows > 0) s.set_table_rows_per_step(totals.table_rows / totals.rows);
   if (plan.mode != config::ALLREDUCE && steps > 0) s.set_rows_pulled_per_step(pulled / steps);
   if (plan.mode == config::SSP) {
     const bool on = RowCacheBound(train.row_cache(), ModeName(plan.mode), plan.staleness) > 0;

@@ -18,17 +18,10 @@
 
 namespace gradsync {
 
-// What the workers' metrics rows add up to for the tables: table_rows summed over the training
-// rows, and those rows.
-struct TableRowsTotal {
-  double rows = 0;
-  double steps = 0;
-};
-
 // Sets s's table fields from the run's plan, its metrics' rows and every process summary in
 // run_dir (worker-<r>.json, server-<k>.json; a missing one is skipped, an unreadable one an
 // error). Leaves them unset for a run without tables.
-Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const TableRowsTotal& rows,
+Status AddTableNumbers(const RunPlan& plan, const std::string& run_dir, const TrainingRowTotals& totals,
                        spec::RunSummary& s);
 
 // One (model, link, workers, batch) group's comparison: at each table size, the fastest PS run
@@ -63,5 +56,20 @@ std::string TablesSection(const std::vector<RunReport>& runs);
 // The gnuplot commands of auc_vs_samples.png and auc_vs_time.png (every run with an AUC, data
 // under dir/plots/); "" when no run evaluated an AUC.
 std::string AucPlotScript(const std::string& title, const std::vector<RunReport>& runs, const std::string& dir);
+
+// The report's part for tables (ReportParts() holds one): the functions above.
+class TablesReport final : public ReportPart {
+ public:
+  Status Summarize(const RunPlan& plan, const std::string& run_dir, const TrainingRowTotals& totals,
+                   spec::RunSummary& s) const override {
+    return AddTableNumbers(plan, run_dir, totals, s);
+  }
+  std::string Section(const std::vector<RunReport>& runs) const override { return TablesSection(runs); }
+  std::string PlotScript(const std::string& title, const std::vector<RunReport>& runs,
+                         const std::string& dir) const override {
+    return AucPlotScript(title, runs, dir);
+  }
+  std::vector<std::string> Pictures() const override { return {"auc_vs_samples.png", "auc_vs_time.png"}; }
+};
 
 }  // namespace gradsync

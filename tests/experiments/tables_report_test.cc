@@ -169,7 +169,7 @@ run { name: "ssp2-off" train { mode: SSP staleness: 2 row_cache: false } }
     ASSERT_TRUE(WriteProcessSummary(dir.path(), s).ok());
   }
   spec::RunSummary s;
-  ASSERT_TRUE(AddTableNumbers(plan->runs[0], dir.path(), {4000, 20}, s).ok());
+  ASSERT_TRUE(AddTableNumbers(plan->runs[0], dir.path(), {20, 4000}, s).ok());
   EXPECT_EQ(s.table_ids(), 100000);
   EXPECT_DOUBLE_EQ(s.table_rows_per_step(), 200);
   EXPECT_DOUBLE_EQ(s.rows_pulled_per_step(), 30);
@@ -182,7 +182,7 @@ run { name: "ssp2-off" train { mode: SSP staleness: 2 row_cache: false } }
   EXPECT_EQ(s.server_table_rows(), 2001);
   EXPECT_DOUBLE_EQ(s.server_table_mib(), 3.0);
   spec::RunSummary off;
-  ASSERT_TRUE(AddTableNumbers(plan->runs[1], dir.path(), {4000, 20}, off).ok());
+  ASSERT_TRUE(AddTableNumbers(plan->runs[1], dir.path(), {20, 4000}, off).ok());
   EXPECT_FALSE(off.row_cache());
   EXPECT_FALSE(off.has_cache_hit_rate());
   // sparse_logreg's one table holds 2^feature_bits ids, whatever click_ids says.
@@ -194,12 +194,12 @@ run { name: "bsp" train { mode: BSP } }
                              "s.textproto");
   ASSERT_TRUE(slr.ok()) << slr.status();
   spec::RunSummary logreg;
-  ASSERT_TRUE(AddTableNumbers(slr->runs[0], dir.path(), {4000, 20}, logreg).ok());
+  ASSERT_TRUE(AddTableNumbers(slr->runs[0], dir.path(), {20, 4000}, logreg).ok());
   EXPECT_EQ(logreg.table_ids(), 4096);
   // A run without tables (no rows in its metrics or summaries) gets none of the fields.
   testing::TempDir empty;
   spec::RunSummary none;
-  ASSERT_TRUE(AddTableNumbers(plan->runs[0], empty.path(), {0, 20}, none).ok());
+  ASSERT_TRUE(AddTableNumbers(plan->runs[0], empty.path(), {20, 0}, none).ok());
   EXPECT_FALSE(none.has_table_rows_per_step());
   EXPECT_FALSE(none.has_table_ids());
 }
